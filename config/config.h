@@ -1,0 +1,153 @@
+// The aggswitch configuration as plain structs, and the one place that checks it.
+//
+// Configuration flows one way: YAML text -> LoadConfigText() (the only code that
+// knows yaml-cpp, in loader.h) -> these structs -> Validate() -> the dataplane
+// and control thread build their immutable runtime state from a validated Config.
+//
+// Every item remembers where it came from (SourceLoc) so that Validate() can
+// name the line of a cross-field mistake, not only the loader's shape errors.
+//
+// Thread safety: plain values; build and validate on the control thread, then
+// share read-only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/net_addr.h"
+
+namespace aggswitch::config {
+
+inline constexpr uint16_t kMinVlan = 1;
+inline constexpr uint16_t kMaxVlan = 4094;
+inline constexpr size_t kMaxPorts = 64;
+inline constexpr size_t kMaxWorkers = 127;
+inline constexpr size_t kMaxRxQueuesPerPort = 16;
+
+// Line and column (1-based) in the YAML source; 0 when the item was defaulted.
+struct SourceLoc {
+  int line = 0;
+  int column = 0;
+};
+
+// One configuration mistake: where, which key, and what was expected.
+struct ConfigError {
+  std::string path;  // key path, e.g. "ports[1].access"
+  SourceLoc loc;
+  std::string message;  // says what was expected and what was found
+
+  // "<source>:<line>:<col>: <path>: <message>"
+  std::string Format(const std::string& source_name) const;
+};
+
+struct EalConfig {
+  std::string lcores = "0,1";  // EAL --lcores; one control lcore plus the workers
+  unsigned main_lcore = 0;     // the lcore the control thread runs on
+  unsigned memory_mb = 1024;   // -m
+  bool hugepages = false;      // false: --no-huge
+  bool pci = false;            // false: --no-pci (virtual devices only)
+  std::string file_prefix = "aggswitch";
+  bool telemetry = true;       // DPDK telemetry socket
+  std::vector<std::string> args;  // extra EAL arguments, appended verbatim
+  SourceLoc loc;
+};
+
+enum class VlanMode { kAccess, kTrunk };
+
+struct PortConfig {
+  std::string name;
+  std::string devargs;  // DPDK devargs: "net_af_packet0,iface=veth0", "0000:01:00.0", ...
+  VlanMode mode = VlanMode::kAccess;
+  uint16_t access_vlan = 1;
+  std::vector<uint16_t> trunk_vlans;   // allowed VLANs on a trunk
+  std::optional<uint16_t> native_vlan;  // trunk: untagged frames belong here
+  uint16_t rx_descriptors = 1024;
+  uint16_t tx_descriptors = 1024;
+  uint16_t mtu = 1500;
+  SourceLoc loc;
+};
+
+// One RX queue that a worker lcore polls.
+struct RxQueueRef {
+  std::string port;
+  uint16_t queue = 0;
+  SourceLoc loc;
+};
+
+struct WorkerConfig {
+  unsigned lcore = 1;
+  std::vector<RxQueueRef> rx;
+  SourceLoc loc;
+};
+
+// An address the switch owns. vlan == 0: answered on every VLAN.
+struct SwitchAddress {
+  common::Ipv4Prefix prefix;
+  uint16_t vlan = 0;
+  SourceLoc loc;
+};
+
+struct SwitchConfig {
+  std::string name = "aggswitch";
+  common::MacAddr mac = *common::MacAddr::Parse("02:a9:9c:00:00:01");
+  std::vector<SwitchAddress> addresses;
+  SourceLoc loc;
+};
+
+struct StaticMacEntry {
+  common::MacAddr mac;
+  uint16_t vlan = 1;
+  std::string port;
+  SourceLoc loc;
+};
+
+struct MacTableConfig {
+  uint32_t size = 8192;          // maximum number of learned + static entries
+  uint32_t aging_seconds = 300;  // 0 disables aging
+  std::vector<StaticMacEntry> static_entries;
+  SourceLoc loc;
+};
+
+struct MempoolConfig {
+  uint32_t mbufs = 16383;  // per pool; one pool per NUMA socket in use
+  uint32_t cache = 256;    // per-lcore mempool cache
+  SourceLoc loc;
+};
+
+struct HttpConfig {
+  std::string listen = "127.0.0.1:9477";  // host:port of /metrics and /api/v1
+  SourceLoc loc;
+};
+
+struct Config {
+  EalConfig eal;
+  SwitchConfig switch_;
+  std::vector<PortConfig> ports;
+  std::vector<WorkerConfig> workers;  // empty: one worker polls queue 0 of every port
+  MacTableConfig mac_table;
+  MempoolConfig mempool;
+  HttpConfig http;
+
+  const PortConfig* FindPort(const std::string& name) const;
+  // Index of the named port in `ports`, or -1.
+  int PortIndex(const std::string& name) const;
+  // Number of RX queues each port needs: 1 + the highest queue a worker polls.
+  uint16_t RxQueueCount(const std::string& port) const;
+};
+
+// Fills defaults that depend on other fields (the default worker set).
+// Call before Validate(); LoadConfigText() does.
+void ApplyDerivedDefaults(Config& config);
+
+// Every cross-field and range check. Appends one error per mistake; returns
+// true when none were found.
+bool Validate(const Config& config, std::vector<ConfigError>& errors);
+
+// The configuration the daemon runs without --config: three access ports on
+// af_packet veths for the quick-start demo. The YAML text is compiled in from
+// config/examples/default.yaml.
+const char* EmbeddedDefaultConfigText();
+
+}  // namespace aggswitch::config
