@@ -64,6 +64,9 @@ struct Ipv4Prefix {
 
   static std::optional<Ipv4Prefix> Parse(std::string_view text);
   std::string ToString() const;
+  friend bool operator==(const Ipv4Prefix& a, const Ipv4Prefix& b) {
+    return a.ip == b.ip && a.length == b.length;
+  }
 };
 
 }  // namespace aggswitch::common

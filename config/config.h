@@ -12,8 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/net_addr.h"
@@ -26,10 +28,28 @@ inline constexpr size_t kMaxPorts = 64;
 inline constexpr size_t kMaxWorkers = 127;
 inline constexpr size_t kMaxRxQueuesPerPort = 16;
 
+// Further inclusive ranges that Validate() enforces.
+inline constexpr uint16_t kMinDescriptors = 64;  // and a power of two
+inline constexpr uint16_t kMaxDescriptors = 16384;
+inline constexpr uint16_t kMinMtu = 68;
+inline constexpr uint16_t kMaxMtu = 9600;
+inline constexpr unsigned kMinMemoryMb = 64;
+inline constexpr uint32_t kMinMacTableSize = 16;
+inline constexpr uint32_t kMaxMacTableSize = 1048576;
+inline constexpr uint32_t kMaxAgingSeconds = 1000000;
+inline constexpr uint32_t kMinMbufs = 1023;
+inline constexpr uint32_t kMaxMbufs = 1048575;
+inline constexpr uint32_t kMaxMempoolCache = 512;
+// Upper bound on lcore ids in eal.lcores; EAL applies its own RTE_MAX_LCORE later.
+inline constexpr unsigned kMaxLcoreId = 1023;
+
 // Line and column (1-based) in the YAML source; 0 when the item was defaulted.
 struct SourceLoc {
   int line = 0;
   int column = 0;
+  // Where a value was written is not part of its value: moving a line in the
+  // file does not change the configuration (reload compares sections with ==).
+  friend bool operator==(const SourceLoc&, const SourceLoc&) { return true; }
 };
 
 // One configuration mistake: where, which key, and what was expected.
@@ -49,9 +69,11 @@ struct EalConfig {
   bool hugepages = false;      // false: --no-huge
   bool pci = false;            // false: --no-pci (virtual devices only)
   std::string file_prefix = "aggswitch";
-  bool telemetry = true;       // DPDK telemetry socket
+  bool telemetry = true;          // DPDK telemetry socket
   std::vector<std::string> args;  // extra EAL arguments, appended verbatim
   SourceLoc loc;
+
+  friend bool operator==(const EalConfig&, const EalConfig&) = default;
 };
 
 enum class VlanMode { kAccess, kTrunk };
@@ -61,12 +83,18 @@ struct PortConfig {
   std::string devargs;  // DPDK devargs: "net_af_packet0,iface=veth0", "0000:01:00.0", ...
   VlanMode mode = VlanMode::kAccess;
   uint16_t access_vlan = 1;
-  std::vector<uint16_t> trunk_vlans;   // allowed VLANs on a trunk
+  std::vector<uint16_t> trunk_vlans;    // allowed VLANs on a trunk
   std::optional<uint16_t> native_vlan;  // trunk: untagged frames belong here
   uint16_t rx_descriptors = 1024;
   uint16_t tx_descriptors = 1024;
   uint16_t mtu = 1500;
   SourceLoc loc;
+
+  // True when frames of `vlan` may enter or leave this port: the access VLAN, or
+  // a trunk VLAN, or the trunk's native VLAN (which need not be in trunk_vlans).
+  bool Carries(uint16_t vlan) const;
+
+  friend bool operator==(const PortConfig&, const PortConfig&) = default;
 };
 
 // One RX queue that a worker lcore polls.
@@ -74,12 +102,16 @@ struct RxQueueRef {
   std::string port;
   uint16_t queue = 0;
   SourceLoc loc;
+
+  friend bool operator==(const RxQueueRef&, const RxQueueRef&) = default;
 };
 
 struct WorkerConfig {
   unsigned lcore = 1;
   std::vector<RxQueueRef> rx;
   SourceLoc loc;
+
+  friend bool operator==(const WorkerConfig&, const WorkerConfig&) = default;
 };
 
 // An address the switch owns. vlan == 0: answered on every VLAN.
@@ -87,6 +119,8 @@ struct SwitchAddress {
   common::Ipv4Prefix prefix;
   uint16_t vlan = 0;
   SourceLoc loc;
+
+  friend bool operator==(const SwitchAddress&, const SwitchAddress&) = default;
 };
 
 struct SwitchConfig {
@@ -94,6 +128,8 @@ struct SwitchConfig {
   common::MacAddr mac = *common::MacAddr::Parse("02:a9:9c:00:00:01");
   std::vector<SwitchAddress> addresses;
   SourceLoc loc;
+
+  friend bool operator==(const SwitchConfig&, const SwitchConfig&) = default;
 };
 
 struct StaticMacEntry {
@@ -101,6 +137,8 @@ struct StaticMacEntry {
   uint16_t vlan = 1;
   std::string port;
   SourceLoc loc;
+
+  friend bool operator==(const StaticMacEntry&, const StaticMacEntry&) = default;
 };
 
 struct MacTableConfig {
@@ -108,17 +146,23 @@ struct MacTableConfig {
   uint32_t aging_seconds = 300;  // 0 disables aging
   std::vector<StaticMacEntry> static_entries;
   SourceLoc loc;
+
+  friend bool operator==(const MacTableConfig&, const MacTableConfig&) = default;
 };
 
 struct MempoolConfig {
   uint32_t mbufs = 16383;  // per pool; one pool per NUMA socket in use
   uint32_t cache = 256;    // per-lcore mempool cache
   SourceLoc loc;
+
+  friend bool operator==(const MempoolConfig&, const MempoolConfig&) = default;
 };
 
 struct HttpConfig {
   std::string listen = "127.0.0.1:9477";  // host:port of /metrics and /api/v1
   SourceLoc loc;
+
+  friend bool operator==(const HttpConfig&, const HttpConfig&) = default;
 };
 
 struct Config {
@@ -130,14 +174,30 @@ struct Config {
   MempoolConfig mempool;
   HttpConfig http;
 
+  // Where each value and list item came from, by key path ("ports[1].trunk[2]",
+  // "workers[0].rx[1]"), so that Validate() can point at the exact value. The
+  // loader fills it; it is empty for a Config built in code.
+  std::map<std::string, SourceLoc, std::less<>> source_locs;
+
   const PortConfig* FindPort(const std::string& name) const;
   // Index of the named port in `ports`, or -1.
   int PortIndex(const std::string& name) const;
   // Number of RX queues each port needs: 1 + the highest queue a worker polls.
+  // 0 for a port no worker polls (Validate() rejects that) or an unknown name.
   uint16_t RxQueueCount(const std::string& port) const;
+  // The recorded location of `path`, or `fallback` when none was recorded.
+  SourceLoc LocOf(std::string_view path, SourceLoc fallback = {}) const;
 };
 
-// Fills defaults that depend on other fields (the default worker set).
+// The lcore ids an EAL --lcores string names, sorted and without repeats: the
+// ids left of '@' in "0,1", "2-5", "3@4", "(4-5)@6", "7@(0,1)". nullopt when the
+// string does not parse or names an id above kMaxLcoreId.
+std::optional<std::vector<unsigned>> ParseLcoreList(std::string_view lcores);
+
+// Fills defaults that depend on other fields (the default worker set): when
+// `workers` is empty, adds one worker on the lowest lcore of eal.lcores that is
+// not eal.main_lcore, polling queue 0 of every port. Adds none when there is no
+// such lcore (Validate() then reports the missing worker).
 // Call before Validate(); LoadConfigText() does.
 void ApplyDerivedDefaults(Config& config);
 

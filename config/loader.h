@@ -3,6 +3,8 @@
 // The loader reports every mistake it can find in one pass: unknown keys (with
 // the keys that were expected), wrong types, out-of-range values, and then
 // everything Validate() finds. A file with five mistakes yields five errors.
+// Errors come in file order. A value the loader could not read is reported once:
+// Validate() findings at or below that key path are dropped.
 //
 //   ConfigLoad load = LoadConfigFile("/etc/aggswitch.yaml");
 //   if (!load.ok()) for (auto& e : load.errors) puts(e.Format(load.source_name).c_str());

@@ -1,0 +1,149 @@
+# Shell helpers for the benchmarks in bench/: logging, child processes that are
+# always reaped, command FIFOs for interactive DPDK apps, and polling with a
+# deadline. Source it; it defines functions and the BENCH_PIDS list only.
+#
+#   source "$(dirname "$0")/lib.sh"
+#   trap bench_kill_all EXIT
+#   bench_spawn "$dir/dut.log" dpdk-testpmd ...   # sets BENCH_LAST_PID
+#   bench_wait_until 20 test -S "$sock" || bench_die "testpmd did not listen"
+
+BENCH_PIDS=()        # every background process we started, oldest first
+BENCH_LAST_PID=""    # the pid bench_spawn started last
+
+bench_log() { printf '%s\n' "$*" >&2; }
+bench_die() {
+  printf 'error: %s\n' "$*" >&2
+  exit 1
+}
+
+# Seconds since the epoch with microseconds, without forking.
+bench_now() { printf '%s' "$EPOCHREALTIME"; }
+
+# Sleeps until the absolute time $1 (seconds since the epoch); returns at once
+# if it has passed.
+bench_sleep_until() {
+  local left
+  left=$(awk -v t="$1" -v n="$EPOCHREALTIME" 'BEGIN { d = t - n; printf "%.3f", d > 0 ? d : 0 }')
+  [ "$left" = "0.000" ] || sleep "$left"
+}
+
+# bench_spawn LOG CMD...: runs CMD in the background with stdout and stderr in
+# LOG and stdin from /dev/null, and remembers its pid for bench_kill_all.
+bench_spawn() {
+  local log="$1"
+  shift
+  "$@" </dev/null >"$log" 2>&1 &
+  BENCH_LAST_PID=$!
+  BENCH_PIDS+=("$BENCH_LAST_PID")
+}
+
+# bench_spawn_fifo LOG FIFO CMD...: like bench_spawn, but CMD reads its stdin
+# from the new FIFO. A holder process keeps the FIFO open for writing, so CMD
+# only sees end-of-file once bench_fifo_close FIFO runs.
+bench_spawn_fifo() {
+  local log="$1" fifo="$2"
+  shift 2
+  rm -f "$fifo"
+  mkfifo "$fifo"
+  # Opened read-write, so neither side blocks waiting for the other.
+  sleep infinity 1<>"$fifo" &
+  BENCH_PIDS+=("$!")
+  printf '%s\n' "$!" >"$fifo.holder"
+  "$@" <"$fifo" >"$log" 2>&1 &
+  BENCH_LAST_PID=$!
+  BENCH_PIDS+=("$BENCH_LAST_PID")
+}
+
+# Writes one line to the FIFO's reader. Never blocks, even if the reader died.
+bench_fifo_send() { printf '%s\n' "$2" 1<>"$1"; }
+
+# Ends the holder: the reader sees end-of-file on its stdin.
+bench_fifo_close() {
+  local holder
+  holder=$(cat "$1.holder" 2>/dev/null) || return 0
+  bench_stop_pid "$holder" 0 || true  # the holder only ends by a signal
+  rm -f "$1" "$1.holder"
+}
+
+# True while PID runs (a zombie waiting to be reaped does not count).
+bench_alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat="${stat##*) }"
+  [ "${stat%% *}" != Z ]
+}
+
+# bench_stop_pid PID GRACE: gives PID GRACE seconds to exit on its own (after
+# the caller asked it to), then SIGTERM and 5 more seconds, then SIGKILL. Reaps
+# it. Returns 1 if it had to be signalled, so callers can warn.
+bench_stop_pid() {
+  local pid="$1" grace="$2" deadline forced=0
+  [ -n "$pid" ] || return 0
+  deadline=$(awk -v n="$EPOCHREALTIME" -v g="$grace" 'BEGIN { printf "%.3f", n + g }')
+  while bench_alive "$pid" && awk -v n="$EPOCHREALTIME" -v d="$deadline" 'BEGIN { exit !(n < d) }'; do
+    sleep 0.1
+  done
+  if bench_alive "$pid"; then
+    forced=1
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do bench_alive "$pid" || break; sleep 0.1; done
+  fi
+  if bench_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+  wait "$pid" 2>/dev/null || true
+  bench_forget_pid "$pid"
+  return "$forced"
+}
+
+# Drops a reaped pid from BENCH_PIDS, so that a later clean-up cannot signal
+# an unrelated process that has been given the same pid.
+bench_forget_pid() {
+  local i
+  for i in "${!BENCH_PIDS[@]}"; do
+    if [ "${BENCH_PIDS[$i]}" = "$1" ]; then unset 'BENCH_PIDS[i]'; fi
+  done
+  BENCH_PIDS=("${BENCH_PIDS[@]}")
+}
+
+# Stops everything bench_spawn* started that is still running, newest first.
+bench_kill_all() {
+  local i pid
+  for ((i = ${#BENCH_PIDS[@]} - 1; i >= 0; i--)); do
+    pid="${BENCH_PIDS[$i]}"
+    if bench_alive "$pid"; then kill -TERM "$pid" 2>/dev/null || true; fi
+  done
+  for pid in "${BENCH_PIDS[@]}"; do
+    bench_stop_pid "$pid" 0 || true
+  done
+  BENCH_PIDS=()
+}
+
+# bench_wait_until TIMEOUT CMD...: polls CMD every 0.2 s until it succeeds.
+# Returns 1 after TIMEOUT seconds.
+bench_wait_until() {
+  local timeout="$1" deadline
+  shift
+  deadline=$(awk -v n="$EPOCHREALTIME" -v t="$timeout" 'BEGIN { printf "%.3f", n + t }')
+  until "$@" 2>/dev/null; do
+    awk -v n="$EPOCHREALTIME" -v d="$deadline" 'BEGIN { exit !(n < d) }' || return 1
+    sleep 0.2
+  done
+}
+
+# CPU time (clock ticks, user + system, all threads) that the given processes
+# have used so far. Processes that are gone count 0.
+bench_cpu_ticks() {
+  local pid total=0 rest
+  for pid in "$@"; do
+    rest=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+    rest="${rest##*) }"  # drop "pid (comm) ", comm may contain spaces
+    total=$((total + $(awk '{ print $12 + $13 }' <<<"$rest")))
+  done
+  printf '%s' "$total"
+}
+
+# The first free TCP port on 127.0.0.1 at or above $1.
+bench_free_tcp_port() {
+  local port="$1"
+  while [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]; do port=$((port + 1)); done
+  printf '%s' "$port"
+}

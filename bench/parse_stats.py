@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Parsers and the summary for bench/l2_forwarding.sh (python3 standard library only).
+
+Every piece of text the benchmark reads from a switch goes through one function
+here, so a format change in testpmd, OVS or aggswitch is fixed in one place.
+
+  parse_stats.py telemetry PREFIX QUERY         raw JSON answer of a DPDK telemetry socket
+  parse_stats.py sink-tx KIND FILE PORT         packets sent on PORT, from a snapshot
+  parse_stats.py cycles KIND FILE...            busy cycles per packet over the window
+  parse_stats.py gen-drops LOG                  share of its packets a txonly generator dropped
+  parse_stats.py rates KIND TIMES PORT          packets/s between the snapshots listed in TIMES
+  parse_stats.py summary RESULTS.tsv [options]  the human summary (see --help)
+
+KIND is aggswitch (Prometheus text from /metrics), testpmd (telemetry JSON or
+the testpmd log) or ovs (ovs-appctl output).
+"""
+import argparse
+import json
+import re
+import socket
+import statistics
+import sys
+
+# --- reading the DUTs -------------------------------------------------------
+
+
+def telemetry(prefix, query):
+    """Sends one query to a DPDK process's telemetry socket; returns the JSON text."""
+    path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(2)
+        s.connect(path)
+        hello = json.loads(s.recv(1024))
+        s.send(query.encode())
+        return s.recv(hello["max_output_len"]).decode()
+
+
+def prom_value(text, series):
+    """The value of one exact series, e.g. 'aggswitch_lcore_busy_cycles_total{lcore="1"}'."""
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == series:
+            return float(value)
+    raise ValueError(f"no series {series} in the metrics")
+
+
+def ovs_port_tx(text, port):
+    """TX packets of `port` in `ovs-appctl dpctl/show -s` output."""
+    m = re.search(r"^\s*port \d+: " + re.escape(port) + r"\b.*?\n(?:.*\n)*?\s*TX packets:(\d+)",
+                  text, re.M)
+    if not m:
+        raise ValueError(f"no TX packets for port {port} in dpctl/show -s output")
+    return int(m.group(1))
+
+
+def sink_tx(kind, text, port):
+    if kind == "aggswitch":
+        return int(prom_value(text, f'aggswitch_port_tx_packets_total{{port="{port}"}}'))
+    if kind == "testpmd":  # telemetry /ethdev/stats,<port id>
+        return int(json.loads(text)["/ethdev/stats"]["opackets"])
+    if kind == "ovs":
+        return ovs_port_tx(text, port)
+    raise ValueError(f"unknown kind {kind}")
+
+
+def cycles(kind, files):
+    """Busy cycles per packet over the measurement window."""
+    texts = [open(f).read() for f in files]
+    if kind == "aggswitch":  # two /metrics scrapes: window start and end
+        begin, end = texts
+        c = 'aggswitch_lcore_busy_cycles_total{lcore="1"}'
+        p = 'aggswitch_lcore_busy_packets_total{lcore="1"}'
+        packets = prom_value(end, p) - prom_value(begin, p)
+        if packets <= 0:
+            raise ValueError("aggswitch lcore 1 received no packets in the window")
+        return (prom_value(end, c) - prom_value(begin, c)) / packets
+    if kind == "testpmd":  # the log; the first report is `show fwd stats all` at window end
+        m = re.search(r"CPU cycles/packet=([0-9.]+)", texts[0])
+        if not m:
+            raise ValueError("no 'CPU cycles/packet=' in the testpmd log")
+        return float(m.group(1))
+    if kind == "ovs":  # dpif-netdev/pmd-stats-show, cleared at window start
+        m = re.search(r"avg processing cycles per packet: ([0-9.]+)", texts[0])
+        if not m:
+            raise ValueError("no 'avg processing cycles per packet' in pmd-stats-show output")
+        return float(m.group(1))
+    raise ValueError(f"unknown kind {kind}")
+
+
+def gen_drops(log):
+    """Packets a testpmd txonly generator sent and dropped (TX ring full), whole run."""
+    blocks = re.findall(r"Accumulated forward statistics for all ports.*?\n.*?\n\s*"
+                        r"TX-packets: (\d+)\s+TX-dropped: (\d+)", log)
+    if not blocks:
+        raise ValueError("no forward statistics in the generator log")
+    sent, dropped = blocks[-1]
+    return int(sent), int(dropped)
+
+
+def rates(kind, times_file, port):
+    """Packets per second on `port` between consecutive snapshots.
+
+    times_file has one "epoch-seconds snapshot-file" line per snapshot, the
+    time taken right after the snapshot returned.
+    """
+    samples = []
+    for line in open(times_file):
+        if line.strip():
+            t, path = line.split()
+            samples.append((float(t), sink_tx(kind, open(path).read(), port)))
+    return [(c1 - c0) / (t1 - t0) for (t0, c0), (t1, c1) in zip(samples, samples[1:])]
+
+
+# --- the summary ------------------------------------------------------------
+
+DUT_LABELS = {"aggswitch": "aggswitch", "testpmd": "testpmd io", "ovs": "OVS-DPDK"}
+
+# testpmd io over memif (copy mode) carries about 20 Mpps at 64 B when the
+# machine is in its "fast" state and about 6 in its "slow" one
+# (/work/shared/notes/benchmarking-on-this-machine.md). A testpmd median above
+# the threshold means fast. Sizes without a threshold are not classified.
+STATE_THRESHOLD_MPPS = {64: 12.0, 1024: 5.0}
+
+CYCLES_TARGET_64B = 100.0
+MPPS_TARGET_RATIO = 0.8
+MIN_CPU_SHARE = 0.90      # below: something else ran on the two CPUs
+GEN_BOUND_DROPS = 0.05    # generator dropped less than this: it, not the DUT, set the rate
+
+
+def load_results(path):
+    """{size: {dut: {metric: {rep: [values]}}}} from size/dut/rep/metric/value lines."""
+    data = {}
+    for line in open(path):
+        if not line.strip() or line.startswith("#"):
+            continue
+        size, dut, rep, metric, value = line.split()
+        data.setdefault(int(size), {}).setdefault(dut, {}).setdefault(metric, {}) \
+            .setdefault(int(rep), []).append(float(value))
+    return data
+
+
+def pooled(d, dut, metric):
+    """All values of a metric, every repeat together."""
+    reps = d.get(dut, {}).get(metric, {})
+    return [v for r in sorted(reps) for v in reps[r]]
+
+
+def per_rep(d, dut, metric, fn=statistics.median):
+    reps = d.get(dut, {}).get(metric, {})
+    return [fn(reps[r]) for r in sorted(reps)]
+
+
+def median_or_none(values):
+    return statistics.median(values) if values else None
+
+
+def fmt(v, spec):
+    return "n/a" if v is None else format(v, spec)
+
+
+def summarize_size(size, d, duts):
+    out = [f"{size}-byte frames"]
+    out.append(f"  {'DUT':<12} {'busy cycles/pkt':>15}  {'per repeat':<22} {'Mpps':>6}  "
+               f"{'per-second min-max':<18} {'samples':>7}")
+    cyc, mpps = {}, {}
+    for dut in duts:
+        c_reps = per_rep(d, dut, "cycles")
+        samples = pooled(d, dut, "mpps")
+        cyc[dut] = median_or_none(c_reps)
+        mpps[dut] = median_or_none(samples)
+        spread = f"{min(samples):.2f}-{max(samples):.2f}" if samples else "n/a"
+        out.append(f"  {DUT_LABELS[dut]:<12} {fmt(cyc[dut], '15.1f')}  "
+                   f"{' '.join(f'{c:.1f}' for c in c_reps):<22} {fmt(mpps[dut], '6.2f')}  "
+                   f"{spread:<18} {len(samples):>7}")
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    cyc_vs_ovs = ratio(cyc.get("aggswitch"), cyc.get("ovs"))
+    cyc_vs_pmd = ratio(cyc.get("aggswitch"), cyc.get("testpmd"))
+    mpps_vs_pmd = ratio(mpps.get("aggswitch"), mpps.get("testpmd"))
+    out.append(f"  aggswitch / OVS-DPDK busy cycles per packet: {fmt(cyc_vs_ovs, '.2f')}")
+    out.append(f"  aggswitch / testpmd io busy cycles per packet: {fmt(cyc_vs_pmd, '.2f')}")
+    out.append(f"  aggswitch / testpmd io Mpps: {fmt(mpps_vs_pmd, '.2f')}")
+
+    # Which state the machine was in, judged by testpmd io's rate in each repeat.
+    pmd_reps = per_rep(d, "testpmd", "mpps")
+    threshold = STATE_THRESHOLD_MPPS.get(size)
+    if not pmd_reps:
+        out.append("  machine state: unknown (testpmd io was not run)")
+    elif threshold is None:
+        out.append(f"  machine state: unclassified (no threshold for {size} B)")
+    else:
+        states = ["fast" if m > threshold else "slow" for m in pmd_reps]
+        overall = states[0] if len(set(states)) == 1 else "MIXED"
+        out.append(f"  machine state: {overall} (testpmd io per repeat: "
+                   + ", ".join(f"{m:.1f} Mpps {s}" for m, s in zip(pmd_reps, states))
+                   + f"; fast above {threshold:g} Mpps)")
+
+    shares = [(dut, min(per_rep(d, dut, "cpu_share", min))) for dut in duts
+              if per_rep(d, dut, "cpu_share", min)]
+    if shares:
+        worst_dut, worst = min(shares, key=lambda x: x[1])
+        verdict = "ok" if worst >= MIN_CPU_SHARE else \
+            "LOW: other processes ran on the two CPUs; treat these figures as suspect"
+        out.append(f"  CPU time of DUT + generator in the windows: min {worst:.0%} of 2 CPUs "
+                   f"({DUT_LABELS[worst_dut]}): {verdict}")
+
+    drops = {dut: median_or_none(per_rep(d, dut, "gen_drops")) for dut in duts}
+    bound = [DUT_LABELS[dut] for dut in duts if drops[dut] is not None
+             and drops[dut] < GEN_BOUND_DROPS]
+    out.append("  generator drops (TX ring full): "
+               + ", ".join(f"{DUT_LABELS[dut]} {fmt(drops[dut], '.0%')}" for dut in duts)
+               + ("" if not bound else
+                  f"  -- under {GEN_BOUND_DROPS:.0%} means the generator, not the DUT, set the "
+                  f"rate for: {', '.join(bound)}"))
+
+    def verdict(ok):
+        return "n/a " if ok is None else ("PASS" if ok else "MISS")
+
+    if size == 64:
+        c = cyc.get("aggswitch")
+        out.append(f"  {verdict(None if c is None else c <= CYCLES_TARGET_64B)}  aggswitch <= "
+                   f"{CYCLES_TARGET_64B:g} busy cycles per 64-byte packet ({fmt(c, '.1f')})")
+    out.append(f"  {verdict(None if mpps_vs_pmd is None else mpps_vs_pmd >= MPPS_TARGET_RATIO)}  "
+               f"aggswitch Mpps >= {MPPS_TARGET_RATIO:g} x testpmd io ({fmt(mpps_vs_pmd, '.2f')})")
+    return out
+
+
+def summary(args):
+    data = load_results(args.results)
+    duts = args.duts.split(",")
+    out = [
+        "aggswitch L2 forwarding vs testpmd io and OVS-DPDK (bench/l2_forwarding.sh)",
+        "  testpmd txonly (memif client, CPU 0) -> DUT on CPU 1: memif server in, net_null sink out",
+        f"  {args.repeats} interleaved repeats ({' '.join(DUT_LABELS[d] for d in duts)}), "
+        f"{args.warmup:g} s warm-up, {args.window:g} s window; TSC {args.tsc_mhz} MHz",
+        f"  {args.header}",
+        "  busy cycles/pkt: median of the per-repeat window values (aggswitch: busy TSC cycles of",
+        "  lcore 1 / packets; testpmd: --record-core-cycles; OVS: pmd-stats 'processing cycles').",
+        "  Mpps: median of the 1-s samples of the sink's TX counter, pooled over the repeats.",
+        "",
+    ]
+    for size in sorted(data):
+        out += summarize_size(size, data[size], duts)
+        out.append("")
+    print("\n".join(out).rstrip())
+
+
+# --- command line -----------------------------------------------------------
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("telemetry")
+    s.add_argument("prefix")
+    s.add_argument("query")
+    s = sub.add_parser("sink-tx")
+    s.add_argument("kind")
+    s.add_argument("file")
+    s.add_argument("port")
+    s = sub.add_parser("cycles")
+    s.add_argument("kind")
+    s.add_argument("files", nargs="+")
+    s = sub.add_parser("gen-drops")
+    s.add_argument("log")
+    s = sub.add_parser("rates")
+    s.add_argument("kind")
+    s.add_argument("times")
+    s.add_argument("port")
+    s = sub.add_parser("summary")
+    s.add_argument("results")
+    s.add_argument("--duts", default="aggswitch,testpmd,ovs")
+    s.add_argument("--repeats", type=int, required=True)
+    s.add_argument("--window", type=float, required=True)
+    s.add_argument("--warmup", type=float, required=True)
+    s.add_argument("--tsc-mhz", default="?")
+    s.add_argument("--header", default="")
+    args = p.parse_args()
+
+    try:
+        if args.cmd == "telemetry":
+            print(telemetry(args.prefix, args.query))
+        elif args.cmd == "sink-tx":
+            print(sink_tx(args.kind, open(args.file).read(), args.port))
+        elif args.cmd == "cycles":
+            print(f"{cycles(args.kind, args.files):.2f}")
+        elif args.cmd == "gen-drops":
+            sent, dropped = gen_drops(open(args.log, errors="replace").read())
+            print(f"{dropped / max(1, sent + dropped):.4f}")
+        elif args.cmd == "rates":
+            for r in rates(args.kind, args.times, args.port):
+                print(f"{r:.0f}")
+        elif args.cmd == "summary":
+            summary(args)
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+        print(f"parse_stats.py {args.cmd}: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,608 @@
+#include "config/config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+#include <string_view>
+#include <utility>
+
+namespace aggswitch::config {
+namespace {
+
+// "ports[1]", "workers[0].rx[2]".
+std::string Index(std::string_view base, size_t i) {
+  return std::string(base) + "[" + std::to_string(i) + "]";
+}
+
+std::string Quote(std::string_view text) {
+  return "\"" + std::string(text) + "\"";
+}
+
+std::string QuoteNumber(uint64_t value) {
+  return Quote(std::to_string(value));
+}
+
+std::string JoinVlans(const std::vector<uint16_t>& vlans) {
+  std::string out;
+  for (uint16_t v : vlans) {
+    if (!out.empty()) out += ", ";
+    out += std::to_string(v);
+  }
+  return out;
+}
+
+bool IsValidVlan(unsigned vlan) {
+  return vlan >= kMinVlan && vlan <= kMaxVlan;
+}
+
+bool IsPowerOfTwo(unsigned v) {
+  return v != 0 && (v & (v - 1)) == 0;
+}
+
+bool IsNameChar(char c, std::string_view extra) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         extra.find(c) != std::string_view::npos;
+}
+
+bool IsValidPortName(std::string_view name) {
+  if (name.empty() || name.size() > 32) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) { return IsNameChar(c, "_.-"); });
+}
+
+bool IsValidFilePrefix(std::string_view prefix) {
+  if (prefix.empty()) return false;
+  return std::all_of(prefix.begin(), prefix.end(), [](char c) { return IsNameChar(c, "_-"); });
+}
+
+// "host:port" with a dotted-quad host and a port 1..65535.
+bool IsValidListen(std::string_view listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  if (!common::Ipv4Addr::Parse(listen.substr(0, colon))) return false;
+  const std::string_view port = listen.substr(colon + 1);
+  if (port.empty() || port[0] == '0') return false;
+  unsigned value = 0;
+  auto [next, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  return ec == std::errc() && next == port.data() + port.size() && value >= 1 && value <= 65535;
+}
+
+// An address the switch can own: not 0.0.0.0, loopback, multicast or reserved,
+// and not the network or broadcast address of its own prefix.
+bool IsHostAddress(const common::Ipv4Prefix& prefix) {
+  const uint32_t a = prefix.ip.addr;
+  if (a == 0 || (a >> 24) == 127 || (a >> 28) >= 0xe) return false;
+  if (prefix.length <= 30) {
+    const uint32_t host_mask = prefix.length == 0 ? ~0u : (~0u >> prefix.length);
+    if ((a & host_mask) == 0 || (a & host_mask) == host_mask) return false;
+  }
+  return true;
+}
+
+// Parses one lcore set: "N", "N-M" or "(a,b-c,...)"; appends the ids to `out`.
+bool ParseLcoreSet(std::string_view& text, std::vector<unsigned>& out) {
+  auto parse_number = [&text](unsigned& value) {
+    auto [next, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || next == text.data() || value > kMaxLcoreId) return false;
+    text.remove_prefix(next - text.data());
+    return true;
+  };
+  auto parse_range = [&](std::vector<unsigned>& ids) {
+    unsigned first = 0;
+    if (!parse_number(first)) return false;
+    unsigned last = first;
+    if (!text.empty() && text[0] == '-') {
+      text.remove_prefix(1);
+      if (!parse_number(last) || last < first) return false;
+    }
+    for (unsigned id = first; id <= last; ++id) ids.push_back(id);
+    return true;
+  };
+  if (text.empty()) return false;
+  if (text[0] != '(') return parse_range(out);
+  text.remove_prefix(1);
+  while (true) {
+    if (!parse_range(out)) return false;
+    if (text.empty()) return false;
+    const char c = text[0];
+    text.remove_prefix(1);
+    if (c == ')') return true;
+    if (c != ',') return false;
+  }
+}
+
+// The port names a reference may use, for messages: "p0, p1, p2".
+std::string PortNames(const Config& config) {
+  constexpr size_t kMaxListed = 10;
+  std::set<std::string_view> listed;
+  std::string out;
+  for (const PortConfig& port : config.ports) {
+    if (!listed.insert(port.name).second) continue;
+    if (listed.size() > kMaxListed) return out + ", ...";
+    if (!out.empty()) out += ", ";
+    out += port.name;
+  }
+  return out;
+}
+
+// Runs every check of Validate() and collects the errors.
+class Validator {
+ public:
+  Validator(const Config& config, std::vector<ConfigError>& errors)
+      : config_(config), errors_(errors) {}
+
+  void Run() {
+    CheckEal();
+    CheckPorts();
+    CheckWorkers();
+    CheckSwitch();
+    CheckMacTable();
+    CheckMempool();
+    CheckHttp();
+  }
+
+ private:
+  void Error(std::string path, SourceLoc fallback, std::string message) {
+    const SourceLoc loc = config_.LocOf(path, fallback);
+    errors_.push_back(ConfigError{std::move(path), loc, std::move(message)});
+  }
+
+  // "ports[0], line 12" for "also ..." hints.
+  std::string Where(const std::string& path, SourceLoc fallback) const {
+    const SourceLoc loc = config_.LocOf(path, fallback);
+    if (loc.line == 0) return path;
+    return path + ", line " + std::to_string(loc.line);
+  }
+
+  // Reports a VLAN id out of range; returns whether it was in range.
+  bool CheckVlan(const std::string& path, SourceLoc fallback, unsigned vlan) {
+    if (IsValidVlan(vlan)) return true;
+    Error(path, fallback,
+          "expected a VLAN id " + std::to_string(kMinVlan) + ".." + std::to_string(kMaxVlan) +
+              ", got " + QuoteNumber(vlan));
+    return false;
+  }
+
+  void CheckEal() {
+    const EalConfig& eal = config_.eal;
+    lcores_ = ParseLcoreList(eal.lcores);
+    if (!lcores_) {
+      Error("eal.lcores", eal.loc,
+            "expected a comma-separated lcore list such as \"0,1\", \"0-3\" or \"1@2\", got " +
+                Quote(eal.lcores));
+    } else if (!HasLcore(eal.main_lcore)) {
+      Error("eal.main_lcore", eal.loc,
+            "expected an lcore listed in eal.lcores " + Quote(eal.lcores) + ", got " +
+                QuoteNumber(eal.main_lcore));
+    }
+    if (eal.memory_mb < kMinMemoryMb) {
+      Error("eal.memory_mb", eal.loc,
+            "expected at least " + std::to_string(kMinMemoryMb) + " MB, got " +
+                QuoteNumber(eal.memory_mb));
+    }
+    if (!IsValidFilePrefix(eal.file_prefix)) {
+      Error("eal.file_prefix", eal.loc,
+            "expected a non-empty name from [A-Za-z0-9_-], got " + Quote(eal.file_prefix));
+    }
+  }
+
+  bool HasLcore(unsigned lcore) const {
+    return lcores_ && std::binary_search(lcores_->begin(), lcores_->end(), lcore);
+  }
+
+  void CheckSwitch() {
+    const SwitchConfig& sw = config_.switch_;
+    if (sw.name.empty()) Error("switch.name", sw.loc, "expected a non-empty name, got \"\"");
+    if (sw.mac.IsMulticast() || sw.mac.IsZero()) {
+      Error("switch.mac", sw.loc,
+            "expected a unicast, non-zero MAC address, got " + Quote(sw.mac.ToString()));
+    }
+    for (size_t i = 0; i < sw.addresses.size(); ++i) {
+      const SwitchAddress& address = sw.addresses[i];
+      const std::string path = Index("switch.addresses", i);
+      // The map form names the address under "address"; point there.
+      std::string address_path = path + ".address";
+      if (config_.source_locs.find(address_path) == config_.source_locs.end()) {
+        address_path = path;
+      }
+      bool valid = true;
+      if (!IsHostAddress(address.prefix)) {
+        Error(address_path, address.loc,
+              "expected a unicast host address, got " + Quote(address.prefix.ToString()));
+        valid = false;
+      }
+      if (address.vlan != 0) {
+        if (!IsValidVlan(address.vlan)) {
+          CheckVlan(path + ".vlan", address.loc, address.vlan);
+          valid = false;
+        } else if (AllPortVlansKnown() && !AnyPortCarries(address.vlan)) {
+          Error(path + ".vlan", address.loc,
+                "expected a VLAN that some port carries, got " + QuoteNumber(address.vlan));
+        }
+      }
+      if (!valid) continue;
+      for (size_t j = 0; j < i; ++j) {
+        const SwitchAddress& other = sw.addresses[j];
+        const bool overlapping = other.vlan == 0 || address.vlan == 0 || other.vlan == address.vlan;
+        if (other.prefix.ip == address.prefix.ip && overlapping) {
+          Error(address_path, address.loc,
+                "expected each address once per VLAN, got " + Quote(address.prefix.ip.ToString()) +
+                    " again (also " + Where(Index("switch.addresses", j), other.loc) + ")");
+          break;
+        }
+      }
+    }
+  }
+
+  // False with no ports, or when a port has a VLAN out of range (reported at
+  // the port): then whether a VLAN is carried is not known.
+  bool AllPortVlansKnown() const {
+    return !config_.ports.empty() &&
+           std::all_of(vlans_ok_.begin(), vlans_ok_.end(), [](bool ok) { return ok; });
+  }
+
+  bool AnyPortCarries(uint16_t vlan) const {
+    return std::any_of(config_.ports.begin(), config_.ports.end(),
+                       [vlan](const PortConfig& port) { return port.Carries(vlan); });
+  }
+
+  void CheckPorts() {
+    const size_t n = config_.ports.size();
+    if (n == 0 || n > kMaxPorts) {
+      Error("ports", {},
+            "expected 1.." + std::to_string(kMaxPorts) + " ports, got " +
+                (n == 0 ? std::string("none") : std::to_string(n)));
+    }
+    std::map<std::string, size_t> names;
+    std::map<std::string, size_t> devargs;
+    name_ok_.assign(n, true);
+    vlans_ok_.assign(n, true);
+    for (size_t i = 0; i < n; ++i) {
+      const PortConfig& port = config_.ports[i];
+      const std::string path = Index("ports", i);
+      if (!IsValidPortName(port.name)) {
+        name_ok_[i] = false;
+        Error(path + ".name", port.loc,
+              "expected a port name of 1..32 characters from [A-Za-z0-9_.-], got " +
+                  Quote(port.name));
+      } else if (auto [it, inserted] = names.emplace(port.name, i); !inserted) {
+        name_ok_[i] = false;
+        Error(path + ".name", port.loc,
+              "expected a unique port name, got " + Quote(port.name) + " again (also " +
+                  Where(Index("ports", it->second), config_.ports[it->second].loc) + ")");
+      }
+      if (port.devargs.empty()) {
+        Error(path + ".devargs", port.loc, "expected non-empty DPDK devargs, got \"\"");
+      } else if (auto [it, inserted] = devargs.emplace(port.devargs, i); !inserted) {
+        Error(path + ".devargs", port.loc,
+              "expected unique devargs, got " + Quote(port.devargs) + " again (also " +
+                  Where(Index("ports", it->second), config_.ports[it->second].loc) + ")");
+      }
+      vlans_ok_[i] = CheckPortVlans(port, path);
+      CheckDescriptors(path + ".rx_descriptors", port.loc, port.rx_descriptors);
+      CheckDescriptors(path + ".tx_descriptors", port.loc, port.tx_descriptors);
+      if (port.mtu < kMinMtu || port.mtu > kMaxMtu) {
+        Error(path + ".mtu", port.loc,
+              "expected an MTU " + std::to_string(kMinMtu) + ".." + std::to_string(kMaxMtu) +
+                  ", got " + QuoteNumber(port.mtu));
+      }
+    }
+  }
+
+  // Returns false when some VLAN of the port is out of range.
+  bool CheckPortVlans(const PortConfig& port, const std::string& path) {
+    if (port.mode == VlanMode::kAccess) {
+      if (port.native_vlan) {
+        Error(path + ".native", port.loc,
+              "expected \"native\" only on a trunk port, got it on an access port");
+      }
+      return CheckVlan(path + ".access", port.loc, port.access_vlan);
+    }
+    if (port.trunk_vlans.empty()) {
+      Error(path + ".trunk", port.loc, "expected a non-empty list of VLAN ids, got an empty list");
+    }
+    bool ok = true;
+    std::map<uint16_t, size_t> seen;
+    for (size_t j = 0; j < port.trunk_vlans.size(); ++j) {
+      const uint16_t vlan = port.trunk_vlans[j];
+      const std::string item = Index(path + ".trunk", j);
+      if (!CheckVlan(item, port.loc, vlan)) {
+        ok = false;
+      } else if (auto [it, inserted] = seen.emplace(vlan, j); !inserted) {
+        Error(item, port.loc,
+              "expected each VLAN once, got " + QuoteNumber(vlan) + " again (also " +
+                  Where(Index(path + ".trunk", it->second), port.loc) + ")");
+      }
+    }
+    if (port.native_vlan && !CheckVlan(path + ".native", port.loc, *port.native_vlan)) ok = false;
+    return ok;
+  }
+
+  void CheckDescriptors(const std::string& path, SourceLoc fallback, uint16_t count) {
+    if (count < kMinDescriptors || count > kMaxDescriptors || !IsPowerOfTwo(count)) {
+      Error(path, fallback,
+            "expected a power of two " + std::to_string(kMinDescriptors) + ".." +
+                std::to_string(kMaxDescriptors) + ", got " + QuoteNumber(count));
+    }
+  }
+
+  void CheckWorkers() {
+    const std::vector<WorkerConfig>& workers = config_.workers;
+    if (workers.empty()) {
+      // An unreadable eal.lcores (reported above) or the lack of ports explains
+      // the missing default worker.
+      if (lcores_ && !config_.ports.empty()) {
+        const bool spare = std::any_of(lcores_->begin(), lcores_->end(), [this](unsigned id) {
+          return id != config_.eal.main_lcore;
+        });
+        Error("workers", {},
+              spare ? std::string("expected at least one worker, got none")
+                    : "expected at least one worker, got none (eal.lcores " +
+                          Quote(config_.eal.lcores) + " has no lcore besides eal.main_lcore " +
+                          std::to_string(config_.eal.main_lcore) + ")");
+      }
+    } else if (workers.size() > kMaxWorkers) {
+      Error("workers", {},
+            "expected at most " + std::to_string(kMaxWorkers) + " workers, got " +
+                std::to_string(workers.size()));
+    }
+    std::map<unsigned, size_t> lcores;
+    // (port index, queue) -> the rx item that polls it.
+    std::map<std::pair<int, uint16_t>, std::string> polled;
+    std::vector<bool> port_polled(config_.ports.size(), false);
+    std::vector<std::set<uint16_t>> port_queues(config_.ports.size());
+    // An rx item naming no known port was meant for some port; which one is
+    // unknown, so no port is reported as unpolled.
+    bool unresolved_rx = false;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      const WorkerConfig& worker = workers[i];
+      const std::string path = Index("workers", i);
+      const std::string lcore_path = path + ".lcore";
+      if (worker.lcore == config_.eal.main_lcore) {
+        Error(lcore_path, worker.loc,
+              "expected an lcore other than eal.main_lcore, got " + QuoteNumber(worker.lcore));
+      } else if (lcores_ && !HasLcore(worker.lcore)) {
+        Error(lcore_path, worker.loc,
+              "expected an lcore listed in eal.lcores " + Quote(config_.eal.lcores) + ", got " +
+                  QuoteNumber(worker.lcore));
+      } else if (auto [it, inserted] = lcores.emplace(worker.lcore, i); !inserted) {
+        Error(lcore_path, worker.loc,
+              "expected a different lcore for each worker, got " + QuoteNumber(worker.lcore) +
+                  " again (also " + Where(Index("workers", it->second), workers[it->second].loc) +
+                  ")");
+      }
+      if (worker.rx.empty() && !config_.ports.empty()) {
+        Error(path + ".rx", worker.loc, "expected at least one RX queue to poll, got none");
+      }
+      for (size_t j = 0; j < worker.rx.size(); ++j) {
+        const RxQueueRef& rx = worker.rx[j];
+        const std::string item = Index(path + ".rx", j);
+        const int port = config_.PortIndex(rx.port);
+        if (port < 0) {
+          unresolved_rx = true;
+          // With no ports at all, the "ports" error already explains this.
+          if (!config_.ports.empty()) {
+            Error(item, rx.loc,
+                  "expected one of the ports " + PortNames(config_) + ", got " + Quote(rx.port));
+          }
+          continue;
+        }
+        port_polled[port] = true;
+        if (rx.queue >= kMaxRxQueuesPerPort) {
+          Error(item, rx.loc,
+                "expected an RX queue 0.." + std::to_string(kMaxRxQueuesPerPort - 1) + ", got " +
+                    QuoteNumber(rx.queue));
+          continue;
+        }
+        port_queues[port].insert(rx.queue);
+        auto [it, inserted] = polled.emplace(std::make_pair(port, rx.queue), item);
+        if (!inserted) {
+          Error(item, rx.loc,
+                "expected each RX queue to be polled by one worker, got " + rx.port + ":" +
+                    std::to_string(rx.queue) + " again (also " + Where(it->second, {}) + ")");
+        }
+      }
+    }
+    if (workers.empty()) return;
+    for (size_t p = 0; p < config_.ports.size(); ++p) {
+      const PortConfig& port = config_.ports[p];
+      const std::string path = Index("ports", p);
+      // A port without a valid, unique name cannot be named by a worker.
+      if (!name_ok_[p]) continue;
+      if (!port_polled[p]) {
+        if (unresolved_rx) continue;
+        Error(path, port.loc,
+              "expected a worker to poll port " + Quote(port.name) + ", got none polling it");
+        continue;
+      }
+      const std::set<uint16_t>& queues = port_queues[p];
+      if (!queues.empty() && *queues.rbegin() + 1u != queues.size()) {
+        std::string list;
+        for (uint16_t q : queues) list += (list.empty() ? "" : ",") + std::to_string(q);
+        Error(path, port.loc,
+              "expected the polled RX queues of port " + Quote(port.name) +
+                  " to be contiguous from 0, got " + list);
+      }
+    }
+  }
+
+  void CheckMacTable() {
+    const MacTableConfig& table = config_.mac_table;
+    if (table.size < kMinMacTableSize || table.size > kMaxMacTableSize) {
+      Error("mac_table.size", table.loc,
+            "expected a table size " + std::to_string(kMinMacTableSize) + ".." +
+                std::to_string(kMaxMacTableSize) + ", got " + QuoteNumber(table.size));
+    }
+    if (table.aging_seconds > kMaxAgingSeconds) {
+      Error("mac_table.aging_seconds", table.loc,
+            "expected 0.." + std::to_string(kMaxAgingSeconds) + " seconds, got " +
+                QuoteNumber(table.aging_seconds));
+    }
+    if (table.static_entries.size() > table.size) {
+      Error("mac_table.static", table.loc,
+            "expected at most " + std::to_string(table.size) +
+                " static entries (mac_table.size), got " +
+                std::to_string(table.static_entries.size()));
+    }
+    std::map<std::pair<uint64_t, uint16_t>, size_t> seen;
+    for (size_t i = 0; i < table.static_entries.size(); ++i) {
+      const StaticMacEntry& entry = table.static_entries[i];
+      const std::string path = Index("mac_table.static", i);
+      bool valid = true;
+      if (entry.mac.IsMulticast() || entry.mac.IsZero()) {
+        Error(path + ".mac", entry.loc,
+              "expected a unicast, non-zero MAC address, got " + Quote(entry.mac.ToString()));
+        valid = false;
+      }
+      if (!IsValidVlan(entry.vlan)) {
+        CheckVlan(path + ".vlan", entry.loc, entry.vlan);
+        valid = false;
+      }
+      const PortConfig* port = config_.FindPort(entry.port);
+      if (port == nullptr) {
+        if (!config_.ports.empty()) {
+          Error(path + ".port", entry.loc,
+                "expected one of the ports " + PortNames(config_) + ", got " + Quote(entry.port));
+        }
+      } else if (IsValidVlan(entry.vlan) && vlans_ok_[port - config_.ports.data()] &&
+                 !port->Carries(entry.vlan)) {
+        Error(path + ".vlan", entry.loc,
+              "expected a VLAN that port " + Quote(port->name) + " carries (" +
+                  JoinVlans(CarriedVlans(*port)) + "), got " + QuoteNumber(entry.vlan));
+      }
+      if (!valid) continue;
+      auto [it, inserted] = seen.emplace(std::make_pair(entry.mac.ToU64(), entry.vlan), i);
+      if (!inserted) {
+        Error(
+            path, entry.loc,
+            "expected each (mac, vlan) once, got " + entry.mac.ToString() + " vlan " +
+                std::to_string(entry.vlan) + " again (also " +
+                Where(Index("mac_table.static", it->second), table.static_entries[it->second].loc) +
+                ")");
+      }
+    }
+  }
+
+  static std::vector<uint16_t> CarriedVlans(const PortConfig& port) {
+    if (port.mode == VlanMode::kAccess) return {port.access_vlan};
+    std::set<uint16_t> vlans(port.trunk_vlans.begin(), port.trunk_vlans.end());
+    if (port.native_vlan) vlans.insert(*port.native_vlan);
+    return {vlans.begin(), vlans.end()};
+  }
+
+  void CheckMempool() {
+    const MempoolConfig& pool = config_.mempool;
+    if (pool.mbufs < kMinMbufs || pool.mbufs > kMaxMbufs) {
+      Error("mempool.mbufs", pool.loc,
+            "expected " + std::to_string(kMinMbufs) + ".." + std::to_string(kMaxMbufs) +
+                " mbufs, got " + QuoteNumber(pool.mbufs));
+    }
+    if (pool.cache > kMaxMempoolCache) {
+      Error("mempool.cache", pool.loc,
+            "expected a cache size 0.." + std::to_string(kMaxMempoolCache) + ", got " +
+                QuoteNumber(pool.cache));
+    }
+  }
+
+  void CheckHttp() {
+    if (!IsValidListen(config_.http.listen)) {
+      Error("http.listen", config_.http.loc,
+            "expected \"host:port\" with an IPv4 host and a port 1..65535, got " +
+                Quote(config_.http.listen));
+    }
+  }
+
+  const Config& config_;
+  std::vector<ConfigError>& errors_;
+  std::optional<std::vector<unsigned>> lcores_;
+  std::vector<bool> name_ok_;   // per port: the name is valid and not a repeat
+  std::vector<bool> vlans_ok_;  // per port: every VLAN id is in range
+};
+
+}  // namespace
+
+std::string ConfigError::Format(const std::string& source_name) const {
+  std::string out =
+      source_name + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) + ": ";
+  if (!path.empty()) out += path + ": ";
+  return out + message;
+}
+
+bool PortConfig::Carries(uint16_t vlan) const {
+  if (mode == VlanMode::kAccess) return vlan == access_vlan;
+  if (native_vlan && *native_vlan == vlan) return true;
+  return std::find(trunk_vlans.begin(), trunk_vlans.end(), vlan) != trunk_vlans.end();
+}
+
+const PortConfig* Config::FindPort(const std::string& name) const {
+  const int index = PortIndex(name);
+  return index < 0 ? nullptr : &ports[index];
+}
+
+int Config::PortIndex(const std::string& name) const {
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (ports[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+uint16_t Config::RxQueueCount(const std::string& port) const {
+  unsigned count = 0;
+  for (const WorkerConfig& worker : workers) {
+    for (const RxQueueRef& rx : worker.rx) {
+      if (rx.port == port) count = std::max(count, rx.queue + 1u);
+    }
+  }
+  return static_cast<uint16_t>(std::min<unsigned>(count, UINT16_MAX));
+}
+
+SourceLoc Config::LocOf(std::string_view path, SourceLoc fallback) const {
+  auto it = source_locs.find(path);
+  return it == source_locs.end() ? fallback : it->second;
+}
+
+std::optional<std::vector<unsigned>> ParseLcoreList(std::string_view lcores) {
+  std::vector<unsigned> ids;
+  std::string_view text = lcores;
+  while (true) {
+    if (!ParseLcoreSet(text, ids)) return std::nullopt;
+    if (!text.empty() && text[0] == '@') {
+      // The CPU set the lcores run on; it is checked for syntax and then ignored.
+      text.remove_prefix(1);
+      std::vector<unsigned> cpus;
+      if (!ParseLcoreSet(text, cpus)) return std::nullopt;
+    }
+    if (text.empty()) break;
+    if (text[0] != ',') return std::nullopt;
+    text.remove_prefix(1);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+void ApplyDerivedDefaults(Config& config) {
+  if (!config.workers.empty()) return;
+  const auto lcores = ParseLcoreList(config.eal.lcores);
+  if (!lcores) return;
+  for (unsigned lcore : *lcores) {
+    if (lcore == config.eal.main_lcore) continue;
+    WorkerConfig worker;
+    worker.lcore = lcore;
+    for (size_t i = 0; i < config.ports.size(); ++i) {
+      // A repeated name is one port to poll (and an error for Validate()).
+      const std::string& name = config.ports[i].name;
+      if (config.PortIndex(name) == static_cast<int>(i)) worker.rx.push_back({name, 0, {}});
+    }
+    config.workers.push_back(std::move(worker));
+    return;
+  }
+}
+
+bool Validate(const Config& config, std::vector<ConfigError>& errors) {
+  const size_t before = errors.size();
+  Validator(config, errors).Run();
+  return errors.size() == before;
+}
+
+}  // namespace aggswitch::config

@@ -1,0 +1,525 @@
+// Tests of the Config structs and Validate() on configurations built in code.
+// The YAML-driven tests, with lines and columns, are in loader_test.cc.
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace aggswitch::config {
+namespace {
+
+using common::MacAddr;
+
+PortConfig AccessPort(std::string name, std::string devargs, uint16_t vlan) {
+  PortConfig port;
+  port.name = std::move(name);
+  port.devargs = std::move(devargs);
+  port.access_vlan = vlan;
+  return port;
+}
+
+PortConfig TrunkPort(std::string name, std::string devargs, std::vector<uint16_t> vlans) {
+  PortConfig port;
+  port.name = std::move(name);
+  port.devargs = std::move(devargs);
+  port.mode = VlanMode::kTrunk;
+  port.trunk_vlans = std::move(vlans);
+  return port;
+}
+
+// Two access ports in VLAN 10 and a trunk with 10 and 20, one worker polling all.
+Config ValidConfig() {
+  Config config;
+  config.ports.push_back(AccessPort("p0", "net_null0", 10));
+  config.ports.push_back(AccessPort("p1", "net_null1", 10));
+  config.ports.push_back(TrunkPort("p2", "net_null2", {10, 20}));
+  WorkerConfig worker;
+  worker.lcore = 1;
+  worker.rx = {{"p0", 0, {}}, {"p1", 0, {}}, {"p2", 0, {}}};
+  config.workers.push_back(worker);
+  return config;
+}
+
+std::vector<ConfigError> ErrorsOf(const Config& config) {
+  std::vector<ConfigError> errors;
+  Validate(config, errors);
+  return errors;
+}
+
+// Exactly one error, at `path`, whose message contains `fragment`.
+::testing::AssertionResult OneError(const Config& config, const std::string& path,
+                                    const std::string& fragment) {
+  const std::vector<ConfigError> errors = ErrorsOf(config);
+  std::string all;
+  for (const ConfigError& e : errors) all += "\n  " + e.Format("cfg");
+  if (errors.size() != 1) {
+    return ::testing::AssertionFailure() << "expected one error, got " << errors.size() << all;
+  }
+  if (errors[0].path != path) {
+    return ::testing::AssertionFailure() << "expected path " << path << all;
+  }
+  if (errors[0].message.find(fragment) == std::string::npos) {
+    return ::testing::AssertionFailure() << "expected message with '" << fragment << "'" << all;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(ConfigErrorTest, FormatsSourceLineColumnPathAndMessage) {
+  const ConfigError error{"ports[1].access", {12, 13}, "expected a VLAN id 1..4094, got \"5000\""};
+  EXPECT_EQ(error.Format("cfg.yaml"),
+            "cfg.yaml:12:13: ports[1].access: expected a VLAN id 1..4094, got \"5000\"");
+}
+
+TEST(ConfigErrorTest, FormatLeavesOutAnEmptyPath) {
+  const ConfigError error{"", {}, "cannot read: No such file or directory"};
+  EXPECT_EQ(error.Format("/etc/a.yaml"), "/etc/a.yaml:0:0: cannot read: No such file or directory");
+}
+
+TEST(ConfigTest, FindPortAndPortIndex) {
+  const Config config = ValidConfig();
+  EXPECT_EQ(config.PortIndex("p0"), 0);
+  EXPECT_EQ(config.PortIndex("p2"), 2);
+  EXPECT_EQ(config.PortIndex("p3"), -1);
+  EXPECT_EQ(config.PortIndex(""), -1);
+  ASSERT_NE(config.FindPort("p1"), nullptr);
+  EXPECT_EQ(config.FindPort("p1")->devargs, "net_null1");
+  EXPECT_EQ(config.FindPort("nope"), nullptr);
+}
+
+TEST(ConfigTest, RxQueueCountIsOnePastTheHighestPolledQueue) {
+  Config config = ValidConfig();
+  WorkerConfig second;
+  second.lcore = 2;
+  second.rx = {{"p2", 3, {}}, {"p2", 1, {}}, {"p2", 2, {}}};
+  config.workers.push_back(second);
+  EXPECT_EQ(config.RxQueueCount("p0"), 1);
+  EXPECT_EQ(config.RxQueueCount("p2"), 4);
+  EXPECT_EQ(config.RxQueueCount("unknown"), 0);
+  config.workers[0].rx.erase(config.workers[0].rx.begin());  // nobody polls p0 now
+  EXPECT_EQ(config.RxQueueCount("p0"), 0);
+}
+
+TEST(ConfigTest, LocOfReturnsTheRecordedLocationOrTheFallback) {
+  Config config;
+  config.source_locs["ports[0].mtu"] = {7, 10};
+  EXPECT_EQ(config.LocOf("ports[0].mtu").line, 7);
+  EXPECT_EQ(config.LocOf("ports[0].mtu").column, 10);
+  EXPECT_EQ(config.LocOf("ports[1].mtu", {3, 5}).line, 3);
+  EXPECT_EQ(config.LocOf("ports[1].mtu").line, 0);
+}
+
+TEST(PortConfigTest, AccessPortCarriesOnlyItsVlan) {
+  const PortConfig port = AccessPort("p0", "net_null0", 10);
+  EXPECT_TRUE(port.Carries(10));
+  EXPECT_FALSE(port.Carries(1));
+  EXPECT_FALSE(port.Carries(20));
+}
+
+TEST(PortConfigTest, TrunkCarriesItsListAndItsNativeVlan) {
+  PortConfig port = TrunkPort("p0", "net_null0", {10, 20});
+  EXPECT_TRUE(port.Carries(10));
+  EXPECT_TRUE(port.Carries(20));
+  EXPECT_FALSE(port.Carries(1));
+  port.native_vlan = 1;
+  EXPECT_TRUE(port.Carries(1));
+  EXPECT_FALSE(port.Carries(30));
+}
+
+TEST(ParseLcoreListTest, AcceptsEalSyntax) {
+  using V = std::vector<unsigned>;
+  EXPECT_EQ(ParseLcoreList("0,1"), V({0, 1}));
+  EXPECT_EQ(ParseLcoreList("3"), V({3}));
+  EXPECT_EQ(ParseLcoreList("2-5"), V({2, 3, 4, 5}));
+  EXPECT_EQ(ParseLcoreList("0,4-5,2"), V({0, 2, 4, 5}));
+  EXPECT_EQ(ParseLcoreList("1@2"), V({1}));
+  EXPECT_EQ(ParseLcoreList("(4-5)@6"), V({4, 5}));
+  EXPECT_EQ(ParseLcoreList("7@(0,1)"), V({7}));
+  EXPECT_EQ(ParseLcoreList("(0,2-3)@(4-5,7),8@9"), V({0, 2, 3, 8}));
+  EXPECT_EQ(ParseLcoreList("1,1,0-1"), V({0, 1}));
+  EXPECT_EQ(ParseLcoreList("1023"), V({1023}));
+}
+
+TEST(ParseLcoreListTest, RejectsMalformedLists) {
+  for (const char* bad :
+       {"",   ",",    "0,",   ",0", "a",   "1-",  "-1",   "3-1",    "1@",    "@1",
+        "(1", "(1,2", "1@(2", "()", "1 2", "0x1", "1024", "0-1024", "1@2@3", "(1)2"}) {
+    EXPECT_EQ(ParseLcoreList(bad), std::nullopt) << '"' << bad << '"';
+  }
+}
+
+TEST(ApplyDerivedDefaultsTest, AddsOneWorkerOnTheLowestNonMainLcore) {
+  Config config = ValidConfig();
+  config.workers.clear();
+  config.eal.lcores = "4-6,2";
+  config.eal.main_lcore = 2;
+  ApplyDerivedDefaults(config);
+  ASSERT_EQ(config.workers.size(), 1u);
+  EXPECT_EQ(config.workers[0].lcore, 4u);
+  ASSERT_EQ(config.workers[0].rx.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(config.workers[0].rx[i].port, config.ports[i].name);
+    EXPECT_EQ(config.workers[0].rx[i].queue, 0);
+    EXPECT_EQ(config.workers[0].rx[i].loc.line, 0);
+  }
+  EXPECT_TRUE(ErrorsOf(config).empty());
+}
+
+TEST(ApplyDerivedDefaultsTest, KeepsExplicitWorkers) {
+  Config config = ValidConfig();
+  config.workers[0].lcore = 1;
+  config.workers[0].rx.resize(1);
+  ApplyDerivedDefaults(config);
+  ASSERT_EQ(config.workers.size(), 1u);
+  EXPECT_EQ(config.workers[0].rx.size(), 1u);
+}
+
+TEST(ApplyDerivedDefaultsTest, AddsNoWorkerWithoutASpareLcore) {
+  Config config = ValidConfig();
+  config.workers.clear();
+  config.eal.lcores = "0";
+  ApplyDerivedDefaults(config);
+  EXPECT_TRUE(config.workers.empty());
+  EXPECT_TRUE(OneError(config, "workers", "has no lcore besides eal.main_lcore 0"));
+
+  config.eal.lcores = "zero";
+  ApplyDerivedDefaults(config);
+  EXPECT_TRUE(config.workers.empty());
+  // Only the lcore list is wrong; the missing worker follows from it.
+  EXPECT_TRUE(OneError(config, "eal.lcores", "got \"zero\""));
+}
+
+TEST(ValidateTest, AcceptsAValidConfig) {
+  std::vector<ConfigError> errors;
+  EXPECT_TRUE(Validate(ValidConfig(), errors));
+  EXPECT_TRUE(errors.empty());
+}
+
+TEST(ValidateTest, AppendsToExistingErrorsAndReportsOnlyItsOwn) {
+  Config config = ValidConfig();
+  config.ports[0].mtu = 10;
+  std::vector<ConfigError> errors = {ConfigError{"earlier", {1, 1}, "kept"}};
+  EXPECT_FALSE(Validate(config, errors));
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0].path, "earlier");
+  EXPECT_EQ(errors[1].path, "ports[0].mtu");
+
+  std::vector<ConfigError> more = errors;
+  EXPECT_TRUE(Validate(ValidConfig(), more));
+  EXPECT_EQ(more.size(), 2u);
+}
+
+TEST(ValidateTest, FallsBackToTheItemLocationWithoutSourceLocs) {
+  Config config = ValidConfig();
+  config.ports[1].loc = {20, 5};
+  config.ports[1].access_vlan = 5000;
+  const std::vector<ConfigError> errors = ErrorsOf(config);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].Format("cfg"),
+            "cfg:20:5: ports[1].access: expected a VLAN id 1..4094, got \"5000\"");
+
+  config.source_locs["ports[1].access"] = {21, 13};
+  EXPECT_EQ(ErrorsOf(config)[0].loc.line, 21);
+  EXPECT_EQ(ErrorsOf(config)[0].loc.column, 13);
+}
+
+TEST(ValidateTest, VlanRangeOnEveryVlanField) {
+  Config config = ValidConfig();
+  config.ports[0].access_vlan = 0;
+  EXPECT_TRUE(OneError(config, "ports[0].access", "expected a VLAN id 1..4094, got \"0\""));
+
+  config = ValidConfig();
+  config.ports[2].trunk_vlans = {10, 4095};
+  EXPECT_TRUE(OneError(config, "ports[2].trunk[1]", "got \"4095\""));
+
+  config = ValidConfig();
+  config.ports[2].native_vlan = 4095;
+  EXPECT_TRUE(OneError(config, "ports[2].native", "got \"4095\""));
+
+  config = ValidConfig();
+  config.mac_table.static_entries.push_back({*MacAddr::Parse("02:00:00:00:00:01"), 0, "p0", {}});
+  EXPECT_TRUE(OneError(config, "mac_table.static[0].vlan", "expected a VLAN id 1..4094"));
+
+  config = ValidConfig();
+  config.switch_.addresses.push_back({*common::Ipv4Prefix::Parse("10.0.0.1/24"), 4095, {}});
+  EXPECT_TRUE(OneError(config, "switch.addresses[0].vlan", "got \"4095\""));
+}
+
+TEST(ValidateTest, TrunkChecks) {
+  Config config = ValidConfig();
+  config.ports[2].trunk_vlans.clear();
+  EXPECT_TRUE(OneError(config, "ports[2].trunk", "non-empty list of VLAN ids"));
+
+  config = ValidConfig();
+  config.ports[2].trunk_vlans = {10, 20, 10};
+  EXPECT_TRUE(OneError(config, "ports[2].trunk[2]", "got \"10\" again (also ports[2].trunk[0])"));
+
+  config = ValidConfig();
+  config.ports[2].native_vlan = 10;  // also in the list: allowed
+  EXPECT_TRUE(ErrorsOf(config).empty());
+  config.ports[2].native_vlan = 30;  // not in the list: implicitly allowed
+  EXPECT_TRUE(ErrorsOf(config).empty());
+
+  config = ValidConfig();
+  config.ports[0].native_vlan = 10;
+  EXPECT_TRUE(OneError(config, "ports[0].native", "only on a trunk port"));
+}
+
+TEST(ValidateTest, PortChecks) {
+  Config config;
+  EXPECT_TRUE(OneError(config, "ports", "expected 1..64 ports, got none"));
+
+  config = ValidConfig();
+  config.ports[1].name = "p0";
+  config.workers[0].rx.pop_back();
+  config.workers[0].rx.pop_back();
+  config.workers[0].rx.push_back({"p2", 0, {}});
+  EXPECT_TRUE(OneError(config, "ports[1].name", "expected a unique port name, got \"p0\" again"));
+
+  config = ValidConfig();
+  config.ports[2].devargs = "net_null0";
+  EXPECT_TRUE(OneError(config, "ports[2].devargs", "also ports[0]"));
+
+  config = ValidConfig();
+  config.ports[0].devargs = "";
+  EXPECT_TRUE(OneError(config, "ports[0].devargs", "non-empty"));
+
+  config = ValidConfig();
+  config.ports[0].rx_descriptors = 1000;
+  EXPECT_TRUE(OneError(config, "ports[0].rx_descriptors", "power of two 64..16384, got \"1000\""));
+  config.ports[0].rx_descriptors = 32768;
+  EXPECT_TRUE(OneError(config, "ports[0].rx_descriptors", "got \"32768\""));
+  config.ports[0].rx_descriptors = 64;
+  config.ports[0].tx_descriptors = 32;
+  EXPECT_TRUE(OneError(config, "ports[0].tx_descriptors", "got \"32\""));
+  config.ports[0].tx_descriptors = 16384;
+  config.ports[0].mtu = 9601;
+  EXPECT_TRUE(OneError(config, "ports[0].mtu", "expected an MTU 68..9600"));
+  config.ports[0].mtu = 68;
+  EXPECT_TRUE(ErrorsOf(config).empty());
+}
+
+TEST(ValidateTest, PortNameCharactersAndLength) {
+  Config config = ValidConfig();
+  for (const char* good : {"a", "eth0.10", "up-link_1", "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345"}) {
+    config.ports[0].name = good;
+    config.workers[0].rx[0].port = good;
+    EXPECT_TRUE(ErrorsOf(config).empty()) << good;
+  }
+  for (const char* bad : {"", "has space", "a:b", "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456", "é"}) {
+    config.ports[0].name = bad;
+    config.workers[0].rx[0].port = bad;
+    EXPECT_TRUE(OneError(config, "ports[0].name", "1..32 characters")) << bad;
+  }
+}
+
+TEST(ValidateTest, WorkerChecks) {
+  Config config = ValidConfig();
+  config.workers[0].rx.push_back({"p9", 0, {}});
+  EXPECT_TRUE(OneError(config, "workers[0].rx[3]", "expected one of the ports p0, p1, p2, got"));
+
+  config = ValidConfig();
+  for (int i = 3; i < 12; ++i) {
+    config.ports.push_back(AccessPort("p" + std::to_string(i), "d" + std::to_string(i), 10));
+    config.workers[0].rx.push_back({"p" + std::to_string(i), 0, {}});
+  }
+  config.workers[0].rx.push_back({"q", 0, {}});
+  EXPECT_TRUE(OneError(config, "workers[0].rx[12]", "p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, ..."));
+
+  config = ValidConfig();
+  config.workers[0].rx.push_back({"p0", 16, {}});
+  EXPECT_TRUE(OneError(config, "workers[0].rx[3]", "expected an RX queue 0..15, got \"16\""));
+
+  config = ValidConfig();
+  config.eal.lcores = "0-2";
+  config.workers.push_back({2, {{"p1", 0, {}}}, {}});
+  EXPECT_TRUE(OneError(config, "workers[1].rx[0]", "p1:0 again (also workers[0].rx[1])"));
+
+  config = ValidConfig();
+  config.workers[0].rx.push_back({"p0", 0, {}});
+  EXPECT_TRUE(OneError(config, "workers[0].rx[3]", "polled by one worker"));
+
+  config = ValidConfig();
+  config.workers[0].rx.pop_back();
+  EXPECT_TRUE(OneError(config, "ports[2]", "expected a worker to poll port \"p2\""));
+
+  config = ValidConfig();
+  config.workers[0].rx.push_back({"p0", 2, {}});
+  EXPECT_TRUE(OneError(config, "ports[0]", "contiguous from 0, got 0,2"));
+
+  config = ValidConfig();
+  config.workers[0].rx[0].queue = 1;
+  EXPECT_TRUE(OneError(config, "ports[0]", "contiguous from 0, got 1"));
+
+  config = ValidConfig();
+  config.workers[0].lcore = 0;
+  EXPECT_TRUE(OneError(config, "workers[0].lcore", "other than eal.main_lcore, got \"0\""));
+
+  config = ValidConfig();
+  config.workers[0].lcore = 3;
+  EXPECT_TRUE(OneError(config, "workers[0].lcore", "listed in eal.lcores \"0,1\", got \"3\""));
+
+  config = ValidConfig();
+  config.eal.lcores = "0-2";
+  config.workers[0].rx.pop_back();
+  config.workers.push_back({1, {{"p2", 0, {}}}, {}});
+  EXPECT_TRUE(OneError(config, "workers[1].lcore", "got \"1\" again (also workers[0])"));
+
+  config = ValidConfig();
+  config.workers[0].rx.clear();
+  config.workers.push_back({1, {{"p0", 0, {}}, {"p1", 0, {}}, {"p2", 0, {}}}, {}});
+  config.eal.lcores = "0-2";
+  config.workers[1].lcore = 2;
+  EXPECT_TRUE(OneError(config, "workers[0].rx", "at least one RX queue"));
+}
+
+TEST(ValidateTest, AtMostMaxWorkers) {
+  Config config;
+  config.eal.lcores = "0-" + std::to_string(kMaxWorkers + 1);
+  for (int p = 0; p < 8; ++p)
+    config.ports.push_back(AccessPort("p" + std::to_string(p), "d" + std::to_string(p), 1));
+  for (unsigned w = 0; w < kMaxWorkers + 1; ++w) {
+    const std::string port = "p" + std::to_string(w / kMaxRxQueuesPerPort);
+    config.workers.push_back({w + 1, {{port, uint16_t(w % kMaxRxQueuesPerPort), {}}}, {}});
+  }
+  EXPECT_TRUE(OneError(config, "workers", "expected at most 127 workers, got 128"));
+  config.workers.pop_back();
+  config.workers.back().rx.push_back({"p7", 15, {}});
+  EXPECT_TRUE(ErrorsOf(config).empty());
+}
+
+TEST(ValidateTest, EalChecks) {
+  Config config = ValidConfig();
+  config.eal.lcores = "0;1";
+  EXPECT_TRUE(OneError(config, "eal.lcores", "comma-separated lcore list"));
+
+  config = ValidConfig();
+  config.eal.lcores = "1,2";
+  config.eal.main_lcore = 0;
+  config.workers[0].lcore = 2;
+  EXPECT_TRUE(OneError(config, "eal.main_lcore", "listed in eal.lcores \"1,2\", got \"0\""));
+
+  config = ValidConfig();
+  config.eal.memory_mb = 63;
+  EXPECT_TRUE(OneError(config, "eal.memory_mb", "at least 64 MB, got \"63\""));
+
+  config = ValidConfig();
+  config.eal.file_prefix = "a.b";
+  EXPECT_TRUE(OneError(config, "eal.file_prefix", "[A-Za-z0-9_-], got \"a.b\""));
+  config.eal.file_prefix = "";
+  EXPECT_TRUE(OneError(config, "eal.file_prefix", "got \"\""));
+}
+
+TEST(ValidateTest, SwitchChecks) {
+  Config config = ValidConfig();
+  config.switch_.mac = *MacAddr::Parse("01:00:5e:00:00:01");
+  EXPECT_TRUE(OneError(config, "switch.mac", "unicast, non-zero"));
+  config.switch_.mac = MacAddr{};
+  EXPECT_TRUE(OneError(config, "switch.mac", "got \"00:00:00:00:00:00\""));
+
+  config = ValidConfig();
+  config.switch_.name = "";
+  EXPECT_TRUE(OneError(config, "switch.name", "non-empty"));
+
+  auto with_address = [](const char* text, uint16_t vlan) {
+    Config c = ValidConfig();
+    c.switch_.addresses.push_back({*common::Ipv4Prefix::Parse(text), vlan, {}});
+    return c;
+  };
+  EXPECT_TRUE(ErrorsOf(with_address("10.0.0.1/24", 0)).empty());
+  EXPECT_TRUE(ErrorsOf(with_address("10.0.0.1/31", 20)).empty());
+  EXPECT_TRUE(ErrorsOf(with_address("10.0.0.0/31", 20)).empty());
+  EXPECT_TRUE(ErrorsOf(with_address("10.0.0.0", 20)).empty());
+  for (const char* bad : {"10.0.0.0/24", "10.0.0.255/24", "0.0.0.0", "127.0.0.1/8", "224.0.0.5",
+                          "255.255.255.255", "240.0.0.1"}) {
+    EXPECT_TRUE(OneError(with_address(bad, 0), "switch.addresses[0]", "unicast host address"))
+        << bad;
+  }
+  EXPECT_TRUE(OneError(with_address("10.0.0.1/24", 30), "switch.addresses[0].vlan",
+                       "expected a VLAN that some port carries, got \"30\""));
+
+  config = with_address("10.0.0.1/24", 10);
+  config.switch_.addresses.push_back({*common::Ipv4Prefix::Parse("10.0.0.1/16"), 0, {}});
+  EXPECT_TRUE(OneError(config, "switch.addresses[1]", "got \"10.0.0.1\" again"));
+  config.switch_.addresses[1].vlan = 20;  // the same address in another VLAN
+  EXPECT_TRUE(ErrorsOf(config).empty());
+  config.switch_.addresses[1].vlan = 10;
+  EXPECT_TRUE(OneError(config, "switch.addresses[1]", "(also switch.addresses[0])"));
+}
+
+TEST(ValidateTest, MacTableChecks) {
+  const MacAddr mac1 = *MacAddr::Parse("02:00:00:00:00:01");
+  Config config = ValidConfig();
+  config.mac_table.static_entries.push_back({mac1, 10, "p9", {}});
+  EXPECT_TRUE(OneError(config, "mac_table.static[0].port", "got \"p9\""));
+
+  config = ValidConfig();
+  config.mac_table.static_entries.push_back({mac1, 20, "p0", {}});
+  EXPECT_TRUE(OneError(config, "mac_table.static[0].vlan",
+                       "expected a VLAN that port \"p0\" carries (10), got \"20\""));
+
+  config = ValidConfig();
+  config.mac_table.static_entries.push_back({mac1, 20, "p2", {}});
+  config.mac_table.static_entries.push_back({mac1, 10, "p0", {}});
+  EXPECT_TRUE(ErrorsOf(config).empty());
+  config.mac_table.static_entries.push_back({mac1, 10, "p1", {}});
+  EXPECT_TRUE(OneError(config, "mac_table.static[2]",
+                       "02:00:00:00:00:01 vlan 10 again (also mac_table.static[1])"));
+
+  config = ValidConfig();
+  config.mac_table.static_entries.push_back({*MacAddr::Parse("ff:ff:ff:ff:ff:ff"), 10, "p0", {}});
+  EXPECT_TRUE(OneError(config, "mac_table.static[0].mac", "unicast, non-zero"));
+
+  config = ValidConfig();
+  config.mac_table.size = 16;
+  for (uint64_t i = 1; i <= 17; ++i) {
+    config.mac_table.static_entries.push_back({MacAddr::FromU64(0x020000000000 + i), 10, "p0", {}});
+  }
+  EXPECT_TRUE(OneError(config, "mac_table.static", "at most 16 static entries"));
+
+  config = ValidConfig();
+  config.mac_table.size = 15;
+  EXPECT_TRUE(OneError(config, "mac_table.size", "16..1048576, got \"15\""));
+  config.mac_table.size = kMaxMacTableSize + 1;
+  EXPECT_TRUE(OneError(config, "mac_table.size", "got \"1048577\""));
+  config.mac_table.size = kMaxMacTableSize;
+  config.mac_table.aging_seconds = 1000001;
+  EXPECT_TRUE(OneError(config, "mac_table.aging_seconds", "0..1000000 seconds"));
+  config.mac_table.aging_seconds = 0;
+  EXPECT_TRUE(ErrorsOf(config).empty());
+}
+
+TEST(ValidateTest, MempoolAndHttpChecks) {
+  Config config = ValidConfig();
+  config.mempool.mbufs = 1022;
+  EXPECT_TRUE(OneError(config, "mempool.mbufs", "1023..1048575 mbufs, got \"1022\""));
+  config.mempool.mbufs = 1048576;
+  EXPECT_TRUE(OneError(config, "mempool.mbufs", "got \"1048576\""));
+  config.mempool.mbufs = 1023;
+  config.mempool.cache = 513;
+  EXPECT_TRUE(OneError(config, "mempool.cache", "0..512"));
+  config.mempool.cache = 0;
+  EXPECT_TRUE(ErrorsOf(config).empty());
+
+  for (const char* good : {"127.0.0.1:9477", "0.0.0.0:1", "10.1.2.3:65535"}) {
+    config.http.listen = good;
+    EXPECT_TRUE(ErrorsOf(config).empty()) << good;
+  }
+  for (const char* bad : {"", "127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
+                          "localhost:80", ":80", "127.0.0.1:08", "127.0.0.1:80x", "[::1]:80"}) {
+    config.http.listen = bad;
+    EXPECT_TRUE(OneError(config, "http.listen", "IPv4 host and a port 1..65535")) << bad;
+  }
+}
+
+TEST(ValidateTest, NoPortsMeansNoPortReferenceErrors) {
+  Config config = ValidConfig();
+  config.ports.clear();
+  config.mac_table.static_entries.push_back({*MacAddr::Parse("02:00:00:00:00:01"), 10, "p0", {}});
+  config.switch_.addresses.push_back({*common::Ipv4Prefix::Parse("10.0.0.1/24"), 10, {}});
+  EXPECT_TRUE(OneError(config, "ports", "got none"));
+}
+
+}  // namespace
+}  // namespace aggswitch::config

@@ -1,0 +1,643 @@
+#include "config/loader.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <set>
+#include <utility>
+
+namespace aggswitch::config {
+namespace {
+
+// Values the loader stores when it could not read a field. Each is out of range,
+// so Validate() flags the same key path and LoadConfigText() drops that second
+// report; and cross-checks skip them, so one mistake yields one error.
+constexpr uint16_t kUnreadVlan = std::numeric_limits<uint16_t>::max();
+constexpr uint16_t kUnreadQueue = std::numeric_limits<uint16_t>::max();
+constexpr unsigned kUnreadLcore = std::numeric_limits<unsigned>::max();
+
+constexpr size_t kMaxQuotedChars = 64;
+
+std::string Quote(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text.substr(0, kMaxQuotedChars)) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  if (text.size() > kMaxQuotedChars) out += "...";
+  return out + "\"";
+}
+
+SourceLoc LocOf(const YAML::Mark& mark) {
+  if (mark.is_null()) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+SourceLoc LocOf(const YAML::Node& node) {
+  return node.IsDefined() ? LocOf(node.Mark()) : SourceLoc{};
+}
+
+// What a node is, for "got ..." in messages.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return Quote(node.Scalar());
+    case YAML::NodeType::Null:
+      return "an empty value";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+std::string Join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+std::string Index(const std::string& path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+std::string KeyList(const std::vector<std::string_view>& keys) {
+  std::string out;
+  for (std::string_view key : keys) {
+    if (!out.empty()) out += ", ";
+    out += key;
+  }
+  return out;
+}
+
+std::string VlanRangeText() {
+  return "a VLAN id " + std::to_string(kMinVlan) + ".." + std::to_string(kMaxVlan);
+}
+
+// One key of a YAML map and how to load its value (given the value and its key path).
+struct Field {
+  std::string_view key;
+  std::function<void(const YAML::Node&, const std::string&)> load;
+  bool required = false;
+};
+
+// Walks the YAML tree once, filling `config` and appending every shape, type and
+// syntax error it meets. Range and cross-field checks are left to Validate().
+class Loader {
+ public:
+  Loader(Config& config, std::vector<ConfigError>& errors) : config_(config), errors_(errors) {}
+
+  void LoadRoot(const YAML::Node& root) {
+    if (!root.IsMap() && !root.IsNull()) {
+      Error("", root,
+            "expected a map of sections (eal, switch, ports, workers, mac_table, mempool, http), "
+            "got " +
+                Describe(root));
+      return;
+    }
+    LoadMap(
+        root, "",
+        {
+            {"eal", [this](const YAML::Node& n, const std::string& p) { LoadEal(n, p); }},
+            {"switch", [this](const YAML::Node& n, const std::string& p) { LoadSwitch(n, p); }},
+            {"ports", [this](const YAML::Node& n, const std::string& p) { LoadPorts(n, p); }, true},
+            {"workers", [this](const YAML::Node& n, const std::string& p) { LoadWorkers(n, p); }},
+            {"mac_table",
+             [this](const YAML::Node& n, const std::string& p) { LoadMacTable(n, p); }},
+            {"mempool", [this](const YAML::Node& n, const std::string& p) { LoadMempool(n, p); }},
+            {"http", [this](const YAML::Node& n, const std::string& p) { LoadHttp(n, p); }},
+        });
+  }
+
+ private:
+  // An empty value has no position of its own (its mark is the next token), so
+  // its error points at the key, remembered under `path` by LoadMap().
+  void Error(std::string path, const YAML::Node& at, std::string message) {
+    SourceLoc loc = LocOf(at);
+    if (at.IsNull()) loc = config_.LocOf(path, loc);
+    errors_.push_back(ConfigError{std::move(path), loc, std::move(message)});
+  }
+
+  // Where the item at `path` starts; for an empty value, where its key is.
+  SourceLoc ItemLoc(const YAML::Node& node, const std::string& path) const {
+    const SourceLoc loc = LocOf(node);
+    return node.IsNull() ? config_.LocOf(path, loc) : loc;
+  }
+
+  void Remember(const std::string& path, const YAML::Node& node) {
+    config_.source_locs[path] = LocOf(node);
+  }
+
+  // Loads a map whose keys are `fields`. An empty value counts as an empty map.
+  // Reports unknown, repeated and missing required keys. Returns false (after
+  // reporting) when the node is not a map.
+  bool LoadMap(const YAML::Node& node, const std::string& path, const std::vector<Field>& fields) {
+    if (!node.IsMap() && !node.IsNull()) {
+      Error(path, node, "expected a map, got " + Describe(node));
+      return false;
+    }
+    std::set<std::string_view> seen;
+    if (node.IsMap()) {
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        // Copies: the iterator hands out a temporary proxy.
+        const YAML::Node key = it->first;
+        const YAML::Node value = it->second;
+        if (!key.IsScalar()) {
+          Error(path, key, "expected a key name, got " + Describe(key));
+          continue;
+        }
+        const std::string& name = key.Scalar();
+        const std::string key_path = Join(path, name);
+        auto field = std::find_if(fields.begin(), fields.end(),
+                                  [&name](const Field& f) { return f.key == name; });
+        if (field == fields.end()) {
+          std::vector<std::string_view> expected;
+          for (const Field& f : fields) expected.push_back(f.key);
+          Error(key_path, key,
+                "unknown key " + Quote(name) + "; expected one of: " + KeyList(expected));
+          continue;
+        }
+        if (!seen.insert(field->key).second) {
+          Error(key_path, key, "expected each key once, got " + Quote(name) + " again");
+          continue;
+        }
+        Remember(key_path, value.IsNull() ? key : value);
+        field->load(value, key_path);
+      }
+    }
+    for (const Field& f : fields) {
+      if (f.required && seen.count(f.key) == 0) {
+        const std::string key_path = Join(path, f.key);
+        const SourceLoc loc = ItemLoc(node, path);
+        errors_.push_back(ConfigError{key_path, loc, "missing required key " + Quote(f.key)});
+        config_.source_locs[key_path] = loc;
+      }
+    }
+    return true;
+  }
+
+  // A list item that must be a map; unlike a section, it may not be empty.
+  bool IsMapItem(const YAML::Node& node, const std::string& path) {
+    if (node.IsMap()) return true;
+    Error(path, node, "expected a map, got " + Describe(node));
+    return false;
+  }
+
+  // Calls load_item(item, item_path) for each item. An empty value counts as an
+  // empty list. Returns false (after reporting) when the node is not a list.
+  template <typename Fn>
+  bool LoadList(const YAML::Node& node, const std::string& path, Fn&& load_item) {
+    if (node.IsNull()) return true;
+    if (!node.IsSequence()) {
+      Error(path, node, "expected a list, got " + Describe(node));
+      return false;
+    }
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node item = node[i];
+      const std::string item_path = Index(path, i);
+      // An empty item has no position of its own; the list's is the nearest known.
+      if (item.IsNull()) {
+        config_.source_locs[item_path] = config_.LocOf(path, LocOf(node));
+      } else {
+        Remember(item_path, item);
+      }
+      load_item(item, item_path);
+    }
+    return true;
+  }
+
+  // On failure `out` becomes empty: every required string is invalid when empty.
+  bool ReadString(const YAML::Node& node, const std::string& path, std::string& out) {
+    if (!node.IsScalar()) {
+      Error(path, node, "expected a string, got " + Describe(node));
+      out.clear();
+      return false;
+    }
+    out = node.Scalar();
+    return true;
+  }
+
+  // Reads a decimal unsigned integer that fits T. On failure `out` becomes
+  // `unread` when given and is left alone otherwise. `range` describes the valid
+  // values for the message about a number too large for T.
+  template <typename T>
+  bool ReadUnsigned(const YAML::Node& node, const std::string& path, T& out,
+                    std::optional<T> unread = std::nullopt, std::string range = {}) {
+    auto fail = [&](std::string message) {
+      Error(path, node, std::move(message));
+      if (unread) out = *unread;
+      return false;
+    };
+    if (!node.IsScalar()) return fail("expected an unsigned integer, got " + Describe(node));
+    const std::string& text = node.Scalar();
+    uint64_t value = 0;
+    auto [next, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    const bool digits = !text.empty() && next == text.data() + text.size();
+    if (ec == std::errc::invalid_argument || !digits) {
+      return fail("expected an unsigned integer, got " + Quote(text));
+    }
+    if (ec == std::errc::result_out_of_range || value > std::numeric_limits<T>::max()) {
+      if (range.empty()) {
+        range = "an unsigned integer up to " + std::to_string(std::numeric_limits<T>::max());
+      }
+      return fail("expected " + range + ", got " + Quote(text));
+    }
+    out = static_cast<T>(value);
+    return true;
+  }
+
+  bool ReadVlan(const YAML::Node& node, const std::string& path, uint16_t& out) {
+    return ReadUnsigned<uint16_t>(node, path, out, kUnreadVlan, VlanRangeText());
+  }
+
+  bool ReadBool(const YAML::Node& node, const std::string& path, bool& out) {
+    bool value = false;
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+      Error(path, node, "expected true or false, got " + Describe(node));
+      return false;
+    }
+    out = value;
+    return true;
+  }
+
+  // On failure `out` is left alone.
+  bool ReadMac(const YAML::Node& node, const std::string& path, common::MacAddr& out) {
+    std::optional<common::MacAddr> mac;
+    if (node.IsScalar()) mac = common::MacAddr::Parse(node.Scalar());
+    if (!mac) {
+      Error(path, node, "expected a MAC address xx:xx:xx:xx:xx:xx, got " + Describe(node));
+      return false;
+    }
+    out = *mac;
+    return true;
+  }
+
+  bool ReadPrefix(const YAML::Node& node, const std::string& path, common::Ipv4Prefix& out) {
+    std::optional<common::Ipv4Prefix> prefix;
+    if (node.IsScalar()) prefix = common::Ipv4Prefix::Parse(node.Scalar());
+    if (!prefix) {
+      Error(path, node,
+            "expected an IPv4 address \"a.b.c.d\" or \"a.b.c.d/len\", got " + Describe(node));
+      return false;
+    }
+    out = *prefix;
+    return true;
+  }
+
+  void LoadEal(const YAML::Node& node, const std::string& path) {
+    EalConfig& eal = config_.eal;
+    eal.loc = ItemLoc(node, path);
+    const bool ok =
+        LoadMap(node, path,
+                {
+                    {"lcores", [&](auto& n, auto& p) { ReadString(n, p, eal.lcores); }},
+                    {"main_lcore", [&](auto& n, auto& p) { ReadUnsigned(n, p, eal.main_lcore); }},
+                    {"memory_mb", [&](auto& n, auto& p) { ReadUnsigned(n, p, eal.memory_mb); }},
+                    {"hugepages", [&](auto& n, auto& p) { ReadBool(n, p, eal.hugepages); }},
+                    {"pci", [&](auto& n, auto& p) { ReadBool(n, p, eal.pci); }},
+                    {"file_prefix", [&](auto& n, auto& p) { ReadString(n, p, eal.file_prefix); }},
+                    {"telemetry", [&](auto& n, auto& p) { ReadBool(n, p, eal.telemetry); }},
+                    {"args",
+                     [&](auto& n, auto& p) {
+                       LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                         ReadString(item, item_path, eal.args.emplace_back());
+                       });
+                     }},
+                });
+    // Without the section the lcore set is unknown: skip the checks that need it
+    // rather than judge the workers against the default.
+    if (!ok) eal.lcores.clear();
+  }
+
+  void LoadSwitch(const YAML::Node& node, const std::string& path) {
+    SwitchConfig& sw = config_.switch_;
+    sw.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {
+                {"name", [&](auto& n, auto& p) { ReadString(n, p, sw.name); }},
+                {"mac", [&](auto& n, auto& p) { ReadMac(n, p, sw.mac); }},
+                {"addresses",
+                 [&](auto& n, auto& p) {
+                   LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                     LoadSwitchAddress(item, item_path, sw.addresses.emplace_back());
+                   });
+                 }},
+            });
+  }
+
+  // "a.b.c.d[/len]" (every VLAN) or {address: "a.b.c.d[/len]", vlan: N}.
+  void LoadSwitchAddress(const YAML::Node& node, const std::string& path, SwitchAddress& out) {
+    out.loc = ItemLoc(node, path);
+    if (!node.IsMap()) {
+      if (node.IsScalar()) {
+        ReadPrefix(node, path, out.prefix);
+      } else {
+        Error(path, node,
+              "expected \"a.b.c.d[/len]\" or a map {address, vlan}, got " + Describe(node));
+      }
+      return;
+    }
+    LoadMap(node, path,
+            {
+                {"address", [&](auto& n, auto& p) { ReadPrefix(n, p, out.prefix); }, true},
+                {"vlan", [&](auto& n, auto& p) { ReadVlan(n, p, out.vlan); }},
+            });
+  }
+
+  void LoadPorts(const YAML::Node& node, const std::string& path) {
+    LoadList(node, path, [&](const YAML::Node& item, const std::string& item_path) {
+      LoadPort(item, item_path, config_.ports.emplace_back());
+    });
+  }
+
+  void LoadPort(const YAML::Node& node, const std::string& path, PortConfig& port) {
+    port.loc = ItemLoc(node, path);
+    if (!IsMapItem(node, path)) return;
+    bool has_access = false;
+    // Copied, not assigned: YAML::Node assignment rewrites the referenced node.
+    std::optional<YAML::Node> trunk;
+    LoadMap(node, path,
+            {
+                {"name", [&](auto& n, auto& p) { ReadString(n, p, port.name); }, true},
+                {"devargs", [&](auto& n, auto& p) { ReadString(n, p, port.devargs); }, true},
+                {"access",
+                 [&](auto& n, auto& p) {
+                   has_access = true;
+                   ReadVlan(n, p, port.access_vlan);
+                 }},
+                {"trunk",
+                 [&](auto& n, auto& p) {
+                   trunk.emplace(n);
+                   LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                     ReadVlan(item, item_path, port.trunk_vlans.emplace_back());
+                   });
+                 }},
+                {"native",
+                 [&](auto& n, auto& p) {
+                   uint16_t vlan = 0;
+                   ReadVlan(n, p, vlan);
+                   port.native_vlan = vlan;
+                 }},
+                {"rx_descriptors",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, port.rx_descriptors, {}, DescriptorRangeText());
+                 }},
+                {"tx_descriptors",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, port.tx_descriptors, {}, DescriptorRangeText());
+                 }},
+                {"mtu",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(
+                       n, p, port.mtu, {},
+                       "an MTU " + std::to_string(kMinMtu) + ".." + std::to_string(kMaxMtu));
+                 }},
+            });
+    if (has_access && trunk) {
+      Error(Join(path, "trunk"), *trunk,
+            "expected exactly one of \"access\" or \"trunk\", got both");
+    }
+    port.mode = trunk ? VlanMode::kTrunk : VlanMode::kAccess;
+  }
+
+  static std::string DescriptorRangeText() {
+    return "a power of two " + std::to_string(kMinDescriptors) + ".." +
+           std::to_string(kMaxDescriptors);
+  }
+
+  void LoadWorkers(const YAML::Node& node, const std::string& path) {
+    LoadList(node, path, [&](const YAML::Node& item, const std::string& item_path) {
+      WorkerConfig& worker = config_.workers.emplace_back();
+      worker.loc = ItemLoc(item, item_path);
+      // Replaced when "lcore" is read; a missing one must not pass for lcore 1.
+      worker.lcore = kUnreadLcore;
+      bool rx_read = false;
+      if (IsMapItem(item, item_path)) {
+        LoadMap(
+            item, item_path,
+            {
+                {"lcore",
+                 [&](auto& n, auto& p) { ReadUnsigned(n, p, worker.lcore, {kUnreadLcore}); }, true},
+                {"rx",
+                 [&](auto& n, auto& p) {
+                   rx_read = LoadList(n, p, [&](const YAML::Node& rx, const std::string& rx_path) {
+                     LoadRxQueueRef(rx, rx_path, worker.rx.emplace_back());
+                   });
+                 },
+                 true},
+            });
+      }
+      // The queues of this worker are unknown. A stand-in naming no port tells
+      // Validate() not to call the ports it was meant to poll unpolled.
+      if (!rx_read) worker.rx.push_back(RxQueueRef{"", kUnreadQueue, worker.loc});
+    });
+  }
+
+  // "port" (queue 0), "port:queue" or {port, queue}. Every mistake in one item is
+  // reported on the item's path, where Validate() reports the item too.
+  void LoadRxQueueRef(const YAML::Node& node, const std::string& path, RxQueueRef& rx) {
+    rx.loc = ItemLoc(node, path);
+    if (node.IsScalar()) {
+      const std::string& text = node.Scalar();
+      const size_t colon = text.rfind(':');
+      rx.port = text.substr(0, colon);
+      if (colon == std::string::npos) return;
+      const std::string queue = text.substr(colon + 1);
+      unsigned value = 0;
+      auto [next, ec] = std::from_chars(queue.data(), queue.data() + queue.size(), value);
+      if (queue.empty() || ec != std::errc() || next != queue.data() + queue.size() ||
+          value > std::numeric_limits<uint16_t>::max()) {
+        Error(path, node,
+              "expected \"port\" or \"port:queue\" with an unsigned queue number, got " +
+                  Quote(text));
+        rx.queue = kUnreadQueue;
+        return;
+      }
+      rx.queue = static_cast<uint16_t>(value);
+      return;
+    }
+    if (!node.IsMap()) {
+      Error(path, node,
+            "expected \"port\", \"port:queue\" or a map {port, queue}, got " + Describe(node));
+      return;
+    }
+    bool has_port = false;
+    LoadMap(node, path,
+            {
+                {"port",
+                 [&](auto& n, auto&) {
+                   has_port = true;
+                   ReadString(n, path, rx.port);
+                 }},
+                {"queue", [&](auto& n, auto&) { ReadUnsigned(n, path, rx.queue, {kUnreadQueue}); }},
+            });
+    if (!has_port) Error(path, node, "missing required key \"port\"");
+  }
+
+  void LoadMacTable(const YAML::Node& node, const std::string& path) {
+    MacTableConfig& table = config_.mac_table;
+    table.loc = ItemLoc(node, path);
+    LoadMap(
+        node, path,
+        {
+            {"size",
+             [&](auto& n, auto& p) {
+               ReadUnsigned(n, p, table.size, {},
+                            "a table size " + std::to_string(kMinMacTableSize) + ".." +
+                                std::to_string(kMaxMacTableSize));
+             }},
+            {"aging_seconds",
+             [&](auto& n, auto& p) {
+               ReadUnsigned(n, p, table.aging_seconds, {},
+                            "0.." + std::to_string(kMaxAgingSeconds) + " seconds");
+             }},
+            {"static",
+             [&](auto& n, auto& p) {
+               LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                 StaticMacEntry& entry = table.static_entries.emplace_back();
+                 entry.loc = ItemLoc(item, item_path);
+                 if (!IsMapItem(item, item_path)) return;
+                 LoadMap(
+                     item, item_path,
+                     {
+                         {"mac", [&](auto& v, auto& vp) { ReadMac(v, vp, entry.mac); }, true},
+                         {"vlan", [&](auto& v, auto& vp) { ReadVlan(v, vp, entry.vlan); }},
+                         {"port", [&](auto& v, auto& vp) { ReadString(v, vp, entry.port); }, true},
+                     });
+               });
+             }},
+        });
+  }
+
+  void LoadMempool(const YAML::Node& node, const std::string& path) {
+    MempoolConfig& pool = config_.mempool;
+    pool.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {
+                {"mbufs",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(
+                       n, p, pool.mbufs, {},
+                       std::to_string(kMinMbufs) + ".." + std::to_string(kMaxMbufs) + " mbufs");
+                 }},
+                {"cache",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, pool.cache, {},
+                                "a cache size 0.." + std::to_string(kMaxMempoolCache));
+                 }},
+            });
+  }
+
+  void LoadHttp(const YAML::Node& node, const std::string& path) {
+    config_.http.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {{"listen", [&](auto& n, auto& p) { ReadString(n, p, config_.http.listen); }}});
+  }
+
+  Config& config_;
+  std::vector<ConfigError>& errors_;
+};
+
+// True when `path` is `base` or lies below it ("ports[1]" is below "ports").
+bool IsAtOrBelow(const std::string& path, const std::string& base) {
+  if (base.empty()) return true;
+  if (path.compare(0, base.size(), base) != 0) return false;
+  return path.size() == base.size() || path[base.size()] == '.' || path[base.size()] == '[';
+}
+
+}  // namespace
+
+std::string ConfigLoad::FormatErrors() const {
+  std::string out;
+  for (const ConfigError& error : errors) {
+    if (!out.empty()) out += '\n';
+    out += error.Format(source_name);
+  }
+  return out;
+}
+
+ConfigLoad LoadConfigText(std::string_view yaml, std::string source_name) {
+  ConfigLoad load;
+  load.source_name = std::move(source_name);
+  std::vector<ConfigError> errors;
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml));
+    Loader(load.config, errors).LoadRoot(root);
+  } catch (const YAML::Exception& e) {
+    // A syntax error leaves nothing worth validating.
+    load.errors.push_back(ConfigError{"", LocOf(e.mark), "invalid YAML: " + e.msg});
+    return load;
+  } catch (const std::exception& e) {
+    load.errors.push_back(ConfigError{"", {}, std::string("cannot load: ") + e.what()});
+    return load;
+  }
+
+  ApplyDerivedDefaults(load.config);
+  std::vector<ConfigError> findings;
+  Validate(load.config, findings);
+  // A value the loader could not read was reported already; Validate() sees
+  // only its stand-in and would report the same key again.
+  for (ConfigError& finding : findings) {
+    const bool explained = std::any_of(errors.begin(), errors.end(), [&](const ConfigError& e) {
+      return IsAtOrBelow(finding.path, e.path);
+    });
+    if (!explained) errors.push_back(std::move(finding));
+  }
+  // In file order; errors without a location (defaulted items) last.
+  std::stable_sort(errors.begin(), errors.end(), [](const ConfigError& a, const ConfigError& b) {
+    auto key = [](const SourceLoc& loc) {
+      return std::make_pair(loc.line == 0 ? std::numeric_limits<int>::max() : loc.line, loc.column);
+    };
+    return key(a.loc) < key(b.loc);
+  });
+  load.errors = std::move(errors);
+  return load;
+}
+
+ConfigLoad LoadConfigFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    ConfigLoad load;
+    load.source_name = path;
+    load.errors.push_back(ConfigError{"", {}, "cannot read: is a directory"});
+    return load;
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    const int err = errno;
+    ConfigLoad load;
+    load.source_name = path;
+    load.errors.push_back(ConfigError{"", {}, std::string("cannot read: ") + std::strerror(err)});
+    return load;
+  }
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (file.bad()) {
+    ConfigLoad load;
+    load.source_name = path;
+    load.errors.push_back(ConfigError{"", {}, "cannot read: I/O error"});
+    return load;
+  }
+  return LoadConfigText(text, path);
+}
+
+common::Result<Config> LoadConfig(const std::string& path) {
+  ConfigLoad load = LoadConfigFile(path);
+  if (!load.ok()) return common::InvalidArgument(load.FormatErrors());
+  return std::move(load.config);
+}
+
+}  // namespace aggswitch::config

@@ -1,0 +1,944 @@
+// Tests of the YAML loader: every field, both item forms, every error with its
+// key path and line, and the rule that one mistake yields one error.
+#include "config/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace aggswitch::config {
+namespace {
+
+ConfigLoad Load(std::string_view yaml) {
+  return LoadConfigText(yaml, "test.yaml");
+}
+
+std::string Dump(const ConfigLoad& load) {
+  return load.errors.empty() ? std::string(" (no errors)") : "\n" + load.FormatErrors();
+}
+
+// Exactly one error, at `path` on `line`, whose message contains `fragment`.
+::testing::AssertionResult OneError(const ConfigLoad& load, const std::string& path, int line,
+                                    const std::string& fragment) {
+  if (load.errors.size() != 1) {
+    return ::testing::AssertionFailure()
+           << "expected one error, got " << load.errors.size() << Dump(load);
+  }
+  const ConfigError& e = load.errors[0];
+  if (e.path != path || e.loc.line != line || e.message.find(fragment) == std::string::npos) {
+    return ::testing::AssertionFailure() << "expected " << path << " on line " << line << " with '"
+                                         << fragment << "'" << Dump(load);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<std::string> Paths(const ConfigLoad& load) {
+  std::vector<std::string> paths;
+  for (const ConfigError& e : load.errors) paths.push_back(e.path);
+  return paths;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+std::string ExamplePath(const char* name) {
+  return std::string(AGG_CONFIG_EXAMPLES_DIR) + "/" + name;
+}
+
+// --- Files that ship with the project ------------------------------------------
+
+TEST(EmbeddedDefaultTest, IsExamplesDefaultYamlByteForByte) {
+  EXPECT_EQ(std::string(EmbeddedDefaultConfigText()), ReadFile(ExamplePath("default.yaml")));
+}
+
+TEST(EmbeddedDefaultTest, LoadsAndValidatesWithoutErrors) {
+  const ConfigLoad load = LoadConfigText(EmbeddedDefaultConfigText(), "<embedded>");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const Config& c = load.config;
+  EXPECT_EQ(load.source_name, "<embedded>");
+  EXPECT_EQ(c.eal.file_prefix, "aggswitch-default");
+  ASSERT_EQ(c.ports.size(), 3u);
+  EXPECT_EQ(c.ports[0].devargs, "net_af_packet0,iface=agg-sw0");
+  EXPECT_EQ(c.ports[1].access_vlan, 10);
+  EXPECT_EQ(c.ports[2].mode, VlanMode::kTrunk);
+  EXPECT_EQ(c.ports[2].trunk_vlans, std::vector<uint16_t>({10, 20}));
+  ASSERT_EQ(c.switch_.addresses.size(), 2u);
+  EXPECT_EQ(c.switch_.addresses[1].vlan, 20);
+  ASSERT_EQ(c.workers.size(), 1u);
+  EXPECT_EQ(c.workers[0].rx.size(), 3u);
+  std::vector<ConfigError> errors;
+  EXPECT_TRUE(Validate(c, errors));
+}
+
+TEST(ExampleFilesTest, TorLeafLoads) {
+  const ConfigLoad load = LoadConfigFile(ExamplePath("tor-leaf.yaml"));
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const Config& c = load.config;
+  EXPECT_TRUE(c.eal.hugepages);
+  EXPECT_TRUE(c.eal.pci);
+  ASSERT_EQ(c.workers.size(), 2u);
+  const PortConfig* uplink = c.FindPort("uplink0");
+  ASSERT_NE(uplink, nullptr);
+  EXPECT_EQ(uplink->mode, VlanMode::kTrunk);
+  EXPECT_EQ(uplink->native_vlan, 1);
+  EXPECT_EQ(c.RxQueueCount("uplink0"), 4);
+  EXPECT_EQ(c.RxQueueCount("srv3"), 1);
+  EXPECT_FALSE(c.mac_table.static_entries.empty());
+}
+
+TEST(ExampleFilesTest, MemifBenchLoads) {
+  const ConfigLoad load = LoadConfigFile(ExamplePath("memif-bench.yaml"));
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const Config& c = load.config;
+  ASSERT_EQ(c.ports.size(), 2u);
+  EXPECT_EQ(c.ports[0].devargs.rfind("net_memif", 0), 0u);
+  EXPECT_NE(c.ports[0].devargs.find("role=server"), std::string::npos);
+  EXPECT_NE(c.ports[0].devargs.find("socket=/run/aggswitch/bench.sock"), std::string::npos);
+  EXPECT_EQ(c.ports[1].devargs, "net_null0,no-rx=1");
+  EXPECT_EQ(c.ports[0].access_vlan, 1);
+  EXPECT_EQ(c.ports[1].access_vlan, 1);
+  ASSERT_EQ(c.workers.size(), 1u);
+  EXPECT_EQ(c.workers[0].lcore, 1u);
+  ASSERT_EQ(c.mac_table.static_entries.size(), 1u);
+  EXPECT_EQ(c.mac_table.static_entries[0].mac.ToString(), "02:00:00:00:00:02");
+  EXPECT_EQ(c.mac_table.static_entries[0].vlan, 1);
+  EXPECT_EQ(c.mac_table.static_entries[0].port, "sink");
+}
+
+// --- Round trips -----------------------------------------------------------------
+
+TEST(LoaderTest, ReadsEveryField) {
+  const ConfigLoad load = Load(R"yaml(eal:
+  lcores: "(0-1)@0,2-3"
+  main_lcore: 1
+  memory_mb: 4096
+  hugepages: yes
+  pci: true
+  file_prefix: rt_1
+  telemetry: false
+  args: ["--log-level=8", "--huge-unlink"]
+switch:
+  name: rt-switch
+  mac: 02:11:22:33:44:55
+  addresses:
+    - 192.168.1.1
+    - 10.1.0.1/16
+    - {address: 10.2.0.1/24, vlan: 30}
+ports:
+  - name: up
+    devargs: "0000:01:00.0"
+    trunk: [30, 40]
+    native: 50
+    rx_descriptors: 512
+    tx_descriptors: 256
+    mtu: 9000
+  - name: down.1
+    devargs: net_null0,no-rx=1
+    access: 40
+workers:
+  - lcore: 0
+    rx: ["up:1", {port: down.1, queue: 0}]
+  - lcore: 2
+    rx: [up, {port: up, queue: 2}]
+mac_table:
+  size: 1024
+  aging_seconds: 0
+  static:
+    - {mac: "02:00:00:00:00:01", vlan: 50, port: up}
+    - mac: 02:00:00:00:00:02
+      port: down.1
+      vlan: 40
+mempool:
+  mbufs: 4095
+  cache: 0
+http:
+  listen: 0.0.0.0:8080
+)yaml");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const Config& c = load.config;
+
+  EXPECT_EQ(c.eal.lcores, "(0-1)@0,2-3");
+  EXPECT_EQ(c.eal.main_lcore, 1u);
+  EXPECT_EQ(c.eal.memory_mb, 4096u);
+  EXPECT_TRUE(c.eal.hugepages);
+  EXPECT_TRUE(c.eal.pci);
+  EXPECT_EQ(c.eal.file_prefix, "rt_1");
+  EXPECT_FALSE(c.eal.telemetry);
+  EXPECT_EQ(c.eal.args, std::vector<std::string>({"--log-level=8", "--huge-unlink"}));
+  EXPECT_EQ(c.eal.loc.line, 2);
+
+  EXPECT_EQ(c.switch_.name, "rt-switch");
+  EXPECT_EQ(c.switch_.mac.ToString(), "02:11:22:33:44:55");
+  ASSERT_EQ(c.switch_.addresses.size(), 3u);
+  EXPECT_EQ(c.switch_.addresses[0].prefix.ToString(), "192.168.1.1/32");
+  EXPECT_EQ(c.switch_.addresses[0].vlan, 0);
+  EXPECT_EQ(c.switch_.addresses[0].loc.line, 14);
+  EXPECT_EQ(c.switch_.addresses[1].prefix.ToString(), "10.1.0.1/16");
+  EXPECT_EQ(c.switch_.addresses[1].vlan, 0);
+  EXPECT_EQ(c.switch_.addresses[2].prefix.ToString(), "10.2.0.1/24");
+  EXPECT_EQ(c.switch_.addresses[2].vlan, 30);
+
+  ASSERT_EQ(c.ports.size(), 2u);
+  const PortConfig& up = c.ports[0];
+  EXPECT_EQ(up.name, "up");
+  EXPECT_EQ(up.devargs, "0000:01:00.0");
+  EXPECT_EQ(up.mode, VlanMode::kTrunk);
+  EXPECT_EQ(up.trunk_vlans, std::vector<uint16_t>({30, 40}));
+  EXPECT_EQ(up.native_vlan, 50);
+  EXPECT_EQ(up.rx_descriptors, 512);
+  EXPECT_EQ(up.tx_descriptors, 256);
+  EXPECT_EQ(up.mtu, 9000);
+  EXPECT_EQ(up.loc.line, 18);
+  EXPECT_EQ(up.loc.column, 5);
+  const PortConfig& down = c.ports[1];
+  EXPECT_EQ(down.name, "down.1");
+  EXPECT_EQ(down.devargs, "net_null0,no-rx=1");
+  EXPECT_EQ(down.mode, VlanMode::kAccess);
+  EXPECT_EQ(down.access_vlan, 40);
+  EXPECT_FALSE(down.native_vlan.has_value());
+  EXPECT_EQ(down.rx_descriptors, 1024);
+  EXPECT_EQ(down.mtu, 1500);
+
+  ASSERT_EQ(c.workers.size(), 2u);
+  EXPECT_EQ(c.workers[0].lcore, 0u);
+  ASSERT_EQ(c.workers[0].rx.size(), 2u);
+  EXPECT_EQ(c.workers[0].rx[0].port, "up");
+  EXPECT_EQ(c.workers[0].rx[0].queue, 1);
+  EXPECT_EQ(c.workers[0].rx[1].port, "down.1");
+  EXPECT_EQ(c.workers[0].rx[1].queue, 0);
+  EXPECT_EQ(c.workers[0].rx[1].loc.line, 30);
+  EXPECT_EQ(c.workers[1].lcore, 2u);
+  ASSERT_EQ(c.workers[1].rx.size(), 2u);
+  EXPECT_EQ(c.workers[1].rx[0].queue, 0);
+  EXPECT_EQ(c.workers[1].rx[1].queue, 2);
+  EXPECT_EQ(c.RxQueueCount("up"), 3);
+  EXPECT_EQ(c.RxQueueCount("down.1"), 1);
+
+  EXPECT_EQ(c.mac_table.size, 1024u);
+  EXPECT_EQ(c.mac_table.aging_seconds, 0u);
+  ASSERT_EQ(c.mac_table.static_entries.size(), 2u);
+  EXPECT_EQ(c.mac_table.static_entries[0].mac.ToString(), "02:00:00:00:00:01");
+  EXPECT_EQ(c.mac_table.static_entries[0].vlan, 50);
+  EXPECT_EQ(c.mac_table.static_entries[0].port, "up");
+  EXPECT_EQ(c.mac_table.static_entries[1].mac.ToString(), "02:00:00:00:00:02");
+  EXPECT_EQ(c.mac_table.static_entries[1].vlan, 40);
+  EXPECT_EQ(c.mac_table.static_entries[1].port, "down.1");
+  EXPECT_EQ(c.mac_table.static_entries[1].loc.line, 38);
+
+  EXPECT_EQ(c.mempool.mbufs, 4095u);
+  EXPECT_EQ(c.mempool.cache, 0u);
+  EXPECT_EQ(c.http.listen, "0.0.0.0:8080");
+
+  EXPECT_EQ(c.LocOf("ports[0].trunk[1]").line, 20);
+  EXPECT_EQ(c.LocOf("ports[0].trunk[1]").column, 17);
+  EXPECT_EQ(c.LocOf("http.listen").line, 45);
+}
+
+TEST(LoaderTest, MinimalConfigGetsEveryDefault) {
+  const ConfigLoad load = Load("ports: [{name: p0, devargs: net_null0}]\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const Config& c = load.config;
+  const Config defaults;
+  EXPECT_EQ(c.eal.lcores, defaults.eal.lcores);
+  EXPECT_EQ(c.eal.memory_mb, defaults.eal.memory_mb);
+  EXPECT_EQ(c.eal.file_prefix, defaults.eal.file_prefix);
+  EXPECT_EQ(c.switch_.mac, defaults.switch_.mac);
+  EXPECT_EQ(c.ports[0].mode, VlanMode::kAccess);
+  EXPECT_EQ(c.ports[0].access_vlan, 1);
+  EXPECT_EQ(c.ports[0].rx_descriptors, 1024);
+  EXPECT_EQ(c.mac_table.size, defaults.mac_table.size);
+  EXPECT_EQ(c.mempool.mbufs, defaults.mempool.mbufs);
+  EXPECT_EQ(c.http.listen, defaults.http.listen);
+}
+
+TEST(LoaderTest, EmptySectionsMeanDefaults) {
+  const ConfigLoad load = Load(R"yaml(eal:
+switch:
+ports:
+  - name: p0
+    devargs: net_null0
+workers:
+mac_table:
+mempool:
+http:
+)yaml");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  EXPECT_EQ(load.config.workers.size(), 1u);
+}
+
+TEST(LoaderTest, DerivesOneWorkerWhenNoneAreGiven) {
+  const ConfigLoad load = Load(R"yaml(eal: {lcores: "(2-3)@0,5,4@(1,2)", main_lcore: 2}
+ports:
+  - {name: p0, devargs: net_null0}
+  - {name: p1, devargs: net_null1}
+)yaml");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  ASSERT_EQ(load.config.workers.size(), 1u);
+  const WorkerConfig& worker = load.config.workers[0];
+  EXPECT_EQ(worker.lcore, 3u);
+  ASSERT_EQ(worker.rx.size(), 2u);
+  EXPECT_EQ(worker.rx[0].port, "p0");
+  EXPECT_EQ(worker.rx[1].port, "p1");
+  EXPECT_EQ(worker.rx[0].queue, 0);
+  EXPECT_EQ(worker.rx[1].queue, 0);
+}
+
+TEST(LoaderTest, RxItemForms) {
+  const ConfigLoad load = Load(R"yaml(eal: {lcores: "0-2"}
+ports:
+  - {name: a.b-c_1, devargs: net_null0}
+  - {name: p1, devargs: net_null1}
+workers:
+  - lcore: 1
+    rx:
+      - a.b-c_1
+      - a.b-c_1:1
+      - {port: p1}
+  - lcore: 2
+    rx:
+      - {port: p1, queue: 1}
+      - "a.b-c_1:2"
+)yaml");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const auto& w = load.config.workers;
+  ASSERT_EQ(w.size(), 2u);
+  ASSERT_EQ(w[0].rx.size(), 3u);
+  EXPECT_EQ(w[0].rx[0].port, "a.b-c_1");
+  EXPECT_EQ(w[0].rx[0].queue, 0);
+  EXPECT_EQ(w[0].rx[1].port, "a.b-c_1");
+  EXPECT_EQ(w[0].rx[1].queue, 1);
+  EXPECT_EQ(w[0].rx[2].port, "p1");
+  EXPECT_EQ(w[0].rx[2].queue, 0);
+  EXPECT_EQ(w[0].rx[2].loc.line, 10);
+  ASSERT_EQ(w[1].rx.size(), 2u);
+  EXPECT_EQ(w[1].rx[0].port, "p1");
+  EXPECT_EQ(w[1].rx[0].queue, 1);
+  EXPECT_EQ(w[1].rx[1].queue, 2);
+}
+
+TEST(LoaderTest, AddressForms) {
+  const ConfigLoad load = Load(R"yaml(switch:
+  addresses:
+    - 10.0.0.1
+    - 10.0.1.1/24
+    - {address: 10.0.2.1/24, vlan: 2}
+    - address: 10.0.3.1
+ports:
+  - {name: p0, devargs: net_null0, trunk: [1, 2]}
+)yaml");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const auto& a = load.config.switch_.addresses;
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a[0].prefix.ToString(), "10.0.0.1/32");
+  EXPECT_EQ(a[0].vlan, 0);
+  EXPECT_EQ(a[1].prefix.ToString(), "10.0.1.1/24");
+  EXPECT_EQ(a[1].vlan, 0);
+  EXPECT_EQ(a[2].prefix.ToString(), "10.0.2.1/24");
+  EXPECT_EQ(a[2].vlan, 2);
+  EXPECT_EQ(a[3].prefix.ToString(), "10.0.3.1/32");
+  EXPECT_EQ(a[3].vlan, 0);
+  EXPECT_EQ(a[3].loc.line, 6);
+}
+
+TEST(LoaderTest, BooleanSpellings) {
+  for (const char* yes : {"true", "True", "yes", "on", "y"}) {
+    const ConfigLoad load =
+        Load(std::string("eal: {pci: ") + yes + "}\nports: [{name: p0, devargs: d}]\n");
+    ASSERT_TRUE(load.ok()) << yes << Dump(load);
+    EXPECT_TRUE(load.config.eal.pci) << yes;
+  }
+  for (const char* no : {"false", "no", "off", "n"}) {
+    const ConfigLoad load =
+        Load(std::string("eal: {telemetry: ") + no + "}\nports: [{name: p0, devargs: d}]\n");
+    ASSERT_TRUE(load.ok()) << no << Dump(load);
+    EXPECT_FALSE(load.config.eal.telemetry) << no;
+  }
+}
+
+TEST(LoaderTest, StaticEntryVlanDefaultsToOne) {
+  const ConfigLoad load = Load(R"yaml(ports: [{name: p0, devargs: d}]
+mac_table:
+  static: [{mac: "02:00:00:00:00:09", port: p0}]
+)yaml");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  EXPECT_EQ(load.config.mac_table.static_entries[0].vlan, 1);
+}
+
+// --- Error format ------------------------------------------------------------------
+
+TEST(LoaderErrorTest, FormatMatchesTheDocumentedExample) {
+  const ConfigLoad load = LoadConfigText(R"yaml(# Line 1.
+eal:
+  lcores: "0,1"
+switch:
+  name: s
+ports:
+  - name: p0
+    devargs: net_null0
+    access: 10
+  - name: p1
+    devargs: net_null1
+    access: 5000
+)yaml",
+                                         "cfg.yaml");
+  EXPECT_EQ(load.FormatErrors(),
+            "cfg.yaml:12:13: ports[1].access: expected a VLAN id 1..4094, got \"5000\"");
+}
+
+TEST(LoaderErrorTest, FiveIndependentMistakesGiveExactlyFiveErrors) {
+  const ConfigLoad load = Load(R"yaml(rolle: leaf
+eal:
+  lcores: "0-2"
+ports:
+  - name: p0
+    devargs: net_null0
+    mtu: abc
+  - name: p1
+    devargs: net_null1
+    access: 5000
+workers:
+  - lcore: 0
+    rx: [p0]
+  - lcore: 2
+    rx: [p1]
+mac_table:
+  static:
+    - {mac: "02:00:00:00:00:01", vlan: 1, port: p9}
+)yaml");
+  ASSERT_EQ(load.errors.size(), 5u) << Dump(load);
+  EXPECT_EQ(Paths(load),
+            std::vector<std::string>({"rolle", "ports[0].mtu", "ports[1].access",
+                                      "workers[0].lcore", "mac_table.static[0].port"}));
+  std::vector<int> lines;
+  for (const ConfigError& e : load.errors) lines.push_back(e.loc.line);
+  EXPECT_EQ(lines, std::vector<int>({1, 7, 10, 12, 18}));
+  EXPECT_NE(load.errors[1].message.find("expected an unsigned integer, got \"abc\""),
+            std::string::npos);
+}
+
+TEST(LoaderErrorTest, ErrorsComeInFileOrder) {
+  const ConfigLoad load = Load(R"yaml(http: {listen: nowhere}
+ports:
+  - {name: p0, devargs: d, mtu: 1}
+eal: {memory_mb: 1}
+)yaml");
+  EXPECT_EQ(Paths(load),
+            std::vector<std::string>({"http.listen", "ports[0].mtu", "eal.memory_mb"}));
+}
+
+TEST(LoaderErrorTest, YamlSyntaxErrorIsOneErrorWithItsPosition) {
+  const ConfigLoad load = Load("ports:\n  - name: p0\n    devargs: [net_null0\n");
+  ASSERT_EQ(load.errors.size(), 1u) << Dump(load);
+  EXPECT_EQ(load.errors[0].path, "");
+  EXPECT_GE(load.errors[0].loc.line, 3);
+  EXPECT_GE(load.errors[0].loc.column, 1);
+  EXPECT_EQ(load.errors[0].message.rfind("invalid YAML: ", 0), 0u);
+  EXPECT_EQ(load.FormatErrors().rfind("test.yaml:", 0), 0u);
+}
+
+TEST(LoaderErrorTest, BadIndentationIsASyntaxError) {
+  const ConfigLoad load = Load("ports:\n  - name: p0\n   devargs: x\n");
+  ASSERT_EQ(load.errors.size(), 1u) << Dump(load);
+  EXPECT_EQ(load.errors[0].message.rfind("invalid YAML: ", 0), 0u);
+  EXPECT_EQ(load.errors[0].loc.line, 3);
+}
+
+TEST(LoaderErrorTest, EmptyDocumentNeedsPorts) {
+  const ConfigLoad load = Load("");
+  ASSERT_EQ(load.errors.size(), 1u) << Dump(load);
+  EXPECT_EQ(load.errors[0].path, "ports");
+  EXPECT_EQ(load.errors[0].message, "missing required key \"ports\"");
+}
+
+TEST(LoaderErrorTest, RootMustBeAMap) {
+  EXPECT_TRUE(OneError(Load("- a\n- b\n"), "", 1, "expected a map of sections"));
+  EXPECT_TRUE(OneError(Load("hello\n"), "", 1, "got \"hello\""));
+}
+
+// --- Shape and type errors -----------------------------------------------------------
+
+TEST(LoaderErrorTest, UnknownKeysListTheExpectedKeys) {
+  EXPECT_TRUE(OneError(Load("role: leaf\nports: [{name: p0, devargs: d}]\n"), "role", 1,
+                       "unknown key \"role\"; expected one of: eal, switch, ports, workers, "
+                       "mac_table, mempool, http"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    acess: 10\n"),
+                       "ports[0].acess", 4,
+                       "expected one of: name, devargs, access, trunk, native, rx_descriptors, "
+                       "tx_descriptors, mtu"));
+  EXPECT_TRUE(OneError(Load("eal: {lcore: 1}\nports: [{name: p0, devargs: d}]\n"), "eal.lcore", 1,
+                       "unknown key \"lcore\"; expected one of: lcores, main_lcore"));
+  EXPECT_TRUE(OneError(
+      Load("ports: [{name: p0, devargs: d}]\nworkers: [{lcore: 1, rx: [{port: p0, q: 1}]}]\n"),
+      "workers[0].rx[0].q", 2, "expected one of: port, queue"));
+}
+
+TEST(LoaderErrorTest, RepeatedKey) {
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    name: p1\n"),
+                       "ports[0].name", 4, "expected each key once, got \"name\" again"));
+}
+
+TEST(LoaderErrorTest, TypeErrorsSayWhatWasFound) {
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, mtu: abc}\n"), "ports[0].mtu", 2,
+                       "expected an unsigned integer, got \"abc\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, mtu: -1}\n"), "ports[0].mtu", 2,
+                       "expected an unsigned integer, got \"-1\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, mtu: 1.5e3}\n"), "ports[0].mtu", 2,
+                       "got \"1.5e3\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, mtu: [1]}\n"), "ports[0].mtu", 2,
+                       "expected an unsigned integer, got a list"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, trunk: {a: 1}}\n"),
+                       "ports[0].trunk", 2, "expected a list, got a map"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, trunk: 10}\n"), "ports[0].trunk", 2,
+                       "expected a list, got \"10\""));
+  EXPECT_TRUE(OneError(Load("eal: [1]\nports: [{name: p0, devargs: d}]\n"), "eal", 1,
+                       "expected a map, got a list"));
+  EXPECT_TRUE(OneError(Load("eal: {hugepages: maybe}\nports: [{name: p0, devargs: d}]\n"),
+                       "eal.hugepages", 1, "expected true or false, got \"maybe\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: [p0], devargs: d}\n"), "ports[0].name", 2,
+                       "expected a string, got a list"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: }\n"), "ports[0].devargs", 2,
+                       "expected a string, got an empty value"));
+  EXPECT_TRUE(OneError(Load("switch: {mac: \"02:00:00:00:00\"}\nports: [{name: p0, devargs: d}]\n"),
+                       "switch.mac", 1,
+                       "expected a MAC address xx:xx:xx:xx:xx:xx, got \"02:00:00:00:00\""));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\neal: {args: [[a]]}\n"), "eal.args[0]",
+                       2, "expected a string, got a list"));
+  EXPECT_TRUE(OneError(Load("ports: 3\n"), "ports", 1, "expected a list, got \"3\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - p0\n"), "ports[0]", 2, "expected a map, got \"p0\""));
+}
+
+TEST(LoaderErrorTest, NumbersTooLargeForTheFieldNameTheRange) {
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, access: 70000}\n"),
+                       "ports[0].access", 2, "expected a VLAN id 1..4094, got \"70000\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, mtu: 65536}\n"), "ports[0].mtu", 2,
+                       "expected an MTU 68..9600, got \"65536\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, rx_descriptors: 65536}\n"),
+                       "ports[0].rx_descriptors", 2, "expected a power of two 64..16384"));
+  EXPECT_TRUE(
+      OneError(Load("ports: [{name: p0, devargs: d}]\nmac_table: {size: 99999999999999999999}\n"),
+               "mac_table.size", 2, "expected a table size 16..1048576"));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\neal: {memory_mb: 4294967296}\n"),
+                       "eal.memory_mb", 2, "expected an unsigned integer up to 4294967295"));
+}
+
+TEST(LoaderErrorTest, MissingRequiredKeys) {
+  EXPECT_TRUE(OneError(Load("eal: {}\n"), "ports", 1, "missing required key \"ports\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - devargs: d\n"), "ports[0].name", 2,
+                       "missing required key \"name\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n"), "ports[0].devargs", 2,
+                       "missing required key \"devargs\""));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\nworkers:\n  - rx: [p0]\n"),
+                       "workers[0].lcore", 3, "missing required key \"lcore\""));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\nworkers:\n  - lcore: 1\n"),
+                       "workers[0].rx", 3, "missing required key \"rx\""));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\nworkers:\n  - {lcore: 1, rx: p0}\n"),
+                       "workers[0].rx", 3, "expected a list, got \"p0\""));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\n"
+                            "mac_table: {static: [{port: p0}]}\n"),
+                       "mac_table.static[0].mac", 2, "missing required key \"mac\""));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\n"
+                            "mac_table: {static: [{mac: \"02:00:00:00:00:01\"}]}\n"),
+                       "mac_table.static[0].port", 2, "missing required key \"port\""));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\n"
+                            "workers: [{lcore: 1, rx: [{queue: 0}]}]\n"),
+                       "workers[0].rx[0]", 2, "missing required key \"port\""));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\n"
+                            "switch: {addresses: [{vlan: 1}]}\n"),
+                       "switch.addresses[0].address", 2, "missing required key \"address\""));
+}
+
+TEST(LoaderErrorTest, EmptyValuesPointAtTheirKey) {
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs:\n    mtu: 1500\n"),
+                       "ports[0].devargs", 3, "expected a string, got an empty value"));
+  // An empty list item has no position of its own: the list's start stands in.
+  EXPECT_TRUE(
+      OneError(Load("ports:\n  - name: p0\n    devargs: d\n  -\n  - {name: p2, devargs: e}\n"),
+               "ports[1]", 2, "expected a map, got an empty value"));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\nworkers:\n  -\n"), "workers[0]", 3,
+                       "expected a map, got an empty value"));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\nmac_table:\n  static:\n    -\n"),
+                       "mac_table.static[0]", 4, "expected a map, got an empty value"));
+  // An empty section is all defaults; a Validate() finding about it names its key line.
+  const ConfigLoad load = Load("ports: [{name: p0, devargs: d}]\neal:\n\nhttp: {listen: x}\n");
+  EXPECT_TRUE(OneError(load, "http.listen", 4, "got \"x\""));
+  EXPECT_EQ(load.config.eal.loc.line, 2);
+}
+
+TEST(LoaderErrorTest, AccessAndTrunkTogether) {
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    access: 1\n"
+                            "    trunk: [1, 2]\n"),
+                       "ports[0].trunk", 5, "expected exactly one of \"access\" or \"trunk\""));
+}
+
+TEST(LoaderErrorTest, MalformedRxItems) {
+  const char* ports = "ports: [{name: p0, devargs: d}]\nworkers:\n  - lcore: 1\n    rx:\n";
+  EXPECT_TRUE(OneError(Load(std::string(ports) + "      - p0:x\n"), "workers[0].rx[0]", 5,
+                       "expected \"port\" or \"port:queue\" with an unsigned queue number, got "
+                       "\"p0:x\""));
+  EXPECT_TRUE(OneError(Load(std::string(ports) + "      - \"p0:\"\n"), "workers[0].rx[0]", 5,
+                       "got \"p0:\""));
+  EXPECT_TRUE(OneError(Load(std::string(ports) + "      - p0:70000\n"), "workers[0].rx[0]", 5,
+                       "got \"p0:70000\""));
+  EXPECT_TRUE(OneError(Load(std::string(ports) + "      - [p0]\n"), "workers[0].rx[0]", 5,
+                       "expected \"port\", \"port:queue\" or a map {port, queue}, got a list"));
+  EXPECT_TRUE(OneError(Load(std::string(ports) + "      - {port: p0, queue: x}\n"),
+                       "workers[0].rx[0]", 5, "expected an unsigned integer, got \"x\""));
+}
+
+TEST(LoaderErrorTest, MalformedAddresses) {
+  const char* base = "ports: [{name: p0, devargs: d}]\nswitch:\n  addresses:\n";
+  EXPECT_TRUE(OneError(Load(std::string(base) + "    - 10.0.0.300/24\n"), "switch.addresses[0]", 4,
+                       "expected an IPv4 address \"a.b.c.d\" or \"a.b.c.d/len\", got "
+                       "\"10.0.0.300/24\""));
+  EXPECT_TRUE(OneError(Load(std::string(base) + "    - 10.0.0.1/33\n"), "switch.addresses[0]", 4,
+                       "got \"10.0.0.1/33\""));
+  EXPECT_TRUE(OneError(Load(std::string(base) + "    - {address: 10.0.0, vlan: 1}\n"),
+                       "switch.addresses[0].address", 4, "got \"10.0.0\""));
+  EXPECT_TRUE(OneError(Load(std::string(base) + "    - [10.0.0.1]\n"), "switch.addresses[0]", 4,
+                       "expected \"a.b.c.d[/len]\" or a map {address, vlan}, got a list"));
+  EXPECT_TRUE(OneError(Load(std::string(base) + "    - {address: 10.0.0.1, vlan: x}\n"),
+                       "switch.addresses[0].vlan", 4, "expected an unsigned integer"));
+}
+
+// --- One mistake, one error ------------------------------------------------------------
+
+TEST(LoaderErrorTest, AnUnreadableVlanIsReportedOnce) {
+  // The static entry in VLAN 10 would not be carried by a port whose access VLAN
+  // was replaced; that follows from the first mistake and is not reported.
+  EXPECT_TRUE(OneError(Load(R"yaml(ports:
+  - {name: p0, devargs: d, access: ten}
+mac_table:
+  static: [{mac: "02:00:00:00:00:01", vlan: 10, port: p0}]
+switch:
+  addresses: [{address: 10.0.0.1/24, vlan: 10}]
+)yaml"),
+                       "ports[0].access", 2, "expected an unsigned integer, got \"ten\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, trunk: [10, x, 20]}\n"),
+                       "ports[0].trunk[1]", 2, "got \"x\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: d, trunk: [1], native: z}\n"),
+                       "ports[0].native", 2, "got \"z\""));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\n"
+                            "mac_table: {static: [{mac: \"02:00:00:00:00:01\", vlan: v, "
+                            "port: p0}]}\n"),
+                       "mac_table.static[0].vlan", 2, "got \"v\""));
+}
+
+TEST(LoaderErrorTest, AMissingPortNameIsReportedOnce) {
+  EXPECT_TRUE(OneError(Load("ports:\n  - devargs: d0\n  - {name: p2, devargs: d2}\n"
+                            "workers: [{lcore: 1, rx: [p2]}]\n"),
+                       "ports[0].name", 2, "missing required key"));
+}
+
+TEST(LoaderErrorTest, AWrongPortsSectionIsReportedOnce) {
+  EXPECT_TRUE(OneError(Load(R"yaml(ports: {p0: net_null0}
+workers: [{lcore: 1, rx: [p0]}]
+mac_table: {static: [{mac: "02:00:00:00:00:01", port: p0}]}
+switch: {addresses: [{address: 10.0.0.1/24, vlan: 10}]}
+)yaml"),
+                       "ports", 1, "expected a list, got a map"));
+}
+
+TEST(LoaderErrorTest, AWrongEalSectionIsReportedOnce) {
+  EXPECT_TRUE(OneError(Load(R"yaml(eal: "0-3"
+ports: [{name: p0, devargs: d}]
+workers: [{lcore: 3, rx: [p0]}]
+)yaml"),
+                       "eal", 1, "expected a map, got \"0-3\""));
+}
+
+TEST(LoaderErrorTest, UnreadableItemsAreReportedOnce) {
+  const ConfigLoad load = Load(
+      "ports: [{name: p0, devargs: d}]\n"
+      "workers: [{lcore: x, rx: [p0]}, {lcore: y, rx: [p0:1]}]\n"
+      "mac_table: {static: [{mac: bad, port: p0}, {mac: bad, port: p0}]}\n");
+  EXPECT_EQ(Paths(load),
+            std::vector<std::string>({"workers[0].lcore", "workers[1].lcore",
+                                      "mac_table.static[0].mac", "mac_table.static[1].mac"}))
+      << Dump(load);
+}
+
+// --- Validate() findings, located -------------------------------------------------------
+
+TEST(ValidateErrorTest, PortList) {
+  EXPECT_TRUE(OneError(Load("eal: {}\nports: []\n"), "ports", 2, "expected 1..64 ports, got none"));
+  std::string many = "ports:\n";
+  for (int i = 0; i < 65; ++i) {
+    many += "  - {name: p" + std::to_string(i) + ", devargs: d" + std::to_string(i) + "}\n";
+  }
+  EXPECT_TRUE(OneError(Load(many), "ports", 2, "expected 1..64 ports, got 65"));
+}
+
+TEST(ValidateErrorTest, PortNamesAndDevargs) {
+  EXPECT_TRUE(OneError(Load(R"yaml(ports:
+  - {name: p0, devargs: d0}
+  - {name: p0, devargs: d1}
+)yaml"),
+                       "ports[1].name", 3,
+                       "expected a unique port name, got \"p0\" again "
+                       "(also ports[0], line 2)"));
+  EXPECT_TRUE(OneError(Load(R"yaml(ports:
+  - {name: p0, devargs: d0}
+  - name: p1
+    devargs: d0
+)yaml"),
+                       "ports[1].devargs", 4, "expected unique devargs, got \"d0\" again"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: \"p 0\", devargs: d}\n"), "ports[0].name", 2,
+                       "expected a port name of 1..32 characters from [A-Za-z0-9_.-], got "
+                       "\"p 0\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: p0, devargs: \"\"}\n"), "ports[0].devargs", 2,
+                       "expected non-empty DPDK devargs"));
+}
+
+TEST(ValidateErrorTest, Vlans) {
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    access: 0\n"),
+                       "ports[0].access", 4, "expected a VLAN id 1..4094, got \"0\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    trunk:\n      - 10\n"
+                            "      - 4095\n"),
+                       "ports[0].trunk[1]", 6, "expected a VLAN id 1..4094, got \"4095\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    trunk: [1]\n"
+                            "    native: 5000\n"),
+                       "ports[0].native", 5, "got \"5000\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    trunk: []\n"),
+                       "ports[0].trunk", 4,
+                       "expected a non-empty list of VLAN ids, got an empty list"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    trunk:\n"), "ports[0].trunk",
+                       4, "got an empty list"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    trunk: [10, 20, 10]\n"),
+                       "ports[0].trunk[2]", 4, "expected each VLAN once, got \"10\" again"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    access: 3\n"
+                            "    native: 3\n"),
+                       "ports[0].native", 5, "expected \"native\" only on a trunk port"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    native: 3\n"),
+                       "ports[0].native", 4, "only on a trunk port"));
+  EXPECT_TRUE(Load("ports:\n  - {name: p0, devargs: d, trunk: [10], native: 10}\n").ok());
+}
+
+TEST(ValidateErrorTest, PortNumbers) {
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    rx_descriptors: 1000\n"),
+                       "ports[0].rx_descriptors", 4,
+                       "expected a power of two 64..16384, got \"1000\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    tx_descriptors: 32\n"),
+                       "ports[0].tx_descriptors", 4, "got \"32\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    tx_descriptors: 32768\n"),
+                       "ports[0].tx_descriptors", 4, "got \"32768\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    mtu: 67\n"), "ports[0].mtu",
+                       4, "expected an MTU 68..9600, got \"67\""));
+  EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    mtu: 9601\n"),
+                       "ports[0].mtu", 4, "got \"9601\""));
+}
+
+constexpr const char* kTwoPorts = R"yaml(eal: {lcores: "0-3"}
+ports:
+  - {name: p0, devargs: d0}
+  - {name: p1, devargs: d1}
+workers:
+)yaml";  // workers follow on line 6
+
+TEST(ValidateErrorTest, WorkerRxReferences) {
+  const std::string base = kTwoPorts;
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 1\n    rx: [p0, p1, p9]\n"), "workers[0].rx[2]", 7,
+                       "expected one of the ports p0, p1, got \"p9\""));
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 1\n    rx: [p0, p1]\n  - lcore: 2\n"
+                                   "    rx: [\"p1:0\"]\n"),
+                       "workers[1].rx[0]", 9,
+                       "expected each RX queue to be polled by one worker, got p1:0 again (also "
+                       "workers[0].rx[1], line 7)"));
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 1\n    rx: [p0]\n"), "ports[1]", 4,
+                       "expected a worker to poll port \"p1\", got none"));
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 1\n    rx: [p0, p1, \"p1:16\"]\n"),
+                       "workers[0].rx[2]", 7, "expected an RX queue 0..15, got \"16\""));
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 1\n    rx: [p0, p1, {port: p1, queue: 16}]\n"),
+                       "workers[0].rx[2]", 7, "got \"16\""));
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 1\n    rx: [p0, p1, \"p1:2\"]\n"), "ports[1]", 4,
+                       "expected the polled RX queues of port \"p1\" to be contiguous from 0, "
+                       "got 0,2"));
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 1\n    rx: [p0, p1]\n  - lcore: 2\n    rx: []\n"),
+                       "workers[1].rx", 9, "expected at least one RX queue to poll, got none"));
+}
+
+TEST(ValidateErrorTest, WorkerLcores) {
+  const std::string base = kTwoPorts;
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 0\n    rx: [p0, p1]\n"), "workers[0].lcore", 6,
+                       "expected an lcore other than eal.main_lcore, got \"0\""));
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 7\n    rx: [p0, p1]\n"), "workers[0].lcore", 6,
+                       "expected an lcore listed in eal.lcores \"0-3\", got \"7\""));
+  EXPECT_TRUE(OneError(Load(base + "  - lcore: 2\n    rx: [p0]\n  - lcore: 2\n    rx: [p1]\n"),
+                       "workers[1].lcore", 8,
+                       "expected a different lcore for each worker, got \"2\" again (also "
+                       "workers[0], line 6)"));
+}
+
+TEST(ValidateErrorTest, TooManyWorkers) {
+  std::string yaml = "eal: {lcores: \"0-128\"}\nports:\n";
+  for (int p = 0; p < 8; ++p)
+    yaml += "  - {name: p" + std::to_string(p) + ", devargs: d" + std::to_string(p) + "}\n";
+  yaml += "workers:\n";  // line 11
+  for (unsigned w = 0; w <= kMaxWorkers; ++w) {
+    yaml += "  - {lcore: " + std::to_string(w + 1) + ", rx: [\"p" + std::to_string(w / 16) + ":" +
+            std::to_string(w % 16) + "\"]}\n";
+  }
+  EXPECT_TRUE(OneError(Load(yaml), "workers", 12, "expected at most 127 workers, got 128"));
+}
+
+TEST(ValidateErrorTest, NoLcoreLeftForTheDefaultWorker) {
+  EXPECT_TRUE(OneError(
+      Load("eal: {lcores: \"3\", main_lcore: 3}\nports: [{name: p0, devargs: d}]\n"), "workers", 0,
+      "expected at least one worker, got none (eal.lcores \"3\" has no lcore "
+      "besides eal.main_lcore 3)"));
+}
+
+TEST(ValidateErrorTest, Eal) {
+  const std::string ports = "ports: [{name: p0, devargs: d}]\n";
+  EXPECT_TRUE(OneError(Load("eal:\n  lcores: \"0,x\"\n" + ports), "eal.lcores", 2,
+                       "expected a comma-separated lcore list"));
+  EXPECT_TRUE(OneError(Load("eal:\n  lcores: \"1-2\"\n  main_lcore: 0\n" + ports), "eal.main_lcore",
+                       3, "expected an lcore listed in eal.lcores \"1-2\""));
+  EXPECT_TRUE(OneError(Load("eal:\n  memory_mb: 63\n" + ports), "eal.memory_mb", 2,
+                       "expected at least 64 MB, got \"63\""));
+  EXPECT_TRUE(OneError(Load("eal:\n  file_prefix: a/b\n" + ports), "eal.file_prefix", 2,
+                       "expected a non-empty name from [A-Za-z0-9_-], got \"a/b\""));
+}
+
+TEST(ValidateErrorTest, Switch) {
+  const std::string ports = "ports: [{name: p0, devargs: d, trunk: [10, 20]}]\n";
+  EXPECT_TRUE(OneError(Load(ports + "switch:\n  mac: 01:00:5e:00:00:01\n"), "switch.mac", 3,
+                       "expected a unicast, non-zero MAC address, got \"01:00:5e:00:00:01\""));
+  EXPECT_TRUE(
+      OneError(Load(ports + "switch:\n  mac: 00:00:00:00:00:00\n"), "switch.mac", 3, "non-zero"));
+  EXPECT_TRUE(OneError(Load(ports + "switch:\n  name: \"\"\n"), "switch.name", 3, "non-empty"));
+  EXPECT_TRUE(OneError(Load(ports + "switch:\n  addresses:\n    - {address: 10.0.0.1/24, "
+                                    "vlan: 30}\n"),
+                       "switch.addresses[0].vlan", 4,
+                       "expected a VLAN that some port carries, got \"30\""));
+  EXPECT_TRUE(OneError(Load(ports + "switch:\n  addresses:\n    - {address: 10.0.0.1/24, "
+                                    "vlan: 4095}\n"),
+                       "switch.addresses[0].vlan", 4, "expected a VLAN id 1..4094"));
+  EXPECT_TRUE(OneError(Load(ports + "switch:\n  addresses:\n    - 10.0.0.1/24\n"
+                                    "    - {address: 10.0.0.1/16, vlan: 10}\n"),
+                       "switch.addresses[1].address", 5,
+                       "expected each address once per VLAN, got \"10.0.0.1\" again (also "
+                       "switch.addresses[0], line 4)"));
+  EXPECT_TRUE(OneError(Load(ports + "switch:\n  addresses:\n    - 10.0.0.1/24\n"
+                                    "    - 10.0.0.1\n"),
+                       "switch.addresses[1]", 5, "again"));
+  EXPECT_TRUE(Load(ports + "switch:\n  addresses:\n    - {address: 10.0.0.1/24, vlan: 10}\n"
+                           "    - {address: 10.0.0.1/24, vlan: 20}\n")
+                  .ok());
+  EXPECT_TRUE(OneError(Load(ports + "switch:\n  addresses:\n    - 10.0.0.0/24\n"),
+                       "switch.addresses[0]", 4,
+                       "expected a unicast host address, got \"10.0.0.0/24\""));
+}
+
+TEST(ValidateErrorTest, MacTable) {
+  const std::string ports = R"yaml(ports:
+  - {name: p0, devargs: d0, access: 10}
+  - {name: p1, devargs: d1, trunk: [10, 20], native: 1}
+mac_table:
+)yaml";  // mac_table keys from line 5
+  EXPECT_TRUE(OneError(Load(ports + "  static:\n    - {mac: 02:00:00:00:00:01, port: p2}\n"),
+                       "mac_table.static[0].port", 6,
+                       "expected one of the ports p0, p1, got \"p2\""));
+  EXPECT_TRUE(OneError(Load(ports + "  static:\n    - mac: 02:00:00:00:00:01\n"
+                                    "      port: p0\n      vlan: 20\n"),
+                       "mac_table.static[0].vlan", 8,
+                       "expected a VLAN that port \"p0\" carries (10), got \"20\""));
+  EXPECT_TRUE(OneError(Load(ports + "  static:\n    - {mac: 02:00:00:00:00:01, port: p1, "
+                                    "vlan: 30}\n"),
+                       "mac_table.static[0].vlan", 6, "port \"p1\" carries (1, 10, 20)"));
+  EXPECT_TRUE(
+      OneError(Load(ports + "  static:\n    - {mac: 02:00:00:00:00:01, port: p0, vlan: 10}\n"
+                            "    - {mac: 02:00:00:00:00:01, port: p1, vlan: 10}\n"),
+               "mac_table.static[1]", 7,
+               "expected each (mac, vlan) once, got 02:00:00:00:00:01 vlan 10 again"));
+  EXPECT_TRUE(Load(ports + "  static:\n    - {mac: 02:00:00:00:00:01, port: p0, vlan: 10}\n"
+                           "    - {mac: 02:00:00:00:00:01, port: p1, vlan: 20}\n")
+                  .ok());
+  EXPECT_TRUE(
+      OneError(Load(ports + "  static:\n    - {mac: 03:00:00:00:00:01, port: p0, vlan: 10}\n"),
+               "mac_table.static[0].mac", 6, "expected a unicast, non-zero MAC"));
+  EXPECT_TRUE(OneError(Load(ports + "  static:\n    - {mac: 02:00:00:00:00:01, port: p0, "
+                                    "vlan: 5000}\n"),
+                       "mac_table.static[0].vlan", 6, "expected a VLAN id 1..4094, got \"5000\""));
+  EXPECT_TRUE(OneError(Load(ports + "  size: 8\n"), "mac_table.size", 5,
+                       "expected a table size 16..1048576, got \"8\""));
+  EXPECT_TRUE(OneError(Load(ports + "  aging_seconds: 1000001\n"), "mac_table.aging_seconds", 5,
+                       "expected 0..1000000 seconds"));
+
+  std::string full = ports + "  size: 16\n  static:\n";  // static list from line 7
+  for (int i = 0; i < 17; ++i) {
+    full += "    - {mac: 02:00:00:00:00:" + std::to_string(10 + i) + ", port: p0, vlan: 10}\n";
+  }
+  EXPECT_TRUE(OneError(Load(full), "mac_table.static", 7,
+                       "expected at most 16 static entries (mac_table.size), got 17"));
+}
+
+TEST(ValidateErrorTest, MempoolAndHttp) {
+  const std::string ports = "ports: [{name: p0, devargs: d}]\n";
+  EXPECT_TRUE(OneError(Load(ports + "mempool:\n  mbufs: 1000\n"), "mempool.mbufs", 3,
+                       "expected 1023..1048575 mbufs, got \"1000\""));
+  EXPECT_TRUE(OneError(Load(ports + "mempool:\n  cache: 1024\n"), "mempool.cache", 3,
+                       "expected a cache size 0..512, got \"1024\""));
+  EXPECT_TRUE(OneError(Load(ports + "http:\n  listen: localhost:9477\n"), "http.listen", 3,
+                       "expected \"host:port\" with an IPv4 host and a port 1..65535, got "
+                       "\"localhost:9477\""));
+}
+
+// --- Files ----------------------------------------------------------------------------
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+TEST(LoadFileTest, MissingFileIsOneErrorOnLineZero) {
+  const ConfigLoad load = LoadConfigFile("/nonexistent/aggswitch.yaml");
+  ASSERT_EQ(load.errors.size(), 1u);
+  EXPECT_EQ(load.source_name, "/nonexistent/aggswitch.yaml");
+  EXPECT_EQ(load.errors[0].loc.line, 0);
+  EXPECT_EQ(load.FormatErrors(),
+            "/nonexistent/aggswitch.yaml:0:0: cannot read: No such file or directory");
+}
+
+TEST(LoadFileTest, DirectoryIsOneError) {
+  const ConfigLoad load = LoadConfigFile(::testing::TempDir());
+  ASSERT_EQ(load.errors.size(), 1u);
+  EXPECT_EQ(load.errors[0].message, "cannot read: is a directory");
+}
+
+TEST(LoadFileTest, ErrorsNameTheFile) {
+  const std::string path =
+      WriteTemp("agg_bad.yaml", "ports:\n  - {name: p0, devargs: d, mtu: 1}\n");
+  const ConfigLoad load = LoadConfigFile(path);
+  EXPECT_EQ(load.FormatErrors(), path + ":2:33: ports[0].mtu: expected an MTU 68..9600, got \"1\"");
+  std::remove(path.c_str());
+}
+
+TEST(LoadConfigTest, ReturnsTheConfigOrInvalidArgument) {
+  const std::string good = WriteTemp("agg_good.yaml", "ports: [{name: p0, devargs: d}]\n");
+  common::Result<Config> config = LoadConfig(good);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->ports[0].name, "p0");
+  std::remove(good.c_str());
+
+  const std::string bad = WriteTemp("agg_bad2.yaml", "ports: []\nrole: x\n");
+  const common::Result<Config> failed = LoadConfig(bad);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), common::StatusCode::kInvalidArgument);
+  EXPECT_EQ(failed.status().message(),
+            bad + ":1:8: ports: expected 1..64 ports, got none\n" + bad +
+                ":2:1: role: unknown key \"role\"; expected one of: eal, switch, ports, workers, "
+                "mac_table, mempool, http");
+  std::remove(bad.c_str());
+}
+
+}  // namespace
+}  // namespace aggswitch::config

@@ -1,0 +1,90 @@
+#include "control/control_loop.h"
+
+#include <csignal>
+#include <ctime>
+
+#include "common/log.h"
+#include "config/loader.h"
+
+namespace aggswitch::control {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_reload = 0;
+
+void OnSignal(int sig) {
+  if (sig == SIGHUP) {
+    g_reload = 1;
+  } else {
+    g_stop = 1;
+  }
+}
+
+constexpr long kLoopPeriodNs = 1'000'000;  // 1 ms: learning latency and aging granularity
+
+}  // namespace
+
+ControlLoop::ControlLoop(dataplane::Dataplane& dataplane, config::Config config, std::string config_path)
+    : dataplane_(dataplane), config_(std::move(config)), config_path_(std::move(config_path)) {}
+
+void ControlLoop::InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+}
+
+void ControlLoop::RequestStop() { g_stop = 1; }
+bool ControlLoop::StopRequested() { return g_stop != 0; }
+
+void ControlLoop::Run() {
+  while (!g_stop) {
+    dataplane_.ProcessLearnRequests();
+    dataplane_.AgeMacTable();
+    if (g_reload) {
+      g_reload = 0;
+      auto result = Reload();
+      if (!result.ok()) {
+        AGG_LOG(kError, "reload rejected, running configuration unchanged:\n%s",
+                result.status().message().c_str());
+      } else if (result->empty()) {
+        AGG_LOG(kInfo, "reload applied (mac_table.static, mac_table.aging_seconds)");
+      } else {
+        for (const std::string& key : *result) {
+          AGG_LOG(kWarning, "reload: '%s' changed but needs a restart; still running the old value",
+                  key.c_str());
+        }
+      }
+    }
+    timespec ts{0, kLoopPeriodNs};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+common::Result<std::vector<std::string>> ControlLoop::Reload() {
+  config::ConfigLoad load = config_path_.empty()
+                                ? config::LoadConfigText(config::EmbeddedDefaultConfigText(), "<embedded>")
+                                : config::LoadConfigFile(config_path_);
+  if (!load.ok()) return common::InvalidArgument(load.FormatErrors());
+  std::vector<std::string> restart = RestartRequiredChanges(config_, load.config);
+  RETURN_IF_ERROR(dataplane_.ApplyMacTableConfig(load.config.mac_table));
+  config_.mac_table = load.config.mac_table;
+  return restart;
+}
+
+std::vector<std::string> RestartRequiredChanges(const config::Config& running,
+                                                const config::Config& next) {
+  std::vector<std::string> changed;
+  if (!(running.eal == next.eal)) changed.push_back("eal");
+  if (!(running.switch_ == next.switch_)) changed.push_back("switch");
+  if (!(running.ports == next.ports)) changed.push_back("ports");
+  if (!(running.workers == next.workers)) changed.push_back("workers");
+  if (running.mac_table.size != next.mac_table.size) changed.push_back("mac_table.size");
+  if (!(running.mempool == next.mempool)) changed.push_back("mempool");
+  if (!(running.http == next.http)) changed.push_back("http");
+  return changed;
+}
+
+}  // namespace aggswitch::control

@@ -1,0 +1,55 @@
+// The control thread's loop on the main lcore: MAC learning from the workers'
+// rings, MAC aging, signals and configuration reload.
+//
+// Signals only raise flags (async-signal-safe); the loop acts on them:
+//   SIGINT, SIGTERM  stop: Run() returns, the caller stops the dataplane.
+//   SIGHUP           reload: re-read the config file, apply what can change at
+//                    run time (mac_table.static, mac_table.aging_seconds), and
+//                    log each changed key that needs a restart.
+//
+//   ControlLoop loop(*dataplane, config, config_path);
+//   ControlLoop::InstallSignalHandlers();
+//   loop.Run();   // until SIGINT/SIGTERM
+//
+// Thread safety: Run() and Reload() on the control thread (main lcore) only;
+// InstallSignalHandlers() once from main; RequestStop() from any thread or a
+// signal handler.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/config.h"
+#include "dataplane/dataplane.h"
+
+namespace aggswitch::control {
+
+class ControlLoop {
+ public:
+  // `config_path` empty: the embedded default is in use and reload re-reads it.
+  ControlLoop(dataplane::Dataplane& dataplane, config::Config config, std::string config_path);
+
+  // Loops about every millisecond until a stop is requested. [control]
+  void Run();
+  // Re-reads the configuration and applies what can change at run time.
+  // Returns the keys that changed but need a restart. [control]
+  common::Result<std::vector<std::string>> Reload();
+
+  static void InstallSignalHandlers();
+  static void RequestStop();
+  static bool StopRequested();
+
+ private:
+  dataplane::Dataplane& dataplane_;
+  config::Config config_;
+  std::string config_path_;
+};
+
+// The top-level keys whose values differ between `running` and `next` and that
+// only take effect after a restart (everything except mac_table.static and
+// mac_table.aging_seconds). [any]
+std::vector<std::string> RestartRequiredChanges(const config::Config& running,
+                                                const config::Config& next);
+
+}  // namespace aggswitch::control

@@ -1,0 +1,175 @@
+#include "control/http_server.h"
+
+#include <civetweb.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <cctype>
+#include <string>
+#include <string_view>
+
+#include "common/log.h"
+#include "control/stats_snapshot.h"
+
+namespace aggswitch::control {
+namespace {
+
+// Request workers. Scrapes and aggctl calls are short and rare; two threads
+// let a slow MAC dump not block a Prometheus scrape.
+constexpr char kNumThreads[] = "2";
+constexpr char kRequestTimeoutMs[] = "10000";
+
+// The first message civetweb logs while mg_start2() runs on this thread; it
+// explains a failed start ("cannot bind to 127.0.0.1:9477: 98 (Address already
+// in use)") better than mg_start2()'s own error text.
+thread_local std::string* t_start_message = nullptr;
+
+int LogMessage(const mg_connection* /*conn*/, const char* message) {
+  if (t_start_message != nullptr) {
+    if (t_start_message->empty()) *t_start_message = message;
+  } else {
+    AGG_LOG(kWarning, "http: %s", message);
+  }
+  return 1;  // handled: civetweb prints nothing itself
+}
+
+// Turns "host:port" or "[v6addr]:port" into civetweb's listening_ports form
+// with a numeric address. civetweb itself accepts lists ("80,443s"), suffixes
+// ('s' for TLS, 'r' for redirect) and silently misreads some bad addresses;
+// this server takes exactly one plain address, resolved here.
+common::Result<std::string> ListeningPortsOption(const std::string& listen) {
+  const common::Status bad = common::InvalidArgument("cannot listen on '" + listen +
+                                                     "': expected host:port, e.g. 127.0.0.1:9477");
+  std::string host, port;
+  if (!listen.empty() && listen[0] == '[') {
+    const size_t close = listen.find(']');
+    if (close == std::string::npos || listen.compare(close + 1, 1, ":") != 0) return bad;
+    host = listen.substr(1, close - 1);
+    port = listen.substr(close + 2);
+  } else {
+    const size_t colon = listen.rfind(':');
+    if (colon == std::string::npos) return bad;
+    host = listen.substr(0, colon);
+    port = listen.substr(colon + 1);
+  }
+  bool digits = !host.empty() && !port.empty() && port.size() <= 5;
+  for (char c : port) digits = digits && std::isdigit(static_cast<unsigned char>(c));
+  if (!digits || std::stoul(port) > 65535) return bad;
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* addrs = nullptr;
+  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &addrs);
+  if (rc != 0) {
+    return common::InvalidArgument("cannot listen on '" + listen + "': " + gai_strerror(rc));
+  }
+  char numeric[INET6_ADDRSTRLEN] = "";
+  const int family = addrs->ai_family;
+  getnameinfo(addrs->ai_addr, addrs->ai_addrlen, numeric, sizeof(numeric), nullptr, 0,
+              NI_NUMERICHOST);
+  freeaddrinfo(addrs);
+  if (family == AF_INET6 && mg_check_feature(MG_FEATURES_IPV6) == 0) {
+    return common::InvalidArgument("cannot listen on '" + listen +
+                                   "': this libcivetweb was built without IPv6");
+  }
+  std::string option;
+  if (family == AF_INET6) option += '[';
+  option += numeric;
+  if (family == AF_INET6) option += ']';
+  option += ':';
+  option += port;
+  return option;
+}
+
+void SendResponse(mg_connection* conn, const HttpResponse& r, bool head) {
+  mg_response_header_start(conn, r.status);
+  mg_response_header_add(conn, "Content-Type", r.content_type.c_str(), -1);
+  const std::string length = std::to_string(r.body.size());
+  mg_response_header_add(conn, "Content-Length", length.c_str(), -1);
+  mg_response_header_add(conn, "Cache-Control", "no-store", -1);
+  if (r.status == 405) mg_response_header_add(conn, "Allow", "GET", -1);
+  mg_response_header_send(conn);
+  if (!head) mg_write(conn, r.body.data(), r.body.size());
+}
+
+}  // namespace
+
+common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
+                                                              const dataplane::Dataplane& dp) {
+  return Start(listen, DataSource{[&dp] { return CollectSnapshot(dp); },
+                                  [&dp] { return CollectMacEntries(dp); }});
+}
+
+common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
+                                                              DataSource source) {
+  ASSIGN_OR_RETURN(const std::string listening_ports, ListeningPortsOption(listen));
+  std::unique_ptr<HttpServer> server(new HttpServer(listen, std::move(source)));
+
+  // Reference-counted by civetweb; the destructor's mg_exit_library() balances it.
+  mg_init_library(0);
+  mg_callbacks callbacks{};
+  callbacks.log_message = LogMessage;
+  // clang-format off
+  const char* options[] = {
+      "listening_ports", listening_ports.c_str(),
+      "num_threads", kNumThreads,
+      "enable_directory_listing", "no",
+      "request_timeout_ms", kRequestTimeoutMs,
+      "enable_keep_alive", "no",
+      nullptr,
+  };
+  // clang-format on
+  mg_init_data init{};
+  init.callbacks = &callbacks;
+  init.user_data = server.get();
+  init.configuration_options = options;
+  char error_text[256] = "";
+  unsigned error_code = 0;
+  mg_error_data error{};
+  error.code = &error_code;
+  error.text = error_text;
+  error.text_buffer_size = sizeof(error_text);
+
+  std::string start_message;
+  t_start_message = &start_message;
+  server->ctx_ = mg_start2(&init, &error);
+  t_start_message = nullptr;
+  if (server->ctx_ == nullptr) {
+    mg_exit_library();
+    const std::string reason = !start_message.empty()  ? start_message
+                               : error_text[0] != '\0' ? error_text
+                                                       : "civetweb failed to start";
+    return common::Unavailable("cannot listen on " + listen + ": " + reason);
+  }
+  if (!start_message.empty()) AGG_LOG(kWarning, "http: %s", start_message.c_str());
+  // One handler for every URI; HandleRequest() does the routing.
+  mg_set_request_handler(server->ctx_, "/", &HttpServer::OnRequest, server.get());
+
+  mg_server_port ports[1] = {};
+  if (mg_get_server_ports(server->ctx_, 1, ports) == 1) {
+    server->port_ = static_cast<uint16_t>(ports[0].port);
+  }
+  return server;
+}
+
+HttpServer::~HttpServer() {
+  if (ctx_ != nullptr) {
+    mg_stop(ctx_);
+    mg_exit_library();
+  }
+}
+
+int HttpServer::OnRequest(mg_connection* conn, void* cbdata) {
+  const HttpServer* self = static_cast<const HttpServer*>(cbdata);
+  const mg_request_info* ri = mg_get_request_info(conn);
+  const std::string_view method = ri->request_method != nullptr ? ri->request_method : "";
+  const std::string_view path = ri->local_uri != nullptr ? ri->local_uri : "";
+  const std::string_view query = ri->query_string != nullptr ? ri->query_string : "";
+  const HttpResponse response = HandleRequest(method, path, query, self->source_);
+  SendResponse(conn, response, method == "HEAD");
+  return response.status;
+}
+
+}  // namespace aggswitch::control

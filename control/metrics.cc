@@ -1,0 +1,244 @@
+#include "control/metrics.h"
+
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+
+namespace aggswitch::control {
+namespace {
+
+using Label = std::pair<std::string_view, std::string_view>;
+
+// Writes families and samples. A family's samples follow its # HELP and
+// # TYPE lines directly, as the format requires.
+class Exposition {
+ public:
+  void Family(std::string_view name, std::string_view type, std::string_view help) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += ' ';
+    out_ += EscapePrometheusHelp(help);
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+  }
+
+  void Sample(std::string_view name, std::initializer_list<Label> labels, uint64_t value) {
+    out_ += name;
+    if (labels.size() > 0) {
+      out_ += '{';
+      bool first = true;
+      for (const auto& [key, val] : labels) {
+        if (!first) out_ += ',';
+        first = false;
+        out_ += key;
+        out_ += "=\"";
+        out_ += EscapePrometheusLabelValue(val);
+        out_ += '"';
+      }
+      out_ += '}';
+    }
+    out_ += ' ';
+    out_ += std::to_string(value);
+    out_ += '\n';
+  }
+
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+struct PortCounterFamily {
+  const char* name;
+  const char* help;
+  uint64_t PortSnapshot::*field;
+};
+
+constexpr PortCounterFamily kPortCounters[] = {
+    {"aggswitch_port_rx_packets_total", "Frames received on the port by the worker lcores.",
+     &PortSnapshot::rx_packets},
+    {"aggswitch_port_rx_bytes_total", "Bytes received on the port by the worker lcores.",
+     &PortSnapshot::rx_bytes},
+    {"aggswitch_port_tx_packets_total", "Frames transmitted on the port.",
+     &PortSnapshot::tx_packets},
+    {"aggswitch_port_tx_bytes_total", "Bytes transmitted on the port.", &PortSnapshot::tx_bytes},
+    {"aggswitch_port_flooded_packets_total",
+     "Frames received on the port and flooded (broadcast, multicast or unknown unicast).",
+     &PortSnapshot::flooded_packets},
+};
+
+constexpr PortCounterFamily kPortDeviceCounters[] = {
+    {"aggswitch_port_device_missed_packets_total",
+     "Frames the device dropped because its RX ring was full (rte_eth_stats imissed).",
+     &PortSnapshot::dev_imissed},
+    {"aggswitch_port_device_rx_errors_total",
+     "Erroneous frames the device received (rte_eth_stats ierrors).", &PortSnapshot::dev_ierrors},
+    {"aggswitch_port_device_tx_errors_total",
+     "Frames the device failed to transmit (rte_eth_stats oerrors).", &PortSnapshot::dev_oerrors},
+    {"aggswitch_port_device_rx_nombuf_total",
+     "RX mbuf allocation failures of the device (rte_eth_stats rx_nombuf).",
+     &PortSnapshot::dev_rx_nombuf},
+};
+
+struct LcoreCounterFamily {
+  const char* name;
+  const char* help;
+  uint64_t LcoreSnapshot::*field;
+};
+
+constexpr LcoreCounterFamily kLcoreCounters[] = {
+    {"aggswitch_lcore_busy_cycles_total",
+     "TSC cycles of polls that returned packets, including their processing.",
+     &LcoreSnapshot::busy_cycles},
+    {"aggswitch_lcore_idle_cycles_total", "TSC cycles of polls that returned no packets.",
+     &LcoreSnapshot::idle_cycles},
+    {"aggswitch_lcore_busy_packets_total", "Packets received in busy polls.",
+     &LcoreSnapshot::busy_packets},
+    {"aggswitch_lcore_polls_total", "Passes over the lcore's RX queues.", &LcoreSnapshot::polls},
+    {"aggswitch_lcore_learn_requests_total",
+     "MAC learn or move requests sent to the control thread.", &LcoreSnapshot::learn_requests},
+    {"aggswitch_lcore_learn_ring_full_total",
+     "MAC learn requests lost because the learn ring was full (the frame was still forwarded).",
+     &LcoreSnapshot::learn_ring_full},
+    {"aggswitch_lcore_arp_replies_total", "ARP replies sent for the switch's own addresses.",
+     &LcoreSnapshot::arp_replies},
+    {"aggswitch_lcore_icmp_replies_total", "ICMP echo replies sent for the switch's own addresses.",
+     &LcoreSnapshot::icmp_replies},
+};
+
+struct MacGaugeFamily {
+  const char* name;
+  const char* help;
+  uint32_t MacTableSnapshot::*field;
+};
+
+constexpr MacGaugeFamily kMacGauges[] = {
+    {"aggswitch_mac_table_entries", "Entries in the MAC table, learned and static.",
+     &MacTableSnapshot::entries},
+    {"aggswitch_mac_table_capacity_entries", "Maximum number of MAC table entries.",
+     &MacTableSnapshot::capacity},
+    {"aggswitch_mac_table_static_entries", "Static entries in the MAC table.",
+     &MacTableSnapshot::static_entries},
+    {"aggswitch_mac_table_aging_seconds",
+     "Seconds after which an unseen learned entry is removed; 0 disables aging.",
+     &MacTableSnapshot::aging_seconds},
+};
+
+struct MacCounterFamily {
+  const char* name;
+  const char* help;
+  uint64_t MacTableSnapshot::*field;
+};
+
+constexpr MacCounterFamily kMacCounters[] = {
+    {"aggswitch_mac_table_learned_total", "MAC table entries added by learning.",
+     &MacTableSnapshot::learned},
+    {"aggswitch_mac_table_moved_total", "Learned MAC entries that moved to another port.",
+     &MacTableSnapshot::moved},
+    {"aggswitch_mac_table_aged_total", "Learned MAC entries removed by aging.",
+     &MacTableSnapshot::aged},
+    {"aggswitch_mac_table_static_conflicts_total",
+     "Frames whose source MAC is a static entry of another port.",
+     &MacTableSnapshot::static_conflicts},
+    {"aggswitch_mac_table_learn_refused_total",
+     "Learn requests refused because the MAC table was full.", &MacTableSnapshot::learn_refused},
+};
+
+std::string EscapeWith(std::string_view in, bool quotes) {
+  std::string out;
+  out.reserve(in.size());
+  for (char c : in) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (quotes && c == '"') {
+      out += "\\\"";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string EscapePrometheusLabelValue(std::string_view value) {
+  return EscapeWith(value, true);
+}
+
+std::string EscapePrometheusHelp(std::string_view help) {
+  return EscapeWith(help, false);
+}
+
+std::string RenderPrometheus(const StatsSnapshot& snap) {
+  Exposition e;
+
+  e.Family("aggswitch_build_info", "gauge",
+           "Build information of the running aggswitch; the value is always 1.");
+  e.Sample("aggswitch_build_info",
+           {{"version", snap.build.version}, {"dpdk_version", snap.build.dpdk_version}}, 1);
+
+  // --- Ports ---
+  e.Family("aggswitch_port_info", "gauge",
+           "Static information about a port; the value is always 1.");
+  for (const PortSnapshot& p : snap.ports) {
+    const std::string mac = p.mac.ToString();
+    e.Sample("aggswitch_port_info",
+             {{"port", p.name}, {"driver", p.driver}, {"mac", mac}, {"vlan_mode", p.vlan_mode}}, 1);
+  }
+  e.Family("aggswitch_port_link_up", "gauge", "1 when the port's link is up, 0 when it is down.");
+  for (const PortSnapshot& p : snap.ports) {
+    e.Sample("aggswitch_port_link_up", {{"port", p.name}}, p.link_up ? 1 : 0);
+  }
+  for (const PortCounterFamily& f : kPortCounters) {
+    e.Family(f.name, "counter", f.help);
+    for (const PortSnapshot& p : snap.ports) e.Sample(f.name, {{"port", p.name}}, p.*f.field);
+  }
+  std::string drop_help =
+      "Frames the dataplane dropped, by reason; charged to the ingress port except tx_full, "
+      "which is charged to the egress port. Reasons:";
+  for (const DropReasonText& t : kDropReasonText) {
+    drop_help += std::string(" ") + t.label + " (" + t.help + ");";
+  }
+  drop_help.back() = '.';
+  e.Family("aggswitch_port_dropped_packets_total", "counter", drop_help);
+  for (const PortSnapshot& p : snap.ports) {
+    for (size_t r = 0; r < dataplane::kNumDropReasons; ++r) {
+      e.Sample("aggswitch_port_dropped_packets_total",
+               {{"port", p.name}, {"reason", kDropReasonText[r].label}}, p.drops[r]);
+    }
+  }
+  for (const PortCounterFamily& f : kPortDeviceCounters) {
+    e.Family(f.name, "counter", f.help);
+    for (const PortSnapshot& p : snap.ports) e.Sample(f.name, {{"port", p.name}}, p.*f.field);
+  }
+
+  // --- Worker lcores ---
+  for (const LcoreCounterFamily& f : kLcoreCounters) {
+    e.Family(f.name, "counter", f.help);
+    for (const LcoreSnapshot& l : snap.lcores) {
+      const std::string lcore = std::to_string(l.lcore);
+      e.Sample(f.name, {{"lcore", lcore}}, l.*f.field);
+    }
+  }
+  e.Family("aggswitch_lcore_tsc_hertz", "gauge",
+           "TSC frequency; divides the lcore cycle counters into seconds.");
+  e.Sample("aggswitch_lcore_tsc_hertz", {}, snap.tsc_hz);
+
+  // --- MAC table ---
+  for (const MacGaugeFamily& f : kMacGauges) {
+    e.Family(f.name, "gauge", f.help);
+    e.Sample(f.name, {}, snap.mac_table.*f.field);
+  }
+  for (const MacCounterFamily& f : kMacCounters) {
+    e.Family(f.name, "counter", f.help);
+    e.Sample(f.name, {}, snap.mac_table.*f.field);
+  }
+  return e.Take();
+}
+
+}  // namespace aggswitch::control

@@ -1,0 +1,48 @@
+// Renders a StatsSnapshot in the Prometheus text exposition format 0.0.4, the
+// body of GET /metrics.
+//
+// Every family carries # HELP and # TYPE. Names follow
+// aggswitch_<subsystem>_<name>_<unit>, and counters end in _total:
+//
+//   aggswitch_build_info{version,dpdk_version}                  gauge, always 1
+//   aggswitch_port_info{port,driver,mac,vlan_mode}              gauge, always 1
+//   aggswitch_port_link_up{port}                                gauge, 1 or 0
+//   aggswitch_port_{rx,tx}_{packets,bytes}_total{port}          counters
+//   aggswitch_port_flooded_packets_total{port}                  counter
+//   aggswitch_port_dropped_packets_total{port,reason}           counter, every reason
+//   aggswitch_port_device_{missed_packets,rx_errors,tx_errors,rx_nombuf}_total{port}
+//   aggswitch_lcore_{busy_cycles,idle_cycles,busy_packets,polls,learn_requests,
+//                    learn_ring_full,arp_replies,icmp_replies}_total{lcore}
+//   aggswitch_lcore_tsc_hertz                                   gauge
+//   aggswitch_mac_table_{entries,capacity_entries,static_entries,aging_seconds}  gauges
+//   aggswitch_mac_table_{learned,moved,aged,static_conflicts,learn_refused}_total
+//
+// Each drop reason of AGG_DROP_REASONS is exported for every port, zeros
+// included, so that rate() works from the first scrape. The output is checked
+// with `promtool check metrics` in metrics_test.
+//
+//   StatsSnapshot snap = CollectSnapshot(*dataplane);
+//   std::string body = RenderPrometheus(snap);   // serve with kPrometheusContentType
+//
+// Thread safety: pure functions of their arguments; any thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "control/stats_snapshot.h"
+
+namespace aggswitch::control {
+
+// The Content-Type of a text exposition format 0.0.4 response.
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// The whole exposition, ending in a newline. [any]
+std::string RenderPrometheus(const StatsSnapshot& snap);
+
+// A label value with backslash, double quote and newline escaped (\\, \", \n). [any]
+std::string EscapePrometheusLabelValue(std::string_view value);
+// # HELP text with backslash and newline escaped (\\, \n). [any]
+std::string EscapePrometheusHelp(std::string_view help);
+
+}  // namespace aggswitch::control

@@ -1,0 +1,109 @@
+#include "control/stats_snapshot.h"
+
+#include <rte_version.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "common/version.h"
+#include "dataplane/dataplane.h"
+
+namespace aggswitch::control {
+
+StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
+  StatsSnapshot snap;
+  snap.build.version = common::Version();
+  snap.build.dpdk_version = rte_version();
+  snap.tsc_hz = dp.tsc_hz();
+
+  snap.ports.reserve(dp.port_count());
+  for (size_t i = 0; i < dp.port_count(); ++i) {
+    const dataplane::PortInfo info = dp.GetPortInfo(i);
+    const dataplane::PortTotals totals = dp.GetPortTotals(i);
+    PortSnapshot& p = snap.ports.emplace_back();
+    p.index = i;
+    p.name = info.name;
+    p.devargs = info.devargs;
+    p.driver = info.driver;
+    p.port_id = info.port_id;
+    p.mac = info.mac;
+    p.link_up = info.link_up;
+    p.link_speed_mbps = info.link_speed_mbps;
+    p.rx_queues = info.rx_queues;
+    p.tx_queues = info.tx_queues;
+    p.vlan_mode = info.vlan_mode;
+    p.rx_packets = totals.rx_packets;
+    p.rx_bytes = totals.rx_bytes;
+    p.tx_packets = totals.tx_packets;
+    p.tx_bytes = totals.tx_bytes;
+    p.flooded_packets = totals.flooded_packets;
+    std::copy(std::begin(totals.drops), std::end(totals.drops), p.drops.begin());
+    p.dev_imissed = totals.dev_imissed;
+    p.dev_ierrors = totals.dev_ierrors;
+    p.dev_oerrors = totals.dev_oerrors;
+    p.dev_rx_nombuf = totals.dev_rx_nombuf;
+  }
+
+  snap.lcores.reserve(dp.worker_count());
+  for (size_t i = 0; i < dp.worker_count(); ++i) {
+    const dataplane::WorkerInfo info = dp.GetWorkerInfo(i);
+    const dataplane::LcoreCounters& c = dp.worker_stats(i).lcore;
+    LcoreSnapshot& l = snap.lcores.emplace_back();
+    l.lcore = info.lcore;
+    l.tx_queue = info.tx_queue;
+    l.rx = info.rx;
+    l.busy_cycles = c.busy_cycles.Get();
+    l.idle_cycles = c.idle_cycles.Get();
+    l.busy_packets = c.busy_packets.Get();
+    l.polls = c.polls.Get();
+    l.learn_requests = c.learn_requests.Get();
+    l.learn_ring_full = c.learn_ring_full.Get();
+    l.arp_replies = c.arp_replies.Get();
+    l.icmp_replies = c.icmp_replies.Get();
+  }
+
+  const dataplane::MacTable& table = dp.mac_table();
+  const dataplane::MacEventCounters& events = dp.mac_events();
+  MacTableSnapshot& m = snap.mac_table;
+  m.entries = table.size();
+  m.capacity = table.capacity();
+  m.static_entries = table.static_count();
+  m.aging_seconds = dp.aging_seconds();
+  m.learned = events.learned.Get();
+  m.moved = events.moved.Get();
+  m.aged = events.aged.Get();
+  m.static_conflicts = events.static_conflicts.Get();
+  m.learn_refused = events.table_full.Get();
+  return snap;
+}
+
+std::vector<MacEntrySnapshot> CollectMacEntries(const dataplane::Dataplane& dp) {
+  std::vector<std::string> port_names;
+  port_names.reserve(dp.port_count());
+  for (size_t i = 0; i < dp.port_count(); ++i) port_names.push_back(dp.plan().port(i).name);
+
+  const dataplane::MacTable& table = dp.mac_table();
+  const uint32_t now = dp.NowTick();
+  const double tick_seconds = dp.TickSeconds();
+  std::vector<MacEntrySnapshot> out;
+  out.reserve(table.size());
+  table.ForEach([&](const dataplane::MacTable::EntryView& e) {
+    MacEntrySnapshot& s = out.emplace_back();
+    s.vlan = e.vlan;
+    s.mac = e.mac;
+    s.port_index = e.port;
+    s.port = e.port < port_names.size() ? port_names[e.port] : "port" + std::to_string(e.port);
+    s.is_static = e.is_static;
+    // The difference of two ticks taken as signed is correct across the tick
+    // counter's wrap-around. A worker may touch the entry after NowTick() was
+    // read, which makes it negative; that is age 0.
+    const int32_t age_ticks = static_cast<int32_t>(now - e.last_seen_tick);
+    s.age_seconds = e.is_static || age_ticks <= 0 ? 0.0 : age_ticks * tick_seconds;
+  });
+  std::sort(out.begin(), out.end(), [](const MacEntrySnapshot& a, const MacEntrySnapshot& b) {
+    return std::make_tuple(a.vlan, a.mac.ToU64()) < std::make_tuple(b.vlan, b.mac.ToU64());
+  });
+  return out;
+}
+
+}  // namespace aggswitch::control

@@ -1,0 +1,82 @@
+// Per-lcore dataplane counters and the list of drop reasons.
+//
+// Each worker lcore owns one cache-aligned LcoreStats and is its only writer;
+// the control side (metrics, API, telemetry) reads with relaxed atomic loads
+// and sums across lcores. Nothing is shared for writing, so there is no false
+// sharing and no atomic read-modify-write on the hot path.
+//
+// Thread safety: Counter::Add on the owning lcore only; Counter::Get anywhere.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "config/config.h"
+
+namespace aggswitch::dataplane {
+
+// Every reason the dataplane drops a frame: enum name, metric label, meaning.
+// Drops are charged to the ingress port, except tx_full (egress port).
+#define AGG_DROP_REASONS(X)                                                                   \
+  X(kRunt, "runt", "frame shorter than an Ethernet header")                                   \
+  X(kBadVlan, "bad_vlan", "802.1Q tag truncated or VLAN id 4095")                             \
+  X(kVlanNotAllowed, "vlan_not_allowed",                                                      \
+    "tag on an access port, VLAN not in the trunk list, or untagged on a trunk with no native") \
+  X(kSrcMulticast, "src_multicast", "source MAC is multicast or broadcast")                   \
+  X(kHairpin, "hairpin", "destination MAC was learned on the ingress port")                   \
+  X(kNoEgress, "no_egress", "no other port carries the frame's VLAN")                         \
+  X(kToSwitchMalformed, "to_switch_malformed", "ARP or IPv4 to the switch failed its checks") \
+  X(kToSwitchUnhandled, "to_switch_unhandled", "addressed to the switch, not ARP or ping")     \
+  X(kNoMbuf, "no_mbuf", "mempool empty when copying a flooded frame")                         \
+  X(kNoHeadroom, "no_headroom", "no headroom to push an 802.1Q tag")                          \
+  X(kTxFull, "tx_full", "egress queue full")
+
+enum class DropReason : uint8_t {
+#define AGG_DROP_ENUM(name, label, help) name,
+  AGG_DROP_REASONS(AGG_DROP_ENUM)
+#undef AGG_DROP_ENUM
+      kCount
+};
+inline constexpr size_t kNumDropReasons = static_cast<size_t>(DropReason::kCount);
+
+const char* DropReasonLabel(DropReason reason);
+const char* DropReasonHelp(DropReason reason);
+
+// A single-writer counter. Add() is a plain load/add/store (no lock prefix).
+class Counter {
+ public:
+  void Add(uint64_t n) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+// One lcore's view of one port.
+struct PortCounters {
+  Counter rx_packets;
+  Counter rx_bytes;
+  Counter tx_packets;
+  Counter tx_bytes;
+  Counter flooded_packets;  // frames received here and flooded
+  Counter drops[kNumDropReasons];
+};
+
+struct LcoreCounters {
+  Counter busy_cycles;    // TSC cycles of polls that returned packets, incl. their processing
+  Counter idle_cycles;    // TSC cycles of polls that returned nothing
+  Counter busy_packets;   // packets received in busy polls
+  Counter polls;
+  Counter learn_requests;     // learn/move requests sent to the control thread
+  Counter learn_ring_full;    // requests lost because the ring was full (frame still forwarded)
+  Counter arp_replies;
+  Counter icmp_replies;
+};
+
+struct alignas(64) LcoreStats {
+  LcoreCounters lcore;
+  alignas(64) PortCounters ports[config::kMaxPorts];
+};
+
+}  // namespace aggswitch::dataplane

@@ -1,0 +1,345 @@
+#include "dataplane/dataplane.h"
+
+#include <rte_bus.h>
+#include <rte_cycles.h>
+#include <rte_dev.h>
+#include <rte_errno.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "common/log.h"
+#include "dataplane/worker.h"
+
+namespace aggswitch::dataplane {
+namespace {
+
+using common::Status;
+
+constexpr unsigned kLearnRingSize = 4096;
+// The aging scan visits the whole table about four times per aging period.
+constexpr unsigned kAgingPassesPerPeriod = 4;
+
+std::atomic<unsigned> g_instance{0};
+
+std::string DeviceName(const std::string& devargs) { return devargs.substr(0, devargs.find(',')); }
+
+std::string Errno(int err) { return rte_strerror(err < 0 ? -err : err); }
+
+std::string VlanModeText(const config::PortConfig& pc) {
+  if (pc.mode == config::VlanMode::kAccess) return "access " + std::to_string(pc.access_vlan);
+  std::string text = "trunk ";
+  for (size_t i = 0; i < pc.trunk_vlans.size(); ++i) {
+    if (i) text += ",";
+    text += std::to_string(pc.trunk_vlans[i]);
+  }
+  if (pc.native_vlan) text += " native " + std::to_string(*pc.native_vlan);
+  return text;
+}
+
+}  // namespace
+
+common::Result<std::unique_ptr<Dataplane>> Dataplane::Create(const config::Config& config) {
+  std::unique_ptr<Dataplane> dp(new Dataplane());
+  dp->tsc_hz_ = rte_get_tsc_hz();
+  // About one MAC-table tick per second: the largest power of two <= TSC Hz.
+  dp->tick_shift_ = static_cast<uint32_t>(std::floor(std::log2(static_cast<double>(dp->tsc_hz_))));
+  dp->plan_ = ForwardingPlan::Build(config);
+  dp->mac_table_ = std::make_unique<MacTable>(config.mac_table.size);
+  RETURN_IF_ERROR(dp->ApplyMacTableConfig(config.mac_table));
+  RETURN_IF_ERROR(dp->CreateMempool(config));
+
+  const uint16_t tx_queues = static_cast<uint16_t>(config.workers.size());
+  for (const config::PortConfig& pc : config.ports) {
+    RETURN_IF_ERROR(dp->OpenPort(pc, config.RxQueueCount(pc.name), tx_queues));
+  }
+  RETURN_IF_ERROR(dp->CreateWorkers(config));
+  return dp;
+}
+
+Dataplane::~Dataplane() {
+  Stop();
+  for (Port& port : ports_) {
+    if (rte_eth_dev_close(port.port_id) != 0) {
+      AGG_LOG(kWarning, "port %s: close failed", port.config.name.c_str());
+    }
+  }
+}
+
+Status Dataplane::CreateMempool(const config::Config& config) {
+  uint16_t max_mtu = 1500;
+  for (const config::PortConfig& pc : config.ports) max_mtu = std::max(max_mtu, pc.mtu);
+  // Room for the largest frame plus one pushed 802.1Q tag.
+  const uint32_t frame = max_mtu + kEtherHdrLen + kVlanHdrLen + 4;
+  const uint16_t data_room = static_cast<uint16_t>(
+      std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE, RTE_PKTMBUF_HEADROOM + frame));
+  const std::string name = "agg_mbuf_" + std::to_string(g_instance.fetch_add(1));
+  pool_.reset(rte_pktmbuf_pool_create(name.c_str(), config.mempool.mbufs, config.mempool.cache, 0,
+                                      data_room, static_cast<int>(rte_socket_id())));
+  if (!pool_) {
+    return common::ResourceExhausted("cannot create mbuf pool of " +
+                                     std::to_string(config.mempool.mbufs) + " mbufs: " +
+                                     Errno(rte_errno) + " (raise eal.memory_mb or lower mempool.mbufs)");
+  }
+  return Status::Ok();
+}
+
+Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uint16_t tx_queues) {
+  const std::string dev_name = DeviceName(pc.devargs);
+  uint16_t port_id = 0;
+  if (rte_eth_dev_get_port_by_name(dev_name.c_str(), &port_id) != 0) {
+    const int rc = rte_dev_probe(pc.devargs.c_str());
+    if (rc != 0) {
+      return common::Unavailable("port " + pc.name + ": cannot probe device \"" + pc.devargs +
+                                 "\": " + Errno(rc));
+    }
+    if (rte_eth_dev_get_port_by_name(dev_name.c_str(), &port_id) != 0) {
+      return common::NotFound("port " + pc.name + ": device \"" + dev_name +
+                              "\" probed but no ethdev has that name");
+    }
+  }
+  rte_eth_dev_info info{};
+  if (int rc = rte_eth_dev_info_get(port_id, &info); rc != 0) {
+    return common::Internal("port " + pc.name + ": dev_info_get: " + Errno(rc));
+  }
+  if (rx_queues > info.max_rx_queues || tx_queues > info.max_tx_queues) {
+    return common::InvalidArgument(
+        "port " + pc.name + " (" + info.driver_name + ") supports " +
+        std::to_string(info.max_rx_queues) + " rx / " + std::to_string(info.max_tx_queues) +
+        " tx queues; the config needs " + std::to_string(rx_queues) + " rx (queues polled) / " +
+        std::to_string(tx_queues) + " tx (one per worker)");
+  }
+  rte_eth_conf conf{};
+  if (rx_queues > 1) {
+    conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+    conf.rx_adv_conf.rss_conf.rss_hf =
+        (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP) & info.flow_type_rss_offloads;
+  }
+  if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) {
+    // Every mbuf comes from one pool with refcount 1: let the driver free in bulk.
+    conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+  }
+  if (int rc = rte_eth_dev_configure(port_id, rx_queues, tx_queues, &conf); rc != 0) {
+    return common::Internal("port " + pc.name + ": configure: " + Errno(rc));
+  }
+  uint16_t rx_desc = pc.rx_descriptors, tx_desc = pc.tx_descriptors;
+  if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &rx_desc, &tx_desc); rc != 0) {
+    return common::Internal("port " + pc.name + ": adjust descriptors: " + Errno(rc));
+  }
+  const int socket = rte_eth_dev_socket_id(port_id);
+  const unsigned queue_socket = socket < 0 ? rte_socket_id() : static_cast<unsigned>(socket);
+  for (uint16_t q = 0; q < rx_queues; ++q) {
+    rte_eth_rxconf rxconf = info.default_rxconf;
+    if (int rc = rte_eth_rx_queue_setup(port_id, q, rx_desc, queue_socket, &rxconf, pool_.get());
+        rc != 0) {
+      return common::Internal("port " + pc.name + ": rx queue " + std::to_string(q) + ": " + Errno(rc));
+    }
+  }
+  for (uint16_t q = 0; q < tx_queues; ++q) {
+    rte_eth_txconf txconf = info.default_txconf;
+    txconf.offloads = conf.txmode.offloads;
+    if (int rc = rte_eth_tx_queue_setup(port_id, q, tx_desc, queue_socket, &txconf); rc != 0) {
+      return common::Internal("port " + pc.name + ": tx queue " + std::to_string(q) + ": " + Errno(rc));
+    }
+  }
+  if (pc.mtu != 1500) {
+    if (int rc = rte_eth_dev_set_mtu(port_id, pc.mtu); rc != 0) {
+      return common::InvalidArgument("port " + pc.name + ": cannot set mtu " + std::to_string(pc.mtu) +
+                                     ": " + Errno(rc));
+    }
+  }
+  // A switch must see every frame, not only those for the port's own MAC.
+  if (int rc = rte_eth_promiscuous_enable(port_id); rc != 0 && rc != -ENOTSUP) {
+    AGG_LOG(kWarning, "port %s: cannot enable promiscuous mode: %s", pc.name.c_str(), Errno(rc).c_str());
+  }
+  if (int rc = rte_eth_dev_start(port_id); rc != 0) {
+    return common::Internal("port " + pc.name + ": start: " + Errno(rc));
+  }
+  ports_.push_back(Port{pc, port_id, rx_queues, tx_queues, true});
+  AGG_LOG(kInfo, "port %s: %s (ethdev %u, %s), %u rx / %u tx queues, %s", pc.name.c_str(),
+          pc.devargs.c_str(), port_id, info.driver_name, rx_queues, tx_queues,
+          VlanModeText(pc).c_str());
+  return Status::Ok();
+}
+
+Status Dataplane::CreateWorkers(const config::Config& config) {
+  const unsigned instance = g_instance.fetch_add(1);
+  for (size_t w = 0; w < config.workers.size(); ++w) {
+    const config::WorkerConfig& wc = config.workers[w];
+    WorkerSetup setup;
+    setup.lcore = wc.lcore;
+    setup.tx_queue = static_cast<uint16_t>(w);
+    setup.tick_shift = tick_shift_;
+    for (size_t p = 0; p < ports_.size(); ++p) setup.port_ids[p] = ports_[p].port_id;
+    WorkerInfo info{wc.lcore, setup.tx_queue, {}};
+    for (const config::RxQueueRef& rx : wc.rx) {
+      if (setup.n_rx == kMaxRxQueuesPerWorker) {
+        return common::InvalidArgument("worker on lcore " + std::to_string(wc.lcore) + " polls more than " +
+                                       std::to_string(kMaxRxQueuesPerWorker) + " queues");
+      }
+      setup.rx[setup.n_rx++] = WorkerSetup::Rx{static_cast<uint16_t>(config.PortIndex(rx.port)), rx.queue};
+      info.rx.emplace_back(rx.port, rx.queue);
+    }
+    const std::string ring_name = "agg_learn_" + std::to_string(instance) + "_" + std::to_string(w);
+    RingPtr ring(rte_ring_create_elem(ring_name.c_str(), sizeof(LearnRequest), kLearnRingSize,
+                                      static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ));
+    if (!ring) return common::ResourceExhausted("cannot create learn ring: " + Errno(rte_errno));
+    auto stats = std::make_unique<LcoreStats>();
+    workers_.push_back(std::make_unique<Worker>(setup, *plan_, *mac_table_, ring.get(), pool_.get(),
+                                                *stats, quit_));
+    learn_rings_.push_back(std::move(ring));
+    stats_.push_back(std::move(stats));
+    worker_info_.push_back(std::move(info));
+  }
+  return Status::Ok();
+}
+
+Status Dataplane::Start() {
+  if (running_) return common::FailedPrecondition("dataplane already running");
+  quit_.store(false, std::memory_order_relaxed);
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    const unsigned lcore = worker_info_[w].lcore;
+    if (!rte_lcore_is_enabled(lcore) || lcore == rte_get_main_lcore()) {
+      Stop();
+      return common::InvalidArgument("lcore " + std::to_string(lcore) +
+                                     " is not an enabled worker lcore (check eal.lcores)");
+    }
+    if (int rc = rte_eal_remote_launch(Worker::LaunchEntry, workers_[w].get(), lcore); rc != 0) {
+      Stop();
+      return common::Unavailable("cannot launch worker on lcore " + std::to_string(lcore) + ": " +
+                                 Errno(rc));
+    }
+    running_ = true;
+  }
+  running_ = true;
+  return Status::Ok();
+}
+
+void Dataplane::Stop() {
+  quit_.store(true, std::memory_order_relaxed);
+  if (running_) {
+    for (const WorkerInfo& info : worker_info_) rte_eal_wait_lcore(info.lcore);
+    running_ = false;
+  }
+  StopPorts();
+}
+
+void Dataplane::StopPorts() {
+  for (Port& port : ports_) {
+    if (!port.started) continue;
+    if (rte_eth_dev_stop(port.port_id) != 0) {
+      AGG_LOG(kWarning, "port %s: stop failed", port.config.name.c_str());
+    }
+    port.started = false;
+  }
+}
+
+void Dataplane::PollWorkerOnce(size_t index) {
+  if (running_ || index >= workers_.size()) return;
+  workers_[index]->PollOnce();
+}
+
+void Dataplane::ProcessLearnRequests() {
+  const uint32_t now = NowTick();
+  LearnRequest batch[64];
+  for (RingPtr& ring : learn_rings_) {
+    // Bounded: at most one ring's worth per call, so the control loop stays responsive.
+    for (unsigned drained = 0; drained < kLearnRingSize;) {
+      const unsigned n = rte_ring_sc_dequeue_burst_elem(ring.get(), batch, sizeof(LearnRequest), 64, nullptr);
+      if (n == 0) break;
+      drained += n;
+      for (unsigned i = 0; i < n; ++i) {
+        switch (mac_table_->Learn(batch[i].key, batch[i].port, now)) {
+          case MacTable::LearnResult::kAdded: mac_events_.learned.Add(1); break;
+          case MacTable::LearnResult::kMoved: mac_events_.moved.Add(1); break;
+          case MacTable::LearnResult::kStaticConflict: mac_events_.static_conflicts.Add(1); break;
+          case MacTable::LearnResult::kFull: mac_events_.table_full.Add(1); break;
+          case MacTable::LearnResult::kRefreshed: break;
+        }
+      }
+    }
+  }
+}
+
+void Dataplane::AgeMacTable() {
+  const uint32_t aging = aging_seconds_.load(std::memory_order_relaxed);
+  if (aging == 0) return;
+  const double tick_s = TickSeconds();
+  const auto max_age = static_cast<uint32_t>(std::ceil(aging / tick_s));
+  // Called about every millisecond: spread one full pass over aging/4 seconds.
+  const double calls_per_pass = std::max(1.0, aging * 1000.0 / kAgingPassesPerPeriod);
+  const auto budget = static_cast<uint32_t>(
+      std::max(1.0, std::ceil(mac_table_->bucket_count() / calls_per_pass)));
+  mac_events_.aged.Add(mac_table_->AgeSome(NowTick(), max_age, budget));
+}
+
+Status Dataplane::ApplyMacTableConfig(const config::MacTableConfig& mac_config) {
+  mac_table_->ClearStatic();
+  for (const config::StaticMacEntry& e : mac_config.static_entries) {
+    int port = -1;
+    for (uint16_t p = 0; p < plan_->port_count(); ++p) {
+      if (plan_->port(p).name == e.port) port = p;
+    }
+    if (port < 0) return common::NotFound("static MAC " + e.mac.ToString() + ": no port " + e.port);
+    RETURN_IF_ERROR(mac_table_->AddStatic(MacKey(e.vlan, e.mac), static_cast<uint16_t>(port)));
+  }
+  aging_seconds_.store(mac_config.aging_seconds, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+PortInfo Dataplane::GetPortInfo(size_t port_index) const {
+  const Port& port = ports_[port_index];
+  PortInfo info;
+  info.name = port.config.name;
+  info.devargs = port.config.devargs;
+  info.port_id = port.port_id;
+  info.rx_queues = port.rx_queues;
+  info.tx_queues = port.tx_queues;
+  info.vlan_mode = VlanModeText(port.config);
+  rte_eth_dev_info dev{};
+  if (rte_eth_dev_info_get(port.port_id, &dev) == 0 && dev.driver_name) info.driver = dev.driver_name;
+  rte_ether_addr mac{};
+  if (rte_eth_macaddr_get(port.port_id, &mac) == 0) std::copy_n(mac.addr_bytes, 6, info.mac.bytes.begin());
+  rte_eth_link link{};
+  if (rte_eth_link_get_nowait(port.port_id, &link) == 0) {
+    info.link_up = link.link_status == RTE_ETH_LINK_UP;
+    info.link_speed_mbps = link.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN ? 0 : link.link_speed;
+  }
+  return info;
+}
+
+PortTotals Dataplane::GetPortTotals(size_t port_index) const {
+  PortTotals t;
+  for (const auto& s : stats_) {
+    const PortCounters& c = s->ports[port_index];
+    t.rx_packets += c.rx_packets.Get();
+    t.rx_bytes += c.rx_bytes.Get();
+    t.tx_packets += c.tx_packets.Get();
+    t.tx_bytes += c.tx_bytes.Get();
+    t.flooded_packets += c.flooded_packets.Get();
+    for (size_t r = 0; r < kNumDropReasons; ++r) t.drops[r] += c.drops[r].Get();
+  }
+  rte_eth_stats dev{};
+  if (rte_eth_stats_get(ports_[port_index].port_id, &dev) == 0) {
+    t.dev_imissed = dev.imissed;
+    t.dev_ierrors = dev.ierrors;
+    t.dev_oerrors = dev.oerrors;
+    t.dev_rx_nombuf = dev.rx_nombuf;
+  }
+  return t;
+}
+
+WorkerInfo Dataplane::GetWorkerInfo(size_t index) const { return worker_info_[index]; }
+
+const LcoreStats& Dataplane::worker_stats(size_t index) const { return *stats_[index]; }
+
+uint32_t Dataplane::NowTick() const { return static_cast<uint32_t>(rte_rdtsc() >> tick_shift_); }
+
+double Dataplane::TickSeconds() const {
+  return std::ldexp(1.0, static_cast<int>(tick_shift_)) / static_cast<double>(tsc_hz_);
+}
+
+}  // namespace aggswitch::dataplane

@@ -1,0 +1,162 @@
+// The dataplane: mempool, ports, MAC table, learn rings and the worker lcores.
+//
+// Startup follows DPDK's canonical order (EAL is already up, see eal.h):
+// mbuf pool, then for each port configure / adjust descriptors / queue setup on
+// the port's socket / promiscuous / start; then Start() launches one Worker per
+// worker lcore. Stop() raises the quit flag, waits for every lcore to finish
+// its burst, and stops the ports.
+//
+// The control thread feeds the MAC table from the workers' learn rings
+// (ProcessLearnRequests) and ages it (AgeMacTable); nothing else writes shared
+// state. Metrics, the API and telemetry read counters and the MAC table
+// through the [any] accessors without touching the hot path.
+//
+//   ASSIGN_OR_RETURN(auto dp, Dataplane::Create(config));
+//   RETURN_IF_ERROR(dp->Start());
+//   while (running) { dp->ProcessLearnRequests(); dp->AgeMacTable(); sleep(1ms); }
+//   dp->Stop();
+//
+// Thread safety: each method says [control] (the main lcore's control thread),
+// or [any] (safe from any thread, e.g. HTTP handlers, while workers run).
+#pragma once
+
+#include <rte_ethdev.h>
+#include <rte_mempool.h>
+#include <rte_ring.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/config.h"
+#include "dataplane/counters.h"
+#include "dataplane/forwarding_plan.h"
+#include "dataplane/mac_table.h"
+
+namespace aggswitch::dataplane {
+
+class Worker;
+
+struct MempoolDeleter {
+  void operator()(rte_mempool* mp) const { rte_mempool_free(mp); }
+};
+struct RingDeleter {
+  void operator()(rte_ring* r) const { rte_ring_free(r); }
+};
+using MempoolPtr = std::unique_ptr<rte_mempool, MempoolDeleter>;
+using RingPtr = std::unique_ptr<rte_ring, RingDeleter>;
+
+// MAC table events counted by the control thread.
+struct MacEventCounters {
+  Counter learned;          // new entries
+  Counter moved;            // entries that changed port
+  Counter aged;             // entries removed by aging
+  Counter static_conflicts; // a static MAC seen on another port
+  Counter table_full;       // learn requests refused: table full
+};
+
+// What the API shows about a port.
+struct PortInfo {
+  std::string name;
+  std::string devargs;
+  std::string driver;
+  uint16_t port_id = 0;
+  common::MacAddr mac;
+  bool link_up = false;
+  uint32_t link_speed_mbps = 0;
+  uint16_t rx_queues = 0;
+  uint16_t tx_queues = 0;
+  std::string vlan_mode;  // "access 10" or "trunk 10,20 native 1"
+};
+
+// Per-port totals summed over every worker lcore plus the device's own counters.
+struct PortTotals {
+  uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0, flooded_packets = 0;
+  uint64_t drops[kNumDropReasons] = {};
+  // From rte_eth_stats_get: frames the device itself dropped or failed on.
+  uint64_t dev_imissed = 0, dev_ierrors = 0, dev_oerrors = 0, dev_rx_nombuf = 0;
+};
+
+struct WorkerInfo {
+  unsigned lcore = 0;
+  uint16_t tx_queue = 0;
+  std::vector<std::pair<std::string, uint16_t>> rx;  // (port name, queue)
+};
+
+class Dataplane {
+ public:
+  // Builds everything but launches nothing. EAL must be initialised. [control]
+  static common::Result<std::unique_ptr<Dataplane>> Create(const config::Config& config);
+  ~Dataplane();
+  Dataplane(const Dataplane&) = delete;
+  Dataplane& operator=(const Dataplane&) = delete;
+
+  // Launches every worker on its lcore. [control]
+  common::Status Start();
+  // Asks workers to finish their current burst, waits for them, stops the ports.
+  // Idempotent. [control]
+  void Stop();
+  bool running() const { return running_; }
+
+  // One pass of worker `index` over its RX queues on the calling thread; for
+  // deterministic tests. Only while not running. [control]
+  void PollWorkerOnce(size_t index);
+
+  // Drains the workers' learn rings into the MAC table. [control]
+  void ProcessLearnRequests();
+  // Ages a bounded share of the MAC table (the whole table about every
+  // aging_seconds / 4). [control]
+  void AgeMacTable();
+  // Replaces the static MAC entries and the aging time (SIGHUP reload). [control]
+  common::Status ApplyMacTableConfig(const config::MacTableConfig& mac_config);
+
+  // --- Readers [any] ---
+  const ForwardingPlan& plan() const { return *plan_; }
+  const MacTable& mac_table() const { return *mac_table_; }
+  const MacEventCounters& mac_events() const { return mac_events_; }
+  uint32_t aging_seconds() const { return aging_seconds_.load(std::memory_order_relaxed); }
+  size_t port_count() const { return ports_.size(); }
+  PortInfo GetPortInfo(size_t port_index) const;
+  PortTotals GetPortTotals(size_t port_index) const;
+  size_t worker_count() const { return workers_.size(); }
+  WorkerInfo GetWorkerInfo(size_t index) const;
+  const LcoreStats& worker_stats(size_t index) const;
+  uint64_t tsc_hz() const { return tsc_hz_; }
+  // The MAC table's clock: TSC >> tick_shift, about one tick per second.
+  uint32_t NowTick() const;
+  double TickSeconds() const;
+
+ private:
+  struct Port {
+    config::PortConfig config;
+    uint16_t port_id = 0;
+    uint16_t rx_queues = 0;
+    uint16_t tx_queues = 0;
+    bool started = false;
+  };
+
+  Dataplane() = default;
+  common::Status CreateMempool(const config::Config& config);
+  common::Status OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uint16_t tx_queues);
+  common::Status CreateWorkers(const config::Config& config);
+  void StopPorts();
+
+  std::unique_ptr<ForwardingPlan> plan_;
+  std::unique_ptr<MacTable> mac_table_;
+  MacEventCounters mac_events_;
+  std::atomic<uint32_t> aging_seconds_{0};
+  MempoolPtr pool_;
+  std::vector<Port> ports_;
+  std::vector<RingPtr> learn_rings_;
+  std::vector<std::unique_ptr<LcoreStats>> stats_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<WorkerInfo> worker_info_;
+  std::atomic<bool> quit_{false};
+  bool running_ = false;
+  uint64_t tsc_hz_ = 0;
+  uint32_t tick_shift_ = 30;
+};
+
+}  // namespace aggswitch::dataplane

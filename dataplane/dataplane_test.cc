@@ -1,0 +1,442 @@
+// In-process dataplane tests on net_ring ports: frames are injected into a
+// port's RX ring, one worker pass runs on the test thread, and the test reads
+// exactly which frames left which port's TX ring, with which tags.
+#include "dataplane/dataplane.h"
+
+#include <gtest/gtest.h>
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/loader.h"
+#include "dataplane/eal.h"
+#include "dataplane/test_frames.h"
+
+namespace aggswitch::dataplane {
+namespace {
+
+using testframes::Frame;
+
+class EalEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const std::string prefix = "agg_dp_test_" + std::to_string(getpid());
+    auto eal = EalSession::Init("dataplane_test", {"--no-huge", "-m", "256", "--no-pci", "--no-shconf",
+                                                   "--no-telemetry", "--lcores", "0",
+                                                   "--file-prefix", prefix, "--log-level", "lib.*:error"});
+    ASSERT_TRUE(eal.ok()) << eal.status().ToString();
+    eal_ = std::move(eal).value();
+  }
+  void TearDown() override { eal_.reset(); }
+
+ private:
+  std::unique_ptr<EalSession> eal_;
+};
+
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EalEnvironment);
+
+common::MacAddr Mac(const char* text) { return *common::MacAddr::Parse(text); }
+
+const common::MacAddr kSwitchMac = Mac("02:a9:9c:00:00:01");
+const common::MacAddr kH0 = Mac("02:00:00:00:00:a0");
+const common::MacAddr kH1 = Mac("02:00:00:00:00:a1");
+const common::MacAddr kH2 = Mac("02:00:00:00:00:a2");
+const common::MacAddr kH3 = Mac("02:00:00:00:00:a3");
+const common::MacAddr kBroadcast = Mac("ff:ff:ff:ff:ff:ff");
+
+// Four ring ports:
+//   a0, a1: access VLAN 10     b: access VLAN 20     t: trunk [10, 20], native 30
+class DataplaneTest : public ::testing::Test {
+ protected:
+  static constexpr int kPorts = 4;
+
+  void SetUp() override { Build(DefaultYaml()); }
+
+  std::string DefaultYaml(const std::string& extra = "", const std::string& mac_table = "") {
+    static int instance = 0;
+    ++instance;
+    names_.clear();
+    // rte_eth_from_rings("x") creates the ethdev "net_ring_x".
+    for (int p = 0; p < kPorts; ++p) names_.push_back("t" + std::to_string(instance) + "_" + std::to_string(p));
+    return "eal: {lcores: \"0,1\"}\n"
+           "switch:\n"
+           "  mac: 02:a9:9c:00:00:01\n"
+           "  addresses: [10.0.10.254/24, {address: 10.0.20.254/24, vlan: 20}]\n"
+           "ports:\n"
+           "  - {name: a0, devargs: net_ring_" + names_[0] + ", access: 10}\n"
+           "  - {name: a1, devargs: net_ring_" + names_[1] + ", access: 10}\n"
+           "  - {name: b, devargs: net_ring_" + names_[2] + ", access: 20}\n"
+           "  - {name: t, devargs: net_ring_" + names_[3] + ", trunk: [10, 20], native: 30}\n"
+           "workers: [{lcore: 1, rx: [a0, a1, b, t]}]\n"
+           "mempool: {mbufs: 2047, cache: 0}\n"
+           "mac_table: {size: 1024" + mac_table + "}\n" + extra;
+  }
+
+  void Build(const std::string& yaml, unsigned tx_ring_size = 256) {
+    dp_.reset();
+    FreeRings();
+    config::ConfigLoad load = config::LoadConfigText(yaml, "test.yaml");
+    ASSERT_TRUE(load.ok()) << load.FormatErrors();
+    for (int p = 0; p < kPorts; ++p) {
+      rte_ring* rx = rte_ring_create((names_[p] + "_rx").c_str(), 256, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+      rte_ring* tx = rte_ring_create((names_[p] + "_tx").c_str(), tx_ring_size, SOCKET_ID_ANY,
+                                     RING_F_SP_ENQ | RING_F_SC_DEQ);
+      ASSERT_NE(rx, nullptr);
+      ASSERT_NE(tx, nullptr);
+      rx_.push_back(rx);
+      tx_.push_back(tx);
+      ASSERT_GE(rte_eth_from_rings(names_[p].c_str(), &rx, 1, &tx, 1, SOCKET_ID_ANY), 0);
+    }
+    if (pool_ == nullptr) {
+      // One pool for the injected frames, shared by every test of the process.
+      static rte_mempool* shared = rte_pktmbuf_pool_create("dp_test_pool", 1023, 0, 0,
+                                                           RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+      pool_ = shared;
+      ASSERT_NE(pool_, nullptr);
+    }
+    auto dp = Dataplane::Create(load.config);
+    ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+    dp_ = std::move(dp).value();
+  }
+
+  void TearDown() override {
+    dp_.reset();
+    FreeRings();
+  }
+
+  void FreeRings() {
+    // Ports the dataplane did not take over (a failed Create) are closed here.
+    for (const std::string& name : names_) {
+      uint16_t port_id;
+      if (rte_eth_dev_get_port_by_name(("net_ring_" + name).c_str(), &port_id) == 0) {
+        rte_eth_dev_close(port_id);
+      }
+    }
+    for (rte_ring* r : rx_) DrainRing(r), rte_ring_free(r);
+    for (rte_ring* r : tx_) DrainRing(r), rte_ring_free(r);
+    rx_.clear();
+    tx_.clear();
+  }
+
+  static void DrainRing(rte_ring* r) {
+    void* obj;
+    while (rte_ring_dequeue(r, &obj) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(obj));
+  }
+
+  void Inject(int port, const Frame& frame) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    ASSERT_NE(m, nullptr);
+    char* data = rte_pktmbuf_append(m, static_cast<uint16_t>(frame.size()));
+    ASSERT_NE(data, nullptr);
+    std::memcpy(data, frame.data(), frame.size());
+    ASSERT_EQ(rte_ring_enqueue(rx_[port], m), 0);
+  }
+
+  // Runs one worker pass and lets the control thread learn.
+  void Step() {
+    dp_->PollWorkerOnce(0);
+    dp_->ProcessLearnRequests();
+  }
+
+  // Everything that left each port since the last call.
+  std::map<int, std::vector<Frame>> Drain() {
+    std::map<int, std::vector<Frame>> out;
+    for (int p = 0; p < static_cast<int>(tx_.size()); ++p) {
+      void* obj;
+      while (rte_ring_dequeue(tx_[p], &obj) == 0) {
+        auto* m = static_cast<rte_mbuf*>(obj);
+        const auto* d = rte_pktmbuf_mtod(m, const uint8_t*);
+        out[p].emplace_back(d, d + rte_pktmbuf_data_len(m));
+        rte_pktmbuf_free(m);
+      }
+    }
+    return out;
+  }
+
+  uint64_t DropCount(int port, DropReason reason) {
+    return dp_->GetPortTotals(port).drops[static_cast<size_t>(reason)];
+  }
+
+  static Frame Untagged(const common::MacAddr& src, const common::MacAddr& dst) {
+    return testframes::EthernetFrame(src, dst, 0x0800, 46);
+  }
+  static Frame Tagged(const common::MacAddr& src, const common::MacAddr& dst, int vlan, int pcp = 0) {
+    return testframes::EthernetFrame(src, dst, 0x0800, 46, vlan, pcp);
+  }
+
+  std::vector<std::string> names_;
+  std::vector<rte_ring*> rx_, tx_;
+  rte_mempool* pool_ = nullptr;
+  std::unique_ptr<Dataplane> dp_;
+};
+
+TEST_F(DataplaneTest, UnknownUnicastFloodsWithinVlanWithPerPortTagging) {
+  Inject(0, Untagged(kH0, kH1));
+  Step();
+  auto out = Drain();
+  // a1 (same VLAN, untagged) and the trunk (tagged 10); not b (VLAN 20), not back to a0.
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(out[1][0], Untagged(kH0, kH1));
+  ASSERT_EQ(out[3].size(), 1u);
+  EXPECT_EQ(out[3][0], Tagged(kH0, kH1, 10));
+  EXPECT_EQ(dp_->GetPortTotals(0).flooded_packets, 1u);
+}
+
+TEST_F(DataplaneTest, LearnedDestinationIsUnicastOnly) {
+  Inject(1, Untagged(kH1, kH0));  // learns h1 on a1
+  Step();
+  Drain();
+  Inject(0, Untagged(kH0, kH1));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(out[1][0], Untagged(kH0, kH1));
+  EXPECT_EQ(dp_->mac_events().learned.Get(), 2u);
+  EXPECT_EQ(dp_->mac_table().size(), 2u);
+}
+
+TEST_F(DataplaneTest, TrunkToAccessUntagsAndAccessToTrunkTags) {
+  Inject(3, Tagged(kH3, kH2, 20, /*pcp=*/5));  // h3 on the trunk, VLAN 20
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u) << "VLAN 20 only reaches b";
+  ASSERT_EQ(out[2].size(), 1u);
+  EXPECT_EQ(out[2][0], Untagged(kH3, kH2));
+
+  Inject(2, Untagged(kH2, kH3));  // reply from b: h3 was learned on the trunk
+  Step();
+  out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[3].size(), 1u);
+  EXPECT_EQ(out[3][0], Tagged(kH2, kH3, 20));
+}
+
+TEST_F(DataplaneTest, NativeVlanTravelsUntaggedOnTheTrunk) {
+  // VLAN 30 is native on the trunk and carried nowhere else.
+  Inject(3, Untagged(kH3, kBroadcast));
+  Step();
+  auto out = Drain();
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(DropCount(3, DropReason::kNoEgress), 1u);
+  EXPECT_EQ(dp_->mac_table().size(), 1u) << "the source is still learned";
+}
+
+TEST_F(DataplaneTest, NoLeakAcrossVlans) {
+  Inject(0, Untagged(kH0, kBroadcast));  // VLAN 10 broadcast (a0 is polled first)
+  Inject(2, Untagged(kH2, kBroadcast));  // VLAN 20 broadcast
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(out[1][0], Untagged(kH0, kBroadcast)) << "a1 only sees VLAN 10";
+  ASSERT_EQ(out[2].size(), 0u) << "b sees nothing of VLAN 10";
+  ASSERT_EQ(out[3].size(), 2u);
+  EXPECT_EQ(out[3][0], Tagged(kH0, kBroadcast, 10));
+  EXPECT_EQ(out[3][1], Tagged(kH2, kBroadcast, 20));
+  EXPECT_EQ(out[0].size(), 0u) << "no hairpin for a flood";
+}
+
+TEST_F(DataplaneTest, TaggedFrameToTrunkKeepsPriority) {
+  Inject(0, Untagged(kH0, kH1));
+  Step();
+  Drain();
+  Inject(3, Tagged(kH3, kH0, 10, /*pcp=*/6));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(out[0][0], Untagged(kH3, kH0));
+  // And back: access -> trunk gets PCP 0 and VID 10.
+  Inject(0, Untagged(kH0, kH3));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[3].size(), 1u);
+  EXPECT_EQ(out[3][0], Tagged(kH0, kH3, 10));
+}
+
+TEST_F(DataplaneTest, HairpinIsDropped) {
+  Inject(0, Untagged(kH0, kH1));
+  Step();
+  Drain();
+  Inject(0, Untagged(kH1, kH0));  // h0 is on a0: hairpin; h1 is learned on a0
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  EXPECT_EQ(DropCount(0, DropReason::kHairpin), 1u);
+  Inject(0, Untagged(kH0, kH1));  // both on a0
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  EXPECT_EQ(DropCount(0, DropReason::kHairpin), 2u);
+}
+
+TEST_F(DataplaneTest, MacMoveFollowsTheHost) {
+  Inject(0, Untagged(kH0, kBroadcast));
+  Step();
+  Drain();
+  Inject(1, Untagged(kH0, kBroadcast));  // h0 moved to a1
+  Step();
+  Drain();
+  EXPECT_EQ(dp_->mac_events().moved.Get(), 1u);
+  Inject(3, Tagged(kH3, kH0, 10));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[1].size(), 1u);
+}
+
+TEST_F(DataplaneTest, StaticEntriesForwardFromTheStartAndResistMoves) {
+  Build(DefaultYaml("", ", static: [{mac: \"02:00:00:00:00:a1\", vlan: 10, port: a1}]"));
+  Inject(0, Untagged(kH0, kH1));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[1].size(), 1u);
+  Inject(3, Tagged(kH1, kH0, 10));  // the static MAC shows up on the trunk
+  Step();
+  Drain();
+  EXPECT_EQ(dp_->mac_events().static_conflicts.Get(), 1u);
+  Inject(0, Untagged(kH0, kH1));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[1].size(), 1u) << "static entry did not move";
+}
+
+TEST_F(DataplaneTest, MalformedFramesAreCountedAndDropped) {
+  Frame runt = Untagged(kH0, kH1);
+  runt.resize(13);
+  Inject(0, runt);
+  Frame broken_tag = Tagged(kH3, kH1, 10);
+  broken_tag.resize(16);
+  Inject(3, broken_tag);
+  Inject(3, Tagged(kH3, kH1, 4095));
+  Inject(0, Tagged(kH0, kH1, 10));  // tag on an access port
+  Inject(3, Tagged(kH3, kH1, 99));  // VLAN not on the trunk
+  Frame src_mcast = Untagged(Mac("01:00:5e:00:00:01"), kH1);
+  Inject(0, src_mcast);
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  EXPECT_EQ(DropCount(0, DropReason::kRunt), 1u);
+  EXPECT_EQ(DropCount(3, DropReason::kBadVlan), 2u);
+  EXPECT_EQ(DropCount(0, DropReason::kVlanNotAllowed), 1u);
+  EXPECT_EQ(DropCount(3, DropReason::kVlanNotAllowed), 1u);
+  EXPECT_EQ(DropCount(0, DropReason::kSrcMulticast), 1u);
+  EXPECT_EQ(dp_->GetPortTotals(0).rx_packets, 3u);
+  EXPECT_EQ(dp_->GetPortTotals(3).rx_packets, 3u);
+  EXPECT_EQ(dp_->mac_table().size(), 0u) << "nothing is learned from dropped frames";
+}
+
+TEST_F(DataplaneTest, AnswersArpAndPingForOwnAddressOnIngressPort) {
+  Inject(0, testframes::ArpRequest(kH0, "10.0.10.1", "10.0.10.254"));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 1u);
+  Frame reply = out[0][0];
+  const auto* arp = reinterpret_cast<const ArpHdr*>(reply.data() + 14);
+  EXPECT_EQ(arp->oper, kArpOpReply);
+  EXPECT_EQ(0, std::memcmp(arp->sha, kSwitchMac.bytes.data(), 6));
+
+  Inject(3, testframes::IcmpEcho(kH3, kSwitchMac, "10.0.20.3", "10.0.20.254", 9, 1, 32, /*vlan=*/20));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[3].size(), 1u) << "reply leaves the trunk, tagged as the request came";
+  L2Info l2;
+  ASSERT_EQ(ParseL2(out[3][0].data(), out[3][0].size(), &l2), ParseStatus::kOk);
+  EXPECT_TRUE(l2.has_tag);
+  EXPECT_EQ(l2.vid, 20);
+  const auto* icmp = reinterpret_cast<const IcmpHdr*>(out[3][0].data() + 18 + 20);
+  EXPECT_EQ(icmp->type, kIcmpEchoReply);
+  EXPECT_EQ(dp_->worker_stats(0).lcore.arp_replies.Get(), 1u);
+  EXPECT_EQ(dp_->worker_stats(0).lcore.icmp_replies.Get(), 1u);
+}
+
+TEST_F(DataplaneTest, ArpForAddressBoundToOtherVlanIsFloodedNotAnswered) {
+  Inject(0, testframes::ArpRequest(kH0, "10.0.20.1", "10.0.20.254"));  // VLAN 10 asks a VLAN 20 address
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(out[0].size(), 0u);
+  EXPECT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(dp_->worker_stats(0).lcore.arp_replies.Get(), 0u);
+}
+
+TEST_F(DataplaneTest, UnhandledTrafficToSwitchIsCounted) {
+  Inject(0, Untagged(kH0, kSwitchMac));  // IPv4 ethertype, garbage header
+  Inject(0, testframes::EthernetFrame(kH0, kSwitchMac, 0x86dd, 46));  // IPv6 to us
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  EXPECT_EQ(DropCount(0, DropReason::kToSwitchMalformed), 1u);
+  EXPECT_EQ(DropCount(0, DropReason::kToSwitchUnhandled), 1u);
+}
+
+TEST_F(DataplaneTest, CountsPacketsAndBytesPerPort) {
+  Inject(0, Untagged(kH0, kH1));
+  Inject(0, Untagged(kH0, kH1));
+  Step();
+  Drain();
+  const PortTotals a0 = dp_->GetPortTotals(0);
+  EXPECT_EQ(a0.rx_packets, 2u);
+  EXPECT_EQ(a0.rx_bytes, 2u * 60);
+  EXPECT_EQ(dp_->GetPortTotals(1).tx_packets, 2u);
+  EXPECT_EQ(dp_->GetPortTotals(1).tx_bytes, 2u * 60);
+  EXPECT_EQ(dp_->GetPortTotals(3).tx_packets, 2u);
+  EXPECT_EQ(dp_->GetPortTotals(3).tx_bytes, 2u * 64) << "the trunk copy carries a tag";
+  EXPECT_GT(dp_->worker_stats(0).lcore.busy_cycles.Get(), 0u);
+  EXPECT_EQ(dp_->worker_stats(0).lcore.busy_packets.Get(), 2u);
+}
+
+TEST_F(DataplaneTest, FullTxQueueIsCountedOnEgressPort) {
+  Build(DefaultYaml(), /*tx_ring_size=*/8);  // usable capacity 7
+  for (int i = 0; i < 10; ++i) Inject(2, Untagged(kH2, kBroadcast));
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(out[3].size(), 7u);
+  EXPECT_EQ(DropCount(3, DropReason::kTxFull), 3u);
+  EXPECT_EQ(dp_->GetPortTotals(3).tx_packets, 7u);
+}
+
+TEST_F(DataplaneTest, LearnedEntriesAgeOut) {
+  Build(DefaultYaml("", ", aging_seconds: 1"));
+  Inject(0, Untagged(kH0, kBroadcast));
+  Step();
+  Drain();
+  ASSERT_EQ(dp_->mac_table().size(), 1u);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (dp_->mac_table().size() != 0 && std::chrono::steady_clock::now() < deadline) {
+    dp_->AgeMacTable();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(dp_->mac_table().size(), 0u);
+  EXPECT_EQ(dp_->mac_events().aged.Get(), 1u);
+  Inject(3, Tagged(kH3, kH0, 10));
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(out[0].size(), 1u) << "an aged destination floods again";
+  EXPECT_EQ(out[1].size(), 1u);
+}
+
+TEST_F(DataplaneTest, ReloadReplacesStaticEntries) {
+  config::MacTableConfig mt;
+  mt.size = 1024;
+  mt.aging_seconds = 300;
+  mt.static_entries.push_back({kH2, 20, "b", {}});
+  ASSERT_TRUE(dp_->ApplyMacTableConfig(mt).ok());
+  EXPECT_EQ(dp_->mac_table().static_count(), 1u);
+  mt.static_entries.clear();
+  mt.static_entries.push_back({kH1, 10, "a1", {}});
+  ASSERT_TRUE(dp_->ApplyMacTableConfig(mt).ok());
+  EXPECT_EQ(dp_->mac_table().static_count(), 1u);
+  EXPECT_EQ(dp_->mac_table().Lookup(MacKey(20, kH2)).port, kNoPort);
+  EXPECT_EQ(dp_->mac_table().Lookup(MacKey(10, kH1)).port, 1);
+}
+
+}  // namespace
+}  // namespace aggswitch::dataplane

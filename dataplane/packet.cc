@@ -1,0 +1,88 @@
+#include "dataplane/packet.h"
+
+#include <cstring>
+
+namespace aggswitch::dataplane {
+
+uint16_t InternetChecksum(const void* data, uint32_t len) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t sum = 0;
+  while (len >= 2) {
+    uint16_t word;
+    std::memcpy(&word, p, 2);
+    sum += word;
+    p += 2;
+    len -= 2;
+  }
+  if (len) {
+    uint16_t word = 0;
+    std::memcpy(&word, p, 1);
+    sum += word;
+  }
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+LocalVerdict HandleArp(uint8_t* frame, uint32_t len, uint32_t l3_offset, uint16_t vlan,
+                       const ForwardingPlan& plan, bool to_switch_mac) {
+  const LocalVerdict bad = to_switch_mac ? LocalVerdict::kMalformed : LocalVerdict::kNotLocal;
+  if (len < l3_offset + sizeof(ArpHdr)) return bad;
+  auto* arp = reinterpret_cast<ArpHdr*>(frame + l3_offset);
+  if (arp->htype != kArpHtypeEthernet || arp->ptype != kEtherTypeIpv4 || arp->hlen != 6 ||
+      arp->plen != 4) {
+    return bad;
+  }
+  if (arp->oper != kArpOpRequest || !plan.IsOwnAddress(arp->tpa.host(), vlan)) {
+    return to_switch_mac ? LocalVerdict::kUnhandled : LocalVerdict::kNotLocal;
+  }
+  // Reply: target <- sender, sender <- us. The Ethernet header follows suit.
+  auto* eth = reinterpret_cast<EtherHdr*>(frame);
+  const uint8_t* own = plan.switch_mac().bytes.data();
+  std::memcpy(eth->dst, arp->sha, 6);
+  std::memcpy(eth->src, own, 6);
+  arp->oper = kArpOpReply;
+  const be32_t requested = arp->tpa;
+  std::memcpy(arp->tha, arp->sha, 6);
+  arp->tpa = arp->spa;
+  std::memcpy(arp->sha, own, 6);
+  arp->spa = requested;
+  return LocalVerdict::kReplied;
+}
+
+LocalVerdict HandleIpv4ToSwitch(uint8_t* frame, uint32_t len, uint32_t l3_offset, uint16_t vlan,
+                                const ForwardingPlan& plan) {
+  if (len < l3_offset + sizeof(Ipv4Hdr)) return LocalVerdict::kMalformed;
+  auto* ip = reinterpret_cast<Ipv4Hdr*>(frame + l3_offset);
+  const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
+  const uint32_t total = ip->total_length.host();
+  if ((ip->version_ihl >> 4) != 4 || ihl < sizeof(Ipv4Hdr) || total < ihl ||
+      l3_offset + total > len) {
+    return LocalVerdict::kMalformed;
+  }
+  if (InternetChecksum(ip, ihl) != 0) return LocalVerdict::kMalformed;
+  if (!plan.IsOwnAddress(ip->dst.host(), vlan)) return LocalVerdict::kUnhandled;
+  // Fragments (MF set or an offset) are not reassembled: nothing here needs them.
+  if ((ip->frag_off.host() & 0x3fff) != 0) return LocalVerdict::kUnhandled;
+  if (ip->protocol != kIpProtoIcmp) return LocalVerdict::kUnhandled;
+  const uint32_t icmp_len = total - ihl;
+  if (icmp_len < sizeof(IcmpHdr)) return LocalVerdict::kMalformed;
+  auto* icmp = reinterpret_cast<IcmpHdr*>(frame + l3_offset + ihl);
+  if (InternetChecksum(icmp, icmp_len) != 0) return LocalVerdict::kMalformed;
+  if (icmp->type != kIcmpEchoRequest || icmp->code != 0) return LocalVerdict::kUnhandled;
+
+  auto* eth = reinterpret_cast<EtherHdr*>(frame);
+  std::memcpy(eth->dst, eth->src, 6);
+  std::memcpy(eth->src, plan.switch_mac().bytes.data(), 6);
+  const be32_t src = ip->src;
+  ip->src = ip->dst;
+  ip->dst = src;
+  ip->ttl = 64;
+  ip->checksum = 0;
+  ip->checksum = InternetChecksum(ip, ihl);
+  icmp->type = kIcmpEchoReply;
+  icmp->checksum = 0;
+  icmp->checksum = InternetChecksum(icmp, icmp_len);
+  return LocalVerdict::kReplied;
+}
+
+}  // namespace aggswitch::dataplane

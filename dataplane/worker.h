@@ -1,0 +1,125 @@
+// A worker lcore: polls its (port, queue) pairs and switches each burst to
+// completion.
+//
+// Per burst of up to 32 frames:
+//   1. parse Ethernet/802.1Q, map the frame to its VLAN, drop what the port
+//      does not accept (each drop counted with its reason);
+//   2. look up every source and destination (VLAN, MAC) in one bulk call;
+//   3. refresh known sources, queue learn requests for new or moved ones;
+//      answer ARP/ping for the switch's own addresses; send known unicast to
+//      its port, flood the rest to the VLAN's other ports, tagging or
+//      untagging per egress port;
+//   4. one tx_burst per egress port that received frames.
+//
+// No locks, no allocation (mbufs come from the preallocated pool), no
+// syscalls, no exceptions, no unbounded loops. Everything a worker writes is
+// its own: its counters, its TX queue on each port, its learn ring.
+//
+// Thread safety: a Worker is driven by exactly one thread: Run() on its lcore,
+// or PollOnce() from a test while the dataplane is stopped.
+#pragma once
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_ring.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "config/config.h"
+#include "dataplane/counters.h"
+#include "dataplane/forwarding_plan.h"
+#include "dataplane/mac_table.h"
+#include "dataplane/packet.h"
+
+namespace aggswitch::dataplane {
+
+inline constexpr uint16_t kBurstSize = 32;
+inline constexpr size_t kMaxRxQueuesPerWorker = 64;
+
+// One element of a worker's learn ring: "key was seen on port".
+struct LearnRequest {
+  uint64_t key;
+  uint16_t port;
+  uint16_t pad[3];
+};
+static_assert(sizeof(LearnRequest) == 16);
+
+struct WorkerSetup {
+  unsigned lcore = 0;
+  uint16_t tx_queue = 0;  // this worker's TX queue on every port
+  struct Rx {
+    uint16_t port_index;  // index into the config's ports
+    uint16_t queue;
+  };
+  Rx rx[kMaxRxQueuesPerWorker];
+  uint16_t n_rx = 0;
+  uint16_t port_ids[config::kMaxPorts];  // port index -> DPDK port id
+  uint32_t tick_shift = 30;              // MAC table tick = TSC >> tick_shift
+};
+
+class alignas(64) Worker {
+ public:
+  Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& macs,
+         rte_ring* learn_ring, rte_mempool* pool, LcoreStats& stats,
+         const std::atomic<bool>& quit);
+
+  // Polls until the quit flag is raised. [worker lcore]
+  void Run();
+  // One pass over every RX queue. [the worker's thread]
+  void PollOnce();
+  // Entry point for rte_eal_remote_launch: `arg` is a Worker*.
+  static int LaunchEntry(void* arg);
+
+ private:
+  struct Meta {
+    uint16_t vlan;
+    bool has_tag;
+    uint32_t l3_offset;
+  };
+
+  void ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_t now_tick);
+  void HandleLocal(uint16_t in_port, rte_mbuf* m, const Meta& meta, bool broadcast);
+  void Forward(uint16_t in_port, rte_mbuf* m, const Meta& meta, uint16_t out_port);
+  void Flood(uint16_t in_port, rte_mbuf* m, const Meta& meta);
+  // Adds, rewrites or removes the 802.1Q tag for `out_port`. False: no headroom.
+  bool FitTag(rte_mbuf* m, const Meta& meta, uint16_t out_port);
+  void Enqueue(uint16_t out_port, rte_mbuf* m);
+  void RequestLearn(uint64_t key, uint16_t port, uint32_t now_tick);
+  void FlushTx();
+  void FlushLearn();
+  void Drop(uint16_t port, DropReason reason, rte_mbuf* m) {
+    stats_.ports[port].drops[static_cast<size_t>(reason)].Add(1);
+    rte_pktmbuf_free(m);
+  }
+
+  WorkerSetup setup_;
+  const ForwardingPlan& plan_;
+  MacTable& macs_;
+  rte_ring* learn_ring_;
+  rte_mempool* pool_;
+  LcoreStats& stats_;
+  const std::atomic<bool>& quit_;
+  uint64_t last_tsc_ = 0;
+
+  // Frames waiting for this burst's tx_burst, per egress port. Each received
+  // frame adds at most one frame per port, so a burst never overfills these.
+  rte_mbuf* tx_[config::kMaxPorts][kBurstSize];
+  uint16_t tx_count_[config::kMaxPorts] = {};
+  uint64_t tx_bytes_[config::kMaxPorts] = {};
+  uint64_t tx_dirty_ = 0;
+
+  LearnRequest learn_[kBurstSize];
+  uint16_t n_learn_ = 0;
+  // Direct-mapped memory of recent learn requests, so a stream of frames from
+  // one new MAC sends one request per tick, not one per frame.
+  struct RecentLearn {
+    uint64_t key;
+    uint32_t tick;
+    uint16_t port;
+  };
+  static constexpr uint32_t kRecentLearnSlots = 256;
+  RecentLearn recent_learn_[kRecentLearnSlots] = {};
+};
+
+}  // namespace aggswitch::dataplane

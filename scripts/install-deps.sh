@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build, test and run aggswitch.
+# Idempotent: installed packages are left alone, and apt is only asked when
+# something is missing.
+#
+#   scripts/install-deps.sh            build + test + run
+#   scripts/install-deps.sh --bench    also the benchmark baselines (OVS-DPDK)
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build meson pkg-config git python3
+  libdpdk-dev dpdk dpdk-dev                 # DPDK 22.11, testpmd, dpdk-telemetry.py
+  libyaml-cpp-dev libcli11-dev libcivetweb-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  iproute2 iputils-ping ethtool curl procps # system tests and the demo
+  prometheus                                # promtool and a real scrape in the system test
+)
+if [ "${1:-}" = "--bench" ]; then
+  PACKAGES+=(openvswitch-switch-dpdk)
+fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

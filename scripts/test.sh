@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Quick start, step 2: install what is missing, build, and run every test.
+#
+#   1. a debug build with AddressSanitizer + UBSan runs the unit and in-process
+#      DPDK tests;
+#   2. the meson build must build the same targets;
+#   3. the release build runs everything: unit, eal (in-process DPDK) and system
+#      (network namespaces, needs root). ctest's summary is the last line.
+#
+#   scripts/test.sh            all of it
+#   scripts/test.sh --fast     only the release build's unit tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+
+if [ "${1:-}" = "--fast" ]; then
+  scripts/build.sh build
+  exec ctest --test-dir build -L unit --output-on-failure
+fi
+
+echo "== debug build with address,undefined sanitizers"
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DAGG_SANITIZE=address,undefined -DAGG_BUILD_BENCH=OFF
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  ctest --test-dir build-asan -L 'unit|eal' --output-on-failure
+
+echo "== meson build"
+if [ ! -d build-meson ]; then meson setup build-meson >/dev/null; fi
+ninja -C build-meson >/dev/null
+echo "meson build: ok"
+
+echo "== release build, every test"
+scripts/build.sh build
+ctest --test-dir build --output-on-failure

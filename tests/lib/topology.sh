@@ -1,0 +1,100 @@
+# Helpers to build and tear down small test topologies: network namespaces
+# with kernel networking, joined by veth pairs to af_packet ports of a switch
+# running in the root namespace. Sourced by the system tests and the demo.
+#
+#   source tests/lib/topology.sh
+#   topo_init demo                       # names everything "demo-*", registers cleanup
+#   topo_host h0 agg-sw0                 # netns demo-h0, veth agg-sw0 <-> eth0
+#   topo_addr h0 eth0 10.0.10.1/24
+#   topo_vlan h2 20 10.0.20.3/24         # eth0.20 inside demo-h2
+#   topo_exec h0 ping -c1 10.0.10.254
+#   topo_cleanup                         # also runs on EXIT, INT and TERM
+
+TOPO_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TOPO_PREFIX=""
+TOPO_NAMESPACES=()
+TOPO_LINKS=()
+TOPO_PIDS=()
+
+topo_init() {
+  TOPO_PREFIX="$1"
+  trap topo_cleanup EXIT
+  trap 'topo_cleanup; exit 130' INT
+  trap 'topo_cleanup; exit 143' TERM
+}
+
+topo_ns() { echo "${TOPO_PREFIX}-$1"; }
+
+# topo_host NAME SWITCH_IFACE: a namespace whose eth0 is the peer of SWITCH_IFACE.
+topo_host() {
+  local ns; ns=$(topo_ns "$1")
+  local sw_if="$2"
+  ip netns del "$ns" 2>/dev/null || true
+  ip link del "$sw_if" 2>/dev/null || true
+  ip netns add "$ns"
+  TOPO_NAMESPACES+=("$ns")
+  ip link add "$sw_if" type veth peer name eth0 netns "$ns"
+  TOPO_LINKS+=("$sw_if")
+  ip link set "$sw_if" up
+  # No offloads on the switch side: af_packet must see complete frames and checksums.
+  if command -v ethtool >/dev/null; then
+    ethtool -K "$sw_if" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
+    ip netns exec "$ns" ethtool -K eth0 tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
+  fi
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set eth0 up
+}
+
+topo_addr() { ip -n "$(topo_ns "$1")" addr add "$3" dev "$2"; }
+
+# topo_vlan NAME VID ADDR: an 802.1Q sub-interface eth0.VID with ADDR. Uses the
+# kernel's VLAN driver where there is one, else a userspace TAP relay
+# (vlan_tap.py), which kernels built without 8021q need.
+topo_vlan() {
+  local ns; ns=$(topo_ns "$1")
+  local dev="eth0.$2"
+  if ! ip -n "$ns" link add link eth0 name "$dev" type vlan id "$2" 2>/dev/null; then
+    ip netns exec "$ns" python3 "$TOPO_LIB_DIR/vlan_tap.py" eth0 "$2" &
+    topo_track_pid $!
+    local i
+    for i in $(seq 1 50); do ip -n "$ns" link show "$dev" >/dev/null 2>&1 && break; sleep 0.1; done
+  fi
+  ip -n "$ns" link set "$dev" up
+  ip -n "$ns" addr add "$3" dev "$dev"
+}
+
+topo_mac() { ip -n "$(topo_ns "$1")" link show "${2:-eth0}" | awk '/link\/ether/ {print $2}'; }
+
+topo_exec() {
+  local ns; ns=$(topo_ns "$1"); shift
+  ip netns exec "$ns" "$@"
+}
+
+# Remembers a background process to stop at cleanup.
+topo_track_pid() { TOPO_PIDS+=("$1"); }
+
+topo_cleanup() {
+  local pid ns link
+  for pid in "${TOPO_PIDS[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  TOPO_PIDS=()
+  for ns in "${TOPO_NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  TOPO_NAMESPACES=()
+  for link in "${TOPO_LINKS[@]}"; do ip link del "$link" 2>/dev/null || true; done
+  TOPO_LINKS=()
+}
+
+# wait_http URL [SECONDS]: polls until URL answers 200.
+wait_http() {
+  local url="$1" limit="${2:-30}" i
+  for i in $(seq 1 $((limit * 10))); do
+    curl -fsS -o /dev/null "$url" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# System test: a running aggswitch on af_packet ports, three hosts in network
+# namespaces, real pings, a real Prometheus scrape.
+#
+#   h0 (access 10)  ── st-p0 ┐
+#   h1 (access 20)  ── st-p1 ├─ aggswitch (10.0.10.254 on every VLAN, 10.0.20.254 on VLAN 20)
+#   h2 (trunk 10,20) ─ st-p2 ┘   h2 has eth0.10 and eth0.20
+#
+# Usage: l2_netns_test.sh AGGSWITCH AGGCTL
+# Needs root (namespaces), promtool and prometheus. Everything is torn down on
+# exit, pass or fail.
+set -u
+AGGSWITCH=$(realpath "$1")
+AGGCTL=$(realpath "$2")
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../lib/topology.sh"
+
+PASSED=0
+FAILED=0
+check() {
+  local what="$1"; shift
+  if "$@" >/tmp/st-check.out 2>&1; then
+    PASSED=$((PASSED + 1)); echo "PASS  $what"
+  else
+    FAILED=$((FAILED + 1)); echo "FAIL  $what"; sed 's/^/      /' /tmp/st-check.out | tail -20
+  fi
+}
+check_not() {
+  local what="$1"; shift
+  if "$@" >/tmp/st-check.out 2>&1; then
+    FAILED=$((FAILED + 1)); echo "FAIL  $what (succeeded, must not)"
+  else
+    PASSED=$((PASSED + 1)); echo "PASS  $what"
+  fi
+}
+finish() {
+  echo "${PASSED} passed, ${FAILED} failed"
+  [ "$FAILED" -eq 0 ]
+}
+
+WORK=$(mktemp -d /tmp/aggswitch-st.XXXXXX)
+HTTP_PORT=19477
+PROM_PORT=19090
+PREFIX="agg-st-$$"
+
+topo_init st
+cleanup_all() { topo_cleanup; rm -rf "$WORK"; }
+trap cleanup_all EXIT
+
+topo_host h0 st-p0
+topo_host h1 st-p1
+topo_host h2 st-p2
+topo_addr h0 eth0 10.0.10.1/24
+topo_addr h0 eth0 10.0.20.1/24   # same subnet as VLAN 20, but h0 sits in VLAN 10
+topo_addr h1 eth0 10.0.20.2/24
+topo_vlan h2 10 10.0.10.3/24
+topo_vlan h2 20 10.0.20.3/24
+
+write_config() {  # $1: extra static entries (YAML list items) for mac_table.static
+  cat >"$WORK/switch.yaml" <<EOF
+eal:
+  lcores: "0,1"
+  main_lcore: 0
+  memory_mb: 512
+  file_prefix: $PREFIX
+switch:
+  mac: 02:a9:9c:00:00:01
+  addresses:
+    - 10.0.10.254/24
+    - {address: 10.0.20.254/24, vlan: 20}
+ports:
+  - {name: p0, devargs: "net_af_packet_st0,iface=st-p0", access: 10}
+  - {name: p1, devargs: "net_af_packet_st1,iface=st-p1", access: 20}
+  - {name: p2, devargs: "net_af_packet_st2,iface=st-p2", trunk: [10, 20]}
+workers:
+  - {lcore: 1, rx: [p0, p1, p2]}
+mac_table:
+  size: 1024
+  aging_seconds: 300
+  static: [$1]
+mempool: {mbufs: 8191}
+http: {listen: "127.0.0.1:$HTTP_PORT"}
+EOF
+}
+write_config ""
+
+check "config validates" "$AGGSWITCH" --config "$WORK/switch.yaml" --check-config
+
+"$AGGSWITCH" --config "$WORK/switch.yaml" --log-level info >"$WORK/aggswitch.log" 2>&1 &
+SWITCH_PID=$!
+topo_track_pid "$SWITCH_PID"
+if ! wait_http "http://127.0.0.1:$HTTP_PORT/metrics" 30; then
+  echo "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
+  FAILED=$((FAILED + 1)); finish; exit 1
+fi
+
+ping1() { topo_exec "$1" ping -c 2 -i 0.2 -W 1 "$2"; }
+
+# L2 forwarding, access <-> trunk in each VLAN.
+check "h0 (access 10) pings h2.10 (trunk)" ping1 h0 10.0.10.3
+check "h1 (access 20) pings h2.20 (trunk)" ping1 h1 10.0.20.3
+check "h2.20 (trunk) pings h1 (access 20)" ping1 h2 10.0.20.2
+# Isolation: h0 has an address in 10.0.20.0/24, but its frames are in VLAN 10.
+check_not "no leak: h0 (VLAN 10) cannot reach h1 (VLAN 20)" ping1 h0 10.0.20.2
+check_not "no leak: h0 (VLAN 10) cannot reach h2.20" ping1 h0 10.0.20.3
+# The switch's own addresses.
+check "h0 pings the switch 10.0.10.254" ping1 h0 10.0.10.254
+check "h2.10 pings the switch 10.0.10.254" ping1 h2 10.0.10.254
+check "h1 pings the switch 10.0.20.254 (bound to VLAN 20)" ping1 h1 10.0.20.254
+check_not "10.0.20.254 is not answered in VLAN 10" ping1 h0 10.0.20.254
+
+H0_MAC=$(topo_mac h0)
+H1_MAC=$(topo_mac h1)
+# mac_entry_count MAC VLAN PORT: how many MAC table entries match (PORT "*" for any).
+mac_entry_count() {
+  "$AGGCTL" --server "127.0.0.1:$HTTP_PORT" --json mac | python3 -c '
+import json, sys
+mac, vlan, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+print(sum(1 for e in json.load(sys.stdin)["entries"]
+          if e["mac"] == mac and e["vlan"] == vlan and port in ("*", e["port"])))' "$@"
+}
+mac_present() { [ "$(mac_entry_count "$@")" = 1 ]; }
+mac_absent() { [ "$(mac_entry_count "$@")" = 0 ]; }
+check "MAC table has h0 in VLAN 10 on p0" mac_present "$H0_MAC" 10 p0
+check "MAC table never saw h0 in VLAN 20" mac_absent "$H0_MAC" 20 "*"
+
+# Operator views.
+aggctl() { "$AGGCTL" --server "127.0.0.1:$HTTP_PORT" "$@"; }
+aggctl_shows() { local pattern="$1"; shift; aggctl "$@" | grep -qi -- "$pattern"; }
+check "aggctl ports lists the trunk" aggctl_shows "trunk 10,20" ports
+check "aggctl stats shows p1" aggctl_shows p1 stats
+check "aggctl mac shows h1" aggctl_shows "$H1_MAC" mac
+
+# Metrics: exposition format and content.
+curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" >"$WORK/metrics.txt"
+promtool_accepts() { promtool check metrics <"$1"; }
+check "promtool check metrics accepts /metrics" promtool_accepts "$WORK/metrics.txt"
+check "metrics count p0 rx packets" grep -Eq '^aggswitch_port_rx_packets_total\{port="p0"\} [1-9]' "$WORK/metrics.txt"
+check "metrics count ARP replies" grep -Eq '^aggswitch_lcore_arp_replies_total\{lcore="1"\} [1-9]' "$WORK/metrics.txt"
+check "metrics report busy cycles" grep -Eq '^aggswitch_lcore_busy_cycles_total\{lcore="1"\} [1-9]' "$WORK/metrics.txt"
+
+# A real Prometheus server scrapes once; we query a counter back.
+cat >"$WORK/prometheus.yml" <<EOF
+global: {scrape_interval: 1s}
+scrape_configs:
+  - job_name: aggswitch
+    static_configs: [{targets: ["127.0.0.1:$HTTP_PORT"]}]
+EOF
+prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
+  --web.listen-address="127.0.0.1:$PROM_PORT" >"$WORK/prometheus.log" 2>&1 &
+topo_track_pid $!
+prom_query() {
+  for _ in $(seq 1 60); do
+    if curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/query" \
+        --data-urlencode 'query=aggswitch_port_rx_packets_total{port="p0"}' 2>/dev/null |
+        python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; sys.exit(0 if r and float(r[0]["value"][1]) > 0 else 1)'; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  tail -5 "$WORK/prometheus.log"; return 1
+}
+check "Prometheus scraped aggswitch and returns p0 rx packets" prom_query
+
+# DPDK telemetry shows the switch's own commands.
+telemetry_shows() { printf '%s\n' "$1" | dpdk-telemetry.py -f "$PREFIX" | grep -q -- "$2"; }
+check "dpdk-telemetry.py /aggswitch/port_stats,p0" telemetry_shows /aggswitch/port_stats,p0 rx_packets
+
+# SIGHUP: a new static entry appears; a restart-only change is reported.
+write_config "{mac: \"02:00:00:00:be:ef\", vlan: 20, port: p1}"
+sed -i 's/mbufs: 8191/mbufs: 4095/' "$WORK/switch.yaml"
+kill -HUP "$SWITCH_PID"
+reloaded() {
+  for _ in $(seq 1 50); do
+    aggctl_shows 02:00:00:00:be:ef mac && return 0
+    sleep 0.1
+  done
+  return 1
+}
+check "SIGHUP adds the new static MAC" reloaded
+check "SIGHUP names the key that needs a restart" grep -q "'mempool' changed but needs a restart" "$WORK/aggswitch.log"
+
+# Clean stop.
+kill -TERM "$SWITCH_PID"
+stopped_cleanly() {
+  for _ in $(seq 1 100); do kill -0 "$SWITCH_PID" 2>/dev/null || break; sleep 0.1; done
+  wait "$SWITCH_PID"
+}
+check "SIGTERM stops aggswitch with exit 0" stopped_cleanly
+check "log says stopped" grep -q "stopped" "$WORK/aggswitch.log"
+
+finish

@@ -1,0 +1,515 @@
+// aggctl: the operator's view of a running aggswitch, over its HTTP API.
+//
+//   aggctl [--server 127.0.0.1:9477] [--json] [--timeout 5] ports
+//   aggctl mac [--vlan 10] [--port uplink]
+//   aggctl lcores
+//   aggctl stats
+//
+// Prints aligned tables by default and the API's JSON (pretty-printed) with
+// --json. Exits 1 with a one-line reason when the daemon cannot be reached or
+// answers with an error. The HTTP client is a few dozen lines over a socket:
+// one GET per run, HTTP/1.1 with "Connection: close".
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/version.h"
+
+namespace aggswitch::tools {
+namespace {
+
+using common::Result;
+// Insertion-ordered: --json keeps the daemon's key order, drops by reason
+// come in the dataplane's order.
+using json = nlohmann::ordered_json;
+
+constexpr char kDefaultServer[] = "127.0.0.1:9477";
+
+// ----------------------------------------------------------------------------
+// HTTP client
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+
+// "Connection refused" -> "connection refused", to fit after a colon.
+std::string LowerFirst(std::string text) {
+  if (!text.empty()) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+  return text;
+}
+
+std::string ErrnoText(int err) {
+  return LowerFirst(std::strerror(err));
+}
+
+// Splits "host:port" or "[v6addr]:port".
+Result<std::pair<std::string, std::string>> SplitHostPort(const std::string& server) {
+  std::string host, port;
+  if (!server.empty() && server[0] == '[') {
+    const size_t close = server.find(']');
+    if (close == std::string::npos || close + 1 >= server.size() || server[close + 1] != ':') {
+      return common::InvalidArgument("bad --server '" + server + "': expected [addr]:port");
+    }
+    host = server.substr(1, close - 1);
+    port = server.substr(close + 2);
+  } else {
+    const size_t colon = server.rfind(':');
+    if (colon == std::string::npos) {
+      return common::InvalidArgument("bad --server '" + server + "': expected host:port");
+    }
+    host = server.substr(0, colon);
+    port = server.substr(colon + 1);
+  }
+  if (host.empty() || port.empty()) {
+    return common::InvalidArgument("bad --server '" + server + "': expected host:port");
+  }
+  return std::make_pair(host, port);
+}
+
+// Connects within `timeout_ms`; returns the socket or the reason it failed.
+Result<int> Connect(const std::string& server, int timeout_ms) {
+  ASSIGN_OR_RETURN(auto host_port, SplitHostPort(server));
+  const std::string prefix = "cannot reach aggswitch at " + server + ": ";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* addrs = nullptr;
+  const int gai = getaddrinfo(host_port.first.c_str(), host_port.second.c_str(), &hints, &addrs);
+  if (gai != 0) return common::Unavailable(prefix + LowerFirst(gai_strerror(gai)));
+
+  std::string last_error = "no address";
+  for (addrinfo* a = addrs; a != nullptr; a = a->ai_next) {
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) {
+      last_error = ErrnoText(errno);
+      continue;
+    }
+    int err = 0;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        const int n = poll(&p, 1, timeout_ms);
+        if (n == 0) {
+          err = ETIMEDOUT;
+        } else if (n < 0) {
+          err = errno;
+        } else {
+          socklen_t len = sizeof(err);
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        }
+      }
+    }
+    if (err == 0) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      freeaddrinfo(addrs);
+      return fd;
+    }
+    last_error = ErrnoText(err);
+    close(fd);
+  }
+  freeaddrinfo(addrs);
+  return common::Unavailable(prefix + last_error);
+}
+
+// Decodes a chunked transfer-encoded body; nullopt when it is malformed.
+std::optional<std::string> Dechunk(const std::string& in) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    const size_t eol = in.find("\r\n", pos);
+    if (eol == std::string::npos) return std::nullopt;
+    size_t size = 0;
+    try {
+      size = std::stoul(in.substr(pos, eol - pos), nullptr, 16);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    pos = eol + 2;
+    if (size == 0) return out;
+    if (pos + size > in.size()) return std::nullopt;
+    out.append(in, pos, size);
+    pos += size + 2;  // chunk data and its CRLF
+  }
+}
+
+Result<HttpReply> HttpGet(const std::string& server, const std::string& target, int timeout_ms) {
+  ASSIGN_OR_RETURN(const int fd, Connect(server, timeout_ms));
+  const std::string prefix = "cannot reach aggswitch at " + server + ": ";
+  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + server +
+                              "\r\nUser-Agent: aggctl/" + common::Version() +
+                              "\r\nAccept: application/json\r\nConnection: close\r\n\r\n";
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      close(fd);
+      return common::Unavailable(prefix + ErrnoText(err));
+    }
+    sent += static_cast<size_t>(n);
+  }
+  std::string raw;
+  char buf[65536];
+  while (true) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
+      close(fd);
+      return common::Unavailable(prefix + ErrnoText(err));
+    }
+    if (n == 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+
+  const std::string bad = "bad HTTP response from aggswitch at " + server;
+  const size_t header_end = raw.find("\r\n\r\n");
+  if (raw.compare(0, 5, "HTTP/") != 0 || header_end == std::string::npos) {
+    return common::Unavailable(raw.empty() ? prefix + "connection closed without a response" : bad);
+  }
+  HttpReply reply;
+  const size_t space = raw.find(' ');
+  if (space == std::string::npos || space > header_end ||
+      std::sscanf(raw.c_str() + space + 1, "%3d", &reply.status) != 1) {
+    return common::Unavailable(bad);
+  }
+  std::string headers = raw.substr(0, header_end);
+  for (char& c : headers) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  reply.body = raw.substr(header_end + 4);
+  if (headers.find("\r\ntransfer-encoding: chunked") != std::string::npos) {
+    std::optional<std::string> body = Dechunk(reply.body);
+    if (!body) return common::Unavailable(bad + ": broken chunked encoding");
+    reply.body = std::move(*body);
+  } else if (const size_t cl = headers.find("\r\ncontent-length:"); cl != std::string::npos) {
+    const size_t length = std::strtoull(headers.c_str() + cl + 17, nullptr, 10);
+    if (reply.body.size() < length) return common::Unavailable(bad + ": truncated body");
+    reply.body.resize(length);
+  }
+  return reply;
+}
+
+// Query component encoding: everything but unreserved characters as %XX.
+std::string UrlEncode(const std::string& in) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : in) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// GETs `target` and parses the JSON body; an HTTP error becomes a Status that
+// carries the server's {"error": ...} text.
+Result<json> GetJson(const std::string& server, const std::string& target, int timeout_ms) {
+  ASSIGN_OR_RETURN(HttpReply reply, HttpGet(server, target, timeout_ms));
+  json body = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+  if (reply.status != 200) {
+    std::string reason = "HTTP " + std::to_string(reply.status);
+    if (body.is_object() && body.contains("error") && body["error"].is_string()) {
+      reason += ": " + body["error"].get<std::string>();
+    }
+    return common::FailedPrecondition("aggswitch at " + server + " answered " + target + " with " +
+                                      reason);
+  }
+  if (body.is_discarded()) {
+    return common::Unavailable("aggswitch at " + server + " sent invalid JSON for " + target);
+  }
+  return body;
+}
+
+// ----------------------------------------------------------------------------
+// Output
+
+// A text table: left-aligned text columns, right-aligned numeric columns, two
+// spaces between columns.
+class Table {
+ public:
+  // A header starting with '>' marks a right-aligned column ('>' not printed).
+  explicit Table(std::vector<std::string> headers) {
+    for (std::string& h : headers) {
+      const bool right = !h.empty() && h[0] == '>';
+      right_.push_back(right);
+      header_.push_back(right ? h.substr(1) : h);
+    }
+  }
+
+  void AddRow(std::vector<std::string> row) {
+    row.resize(header_.size());
+    rows_.push_back(std::move(row));
+  }
+  bool empty() const { return rows_.empty(); }
+
+  void Print(std::ostream& out, const std::string& indent = "") const {
+    std::vector<size_t> width(header_.size());
+    for (size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    }
+    PrintRow(out, indent, header_, width);
+    for (const auto& row : rows_) PrintRow(out, indent, row, width);
+  }
+
+ private:
+  void PrintRow(std::ostream& out, const std::string& indent, const std::vector<std::string>& row,
+                const std::vector<size_t>& width) const {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      if (c > 0) line += "  ";
+      line += right_[c] ? pad + row[c] : row[c] + (c + 1 < row.size() ? pad : "");
+    }
+    out << line << '\n';
+  }
+
+  std::vector<std::string> header_;
+  std::vector<bool> right_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string U64(const json& v) {
+  return std::to_string(v.get<uint64_t>());
+}
+
+std::string Fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+std::string LinkText(const json& port) {
+  if (!port.at("link_up").get<bool>()) return "down";
+  const uint32_t mbps = port.at("link_speed_mbps").get<uint32_t>();
+  if (mbps == 0) return "up";
+  if (mbps >= 1000 && mbps % 1000 == 0) return "up " + std::to_string(mbps / 1000) + "G";
+  return "up " + std::to_string(mbps) + "M";
+}
+
+std::string RxQueuesText(const json& lcore) {
+  std::string text;
+  for (const json& q : lcore.at("rx")) {
+    if (!text.empty()) text += ' ';
+    text += q.at("port").get<std::string>() + "/" + U64(q.at("queue"));
+  }
+  return text.empty() ? "-" : text;
+}
+
+// "hairpin 5, tx_full 7", or "" when the port dropped nothing.
+std::string NonZeroDrops(const json& port) {
+  std::string text;
+  for (const auto& [reason, count] : port.at("drops").items()) {
+    if (count.get<uint64_t>() == 0) continue;
+    if (!text.empty()) text += ", ";
+    text += reason + " " + U64(count);
+  }
+  return text;
+}
+
+void PrintPorts(const json& j) {
+  Table t({"PORT", "DRIVER", "LINK", "VLAN", ">RX-PKTS", ">TX-PKTS", ">FLOODED", ">DROPS"});
+  for (const json& p : j.at("ports")) {
+    t.AddRow({p.at("name").get<std::string>(), p.at("driver").get<std::string>(), LinkText(p),
+              p.at("vlan_mode").get<std::string>(), U64(p.at("rx_packets")),
+              U64(p.at("tx_packets")), U64(p.at("flooded_packets")), U64(p.at("dropped_packets"))});
+  }
+  t.Print(std::cout);
+}
+
+void PrintLcoreTable(const json& lcores, const std::string& indent) {
+  Table t({">LCORE", "RX-QUEUES", ">BUSY%", ">POLLS", ">PACKETS", ">CYC/PKT", ">LEARN-REQ",
+           ">RING-FULL", ">ARP", ">ICMP"});
+  for (const json& l : lcores) {
+    const json& cpp = l.at("cycles_per_packet");
+    t.AddRow({U64(l.at("lcore")), RxQueuesText(l), Fixed(l.at("busy_percent").get<double>(), 1),
+              U64(l.at("polls")), U64(l.at("busy_packets")),
+              cpp.is_null() ? "-" : Fixed(cpp.get<double>(), 1), U64(l.at("learn_requests")),
+              U64(l.at("learn_ring_full")), U64(l.at("arp_replies")), U64(l.at("icmp_replies"))});
+  }
+  t.Print(std::cout, indent);
+}
+
+void PrintLcores(const json& j) {
+  PrintLcoreTable(j.at("lcores"), "");
+}
+
+std::string AgeText(const json& age) {
+  if (age.is_null()) return "-";
+  const long seconds = std::lround(age.get<double>());
+  if (seconds < 60) return std::to_string(seconds) + "s";
+  if (seconds < 3600)
+    return std::to_string(seconds / 60) + "m" + std::to_string(seconds % 60) + "s";
+  return std::to_string(seconds / 3600) + "h" + std::to_string(seconds % 3600 / 60) + "m";
+}
+
+void PrintMac(const json& j) {
+  Table t({">VLAN", "MAC", "PORT", "TYPE", ">AGE"});
+  for (const json& e : j.at("entries")) {
+    t.AddRow({U64(e.at("vlan")), e.at("mac").get<std::string>(), e.at("port").get<std::string>(),
+              e.at("type").get<std::string>(), AgeText(e.at("age_seconds"))});
+  }
+  if (!t.empty()) t.Print(std::cout);
+  const json& table = j.at("table");
+  std::cout << U64(j.at("count")) << " entries shown; table holds " << U64(table.at("size"))
+            << " of " << U64(table.at("capacity")) << " (" << U64(table.at("static_entries"))
+            << " static)\n";
+}
+
+void PrintStats(const json& j) {
+  const json& build = j.at("build");
+  std::cout << "aggswitch " << build.at("version").get<std::string>() << ", "
+            << build.at("dpdk_version").get<std::string>() << "\n\n";
+
+  Table ports({"PORT", "LINK", ">RX-PKTS", ">RX-BYTES", ">TX-PKTS", ">TX-BYTES", ">FLOODED",
+               ">DROPS", ">DEV-MISSED", ">DEV-RX-ERR", ">DEV-TX-ERR", ">DEV-NOMBUF"});
+  std::vector<std::pair<std::string, std::string>> drops;
+  for (const json& p : j.at("ports")) {
+    const json& dev = p.at("device");
+    const std::string name = p.at("name").get<std::string>();
+    ports.AddRow({name, LinkText(p), U64(p.at("rx_packets")), U64(p.at("rx_bytes")),
+                  U64(p.at("tx_packets")), U64(p.at("tx_bytes")), U64(p.at("flooded_packets")),
+                  U64(p.at("dropped_packets")), U64(dev.at("missed_packets")),
+                  U64(dev.at("rx_errors")), U64(dev.at("tx_errors")), U64(dev.at("rx_nombuf"))});
+    const std::string reasons = NonZeroDrops(p);
+    if (!reasons.empty()) drops.emplace_back(name, reasons);
+  }
+  std::cout << "Ports\n";
+  ports.Print(std::cout, "  ");
+
+  std::cout << "\nDrops by reason\n";
+  if (drops.empty()) std::cout << "  none\n";
+  for (const auto& [name, reasons] : drops) std::cout << "  " << name << ": " << reasons << '\n';
+
+  const json& m = j.at("mac_table");
+  const json& ev = m.at("events");
+  const uint64_t aging = m.at("aging_seconds").get<uint64_t>();
+  std::cout << "\nMAC table: " << U64(m.at("size")) << " of " << U64(m.at("capacity"))
+            << " entries (" << U64(m.at("static_entries")) << " static), aging "
+            << (aging == 0 ? std::string("off") : std::to_string(aging) + " s") << '\n'
+            << "  learned " << U64(ev.at("learned")) << ", moved " << U64(ev.at("moved"))
+            << ", aged " << U64(ev.at("aged")) << ", static conflicts "
+            << U64(ev.at("static_conflicts")) << ", refused (table full) "
+            << U64(ev.at("learn_refused")) << '\n';
+
+  const double ghz = static_cast<double>(j.at("tsc_hz").get<uint64_t>()) / 1e9;
+  std::cout << "\nLcores (TSC " << Fixed(ghz, 2) << " GHz)\n";
+  PrintLcoreTable(j.at("lcores"), "  ");
+}
+
+// ----------------------------------------------------------------------------
+
+struct Options {
+  std::string server = kDefaultServer;
+  bool json = false;
+  double timeout_s = 5;
+  std::optional<unsigned> vlan;
+  std::optional<std::string> port;
+};
+
+// Fetches `target` and prints it with `print`, or as JSON. Returns the exit code.
+int Run(const Options& o, const std::string& target, void (*print)(const json&)) {
+  const int timeout_ms = static_cast<int>(o.timeout_s * 1000);
+  Result<json> body = GetJson(o.server, target, timeout_ms);
+  if (!body.ok()) {
+    std::cerr << "aggctl: " << body.status().message() << '\n';
+    return 1;
+  }
+  if (o.json) {
+    std::cout << body->dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    return 0;
+  }
+  try {
+    print(*body);
+  } catch (const json::exception& e) {
+    std::cerr << "aggctl: unexpected response from aggswitch at " << o.server << " for " << target
+              << ": " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"aggctl: inspect a running aggswitch through its HTTP API"};
+  app.set_version_flag("--version", common::Version());
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may also follow the subcommand
+
+  Options o;
+  app.add_option("-s,--server", o.server, "host:port of the aggswitch HTTP API (http.listen)")
+      ->envname("AGGCTL_SERVER")
+      ->capture_default_str();
+  app.add_flag("--json", o.json, "print the API's JSON instead of tables");
+  app.add_option("--timeout", o.timeout_s, "seconds to wait for the daemon")
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
+
+  std::string target;
+  void (*print)(const json&) = nullptr;
+  app.add_subcommand("ports", "ports: driver, link, VLAN mode, packet and drop counts")
+      ->callback([&] {
+        target = "/api/v1/ports";
+        print = PrintPorts;
+      });
+  CLI::App* mac = app.add_subcommand("mac", "MAC table entries: VLAN, MAC, port, type, age");
+  mac->add_option("--vlan", o.vlan, "only this VLAN")->check(CLI::Range(1, 4094));
+  mac->add_option("--port", o.port, "only this port (name or index)");
+  mac->callback([&] {
+    std::string query;
+    if (o.vlan) query += "vlan=" + std::to_string(*o.vlan);
+    if (o.port) query += (query.empty() ? "" : "&") + std::string("port=") + UrlEncode(*o.port);
+    target = "/api/v1/mac" + (query.empty() ? "" : "?" + query);
+    print = PrintMac;
+  });
+  app.add_subcommand("lcores", "worker lcores: queues, busy share, cycles per packet")
+      ->callback([&] {
+        target = "/api/v1/lcores";
+        print = PrintLcores;
+      });
+  app.add_subcommand("stats", "everything: port totals, drops by reason, MAC events, lcores")
+      ->callback([&] {
+        target = "/api/v1/stats";
+        print = PrintStats;
+      });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return Run(o, target, print);
+}
+
+}  // namespace
+}  // namespace aggswitch::tools
+
+int main(int argc, char** argv) {
+  return aggswitch::tools::Main(argc, argv);
+}
