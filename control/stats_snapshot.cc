@@ -3,6 +3,7 @@
 #include <rte_version.h>
 
 #include <algorithm>
+#include <iterator>
 #include <tuple>
 
 #include "common/version.h"
@@ -18,40 +19,17 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
 
   snap.ports.reserve(dp.port_count());
   for (size_t i = 0; i < dp.port_count(); ++i) {
-    const dataplane::PortInfo info = dp.GetPortInfo(i);
-    const dataplane::PortTotals totals = dp.GetPortTotals(i);
     PortSnapshot& p = snap.ports.emplace_back();
+    static_cast<dataplane::PortInfo&>(p) = dp.GetPortInfo(i);
+    static_cast<dataplane::PortTotals&>(p) = dp.GetPortTotals(i);
     p.index = i;
-    p.name = info.name;
-    p.devargs = info.devargs;
-    p.driver = info.driver;
-    p.port_id = info.port_id;
-    p.mac = info.mac;
-    p.link_up = info.link_up;
-    p.link_speed_mbps = info.link_speed_mbps;
-    p.rx_queues = info.rx_queues;
-    p.tx_queues = info.tx_queues;
-    p.vlan_mode = info.vlan_mode;
-    p.rx_packets = totals.rx_packets;
-    p.rx_bytes = totals.rx_bytes;
-    p.tx_packets = totals.tx_packets;
-    p.tx_bytes = totals.tx_bytes;
-    p.flooded_packets = totals.flooded_packets;
-    std::copy(std::begin(totals.drops), std::end(totals.drops), p.drops.begin());
-    p.dev_imissed = totals.dev_imissed;
-    p.dev_ierrors = totals.dev_ierrors;
-    p.dev_oerrors = totals.dev_oerrors;
-    p.dev_rx_nombuf = totals.dev_rx_nombuf;
   }
 
   snap.lcores.reserve(dp.worker_count());
   for (size_t i = 0; i < dp.worker_count(); ++i) {
-    const dataplane::WorkerInfo info = dp.GetWorkerInfo(i);
     const dataplane::LcoreCounters& c = dp.worker_stats(i).lcore;
     LcoreSnapshot& l = snap.lcores.emplace_back();
-    l.lcore = info.lcore;
-    l.tx_queue = info.tx_queue;
-    l.rx = info.rx;
+    static_cast<dataplane::WorkerInfo&>(l) = dp.GetWorkerInfo(i);
     l.busy_cycles = c.busy_cycles.Get();
     l.idle_cycles = c.idle_cycles.Get();
     l.busy_packets = c.busy_packets.Get();

@@ -4,9 +4,8 @@
 // CollectSnapshot() reads the dataplane once through its [any] accessors
 // (relaxed counter loads, rte_eth_stats_get) and copies the values out. The
 // renderers (metrics.h, api.h) take a snapshot, never the Dataplane, so they
-// are unit-testable without EAL: a test fills a StatsSnapshot by hand. The types here deliberately
-// mirror dataplane::PortInfo, PortTotals and WorkerInfo instead of embedding them, because those
-// live in dataplane.h, which pulls in DPDK headers; this header needs none.
+// are unit-testable without EAL: a test fills a StatsSnapshot by hand. This header
+// needs no DPDK headers.
 //
 // Counters of different lcores are read one after another while the workers
 // run, so a snapshot is not one instant; each counter is exact and monotonic.
@@ -29,6 +28,7 @@
 
 #include "common/net_addr.h"
 #include "dataplane/counters.h"
+#include "dataplane/port_stats.h"
 
 namespace aggswitch::dataplane {
 class Dataplane;
@@ -36,50 +36,18 @@ class Dataplane;
 
 namespace aggswitch::control {
 
-// The metric label and help text of each drop reason, indexed by DropReason.
-// Expanded from AGG_DROP_REASONS, the same list DropReasonLabel() expands, so
-// the strings are identical; the rendering library uses this table because
-// DropReasonLabel() is compiled into agg_dataplane, which links DPDK.
-struct DropReasonText {
-  const char* label;
-  const char* help;
-};
-inline constexpr DropReasonText kDropReasonText[dataplane::kNumDropReasons] = {
-#define AGG_DROP_TEXT(name, label, help) {label, help},
-    AGG_DROP_REASONS(AGG_DROP_TEXT)
-#undef AGG_DROP_TEXT
-};
+using dataplane::DropReasonText;
+using dataplane::kDropReasonText;
 
 struct BuildInfo {
   std::string version;       // aggswitch version, e.g. "0.1.0"
   std::string dpdk_version;  // rte_version(), e.g. "DPDK 22.11.4"
 };
 
-// One port: identity and state (from dataplane::PortInfo) and counters summed
-// over every worker lcore plus the device's own counters (dataplane::PortTotals).
-struct PortSnapshot {
+// One port: identity and state (PortInfo), counters summed over every worker
+// lcore plus the device's own counters (PortTotals), and its index.
+struct PortSnapshot : dataplane::PortInfo, dataplane::PortTotals {
   size_t index = 0;  // position in the config's port list; MAC entries use it
-  std::string name;
-  std::string devargs;
-  std::string driver;
-  uint16_t port_id = 0;  // DPDK ethdev port id
-  common::MacAddr mac;
-  bool link_up = false;
-  uint32_t link_speed_mbps = 0;
-  uint16_t rx_queues = 0;
-  uint16_t tx_queues = 0;
-  std::string vlan_mode;  // "access 10" or "trunk 10,20 native 1"
-
-  uint64_t rx_packets = 0;
-  uint64_t rx_bytes = 0;
-  uint64_t tx_packets = 0;
-  uint64_t tx_bytes = 0;
-  uint64_t flooded_packets = 0;
-  std::array<uint64_t, dataplane::kNumDropReasons> drops{};  // indexed by DropReason
-  uint64_t dev_imissed = 0;                                  // frames the NIC dropped: RX ring full
-  uint64_t dev_ierrors = 0;                                  // erroneous received frames
-  uint64_t dev_oerrors = 0;                                  // failed transmissions
-  uint64_t dev_rx_nombuf = 0;                                // RX mbuf allocation failures
 
   // Sum of drops[] (the dataplane's own drops, not the device counters).
   uint64_t TotalDrops() const {
@@ -90,10 +58,7 @@ struct PortSnapshot {
 };
 
 // One worker lcore: what it polls and its counters (dataplane::LcoreCounters).
-struct LcoreSnapshot {
-  unsigned lcore = 0;
-  uint16_t tx_queue = 0;
-  std::vector<std::pair<std::string, uint16_t>> rx;  // (port name, queue)
+struct LcoreSnapshot : dataplane::WorkerInfo {
 
   uint64_t busy_cycles = 0;
   uint64_t idle_cycles = 0;

@@ -40,8 +40,18 @@ enum class DropReason : uint8_t {
 };
 inline constexpr size_t kNumDropReasons = static_cast<size_t>(DropReason::kCount);
 
-const char* DropReasonLabel(DropReason reason);
-const char* DropReasonHelp(DropReason reason);
+// The metric label and help text of each drop reason, indexed by DropReason.
+struct DropReasonText {
+  const char* label;
+  const char* help;
+};
+inline constexpr DropReasonText kDropReasonText[kNumDropReasons] = {
+#define AGG_DROP_TEXT(name, label, help) {label, help},
+    AGG_DROP_REASONS(AGG_DROP_TEXT)
+#undef AGG_DROP_TEXT
+};
+constexpr const char* DropReasonLabel(DropReason r) { return kDropReasonText[static_cast<size_t>(r)].label; }
+constexpr const char* DropReasonHelp(DropReason r) { return kDropReasonText[static_cast<size_t>(r)].help; }
 
 // A single-writer counter. Add() is a plain load/add/store (no lock prefix).
 class Counter {

@@ -34,6 +34,7 @@
 #include "dataplane/counters.h"
 #include "dataplane/forwarding_plan.h"
 #include "dataplane/mac_table.h"
+#include "dataplane/port_stats.h"
 
 namespace aggswitch::dataplane {
 
@@ -55,34 +56,6 @@ struct MacEventCounters {
   Counter aged;             // entries removed by aging
   Counter static_conflicts; // a static MAC seen on another port
   Counter table_full;       // learn requests refused: table full
-};
-
-// What the API shows about a port.
-struct PortInfo {
-  std::string name;
-  std::string devargs;
-  std::string driver;
-  uint16_t port_id = 0;
-  common::MacAddr mac;
-  bool link_up = false;
-  uint32_t link_speed_mbps = 0;
-  uint16_t rx_queues = 0;
-  uint16_t tx_queues = 0;
-  std::string vlan_mode;  // "access 10" or "trunk 10,20 native 1"
-};
-
-// Per-port totals summed over every worker lcore plus the device's own counters.
-struct PortTotals {
-  uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0, flooded_packets = 0;
-  uint64_t drops[kNumDropReasons] = {};
-  // From rte_eth_stats_get: frames the device itself dropped or failed on.
-  uint64_t dev_imissed = 0, dev_ierrors = 0, dev_oerrors = 0, dev_rx_nombuf = 0;
-};
-
-struct WorkerInfo {
-  unsigned lcore = 0;
-  uint16_t tx_queue = 0;
-  std::vector<std::pair<std::string, uint16_t>> rx;  // (port name, queue)
 };
 
 class Dataplane {
