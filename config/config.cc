@@ -197,6 +197,11 @@ class Validator {
       Error("switch.mac", sw.loc,
             "expected a unicast, non-zero MAC address, got " + Quote(sw.mac.ToString()));
     }
+    if (sw.addresses.size() > kMaxSwitchAddresses) {
+      Error("switch.addresses", sw.loc,
+            "expected at most " + std::to_string(kMaxSwitchAddresses) + " addresses, got " +
+                std::to_string(sw.addresses.size()));
+    }
     for (size_t i = 0; i < sw.addresses.size(); ++i) {
       const SwitchAddress& address = sw.addresses[i];
       const std::string path = Index("switch.addresses", i);

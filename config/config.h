@@ -27,6 +27,7 @@ inline constexpr uint16_t kMaxVlan = 4094;
 inline constexpr size_t kMaxPorts = 64;
 inline constexpr size_t kMaxWorkers = 127;
 inline constexpr size_t kMaxRxQueuesPerPort = 16;
+inline constexpr size_t kMaxSwitchAddresses = 16;
 
 // Further inclusive ranges that Validate() enforces.
 inline constexpr uint16_t kMinDescriptors = 64;  // and a power of two

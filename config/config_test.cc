@@ -389,6 +389,18 @@ TEST(ValidateTest, AtMostMaxWorkers) {
   EXPECT_TRUE(ErrorsOf(config).empty());
 }
 
+TEST(ValidateTest, AtMostMaxSwitchAddresses) {
+  Config config = ValidConfig();
+  config.switch_.addresses.clear();
+  for (size_t i = 0; i <= kMaxSwitchAddresses; ++i) {
+    const std::string ip = "10.0." + std::to_string(i) + ".1/24";
+    config.switch_.addresses.push_back({*common::Ipv4Prefix::Parse(ip), 0, {}});
+  }
+  EXPECT_TRUE(OneError(config, "switch.addresses", "expected at most 16 addresses, got 17"));
+  config.switch_.addresses.pop_back();
+  EXPECT_TRUE(ErrorsOf(config).empty());
+}
+
 TEST(ValidateTest, EalChecks) {
   Config config = ValidConfig();
   config.eal.lcores = "0;1";

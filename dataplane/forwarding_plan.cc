@@ -29,7 +29,7 @@ std::unique_ptr<ForwardingPlan> ForwardingPlan::Build(const config::Config& conf
   plan->switch_mac_ = config.switch_.mac;
   plan->switch_mac48_ = config.switch_.mac.ToU64();
   for (const config::SwitchAddress& a : config.switch_.addresses) {
-    if (plan->n_addresses_ == kMaxSwitchAddresses) break;
+    if (plan->n_addresses_ == config::kMaxSwitchAddresses) break;  // Validate() refuses more
     plan->addresses_[plan->n_addresses_++] = OwnAddress{a.prefix.ip.addr, a.vlan};
   }
   return plan;

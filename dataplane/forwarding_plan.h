@@ -23,8 +23,6 @@
 
 namespace aggswitch::dataplane {
 
-inline constexpr size_t kMaxSwitchAddresses = 16;
-
 class ForwardingPlan {
  public:
   struct PortPolicy {
@@ -78,7 +76,7 @@ class ForwardingPlan {
   uint64_t flood_mask_[4096] = {};
   common::MacAddr switch_mac_;
   uint64_t switch_mac48_ = 0;
-  OwnAddress addresses_[kMaxSwitchAddresses];
+  OwnAddress addresses_[config::kMaxSwitchAddresses];
   size_t n_addresses_ = 0;
 };
 
