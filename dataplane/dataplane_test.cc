@@ -221,6 +221,25 @@ TEST_F(DataplaneTest, TrunkToAccessUntagsAndAccessToTrunkTags) {
   EXPECT_EQ(out[3][0], Tagged(kH2, kH3, 20));
 }
 
+TEST_F(DataplaneTest, BurstWithInterleavedFlowsSendsEachFrameToItsOwnPort) {
+  Inject(1, Untagged(kH1, kBroadcast));        // h1 on a1
+  Inject(3, Tagged(kH3, kBroadcast, 10));      // h3 on the trunk
+  Step();
+  Drain();
+  // One burst from a0: runs of identical frames reuse one lookup, but every
+  // change of destination must be looked up again.
+  const Frame to_h1 = Untagged(kH0, kH1), to_h3 = Untagged(kH0, kH3);
+  for (const Frame& f : {to_h1, to_h1, to_h3, to_h1, to_h3, to_h3}) Inject(0, f);
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 3u);
+  for (const Frame& f : out[1]) EXPECT_EQ(f, to_h1);
+  ASSERT_EQ(out[3].size(), 3u);
+  for (const Frame& f : out[3]) EXPECT_EQ(f, Tagged(kH0, kH3, 10));
+  EXPECT_EQ(dp_->mac_events().learned.Get(), 3u);
+  EXPECT_EQ(dp_->worker_stats(0).lcore.learn_requests.Get(), 3u) << "one request per new source";
+}
+
 TEST_F(DataplaneTest, NativeVlanTravelsUntaggedOnTheTrunk) {
   // VLAN 30 is native on the trunk and carried nowhere else.
   Inject(3, Untagged(kH3, kBroadcast));

@@ -68,7 +68,7 @@ void Worker::PollOnce() {
 
 void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_t now_tick) {
   PortCounters& in = stats_.ports[in_port];
-  uint64_t keys[2 * kBurstSize];  // sources in [0, k), destinations in [kBurstSize, +k)
+  uint64_t src[kBurstSize], dst[kBurstSize];
   Meta meta[kBurstSize];
   rte_mbuf* kept[kBurstSize];
   uint16_t k = 0;
@@ -92,41 +92,60 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
       continue;
     }
     const auto* eth = reinterpret_cast<const EtherHdr*>(data);
-    const uint64_t src = Mac48(eth->src);
-    if (src & kMulticastBit) {
+    const uint64_t src48 = Mac48(eth->src);
+    if (src48 & kMulticastBit) {
       Drop(in_port, DropReason::kSrcMulticast, m);
       continue;
     }
-    keys[k] = MacKey(vlan, src);
-    keys[kBurstSize + k] = MacKey(vlan, Mac48(eth->dst));
-    meta[k] = Meta{vlan, l2.has_tag, l2.l3_offset};
+    src[k] = MacKey(vlan, src48);
+    dst[k] = MacKey(vlan, Mac48(eth->dst));
+    meta[k] = Meta{vlan, l2.has_tag, static_cast<uint8_t>(l2.l3_offset)};
     kept[k++] = m;
   }
   in.rx_packets.Add(n);
   in.rx_bytes.Add(rx_bytes);
   if (k == 0) return;
 
-  // Stage 2: every source and destination in one bulk lookup.
-  std::memmove(&keys[k], &keys[kBurstSize], k * sizeof(uint64_t));
-  MacTable::Hit hits[2 * kBurstSize];
-  macs_.LookupBulk(keys, 2 * k, hits);
-
-  // Stage 3: learn, answer, forward.
+  // Stage 2: one bulk lookup of every source and destination. Frames of one
+  // conversation tend to arrive back to back, so a frame with the same
+  // (source, destination) as the one before it reuses that lookup, as VPP's
+  // L2 nodes reuse their previous key: run[j] is the lookup frame j uses.
+  uint64_t keys[2 * kBurstSize];  // run sources in [0, runs), run destinations in [runs, 2 * runs)
+  uint16_t run[kBurstSize];
+  uint16_t runs = 0;
   for (uint16_t j = 0; j < k; ++j) {
-    const MacTable::Hit& src_hit = hits[j];
-    if (src_hit.port == in_port) {
-      macs_.Touch(src_hit.slot, now_tick);
-    } else {
-      RequestLearn(keys[j], in_port, now_tick);
+    if (j > 0 && src[j] == src[j - 1] && dst[j] == dst[j - 1]) {
+      run[j] = run[j - 1];
+      continue;
+    }
+    run[j] = runs;
+    keys[runs] = src[j];
+    keys[kBurstSize + runs] = dst[j];
+    ++runs;
+  }
+  std::memmove(&keys[runs], &keys[kBurstSize], runs * sizeof(uint64_t));
+  MacTable::Hit hits[2 * kBurstSize];
+  macs_.LookupBulk(keys, 2 * runs, hits);
+
+  // Stage 3: learn (once per run), answer, forward.
+  for (uint16_t j = 0; j < k; ++j) {
+    const uint16_t r = run[j];
+    if (j == 0 || r != run[j - 1]) {
+      const MacTable::Hit& src_hit = hits[r];
+      if (src_hit.port == in_port) {
+        macs_.Touch(src_hit.slot, now_tick);
+      } else {
+        RequestLearn(src[j], in_port, now_tick);
+      }
     }
     rte_mbuf* m = kept[j];
-    const uint64_t dst = MacKeyMac(keys[k + j]);
-    if (dst & kMulticastBit) {
-      HandleLocal(in_port, m, meta[j], dst == kBroadcast48);
-    } else if (dst == plan_.switch_mac48()) {
+    const uint64_t dst48 = MacKeyMac(dst[j]);
+    if (dst48 & kMulticastBit) {
+      HandleLocal(in_port, m, meta[j], dst48 == kBroadcast48);
+    } else if (dst48 == plan_.switch_mac48()) {
       HandleLocal(in_port, m, meta[j], false);
     } else {
-      const uint16_t out = hits[k + j].port;
+      const uint16_t out = hits[runs + r].port;
       if (out == kNoPort) {
         Flood(in_port, m, meta[j]);
       } else if (out == in_port) {

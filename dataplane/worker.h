@@ -4,7 +4,8 @@
 // Per burst of up to 32 frames:
 //   1. parse Ethernet/802.1Q, map the frame to its VLAN, drop what the port
 //      does not accept (each drop counted with its reason);
-//   2. look up every source and destination (VLAN, MAC) in one bulk call;
+//   2. look up every source and destination (VLAN, MAC) in one bulk call,
+//      once per run of frames with the same addresses;
 //   3. refresh known sources, queue learn requests for new or moved ones;
 //      answer ARP/ping for the switch's own addresses; send known unicast to
 //      its port, flood the rest to the VLAN's other ports, tagging or
@@ -75,7 +76,7 @@ class alignas(64) Worker {
   struct Meta {
     uint16_t vlan;
     bool has_tag;
-    uint32_t l3_offset;
+    uint8_t l3_offset;
   };
 
   void ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_t now_tick);
