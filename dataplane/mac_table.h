@@ -43,6 +43,18 @@ inline uint64_t Mac48(const uint8_t* p) {
   return (uint64_t{p[0]} << 40) | (uint64_t{p[1]} << 32) | (uint64_t{p[2]} << 24) |
          (uint64_t{p[3]} << 16) | (uint64_t{p[4]} << 8) | uint64_t{p[5]};
 }
+// Mac48 of the destination and source of an Ethernet header at `frame` (at
+// least 14 readable bytes), each with one 8-byte load and a byte swap.
+inline uint64_t DstMac48(const uint8_t* frame) {
+  uint64_t v;
+  __builtin_memcpy(&v, frame, 8);
+  return __builtin_bswap64(v) >> 16;
+}
+inline uint64_t SrcMac48(const uint8_t* frame) {
+  uint64_t v;
+  __builtin_memcpy(&v, frame + 6, 8);
+  return __builtin_bswap64(v) >> 16;
+}
 inline uint16_t MacKeyVlan(uint64_t key) { return static_cast<uint16_t>(key >> 48); }
 inline uint64_t MacKeyMac(uint64_t key) { return key & 0xffffffffffffULL; }
 

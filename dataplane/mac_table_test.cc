@@ -12,6 +12,14 @@ namespace {
 
 uint64_t Key(uint16_t vlan, uint64_t mac) { return MacKey(vlan, mac); }
 
+TEST(MacTableTest, HeaderMacReadersMatchBytewiseRead) {
+  const uint8_t frame[14] = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x08, 0x00};
+  EXPECT_EQ(DstMac48(frame), 0x0123456789abULL);
+  EXPECT_EQ(SrcMac48(frame), 0xfedcba987654ULL);
+  EXPECT_EQ(DstMac48(frame), Mac48(frame));
+  EXPECT_EQ(SrcMac48(frame), Mac48(frame + 6));
+}
+
 TEST(MacTableTest, LearnsAndLooksUp) {
   MacTable t(64);
   EXPECT_EQ(t.Lookup(Key(10, 0x020000000001)).port, kNoPort);
@@ -128,7 +136,9 @@ TEST(MacTableTest, BulkLookupMatchesSingleLookups) {
   t.LookupBulk(keys, 150, hits);
   for (uint64_t i = 0; i < 150; ++i) {
     EXPECT_EQ(hits[i].port, i < 100 ? i % 8 : kNoPort) << i;
-    if (i < 100) EXPECT_EQ(hits[i].slot, t.Lookup(keys[i]).slot);
+    if (i < 100) {
+      EXPECT_EQ(hits[i].slot, t.Lookup(keys[i]).slot);
+    }
   }
 }
 

@@ -91,14 +91,13 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
       Drop(in_port, DropReason::kVlanNotAllowed, m);
       continue;
     }
-    const auto* eth = reinterpret_cast<const EtherHdr*>(data);
-    const uint64_t src48 = Mac48(eth->src);
+    const uint64_t src48 = SrcMac48(data);
     if (src48 & kMulticastBit) {
       Drop(in_port, DropReason::kSrcMulticast, m);
       continue;
     }
     src[k] = MacKey(vlan, src48);
-    dst[k] = MacKey(vlan, Mac48(eth->dst));
+    dst[k] = MacKey(vlan, DstMac48(data));
     meta[k] = Meta{vlan, l2.has_tag, static_cast<uint8_t>(l2.l3_offset)};
     kept[k++] = m;
   }
