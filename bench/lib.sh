@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # BENCH_LAST_STATUS is read by the sourcing script
 # Shell helpers for the benchmarks in bench/: logging, child processes that are
 # always reaped, command FIFOs for interactive DPDK apps, and polling with a
 # deadline. Source it; it defines functions and the BENCH_PIDS list only.
@@ -9,6 +10,7 @@
 
 BENCH_PIDS=()        # every background process we started, oldest first
 BENCH_LAST_PID=""    # the pid bench_spawn started last
+BENCH_LAST_STATUS=0  # the exit status bench_stop_pid reaped last
 
 bench_log() { printf '%s\n' "$*" >&2; }
 bench_die() {
@@ -23,7 +25,7 @@ bench_now() { printf '%s' "$EPOCHREALTIME"; }
 # if it has passed.
 bench_sleep_until() {
   local left
-  left=$(awk -v t="$1" -v n="$EPOCHREALTIME" 'BEGIN { d = t - n; printf "%.3f", d > 0 ? d : 0 }')
+  left=$(awk -v t="$1" -v n="$EPOCHREALTIME" 'BEGIN { d = t - n; printf "%.3f", (d > 0 ? d : 0) }')
   [ "$left" = "0.000" ] || sleep "$left"
 }
 
@@ -75,9 +77,11 @@ bench_alive() {
 
 # bench_stop_pid PID GRACE: gives PID GRACE seconds to exit on its own (after
 # the caller asked it to), then SIGTERM and 5 more seconds, then SIGKILL. Reaps
-# it. Returns 1 if it had to be signalled, so callers can warn.
+# it and leaves its exit status in BENCH_LAST_STATUS. Returns 1 if it had to be
+# signalled, so callers can warn.
 bench_stop_pid() {
   local pid="$1" grace="$2" deadline forced=0
+  BENCH_LAST_STATUS=0
   [ -n "$pid" ] || return 0
   deadline=$(awk -v n="$EPOCHREALTIME" -v g="$grace" 'BEGIN { printf "%.3f", n + g }')
   while bench_alive "$pid" && awk -v n="$EPOCHREALTIME" -v d="$deadline" 'BEGIN { exit !(n < d) }'; do
@@ -89,7 +93,7 @@ bench_stop_pid() {
     for _ in $(seq 50); do bench_alive "$pid" || break; sleep 0.1; done
   fi
   if bench_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
-  wait "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || BENCH_LAST_STATUS=$?
   bench_forget_pid "$pid"
   return "$forced"
 }
@@ -139,6 +143,11 @@ bench_cpu_ticks() {
     total=$((total + $(awk '{ print $12 + $13 }' <<<"$rest")))
   done
   printf '%s' "$total"
+}
+
+# The median of the numbers on stdin, one a line.
+bench_median() {
+  sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 # The first free TCP port on 127.0.0.1 at or above $1.
