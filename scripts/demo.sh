@@ -65,7 +65,10 @@ echo
 echo
 echo "A few of the metrics:"
 curl -fsS http://127.0.0.1:9477/metrics |
-  grep -E '^aggswitch_(port_rx_packets_total|port_tx_packets_total|lcore_arp_replies_total|lcore_icmp_replies_total|mac_table_entries)' | sed 's/^/  /'
+  grep -E '^aggswitch_(port_rx_packets_total|port_tx_packets_total|lcore_arp_replies_total|lcore_icmp_replies_total|mac_table_entries)|^aggswitch_port_dropped_packets_total.* [1-9]' |
+  sed 's/^/  /'
+echo "  (drops on p2 are h2's own IPv6 chatter: untagged on a trunk without native VLAN is"
+echo "   vlan_not_allowed, and VLAN 20 multicast has no other port to go to: no_egress)"
 echo
 echo "demo: $ok/$total pings answered"
 if [ "$KEEP" -eq 1 ]; then

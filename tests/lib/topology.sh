@@ -35,6 +35,9 @@ topo_host() {
   TOPO_NAMESPACES+=("$ns")
   ip link add "$sw_if" type veth peer name eth0 netns "$ns"
   TOPO_LINKS+=("$sw_if")
+  # The switch side is a wire into the switch, not a host: without IPv6 the
+  # kernel sends no ND/MLD of its own there, which af_packet would capture.
+  sysctl -qw "net.ipv6.conf.$sw_if.disable_ipv6=1" 2>/dev/null || true
   ip link set "$sw_if" up
   # No offloads on the switch side: af_packet must see complete frames and checksums.
   if command -v ethtool >/dev/null; then
