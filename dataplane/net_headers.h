@@ -11,31 +11,12 @@
 
 #include <cstdint>
 
+#include "common/big_endian.h"
+
 namespace aggswitch::dataplane {
 
-// A 16/32-bit field stored in network byte order.
-template <typename T>
-class [[gnu::packed]] BigEndian {
- public:
-  constexpr BigEndian() = default;
-  static constexpr BigEndian FromHost(T v) { return BigEndian(Swap(v)); }
-  static constexpr BigEndian FromRaw(T raw) { return BigEndian(raw); }
-  constexpr T host() const { return Swap(raw_); }
-  constexpr T raw() const { return raw_; }
-  constexpr bool operator==(const BigEndian& o) const { return raw_ == o.raw_; }
-  constexpr bool operator!=(const BigEndian& o) const { return raw_ != o.raw_; }
-
- private:
-  constexpr explicit BigEndian(T raw) : raw_(raw) {}
-  static constexpr T Swap(T v) {
-    if constexpr (sizeof(T) == 2) return static_cast<T>(__builtin_bswap16(v));
-    else return static_cast<T>(__builtin_bswap32(v));
-  }
-  T raw_ = 0;
-};
-using be16_t = BigEndian<uint16_t>;
-using be32_t = BigEndian<uint32_t>;
-static_assert(sizeof(be16_t) == 2 && sizeof(be32_t) == 4);
+using common::be16_t;
+using common::be32_t;
 
 inline constexpr be16_t kEtherTypeIpv4 = be16_t::FromHost(0x0800);
 inline constexpr be16_t kEtherTypeArp = be16_t::FromHost(0x0806);

@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 iputils-ping ethtool curl procps # system tests and the demo
   prometheus                                # promtool and a real scrape in the system test
+  tshark                                    # the Wireshark dissector test
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)
