@@ -1,0 +1,168 @@
+// The aggregation protocol's wire format (docs/protocol.md): the packed
+// header, its one parser and its one builder, shared by the switch, the client
+// library and the tools.
+//
+//   AggPacket pkt;
+//   WireError err = ParseAggregation(udp_payload, udp_len, &pkt);
+//   if (err != WireError::kOk) count(err);           // never trust the packet further
+//   uint32_t seq = pkt.header->seq.host();
+//
+//   AggFields f{.opcode = Opcode::kContribution, .job_id = 7, .seq = 42, ...};
+//   uint32_t n = BuildAggregation(f, missing, payload, payload_len, buf, buf_size);
+//
+// Thread safety: pure functions on the caller's buffers; any thread, including
+// worker lcores (no allocation, no exceptions, bounded work).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "aggregator/types.h"
+#include "common/big_endian.h"
+
+namespace aggswitch::aggregator {
+
+using common::be16_t;
+using common::be32_t;
+using common::be64_t;
+
+inline constexpr uint16_t kAggMagic = 0xA65C;
+inline constexpr uint8_t kAggVersion = 1;
+inline constexpr uint16_t kAggUdpPort = 47000;
+inline constexpr uint16_t kNoSlotHint = 0xFFFF;
+
+enum class Opcode : uint8_t {
+  kContribution = 1,
+  kPartial = 2,
+  kResult = 3,
+  kLate = 4,
+  kVerify = 5,
+  kExceptionRetransmit = 6,
+  kTaskInfo = 7,
+  kAck = 8,
+  kNack = 9,
+};
+inline constexpr uint8_t kMaxOpcode = 9;
+
+// Bits of the header's flags field.
+namespace flags {
+inline constexpr uint16_t kAggregateAtPs = 1 << 0;
+inline constexpr uint16_t kRetransmission = 1 << 1;
+inline constexpr uint16_t kConflict = 1 << 2;
+inline constexpr uint16_t kVerified = 1 << 3;
+inline constexpr uint16_t kBypass = 1 << 4;
+inline constexpr uint16_t kOverflow = 1 << 5;
+inline constexpr uint16_t kIncomplete = 1 << 6;
+inline constexpr uint16_t kTaskInfo = 1 << 7;
+inline constexpr uint16_t kOrdered = 1 << 8;
+}  // namespace flags
+
+// Reason codes carried in `aux` by a NACK.
+enum class NackReason : uint32_t {
+  kUnknownJob = 1,
+  kKeyMismatch = 2,
+  kMalformed = 3,
+  kJobTableFull = 4,
+  kTypeMismatch = 5,
+};
+
+struct [[gnu::packed]] AggHeader {
+  be16_t magic;
+  uint8_t version;
+  uint8_t opcode;
+  be16_t flags;
+  be16_t node_id;
+  be32_t job_id;
+  be32_t seq;
+  be64_t job_key;
+  be32_t ack_watermark;
+  be32_t addr_low;
+  be16_t expected;
+  be16_t node_count;
+  be16_t slot_hint;
+  be16_t elem_count;
+  uint8_t dtype;
+  uint8_t op;
+  int8_t scale;
+  uint8_t missing_count;
+  be32_t aux;
+};
+static_assert(sizeof(AggHeader) == 48, "docs/protocol.md: the header is 48 bytes");
+
+// A parsed datagram: pointers into the caller's buffer, valid as long as it is.
+struct AggPacket {
+  const AggHeader* header = nullptr;
+  const uint8_t* missing = nullptr;  // missing_count big-endian node ids
+  const uint8_t* payload = nullptr;
+  uint32_t payload_len = 0;  // elem_count * ElementSize(dtype)
+  Opcode opcode = Opcode::kContribution;
+  DType dtype = DType::kInt32;
+  ReduceOp op = ReduceOp::kSum;
+
+  uint16_t MissingNode(uint32_t i) const {
+    return static_cast<uint16_t>(missing[2 * i] << 8 | missing[2 * i + 1]);
+  }
+};
+
+// Why a datagram is not a valid aggregation packet. One counter each.
+#define AGG_WIRE_ERRORS(X)                                                     \
+  X(kTruncated, "truncated", "shorter than the 48-byte header")               \
+  X(kBadMagic, "bad_magic", "magic is not 0xA65C")                            \
+  X(kBadVersion, "bad_version", "version is not 1")                           \
+  X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..9")                  \
+  X(kUnknownDType, "unknown_dtype", "dtype outside the table")                \
+  X(kUnknownOp, "unknown_op", "op outside the table")                         \
+  X(kBadTypeOp, "bad_type_op", "the dtype does not allow the op")             \
+  X(kCountMismatch, "count_mismatch", "missing list and payload exceed the datagram")
+
+enum class WireError : uint8_t {
+  kOk = 0,
+#define AGG_WIRE_ENUM(name, label, help) name,
+  AGG_WIRE_ERRORS(AGG_WIRE_ENUM)
+#undef AGG_WIRE_ENUM
+      kCount
+};
+inline constexpr size_t kNumWireErrors = static_cast<size_t>(WireError::kCount);
+const char* WireErrorLabel(WireError e);
+
+// Validates a UDP payload as an aggregation packet. Bytes past the payload
+// (Ethernet padding) are ignored. [any thread]
+WireError ParseAggregation(const uint8_t* data, uint32_t len, AggPacket* out);
+
+// Every header field, in host order, for the builder.
+struct AggFields {
+  Opcode opcode = Opcode::kContribution;
+  uint16_t flags = 0;
+  uint16_t node_id = 0;
+  uint32_t job_id = 0;
+  uint32_t seq = 0;
+  uint64_t job_key = 0;
+  uint32_t ack_watermark = 0;
+  uint32_t addr_low = 0;
+  uint16_t expected = 0;
+  uint16_t node_count = 0;
+  uint16_t slot_hint = kNoSlotHint;
+  uint16_t elem_count = 0;
+  DType dtype = DType::kInt32;
+  ReduceOp op = ReduceOp::kSum;
+  int8_t scale = 0;
+  uint32_t aux = 0;
+};
+
+// Writes the header alone. [any thread]
+void WriteAggHeader(const AggFields& f, uint8_t missing_count, AggHeader* out);
+
+// Writes header, missing list and payload into `buf`. `payload_len` must be
+// f.elem_count * ElementSize(f.dtype). Returns the bytes written, or 0 when
+// `buf_size` is too small or the lengths disagree. [any thread]
+uint32_t BuildAggregation(const AggFields& f, const uint16_t* missing, uint8_t missing_count,
+                          const uint8_t* payload, uint32_t payload_len, uint8_t* buf,
+                          uint32_t buf_size);
+
+// Reads the header back into fields (the inverse of WriteAggHeader). [any thread]
+AggFields ReadAggFields(const AggHeader& h);
+
+// Sequence-number order on 32 bits (RFC 1982): whether a comes before b.
+constexpr bool SeqBefore(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+
+}  // namespace aggswitch::aggregator

@@ -1,0 +1,339 @@
+-- Wireshark dissector for the aggswitch aggregation protocol, version 1
+-- (docs/protocol.md; the C++ parser and builder are aggregator/wire.h).
+--
+--   wireshark -X lua_script:tools/wireshark/aggswitch.lua capture.pcap
+--   tshark -X lua_script:tools/wireshark/aggswitch.lua -r capture.pcap -Y 'aggswitch.opcode == 3'
+--
+-- Decodes UDP port 47000 and, heuristically, any UDP payload that starts with
+-- magic 0xA65C and version 1. Every header field, the missing list and the
+-- little-endian payload elements get a filterable field under `aggswitch.`.
+-- A malformed datagram gets an expert error; the dissector never raises a Lua
+-- error on packet contents. Written for the Lua API of Wireshark 4.0 (Lua 5.2)
+-- and uses no bit library, so it also loads on Lua 5.3/5.4 builds.
+
+local AGG_PORT = 47000
+local AGG_MAGIC = 0xA65C
+local AGG_VERSION = 1
+local HEADER_LEN = 48
+
+local aggswitch = Proto("aggswitch", "aggswitch In-Network Aggregation Protocol")
+
+-- Tables of docs/protocol.md ------------------------------------------------
+
+local OPCODE = { CONTRIBUTION = 1, PARTIAL = 2, RESULT = 3, LATE = 4, VERIFY = 5,
+                 EXCEPTION_RETRANSMIT = 6, TASK_INFO = 7, ACK = 8, NACK = 9 }
+local opcode_names = {}
+for name, value in pairs(OPCODE) do opcode_names[value] = name end
+
+local nack_reason_names = {
+  [1] = "unknown job",
+  [2] = "key mismatch",
+  [3] = "malformed",
+  [4] = "job table full",
+  [5] = "dtype/op differs from the job's",
+}
+
+-- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.
+local DTYPES = {
+  [0] = { name = "int32",    size = 4, numeric = true,  logical = true },
+  [1] = { name = "float32",  size = 4, numeric = true,  logical = false },
+  [2] = { name = "float16",  size = 2, numeric = true,  logical = false },
+  [3] = { name = "bfloat16", size = 2, numeric = true,  logical = false },
+  [4] = { name = "bool",     size = 1, numeric = false, logical = true },
+}
+local dtype_names = {}
+for value, t in pairs(DTYPES) do dtype_names[value] = t.name end
+
+local op_names = { [0] = "sum", [1] = "min", [2] = "max", [3] = "and", [4] = "or" }
+local OP_IS_LOGICAL = { [0] = false, [1] = false, [2] = false, [3] = true, [4] = true }
+
+-- Bit, field name and label of each flag, in bit order.
+local FLAG_BITS = {
+  { mask = 0x0001, abbr = "aggregate_at_ps", label = "AGGREGATE_AT_PS" },
+  { mask = 0x0002, abbr = "retransmission",  label = "RETRANSMISSION" },
+  { mask = 0x0004, abbr = "conflict",        label = "CONFLICT" },
+  { mask = 0x0008, abbr = "verified",        label = "VERIFIED" },
+  { mask = 0x0010, abbr = "bypass",          label = "BYPASS" },
+  { mask = 0x0020, abbr = "overflow",        label = "OVERFLOW" },
+  { mask = 0x0040, abbr = "incomplete",      label = "INCOMPLETE" },
+  { mask = 0x0080, abbr = "task_info",       label = "TASK_INFO" },
+  { mask = 0x0100, abbr = "ordered",         label = "ORDERED" },
+}
+-- Bits 9..15 are reserved: a flags value at or above this has one of them set.
+local FLAGS_RESERVED_MIN = 0x0200
+local NO_SLOT_HINT = 0xFFFF
+
+-- Fields -----------------------------------------------------------------------
+
+-- Every field in header order: abbreviation suffix, then the ProtoField.
+local pf = {}
+local fields = {}
+local function field(key, f)
+  pf[key] = f
+  fields[#fields + 1] = f
+end
+field("magic", ProtoField.uint16("aggswitch.magic", "Magic", base.HEX))
+field("version", ProtoField.uint8("aggswitch.version", "Version", base.DEC))
+field("opcode", ProtoField.uint8("aggswitch.opcode", "Opcode", base.DEC, opcode_names))
+field("flags", ProtoField.uint16("aggswitch.flags", "Flags", base.HEX))
+local pf_flag = {}
+for i, bit in ipairs(FLAG_BITS) do
+  pf_flag[i] = ProtoField.bool("aggswitch.flags." .. bit.abbr, bit.label, 16, nil, bit.mask)
+  fields[#fields + 1] = pf_flag[i]
+end
+field("node_id", ProtoField.uint16("aggswitch.node_id", "Node id", base.DEC))
+field("job_id", ProtoField.uint32("aggswitch.job_id", "Job id", base.DEC))
+field("seq", ProtoField.uint32("aggswitch.seq", "Sequence number", base.DEC))
+field("job_key", ProtoField.uint64("aggswitch.job_key", "Job key", base.HEX))
+field("ack_watermark", ProtoField.uint32("aggswitch.ack_watermark", "ACK watermark", base.DEC))
+field("addr_low", ProtoField.uint32("aggswitch.addr_low", "Buffer address (low bits)", base.HEX))
+field("expected", ProtoField.uint16("aggswitch.expected", "Expected members", base.DEC))
+field("node_count", ProtoField.uint16("aggswitch.node_count", "Node count", base.DEC))
+field("slot_hint", ProtoField.uint16("aggswitch.slot_hint", "Slot hint", base.DEC))
+field("elem_count", ProtoField.uint16("aggswitch.elem_count", "Element count", base.DEC))
+field("dtype", ProtoField.uint8("aggswitch.dtype", "Data type", base.DEC, dtype_names))
+field("op", ProtoField.uint8("aggswitch.op", "Operation", base.DEC, op_names))
+field("scale", ProtoField.int8("aggswitch.scale", "Scale", base.DEC))
+field("missing_count", ProtoField.uint8("aggswitch.missing_count", "Missing count", base.DEC))
+field("aux", ProtoField.uint32("aggswitch.aux", "Aux", base.DEC))
+field("missing", ProtoField.bytes("aggswitch.missing", "Missing list"))
+field("missing_node", ProtoField.uint16("aggswitch.missing.node", "Missing node", base.DEC))
+field("payload", ProtoField.bytes("aggswitch.payload", "Payload"))
+field("elem_int32", ProtoField.int32("aggswitch.elem.int32", "int32", base.DEC))
+field("elem_float32", ProtoField.float("aggswitch.elem.float32", "float32"))
+field("elem_float16", ProtoField.float("aggswitch.elem.float16", "float16"))
+field("elem_bfloat16", ProtoField.float("aggswitch.elem.bfloat16", "bfloat16"))
+field("elem_bool", ProtoField.bool("aggswitch.elem.bool", "bool", base.NONE))
+aggswitch.fields = fields
+
+local ef = {
+  malformed = ProtoExpert.new("aggswitch.expert.malformed", "Malformed aggswitch datagram",
+                              expert.group.MALFORMED, expert.severity.ERROR),
+  reserved  = ProtoExpert.new("aggswitch.expert.reserved_flags", "Reserved flag bits set",
+                              expert.group.PROTOCOL, expert.severity.WARN),
+  trailing  = ProtoExpert.new("aggswitch.expert.trailing", "Bytes after the payload",
+                              expert.group.PROTOCOL, expert.severity.NOTE),
+}
+aggswitch.experts = { ef.malformed, ef.reserved, ef.trailing }
+
+-- Helpers ----------------------------------------------------------------------
+
+local function has_bit(value, mask)
+  return math.floor(value / mask) % 2 == 1
+end
+
+-- IEEE 754 binary16 bits to a Lua number (exact; subnormals, inf and NaN included).
+local function half_to_number(h)
+  local sign = has_bit(h, 0x8000) and -1 or 1
+  local exp = math.floor(h / 0x400) % 0x20
+  local mant = h % 0x400
+  if exp == 0 then return sign * mant * 2 ^ -24 end
+  if exp == 0x1F then
+    if mant == 0 then return sign * math.huge end
+    return 0 / 0
+  end
+  return sign * (1 + mant / 0x400) * 2 ^ (exp - 15)
+end
+
+-- bfloat16 bits (the top half of a binary32) to a Lua number.
+local function bfloat16_to_number(b)
+  local sign = has_bit(b, 0x8000) and -1 or 1
+  local exp = math.floor(b / 0x80) % 0x100
+  local mant = b % 0x80
+  if exp == 0 then return sign * mant * 2 ^ -133 end
+  if exp == 0xFF then
+    if mant == 0 then return sign * math.huge end
+    return 0 / 0
+  end
+  return sign * (1 + mant / 0x80) * 2 ^ (exp - 127)
+end
+
+local function name_or_unknown(names, value)
+  return names[value] or string.format("unknown (%d)", value)
+end
+
+local function flag_labels(flags)
+  local set = {}
+  for _, bit in ipairs(FLAG_BITS) do
+    if has_bit(flags, bit.mask) then set[#set + 1] = bit.label end
+  end
+  return table.concat(set, ",")
+end
+
+-- Dissection ---------------------------------------------------------------------
+
+-- Adds one error to `item` and the Info column; returns the datagram length so
+-- the caller can `return malformed(...)`.
+local function malformed(item, pinfo, len, text)
+  item:add_proto_expert_info(ef.malformed, text)
+  pinfo.cols.info:append(" [Malformed: " .. text .. "]")
+  return len
+end
+
+local function add_elements(payload_tree, tvb, offset, count, dtype)
+  for i = 0, count - 1 do
+    local item
+    if dtype == 0 then
+      item = payload_tree:add_le(pf.elem_int32, tvb(offset, 4))
+    elseif dtype == 1 then
+      item = payload_tree:add_le(pf.elem_float32, tvb(offset, 4))
+    elseif dtype == 2 then
+      local r = tvb(offset, 2)
+      item = payload_tree:add(pf.elem_float16, r, half_to_number(r:le_uint()))
+    elseif dtype == 3 then
+      local r = tvb(offset, 2)
+      item = payload_tree:add(pf.elem_bfloat16, r, bfloat16_to_number(r:le_uint()))
+    else
+      item = payload_tree:add(pf.elem_bool, tvb(offset, 1))
+    end
+    item:prepend_text(string.format("[%d] ", i))
+    offset = offset + DTYPES[dtype].size
+  end
+end
+
+local function dissect(tvb, pinfo, tree)
+  local len = tvb:len()
+  pinfo.cols.protocol = "AGGSWITCH"
+  local root = tree:add(aggswitch, tvb())
+
+  if len < HEADER_LEN then
+    pinfo.cols.info:set("aggswitch")
+    return malformed(root, pinfo, len,
+                     string.format("%d bytes, shorter than the 48-byte header", len))
+  end
+
+  local magic = tvb(0, 2):uint()
+  local version = tvb(2, 1):uint()
+  local opcode = tvb(3, 1):uint()
+  local flags = tvb(4, 2):uint()
+  local node_id = tvb(6, 2):uint()
+  local job_id = tvb(8, 4):uint()
+  local seq = tvb(12, 4):uint()
+  local ack_watermark = tvb(24, 4):uint()
+  local slot_hint = tvb(36, 2):uint()
+  local elem_count = tvb(38, 2):uint()
+  local dtype = tvb(40, 1):uint()
+  local op = tvb(41, 1):uint()
+  local scale = tvb(42, 1):int()
+  local missing_count = tvb(43, 1):uint()
+  local aux = tvb(44, 4):uint()
+  local dt = DTYPES[dtype]
+
+  local info = string.format("%s job=%d seq=%d node=%d", name_or_unknown(opcode_names, opcode),
+                             job_id, seq, node_id)
+  if elem_count > 0 then
+    info = info .. string.format(" %sx%d", dt and dt.name or "dtype?", elem_count)
+  end
+  if opcode == OPCODE.ACK then info = info .. string.format(" ack=%d", ack_watermark) end
+  if opcode == OPCODE.NACK then
+    info = info .. " reason=" .. name_or_unknown(nack_reason_names, aux)
+  end
+  if missing_count > 0 then info = info .. string.format(" missing=%d", missing_count) end
+  local labels = flag_labels(flags)
+  if labels ~= "" then info = info .. " [" .. labels .. "]" end
+  pinfo.cols.info:set(info)
+  root:append_text(", " .. info)
+
+  local header = root:add(tvb(0, HEADER_LEN), "Header")
+  local magic_item = header:add(pf.magic, tvb(0, 2))
+  local version_item = header:add(pf.version, tvb(2, 1))
+  local opcode_item = header:add(pf.opcode, tvb(3, 1))
+  local flags_item = header:add(pf.flags, tvb(4, 2))
+  if labels ~= "" then flags_item:append_text(" (" .. labels .. ")") end
+  for _, f in ipairs(pf_flag) do flags_item:add(f, tvb(4, 2)) end
+  header:add(pf.node_id, tvb(6, 2))
+  header:add(pf.job_id, tvb(8, 4))
+  header:add(pf.seq, tvb(12, 4))
+  header:add(pf.job_key, tvb(16, 8))
+  header:add(pf.ack_watermark, tvb(24, 4))
+  header:add(pf.addr_low, tvb(28, 4))
+  header:add(pf.expected, tvb(32, 2))
+  header:add(pf.node_count, tvb(34, 2))
+  local slot_item = header:add(pf.slot_hint, tvb(36, 2))
+  if slot_hint == NO_SLOT_HINT then slot_item:append_text(" (none)") end
+  header:add(pf.elem_count, tvb(38, 2))
+  local dtype_item = header:add(pf.dtype, tvb(40, 1))
+  local op_item = header:add(pf.op, tvb(41, 1))
+  local scale_item = header:add(pf.scale, tvb(42, 1))
+  if dtype == 0 then scale_item:append_text(string.format(" (value = integer x 2^%d)", scale)) end
+  header:add(pf.missing_count, tvb(43, 1))
+  local aux_item = header:add(pf.aux, tvb(44, 4))
+  if opcode == OPCODE.NACK then
+    aux_item:set_text(string.format("NACK reason: %s (%d)",
+                                    name_or_unknown(nack_reason_names, aux), aux))
+  end
+
+  if magic ~= AGG_MAGIC then
+    return malformed(magic_item, pinfo, len, string.format("magic 0x%04X is not 0xA65C", magic))
+  end
+  if version ~= AGG_VERSION then
+    return malformed(version_item, pinfo, len, string.format("version %d is not 1", version))
+  end
+  if not opcode_names[opcode] then
+    return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..9", opcode))
+  end
+  if not dt then
+    return malformed(dtype_item, pinfo, len, string.format("dtype %d outside the table", dtype))
+  end
+  if not op_names[op] then
+    return malformed(op_item, pinfo, len, string.format("op %d outside the table", op))
+  end
+  if elem_count > 0 then
+    local allowed
+    if OP_IS_LOGICAL[op] then allowed = dt.logical else allowed = dt.numeric end
+    if not allowed then
+      return malformed(op_item, pinfo, len, string.format("dtype %s does not allow op %s",
+                                                          dt.name, op_names[op]))
+    end
+  end
+  if flags >= FLAGS_RESERVED_MIN then
+    flags_item:add_proto_expert_info(ef.reserved, string.format(
+        "Reserved flag bits set (0x%04X); receivers ignore them", flags - flags % FLAGS_RESERVED_MIN))
+  end
+
+  local missing_len = 2 * missing_count
+  local payload_len = elem_count * dt.size
+  local needed = HEADER_LEN + missing_len + payload_len
+  if needed > len then
+    return malformed(root, pinfo, len, string.format(
+        "missing list and payload need %d bytes, the datagram has %d", needed, len))
+  end
+
+  local offset = HEADER_LEN
+  if missing_count > 0 then
+    local missing_tree = root:add(pf.missing, tvb(offset, missing_len))
+    missing_tree:set_text(string.format("Missing list (%d nodes)", missing_count))
+    for _ = 1, missing_count do
+      missing_tree:add(pf.missing_node, tvb(offset, 2))
+      offset = offset + 2
+    end
+  end
+  if payload_len > 0 then
+    local payload_tree = root:add(pf.payload, tvb(offset, payload_len))
+    payload_tree:set_text(string.format("Payload: %d x %s, little-endian (%d bytes)",
+                                        elem_count, dt.name, payload_len))
+    add_elements(payload_tree, tvb, offset, elem_count, dtype)
+    offset = offset + payload_len
+  end
+  if offset < len then
+    root:add_tvb_expert_info(ef.trailing, tvb(offset),
+                             string.format("%d bytes after the payload, ignored", len - offset))
+  end
+  return len
+end
+
+function aggswitch.dissector(tvb, pinfo, tree)
+  return dissect(tvb, pinfo, tree)
+end
+
+-- Datagrams to the switch's aggregation address on another port: accepted when
+-- they start with the magic and version 1.
+local function heuristic(tvb, pinfo, tree)
+  if tvb:len() < 4 then return false end
+  if tvb(0, 2):uint() ~= AGG_MAGIC or tvb(2, 1):uint() ~= AGG_VERSION then return false end
+  dissect(tvb, pinfo, tree)
+  return true
+end
+
+DissectorTable.get("udp.port"):add(AGG_PORT, aggswitch)
+aggswitch:register_heuristic("udp", heuristic)
