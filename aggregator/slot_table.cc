@@ -1,0 +1,130 @@
+#include "aggregator/slot_table.h"
+
+#include <cstring>
+
+#include "aggregator/reduce.h"
+
+namespace aggswitch::aggregator {
+
+SlotTable::SlotTable(const SlotTableConfig& config)
+    : config_(config), bitmap_words_((config.max_fan_in + 63u) / 64u) {
+  const size_t n = config_.slots;
+  const size_t fan_in = config_.max_fan_in;
+  slots_ = std::make_unique<Slot[]>(n);
+  bitmaps_ = std::make_unique<uint64_t[]>(n * bitmap_words_);
+  acc_arena_ = std::make_unique<uint8_t[]>(n * 2 * config_.max_payload);
+  result_arena_ = std::make_unique<uint8_t[]>(n * config_.max_payload);
+  held_payloads_ = std::make_unique<const uint8_t*[]>(n * fan_in);
+  held_handles_ = std::make_unique<void*[]>(n * fan_in);
+  released_ = std::make_unique<void*[]>(fan_in);
+  for (size_t i = 0; i < n; ++i) {
+    Slot& s = slots_[i];
+    s.bitmap_ = &bitmaps_[i * bitmap_words_];
+    s.acc_ = &acc_arena_[i * 2 * config_.max_payload];
+    s.result_ = &result_arena_[i * config_.max_payload];
+    s.held_payload_ = &held_payloads_[i * fan_in];
+    s.held_handle_ = &held_handles_[i * fan_in];
+  }
+}
+
+SlotTable::~SlotTable() = default;
+
+void SlotTable::Claim(Slot& s, const Contribution& c, uint64_t now_tsc) {
+  s.state_ = Slot::State::kAggregating;
+  s.job_id_ = c.job_id;
+  s.job_index_ = c.job_index;
+  s.seq_ = c.seq;
+  s.expected_ = c.expected;
+  s.ordered_ = c.ordered;
+  s.dtype_ = c.dtype;
+  s.op_ = c.op;
+  s.scale_ = c.scale;
+  s.elem_count_ = c.elem_count;
+  s.count_ = 0;
+  s.overflow_ = false;
+  s.first_tsc_ = now_tsc;
+  std::memset(s.bitmap_, 0, bitmap_words_ * sizeof(uint64_t));
+  ++busy_;
+}
+
+void SlotTable::Release(uint32_t local_index) {
+  Slot& s = slots_[local_index];
+  if (s.state_ == Slot::State::kFree) return;
+  if (s.state_ == Slot::State::kComplete) --complete_;
+  s.state_ = Slot::State::kFree;
+  --busy_;
+}
+
+void SlotTable::Complete(Slot& s, SlotUpdate& u) {
+  if (s.ordered_) {
+    // Reduce in member order, so float results do not depend on arrival order.
+    // Members are 0..expected-1 and all of them are present.
+    LoadFirst(s.dtype_, s.held_payload_[0], s.elem_count_, s.acc_);
+    for (uint16_t m = 1; m < s.expected_; ++m) {
+      s.overflow_ |= Accumulate(s.dtype_, s.op_, s.acc_, s.held_payload_[m], s.elem_count_);
+    }
+    for (uint16_t m = 0; m < s.expected_; ++m) released_[m] = s.held_handle_[m];
+    u.released = released_.get();
+    u.n_released = s.expected_;
+  }
+  StoreResult(s.dtype_, s.acc_, s.elem_count_, s.result_);
+  s.state_ = Slot::State::kComplete;
+  ++complete_;
+  u.outcome = SlotOutcome::kCompleted;
+}
+
+SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, uint64_t now_tsc,
+                                 ReleaseCheck can_release, void* release_ctx) {
+  SlotUpdate u;
+  if (c.expected == 0 || c.expected > config_.max_fan_in || c.node >= c.expected) return u;
+  if (c.elem_count * ElementSize(c.dtype) > config_.max_payload) {
+    u.outcome = SlotOutcome::kTooLarge;
+    return u;
+  }
+  Slot& s = slots_[local_index];
+  u.slot = &s;
+  const bool same_chunk = s.state_ != Slot::State::kFree && s.job_id_ == c.job_id && s.seq_ == c.seq;
+  if (s.state_ != Slot::State::kFree && !same_chunk) {
+    // Another chunk holds the slot. A complete one whose result nobody needs
+    // any more gives way; anything else is a collision.
+    if (s.state_ == Slot::State::kComplete &&
+        can_release(release_ctx, s.job_id_, s.job_index_, s.seq_)) {
+      Release(local_index);
+    } else {
+      u.outcome = SlotOutcome::kCollision;
+      return u;
+    }
+  }
+  if (s.state_ == Slot::State::kFree) {
+    Claim(s, c, now_tsc);
+  } else if (s.dtype_ != c.dtype || s.op_ != c.op || s.scale_ != c.scale ||
+             s.elem_count_ != c.elem_count || s.expected_ != c.expected) {
+    u.outcome = SlotOutcome::kMismatch;
+    return u;
+  }
+  if (s.HasContributed(c.node)) {
+    u.outcome = s.state_ == Slot::State::kComplete ? SlotOutcome::kDuplicateCompleted
+                                                   : SlotOutcome::kDuplicate;
+    return u;
+  }
+  // A new member of an aggregating slot (a complete slot has every member).
+  s.bitmap_[c.node >> 6] |= uint64_t{1} << (c.node & 63);
+  ++s.count_;
+  if (s.ordered_) {
+    s.held_payload_[c.node] = c.payload;
+    s.held_handle_[c.node] = c.handle;
+    u.outcome = SlotOutcome::kHeld;
+  } else {
+    if (s.count_ == 1) {
+      LoadFirst(s.dtype_, c.payload, s.elem_count_, s.acc_);
+    } else {
+      u.saturated = Accumulate(s.dtype_, s.op_, s.acc_, c.payload, s.elem_count_);
+      s.overflow_ |= u.saturated;
+    }
+    u.outcome = SlotOutcome::kAccumulated;
+  }
+  if (s.count_ == s.expected_) Complete(s, u);
+  return u;
+}
+
+}  // namespace aggswitch::aggregator

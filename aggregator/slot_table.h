@@ -1,0 +1,176 @@
+// Aggregation slots: the per-lcore state machine that turns contributions of
+// one (job, seq) into one result.
+//
+// `SlotIndex(job, seq)` spreads chunks over the whole slot space; slot i
+// belongs to worker `i % n_workers` and is slot `i / n_workers` of that
+// worker's SlotTable. Only the owner touches a slot, so a slot needs no lock: a
+// contribution that arrives on another lcore is handed to the owner over a ring
+// (the dataplane does that). Memory is allocated once, when the table is built.
+//
+// A slot goes Free -> Aggregating (first contribution) -> Complete (the
+// expected number of distinct members contributed). A complete slot keeps its
+// result, so a member that retransmits gets it again, until the caller says
+// every member has moved past the chunk (its ack watermark); only then may a
+// different (job, seq) take the slot. Until then a new chunk that hashes onto it
+// is a collision.
+//
+//   SlotTable slots(SlotTableConfig{.slots = 1024, .max_fan_in = 256, .max_payload = 1424});
+//   SlotUpdate u = slots.Contribute(local_index, c, now_tsc, release_check);
+//   if (u.outcome == SlotOutcome::kCompleted) send u.slot->result() to every member;
+//
+// Thread safety: a SlotTable is owned by one worker lcore; every method is
+// [owner lcore] except the constructor [control]. The read-only accessors on
+// Slot may also be used by the owner only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "aggregator/types.h"
+
+namespace aggswitch::aggregator {
+
+// Where (job, seq) lives in a slot space of `total_slots` (a power of two).
+inline uint32_t SlotIndex(uint32_t job_id, uint32_t seq, uint32_t total_slots) {
+  // Consecutive chunks of one job land on consecutive slots (and so on
+  // different workers, round robin); the job id is mixed in so that jobs
+  // starting at seq 0 do not all pile onto slot 0.
+  const uint32_t job_mix = job_id * 0x9e3779b1u;
+  return (seq + (job_mix ^ (job_mix >> 16))) & (total_slots - 1);
+}
+
+struct SlotTableConfig {
+  uint32_t slots = 1024;     // slots in this table (this worker's share)
+  uint16_t max_fan_in = 256;  // distinct members one slot can count
+  uint32_t max_payload = 1424;  // payload bytes per chunk (what a 1500-byte MTU holds)
+};
+
+// One contribution, parsed and checked against its job by the caller.
+struct Contribution {
+  uint32_t job_id = 0;
+  uint16_t job_index = 0;  // the job's stable index (JobTable)
+  uint32_t seq = 0;
+  uint16_t node = 0;        // member id, < expected
+  uint16_t expected = 0;    // members the job expects at this switch
+  bool ordered = false;     // reduce in member order (bit-identical floats)
+  DType dtype = DType::kInt32;
+  ReduceOp op = ReduceOp::kSum;
+  int8_t scale = 0;
+  uint16_t elem_count = 0;
+  const uint8_t* payload = nullptr;  // elem_count elements of dtype
+  // Ordered jobs only: the buffer holding `payload`, kept alive by the caller
+  // until the slot completes and hands it back (SlotUpdate::released).
+  void* handle = nullptr;
+};
+
+enum class SlotOutcome : uint8_t {
+  kAccumulated,         // counted, more members to come
+  kHeld,                // ordered job: counted, `handle` now belongs to the slot
+  kCompleted,           // this contribution completed the slot: send the result to every member
+  kDuplicate,           // this member was already counted; drop it
+  kDuplicateCompleted,  // already complete: send the cached result to this member only
+  kCollision,           // another chunk holds the slot and is still needed; drop it
+  kMismatch,            // type, op, scale or length differ from the slot's first contribution
+  kBadMember,           // node >= expected, or expected > max_fan_in
+  kTooLarge,            // the payload exceeds max_payload
+};
+
+class Slot {
+ public:
+  enum class State : uint8_t { kFree, kAggregating, kComplete };
+
+  State state() const { return state_; }
+  uint32_t job_id() const { return job_id_; }
+  uint16_t job_index() const { return job_index_; }
+  uint32_t seq() const { return seq_; }
+  uint16_t count() const { return count_; }
+  uint16_t expected() const { return expected_; }
+  DType dtype() const { return dtype_; }
+  ReduceOp op() const { return op_; }
+  int8_t scale() const { return scale_; }
+  uint16_t elem_count() const { return elem_count_; }
+  bool overflow() const { return overflow_; }
+  uint64_t first_tsc() const { return first_tsc_; }
+  // Complete slots: the result payload, elem_count elements of dtype, wire format.
+  const uint8_t* result() const { return result_; }
+  uint32_t result_len() const { return elem_count_ * static_cast<uint32_t>(ElementSize(dtype_)); }
+  bool HasContributed(uint16_t node) const {
+    return (bitmap_[node >> 6] >> (node & 63)) & 1;
+  }
+
+ private:
+  friend class SlotTable;
+  State state_ = State::kFree;
+  bool ordered_ = false;
+  bool overflow_ = false;
+  DType dtype_ = DType::kInt32;
+  ReduceOp op_ = ReduceOp::kSum;
+  int8_t scale_ = 0;
+  uint16_t job_index_ = 0;
+  uint16_t expected_ = 0;
+  uint16_t count_ = 0;
+  uint16_t elem_count_ = 0;
+  uint32_t job_id_ = 0;
+  uint32_t seq_ = 0;
+  uint64_t first_tsc_ = 0;
+  uint64_t* bitmap_ = nullptr;      // max_fan_in bits
+  uint8_t* acc_ = nullptr;          // 2 x max_payload: 16-bit floats accumulate as float32
+  uint8_t* result_ = nullptr;       // max_payload
+  const uint8_t** held_payload_ = nullptr;  // ordered: per member
+  void** held_handle_ = nullptr;            // ordered: per member
+};
+
+// What a contribution did. `released` lists the handles an ordered slot gives
+// back at completion (the caller frees them); it points into the table and is
+// valid until the next call.
+struct SlotUpdate {
+  SlotOutcome outcome = SlotOutcome::kBadMember;
+  Slot* slot = nullptr;
+  void* const* released = nullptr;
+  uint16_t n_released = 0;
+  bool saturated = false;  // an int32 sum saturated in this step
+};
+
+// Whether the complete slot of (job_id, job_index, seq) may be freed: every
+// member's ack watermark is past seq, or the job no longer exists.
+using ReleaseCheck = bool (*)(void* ctx, uint32_t job_id, uint16_t job_index, uint32_t seq);
+
+class SlotTable {
+ public:
+  // Allocates every slot's bitmap, accumulator, result and hold arrays. [control]
+  explicit SlotTable(const SlotTableConfig& config);
+  ~SlotTable();
+  SlotTable(const SlotTable&) = delete;
+  SlotTable& operator=(const SlotTable&) = delete;
+
+  // Counts and reduces one contribution into slot `local_index`. [owner lcore]
+  SlotUpdate Contribute(uint32_t local_index, const Contribution& c, uint64_t now_tsc,
+                        ReleaseCheck can_release, void* release_ctx);
+  // Frees a complete slot whose result is no longer needed. [owner lcore]
+  void Release(uint32_t local_index);
+
+  const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }
+  uint32_t size() const { return config_.slots; }
+  // Slots not Free, and of those Complete (holding a result). [owner lcore; a
+  // relaxed read from elsewhere gives an approximate value]
+  uint32_t busy() const { return busy_; }
+  uint32_t complete() const { return complete_; }
+
+ private:
+  void Claim(Slot& s, const Contribution& c, uint64_t now_tsc);
+  void Complete(Slot& s, SlotUpdate& u);
+
+  SlotTableConfig config_;
+  uint32_t bitmap_words_;
+  std::unique_ptr<Slot[]> slots_;
+  std::unique_ptr<uint64_t[]> bitmaps_;
+  std::unique_ptr<uint8_t[]> acc_arena_;
+  std::unique_ptr<uint8_t[]> result_arena_;
+  std::unique_ptr<const uint8_t*[]> held_payloads_;
+  std::unique_ptr<void*[]> held_handles_;
+  std::unique_ptr<void*[]> released_;  // max_fan_in handles, reused per call
+  uint32_t busy_ = 0;
+  uint32_t complete_ = 0;
+};
+
+}  // namespace aggswitch::aggregator

@@ -1,0 +1,280 @@
+#include "aggregator/slot_table.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "aggregator/reduce.h"
+
+namespace aggswitch::aggregator {
+namespace {
+
+bool NeverRelease(void*, uint32_t, uint16_t, uint32_t) { return false; }
+bool AlwaysRelease(void*, uint32_t, uint16_t, uint32_t) { return true; }
+
+// Bytes of `values` as a little-endian payload.
+template <typename T>
+std::vector<uint8_t> Payload(const std::vector<T>& values) {
+  std::vector<uint8_t> out(values.size() * sizeof(T));
+  std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
+Contribution Make(uint32_t job, uint32_t seq, uint16_t node, uint16_t expected,
+                  const std::vector<uint8_t>& payload, DType dtype = DType::kInt32,
+                  ReduceOp op = ReduceOp::kSum) {
+  Contribution c;
+  c.job_id = job;
+  c.job_index = static_cast<uint16_t>(job % 16);
+  c.seq = seq;
+  c.node = node;
+  c.expected = expected;
+  c.dtype = dtype;
+  c.op = op;
+  c.elem_count = static_cast<uint16_t>(payload.size() / ElementSize(dtype));
+  c.payload = payload.data();
+  return c;
+}
+
+TEST(SlotIndexTest, StaysInRangeAndSpreadsConsecutiveChunks) {
+  constexpr uint32_t kSlots = 1024;
+  std::set<uint32_t> seen;
+  for (uint32_t seq = 0; seq < kSlots; ++seq) {
+    const uint32_t i = SlotIndex(7, seq, kSlots);
+    ASSERT_LT(i, kSlots);
+    seen.insert(i);
+  }
+  EXPECT_EQ(seen.size(), kSlots) << "a window of consecutive chunks never collides with itself";
+  // Consecutive chunks go round robin over the workers that own slot i % n.
+  for (uint32_t workers : {1u, 2u, 4u}) {
+    std::vector<int> per_worker(workers);
+    for (uint32_t seq = 0; seq < 64; ++seq) ++per_worker[SlotIndex(7, seq, kSlots) % workers];
+    for (int n : per_worker) EXPECT_EQ(n, static_cast<int>(64 / workers));
+  }
+  EXPECT_NE(SlotIndex(1, 0, kSlots), SlotIndex(2, 0, kSlots)) << "jobs starting at seq 0 spread out";
+}
+
+class SlotTableTest : public ::testing::TestWithParam<int> {};
+
+// N members each contribute; the result equals a local reduction, exactly once.
+TEST_P(SlotTableTest, CompletesAfterExactlyNDistinctMembers) {
+  const uint16_t n = static_cast<uint16_t>(GetParam());
+  SlotTable table(SlotTableConfig{16, 256, 1424});
+  std::mt19937 rng(n);
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<int64_t> expect(64, 0);
+  for (uint16_t m = 0; m < n; ++m) {
+    std::vector<int32_t> v(64);
+    for (size_t e = 0; e < v.size(); ++e) {
+      v[e] = static_cast<int32_t>(rng() % 2001) - 1000;
+      expect[e] += v[e];
+    }
+    payloads.push_back(Payload(v));
+  }
+  std::vector<uint16_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const SlotUpdate u = table.Contribute(3, Make(9, 100, order[i], n, payloads[order[i]]), 1000 + i,
+                                          NeverRelease, nullptr);
+    if (i + 1 < order.size()) {
+      ASSERT_EQ(u.outcome, SlotOutcome::kAccumulated) << i;
+    } else {
+      ASSERT_EQ(u.outcome, SlotOutcome::kCompleted);
+      ASSERT_EQ(u.slot->result_len(), 64u * 4);
+      std::vector<int32_t> got(64);
+      std::memcpy(got.data(), u.slot->result(), 256);
+      for (size_t e = 0; e < 64; ++e) EXPECT_EQ(got[e], expect[e]) << e;
+      EXPECT_EQ(u.slot->first_tsc(), 1000u);
+      EXPECT_FALSE(u.slot->overflow());
+    }
+  }
+  EXPECT_EQ(table.busy(), 1u);
+  EXPECT_EQ(table.complete(), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(FanIn, SlotTableTest, ::testing::Values(1, 2, 3, 8, 64, 256));
+
+TEST(SlotTableTest, DuplicatesNeverCountTwice) {
+  SlotTable table(SlotTableConfig{4, 256, 1424});
+  const auto p = Payload(std::vector<int32_t>{5, 6});
+  EXPECT_EQ(table.Contribute(0, Make(1, 1, 0, 3, p), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  EXPECT_EQ(table.Contribute(0, Make(1, 1, 0, 3, p), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kDuplicate);
+  EXPECT_EQ(table.slot(0).count(), 1);
+  EXPECT_EQ(table.Contribute(0, Make(1, 1, 1, 3, p), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  const SlotUpdate done = table.Contribute(0, Make(1, 1, 2, 3, p), 0, NeverRelease, nullptr);
+  ASSERT_EQ(done.outcome, SlotOutcome::kCompleted);
+  int32_t sum[2];
+  std::memcpy(sum, done.slot->result(), 8);
+  EXPECT_EQ(sum[0], 15);
+  EXPECT_EQ(sum[1], 18);
+  // After completion a retransmission gets the cached result, and the result does not change.
+  const SlotUpdate again = table.Contribute(0, Make(1, 1, 1, 3, p), 0, NeverRelease, nullptr);
+  EXPECT_EQ(again.outcome, SlotOutcome::kDuplicateCompleted);
+  std::memcpy(sum, again.slot->result(), 8);
+  EXPECT_EQ(sum[0], 15);
+}
+
+TEST(SlotTableTest, CompleteSlotIsRetainedUntilReleasable) {
+  SlotTable table(SlotTableConfig{4, 256, 1424});
+  const auto p = Payload(std::vector<int32_t>{1});
+  ASSERT_EQ(table.Contribute(2, Make(1, 10, 0, 1, p), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kCompleted);
+  // Another chunk hashes onto the slot while members still need seq 10.
+  EXPECT_EQ(table.Contribute(2, Make(1, 14, 0, 1, p), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kCollision);
+  EXPECT_EQ(table.slot(2).seq(), 10u);
+  // Once the watermark passed seq 10, the new chunk takes the slot.
+  bool asked_about_10 = false;
+  auto check = [](void* ctx, uint32_t job, uint16_t, uint32_t seq) {
+    *static_cast<bool*>(ctx) = job == 1 && seq == 10;
+    return true;
+  };
+  EXPECT_EQ(table.Contribute(2, Make(1, 14, 0, 1, p), 0, check, &asked_about_10).outcome,
+            SlotOutcome::kCompleted);
+  EXPECT_TRUE(asked_about_10);
+  EXPECT_EQ(table.slot(2).seq(), 14u);
+  EXPECT_EQ(table.busy(), 1u);
+}
+
+TEST(SlotTableTest, AggregatingSlotIsNeverTakenOver) {
+  SlotTable table(SlotTableConfig{4, 256, 1424});
+  const auto p = Payload(std::vector<int32_t>{1});
+  ASSERT_EQ(table.Contribute(1, Make(1, 10, 0, 2, p), 0, AlwaysRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  EXPECT_EQ(table.Contribute(1, Make(2, 10, 0, 2, p), 0, AlwaysRelease, nullptr).outcome,
+            SlotOutcome::kCollision);
+  EXPECT_EQ(table.slot(1).job_id(), 1u);
+  EXPECT_EQ(table.slot(1).count(), 1);
+}
+
+TEST(SlotTableTest, RejectsMismatchesBadMembersAndOversizedPayloads) {
+  SlotTable table(SlotTableConfig{4, 8, 16});
+  const auto p2 = Payload(std::vector<int32_t>{1, 2});
+  const auto p3 = Payload(std::vector<int32_t>{1, 2, 3});
+  ASSERT_EQ(table.Contribute(0, Make(1, 1, 0, 3, p2), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  EXPECT_EQ(table.Contribute(0, Make(1, 1, 1, 3, p3), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kMismatch);
+  EXPECT_EQ(table.Contribute(0, Make(1, 1, 1, 3, p2, DType::kInt32, ReduceOp::kMax), 0, NeverRelease,
+                             nullptr)
+                .outcome,
+            SlotOutcome::kMismatch);
+  EXPECT_EQ(table.Contribute(0, Make(1, 1, 3, 3, p2), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kBadMember)
+      << "node id beyond the expected members";
+  EXPECT_EQ(table.Contribute(1, Make(1, 2, 0, 9, p2), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kBadMember)
+      << "more members than max_fan_in";
+  const auto big = Payload(std::vector<int32_t>(5, 1));
+  EXPECT_EQ(table.Contribute(1, Make(1, 2, 0, 2, big), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kTooLarge);
+  EXPECT_EQ(table.slot(0).count(), 1) << "rejected contributions leave the slot as it was";
+  EXPECT_EQ(table.slot(1).state(), Slot::State::kFree);
+}
+
+TEST(SlotTableTest, SaturatingSumSetsOverflow) {
+  SlotTable table(SlotTableConfig{4, 256, 1424});
+  const auto big = Payload(std::vector<int32_t>{std::numeric_limits<int32_t>::max(), 1});
+  const auto one = Payload(std::vector<int32_t>{1, 1});
+  ASSERT_EQ(table.Contribute(0, Make(1, 1, 0, 2, big), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  const SlotUpdate u = table.Contribute(0, Make(1, 1, 1, 2, one), 0, NeverRelease, nullptr);
+  ASSERT_EQ(u.outcome, SlotOutcome::kCompleted);
+  EXPECT_TRUE(u.saturated);
+  EXPECT_TRUE(u.slot->overflow());
+  int32_t r[2];
+  std::memcpy(r, u.slot->result(), 8);
+  EXPECT_EQ(r[0], std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(r[1], 2);
+}
+
+TEST(SlotTableTest, Float16ResultIsNarrowedFromFloat32) {
+  SlotTable table(SlotTableConfig{4, 256, 1424});
+  // 1.5 and 2.25 in float16.
+  const auto a = Payload(std::vector<uint16_t>{0x3e00});
+  const auto b = Payload(std::vector<uint16_t>{0x4080});
+  ASSERT_EQ(table.Contribute(0, Make(1, 1, 0, 2, a, DType::kFloat16), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  const SlotUpdate u = table.Contribute(0, Make(1, 1, 1, 2, b, DType::kFloat16), 0, NeverRelease, nullptr);
+  ASSERT_EQ(u.outcome, SlotOutcome::kCompleted);
+  ASSERT_EQ(u.slot->result_len(), 2u);
+  uint16_t r;
+  std::memcpy(&r, u.slot->result(), 2);
+  EXPECT_EQ(r, 0x4380) << "3.75 in float16";
+}
+
+// Ordered mode: the float32 result is the same bits whatever the arrival order,
+// and equals the reduction in member order.
+TEST(SlotTableTest, OrderedModeIsBitIdenticalForAnyArrivalOrder) {
+  constexpr uint16_t kMembers = 8;
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1e6f, 1e6f);
+  std::vector<std::vector<uint8_t>> payloads;
+  for (uint16_t m = 0; m < kMembers; ++m) {
+    std::vector<float> v(100);
+    for (float& x : v) x = dist(rng) * (m % 2 ? 1e-6f : 1.0f);
+    payloads.push_back(Payload(v));
+  }
+  // The member-order reference.
+  std::vector<uint8_t> acc(400), want(400);
+  LoadFirst(DType::kFloat32, payloads[0].data(), 100, acc.data());
+  for (uint16_t m = 1; m < kMembers; ++m) {
+    (void)Accumulate(DType::kFloat32, ReduceOp::kSum, acc.data(), payloads[m].data(), 100);
+  }
+  StoreResult(DType::kFloat32, acc.data(), 100, want.data());
+
+  std::vector<uint16_t> order(kMembers);
+  std::iota(order.begin(), order.end(), 0);
+  bool some_order_differs_unordered = false;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::shuffle(order.begin(), order.end(), rng);
+    SlotTable ordered(SlotTableConfig{2, 256, 1424});
+    SlotTable unordered(SlotTableConfig{2, 256, 1424});
+    int handles[kMembers];
+    SlotUpdate last;
+    for (uint16_t i = 0; i < kMembers; ++i) {
+      Contribution c = Make(1, 1, order[i], kMembers, payloads[order[i]], DType::kFloat32);
+      (void)unordered.Contribute(0, c, 0, NeverRelease, nullptr);
+      c.ordered = true;
+      c.handle = &handles[order[i]];
+      last = ordered.Contribute(0, c, 0, NeverRelease, nullptr);
+      if (i + 1 < kMembers) {
+        ASSERT_EQ(last.outcome, SlotOutcome::kHeld);
+      }
+    }
+    ASSERT_EQ(last.outcome, SlotOutcome::kCompleted);
+    ASSERT_EQ(0, std::memcmp(last.slot->result(), want.data(), 400)) << "trial " << trial;
+    ASSERT_EQ(last.n_released, kMembers);
+    for (uint16_t m = 0; m < kMembers; ++m) EXPECT_EQ(last.released[m], &handles[m]);
+    some_order_differs_unordered |=
+        std::memcmp(unordered.slot(0).result(), want.data(), 400) != 0;
+  }
+  EXPECT_TRUE(some_order_differs_unordered)
+      << "the data must be such that arrival order matters without ordered mode";
+}
+
+TEST(SlotTableTest, ReleaseFreesOnlyBusySlots) {
+  SlotTable table(SlotTableConfig{4, 256, 1424});
+  const auto p = Payload(std::vector<int32_t>{1});
+  table.Release(0);
+  EXPECT_EQ(table.busy(), 0u);
+  ASSERT_EQ(table.Contribute(0, Make(1, 1, 0, 1, p), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kCompleted);
+  table.Release(0);
+  EXPECT_EQ(table.busy(), 0u);
+  EXPECT_EQ(table.complete(), 0u);
+  EXPECT_EQ(table.slot(0).state(), Slot::State::kFree);
+}
+
+}  // namespace
+}  // namespace aggswitch::aggregator
