@@ -74,6 +74,14 @@ static_assert(sizeof(Ipv4Hdr) == 20);
 inline constexpr uint8_t kIpProtoIcmp = 1;
 inline constexpr uint8_t kIpProtoUdp = 17;
 
+struct [[gnu::packed]] UdpHdr {
+  be16_t src_port;
+  be16_t dst_port;
+  be16_t length;  // header + payload
+  uint16_t checksum;  // 0: none (allowed over IPv4)
+};
+static_assert(sizeof(UdpHdr) == 8);
+
 struct [[gnu::packed]] IcmpHdr {
   uint8_t type;
   uint8_t code;

@@ -85,4 +85,65 @@ LocalVerdict HandleIpv4ToSwitch(uint8_t* frame, uint32_t len, uint32_t l3_offset
   return LocalVerdict::kReplied;
 }
 
+UdpParse ParseIpv4Udp(const uint8_t* frame, uint32_t len, uint32_t l3_offset, UdpInfo* out) {
+  if (len < l3_offset + sizeof(Ipv4Hdr)) return UdpParse::kMalformed;
+  const auto* ip = reinterpret_cast<const Ipv4Hdr*>(frame + l3_offset);
+  if (ip->protocol != kIpProtoUdp) return UdpParse::kNotUdp;
+  const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
+  const uint32_t total = ip->total_length.host();
+  if ((ip->version_ihl >> 4) != 4 || ihl < sizeof(Ipv4Hdr) || total < ihl + sizeof(UdpHdr) ||
+      l3_offset + total > len) {
+    return UdpParse::kMalformed;
+  }
+  if ((ip->frag_off.host() & 0x3fff) != 0) return UdpParse::kFragment;
+  if (InternetChecksum(ip, ihl) != 0) return UdpParse::kMalformed;
+  const auto* udp = reinterpret_cast<const UdpHdr*>(frame + l3_offset + ihl);
+  const uint32_t udp_len = udp->length.host();
+  if (udp_len < sizeof(UdpHdr) || udp_len > total - ihl) return UdpParse::kMalformed;
+  out->src_ip = ip->src.host();
+  out->dst_ip = ip->dst.host();
+  out->src_port = udp->src_port.host();
+  out->dst_port = udp->dst_port.host();
+  out->payload_offset = l3_offset + ihl + static_cast<uint32_t>(sizeof(UdpHdr));
+  out->payload_len = udp_len - static_cast<uint32_t>(sizeof(UdpHdr));
+  return UdpParse::kOk;
+}
+
+uint32_t WriteUdpHeaders(uint8_t* out, const uint8_t dst_mac[6], const uint8_t src_mac[6],
+                         uint16_t vlan_tag, uint32_t src_ip, uint32_t dst_ip, uint16_t src_port,
+                         uint16_t dst_port, uint16_t ip_id, uint32_t udp_payload_len) {
+  auto* eth = reinterpret_cast<EtherHdr*>(out);
+  std::memcpy(eth->dst, dst_mac, 6);
+  std::memcpy(eth->src, src_mac, 6);
+  uint32_t off = 12;
+  if (vlan_tag != 0) {
+    auto* tag = reinterpret_cast<VlanTag*>(out + off);
+    tag->tpid = kEtherTypeVlan;
+    tag->tci = be16_t::FromHost(vlan_tag & kVlanIdMask);
+    off += kVlanHdrLen;
+  }
+  *reinterpret_cast<be16_t*>(out + off) = kEtherTypeIpv4;
+  off += 2;
+  auto* ip = reinterpret_cast<Ipv4Hdr*>(out + off);
+  const uint32_t udp_len = static_cast<uint32_t>(sizeof(UdpHdr)) + udp_payload_len;
+  ip->version_ihl = 0x45;
+  ip->tos = 0;
+  ip->total_length = be16_t::FromHost(static_cast<uint16_t>(sizeof(Ipv4Hdr) + udp_len));
+  ip->id = be16_t::FromHost(ip_id);
+  ip->frag_off = be16_t::FromHost(0x4000);  // DF
+  ip->ttl = 64;
+  ip->protocol = kIpProtoUdp;
+  ip->checksum = 0;
+  ip->src = be32_t::FromHost(src_ip);
+  ip->dst = be32_t::FromHost(dst_ip);
+  ip->checksum = InternetChecksum(ip, sizeof(Ipv4Hdr));
+  off += sizeof(Ipv4Hdr);
+  auto* udp = reinterpret_cast<UdpHdr*>(out + off);
+  udp->src_port = be16_t::FromHost(src_port);
+  udp->dst_port = be16_t::FromHost(dst_port);
+  udp->length = be16_t::FromHost(static_cast<uint16_t>(udp_len));
+  udp->checksum = 0;
+  return off + static_cast<uint32_t>(sizeof(UdpHdr));
+}
+
 }  // namespace aggswitch::dataplane

@@ -55,6 +55,36 @@ enum class LocalVerdict : uint8_t {
   kUnhandled,  // addressed to the switch, well formed, but nothing answers it: drop
 };
 
+// An IPv4/UDP datagram found in a frame.
+struct UdpInfo {
+  uint32_t src_ip = 0;  // host order
+  uint32_t dst_ip = 0;
+  uint16_t src_port = 0;
+  uint16_t dst_port = 0;
+  uint32_t payload_offset = 0;  // from the start of the frame
+  uint32_t payload_len = 0;     // UDP length - 8
+};
+
+enum class UdpParse : uint8_t {
+  kOk,
+  kNotUdp,      // not IPv4, or IPv4 but not UDP: not aggregation traffic
+  kMalformed,   // IPv4 or UDP lengths, version or header checksum wrong
+  kFragment,    // MF set or a fragment offset: never aggregation traffic
+};
+
+// Parses IPv4 and UDP at `l3_offset` (the ether type is already IPv4). Checks
+// version, header length, total length against the frame, the header checksum
+// and the UDP length. Options are skipped. [any thread]
+UdpParse ParseIpv4Udp(const uint8_t* frame, uint32_t len, uint32_t l3_offset, UdpInfo* out);
+
+// Writes Ethernet, an optional 802.1Q tag (vlan_tag != 0), IPv4 (DF, TTL 64,
+// header checksum) and UDP (checksum 0) headers for a datagram of `udp_payload_len`
+// bytes. Returns the header length (42, or 46 tagged). `out` must have room.
+// [any thread]
+uint32_t WriteUdpHeaders(uint8_t* out, const uint8_t dst_mac[6], const uint8_t src_mac[6],
+                         uint16_t vlan_tag, uint32_t src_ip, uint32_t dst_ip, uint16_t src_port,
+                         uint16_t dst_port, uint16_t ip_id, uint32_t udp_payload_len);
+
 // Ones' complement Internet checksum over `len` bytes, ready to store as-is.
 uint16_t InternetChecksum(const void* data, uint32_t len);
 

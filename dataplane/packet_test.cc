@@ -170,6 +170,62 @@ TEST_F(PacketTest, IcmpChecksOrderAndVerdicts) {
   EXPECT_EQ(verdict(udp, udp.size()), LocalVerdict::kUnhandled);
 }
 
+TEST(UdpTest, WrittenHeadersParseBack) {
+  const uint8_t dst[6] = {2, 0, 0, 0, 0, 0xa};
+  const uint8_t src[6] = {2, 0xa9, 0x9c, 0, 0, 1};
+  for (uint16_t vlan : {uint16_t{0}, uint16_t{20}}) {
+    std::vector<uint8_t> f(200, 0xee);
+    const uint32_t hdr = WriteUdpHeaders(f.data(), dst, src, vlan, 0x0a000afe, 0x0a000a01, 47000,
+                                         40001, 7, 100);
+    EXPECT_EQ(hdr, vlan ? 46u : 42u);
+    f.resize(hdr + 100);
+    L2Info l2;
+    ASSERT_EQ(ParseL2(f.data(), static_cast<uint32_t>(f.size()), &l2), ParseStatus::kOk);
+    EXPECT_EQ(l2.has_tag, vlan != 0);
+    EXPECT_EQ(l2.vid, vlan);
+    EXPECT_EQ(l2.ether_type, kEtherTypeIpv4);
+    UdpInfo u;
+    ASSERT_EQ(ParseIpv4Udp(f.data(), static_cast<uint32_t>(f.size()), l2.l3_offset, &u), UdpParse::kOk);
+    EXPECT_EQ(u.src_ip, 0x0a000afeu);
+    EXPECT_EQ(u.dst_ip, 0x0a000a01u);
+    EXPECT_EQ(u.src_port, 47000);
+    EXPECT_EQ(u.dst_port, 40001);
+    EXPECT_EQ(u.payload_offset, hdr);
+    EXPECT_EQ(u.payload_len, 100u);
+  }
+}
+
+TEST(UdpTest, RejectsWhatIsNotAWellFormedUnfragmentedDatagram) {
+  const uint8_t mac[6] = {2, 0, 0, 0, 0, 1};
+  std::vector<uint8_t> good(42 + 16);
+  WriteUdpHeaders(good.data(), mac, mac, 0, 1, 2, 3, 4, 5, 16);
+  auto parse = [](std::vector<uint8_t> f) {
+    UdpInfo u;
+    return ParseIpv4Udp(f.data(), static_cast<uint32_t>(f.size()), 14, &u);
+  };
+  EXPECT_EQ(parse(good), UdpParse::kOk);
+  EXPECT_EQ(parse(std::vector<uint8_t>(good.begin(), good.begin() + 33)), UdpParse::kMalformed);
+  EXPECT_EQ(parse(std::vector<uint8_t>(good.begin(), good.end() - 1)), UdpParse::kMalformed)
+      << "IPv4 total length beyond the frame";
+  auto with = [&](size_t at, uint8_t v, bool fix_checksum) {
+    std::vector<uint8_t> f = good;
+    f[at] = v;
+    if (fix_checksum) {
+      f[24] = f[25] = 0;
+      const uint16_t c = InternetChecksum(f.data() + 14, 20);
+      std::memcpy(f.data() + 24, &c, 2);
+    }
+    return f;
+  };
+  EXPECT_EQ(parse(with(23, kIpProtoIcmp, true)), UdpParse::kNotUdp);
+  EXPECT_EQ(parse(with(26, 0x99, false)), UdpParse::kMalformed) << "header checksum";
+  EXPECT_EQ(parse(with(14, 0x65, true)), UdpParse::kMalformed) << "version 6";
+  EXPECT_EQ(parse(with(20, 0x20, true)), UdpParse::kFragment) << "more fragments";
+  EXPECT_EQ(parse(with(21, 0x01, true)), UdpParse::kFragment) << "fragment offset";
+  EXPECT_EQ(parse(with(39, 0xff, false)), UdpParse::kMalformed) << "UDP length beyond IPv4";
+  EXPECT_EQ(parse(with(39, 7, false)), UdpParse::kMalformed) << "UDP length below its header";
+}
+
 TEST(ChecksumTest, MatchesKnownValue) {
   // RFC 1071 example words 0x0001 0xf203 0xf4f5 0xf6f7 sum to 0xddf2; checksum 0x220d.
   const uint8_t data[] = {0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7};
