@@ -139,6 +139,7 @@ class Validator {
     CheckMacTable();
     CheckMempool();
     CheckHttp();
+    CheckAggregation();
   }
 
  private:
@@ -204,6 +205,8 @@ class Validator {
     }
     for (size_t i = 0; i < sw.addresses.size(); ++i) {
       const SwitchAddress& address = sw.addresses[i];
+      // Checked as aggregation.address, where the user wrote it.
+      if (address.from_aggregation) continue;
       const std::string path = Index("switch.addresses", i);
       // The map form names the address under "address"; point there.
       std::string address_path = path + ".address";
@@ -517,6 +520,96 @@ class Validator {
     }
   }
 
+  void CheckAggregation() {
+    const AggregationConfig& agg = config_.aggregation;
+    if (agg.address) CheckAggregationAddress(*agg.address);
+    if (agg.udp_port == 0) {
+      Error("aggregation.udp_port", agg.loc, "expected a UDP port 1..65535, got \"0\"");
+    }
+    if (agg.slots < kMinAggregationSlots || agg.slots > kMaxAggregationSlots ||
+        !IsPowerOfTwo(agg.slots)) {
+      Error("aggregation.slots", agg.loc,
+            "expected a power of two " + std::to_string(kMinAggregationSlots) + ".." +
+                std::to_string(kMaxAggregationSlots) + ", got " + QuoteNumber(agg.slots));
+    }
+    const bool fan_in_ok = agg.max_fan_in >= 1 && agg.max_fan_in <= kMaxAggregationFanIn;
+    if (!fan_in_ok) {
+      Error("aggregation.max_fan_in", agg.loc,
+            "expected 1.." + std::to_string(kMaxAggregationFanIn) + " members, got " +
+                QuoteNumber(agg.max_fan_in));
+    }
+    const bool max_jobs_ok = agg.max_jobs >= 1 && agg.max_jobs <= kMaxAggregationJobs;
+    if (!max_jobs_ok) {
+      Error("aggregation.max_jobs", agg.loc,
+            "expected 1.." + std::to_string(kMaxAggregationJobs) + " jobs, got " +
+                QuoteNumber(agg.max_jobs));
+    } else if (agg.jobs.size() > agg.max_jobs) {
+      Error("aggregation.jobs", agg.loc,
+            "expected at most " + std::to_string(agg.max_jobs) +
+                " jobs (aggregation.max_jobs), got " + std::to_string(agg.jobs.size()));
+    }
+    std::map<uint32_t, size_t> ids;
+    for (size_t i = 0; i < agg.jobs.size(); ++i) {
+      const AggregationJobConfig& job = agg.jobs[i];
+      const std::string path = Index("aggregation.jobs", i);
+      if (job.id == 0) {
+        Error(path + ".id", job.loc, "expected a job id 1..4294967295, got \"0\"");
+      } else if (auto [it, inserted] = ids.emplace(job.id, i); !inserted) {
+        Error(path + ".id", job.loc,
+              "expected each job id once, got " + QuoteNumber(job.id) + " again (also " +
+                  Where(Index("aggregation.jobs", it->second), agg.jobs[it->second].loc) + ")");
+      }
+      if (job.members == 0 || (fan_in_ok && job.members > agg.max_fan_in)) {
+        Error(path + ".members", job.loc,
+              "expected 1.." + std::to_string(fan_in_ok ? agg.max_fan_in : kMaxAggregationFanIn) +
+                  " members (aggregation.max_fan_in), got " + QuoteNumber(job.members));
+      }
+      if (job.nodes == 0) {
+        Error(path + ".nodes", job.loc, "expected a node count 1..65535, got \"0\"");
+      }
+    }
+  }
+
+  void CheckAggregationAddress(const SwitchAddress& address) {
+    const std::string path = "aggregation.address";
+    // The map form names the address under "address"; point there.
+    std::string address_path = path + ".address";
+    if (config_.source_locs.find(address_path) == config_.source_locs.end()) address_path = path;
+    if (!IsHostAddress(address.prefix)) {
+      Error(address_path, address.loc,
+            "expected a unicast host address, got " + Quote(address.prefix.ip.ToString()));
+      return;
+    }
+    if (address.vlan != 0) {
+      if (!CheckVlan(path + ".vlan", address.loc, address.vlan)) return;
+      if (AllPortVlansKnown() && !AnyPortCarries(address.vlan)) {
+        Error(path + ".vlan", address.loc,
+              "expected a VLAN that some port carries, got " + QuoteNumber(address.vlan));
+        return;
+      }
+    }
+    // The switch answers ARP for it as one of its addresses: the entry
+    // ApplyDerivedDefaults() added, or one the user listed, which must then
+    // cover the aggregation address's VLAN.
+    const std::vector<SwitchAddress>& owned = config_.switch_.addresses;
+    for (size_t i = 0; i < owned.size(); ++i) {
+      const SwitchAddress& other = owned[i];
+      if (other.prefix.ip != address.prefix.ip) continue;
+      if (other.from_aggregation || other.vlan == 0 || other.vlan == address.vlan) return;
+      Error(address_path, address.loc,
+            "expected " + Index("switch.addresses", i) + ", which has the same address on VLAN " +
+                std::to_string(other.vlan) + " only, to cover " +
+                (address.vlan == 0 ? std::string("every VLAN")
+                                   : "VLAN " + std::to_string(address.vlan)) +
+                "; give the aggregation address that vlan, or list it once on every VLAN");
+      return;
+    }
+    Error(address_path, address.loc,
+          "expected room for the aggregation address in switch.addresses (at most " +
+              std::to_string(kMaxSwitchAddresses) + " addresses, this one included), got " +
+              std::to_string(owned.size()) + " others");
+  }
+
   const Config& config_;
   std::vector<ConfigError>& errors_;
   std::optional<std::vector<unsigned>> lcores_;
@@ -586,7 +679,26 @@ std::optional<std::vector<unsigned>> ParseLcoreList(std::string_view lcores) {
   return ids;
 }
 
+namespace {
+
+void AddAggregationAddress(Config& config) {
+  const std::optional<SwitchAddress>& address = config.aggregation.address;
+  if (!address) return;
+  std::vector<SwitchAddress>& owned = config.switch_.addresses;
+  for (const SwitchAddress& other : owned) {
+    if (other.prefix.ip == address->prefix.ip) return;
+  }
+  if (owned.size() >= kMaxSwitchAddresses) return;
+  SwitchAddress derived = *address;
+  derived.prefix.length = 32;
+  derived.from_aggregation = true;
+  owned.push_back(derived);
+}
+
+}  // namespace
+
 void ApplyDerivedDefaults(Config& config) {
+  AddAggregationAddress(config);
   if (!config.workers.empty()) return;
   const auto lcores = ParseLcoreList(config.eal.lcores);
   if (!lcores) return;

@@ -43,6 +43,12 @@ inline constexpr uint32_t kMaxMbufs = 1048575;
 inline constexpr uint32_t kMaxMempoolCache = 512;
 // Upper bound on lcore ids in eal.lcores; EAL applies its own RTE_MAX_LCORE later.
 inline constexpr unsigned kMaxLcoreId = 1023;
+// The aggregation section.
+inline constexpr uint16_t kDefaultAggregationUdpPort = 47000;  // docs/protocol.md
+inline constexpr uint32_t kMinAggregationSlots = 64;           // and a power of two
+inline constexpr uint32_t kMaxAggregationSlots = 1048576;
+inline constexpr uint16_t kMaxAggregationFanIn = 1024;
+inline constexpr uint32_t kMaxAggregationJobs = 65536;
 
 // Line and column (1-based) in the YAML source; 0 when the item was defaulted.
 struct SourceLoc {
@@ -120,6 +126,9 @@ struct SwitchAddress {
   common::Ipv4Prefix prefix;
   uint16_t vlan = 0;
   SourceLoc loc;
+  // Added by ApplyDerivedDefaults() for aggregation.address (so the switch
+  // answers ARP and ping on it); checked as aggregation.address, not here.
+  bool from_aggregation = false;
 
   friend bool operator==(const SwitchAddress&, const SwitchAddress&) = default;
 };
@@ -166,6 +175,34 @@ struct HttpConfig {
   friend bool operator==(const HttpConfig&, const HttpConfig&) = default;
 };
 
+// A job declared in the file (aggregation.jobs[]).
+struct AggregationJobConfig {
+  uint32_t id = 0;       // 1..2^32-1
+  uint64_t key = 0;      // per-job secret carried in every packet of the job
+  uint16_t members = 0;  // expected members at this switch, 1..max_fan_in
+  uint16_t nodes = 1;    // switches taking part; 1 = this switch is the root
+  bool ordered = false;  // reduce floats in member order (bit-identical results)
+  SourceLoc loc;
+
+  friend bool operator==(const AggregationJobConfig&, const AggregationJobConfig&) = default;
+};
+
+struct AggregationConfig {
+  // The host address the switch reserves for aggregation ("a.b.c.d", prefix
+  // length 32; vlan 0: every VLAN). Without it only the UDP port trigger works.
+  // ApplyDerivedDefaults() adds it to switch.addresses unless that lists it.
+  std::optional<SwitchAddress> address;
+  uint16_t udp_port = kDefaultAggregationUdpPort;  // the UDP port trigger
+  bool in_band_registration = true;                // unknown jobs register from their task info
+  uint32_t slots = 4096;                           // aggregation slots, a power of two
+  uint16_t max_fan_in = 256;                       // members one job may have at this switch
+  uint32_t max_jobs = 1024;                        // jobs the table holds, whatever their origin
+  std::vector<AggregationJobConfig> jobs;
+  SourceLoc loc;
+
+  friend bool operator==(const AggregationConfig&, const AggregationConfig&) = default;
+};
+
 struct Config {
   EalConfig eal;
   SwitchConfig switch_;
@@ -174,6 +211,7 @@ struct Config {
   MacTableConfig mac_table;
   MempoolConfig mempool;
   HttpConfig http;
+  AggregationConfig aggregation;
 
   // Where each value and list item came from, by key path ("ports[1].trunk[2]",
   // "workers[0].rx[1]"), so that Validate() can point at the exact value. The
@@ -195,10 +233,14 @@ struct Config {
 // string does not parse or names an id above kMaxLcoreId.
 std::optional<std::vector<unsigned>> ParseLcoreList(std::string_view lcores);
 
-// Fills defaults that depend on other fields (the default worker set): when
-// `workers` is empty, adds one worker on the lowest lcore of eal.lcores that is
-// not eal.main_lcore, polling queue 0 of every port. Adds none when there is no
-// such lcore (Validate() then reports the missing worker).
+// Fills defaults that depend on other fields:
+// * the default worker set: when `workers` is empty, adds one worker on the
+//   lowest lcore of eal.lcores that is not eal.main_lcore, polling queue 0 of
+//   every port. Adds none when there is no such lcore (Validate() then reports
+//   the missing worker).
+// * the aggregation address as a switch address (from_aggregation), so that
+//   the switch answers ARP and ping on it, unless switch.addresses already has
+//   that IP or is full (Validate() then reports what is wrong).
 // Call before Validate(); LoadConfigText() does.
 void ApplyDerivedDefaults(Config& config);
 

@@ -190,6 +190,153 @@ TEST(ApplyDerivedDefaultsTest, AddsNoWorkerWithoutASpareLcore) {
   EXPECT_TRUE(OneError(config, "eal.lcores", "got \"zero\""));
 }
 
+TEST(ApplyDerivedDefaultsTest, AddsTheAggregationAddressAsASwitchAddress) {
+  Config config = ValidConfig();
+  config.switch_.addresses.push_back({*common::Ipv4Prefix::Parse("10.0.10.254/24"), 0, {}});
+  SwitchAddress agg;
+  agg.prefix = *common::Ipv4Prefix::Parse("10.0.20.250");
+  agg.vlan = 20;
+  config.aggregation.address = agg;
+  ApplyDerivedDefaults(config);
+  ASSERT_EQ(config.switch_.addresses.size(), 2u);
+  const SwitchAddress& derived = config.switch_.addresses[1];
+  EXPECT_EQ(derived.prefix.ToString(), "10.0.20.250/32");
+  EXPECT_EQ(derived.vlan, 20);
+  EXPECT_TRUE(derived.from_aggregation);
+  // Idempotent.
+  ApplyDerivedDefaults(config);
+  EXPECT_EQ(config.switch_.addresses.size(), 2u);
+  EXPECT_TRUE(ErrorsOf(config).empty());
+}
+
+TEST(ApplyDerivedDefaultsTest, KeepsASwitchAddressThatIsAlsoTheAggregationAddress) {
+  Config config = ValidConfig();
+  config.switch_.addresses.push_back({*common::Ipv4Prefix::Parse("10.0.10.254/24"), 0, {}});
+  SwitchAddress agg;
+  agg.prefix = *common::Ipv4Prefix::Parse("10.0.10.254");
+  config.aggregation.address = agg;
+  ApplyDerivedDefaults(config);
+  EXPECT_EQ(config.switch_.addresses.size(), 1u);
+  EXPECT_TRUE(ErrorsOf(config).empty());
+}
+
+TEST(ValidateTest, AggregationDefaultsAreValid) {
+  const AggregationConfig agg;
+  EXPECT_FALSE(agg.address);
+  EXPECT_EQ(agg.udp_port, 47000);
+  EXPECT_TRUE(agg.in_band_registration);
+  EXPECT_EQ(agg.slots, 4096u);
+  EXPECT_EQ(agg.max_fan_in, 256);
+  EXPECT_EQ(agg.max_jobs, 1024u);
+  EXPECT_TRUE(agg.jobs.empty());
+  EXPECT_TRUE(ErrorsOf(ValidConfig()).empty());
+}
+
+TEST(ValidateTest, AggregationChecks) {
+  auto with = [](auto change) {
+    Config config = ValidConfig();
+    change(config.aggregation);
+    ApplyDerivedDefaults(config);
+    return config;
+  };
+  auto job = [](uint32_t id, uint16_t members) {
+    AggregationJobConfig j;
+    j.id = id;
+    j.key = id;
+    j.members = members;
+    return j;
+  };
+  EXPECT_TRUE(OneError(with([](auto& a) { a.udp_port = 0; }), "aggregation.udp_port", "got \"0\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.slots = 100; }), "aggregation.slots",
+                       "expected a power of two 64..1048576, got \"100\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.slots = 32; }), "aggregation.slots", "\"32\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.slots = 2097152; }), "aggregation.slots", "2097152"));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.max_fan_in = 0; }), "aggregation.max_fan_in",
+                       "expected 1..1024 members, got \"0\""));
+  EXPECT_TRUE(
+      OneError(with([](auto& a) { a.max_fan_in = 1025; }), "aggregation.max_fan_in", "1025"));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.max_jobs = 0; }), "aggregation.max_jobs",
+                       "expected 1..65536 jobs, got \"0\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.max_jobs = 65537; }), "aggregation.max_jobs", "65537"));
+  EXPECT_TRUE(OneError(with([&](auto& a) {
+                         a.max_jobs = 1;
+                         a.jobs = {job(1, 2), job(2, 2)};
+                       }),
+                       "aggregation.jobs",
+                       "expected at most 1 jobs (aggregation.max_jobs), got 2"));
+  EXPECT_TRUE(OneError(with([&](auto& a) { a.jobs = {job(0, 2)}; }), "aggregation.jobs[0].id",
+                       "expected a job id 1..4294967295"));
+  EXPECT_TRUE(OneError(with([&](auto& a) {
+                         a.jobs = {job(7, 2), job(8, 2), job(7, 3)};
+                       }),
+                       "aggregation.jobs[2].id",
+                       "expected each job id once, got \"7\" again (also aggregation.jobs[0])"));
+  EXPECT_TRUE(OneError(with([&](auto& a) { a.jobs = {job(7, 0)}; }), "aggregation.jobs[0].members",
+                       "expected 1..256 members (aggregation.max_fan_in), got \"0\""));
+  EXPECT_TRUE(OneError(with([&](auto& a) {
+                         a.max_fan_in = 8;
+                         a.jobs = {job(7, 9)};
+                       }),
+                       "aggregation.jobs[0].members", "expected 1..8 members"));
+  EXPECT_TRUE(OneError(with([&](auto& a) {
+                         a.jobs = {job(7, 2)};
+                         a.jobs[0].nodes = 0;
+                       }),
+                       "aggregation.jobs[0].nodes", "expected a node count 1..65535"));
+  EXPECT_TRUE(ErrorsOf(with([&](auto& a) {
+                a.max_fan_in = 1024;
+                a.max_jobs = 2;
+                a.jobs = {job(1, 1024), job(0xffffffff, 1)};
+              })).empty());
+}
+
+TEST(ValidateTest, AggregationAddressChecks) {
+  auto with_address = [](const char* ip, uint16_t vlan) {
+    Config config = ValidConfig();
+    SwitchAddress agg;
+    agg.prefix = *common::Ipv4Prefix::Parse(ip);
+    agg.vlan = vlan;
+    config.aggregation.address = agg;
+    ApplyDerivedDefaults(config);
+    return config;
+  };
+  EXPECT_TRUE(ErrorsOf(with_address("10.0.10.254", 0)).empty());
+  EXPECT_TRUE(ErrorsOf(with_address("10.0.20.254", 20)).empty());
+  for (const char* bad : {"0.0.0.0", "127.0.0.1", "224.0.0.5", "255.255.255.255"}) {
+    EXPECT_TRUE(
+        OneError(with_address(bad, 0), "aggregation.address", "expected a unicast host address"))
+        << bad;
+  }
+  EXPECT_TRUE(OneError(with_address("10.0.10.254", 30), "aggregation.address.vlan",
+                       "expected a VLAN that some port carries, got \"30\""));
+  EXPECT_TRUE(OneError(with_address("10.0.10.254", 4095), "aggregation.address.vlan",
+                       "expected a VLAN id 1..4094"));
+
+  // A switch address with the same IP must cover the aggregation VLAN.
+  Config narrow = ValidConfig();
+  narrow.switch_.addresses.push_back({*common::Ipv4Prefix::Parse("10.0.10.254/24"), 10, {}});
+  SwitchAddress agg;
+  agg.prefix = *common::Ipv4Prefix::Parse("10.0.10.254");
+  narrow.aggregation.address = agg;
+  ApplyDerivedDefaults(narrow);
+  EXPECT_TRUE(OneError(narrow, "aggregation.address",
+                       "expected switch.addresses[0], which has the same address on VLAN 10 only, "
+                       "to cover every VLAN"));
+  narrow.aggregation.address->vlan = 10;
+  EXPECT_TRUE(ErrorsOf(narrow).empty());
+
+  // No room left in switch.addresses.
+  Config full = ValidConfig();
+  for (size_t i = 0; i < kMaxSwitchAddresses; ++i) {
+    full.switch_.addresses.push_back(
+        {*common::Ipv4Prefix::Parse("10.1." + std::to_string(i) + ".1/24"), 0, {}});
+  }
+  full.aggregation.address = agg;
+  ApplyDerivedDefaults(full);
+  EXPECT_EQ(full.switch_.addresses.size(), kMaxSwitchAddresses);
+  EXPECT_TRUE(OneError(full, "aggregation.address", "expected room for the aggregation address"));
+}
+
 TEST(ValidateTest, AcceptsAValidConfig) {
   std::vector<ConfigError> errors;
   EXPECT_TRUE(Validate(ValidConfig(), errors));

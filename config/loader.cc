@@ -104,8 +104,8 @@ class Loader {
   void LoadRoot(const YAML::Node& root) {
     if (!root.IsMap() && !root.IsNull()) {
       Error("", root,
-            "expected a map of sections (eal, switch, ports, workers, mac_table, mempool, http), "
-            "got " +
+            "expected a map of sections (eal, switch, ports, workers, mac_table, mempool, http, "
+            "aggregation), got " +
                 Describe(root));
       return;
     }
@@ -120,6 +120,8 @@ class Loader {
              [this](const YAML::Node& n, const std::string& p) { LoadMacTable(n, p); }},
             {"mempool", [this](const YAML::Node& n, const std::string& p) { LoadMempool(n, p); }},
             {"http", [this](const YAML::Node& n, const std::string& p) { LoadHttp(n, p); }},
+            {"aggregation",
+             [this](const YAML::Node& n, const std::string& p) { LoadAggregation(n, p); }},
         });
   }
 
@@ -546,6 +548,121 @@ class Loader {
     config_.http.loc = ItemLoc(node, path);
     LoadMap(node, path,
             {{"listen", [&](auto& n, auto& p) { ReadString(n, p, config_.http.listen); }}});
+  }
+
+  // "a.b.c.d" only: the aggregation address is one host, not a subnet.
+  bool ReadHostAddress(const YAML::Node& node, const std::string& path, common::Ipv4Prefix& out) {
+    std::optional<common::Ipv4Addr> ip;
+    if (node.IsScalar()) ip = common::Ipv4Addr::Parse(node.Scalar());
+    if (!ip) {
+      Error(path, node, "expected an IPv4 host address \"a.b.c.d\", got " + Describe(node));
+      return false;
+    }
+    out = common::Ipv4Prefix{*ip, 32};
+    return true;
+  }
+
+  // An unsigned decimal integer, or "0x" and 1..16 hex digits.
+  bool ReadJobKey(const YAML::Node& node, const std::string& path, uint64_t& out) {
+    const std::string expected =
+        "expected a job key: an unsigned integer below 2^64 or a \"0x...\" hex string of 1..16 "
+        "digits, got ";
+    if (!node.IsScalar()) {
+      Error(path, node, expected + Describe(node));
+      return false;
+    }
+    const std::string& text = node.Scalar();
+    const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+    const char* first = text.data() + (hex ? 2 : 0);
+    const char* last = text.data() + text.size();
+    uint64_t value = 0;
+    auto [next, ec] = std::from_chars(first, last, value, hex ? 16 : 10);
+    if (text.empty() || ec != std::errc() || next != last || (hex && last - first > 16)) {
+      Error(path, node, expected + Quote(text));
+      return false;
+    }
+    out = value;
+    return true;
+  }
+
+  void LoadAggregation(const YAML::Node& node, const std::string& path) {
+    AggregationConfig& agg = config_.aggregation;
+    agg.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {
+                {"address",
+                 [&](auto& n, auto& p) { LoadAggregationAddress(n, p, agg.address.emplace()); }},
+                {"udp_port",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.udp_port, {}, "a UDP port 1..65535");
+                 }},
+                {"in_band_registration",
+                 [&](auto& n, auto& p) { ReadBool(n, p, agg.in_band_registration); }},
+                {"slots",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.slots, {},
+                                "a power of two " + std::to_string(kMinAggregationSlots) + ".." +
+                                    std::to_string(kMaxAggregationSlots));
+                 }},
+                {"max_fan_in",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.max_fan_in, {},
+                                "1.." + std::to_string(kMaxAggregationFanIn) + " members");
+                 }},
+                {"max_jobs",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.max_jobs, {},
+                                "1.." + std::to_string(kMaxAggregationJobs) + " jobs");
+                 }},
+                {"jobs",
+                 [&](auto& n, auto& p) {
+                   LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                     LoadAggregationJob(item, item_path, agg.jobs.emplace_back());
+                   });
+                 }},
+            });
+  }
+
+  // "a.b.c.d" (every VLAN) or {address: "a.b.c.d", vlan: N}.
+  void LoadAggregationAddress(const YAML::Node& node, const std::string& path, SwitchAddress& out) {
+    out.loc = ItemLoc(node, path);
+    if (!node.IsMap()) {
+      if (node.IsScalar()) {
+        ReadHostAddress(node, path, out.prefix);
+      } else {
+        Error(path, node, "expected \"a.b.c.d\" or a map {address, vlan}, got " + Describe(node));
+      }
+      return;
+    }
+    LoadMap(node, path,
+            {
+                {"address", [&](auto& n, auto& p) { ReadHostAddress(n, p, out.prefix); }, true},
+                {"vlan", [&](auto& n, auto& p) { ReadVlan(n, p, out.vlan); }},
+            });
+  }
+
+  void LoadAggregationJob(const YAML::Node& node, const std::string& path,
+                          AggregationJobConfig& job) {
+    job.loc = ItemLoc(node, path);
+    if (!IsMapItem(node, path)) return;
+    LoadMap(
+        node, path,
+        {
+            {"id",
+             [&](auto& n, auto& p) { ReadUnsigned(n, p, job.id, {}, "a job id 1..4294967295"); },
+             true},
+            {"key", [&](auto& n, auto& p) { ReadJobKey(n, p, job.key); }, true},
+            {"members",
+             [&](auto& n, auto& p) {
+               ReadUnsigned(
+                   n, p, job.members, {},
+                   "1..max_fan_in members (at most " + std::to_string(kMaxAggregationFanIn) + ")");
+             },
+             true},
+            {"nodes",
+             [&](auto& n, auto& p) { ReadUnsigned(n, p, job.nodes, {}, "a node count 1..65535"); }},
+            {"ordered", [&](auto& n, auto& p) { ReadBool(n, p, job.ordered); }},
+        });
   }
 
   Config& config_;

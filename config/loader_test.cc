@@ -891,6 +891,167 @@ TEST(ValidateErrorTest, MempoolAndHttp) {
                        "\"localhost:9477\""));
 }
 
+// --- The aggregation section ------------------------------------------------------
+
+TEST(AggregationLoaderTest, ReadsEveryField) {
+  const ConfigLoad load = Load(R"yaml(ports: [{name: p0, devargs: d, trunk: [10, 20]}]
+aggregation:
+  address: {address: 10.0.20.250, vlan: 20}
+  udp_port: 47001
+  in_band_registration: false
+  slots: 65536
+  max_fan_in: 512
+  max_jobs: 8
+  jobs:
+    - {id: 7, key: 0x00c0ffee00000007, members: 4}
+    - id: 4294967295
+      key: 18446744073709551615
+      members: 512
+      nodes: 3
+      ordered: true
+)yaml");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const AggregationConfig& a = load.config.aggregation;
+  ASSERT_TRUE(a.address);
+  EXPECT_EQ(a.address->prefix.ToString(), "10.0.20.250/32");
+  EXPECT_EQ(a.address->vlan, 20);
+  EXPECT_EQ(a.address->loc.line, 3);
+  EXPECT_EQ(a.udp_port, 47001);
+  EXPECT_FALSE(a.in_band_registration);
+  EXPECT_EQ(a.slots, 65536u);
+  EXPECT_EQ(a.max_fan_in, 512);
+  EXPECT_EQ(a.max_jobs, 8u);
+  ASSERT_EQ(a.jobs.size(), 2u);
+  EXPECT_EQ(a.jobs[0].id, 7u);
+  EXPECT_EQ(a.jobs[0].key, 0x00c0ffee00000007ull);
+  EXPECT_EQ(a.jobs[0].members, 4);
+  EXPECT_EQ(a.jobs[0].nodes, 1);
+  EXPECT_FALSE(a.jobs[0].ordered);
+  EXPECT_EQ(a.jobs[0].loc.line, 10);
+  EXPECT_EQ(a.jobs[1].id, 4294967295u);
+  EXPECT_EQ(a.jobs[1].key, 18446744073709551615ull);
+  EXPECT_EQ(a.jobs[1].members, 512);
+  EXPECT_EQ(a.jobs[1].nodes, 3);
+  EXPECT_TRUE(a.jobs[1].ordered);
+  // The switch answers ARP and ping on the aggregation address.
+  ASSERT_EQ(load.config.switch_.addresses.size(), 1u);
+  EXPECT_TRUE(load.config.switch_.addresses[0].from_aggregation);
+  EXPECT_EQ(load.config.switch_.addresses[0].vlan, 20);
+}
+
+TEST(AggregationLoaderTest, DefaultsAndTheScalarAddressForm) {
+  ConfigLoad load = Load("ports: [{name: p0, devargs: d}]\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  EXPECT_EQ(load.config.aggregation, AggregationConfig());
+
+  load = Load("ports: [{name: p0, devargs: d}]\naggregation:\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  EXPECT_EQ(load.config.aggregation, AggregationConfig());
+
+  load = Load("ports: [{name: p0, devargs: d}]\naggregation:\n  address: 10.0.0.9\n  jobs:\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  ASSERT_TRUE(load.config.aggregation.address);
+  EXPECT_EQ(load.config.aggregation.address->prefix.ToString(), "10.0.0.9/32");
+  EXPECT_EQ(load.config.aggregation.address->vlan, 0);
+  EXPECT_TRUE(load.config.aggregation.jobs.empty());
+}
+
+TEST(AggregationLoaderTest, KeyForms) {
+  const std::string head = "ports: [{name: p0, devargs: d}]\naggregation:\n  jobs:\n";
+  for (const auto& [text, value] :
+       std::vector<std::pair<std::string, uint64_t>>{{"0", 0},
+                                                     {"42", 42},
+                                                     {"0x2A", 42},
+                                                     {"0Xffffffffffffffff", ~0ull},
+                                                     {"\"0x0000000000000001\"", 1}}) {
+    const ConfigLoad load = Load(head + "    - {id: 1, members: 2, key: " + text + "}\n");
+    ASSERT_TRUE(load.ok()) << text << Dump(load);
+    EXPECT_EQ(load.config.aggregation.jobs[0].key, value) << text;
+  }
+  for (const char* bad : {"-1", "0x", "0x10000000000000000", "0x00000000000000001",
+                          "18446744073709551616", "12ab", "abc", "[1]", "0xg1"}) {
+    EXPECT_TRUE(OneError(Load(head + "    - {id: 1, members: 2, key: " + bad + "}\n"),
+                         "aggregation.jobs[0].key", 4, "expected a job key"))
+        << bad;
+  }
+}
+
+TEST(AggregationLoaderTest, Errors) {
+  const std::string ports = "ports: [{name: p0, devargs: d, access: 10}]\naggregation:\n";
+  // Shape and type errors from the loader.
+  EXPECT_TRUE(OneError(Load(ports + "  colour: red\n"), "aggregation.colour", 3,
+                       "unknown key \"colour\"; expected one of: address, udp_port, "
+                       "in_band_registration, slots, max_fan_in, max_jobs, jobs"));
+  EXPECT_TRUE(OneError(Load(ports + "  address: 10.0.0.1/24\n"), "aggregation.address", 3,
+                       "expected an IPv4 host address \"a.b.c.d\", got \"10.0.0.1/24\""));
+  EXPECT_TRUE(OneError(Load(ports + "  address: [10.0.0.1]\n"), "aggregation.address", 3,
+                       "expected \"a.b.c.d\" or a map {address, vlan}, got a list"));
+  EXPECT_TRUE(OneError(Load(ports + "  address: {vlan: 10}\n"), "aggregation.address.address", 3,
+                       "missing required key \"address\""));
+  EXPECT_TRUE(OneError(Load(ports + "  address: {address: nope, vlan: 10}\n"),
+                       "aggregation.address.address", 3, "got \"nope\""));
+  EXPECT_TRUE(OneError(Load(ports + "  udp_port: 65536\n"), "aggregation.udp_port", 3,
+                       "expected a UDP port 1..65535, got \"65536\""));
+  EXPECT_TRUE(OneError(Load(ports + "  in_band_registration: maybe\n"),
+                       "aggregation.in_band_registration", 3, "expected true or false"));
+  EXPECT_TRUE(OneError(Load(ports + "  max_fan_in: 70000\n"), "aggregation.max_fan_in", 3,
+                       "expected 1..1024 members, got \"70000\""));
+  EXPECT_TRUE(OneError(Load(ports + "  jobs: {id: 1}\n"), "aggregation.jobs", 3,
+                       "expected a list, got a map"));
+  EXPECT_TRUE(OneError(Load(ports + "  jobs: [7]\n"), "aggregation.jobs[0]", 3,
+                       "expected a map, got \"7\""));
+  EXPECT_TRUE(OneError(Load(ports + "  jobs:\n    - {id: 4294967296, key: 1, members: 2}\n"),
+                       "aggregation.jobs[0].id", 4,
+                       "expected a job id 1..4294967295, got \"4294967296\""));
+  EXPECT_TRUE(OneError(Load(ports + "  jobs:\n    - {id: 1, key: 1, members: 2, ordered: 3}\n"),
+                       "aggregation.jobs[0].ordered", 4, "expected true or false"));
+  // A missing required key is one error, not also a range error.
+  ConfigLoad load = Load(ports + "  jobs:\n    - {key: 1}\n");
+  EXPECT_EQ(Paths(load),
+            std::vector<std::string>({"aggregation.jobs[0].id", "aggregation.jobs[0].members"}))
+      << Dump(load);
+
+  // Range and cross-field errors from Validate(), with their lines.
+  EXPECT_TRUE(OneError(Load(ports + "  slots: 1000\n"), "aggregation.slots", 3,
+                       "expected a power of two 64..1048576, got \"1000\""));
+  EXPECT_TRUE(OneError(Load(ports + "  udp_port: 0\n"), "aggregation.udp_port", 3, "got \"0\""));
+  EXPECT_TRUE(OneError(Load(ports + "  max_jobs: 0\n"), "aggregation.max_jobs", 3,
+                       "expected 1..65536 jobs"));
+  EXPECT_TRUE(OneError(Load(ports + "  max_fan_in: 2000\n"), "aggregation.max_fan_in", 3,
+                       "expected 1..1024 members, got \"2000\""));
+  EXPECT_TRUE(OneError(Load(ports + "  jobs:\n    - {id: 0, key: 1, members: 2}\n"),
+                       "aggregation.jobs[0].id", 4, "expected a job id 1..4294967295, got \"0\""));
+  EXPECT_TRUE(OneError(Load(ports + "  jobs:\n    - {id: 5, key: 1, members: 2}\n"
+                                    "    - {id: 6, key: 1, members: 2}\n"
+                                    "    - {id: 5, key: 2, members: 3}\n"),
+                       "aggregation.jobs[2].id", 6,
+                       "expected each job id once, got \"5\" again (also aggregation.jobs[0], "
+                       "line 4)"));
+  EXPECT_TRUE(
+      OneError(Load(ports + "  max_fan_in: 4\n  jobs:\n    - {id: 5, key: 1, members: 5}\n"),
+               "aggregation.jobs[0].members", 5,
+               "expected 1..4 members (aggregation.max_fan_in), got \"5\""));
+  EXPECT_TRUE(OneError(Load(ports + "  jobs:\n    - {id: 5, key: 1, members: 0}\n"),
+                       "aggregation.jobs[0].members", 4, "got \"0\""));
+  EXPECT_TRUE(OneError(Load(ports + "  jobs:\n    - {id: 5, key: 1, members: 2, nodes: 0}\n"),
+                       "aggregation.jobs[0].nodes", 4, "expected a node count 1..65535"));
+  EXPECT_TRUE(OneError(Load(ports + "  max_jobs: 1\n  jobs:\n    - {id: 5, key: 1, members: 2}\n"
+                                    "    - {id: 6, key: 1, members: 2}\n"),
+                       "aggregation.jobs", 5,
+                       "expected at most 1 jobs (aggregation.max_jobs), got 2"));
+  EXPECT_TRUE(OneError(Load(ports + "  address: 224.0.0.1\n"), "aggregation.address", 3,
+                       "expected a unicast host address, got \"224.0.0.1\""));
+  EXPECT_TRUE(OneError(Load(ports + "  address: {address: 10.0.0.1, vlan: 20}\n"),
+                       "aggregation.address.vlan", 3,
+                       "expected a VLAN that some port carries, got \"20\""));
+  EXPECT_TRUE(OneError(Load(ports + "  address: {address: 127.0.0.1, vlan: 10}\n"),
+                       "aggregation.address.address", 3, "expected a unicast host address"));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d, access: 10}]\n"
+                            "switch:\n  addresses:\n    - {address: 10.0.0.1/24, vlan: 10}\n" +
+                            std::string("aggregation:\n  address: 10.0.0.1\n")),
+                       "aggregation.address", 6, "to cover every VLAN"));
+}
+
 // --- Files ----------------------------------------------------------------------------
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
@@ -936,7 +1097,7 @@ TEST(LoadConfigTest, ReturnsTheConfigOrInvalidArgument) {
   EXPECT_EQ(failed.status().message(),
             bad + ":1:8: ports: expected 1..64 ports, got none\n" + bad +
                 ":2:1: role: unknown key \"role\"; expected one of: eal, switch, ports, workers, "
-                "mac_table, mempool, http");
+                "mac_table, mempool, http, aggregation");
   std::remove(bad.c_str());
 }
 

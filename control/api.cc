@@ -4,6 +4,7 @@
 #include <cmath>
 #include <exception>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "control/metrics.h"
 
@@ -13,8 +14,15 @@ namespace {
 // Insertion-ordered, so that a body read with curl lists "name" before the counters.
 using json = nlohmann::ordered_json;
 
+// The GET-only routes.
 constexpr std::string_view kRoutes[] = {"/metrics", "/api/v1/ports", "/api/v1/mac",
                                         "/api/v1/lcores", "/api/v1/stats"};
+constexpr std::string_view kJobsRoute = "/api/v1/jobs";
+constexpr std::string_view kJobRoutePrefix = "/api/v1/jobs/";
+// What a 404 lists.
+constexpr std::string_view kAllRoutes[] = {"/metrics",         "/api/v1/ports", "/api/v1/mac",
+                                           "/api/v1/lcores",   "/api/v1/stats", "/api/v1/jobs",
+                                           "/api/v1/jobs/<id>"};
 
 // Compact JSON. Invalid UTF-8 (say, in a port name) is replaced rather than
 // thrown about.
@@ -115,6 +123,35 @@ json MacEntryJson(const MacEntrySnapshot& e) {
   return j;
 }
 
+json JobMemberJson(const JobMemberSnapshot& m) {
+  json j = {
+      {"node", m.node},  {"mac", nullptr},        {"ip", nullptr},   {"udp_port", nullptr},
+      {"port", nullptr}, {"port_index", nullptr}, {"vlan", nullptr}, {"ack_watermark", nullptr},
+  };
+  if (m.has_address) {
+    j["mac"] = m.mac.ToString();
+    j["ip"] = m.ip.ToString();
+    j["udp_port"] = m.udp_port;
+    j["port"] = m.port;
+    j["port_index"] = m.port_index;
+    j["vlan"] = m.vlan;
+  }
+  if (m.ack_watermark) j["ack_watermark"] = *m.ack_watermark;
+  return j;
+}
+
+json JobObject(const JobSnapshot& job) {
+  json members = json::array();
+  for (const JobMemberSnapshot& m : job.learned_members) members.push_back(JobMemberJson(m));
+  json j = {
+      {"id", job.id},           {"index", job.index}, {"origin", job.origin},
+      {"members", job.members}, {"nodes", job.nodes}, {"ordered", job.ordered},
+      {"learned", job.learned}, {"min_ack", nullptr}, {"learned_members", std::move(members)},
+  };
+  if (job.min_ack) j["min_ack"] = *job.min_ack;
+  return j;
+}
+
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -166,6 +203,105 @@ const PortSnapshot* ResolvePort(const StatsSnapshot& snap, const std::string& qu
 
 HttpResponse JsonResponse(int status, std::string body) {
   return {status, kJsonContentType, std::move(body)};
+}
+
+HttpResponse ErrorResponse(const common::Status& status) {
+  return JsonResponse(HttpStatusOf(status.code()), ErrorJson(status.message()));
+}
+
+HttpResponse MethodNotAllowed(std::string_view method, std::string_view path, std::string allow,
+                              std::string_view hint) {
+  HttpResponse r =
+      JsonResponse(405, ErrorJson("method " + std::string(method) + " not allowed on " +
+                                  std::string(path) + "; " + std::string(hint)));
+  r.allow = std::move(allow);
+  return r;
+}
+
+HttpResponse NoJobTable() {
+  return JsonResponse(503, ErrorJson("this aggswitch serves no job table"));
+}
+
+// GET and POST /api/v1/jobs.
+HttpResponse JobsCollection(std::string_view method, std::string_view body,
+                            const DataSource& source) {
+  if (method == "GET") {
+    if (!source.jobs) return NoJobTable();
+    common::Result<JobTableSnapshot> table = source.jobs();
+    if (!table.ok()) return ErrorResponse(table.status());
+    return JsonResponse(200, JobsJson(*table));
+  }
+  if (method == "POST") {
+    if (!source.add_job) return NoJobTable();
+    common::Result<JobRequest> request = ParseJobRequest(body);
+    if (!request.ok()) return ErrorResponse(request.status());
+    common::Result<JobSnapshot> job = source.add_job(*request);
+    if (!job.ok()) return ErrorResponse(job.status());
+    return JsonResponse(201, JobJson(*job));
+  }
+  return MethodNotAllowed(method, kJobsRoute, "GET, POST", "use GET to list jobs, POST to add one");
+}
+
+// GET and DELETE /api/v1/jobs/<id>.
+HttpResponse JobItem(std::string_view method, std::string_view path, const DataSource& source) {
+  const std::string_view id_text = path.substr(kJobRoutePrefix.size());
+  if (method != "GET" && method != "DELETE") {
+    return MethodNotAllowed(method, path, "GET, DELETE",
+                            "use GET to show the job, DELETE to remove it");
+  }
+  const std::optional<uint32_t> id = ParseDecimal(id_text);
+  if (!id || *id == 0) {
+    return JsonResponse(400, ErrorJson("job id must be a number 1..4294967295, got '" +
+                                       std::string(id_text) + "'"));
+  }
+  if (method == "DELETE") {
+    if (!source.remove_job) return NoJobTable();
+    const common::Status status = source.remove_job(*id);
+    if (!status.ok()) return ErrorResponse(status);
+    return {204, "", ""};
+  }
+  if (!source.jobs) return NoJobTable();
+  common::Result<JobTableSnapshot> table = source.jobs();
+  if (!table.ok()) return ErrorResponse(table.status());
+  for (const JobSnapshot& job : table->jobs) {
+    if (job.id == *id) return JsonResponse(200, JobJson(job));
+  }
+  return JsonResponse(404, ErrorJson("job " + std::to_string(*id) + " does not exist"));
+}
+
+// An unsigned JSON integer within [min, max], or an error naming `field`.
+common::Result<uint64_t> JsonUnsigned(const json& v, std::string_view field, uint64_t min,
+                                      uint64_t max) {
+  const std::string range = std::to_string(min) + ".." + std::to_string(max);
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
+    return common::InvalidArgument(std::string(field) + " must be an integer " + range + ", got " +
+                                   DumpCompact(v));
+  }
+  const uint64_t value = v.get<uint64_t>();
+  if (value < min || value > max) {
+    return common::InvalidArgument(std::string(field) + " must be " + range + ", got " +
+                                   std::to_string(value));
+  }
+  return value;
+}
+
+// A job key: an unsigned JSON integer, or a string of decimal digits or "0x"
+// and 1..16 hex digits (JSON numbers above 2^53 lose precision in many clients).
+common::Result<uint64_t> JsonJobKey(const json& v) {
+  const common::Status bad = common::InvalidArgument(
+      "key must be an unsigned 64-bit integer or a \"0x...\" hex string of 1..16 digits, got " +
+      DumpCompact(v));
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<uint64_t>();
+  if (!v.is_string()) return bad;
+  const std::string& text = v.get_ref<const std::string&>();
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const char* first = text.data() + (hex ? 2 : 0);
+  const char* last = text.data() + text.size();
+  uint64_t value = 0;
+  auto [next, ec] = std::from_chars(first, last, value, hex ? 16 : 10);
+  if (text.empty() || ec != std::errc() || next != last || (hex && last - first > 16)) return bad;
+  return value;
 }
 
 // A 500 response naming the exception, or a fixed body when even that fails.
@@ -304,20 +440,112 @@ std::string ErrorJson(std::string_view message) {
   return Dump({{"error", message}});
 }
 
+std::string JobsJson(const JobTableSnapshot& table) {
+  json jobs = json::array();
+  for (const JobSnapshot& job : table.jobs) jobs.push_back(JobObject(job));
+  return Dump({
+      {"capacity", table.capacity},
+      {"max_fan_in", table.max_fan_in},
+      {"in_band_registration", table.in_band_registration},
+      {"count", table.jobs.size()},
+      {"jobs", std::move(jobs)},
+  });
+}
+
+std::string JobJson(const JobSnapshot& job) {
+  return Dump(JobObject(job));
+}
+
+common::Result<JobRequest> ParseJobRequest(std::string_view body) {
+  constexpr char kShape[] = "{\"id\", \"key\", \"members\"[, \"nodes\"][, \"ordered\"]}";
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    return common::InvalidArgument(std::string("body is not JSON (expected ") + kShape +
+                                   "): " + e.what());
+  }
+  if (!j.is_object()) {
+    return common::InvalidArgument(std::string("body must be a JSON object ") + kShape + ", got " +
+                                   DumpCompact(j));
+  }
+  JobRequest request;
+  bool has_id = false, has_key = false, has_members = false;
+  for (const auto& [name, value] : j.items()) {
+    if (name == "id") {
+      ASSIGN_OR_RETURN(const uint64_t id, JsonUnsigned(value, "id", 1, 4294967295u));
+      request.id = static_cast<uint32_t>(id);
+      has_id = true;
+    } else if (name == "key") {
+      ASSIGN_OR_RETURN(request.key, JsonJobKey(value));
+      has_key = true;
+    } else if (name == "members") {
+      ASSIGN_OR_RETURN(const uint64_t members, JsonUnsigned(value, "members", 1, 65535));
+      request.members = static_cast<uint16_t>(members);
+      has_members = true;
+    } else if (name == "nodes") {
+      ASSIGN_OR_RETURN(const uint64_t nodes, JsonUnsigned(value, "nodes", 1, 65535));
+      request.nodes = static_cast<uint16_t>(nodes);
+    } else if (name == "ordered") {
+      if (!value.is_boolean()) {
+        return common::InvalidArgument("ordered must be true or false, got " + DumpCompact(value));
+      }
+      request.ordered = value.get<bool>();
+    } else {
+      return common::InvalidArgument("unknown field \"" + name +
+                                     "\"; expected id, key, members, nodes, ordered");
+    }
+  }
+  for (const auto& [present, field] :
+       {std::pair{has_id, "id"}, std::pair{has_key, "key"}, std::pair{has_members, "members"}}) {
+    if (!present) return common::InvalidArgument(std::string("missing field \"") + field + "\"");
+  }
+  return request;
+}
+
+int HttpStatusOf(common::StatusCode code) {
+  switch (code) {
+    case common::StatusCode::kOk:
+      return 200;
+    case common::StatusCode::kInvalidArgument:
+      return 400;
+    case common::StatusCode::kNotFound:
+      return 404;
+    case common::StatusCode::kAlreadyExists:
+    case common::StatusCode::kFailedPrecondition:
+      return 409;
+    case common::StatusCode::kResourceExhausted:
+      return 507;
+    case common::StatusCode::kUnavailable:
+      return 503;
+    case common::StatusCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
 HttpResponse HandleRequest(std::string_view method, std::string_view path, std::string_view query,
                            const DataSource& source) {
+  return HandleRequest(method, path, query, {}, source);
+}
+
+HttpResponse HandleRequest(std::string_view method, std::string_view path, std::string_view query,
+                           std::string_view body, const DataSource& source) {
   try {
+    if (path == kJobsRoute) return JobsCollection(method, body, source);
+    if (path.substr(0, kJobRoutePrefix.size()) == kJobRoutePrefix) {
+      return JobItem(method, path, source);
+    }
     bool known = false;
     for (std::string_view route : kRoutes) known = known || route == path;
     if (!known) {
       json routes = json::array();
-      for (std::string_view route : kRoutes) routes.push_back(route);
+      for (std::string_view route : kAllRoutes) routes.push_back(route);
       return JsonResponse(
           404, Dump({{"error", "no route " + std::string(path)}, {"routes", std::move(routes)}}));
     }
     if (method != "GET") {
-      return JsonResponse(405, ErrorJson("method " + std::string(method) + " not allowed on " +
-                                         std::string(path) + "; the API is read-only, use GET"));
+      return MethodNotAllowed(method, path, "GET", "this route is read-only, use GET");
     }
     return Route(path, query, source);
   } catch (const std::exception& e) {

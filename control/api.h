@@ -1,13 +1,15 @@
-// The read-only control API: JSON bodies of the /api/v1 routes, and the router
-// that maps a request (method, path, query) to a response.
+// The control API: JSON bodies of the /api/v1 routes, and the router that
+// maps a request (method, path, query, body) to a response.
 //
-// Everything here is a pure function of a StatsSnapshot (and, for /mac, the
-// MAC entries), so routing, filtering and the JSON shapes are unit-tested
-// without EAL or a socket. http_server.h only adapts civetweb to
-// HandleRequest(); aggctl is the main client.
+// Everything here is a pure function of what the DataSource returns (a
+// StatsSnapshot, the MAC entries, the job table), so routing, filtering and
+// the JSON shapes are unit-tested without EAL or a socket. http_server.h only
+// adapts civetweb to HandleRequest(); aggctl is the main client. The only
+// writes are the job routes, and they go through the DataSource's job
+// functions (job_control.h hands them to the control thread).
 //
-// Routes (GET only; other methods get 405, unknown paths 404, all errors are
-// {"error": "..."}):
+// Routes (GET unless noted; a method a route does not take gets 405 with an
+// Allow list, unknown paths 404, all errors are {"error": "..."}):
 //   /metrics          Prometheus text (metrics.h)
 //   /api/v1/ports     {"ports": [port]}
 //   /api/v1/mac       {"table": mac_table, "filter": {"vlan","port"}, "count", "entries": [mac]}
@@ -15,6 +17,12 @@
 //   /api/v1/lcores    {"tsc_hz", "lcores": [lcore]}
 //   /api/v1/stats     {"build", "tsc_hz", "totals", "ports": [port], "lcores": [lcore],
 //                      "mac_table": mac_table}
+//   /api/v1/jobs      GET: {"capacity","max_fan_in","in_band_registration","count",
+//                           "jobs": [job]}, by id
+//                     POST {"id","key","members"[,"nodes"][,"ordered"]}: 201 and the new job;
+//                           "key" is an unsigned integer or a "0x..." hex string (64 bits);
+//                           400 bad body, 409 id exists, 507 table full
+//   /api/v1/jobs/<id> GET: job, or 404;  DELETE: 204, or 404
 // where
 //   port      = {"index","name","port_id","driver","devargs","mac","link_up",
 //                "link_speed_mbps","rx_queues","tx_queues","vlan_mode","rx_packets",
@@ -29,6 +37,13 @@
 //                "moved","aged","static_conflicts","learn_refused"}}
 //   mac       = {"vlan","mac","port","port_index","type": "static"|"dynamic",
 //                "age_seconds" (null for static entries)}
+//   job       = {"id","index","origin": "config"|"api"|"in-band","members" (expected),
+//                "nodes","ordered","learned" (members with an address),
+//                "min_ack" (null before any watermark),
+//                "learned_members": [{"node","mac","ip","udp_port","port","port_index",
+//                                     "vlan","ack_watermark"}]}
+//                (address fields null for a member only seen acking; the job key, a
+//                shared secret, is never shown)
 //
 //   DataSource source{[&] { return CollectSnapshot(dp); },
 //                     [&] { return CollectMacEntries(dp); }};
@@ -50,17 +65,34 @@
 
 namespace aggswitch::control {
 
+// A job as POST /api/v1/jobs asks for it; the job table checks the ranges
+// that depend on the configuration (members <= aggregation.max_fan_in).
+struct JobRequest {
+  uint32_t id = 0;
+  uint64_t key = 0;
+  uint16_t members = 0;
+  uint16_t nodes = 1;
+  bool ordered = false;
+
+  friend bool operator==(const JobRequest&, const JobRequest&) = default;
+};
+
 // Where the router gets its data. Each function is called at most once per
-// request, and only by the routes that need it.
+// request, and only by the routes that need it. The job functions may be
+// empty (a source without a job table): the job routes then answer 503.
 struct DataSource {
   std::function<StatsSnapshot()> snapshot;
   std::function<std::vector<MacEntrySnapshot>()> mac_entries;
+  std::function<common::Result<JobTableSnapshot>()> jobs;
+  std::function<common::Result<JobSnapshot>(const JobRequest&)> add_job;
+  std::function<common::Status(uint32_t id)> remove_job;
 };
 
 struct HttpResponse {
   int status = 200;
   std::string content_type;
   std::string body;
+  std::string allow = "GET";  // the Allow header of a 405 response
 };
 
 inline constexpr char kJsonContentType[] = "application/json";
@@ -86,10 +118,28 @@ common::Result<std::string> MacJson(const StatsSnapshot& snap,
                                     const MacQuery& query);
 // {"error": message}. [any]
 std::string ErrorJson(std::string_view message);
+// The bodies of the job routes. [any]
+std::string JobsJson(const JobTableSnapshot& table);
+std::string JobJson(const JobSnapshot& job);
+
+// Parses the body of POST /api/v1/jobs. InvalidArgument, naming the field,
+// for anything but {"id", "key", "members"[, "nodes"][, "ordered"]} with
+// id 1..2^32-1, key an unsigned 64-bit integer or "0x" + 1..16 hex digits,
+// members and nodes 1..65535. [any]
+common::Result<JobRequest> ParseJobRequest(std::string_view body);
+
+// The HTTP status for a failed Status: 400 invalid argument, 404 not found,
+// 409 already exists or failed precondition, 507 resource exhausted, 503
+// unavailable, 500 otherwise. [any]
+int HttpStatusOf(common::StatusCode code);
 
 // Routes one request. `path` is the URL-decoded path without the query;
-// `query` is the raw query string without '?'. Never throws: failures of the
-// DataSource or of JSON encoding become a 500 response. [any]
+// `query` is the raw query string without '?'; `body` is the request body
+// (only POST /api/v1/jobs reads it). Never throws: failures of the DataSource
+// or of JSON encoding become a 500 response. [any]
+HttpResponse HandleRequest(std::string_view method, std::string_view path, std::string_view query,
+                           std::string_view body, const DataSource& source);
+// The same without a body.
 HttpResponse HandleRequest(std::string_view method, std::string_view path, std::string_view query,
                            const DataSource& source);
 

@@ -3,11 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "aggregator/job_table.h"
+#include "control/job_control.h"
 #include "control/metrics.h"
 
 namespace aggswitch::control {
@@ -96,8 +101,16 @@ bool HasNumber(const std::string& body, const std::string& key, const std::strin
   return false;
 }
 
+DataSource Source(std::function<StatsSnapshot()> snapshot,
+                  std::function<std::vector<MacEntrySnapshot>()> mac_entries) {
+  DataSource source;
+  source.snapshot = std::move(snapshot);
+  source.mac_entries = std::move(mac_entries);
+  return source;
+}
+
 DataSource SyntheticSource() {
-  return {[] { return SyntheticSnapshot(); }, [] { return SyntheticMacs(); }};
+  return Source([] { return SyntheticSnapshot(); }, [] { return SyntheticMacs(); });
 }
 
 TEST(ApiTest, PortsJsonShape) {
@@ -321,7 +334,8 @@ TEST(ApiTest, UnknownPathIs404WithRouteList) {
   EXPECT_EQ(r.content_type, "application/json");
   const json j = json::parse(r.body);
   EXPECT_EQ(j["error"], "no route /api/v1/nope");
-  EXPECT_EQ(j["routes"].size(), 5u);
+  EXPECT_EQ(j["routes"].size(), 7u);
+  EXPECT_EQ(j["routes"][5], "/api/v1/jobs");
   EXPECT_EQ(HandleRequest("GET", "/", "", SyntheticSource()).status, 404);
   EXPECT_EQ(HandleRequest("GET", "/api/v1/ports/", "", SyntheticSource()).status, 404);
 }
@@ -330,6 +344,7 @@ TEST(ApiTest, NonGetIs405) {
   for (const char* method : {"POST", "PUT", "DELETE", "HEAD"}) {
     const HttpResponse r = HandleRequest(method, "/api/v1/ports", "", SyntheticSource());
     EXPECT_EQ(r.status, 405) << method;
+    EXPECT_EQ(r.allow, "GET");
     EXPECT_TRUE(json::parse(r.body).contains("error"));
   }
 }
@@ -345,14 +360,15 @@ TEST(ApiTest, BadMacQueryIs400) {
 TEST(ApiTest, OnlyTheMacRouteCollectsMacEntries) {
   int mac_calls = 0;
   int snapshot_calls = 0;
-  const DataSource source{[&] {
-                            ++snapshot_calls;
-                            return SyntheticSnapshot();
-                          },
-                          [&] {
-                            ++mac_calls;
-                            return SyntheticMacs();
-                          }};
+  const DataSource source = Source(
+      [&] {
+        ++snapshot_calls;
+        return SyntheticSnapshot();
+      },
+      [&] {
+        ++mac_calls;
+        return SyntheticMacs();
+      });
   for (const char* path : {"/metrics", "/api/v1/ports", "/api/v1/lcores", "/api/v1/stats"}) {
     EXPECT_EQ(HandleRequest("GET", path, "", source).status, 200);
   }
@@ -364,8 +380,8 @@ TEST(ApiTest, OnlyTheMacRouteCollectsMacEntries) {
 }
 
 TEST(ApiTest, SourceFailureIs500) {
-  const DataSource source{[]() -> StatsSnapshot { throw std::runtime_error("boom"); },
-                          [] { return SyntheticMacs(); }};
+  const DataSource source = Source([]() -> StatsSnapshot { throw std::runtime_error("boom"); },
+                                   [] { return SyntheticMacs(); });
   const HttpResponse r = HandleRequest("GET", "/api/v1/stats", "", source);
   EXPECT_EQ(r.status, 500);
   EXPECT_EQ(json::parse(r.body)["error"], "internal error: boom");
@@ -376,6 +392,442 @@ TEST(ApiTest, InvalidUtf8IsReplacedNotThrown) {
   s.ports[0].name = "bad\xff";
   const json j = json::parse(PortsJson(s));
   EXPECT_EQ(j["ports"][0]["name"], "bad\xEF\xBF\xBD");
+}
+
+// --- The job routes, against a synthetic job source ----------------------------------
+
+JobTableSnapshot SyntheticJobs() {
+  JobTableSnapshot t;
+  t.capacity = 1024;
+  t.max_fan_in = 256;
+  t.in_band_registration = true;
+  JobSnapshot a;
+  a.id = 7;
+  a.index = 0;
+  a.origin = "config";
+  a.members = 2;
+  a.learned = 1;
+  a.min_ack = 41;
+  JobMemberSnapshot m0;
+  m0.node = 0;
+  m0.has_address = true;
+  m0.mac = *common::MacAddr::Parse("02:00:00:00:00:0a");
+  m0.port_index = 1;
+  m0.port = "host1";
+  m0.vlan = 10;
+  m0.ip = *common::Ipv4Addr::Parse("10.0.10.1");
+  m0.udp_port = 40001;
+  m0.ack_watermark = 41;
+  JobMemberSnapshot m1;  // only an ACK seen so far
+  m1.node = 1;
+  m1.ack_watermark = 45;
+  a.learned_members = {m0, m1};
+  JobSnapshot b;
+  b.id = 9;
+  b.index = 3;
+  b.origin = "api";
+  b.members = 4;
+  b.nodes = 2;
+  b.ordered = true;
+  t.jobs = {a, b};
+  return t;
+}
+
+// A job source that records what it was asked.
+struct FakeJobs {
+  std::vector<JobRequest> added;
+  std::vector<uint32_t> removed;
+  common::Status add_status;
+  common::Status remove_status;
+
+  DataSource Attach(DataSource source) {
+    source.jobs = [] { return common::Result<JobTableSnapshot>(SyntheticJobs()); };
+    source.add_job = [this](const JobRequest& r) -> common::Result<JobSnapshot> {
+      added.push_back(r);
+      if (!add_status.ok()) return add_status;
+      JobSnapshot s;
+      s.id = r.id;
+      s.origin = "api";
+      s.members = r.members;
+      s.nodes = r.nodes;
+      s.ordered = r.ordered;
+      return s;
+    };
+    source.remove_job = [this](uint32_t id) {
+      removed.push_back(id);
+      return remove_status;
+    };
+    return source;
+  }
+};
+
+TEST(ApiJobsTest, JobsJsonShape) {
+  const json j = json::parse(JobsJson(SyntheticJobs()));
+  EXPECT_EQ(j["capacity"], 1024);
+  EXPECT_EQ(j["max_fan_in"], 256);
+  EXPECT_EQ(j["in_band_registration"], true);
+  EXPECT_EQ(j["count"], 2);
+  const json& a = j["jobs"][0];
+  EXPECT_EQ(a["id"], 7);
+  EXPECT_EQ(a["index"], 0);
+  EXPECT_EQ(a["origin"], "config");
+  EXPECT_EQ(a["members"], 2);
+  EXPECT_EQ(a["nodes"], 1);
+  EXPECT_EQ(a["ordered"], false);
+  EXPECT_EQ(a["learned"], 1);
+  EXPECT_EQ(a["min_ack"], 41);
+  EXPECT_FALSE(a.contains("key")) << "the job key is a secret";
+  ASSERT_EQ(a["learned_members"].size(), 2u);
+  const json& m0 = a["learned_members"][0];
+  EXPECT_EQ(m0["node"], 0);
+  EXPECT_EQ(m0["mac"], "02:00:00:00:00:0a");
+  EXPECT_EQ(m0["ip"], "10.0.10.1");
+  EXPECT_EQ(m0["udp_port"], 40001);
+  EXPECT_EQ(m0["port"], "host1");
+  EXPECT_EQ(m0["port_index"], 1);
+  EXPECT_EQ(m0["vlan"], 10);
+  EXPECT_EQ(m0["ack_watermark"], 41);
+  const json& m1 = a["learned_members"][1];
+  EXPECT_TRUE(m1["mac"].is_null());
+  EXPECT_TRUE(m1["ip"].is_null());
+  EXPECT_TRUE(m1["port"].is_null());
+  EXPECT_EQ(m1["ack_watermark"], 45);
+  const json& b = j["jobs"][1];
+  EXPECT_EQ(b["nodes"], 2);
+  EXPECT_EQ(b["ordered"], true);
+  EXPECT_TRUE(b["min_ack"].is_null());
+  EXPECT_TRUE(b["learned_members"].is_array());
+  EXPECT_EQ(json::parse(JobJson(SyntheticJobs().jobs[1])), b);
+}
+
+TEST(ApiJobsTest, ParseJobRequestAcceptsEveryForm) {
+  auto r = ParseJobRequest(R"({"id": 7, "key": 12345, "members": 4})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, (JobRequest{7, 12345, 4, 1, false}));
+  r = ParseJobRequest(
+      R"({"ordered": true, "nodes": 3, "members": 65535, "key": "0xFFFFFFFFFFFFFFFF", "id": 4294967295})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, (JobRequest{4294967295u, ~0ull, 65535, 3, true}));
+  r = ParseJobRequest(R"({"id": 1, "key": 18446744073709551615, "members": 1})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->key, ~0ull);
+  r = ParseJobRequest(R"({"id": 1, "key": "42", "members": 1})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->key, 42u);
+}
+
+TEST(ApiJobsTest, ParseJobRequestRejectsMistakes) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"", "body is not JSON"},
+      {"{", "body is not JSON"},
+      {"[1]", "must be a JSON object"},
+      {R"({"key": 1, "members": 2})", "missing field \"id\""},
+      {R"({"id": 1, "members": 2})", "missing field \"key\""},
+      {R"({"id": 1, "key": 2})", "missing field \"members\""},
+      {R"({"id": 0, "key": 1, "members": 2})", "id must be 1..4294967295, got 0"},
+      {R"({"id": 4294967296, "key": 1, "members": 2})", "id must be 1..4294967295"},
+      {R"({"id": -1, "key": 1, "members": 2})", "id must be an integer"},
+      {R"({"id": 1.5, "key": 1, "members": 2})", "id must be an integer"},
+      {R"({"id": "1", "key": 1, "members": 2})", "id must be an integer"},
+      {R"({"id": 1, "key": -1, "members": 2})", "key must be"},
+      {R"({"id": 1, "key": "0x", "members": 2})", "key must be"},
+      {R"({"id": 1, "key": "0x10000000000000000", "members": 2})", "key must be"},
+      {R"({"id": 1, "key": "zz", "members": 2})", "key must be"},
+      {R"({"id": 1, "key": 1.0, "members": 2})", "key must be"},
+      {R"({"id": 1, "key": 1, "members": 0})", "members must be 1..65535, got 0"},
+      {R"({"id": 1, "key": 1, "members": 70000})", "members must be 1..65535"},
+      {R"({"id": 1, "key": 1, "members": 2, "nodes": 0})", "nodes must be 1..65535"},
+      {R"({"id": 1, "key": 1, "members": 2, "ordered": 1})", "ordered must be true or false"},
+      {R"({"id": 1, "key": 1, "members": 2, "colour": "red"})", "unknown field \"colour\""},
+  };
+  for (const auto& [body, fragment] : cases) {
+    const auto r = ParseJobRequest(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), common::StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(r.status().message().find(fragment), std::string::npos)
+        << body << " -> " << r.status().message();
+  }
+}
+
+TEST(ApiJobsTest, HttpStatusOfEveryCode) {
+  using common::StatusCode;
+  EXPECT_EQ(HttpStatusOf(StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kAlreadyExists), 409);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kFailedPrecondition), 409);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kResourceExhausted), 507);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kInternal), 500);
+}
+
+TEST(ApiJobsTest, ListAndShow) {
+  FakeJobs fake;
+  const DataSource source = fake.Attach(SyntheticSource());
+  HttpResponse r = HandleRequest("GET", "/api/v1/jobs", "", source);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "application/json");
+  EXPECT_EQ(json::parse(r.body)["count"], 2);
+
+  r = HandleRequest("GET", "/api/v1/jobs/9", "", source);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["id"], 9);
+
+  r = HandleRequest("GET", "/api/v1/jobs/8", "", source);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(json::parse(r.body)["error"], "job 8 does not exist");
+
+  for (const char* path : {"/api/v1/jobs/abc", "/api/v1/jobs/", "/api/v1/jobs/0",
+                           "/api/v1/jobs/4294967296", "/api/v1/jobs/7/x"}) {
+    r = HandleRequest("GET", path, "", source);
+    EXPECT_EQ(r.status, 400) << path;
+    EXPECT_NE(json::parse(r.body)["error"].get<std::string>().find("job id must be"),
+              std::string::npos);
+  }
+}
+
+TEST(ApiJobsTest, AddPassesTheRequestAndAnswers201) {
+  FakeJobs fake;
+  const DataSource source = fake.Attach(SyntheticSource());
+  HttpResponse r =
+      HandleRequest("POST", "/api/v1/jobs", "",
+                    R"({"id": 12, "key": "0xabc", "members": 3, "ordered": true})", source);
+  EXPECT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(json::parse(r.body)["id"], 12);
+  ASSERT_EQ(fake.added.size(), 1u);
+  EXPECT_EQ(fake.added[0], (JobRequest{12, 0xabc, 3, 1, true}));
+
+  // A bad body never reaches the source.
+  r = HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 12})", source);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(fake.added.size(), 1u);
+
+  // The source's error becomes the status and the message.
+  fake.add_status = common::AlreadyExists("job 12 already exists");
+  r = HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 12, "key": 1, "members": 3})", source);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(json::parse(r.body)["error"], "job 12 already exists");
+  fake.add_status = common::ResourceExhausted("job table full");
+  r = HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 13, "key": 1, "members": 3})", source);
+  EXPECT_EQ(r.status, 507);
+}
+
+TEST(ApiJobsTest, DeleteAnswers204Or404) {
+  FakeJobs fake;
+  const DataSource source = fake.Attach(SyntheticSource());
+  HttpResponse r = HandleRequest("DELETE", "/api/v1/jobs/7", "", source);
+  EXPECT_EQ(r.status, 204);
+  EXPECT_TRUE(r.body.empty());
+  EXPECT_EQ(fake.removed, std::vector<uint32_t>({7}));
+  fake.remove_status = common::NotFound("job 8 does not exist");
+  r = HandleRequest("DELETE", "/api/v1/jobs/8", "", source);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(json::parse(r.body)["error"], "job 8 does not exist");
+}
+
+TEST(ApiJobsTest, WrongMethodsAre405WithTheirAllowList) {
+  FakeJobs fake;
+  const DataSource source = fake.Attach(SyntheticSource());
+  for (const char* method : {"PUT", "DELETE", "PATCH"}) {
+    const HttpResponse r = HandleRequest(method, "/api/v1/jobs", "", source);
+    EXPECT_EQ(r.status, 405) << method;
+    EXPECT_EQ(r.allow, "GET, POST");
+  }
+  for (const char* method : {"PUT", "POST"}) {
+    const HttpResponse r = HandleRequest(method, "/api/v1/jobs/7", "", source);
+    EXPECT_EQ(r.status, 405) << method;
+    EXPECT_EQ(r.allow, "GET, DELETE");
+  }
+  EXPECT_TRUE(fake.added.empty());
+  EXPECT_TRUE(fake.removed.empty());
+}
+
+TEST(ApiJobsTest, NoJobSourceIs503) {
+  const DataSource source = SyntheticSource();
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs", "", source).status, 503);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/7", "", source).status, 503);
+  EXPECT_EQ(HandleRequest("DELETE", "/api/v1/jobs/7", "", source).status, 503);
+  EXPECT_EQ(
+      HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 1, "key": 1, "members": 1})", source)
+          .status,
+      503);
+}
+
+TEST(ApiJobsTest, JobSourceFailureIs500) {
+  DataSource source = SyntheticSource();
+  source.jobs = []() -> common::Result<JobTableSnapshot> { throw std::runtime_error("boom"); };
+  const HttpResponse r = HandleRequest("GET", "/api/v1/jobs", "", source);
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(json::parse(r.body)["error"], "internal error: boom");
+}
+
+// --- End to end: HandleRequest -> JobControl -> JobTable, with a control thread -----
+
+// Runs a JobControl and a control thread that drains it, like ControlLoop::Run.
+class JobControlFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto table = aggregator::JobTable::Create(4, 8);
+    ASSERT_TRUE(table.ok());
+    table_ = std::move(table).value();
+    config::AggregationConfig agg;
+    agg.jobs.push_back({7, 0x77, 2, 1, false, {}});
+    ASSERT_TRUE(AddConfigJobs(*table_, agg).ok());
+    JobControl::Options options;
+    options.port_names = {"p0", "p1"};
+    jobs_ = std::make_unique<JobControl>(*table_, options);
+    source_ = SyntheticSource();
+    jobs_->Attach(source_);
+  }
+  void TearDown() override { StopControlThread(); }
+
+  void StartControlThread() {
+    stop_ = false;
+    control_ = std::thread([this] {
+      while (!stop_.load()) {
+        jobs_->ProcessPending();
+        table_->Reclaim();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+  void StopControlThread() {
+    stop_ = true;
+    if (control_.joinable()) control_.join();
+  }
+
+  std::unique_ptr<aggregator::JobTable> table_;
+  std::unique_ptr<JobControl> jobs_;
+  DataSource source_;
+  std::atomic<bool> stop_{false};
+  std::thread control_;
+};
+
+TEST_F(JobControlFixture, AddShowRemoveThroughTheControlThread) {
+  StartControlThread();
+  HttpResponse r = HandleRequest("GET", "/api/v1/jobs", "", source_);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["capacity"], 4);
+  EXPECT_EQ(j["max_fan_in"], 8);
+  ASSERT_EQ(j["count"], 1);
+  EXPECT_EQ(j["jobs"][0]["origin"], "config");
+
+  r = HandleRequest("POST", "/api/v1/jobs", "",
+                    R"({"id": 9, "key": "0x99", "members": 3, "nodes": 2})", source_);
+  ASSERT_EQ(r.status, 201) << r.body;
+  j = json::parse(r.body);
+  EXPECT_EQ(j["id"], 9);
+  EXPECT_EQ(j["origin"], "api");
+  EXPECT_EQ(j["members"], 3);
+  EXPECT_EQ(j["nodes"], 2);
+  EXPECT_EQ(j["index"], 1);
+  const aggregator::Job* job = table_->Find(9);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->key(), 0x99u);
+  EXPECT_EQ(job->origin(), aggregator::JobSpec::Origin::kApi);
+
+  // What workers learn shows up in GET.
+  job->LearnMember(1, 0x020000000001ull, 1, 10, 0x0a000a05, 40000);
+  job->UpdateAck(1, 17);
+  job->UpdateAck(2, 20);
+  r = HandleRequest("GET", "/api/v1/jobs/9", "", source_);
+  ASSERT_EQ(r.status, 200);
+  j = json::parse(r.body);
+  EXPECT_EQ(j["learned"], 1);
+  EXPECT_EQ(j["min_ack"], 17);
+  ASSERT_EQ(j["learned_members"].size(), 2u);
+  EXPECT_EQ(j["learned_members"][0]["node"], 1);
+  EXPECT_EQ(j["learned_members"][0]["mac"], "02:00:00:00:00:01");
+  EXPECT_EQ(j["learned_members"][0]["ip"], "10.0.10.5");
+  EXPECT_EQ(j["learned_members"][0]["port"], "p1");
+  EXPECT_EQ(j["learned_members"][0]["vlan"], 10);
+  EXPECT_EQ(j["learned_members"][0]["udp_port"], 40000);
+  EXPECT_EQ(j["learned_members"][0]["ack_watermark"], 17);
+  EXPECT_TRUE(j["learned_members"][1]["mac"].is_null());
+  EXPECT_EQ(j["learned_members"][1]["ack_watermark"], 20);
+
+  // The table's rules come back as HTTP errors.
+  r = HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 9, "key": 1, "members": 3})", source_);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(json::parse(r.body)["error"], "job 9 already exists");
+  r = HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 10, "key": 1, "members": 9})", source_);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("aggregation.max_fan_in"), std::string::npos) << r.body;
+
+  r = HandleRequest("DELETE", "/api/v1/jobs/9", "", source_);
+  EXPECT_EQ(r.status, 204);
+  EXPECT_EQ(table_->Find(9), nullptr);
+  r = HandleRequest("DELETE", "/api/v1/jobs/9", "", source_);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(json::parse(r.body)["error"], "job 9 does not exist");
+}
+
+TEST_F(JobControlFixture, FullTableIs507) {
+  StartControlThread();
+  for (uint32_t id = 20; id < 23; ++id) {
+    const std::string body = R"({"id": )" + std::to_string(id) + R"(, "key": 1, "members": 1})";
+    ASSERT_EQ(HandleRequest("POST", "/api/v1/jobs", "", body, source_).status, 201);
+  }
+  const HttpResponse r =
+      HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 30, "key": 1, "members": 1})", source_);
+  EXPECT_EQ(r.status, 507);
+  EXPECT_NE(r.body.find("job table full"), std::string::npos) << r.body;
+}
+
+// Without a control thread a caller gives up after the timeout, and its
+// command is withdrawn: running the queue later changes nothing.
+TEST_F(JobControlFixture, NoControlThreadTimesOutAndChangesNothing) {
+  JobControl::Options options;
+  options.timeout = std::chrono::milliseconds(50);
+  JobControl jobs(*table_, options);
+  const auto start = std::chrono::steady_clock::now();
+  auto added = jobs.Add({11, 1, 1, 1, false});
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.status().code(), common::StatusCode::kUnavailable);
+  EXPECT_NE(added.status().message().find("nothing was changed"), std::string::npos);
+  EXPECT_GE(waited, std::chrono::milliseconds(50));
+  EXPECT_EQ(jobs.Remove(7).code(), common::StatusCode::kUnavailable);
+  EXPECT_EQ(jobs.ProcessPending(), 0u);
+  EXPECT_EQ(table_->Find(11), nullptr);
+  EXPECT_NE(table_->Find(7), nullptr);
+
+  DataSource source = SyntheticSource();
+  jobs.Attach(source);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs", "", source).status, 503);
+}
+
+TEST_F(JobControlFixture, ManyCallersAtOnce) {
+  StartControlThread();
+  std::vector<std::thread> callers;
+  std::atomic<int> created{0};
+  for (int t = 0; t < 8; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const uint32_t id = 100 + static_cast<uint32_t>(t);
+        if (jobs_->Add({id, 1, 1, 1, false}).ok()) created.fetch_add(1);
+        (void)jobs_->Remove(id);
+        EXPECT_TRUE(jobs_->List().ok());
+      }
+    });
+  }
+  for (std::thread& c : callers) c.join();
+  EXPECT_GT(created.load(), 0);
+  StopControlThread();
+  table_->Reclaim();
+  EXPECT_EQ(table_->size(), 1u);  // job 7 from the config
+}
+
+TEST(AddConfigJobsTest, NamesTheFailingItem) {
+  auto table = aggregator::JobTable::Create(4, 8);
+  ASSERT_TRUE(table.ok());
+  config::AggregationConfig agg;
+  agg.jobs.push_back({1, 1, 2, 1, false, {}});
+  agg.jobs.push_back({1, 2, 2, 1, false, {}});
+  const common::Status status = AddConfigJobs(**table, agg);
+  EXPECT_EQ(status.code(), common::StatusCode::kAlreadyExists);
+  EXPECT_EQ(status.message(), "aggregation.jobs[1]: job 1 already exists");
+  EXPECT_EQ((*table)->Find(1)->origin(), aggregator::JobSpec::Origin::kConfig);
 }
 
 }  // namespace

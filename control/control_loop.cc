@@ -3,8 +3,10 @@
 #include <csignal>
 #include <ctime>
 
+#include "aggregator/job_table.h"
 #include "common/log.h"
 #include "config/loader.h"
+#include "control/job_control.h"
 
 namespace aggswitch::control {
 namespace {
@@ -24,8 +26,12 @@ constexpr long kLoopPeriodNs = 1'000'000;  // 1 ms: learning latency and aging g
 
 }  // namespace
 
-ControlLoop::ControlLoop(dataplane::Dataplane& dataplane, config::Config config, std::string config_path)
-    : dataplane_(dataplane), config_(std::move(config)), config_path_(std::move(config_path)) {}
+ControlLoop::ControlLoop(dataplane::Dataplane& dataplane, config::Config config,
+                         std::string config_path, JobControl* jobs)
+    : dataplane_(dataplane),
+      config_(std::move(config)),
+      config_path_(std::move(config_path)),
+      jobs_(jobs) {}
 
 void ControlLoop::InstallSignalHandlers() {
   struct sigaction sa {};
@@ -43,6 +49,10 @@ void ControlLoop::Run() {
   while (!g_stop) {
     dataplane_.ProcessLearnRequests();
     dataplane_.AgeMacTable();
+    if (jobs_ != nullptr) {
+      jobs_->ProcessPending();
+      jobs_->table().Reclaim();
+    }
     if (g_reload) {
       g_reload = 0;
       auto result = Reload();
@@ -84,6 +94,7 @@ std::vector<std::string> RestartRequiredChanges(const config::Config& running,
   if (running.mac_table.size != next.mac_table.size) changed.push_back("mac_table.size");
   if (!(running.mempool == next.mempool)) changed.push_back("mempool");
   if (!(running.http == next.http)) changed.push_back("http");
+  if (!(running.aggregation == next.aggregation)) changed.push_back("aggregation");
   return changed;
 }
 

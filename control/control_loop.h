@@ -1,5 +1,6 @@
 // The control thread's loop on the main lcore: MAC learning from the workers'
-// rings, MAC aging, signals and configuration reload.
+// rings, MAC aging, job commands from the API and job reclamation, signals
+// and configuration reload.
 //
 // Signals only raise flags (async-signal-safe); the loop acts on them:
 //   SIGINT, SIGTERM  stop: Run() returns, the caller stops the dataplane.
@@ -7,7 +8,7 @@
 //                    run time (mac_table.static, mac_table.aging_seconds), and
 //                    log each changed key that needs a restart.
 //
-//   ControlLoop loop(*dataplane, config, config_path);
+//   ControlLoop loop(*dataplane, config, config_path, &job_control);
 //   ControlLoop::InstallSignalHandlers();
 //   loop.Run();   // until SIGINT/SIGTERM
 //
@@ -25,10 +26,15 @@
 
 namespace aggswitch::control {
 
+class JobControl;
+
 class ControlLoop {
  public:
   // `config_path` empty: the embedded default is in use and reload re-reads it.
-  ControlLoop(dataplane::Dataplane& dataplane, config::Config config, std::string config_path);
+  // `jobs` (optional, must outlive the loop): each iteration runs its queued
+  // API commands and reclaims removed jobs of its table.
+  ControlLoop(dataplane::Dataplane& dataplane, config::Config config, std::string config_path,
+              JobControl* jobs = nullptr);
 
   // Loops about every millisecond until a stop is requested. [control]
   void Run();
@@ -44,11 +50,12 @@ class ControlLoop {
   dataplane::Dataplane& dataplane_;
   config::Config config_;
   std::string config_path_;
+  JobControl* jobs_;
 };
 
 // The top-level keys whose values differ between `running` and `next` and that
 // only take effect after a restart (everything except mac_table.static and
-// mac_table.aging_seconds). [any]
+// mac_table.aging_seconds; aggregation, jobs included, needs a restart). [any]
 std::vector<std::string> RestartRequiredChanges(const config::Config& running,
                                                 const config::Config& next);
 

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/log.h"
+#include "control/job_control.h"
 #include "control/stats_snapshot.h"
 
 namespace aggswitch::control {
@@ -85,21 +86,51 @@ common::Result<std::string> ListeningPortsOption(const std::string& listen) {
 
 void SendResponse(mg_connection* conn, const HttpResponse& r, bool head) {
   mg_response_header_start(conn, r.status);
-  mg_response_header_add(conn, "Content-Type", r.content_type.c_str(), -1);
-  const std::string length = std::to_string(r.body.size());
-  mg_response_header_add(conn, "Content-Length", length.c_str(), -1);
+  // A 204 has neither a body nor the headers that describe one.
+  if (r.status != 204) {
+    mg_response_header_add(conn, "Content-Type", r.content_type.c_str(), -1);
+    const std::string length = std::to_string(r.body.size());
+    mg_response_header_add(conn, "Content-Length", length.c_str(), -1);
+  }
   mg_response_header_add(conn, "Cache-Control", "no-store", -1);
-  if (r.status == 405) mg_response_header_add(conn, "Allow", "GET", -1);
+  if (r.status == 405) mg_response_header_add(conn, "Allow", r.allow.c_str(), -1);
   mg_response_header_send(conn);
-  if (!head) mg_write(conn, r.body.data(), r.body.size());
+  if (!head && r.status != 204) mg_write(conn, r.body.data(), r.body.size());
+}
+
+// Reads the request body into `body`. False when it is larger than
+// kMaxRequestBody or the connection fails.
+bool ReadBody(mg_connection* conn, const mg_request_info* ri, std::string& body) {
+  if (ri->content_length > static_cast<long long>(kMaxRequestBody)) return false;
+  char buf[4096];
+  while (true) {
+    const int n = mg_read(conn, buf, sizeof(buf));
+    if (n < 0) return false;
+    if (n == 0) return true;
+    body.append(buf, static_cast<size_t>(n));
+    if (body.size() > kMaxRequestBody) return false;
+  }
 }
 
 }  // namespace
 
 common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
-                                                              const dataplane::Dataplane& dp) {
-  return Start(listen, DataSource{[&dp] { return CollectSnapshot(dp); },
-                                  [&dp] { return CollectMacEntries(dp); }});
+                                                              const dataplane::Dataplane& dp,
+                                                              JobControl* jobs) {
+  DataSource source;
+  source.snapshot = [&dp, jobs] {
+    StatsSnapshot snap = CollectSnapshot(dp);
+    if (jobs != nullptr) {
+      // Without an answer from the control thread /metrics leaves the job
+      // families out rather than fail the whole scrape.
+      common::Result<JobTableSnapshot> table = jobs->List();
+      if (table.ok()) snap.jobs = std::move(table).value();
+    }
+    return snap;
+  };
+  source.mac_entries = [&dp] { return CollectMacEntries(dp); };
+  if (jobs != nullptr) jobs->Attach(source);
+  return Start(listen, std::move(source));
 }
 
 common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
@@ -167,7 +198,17 @@ int HttpServer::OnRequest(mg_connection* conn, void* cbdata) {
   const std::string_view method = ri->request_method != nullptr ? ri->request_method : "";
   const std::string_view path = ri->local_uri != nullptr ? ri->local_uri : "";
   const std::string_view query = ri->query_string != nullptr ? ri->query_string : "";
-  const HttpResponse response = HandleRequest(method, path, query, self->source_);
+  std::string body;
+  if (method == "POST" || method == "PUT" || method == "PATCH") {
+    if (!ReadBody(conn, ri, body)) {
+      const HttpResponse too_large{413, kJsonContentType,
+                                   ErrorJson("request body unreadable or larger than " +
+                                             std::to_string(kMaxRequestBody) + " bytes")};
+      SendResponse(conn, too_large, false);
+      return too_large.status;
+    }
+  }
+  const HttpResponse response = HandleRequest(method, path, query, body, self->source_);
   SendResponse(conn, response, method == "HEAD");
   return response.status;
 }

@@ -4,13 +4,15 @@
 // Start() binds the listen address and starts civetweb's own threads (one
 // listener plus two request workers); the destructor stops them and waits for
 // requests in flight. Routing and bodies live in api.h (HandleRequest); this
-// file only adapts civetweb to it. The server is read-only: every route is GET.
+// file only adapts civetweb to it, reading a request body (POST) of at most
+// kMaxRequestBody bytes.
 //
 // civetweb's threads are not EAL lcores. They read the dataplane only through
 // its [any] accessors (CollectSnapshot, CollectMacEntries) and never touch a
-// worker lcore's state for writing, so a scrape cannot stall forwarding.
+// worker lcore's state for writing, so a scrape cannot stall forwarding. The
+// job routes go through JobControl, which hands them to the control thread.
 //
-//   ASSIGN_OR_RETURN(auto http, HttpServer::Start(config.http.listen, *dataplane));
+//   ASSIGN_OR_RETURN(auto http, HttpServer::Start(config.http.listen, *dataplane, &job_control));
 //   AGG_LOG(kInfo, "metrics at http://%s/metrics", http->listen().c_str());
 //   ...
 //   http.reset();   // before the dataplane is destroyed
@@ -35,13 +37,20 @@ class Dataplane;
 
 namespace aggswitch::control {
 
+class JobControl;
+
+// Request bodies above this size get 413.
+inline constexpr size_t kMaxRequestBody = 64 * 1024;
+
 class HttpServer {
  public:
-  // Serves `dp`, which must outlive the server. `listen` is "host:port"
+  // Serves `dp`, and the job table through `jobs` when given (else the job
+  // routes answer 503); both must outlive the server. `listen` is "host:port"
   // ("127.0.0.1:9477"; port 0 picks a free port, see port()). A bad address
   // or a port in use is an error naming the address. [control]
   static common::Result<std::unique_ptr<HttpServer>> Start(const std::string& listen,
-                                                           const dataplane::Dataplane& dp);
+                                                           const dataplane::Dataplane& dp,
+                                                           JobControl* jobs = nullptr);
   // Serves whatever `source` returns; its functions are called from civetweb's
   // threads, concurrently. For tests and tools that have no Dataplane. [control]
   static common::Result<std::unique_ptr<HttpServer>> Start(const std::string& listen,

@@ -238,6 +238,41 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     e.Family(f.name, "counter", f.help);
     e.Sample(f.name, {}, snap.mac_table.*f.field);
   }
+
+  // --- Job table (gauges from the table; the dataplane's per-job counters come later) ---
+  if (snap.jobs) {
+    const JobTableSnapshot& t = *snap.jobs;
+    e.Family("aggswitch_job_table_jobs", "gauge",
+             "Jobs in the job table, whatever their origin (config, api, in-band).");
+    e.Sample("aggswitch_job_table_jobs", {}, t.jobs.size());
+    e.Family("aggswitch_job_table_capacity_jobs", "gauge",
+             "Maximum number of jobs (aggregation.max_jobs).");
+    e.Sample("aggswitch_job_table_capacity_jobs", {}, t.capacity);
+    e.Family("aggswitch_job_info", "gauge",
+             "Static information about a job; the value is always 1.");
+    for (const JobSnapshot& j : t.jobs) {
+      const std::string id = std::to_string(j.id);
+      const std::string nodes = std::to_string(j.nodes);
+      e.Sample("aggswitch_job_info",
+               {{"job", id},
+                {"origin", j.origin},
+                {"nodes", nodes},
+                {"ordered", j.ordered ? "true" : "false"}},
+               1);
+    }
+    e.Family("aggswitch_job_expected_members", "gauge",
+             "Members the job expects at this switch (its task info).");
+    for (const JobSnapshot& j : t.jobs) {
+      const std::string id = std::to_string(j.id);
+      e.Sample("aggswitch_job_expected_members", {{"job", id}}, j.members);
+    }
+    e.Family("aggswitch_job_members", "gauge",
+             "Members of the job whose address the switch has learned from their packets.");
+    for (const JobSnapshot& j : t.jobs) {
+      const std::string id = std::to_string(j.id);
+      e.Sample("aggswitch_job_members", {{"job", id}}, j.learned);
+    }
+  }
   return e.Take();
 }
 

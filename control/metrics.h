@@ -16,6 +16,9 @@
 //   aggswitch_lcore_tsc_hertz                                   gauge
 //   aggswitch_mac_table_{entries,capacity_entries,static_entries,aging_seconds}  gauges
 //   aggswitch_mac_table_{learned,moved,aged,static_conflicts,learn_refused}_total
+//   aggswitch_job_table_{jobs,capacity_jobs}                    gauges     } when the snapshot
+//   aggswitch_job_info{job,origin,nodes,ordered}                gauge, 1   } has the job table
+//   aggswitch_job_{expected_members,members}{job}               gauges     } (snap.jobs)
 //
 // Each drop reason of AGG_DROP_REASONS is exported for every port, zeros
 // included, so that rate() works from the first scrape. The output is checked

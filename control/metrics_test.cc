@@ -288,6 +288,57 @@ TEST(MetricsTest, EmptySnapshotStillDeclaresFamilies) {
   EXPECT_TRUE(HasLine(text, R"(aggswitch_build_info{version="",dpdk_version=""} 1)"));
 }
 
+// The snapshot with a job table of two jobs, one of them with learned members.
+StatsSnapshot WithJobs(StatsSnapshot s) {
+  JobTableSnapshot t;
+  t.capacity = 1024;
+  t.max_fan_in = 256;
+  JobSnapshot a;
+  a.id = 7;
+  a.origin = "config";
+  a.members = 4;
+  a.learned = 3;
+  JobSnapshot b;
+  b.id = 4294967295u;
+  b.index = 1;
+  b.origin = "in-band";
+  b.members = 256;
+  b.nodes = 2;
+  b.ordered = true;
+  t.jobs = {a, b};
+  s.jobs = t;
+  return s;
+}
+
+TEST(MetricsTest, JobGaugesComeFromTheTable) {
+  const std::string text = RenderPrometheus(WithJobs(SyntheticSnapshot()));
+  for (const char* line : {
+           "# TYPE aggswitch_job_table_jobs gauge",
+           "aggswitch_job_table_jobs 2",
+           "aggswitch_job_table_capacity_jobs 1024",
+           R"(aggswitch_job_info{job="7",origin="config",nodes="1",ordered="false"} 1)",
+           R"(aggswitch_job_info{job="4294967295",origin="in-band",nodes="2",ordered="true"} 1)",
+           "# TYPE aggswitch_job_expected_members gauge",
+           R"(aggswitch_job_expected_members{job="7"} 4)",
+           R"(aggswitch_job_expected_members{job="4294967295"} 256)",
+           "# TYPE aggswitch_job_members gauge",
+           R"(aggswitch_job_members{job="7"} 3)",
+           R"(aggswitch_job_members{job="4294967295"} 0)",
+       }) {
+    EXPECT_TRUE(HasLine(text, line)) << "missing line: " << line;
+  }
+}
+
+TEST(MetricsTest, NoJobTableNoJobFamilies) {
+  EXPECT_EQ(RenderPrometheus(SyntheticSnapshot()).find("aggswitch_job"), std::string::npos);
+  // An empty table still declares its families.
+  StatsSnapshot s = SyntheticSnapshot();
+  s.jobs = JobTableSnapshot{};
+  const std::string text = RenderPrometheus(s);
+  EXPECT_TRUE(HasLine(text, "aggswitch_job_table_jobs 0"));
+  EXPECT_TRUE(HasLine(text, "# TYPE aggswitch_job_members gauge"));
+}
+
 class PromtoolTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -306,6 +357,12 @@ TEST_F(PromtoolTest, EscapedLabelsPassCheckMetrics) {
   snap.ports[0].name = "we\"ird\\port\nname";
   snap.ports[0].vlan_mode = "trunk \"all\"";
   const PromtoolResult r = RunPromtool(RenderPrometheus(snap));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "");
+}
+
+TEST_F(PromtoolTest, JobTablePassesCheckMetrics) {
+  const PromtoolResult r = RunPromtool(RenderPrometheus(WithJobs(SyntheticSnapshot())));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "");
 }

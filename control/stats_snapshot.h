@@ -1,5 +1,5 @@
 // A plain, self-contained copy of everything the observability side shows:
-// ports, worker lcores, the MAC table and build information.
+// ports, worker lcores, the MAC table, the job table and build information.
 //
 // CollectSnapshot() reads the dataplane once through its [any] accessors
 // (relaxed counter loads, rte_eth_stats_get) and copies the values out. The
@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,12 +95,49 @@ struct MacTableSnapshot {
   uint64_t learn_refused = 0;  // learn requests refused because the table was full
 };
 
+// One member of a job whose address or ack watermark the switch has learned.
+struct JobMemberSnapshot {
+  uint16_t node = 0;         // member id within the job at this switch
+  bool has_address = false;  // the fields below up to udp_port are valid
+  common::MacAddr mac;
+  uint8_t port_index = 0;
+  std::string port;   // the ingress port's name
+  uint16_t vlan = 0;  // 0: untagged
+  common::Ipv4Addr ip;
+  uint16_t udp_port = 0;
+  std::optional<uint32_t> ack_watermark;  // nullopt before the member's first
+};
+
+// One job of the job table (the key, a shared secret, is not part of it).
+struct JobSnapshot {
+  uint32_t id = 0;
+  uint16_t index = 0;    // stable slot of the job's per-lcore counters
+  std::string origin;    // "config", "api" or "in-band"
+  uint16_t members = 0;  // expected members at this switch
+  uint16_t nodes = 1;    // switches taking part; 1 = this switch is the root
+  bool ordered = false;
+  uint16_t learned = 0;                            // members with a learned address
+  std::optional<uint32_t> min_ack;                 // MinAck(): nullopt before any watermark
+  std::vector<JobMemberSnapshot> learned_members;  // by node; members seen so far
+};
+
+// The job table as the API and the metrics show it.
+struct JobTableSnapshot {
+  uint32_t capacity = 0;  // aggregation.max_jobs
+  uint16_t max_fan_in = 0;
+  bool in_band_registration = false;
+  std::vector<JobSnapshot> jobs;  // by id
+};
+
 struct StatsSnapshot {
   BuildInfo build;
   uint64_t tsc_hz = 0;
   std::vector<PortSnapshot> ports;
   std::vector<LcoreSnapshot> lcores;
   MacTableSnapshot mac_table;
+  // The job table; nullopt when the source has none (or the control thread
+  // did not answer in time), and then /metrics leaves the job families out.
+  std::optional<JobTableSnapshot> jobs;
 };
 
 // One MAC table entry as the API shows it.

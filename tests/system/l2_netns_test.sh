@@ -80,6 +80,8 @@ mac_table:
   static: [$1]
 mempool: {mbufs: 8191}
 http: {listen: "127.0.0.1:$HTTP_PORT"}
+aggregation:
+  jobs: [{id: 5, key: "0x5eed", members: 2}]
 EOF
 }
 write_config ""
@@ -130,6 +132,14 @@ aggctl_shows() { local pattern="$1"; shift; aggctl "$@" | grep -qi -- "$pattern"
 check "aggctl ports lists the trunk" aggctl_shows "trunk 10,20" ports
 check "aggctl stats shows p1" aggctl_shows p1 stats
 check "aggctl mac shows h1" aggctl_shows "$H1_MAC" mac
+
+# Jobs: one from the config, one added and removed through the API.
+check "aggctl jobs show lists the config job" aggctl_shows "config" jobs show 5
+check "aggctl jobs add" aggctl jobs add --id 9 --key 0x99 --members 4
+check "aggctl jobs show lists the API job" aggctl_shows "api" jobs show 9
+check_not "a second add of job 9 is refused" aggctl jobs add --id 9 --key 0x99 --members 4
+check "aggctl jobs rm" aggctl jobs rm 9
+check_not "job 9 is gone" aggctl jobs show 9
 
 # Metrics: exposition format and content.
 curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" >"$WORK/metrics.txt"

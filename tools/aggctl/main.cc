@@ -4,11 +4,14 @@
 //   aggctl mac [--vlan 10] [--port uplink]
 //   aggctl lcores
 //   aggctl stats
+//   aggctl jobs show [ID]
+//   aggctl jobs add --id 7 --key 0xc0ffee --members 4 [--nodes 2] [--ordered]
+//   aggctl jobs rm ID
 //
 // Prints aligned tables by default and the API's JSON (pretty-printed) with
 // --json. Exits 1 with a one-line reason when the daemon cannot be reached or
 // answers with an error. The HTTP client is a few dozen lines over a socket:
-// one GET per run, HTTP/1.1 with "Connection: close".
+// one request per run, HTTP/1.1 with "Connection: close".
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -19,6 +22,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -154,12 +158,19 @@ std::optional<std::string> Dechunk(const std::string& in) {
   }
 }
 
-Result<HttpReply> HttpGet(const std::string& server, const std::string& target, int timeout_ms) {
+// Sends one request (`body`, when not empty, as JSON) and reads the reply.
+Result<HttpReply> HttpCall(const std::string& server, const std::string& method,
+                           const std::string& target, const std::string& body, int timeout_ms) {
   ASSIGN_OR_RETURN(const int fd, Connect(server, timeout_ms));
   const std::string prefix = "cannot reach aggswitch at " + server + ": ";
-  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + server +
-                              "\r\nUser-Agent: aggctl/" + common::Version() +
-                              "\r\nAccept: application/json\r\nConnection: close\r\n\r\n";
+  std::string request = method + " " + target + " HTTP/1.1\r\nHost: " + server +
+                        "\r\nUser-Agent: aggctl/" + common::Version() +
+                        "\r\nAccept: application/json\r\nConnection: close\r\n";
+  if (!body.empty() || method == "POST") {
+    request +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  request += "\r\n" + body;
   size_t sent = 0;
   while (sent < request.size()) {
     const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
@@ -228,21 +239,25 @@ std::string UrlEncode(const std::string& in) {
   return out;
 }
 
-// GETs `target` and parses the JSON body; an HTTP error becomes a Status that
-// carries the server's {"error": ...} text.
-Result<json> GetJson(const std::string& server, const std::string& target, int timeout_ms) {
-  ASSIGN_OR_RETURN(HttpReply reply, HttpGet(server, target, timeout_ms));
+// Sends `method target` and parses the JSON reply; a reply without a body
+// (204) is an empty JSON object. An HTTP error becomes a Status that carries
+// the server's {"error": ...} text.
+Result<json> CallJson(const std::string& server, const std::string& method,
+                      const std::string& target, const std::string& request_body, int timeout_ms) {
+  ASSIGN_OR_RETURN(HttpReply reply, HttpCall(server, method, target, request_body, timeout_ms));
+  const std::string what = method == "GET" ? target : method + " " + target;
   json body = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
-  if (reply.status != 200) {
+  if (reply.status < 200 || reply.status > 299) {
     std::string reason = "HTTP " + std::to_string(reply.status);
     if (body.is_object() && body.contains("error") && body["error"].is_string()) {
       reason += ": " + body["error"].get<std::string>();
     }
-    return common::FailedPrecondition("aggswitch at " + server + " answered " + target + " with " +
+    return common::FailedPrecondition("aggswitch at " + server + " answered " + what + " with " +
                                       reason);
   }
+  if (reply.status == 204) return json::object();
   if (body.is_discarded()) {
-    return common::Unavailable("aggswitch at " + server + " sent invalid JSON for " + target);
+    return common::Unavailable("aggswitch at " + server + " sent invalid JSON for " + what);
   }
   return body;
 }
@@ -424,6 +439,57 @@ void PrintStats(const json& j) {
   PrintLcoreTable(j.at("lcores"), "  ");
 }
 
+std::string OptionalU64(const json& v) {
+  return v.is_null() ? "-" : U64(v);
+}
+
+void PrintJobs(const json& j) {
+  Table t({">JOB", "ORIGIN", ">INDEX", ">MEMBERS", ">LEARNED", ">NODES", "ORDERED", ">MIN-ACK"});
+  for (const json& job : j.at("jobs")) {
+    t.AddRow({U64(job.at("id")), job.at("origin").get<std::string>(), U64(job.at("index")),
+              U64(job.at("members")), U64(job.at("learned")), U64(job.at("nodes")),
+              job.at("ordered").get<bool>() ? "yes" : "no", OptionalU64(job.at("min_ack"))});
+  }
+  if (!t.empty()) t.Print(std::cout);
+  std::cout << U64(j.at("count")) << " of " << U64(j.at("capacity")) << " jobs; at most "
+            << U64(j.at("max_fan_in")) << " members each; in-band registration "
+            << (j.at("in_band_registration").get<bool>() ? "on" : "off") << '\n';
+}
+
+void PrintJob(const json& job) {
+  const uint64_t nodes = job.at("nodes").get<uint64_t>();
+  std::cout << "job " << U64(job.at("id")) << " (" << job.at("origin").get<std::string>()
+            << ", index " << U64(job.at("index")) << "): " << U64(job.at("learned")) << " of "
+            << U64(job.at("members")) << " members learned, "
+            << (nodes == 1 ? std::string("root switch") : U64(job.at("nodes")) + " nodes")
+            << (job.at("ordered").get<bool>() ? ", ordered" : "") << ", min ack "
+            << OptionalU64(job.at("min_ack")) << '\n';
+  Table t({">NODE", "MAC", "IP", ">UDP", "PORT", ">VLAN", ">ACK"});
+  for (const json& m : job.at("learned_members")) {
+    const bool has_address = !m.at("mac").is_null();
+    const uint64_t vlan = has_address ? m.at("vlan").get<uint64_t>() : 0;
+    t.AddRow({U64(m.at("node")), has_address ? m.at("mac").get<std::string>() : "-",
+              has_address ? m.at("ip").get<std::string>() : "-", OptionalU64(m.at("udp_port")),
+              has_address ? m.at("port").get<std::string>() : "-",
+              has_address && vlan != 0 ? std::to_string(vlan) : "-",
+              OptionalU64(m.at("ack_watermark"))});
+  }
+  if (!t.empty()) t.Print(std::cout, "  ");
+}
+
+// A job key as the API takes it: decimal, or 0x and 1..16 hex digits.
+std::optional<uint64_t> ParseJobKey(const std::string& text) {
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const char* first = text.data() + (hex ? 2 : 0);
+  const char* last = text.data() + text.size();
+  uint64_t value = 0;
+  auto [next, ec] = std::from_chars(first, last, value, hex ? 16 : 10);
+  if (text.empty() || ec != std::errc() || next != last || (hex && last - first > 16)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
 // ----------------------------------------------------------------------------
 
 struct Options {
@@ -432,18 +498,29 @@ struct Options {
   double timeout_s = 5;
   std::optional<unsigned> vlan;
   std::optional<std::string> port;
+  // jobs
+  std::optional<uint32_t> job_id;
+  std::string job_key;
+  uint16_t job_members = 0;
+  uint16_t job_nodes = 1;
+  bool job_ordered = false;
 };
 
-// Fetches `target` and prints it with `print`, or as JSON. Returns the exit code.
-int Run(const Options& o, const std::string& target, void (*print)(const json&)) {
+// Sends `method target` (with `request_body`) and prints the reply with
+// `print`, or as JSON. Returns the exit code.
+int Run(const Options& o, const std::string& method, const std::string& target,
+        const std::string& request_body, void (*print)(const json&)) {
   const int timeout_ms = static_cast<int>(o.timeout_s * 1000);
-  Result<json> body = GetJson(o.server, target, timeout_ms);
+  Result<json> body = CallJson(o.server, method, target, request_body, timeout_ms);
   if (!body.ok()) {
     std::cerr << "aggctl: " << body.status().message() << '\n';
     return 1;
   }
   if (o.json) {
-    std::cout << body->dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    // A reply without a body (jobs rm) prints nothing.
+    if (!body->empty()) {
+      std::cout << body->dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    }
     return 0;
   }
   try {
@@ -471,7 +548,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 600.0))
       ->capture_default_str();
 
+  std::string method = "GET";
   std::string target;
+  std::string request_body;
   void (*print)(const json&) = nullptr;
   app.add_subcommand("ports", "ports: driver, link, VLAN mode, packet and drop counts")
       ->callback([&] {
@@ -499,12 +578,81 @@ int Main(int argc, char** argv) {
         print = PrintStats;
       });
 
+  CLI::App* jobs = app.add_subcommand("jobs", "aggregation jobs: show, add, remove");
+  jobs->require_subcommand(1);
+  CLI::App* jobs_show =
+      jobs->add_subcommand("show", "list the jobs, or one job with its learned members");
+  jobs_show->add_option("ID", o.job_id, "only this job, with its members")
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
+  jobs_show->callback([&] {
+    target = "/api/v1/jobs";
+    print = PrintJobs;
+    if (o.job_id) {
+      target += "/" + std::to_string(*o.job_id);
+      print = PrintJob;
+    }
+  });
+  CLI::App* jobs_add = jobs->add_subcommand("add", "add a job (it stays until removed or restart)");
+  jobs_add->add_option("--id", o.job_id, "job id, as in the packets' job_id")
+      ->required()
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
+  jobs_add->add_option("--key", o.job_key, "job key: decimal or 0x-prefixed hex, up to 64 bits")
+      ->required();
+  jobs_add->add_option("--members", o.job_members, "members expected at this switch")
+      ->required()
+      ->check(CLI::Range(1, 65535));
+  jobs_add->add_option("--nodes", o.job_nodes, "switches taking part; 1: this switch is the root")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  jobs_add->add_flag("--ordered", o.job_ordered,
+                     "reduce floats in member order (bit-identical results)");
+  jobs_add->callback([&] {
+    method = "POST";
+    target = "/api/v1/jobs";
+    print = [](const json& job) {
+      std::cout << "added job " << U64(job.at("id")) << " (index " << U64(job.at("index")) << ", "
+                << U64(job.at("members")) << " members, " << U64(job.at("nodes"))
+                << (job.at("nodes").get<uint64_t>() == 1 ? " node" : " nodes")
+                << (job.at("ordered").get<bool>() ? ", ordered" : "") << ")\n";
+    };
+  });
+  CLI::App* jobs_rm = jobs->add_subcommand("rm", "remove a job");
+  jobs_rm->add_option("ID", o.job_id, "the job to remove")
+      ->required()
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
+  jobs_rm->callback([&] {
+    method = "DELETE";
+    target = "/api/v1/jobs/" + std::to_string(*o.job_id);
+    print = [](const json&) {};
+  });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  return Run(o, target, print);
+  if (method == "POST") {
+    const std::optional<uint64_t> key = ParseJobKey(o.job_key);
+    if (!key) {
+      std::cerr << "aggctl: --key must be a decimal number below 2^64 or 0x and 1..16 hex "
+                   "digits, got '"
+                << o.job_key << "'\n";
+      return 2;
+    }
+    char hex[19];
+    std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(*key));
+    json body = {{"id", *o.job_id},
+                 {"key", hex},
+                 {"members", o.job_members},
+                 {"nodes", o.job_nodes},
+                 {"ordered", o.job_ordered}};
+    request_body = body.dump();
+  }
+  const int rc = Run(o, method, target, request_body, print);
+  if (rc == 0 && method == "DELETE" && !o.json) {
+    std::cout << "removed job " << *o.job_id << '\n';
+  }
+  return rc;
 }
 
 }  // namespace

@@ -15,11 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/job_table.h"
 #include "common/log.h"
 #include "common/version.h"
 #include "config/loader.h"
 #include "control/control_loop.h"
 #include "control/http_server.h"
+#include "control/job_control.h"
 #include "control/telemetry.h"
 #include "dataplane/dataplane.h"
 #include "dataplane/eal.h"
@@ -52,12 +54,28 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   }
   control::ControlLoop::InstallSignalHandlers();
 
+  // The job table outlives the dataplane and the HTTP server (declared first,
+  // destroyed last): the API reaches it through job_control.
+  auto job_table = aggregator::JobTable::Create(cfg.aggregation.max_jobs, cfg.aggregation.max_fan_in);
+  if (!job_table.ok()) {
+    AGG_LOG(kError, "aggregation: %s", job_table.status().message().c_str());
+    return 1;
+  }
+  if (auto status = control::AddConfigJobs(**job_table, cfg.aggregation); !status.ok()) {
+    AGG_LOG(kError, "aggregation: %s", status.message().c_str());
+    return 1;
+  }
+  control::JobControl::Options job_options;
+  job_options.in_band_registration = cfg.aggregation.in_band_registration;
+  for (const config::PortConfig& port : cfg.ports) job_options.port_names.push_back(port.name);
+  control::JobControl job_control(**job_table, std::move(job_options));
+
   auto dp = dataplane::Dataplane::Create(cfg);
   if (!dp.ok()) {
     AGG_LOG(kError, "dataplane: %s", dp.status().message().c_str());
     return 1;
   }
-  auto http = control::HttpServer::Start(cfg.http.listen, **dp);
+  auto http = control::HttpServer::Start(cfg.http.listen, **dp, &job_control);
   if (!http.ok()) {
     AGG_LOG(kError, "http: %s", http.status().message().c_str());
     return 1;
@@ -74,7 +92,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   AGG_LOG(kInfo, "aggswitch %s running: %zu ports, %zu workers; metrics at http://%s/metrics",
           common::Version(), cfg.ports.size(), cfg.workers.size(), cfg.http.listen.c_str());
 
-  control::ControlLoop loop(**dp, cfg, config_path);
+  control::ControlLoop loop(**dp, cfg, config_path, &job_control);
   loop.Run();
 
   AGG_LOG(kInfo, "stopping: waiting for workers to finish their burst");

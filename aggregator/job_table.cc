@@ -1,0 +1,296 @@
+#include "aggregator/job_table.h"
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+namespace aggswitch::aggregator {
+namespace {
+
+uint32_t NextPowerOfTwo(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+uint32_t Log2(uint32_t power_of_two) {
+  uint32_t bits = 0;
+  while ((uint32_t{1} << bits) < power_of_two) ++bits;
+  return bits;
+}
+
+std::string JobName(uint32_t id) {
+  return "job " + std::to_string(id);
+}
+
+}  // namespace
+
+std::string_view OriginName(JobSpec::Origin origin) {
+  switch (origin) {
+    case JobSpec::Origin::kConfig:
+      return "config";
+    case JobSpec::Origin::kApi:
+      return "api";
+    case JobSpec::Origin::kInBand:
+      return "in-band";
+  }
+  return "unknown";
+}
+
+// ---------------------------------------------------------------------------
+// Job
+
+Job::Job(const JobSpec& spec, uint16_t index)
+    : id_(spec.id),
+      key_(spec.key),
+      members_(spec.members),
+      nodes_(spec.nodes),
+      ordered_(spec.ordered),
+      origin_(spec.origin),
+      index_(index),
+      member_(new Member[spec.members]) {}
+
+Job::~Job() = default;
+
+std::optional<uint32_t> Job::MinAck() const {
+  std::optional<uint32_t> min;
+  for (uint16_t node = 0; node < members_; ++node) {
+    const std::optional<uint32_t> ack = GetAck(node);
+    if (ack && (!min || SeqBefore(*ack, *min))) min = ack;
+  }
+  return min;
+}
+
+uint16_t Job::LearnedMembers() const {
+  uint16_t n = 0;
+  for (uint16_t node = 0; node < members_; ++node) {
+    if (member_[node].l2.load(std::memory_order_relaxed) & kValid) ++n;
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// JobTable
+
+void JobTable::QsbrDeleter::operator()(rte_rcu_qsbr* v) const {
+  std::free(v);
+}
+
+common::Result<std::unique_ptr<JobTable>> JobTable::Create(uint32_t max_jobs, uint16_t max_fan_in,
+                                                           uint32_t max_readers) {
+  if (max_jobs == 0 || max_jobs > kMaxJobTableJobs) {
+    return common::InvalidArgument("job table: max_jobs must be 1.." +
+                                   std::to_string(kMaxJobTableJobs) + ", got " +
+                                   std::to_string(max_jobs));
+  }
+  if (max_fan_in == 0 || max_fan_in > kMaxJobFanIn) {
+    return common::InvalidArgument("job table: max_fan_in must be 1.." +
+                                   std::to_string(kMaxJobFanIn) + ", got " +
+                                   std::to_string(max_fan_in));
+  }
+  if (max_readers == 0 || max_readers > 1024) {
+    return common::InvalidArgument("job table: max_readers must be 1..1024, got " +
+                                   std::to_string(max_readers));
+  }
+  // Live jobs fill at most half the array.
+  const uint32_t capacity = NextPowerOfTwo(2 * max_jobs);
+  std::unique_ptr<JobTable> table(new JobTable(max_jobs, max_fan_in, capacity, max_readers));
+  if (table->qsbr_ == nullptr) {
+    return common::ResourceExhausted("job table: cannot allocate the RCU QSBR variable");
+  }
+  return table;
+}
+
+JobTable::JobTable(uint32_t max_jobs, uint16_t max_fan_in, uint32_t capacity, uint32_t max_readers)
+    : max_jobs_(max_jobs),
+      max_fan_in_(max_fan_in),
+      mask_(capacity - 1),
+      shift_(32 - Log2(capacity)),
+      max_readers_(max_readers),
+      qsbr_(nullptr),
+      slots_(nullptr),
+      live_(max_jobs) {
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  const size_t size = rte_rcu_qsbr_get_memsize(max_readers);
+  const size_t rounded =
+      (size + RTE_CACHE_LINE_SIZE - 1) / RTE_CACHE_LINE_SIZE * RTE_CACHE_LINE_SIZE;
+  auto* v = static_cast<rte_rcu_qsbr*>(std::aligned_alloc(RTE_CACHE_LINE_SIZE, rounded));
+  if (v != nullptr && rte_rcu_qsbr_init(v, max_readers) == 0) {
+    qsbr_holder_.reset(v);
+    qsbr_ = v;
+  } else {
+    std::free(v);
+  }
+  current_ = NewSlots();
+  slots_.store(current_.get(), std::memory_order_release);
+  for (uint32_t i = 0; i < max_jobs; ++i) free_indices_.push(static_cast<uint16_t>(i));
+}
+
+JobTable::~JobTable() = default;
+
+JobTable::SlotsPtr JobTable::NewSlots() const {
+  SlotsPtr slots(new std::atomic<Job*>[mask_ + 1]);
+  for (uint32_t i = 0; i <= mask_; ++i) slots[i].store(nullptr, std::memory_order_relaxed);
+  return slots;
+}
+
+common::Result<uint32_t> JobTable::RegisterReader() {
+  if (next_reader_ >= max_readers_) {
+    return common::ResourceExhausted("job table: all " + std::to_string(max_readers_) +
+                                     " reader ids are taken");
+  }
+  const uint32_t id = next_reader_;
+  if (rte_rcu_qsbr_thread_register(qsbr_, id) != 0) {
+    return common::Internal("job table: rte_rcu_qsbr_thread_register(" + std::to_string(id) +
+                            ") failed");
+  }
+  ++next_reader_;
+  return id;
+}
+
+common::Result<const Job*> JobTable::Add(const JobSpec& spec) {
+  if (spec.id == 0) return common::InvalidArgument("job id must be 1..4294967295, got 0");
+  if (spec.members == 0 || spec.members > max_fan_in_) {
+    return common::InvalidArgument(JobName(spec.id) + ": members must be 1.." +
+                                   std::to_string(max_fan_in_) + " (aggregation.max_fan_in), got " +
+                                   std::to_string(spec.members));
+  }
+  if (spec.nodes == 0) {
+    return common::InvalidArgument(JobName(spec.id) + ": nodes must be at least 1, got 0");
+  }
+
+  std::atomic<Job*>* slots = current_.get();
+  // One pass finds a duplicate and the first reusable slot.
+  int64_t target = -1;
+  uint32_t i = Home(spec.id);
+  for (uint32_t n = 0; n <= mask_; ++n, i = (i + 1) & mask_) {
+    Job* job = slots[i].load(std::memory_order_relaxed);
+    if (job == Tombstone()) {
+      if (target < 0) target = i;
+      continue;
+    }
+    if (job == nullptr) {
+      if (target < 0) target = i;
+      break;
+    }
+    if (job->id_ == spec.id) return common::AlreadyExists(JobName(spec.id) + " already exists");
+  }
+
+  // Unreachable: live jobs fill at most half the array and tombstones at most a quarter.
+  if (target < 0) return common::Internal("job table: no free slot in the array");
+
+  if (free_indices_.empty()) Reclaim();
+  if (free_indices_.empty()) {
+    std::string message = "job table full: " + std::to_string(size()) + " of " +
+                          std::to_string(max_jobs_) + " jobs (aggregation.max_jobs)";
+    if (retired_jobs_ > 0) {
+      message += ", " + std::to_string(retired_jobs_) +
+                 " of them removed and waiting for the workers to move past them";
+    }
+    return common::ResourceExhausted(std::move(message));
+  }
+  const uint16_t index = free_indices_.top();
+  free_indices_.pop();
+
+  // Taking an empty slot may push tombstones plus jobs past 3/4 of the array;
+  // a fresh array keeps probes short (and always leaves an empty slot).
+  const bool takes_empty = slots[target].load(std::memory_order_relaxed) == nullptr;
+  if (takes_empty && (size() + tombstones_ + 1) * 4 > (mask_ + 1) * uint64_t{3}) {
+    Compact();
+    slots = current_.get();
+    target = Home(spec.id);
+    while (slots[target].load(std::memory_order_relaxed) != nullptr) target = (target + 1) & mask_;
+  }
+  if (slots[target].load(std::memory_order_relaxed) == Tombstone()) --tombstones_;
+
+  std::unique_ptr<Job> job(new Job(spec, index));
+  Job* raw = job.get();
+  live_[index] = std::move(job);
+  // Release: a reader that loads the pointer sees the constructed job.
+  slots[target].store(raw, std::memory_order_release);
+  size_.fetch_add(1, std::memory_order_relaxed);
+  return static_cast<const Job*>(raw);
+}
+
+common::Status JobTable::Remove(uint32_t id) {
+  std::atomic<Job*>* slots = current_.get();
+  uint32_t i = Home(id);
+  for (uint32_t n = 0; n <= mask_; ++n, i = (i + 1) & mask_) {
+    Job* job = slots[i].load(std::memory_order_relaxed);
+    if (job == nullptr) break;
+    if (job == Tombstone() || job->id_ != id) continue;
+    slots[i].store(const_cast<Job*>(Tombstone()), std::memory_order_release);
+    ++tombstones_;
+    size_.fetch_sub(1, std::memory_order_relaxed);
+    // The grace period starts after the unlink: readers that pass a quiescent
+    // point from now on cannot hold the pointer.
+    retired_.push_back(Retired{rte_rcu_qsbr_start(qsbr_), std::move(live_[job->index_]), nullptr});
+    ++retired_jobs_;
+    return common::Status::Ok();
+  }
+  return common::NotFound(JobName(id) + " does not exist");
+}
+
+void JobTable::Compact() {
+  SlotsPtr fresh = NewSlots();
+  const std::atomic<Job*>* old = current_.get();
+  for (uint32_t i = 0; i <= mask_; ++i) {
+    Job* job = old[i].load(std::memory_order_relaxed);
+    if (job == nullptr || job == Tombstone()) continue;
+    uint32_t j = Home(job->id_);
+    while (fresh[j].load(std::memory_order_relaxed) != nullptr) j = (j + 1) & mask_;
+    fresh[j].store(job, std::memory_order_relaxed);
+  }
+  // Release: a reader that loads the new array sees its contents.
+  slots_.store(fresh.get(), std::memory_order_release);
+  retired_.push_back(Retired{rte_rcu_qsbr_start(qsbr_), nullptr, std::move(current_)});
+  current_ = std::move(fresh);
+  tombstones_ = 0;
+}
+
+size_t JobTable::Reclaim() {
+  size_t freed = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < retired_.size(); ++i) {
+    Retired& r = retired_[i];
+    if (rte_rcu_qsbr_check(qsbr_, r.token, false) != 1) {
+      if (kept != i) retired_[kept] = std::move(r);
+      ++kept;
+      continue;
+    }
+    if (r.job) {
+      free_indices_.push(r.job->index_);
+      r.job.reset();
+      --retired_jobs_;
+      ++freed;
+    }
+    r.slots.reset();
+  }
+  retired_.resize(kept);
+  return freed;
+}
+
+common::Result<const Job*> JobTable::AdmitInBand(const JobSpec& spec, bool policy_allows) {
+  if (!policy_allows) {
+    return common::NotFound(JobName(spec.id) +
+                            " is unknown and in-band registration is off "
+                            "(aggregation.in_band_registration)");
+  }
+  if (const Job* existing = Find(spec.id); existing != nullptr) {
+    if (existing->key() == spec.key) return existing;
+    return common::AlreadyExists(JobName(spec.id) + " already exists with another key");
+  }
+  JobSpec in_band = spec;
+  in_band.origin = JobSpec::Origin::kInBand;
+  return Add(in_band);
+}
+
+void JobTable::ForEach(const std::function<void(const Job&)>& fn) const {
+  const std::atomic<Job*>* slots = current_.get();
+  for (uint32_t i = 0; i <= mask_; ++i) {
+    const Job* job = slots[i].load(std::memory_order_relaxed);
+    if (job != nullptr && job != Tombstone()) fn(*job);
+  }
+}
+
+}  // namespace aggswitch::aggregator

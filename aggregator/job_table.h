@@ -1,0 +1,334 @@
+// The job table: job id -> Job (the switch's view of one allreduce group).
+//
+// A job is known to the switch in three ways (SPEC §3, seed 001): declared in
+// the YAML (aggregation.jobs), added through the control API (aggctl jobs
+// add), or registered in-band from the task info of a contribution or a
+// TASK_INFO packet (AdmitInBand). Whatever the origin, the control thread is
+// the only writer of the table; worker lcores look jobs up without locks.
+//
+// Layout: a power-of-two open-addressing array of std::atomic<Job*>, linear
+// probing, load (live jobs) at most 1/2. Removal leaves a tombstone that a
+// later Add may reuse; when tombstones and live jobs together pass 3/4 of the
+// array, the control thread builds a fresh array and publishes it, so a probe
+// stays short. A lookup is a handful of acquire loads, never allocates, never
+// retries, and is bounded by the array size.
+//
+// Reclamation: a removed Job (and a replaced array) is freed only after every
+// registered reader has passed a quiescent point since the removal: DPDK's
+// RCU QSBR (rte_rcu_qsbr.h). The table owns its QSBR variable, allocated with
+// aligned_alloc, so the table also works without EAL (unit tests). A worker
+// lcore registers once, goes online before its first lookup, and reports a
+// quiescent state once per poll loop, when it holds no Job pointer:
+//
+//   // control thread, at start-up
+//   ASSIGN_OR_RETURN(auto jobs, JobTable::Create(cfg.max_jobs, cfg.max_fan_in));
+//   ASSIGN_OR_RETURN(uint32_t reader, jobs->RegisterReader());   // one per worker
+//   // worker lcore
+//   jobs.ReaderOnline(reader);
+//   while (!quit) {
+//     if (const Job* job = jobs.Find(job_id); job != nullptr && job->key() == key) { ... }
+//     jobs.Quiescent(reader);                 // no Job* kept past this line
+//   }
+//   jobs.ReaderOffline(reader);
+//   // control thread, every loop
+//   jobs->Reclaim();
+//
+// A Job's index (0..max_jobs-1) is stable while the job exists and is reused
+// only after the removed job has been reclaimed, so per-lcore counter arrays
+// indexed by it never mix two jobs' counts.
+//
+// Per-member state (learned addresses, ack watermark) lives in the Job and is
+// written by whichever worker lcore sees the member's packets, with relaxed
+// atomics that store only when a value changes.
+//
+// Thread safety: every method says [control] (the control thread, the table's
+// only writer), [reader] (a registered reader thread: a worker lcore, or a test
+// thread that follows the protocol above) or [any].
+#pragma once
+
+#include <rte_rcu_qsbr.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <string_view>
+#include <vector>
+
+#include "aggregator/wire.h"
+#include "common/status.h"
+
+namespace aggswitch::aggregator {
+
+// Limits of the configuration (config/config.h checks the same ranges).
+inline constexpr uint16_t kMaxJobFanIn = 1024;  // members of one job at this switch
+inline constexpr uint32_t kMaxJobTableJobs = 65536;
+// Readers a table can register: at least config::kMaxWorkers, plus room for tests.
+inline constexpr uint32_t kMaxJobReaders = 128;
+
+// What the control side knows about a job when it creates it.
+struct JobSpec {
+  enum class Origin : uint8_t { kConfig, kApi, kInBand };
+
+  uint32_t id = 0;       // 1..2^32-1 (0 is not a job)
+  uint64_t key = 0;      // per-job secret; packets with another key are dropped
+  uint16_t members = 0;  // expected members at this switch, 1..max_fan_in
+  uint16_t nodes = 1;    // switches taking part; 1 = this switch is the root
+  bool ordered = false;  // reduce floats in member order
+  Origin origin = Origin::kConfig;
+};
+
+// "config", "api", "in-band". [any]
+std::string_view OriginName(JobSpec::Origin origin);
+
+// A member's learned return path.
+struct MemberAddr {
+  uint64_t mac48 = 0;      // source MAC of its packets, first byte most significant
+  uint8_t port_index = 0;  // ingress port (index in the config's port list)
+  uint16_t vlan = 0;       // VLAN it arrived on (0: none)
+  uint32_t ip = 0;         // source IPv4 address, host order
+  uint16_t udp_port = 0;   // source UDP port, host order
+};
+
+// One job at this switch. Built and destroyed by the JobTable only; readers
+// get const pointers that stay valid until their next quiescent point.
+class alignas(64) Job {
+ public:
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  // --- Identity, fixed for the job's life [any] ---
+  uint32_t id() const { return id_; }
+  uint64_t key() const { return key_; }
+  uint16_t members() const { return members_; }  // expected members at this switch
+  uint16_t nodes() const { return nodes_; }
+  bool ordered() const { return ordered_; }
+  JobSpec::Origin origin() const { return origin_; }
+  // Stable 0..max_jobs-1 while the job exists; per-lcore arrays index by it.
+  uint16_t index() const { return index_; }
+
+  // --- Per-member state [any] ---
+  //
+  // Member state is the runtime part of a job and is written through the
+  // const Job* that Find() returns, so these methods are const; a job's
+  // identity above never changes.
+
+  // Records where member `node` (0..members()-1) sends from. Stores only the
+  // halves that changed, so a steady member costs two loads. Returns whether
+  // anything changed; false also for node >= members() (nothing is stored).
+  bool LearnMember(uint16_t node, uint64_t mac48, uint8_t port_index, uint16_t vlan, uint32_t ip,
+                   uint16_t udp_port) const {
+    if (node >= members_) return false;
+    Member& m = member_[node];
+    const uint64_t l2 = (mac48 << 16) | (uint64_t{port_index} << 8) | kValid;
+    const uint64_t l3 =
+        (uint64_t{ip} << 32) | (uint64_t{udp_port} << 16) | (uint64_t{vlan & 0xfffu} << 4) | kValid;
+    bool changed = false;
+    if (m.l2.load(std::memory_order_relaxed) != l2) {
+      m.l2.store(l2, std::memory_order_relaxed);
+      changed = true;
+    }
+    if (m.l3.load(std::memory_order_relaxed) != l3) {
+      m.l3.store(l3, std::memory_order_relaxed);
+      changed = true;
+    }
+    return changed;
+  }
+
+  // The learned address of `node`; false when none was learned yet (or node
+  // is out of range). The L2 and L3 halves are read separately: while a member
+  // moves, one read may pair its old MAC with its new IP.
+  bool GetMember(uint16_t node, MemberAddr* out) const {
+    if (node >= members_) return false;
+    const uint64_t l2 = member_[node].l2.load(std::memory_order_relaxed);
+    const uint64_t l3 = member_[node].l3.load(std::memory_order_relaxed);
+    if ((l2 & kValid) == 0 || (l3 & kValid) == 0) return false;
+    out->mac48 = l2 >> 16;
+    out->port_index = static_cast<uint8_t>(l2 >> 8);
+    out->ip = static_cast<uint32_t>(l3 >> 32);
+    out->udp_port = static_cast<uint16_t>(l3 >> 16);
+    out->vlan = static_cast<uint16_t>((l3 >> 4) & 0xfff);
+    return true;
+  }
+
+  // Moves member `node`'s ack watermark forward to `watermark` (RFC 1982
+  // serial order on 32 bits): the first watermark is taken as is, a later one
+  // only when it comes after the current one. Racing writers of one member
+  // converge on the latest value (compare-and-swap). Returns whether the
+  // watermark moved; a repeat costs one load.
+  bool UpdateAck(uint16_t node, uint32_t watermark) const {
+    if (node >= members_) return false;
+    std::atomic<uint64_t>& ack = member_[node].ack;
+    const uint64_t next = kAckValid | watermark;
+    uint64_t cur = ack.load(std::memory_order_relaxed);
+    while ((cur & kAckValid) == 0 || SeqBefore(static_cast<uint32_t>(cur), watermark)) {
+      if (ack.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
+
+  // Member `node`'s watermark; nullopt before its first one.
+  std::optional<uint32_t> GetAck(uint16_t node) const {
+    if (node >= members_) return std::nullopt;
+    const uint64_t ack = member_[node].ack.load(std::memory_order_relaxed);
+    if ((ack & kAckValid) == 0) return std::nullopt;
+    return static_cast<uint32_t>(ack);
+  }
+
+  // The earliest watermark (serial order) among the members that have sent
+  // one; nullopt when none has. Every chunk before it has been acknowledged by
+  // each of those members. O(members); for the release check, not per packet.
+  std::optional<uint32_t> MinAck() const;
+
+  // Members with a learned address. O(members).
+  uint16_t LearnedMembers() const;
+
+ private:
+  friend class JobTable;
+
+  static constexpr uint64_t kValid = 1;
+  static constexpr uint64_t kAckValid = uint64_t{1} << 32;
+
+  // 32 bytes, two to a cache line and never split across two.
+  struct alignas(32) Member {
+    std::atomic<uint64_t> l2{0};   // MAC (63..16) | ingress port index (15..8) | valid (0)
+    std::atomic<uint64_t> l3{0};   // IPv4 (63..32) | UDP port (31..16) | VLAN (15..4) | valid (0)
+    std::atomic<uint64_t> ack{0};  // watermark (31..0) | valid (32)
+  };
+  static_assert(sizeof(Member) == 32, "two members per cache line");
+
+  Job(const JobSpec& spec, uint16_t index);
+
+  const uint32_t id_;
+  const uint64_t key_;
+  const uint16_t members_;
+  const uint16_t nodes_;
+  const bool ordered_;
+  const JobSpec::Origin origin_;
+  const uint16_t index_;
+  const std::unique_ptr<Member[]> member_;
+};
+
+class JobTable {
+ public:
+  // A table for up to `max_jobs` (1..65536) jobs of up to `max_fan_in`
+  // (1..1024) members each, with room for `max_readers` registered readers.
+  // InvalidArgument for a bound out of range. [control]
+  static common::Result<std::unique_ptr<JobTable>> Create(uint32_t max_jobs, uint16_t max_fan_in,
+                                                          uint32_t max_readers = kMaxJobReaders);
+  // Frees every job. No reader may be online. [control]
+  ~JobTable();
+  JobTable(const JobTable&) = delete;
+  JobTable& operator=(const JobTable&) = delete;
+
+  // --- Lookup [reader] ---
+
+  // The job with `id`, or nullptr. Lock-free, no allocation, at most one pass
+  // over the array. The pointer is valid until the caller's next Quiescent().
+  const Job* Find(uint32_t id) const {
+    const std::atomic<Job*>* slots = slots_.load(std::memory_order_acquire);
+    uint32_t i = Home(id);
+    for (uint32_t n = 0; n <= mask_; ++n) {
+      const Job* job = slots[i].load(std::memory_order_acquire);
+      if (job == nullptr) return nullptr;
+      if (job != Tombstone() && job->id_ == id) return job;
+      i = (i + 1) & mask_;
+    }
+    return nullptr;
+  }
+
+  // --- The reader protocol ---
+
+  // Gives a reader thread its id (0..max_readers-1). The reader starts
+  // offline: it must call ReaderOnline() before its first Find().
+  // ResourceExhausted when max_readers are registered. [control]
+  common::Result<uint32_t> RegisterReader();
+  // Start and stop reading; while offline a reader does not hold back
+  // reclamation. Called by the reader thread itself. [reader]
+  void ReaderOnline(uint32_t reader_id) const { rte_rcu_qsbr_thread_online(qsbr_, reader_id); }
+  void ReaderOffline(uint32_t reader_id) const { rte_rcu_qsbr_thread_offline(qsbr_, reader_id); }
+  // Declares that the reader holds no Job pointer: once per poll loop. One
+  // load and one store. [reader]
+  void Quiescent(uint32_t reader_id) const { rte_rcu_qsbr_quiescent(qsbr_, reader_id); }
+
+  // --- Writer [control] ---
+
+  // Adds a job. AlreadyExists for a job id in the table; ResourceExhausted
+  // when max_jobs jobs exist (or are removed but not yet reclaimed);
+  // InvalidArgument for id 0, members 0 or above max_fan_in, or nodes 0.
+  common::Result<const Job*> Add(const JobSpec& spec);
+  // Removes a job; readers may still use it until they pass a quiescent
+  // point, and its index stays taken until Reclaim() frees it. NotFound when
+  // absent.
+  common::Status Remove(uint32_t id);
+  // Frees the removed jobs and replaced arrays that every online reader has
+  // moved past, and returns their indices to the free pool. Never waits.
+  // Returns the number of jobs freed.
+  size_t Reclaim();
+  // The in-band registration policy (aggregation.in_band_registration), for
+  // the task info of a contribution or TASK_INFO packet that names an unknown
+  // job. `policy_allows` false: NotFound, nothing added. Otherwise the job is
+  // added with Origin::kInBand; a job with that id that already exists is
+  // returned when its key matches `spec.key` (two workers raced to register
+  // it) and is AlreadyExists otherwise. Other errors as Add().
+  common::Result<const Job*> AdmitInBand(const JobSpec& spec, bool policy_allows);
+
+  // --- Inspection ---
+
+  // Visits every job, in array order. [control]
+  void ForEach(const std::function<void(const Job&)>& fn) const;
+  // Jobs in the table (removed ones excluded). [any]
+  size_t size() const { return size_.load(std::memory_order_relaxed); }
+  uint32_t max_jobs() const { return max_jobs_; }      // [any]
+  uint16_t max_fan_in() const { return max_fan_in_; }  // [any]
+  // Removed jobs not yet freed. [control]
+  size_t pending_reclaim() const { return retired_jobs_; }
+
+ private:
+  struct QsbrDeleter {
+    void operator()(rte_rcu_qsbr* v) const;
+  };
+  struct SlotsDeleter {
+    void operator()(std::atomic<Job*>* slots) const { delete[] slots; }
+  };
+  using SlotsPtr = std::unique_ptr<std::atomic<Job*>[], SlotsDeleter>;
+  // Something readers may still see, freed after the grace period that began
+  // when it was unlinked (`token`).
+  struct Retired {
+    uint64_t token;
+    std::unique_ptr<Job> job;  // or
+    SlotsPtr slots;
+  };
+
+  JobTable(uint32_t max_jobs, uint16_t max_fan_in, uint32_t capacity, uint32_t max_readers);
+
+  // Never a valid Job address (jobs are 64-byte aligned); marks a removed slot.
+  static const Job* Tombstone() { return reinterpret_cast<const Job*>(uintptr_t{1}); }
+  uint32_t Home(uint32_t id) const { return (id * 0x9e3779b1u) >> shift_; }
+  SlotsPtr NewSlots() const;
+  // Publishes a fresh array without tombstones; the old one is retired. [control]
+  void Compact();
+
+  const uint32_t max_jobs_;
+  const uint16_t max_fan_in_;
+  const uint32_t mask_;   // array size - 1
+  const uint32_t shift_;  // 32 - log2(array size)
+  const uint32_t max_readers_;
+  std::unique_ptr<rte_rcu_qsbr, QsbrDeleter> qsbr_holder_;
+  rte_rcu_qsbr* qsbr_;  // == qsbr_holder_.get(); used from const [reader] methods
+
+  std::atomic<std::atomic<Job*>*> slots_;  // the published array
+  SlotsPtr current_;                       // owns *slots_
+  std::atomic<size_t> size_{0};
+  uint32_t tombstones_ = 0;                 // [control]
+  std::vector<std::unique_ptr<Job>> live_;  // by index; owns the live jobs [control]
+  std::priority_queue<uint16_t, std::vector<uint16_t>, std::greater<>> free_indices_;
+  std::vector<Retired> retired_;  // oldest first
+  size_t retired_jobs_ = 0;
+  uint32_t next_reader_ = 0;
+};
+
+}  // namespace aggswitch::aggregator

@@ -1,0 +1,406 @@
+#include "aggregator/job_table.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace aggswitch::aggregator {
+namespace {
+
+using common::StatusCode;
+
+JobSpec Spec(uint32_t id, uint16_t members = 4, uint64_t key = 0) {
+  JobSpec spec;
+  spec.id = id;
+  spec.key = key != 0 ? key : 0xfeed000000000000ull | id;
+  spec.members = members;
+  return spec;
+}
+
+std::unique_ptr<JobTable> MakeTable(uint32_t max_jobs = 16, uint16_t max_fan_in = 256) {
+  auto table = JobTable::Create(max_jobs, max_fan_in);
+  EXPECT_TRUE(table.ok()) << table.status().ToString();
+  return std::move(table).value();
+}
+
+TEST(JobTableTest, CreateRejectsBadBounds) {
+  EXPECT_EQ(JobTable::Create(0, 256).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(JobTable::Create(65537, 256).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(JobTable::Create(16, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(JobTable::Create(16, 1025).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(JobTable::Create(65536, 1024).ok());
+  EXPECT_TRUE(JobTable::Create(1, 1).ok());
+}
+
+TEST(JobTableTest, AddFindRemove) {
+  auto table = MakeTable();
+  EXPECT_EQ(table->Find(7), nullptr);
+  JobSpec spec = Spec(7, 8);
+  spec.nodes = 3;
+  spec.ordered = true;
+  spec.origin = JobSpec::Origin::kApi;
+  auto added = table->Add(spec);
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  const Job* job = table->Find(7);
+  ASSERT_EQ(job, *added);
+  EXPECT_EQ(job->id(), 7u);
+  EXPECT_EQ(job->key(), spec.key);
+  EXPECT_EQ(job->members(), 8);
+  EXPECT_EQ(job->nodes(), 3);
+  EXPECT_TRUE(job->ordered());
+  EXPECT_EQ(job->origin(), JobSpec::Origin::kApi);
+  EXPECT_EQ(job->index(), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(job) % 64, 0u);
+  EXPECT_EQ(table->size(), 1u);
+  EXPECT_EQ(table->Find(8), nullptr);
+
+  ASSERT_TRUE(table->Remove(7).ok());
+  EXPECT_EQ(table->Find(7), nullptr);
+  EXPECT_EQ(table->size(), 0u);
+  EXPECT_EQ(table->Remove(7).code(), StatusCode::kNotFound);
+  EXPECT_EQ(table->pending_reclaim(), 1u);
+  EXPECT_EQ(table->Reclaim(), 1u);  // no reader registered: nothing to wait for
+  EXPECT_EQ(table->pending_reclaim(), 0u);
+}
+
+TEST(JobTableTest, RejectsDuplicatesAndBadSpecs) {
+  auto table = MakeTable(16, 8);
+  ASSERT_TRUE(table->Add(Spec(1)).ok());
+  auto dup = table->Add(Spec(1, 2, 99));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(dup.status().message(), "job 1 already exists");
+  EXPECT_EQ(table->Add(Spec(0)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table->Add(Spec(2, 0)).status().code(), StatusCode::kInvalidArgument);
+  auto wide = table->Add(Spec(2, 9));
+  EXPECT_EQ(wide.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wide.status().message().find("1..8"), std::string::npos) << wide.status().message();
+  JobSpec no_nodes = Spec(3);
+  no_nodes.nodes = 0;
+  EXPECT_EQ(table->Add(no_nodes).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(table->Add(Spec(2, 8)).ok());
+  EXPECT_EQ(table->size(), 2u);
+}
+
+TEST(JobTableTest, FullTableIsResourceExhausted) {
+  auto table = MakeTable(4);
+  for (uint32_t id = 1; id <= 4; ++id) ASSERT_TRUE(table->Add(Spec(id)).ok());
+  auto full = table->Add(Spec(5));
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("4 of 4"), std::string::npos) << full.status().message();
+  // A removed job frees its place once reclaimed (Add reclaims by itself).
+  ASSERT_TRUE(table->Remove(2).ok());
+  EXPECT_TRUE(table->Add(Spec(5)).ok());
+}
+
+TEST(JobTableTest, IndexIsReusedOnlyAfterReclaim) {
+  auto table = MakeTable(4);
+  auto reader = table->RegisterReader();
+  ASSERT_TRUE(reader.ok());
+  table->ReaderOnline(*reader);
+  for (uint32_t id = 1; id <= 4; ++id) ASSERT_TRUE(table->Add(Spec(id)).ok());
+  EXPECT_EQ(table->Find(3)->index(), 2);
+  const Job* held = table->Find(3);  // the reader holds job 3
+  ASSERT_TRUE(table->Remove(3).ok());
+
+  // The reader has not passed a quiescent point: job 3 and index 2 stay.
+  EXPECT_EQ(table->Reclaim(), 0u);
+  EXPECT_EQ(table->pending_reclaim(), 1u);
+  EXPECT_EQ(held->id(), 3u);
+  auto full = table->Add(Spec(10));
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("waiting for the workers"), std::string::npos)
+      << full.status().message();
+
+  table->Quiescent(*reader);
+  EXPECT_EQ(table->Reclaim(), 1u);
+  auto reused = table->Add(Spec(10));
+  ASSERT_TRUE(reused.ok());
+  EXPECT_EQ((*reused)->index(), 2);
+  table->ReaderOffline(*reader);
+}
+
+TEST(JobTableTest, OfflineReaderDoesNotHoldBackReclaim) {
+  auto table = MakeTable();
+  auto reader = table->RegisterReader();
+  ASSERT_TRUE(reader.ok());
+  table->ReaderOnline(*reader);
+  table->ReaderOffline(*reader);
+  ASSERT_TRUE(table->Add(Spec(1)).ok());
+  ASSERT_TRUE(table->Remove(1).ok());
+  EXPECT_EQ(table->Reclaim(), 1u);
+}
+
+TEST(JobTableTest, LowestFreeIndexFirst) {
+  auto table = MakeTable(8);
+  for (uint32_t id = 100; id < 104; ++id) ASSERT_TRUE(table->Add(Spec(id)).ok());
+  ASSERT_TRUE(table->Remove(102).ok());
+  ASSERT_TRUE(table->Remove(100).ok());
+  table->Reclaim();
+  EXPECT_EQ((*table->Add(Spec(200)))->index(), 0);
+  EXPECT_EQ((*table->Add(Spec(201)))->index(), 2);
+  EXPECT_EQ((*table->Add(Spec(202)))->index(), 4);
+}
+
+TEST(JobTableTest, RegisterReaderRunsOut) {
+  auto table = JobTable::Create(4, 4, /*max_readers=*/2);
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(*(*table)->RegisterReader(), 0u);
+  EXPECT_EQ(*(*table)->RegisterReader(), 1u);
+  EXPECT_EQ((*table)->RegisterReader().status().code(), StatusCode::kResourceExhausted);
+}
+
+// Many adds and removes of colliding ids: tombstones never hide a job, and
+// compaction keeps every live job reachable.
+TEST(JobTableTest, ChurnKeepsEveryJobReachable) {
+  auto table = MakeTable(64);
+  std::mt19937 rng(1);
+  std::set<uint32_t> live;
+  for (int step = 0; step < 20000; ++step) {
+    const uint32_t id = 1 + rng() % 200;
+    if (live.count(id) != 0) {
+      ASSERT_TRUE(table->Remove(id).ok());
+      live.erase(id);
+    } else {
+      auto added = table->Add(Spec(id));
+      if (live.size() < 64) {
+        ASSERT_TRUE(added.ok()) << step << ": " << added.status().ToString();
+        live.insert(id);
+      } else {
+        ASSERT_EQ(added.status().code(), StatusCode::kResourceExhausted);
+      }
+    }
+    if (step % 7 == 0) table->Reclaim();
+    if (step % 997 == 0) {
+      for (uint32_t probe = 1; probe <= 200; ++probe) {
+        const Job* job = table->Find(probe);
+        ASSERT_EQ(job != nullptr, live.count(probe) != 0) << probe;
+        if (job != nullptr) {
+          ASSERT_EQ(job->id(), probe);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(table->size(), live.size());
+  std::set<uint32_t> seen;
+  std::set<uint16_t> indices;
+  table->ForEach([&](const Job& job) {
+    seen.insert(job.id());
+    indices.insert(job.index());
+  });
+  EXPECT_EQ(seen, live);
+  EXPECT_EQ(indices.size(), live.size());
+  for (uint16_t index : indices) EXPECT_LT(index, 64);
+}
+
+TEST(JobTableTest, InBandPolicy) {
+  auto table = MakeTable();
+  auto refused = table->AdmitInBand(Spec(5), /*policy_allows=*/false);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(refused.status().message().find("in_band_registration"), std::string::npos);
+  EXPECT_EQ(table->Find(5), nullptr);
+
+  JobSpec spec = Spec(5);
+  spec.origin = JobSpec::Origin::kApi;  // whatever the caller says, it is in-band
+  auto admitted = table->AdmitInBand(spec, true);
+  ASSERT_TRUE(admitted.ok());
+  EXPECT_EQ((*admitted)->origin(), JobSpec::Origin::kInBand);
+  EXPECT_EQ(OriginName((*admitted)->origin()), "in-band");
+
+  // A second registration of the same job (another worker raced) gets it back.
+  auto again = table->AdmitInBand(Spec(5), true);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *admitted);
+  // Another key is not the same job.
+  EXPECT_EQ(table->AdmitInBand(Spec(5, 4, 1234), true).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(table->size(), 1u);
+}
+
+TEST(JobTest, LearnsMembersAndStoresOnlyChanges) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 3));
+  MemberAddr addr;
+  EXPECT_FALSE(job->GetMember(0, &addr));
+  EXPECT_EQ(job->LearnedMembers(), 0);
+
+  EXPECT_TRUE(job->LearnMember(1, 0x02aabbccddeeull, 5, 10, 0x0a000a01, 40001));
+  ASSERT_TRUE(job->GetMember(1, &addr));
+  EXPECT_EQ(addr.mac48, 0x02aabbccddeeull);
+  EXPECT_EQ(addr.port_index, 5);
+  EXPECT_EQ(addr.vlan, 10);
+  EXPECT_EQ(addr.ip, 0x0a000a01u);
+  EXPECT_EQ(addr.udp_port, 40001);
+  EXPECT_EQ(job->LearnedMembers(), 1);
+
+  // The same packet again changes nothing.
+  EXPECT_FALSE(job->LearnMember(1, 0x02aabbccddeeull, 5, 10, 0x0a000a01, 40001));
+  // A new source port (a restarted worker) is learned.
+  EXPECT_TRUE(job->LearnMember(1, 0x02aabbccddeeull, 5, 10, 0x0a000a01, 40002));
+  ASSERT_TRUE(job->GetMember(1, &addr));
+  EXPECT_EQ(addr.udp_port, 40002);
+  // Extreme values survive the packing.
+  EXPECT_TRUE(job->LearnMember(2, 0xffffffffffffull, 255, 4094, 0xffffffff, 65535));
+  ASSERT_TRUE(job->GetMember(2, &addr));
+  EXPECT_EQ(addr.mac48, 0xffffffffffffull);
+  EXPECT_EQ(addr.port_index, 255);
+  EXPECT_EQ(addr.vlan, 4094);
+  EXPECT_EQ(addr.ip, 0xffffffffu);
+  EXPECT_EQ(addr.udp_port, 65535);
+  // Untagged (VLAN 0) and all-zero addresses are still "learned".
+  EXPECT_TRUE(job->LearnMember(0, 0, 0, 0, 0, 0));
+  ASSERT_TRUE(job->GetMember(0, &addr));
+  EXPECT_EQ(addr.mac48, 0u);
+  EXPECT_EQ(job->LearnedMembers(), 3);
+
+  // Out-of-range members are ignored.
+  EXPECT_FALSE(job->LearnMember(3, 1, 1, 1, 1, 1));
+  EXPECT_FALSE(job->GetMember(3, &addr));
+  EXPECT_FALSE(job->UpdateAck(3, 1));
+  EXPECT_FALSE(job->GetAck(3));
+}
+
+TEST(JobTest, AckWatermarkIsMonotonicInSerialOrder) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 4));
+  EXPECT_FALSE(job->GetAck(0));
+  EXPECT_FALSE(job->MinAck());
+
+  // The first watermark is taken as is, even one "before" zero.
+  EXPECT_TRUE(job->UpdateAck(0, 0x90000000u));
+  EXPECT_EQ(job->GetAck(0), 0x90000000u);
+  EXPECT_TRUE(job->UpdateAck(0, 0x90000010u));
+  EXPECT_FALSE(job->UpdateAck(0, 0x90000010u));  // a repeat
+  EXPECT_FALSE(job->UpdateAck(0, 0x90000005u));  // a reordered, older one
+  EXPECT_EQ(job->GetAck(0), 0x90000010u);
+
+  // Across the wrap: 0xfffffff0 -> 0x00000010 moves forward.
+  EXPECT_TRUE(job->UpdateAck(1, 0xfffffff0u));
+  EXPECT_TRUE(job->UpdateAck(1, 0x10u));
+  EXPECT_FALSE(job->UpdateAck(1, 0xfffffff8u));  // before 0x10 in serial order
+  EXPECT_EQ(job->GetAck(1), 0x10u);
+}
+
+TEST(JobTest, MinAckIsSerialMinimumOverAckedMembers) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 4));
+  ASSERT_TRUE(job->UpdateAck(2, 100));
+  EXPECT_EQ(job->MinAck(), 100u);  // members 0, 1 and 3 have not sent one yet
+  ASSERT_TRUE(job->UpdateAck(0, 250));
+  ASSERT_TRUE(job->UpdateAck(3, 90));
+  EXPECT_EQ(job->MinAck(), 90u);
+  ASSERT_TRUE(job->UpdateAck(3, 300));
+  EXPECT_EQ(job->MinAck(), 100u);
+
+  // Around the wrap the minimum is the one furthest behind, not the smallest number.
+  const Job* wrap = *table->Add(Spec(2, 3));
+  ASSERT_TRUE(wrap->UpdateAck(0, 0xfffffffeu));
+  ASSERT_TRUE(wrap->UpdateAck(1, 3));
+  ASSERT_TRUE(wrap->UpdateAck(2, 0xffffffffu));
+  EXPECT_EQ(wrap->MinAck(), 0xfffffffeu);
+}
+
+// Racing writers of one member's watermark converge on the latest value.
+TEST(JobTest, RacingAckWritersConverge) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 1));
+  constexpr uint32_t kBase = 0xffff0000u;  // crosses the wrap on the way
+  constexpr uint32_t kSteps = 200000;
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 3; ++t) {
+    writers.emplace_back([job, t] {
+      for (uint32_t i = t; i < kSteps; i += 3) job->UpdateAck(0, kBase + i);
+    });
+  }
+  for (std::thread& w : writers) w.join();
+  EXPECT_EQ(job->GetAck(0), kBase + kSteps - 1);
+}
+
+// A reader thread looks jobs up and writes member state while the control
+// thread adds, removes and reclaims. The reader follows the QSBR protocol, so
+// every job it sees is whole: its id, key and member count agree with the spec
+// that created it (a freed job, or one reallocated for another id, would not;
+// an ASan build also catches the use after free directly).
+TEST(JobTableTest, ConcurrentReadersNeverSeeAFreedJob) {
+  constexpr uint32_t kIds = 48;
+  constexpr int kReaders = 2;
+  auto table = MakeTable(32, 64);
+  auto members_of = [](uint32_t id) { return static_cast<uint16_t>(1 + id % 64); };
+  auto key_of = [](uint32_t id) {
+    return 0x5eed000000000000ull ^ (uint64_t{id} * 0x9e3779b97f4a7c15ull);
+  };
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> hits{0};
+  std::atomic<uint64_t> bad{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    auto reader = table->RegisterReader();
+    ASSERT_TRUE(reader.ok());
+    readers.emplace_back([&, id = *reader, r] {
+      table->ReaderOnline(id);
+      uint32_t seq = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (uint32_t job_id = 1; job_id <= kIds; ++job_id) {
+          const Job* job = table->Find(job_id);
+          if (job == nullptr) continue;
+          hits.fetch_add(1, std::memory_order_relaxed);
+          if (job->id() != job_id || job->key() != key_of(job_id) ||
+              job->members() != members_of(job_id) || job->index() >= 32) {
+            bad.fetch_add(1, std::memory_order_relaxed);
+          }
+          const uint16_t node = static_cast<uint16_t>(seq % job->members());
+          job->LearnMember(node, 0x020000000000ull | r, static_cast<uint8_t>(r), 10, 0x0a000001 + r,
+                           40000);
+          job->UpdateAck(node, seq);
+        }
+        ++seq;
+        table->Quiescent(id);
+      }
+      table->ReaderOffline(id);
+    });
+  }
+
+  std::mt19937 rng(7);
+  uint64_t adds = 0, removes = 0, freed = 0;
+  // Until enough churn happened: the readers may lag on a loaded machine, and
+  // then the table stays full until they pass a quiescent point.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int step = 0; (step < 200000 || adds < 2000) && std::chrono::steady_clock::now() < deadline;
+       ++step) {
+    const uint32_t id = 1 + rng() % kIds;
+    if (rng() % 2 == 0) {
+      JobSpec spec;
+      spec.id = id;
+      spec.key = key_of(id);
+      spec.members = members_of(id);
+      spec.origin = JobSpec::Origin::kApi;
+      if (table->Add(spec).ok()) ++adds;
+    } else if (table->Remove(id).ok()) {
+      ++removes;
+    }
+    freed += table->Reclaim();
+  }
+  stop.store(true);
+  for (std::thread& t : readers) t.join();
+  freed += table->Reclaim();
+
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(hits.load(), 0u);
+  EXPECT_GE(adds, 2000u);
+  EXPECT_GT(removes, 1000u);
+  EXPECT_GT(freed, 0u);
+  // With every reader offline, everything removed is freed.
+  EXPECT_EQ(table->pending_reclaim(), 0u);
+  EXPECT_EQ(table->size(), adds - removes);
+}
+
+}  // namespace
+}  // namespace aggswitch::aggregator

@@ -1,0 +1,201 @@
+#include "control/job_control.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "aggregator/job_table.h"
+
+namespace aggswitch::control {
+namespace {
+
+using aggregator::Job;
+using aggregator::JobSpec;
+
+JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_names) {
+  JobSnapshot s;
+  s.id = job.id();
+  s.index = job.index();
+  s.origin = std::string(aggregator::OriginName(job.origin()));
+  s.members = job.members();
+  s.nodes = job.nodes();
+  s.ordered = job.ordered();
+  s.min_ack = job.MinAck();
+  for (uint16_t node = 0; node < job.members(); ++node) {
+    aggregator::MemberAddr addr;
+    const bool has_address = job.GetMember(node, &addr);
+    const std::optional<uint32_t> ack = job.GetAck(node);
+    if (!has_address && !ack) continue;
+    JobMemberSnapshot& m = s.learned_members.emplace_back();
+    m.node = node;
+    m.ack_watermark = ack;
+    m.has_address = has_address;
+    if (!has_address) continue;
+    ++s.learned;
+    m.mac = common::MacAddr::FromU64(addr.mac48);
+    m.port_index = addr.port_index;
+    m.port = addr.port_index < port_names.size() ? port_names[addr.port_index]
+                                                 : "#" + std::to_string(addr.port_index);
+    m.vlan = addr.vlan;
+    m.ip = common::Ipv4Addr{addr.ip};
+    m.udp_port = addr.udp_port;
+  }
+  return s;
+}
+
+}  // namespace
+
+common::Status AddConfigJobs(aggregator::JobTable& table, const config::AggregationConfig& agg) {
+  for (size_t i = 0; i < agg.jobs.size(); ++i) {
+    const config::AggregationJobConfig& job = agg.jobs[i];
+    JobSpec spec;
+    spec.id = job.id;
+    spec.key = job.key;
+    spec.members = job.members;
+    spec.nodes = job.nodes;
+    spec.ordered = job.ordered;
+    spec.origin = JobSpec::Origin::kConfig;
+    common::Result<const Job*> added = table.Add(spec);
+    if (!added.ok()) {
+      return common::Status(added.status().code(), "aggregation.jobs[" + std::to_string(i) +
+                                                       "]: " + added.status().message());
+    }
+  }
+  return common::Status::Ok();
+}
+
+JobTableSnapshot SnapshotJobTable(const aggregator::JobTable& table, bool in_band_registration,
+                                  const std::vector<std::string>& port_names) {
+  JobTableSnapshot snap;
+  snap.capacity = table.max_jobs();
+  snap.max_fan_in = table.max_fan_in();
+  snap.in_band_registration = in_band_registration;
+  table.ForEach([&](const Job& job) { snap.jobs.push_back(SnapshotJob(job, port_names)); });
+  std::sort(snap.jobs.begin(), snap.jobs.end(),
+            [](const JobSnapshot& a, const JobSnapshot& b) { return a.id < b.id; });
+  return snap;
+}
+
+// One request from a caller to the control thread, shared by both so that a
+// caller that gave up does not leave the control thread a dangling pointer.
+struct JobControl::Command {
+  enum class Kind { kAdd, kRemove, kList };
+  Kind kind = Kind::kList;
+  JobRequest request;  // kAdd
+  uint32_t id = 0;     // kRemove
+
+  // Set by the control thread, under mu_.
+  bool started = false;
+  bool done = false;
+  common::Status status;
+  JobTableSnapshot table;  // kList: the table; kAdd: the new job in table.jobs[0]
+};
+
+JobControl::JobControl(aggregator::JobTable& table, Options options)
+    : table_(table), options_(std::move(options)) {}
+
+JobControl::~JobControl() = default;
+
+common::Status JobControl::Post(const std::shared_ptr<Command>& command) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (queue_.size() >= options_.max_pending) {
+    return common::Unavailable("the control thread has " + std::to_string(queue_.size()) +
+                               " job commands queued; try again");
+  }
+  queue_.push_back(command);
+  if (done_.wait_for(lock, options_.timeout, [&] { return command->done; })) {
+    return command->status;
+  }
+  if (!command->started) {
+    queue_.erase(std::find(queue_.begin(), queue_.end(), command));
+    return common::Unavailable("the control thread did not answer within " +
+                               std::to_string(options_.timeout.count()) +
+                               " ms; nothing was changed");
+  }
+  // Taken just now: it runs in microseconds, so wait for its outcome.
+  done_.wait(lock, [&] { return command->done; });
+  return command->status;
+}
+
+common::Result<JobSnapshot> JobControl::Add(const JobRequest& request) {
+  auto command = std::make_shared<Command>();
+  command->kind = Command::Kind::kAdd;
+  command->request = request;
+  RETURN_IF_ERROR(Post(command));
+  return std::move(command->table.jobs.front());
+}
+
+common::Status JobControl::Remove(uint32_t id) {
+  auto command = std::make_shared<Command>();
+  command->kind = Command::Kind::kRemove;
+  command->id = id;
+  return Post(command);
+}
+
+common::Result<JobTableSnapshot> JobControl::List() {
+  auto command = std::make_shared<Command>();
+  command->kind = Command::Kind::kList;
+  RETURN_IF_ERROR(Post(command));
+  return std::move(command->table);
+}
+
+void JobControl::Attach(DataSource& source) {
+  source.jobs = [this] { return List(); };
+  source.add_job = [this](const JobRequest& request) { return Add(request); };
+  source.remove_job = [this](uint32_t id) { return Remove(id); };
+}
+
+size_t JobControl::ProcessPending() {
+  size_t ran = 0;
+  while (true) {
+    std::shared_ptr<Command> command;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) break;
+      command = std::move(queue_.front());
+      queue_.pop_front();
+      command->started = true;
+    }
+    // The caller only reads the results after `done`, under mu_.
+    Execute(*command);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      command->done = true;
+    }
+    done_.notify_all();
+    ++ran;
+  }
+  return ran;
+}
+
+void JobControl::Execute(Command& command) {
+  switch (command.kind) {
+    case Command::Kind::kAdd: {
+      JobSpec spec;
+      spec.id = command.request.id;
+      spec.key = command.request.key;
+      spec.members = command.request.members;
+      spec.nodes = command.request.nodes;
+      spec.ordered = command.request.ordered;
+      spec.origin = JobSpec::Origin::kApi;
+      common::Result<const Job*> added = table_.Add(spec);
+      if (!added.ok()) {
+        command.status = added.status();
+        return;
+      }
+      command.table.jobs.push_back(SnapshotJob(**added, options_.port_names));
+      return;
+    }
+    case Command::Kind::kRemove:
+      command.status = table_.Remove(command.id);
+      return;
+    case Command::Kind::kList:
+      command.table = Snapshot();
+      return;
+  }
+}
+
+JobTableSnapshot JobControl::Snapshot() const {
+  return SnapshotJobTable(table_, options_.in_band_registration, options_.port_names);
+}
+
+}  // namespace aggswitch::control

@@ -1,0 +1,108 @@
+// Job management on the control side: the control thread is the only writer
+// of the JobTable, and the HTTP threads reach it through a small command queue.
+//
+// civetweb's threads must not call JobTable::Add/Remove (the table has one
+// writer) nor walk the table (a job they hold could be reclaimed under them:
+// they are not QSBR readers). So an API request posts a command (add, remove,
+// list) into a mutex + condition variable queue and waits up to a second for
+// the answer; the control loop drains the queue every iteration
+// (ProcessPending) on the control thread, where adding, removing and reading
+// jobs is safe. Worker lcores never touch this queue.
+//
+//   ASSIGN_OR_RETURN(auto table, aggregator::JobTable::Create(agg.max_jobs, agg.max_fan_in));
+//   RETURN_IF_ERROR(AddConfigJobs(*table, agg));
+//   JobControl jobs(*table, {agg.in_band_registration, port_names});
+//   DataSource source = ...; jobs.Attach(source);     // the /api/v1/jobs routes
+//   while (running) { jobs.ProcessPending(); table->Reclaim(); ... }   // control loop
+//
+// Thread safety: Add/Remove/List [any thread but the control thread: they
+// wait for it]; ProcessPending, Snapshot and the constructor [control].
+// AddConfigJobs [control].
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/config.h"
+#include "control/api.h"
+#include "control/stats_snapshot.h"
+
+namespace aggswitch::aggregator {
+class JobTable;
+}  // namespace aggswitch::aggregator
+
+namespace aggswitch::control {
+
+// Adds every job of aggregation.jobs with Origin::kConfig; the first failure
+// is returned naming its key path ("aggregation.jobs[2]: job 7 already
+// exists"). A validated config does not fail. [control]
+common::Status AddConfigJobs(aggregator::JobTable& table, const config::AggregationConfig& agg);
+
+// The control thread's view of the table as the API shows it, jobs by id. [control]
+JobTableSnapshot SnapshotJobTable(const aggregator::JobTable& table, bool in_band_registration,
+                                  const std::vector<std::string>& port_names);
+
+class JobControl {
+ public:
+  struct Options {
+    bool in_band_registration = true;         // shown by the API
+    std::vector<std::string> port_names;      // by port index, to name a member's port
+    std::chrono::milliseconds timeout{1000};  // how long a caller waits for the control thread
+    size_t max_pending = 64;                  // commands queued at once
+  };
+
+  // `table` must outlive this object. [control]
+  JobControl(aggregator::JobTable& table, Options options);
+  ~JobControl();
+  JobControl(const JobControl&) = delete;
+  JobControl& operator=(const JobControl&) = delete;
+
+  // --- Callers (HTTP threads) [any thread but the control thread] ---
+  // Each waits for the control thread for at most `timeout`. When it does not
+  // answer in time the command is withdrawn, nothing changes, and the result
+  // is Unavailable. A full queue is Unavailable too.
+
+  // Adds a job with Origin::kApi; the new job as the API shows it, or the
+  // table's error (AlreadyExists, ResourceExhausted, InvalidArgument).
+  common::Result<JobSnapshot> Add(const JobRequest& request);
+  // Removes a job; NotFound when absent.
+  common::Status Remove(uint32_t id);
+  // The whole table.
+  common::Result<JobTableSnapshot> List();
+
+  // Points the job functions of `source` at this object (which must outlive
+  // the source's users). [control]
+  void Attach(DataSource& source);
+
+  // --- The control thread ---
+
+  // Runs every queued command and wakes its caller. Returns how many ran. [control]
+  size_t ProcessPending();
+  // The table now, without the queue. [control]
+  JobTableSnapshot Snapshot() const;
+  aggregator::JobTable& table() { return table_; }  // [control]
+
+ private:
+  struct Command;
+
+  // Queues `command` and waits for it; Unavailable on a timeout or full queue.
+  common::Status Post(const std::shared_ptr<Command>& command);
+  void Execute(Command& command);
+
+  aggregator::JobTable& table_;
+  const Options options_;
+
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::deque<std::shared_ptr<Command>> queue_;  // guarded by mu_
+};
+
+}  // namespace aggswitch::control
