@@ -44,15 +44,17 @@ void SlotTable::Claim(Slot& s, const Contribution& c, uint64_t now_tsc) {
   s.overflow_ = false;
   s.first_tsc_ = now_tsc;
   std::memset(s.bitmap_, 0, bitmap_words_ * sizeof(uint64_t));
-  ++busy_;
+  busy_.store(busy_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 void SlotTable::Release(uint32_t local_index) {
   Slot& s = slots_[local_index];
   if (s.state_ == Slot::State::kFree) return;
-  if (s.state_ == Slot::State::kComplete) --complete_;
+  if (s.state_ == Slot::State::kComplete) {
+    complete_.store(complete_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  }
   s.state_ = Slot::State::kFree;
-  --busy_;
+  busy_.store(busy_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
 void SlotTable::Complete(Slot& s, SlotUpdate& u) {
@@ -69,7 +71,7 @@ void SlotTable::Complete(Slot& s, SlotUpdate& u) {
   }
   StoreResult(s.dtype_, s.acc_, s.elem_count_, s.result_);
   s.state_ = Slot::State::kComplete;
-  ++complete_;
+  complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   u.outcome = SlotOutcome::kCompleted;
 }
 

@@ -23,6 +23,7 @@
 // Slot may also be used by the owner only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -151,10 +152,9 @@ class SlotTable {
 
   const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }
   uint32_t size() const { return config_.slots; }
-  // Slots not Free, and of those Complete (holding a result). [owner lcore; a
-  // relaxed read from elsewhere gives an approximate value]
-  uint32_t busy() const { return busy_; }
-  uint32_t complete() const { return complete_; }
+  // Slots not Free, and of those Complete (holding a result). [any]
+  uint32_t busy() const { return busy_.load(std::memory_order_relaxed); }
+  uint32_t complete() const { return complete_.load(std::memory_order_relaxed); }
 
  private:
   void Claim(Slot& s, const Contribution& c, uint64_t now_tsc);
@@ -169,8 +169,9 @@ class SlotTable {
   std::unique_ptr<const uint8_t*[]> held_payloads_;
   std::unique_ptr<void*[]> held_handles_;
   std::unique_ptr<void*[]> released_;  // max_fan_in handles, reused per call
-  uint32_t busy_ = 0;
-  uint32_t complete_ = 0;
+  // Single writer (the owner); relaxed loads elsewhere for metrics.
+  std::atomic<uint32_t> busy_{0};
+  std::atomic<uint32_t> complete_{0};
 };
 
 }  // namespace aggswitch::aggregator

@@ -92,6 +92,12 @@ json LcoreJson(const LcoreSnapshot& l) {
       {"busy_percent", RoundTo(l.BusyPercent(), 2)},
   };
   if (l.busy_packets != 0) j["cycles_per_packet"] = RoundTo(l.CyclesPerPacket(), 1);
+  json agg = json::object();
+  for (size_t a = 0; a < dataplane::kNumAggCounters; ++a) agg[dataplane::kAggCounterText[a].name] = l.agg[a];
+  agg["slots"] = l.slots;
+  agg["slots_busy"] = l.slots_busy;
+  agg["slots_complete"] = l.slots_complete;
+  j["aggregation"] = std::move(agg);
   return j;
 }
 

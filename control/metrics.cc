@@ -225,6 +225,30 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
       e.Sample(f.name, {{"lcore", lcore}}, l.*f.field);
     }
   }
+  for (size_t a = 0; a < dataplane::kNumAggCounters; ++a) {
+    const std::string name =
+        std::string("aggswitch_aggregation_") + dataplane::kAggCounterText[a].name + "_total";
+    e.Family(name, "counter", dataplane::kAggCounterText[a].help);
+    for (const LcoreSnapshot& l : snap.lcores) {
+      e.Sample(name, {{"lcore", std::to_string(l.lcore)}}, l.agg[a]);
+    }
+  }
+  struct SlotGauge {
+    const char* name;
+    const char* help;
+    uint32_t LcoreSnapshot::*field;
+  };
+  for (const SlotGauge& g : {SlotGauge{"aggswitch_aggregation_slots", "Aggregation slots the lcore owns.",
+                                       &LcoreSnapshot::slots},
+                             SlotGauge{"aggswitch_aggregation_slots_busy",
+                                       "Slots aggregating or holding a result.",
+                                       &LcoreSnapshot::slots_busy},
+                             SlotGauge{"aggswitch_aggregation_slots_complete",
+                                       "Slots holding a result until every member acknowledged it.",
+                                       &LcoreSnapshot::slots_complete}}) {
+    e.Family(g.name, "gauge", g.help);
+    for (const LcoreSnapshot& l : snap.lcores) e.Sample(g.name, {{"lcore", std::to_string(l.lcore)}}, l.*g.field);
+  }
   e.Family("aggswitch_lcore_tsc_hertz", "gauge",
            "TSC frequency; divides the lcore cycle counters into seconds.");
   e.Sample("aggswitch_lcore_tsc_hertz", {}, snap.tsc_hz);

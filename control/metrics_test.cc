@@ -65,6 +65,10 @@ StatsSnapshot SyntheticSnapshot() {
   l.learn_ring_full = 1;
   l.arp_replies = 2;
   l.icmp_replies = 3;
+  l.agg[static_cast<size_t>(dataplane::AggCounter::contributions)] = 12;
+  l.agg[static_cast<size_t>(dataplane::AggCounter::reduced_bytes)] = 3072;
+  l.slots = 512;
+  l.slots_busy = 3;
   s.lcores.push_back(l);
 
   s.mac_table = {/*entries=*/4,        /*capacity=*/8192,
@@ -146,6 +150,11 @@ TEST(MetricsTest, ExactSeriesLines) {
           R"(aggswitch_lcore_learn_ring_full_total{lcore="1"} 1)",
           R"(aggswitch_lcore_arp_replies_total{lcore="1"} 2)",
           R"(aggswitch_lcore_icmp_replies_total{lcore="1"} 3)",
+          R"(aggswitch_aggregation_contributions_total{lcore="1"} 12)",
+          R"(aggswitch_aggregation_reduced_bytes_total{lcore="1"} 3072)",
+          R"(aggswitch_aggregation_collisions_total{lcore="1"} 0)",
+          R"(aggswitch_aggregation_slots{lcore="1"} 512)",
+          R"(aggswitch_aggregation_slots_busy{lcore="1"} 3)",
           R"(aggswitch_lcore_tsc_hertz 2400000000)",
           R"(aggswitch_mac_table_entries 4)",
           R"(aggswitch_mac_table_capacity_entries 8192)",

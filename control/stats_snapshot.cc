@@ -30,6 +30,12 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
     const dataplane::LcoreCounters& c = dp.worker_stats(i).lcore;
     LcoreSnapshot& l = snap.lcores.emplace_back();
     static_cast<dataplane::WorkerInfo&>(l) = dp.GetWorkerInfo(i);
+    c.agg.Read(l.agg);
+    if (const aggregator::SlotTable* slots = dp.worker_slots(i); slots != nullptr) {
+      l.slots = slots->size();
+      l.slots_busy = slots->busy();
+      l.slots_complete = slots->complete();
+    }
     l.busy_cycles = c.busy_cycles.Get();
     l.idle_cycles = c.idle_cycles.Get();
     l.busy_packets = c.busy_packets.Get();

@@ -60,6 +60,10 @@ struct PortSnapshot : dataplane::PortInfo, dataplane::PortTotals {
 
 // One worker lcore: what it polls and its counters (dataplane::LcoreCounters).
 struct LcoreSnapshot : dataplane::WorkerInfo {
+  uint64_t agg[dataplane::kNumAggCounters] = {};  // indexed by dataplane::AggCounter
+  uint32_t slots = 0;           // aggregation slots this lcore owns (0: aggregation off)
+  uint32_t slots_busy = 0;      // of those, aggregating or holding a result
+  uint32_t slots_complete = 0;  // of those, holding a result
 
   uint64_t busy_cycles = 0;
   uint64_t idle_cycles = 0;

@@ -73,6 +73,56 @@ struct PortCounters {
   Counter drops[kNumDropReasons];
 };
 
+// What the aggregation path of one lcore did (docs/aggregation.md).
+#define AGG_AGGREGATION_COUNTERS(X)                                                    \
+  X(contributions, "contributions counted into a slot")                                \
+  X(completions, "slots completed by this lcore")                                     \
+  X(duplicates, "contributions from a member already counted")                        \
+  X(duplicate_results, "duplicates answered from a completed slot's cached result")   \
+  X(collisions, "contributions dropped because another chunk held the slot")          \
+  X(rejected, "contributions whose member, type, op, scale or size did not fit")      \
+  X(key_failures, "datagrams whose job key did not match")                            \
+  X(unknown_jobs, "datagrams for a job not in the job table")                         \
+  X(malformed, "datagrams that failed the IPv4, UDP or aggregation header checks")    \
+  X(unsupported, "datagrams with an opcode this switch does not handle yet")          \
+  X(handoffs, "contributions handed to the lcore that owns their slot")               \
+  X(handoff_full, "contributions dropped because the owner's hand-off ring was full") \
+  X(results_sent, "result copies sent to members")                                    \
+  X(result_no_mbuf, "result copies not sent: mempool empty")                          \
+  X(reduced_bytes, "payload bytes reduced into slots")
+
+enum class AggCounter : uint8_t {
+#define AGG_AGG_COUNTER_ENUM(name, help) name,
+  AGG_AGGREGATION_COUNTERS(AGG_AGG_COUNTER_ENUM)
+#undef AGG_AGG_COUNTER_ENUM
+      kCount
+};
+inline constexpr size_t kNumAggCounters = static_cast<size_t>(AggCounter::kCount);
+
+struct AggCounterText {
+  const char* name;
+  const char* help;
+};
+inline constexpr AggCounterText kAggCounterText[kNumAggCounters] = {
+#define AGG_AGG_COUNTER_TEXT(name, help) {#name, help},
+    AGG_AGGREGATION_COUNTERS(AGG_AGG_COUNTER_TEXT)
+#undef AGG_AGG_COUNTER_TEXT
+};
+
+struct AggregationCounters {
+#define AGG_AGG_COUNTER_FIELD(name, help) Counter name;
+  AGG_AGGREGATION_COUNTERS(AGG_AGG_COUNTER_FIELD)
+#undef AGG_AGG_COUNTER_FIELD
+
+  // Every counter's value, indexed by AggCounter. [any]
+  void Read(uint64_t (&out)[kNumAggCounters]) const {
+    size_t i = 0;
+#define AGG_AGG_COUNTER_READ(name, help) out[i++] = name.Get();
+    AGG_AGGREGATION_COUNTERS(AGG_AGG_COUNTER_READ)
+#undef AGG_AGG_COUNTER_READ
+  }
+};
+
 struct LcoreCounters {
   Counter busy_cycles;    // TSC cycles of polls that returned packets, incl. their processing
   Counter idle_cycles;    // TSC cycles of polls that returned nothing
@@ -82,6 +132,7 @@ struct LcoreCounters {
   Counter learn_ring_full;    // requests lost because the ring was full (frame still forwarded)
   Counter arp_replies;
   Counter icmp_replies;
+  AggregationCounters agg;
 };
 
 struct alignas(64) LcoreStats {

@@ -42,7 +42,8 @@ std::string VlanModeText(const config::PortConfig& pc) {
 
 }  // namespace
 
-common::Result<std::unique_ptr<Dataplane>> Dataplane::Create(const config::Config& config) {
+common::Result<std::unique_ptr<Dataplane>> Dataplane::Create(const config::Config& config,
+                                                             aggregator::JobTable* jobs) {
   std::unique_ptr<Dataplane> dp(new Dataplane());
   dp->tsc_hz_ = rte_get_tsc_hz();
   // About one MAC-table tick per second: the largest power of two <= TSC Hz.
@@ -56,7 +57,7 @@ common::Result<std::unique_ptr<Dataplane>> Dataplane::Create(const config::Confi
   for (const config::PortConfig& pc : config.ports) {
     RETURN_IF_ERROR(dp->OpenPort(pc, config.RxQueueCount(pc.name), tx_queues));
   }
-  RETURN_IF_ERROR(dp->CreateWorkers(config));
+  RETURN_IF_ERROR(dp->CreateWorkers(config, jobs));
   return dp;
 }
 
@@ -118,10 +119,8 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
     conf.rx_adv_conf.rss_conf.rss_hf =
         (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP) & info.flow_type_rss_offloads;
   }
-  if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) {
-    // Every mbuf comes from one pool with refcount 1: let the driver free in bulk.
-    conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
-  }
+  // No RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE: aggregation results go out as
+  // indirect mbufs whose reference count is above one.
   if (int rc = rte_eth_dev_configure(port_id, rx_queues, tx_queues, &conf); rc != 0) {
     return common::Internal("port " + pc.name + ": configure: " + Errno(rc));
   }
@@ -165,14 +164,46 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
   return Status::Ok();
 }
 
-Status Dataplane::CreateWorkers(const config::Config& config) {
+Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTable* jobs) {
   const unsigned instance = g_instance.fetch_add(1);
+  const uint16_t n_workers = static_cast<uint16_t>(config.workers.size());
+  AggregationSetup agg;
+  if (jobs != nullptr) {
+    agg.jobs = jobs;
+    agg.total_slots = config.aggregation.slots;
+    agg.n_workers = n_workers;
+    agg.udp_port = config.aggregation.udp_port;
+    agg.address = config.aggregation.address ? config.aggregation.address->prefix.ip.addr : 0;
+    agg.result_src_ip = agg.address != 0 || config.switch_.addresses.empty()
+                            ? agg.address
+                            : config.switch_.addresses.front().prefix.ip.addr;
+    uint16_t max_mtu = 1500;
+    for (const config::PortConfig& pc : config.ports) max_mtu = std::max(max_mtu, pc.mtu);
+    aggregator::SlotTableConfig slots;
+    slots.slots = (agg.total_slots + n_workers - 1) / n_workers;
+    slots.max_fan_in = config.aggregation.max_fan_in;
+    slots.max_payload = max_mtu - 20u - 8u - static_cast<uint32_t>(sizeof(aggregator::AggHeader));
+    for (uint16_t w = 0; w < n_workers; ++w) {
+      const std::string name = "agg_handoff_" + std::to_string(instance) + "_" + std::to_string(w);
+      RingPtr ring(rte_ring_create(name.c_str(), 1024, static_cast<int>(rte_socket_id()), RING_F_SC_DEQ));
+      if (!ring) return common::ResourceExhausted("cannot create hand-off ring: " + Errno(rte_errno));
+      agg.handoff[w] = ring.get();
+      handoff_rings_.push_back(std::move(ring));
+      slot_tables_.push_back(std::make_unique<aggregator::SlotTable>(slots));
+    }
+  }
   for (size_t w = 0; w < config.workers.size(); ++w) {
     const config::WorkerConfig& wc = config.workers[w];
     WorkerSetup setup;
     setup.lcore = wc.lcore;
     setup.tx_queue = static_cast<uint16_t>(w);
     setup.tick_shift = tick_shift_;
+    if (jobs != nullptr) {
+      setup.agg = agg;
+      setup.agg.index = static_cast<uint16_t>(w);
+      setup.agg.slots = slot_tables_[w].get();
+      ASSIGN_OR_RETURN(setup.agg.reader_id, jobs->RegisterReader());
+    }
     for (size_t p = 0; p < ports_.size(); ++p) setup.port_ids[p] = ports_[p].port_id;
     WorkerInfo info{wc.lcore, setup.tx_queue, {}};
     for (const config::RxQueueRef& rx : wc.rx) {

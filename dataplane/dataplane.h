@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/job_table.h"
+#include "aggregator/slot_table.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "dataplane/counters.h"
@@ -60,8 +62,11 @@ struct MacEventCounters {
 
 class Dataplane {
  public:
-  // Builds everything but launches nothing. EAL must be initialised. [control]
-  static common::Result<std::unique_ptr<Dataplane>> Create(const config::Config& config);
+  // Builds everything but launches nothing. EAL must be initialised. With a
+  // job table, the workers also run the aggregation path; the table must
+  // outlive the dataplane. [control]
+  static common::Result<std::unique_ptr<Dataplane>> Create(const config::Config& config,
+                                                          aggregator::JobTable* jobs = nullptr);
   ~Dataplane();
   Dataplane(const Dataplane&) = delete;
   Dataplane& operator=(const Dataplane&) = delete;
@@ -96,6 +101,10 @@ class Dataplane {
   size_t worker_count() const { return workers_.size(); }
   WorkerInfo GetWorkerInfo(size_t index) const;
   const LcoreStats& worker_stats(size_t index) const;
+  // Worker `index`'s aggregation slots, or nullptr when aggregation is off. [any]
+  const aggregator::SlotTable* worker_slots(size_t index) const {
+    return index < slot_tables_.size() ? slot_tables_[index].get() : nullptr;
+  }
   uint64_t tsc_hz() const { return tsc_hz_; }
   // The MAC table's clock: TSC >> tick_shift, about one tick per second.
   uint32_t NowTick() const;
@@ -113,7 +122,7 @@ class Dataplane {
   Dataplane() = default;
   common::Status CreateMempool(const config::Config& config);
   common::Status OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uint16_t tx_queues);
-  common::Status CreateWorkers(const config::Config& config);
+  common::Status CreateWorkers(const config::Config& config, aggregator::JobTable* jobs);
   void StopPorts();
 
   std::unique_ptr<ForwardingPlan> plan_;
@@ -123,6 +132,8 @@ class Dataplane {
   MempoolPtr pool_;
   std::vector<Port> ports_;
   std::vector<RingPtr> learn_rings_;
+  std::vector<RingPtr> handoff_rings_;  // one per worker: contributions for its slots
+  std::vector<std::unique_ptr<aggregator::SlotTable>> slot_tables_;
   std::vector<std::unique_ptr<LcoreStats>> stats_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<WorkerInfo> worker_info_;

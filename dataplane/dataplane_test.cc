@@ -11,11 +11,18 @@
 
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <numeric>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "aggregator/job_table.h"
+#include "aggregator/reduce.h"
+#include "aggregator/wire.h"
 #include "config/loader.h"
 #include "dataplane/eal.h"
 #include "dataplane/test_frames.h"
@@ -80,7 +87,8 @@ class DataplaneTest : public ::testing::Test {
            "mac_table: {size: 1024" + mac_table + "}\n" + extra;
   }
 
-  void Build(const std::string& yaml, unsigned tx_ring_size = 256) {
+  void Build(const std::string& yaml, unsigned tx_ring_size = 256,
+             aggregator::JobTable* jobs = nullptr) {
     dp_.reset();
     FreeRings();
     config::ConfigLoad load = config::LoadConfigText(yaml, "test.yaml");
@@ -102,7 +110,8 @@ class DataplaneTest : public ::testing::Test {
       pool_ = shared;
       ASSERT_NE(pool_, nullptr);
     }
-    auto dp = Dataplane::Create(load.config);
+    config_ = load.config;
+    auto dp = Dataplane::Create(load.config, jobs);
     ASSERT_TRUE(dp.ok()) << dp.status().ToString();
     dp_ = std::move(dp).value();
   }
@@ -153,8 +162,11 @@ class DataplaneTest : public ::testing::Test {
       void* obj;
       while (rte_ring_dequeue(tx_[p], &obj) == 0) {
         auto* m = static_cast<rte_mbuf*>(obj);
-        const auto* d = rte_pktmbuf_mtod(m, const uint8_t*);
-        out[p].emplace_back(d, d + rte_pktmbuf_data_len(m));
+        Frame f(m->pkt_len);
+        // Results are chained mbufs: a header segment and the shared payload.
+        const auto* d = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, m->pkt_len, f.data()));
+        if (d != f.data()) std::memcpy(f.data(), d, m->pkt_len);
+        out[p].push_back(std::move(f));
         rte_pktmbuf_free(m);
       }
     }
@@ -172,6 +184,7 @@ class DataplaneTest : public ::testing::Test {
     return testframes::EthernetFrame(src, dst, 0x0800, 46, vlan, pcp);
   }
 
+  config::Config config_;
   std::vector<std::string> names_;
   std::vector<rte_ring*> rx_, tx_;
   rte_mempool* pool_ = nullptr;
@@ -455,6 +468,264 @@ TEST_F(DataplaneTest, ReloadReplacesStaticEntries) {
   EXPECT_EQ(dp_->mac_table().static_count(), 1u);
   EXPECT_EQ(dp_->mac_table().Lookup(MacKey(20, kH2)).port, kNoPort);
   EXPECT_EQ(dp_->mac_table().Lookup(MacKey(10, kH1)).port, 1);
+}
+
+// --- The aggregation path ---------------------------------------------------
+
+using aggregator::DType;
+using aggregator::ReduceOp;
+
+constexpr uint32_t kAggIp = 0x0a000afd;  // 10.0.10.253, the aggregation address
+
+class AggregationTest : public DataplaneTest {
+ protected:
+  void SetUp() override {
+    auto jobs = aggregator::JobTable::Create(64, 256);
+    ASSERT_TRUE(jobs.ok());
+    jobs_ = std::move(jobs).value();
+    Build(DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024}\n"), 1024, jobs_.get());
+  }
+  void TearDown() override {
+    DataplaneTest::TearDown();
+    jobs_.reset();
+  }
+
+  void AddJob(uint32_t id, uint16_t members, bool ordered = false, uint64_t key = 0x5eed) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = key;
+    spec.members = members;
+    spec.ordered = ordered;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+  }
+
+  static common::MacAddr MemberMac(uint16_t node) {
+    return common::MacAddr::FromU64(0x020000100000ULL + node);
+  }
+  static uint32_t MemberIp(uint16_t node) { return 0x0a000a00u + 10 + node; }
+  static uint16_t MemberPort(uint16_t node) { return static_cast<uint16_t>(40000 + node); }
+
+  // A contribution from `node`, as its kernel would send it to the aggregation address.
+  static Frame Contribution(uint32_t job, uint32_t seq, uint16_t node, const std::vector<uint8_t>& payload,
+                            DType dtype = DType::kInt32, ReduceOp op = ReduceOp::kSum,
+                            uint64_t key = 0x5eed, int vlan = -1, uint32_t ack = 0) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kContribution;
+    f.node_id = node;
+    f.job_id = job;
+    f.seq = seq;
+    f.job_key = key;
+    f.ack_watermark = ack;
+    f.dtype = dtype;
+    f.op = op;
+    f.elem_count = static_cast<uint16_t>(payload.size() / aggregator::ElementSize(dtype));
+    std::vector<uint8_t> agg(2048);
+    const uint32_t n = aggregator::BuildAggregation(f, nullptr, 0, payload.data(),
+                                                   static_cast<uint32_t>(payload.size()),
+                                                   agg.data(), static_cast<uint32_t>(agg.size()));
+    Frame frame(46 + n);
+    const common::MacAddr mac = MemberMac(node);
+    const uint32_t hdr = WriteUdpHeaders(frame.data(), kSwitchMac.bytes.data(), mac.bytes.data(),
+                                         vlan < 0 ? 0 : static_cast<uint16_t>(vlan), MemberIp(node),
+                                         kAggIp, MemberPort(node), aggregator::kAggUdpPort, 1, n);
+    frame.resize(hdr + n);
+    std::memcpy(frame.data() + hdr, agg.data(), n);
+    return frame;
+  }
+
+  static std::vector<uint8_t> Int32Payload(const std::vector<int32_t>& v) {
+    std::vector<uint8_t> out(v.size() * 4);
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  }
+
+  struct Result {
+    common::MacAddr dst_mac;
+    uint32_t dst_ip;
+    uint16_t dst_port;
+    bool tagged;
+    uint16_t vid;
+    aggregator::AggFields fields;
+    std::vector<uint8_t> payload;
+  };
+
+  // Parses a frame the switch sent as a result datagram.
+  static Result ParseResult(const Frame& f) {
+    Result r{};
+    L2Info l2;
+    EXPECT_EQ(ParseL2(f.data(), static_cast<uint32_t>(f.size()), &l2), ParseStatus::kOk);
+    std::memcpy(r.dst_mac.bytes.data(), f.data(), 6);
+    r.tagged = l2.has_tag;
+    r.vid = l2.vid;
+    UdpInfo u;
+    EXPECT_EQ(ParseIpv4Udp(f.data(), static_cast<uint32_t>(f.size()), l2.l3_offset, &u), UdpParse::kOk);
+    r.dst_ip = u.dst_ip;
+    r.dst_port = u.dst_port;
+    EXPECT_EQ(u.src_ip, kAggIp);
+    EXPECT_EQ(u.src_port, aggregator::kAggUdpPort);
+    aggregator::AggPacket pkt;
+    EXPECT_EQ(aggregator::ParseAggregation(f.data() + u.payload_offset, u.payload_len, &pkt),
+              aggregator::WireError::kOk);
+    if (pkt.header == nullptr) return r;
+    r.fields = aggregator::ReadAggFields(*pkt.header);
+    r.payload.assign(pkt.payload, pkt.payload + pkt.payload_len);
+    return r;
+  }
+
+  const AggregationCounters& Agg() { return dp_->worker_stats(0).lcore.agg; }
+
+  std::unique_ptr<aggregator::JobTable> jobs_;
+};
+
+class AggregationFanInTest : public AggregationTest, public ::testing::WithParamInterface<int> {};
+
+// N members on one access port each send one int32 chunk, in a shuffled
+// order; each gets exactly one result, addressed to it, equal to the sum.
+TEST_P(AggregationFanInTest, EveryMemberGetsTheExactSumOnce) {
+  const uint16_t n = static_cast<uint16_t>(GetParam());
+  AddJob(7, n);
+  std::mt19937 rng(n);
+  std::vector<int32_t> sum(64, 0);
+  std::vector<Frame> frames;
+  for (uint16_t m = 0; m < n; ++m) {
+    std::vector<int32_t> v(64);
+    for (size_t e = 0; e < v.size(); ++e) {
+      v[e] = static_cast<int32_t>(rng() % 20001) - 10000;
+      sum[e] += v[e];
+    }
+    frames.push_back(Contribution(7, 3, m, Int32Payload(v)));
+  }
+  std::shuffle(frames.begin(), frames.end(), rng);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    Inject(0, frames[i]);
+    if (i % 32 == 31) Step();
+  }
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), n) << "one result per member, all on a0";
+  EXPECT_EQ(out.size(), 1u) << "nothing leaks to other ports";
+  std::set<uint16_t> ports_seen;
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.fields.job_id, 7u);
+    EXPECT_EQ(r.fields.seq, 3u);
+    EXPECT_FALSE(r.tagged);
+    const uint16_t node = static_cast<uint16_t>(r.dst_port - 40000);
+    EXPECT_EQ(r.dst_mac, MemberMac(node));
+    EXPECT_EQ(r.dst_ip, MemberIp(node));
+    ports_seen.insert(r.dst_port);
+    ASSERT_EQ(r.payload, Int32Payload(sum));
+  }
+  EXPECT_EQ(ports_seen.size(), n);
+  EXPECT_EQ(Agg().contributions.Get(), n);
+  EXPECT_EQ(Agg().completions.Get(), 1u);
+  EXPECT_EQ(Agg().results_sent.Get(), n);
+}
+
+INSTANTIATE_TEST_SUITE_P(Members, AggregationFanInTest, ::testing::Values(1, 2, 3, 8, 64, 256));
+
+TEST_F(AggregationTest, DuplicatesCountOnceAndLateOnesGetTheCachedResult) {
+  AddJob(7, 2);
+  const Frame a = Contribution(7, 1, 0, Int32Payload({1, 2}));
+  Inject(0, a);
+  Inject(0, a);  // retransmission before completion
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  EXPECT_EQ(Agg().duplicates.Get(), 1u);
+  Inject(0, Contribution(7, 1, 1, Int32Payload({10, 20})));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  EXPECT_EQ(ParseResult(out[0][0]).payload, Int32Payload({11, 22}));
+  Inject(0, a);  // node 0 lost its result and asks again
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result r = ParseResult(out[0][0]);
+  EXPECT_EQ(r.dst_ip, MemberIp(0));
+  EXPECT_EQ(r.payload, Int32Payload({11, 22}));
+  EXPECT_EQ(Agg().duplicate_results.Get(), 1u);
+  EXPECT_EQ(Agg().contributions.Get(), 2u);
+}
+
+TEST_F(AggregationTest, WrongKeyAndUnknownJobAreDroppedAndCounted) {
+  AddJob(7, 1);
+  Inject(0, Contribution(7, 1, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, /*key=*/0xbad));
+  Inject(0, Contribution(8, 1, 0, Int32Payload({1})));
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  EXPECT_EQ(Agg().key_failures.Get(), 1u);
+  EXPECT_EQ(Agg().unknown_jobs.Get(), 1u);
+  EXPECT_EQ(Agg().contributions.Get(), 0u);
+}
+
+TEST_F(AggregationTest, TwoConcurrentJobsDoNotMix) {
+  AddJob(7, 2);
+  AddJob(8, 2);
+  Inject(0, Contribution(7, 5, 0, Int32Payload({1})));
+  Inject(0, Contribution(8, 5, 0, Int32Payload({100})));
+  Inject(0, Contribution(8, 5, 1, Int32Payload({200})));
+  Inject(0, Contribution(7, 5, 1, Int32Payload({2})));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 4u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.payload, Int32Payload({r.fields.job_id == 7 ? 3 : 300})) << r.fields.job_id;
+  }
+}
+
+TEST_F(AggregationTest, TrunkMembersGetTaggedResults) {
+  AddJob(7, 2);
+  Inject(0, Contribution(7, 1, 0, Int32Payload({1})));
+  Inject(3, Contribution(7, 1, 1, Int32Payload({2}), DType::kInt32, ReduceOp::kSum, 0x5eed, 10));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  ASSERT_EQ(out[3].size(), 1u);
+  EXPECT_FALSE(ParseResult(out[0][0]).tagged);
+  const Result r = ParseResult(out[3][0]);
+  EXPECT_TRUE(r.tagged);
+  EXPECT_EQ(r.vid, 10);
+  EXPECT_EQ(r.payload, Int32Payload({3}));
+}
+
+// Ordered mode: float32 results are bit-identical to the member-order
+// reduction whatever the arrival order.
+TEST_F(AggregationTest, OrderedFloatResultsDoNotDependOnArrivalOrder) {
+  constexpr uint16_t kMembers = 8;
+  AddJob(9, kMembers, /*ordered=*/true);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1e7f, 1e7f);
+  std::vector<std::vector<uint8_t>> payloads;
+  for (uint16_t m = 0; m < kMembers; ++m) {
+    std::vector<float> v(32);
+    for (float& x : v) x = dist(rng) * (m % 2 ? 1e-7f : 1.0f);
+    std::vector<uint8_t> bytes(128);
+    std::memcpy(bytes.data(), v.data(), 128);
+    payloads.push_back(bytes);
+  }
+  std::vector<uint8_t> acc(128), want(128);
+  aggregator::LoadFirst(DType::kFloat32, payloads[0].data(), 32, acc.data());
+  for (uint16_t m = 1; m < kMembers; ++m) {
+    (void)aggregator::Accumulate(DType::kFloat32, ReduceOp::kSum, acc.data(), payloads[m].data(), 32);
+  }
+  aggregator::StoreResult(DType::kFloat32, acc.data(), 32, want.data());
+  std::vector<uint16_t> order(kMembers);
+  std::iota(order.begin(), order.end(), 0);
+  for (uint32_t seq = 0; seq < 6; ++seq) {
+    if (seq == 1) std::reverse(order.begin(), order.end());
+    if (seq > 1) std::shuffle(order.begin(), order.end(), rng);
+    for (uint16_t m : order) {
+      // Every chunk also acknowledges the one before, so its slot can be reused.
+      Inject(0, Contribution(9, seq, m, payloads[m], DType::kFloat32, ReduceOp::kSum, 0x5eed, -1, seq));
+    }
+    Step();
+    auto out = Drain();
+    ASSERT_EQ(out[0].size(), kMembers) << "seq " << seq;
+    EXPECT_EQ(ParseResult(out[0][0]).payload, want) << "seq " << seq;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "aggregator/wire.h"
+
 namespace aggswitch::dataplane {
 namespace {
 
@@ -33,10 +35,21 @@ int Worker::LaunchEntry(void* arg) {
 void Worker::Run() {
   last_tsc_ = rte_rdtsc();
   while (!quit_.load(std::memory_order_relaxed)) PollOnce();
+  if (reader_online_) {
+    setup_.agg.jobs->ReaderOffline(setup_.agg.reader_id);
+    reader_online_ = false;
+  }
 }
 
 void Worker::PollOnce() {
   if (last_tsc_ == 0) last_tsc_ = rte_rdtsc();
+  if (setup_.agg.jobs != nullptr) {
+    if (!reader_online_) {
+      setup_.agg.jobs->ReaderOnline(setup_.agg.reader_id);
+      reader_online_ = true;
+    }
+    DrainHandoffs();
+  }
   uint64_t busy = 0, idle = 0, busy_packets = 0;
   for (uint16_t i = 0; i < setup_.n_rx; ++i) {
     const WorkerSetup::Rx& rx = setup_.rx[i];
@@ -57,6 +70,8 @@ void Worker::PollOnce() {
     }
     last_tsc_ = now;
   }
+  // No Job pointer is held past this point.
+  if (reader_online_) setup_.agg.jobs->Quiescent(setup_.agg.reader_id);
   LcoreCounters& c = stats_.lcore;
   if (busy) {
     c.busy_cycles.Add(busy);
@@ -89,6 +104,11 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
     const uint16_t vlan = plan_.IngressVlan(in_port, l2.has_tag, l2.vid);
     if (vlan == 0) {
       Drop(in_port, DropReason::kVlanNotAllowed, m);
+      continue;
+    }
+    if (setup_.agg.jobs != nullptr && l2.ether_type == kEtherTypeIpv4 &&
+        IsAggregation(data, rte_pktmbuf_data_len(m), l2.l3_offset)) {
+      HandleAggregation(m, in_port, vlan, l2.l3_offset, false);
       continue;
     }
     const uint64_t src48 = SrcMac48(data);
@@ -255,6 +275,7 @@ bool Worker::FitTag(rte_mbuf* m, const Meta& meta, uint16_t out_port) {
 }
 
 void Worker::Enqueue(uint16_t out_port, rte_mbuf* m) {
+  if (tx_count_[out_port] == kBurstSize) FlushPort(out_port);
   tx_[out_port][tx_count_[out_port]++] = m;
   tx_bytes_[out_port] += m->pkt_len;
   tx_dirty_ |= uint64_t{1} << out_port;
@@ -263,22 +284,253 @@ void Worker::Enqueue(uint16_t out_port, rte_mbuf* m) {
 void Worker::FlushTx() {
   while (tx_dirty_) {
     const uint16_t p = static_cast<uint16_t>(__builtin_ctzll(tx_dirty_));
-    tx_dirty_ &= tx_dirty_ - 1;
-    const uint16_t count = tx_count_[p];
-    uint64_t bytes = tx_bytes_[p];
-    const uint16_t sent = rte_eth_tx_burst(setup_.port_ids[p], setup_.tx_queue, tx_[p], count);
-    if (sent < count) {
-      for (uint16_t i = sent; i < count; ++i) {
-        bytes -= tx_[p][i]->pkt_len;
-        rte_pktmbuf_free(tx_[p][i]);
-      }
-      stats_.ports[p].drops[static_cast<size_t>(DropReason::kTxFull)].Add(count - sent);
-    }
-    stats_.ports[p].tx_packets.Add(sent);
-    stats_.ports[p].tx_bytes.Add(bytes);
-    tx_count_[p] = 0;
-    tx_bytes_[p] = 0;
+    FlushPort(p);
   }
+}
+
+void Worker::FlushPort(uint16_t p) {
+  tx_dirty_ &= ~(uint64_t{1} << p);
+  const uint16_t count = tx_count_[p];
+  uint64_t bytes = tx_bytes_[p];
+  const uint16_t sent = rte_eth_tx_burst(setup_.port_ids[p], setup_.tx_queue, tx_[p], count);
+  if (sent < count) {
+    for (uint16_t i = sent; i < count; ++i) {
+      bytes -= tx_[p][i]->pkt_len;
+      rte_pktmbuf_free(tx_[p][i]);
+    }
+    stats_.ports[p].drops[static_cast<size_t>(DropReason::kTxFull)].Add(count - sent);
+  }
+  stats_.ports[p].tx_packets.Add(sent);
+  stats_.ports[p].tx_bytes.Add(bytes);
+  tx_count_[p] = 0;
+  tx_bytes_[p] = 0;
+}
+
+bool Worker::IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset) const {
+  // Only the fixed IPv4 fields and the UDP destination port; ParseIpv4Udp
+  // checks the rest on the aggregation path alone.
+  if (len < l3_offset + sizeof(Ipv4Hdr) + sizeof(UdpHdr)) return false;
+  const auto* ip = reinterpret_cast<const Ipv4Hdr*>(data + l3_offset);
+  if (ip->protocol != kIpProtoUdp) return false;
+  if (setup_.agg.address != 0 && ip->dst.host() == setup_.agg.address) return true;
+  const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
+  if (len < l3_offset + ihl + sizeof(UdpHdr)) return false;
+  const auto* udp = reinterpret_cast<const UdpHdr*>(data + l3_offset + ihl);
+  return udp->dst_port.host() == setup_.agg.udp_port;
+}
+
+void Worker::DrainHandoffs() {
+  rte_ring* ring = setup_.agg.handoff[setup_.agg.index];
+  if (ring == nullptr) return;
+  rte_mbuf* pkts[kBurstSize];
+  const unsigned n = rte_ring_sc_dequeue_burst(ring, reinterpret_cast<void**>(pkts), kBurstSize, nullptr);
+  for (unsigned i = 0; i < n; ++i) {
+    L2Info l2;
+    const auto* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
+    // The receiving lcore parsed this frame already; only the offset is needed.
+    if (ParseL2(data, rte_pktmbuf_data_len(pkts[i]), &l2) != ParseStatus::kOk) {
+      rte_pktmbuf_free(pkts[i]);
+      continue;
+    }
+    HandleAggregation(pkts[i], 0, 0, l2.l3_offset, true);
+  }
+  if (n) FlushTx();
+}
+
+void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uint32_t l3_offset,
+                               bool handed_off) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
+  UdpInfo udp;
+  aggregator::AggPacket pkt;
+  if (ParseIpv4Udp(data, rte_pktmbuf_data_len(m), l3_offset, &udp) != UdpParse::kOk ||
+      aggregator::ParseAggregation(data + udp.payload_offset, udp.payload_len, &pkt) !=
+          aggregator::WireError::kOk) {
+    c.malformed.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  const aggregator::Opcode opcode = pkt.opcode;
+  if (opcode != aggregator::Opcode::kContribution && opcode != aggregator::Opcode::kAck) {
+    c.unsupported.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  const aggregator::Job* job = setup_.agg.jobs->Find(pkt.header->job_id.host());
+  if (job == nullptr) {
+    c.unknown_jobs.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (job->key() != pkt.header->job_key.host()) {
+    c.key_failures.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  const uint16_t node = pkt.header->node_id.host();
+  if (node >= job->members()) {
+    c.rejected.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (!handed_off) {
+    // The receiving lcore learns where the member is and how far it got.
+    const auto* eth = reinterpret_cast<const EtherHdr*>(data);
+    (void)job->LearnMember(node, Mac48(eth->src), static_cast<uint8_t>(in_port), vlan, udp.src_ip,
+                           udp.src_port);
+    (void)job->UpdateAck(node, pkt.header->ack_watermark.host());
+  }
+  if (opcode == aggregator::Opcode::kAck) {
+    rte_pktmbuf_free(m);
+    return;
+  }
+  const uint32_t index =
+      aggregator::SlotIndex(job->id(), pkt.header->seq.host(), setup_.agg.total_slots);
+  const uint16_t owner = static_cast<uint16_t>(index % setup_.agg.n_workers);
+  if (owner != setup_.agg.index) {
+    if (rte_ring_mp_enqueue(setup_.agg.handoff[owner], m) == 0) {
+      c.handoffs.Add(1);
+    } else {
+      c.handoff_full.Add(1);
+      rte_pktmbuf_free(m);
+    }
+    return;
+  }
+  Contribute(m, *job, pkt);
+}
+
+namespace {
+
+// A complete slot may give way once every member acknowledged its result, or
+// when its job is gone.
+bool SlotReleasable(void* ctx, uint32_t job_id, uint16_t job_index, uint32_t seq) {
+  const auto* jobs = static_cast<const aggregator::JobTable*>(ctx);
+  const aggregator::Job* job = jobs->Find(job_id);
+  if (job == nullptr || job->index() != job_index) return true;
+  const std::optional<uint32_t> min_ack = job->MinAck();
+  return min_ack && job->LearnedMembers() == job->members() && aggregator::SeqBefore(seq, *min_ack);
+}
+
+}  // namespace
+
+void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const uint32_t seq = pkt.header->seq.host();
+  aggregator::Contribution contribution;
+  contribution.job_id = job.id();
+  contribution.job_index = job.index();
+  contribution.seq = seq;
+  contribution.node = pkt.header->node_id.host();
+  contribution.expected = job.members();
+  contribution.ordered = job.ordered() || (pkt.header->flags.host() & aggregator::flags::kOrdered);
+  contribution.dtype = pkt.dtype;
+  contribution.op = pkt.op;
+  contribution.scale = pkt.header->scale;
+  contribution.elem_count = pkt.header->elem_count.host();
+  contribution.payload = pkt.payload;
+  contribution.handle = m;
+  const uint32_t local = aggregator::SlotIndex(job.id(), seq, setup_.agg.total_slots) /
+                         setup_.agg.n_workers;
+  const aggregator::SlotUpdate u = setup_.agg.slots->Contribute(
+      local, contribution, last_tsc_, SlotReleasable, setup_.agg.jobs);
+  bool keep_mbuf = false;
+  switch (u.outcome) {
+    case aggregator::SlotOutcome::kHeld:
+      keep_mbuf = true;
+      [[fallthrough]];
+    case aggregator::SlotOutcome::kAccumulated:
+      c.contributions.Add(1);
+      c.reduced_bytes.Add(pkt.payload_len);
+      break;
+    case aggregator::SlotOutcome::kCompleted:
+      c.contributions.Add(1);
+      c.reduced_bytes.Add(pkt.payload_len);
+      c.completions.Add(1);
+      SendResult(job, *u.slot, -1);
+      // An ordered slot returns every held contribution, this one included.
+      for (uint16_t i = 0; i < u.n_released; ++i) {
+        auto* held = static_cast<rte_mbuf*>(u.released[i]);
+        if (held == m) keep_mbuf = true;
+        rte_pktmbuf_free(held);
+      }
+      break;
+    case aggregator::SlotOutcome::kDuplicateCompleted:
+      c.duplicate_results.Add(1);
+      SendResult(job, *u.slot, contribution.node);
+      break;
+    case aggregator::SlotOutcome::kDuplicate: c.duplicates.Add(1); break;
+    case aggregator::SlotOutcome::kCollision: c.collisions.Add(1); break;
+    case aggregator::SlotOutcome::kMismatch:
+    case aggregator::SlotOutcome::kBadMember:
+    case aggregator::SlotOutcome::kTooLarge: c.rejected.Add(1); break;
+  }
+  if (!keep_mbuf) rte_pktmbuf_free(m);
+}
+
+rte_mbuf* Worker::BuildResultPayload(const aggregator::Job& job, const aggregator::Slot& slot) {
+  rte_mbuf* payload = rte_pktmbuf_alloc(pool_);
+  if (payload == nullptr) return nullptr;
+  const uint32_t len = sizeof(aggregator::AggHeader) + slot.result_len();
+  auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(payload, static_cast<uint16_t>(len)));
+  if (buf == nullptr) {
+    rte_pktmbuf_free(payload);
+    return nullptr;
+  }
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kResult;
+  f.flags = slot.overflow() ? aggregator::flags::kOverflow : 0;
+  f.job_id = job.id();
+  f.seq = slot.seq();
+  f.job_key = job.key();
+  f.elem_count = slot.elem_count();
+  f.dtype = slot.dtype();
+  f.op = slot.op();
+  f.scale = slot.scale();
+  aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(buf));
+  std::memcpy(buf + sizeof(aggregator::AggHeader), slot.result(), slot.result_len());
+  return payload;
+}
+
+void Worker::SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node) {
+  // The payload is written once; each member's copy is its own header mbuf
+  // chained to an indirect clone of it.
+  rte_mbuf* payload = BuildResultPayload(job, slot);
+  if (payload == nullptr) {
+    stats_.lcore.agg.result_no_mbuf.Add(node < 0 ? job.members() : 1);
+    return;
+  }
+  const uint16_t first = node < 0 ? 0 : static_cast<uint16_t>(node);
+  const uint16_t last = node < 0 ? job.members() : static_cast<uint16_t>(node + 1);
+  for (uint16_t n = first; n < last; ++n) {
+    aggregator::MemberAddr member;
+    if (job.GetMember(n, &member)) SendResultCopy(payload, member, static_cast<uint16_t>(slot.seq()));
+  }
+  rte_pktmbuf_free(payload);
+}
+
+void Worker::SendResultCopy(rte_mbuf* payload, const aggregator::MemberAddr& member, uint16_t ip_id) {
+  rte_mbuf* hdr = rte_pktmbuf_alloc(pool_);
+  rte_mbuf* clone = hdr ? rte_pktmbuf_clone(payload, pool_) : nullptr;
+  if (clone == nullptr) {
+    if (hdr) rte_pktmbuf_free(hdr);
+    stats_.lcore.agg.result_no_mbuf.Add(1);
+    return;
+  }
+  const bool tagged = plan_.EgressTagged(member.port_index, member.vlan);
+  auto* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(hdr, tagged ? 46 : 42));
+  uint8_t dst[6];
+  for (int i = 0; i < 6; ++i) dst[i] = static_cast<uint8_t>(member.mac48 >> (40 - 8 * i));
+  WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? member.vlan : 0,
+                  setup_.agg.result_src_ip, member.ip, setup_.agg.udp_port, member.udp_port, ip_id,
+                  payload->pkt_len);
+  if (rte_pktmbuf_chain(hdr, clone) != 0) {
+    rte_pktmbuf_free(hdr);
+    rte_pktmbuf_free(clone);
+    stats_.lcore.agg.result_no_mbuf.Add(1);
+    return;
+  }
+  stats_.lcore.agg.results_sent.Add(1);
+  Enqueue(member.port_index, hdr);
 }
 
 void Worker::RequestLearn(uint64_t key, uint16_t port, uint32_t now_tick) {

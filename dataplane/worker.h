@@ -27,6 +27,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "aggregator/job_table.h"
+#include "aggregator/slot_table.h"
 #include "config/config.h"
 #include "dataplane/counters.h"
 #include "dataplane/forwarding_plan.h"
@@ -46,6 +48,21 @@ struct LearnRequest {
 };
 static_assert(sizeof(LearnRequest) == 16);
 
+// The aggregation path of one worker (docs/aggregation.md). jobs == nullptr:
+// aggregation is off and every frame is switched at L2.
+struct AggregationSetup {
+  aggregator::JobTable* jobs = nullptr;
+  aggregator::SlotTable* slots = nullptr;  // this worker's share of the slots
+  uint32_t reader_id = 0;                  // this worker's QSBR id in the job table
+  uint32_t total_slots = 0;                // all workers' slots; a power of two
+  uint16_t n_workers = 1;
+  uint16_t index = 0;                      // this worker's position; owns slots i % n_workers == index
+  rte_ring* handoff[config::kMaxWorkers] = {};  // each worker's hand-off ring (MP/SC)
+  uint32_t address = 0;                    // aggregation IPv4 address (host order); 0: none
+  uint16_t udp_port = 0;
+  uint32_t result_src_ip = 0;              // source address of results
+};
+
 struct WorkerSetup {
   unsigned lcore = 0;
   uint16_t tx_queue = 0;  // this worker's TX queue on every port
@@ -57,6 +74,7 @@ struct WorkerSetup {
   uint16_t n_rx = 0;
   uint16_t port_ids[config::kMaxPorts];  // port index -> DPDK port id
   uint32_t tick_shift = 30;              // MAC table tick = TSC >> tick_shift
+  AggregationSetup agg;
 };
 
 class alignas(64) Worker {
@@ -80,6 +98,18 @@ class alignas(64) Worker {
   };
 
   void ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_t now_tick);
+  // Aggregation path. IsAggregation is the cheap test stage 1 runs on every
+  // IPv4 frame; HandleAggregation parses, checks and reduces (or hands off).
+  bool IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset) const;
+  void HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uint32_t l3_offset,
+                         bool handed_off);
+  void DrainHandoffs();
+  void Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt);
+  // Sends the result of a complete slot to one member, or to all (node < 0).
+  void SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node);
+  rte_mbuf* BuildResultPayload(const aggregator::Job& job, const aggregator::Slot& slot);
+  void SendResultCopy(rte_mbuf* payload, const aggregator::MemberAddr& member, uint16_t ip_id);
+  void FlushPort(uint16_t port);
   void HandleLocal(uint16_t in_port, rte_mbuf* m, const Meta& meta, bool broadcast);
   void Forward(uint16_t in_port, rte_mbuf* m, const Meta& meta, uint16_t out_port);
   void Flood(uint16_t in_port, rte_mbuf* m, const Meta& meta);
@@ -102,9 +132,10 @@ class alignas(64) Worker {
   LcoreStats& stats_;
   const std::atomic<bool>& quit_;
   uint64_t last_tsc_ = 0;
+  bool reader_online_ = false;
 
-  // Frames waiting for this burst's tx_burst, per egress port. Each received
-  // frame adds at most one frame per port, so a burst never overfills these.
+  // Frames waiting for this burst's tx_burst, per egress port. A full buffer
+  // is flushed before it takes another frame (a result goes to many members).
   rte_mbuf* tx_[config::kMaxPorts][kBurstSize];
   uint16_t tx_count_[config::kMaxPorts] = {};
   uint64_t tx_bytes_[config::kMaxPorts] = {};

@@ -81,6 +81,7 @@ mac_table:
 mempool: {mbufs: 8191}
 http: {listen: "127.0.0.1:$HTTP_PORT"}
 aggregation:
+  address: 10.0.10.253
   jobs: [{id: 5, key: "0x5eed", members: 2}]
 EOF
 }
@@ -132,6 +133,30 @@ aggctl_shows() { local pattern="$1"; shift; aggctl "$@" | grep -qi -- "$pattern"
 check "aggctl ports lists the trunk" aggctl_shows "trunk 10,20" ports
 check "aggctl stats shows p1" aggctl_shows p1 stats
 check "aggctl mac shows h1" aggctl_shows "$H1_MAC" mac
+
+# Allreduce through the switch: h0 (access 10) and h2.10 (trunk) each send one
+# int32 chunk from a kernel UDP socket to the aggregation address; both must
+# get the sum back.
+allreduce_pair() {
+  local member="$HERE/agg_member.py"
+  topo_exec h0 python3 "$member" --switch 10.0.10.253 --job 5 --key 0x5eed --node 0 --members 2 \
+    --seq "$1" --values 1,2,-3 --expect 11,22,-33 >"$WORK/agg0.out" 2>&1 &
+  local p0=$!
+  topo_exec h2 python3 "$member" --switch 10.0.10.253 --job 5 --key 0x5eed --node 1 --members 2 \
+    --seq "$1" --values 10,20,-30 --expect 11,22,-33 >"$WORK/agg1.out" 2>&1
+  local r1=$?
+  wait "$p0"
+  local r0=$?
+  cat "$WORK/agg0.out" "$WORK/agg1.out"
+  [ "$r0" -eq 0 ] && [ "$r1" -eq 0 ]
+}
+check "allreduce of job 5 through the switch (access + trunk member)" allreduce_pair 1
+check "a second chunk of job 5" allreduce_pair 2
+completions_are() {
+  curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
+    grep -qx "aggswitch_aggregation_completions_total{lcore=\"1\"} $1"
+}
+check "metrics count the completions" completions_are 2
 
 # Jobs: one from the config, one added and removed through the API.
 check "aggctl jobs show lists the config job" aggctl_shows "config" jobs show 5

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""One allreduce member over a kernel UDP socket, for the system tests.
+
+Sends one int32 contribution (docs/protocol.md) to the switch's aggregation
+address, retransmits every 200 ms until the result arrives, and checks it:
+
+    agg_member.py --switch 10.0.10.253 --job 5 --key 0x5eed --node 0 --members 2 \
+                  --seq 1 --values 1,2,3 --expect 11,22,33
+
+Exit 0 when the result matches, 1 on a wrong result, 2 on a timeout.
+Standard library only.
+"""
+import argparse
+import socket
+import struct
+import sys
+import time
+
+MAGIC, VERSION, CONTRIBUTION, RESULT = 0xA65C, 1, 1, 3
+HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBI")  # 48 bytes, docs/protocol.md
+FLAG_RETRANSMISSION = 1 << 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--switch", required=True)
+    ap.add_argument("--port", type=int, default=47000)
+    ap.add_argument("--job", type=int, required=True)
+    ap.add_argument("--key", type=lambda s: int(s, 0), required=True)
+    ap.add_argument("--node", type=int, required=True)
+    ap.add_argument("--members", type=int, required=True)
+    ap.add_argument("--seq", type=int, default=0)
+    ap.add_argument("--values", required=True)
+    ap.add_argument("--expect", required=True)
+    ap.add_argument("--timeout", type=float, default=5.0)
+    a = ap.parse_args()
+    values = [int(v) for v in a.values.split(",")]
+    expect = [int(v) for v in a.expect.split(",")]
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", 0))
+    sock.settimeout(0.2)
+    payload = struct.pack("<%di" % len(values), *values)
+    deadline = time.monotonic() + a.timeout
+    flags = 0
+    while time.monotonic() < deadline:
+        header = HEADER.pack(MAGIC, VERSION, CONTRIBUTION, flags, a.node, a.job, a.seq, a.key,
+                             0, 0, 0, 0, 0xFFFF, len(values), 0, 0, 0, 0, 0)
+        sock.sendto(header + payload, (a.switch, a.port))
+        flags = FLAG_RETRANSMISSION
+        try:
+            data, peer = sock.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if len(data) < HEADER.size:
+            continue
+        h = HEADER.unpack_from(data)
+        magic, version, opcode, job, seq, count = h[0], h[1], h[2], h[5], h[6], h[13]
+        if magic != MAGIC or version != VERSION or opcode != RESULT or job != a.job or seq != a.seq:
+            continue
+        got = list(struct.unpack_from("<%di" % count, data, HEADER.size))
+        print("node %d: result %s from %s:%d" % (a.node, got, peer[0], peer[1]))
+        return 0 if got == expect else 1
+    print("node %d: no result within %.1f s" % (a.node, a.timeout), file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
