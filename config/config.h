@@ -188,6 +188,9 @@ struct AggregationJobConfig {
 };
 
 struct AggregationConfig {
+  // True when the file has an aggregation: section. Without one the switch is
+  // a plain L2 switch: no job table, no classification on the worker lcores.
+  bool enabled = false;
   // The host address the switch reserves for aggregation ("a.b.c.d", prefix
   // length 32; vlan 0: every VLAN). Without it only the UDP port trigger works.
   // ApplyDerivedDefaults() adds it to switch.addresses unless that lists it.

@@ -587,6 +587,7 @@ class Loader {
 
   void LoadAggregation(const YAML::Node& node, const std::string& path) {
     AggregationConfig& agg = config_.aggregation;
+    agg.enabled = true;  // the section's presence turns the aggregation path on
     agg.loc = ItemLoc(node, path);
     LoadMap(node, path,
             {

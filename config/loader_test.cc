@@ -943,10 +943,14 @@ TEST(AggregationLoaderTest, DefaultsAndTheScalarAddressForm) {
   ConfigLoad load = Load("ports: [{name: p0, devargs: d}]\n");
   ASSERT_TRUE(load.ok()) << Dump(load);
   EXPECT_EQ(load.config.aggregation, AggregationConfig());
+  EXPECT_FALSE(load.config.aggregation.enabled) << "no section: a plain L2 switch";
 
+  // An empty section turns aggregation on with every default.
   load = Load("ports: [{name: p0, devargs: d}]\naggregation:\n");
   ASSERT_TRUE(load.ok()) << Dump(load);
-  EXPECT_EQ(load.config.aggregation, AggregationConfig());
+  AggregationConfig enabled_defaults;
+  enabled_defaults.enabled = true;
+  EXPECT_EQ(load.config.aggregation, enabled_defaults);
 
   load = Load("ports: [{name: p0, devargs: d}]\naggregation:\n  address: 10.0.0.9\n  jobs:\n");
   ASSERT_TRUE(load.ok()) << Dump(load);

@@ -121,7 +121,8 @@ class Dataplane {
 
   Dataplane() = default;
   common::Status CreateMempool(const config::Config& config);
-  common::Status OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uint16_t tx_queues);
+  common::Status OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uint16_t tx_queues,
+                          bool fast_free);
   common::Status CreateWorkers(const config::Config& config, aggregator::JobTable* jobs);
   void StopPorts();
 

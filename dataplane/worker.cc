@@ -48,7 +48,7 @@ void Worker::PollOnce() {
       setup_.agg.jobs->ReaderOnline(setup_.agg.reader_id);
       reader_online_ = true;
     }
-    DrainHandoffs();
+    if (setup_.agg.n_workers > 1) DrainHandoffs();
   }
   uint64_t busy = 0, idle = 0, busy_packets = 0;
   for (uint16_t i = 0; i < setup_.n_rx; ++i) {
@@ -70,8 +70,12 @@ void Worker::PollOnce() {
     }
     last_tsc_ = now;
   }
-  // No Job pointer is held past this point.
-  if (reader_online_) setup_.agg.jobs->Quiescent(setup_.agg.reader_id);
+  // No Job pointer is held past this point. Reporting it every 16th pass is
+  // plenty for a grace period (microseconds) and keeps the shared QSBR
+  // counter line out of most passes.
+  if (reader_online_ && (++polls_since_quiescent_ & 15) == 0) {
+    setup_.agg.jobs->Quiescent(setup_.agg.reader_id);
+  }
   LcoreCounters& c = stats_.lcore;
   if (busy) {
     c.busy_cycles.Add(busy);
@@ -88,6 +92,9 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
   rte_mbuf* kept[kBurstSize];
   uint16_t k = 0;
   uint64_t rx_bytes = 0;
+  rte_mbuf* agg_pkts[kBurstSize];
+  Meta agg_meta[kBurstSize];
+  uint16_t n_agg = 0;
 
   // Stage 1: parse and classify into a VLAN.
   for (uint16_t i = 0; i < n; ++i) {
@@ -108,7 +115,9 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
     }
     if (setup_.agg.jobs != nullptr && l2.ether_type == kEtherTypeIpv4 &&
         IsAggregation(data, rte_pktmbuf_data_len(m), l2.l3_offset)) {
-      HandleAggregation(m, in_port, vlan, l2.l3_offset, false);
+      // Set aside; handled after the L2 frames of the burst.
+      agg_meta[n_agg] = Meta{vlan, l2.has_tag, static_cast<uint8_t>(l2.l3_offset)};
+      agg_pkts[n_agg++] = m;
       continue;
     }
     const uint64_t src48 = SrcMac48(data);
@@ -123,6 +132,9 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
   }
   in.rx_packets.Add(n);
   in.rx_bytes.Add(rx_bytes);
+  for (uint16_t a = 0; a < n_agg; ++a) {
+    HandleAggregation(agg_pkts[a], in_port, agg_meta[a].vlan, agg_meta[a].l3_offset, false);
+  }
   if (k == 0) return;
 
   // Stage 2: one bulk lookup of every source and destination. Frames of one
@@ -275,7 +287,7 @@ bool Worker::FitTag(rte_mbuf* m, const Meta& meta, uint16_t out_port) {
 }
 
 void Worker::Enqueue(uint16_t out_port, rte_mbuf* m) {
-  if (tx_count_[out_port] == kBurstSize) FlushPort(out_port);
+  if (__builtin_expect(tx_count_[out_port] == kBurstSize, 0)) FlushPort(out_port);
   tx_[out_port][tx_count_[out_port]++] = m;
   tx_bytes_[out_port] += m->pkt_len;
   tx_dirty_ |= uint64_t{1} << out_port;

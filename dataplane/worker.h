@@ -101,15 +101,16 @@ class alignas(64) Worker {
   // Aggregation path. IsAggregation is the cheap test stage 1 runs on every
   // IPv4 frame; HandleAggregation parses, checks and reduces (or hands off).
   bool IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset) const;
-  void HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uint32_t l3_offset,
-                         bool handed_off);
-  void DrainHandoffs();
+  // Kept out of line so the L2 loop of ProcessBurst stays small.
+  [[gnu::noinline]] void HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan,
+                                           uint32_t l3_offset, bool handed_off);
+  [[gnu::noinline]] void DrainHandoffs();
   void Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt);
   // Sends the result of a complete slot to one member, or to all (node < 0).
   void SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node);
   rte_mbuf* BuildResultPayload(const aggregator::Job& job, const aggregator::Slot& slot);
   void SendResultCopy(rte_mbuf* payload, const aggregator::MemberAddr& member, uint16_t ip_id);
-  void FlushPort(uint16_t port);
+  [[gnu::noinline]] void FlushPort(uint16_t port);
   void HandleLocal(uint16_t in_port, rte_mbuf* m, const Meta& meta, bool broadcast);
   void Forward(uint16_t in_port, rte_mbuf* m, const Meta& meta, uint16_t out_port);
   void Flood(uint16_t in_port, rte_mbuf* m, const Meta& meta);
@@ -133,6 +134,7 @@ class alignas(64) Worker {
   const std::atomic<bool>& quit_;
   uint64_t last_tsc_ = 0;
   bool reader_online_ = false;
+  uint32_t polls_since_quiescent_ = 0;
 
   // Frames waiting for this burst's tx_burst, per egress port. A full buffer
   // is flushed before it takes another frame (a result goes to many members).

@@ -70,7 +70,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   for (const config::PortConfig& port : cfg.ports) job_options.port_names.push_back(port.name);
   control::JobControl job_control(**job_table, std::move(job_options));
 
-  auto dp = dataplane::Dataplane::Create(cfg, job_table->get());
+  auto dp = dataplane::Dataplane::Create(cfg, cfg.aggregation.enabled ? job_table->get() : nullptr);
   if (!dp.ok()) {
     AGG_LOG(kError, "dataplane: %s", dp.status().message().c_str());
     return 1;
