@@ -259,6 +259,7 @@ size_t JobTable::Reclaim() {
       continue;
     }
     if (r.job) {
+      if (reclaim_hook_) reclaim_hook_(r.job->index_);
       free_indices_.push(r.job->index_);
       r.job.reset();
       --retired_jobs_;

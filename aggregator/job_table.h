@@ -55,6 +55,7 @@
 #include <optional>
 #include <queue>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "aggregator/wire.h"
@@ -268,6 +269,10 @@ class JobTable {
   // moved past, and returns their indices to the free pool. Never waits.
   // Returns the number of jobs freed.
   size_t Reclaim();
+  // Called with a job's index when Reclaim() frees the job, before the index
+  // can be given to a new job: the moment no reader can still count anything
+  // for the old job, so per-index state (per-lcore counters) can be reset.
+  void SetReclaimHook(std::function<void(uint16_t index)> hook) { reclaim_hook_ = std::move(hook); }
   // The in-band registration policy (aggregation.in_band_registration), for
   // the task info of a contribution or TASK_INFO packet that names an unknown
   // job. `policy_allows` false: NotFound, nothing added. Otherwise the job is
@@ -329,6 +334,7 @@ class JobTable {
   std::vector<Retired> retired_;  // oldest first
   size_t retired_jobs_ = 0;
   uint32_t next_reader_ = 0;
+  std::function<void(uint16_t)> reclaim_hook_;
 };
 
 }  // namespace aggswitch::aggregator

@@ -43,6 +43,7 @@ void SlotTable::Claim(Slot& s, const Contribution& c, uint64_t now_tsc) {
   s.count_ = 0;
   s.overflow_ = false;
   s.first_tsc_ = now_tsc;
+  s.deadline_tsc_ = config_.timeout_cycles == 0 ? 0 : now_tsc + config_.timeout_cycles;
   std::memset(s.bitmap_, 0, bitmap_words_ * sizeof(uint64_t));
   busy_.store(busy_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }

@@ -44,6 +44,10 @@ struct SlotTableConfig {
   uint32_t slots = 1024;     // slots in this table (this worker's share)
   uint16_t max_fan_in = 256;  // distinct members one slot can count
   uint32_t max_payload = 1424;  // payload bytes per chunk (what a 1500-byte MTU holds)
+  // A slot's deadline is its first contribution's TSC plus this; 0: no
+  // deadline. The timers that act on it (partials on timeout) come with the
+  // straggler work; the field is set from the first contribution on.
+  uint64_t timeout_cycles = 0;
 };
 
 // One contribution, parsed and checked against its job by the caller.
@@ -92,6 +96,8 @@ class Slot {
   uint16_t elem_count() const { return elem_count_; }
   bool overflow() const { return overflow_; }
   uint64_t first_tsc() const { return first_tsc_; }
+  // When the slot times out (TSC); 0: never.
+  uint64_t deadline_tsc() const { return deadline_tsc_; }
   // Complete slots: the result payload, elem_count elements of dtype, wire format.
   const uint8_t* result() const { return result_; }
   uint32_t result_len() const { return elem_count_ * static_cast<uint32_t>(ElementSize(dtype_)); }
@@ -114,6 +120,7 @@ class Slot {
   uint32_t job_id_ = 0;
   uint32_t seq_ = 0;
   uint64_t first_tsc_ = 0;
+  uint64_t deadline_tsc_ = 0;
   uint64_t* bitmap_ = nullptr;      // max_fan_in bits
   uint8_t* acc_ = nullptr;          // 2 x max_payload: 16-bit floats accumulate as float32
   uint8_t* result_ = nullptr;       // max_payload

@@ -101,6 +101,16 @@ TEST_P(SlotTableTest, CompletesAfterExactlyNDistinctMembers) {
 
 INSTANTIATE_TEST_SUITE_P(FanIn, SlotTableTest, ::testing::Values(1, 2, 3, 8, 64, 256));
 
+// The first contribution arms the deadline; later ones do not move it.
+TEST(SlotTableTest, FirstContributionSetsTheDeadline) {
+  SlotTable timed(SlotTableConfig{4, 256, 1424, /*timeout_cycles=*/500});
+  const auto p = Payload(std::vector<int32_t>{1});
+  EXPECT_EQ(timed.Contribute(1, Make(1, 1, 0, 2, p), 7000, NeverRelease, nullptr).slot->deadline_tsc(), 7500u);
+  EXPECT_EQ(timed.Contribute(1, Make(1, 1, 1, 2, p), 9000, NeverRelease, nullptr).slot->deadline_tsc(), 7500u);
+  SlotTable untimed(SlotTableConfig{4, 256, 1424});
+  EXPECT_EQ(untimed.Contribute(1, Make(1, 1, 0, 2, p), 7000, NeverRelease, nullptr).slot->deadline_tsc(), 0u);
+}
+
 TEST(SlotTableTest, DuplicatesNeverCountTwice) {
   SlotTable table(SlotTableConfig{4, 256, 1424});
   const auto p = Payload(std::vector<int32_t>{5, 6});

@@ -64,6 +64,7 @@ enum class NackReason : uint32_t {
   kMalformed = 3,
   kJobTableFull = 4,
   kTypeMismatch = 5,
+  kTaskInfoConflict = 6,
 };
 
 struct [[gnu::packed]] AggHeader {

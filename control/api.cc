@@ -3,9 +3,11 @@
 #include <charconv>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "aggregator/types.h"
 #include "control/metrics.h"
 
 namespace aggswitch::control {
@@ -15,14 +17,14 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // The GET-only routes.
-constexpr std::string_view kRoutes[] = {"/metrics", "/api/v1/ports", "/api/v1/mac",
-                                        "/api/v1/lcores", "/api/v1/stats"};
+constexpr std::string_view kRoutes[] = {"/metrics",       "/api/v1/ports", "/api/v1/mac",
+                                        "/api/v1/lcores", "/api/v1/stats", "/api/v1/slots"};
 constexpr std::string_view kJobsRoute = "/api/v1/jobs";
 constexpr std::string_view kJobRoutePrefix = "/api/v1/jobs/";
 // What a 404 lists.
-constexpr std::string_view kAllRoutes[] = {"/metrics",         "/api/v1/ports", "/api/v1/mac",
-                                           "/api/v1/lcores",   "/api/v1/stats", "/api/v1/jobs",
-                                           "/api/v1/jobs/<id>"};
+constexpr std::string_view kAllRoutes[] = {"/metrics",          "/api/v1/ports", "/api/v1/mac",
+                                           "/api/v1/lcores",    "/api/v1/stats", "/api/v1/jobs",
+                                           "/api/v1/jobs/<id>", "/api/v1/slots"};
 
 // Compact JSON. Invalid UTF-8 (say, in a port name) is replaced rather than
 // thrown about.
@@ -93,7 +95,8 @@ json LcoreJson(const LcoreSnapshot& l) {
   };
   if (l.busy_packets != 0) j["cycles_per_packet"] = RoundTo(l.CyclesPerPacket(), 1);
   json agg = json::object();
-  for (size_t a = 0; a < dataplane::kNumAggCounters; ++a) agg[dataplane::kAggCounterText[a].name] = l.agg[a];
+  for (size_t a = 0; a < dataplane::kNumAggCounters; ++a)
+    agg[dataplane::kAggCounterText[a].name] = l.agg[a];
   agg["slots"] = l.slots;
   agg["slots_busy"] = l.slots_busy;
   agg["slots_complete"] = l.slots_complete;
@@ -149,13 +152,74 @@ json JobMemberJson(const JobMemberSnapshot& m) {
 json JobObject(const JobSnapshot& job) {
   json members = json::array();
   for (const JobMemberSnapshot& m : job.learned_members) members.push_back(JobMemberJson(m));
+  json counters = nullptr;
+  if (job.counters) {
+    counters = json::object();
+    for (size_t c = 0; c < dataplane::kNumJobCounters; ++c) {
+      counters[dataplane::kJobCounterText[c].name] = (*job.counters)[c];
+    }
+  }
   json j = {
-      {"id", job.id},           {"index", job.index}, {"origin", job.origin},
-      {"members", job.members}, {"nodes", job.nodes}, {"ordered", job.ordered},
-      {"learned", job.learned}, {"min_ack", nullptr}, {"learned_members", std::move(members)},
+      {"id", job.id},
+      {"index", job.index},
+      {"origin", job.origin},
+      {"members", job.members},
+      {"nodes", job.nodes},
+      {"ordered", job.ordered},
+      {"learned", job.learned},
+      {"min_ack", nullptr},
+      {"counters", std::move(counters)},
+      {"learned_members", std::move(members)},
   };
   if (job.min_ack) j["min_ack"] = *job.min_ack;
   return j;
+}
+
+// A wire value's name ("float32", "sum"); the number itself for a value the
+// protocol does not define (a worker only takes valid ones into a slot).
+std::string DTypeText(uint8_t wire) {
+  const std::optional<aggregator::DType> t = aggregator::DTypeFromWire(wire);
+  return t ? std::string(aggregator::DTypeName(*t)) : std::to_string(wire);
+}
+std::string ReduceOpText(uint8_t wire) {
+  const std::optional<aggregator::ReduceOp> op = aggregator::ReduceOpFromWire(wire);
+  return op ? std::string(aggregator::ReduceOpName(*op)) : std::to_string(wire);
+}
+
+json SlotJson(const dataplane::SlotInfo& s) {
+  return {
+      {"lcore", s.lcore},
+      {"index", s.index},
+      {"state", s.complete ? "complete" : "aggregating"},
+      {"job", s.job_id},
+      {"seq", s.seq},
+      {"count", s.count},
+      {"expected", s.expected},
+      {"dtype", DTypeText(s.dtype)},
+      {"op", ReduceOpText(s.op)},
+      {"elem_count", s.elem_count},
+      {"overflow", s.overflow},
+      // Chunks complete in microseconds; seconds with microsecond resolution.
+      {"age_seconds", RoundTo(s.age_seconds, 6)},
+  };
+}
+
+// The slots of `dump` that belong to `job` (every slot without one), in dump
+// order, at most `limit`. `*more`: more slots matched than were taken.
+std::vector<const dataplane::SlotInfo*> SelectSlots(const dataplane::SlotDump& dump,
+                                                    std::optional<uint32_t> job, size_t limit,
+                                                    bool* more) {
+  std::vector<const dataplane::SlotInfo*> out;
+  *more = false;
+  for (const dataplane::SlotInfo& s : dump.slots) {
+    if (job && s.job_id != *job) continue;
+    if (out.size() == limit) {
+      *more = true;
+      break;
+    }
+    out.push_back(&s);
+  }
+  return out;
 }
 
 int HexDigit(char c) {
@@ -228,6 +292,35 @@ HttpResponse NoJobTable() {
   return JsonResponse(503, ErrorJson("this aggswitch serves no job table"));
 }
 
+// What a source without `slots` means.
+common::Status AggregationOff() {
+  return common::Unavailable(
+      "aggregation is off on this aggswitch (its config has no aggregation: section)");
+}
+
+// Splits a query string into key=value pairs, percent-decodes both and calls
+// `fn` with each; the first error (a broken escape, or `fn`'s) is returned.
+common::Status ForEachQueryParam(
+    std::string_view query,
+    const std::function<common::Status(const std::string& key, const std::string& value)>& fn) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    const std::optional<std::string> key = DecodeQueryComponent(pair.substr(0, eq));
+    const std::optional<std::string> value = DecodeQueryComponent(
+        eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
+    if (!key || !value) {
+      return common::InvalidArgument("malformed percent-encoding in query '" + std::string(pair) +
+                                     "'");
+    }
+    RETURN_IF_ERROR(fn(*key, *value));
+  }
+  return common::Status::Ok();
+}
+
 // GET and POST /api/v1/jobs.
 HttpResponse JobsCollection(std::string_view method, std::string_view body,
                             const DataSource& source) {
@@ -270,9 +363,28 @@ HttpResponse JobItem(std::string_view method, std::string_view path, const DataS
   common::Result<JobTableSnapshot> table = source.jobs();
   if (!table.ok()) return ErrorResponse(table.status());
   for (const JobSnapshot& job : table->jobs) {
-    if (job.id == *id) return JsonResponse(200, JobJson(job));
+    if (job.id != *id) continue;
+    // The job's slots come from a dump of every job's: the workers copy
+    // slots without looking at their job. A failed dump still shows the job.
+    const common::Result<dataplane::SlotDump> dump =
+        source.slots ? source.slots(kMaxSlotLimit)
+                     : common::Result<dataplane::SlotDump>(AggregationOff());
+    return JsonResponse(200, JobDetailJson(job, dump));
   }
   return JsonResponse(404, ErrorJson("job " + std::to_string(*id) + " does not exist"));
+}
+
+// GET /api/v1/slots.
+HttpResponse SlotsRoute(std::string_view query, const DataSource& source) {
+  common::Result<SlotQuery> slot_query = ParseSlotQuery(query);
+  if (!slot_query.ok()) return ErrorResponse(slot_query.status());
+  if (!source.slots) return ErrorResponse(AggregationOff());
+  // With a job filter the limit applies after filtering, so the dump takes
+  // everything it may.
+  common::Result<dataplane::SlotDump> dump =
+      source.slots(slot_query->job ? kMaxSlotLimit : slot_query->limit);
+  if (!dump.ok()) return ErrorResponse(dump.status());
+  return JsonResponse(200, SlotsJson(*dump, *slot_query));
 }
 
 // An unsigned JSON integer within [min, max], or an error naming `field`.
@@ -326,6 +438,7 @@ HttpResponse Route(std::string_view path, std::string_view query, const DataSour
   if (path == "/api/v1/ports") return JsonResponse(200, PortsJson(source.snapshot()));
   if (path == "/api/v1/lcores") return JsonResponse(200, LcoresJson(source.snapshot()));
   if (path == "/api/v1/stats") return JsonResponse(200, StatsJson(source.snapshot()));
+  if (path == "/api/v1/slots") return SlotsRoute(query, source);
   // path == "/api/v1/mac", the last route.
   common::Result<MacQuery> mac_query = ParseMacQuery(query);
   if (!mac_query.ok()) return JsonResponse(400, ErrorJson(mac_query.status().message()));
@@ -338,34 +451,48 @@ HttpResponse Route(std::string_view path, std::string_view query, const DataSour
 
 common::Result<MacQuery> ParseMacQuery(std::string_view query) {
   MacQuery out;
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (pair.empty()) continue;
-    const size_t eq = pair.find('=');
-    const std::optional<std::string> key = DecodeQueryComponent(pair.substr(0, eq));
-    const std::optional<std::string> value = DecodeQueryComponent(
-        eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
-    if (!key || !value) {
-      return common::InvalidArgument("malformed percent-encoding in query '" + std::string(pair) +
-                                     "'");
-    }
-    if (*key == "vlan") {
-      const std::optional<uint32_t> vlan = ParseDecimal(*value);
+  RETURN_IF_ERROR(ForEachQueryParam(query, [&](const std::string& key, const std::string& value) {
+    if (key == "vlan") {
+      const std::optional<uint32_t> vlan = ParseDecimal(value);
       if (!vlan || *vlan < config::kMinVlan || *vlan > config::kMaxVlan) {
-        return common::InvalidArgument("vlan must be a number from 1 to 4094, got '" + *value +
-                                       "'");
+        return common::InvalidArgument("vlan must be a number from 1 to 4094, got '" + value + "'");
       }
       out.vlan = static_cast<uint16_t>(*vlan);
-    } else if (*key == "port") {
-      if (value->empty()) return common::InvalidArgument("port must name a port, got ''");
-      out.port = *value;
+    } else if (key == "port") {
+      if (value.empty()) return common::InvalidArgument("port must name a port, got ''");
+      out.port = value;
     } else {
-      return common::InvalidArgument("unknown query parameter '" + *key +
+      return common::InvalidArgument("unknown query parameter '" + key +
                                      "'; expected vlan or port");
     }
-  }
+    return common::Status::Ok();
+  }));
+  return out;
+}
+
+common::Result<SlotQuery> ParseSlotQuery(std::string_view query) {
+  SlotQuery out;
+  RETURN_IF_ERROR(ForEachQueryParam(query, [&](const std::string& key, const std::string& value) {
+    if (key == "limit") {
+      const std::optional<uint32_t> limit = ParseDecimal(value);
+      if (!limit || *limit < 1 || *limit > kMaxSlotLimit) {
+        return common::InvalidArgument("limit must be a number from 1 to " +
+                                       std::to_string(kMaxSlotLimit) + ", got '" + value + "'");
+      }
+      out.limit = *limit;
+    } else if (key == "job") {
+      const std::optional<uint32_t> job = ParseDecimal(value);
+      if (!job || *job == 0) {
+        return common::InvalidArgument("job must be a job id from 1 to 4294967295, got '" + value +
+                                       "'");
+      }
+      out.job = *job;
+    } else {
+      return common::InvalidArgument("unknown query parameter '" + key +
+                                     "'; expected limit or job");
+    }
+    return common::Status::Ok();
+  }));
   return out;
 }
 
@@ -460,6 +587,45 @@ std::string JobsJson(const JobTableSnapshot& table) {
 
 std::string JobJson(const JobSnapshot& job) {
   return Dump(JobObject(job));
+}
+
+std::string JobDetailJson(const JobSnapshot& job, const common::Result<dataplane::SlotDump>& dump) {
+  json j = JobObject(job);
+  j["slots"] = nullptr;
+  j["slots_truncated"] = false;
+  j["slots_error"] = nullptr;
+  if (dump.ok()) {
+    bool more = false;
+    json slots = json::array();
+    for (const dataplane::SlotInfo* s : SelectSlots(*dump, job.id, kDefaultSlotLimit, &more)) {
+      slots.push_back(SlotJson(*s));
+    }
+    j["slots"] = std::move(slots);
+    // A truncated dump may have left out some of this job's slots.
+    j["slots_truncated"] = more || dump->truncated;
+  } else {
+    j["slots_error"] = dump.status().message();
+  }
+  return Dump(j);
+}
+
+std::string SlotsJson(const dataplane::SlotDump& dump, const SlotQuery& query) {
+  bool more = false;
+  const std::vector<const dataplane::SlotInfo*> slots =
+      SelectSlots(dump, query.job, query.limit, &more);
+  json filter = {{"job", nullptr}, {"limit", query.limit}};
+  if (query.job) filter["job"] = *query.job;
+  // Written slot by slot, like the MAC entries: up to kMaxSlotLimit of them.
+  std::string out = "{\"busy\":" + std::to_string(dump.busy) +
+                    ",\"truncated\":" + (more || dump.truncated ? "true" : "false") +
+                    ",\"filter\":" + DumpCompact(filter) +
+                    ",\"count\":" + std::to_string(slots.size()) + ",\"slots\":[";
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (i > 0) out += ',';
+    out += DumpCompact(SlotJson(*slots[i]));
+  }
+  out += "]}\n";
+  return out;
 }
 
 common::Result<JobRequest> ParseJobRequest(std::string_view body) {

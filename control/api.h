@@ -2,7 +2,8 @@
 // maps a request (method, path, query, body) to a response.
 //
 // Everything here is a pure function of what the DataSource returns (a
-// StatsSnapshot, the MAC entries, the job table), so routing, filtering and
+// StatsSnapshot, the MAC entries, the job table, a dump of the busy
+// aggregation slots), so routing, filtering and
 // the JSON shapes are unit-tested without EAL or a socket. http_server.h only
 // adapts civetweb to HandleRequest(); aggctl is the main client. The only
 // writes are the job routes, and they go through the DataSource's job
@@ -22,7 +23,10 @@
 //                     POST {"id","key","members"[,"nodes"][,"ordered"]}: 201 and the new job;
 //                           "key" is an unsigned integer or a "0x..." hex string (64 bits);
 //                           400 bad body, 409 id exists, 507 table full
-//   /api/v1/jobs/<id> GET: job, or 404;  DELETE: 204, or 404
+//   /api/v1/jobs/<id> GET: job_detail, or 404;  DELETE: 204, or 404
+//   /api/v1/slots     {"busy","truncated","filter": {"job","limit"},"count","slots": [slot]}
+//                     optional query: limit=<1..100000> (default 1000), job=<id>;
+//                     503 when aggregation is off or a worker did not answer in time
 // where
 //   port      = {"index","name","port_id","driver","devargs","mac","link_up",
 //                "link_speed_mbps","rx_queues","tx_queues","vlan_mode","rx_packets",
@@ -40,10 +44,20 @@
 //   job       = {"id","index","origin": "config"|"api"|"in-band","members" (expected),
 //                "nodes","ordered","learned" (members with an address),
 //                "min_ack" (null before any watermark),
+//                "counters": {<AGG_JOB_COUNTERS name>: n, ...} (null without dataplane counters),
 //                "learned_members": [{"node","mac","ip","udp_port","port","port_index",
 //                                     "vlan","ack_watermark"}]}
 //                (address fields null for a member only seen acking; the job key, a
 //                shared secret, is never shown)
+//   job_detail = job + {"slots": [slot] (the job's busy slots, at most 1000; null when
+//                the dump failed), "slots_truncated", "slots_error" (null, or why
+//                "slots" is null)}
+//   slot      = {"lcore","index","state": "aggregating"|"complete","job","seq","count",
+//                "expected","dtype" (name),"op" (name),"elem_count","overflow","age_seconds"}
+//
+// "busy" counts every busy slot of the switch, whatever the filter; "truncated"
+// says that more slots matched than are listed. A job filter is applied to a
+// dump of up to 100000 slots, then cut to the limit.
 //
 //   DataSource source{[&] { return CollectSnapshot(dp); },
 //                     [&] { return CollectMacEntries(dp); }};
@@ -80,12 +94,17 @@ struct JobRequest {
 // Where the router gets its data. Each function is called at most once per
 // request, and only by the routes that need it. The job functions may be
 // empty (a source without a job table): the job routes then answer 503.
+// `slots` may be empty too (aggregation off): /api/v1/slots answers 503 and a
+// job's "slots" are null.
 struct DataSource {
   std::function<StatsSnapshot()> snapshot;
   std::function<std::vector<MacEntrySnapshot>()> mac_entries;
   std::function<common::Result<JobTableSnapshot>()> jobs;
   std::function<common::Result<JobSnapshot>(const JobRequest&)> add_job;
   std::function<common::Status(uint32_t id)> remove_job;
+  // Up to `limit` busy slots of every worker (Dataplane::DumpSlots). Unavailable
+  // when the workers did not answer in time; the route answers 503 with its message.
+  std::function<common::Result<dataplane::SlotDump>(size_t limit)> slots;
 };
 
 struct HttpResponse {
@@ -107,6 +126,23 @@ struct MacQuery {
 // is no filter. Unknown keys and bad VLAN numbers are InvalidArgument. [any]
 common::Result<MacQuery> ParseMacQuery(std::string_view query);
 
+// Slots listed by GET /api/v1/slots without a limit, and at most; also the
+// most busy slots GET /api/v1/jobs/<id> lists.
+inline constexpr size_t kDefaultSlotLimit = 1000;
+inline constexpr size_t kMaxSlotLimit = 100000;
+
+// Filters of GET /api/v1/slots.
+struct SlotQuery {
+  size_t limit = kDefaultSlotLimit;  // 1..kMaxSlotLimit
+  std::optional<uint32_t> job;       // only this job's slots
+
+  friend bool operator==(const SlotQuery&, const SlotQuery&) = default;
+};
+
+// Parses "limit=100&job=7". Unknown keys, and values out of range, are
+// InvalidArgument naming the parameter and what it takes. [any]
+common::Result<SlotQuery> ParseSlotQuery(std::string_view query);
+
 // The bodies of the routes above, compact JSON ending in a newline. [any]
 std::string PortsJson(const StatsSnapshot& snap);
 std::string LcoresJson(const StatsSnapshot& snap);
@@ -121,6 +157,11 @@ std::string ErrorJson(std::string_view message);
 // The bodies of the job routes. [any]
 std::string JobsJson(const JobTableSnapshot& table);
 std::string JobJson(const JobSnapshot& job);
+// GET /api/v1/jobs/<id>: the job, plus its busy slots taken from `dump` (every
+// job's slots; at most kDefaultSlotLimit are listed), or the dump's error. [any]
+std::string JobDetailJson(const JobSnapshot& job, const common::Result<dataplane::SlotDump>& dump);
+// GET /api/v1/slots: the slots of `dump` that match `query`, up to its limit. [any]
+std::string SlotsJson(const dataplane::SlotDump& dump, const SlotQuery& query);
 
 // Parses the body of POST /api/v1/jobs. InvalidArgument, naming the field,
 // for anything but {"id", "key", "members"[, "nodes"][, "ordered"]} with

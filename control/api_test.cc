@@ -2,16 +2,21 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "aggregator/job_table.h"
+#include "aggregator/types.h"
 #include "control/job_control.h"
 #include "control/metrics.h"
 
@@ -334,8 +339,9 @@ TEST(ApiTest, UnknownPathIs404WithRouteList) {
   EXPECT_EQ(r.content_type, "application/json");
   const json j = json::parse(r.body);
   EXPECT_EQ(j["error"], "no route /api/v1/nope");
-  EXPECT_EQ(j["routes"].size(), 7u);
+  EXPECT_EQ(j["routes"].size(), 8u);
   EXPECT_EQ(j["routes"][5], "/api/v1/jobs");
+  EXPECT_EQ(j["routes"][7], "/api/v1/slots");
   EXPECT_EQ(HandleRequest("GET", "/", "", SyntheticSource()).status, 404);
   EXPECT_EQ(HandleRequest("GET", "/api/v1/ports/", "", SyntheticSource()).status, 404);
 }
@@ -422,6 +428,13 @@ JobTableSnapshot SyntheticJobs() {
   m1.node = 1;
   m1.ack_watermark = 45;
   a.learned_members = {m0, m1};
+  JobCounterValues counters{};
+  counters[static_cast<size_t>(dataplane::JobCounter::contributions)] = 40;
+  counters[static_cast<size_t>(dataplane::JobCounter::completions)] = 20;
+  counters[static_cast<size_t>(dataplane::JobCounter::duplicates)] = 3;
+  counters[static_cast<size_t>(dataplane::JobCounter::key_failures)] = 1;
+  counters[static_cast<size_t>(dataplane::JobCounter::reduced_bytes)] = 56960;
+  a.counters = counters;
   JobSnapshot b;
   b.id = 9;
   b.index = 3;
@@ -492,10 +505,20 @@ TEST(ApiJobsTest, JobsJsonShape) {
   EXPECT_TRUE(m1["ip"].is_null());
   EXPECT_TRUE(m1["port"].is_null());
   EXPECT_EQ(m1["ack_watermark"], 45);
+  const json& c = a["counters"];
+  ASSERT_TRUE(c.is_object());
+  EXPECT_EQ(c.size(), dataplane::kNumJobCounters);
+  EXPECT_EQ(c["contributions"], 40);
+  EXPECT_EQ(c["completions"], 20);
+  EXPECT_EQ(c["duplicates"], 3);
+  EXPECT_EQ(c["collisions"], 0);
+  EXPECT_EQ(c["key_failures"], 1);
+  EXPECT_EQ(c["reduced_bytes"], 56960);
   const json& b = j["jobs"][1];
   EXPECT_EQ(b["nodes"], 2);
   EXPECT_EQ(b["ordered"], true);
   EXPECT_TRUE(b["min_ack"].is_null());
+  EXPECT_TRUE(b["counters"].is_null()) << "no counters read for this job";
   EXPECT_TRUE(b["learned_members"].is_array());
   EXPECT_EQ(json::parse(JobJson(SyntheticJobs().jobs[1])), b);
 }
@@ -660,6 +683,305 @@ TEST(ApiJobsTest, JobSourceFailureIs500) {
   EXPECT_EQ(json::parse(r.body)["error"], "internal error: boom");
 }
 
+// --- The slot routes, against a synthetic dump ---------------------------------------
+
+dataplane::SlotInfo Slot(unsigned lcore, uint32_t index, bool complete, uint32_t job, uint32_t seq,
+                         uint16_t count) {
+  dataplane::SlotInfo s;
+  s.lcore = lcore;
+  s.index = index;
+  s.complete = complete;
+  s.job_id = job;
+  s.seq = seq;
+  s.count = count;
+  s.expected = 4;
+  s.dtype = static_cast<uint8_t>(aggregator::DType::kFloat32);
+  s.op = static_cast<uint8_t>(aggregator::ReduceOp::kSum);
+  s.elem_count = 356;
+  s.age_seconds = 0.25;
+  return s;
+}
+
+// Five busy slots on two lcores: three of job 7, two of job 9.
+dataplane::SlotDump SyntheticDump() {
+  dataplane::SlotDump d;
+  d.slots = {Slot(1, 4, false, 7, 100, 3), Slot(1, 10, true, 9, 5, 4),
+             Slot(1, 12, false, 7, 101, 1), Slot(2, 5, true, 7, 102, 4),
+             Slot(2, 7, false, 9, 6, 2)};
+  d.slots[0].dtype = static_cast<uint8_t>(aggregator::DType::kBFloat16);
+  d.slots[0].op = static_cast<uint8_t>(aggregator::ReduceOp::kMax);
+  d.slots[0].overflow = true;
+  d.slots[0].age_seconds = 0.0001234;
+  d.busy = 5;
+  return d;
+}
+
+// A slot source that behaves like Dataplane::DumpSlots (the first `limit`
+// slots, truncated when there were more) and records the limits it was asked for.
+struct FakeSlots {
+  std::vector<size_t> limits;
+  std::optional<common::Status> error;
+
+  void Attach(DataSource& source) {
+    source.slots = [this](size_t limit) -> common::Result<dataplane::SlotDump> {
+      limits.push_back(limit);
+      if (error) return *error;
+      dataplane::SlotDump d = SyntheticDump();
+      if (d.slots.size() > limit) {
+        d.slots.resize(limit);
+        d.truncated = true;
+      }
+      return d;
+    };
+  }
+};
+
+TEST(ApiSlotsTest, ParseSlotQueryAcceptsFilters) {
+  auto q = ParseSlotQuery("");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(*q, (SlotQuery{1000, std::nullopt}));
+  q = ParseSlotQuery("limit=5&job=7");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(*q, (SlotQuery{5, 7u}));
+  q = ParseSlotQuery("job=4294967295&&limit=100000");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(*q, (SlotQuery{100000, 4294967295u}));
+  q = ParseSlotQuery("limit=1");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->limit, 1u);
+}
+
+TEST(ApiSlotsTest, ParseSlotQueryNamesTheBadParameter) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"limit=0", "limit must be a number from 1 to 100000, got '0'"},
+      {"limit=100001", "limit must be a number from 1 to 100000, got '100001'"},
+      {"limit=abc", "limit must be a number from 1 to 100000, got 'abc'"},
+      {"limit=", "limit must be a number from 1 to 100000, got ''"},
+      {"limit=-5", "limit must be a number from 1 to 100000, got '-5'"},
+      {"job=0", "job must be a job id from 1 to 4294967295, got '0'"},
+      {"job=4294967296", "job must be a job id from 1 to 4294967295, got '4294967296'"},
+      {"job=seven", "job must be a job id from 1 to 4294967295, got 'seven'"},
+      {"colour=red", "unknown query parameter 'colour'; expected limit or job"},
+      {"limit=%zz", "malformed percent-encoding in query 'limit=%zz'"},
+  };
+  for (const auto& [query, message] : cases) {
+    const auto q = ParseSlotQuery(query);
+    ASSERT_FALSE(q.ok()) << query;
+    EXPECT_EQ(q.status().code(), common::StatusCode::kInvalidArgument) << query;
+    EXPECT_EQ(q.status().message(), message) << query;
+  }
+}
+
+TEST(ApiSlotsTest, SlotsJsonShape) {
+  const json j = json::parse(SlotsJson(SyntheticDump(), {}));
+  EXPECT_EQ(j["busy"], 5);
+  EXPECT_EQ(j["truncated"], false);
+  EXPECT_TRUE(j["filter"]["job"].is_null());
+  EXPECT_EQ(j["filter"]["limit"], 1000);
+  EXPECT_EQ(j["count"], 5);
+  ASSERT_EQ(j["slots"].size(), 5u);
+  const json& s0 = j["slots"][0];
+  EXPECT_EQ(s0["lcore"], 1);
+  EXPECT_EQ(s0["index"], 4);
+  EXPECT_EQ(s0["state"], "aggregating");
+  EXPECT_EQ(s0["job"], 7);
+  EXPECT_EQ(s0["seq"], 100);
+  EXPECT_EQ(s0["count"], 3);
+  EXPECT_EQ(s0["expected"], 4);
+  EXPECT_EQ(s0["dtype"], "bfloat16");
+  EXPECT_EQ(s0["op"], "max");
+  EXPECT_EQ(s0["elem_count"], 356);
+  EXPECT_EQ(s0["overflow"], true);
+  EXPECT_DOUBLE_EQ(s0["age_seconds"].get<double>(), 0.000123);
+  EXPECT_EQ(s0.size(), 12u);
+  const json& s1 = j["slots"][1];
+  EXPECT_EQ(s1["state"], "complete");
+  EXPECT_EQ(s1["dtype"], "float32");
+  EXPECT_EQ(s1["op"], "sum");
+  EXPECT_EQ(s1["overflow"], false);
+  EXPECT_DOUBLE_EQ(s1["age_seconds"].get<double>(), 0.25);
+  // Dump order: by lcore, then slot index.
+  EXPECT_EQ(j["slots"][3]["lcore"], 2);
+  EXPECT_EQ(j["slots"][3]["index"], 5);
+}
+
+TEST(ApiSlotsTest, UnknownWireValuesShowAsNumbers) {
+  dataplane::SlotDump d = SyntheticDump();
+  d.slots[0].dtype = 9;
+  d.slots[0].op = 200;
+  const json j = json::parse(SlotsJson(d, {}));
+  EXPECT_EQ(j["slots"][0]["dtype"], "9");
+  EXPECT_EQ(j["slots"][0]["op"], "200");
+}
+
+TEST(ApiSlotsTest, RouteLimitsAndFilters) {
+  FakeSlots fake;
+  DataSource source = SyntheticSource();
+  fake.Attach(source);
+
+  HttpResponse r = HandleRequest("GET", "/api/v1/slots", "", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.content_type, "application/json");
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["count"], 5);
+  EXPECT_EQ(j["truncated"], false);
+  EXPECT_EQ(fake.limits, std::vector<size_t>({1000}));
+
+  // The limit goes to the dump, which reports that it left slots out.
+  r = HandleRequest("GET", "/api/v1/slots", "limit=2", source);
+  ASSERT_EQ(r.status, 200);
+  j = json::parse(r.body);
+  EXPECT_EQ(j["busy"], 5);
+  EXPECT_EQ(j["count"], 2);
+  EXPECT_EQ(j["truncated"], true);
+  EXPECT_EQ(j["filter"]["limit"], 2);
+  EXPECT_EQ(j["slots"][1]["index"], 10);
+  EXPECT_EQ(fake.limits.back(), 2u);
+
+  // A job filter dumps everything it may, then filters, then cuts at the limit.
+  r = HandleRequest("GET", "/api/v1/slots", "job=7", source);
+  ASSERT_EQ(r.status, 200);
+  j = json::parse(r.body);
+  EXPECT_EQ(fake.limits.back(), kMaxSlotLimit);
+  EXPECT_EQ(j["filter"]["job"], 7);
+  EXPECT_EQ(j["count"], 3);
+  EXPECT_EQ(j["truncated"], false);
+  EXPECT_EQ(j["busy"], 5) << "busy counts the whole switch";
+  for (const json& s : j["slots"]) EXPECT_EQ(s["job"], 7);
+  EXPECT_EQ(j["slots"][2]["index"], 5);
+
+  r = HandleRequest("GET", "/api/v1/slots", "job=7&limit=2", source);
+  j = json::parse(r.body);
+  EXPECT_EQ(j["count"], 2);
+  EXPECT_EQ(j["truncated"], true);
+  EXPECT_EQ(j["slots"][1]["index"], 12);
+
+  r = HandleRequest("GET", "/api/v1/slots", "job=12345", source);
+  j = json::parse(r.body);
+  EXPECT_EQ(j["count"], 0);
+  EXPECT_EQ(j["slots"], json::array());
+  EXPECT_EQ(j["truncated"], false);
+}
+
+TEST(ApiSlotsTest, BadQueryIs400AndDumpsNothing) {
+  FakeSlots fake;
+  DataSource source = SyntheticSource();
+  fake.Attach(source);
+  for (const auto& [query, fragment] :
+       {std::pair{"limit=0", "limit must be"}, std::pair{"limit=200000", "limit must be"},
+        std::pair{"job=x", "job must be"},
+        std::pair{"vlan=10", "unknown query parameter 'vlan'"}}) {
+    const HttpResponse r = HandleRequest("GET", "/api/v1/slots", query, source);
+    EXPECT_EQ(r.status, 400) << query;
+    EXPECT_NE(json::parse(r.body)["error"].get<std::string>().find(fragment), std::string::npos)
+        << query << ": " << r.body;
+  }
+  EXPECT_TRUE(fake.limits.empty());
+}
+
+TEST(ApiSlotsTest, UnansweredDumpIs503WithItsMessage) {
+  FakeSlots fake;
+  fake.error = common::Unavailable("worker lcore 2 did not answer within 500 ms");
+  DataSource source = SyntheticSource();
+  fake.Attach(source);
+  const HttpResponse r = HandleRequest("GET", "/api/v1/slots", "", source);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(json::parse(r.body)["error"], "worker lcore 2 did not answer within 500 ms");
+}
+
+TEST(ApiSlotsTest, AggregationOffIs503) {
+  const HttpResponse r = HandleRequest("GET", "/api/v1/slots", "", SyntheticSource());
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(json::parse(r.body)["error"],
+            "aggregation is off on this aggswitch (its config has no aggregation: section)");
+  // The query is still checked first.
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/slots", "limit=0", SyntheticSource()).status, 400);
+}
+
+TEST(ApiSlotsTest, SlotsRouteIsReadOnly) {
+  FakeSlots fake;
+  DataSource source = SyntheticSource();
+  fake.Attach(source);
+  const HttpResponse r = HandleRequest("POST", "/api/v1/slots", "", source);
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.allow, "GET");
+  EXPECT_TRUE(fake.limits.empty());
+}
+
+TEST(ApiSlotsTest, JobShowsItsCountersAndSlots) {
+  FakeJobs jobs;
+  FakeSlots slots;
+  DataSource source = jobs.Attach(SyntheticSource());
+  slots.Attach(source);
+  HttpResponse r = HandleRequest("GET", "/api/v1/jobs/7", "", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["id"], 7);
+  EXPECT_EQ(j["counters"]["contributions"], 40);
+  EXPECT_EQ(j["learned_members"].size(), 2u);
+  ASSERT_EQ(j["slots"].size(), 3u);
+  EXPECT_EQ(j["slots"][0]["index"], 4);
+  EXPECT_EQ(j["slots"][1]["index"], 12);
+  EXPECT_EQ(j["slots"][2]["index"], 5);
+  for (const json& s : j["slots"]) EXPECT_EQ(s["job"], 7);
+  EXPECT_EQ(j["slots_truncated"], false);
+  EXPECT_TRUE(j["slots_error"].is_null());
+  EXPECT_EQ(slots.limits, std::vector<size_t>({kMaxSlotLimit}));
+  // The list has the same job without the slot fields.
+  json listed = json::parse(HandleRequest("GET", "/api/v1/jobs", "", source).body)["jobs"][0];
+  for (const char* key : {"slots", "slots_truncated", "slots_error"}) j.erase(key);
+  EXPECT_EQ(j, listed);
+
+  // An unknown job is 404 and needs no dump.
+  r = HandleRequest("GET", "/api/v1/jobs/8", "", source);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(slots.limits.size(), 1u);
+}
+
+TEST(ApiSlotsTest, JobWithoutADumpStillShows) {
+  FakeJobs jobs;
+  FakeSlots slots;
+  slots.error = common::Unavailable("worker lcore 1 did not answer within 500 ms");
+  DataSource source = jobs.Attach(SyntheticSource());
+  slots.Attach(source);
+  HttpResponse r = HandleRequest("GET", "/api/v1/jobs/9", "", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["id"], 9);
+  EXPECT_TRUE(j["slots"].is_null());
+  EXPECT_EQ(j["slots_error"], "worker lcore 1 did not answer within 500 ms");
+
+  // Aggregation off: no slot source at all.
+  source.slots = nullptr;
+  r = HandleRequest("GET", "/api/v1/jobs/9", "", source);
+  ASSERT_EQ(r.status, 200);
+  j = json::parse(r.body);
+  EXPECT_TRUE(j["slots"].is_null());
+  EXPECT_EQ(j["slots_error"],
+            "aggregation is off on this aggswitch (its config has no aggregation: section)");
+}
+
+// The job detail marks its slots truncated when more than kDefaultSlotLimit
+// belong to the job, or when the dump itself was cut.
+TEST(ApiSlotsTest, JobDetailTruncation) {
+  JobSnapshot job = SyntheticJobs().jobs[0];
+  dataplane::SlotDump d;
+  for (uint32_t i = 0; i < kDefaultSlotLimit + 1; ++i)
+    d.slots.push_back(Slot(1, i, false, 7, i, 1));
+  d.busy = d.slots.size();
+  json j = json::parse(JobDetailJson(job, d));
+  EXPECT_EQ(j["slots"].size(), kDefaultSlotLimit);
+  EXPECT_EQ(j["slots_truncated"], true);
+
+  d.slots.resize(3);
+  j = json::parse(JobDetailJson(job, d));
+  EXPECT_EQ(j["slots"].size(), 3u);
+  EXPECT_EQ(j["slots_truncated"], false);
+  d.truncated = true;
+  j = json::parse(JobDetailJson(job, d));
+  EXPECT_EQ(j["slots_truncated"], true);
+}
+
 // --- End to end: HandleRequest -> JobControl -> JobTable, with a control thread -----
 
 // Runs a JobControl and a control thread that drains it, like ControlLoop::Run.
@@ -816,6 +1138,78 @@ TEST_F(JobControlFixture, ManyCallersAtOnce) {
   StopControlThread();
   table_->Reclaim();
   EXPECT_EQ(table_->size(), 1u);  // job 7 from the config
+}
+
+// The counter reader runs on the control thread, in the same step as the job
+// list, and a reused index starts from the zeroed counters of its new job.
+TEST_F(JobControlFixture, CountersAreReadOnTheControlThreadWithTheJob) {
+  // The dataplane's per-index counters, reduced to one per index, and the
+  // reclaim hook that zeroes an index, as the dataplane sets it.
+  std::array<std::atomic<uint64_t>, 4> contributions{};
+  std::mutex mu;
+  std::set<std::thread::id> reader_threads;
+  table_->SetReclaimHook([&](uint16_t index) { contributions[index].store(0); });
+  jobs_->SetCounterReader([&](uint16_t index) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      reader_threads.insert(std::this_thread::get_id());
+    }
+    JobCounterValues v{};
+    v[static_cast<size_t>(dataplane::JobCounter::contributions)] = contributions[index].load();
+    v[static_cast<size_t>(dataplane::JobCounter::reduced_bytes)] = 1000 + index;
+    return v;
+  });
+  StartControlThread();
+  // The hook and the reader use this test's locals: stop the control thread
+  // and drop them before the locals go, on every way out of the test.
+  struct AtExit {
+    std::function<void()> fn;
+    ~AtExit() { fn(); }
+  } stop{[this] {
+    StopControlThread();
+    table_->SetReclaimHook(nullptr);
+    jobs_->SetCounterReader(nullptr);
+  }};
+
+  contributions[0] = 11;  // job 7, index 0
+  ASSERT_EQ(
+      HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 9, "key": 1, "members": 2})", source_)
+          .status,
+      201);
+  contributions[1] = 22;  // job 9, index 1
+  json j = json::parse(HandleRequest("GET", "/api/v1/jobs", "", source_).body);
+  ASSERT_EQ(j["count"], 2);
+  EXPECT_EQ(j["jobs"][0]["id"], 7);
+  EXPECT_EQ(j["jobs"][0]["counters"]["contributions"], 11);
+  EXPECT_EQ(j["jobs"][0]["counters"]["reduced_bytes"], 1000);
+  EXPECT_EQ(j["jobs"][1]["id"], 9);
+  EXPECT_EQ(j["jobs"][1]["counters"]["contributions"], 22);
+  EXPECT_EQ(j["jobs"][1]["counters"]["reduced_bytes"], 1001);
+
+  // Job 9 goes; job 10 gets its index once it is reclaimed, and starts at 0.
+  ASSERT_EQ(HandleRequest("DELETE", "/api/v1/jobs/9", "", source_).status, 204);
+  HttpResponse r;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    r = HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 10, "key": 1, "members": 2})", source_);
+    if (r.status == 201 && json::parse(r.body)["index"] == 1) break;
+    if (r.status == 201) (void)jobs_->Remove(10);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(r.status, 201) << r.body;
+  j = json::parse(r.body);
+  ASSERT_EQ(j["index"], 1);
+  EXPECT_EQ(j["counters"]["contributions"], 0) << "job 9's counts must not show under job 10";
+  j = json::parse(HandleRequest("GET", "/api/v1/jobs/10", "", source_).body);
+  EXPECT_EQ(j["counters"]["contributions"], 0);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(reader_threads, std::set<std::thread::id>({control_.get_id()}));
+}
+
+TEST_F(JobControlFixture, NoCounterReaderNoCounters) {
+  StartControlThread();
+  const json j = json::parse(HandleRequest("GET", "/api/v1/jobs/7", "", source_).body);
+  EXPECT_EQ(j["id"], 7);
+  EXPECT_TRUE(j["counters"].is_null());
 }
 
 TEST(AddConfigJobsTest, NamesTheFailingItem) {

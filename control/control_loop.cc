@@ -50,6 +50,7 @@ void ControlLoop::Run() {
     dataplane_.ProcessLearnRequests();
     dataplane_.AgeMacTable();
     if (jobs_ != nullptr) {
+      dataplane_.ProcessRegistrations();
       jobs_->ProcessPending();
       jobs_->table().Reclaim();
     }

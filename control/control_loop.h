@@ -1,6 +1,6 @@
 // The control thread's loop on the main lcore: MAC learning from the workers'
-// rings, MAC aging, job commands from the API and job reclamation, signals
-// and configuration reload.
+// rings, MAC aging, in-band job registration, job commands from the API and
+// job reclamation, signals and configuration reload.
 //
 // Signals only raise flags (async-signal-safe); the loop acts on them:
 //   SIGINT, SIGTERM  stop: Run() returns, the caller stops the dataplane.

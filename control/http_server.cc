@@ -5,12 +5,14 @@
 #include <sys/socket.h>
 
 #include <cctype>
+#include <chrono>
 #include <string>
 #include <string_view>
 
 #include "common/log.h"
 #include "control/job_control.h"
 #include "control/stats_snapshot.h"
+#include "dataplane/dataplane.h"
 
 namespace aggswitch::control {
 namespace {
@@ -19,6 +21,9 @@ namespace {
 // let a slow MAC dump not block a Prometheus scrape.
 constexpr char kNumThreads[] = "2";
 constexpr char kRequestTimeoutMs[] = "10000";
+// How long a slot dump waits for the workers (a few hundred slots per poll
+// loop each); past it /api/v1/slots answers 503.
+constexpr std::chrono::milliseconds kSlotDumpTimeout{500};
 
 // The first message civetweb logs while mg_start2() runs on this thread; it
 // explains a failed start ("cannot bind to 127.0.0.1:9477: 98 (Address already
@@ -129,6 +134,11 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     return snap;
   };
   source.mac_entries = [&dp] { return CollectMacEntries(dp); };
+  if (dp.aggregation_enabled()) {
+    // DumpSlots waits for the workers and serialises its callers, so a dump
+    // never runs on a worker lcore and civetweb's two threads take turns.
+    source.slots = [&dp](size_t limit) { return dp.DumpSlots(limit, kSlotDumpTimeout); };
+  }
   if (jobs != nullptr) jobs->Attach(source);
   return Start(listen, std::move(source));
 }

@@ -8,9 +8,11 @@
 // kMaxRequestBody bytes.
 //
 // civetweb's threads are not EAL lcores. They read the dataplane only through
-// its [any] accessors (CollectSnapshot, CollectMacEntries) and never touch a
-// worker lcore's state for writing, so a scrape cannot stall forwarding. The
-// job routes go through JobControl, which hands them to the control thread.
+// its [any] accessors (CollectSnapshot, CollectMacEntries, DumpSlots) and never
+// touch a worker lcore's state for writing, so a scrape cannot stall
+// forwarding; a slot dump asks the workers for a copy and waits at most
+// 500 ms for it. The job routes, and each job's counters, go through
+// JobControl, which hands them to the control thread.
 //
 //   ASSIGN_OR_RETURN(auto http, HttpServer::Start(config.http.listen, *dataplane, &job_control));
 //   AGG_LOG(kInfo, "metrics at http://%s/metrics", http->listen().c_str());
@@ -45,7 +47,8 @@ inline constexpr size_t kMaxRequestBody = 64 * 1024;
 class HttpServer {
  public:
   // Serves `dp`, and the job table through `jobs` when given (else the job
-  // routes answer 503); both must outlive the server. `listen` is "host:port"
+  // routes answer 503); both must outlive the server. /api/v1/slots answers
+  // 503 unless `dp` aggregates. `listen` is "host:port"
   // ("127.0.0.1:9477"; port 0 picks a free port, see port()). A bad address
   // or a port in use is an error naming the address. [control]
   static common::Result<std::unique_ptr<HttpServer>> Start(const std::string& listen,

@@ -11,7 +11,10 @@ namespace {
 using aggregator::Job;
 using aggregator::JobSpec;
 
-JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_names) {
+// Reads the job and, through `counters`, its counters: on the control thread,
+// so that the job still owns its index (see job_control.h).
+JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_names,
+                        const JobCounterReader& counters) {
   JobSnapshot s;
   s.id = job.id();
   s.index = job.index();
@@ -20,6 +23,7 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
   s.nodes = job.nodes();
   s.ordered = job.ordered();
   s.min_ack = job.MinAck();
+  if (counters) s.counters = counters(job.index());
   for (uint16_t node = 0; node < job.members(); ++node) {
     aggregator::MemberAddr addr;
     const bool has_address = job.GetMember(node, &addr);
@@ -64,12 +68,14 @@ common::Status AddConfigJobs(aggregator::JobTable& table, const config::Aggregat
 }
 
 JobTableSnapshot SnapshotJobTable(const aggregator::JobTable& table, bool in_band_registration,
-                                  const std::vector<std::string>& port_names) {
+                                  const std::vector<std::string>& port_names,
+                                  const JobCounterReader& counters) {
   JobTableSnapshot snap;
   snap.capacity = table.max_jobs();
   snap.max_fan_in = table.max_fan_in();
   snap.in_band_registration = in_band_registration;
-  table.ForEach([&](const Job& job) { snap.jobs.push_back(SnapshotJob(job, port_names)); });
+  table.ForEach(
+      [&](const Job& job) { snap.jobs.push_back(SnapshotJob(job, port_names, counters)); });
   std::sort(snap.jobs.begin(), snap.jobs.end(),
             [](const JobSnapshot& a, const JobSnapshot& b) { return a.id < b.id; });
   return snap;
@@ -182,7 +188,7 @@ void JobControl::Execute(Command& command) {
         command.status = added.status();
         return;
       }
-      command.table.jobs.push_back(SnapshotJob(**added, options_.port_names));
+      command.table.jobs.push_back(SnapshotJob(**added, options_.port_names, counters_));
       return;
     }
     case Command::Kind::kRemove:
@@ -194,8 +200,12 @@ void JobControl::Execute(Command& command) {
   }
 }
 
+void JobControl::SetCounterReader(JobCounterReader reader) {
+  counters_ = std::move(reader);
+}
+
 JobTableSnapshot JobControl::Snapshot() const {
-  return SnapshotJobTable(table_, options_.in_band_registration, options_.port_names);
+  return SnapshotJobTable(table_, options_.in_band_registration, options_.port_names, counters_);
 }
 
 }  // namespace aggswitch::control

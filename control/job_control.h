@@ -9,15 +9,28 @@
 // (ProcessPending) on the control thread, where adding, removing and reading
 // jobs is safe. Worker lcores never touch this queue.
 //
+// Per-job counters. The dataplane counts per job index (Job::index()), and an
+// index passes to another job once the old one is removed and reclaimed; the
+// reclaim hook zeroes the index's counters at that moment. Only the control
+// thread adds, removes and reclaims, so only there are a job and its index
+// certain to belong together. That is why a snapshot reads each job's counters
+// (SetCounterReader) in the same control-thread step that lists the job: no
+// Add, Remove or Reclaim can come between the two, so a job's counters are
+// never another job's, and never include counts of an earlier owner of the
+// index. A reader on an HTTP thread could pair job A's id with index i after A
+// was removed, reclaimed and i given to job B.
+//
 //   ASSIGN_OR_RETURN(auto table, aggregator::JobTable::Create(agg.max_jobs, agg.max_fan_in));
 //   RETURN_IF_ERROR(AddConfigJobs(*table, agg));
 //   JobControl jobs(*table, {agg.in_band_registration, port_names});
+//   ASSIGN_OR_RETURN(auto dp, dataplane::Dataplane::Create(cfg, table.get()));
+//   jobs.SetCounterReader([&dp = *dp](uint16_t i) { return CollectJobCounters(dp, i); });
 //   DataSource source = ...; jobs.Attach(source);     // the /api/v1/jobs routes
 //   while (running) { jobs.ProcessPending(); table->Reclaim(); ... }   // control loop
 //
 // Thread safety: Add/Remove/List [any thread but the control thread: they
-// wait for it]; ProcessPending, Snapshot and the constructor [control].
-// AddConfigJobs [control].
+// wait for it]; ProcessPending, Snapshot, SetCounterReader and the
+// constructor [control]. AddConfigJobs [control].
 #pragma once
 
 #include <chrono>
@@ -25,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,9 +60,15 @@ namespace aggswitch::control {
 // exists"). A validated config does not fail. [control]
 common::Status AddConfigJobs(aggregator::JobTable& table, const config::AggregationConfig& agg);
 
-// The control thread's view of the table as the API shows it, jobs by id. [control]
+// Reads job index `index`'s counters (CollectJobCounters). Called on the
+// control thread only, while the index belongs to the job being snapshotted.
+using JobCounterReader = std::function<JobCounterValues(uint16_t index)>;
+
+// The control thread's view of the table as the API shows it, jobs by id,
+// each with its counters when `counters` is set. [control]
 JobTableSnapshot SnapshotJobTable(const aggregator::JobTable& table, bool in_band_registration,
-                                  const std::vector<std::string>& port_names);
+                                  const std::vector<std::string>& port_names,
+                                  const JobCounterReader& counters = {});
 
 class JobControl {
  public:
@@ -84,6 +104,12 @@ class JobControl {
 
   // --- The control thread ---
 
+  // From now on every job snapshot (List, Add, Snapshot) carries the job's
+  // counters read through `reader`. The job table exists before the
+  // dataplane that counts, hence a setter rather than an Option; set it
+  // before the HTTP server starts. An empty reader turns counters off. [control]
+  void SetCounterReader(JobCounterReader reader);
+
   // Runs every queued command and wakes its caller. Returns how many ran. [control]
   size_t ProcessPending();
   // The table now, without the queue. [control]
@@ -99,6 +125,7 @@ class JobControl {
 
   aggregator::JobTable& table_;
   const Options options_;
+  JobCounterReader counters_;  // [control]
 
   std::mutex mu_;
   std::condition_variable done_;

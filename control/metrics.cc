@@ -1,5 +1,8 @@
 #include "control/metrics.h"
 
+#include <cctype>
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
@@ -26,6 +29,11 @@ class Exposition {
   }
 
   void Sample(std::string_view name, std::initializer_list<Label> labels, uint64_t value) {
+    Sample(name, labels, std::string_view(std::to_string(value)));
+  }
+
+  // A sample whose value is already formatted (FormatFloat).
+  void Sample(std::string_view name, std::initializer_list<Label> labels, std::string_view value) {
     out_ += name;
     if (labels.size() > 0) {
       out_ += '{';
@@ -41,7 +49,7 @@ class Exposition {
       out_ += '}';
     }
     out_ += ' ';
-    out_ += std::to_string(value);
+    out_ += value;
     out_ += '\n';
   }
 
@@ -147,6 +155,26 @@ constexpr MacCounterFamily kMacCounters[] = {
      "Learn requests refused because the MAC table was full.", &MacTableSnapshot::learn_refused},
 };
 
+// A float as Prometheus clients print it: the shortest text that reads back
+// as the same double, in %g style ("1e-06", "0.0001", "0.5", "1"); "+Inf",
+// "-Inf" and "NaN" as the format spells them.
+std::string FormatFloat(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+// The dataplane's help texts are phrases ("contributions counted into a
+// slot"); # HELP lines here are sentences.
+std::string Sentence(std::string_view phrase) {
+  std::string out(phrase);
+  if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
+  out += '.';
+  return out;
+}
+
 std::string EscapeWith(std::string_view in, bool quotes) {
   std::string out;
   out.reserve(in.size());
@@ -228,7 +256,7 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
   for (size_t a = 0; a < dataplane::kNumAggCounters; ++a) {
     const std::string name =
         std::string("aggswitch_aggregation_") + dataplane::kAggCounterText[a].name + "_total";
-    e.Family(name, "counter", dataplane::kAggCounterText[a].help);
+    e.Family(name, "counter", Sentence(dataplane::kAggCounterText[a].help));
     for (const LcoreSnapshot& l : snap.lcores) {
       e.Sample(name, {{"lcore", std::to_string(l.lcore)}}, l.agg[a]);
     }
@@ -238,20 +266,58 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     const char* help;
     uint32_t LcoreSnapshot::*field;
   };
-  for (const SlotGauge& g : {SlotGauge{"aggswitch_aggregation_slots", "Aggregation slots the lcore owns.",
-                                       &LcoreSnapshot::slots},
-                             SlotGauge{"aggswitch_aggregation_slots_busy",
-                                       "Slots aggregating or holding a result.",
-                                       &LcoreSnapshot::slots_busy},
-                             SlotGauge{"aggswitch_aggregation_slots_complete",
-                                       "Slots holding a result until every member acknowledged it.",
-                                       &LcoreSnapshot::slots_complete}}) {
+  for (const SlotGauge& g :
+       {SlotGauge{"aggswitch_aggregation_slots", "Aggregation slots the lcore owns.",
+                  &LcoreSnapshot::slots},
+        SlotGauge{"aggswitch_aggregation_slots_busy", "Slots aggregating or holding a result.",
+                  &LcoreSnapshot::slots_busy},
+        SlotGauge{"aggswitch_aggregation_slots_complete",
+                  "Slots holding a result until every member acknowledged it.",
+                  &LcoreSnapshot::slots_complete}}) {
     e.Family(g.name, "gauge", g.help);
-    for (const LcoreSnapshot& l : snap.lcores) e.Sample(g.name, {{"lcore", std::to_string(l.lcore)}}, l.*g.field);
+    for (const LcoreSnapshot& l : snap.lcores)
+      e.Sample(g.name, {{"lcore", std::to_string(l.lcore)}}, l.*g.field);
   }
   e.Family("aggswitch_lcore_tsc_hertz", "gauge",
            "TSC frequency; divides the lcore cycle counters into seconds.");
   e.Sample("aggswitch_lcore_tsc_hertz", {}, snap.tsc_hz);
+
+  // --- Aggregation engine, switch-wide (only with aggregation on) ---
+  if (snap.aggregation) {
+    const AggregationSnapshot& a = *snap.aggregation;
+    // The dataplane keeps one counter per bucket; Prometheus wants each
+    // bucket to count everything at or below its bound. _count is the +Inf
+    // bucket rather than SlotLatencyTotals::count: the buckets and the count
+    // are read one after another while workers complete chunks, and a
+    // histogram whose _count and +Inf bucket disagree confuses
+    // histogram_quantile().
+    constexpr char kLatency[] = "aggswitch_aggregation_slot_completion_latency_seconds";
+    const std::string bucket = std::string(kLatency) + "_bucket";
+    e.Family(kLatency, "histogram",
+             "Time from a chunk's first contribution to its result being sent, over every "
+             "worker lcore.");
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b < dataplane::kSlotLatencyBuckets; ++b) {
+      cumulative += a.slot_latency.buckets[b];
+      const std::string le = b + 1 < dataplane::kSlotLatencyBuckets
+                                 ? FormatFloat(dataplane::kSlotLatencyBoundsSeconds[b])
+                                 : "+Inf";
+      e.Sample(bucket, {{"le", le}}, cumulative);
+    }
+    e.Sample(std::string(kLatency) + "_sum", {}, FormatFloat(a.slot_latency.sum_seconds));
+    e.Sample(std::string(kLatency) + "_count", {}, cumulative);
+
+    std::string registration_help = "In-band job registrations by the control thread, by result:";
+    for (const dataplane::AggCounterText& t : dataplane::kRegistrationResultText) {
+      registration_help += std::string(" ") + t.name + " (" + t.help + ");";
+    }
+    registration_help.back() = '.';
+    e.Family("aggswitch_aggregation_registrations_total", "counter", registration_help);
+    for (size_t r = 0; r < dataplane::kNumRegistrationResults; ++r) {
+      e.Sample("aggswitch_aggregation_registrations_total",
+               {{"result", dataplane::kRegistrationResultText[r].name}}, a.registrations[r]);
+    }
+  }
 
   // --- MAC table ---
   for (const MacGaugeFamily& f : kMacGauges) {
@@ -263,7 +329,8 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     e.Sample(f.name, {}, snap.mac_table.*f.field);
   }
 
-  // --- Job table (gauges from the table; the dataplane's per-job counters come later) ---
+  // --- Job table (gauges from the table; with aggregation on, the dataplane's
+  // per-job counters, read on the control thread with the table) ---
   if (snap.jobs) {
     const JobTableSnapshot& t = *snap.jobs;
     e.Family("aggswitch_job_table_jobs", "gauge",
@@ -295,6 +362,16 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     for (const JobSnapshot& j : t.jobs) {
       const std::string id = std::to_string(j.id);
       e.Sample("aggswitch_job_members", {{"job", id}}, j.learned);
+    }
+    if (snap.aggregation) {
+      for (size_t c = 0; c < dataplane::kNumJobCounters; ++c) {
+        const std::string name = std::string("aggswitch_aggregation_job_") +
+                                 dataplane::kJobCounterText[c].name + "_total";
+        e.Family(name, "counter", Sentence(dataplane::kJobCounterText[c].help));
+        for (const JobSnapshot& j : t.jobs) {
+          if (j.counters) e.Sample(name, {{"job", std::to_string(j.id)}}, (*j.counters)[c]);
+        }
+      }
     }
   }
   return e.Take();

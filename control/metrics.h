@@ -16,13 +16,22 @@
 //   aggswitch_lcore_tsc_hertz                                   gauge
 //   aggswitch_mac_table_{entries,capacity_entries,static_entries,aging_seconds}  gauges
 //   aggswitch_mac_table_{learned,moved,aged,static_conflicts,learn_refused}_total
+//   aggswitch_aggregation_<counter>_total{lcore}                counters, AGG_AGGREGATION_COUNTERS
+//   aggswitch_aggregation_slots{,_busy,_complete}{lcore}        gauges
 //   aggswitch_job_table_{jobs,capacity_jobs}                    gauges     } when the snapshot
 //   aggswitch_job_info{job,origin,nodes,ordered}                gauge, 1   } has the job table
 //   aggswitch_job_{expected_members,members}{job}               gauges     } (snap.jobs)
+// and with aggregation on (snap.aggregation):
+//   aggswitch_aggregation_slot_completion_latency_seconds       histogram (_bucket{le}, _sum,
+//                                                               _count), every lcore together
+//   aggswitch_aggregation_registrations_total{result}           counter, every result
+//   aggswitch_aggregation_job_<counter>_total{job}              counters, AGG_JOB_COUNTERS, for
+//                                                               each job of snap.jobs with counters
 //
 // Each drop reason of AGG_DROP_REASONS is exported for every port, zeros
-// included, so that rate() works from the first scrape. The output is checked
-// with `promtool check metrics` in metrics_test.
+// included, so that rate() works from the first scrape; so is every
+// registration result. The output is checked with `promtool check metrics` in
+// metrics_test.
 //
 //   StatsSnapshot snap = CollectSnapshot(*dataplane);
 //   std::string body = RenderPrometheus(snap);   // serve with kPrometheusContentType

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -209,14 +211,17 @@ TEST(MetricsTest, DropLabelsMatchTheDataplaneList) {
 }
 
 // Each family has exactly one # HELP and one # TYPE, directly followed by its
-// samples, and every sample belongs to the family declared last.
-TEST(MetricsTest, FamiliesAreWellFormed) {
-  const std::string text = RenderPrometheus(SyntheticSnapshot());
+// samples, and every sample belongs to the family declared last (a
+// histogram's samples are its _bucket, _sum and _count series). Returns the
+// families seen.
+std::set<std::string> ExpectWellFormed(const std::string& text) {
   std::map<std::string, int> help_count;
   std::map<std::string, int> type_count;
   std::string current;
+  std::string current_type;
   for (const std::string& line : Lines(text)) {
-    ASSERT_FALSE(line.empty());
+    EXPECT_FALSE(line.empty());
+    if (line.empty()) continue;
     if (line.rfind("# HELP ", 0) == 0) {
       const std::string name = line.substr(7, line.find(' ', 7) - 7);
       ++help_count[name];
@@ -226,17 +231,35 @@ TEST(MetricsTest, FamiliesAreWellFormed) {
       ++type_count[name];
       EXPECT_EQ(help_count[name], 1) << "# TYPE before # HELP for " << name;
       const std::string type = line.substr(7 + name.size() + 1);
-      EXPECT_TRUE(type == "counter" || type == "gauge") << line;
+      EXPECT_TRUE(type == "counter" || type == "gauge" || type == "histogram") << line;
       if (type == "counter") {
         EXPECT_EQ(name.substr(name.size() - 6), "_total") << name;
       }
       current = name;
+      current_type = type;
     } else {
       const std::string name = line.substr(0, line.find_first_of("{ "));
-      EXPECT_EQ(name, current) << "sample outside its family: " << line;
+      if (current_type == "histogram") {
+        EXPECT_TRUE(name == current + "_bucket" || name == current + "_sum" ||
+                    name == current + "_count")
+            << "sample outside its histogram: " << line;
+      } else {
+        EXPECT_EQ(name, current) << "sample outside its family: " << line;
+      }
       EXPECT_EQ(name.rfind("aggswitch_", 0), 0u) << line;
     }
   }
+  std::set<std::string> families;
+  for (const auto& [name, n] : help_count) {
+    EXPECT_EQ(n, 1) << name;
+    EXPECT_EQ(type_count[name], 1) << name;
+    families.insert(name);
+  }
+  return families;
+}
+
+TEST(MetricsTest, FamiliesAreWellFormed) {
+  const std::set<std::string> families = ExpectWellFormed(RenderPrometheus(SyntheticSnapshot()));
   for (const char* family : {
            "aggswitch_build_info",
            "aggswitch_port_info",
@@ -270,11 +293,7 @@ TEST(MetricsTest, FamiliesAreWellFormed) {
            "aggswitch_mac_table_static_conflicts_total",
            "aggswitch_mac_table_learn_refused_total",
        }) {
-    EXPECT_EQ(help_count.count(family), 1u) << "missing family " << family;
-  }
-  for (const auto& [name, n] : help_count) {
-    EXPECT_EQ(n, 1) << name;
-    EXPECT_EQ(type_count[name], 1) << name;
+    EXPECT_EQ(families.count(family), 1u) << "missing family " << family;
   }
 }
 
@@ -348,6 +367,211 @@ TEST(MetricsTest, NoJobTableNoJobFamilies) {
   EXPECT_TRUE(HasLine(text, "# TYPE aggswitch_job_members gauge"));
 }
 
+// --- Aggregation: per-job counters, the latency histogram, registrations ------------
+
+constexpr size_t kLast = dataplane::kSlotLatencyBuckets - 1;  // the +Inf bucket
+
+size_t JobCounterIndex(dataplane::JobCounter c) {
+  return static_cast<size_t>(c);
+}
+
+// WithJobs() plus aggregation on: counters for job 7 (none for the other job,
+// as when the control thread has no counter reader), nine completions in the
+// latency histogram and some registrations.
+StatsSnapshot WithAggregation(StatsSnapshot s) {
+  s = WithJobs(std::move(s));
+  JobCounterValues c{};
+  c[JobCounterIndex(dataplane::JobCounter::contributions)] = 40;
+  c[JobCounterIndex(dataplane::JobCounter::completions)] = 10;
+  c[JobCounterIndex(dataplane::JobCounter::duplicates)] = 3;
+  c[JobCounterIndex(dataplane::JobCounter::collisions)] = 1;
+  c[JobCounterIndex(dataplane::JobCounter::key_failures)] = 2;
+  c[JobCounterIndex(dataplane::JobCounter::reduced_bytes)] = 56960;
+  s.jobs->jobs[0].counters = c;
+
+  AggregationSnapshot a;
+  a.slot_latency.buckets[0] = 2;      // <= 1 us
+  a.slot_latency.buckets[3] = 5;      // (5 us, 10 us]
+  a.slot_latency.buckets[9] = 1;      // (0.5 ms, 1 ms]
+  a.slot_latency.buckets[kLast] = 1;  // > 1 s
+  a.slot_latency.count = 9;
+  a.slot_latency.sum_seconds = 3.25;
+  a.registrations[static_cast<size_t>(dataplane::RegistrationResult::admitted)] = 4;
+  a.registrations[static_cast<size_t>(dataplane::RegistrationResult::existing)] = 2;
+  a.registrations[static_cast<size_t>(dataplane::RegistrationResult::key_mismatch)] = 1;
+  s.aggregation = a;
+  s.lcores[0].agg[static_cast<size_t>(dataplane::AggCounter::acks)] = 5;
+  s.lcores[0].agg[static_cast<size_t>(dataplane::AggCounter::nacks_sent)] = 6;
+  return s;
+}
+
+constexpr char kLatency[] = "aggswitch_aggregation_slot_completion_latency_seconds";
+
+// The value of the sample line that starts with `series` followed by a space.
+std::optional<std::string> SampleValue(const std::string& text, const std::string& series) {
+  for (const std::string& l : Lines(text)) {
+    if (l.size() > series.size() && l.compare(0, series.size(), series) == 0 &&
+        l[series.size()] == ' ') {
+      return l.substr(series.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+TEST(MetricsTest, PerJobCountersCarryTheJobLabel) {
+  const std::string text = RenderPrometheus(WithAggregation(SyntheticSnapshot()));
+  for (const char* line : {
+           "# TYPE aggswitch_aggregation_job_contributions_total counter",
+           R"(aggswitch_aggregation_job_contributions_total{job="7"} 40)",
+           R"(aggswitch_aggregation_job_completions_total{job="7"} 10)",
+           R"(aggswitch_aggregation_job_duplicates_total{job="7"} 3)",
+           R"(aggswitch_aggregation_job_collisions_total{job="7"} 1)",
+           R"(aggswitch_aggregation_job_key_failures_total{job="7"} 2)",
+           "# TYPE aggswitch_aggregation_job_reduced_bytes_total counter",
+           R"(aggswitch_aggregation_job_reduced_bytes_total{job="7"} 56960)",
+           "# HELP aggswitch_aggregation_job_key_failures_total Datagrams with the job's id and "
+           "the wrong key.",
+       }) {
+    EXPECT_TRUE(HasLine(text, line)) << "missing line: " << line;
+  }
+  // Every job counter has its family; a job without counters has no samples.
+  for (const dataplane::AggCounterText& t : dataplane::kJobCounterText) {
+    const std::string family = std::string("aggswitch_aggregation_job_") + t.name + "_total";
+    EXPECT_TRUE(HasLine(text, "# TYPE " + family + " counter")) << family;
+    EXPECT_FALSE(SampleValue(text, family + R"({job="4294967295"})")) << family;
+  }
+}
+
+TEST(MetricsTest, LatencyHistogramIsCumulative) {
+  const std::string text = RenderPrometheus(WithAggregation(SyntheticSnapshot()));
+  EXPECT_TRUE(HasLine(text, std::string("# TYPE ") + kLatency + " histogram"));
+  const std::string bucket = std::string(kLatency) + "_bucket";
+  for (const char* line : {
+           R"({le="1e-06"} 2)",
+           R"({le="2e-06"} 2)",
+           R"({le="5e-06"} 2)",
+           R"({le="1e-05"} 7)",
+           R"({le="0.0005"} 7)",
+           R"({le="0.001"} 8)",
+           R"({le="0.1"} 8)",
+           R"({le="1"} 8)",
+           R"({le="+Inf"} 9)",
+       }) {
+    EXPECT_TRUE(HasLine(text, bucket + line)) << "missing line: " << bucket << line;
+  }
+  EXPECT_EQ(SampleValue(text, std::string(kLatency) + "_sum"), "3.25");
+  EXPECT_EQ(SampleValue(text, std::string(kLatency) + "_count"), "9");
+
+  // One bucket per bound plus +Inf, in order, each `le` reading back as its
+  // bound, the counts never falling.
+  std::vector<std::pair<std::string, uint64_t>> buckets;
+  for (const std::string& l : Lines(text)) {
+    if (l.rfind(bucket + "{le=\"", 0) != 0) continue;
+    const size_t open = bucket.size() + 5;
+    const size_t close = l.find('"', open);
+    buckets.emplace_back(l.substr(open, close - open), std::stoull(l.substr(close + 3)));
+  }
+  ASSERT_EQ(buckets.size(), dataplane::kSlotLatencyBuckets);
+  for (size_t b = 0; b + 1 < buckets.size(); ++b) {
+    EXPECT_EQ(std::strtod(buckets[b].first.c_str(), nullptr),
+              dataplane::kSlotLatencyBoundsSeconds[b])
+        << buckets[b].first;
+    EXPECT_LE(buckets[b].second, buckets[b + 1].second) << buckets[b].first;
+  }
+  EXPECT_EQ(buckets.back().first, "+Inf");
+}
+
+// The count is read apart from the buckets while workers complete chunks;
+// _count follows the buckets so that it always equals the +Inf bucket.
+TEST(MetricsTest, LatencyCountIsTheInfBucket) {
+  StatsSnapshot s = WithAggregation(SyntheticSnapshot());
+  s.aggregation->slot_latency.count = 10;  // one completion more than the buckets show
+  s.aggregation->slot_latency.sum_seconds = 0.000123;
+  const std::string text = RenderPrometheus(s);
+  EXPECT_EQ(SampleValue(text, std::string(kLatency) + R"(_bucket{le="+Inf"})"), "9");
+  EXPECT_EQ(SampleValue(text, std::string(kLatency) + "_count"), "9");
+  EXPECT_EQ(SampleValue(text, std::string(kLatency) + "_sum"), "0.000123");
+}
+
+TEST(MetricsTest, EmptyHistogramHasEveryBucketAtZero) {
+  StatsSnapshot s = SyntheticSnapshot();
+  s.aggregation = AggregationSnapshot{};
+  const std::string text = RenderPrometheus(s);
+  EXPECT_TRUE(HasLine(text, std::string(kLatency) + R"(_bucket{le="+Inf"} 0)"));
+  EXPECT_TRUE(HasLine(text, std::string(kLatency) + R"(_bucket{le="1e-06"} 0)"));
+  EXPECT_TRUE(HasLine(text, std::string(kLatency) + "_sum 0"));
+  EXPECT_TRUE(HasLine(text, std::string(kLatency) + "_count 0"));
+}
+
+TEST(MetricsTest, RegistrationsByResult) {
+  const std::string text = RenderPrometheus(WithAggregation(SyntheticSnapshot()));
+  for (const char* line : {
+           "# TYPE aggswitch_aggregation_registrations_total counter",
+           R"(aggswitch_aggregation_registrations_total{result="admitted"} 4)",
+           R"(aggswitch_aggregation_registrations_total{result="existing"} 2)",
+           R"(aggswitch_aggregation_registrations_total{result="table_full"} 0)",
+           R"(aggswitch_aggregation_registrations_total{result="key_mismatch"} 1)",
+       }) {
+    EXPECT_TRUE(HasLine(text, line)) << "missing line: " << line;
+  }
+  // Every result of the dataplane's list, zeros included.
+  for (size_t r = 0; r < dataplane::kNumRegistrationResults; ++r) {
+    const std::string series =
+        std::string(R"(aggswitch_aggregation_registrations_total{result=")") +
+        dataplane::kRegistrationResultText[r].name + "\"}";
+    using dataplane::RegistrationResult;
+    const auto result = static_cast<RegistrationResult>(r);
+    const uint64_t expected = result == RegistrationResult::admitted       ? 4
+                              : result == RegistrationResult::existing     ? 2
+                              : result == RegistrationResult::key_mismatch ? 1
+                                                                           : 0;
+    EXPECT_EQ(SampleValue(text, series), std::to_string(expected)) << series;
+  }
+  std::string help;
+  for (const std::string& l : Lines(text)) {
+    if (l.rfind("# HELP aggswitch_aggregation_registrations_total ", 0) == 0) help = l;
+  }
+  for (const dataplane::AggCounterText& t : dataplane::kRegistrationResultText) {
+    EXPECT_NE(help.find(std::string(t.name) + " (" + t.help + ")"), std::string::npos) << t.name;
+  }
+}
+
+TEST(MetricsTest, NewLcoreCountersFlowThroughTheXMacro) {
+  const std::string text = RenderPrometheus(WithAggregation(SyntheticSnapshot()));
+  for (const char* line : {
+           R"(aggswitch_aggregation_acks_total{lcore="1"} 5)",
+           R"(aggswitch_aggregation_nacks_sent_total{lcore="1"} 6)",
+           R"(aggswitch_aggregation_nacks_suppressed_total{lcore="1"} 0)",
+           R"(aggswitch_aggregation_registration_ring_full_total{lcore="1"} 0)",
+           "# HELP aggswitch_aggregation_contributions_total Contributions counted into a slot.",
+           "# HELP aggswitch_aggregation_acks_total ACK datagrams (ack watermark only) received.",
+       }) {
+    EXPECT_TRUE(HasLine(text, line)) << "missing line: " << line;
+  }
+}
+
+// Without aggregation the new families are absent, even for jobs that carry
+// counters; the job table's gauges stay.
+TEST(MetricsTest, AggregationOffLeavesItsFamiliesOut) {
+  StatsSnapshot s = WithAggregation(SyntheticSnapshot());
+  s.aggregation.reset();
+  const std::string text = RenderPrometheus(s);
+  for (const char* absent : {"aggswitch_aggregation_job_", "slot_completion_latency",
+                             "aggswitch_aggregation_registrations_total"}) {
+    EXPECT_EQ(text.find(absent), std::string::npos) << absent;
+  }
+  EXPECT_TRUE(HasLine(text, R"(aggswitch_job_members{job="7"} 3)"));
+}
+
+TEST(MetricsTest, AggregationFamiliesAreWellFormed) {
+  const std::set<std::string> families =
+      ExpectWellFormed(RenderPrometheus(WithAggregation(SyntheticSnapshot())));
+  EXPECT_EQ(families.count(kLatency), 1u);
+  EXPECT_EQ(families.count("aggswitch_aggregation_registrations_total"), 1u);
+  EXPECT_EQ(families.count("aggswitch_aggregation_job_reduced_bytes_total"), 1u);
+  EXPECT_EQ(families.count("aggswitch_aggregation_slots_busy"), 1u);
+}
+
 class PromtoolTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -372,6 +596,12 @@ TEST_F(PromtoolTest, EscapedLabelsPassCheckMetrics) {
 
 TEST_F(PromtoolTest, JobTablePassesCheckMetrics) {
   const PromtoolResult r = RunPromtool(RenderPrometheus(WithJobs(SyntheticSnapshot())));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "");
+}
+
+TEST_F(PromtoolTest, AggregationPassesCheckMetrics) {
+  const PromtoolResult r = RunPromtool(RenderPrometheus(WithAggregation(SyntheticSnapshot())));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "");
 }

@@ -58,7 +58,23 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
   m.aged = events.aged.Get();
   m.static_conflicts = events.static_conflicts.Get();
   m.learn_refused = events.table_full.Get();
+
+  if (dp.aggregation_enabled()) {
+    AggregationSnapshot& a = snap.aggregation.emplace();
+    a.slot_latency = dp.ReadSlotLatency();
+    for (size_t r = 0; r < dataplane::kNumRegistrationResults; ++r) {
+      a.registrations[r] = dp.registrations(static_cast<dataplane::RegistrationResult>(r));
+    }
+  }
   return snap;
+}
+
+JobCounterValues CollectJobCounters(const dataplane::Dataplane& dp, uint16_t index) {
+  uint64_t values[dataplane::kNumJobCounters] = {};
+  dp.ReadJobCounters(index, values);
+  JobCounterValues out;
+  std::copy(std::begin(values), std::end(values), out.begin());
+  return out;
 }
 
 std::vector<MacEntrySnapshot> CollectMacEntries(const dataplane::Dataplane& dp) {

@@ -1,5 +1,6 @@
 // A plain, self-contained copy of everything the observability side shows:
-// ports, worker lcores, the MAC table, the job table and build information.
+// ports, worker lcores, the MAC table, the job table, the aggregation engine's
+// totals and build information.
 //
 // CollectSnapshot() reads the dataplane once through its [any] accessors
 // (relaxed counter loads, rte_eth_stats_get) and copies the values out. The
@@ -13,10 +14,17 @@
 //   StatsSnapshot snap = CollectSnapshot(*dataplane);       // any thread
 //   std::string text = RenderPrometheus(snap);               // metrics.h
 //   std::vector<MacEntrySnapshot> macs = CollectMacEntries(*dataplane);
+//   JobCounterValues c = CollectJobCounters(*dataplane, job.index());  // control thread
+//
+// The job table (StatsSnapshot::jobs) and each job's counters are not read
+// here but by JobControl on the control thread (job_control.h), which is what
+// keeps a job's counters under the right job id.
 //
 // Thread safety: the types are plain values. CollectSnapshot() and
 // CollectMacEntries() may be called from any thread (control thread, civetweb
-// threads, DPDK's telemetry thread) while the workers run.
+// threads, DPDK's telemetry thread) while the workers run. CollectJobCounters()
+// may be called from any thread too, but only the control thread knows which
+// job owns an index (see JobControl).
 #pragma once
 
 #include <array>
@@ -112,6 +120,10 @@ struct JobMemberSnapshot {
   std::optional<uint32_t> ack_watermark;  // nullopt before the member's first
 };
 
+// A job's counters summed over every worker lcore (dataplane::JobCounters),
+// indexed by dataplane::JobCounter.
+using JobCounterValues = std::array<uint64_t, dataplane::kNumJobCounters>;
+
 // One job of the job table (the key, a shared secret, is not part of it).
 struct JobSnapshot {
   uint32_t id = 0;
@@ -123,6 +135,10 @@ struct JobSnapshot {
   uint16_t learned = 0;                            // members with a learned address
   std::optional<uint32_t> min_ack;                 // MinAck(): nullopt before any watermark
   std::vector<JobMemberSnapshot> learned_members;  // by node; members seen so far
+  // What the dataplane counted for this job, read on the control thread
+  // together with the job itself; nullopt when the source has no dataplane
+  // counters (aggregation off, or no counter reader).
+  std::optional<JobCounterValues> counters;
 };
 
 // The job table as the API and the metrics show it.
@@ -131,6 +147,14 @@ struct JobTableSnapshot {
   uint16_t max_fan_in = 0;
   bool in_band_registration = false;
   std::vector<JobSnapshot> jobs;  // by id
+};
+
+// The aggregation engine's switch-wide totals: the slot completion latency
+// histogram summed over the worker lcores, and the control thread's in-band
+// registration outcomes.
+struct AggregationSnapshot {
+  dataplane::SlotLatencyTotals slot_latency;
+  uint64_t registrations[dataplane::kNumRegistrationResults] = {};  // by RegistrationResult
 };
 
 struct StatsSnapshot {
@@ -142,6 +166,9 @@ struct StatsSnapshot {
   // The job table; nullopt when the source has none (or the control thread
   // did not answer in time), and then /metrics leaves the job families out.
   std::optional<JobTableSnapshot> jobs;
+  // nullopt when aggregation is off (no aggregation: section); /metrics then
+  // leaves out the families that only mean something with it on.
+  std::optional<AggregationSnapshot> aggregation;
 };
 
 // One MAC table entry as the API shows it.
@@ -157,6 +184,11 @@ struct MacEntrySnapshot {
 
 // Copies every counter and port state out of the dataplane. [any]
 StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp);
+
+// Job index `index`'s counters summed over every lcore; all zero when
+// aggregation is off. Which job owns the index is only certain on the control
+// thread, between its table commands (JobControl reads them there). [any]
+JobCounterValues CollectJobCounters(const dataplane::Dataplane& dp, uint16_t index);
 
 // Every MAC table entry, sorted by (VLAN, MAC). [any]
 // The table is read bucket by bucket while the control thread may learn and

@@ -11,6 +11,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <memory>
 
 #include "config/config.h"
 
@@ -58,6 +60,8 @@ class Counter {
  public:
   void Add(uint64_t n) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
   uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
+  // Only while no thread can Add (see JobCounters). [control]
+  void Reset() { v_.store(0, std::memory_order_relaxed); }
 
  private:
   std::atomic<uint64_t> v_{0};
@@ -89,7 +93,15 @@ struct PortCounters {
   X(handoff_full, "contributions dropped because the owner's hand-off ring was full") \
   X(results_sent, "result copies sent to members")                                    \
   X(result_no_mbuf, "result copies not sent: mempool empty")                          \
-  X(reduced_bytes, "payload bytes reduced into slots")
+  X(reduced_bytes, "payload bytes reduced into slots")                                \
+  X(acks, "ACK datagrams (ack watermark only) received")                              \
+  X(task_infos, "TASK_INFO datagrams accepted and echoed to their sender")            \
+  X(task_info_conflicts, "task info that disagrees with the job the switch knows")    \
+  X(registration_upcalls, "datagrams passed to the control thread to register a job") \
+  X(registration_ring_full, "registrations dropped: the control thread's ring was full") \
+  X(reinjected, "datagrams handed back by the control thread after registration")     \
+  X(nacks_sent, "NACKs sent to the sender of a refused datagram")                     \
+  X(nacks_suppressed, "NACKs not sent: over the per-lcore NACK rate limit")
 
 enum class AggCounter : uint8_t {
 #define AGG_AGG_COUNTER_ENUM(name, help) name,
@@ -123,6 +135,66 @@ struct AggregationCounters {
   }
 };
 
+// Per job (indexed by aggregator::Job::index()), per lcore: what the
+// aggregation path did for that job. The control thread zeroes a job index's
+// counters when the job table reclaims the job, before the index is reused, so
+// a job's counters start at 0 (JobTable::SetReclaimHook).
+#define AGG_JOB_COUNTERS(X)                                                              \
+  X(contributions, "contributions counted into a slot")                                 \
+  X(completions, "chunks completed and sent to every member")                           \
+  X(duplicates, "contributions from a member already counted, answered or dropped")    \
+  X(collisions, "contributions dropped because another chunk held the slot")           \
+  X(key_failures, "datagrams with the job's id and the wrong key")                      \
+  X(reduced_bytes, "payload bytes reduced")
+
+enum class JobCounter : uint8_t {
+#define AGG_JOB_COUNTER_ENUM(name, help) name,
+  AGG_JOB_COUNTERS(AGG_JOB_COUNTER_ENUM)
+#undef AGG_JOB_COUNTER_ENUM
+      kCount
+};
+inline constexpr size_t kNumJobCounters = static_cast<size_t>(JobCounter::kCount);
+inline constexpr AggCounterText kJobCounterText[kNumJobCounters] = {
+#define AGG_JOB_COUNTER_TEXT(name, help) {#name, help},
+    AGG_JOB_COUNTERS(AGG_JOB_COUNTER_TEXT)
+#undef AGG_JOB_COUNTER_TEXT
+};
+
+struct alignas(64) JobCounters {
+#define AGG_JOB_COUNTER_FIELD(name, help) Counter name;
+  AGG_JOB_COUNTERS(AGG_JOB_COUNTER_FIELD)
+#undef AGG_JOB_COUNTER_FIELD
+
+  // Adds every counter's value to out[], indexed by JobCounter. [any]
+  void AddTo(uint64_t (&out)[kNumJobCounters]) const {
+    size_t i = 0;
+#define AGG_JOB_COUNTER_READ(name, help) out[i++] += name.Get();
+    AGG_JOB_COUNTERS(AGG_JOB_COUNTER_READ)
+#undef AGG_JOB_COUNTER_READ
+  }
+  // Only when no lcore can write them (the job is reclaimed). [control]
+  void Reset() {
+#define AGG_JOB_COUNTER_RESET(name, help) name.Reset();
+    AGG_JOB_COUNTERS(AGG_JOB_COUNTER_RESET)
+#undef AGG_JOB_COUNTER_RESET
+  }
+};
+static_assert(sizeof(JobCounters) == 64, "one cache line per job and lcore");
+
+// Slot completion latency: first contribution to the result sent, as a
+// Prometheus histogram. Buckets are not cumulative here (the renderer sums
+// them); the last one is +Inf. Written once per completed chunk.
+inline constexpr double kSlotLatencyBoundsSeconds[] = {
+    1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3,
+    2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1,  0.2,  0.5,  1.0};
+inline constexpr size_t kSlotLatencyBuckets = std::size(kSlotLatencyBoundsSeconds) + 1;
+
+struct LatencyHistogram {
+  Counter buckets[kSlotLatencyBuckets];
+  Counter sum_cycles;  // TSC cycles; the renderer divides by the TSC rate
+  Counter count;
+};
+
 struct LcoreCounters {
   Counter busy_cycles;    // TSC cycles of polls that returned packets, incl. their processing
   Counter idle_cycles;    // TSC cycles of polls that returned nothing
@@ -133,11 +205,14 @@ struct LcoreCounters {
   Counter arp_replies;
   Counter icmp_replies;
   AggregationCounters agg;
+  LatencyHistogram slot_latency;
 };
 
 struct alignas(64) LcoreStats {
   LcoreCounters lcore;
   alignas(64) PortCounters ports[config::kMaxPorts];
+  // aggregation.max_jobs entries when aggregation is on, indexed by Job::index().
+  std::unique_ptr<JobCounters[]> jobs;
 };
 
 }  // namespace aggswitch::dataplane

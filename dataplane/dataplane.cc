@@ -9,9 +9,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
+#include "aggregator/wire.h"
 #include "common/log.h"
+#include "dataplane/packet.h"
 #include "dataplane/worker.h"
 
 namespace aggswitch::dataplane {
@@ -20,6 +24,12 @@ namespace {
 using common::Status;
 
 constexpr unsigned kLearnRingSize = 4096;
+// In-band registrations waiting for the control thread, per worker. The
+// control thread drains them every millisecond; a job's first datagrams from
+// all its members fit many times over.
+constexpr unsigned kUpcallRingSize = 1024;
+// Slots one worker copies out for a dump at most (the API's limit is lower).
+constexpr uint32_t kMaxSlotDump = 65536;
 // The aging scan visits the whole table about four times per aging period.
 constexpr unsigned kAgingPassesPerPeriod = 4;
 
@@ -63,6 +73,14 @@ common::Result<std::unique_ptr<Dataplane>> Dataplane::Create(const config::Confi
 
 Dataplane::~Dataplane() {
   Stop();
+  if (jobs_ != nullptr) jobs_->SetReclaimHook(nullptr);
+  // Datagrams still waiting for registration hold mbufs of our pool.
+  for (std::vector<RingPtr>* rings : {&upcall_rings_, &reinject_rings_}) {
+    for (RingPtr& ring : *rings) {
+      Upcall u;
+      while (rte_ring_sc_dequeue_elem(ring.get(), &u, sizeof(Upcall)) == 0) rte_pktmbuf_free(u.m);
+    }
+  }
   for (Port& port : ports_) {
     if (rte_eth_dev_close(port.port_id) != 0) {
       AGG_LOG(kWarning, "port %s: close failed", port.config.name.c_str());
@@ -188,8 +206,26 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     slots.slots = (agg.total_slots + n_workers - 1) / n_workers;
     slots.max_fan_in = config.aggregation.max_fan_in;
     slots.max_payload = max_mtu - 20u - 8u - static_cast<uint32_t>(sizeof(aggregator::AggHeader));
+    jobs_ = jobs;
+    // Per-index counters start at zero for every job that takes the index.
+    jobs->SetReclaimHook([this](uint16_t index) {
+      for (const std::unique_ptr<LcoreStats>& stats : stats_) stats->jobs[index].Reset();
+    });
     for (uint16_t w = 0; w < n_workers; ++w) {
       slot_tables_.push_back(std::make_unique<aggregator::SlotTable>(slots));
+      slot_dumps_.push_back(std::make_unique<SlotDumpExchange>(
+          std::min<uint32_t>(slots.slots, kMaxSlotDump)));
+      if (config.aggregation.in_band_registration) {
+        const std::string suffix = std::to_string(instance) + "_" + std::to_string(w);
+        RingPtr up(rte_ring_create_elem(("agg_upcall_" + suffix).c_str(), sizeof(Upcall), kUpcallRingSize,
+                                        static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ));
+        RingPtr down(rte_ring_create_elem(("agg_reinject_" + suffix).c_str(), sizeof(Upcall),
+                                          kUpcallRingSize, static_cast<int>(rte_socket_id()),
+                                          RING_F_SP_ENQ | RING_F_SC_DEQ));
+        if (!up || !down) return common::ResourceExhausted("cannot create registration rings: " + Errno(rte_errno));
+        upcall_rings_.push_back(std::move(up));
+        reinject_rings_.push_back(std::move(down));
+      }
       if (n_workers == 1) continue;  // a single worker owns every slot: no hand-offs
       const std::string name = "agg_handoff_" + std::to_string(instance) + "_" + std::to_string(w);
       RingPtr ring(rte_ring_create(name.c_str(), 1024, static_cast<int>(rte_socket_id()), RING_F_SC_DEQ));
@@ -208,6 +244,11 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       setup.agg = agg;
       setup.agg.index = static_cast<uint16_t>(w);
       setup.agg.slots = slot_tables_[w].get();
+      setup.agg.dump = slot_dumps_[w].get();
+      if (!upcall_rings_.empty()) {
+        setup.agg.upcall = upcall_rings_[w].get();
+        setup.agg.reinject = reinject_rings_[w].get();
+      }
       ASSIGN_OR_RETURN(setup.agg.reader_id, jobs->RegisterReader());
     }
     for (size_t p = 0; p < ports_.size(); ++p) setup.port_ids[p] = ports_[p].port_id;
@@ -225,6 +266,10 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
                                       static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ));
     if (!ring) return common::ResourceExhausted("cannot create learn ring: " + Errno(rte_errno));
     auto stats = std::make_unique<LcoreStats>();
+    if (jobs != nullptr) {
+      stats->jobs = std::make_unique<JobCounters[]>(jobs->max_jobs());
+      setup.agg.job_counters = stats->jobs.get();
+    }
     workers_.push_back(std::make_unique<Worker>(setup, *plan_, *mac_table_, ring.get(), pool_.get(),
                                                 *stats, quit_));
     learn_rings_.push_back(std::move(ring));
@@ -372,6 +417,169 @@ PortTotals Dataplane::GetPortTotals(size_t port_index) const {
 WorkerInfo Dataplane::GetWorkerInfo(size_t index) const { return worker_info_[index]; }
 
 const LcoreStats& Dataplane::worker_stats(size_t index) const { return *stats_[index]; }
+
+size_t Dataplane::ProcessRegistrations() {
+  using aggregator::NackReason;
+  size_t handled = 0;
+  for (size_t w = 0; w < upcall_rings_.size(); ++w) {
+    rte_ring* up = upcall_rings_[w].get();
+    rte_ring* down = reinject_rings_[w].get();
+    Upcall batch[32];
+    // What the way back has room for, so no datagram is stranded; bounded by
+    // the ring size per call.
+    unsigned room = rte_ring_free_count(down);
+    while (room > 0) {
+      const unsigned n = rte_ring_sc_dequeue_burst_elem(up, batch, sizeof(Upcall),
+                                                        std::min(room, 32u), nullptr);
+      if (n == 0) break;
+      room -= n;
+      for (unsigned i = 0; i < n; ++i) {
+        Upcall& u = batch[i];
+        const auto* data = rte_pktmbuf_mtod(u.m, const uint8_t*);
+        UdpInfo udp;
+        aggregator::AggPacket pkt;
+        // The worker checked both before sending it up.
+        if (ParseIpv4Udp(data, rte_pktmbuf_data_len(u.m), u.l3_offset, &udp) != UdpParse::kOk ||
+            aggregator::ParseAggregation(data + udp.payload_offset, udp.payload_len, &pkt) !=
+                aggregator::WireError::kOk) {
+          rte_pktmbuf_free(u.m);
+          continue;
+        }
+        const aggregator::AggHeader& h = *pkt.header;
+        aggregator::JobSpec spec;
+        spec.id = h.job_id.host();
+        spec.key = h.job_key.host();
+        spec.members = h.expected.host();
+        spec.nodes = h.node_count.host();
+        spec.ordered = (h.flags.host() & aggregator::flags::kOrdered) != 0;
+        spec.origin = aggregator::JobSpec::Origin::kInBand;
+        const bool existed = jobs_->Find(spec.id) != nullptr;
+        common::Result<const aggregator::Job*> admitted = jobs_->AdmitInBand(spec, true);
+        RegistrationResult result;
+        NackReason verdict{0};
+        if (admitted.ok()) {
+          result = existed ? RegistrationResult::existing : RegistrationResult::admitted;
+          if (!existed) {
+            AGG_LOG(kInfo, "job %u registered in-band: %u members, %u nodes%s", spec.id, spec.members,
+                    spec.nodes, spec.ordered ? ", ordered" : "");
+          }
+        } else if (admitted.status().code() == common::StatusCode::kResourceExhausted) {
+          result = RegistrationResult::table_full;
+          verdict = NackReason::kJobTableFull;
+        } else if (admitted.status().code() == common::StatusCode::kAlreadyExists) {
+          result = RegistrationResult::key_mismatch;
+          verdict = NackReason::kKeyMismatch;
+        } else {
+          result = RegistrationResult::invalid;
+          verdict = NackReason::kMalformed;
+        }
+        registrations_[static_cast<size_t>(result)].Add(1);
+        u.verdict = static_cast<uint16_t>(verdict);
+        // Cannot fail: `room` was checked and the control thread is the only producer.
+        (void)rte_ring_sp_enqueue_elem(down, &u, sizeof(Upcall));
+        ++handled;
+      }
+    }
+  }
+  return handled;
+}
+
+void Dataplane::ReadJobCounters(uint16_t index, uint64_t (&out)[kNumJobCounters]) const {
+  if (jobs_ == nullptr || index >= jobs_->max_jobs()) return;
+  for (const std::unique_ptr<LcoreStats>& stats : stats_) stats->jobs[index].AddTo(out);
+}
+
+SlotLatencyTotals Dataplane::ReadSlotLatency() const {
+  SlotLatencyTotals t;
+  uint64_t cycles = 0;
+  for (const std::unique_ptr<LcoreStats>& stats : stats_) {
+    const LatencyHistogram& h = stats->lcore.slot_latency;
+    for (size_t b = 0; b < kSlotLatencyBuckets; ++b) t.buckets[b] += h.buckets[b].Get();
+    t.count += h.count.Get();
+    cycles += h.sum_cycles.Get();
+  }
+  t.sum_seconds = static_cast<double>(cycles) / static_cast<double>(tsc_hz_);
+  return t;
+}
+
+common::Result<SlotDump> Dataplane::DumpSlots(size_t limit, std::chrono::milliseconds timeout) const {
+  SlotDump dump;
+  if (jobs_ == nullptr) return dump;
+  std::lock_guard<std::mutex> lock(dump_mu_);
+  const uint32_t per_worker = static_cast<uint32_t>(std::min<size_t>(limit, kMaxSlotDump));
+  std::vector<uint64_t> generation(workers_.size());
+  if (running_) {
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      SlotDumpExchange& d = *slot_dumps_[w];
+      d.limit.store(per_worker, std::memory_order_relaxed);
+      generation[w] = d.requested.load(std::memory_order_relaxed) + 1;
+      d.requested.store(generation[w], std::memory_order_release);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      while (slot_dumps_[w]->done.load(std::memory_order_acquire) < generation[w]) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          return common::Unavailable("worker on lcore " + std::to_string(worker_info_[w].lcore) +
+                                     " did not copy out its slots within " +
+                                     std::to_string(timeout.count()) + " ms");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+  }
+  const uint32_t n_workers = static_cast<uint32_t>(workers_.size());
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    const SlotDumpExchange& d = *slot_dumps_[w];
+    const aggregator::SlotTable& table = *slot_tables_[w];
+    const unsigned lcore = worker_info_[w].lcore;
+    auto add = [&](const SlotDumpExchange::Entry& e, uint64_t now_tsc) {
+      SlotInfo& info = dump.slots.emplace_back();
+      info.lcore = lcore;
+      info.index = e.index * n_workers + static_cast<uint32_t>(w);
+      info.complete = e.complete;
+      info.job_id = e.job_id;
+      info.seq = e.seq;
+      info.count = e.count;
+      info.expected = e.expected;
+      info.dtype = e.dtype;
+      info.op = e.op;
+      info.elem_count = e.elem_count;
+      info.overflow = e.overflow;
+      const int64_t age = static_cast<int64_t>(now_tsc - e.first_tsc);
+      info.age_seconds = age <= 0 ? 0.0 : static_cast<double>(age) / static_cast<double>(tsc_hz_);
+    };
+    if (running_) {
+      dump.busy += d.busy;
+      for (uint32_t i = 0; i < d.n; ++i) add(d.entries[i], d.now_tsc);
+      dump.truncated |= d.busy > d.n;
+      continue;
+    }
+    // Stopped: nobody else touches the slots.
+    const uint64_t now = rte_rdtsc();
+    uint32_t taken = 0;
+    for (uint32_t i = 0; i < table.size(); ++i) {
+      const aggregator::Slot& slot = table.slot(i);
+      if (slot.state() == aggregator::Slot::State::kFree) continue;
+      ++dump.busy;
+      if (taken == per_worker) {
+        dump.truncated = true;
+        continue;
+      }
+      ++taken;
+      add(SlotDumpExchange::Entry{i, slot.job_id(), slot.seq(), slot.count(), slot.expected(),
+                                  slot.elem_count(), static_cast<uint8_t>(slot.dtype()),
+                                  static_cast<uint8_t>(slot.op()),
+                                  slot.state() == aggregator::Slot::State::kComplete,
+                                  slot.overflow(), slot.first_tsc()},
+          now);
+    }
+  }
+  if (dump.slots.size() > limit) {
+    dump.slots.resize(limit);
+    dump.truncated = true;
+  }
+  return dump;
+}
 
 uint32_t Dataplane::NowTick() const { return static_cast<uint32_t>(rte_rdtsc() >> tick_shift_); }
 

@@ -25,7 +25,9 @@
 #include <rte_ring.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,7 @@
 namespace aggswitch::dataplane {
 
 class Worker;
+struct SlotDumpExchange;
 
 struct MempoolDeleter {
   void operator()(rte_mempool* mp) const { rte_mempool_free(mp); }
@@ -105,6 +108,33 @@ class Dataplane {
   const aggregator::SlotTable* worker_slots(size_t index) const {
     return index < slot_tables_.size() ? slot_tables_[index].get() : nullptr;
   }
+
+  // --- Aggregation ---
+
+  // Whether the workers run the aggregation path (the config has an
+  // aggregation: section and Create() got a job table). [any]
+  bool aggregation_enabled() const { return jobs_ != nullptr; }
+  // Job index `index`'s counters summed over every lcore, added to out[]
+  // (indexed by JobCounter). Nothing when aggregation is off. [any]
+  void ReadJobCounters(uint16_t index, uint64_t (&out)[kNumJobCounters]) const;
+  // The slot completion latency histogram summed over every lcore. [any]
+  SlotLatencyTotals ReadSlotLatency() const;
+  // In-band registrations by outcome, indexed by RegistrationResult. [any]
+  uint64_t registrations(RegistrationResult r) const {
+    return registrations_[static_cast<size_t>(r)].Get();
+  }
+  // Registers the jobs that workers passed up from in-band task info (a
+  // contribution with the TASK_INFO flag, or a TASK_INFO datagram, naming an
+  // unknown job) and hands each datagram back to its worker: to be counted
+  // and answered when the job now exists, or refused with a NACK that says
+  // why. Returns the datagrams handled. [control]
+  size_t ProcessRegistrations();
+  // A copy of up to `limit` busy slots of every worker. While the workers run,
+  // each copies its own slots when asked (a few hundred per poll loop, so a
+  // dump never stalls a worker) and this call waits for all of them, up to
+  // `timeout`: Unavailable when one did not answer. Stopped workers' slots are
+  // read directly. Callers are serialised. [any thread but a worker]
+  common::Result<SlotDump> DumpSlots(size_t limit, std::chrono::milliseconds timeout) const;
   uint64_t tsc_hz() const { return tsc_hz_; }
   // The MAC table's clock: TSC >> tick_shift, about one tick per second.
   uint32_t NowTick() const;
@@ -134,6 +164,15 @@ class Dataplane {
   std::vector<Port> ports_;
   std::vector<RingPtr> learn_rings_;
   std::vector<RingPtr> handoff_rings_;  // one per worker: contributions for its slots
+  // One pair per worker when in-band registration is on: worker -> control
+  // (datagrams of unknown jobs with task info) and control -> worker (the
+  // same datagrams handed back), both single-producer single-consumer.
+  std::vector<RingPtr> upcall_rings_;
+  std::vector<RingPtr> reinject_rings_;
+  aggregator::JobTable* jobs_ = nullptr;
+  Counter registrations_[kNumRegistrationResults];
+  std::vector<std::unique_ptr<SlotDumpExchange>> slot_dumps_;  // one per worker
+  mutable std::mutex dump_mu_;  // serialises DumpSlots callers (never taken by a worker)
   std::vector<std::unique_ptr<aggregator::SlotTable>> slot_tables_;
   std::vector<std::unique_ptr<LcoreStats>> stats_;
   std::vector<std::unique_ptr<Worker>> workers_;

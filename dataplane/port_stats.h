@@ -40,6 +40,56 @@ struct PortTotals {
   uint64_t dev_imissed = 0, dev_ierrors = 0, dev_oerrors = 0, dev_rx_nombuf = 0;
 };
 
+// The slot completion latency histogram summed over every worker lcore.
+struct SlotLatencyTotals {
+  uint64_t buckets[kSlotLatencyBuckets] = {};  // not cumulative; the last is +Inf
+  uint64_t count = 0;
+  double sum_seconds = 0;
+};
+
+// What in-band registration did (the control thread's counters), by outcome.
+#define AGG_REGISTRATION_RESULTS(X)                                                   \
+  X(admitted, "a new job was added from task info")                                  \
+  X(existing, "the job was added by an earlier datagram; this one was handed back") \
+  X(table_full, "refused: the job table is full")                                    \
+  X(key_mismatch, "refused: a job with this id exists with another key")             \
+  X(invalid, "refused: the task info is out of range, members or nodes")
+
+enum class RegistrationResult : uint8_t {
+#define AGG_REGISTRATION_ENUM(name, help) name,
+  AGG_REGISTRATION_RESULTS(AGG_REGISTRATION_ENUM)
+#undef AGG_REGISTRATION_ENUM
+      kCount
+};
+inline constexpr size_t kNumRegistrationResults = static_cast<size_t>(RegistrationResult::kCount);
+inline constexpr AggCounterText kRegistrationResultText[kNumRegistrationResults] = {
+#define AGG_REGISTRATION_TEXT(name, help) {#name, help},
+    AGG_REGISTRATION_RESULTS(AGG_REGISTRATION_TEXT)
+#undef AGG_REGISTRATION_TEXT
+};
+
+// One busy aggregation slot, as a worker copied it out (Dataplane::DumpSlots).
+struct SlotInfo {
+  unsigned lcore = 0;        // the owning worker's lcore
+  uint32_t index = 0;        // global slot index (SlotIndex(job, seq))
+  bool complete = false;     // holding a result (else aggregating)
+  uint32_t job_id = 0;
+  uint32_t seq = 0;
+  uint16_t count = 0;        // members counted
+  uint16_t expected = 0;
+  uint8_t dtype = 0;         // aggregator::DType
+  uint8_t op = 0;            // aggregator::ReduceOp
+  uint16_t elem_count = 0;
+  bool overflow = false;
+  double age_seconds = 0;    // since the first contribution
+};
+
+struct SlotDump {
+  std::vector<SlotInfo> slots;  // by lcore, then slot index
+  uint64_t busy = 0;            // busy slots seen, including those beyond the limit
+  bool truncated = false;       // more busy slots than the limit asked for
+};
+
 struct WorkerInfo {
   unsigned lcore = 0;
   uint16_t tx_queue = 0;

@@ -4,6 +4,7 @@
 #include <rte_ethdev.h>
 #include <rte_prefetch.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "aggregator/wire.h"
@@ -13,6 +14,10 @@ namespace {
 
 constexpr uint64_t kMulticastBit = uint64_t{1} << 40;  // I/G bit of a MAC as Mac48()
 constexpr uint64_t kBroadcast48 = 0xffffffffffffULL;
+// NACKs answer refused datagrams; a flood of bad datagrams must not turn the
+// switch into a flood of NACKs. Per lcore: bursts of 64, 100 000 per second.
+constexpr uint64_t kNackBurst = 64;
+constexpr double kNacksPerSecond = 100000;
 
 }  // namespace
 
@@ -25,7 +30,14 @@ Worker::Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& m
       learn_ring_(learn_ring),
       pool_(pool),
       stats_(stats),
-      quit_(quit) {}
+      quit_(quit) {
+  const double hz = static_cast<double>(rte_get_tsc_hz());
+  nack_token_cycles_ = static_cast<uint64_t>(hz / kNacksPerSecond);
+  nack_tokens_ = kNackBurst;
+  for (size_t i = 0; i + 1 < kSlotLatencyBuckets; ++i) {
+    latency_bounds_[i] = static_cast<uint64_t>(kSlotLatencyBoundsSeconds[i] * hz);
+  }
+}
 
 int Worker::LaunchEntry(void* arg) {
   static_cast<Worker*>(arg)->Run();
@@ -49,6 +61,7 @@ void Worker::PollOnce() {
       reader_online_ = true;
     }
     if (setup_.agg.n_workers > 1) DrainHandoffs();
+    if (setup_.agg.reinject != nullptr) DrainReinjects();
   }
   uint64_t busy = 0, idle = 0, busy_packets = 0;
   for (uint16_t i = 0; i < setup_.n_rx; ++i) {
@@ -75,6 +88,12 @@ void Worker::PollOnce() {
   // counter line out of most passes.
   if (reader_online_ && (++polls_since_quiescent_ & 15) == 0) {
     setup_.agg.jobs->Quiescent(setup_.agg.reader_id);
+    SlotDumpExchange* dump = setup_.agg.dump;
+    if (dump != nullptr &&
+        (dump->serving != 0 || dump->requested.load(std::memory_order_acquire) !=
+                                   dump->done.load(std::memory_order_relaxed))) {
+      ContinueSlotDump();
+    }
   }
   LcoreCounters& c = stats_.lcore;
   if (busy) {
@@ -133,7 +152,7 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
   in.rx_packets.Add(n);
   in.rx_bytes.Add(rx_bytes);
   for (uint16_t a = 0; a < n_agg; ++a) {
-    HandleAggregation(agg_pkts[a], in_port, agg_meta[a].vlan, agg_meta[a].l3_offset, false);
+    HandleAggregation(agg_pkts[a], in_port, agg_meta[a].vlan, agg_meta[a].l3_offset, AggSource::kRx);
   }
   if (k == 0) return;
 
@@ -344,13 +363,72 @@ void Worker::DrainHandoffs() {
       rte_pktmbuf_free(pkts[i]);
       continue;
     }
-    HandleAggregation(pkts[i], 0, 0, l2.l3_offset, true);
+    HandleAggregation(pkts[i], 0, 0, l2.l3_offset, AggSource::kHandoff);
   }
   if (n) FlushTx();
 }
 
+void Worker::DrainReinjects() {
+  Upcall back[kBurstSize];
+  const unsigned n = rte_ring_sc_dequeue_burst_elem(setup_.agg.reinject, back, sizeof(Upcall),
+                                                    kBurstSize, nullptr);
+  if (n == 0) return;
+  stats_.lcore.agg.reinjected.Add(n);
+  for (unsigned i = 0; i < n; ++i) {
+    const Upcall& u = back[i];
+    if (u.verdict == 0) {
+      HandleAggregation(u.m, u.in_port, u.vlan, u.l3_offset, AggSource::kReinject);
+      continue;
+    }
+    // Refused: the datagram passed every check on the way up, so it parses.
+    const auto* data = rte_pktmbuf_mtod(u.m, const uint8_t*);
+    UdpInfo udp;
+    aggregator::AggPacket pkt;
+    if (ParseIpv4Udp(data, rte_pktmbuf_data_len(u.m), u.l3_offset, &udp) != UdpParse::kOk ||
+        aggregator::ParseAggregation(data + udp.payload_offset, udp.payload_len, &pkt) !=
+            aggregator::WireError::kOk) {
+      rte_pktmbuf_free(u.m);
+      continue;
+    }
+    const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(u.in_port), u.vlan,
+                                        udp.src_ip, udp.src_port};
+    Nack(u.m, *pkt.header, static_cast<aggregator::NackReason>(u.verdict), sender);
+  }
+  FlushTx();
+}
+
+void Worker::ContinueSlotDump() {
+  SlotDumpExchange& d = *setup_.agg.dump;
+  if (d.serving == 0) {
+    d.serving = d.requested.load(std::memory_order_acquire);
+    d.served_limit = std::min(d.limit.load(std::memory_order_relaxed), d.capacity);
+    d.cursor = 0;
+    d.n = 0;
+    d.busy = 0;
+  }
+  const aggregator::SlotTable& slots = *setup_.agg.slots;
+  const uint32_t end = std::min(slots.size(), d.cursor + SlotDumpExchange::kScanPerPass);
+  for (uint32_t i = d.cursor; i < end; ++i) {
+    const aggregator::Slot& slot = slots.slot(i);
+    if (slot.state() == aggregator::Slot::State::kFree) continue;
+    ++d.busy;
+    if (d.n == d.served_limit) continue;
+    d.entries[d.n++] = SlotDumpExchange::Entry{
+        i, slot.job_id(), slot.seq(), slot.count(), slot.expected(), slot.elem_count(),
+        static_cast<uint8_t>(slot.dtype()), static_cast<uint8_t>(slot.op()),
+        slot.state() == aggregator::Slot::State::kComplete, slot.overflow(), slot.first_tsc()};
+  }
+  d.cursor = end;
+  if (end < slots.size()) return;
+  d.now_tsc = rte_rdtsc();
+  d.done.store(d.serving, std::memory_order_release);
+  d.serving = 0;
+}
+
 void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uint32_t l3_offset,
-                               bool handed_off) {
+                               AggSource source) {
+  using aggregator::NackReason;
+  using aggregator::Opcode;
   AggregationCounters& c = stats_.lcore.agg;
   const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
   UdpInfo udp;
@@ -362,42 +440,58 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
     rte_pktmbuf_free(m);
     return;
   }
-  const aggregator::Opcode opcode = pkt.opcode;
-  if (opcode != aggregator::Opcode::kContribution && opcode != aggregator::Opcode::kAck) {
+  const Opcode opcode = pkt.opcode;
+  if (opcode != Opcode::kContribution && opcode != Opcode::kAck && opcode != Opcode::kTaskInfo) {
     c.unsupported.Add(1);
     rte_pktmbuf_free(m);
     return;
   }
-  const aggregator::Job* job = setup_.agg.jobs->Find(pkt.header->job_id.host());
+  const aggregator::AggHeader& h = *pkt.header;
+  // Where answers go. A hand-off was checked where it arrived; its answers
+  // (slot outcomes only) use the member's learned address instead.
+  const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(in_port), vlan,
+                                      udp.src_ip, udp.src_port};
+  const aggregator::Job* job = setup_.agg.jobs->Find(h.job_id.host());
   if (job == nullptr) {
-    c.unknown_jobs.Add(1);
-    rte_pktmbuf_free(m);
+    HandleUnknownJob(m, pkt, sender, in_port, vlan, l3_offset, source);
     return;
   }
-  if (job->key() != pkt.header->job_key.host()) {
-    c.key_failures.Add(1);
-    rte_pktmbuf_free(m);
-    return;
-  }
-  const uint16_t node = pkt.header->node_id.host();
-  if (node >= job->members()) {
-    c.rejected.Add(1);
-    rte_pktmbuf_free(m);
-    return;
-  }
-  if (!handed_off) {
+  if (source != AggSource::kHandoff) {
+    if (job->key() != h.job_key.host()) {
+      c.key_failures.Add(1);
+      setup_.agg.job_counters[job->index()].key_failures.Add(1);
+      Nack(m, h, NackReason::kKeyMismatch, sender);
+      return;
+    }
+    const uint16_t node = h.node_id.host();
+    if (node >= job->members()) {
+      c.rejected.Add(1);
+      Nack(m, h, NackReason::kMalformed, sender);
+      return;
+    }
+    const bool task_info = opcode == Opcode::kTaskInfo || (h.flags.host() & aggregator::flags::kTaskInfo);
+    if (task_info && (h.expected.host() != job->members() || h.node_count.host() != job->nodes())) {
+      c.task_info_conflicts.Add(1);
+      Nack(m, h, NackReason::kTaskInfoConflict, sender);
+      return;
+    }
     // The receiving lcore learns where the member is and how far it got.
-    const auto* eth = reinterpret_cast<const EtherHdr*>(data);
-    (void)job->LearnMember(node, Mac48(eth->src), static_cast<uint8_t>(in_port), vlan, udp.src_ip,
-                           udp.src_port);
-    (void)job->UpdateAck(node, pkt.header->ack_watermark.host());
+    (void)job->LearnMember(node, sender.mac48, sender.port_index, vlan, udp.src_ip, udp.src_port);
+    (void)job->UpdateAck(node, h.ack_watermark.host());
+    if (opcode == Opcode::kAck) {
+      c.acks.Add(1);
+      rte_pktmbuf_free(m);
+      return;
+    }
+    if (opcode == Opcode::kTaskInfo) {
+      // Accepted (registered now, or known already): echoed so that the
+      // control unit can stop retransmitting it.
+      c.task_infos.Add(1);
+      Answer(m, h, Opcode::kTaskInfo, NackReason{0}, sender);
+      return;
+    }
   }
-  if (opcode == aggregator::Opcode::kAck) {
-    rte_pktmbuf_free(m);
-    return;
-  }
-  const uint32_t index =
-      aggregator::SlotIndex(job->id(), pkt.header->seq.host(), setup_.agg.total_slots);
+  const uint32_t index = aggregator::SlotIndex(job->id(), h.seq.host(), setup_.agg.total_slots);
   const uint16_t owner = static_cast<uint16_t>(index % setup_.agg.n_workers);
   if (owner != setup_.agg.index) {
     if (rte_ring_mp_enqueue(setup_.agg.handoff[owner], m) == 0) {
@@ -409,6 +503,82 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
     return;
   }
   Contribute(m, *job, pkt);
+}
+
+void Worker::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
+                              const aggregator::MemberAddr& sender, uint16_t in_port, uint16_t vlan,
+                              uint32_t l3_offset, AggSource source) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::AggHeader& h = *pkt.header;
+  if (source == AggSource::kHandoff) {
+    // Removed between the two lcores; the sender retransmits and is told then.
+    c.unknown_jobs.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  const bool task_info = pkt.opcode == aggregator::Opcode::kTaskInfo ||
+                         (h.flags.host() & aggregator::flags::kTaskInfo);
+  // A reinjected datagram whose job is gone again is not sent up a second
+  // time: one trip per datagram keeps the path bounded.
+  if (task_info && setup_.agg.upcall != nullptr && source == AggSource::kRx) {
+    Upcall up{m, in_port, vlan, static_cast<uint8_t>(l3_offset), 0, 0};
+    if (rte_ring_sp_enqueue_elem(setup_.agg.upcall, &up, sizeof(Upcall)) == 0) {
+      c.registration_upcalls.Add(1);
+    } else {
+      c.registration_ring_full.Add(1);
+      rte_pktmbuf_free(m);
+    }
+    return;
+  }
+  c.unknown_jobs.Add(1);
+  Nack(m, h, aggregator::NackReason::kUnknownJob, sender);
+}
+
+void Worker::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::Opcode opcode,
+                    aggregator::NackReason reason, const aggregator::MemberAddr& to) {
+  AggregationCounters& c = stats_.lcore.agg;
+  if (opcode == aggregator::Opcode::kNack) {
+    const uint64_t now = last_tsc_;
+    if (nack_tokens_ < kNackBurst) {
+      const uint64_t earned = (now - nack_refill_tsc_) / nack_token_cycles_;
+      if (earned > 0) {
+        nack_tokens_ = std::min<uint64_t>(kNackBurst, nack_tokens_ + earned);
+        nack_refill_tsc_ = now;
+      }
+    } else {
+      nack_refill_tsc_ = now;
+    }
+    if (nack_tokens_ == 0) {
+      c.nacks_suppressed.Add(1);
+      rte_pktmbuf_free(m);
+      return;
+    }
+    --nack_tokens_;
+  }
+  // The request's header is read before the frame is overwritten.
+  aggregator::AggFields f = aggregator::ReadAggFields(request);
+  f.opcode = opcode;
+  f.aux = static_cast<uint32_t>(reason);
+  f.elem_count = 0;
+  if (opcode == aggregator::Opcode::kNack) f.flags = 0;
+  const bool tagged = plan_.EgressTagged(to.port_index, to.vlan);
+  const uint32_t hdr_len = tagged ? 46 : 42;
+  const uint32_t len = hdr_len + sizeof(aggregator::AggHeader);
+  if (m->nb_segs != 1 || len > static_cast<uint32_t>(rte_pktmbuf_data_len(m)) + rte_pktmbuf_tailroom(m)) {
+    rte_pktmbuf_free(m);
+    return;
+  }
+  auto* out = rte_pktmbuf_mtod(m, uint8_t*);
+  uint8_t dst[6];
+  for (int i = 0; i < 6; ++i) dst[i] = static_cast<uint8_t>(to.mac48 >> (40 - 8 * i));
+  WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? to.vlan : 0,
+                  setup_.agg.result_src_ip, to.ip, setup_.agg.udp_port, to.udp_port,
+                  static_cast<uint16_t>(f.seq), sizeof(aggregator::AggHeader));
+  aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(out + hdr_len));
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = len;
+  if (opcode == aggregator::Opcode::kNack) c.nacks_sent.Add(1);
+  Enqueue(to.port_index, m);
 }
 
 namespace {
@@ -445,7 +615,9 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
                          setup_.agg.n_workers;
   const aggregator::SlotUpdate u = setup_.agg.slots->Contribute(
       local, contribution, last_tsc_, SlotReleasable, setup_.agg.jobs);
+  JobCounters& jc = setup_.agg.job_counters[job.index()];
   bool keep_mbuf = false;
+  aggregator::NackReason refused{0};
   switch (u.outcome) {
     case aggregator::SlotOutcome::kHeld:
       keep_mbuf = true;
@@ -453,12 +625,18 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
     case aggregator::SlotOutcome::kAccumulated:
       c.contributions.Add(1);
       c.reduced_bytes.Add(pkt.payload_len);
+      jc.contributions.Add(1);
+      jc.reduced_bytes.Add(pkt.payload_len);
       break;
     case aggregator::SlotOutcome::kCompleted:
       c.contributions.Add(1);
       c.reduced_bytes.Add(pkt.payload_len);
       c.completions.Add(1);
+      jc.contributions.Add(1);
+      jc.reduced_bytes.Add(pkt.payload_len);
+      jc.completions.Add(1);
       SendResult(job, *u.slot, -1);
+      RecordCompletion(*u.slot);
       // An ordered slot returns every held contribution, this one included.
       for (uint16_t i = 0; i < u.n_released; ++i) {
         auto* held = static_cast<rte_mbuf*>(u.released[i]);
@@ -468,15 +646,44 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
       break;
     case aggregator::SlotOutcome::kDuplicateCompleted:
       c.duplicate_results.Add(1);
+      jc.duplicates.Add(1);
       SendResult(job, *u.slot, contribution.node);
       break;
-    case aggregator::SlotOutcome::kDuplicate: c.duplicates.Add(1); break;
-    case aggregator::SlotOutcome::kCollision: c.collisions.Add(1); break;
+    case aggregator::SlotOutcome::kDuplicate:
+      c.duplicates.Add(1);
+      jc.duplicates.Add(1);
+      break;
+    case aggregator::SlotOutcome::kCollision:
+      c.collisions.Add(1);
+      jc.collisions.Add(1);
+      break;
     case aggregator::SlotOutcome::kMismatch:
+      c.rejected.Add(1);
+      refused = aggregator::NackReason::kTypeMismatch;
+      break;
     case aggregator::SlotOutcome::kBadMember:
-    case aggregator::SlotOutcome::kTooLarge: c.rejected.Add(1); break;
+    case aggregator::SlotOutcome::kTooLarge:
+      c.rejected.Add(1);
+      refused = aggregator::NackReason::kMalformed;
+      break;
   }
-  if (!keep_mbuf) rte_pktmbuf_free(m);
+  if (keep_mbuf) return;
+  aggregator::MemberAddr member;
+  if (refused != aggregator::NackReason{0} && job.GetMember(contribution.node, &member)) {
+    Nack(m, *pkt.header, refused, member);
+    return;
+  }
+  rte_pktmbuf_free(m);
+}
+
+void Worker::RecordCompletion(const aggregator::Slot& slot) {
+  LatencyHistogram& h = stats_.lcore.slot_latency;
+  const uint64_t cycles = rte_rdtsc() - slot.first_tsc();
+  size_t b = 0;
+  while (b < kSlotLatencyBuckets - 1 && cycles > latency_bounds_[b]) ++b;
+  h.buckets[b].Add(1);
+  h.sum_cycles.Add(cycles);
+  h.count.Add(1);
 }
 
 rte_mbuf* Worker::BuildResultPayload(const aggregator::Job& job, const aggregator::Slot& slot) {

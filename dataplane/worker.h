@@ -48,6 +48,60 @@ struct LearnRequest {
 };
 static_assert(sizeof(LearnRequest) == 16);
 
+// A datagram on its way between a worker and the control thread for in-band
+// registration (Dataplane::ProcessRegistrations): up in a worker's upcall
+// ring, back down in its reinject ring with the control thread's verdict.
+struct Upcall {
+  rte_mbuf* m;
+  uint16_t in_port;   // ingress port index
+  uint16_t vlan;      // VLAN it arrived on
+  uint8_t l3_offset;  // of the IPv4 header in the frame
+  uint8_t pad;
+  // Down only: 0 when the job exists now; otherwise the NackReason to answer with.
+  uint16_t verdict;
+};
+static_assert(sizeof(Upcall) == 16);
+
+// Where a worker copies out its busy slots when the control side asks
+// (Dataplane::DumpSlots). The requester writes `limit`, then bumps
+// `requested`; the worker notices within 16 polls, copies kScanPerPass slots
+// per pass so that a dump never stalls it, and publishes `done` = the
+// generation it served (release). The entries are the worker's until then,
+// and the requester's after, until its next request.
+struct alignas(64) SlotDumpExchange {
+  static constexpr uint32_t kScanPerPass = 256;
+  struct Entry {
+    uint32_t index;  // local slot index
+    uint32_t job_id;
+    uint32_t seq;
+    uint16_t count;
+    uint16_t expected;
+    uint16_t elem_count;
+    uint8_t dtype;
+    uint8_t op;
+    bool complete;
+    bool overflow;
+    uint64_t first_tsc;
+  };
+
+  explicit SlotDumpExchange(uint32_t capacity_)
+      : capacity(capacity_), entries(new Entry[capacity_]) {}
+
+  // Requester side.
+  std::atomic<uint64_t> requested{0};
+  std::atomic<uint32_t> limit{0};
+  // Worker side.
+  alignas(64) std::atomic<uint64_t> done{0};
+  uint64_t serving = 0;  // the generation being copied; 0: none
+  uint32_t served_limit = 0;
+  uint32_t cursor = 0;   // next slot to look at
+  uint32_t n = 0;        // entries filled
+  uint64_t busy = 0;     // busy slots seen (also beyond the limit)
+  uint64_t now_tsc = 0;  // when the copy finished
+  const uint32_t capacity;
+  const std::unique_ptr<Entry[]> entries;
+};
+
 // The aggregation path of one worker (docs/aggregation.md). jobs == nullptr:
 // aggregation is off and every frame is switched at L2.
 struct AggregationSetup {
@@ -61,6 +115,11 @@ struct AggregationSetup {
   uint32_t address = 0;                    // aggregation IPv4 address (host order); 0: none
   uint16_t udp_port = 0;
   uint32_t result_src_ip = 0;              // source address of results
+  // In-band registration; both nullptr when aggregation.in_band_registration is off.
+  rte_ring* upcall = nullptr;    // to the control thread (SP/SC, Upcall elements)
+  rte_ring* reinject = nullptr;  // back from it (SP/SC, Upcall elements)
+  SlotDumpExchange* dump = nullptr;
+  JobCounters* job_counters = nullptr;  // JobTable::max_jobs() entries, by Job::index()
 };
 
 struct WorkerSetup {
@@ -97,15 +156,37 @@ class alignas(64) Worker {
     uint8_t l3_offset;
   };
 
+  // Where an aggregation datagram comes from: this worker's RX, another
+  // worker's hand-off (already checked and learned there), or the control
+  // thread after in-band registration.
+  enum class AggSource : uint8_t { kRx, kHandoff, kReinject };
+
   void ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_t now_tick);
   // Aggregation path. IsAggregation is the cheap test stage 1 runs on every
   // IPv4 frame; HandleAggregation parses, checks and reduces (or hands off).
   bool IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset) const;
   // Kept out of line so the L2 loop of ProcessBurst stays small.
   [[gnu::noinline]] void HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan,
-                                           uint32_t l3_offset, bool handed_off);
+                                           uint32_t l3_offset, AggSource source);
+  // A datagram for a job the table does not hold: up to the control thread
+  // when it carries task info and registration is on, else a NACK.
+  void HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
+                        const aggregator::MemberAddr& sender, uint16_t in_port, uint16_t vlan,
+                        uint32_t l3_offset, AggSource source);
   [[gnu::noinline]] void DrainHandoffs();
+  [[gnu::noinline]] void DrainReinjects();
+  [[gnu::noinline]] void ContinueSlotDump();
   void Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt);
+  // Turns `m` into an answer to its sender, in place (header only, no
+  // payload), and queues it on the sender's port: a NACK with `reason`, or
+  // the echo of an accepted TASK_INFO. NACKs are rate limited per lcore.
+  void Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::Opcode opcode,
+              aggregator::NackReason reason, const aggregator::MemberAddr& to);
+  void Nack(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::NackReason reason,
+            const aggregator::MemberAddr& to) {
+    Answer(m, request, aggregator::Opcode::kNack, reason, to);
+  }
+  void RecordCompletion(const aggregator::Slot& slot);
   // Sends the result of a complete slot to one member, or to all (node < 0).
   void SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node);
   rte_mbuf* BuildResultPayload(const aggregator::Job& job, const aggregator::Slot& slot);
@@ -134,6 +215,12 @@ class alignas(64) Worker {
   const std::atomic<bool>& quit_;
   uint64_t last_tsc_ = 0;
   bool reader_online_ = false;
+  // NACK rate limit: a token bucket refilled from the TSC.
+  uint64_t nack_tokens_ = 0;
+  uint64_t nack_refill_tsc_ = 0;
+  uint64_t nack_token_cycles_ = 0;  // cycles per token
+  // Slot completion latency bucket bounds in TSC cycles (kSlotLatencyBoundsSeconds).
+  uint64_t latency_bounds_[kSlotLatencyBuckets - 1] = {};
   uint32_t polls_since_quiescent_ = 0;
 
   // Frames waiting for this burst's tx_burst, per egress port. A full buffer

@@ -7,7 +7,11 @@ address, retransmits every 200 ms until the result arrives, and checks it:
     agg_member.py --switch 10.0.10.253 --job 5 --key 0x5eed --node 0 --members 2 \
                   --seq 1 --values 1,2,3 --expect 11,22,33
 
-Exit 0 when the result matches, 1 on a wrong result, 2 on a timeout.
+With --task-info the contribution carries its task info (TASK_INFO flag,
+expected = --members, node_count = 1), so the switch registers an unknown job
+in-band. A NACK is reported with its reason and ends the member.
+
+Exit 0 when the result matches, 1 on a wrong result, 2 on a timeout, 3 on a NACK.
 Standard library only.
 """
 import argparse
@@ -16,9 +20,12 @@ import struct
 import sys
 import time
 
-MAGIC, VERSION, CONTRIBUTION, RESULT = 0xA65C, 1, 1, 3
+MAGIC, VERSION, CONTRIBUTION, RESULT, NACK = 0xA65C, 1, 1, 3, 9
 HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBI")  # 48 bytes, docs/protocol.md
 FLAG_RETRANSMISSION = 1 << 1
+FLAG_TASK_INFO = 1 << 7
+NACK_REASONS = {1: "unknown job", 2: "key mismatch", 3: "malformed", 4: "job table full",
+                5: "type mismatch", 6: "task info conflict"}
 
 
 def main():
@@ -33,6 +40,7 @@ def main():
     ap.add_argument("--values", required=True)
     ap.add_argument("--expect", required=True)
     ap.add_argument("--timeout", type=float, default=5.0)
+    ap.add_argument("--task-info", action="store_true")
     a = ap.parse_args()
     values = [int(v) for v in a.values.split(",")]
     expect = [int(v) for v in a.expect.split(",")]
@@ -42,12 +50,14 @@ def main():
     sock.settimeout(0.2)
     payload = struct.pack("<%di" % len(values), *values)
     deadline = time.monotonic() + a.timeout
-    flags = 0
+    task_info = FLAG_TASK_INFO if a.task_info else 0
+    expected, node_count = (a.members, 1) if a.task_info else (0, 0)
+    flags = task_info
     while time.monotonic() < deadline:
         header = HEADER.pack(MAGIC, VERSION, CONTRIBUTION, flags, a.node, a.job, a.seq, a.key,
-                             0, 0, 0, 0, 0xFFFF, len(values), 0, 0, 0, 0, 0)
+                             0, 0, expected, node_count, 0xFFFF, len(values), 0, 0, 0, 0, 0)
         sock.sendto(header + payload, (a.switch, a.port))
-        flags = FLAG_RETRANSMISSION
+        flags = task_info | FLAG_RETRANSMISSION
         try:
             data, peer = sock.recvfrom(65535)
         except socket.timeout:
@@ -56,6 +66,11 @@ def main():
             continue
         h = HEADER.unpack_from(data)
         magic, version, opcode, job, seq, count = h[0], h[1], h[2], h[5], h[6], h[13]
+        if magic == MAGIC and opcode == NACK and job == a.job and seq == a.seq:
+            reason = h[18]
+            print("node %d: NACK: %s (%d)" % (a.node, NACK_REASONS.get(reason, "?"), reason),
+                  file=sys.stderr)
+            return 3
         if magic != MAGIC or version != VERSION or opcode != RESULT or job != a.job or seq != a.seq:
             continue
         got = list(struct.unpack_from("<%di" % count, data, HEADER.size))

@@ -135,31 +135,54 @@ check "aggctl stats shows p1" aggctl_shows p1 stats
 check "aggctl mac shows h1" aggctl_shows "$H1_MAC" mac
 
 # Allreduce through the switch: h0 (access 10) and h2.10 (trunk) each send one
-# int32 chunk from a kernel UDP socket to the aggregation address; both must
-# get the sum back.
+# int32 chunk of job $1, seq $2, from a kernel UDP socket to the aggregation
+# address; both must get the sum back. Further arguments go to both members.
 allreduce_pair() {
-  local member="$HERE/agg_member.py"
-  topo_exec h0 python3 "$member" --switch 10.0.10.253 --job 5 --key 0x5eed --node 0 --members 2 \
-    --seq "$1" --values 1,2,-3 --expect 11,22,-33 >"$WORK/agg0.out" 2>&1 &
+  local member="$HERE/agg_member.py" job="$1" seq="$2"
+  shift 2
+  topo_exec h0 python3 "$member" --switch 10.0.10.253 --job "$job" --key 0x5eed --node 0 --members 2 \
+    --seq "$seq" --values 1,2,-3 --expect 11,22,-33 "$@" >"$WORK/agg0.out" 2>&1 &
   local p0=$!
-  topo_exec h2 python3 "$member" --switch 10.0.10.253 --job 5 --key 0x5eed --node 1 --members 2 \
-    --seq "$1" --values 10,20,-30 --expect 11,22,-33 >"$WORK/agg1.out" 2>&1
+  topo_exec h2 python3 "$member" --switch 10.0.10.253 --job "$job" --key 0x5eed --node 1 --members 2 \
+    --seq "$seq" --values 10,20,-30 --expect 11,22,-33 "$@" >"$WORK/agg1.out" 2>&1
   local r1=$?
   wait "$p0"
   local r0=$?
   cat "$WORK/agg0.out" "$WORK/agg1.out"
   [ "$r0" -eq 0 ] && [ "$r1" -eq 0 ]
 }
-check "allreduce of job 5 through the switch (access + trunk member)" allreduce_pair 1
-check "a second chunk of job 5" allreduce_pair 2
+check "allreduce of job 5 through the switch (access + trunk member)" allreduce_pair 5 1
+check "a second chunk of job 5" allreduce_pair 5 2
+check "job 31 registers in-band from the task info in its contributions" allreduce_pair 31 1 --task-info
+nacked_unknown_job() {
+  topo_exec h0 python3 "$HERE/agg_member.py" --switch 10.0.10.253 --job 77 --key 0x77 --node 0 \
+    --members 2 --values 1 --expect 1 --timeout 2 >"$WORK/agg77.out" 2>&1
+  local rc=$?
+  cat "$WORK/agg77.out"
+  [ "$rc" -eq 3 ] && grep -q "NACK: unknown job" "$WORK/agg77.out"
+}
+check "a job without task info that the switch does not know is NACKed" nacked_unknown_job
 completions_are() {
   curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
     grep -qx "aggswitch_aggregation_completions_total{lcore=\"1\"} $1"
 }
-check "metrics count the completions" completions_are 2
+check "metrics count the completions" completions_are 3
+job_metric_is() {
+  curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
+    grep -qx "aggswitch_aggregation_job_$1_total{job=\"$2\"} $3"
+}
+check "per-job metrics: job 5 completed 2 chunks" job_metric_is completions 5 2
+check "per-job metrics: job 31 reduced 2 x 12 bytes" job_metric_is reduced_bytes 31 24
+check "metrics: one in-band registration admitted" \
+  grep -q 'aggswitch_aggregation_registrations_total{result="admitted"} 1' <(curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics")
+# The members never acknowledge, so the switch keeps both results of job 5;
+# the running workers copy their slots out for aggctl.
+slots_of_job5() { [ "$(aggctl slots --job 5 | grep -c ' complete ')" -eq 2 ]; }
+check "aggctl slots shows job 5's two completed chunks, held for the acks" slots_of_job5
 
 # Jobs: one from the config, one added and removed through the API.
 check "aggctl jobs show lists the config job" aggctl_shows "config" jobs show 5
+check "aggctl jobs show lists the in-band job" aggctl_shows "in-band" jobs show 31
 check "aggctl jobs add" aggctl jobs add --id 9 --key 0x99 --members 4
 check "aggctl jobs show lists the API job" aggctl_shows "api" jobs show 9
 check_not "a second add of job 9 is refused" aggctl jobs add --id 9 --key 0x99 --members 4

@@ -7,6 +7,7 @@
 //   aggctl jobs show [ID]
 //   aggctl jobs add --id 7 --key 0xc0ffee --members 4 [--nodes 2] [--ordered]
 //   aggctl jobs rm ID
+//   aggctl slots [--job 7] [--limit 1000]
 //
 // Prints aligned tables by default and the API's JSON (pretty-printed) with
 // --json. Exits 1 with a one-line reason when the daemon cannot be reached or
@@ -443,17 +444,76 @@ std::string OptionalU64(const json& v) {
   return v.is_null() ? "-" : U64(v);
 }
 
+// A job's "counters" object; null with aggregation off (and absent from
+// daemons older than the per-job counters).
+json JobCounters(const json& job) {
+  return job.contains("counters") ? job.at("counters") : json();
+}
+
+std::string JobCounter(const json& job, const char* name) {
+  const json counters = JobCounters(job);
+  return counters.is_object() && counters.contains(name) ? U64(counters.at(name)) : "-";
+}
+
 void PrintJobs(const json& j) {
-  Table t({">JOB", "ORIGIN", ">INDEX", ">MEMBERS", ">LEARNED", ">NODES", "ORDERED", ">MIN-ACK"});
+  Table t({">JOB", "ORIGIN", ">INDEX", ">MEMBERS", ">LEARNED", ">NODES", "ORDERED", ">MIN-ACK",
+           ">CONTRIB", ">COMPLETED"});
   for (const json& job : j.at("jobs")) {
     t.AddRow({U64(job.at("id")), job.at("origin").get<std::string>(), U64(job.at("index")),
               U64(job.at("members")), U64(job.at("learned")), U64(job.at("nodes")),
-              job.at("ordered").get<bool>() ? "yes" : "no", OptionalU64(job.at("min_ack"))});
+              job.at("ordered").get<bool>() ? "yes" : "no", OptionalU64(job.at("min_ack")),
+              JobCounter(job, "contributions"), JobCounter(job, "completions")});
   }
   if (!t.empty()) t.Print(std::cout);
   std::cout << U64(j.at("count")) << " of " << U64(j.at("capacity")) << " jobs; at most "
             << U64(j.at("max_fan_in")) << " members each; in-band registration "
             << (j.at("in_band_registration").get<bool>() ? "on" : "off") << '\n';
+}
+
+// A slot's age: chunks complete in microseconds, stuck ones age in seconds.
+std::string SlotAgeText(const json& age) {
+  const double seconds = age.get<double>();
+  if (seconds < 1e-3) return Fixed(seconds * 1e6, 0) + "us";
+  if (seconds < 1) return Fixed(seconds * 1e3, 1) + "ms";
+  if (seconds < 60) return Fixed(seconds, 1) + "s";
+  return AgeText(age);
+}
+
+// Busy slots as a table; `with_job` adds the JOB column.
+void PrintSlotTable(const json& slots, bool with_job, const std::string& indent) {
+  std::vector<std::string> headers = {">LCORE", ">SLOT", ">JOB", ">SEQ",   "STATE",
+                                      ">COUNT", "DTYPE", "OP",   ">ELEMS", ">AGE"};
+  if (!with_job) headers.erase(headers.begin() + 2);
+  Table t(std::move(headers));
+  for (const json& s : slots) {
+    std::string state = s.at("state").get<std::string>();
+    if (s.at("overflow").get<bool>()) state += " (overflow)";
+    std::vector<std::string> row = {U64(s.at("lcore")),
+                                    U64(s.at("index")),
+                                    U64(s.at("job")),
+                                    U64(s.at("seq")),
+                                    state,
+                                    U64(s.at("count")) + "/" + U64(s.at("expected")),
+                                    s.at("dtype").get<std::string>(),
+                                    s.at("op").get<std::string>(),
+                                    U64(s.at("elem_count")),
+                                    SlotAgeText(s.at("age_seconds"))};
+    if (!with_job) row.erase(row.begin() + 2);
+    t.AddRow(std::move(row));
+  }
+  t.Print(std::cout, indent);
+}
+
+void PrintSlots(const json& j) {
+  const json& slots = j.at("slots");
+  if (!slots.empty()) PrintSlotTable(slots, true, "");
+  const json& job = j.at("filter").at("job");
+  std::cout << U64(j.at("busy")) << " busy slots; " << U64(j.at("count")) << " shown"
+            << (job.is_null() ? std::string() : " (job " + U64(job) + ")");
+  if (j.at("truncated").get<bool>()) {
+    std::cout << ", truncated at --limit " << U64(j.at("filter").at("limit"));
+  }
+  std::cout << '\n';
 }
 
 void PrintJob(const json& job) {
@@ -464,17 +524,49 @@ void PrintJob(const json& job) {
             << (nodes == 1 ? std::string("root switch") : U64(job.at("nodes")) + " nodes")
             << (job.at("ordered").get<bool>() ? ", ordered" : "") << ", min ack "
             << OptionalU64(job.at("min_ack")) << '\n';
-  Table t({">NODE", "MAC", "IP", ">UDP", "PORT", ">VLAN", ">ACK"});
+
+  const json counters = JobCounters(job);
+  std::cout << "\nCounters\n";
+  if (counters.is_null()) std::cout << "  none (aggregation is off)\n";
+  if (counters.is_object()) {
+    Table c({"COUNTER", ">VALUE"});
+    for (const auto& [name, value] : counters.items()) c.AddRow({name, U64(value)});
+    c.Print(std::cout, "  ");
+  }
+
+  std::cout << "\nMembers\n";
+  Table t({">NODE", "PORT", ">VLAN", "MAC", "IP:UDP", ">ACK"});
   for (const json& m : job.at("learned_members")) {
     const bool has_address = !m.at("mac").is_null();
     const uint64_t vlan = has_address ? m.at("vlan").get<uint64_t>() : 0;
-    t.AddRow({U64(m.at("node")), has_address ? m.at("mac").get<std::string>() : "-",
-              has_address ? m.at("ip").get<std::string>() : "-", OptionalU64(m.at("udp_port")),
-              has_address ? m.at("port").get<std::string>() : "-",
+    t.AddRow({U64(m.at("node")), has_address ? m.at("port").get<std::string>() : "-",
               has_address && vlan != 0 ? std::to_string(vlan) : "-",
+              has_address ? m.at("mac").get<std::string>() : "-",
+              has_address ? m.at("ip").get<std::string>() + ":" + U64(m.at("udp_port")) : "-",
               OptionalU64(m.at("ack_watermark"))});
   }
-  if (!t.empty()) t.Print(std::cout, "  ");
+  if (t.empty()) {
+    std::cout << "  none seen yet\n";
+  } else {
+    t.Print(std::cout, "  ");
+  }
+
+  // Older daemons send no slots; a failed dump sends null and the reason.
+  std::cout << "\nBusy slots\n";
+  const json slots = job.contains("slots") ? job.at("slots") : json();
+  if (slots.is_null()) {
+    const json error = job.contains("slots_error") ? job.at("slots_error") : json();
+    std::cout << "  unavailable"
+              << (error.is_string() ? ": " + error.get<std::string>() : std::string()) << '\n';
+  } else if (slots.empty()) {
+    std::cout << "  none\n";
+  } else {
+    PrintSlotTable(slots, false, "  ");
+    if (job.at("slots_truncated").get<bool>()) {
+      std::cout << "  (" << slots.size() << " shown; more not listed, see aggctl slots --job "
+                << U64(job.at("id")) << " --limit N)\n";
+    }
+  }
 }
 
 // A job key as the API takes it: decimal, or 0x and 1..16 hex digits.
@@ -500,6 +592,7 @@ struct Options {
   std::optional<std::string> port;
   // jobs
   std::optional<uint32_t> job_id;
+  std::optional<uint32_t> slot_limit;
   std::string job_key;
   uint16_t job_members = 0;
   uint16_t job_nodes = 1;
@@ -578,11 +671,26 @@ int Main(int argc, char** argv) {
         print = PrintStats;
       });
 
+  CLI::App* slots =
+      app.add_subcommand("slots", "busy aggregation slots: job, sequence, members counted, age");
+  slots->add_option("--job", o.job_id, "only this job's slots")
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
+  slots->add_option("--limit", o.slot_limit, "list at most this many slots (default 1000)")
+      ->check(CLI::Range(1, 100000));
+  slots->callback([&] {
+    std::string query;
+    if (o.slot_limit) query += "limit=" + std::to_string(*o.slot_limit);
+    if (o.job_id)
+      query += (query.empty() ? "" : "&") + std::string("job=") + std::to_string(*o.job_id);
+    target = "/api/v1/slots" + (query.empty() ? "" : "?" + query);
+    print = PrintSlots;
+  });
+
   CLI::App* jobs = app.add_subcommand("jobs", "aggregation jobs: show, add, remove");
   jobs->require_subcommand(1);
-  CLI::App* jobs_show =
-      jobs->add_subcommand("show", "list the jobs, or one job with its learned members");
-  jobs_show->add_option("ID", o.job_id, "only this job, with its members")
+  CLI::App* jobs_show = jobs->add_subcommand(
+      "show", "list the jobs, or one job with its counters, members and busy slots");
+  jobs_show->add_option("ID", o.job_id, "only this job, in detail")
       ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
   jobs_show->callback([&] {
     target = "/api/v1/jobs";

@@ -75,6 +75,14 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
     AGG_LOG(kError, "dataplane: %s", dp.status().message().c_str());
     return 1;
   }
+  if ((*dp)->aggregation_enabled()) {
+    // Job snapshots (API, /metrics) carry each job's counters, read on this
+    // thread with the job list (see job_control.h). Set before the HTTP server
+    // starts; the dataplane outlives every List() (http is reset first).
+    const dataplane::Dataplane& counting = **dp;
+    job_control.SetCounterReader(
+        [&counting](uint16_t index) { return control::CollectJobCounters(counting, index); });
+  }
   auto http = control::HttpServer::Start(cfg.http.listen, **dp, &job_control);
   if (!http.ok()) {
     AGG_LOG(kError, "http: %s", http.status().message().c_str());
@@ -98,6 +106,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   AGG_LOG(kInfo, "stopping: waiting for workers to finish their burst");
   control::UnregisterTelemetry();
   http->reset();
+  job_control.SetCounterReader(nullptr);  // it outlives the dataplane
   (*dp)->Stop();
   dp->reset();
   AGG_LOG(kInfo, "stopped");

@@ -31,6 +31,7 @@ local nack_reason_names = {
   [3] = "malformed",
   [4] = "job table full",
   [5] = "dtype/op differs from the job's",
+  [6] = "task info conflicts with the job's",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.

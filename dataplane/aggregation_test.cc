@@ -1,0 +1,502 @@
+// In-process tests of the aggregation path on net_ring ports
+// (dataplane_test_fixture.h): contributions in, results out, counted.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dataplane/dataplane_test_fixture.h"
+
+namespace aggswitch::dataplane {
+namespace {
+
+using namespace fixtures;  // NOLINT(build/namespaces)
+
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EalEnvironment("aggregation_test"));
+
+class AggregationFanInTest : public AggregationTest, public ::testing::WithParamInterface<int> {};
+
+// N members on one access port each send one int32 chunk, in a shuffled
+// order; each gets exactly one result, addressed to it, equal to the sum.
+TEST_P(AggregationFanInTest, EveryMemberGetsTheExactSumOnce) {
+  const uint16_t n = static_cast<uint16_t>(GetParam());
+  AddJob(7, n);
+  std::mt19937 rng(n);
+  std::vector<int32_t> sum(64, 0);
+  std::vector<Frame> frames;
+  for (uint16_t m = 0; m < n; ++m) {
+    std::vector<int32_t> v(64);
+    for (size_t e = 0; e < v.size(); ++e) {
+      v[e] = static_cast<int32_t>(rng() % 20001) - 10000;
+      sum[e] += v[e];
+    }
+    frames.push_back(Contribution(7, 3, m, Int32Payload(v)));
+  }
+  std::shuffle(frames.begin(), frames.end(), rng);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    Inject(0, frames[i]);
+    if (i % 32 == 31) Step();
+  }
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), n) << "one result per member, all on a0";
+  EXPECT_EQ(out.size(), 1u) << "nothing leaks to other ports";
+  std::set<uint16_t> ports_seen;
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.fields.job_id, 7u);
+    EXPECT_EQ(r.fields.seq, 3u);
+    EXPECT_FALSE(r.tagged);
+    const uint16_t node = static_cast<uint16_t>(r.dst_port - 40000);
+    EXPECT_EQ(r.dst_mac, MemberMac(node));
+    EXPECT_EQ(r.dst_ip, MemberIp(node));
+    ports_seen.insert(r.dst_port);
+    ASSERT_EQ(r.payload, Int32Payload(sum));
+  }
+  EXPECT_EQ(ports_seen.size(), n);
+  EXPECT_EQ(Agg().contributions.Get(), n);
+  EXPECT_EQ(Agg().completions.Get(), 1u);
+  EXPECT_EQ(Agg().results_sent.Get(), n);
+}
+
+INSTANTIATE_TEST_SUITE_P(Members, AggregationFanInTest, ::testing::Values(1, 2, 3, 8, 64, 256));
+
+TEST_F(AggregationTest, DuplicatesCountOnceAndLateOnesGetTheCachedResult) {
+  AddJob(7, 2);
+  const Frame a = Contribution(7, 1, 0, Int32Payload({1, 2}));
+  Inject(0, a);
+  Inject(0, a);  // retransmission before completion
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  EXPECT_EQ(Agg().duplicates.Get(), 1u);
+  Inject(0, Contribution(7, 1, 1, Int32Payload({10, 20})));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  EXPECT_EQ(ParseResult(out[0][0]).payload, Int32Payload({11, 22}));
+  Inject(0, a);  // node 0 lost its result and asks again
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result r = ParseResult(out[0][0]);
+  EXPECT_EQ(r.dst_ip, MemberIp(0));
+  EXPECT_EQ(r.payload, Int32Payload({11, 22}));
+  EXPECT_EQ(Agg().duplicate_results.Get(), 1u);
+  EXPECT_EQ(Agg().contributions.Get(), 2u);
+}
+
+// Refused datagrams are answered with a NACK that names the reason, sent
+// back to the sender on its port; nothing is counted into a slot.
+TEST_F(AggregationTest, WrongKeyAndUnknownJobAreNackedAndCounted) {
+  AddJob(7, 1);
+  Inject(0, Contribution(7, 1, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, /*key=*/0xbad));
+  Inject(1, Contribution(8, 2, 0, Int32Payload({1})));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  ASSERT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(out.size(), 2u) << "answers leave by the sender's port only";
+  const Result key = ParseResult(out[0][0]);
+  EXPECT_EQ(key.fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(key.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kKeyMismatch));
+  EXPECT_EQ(key.fields.job_id, 7u);
+  EXPECT_EQ(key.fields.seq, 1u);
+  EXPECT_EQ(key.dst_mac, MemberMac(0));
+  EXPECT_EQ(key.dst_ip, MemberIp(0));
+  EXPECT_EQ(key.dst_port, MemberPort(0));
+  EXPECT_TRUE(key.payload.empty());
+  const Result unknown = ParseResult(out[1][0]);
+  EXPECT_EQ(unknown.fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(unknown.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kUnknownJob));
+  EXPECT_EQ(unknown.fields.job_id, 8u);
+  EXPECT_EQ(unknown.fields.seq, 2u);
+  EXPECT_EQ(Agg().key_failures.Get(), 1u);
+  EXPECT_EQ(Agg().unknown_jobs.Get(), 1u);
+  EXPECT_EQ(Agg().nacks_sent.Get(), 2u);
+  EXPECT_EQ(Agg().contributions.Get(), 0u);
+  EXPECT_EQ(JobCounts(7)[static_cast<size_t>(JobCounter::key_failures)], 1u);
+  EXPECT_EQ(jobs_->size(), 1u) << "a datagram without task info registers nothing";
+}
+
+TEST_F(AggregationTest, TwoConcurrentJobsDoNotMix) {
+  AddJob(7, 2);
+  AddJob(8, 2);
+  Inject(0, Contribution(7, 5, 0, Int32Payload({1})));
+  Inject(0, Contribution(8, 5, 0, Int32Payload({100})));
+  Inject(0, Contribution(8, 5, 1, Int32Payload({200})));
+  Inject(0, Contribution(7, 5, 1, Int32Payload({2})));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 4u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.payload, Int32Payload({r.fields.job_id == 7 ? 3 : 300})) << r.fields.job_id;
+  }
+}
+
+TEST_F(AggregationTest, TrunkMembersGetTaggedResults) {
+  AddJob(7, 2);
+  Inject(0, Contribution(7, 1, 0, Int32Payload({1})));
+  Inject(3, Contribution(7, 1, 1, Int32Payload({2}), DType::kInt32, ReduceOp::kSum, 0x5eed, 10));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  ASSERT_EQ(out[3].size(), 1u);
+  EXPECT_FALSE(ParseResult(out[0][0]).tagged);
+  const Result r = ParseResult(out[3][0]);
+  EXPECT_TRUE(r.tagged);
+  EXPECT_EQ(r.vid, 10);
+  EXPECT_EQ(r.payload, Int32Payload({3}));
+}
+
+// Ordered mode: float32 results are bit-identical to the member-order
+// reduction whatever the arrival order.
+TEST_F(AggregationTest, OrderedFloatResultsDoNotDependOnArrivalOrder) {
+  constexpr uint16_t kMembers = 8;
+  AddJob(9, kMembers, /*ordered=*/true);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1e7f, 1e7f);
+  std::vector<std::vector<uint8_t>> payloads;
+  for (uint16_t m = 0; m < kMembers; ++m) {
+    std::vector<float> v(32);
+    for (float& x : v) x = dist(rng) * (m % 2 ? 1e-7f : 1.0f);
+    std::vector<uint8_t> bytes(128);
+    std::memcpy(bytes.data(), v.data(), 128);
+    payloads.push_back(bytes);
+  }
+  std::vector<uint8_t> acc(128), want(128);
+  aggregator::LoadFirst(DType::kFloat32, payloads[0].data(), 32, acc.data());
+  for (uint16_t m = 1; m < kMembers; ++m) {
+    (void)aggregator::Accumulate(DType::kFloat32, ReduceOp::kSum, acc.data(), payloads[m].data(), 32);
+  }
+  aggregator::StoreResult(DType::kFloat32, acc.data(), 32, want.data());
+  std::vector<uint16_t> order(kMembers);
+  std::iota(order.begin(), order.end(), 0);
+  for (uint32_t seq = 0; seq < 6; ++seq) {
+    if (seq == 1) std::reverse(order.begin(), order.end());
+    if (seq > 1) std::shuffle(order.begin(), order.end(), rng);
+    for (uint16_t m : order) {
+      // Every chunk also acknowledges the one before, so its slot can be reused.
+      Inject(0, Contribution(9, seq, m, payloads[m], DType::kFloat32, ReduceOp::kSum, 0x5eed, -1, seq));
+    }
+    Step();
+    auto out = Drain();
+    ASSERT_EQ(out[0].size(), kMembers) << "seq " << seq;
+    EXPECT_EQ(ParseResult(out[0][0]).payload, want) << "seq " << seq;
+  }
+}
+
+// --- In-band registration (seed 001) ------------------------------------------
+
+class InBandTest : public AggregationTest {
+ protected:
+  static constexpr uint64_t kKey = 0x5eed;
+
+  // A contribution that carries its task info (variant A): `members` expected
+  // at this switch, one node.
+  static Frame WithTaskInfo(uint32_t job, uint32_t seq, uint16_t node, uint16_t members, int32_t value,
+                            uint64_t key = kKey) {
+    aggregator::AggFields f;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = node;
+    f.job_id = job;
+    f.seq = seq;
+    f.job_key = key;
+    f.expected = members;
+    f.node_count = 1;
+    f.elem_count = 1;
+    return Datagram(f, Int32Payload({value}));
+  }
+  // The control unit's TASK_INFO datagram (variant B): no payload.
+  static Frame TaskInfo(uint32_t job, uint16_t node, uint16_t members, uint64_t key = kKey) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kTaskInfo;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = node;
+    f.job_id = job;
+    f.job_key = key;
+    f.expected = members;
+    f.node_count = 1;
+    return Datagram(f);
+  }
+
+  // A worker pass, the control thread's registrations, and a second pass
+  // that takes the handed-back datagrams.
+  void StepWithRegistration() {
+    Step();
+    dp_->ProcessRegistrations();
+    Step();
+  }
+
+  std::vector<Result> Results(const std::vector<Frame>& frames) {
+    std::vector<Result> out;
+    for (const Frame& f : frames) out.push_back(ParseResult(f));
+    return out;
+  }
+};
+
+// T1: four members, task info in every contribution, no configuration: the
+// first datagrams register the job and are then counted like any other.
+TEST_F(InBandTest, TaskInfoInContributionsRegistersTheJob) {
+  for (uint16_t m = 0; m < 4; ++m) Inject(0, WithTaskInfo(21, 0, m, 4, 10 * (m + 1)));
+  Step();
+  EXPECT_TRUE(Drain().empty()) << "nothing leaves before the job exists";
+  EXPECT_EQ(Agg().registration_upcalls.Get(), 4u);
+  EXPECT_EQ(dp_->ProcessRegistrations(), 4u);
+  EXPECT_EQ(dp_->registrations(RegistrationResult::admitted), 1u);
+  EXPECT_EQ(dp_->registrations(RegistrationResult::existing), 3u);
+  const aggregator::Job* job = jobs_->Find(21);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->origin(), aggregator::JobSpec::Origin::kInBand);
+  EXPECT_EQ(job->members(), 4);
+  EXPECT_EQ(job->nodes(), 1);
+  EXPECT_EQ(job->key(), kKey);
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 4u);
+  for (const Result& r : Results(out[0])) {
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.payload, Int32Payload({100}));
+  }
+  EXPECT_EQ(Agg().reinjected.Get(), 4u);
+  EXPECT_EQ(Agg().completions.Get(), 1u);
+  // Later chunks with task info go straight to their slot.
+  for (uint16_t m = 0; m < 4; ++m) Inject(0, WithTaskInfo(21, 1, m, 4, 1));
+  Step();
+  ASSERT_EQ(Drain()[0].size(), 4u);
+  EXPECT_EQ(Agg().registration_upcalls.Get(), 4u);
+}
+
+// T2 and T4: a control unit announces the job first; contributions then carry
+// data only. A contribution that comes before the announcement is refused
+// with "unknown job", and its sender retransmits.
+TEST_F(InBandTest, ControlUnitTaskInfoFirstThenDataOnly) {
+  Inject(0, Contribution(22, 0, 1, Int32Payload({5})));
+  Step();
+  auto early = Drain();
+  ASSERT_EQ(early[0].size(), 1u);
+  EXPECT_EQ(ParseResult(early[0][0]).fields.aux, static_cast<uint32_t>(aggregator::NackReason::kUnknownJob));
+
+  const Frame announce = TaskInfo(22, 0, 2);
+  const Frame data_only = Contribution(22, 0, 0, Int32Payload({7}));
+  Inject(0, announce);
+  StepWithRegistration();
+  auto echo = Drain();
+  ASSERT_EQ(echo[0].size(), 1u) << "the accepted TASK_INFO is echoed to the control unit";
+  const Result r = ParseResult(echo[0][0]);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kTaskInfo);
+  EXPECT_EQ(r.fields.job_id, 22u);
+  EXPECT_EQ(r.fields.expected, 2);
+  EXPECT_EQ(r.dst_ip, MemberIp(0));
+  EXPECT_EQ(Agg().task_infos.Get(), 1u);
+
+  Inject(0, data_only);
+  Inject(0, Contribution(22, 0, 1, Int32Payload({5})));  // the retransmission
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Result& res : Results(out[0])) EXPECT_EQ(res.payload, Int32Payload({12}));
+  // A repeated announcement (its echo was lost) is echoed again, not re-registered.
+  Inject(0, announce);
+  Step();
+  ASSERT_EQ(Drain()[0].size(), 1u);
+  EXPECT_EQ(dp_->registrations(RegistrationResult::admitted), 1u);
+}
+
+TEST_F(InBandTest, RegistrationOffRefusesUnknownJobsEvenWithTaskInfo) {
+  BuildAggregation(", in_band_registration: false");
+  Inject(0, WithTaskInfo(23, 0, 0, 2, 1));
+  Inject(0, TaskInfo(23, 0, 2));
+  Step();
+  EXPECT_EQ(dp_->ProcessRegistrations(), 0u);
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Result& r : Results(out[0])) {
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+    EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kUnknownJob));
+  }
+  EXPECT_EQ(jobs_->size(), 0u);
+  EXPECT_EQ(Agg().registration_upcalls.Get(), 0u);
+  EXPECT_EQ(Agg().unknown_jobs.Get(), 2u);
+}
+
+// Task info that disagrees with the job the switch already knows (declared,
+// or registered by another member) is refused, never merged.
+TEST_F(InBandTest, ConflictingTaskInfoIsRefused) {
+  AddJob(24, 2);
+  Inject(0, WithTaskInfo(24, 0, 0, 3, 1));
+  Inject(0, TaskInfo(24, 1, 3));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Result& r : Results(out[0])) {
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+    EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kTaskInfoConflict));
+  }
+  EXPECT_EQ(Agg().task_info_conflicts.Get(), 2u);
+  EXPECT_EQ(Agg().contributions.Get(), 0u);
+  // Matching task info is fine.
+  Inject(0, WithTaskInfo(24, 0, 0, 2, 1));
+  Inject(0, WithTaskInfo(24, 0, 1, 2, 2));
+  Step();
+  ASSERT_EQ(Drain()[0].size(), 2u);
+}
+
+// Two registrations race with different keys: the first wins, the second is
+// refused with "key mismatch". A full table refuses with "job table full".
+TEST_F(InBandTest, KeyRaceAndFullTableAreRefusedWithTheirReason) {
+  BuildAggregation("", /*max_jobs=*/2);
+  AddJob(1, 1);
+  Inject(0, WithTaskInfo(25, 0, 0, 2, 1, /*key=*/0xaaaa));
+  Inject(0, WithTaskInfo(25, 0, 1, 2, 1, /*key=*/0xbbbb));
+  Inject(0, WithTaskInfo(26, 0, 0, 2, 1));
+  StepWithRegistration();
+  EXPECT_EQ(dp_->registrations(RegistrationResult::admitted), 1u);
+  EXPECT_EQ(dp_->registrations(RegistrationResult::key_mismatch), 1u);
+  EXPECT_EQ(dp_->registrations(RegistrationResult::table_full), 1u);
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 2u) << "node 0 of job 25 waits for node 1; the other two are refused";
+  std::map<uint32_t, uint32_t> reason_by_job;
+  for (const Result& r : Results(out[0])) {
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+    reason_by_job[r.fields.job_id] = r.fields.aux;
+  }
+  EXPECT_EQ(reason_by_job[25], static_cast<uint32_t>(aggregator::NackReason::kKeyMismatch));
+  EXPECT_EQ(reason_by_job[26], static_cast<uint32_t>(aggregator::NackReason::kJobTableFull));
+  EXPECT_EQ(jobs_->Find(25)->key(), 0xaaaau);
+  EXPECT_EQ(Agg().nacks_sent.Get(), 2u);
+}
+
+TEST_F(InBandTest, TaskInfoOutOfRangeIsRefusedAsMalformed) {
+  Inject(0, WithTaskInfo(27, 0, 0, /*members=*/0, 1));  // node 0 of 0 members
+  StepWithRegistration();
+  EXPECT_EQ(dp_->registrations(RegistrationResult::invalid), 1u);
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).fields.aux, static_cast<uint32_t>(aggregator::NackReason::kMalformed));
+  EXPECT_EQ(jobs_->Find(27), nullptr);
+}
+
+// --- Observability --------------------------------------------------------------
+
+TEST_F(AggregationTest, NacksAreRateLimited) {
+  constexpr int kFrames = 200;
+  for (int i = 0; i < kFrames; ++i) Inject(0, Contribution(99, static_cast<uint32_t>(i), 0, Int32Payload({1})));
+  for (int i = 0; i < kFrames / 32 + 1; ++i) Step();
+  const size_t answered = Drain()[0].size();
+  EXPECT_EQ(Agg().nacks_sent.Get(), answered);
+  EXPECT_EQ(Agg().nacks_sent.Get() + Agg().nacks_suppressed.Get(), static_cast<uint64_t>(kFrames));
+  EXPECT_GE(answered, 64u) << "a burst of 64 is always answered";
+  EXPECT_GT(Agg().nacks_suppressed.Get(), 0u) << "200 NACKs within microseconds exceed the limit";
+}
+
+TEST_F(AggregationTest, PerJobCountersAndCompletionLatency) {
+  AddJob(7, 2);
+  AddJob(8, 2);
+  const Frame a = Contribution(7, 1, 0, Int32Payload({1, 2, 3}));
+  Inject(0, a);
+  Inject(0, a);
+  Inject(0, Contribution(7, 1, 1, Int32Payload({1, 2, 3})));
+  Inject(0, Contribution(8, 1, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, /*key=*/0xbad));
+  Step();
+  Drain();
+  const auto seven = JobCounts(7);
+  EXPECT_EQ(seven[static_cast<size_t>(JobCounter::contributions)], 2u);
+  EXPECT_EQ(seven[static_cast<size_t>(JobCounter::completions)], 1u);
+  EXPECT_EQ(seven[static_cast<size_t>(JobCounter::duplicates)], 1u);
+  EXPECT_EQ(seven[static_cast<size_t>(JobCounter::reduced_bytes)], 24u);
+  EXPECT_EQ(seven[static_cast<size_t>(JobCounter::key_failures)], 0u);
+  const auto eight = JobCounts(8);
+  EXPECT_EQ(eight[static_cast<size_t>(JobCounter::key_failures)], 1u);
+  EXPECT_EQ(eight[static_cast<size_t>(JobCounter::contributions)], 0u);
+  const SlotLatencyTotals latency = dp_->ReadSlotLatency();
+  EXPECT_EQ(latency.count, 1u);
+  uint64_t in_buckets = 0;
+  for (uint64_t b : latency.buckets) in_buckets += b;
+  EXPECT_EQ(in_buckets, 1u);
+  EXPECT_GT(latency.sum_seconds, 0.0);
+  EXPECT_LT(latency.sum_seconds, 10.0);
+}
+
+// A job index is reused only after the old job is reclaimed, and its
+// counters start again from zero.
+TEST_F(AggregationTest, ReusedJobIndexStartsWithZeroCounters) {
+  AddJob(7, 1);
+  Inject(0, Contribution(7, 1, 0, Int32Payload({1})));
+  Step();
+  Drain();
+  const uint16_t index = jobs_->Find(7)->index();
+  EXPECT_EQ(JobCounts(7)[static_cast<size_t>(JobCounter::completions)], 1u);
+  ASSERT_TRUE(jobs_->Remove(7).ok());
+  // The worker reports a quiescent state every 16 passes.
+  for (int i = 0; i < 32 && jobs_->pending_reclaim() > 0; ++i) {
+    Step();
+    jobs_->Reclaim();
+  }
+  ASSERT_EQ(jobs_->pending_reclaim(), 0u);
+  AddJob(9, 1);
+  ASSERT_EQ(jobs_->Find(9)->index(), index);
+  for (uint64_t v : JobCounts(9)) EXPECT_EQ(v, 0u);
+}
+
+TEST_F(AggregationTest, SlotDumpShowsBusySlotsUntilReleased) {
+  AddJob(7, 2);
+  Inject(0, Contribution(7, 4, 0, Int32Payload({1, 2})));
+  Step();
+  auto dump = dp_->DumpSlots(100, std::chrono::milliseconds(100));
+  ASSERT_TRUE(dump.ok()) << dump.status().ToString();
+  ASSERT_EQ(dump->slots.size(), 1u);
+  SlotInfo s = dump->slots[0];
+  EXPECT_EQ(s.job_id, 7u);
+  EXPECT_EQ(s.seq, 4u);
+  EXPECT_FALSE(s.complete);
+  EXPECT_EQ(s.count, 1);
+  EXPECT_EQ(s.expected, 2);
+  EXPECT_EQ(s.elem_count, 2);
+  EXPECT_EQ(s.index, aggregator::SlotIndex(7, 4, 1024));
+  EXPECT_EQ(dump->busy, 1u);
+  EXPECT_FALSE(dump->truncated);
+  Inject(0, Contribution(7, 4, 1, Int32Payload({1, 2})));
+  Step();
+  Drain();
+  dump = dp_->DumpSlots(100, std::chrono::milliseconds(100));
+  ASSERT_EQ(dump->slots.size(), 1u);
+  EXPECT_TRUE(dump->slots[0].complete) << "the result is kept until both members acknowledge it";
+  EXPECT_EQ(dump->slots[0].count, 2);
+  // Both acknowledge seq 4; the next chunk on that slot frees it. A chunk on
+  // another slot is only counted.
+  for (uint16_t m = 0; m < 2; ++m) {
+    aggregator::AggFields ack;
+    ack.opcode = aggregator::Opcode::kAck;
+    ack.node_id = m;
+    ack.job_id = 7;
+    ack.job_key = 0x5eed;
+    ack.ack_watermark = 5;
+    Inject(0, Datagram(ack));
+  }
+  Inject(0, Contribution(7, 4 + 1024, 0, Int32Payload({1, 2}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, 5));
+  Inject(0, Contribution(7, 5, 0, Int32Payload({1, 2})));
+  Inject(0, Contribution(7, 6, 0, Int32Payload({1, 2})));
+  Step();
+  EXPECT_EQ(Agg().acks.Get(), 2u);
+  dump = dp_->DumpSlots(2, std::chrono::milliseconds(100));
+  EXPECT_EQ(dump->busy, 3u);
+  EXPECT_EQ(dump->slots.size(), 2u);
+  EXPECT_TRUE(dump->truncated);
+  dump = dp_->DumpSlots(100, std::chrono::milliseconds(100));
+  ASSERT_EQ(dump->slots.size(), 3u);
+  for (const SlotInfo& info : dump->slots) {
+    EXPECT_FALSE(info.complete);
+    EXPECT_EQ(info.count, 1);
+  }
+}
+
+}  // namespace
+}  // namespace aggswitch::dataplane

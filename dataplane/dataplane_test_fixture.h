@@ -1,0 +1,323 @@
+// Test fixtures for the in-process dataplane tests on net_ring ports: frames
+// are injected into a port's RX ring, one worker pass runs on the test thread,
+// and the test reads exactly which frames left which port's TX ring.
+//
+//   DataplaneTest       four ring ports (two access VLAN 10, access VLAN 20, a trunk)
+//   AggregationTest     the same switch with an aggregation: section and a job table
+//
+// Thread safety: test code; everything runs on the test's main thread.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregator/job_table.h"
+#include "aggregator/reduce.h"
+#include "aggregator/wire.h"
+#include "config/loader.h"
+#include "dataplane/dataplane.h"
+#include "dataplane/eal.h"
+#include "dataplane/test_frames.h"
+
+namespace aggswitch::dataplane::fixtures {
+
+using testframes::Frame;
+using aggregator::DType;
+using aggregator::ReduceOp;
+
+// Starts DPDK once per test binary, on virtual devices only:
+//   const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EalEnvironment("my_test"));
+class EalEnvironment : public ::testing::Environment {
+ public:
+  explicit EalEnvironment(std::string name) : name_(std::move(name)) {}
+  void SetUp() override {
+    const std::string prefix = name_ + "_" + std::to_string(getpid());
+    auto eal = EalSession::Init(name_.c_str(), {"--no-huge", "-m", "256", "--no-pci", "--no-shconf",
+                                                   "--no-telemetry", "--lcores", "0",
+                                                   "--file-prefix", prefix, "--log-level", "lib.*:error"});
+    ASSERT_TRUE(eal.ok()) << eal.status().ToString();
+    eal_ = std::move(eal).value();
+  }
+  void TearDown() override { eal_.reset(); }
+
+ private:
+  std::string name_;
+  std::unique_ptr<EalSession> eal_;
+};
+
+inline common::MacAddr Mac(const char* text) { return *common::MacAddr::Parse(text); }
+
+inline const common::MacAddr kSwitchMac = Mac("02:a9:9c:00:00:01");
+inline const common::MacAddr kH0 = Mac("02:00:00:00:00:a0");
+inline const common::MacAddr kH1 = Mac("02:00:00:00:00:a1");
+inline const common::MacAddr kH2 = Mac("02:00:00:00:00:a2");
+inline const common::MacAddr kH3 = Mac("02:00:00:00:00:a3");
+inline const common::MacAddr kBroadcast = Mac("ff:ff:ff:ff:ff:ff");
+
+// Four ring ports:
+//   a0, a1: access VLAN 10     b: access VLAN 20     t: trunk [10, 20], native 30
+class DataplaneTest : public ::testing::Test {
+ protected:
+  static constexpr int kPorts = 4;
+
+  void SetUp() override { Build(DefaultYaml()); }
+
+  std::string DefaultYaml(const std::string& extra = "", const std::string& mac_table = "") {
+    static int instance = 0;
+    ++instance;
+    names_.clear();
+    // rte_eth_from_rings("x") creates the ethdev "net_ring_x".
+    for (int p = 0; p < kPorts; ++p) names_.push_back("t" + std::to_string(instance) + "_" + std::to_string(p));
+    return "eal: {lcores: \"0,1\"}\n"
+           "switch:\n"
+           "  mac: 02:a9:9c:00:00:01\n"
+           "  addresses: [10.0.10.254/24, {address: 10.0.20.254/24, vlan: 20}]\n"
+           "ports:\n"
+           "  - {name: a0, devargs: net_ring_" + names_[0] + ", access: 10}\n"
+           "  - {name: a1, devargs: net_ring_" + names_[1] + ", access: 10}\n"
+           "  - {name: b, devargs: net_ring_" + names_[2] + ", access: 20}\n"
+           "  - {name: t, devargs: net_ring_" + names_[3] + ", trunk: [10, 20], native: 30}\n"
+           "workers: [{lcore: 1, rx: [a0, a1, b, t]}]\n"
+           "mempool: {mbufs: 2047, cache: 0}\n"
+           "mac_table: {size: 1024" + mac_table + "}\n" + extra;
+  }
+
+  void Build(const std::string& yaml, unsigned tx_ring_size = 256,
+             aggregator::JobTable* jobs = nullptr) {
+    dp_.reset();
+    FreeRings();
+    config::ConfigLoad load = config::LoadConfigText(yaml, "test.yaml");
+    ASSERT_TRUE(load.ok()) << load.FormatErrors();
+    for (int p = 0; p < kPorts; ++p) {
+      rte_ring* rx = rte_ring_create((names_[p] + "_rx").c_str(), 256, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+      rte_ring* tx = rte_ring_create((names_[p] + "_tx").c_str(), tx_ring_size, SOCKET_ID_ANY,
+                                     RING_F_SP_ENQ | RING_F_SC_DEQ);
+      ASSERT_NE(rx, nullptr);
+      ASSERT_NE(tx, nullptr);
+      rx_.push_back(rx);
+      tx_.push_back(tx);
+      ASSERT_GE(rte_eth_from_rings(names_[p].c_str(), &rx, 1, &tx, 1, SOCKET_ID_ANY), 0);
+    }
+    if (pool_ == nullptr) {
+      // One pool for the injected frames, shared by every test of the process.
+      static rte_mempool* shared = rte_pktmbuf_pool_create("dp_test_pool", 1023, 0, 0,
+                                                           RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+      pool_ = shared;
+      ASSERT_NE(pool_, nullptr);
+    }
+    config_ = load.config;
+    auto dp = Dataplane::Create(load.config, jobs);
+    ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+    dp_ = std::move(dp).value();
+  }
+
+  void TearDown() override {
+    dp_.reset();
+    FreeRings();
+  }
+
+  void FreeRings() {
+    // Ports the dataplane did not take over (a failed Create) are closed here.
+    for (const std::string& name : names_) {
+      uint16_t port_id;
+      if (rte_eth_dev_get_port_by_name(("net_ring_" + name).c_str(), &port_id) == 0) {
+        rte_eth_dev_close(port_id);
+      }
+    }
+    for (rte_ring* r : rx_) DrainRing(r), rte_ring_free(r);
+    for (rte_ring* r : tx_) DrainRing(r), rte_ring_free(r);
+    rx_.clear();
+    tx_.clear();
+  }
+
+  static void DrainRing(rte_ring* r) {
+    void* obj;
+    while (rte_ring_dequeue(r, &obj) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(obj));
+  }
+
+  void Inject(int port, const Frame& frame) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    ASSERT_NE(m, nullptr);
+    char* data = rte_pktmbuf_append(m, static_cast<uint16_t>(frame.size()));
+    ASSERT_NE(data, nullptr);
+    std::memcpy(data, frame.data(), frame.size());
+    ASSERT_EQ(rte_ring_enqueue(rx_[port], m), 0);
+  }
+
+  // Runs one worker pass and lets the control thread learn.
+  void Step() {
+    dp_->PollWorkerOnce(0);
+    dp_->ProcessLearnRequests();
+  }
+
+  // Everything that left each port since the last call.
+  std::map<int, std::vector<Frame>> Drain() {
+    std::map<int, std::vector<Frame>> out;
+    for (int p = 0; p < static_cast<int>(tx_.size()); ++p) {
+      void* obj;
+      while (rte_ring_dequeue(tx_[p], &obj) == 0) {
+        auto* m = static_cast<rte_mbuf*>(obj);
+        Frame f(m->pkt_len);
+        // Results are chained mbufs: a header segment and the shared payload.
+        const auto* d = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, m->pkt_len, f.data()));
+        if (d != f.data()) std::memcpy(f.data(), d, m->pkt_len);
+        out[p].push_back(std::move(f));
+        rte_pktmbuf_free(m);
+      }
+    }
+    return out;
+  }
+
+  uint64_t DropCount(int port, DropReason reason) {
+    return dp_->GetPortTotals(port).drops[static_cast<size_t>(reason)];
+  }
+
+  static Frame Untagged(const common::MacAddr& src, const common::MacAddr& dst) {
+    return testframes::EthernetFrame(src, dst, 0x0800, 46);
+  }
+  static Frame Tagged(const common::MacAddr& src, const common::MacAddr& dst, int vlan, int pcp = 0) {
+    return testframes::EthernetFrame(src, dst, 0x0800, 46, vlan, pcp);
+  }
+
+  config::Config config_;
+  std::vector<std::string> names_;
+  std::vector<rte_ring*> rx_, tx_;
+  rte_mempool* pool_ = nullptr;
+  std::unique_ptr<Dataplane> dp_;
+};
+
+inline constexpr uint32_t kAggIp = 0x0a000afd;  // 10.0.10.253, the aggregation address
+
+class AggregationTest : public DataplaneTest {
+ protected:
+  void SetUp() override { BuildAggregation(); }
+
+  // (Re)builds the switch with a fresh job table of `max_jobs` and the
+  // aggregation section {address: 10.0.10.253, slots: 1024, <extra>}.
+  void BuildAggregation(const std::string& extra = "", uint32_t max_jobs = 64) {
+    dp_.reset();
+    auto jobs = aggregator::JobTable::Create(max_jobs, 256);
+    ASSERT_TRUE(jobs.ok());
+    jobs_ = std::move(jobs).value();
+    Build(DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024" + extra + "}\n"), 1024,
+          jobs_.get());
+  }
+  void TearDown() override {
+    DataplaneTest::TearDown();
+    jobs_.reset();
+  }
+
+  void AddJob(uint32_t id, uint16_t members, bool ordered = false, uint64_t key = 0x5eed) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = key;
+    spec.members = members;
+    spec.ordered = ordered;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+  }
+
+  static common::MacAddr MemberMac(uint16_t node) {
+    return common::MacAddr::FromU64(0x020000100000ULL + node);
+  }
+  static uint32_t MemberIp(uint16_t node) { return 0x0a000a00u + 10 + node; }
+  static uint16_t MemberPort(uint16_t node) { return static_cast<uint16_t>(40000 + node); }
+
+  // A contribution from `node`, as its kernel would send it to the aggregation address.
+  static Frame Contribution(uint32_t job, uint32_t seq, uint16_t node, const std::vector<uint8_t>& payload,
+                            DType dtype = DType::kInt32, ReduceOp op = ReduceOp::kSum,
+                            uint64_t key = 0x5eed, int vlan = -1, uint32_t ack = 0) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kContribution;
+    f.node_id = node;
+    f.job_id = job;
+    f.seq = seq;
+    f.job_key = key;
+    f.ack_watermark = ack;
+    f.dtype = dtype;
+    f.op = op;
+    f.elem_count = static_cast<uint16_t>(payload.size() / aggregator::ElementSize(dtype));
+    return Datagram(f, payload, vlan);
+  }
+
+  // Any aggregation datagram from member f.node_id, with `payload` after the header.
+  static Frame Datagram(const aggregator::AggFields& f, const std::vector<uint8_t>& payload = {},
+                        int vlan = -1) {
+    std::vector<uint8_t> agg(2048);
+    const uint32_t n = aggregator::BuildAggregation(f, nullptr, 0, payload.data(),
+                                                   static_cast<uint32_t>(payload.size()),
+                                                   agg.data(), static_cast<uint32_t>(agg.size()));
+    EXPECT_NE(n, 0u) << "payload does not match elem_count";
+    Frame frame(46 + n);
+    const common::MacAddr mac = MemberMac(f.node_id);
+    const uint32_t hdr = WriteUdpHeaders(frame.data(), kSwitchMac.bytes.data(), mac.bytes.data(),
+                                         vlan < 0 ? 0 : static_cast<uint16_t>(vlan), MemberIp(f.node_id),
+                                         kAggIp, MemberPort(f.node_id), aggregator::kAggUdpPort, 1, n);
+    frame.resize(hdr + n);
+    std::memcpy(frame.data() + hdr, agg.data(), n);
+    return frame;
+  }
+
+  static std::vector<uint8_t> Int32Payload(const std::vector<int32_t>& v) {
+    std::vector<uint8_t> out(v.size() * 4);
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  }
+
+  struct Result {
+    common::MacAddr dst_mac;
+    uint32_t dst_ip;
+    uint16_t dst_port;
+    bool tagged;
+    uint16_t vid;
+    aggregator::AggFields fields;
+    std::vector<uint8_t> payload;
+  };
+
+  // Parses a frame the switch sent as a result datagram.
+  static Result ParseResult(const Frame& f) {
+    Result r{};
+    L2Info l2;
+    EXPECT_EQ(ParseL2(f.data(), static_cast<uint32_t>(f.size()), &l2), ParseStatus::kOk);
+    std::memcpy(r.dst_mac.bytes.data(), f.data(), 6);
+    r.tagged = l2.has_tag;
+    r.vid = l2.vid;
+    UdpInfo u;
+    EXPECT_EQ(ParseIpv4Udp(f.data(), static_cast<uint32_t>(f.size()), l2.l3_offset, &u), UdpParse::kOk);
+    r.dst_ip = u.dst_ip;
+    r.dst_port = u.dst_port;
+    EXPECT_EQ(u.src_ip, kAggIp);
+    EXPECT_EQ(u.src_port, aggregator::kAggUdpPort);
+    aggregator::AggPacket pkt;
+    EXPECT_EQ(aggregator::ParseAggregation(f.data() + u.payload_offset, u.payload_len, &pkt),
+              aggregator::WireError::kOk);
+    if (pkt.header == nullptr) return r;
+    r.fields = aggregator::ReadAggFields(*pkt.header);
+    r.payload.assign(pkt.payload, pkt.payload + pkt.payload_len);
+    return r;
+  }
+
+  const AggregationCounters& Agg() { return dp_->worker_stats(0).lcore.agg; }
+
+  // Job `id`'s per-job counters summed over the lcores, indexed by JobCounter.
+  std::array<uint64_t, kNumJobCounters> JobCounts(uint32_t id) {
+    uint64_t out[kNumJobCounters] = {};
+    const aggregator::Job* job = jobs_->Find(id);
+    EXPECT_NE(job, nullptr) << "job " << id;
+    if (job != nullptr) dp_->ReadJobCounters(job->index(), out);
+    return std::to_array(out);
+  }
+
+  std::unique_ptr<aggregator::JobTable> jobs_;
+};
+
+}  // namespace aggswitch::dataplane::fixtures
