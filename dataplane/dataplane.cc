@@ -439,9 +439,7 @@ size_t Dataplane::ProcessRegistrations() {
         UdpInfo udp;
         aggregator::AggPacket pkt;
         // The worker checked both before sending it up.
-        if (ParseIpv4Udp(data, rte_pktmbuf_data_len(u.m), u.l3_offset, &udp) != UdpParse::kOk ||
-            aggregator::ParseAggregation(data + udp.payload_offset, udp.payload_len, &pkt) !=
-                aggregator::WireError::kOk) {
+        if (!ParseAggregationFrame(data, rte_pktmbuf_data_len(u.m), u.l3_offset, &udp, &pkt)) {
           rte_pktmbuf_free(u.m);
           continue;
         }
@@ -566,12 +564,7 @@ common::Result<SlotDump> Dataplane::DumpSlots(size_t limit, std::chrono::millise
         continue;
       }
       ++taken;
-      add(SlotDumpExchange::Entry{i, slot.job_id(), slot.seq(), slot.count(), slot.expected(),
-                                  slot.elem_count(), static_cast<uint8_t>(slot.dtype()),
-                                  static_cast<uint8_t>(slot.op()),
-                                  slot.state() == aggregator::Slot::State::kComplete,
-                                  slot.overflow(), slot.first_tsc()},
-          now);
+      add(SlotDumpExchange::Entry::Of(i, slot), now);
     }
   }
   if (dump.slots.size() > limit) {

@@ -384,9 +384,7 @@ void Worker::DrainReinjects() {
     const auto* data = rte_pktmbuf_mtod(u.m, const uint8_t*);
     UdpInfo udp;
     aggregator::AggPacket pkt;
-    if (ParseIpv4Udp(data, rte_pktmbuf_data_len(u.m), u.l3_offset, &udp) != UdpParse::kOk ||
-        aggregator::ParseAggregation(data + udp.payload_offset, udp.payload_len, &pkt) !=
-            aggregator::WireError::kOk) {
+    if (!ParseAggregationFrame(data, rte_pktmbuf_data_len(u.m), u.l3_offset, &udp, &pkt)) {
       rte_pktmbuf_free(u.m);
       continue;
     }
@@ -413,10 +411,7 @@ void Worker::ContinueSlotDump() {
     if (slot.state() == aggregator::Slot::State::kFree) continue;
     ++d.busy;
     if (d.n == d.served_limit) continue;
-    d.entries[d.n++] = SlotDumpExchange::Entry{
-        i, slot.job_id(), slot.seq(), slot.count(), slot.expected(), slot.elem_count(),
-        static_cast<uint8_t>(slot.dtype()), static_cast<uint8_t>(slot.op()),
-        slot.state() == aggregator::Slot::State::kComplete, slot.overflow(), slot.first_tsc()};
+    d.entries[d.n++] = SlotDumpExchange::Entry::Of(i, slot);
   }
   d.cursor = end;
   if (end < slots.size()) return;
@@ -433,9 +428,7 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
   const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
   UdpInfo udp;
   aggregator::AggPacket pkt;
-  if (ParseIpv4Udp(data, rte_pktmbuf_data_len(m), l3_offset, &udp) != UdpParse::kOk ||
-      aggregator::ParseAggregation(data + udp.payload_offset, udp.payload_len, &pkt) !=
-          aggregator::WireError::kOk) {
+  if (!ParseAggregationFrame(data, rte_pktmbuf_data_len(m), l3_offset, &udp, &pkt)) {
     c.malformed.Add(1);
     rte_pktmbuf_free(m);
     return;

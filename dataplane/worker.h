@@ -48,6 +48,16 @@ struct LearnRequest {
 };
 static_assert(sizeof(LearnRequest) == 16);
 
+// Checks the IPv4/UDP headers at `l3_offset` and the aggregation header
+// behind them; false for anything that is not a valid aggregation datagram.
+// [any thread]
+inline bool ParseAggregationFrame(const uint8_t* frame, uint32_t len, uint32_t l3_offset, UdpInfo* udp,
+                                  aggregator::AggPacket* pkt) {
+  return ParseIpv4Udp(frame, len, l3_offset, udp) == UdpParse::kOk &&
+         aggregator::ParseAggregation(frame + udp->payload_offset, udp->payload_len, pkt) ==
+             aggregator::WireError::kOk;
+}
+
 // A datagram on its way between a worker and the control thread for in-band
 // registration (Dataplane::ProcessRegistrations): up in a worker's upcall
 // ring, back down in its reinject ring with the control thread's verdict.
@@ -82,6 +92,15 @@ struct alignas(64) SlotDumpExchange {
     bool complete;
     bool overflow;
     uint64_t first_tsc;
+
+    // The copy of busy slot `local_index`. [the slot's owner]
+    static Entry Of(uint32_t local_index, const aggregator::Slot& slot) {
+      return Entry{local_index, slot.job_id(), slot.seq(), slot.count(), slot.expected(),
+                   slot.elem_count(), static_cast<uint8_t>(slot.dtype()),
+                   static_cast<uint8_t>(slot.op()),
+                   slot.state() == aggregator::Slot::State::kComplete, slot.overflow(),
+                   slot.first_tsc()};
+    }
   };
 
   explicit SlotDumpExchange(uint32_t capacity_)
