@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Parsers and the summary for bench/l2_forwarding.sh (python3 standard library only).
+"""Parsers and the summaries for bench/l2_forwarding.sh and bench/aggregation.sh
+(python3 standard library only).
 
-Every piece of text the benchmark reads from a switch goes through one function
-here, so a format change in testpmd, OVS or aggswitch is fixed in one place.
+Every piece of text the benchmarks read from a switch or a generator goes
+through one function here, so a format change in testpmd, OVS, aggswitch or
+agg-gen is fixed in one place.
 
+bench/l2_forwarding.sh:
   parse_stats.py telemetry PREFIX QUERY         raw JSON answer of a DPDK telemetry socket
   parse_stats.py sink-tx KIND FILE PORT         packets sent on PORT, from a snapshot
   parse_stats.py cycles KIND FILE...            busy cycles per packet over the window
@@ -13,6 +16,13 @@ here, so a format change in testpmd, OVS or aggswitch is fixed in one place.
 
 KIND is aggswitch (Prometheus text from /metrics), testpmd (telemetry JSON or
 the testpmd log) or ovs (ovs-appctl output).
+
+bench/aggregation.sh (cycles testpmd LOG as above):
+  parse_stats.py agg-cycles BEGIN END           aggswitch busy cycles per packet, /api/v1/lcores
+  parse_stats.py agg-counters BEGIN END         its aggregation counters' changes, "name value"
+  parse_stats.py gen-rates GEN.json T0 T1       agg-gen's answered contributions/s, 1-s samples
+  parse_stats.py gen-check GEN.json             "ok wrong_answers unanswered retransmits"
+  parse_stats.py agg-summary RESULTS.tsv [...]  the human summary (see --help)
 """
 import argparse
 import json
@@ -277,6 +287,183 @@ def summary(args):
     print("\n".join(out).rstrip())
 
 
+# --- bench/aggregation.sh ---------------------------------------------------
+
+AGG_LCORE = 1  # agg-bench.yaml's only worker lcore
+
+
+def lcore_snapshot(path, lcore=AGG_LCORE):
+    """One lcore's entry of an aggswitch /api/v1/lcores answer."""
+    for entry in json.load(open(path))["lcores"]:
+        if entry["lcore"] == lcore:
+            return entry
+    raise ValueError(f"{path}: no lcore {lcore}")
+
+
+def agg_cycles(begin_path, end_path):
+    """aggswitch busy cycles per received packet of lcore 1 between two snapshots."""
+    begin, end = lcore_snapshot(begin_path), lcore_snapshot(end_path)
+    packets = end["busy_packets"] - begin["busy_packets"]
+    if packets <= 0:
+        raise ValueError(f"aggswitch lcore {AGG_LCORE} received no packets in the window")
+    return (end["busy_cycles"] - begin["busy_cycles"]) / packets
+
+
+# The aggregation counters worth keeping per run: what went wrong, if anything.
+AGG_COUNTERS = ("contributions", "completions", "results_sent", "collisions", "duplicates",
+                "duplicate_results", "rejected", "result_no_mbuf")
+
+
+def agg_counters(begin_path, end_path):
+    """Changes of AGG_COUNTERS of lcore 1 between two snapshots (0 for one it lacks)."""
+    begin = lcore_snapshot(begin_path)["aggregation"]
+    end = lcore_snapshot(end_path)["aggregation"]
+    return [(name, end.get(name, 0) - begin.get(name, 0)) for name in AGG_COUNTERS]
+
+
+def gen_rates(gen_json, t0, t1):
+    """agg-gen's answered contributions per second in each 1-s sample inside [t0, t1].
+
+    A sample's "t" is the wall clock at its end and "seconds" its length; one
+    that began before t0 or ended after t1 (plus 50 ms of scheduling slack) is
+    outside the window.
+    """
+    samples = json.load(open(gen_json))["samples"]
+    return [s["contributions_per_s"] for s in samples
+            if s["t"] - s["seconds"] >= t0 - 0.05 and s["t"] <= t1 + 0.05]
+
+
+def gen_check(gen_json):
+    """(ok, wrong answers, unanswered contributions, retransmissions) of an agg-gen run."""
+    r = json.load(open(gen_json))
+    return int(bool(r["ok"])), r["errors_total"], r["unanswered"], r["retransmits"]
+
+
+AGG_CYCLES_TARGET = 300.0   # busy cycles per 256-element contribution
+AGG_CYCLES_TARGET_ELEMS = 256
+AGG_RATE_TARGET_RATIO = 0.7
+AGG_DUT_LABELS = {"aggswitch": "aggswitch", "testpmd": "testpmd io"}
+DUT_SATURATED = 0.90  # share of its core a DUT is busy when it, not agg-gen, sets the rate
+
+
+def load_agg_results(path):
+    """{(workers, elems): {dut: {metric: {rep: [values]}}}} from the 6-column TSV."""
+    data = {}
+    for line in open(path):
+        if not line.strip() or line.startswith("#"):
+            continue
+        workers, elems, dut, rep, metric, value = line.split()
+        data.setdefault((int(workers), int(elems)), {}).setdefault(dut, {}) \
+            .setdefault(metric, {}).setdefault(int(rep), []).append(float(value))
+    return data
+
+
+def summarize_agg_case(workers, elems, d, duts, tsc_mhz):
+    out = [f"{workers} workers, {elems} x int32 sum ({elems * 4} B of gradient per contribution)"]
+    row = "  {:<11} {:>19}  {:<24} {:>10} {:>8}  {:<13} {:>7} {:>6}"
+    out.append(row.format("DUT", "busy cycles/contrib", "(per repeat)", "Mcontrib/s", "Gbit/s",
+                          "(1-s min-max)", "samples", "busy"))
+    cyc, rate, busy = {}, {}, {}
+    runs, disturbed = 0, []
+    for dut in duts:
+        c_reps = per_rep(d, dut, "cycles")
+        shares = per_rep(d, dut, "cpu_share", min)
+        samples = pooled(d, dut, "contrib_per_s")
+        cyc[dut] = median_or_none(c_reps)
+        rate[dut] = median_or_none(samples)
+        spread = f"{min(samples) / 1e6:.2f}-{max(samples) / 1e6:.2f}" if samples else "n/a"
+        marked = []
+        for c, share in zip(c_reps, shares):
+            runs += 1
+            if share < MIN_CPU_SHARE:
+                disturbed.append(share)
+            marked.append(f"{c:.1f}" + ("*" if share < MIN_CPU_SHARE else ""))
+        gbps = None if rate[dut] is None else rate[dut] * elems * 32 / 1e9
+        busy[dut] = None
+        if tsc_mhz and cyc[dut] is not None and rate[dut] is not None:
+            busy[dut] = cyc[dut] * rate[dut] / (tsc_mhz * 1e6)
+        out.append(row.format(AGG_DUT_LABELS[dut], fmt(cyc[dut], ".1f"), " ".join(marked),
+                              fmt(None if rate[dut] is None else rate[dut] / 1e6, ".3f"),
+                              fmt(gbps, ".2f"), spread, len(samples), fmt(busy[dut], ".0%")))
+
+    ratio = None
+    if rate.get("aggswitch") is not None and rate.get("testpmd"):
+        ratio = rate["aggswitch"] / rate["testpmd"]
+    out.append(f"  aggswitch / testpmd io contributions/s: {fmt(ratio, '.2f')}")
+    bound = [AGG_DUT_LABELS[dut] for dut in duts
+             if busy.get(dut) is not None and busy[dut] < DUT_SATURATED]
+    if bound:
+        out.append(f"    {', '.join(bound)} busy under {DUT_SATURATED:.0%} of its core: agg-gen, not the "
+                   "DUT, set that rate (a floor of what the DUT carries);")
+        if "testpmd io" in bound:
+            out.append("    testpmd io could carry more, so the ratio flatters aggswitch; compare cycles")
+    if cyc.get("aggswitch") is not None and cyc.get("testpmd") is not None:
+        out.append(f"  aggregation's share of aggswitch's busy cycles (minus testpmd io's): "
+                   f"{cyc['aggswitch'] - cyc['testpmd']:.1f}")
+
+    checked = pooled(d, "aggswitch", "checked_ok")
+    if checked:
+        wrong = sum(pooled(d, "aggswitch", "wrong_answers"))
+        unanswered = sum(pooled(d, "aggswitch", "unanswered"))
+        retransmits = sum(pooled(d, "aggswitch", "retransmits"))
+        collisions = sum(pooled(d, "aggswitch", "collisions"))
+        ok = all(v == 1 for v in checked)
+        out.append(f"  {'checked' if ok else 'FAIL   '} agg-gen runs against aggswitch with every "
+                   f"result right and answered: {int(sum(checked))} of {len(checked)} "
+                   f"(wrong answers {wrong:.0f}, unanswered {unanswered:.0f}, retransmissions "
+                   f"{retransmits:.0f}, slot collisions in the windows {collisions:.0f})")
+
+    if disturbed:
+        out.append(f"  * disturbed: in {len(disturbed)} of {runs} runs the DUT and agg-gen got less "
+                   f"than {MIN_CPU_SHARE:.0%} of the 2 CPUs (min {min(disturbed):.0%}): other work "
+                   "ran on the machine; those repeats are suspect")
+    elif runs:
+        out.append(f"  CPU time of DUT + agg-gen: at least {MIN_CPU_SHARE:.0%} of the 2 CPUs in every "
+                   "window: undisturbed")
+
+    def verdict(ok):
+        return "n/a " if ok is None else ("PASS" if ok else "MISS")
+
+    if elems == AGG_CYCLES_TARGET_ELEMS:
+        c = cyc.get("aggswitch")
+        out.append(f"  {verdict(None if c is None else c <= AGG_CYCLES_TARGET)}  aggswitch <= "
+                   f"{AGG_CYCLES_TARGET:g} busy cycles per {elems}-element contribution "
+                   f"({fmt(c, '.1f')}; testpmd io moving the same frames: "
+                   f"{fmt(cyc.get('testpmd'), '.1f')})")
+    out.append(f"  {verdict(None if ratio is None else ratio >= AGG_RATE_TARGET_RATIO)}  aggswitch "
+               f"contributions/s >= {AGG_RATE_TARGET_RATIO:g} x testpmd io ({fmt(ratio, '.2f')})")
+    return out
+
+
+def agg_summary(args):
+    data = load_agg_results(args.results)
+    duts = args.duts.split(",")
+    out = [
+        "aggswitch aggregation vs testpmd io (bench/aggregation.sh)",
+        f"  agg-gen (memif client, CPU 0): W workers of one job, int32 sum, {args.inflight} chunks "
+        "in flight per worker",
+        "  -> DUT on CPU 1 (memif server): aggswitch reduces, one result per member and chunk;",
+        "     testpmd io (port-topology loop) sends each contribution back (agg-gen --expect echo)",
+        f"  {args.repeats} repeats interleaved ({', '.join(AGG_DUT_LABELS[d] for d in duts)}), "
+        f"{args.warmup:g} s warm-up + {args.window:g} s window each",
+        f"  TSC {args.tsc_mhz} MHz; {args.header}",
+        "  busy cycles/contrib: median of the per-repeat window values (aggswitch: busy TSC cycles",
+        "  of lcore 1 / packets received, results included; testpmd: --record-core-cycles).",
+        "  Mcontrib/s, Gbit/s: agg-gen's answered contributions per second (x elems x 32 bit),",
+        "  median of the 1-s samples in the windows, pooled over the repeats.",
+        "  busy: the DUT core's busy share at that rate (busy cycles/contrib x Mcontrib/s / TSC).",
+        "",
+    ]
+    try:
+        tsc_mhz = float(args.tsc_mhz)
+    except ValueError:
+        tsc_mhz = None
+    for workers, elems in sorted(data):
+        out += summarize_agg_case(workers, elems, data[(workers, elems)], duts, tsc_mhz)
+        out.append("")
+    print("\n".join(out).rstrip())
+
+
 # --- command line -----------------------------------------------------------
 
 
@@ -307,6 +494,27 @@ def main():
     s.add_argument("--warmup", type=float, required=True)
     s.add_argument("--tsc-mhz", default="?")
     s.add_argument("--header", default="")
+    s = sub.add_parser("agg-cycles")
+    s.add_argument("begin")
+    s.add_argument("end")
+    s = sub.add_parser("agg-counters")
+    s.add_argument("begin")
+    s.add_argument("end")
+    s = sub.add_parser("gen-rates")
+    s.add_argument("gen_json")
+    s.add_argument("t0", type=float)
+    s.add_argument("t1", type=float)
+    s = sub.add_parser("gen-check")
+    s.add_argument("gen_json")
+    s = sub.add_parser("agg-summary")
+    s.add_argument("results")
+    s.add_argument("--duts", default="aggswitch,testpmd")
+    s.add_argument("--repeats", type=int, required=True)
+    s.add_argument("--window", type=float, required=True)
+    s.add_argument("--warmup", type=float, required=True)
+    s.add_argument("--inflight", type=int, required=True)
+    s.add_argument("--tsc-mhz", default="?")
+    s.add_argument("--header", default="")
     args = p.parse_args()
 
     try:
@@ -324,6 +532,18 @@ def main():
                 print(f"{r:.0f}")
         elif args.cmd == "summary":
             summary(args)
+        elif args.cmd == "agg-cycles":
+            print(f"{agg_cycles(args.begin, args.end):.2f}")
+        elif args.cmd == "agg-counters":
+            for name, value in agg_counters(args.begin, args.end):
+                print(name, value)
+        elif args.cmd == "gen-rates":
+            for r in gen_rates(args.gen_json, args.t0, args.t1):
+                print(f"{r:.0f}")
+        elif args.cmd == "gen-check":
+            print(*gen_check(args.gen_json))
+        elif args.cmd == "agg-summary":
+            agg_summary(args)
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
         print(f"parse_stats.py {args.cmd}: {e}", file=sys.stderr)
         sys.exit(1)
