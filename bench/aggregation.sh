@@ -399,35 +399,9 @@ run_measured() {
       break
     fi
     bench_log "    disturbed: the DUT and agg-gen got less than ${MIN_CPU_SHARE} of the 2 CPUs"
-    wait_for_idle 120
+    bench_wait_for_idle 120
   done
   cat "$RUN/results.tsv" >>"$RESULTS"
-}
-
-# Waits up to $1 seconds for the CPUs to go idle (nothing of ours runs here).
-wait_for_idle() {
-  local deadline=$((SECONDS + $1)) busy
-  while busy=$(cpu_busy_percent) && [ "$busy" -ge 10 ]; do
-    if [ "$SECONDS" -ge "$deadline" ]; then
-      bench_log "    the CPUs are still ${busy}% busy after $1 s; going on"
-      return 0
-    fi
-    bench_log "    the CPUs are ${busy}% busy with other work; waiting for them to go idle"
-    sleep 9
-  done
-}
-
-# How busy the CPUs were over one second, in percent.
-cpu_busy_percent() {
-  local a b
-  a=$(head -n1 /proc/stat)
-  sleep 1
-  b=$(head -n1 /proc/stat)
-  awk -v a="$a" -v b="$b" 'BEGIN {
-    n = split(a, x); split(b, y); total = 0
-    for (i = 2; i <= n; i++) total += y[i] - x[i]
-    idle = (y[5] - x[5]) + (y[6] - x[6])
-    printf "%.0f", total ? 100 * (total - idle) / total : 0 }'
 }
 
 # --- main --------------------------------------------------------------------
@@ -477,7 +451,7 @@ main() {
   local busy others
   others=$(for name in dpdk-testpmd aggswitch agg-gen ovs-vswitchd ovs-vswitchd-dp; do pgrep -x "$name" || true; done | paste -sd,)
   [ -z "$others" ] || bench_log "warning: other switch or generator processes are running (pids $others): expect noise"
-  busy=$(cpu_busy_percent)
+  busy=$(bench_cpu_busy_percent)
   [ "$busy" -lt 10 ] || bench_log "warning: the CPUs were ${busy}% busy before the start: expect noise and retries"
 
   local started=$SECONDS workers elems rep

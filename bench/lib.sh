@@ -156,3 +156,29 @@ bench_free_tcp_port() {
   while [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]; do port=$((port + 1)); done
   printf '%s' "$port"
 }
+
+# Waits up to $1 seconds for the CPUs to go idle (call it when nothing of ours runs).
+bench_wait_for_idle() {
+  local deadline=$((SECONDS + $1)) busy
+  while busy=$(bench_cpu_busy_percent) && [ "$busy" -ge 10 ]; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      bench_log "    the CPUs are still ${busy}% busy after $1 s; going on"
+      return 0
+    fi
+    bench_log "    the CPUs are ${busy}% busy with other work; waiting for them to go idle"
+    sleep 9
+  done
+}
+
+# How busy the CPUs were over one second, in percent.
+bench_cpu_busy_percent() {
+  local a b
+  a=$(head -n1 /proc/stat)
+  sleep 1
+  b=$(head -n1 /proc/stat)
+  awk -v a="$a" -v b="$b" 'BEGIN {
+    n = split(a, x); split(b, y); total = 0
+    for (i = 2; i <= n; i++) total += y[i] - x[i]
+    idle = (y[5] - x[5]) + (y[6] - x[6])
+    printf "%.0f", total ? 100 * (total - idle) / total : 0 }'
+}
