@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "aggregator/wire.h"
+#include "dataplane/unmap_guard.h"
 
 namespace aggswitch::dataplane {
 namespace {
@@ -45,8 +46,13 @@ int Worker::LaunchEntry(void* arg) {
 }
 
 void Worker::Run() {
+  UnmapGuard::Online(setup_.lcore);
   last_tsc_ = rte_rdtsc();
-  while (!quit_.load(std::memory_order_relaxed)) PollOnce();
+  while (!quit_.load(std::memory_order_relaxed)) {
+    PollOnce();
+    UnmapGuard::Quiescent(setup_.lcore);  // no pointer into port memory is held here
+  }
+  UnmapGuard::Offline(setup_.lcore);
   if (reader_online_) {
     setup_.agg.jobs->ReaderOffline(setup_.agg.reader_id);
     reader_online_ = false;

@@ -6,8 +6,7 @@
 // fail (exit 1) by itself, within its --give-up-ms.
 //
 // Every scenario starts its own switch, and stops it before agg-gen (which
-// runs with --hold-port): the DPDK 22.11 memif PMD can crash the process
-// whose lcore polls while its peer disconnects. TestProcess reaps both
+// runs with --hold-port, as in bench/aggregation.sh). TestProcess reaps both
 // processes whatever happens. Needs root (DPDK); ctest label "eal".
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -25,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "tools/agg-gen/test_process.h"
+#include "tests/lib/test_process.h"
 
 namespace aggswitch::tools {
 namespace {
@@ -36,40 +35,6 @@ constexpr char kAggGen[] = AGG_GEN_BIN;
 constexpr char kAggswitch[] = AGGSWITCH_BIN;
 constexpr char kSwitchMac[] = "02:a9:9c:00:00:e2";
 constexpr char kKey[] = "0x5eed0000000000e2";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Polls `done` every 50 ms for up to `timeout_s`.
-template <typename F>
-bool WaitFor(double timeout_s, F done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
-}
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-uint16_t FreeTcpPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  uint16_t port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 class AggGenE2eTest : public ::testing::Test {
  protected:

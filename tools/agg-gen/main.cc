@@ -14,7 +14,8 @@
 // the final ACKs and reports. With --hold-port the port stays open (not
 // polled) after the report until the next SIGINT/SIGTERM, so that a memif
 // peer can stop first: the DPDK 22.11 memif PMD can crash a process whose
-// lcore polls while its peer disconnects.
+// lcore polls while its peer disconnects. agg-gen and aggswitch guard against
+// that (dataplane/unmap_guard.h); testpmd, the benchmarks' baseline, does not.
 //
 // Exit codes: 0 every contribution answered, every answer right; 1 wrong
 // answers, unanswered chunks, a stall (--give-up-ms) or a start-up failure;

@@ -20,7 +20,7 @@
 #include "dataplane/net_headers.h"
 #include "dataplane/packet.h"
 #include "tools/agg-gen/pcap_writer.h"
-#include "tools/agg-gen/test_process.h"
+#include "tests/lib/test_process.h"
 
 namespace aggswitch::tools {
 namespace {

@@ -9,7 +9,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dataplane/unmap_guard.h"
+
 namespace aggswitch::tools {
+
+using dataplane::UnmapGuard;
 
 namespace {
 
@@ -132,6 +136,8 @@ void PortRunner::Publish(uint64_t now) {
 }
 
 void PortRunner::Receive() {
+  // Every loop passes here between bursts, holding no pointer into the port.
+  UnmapGuard::Quiescent(lcore_);
   rte_mbuf* rx[kBurst];
   const uint16_t n = rte_eth_rx_burst(port_id_, 0, rx, kBurst);
   for (uint16_t i = 0; i < n; ++i) {
@@ -211,6 +217,8 @@ void PortRunner::SendFinalAcks() {
 }
 
 void PortRunner::Run() {
+  lcore_ = rte_lcore_id();
+  UnmapGuard::Online(lcore_);
   const uint64_t hz = rte_get_tsc_hz();
   const uint64_t start = rte_rdtsc();
   const uint64_t deadline =
@@ -240,6 +248,7 @@ void PortRunner::Run() {
   seconds_ = static_cast<double>(end - start) / hz;
   Publish(end);
   SendFinalAcks();
+  UnmapGuard::Offline(lcore_);  // the port is not polled from here on
   finished_.store(true, std::memory_order_release);
 }
 

@@ -99,6 +99,7 @@ class PortRunner {
 
   const GenConfig cfg_;
   const uint16_t port_id_;
+  unsigned lcore_ = 0;  // the lcore that runs Run(), for the unmap guard
   std::string description_;
   std::unique_ptr<rte_mempool, MempoolDeleter> pool_;
   bool port_configured_ = false;

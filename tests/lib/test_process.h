@@ -1,22 +1,28 @@
-// Tests only: a child process that is always reaped. The destructor sends
-// SIGTERM, gives the child 5 s, then SIGKILL, so a failing ASSERT never leaves
-// a DPDK process behind.
+// Tests only: a child process that is always reaped, and the small helpers
+// that tests driving real aggswitch / agg-gen processes share. The destructor
+// sends SIGTERM, gives the child 5 s, then SIGKILL, so a failing ASSERT never
+// leaves a DPDK process behind.
 //
 //   auto gen = TestProcess::Start({AGG_GEN_BIN, "--pcap-out", path}, dir + "/gen.log");
 //   std::optional<int> code = gen->Wait(10.0);   // exit code; 128 + signal if killed
+//   WaitFor(30, [&] { return ReadFile(log).find(" running: ") != std::string::npos; });
 //
 // Thread safety: one test thread.
 #pragma once
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +30,42 @@
 extern char** environ;
 
 namespace aggswitch::tools {
+
+// The whole file, or "" when it cannot be read.
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Polls `done` every `period` for up to `timeout_s`; whether it came true.
+template <typename F>
+bool WaitFor(double timeout_s, F done,
+             std::chrono::milliseconds period = std::chrono::milliseconds(50)) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(period);
+  }
+  return true;
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+inline uint16_t FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
 
 class TestProcess {
  public:
