@@ -140,7 +140,8 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
   }
   // Without aggregation every mbuf is direct, from one pool, with refcount 1:
   // the driver may free in bulk (worth about 4 cycles per 64-byte frame on the
-  // memif benchmark). Aggregation results are indirect mbufs, which forbid it.
+  // memif benchmark). Aggregation results share their payload mbuf between
+  // copies by reference count, which forbids it.
   if (fast_free && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)) {
     conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
   }

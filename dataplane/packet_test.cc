@@ -195,6 +195,22 @@ TEST(UdpTest, WrittenHeadersParseBack) {
   }
 }
 
+TEST(UdpTest, WrittenIpv4ChecksumVerifiesForCarryHeavyFields) {
+  const uint8_t mac[6] = {2, 0, 0, 0, 0, 1};
+  for (const uint32_t src : {0u, 0x0a000afeu, 0xffffffffu, 0xfffe0001u}) {
+    for (const uint32_t dst : {0u, 0xc0a80101u, 0xffffffffu}) {
+      for (const uint16_t id : {uint16_t{0}, uint16_t{0x1234}, uint16_t{0xffff}}) {
+        for (const uint32_t len : {0u, 1u, 1472u}) {
+          std::vector<uint8_t> f(64, 0);
+          WriteUdpHeaders(f.data(), mac, mac, 0, src, dst, 1, 2, id, len);
+          EXPECT_EQ(InternetChecksum(f.data() + 14, 20), 0)
+              << std::hex << src << " " << dst << " " << id << " " << len;
+        }
+      }
+    }
+  }
+}
+
 TEST(UdpTest, RejectsWhatIsNotAWellFormedUnfragmentedDatagram) {
   const uint8_t mac[6] = {2, 0, 0, 0, 0, 1};
   std::vector<uint8_t> good(42 + 16);
@@ -233,6 +249,35 @@ TEST(ChecksumTest, MatchesKnownValue) {
   const auto* bytes = reinterpret_cast<const uint8_t*>(&c);
   EXPECT_EQ(bytes[0], 0x22);
   EXPECT_EQ(bytes[1], 0x0d);
+}
+
+TEST(ChecksumTest, AgreesWithWordByWordSumForEveryLengthAndAlignment) {
+  // The RFC 1071 definition, one big-endian 16-bit word at a time.
+  const auto reference = [](const uint8_t* p, uint32_t len) {
+    uint32_t sum = 0;
+    for (uint32_t i = 0; i < len; i += 2) {
+      sum += static_cast<uint32_t>(p[i] << 8 | (i + 1 < len ? p[i + 1] : 0));
+    }
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    return static_cast<uint16_t>(~sum);
+  };
+  std::vector<uint8_t> data(160);
+  uint32_t x = 12345;
+  for (int round = 0; round < 8; ++round) {
+    for (uint8_t& b : data) {
+      x = x * 1103515245 + 12345;
+      // Mostly 0xff bytes in some rounds, to force the carries.
+      b = round % 2 ? 0xff ^ static_cast<uint8_t>((x >> 16) & 3) : static_cast<uint8_t>(x >> 16);
+    }
+    for (uint32_t offset = 0; offset < 4; ++offset) {
+      for (uint32_t len = 0; len + offset <= data.size(); ++len) {
+        const uint16_t c = InternetChecksum(data.data() + offset, len);
+        const auto* bytes = reinterpret_cast<const uint8_t*>(&c);
+        ASSERT_EQ(bytes[0] << 8 | bytes[1], reference(data.data() + offset, len))
+            << "round " << round << " offset " << offset << " length " << len;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
+#include <rte_memcpy.h>
 #include <rte_prefetch.h>
 
 #include <algorithm>
@@ -610,6 +611,8 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
   contribution.elem_count = pkt.header->elem_count.host();
   contribution.payload = pkt.payload;
   contribution.handle = m;
+  const auto header_offset = static_cast<uint32_t>(reinterpret_cast<const uint8_t*>(pkt.header) -
+                                                   rte_pktmbuf_mtod(m, const uint8_t*));
   const uint32_t local = aggregator::SlotIndex(job.id(), seq, setup_.agg.total_slots) /
                          setup_.agg.n_workers;
   const aggregator::SlotUpdate u = setup_.agg.slots->Contribute(
@@ -634,19 +637,20 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
       jc.contributions.Add(1);
       jc.reduced_bytes.Add(pkt.payload_len);
       jc.completions.Add(1);
-      SendResult(job, *u.slot, -1);
+      // An unordered slot is done with this contribution: it carries the result.
+      keep_mbuf = SendResult(job, *u.slot, -1, u.n_released == 0 ? m : nullptr, header_offset);
       RecordCompletion(*u.slot);
       // An ordered slot returns every held contribution, this one included.
       for (uint16_t i = 0; i < u.n_released; ++i) {
         auto* held = static_cast<rte_mbuf*>(u.released[i]);
-        if (held == m) keep_mbuf = true;
+        if (held == m) keep_mbuf = true;  // freed here, not below
         rte_pktmbuf_free(held);
       }
       break;
     case aggregator::SlotOutcome::kDuplicateCompleted:
       c.duplicate_results.Add(1);
       jc.duplicates.Add(1);
-      SendResult(job, *u.slot, contribution.node);
+      keep_mbuf = SendResult(job, *u.slot, contribution.node, m, header_offset);
       break;
     case aggregator::SlotOutcome::kDuplicate:
       c.duplicates.Add(1);
@@ -685,15 +689,8 @@ void Worker::RecordCompletion(const aggregator::Slot& slot) {
   h.count.Add(1);
 }
 
-rte_mbuf* Worker::BuildResultPayload(const aggregator::Job& job, const aggregator::Slot& slot) {
-  rte_mbuf* payload = rte_pktmbuf_alloc(pool_);
-  if (payload == nullptr) return nullptr;
-  const uint32_t len = sizeof(aggregator::AggHeader) + slot.result_len();
-  auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(payload, static_cast<uint16_t>(len)));
-  if (buf == nullptr) {
-    rte_pktmbuf_free(payload);
-    return nullptr;
-  }
+void Worker::WriteResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
+                                uint8_t* buf) const {
   aggregator::AggFields f;
   f.opcode = aggregator::Opcode::kResult;
   f.flags = slot.overflow() ? aggregator::flags::kOverflow : 0;
@@ -705,50 +702,83 @@ rte_mbuf* Worker::BuildResultPayload(const aggregator::Job& job, const aggregato
   f.op = slot.op();
   f.scale = slot.scale();
   aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(buf));
-  std::memcpy(buf + sizeof(aggregator::AggHeader), slot.result(), slot.result_len());
+  rte_memcpy(buf + sizeof(aggregator::AggHeader), slot.result(), slot.result_len());
+}
+
+rte_mbuf* Worker::ResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
+                                rte_mbuf* carrier, uint32_t header_offset) {
+  const uint32_t len = sizeof(aggregator::AggHeader) + slot.result_len();
+  // The contribution's own frame holds a header, the same number of elements
+  // and maybe a missing list: room enough, already in cache.
+  if (carrier != nullptr && RTE_MBUF_DIRECT(carrier) && carrier->nb_segs == 1 &&
+      rte_mbuf_refcnt_read(carrier) == 1 &&
+      header_offset + len <= static_cast<uint32_t>(rte_pktmbuf_data_len(carrier))) {
+    auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_adj(carrier, static_cast<uint16_t>(header_offset)));
+    WriteResultPayload(job, slot, buf);
+    carrier->data_len = static_cast<uint16_t>(len);
+    carrier->pkt_len = len;
+    return carrier;
+  }
+  rte_mbuf* payload = rte_pktmbuf_alloc(pool_);
+  if (payload == nullptr) return nullptr;
+  auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(payload, static_cast<uint16_t>(len)));
+  if (buf == nullptr) {
+    rte_pktmbuf_free(payload);
+    return nullptr;
+  }
+  WriteResultPayload(job, slot, buf);
   return payload;
 }
 
-void Worker::SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node) {
-  // The payload is written once; each member's copy is its own header mbuf
-  // chained to an indirect clone of it.
-  rte_mbuf* payload = BuildResultPayload(job, slot);
-  if (payload == nullptr) {
-    stats_.lcore.agg.result_no_mbuf.Add(node < 0 ? job.members() : 1);
-    return;
-  }
+bool Worker::SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node,
+                        rte_mbuf* carrier, uint32_t header_offset) {
+  AggregationCounters& c = stats_.lcore.agg;
   const uint16_t first = node < 0 ? 0 : static_cast<uint16_t>(node);
   const uint16_t last = node < 0 ? job.members() : static_cast<uint16_t>(node + 1);
-  for (uint16_t n = first; n < last; ++n) {
-    aggregator::MemberAddr member;
-    if (job.GetMember(n, &member)) SendResultCopy(payload, member, static_cast<uint16_t>(slot.seq()));
+  rte_mbuf* payload = ResultPayload(job, slot, carrier, header_offset);
+  if (payload == nullptr) {
+    c.result_no_mbuf.Add(last - first);
+    return false;
   }
-  rte_pktmbuf_free(payload);
-}
-
-void Worker::SendResultCopy(rte_mbuf* payload, const aggregator::MemberAddr& member, uint16_t ip_id) {
-  rte_mbuf* hdr = rte_pktmbuf_alloc(pool_);
-  rte_mbuf* clone = hdr ? rte_pktmbuf_clone(payload, pool_) : nullptr;
-  if (clone == nullptr) {
-    if (hdr) rte_pktmbuf_free(hdr);
-    stats_.lcore.agg.result_no_mbuf.Add(1);
-    return;
+  // Each member's copy is its own header mbuf chained to the one payload,
+  // which the copies share by reference count (as DPDK's ipv4_multicast
+  // example does): no clone, no second copy of the result.
+  const uint16_t ip_id = static_cast<uint16_t>(slot.seq());
+  const uint32_t payload_len = payload->pkt_len;
+  for (uint16_t batch = first; batch < last; batch += kBurstSize) {
+    const uint16_t n = static_cast<uint16_t>(std::min<uint32_t>(kBurstSize, last - batch));
+    rte_mbuf* hdrs[kBurstSize];
+    uint16_t out_ports[kBurstSize];
+    if (rte_pktmbuf_alloc_bulk(pool_, hdrs, n) != 0) {
+      c.result_no_mbuf.Add(n);
+      continue;
+    }
+    uint16_t k = 0;
+    for (uint16_t i = 0; i < n; ++i) {
+      aggregator::MemberAddr member;
+      if (!job.GetMember(static_cast<uint16_t>(batch + i), &member)) continue;
+      rte_mbuf* hdr = hdrs[k];
+      const bool tagged = plan_.EgressTagged(member.port_index, member.vlan);
+      const uint16_t hdr_len = tagged ? 46 : 42;
+      uint8_t dst[6];
+      for (int b = 0; b < 6; ++b) dst[b] = static_cast<uint8_t>(member.mac48 >> (40 - 8 * b));
+      WriteUdpHeaders(rte_pktmbuf_mtod(hdr, uint8_t*), dst, plan_.switch_mac().bytes.data(),
+                      tagged ? member.vlan : 0, setup_.agg.result_src_ip, member.ip,
+                      setup_.agg.udp_port, member.udp_port, ip_id, payload_len);
+      hdr->data_len = hdr_len;
+      hdr->pkt_len = hdr_len + payload_len;
+      hdr->nb_segs = 2;
+      hdr->next = payload;
+      out_ports[k++] = member.port_index;
+    }
+    // Referenced before any copy can reach a driver that frees it.
+    if (k > 0) rte_mbuf_refcnt_update(payload, static_cast<int16_t>(k));
+    for (uint16_t i = 0; i < k; ++i) Enqueue(out_ports[i], hdrs[i]);
+    if (k < n) rte_pktmbuf_free_bulk(hdrs + k, n - k);
+    c.results_sent.Add(k);
   }
-  const bool tagged = plan_.EgressTagged(member.port_index, member.vlan);
-  auto* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(hdr, tagged ? 46 : 42));
-  uint8_t dst[6];
-  for (int i = 0; i < 6; ++i) dst[i] = static_cast<uint8_t>(member.mac48 >> (40 - 8 * i));
-  WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? member.vlan : 0,
-                  setup_.agg.result_src_ip, member.ip, setup_.agg.udp_port, member.udp_port, ip_id,
-                  payload->pkt_len);
-  if (rte_pktmbuf_chain(hdr, clone) != 0) {
-    rte_pktmbuf_free(hdr);
-    rte_pktmbuf_free(clone);
-    stats_.lcore.agg.result_no_mbuf.Add(1);
-    return;
-  }
-  stats_.lcore.agg.results_sent.Add(1);
-  Enqueue(member.port_index, hdr);
+  rte_pktmbuf_free(payload);  // the copies hold it from here
+  return payload == carrier;
 }
 
 void Worker::RequestLearn(uint64_t key, uint16_t port, uint32_t now_tick) {

@@ -207,9 +207,18 @@ class alignas(64) Worker {
   }
   void RecordCompletion(const aggregator::Slot& slot);
   // Sends the result of a complete slot to one member, or to all (node < 0).
-  void SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node);
-  rte_mbuf* BuildResultPayload(const aggregator::Job& job, const aggregator::Slot& slot);
-  void SendResultCopy(rte_mbuf* payload, const aggregator::MemberAddr& member, uint16_t ip_id);
+  // Sends the slot's result to every member (node < 0) or to `node`.
+  // `carrier`, when not null, is a contribution to this slot (its aggregation
+  // header at `header_offset`) that the caller is done with; the result is
+  // written into it when it can be, and then it is consumed: returns whether.
+  bool SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node,
+                  rte_mbuf* carrier, uint32_t header_offset);
+  // The result's UDP payload (aggregation header + elements), in `carrier`
+  // when it can hold it, else in a new mbuf; nullptr when the pool is empty.
+  rte_mbuf* ResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
+                          rte_mbuf* carrier, uint32_t header_offset);
+  void WriteResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
+                          uint8_t* buf) const;
   [[gnu::noinline]] void FlushPort(uint16_t port);
   void HandleLocal(uint16_t in_port, rte_mbuf* m, const Meta& meta, bool broadcast);
   void Forward(uint16_t in_port, rte_mbuf* m, const Meta& meta, uint16_t out_port);
