@@ -387,23 +387,6 @@ run_once() {
     "$([ "$ok" -eq 1 ] && echo "answers ok" || echo "WRONG: $errors wrong answers, $unanswered unanswered")" >&2
 }
 
-# run_measured DUT WORKERS ELEMS REPEAT: run_once, again if another process
-# disturbed it, and keep the last attempt's results.
-run_measured() {
-  local attempt
-  for ((attempt = 1; ; attempt++)); do
-    run_once "$@" "$attempt"
-    awk -v s="$RUN_SHARE" -v m="$MIN_CPU_SHARE" 'BEGIN { exit !(s < m) }' || break
-    if [ "$attempt" -gt "$RETRIES" ]; then
-      bench_log "    still disturbed after $RETRIES retries: kept, and flagged in the summary"
-      break
-    fi
-    bench_log "    disturbed: the DUT and agg-gen got less than ${MIN_CPU_SHARE} of the 2 CPUs"
-    bench_wait_for_idle 120
-  done
-  cat "$RUN/results.tsv" >>"$RESULTS"
-}
-
 # --- main --------------------------------------------------------------------
 
 cleanup() {
@@ -459,7 +442,7 @@ main() {
   for workers in $WORKERS; do
     for elems in $ELEMS; do
       for ((rep = 1; rep <= REPEATS; rep++)); do
-        for dut in "${DUT_LIST[@]}"; do run_measured "$dut" "$workers" "$elems" "$rep"; done
+        for dut in "${DUT_LIST[@]}"; do bench_run_measured agg-gen run_once "$dut" "$workers" "$elems" "$rep"; done
       done
     done
   done

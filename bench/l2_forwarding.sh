@@ -443,23 +443,6 @@ run_once() {
     "$(awk -v d="${drops:-0}" 'BEGIN { print d * 100 }')" >&2
 }
 
-# run_measured DUT SIZE REPEAT: run_once, again if another process disturbed
-# it, and keep the last attempt's results.
-run_measured() {
-  local attempt
-  for ((attempt = 1; ; attempt++)); do
-    run_once "$@" "$attempt"
-    awk -v s="$RUN_SHARE" -v m="$MIN_CPU_SHARE" 'BEGIN { exit !(s < m) }' || break
-    if [ "$attempt" -gt "$RETRIES" ]; then
-      bench_log "    still disturbed after $RETRIES retries: kept, and flagged in the summary"
-      break
-    fi
-    bench_log "    disturbed: the DUT and generator got less than ${MIN_CPU_SHARE} of the 2 CPUs"
-    bench_wait_for_idle 120
-  done
-  cat "$RUN/results.tsv" >>"$RESULTS"
-}
-
 # --- main --------------------------------------------------------------------
 
 cleanup() {
@@ -510,7 +493,7 @@ main() {
   bench_log "l2_forwarding: sizes $SIZES, $REPEATS repeats of ${DUT_LIST[*]}, ${WARMUP} s warm-up + ${WINDOW} s window each"
   for size in $SIZES; do
     for ((rep = 1; rep <= REPEATS; rep++)); do
-      for dut in "${DUT_LIST[@]}"; do run_measured "$dut" "$size" "$rep"; done
+      for dut in "${DUT_LIST[@]}"; do bench_run_measured generator run_once "$dut" "$size" "$rep"; done
     done
   done
   local took=$((SECONDS - started))

@@ -170,6 +170,27 @@ bench_wait_for_idle() {
   done
 }
 
+# bench_run_measured WHO RUN_FN ARGS...: runs `RUN_FN ARGS... ATTEMPT`, which
+# must set RUN (its run directory, with results.tsv) and RUN_SHARE (the share
+# of the 2 CPUs the DUT and WHO got); runs it again, up to $RETRIES times, while
+# RUN_SHARE is below $MIN_CPU_SHARE (another process disturbed it), keeps the
+# last attempt and appends its results.tsv to $RESULTS.
+bench_run_measured() {
+  local who="$1" run_fn="$2" attempt
+  shift 2
+  for ((attempt = 1; ; attempt++)); do
+    "$run_fn" "$@" "$attempt"
+    awk -v s="$RUN_SHARE" -v m="$MIN_CPU_SHARE" 'BEGIN { exit !(s < m) }' || break
+    if [ "$attempt" -gt "$RETRIES" ]; then
+      bench_log "    still disturbed after $RETRIES retries: kept, and flagged in the summary"
+      break
+    fi
+    bench_log "    disturbed: the DUT and $who got less than ${MIN_CPU_SHARE} of the 2 CPUs"
+    bench_wait_for_idle 120
+  done
+  cat "$RUN/results.tsv" >>"$RESULTS"
+}
+
 # How busy the CPUs were over one second, in percent.
 bench_cpu_busy_percent() {
   local a b

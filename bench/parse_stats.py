@@ -180,28 +180,33 @@ def fmt(v, spec):
     return "n/a" if v is None else format(v, spec)
 
 
+def cycles_by_repeat(d, dut, shares_seen):
+    """(median, text) of one DUT's per-repeat busy cycles. In the text a
+    repeat whose DUT and generator got less than MIN_CPU_SHARE of the CPUs is
+    marked "*". Appends every repeat's CPU share to shares_seen."""
+    c_reps = per_rep(d, dut, "cycles")
+    shares = per_rep(d, dut, "cpu_share", min)
+    shares_seen.extend(shares)
+    marked = [f"{c:.1f}" + ("*" if share < MIN_CPU_SHARE else "") for c, share in zip(c_reps, shares)]
+    return median_or_none(c_reps), " ".join(marked)
+
+
 def summarize_size(size, d, duts):
     out = [f"{size}-byte frames"]
     row = "  {:<12} {:>15}  {:<22} {:>7}  {:<13} {:>7}"
     out.append(row.format("DUT", "busy cycles/pkt", "(per repeat)", "Mpps", "(1-s min-max)",
                           "samples"))
     cyc, mpps = {}, {}
-    runs, disturbed = 0, []
+    shares_seen = []
     for dut in duts:
-        c_reps = per_rep(d, dut, "cycles")
-        shares = per_rep(d, dut, "cpu_share", min)
+        cyc[dut], marked = cycles_by_repeat(d, dut, shares_seen)
         samples = pooled(d, dut, "mpps")
-        cyc[dut] = median_or_none(c_reps)
         mpps[dut] = median_or_none(samples)
         spread = f"{min(samples):.2f}-{max(samples):.2f}" if samples else "n/a"
-        marked = []
-        for c, share in zip(c_reps, shares):
-            runs += 1
-            if share < MIN_CPU_SHARE:
-                disturbed.append(share)
-            marked.append(f"{c:.1f}" + ("*" if share < MIN_CPU_SHARE else ""))
-        out.append(row.format(DUT_LABELS[dut], fmt(cyc[dut], ".1f"), " ".join(marked),
+        out.append(row.format(DUT_LABELS[dut], fmt(cyc[dut], ".1f"), marked,
                               fmt(mpps[dut], ".2f"), spread, len(samples)))
+    runs = len(shares_seen)
+    disturbed = [share for share in shares_seen if share < MIN_CPU_SHARE]
 
     def ratio(a, b):
         return a / b if a is not None and b else None
@@ -364,27 +369,21 @@ def summarize_agg_case(workers, elems, d, duts, tsc_mhz):
     out.append(row.format("DUT", "busy cycles/contrib", "(per repeat)", "Mcontrib/s", "Gbit/s",
                           "(1-s min-max)", "samples", "busy"))
     cyc, rate, busy = {}, {}, {}
-    runs, disturbed = 0, []
+    shares_seen = []
     for dut in duts:
-        c_reps = per_rep(d, dut, "cycles")
-        shares = per_rep(d, dut, "cpu_share", min)
+        cyc[dut], marked = cycles_by_repeat(d, dut, shares_seen)
         samples = pooled(d, dut, "contrib_per_s")
-        cyc[dut] = median_or_none(c_reps)
         rate[dut] = median_or_none(samples)
         spread = f"{min(samples) / 1e6:.2f}-{max(samples) / 1e6:.2f}" if samples else "n/a"
-        marked = []
-        for c, share in zip(c_reps, shares):
-            runs += 1
-            if share < MIN_CPU_SHARE:
-                disturbed.append(share)
-            marked.append(f"{c:.1f}" + ("*" if share < MIN_CPU_SHARE else ""))
         gbps = None if rate[dut] is None else rate[dut] * elems * 32 / 1e9
         busy[dut] = None
         if tsc_mhz and cyc[dut] is not None and rate[dut] is not None:
             busy[dut] = cyc[dut] * rate[dut] / (tsc_mhz * 1e6)
-        out.append(row.format(AGG_DUT_LABELS[dut], fmt(cyc[dut], ".1f"), " ".join(marked),
+        out.append(row.format(AGG_DUT_LABELS[dut], fmt(cyc[dut], ".1f"), marked,
                               fmt(None if rate[dut] is None else rate[dut] / 1e6, ".3f"),
                               fmt(gbps, ".2f"), spread, len(samples), fmt(busy[dut], ".0%")))
+    runs = len(shares_seen)
+    disturbed = [share for share in shares_seen if share < MIN_CPU_SHARE]
 
     ratio = None
     if rate.get("aggswitch") is not None and rate.get("testpmd"):
