@@ -85,6 +85,24 @@ struct EalConfig {
 
 enum class VlanMode { kAccess, kTrunk };
 
+// Faults a port injects into its own traffic (ports[].faults), so that tests
+// can lose, duplicate and reorder frames without kernel netem. Each frame
+// draws once: dropped with probability `loss`, else held back with
+// probability `reorder` (it then goes out behind the frames of the port's
+// next poll), and, when not dropped, also delivered twice with probability
+// `duplicate`. Meant for test and lab switches, never for production traffic.
+enum class FaultDirection { kRx, kTx, kBoth };
+struct FaultConfig {
+  double loss = 0;
+  double duplicate = 0;
+  double reorder = 0;
+  FaultDirection direction = FaultDirection::kBoth;  // frames received, sent, or both
+  uint64_t seed = 1;                                 // with the lcore id: the random sequence
+  SourceLoc loc;
+
+  friend bool operator==(const FaultConfig&, const FaultConfig&) = default;
+};
+
 struct PortConfig {
   std::string name;
   std::string devargs;  // DPDK devargs: "net_af_packet0,iface=veth0", "0000:01:00.0", ...
@@ -95,6 +113,7 @@ struct PortConfig {
   uint16_t rx_descriptors = 1024;
   uint16_t tx_descriptors = 1024;
   uint16_t mtu = 1500;
+  std::optional<FaultConfig> faults;  // none unless configured
   SourceLoc loc;
 
   // True when frames of `vlan` may enter or leave this port: the access VLAN, or

@@ -408,12 +408,59 @@ class Loader {
                        n, p, port.mtu, {},
                        "an MTU " + std::to_string(kMinMtu) + ".." + std::to_string(kMaxMtu));
                  }},
+                {"faults", [&](auto& n, auto& p) { LoadFaults(n, p, port.faults.emplace()); }},
             });
     if (has_access && trunk) {
       Error(Join(path, "trunk"), *trunk,
             "expected exactly one of \"access\" or \"trunk\", got both");
     }
     port.mode = trunk ? VlanMode::kTrunk : VlanMode::kAccess;
+  }
+
+  void LoadFaults(const YAML::Node& node, const std::string& path, FaultConfig& out) {
+    out.loc = ItemLoc(node, path);
+    if (!IsMapItem(node, path)) return;
+    LoadMap(node, path,
+            {
+                {"loss", [&](auto& n, auto& p) { ReadProbability(n, p, out.loss); }},
+                {"duplicate", [&](auto& n, auto& p) { ReadProbability(n, p, out.duplicate); }},
+                {"reorder", [&](auto& n, auto& p) { ReadProbability(n, p, out.reorder); }},
+                {"direction",
+                 [&](auto& n, auto& p) {
+                   const std::string text = n.IsScalar() ? n.Scalar() : std::string();
+                   if (text == "rx") {
+                     out.direction = FaultDirection::kRx;
+                   } else if (text == "tx") {
+                     out.direction = FaultDirection::kTx;
+                   } else if (text == "both") {
+                     out.direction = FaultDirection::kBoth;
+                   } else {
+                     Error(p, n, "expected rx, tx or both, got " + Describe(n));
+                   }
+                 }},
+                {"seed", [&](auto& n, auto& p) { ReadUnsigned(n, p, out.seed); }},
+            });
+    if (out.loss + out.reorder > 1) {
+      Error(path, node,
+            "expected loss + reorder <= 1 (one draw decides both), got " +
+                std::to_string(out.loss + out.reorder));
+    }
+  }
+
+  // A probability: a number from 0 to 1. On failure `out` is left alone.
+  bool ReadProbability(const YAML::Node& node, const std::string& path, double& out) {
+    double value = -1;
+    if (node.IsScalar()) {
+      const std::string& text = node.Scalar();
+      auto [next, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec != std::errc() || next != text.data() + text.size()) value = -1;
+    }
+    if (!(value >= 0 && value <= 1)) {
+      Error(path, node, "expected a probability from 0 to 1, got " + Describe(node));
+      return false;
+    }
+    out = value;
+    return true;
   }
 
   static std::string DescriptorRangeText() {

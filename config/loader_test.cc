@@ -472,12 +472,54 @@ TEST(LoaderErrorTest, UnknownKeysListTheExpectedKeys) {
   EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    acess: 10\n"),
                        "ports[0].acess", 4,
                        "expected one of: name, devargs, access, trunk, native, rx_descriptors, "
-                       "tx_descriptors, mtu"));
+                       "tx_descriptors, mtu, faults"));
   EXPECT_TRUE(OneError(Load("eal: {lcore: 1}\nports: [{name: p0, devargs: d}]\n"), "eal.lcore", 1,
                        "unknown key \"lcore\"; expected one of: lcores, main_lcore"));
   EXPECT_TRUE(OneError(
       Load("ports: [{name: p0, devargs: d}]\nworkers: [{lcore: 1, rx: [{port: p0, q: 1}]}]\n"),
       "workers[0].rx[0].q", 2, "expected one of: port, queue"));
+}
+
+TEST(LoaderTest, PortFaults) {
+  const ConfigLoad load = Load(R"(ports:
+  - name: p0
+    devargs: d
+    faults: {loss: 0.05, duplicate: 1e-2, reorder: 0.5, direction: tx, seed: 7}
+  - {name: p1, devargs: d1, faults: {}}
+  - {name: p2, devargs: d2}
+)");
+  ASSERT_TRUE(load.errors.empty()) << Dump(load);
+  const auto& ports = load.config.ports;
+  ASSERT_TRUE(ports[0].faults.has_value());
+  EXPECT_DOUBLE_EQ(ports[0].faults->loss, 0.05);
+  EXPECT_DOUBLE_EQ(ports[0].faults->duplicate, 0.01);
+  EXPECT_DOUBLE_EQ(ports[0].faults->reorder, 0.5);
+  EXPECT_EQ(ports[0].faults->direction, FaultDirection::kTx);
+  EXPECT_EQ(ports[0].faults->seed, 7u);
+  EXPECT_EQ(ports[0].faults->loc.line, 4);
+  ASSERT_TRUE(ports[1].faults.has_value());
+  EXPECT_EQ(*ports[1].faults, (FaultConfig{.loc = ports[1].faults->loc}));
+  EXPECT_FALSE(ports[2].faults.has_value());
+}
+
+TEST(LoaderErrorTest, PortFaults) {
+  const auto with = [](const std::string& faults) {
+    return Load("ports:\n  - name: p0\n    devargs: d\n    faults: " + faults + "\n");
+  };
+  EXPECT_TRUE(OneError(with("{loss: 1.5}"), "ports[0].faults.loss", 4,
+                       "expected a probability from 0 to 1, got \"1.5\""));
+  EXPECT_TRUE(OneError(with("{duplicate: -0.1}"), "ports[0].faults.duplicate", 4,
+                       "expected a probability from 0 to 1, got \"-0.1\""));
+  EXPECT_TRUE(OneError(with("{reorder: lots}"), "ports[0].faults.reorder", 4,
+                       "expected a probability from 0 to 1, got \"lots\""));
+  EXPECT_TRUE(OneError(with("{loss: nan}"), "ports[0].faults.loss", 4, "got \"nan\""));
+  EXPECT_TRUE(OneError(with("{direction: up}"), "ports[0].faults.direction", 4,
+                       "expected rx, tx or both, got \"up\""));
+  EXPECT_TRUE(OneError(with("{loss: 0.6, reorder: 0.6}"), "ports[0].faults", 4,
+                       "expected loss + reorder <= 1"));
+  EXPECT_TRUE(OneError(with("{lose: 0.1}"), "ports[0].faults.lose", 4,
+                       "expected one of: loss, duplicate, reorder, direction, seed"));
+  EXPECT_TRUE(OneError(with("0.1"), "ports[0].faults", 4, "expected a map, got \"0.1\""));
 }
 
 TEST(LoaderErrorTest, RepeatedKey) {

@@ -48,6 +48,8 @@ json PortJson(const PortSnapshot& p) {
   for (size_t r = 0; r < dataplane::kNumDropReasons; ++r) {
     drops[kDropReasonText[r].label] = p.drops[r];
   }
+  json faults = json::object();
+  for (size_t f = 0; f < dataplane::kNumFaults; ++f) faults[dataplane::kFaultText[f].label] = p.faults[f];
   return {
       {"index", p.index},
       {"name", p.name},
@@ -67,6 +69,7 @@ json PortJson(const PortSnapshot& p) {
       {"flooded_packets", p.flooded_packets},
       {"dropped_packets", p.TotalDrops()},
       {"drops", std::move(drops)},
+      {"faults", std::move(faults)},
       {"device",
        {{"missed_packets", p.dev_imissed},
         {"rx_errors", p.dev_ierrors},

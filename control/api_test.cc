@@ -50,6 +50,7 @@ StatsSnapshot SyntheticSnapshot() {
   p0.flooded_packets = 12;
   p0.drops[static_cast<size_t>(DropReason::kHairpin)] = 5;
   p0.drops[static_cast<size_t>(DropReason::kTxFull)] = 7;
+  p0.faults[static_cast<size_t>(dataplane::Fault::kReorder)] = 3;
   p0.dev_imissed = 3;
   s.ports.push_back(p0);
 
@@ -143,6 +144,9 @@ TEST(ApiTest, PortsJsonShape) {
   EXPECT_EQ(p["drops"]["tx_full"], 7);
   EXPECT_EQ(p["drops"].size(), dataplane::kNumDropReasons);
   for (const DropReasonText& t : kDropReasonText) EXPECT_TRUE(p["drops"].contains(t.label));
+  EXPECT_EQ(p["faults"]["reorder"], 3);
+  EXPECT_EQ(p["faults"]["drop"], 0);
+  EXPECT_EQ(p["faults"].size(), dataplane::kNumFaults);
   EXPECT_EQ(p["device"]["missed_packets"], 3);
   EXPECT_EQ(p["device"]["rx_errors"], 0);
   EXPECT_EQ(p["device"]["tx_errors"], 0);

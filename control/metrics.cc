@@ -240,6 +240,20 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
                {{"port", p.name}, {"reason", kDropReasonText[r].label}}, p.drops[r]);
     }
   }
+  std::string fault_help =
+      "Faults the port's fault injection (ports[].faults, for tests) put on its frames, in "
+      "either direction. Faults:";
+  for (const DropReasonText& t : dataplane::kFaultText) {
+    fault_help += std::string(" ") + t.label + " (" + t.help + ");";
+  }
+  fault_help.back() = '.';
+  e.Family("aggswitch_port_injected_faults_total", "counter", fault_help);
+  for (const PortSnapshot& p : snap.ports) {
+    for (size_t f = 0; f < dataplane::kNumFaults; ++f) {
+      e.Sample("aggswitch_port_injected_faults_total",
+               {{"port", p.name}, {"fault", dataplane::kFaultText[f].label}}, p.faults[f]);
+    }
+  }
   for (const PortCounterFamily& f : kPortDeviceCounters) {
     e.Family(f.name, "counter", f.help);
     for (const PortSnapshot& p : snap.ports) e.Sample(f.name, {{"port", p.name}}, p.*f.field);

@@ -41,6 +41,7 @@ StatsSnapshot SyntheticSnapshot() {
   p0.flooded_packets = 12;
   p0.drops[static_cast<size_t>(DropReason::kHairpin)] = 5;
   p0.drops[static_cast<size_t>(DropReason::kTxFull)] = 7;
+  p0.faults[static_cast<size_t>(dataplane::Fault::kDuplicate)] = 4;
   p0.dev_imissed = 3;
   p0.dev_ierrors = 2;
   p0.dev_oerrors = 1;
@@ -184,6 +185,21 @@ TEST(MetricsTest, EveryDropReasonForEveryPort) {
       const std::string line = "aggswitch_port_dropped_packets_total{port=\"" + p.name +
                                "\",reason=\"" + kDropReasonText[r].label + "\"} " +
                                std::to_string(p.drops[r]);
+      EXPECT_TRUE(HasLine(text, line)) << "missing line: " << line;
+    }
+  }
+}
+
+TEST(MetricsTest, EveryInjectedFaultForEveryPort) {
+  const StatsSnapshot snap = SyntheticSnapshot();
+  const std::string text = RenderPrometheus(snap);
+  EXPECT_TRUE(HasLine(text, "aggswitch_port_injected_faults_total{port=\"" + snap.ports[0].name +
+                                "\",fault=\"duplicate\"} 4"));
+  for (const PortSnapshot& p : snap.ports) {
+    for (size_t f = 0; f < dataplane::kNumFaults; ++f) {
+      const std::string line = "aggswitch_port_injected_faults_total{port=\"" + p.name +
+                               "\",fault=\"" + dataplane::kFaultText[f].label + "\"} " +
+                               std::to_string(p.faults[f]);
       EXPECT_TRUE(HasLine(text, line)) << "missing line: " << line;
     }
   }

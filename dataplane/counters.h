@@ -55,6 +55,26 @@ inline constexpr DropReasonText kDropReasonText[kNumDropReasons] = {
 constexpr const char* DropReasonLabel(DropReason r) { return kDropReasonText[static_cast<size_t>(r)].label; }
 constexpr const char* DropReasonHelp(DropReason r) { return kDropReasonText[static_cast<size_t>(r)].help; }
 
+// What a port's fault injection (ports[].faults, fault_injector.h) did to a
+// frame: enum name, metric label, meaning.
+#define AGG_PORT_FAULTS(X)                                                           \
+  X(kDrop, "drop", "frames dropped")                                                 \
+  X(kDuplicate, "duplicate", "frames delivered twice")                               \
+  X(kReorder, "reorder", "frames held back behind the frames of the port's next poll")
+
+enum class Fault : uint8_t {
+#define AGG_FAULT_ENUM(name, label, help) name,
+  AGG_PORT_FAULTS(AGG_FAULT_ENUM)
+#undef AGG_FAULT_ENUM
+      kCount
+};
+inline constexpr size_t kNumFaults = static_cast<size_t>(Fault::kCount);
+inline constexpr DropReasonText kFaultText[kNumFaults] = {
+#define AGG_FAULT_TEXT(name, label, help) {label, help},
+    AGG_PORT_FAULTS(AGG_FAULT_TEXT)
+#undef AGG_FAULT_TEXT
+};
+
 // A single-writer counter. Add() is a plain load/add/store (no lock prefix).
 class Counter {
  public:
@@ -75,6 +95,7 @@ struct PortCounters {
   Counter tx_bytes;
   Counter flooded_packets;  // frames received here and flooded
   Counter drops[kNumDropReasons];
+  Counter faults[kNumFaults];  // injected, in either direction
 };
 
 // What the aggregation path of one lcore did (docs/aggregation.md).

@@ -185,6 +185,14 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
   AGG_LOG(kInfo, "port %s: %s (ethdev %u, %s), %u rx / %u tx queues, %s", pc.name.c_str(),
           pc.devargs.c_str(), port_id, info.driver_name, rx_queues, tx_queues,
           VlanModeText(pc).c_str());
+  if (pc.faults) {
+    static constexpr const char* kDirection[] = {"received", "sent", "received and sent"};
+    AGG_LOG(kWarning,
+            "port %s: injecting faults into frames %s: loss %g, duplicate %g, reorder %g (seed %llu)",
+            pc.name.c_str(), kDirection[static_cast<int>(pc.faults->direction)], pc.faults->loss,
+            pc.faults->duplicate, pc.faults->reorder,
+            static_cast<unsigned long long>(pc.faults->seed));
+  }
   return Status::Ok();
 }
 
@@ -252,7 +260,10 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       }
       ASSIGN_OR_RETURN(setup.agg.reader_id, jobs->RegisterReader());
     }
-    for (size_t p = 0; p < ports_.size(); ++p) setup.port_ids[p] = ports_[p].port_id;
+    for (size_t p = 0; p < ports_.size(); ++p) {
+      setup.port_ids[p] = ports_[p].port_id;
+      if (config.ports[p].faults) setup.faults[p] = &*config.ports[p].faults;
+    }
     WorkerInfo info{wc.lcore, setup.tx_queue, {}};
     for (const config::RxQueueRef& rx : wc.rx) {
       if (setup.n_rx == kMaxRxQueuesPerWorker) {
@@ -404,6 +415,7 @@ PortTotals Dataplane::GetPortTotals(size_t port_index) const {
     t.tx_bytes += c.tx_bytes.Get();
     t.flooded_packets += c.flooded_packets.Get();
     for (size_t r = 0; r < kNumDropReasons; ++r) t.drops[r] += c.drops[r].Get();
+    for (size_t f = 0; f < kNumFaults; ++f) t.faults[f] += c.faults[f].Get();
   }
   rte_eth_stats dev{};
   if (rte_eth_stats_get(ports_[port_index].port_id, &dev) == 0) {

@@ -303,5 +303,113 @@ TEST_F(DataplaneTest, ReloadReplacesStaticEntries) {
   EXPECT_EQ(dp_->mac_table().Lookup(MacKey(10, kH1)).port, 1);
 }
 
+
+// --- Fault injection (ports[].faults) ---------------------------------------
+
+class FaultInjectionTest : public DataplaneTest {
+ protected:
+  // The default ports, with `faults` on port `port`. kH1 is learned on a1
+  // first, so frames from kH0 on a0 go to a1 alone.
+  void BuildWithFaults(const std::string& port, const std::string& faults) {
+    std::string yaml = DefaultYaml();
+    const size_t at = yaml.find("{name: " + port + ",");
+    ASSERT_NE(at, std::string::npos);
+    yaml.insert(yaml.find('}', at), ", faults: " + faults);
+    Build(yaml);
+  }
+
+  void LearnH1OnA1() {
+    Inject(1, Untagged(kH1, kBroadcast));
+    Step();
+    Step();  // releases anything a TX injector held back
+    Drain();
+  }
+
+  // Sends `count` frames kH0 -> kH1 on a0, numbered 0.. in their last two
+  // payload bytes, `per_step` per worker pass, then passes until nothing is
+  // held. Returns the numbers of the frames that left a1, in order.
+  std::vector<uint16_t> Send(uint16_t count, uint16_t per_step) {
+    std::vector<uint16_t> arrived;
+    const auto step = [&] {
+      Step();
+      auto out = Drain();
+      for (const auto& [port, frames] : out) EXPECT_EQ(port, 1) << "a frame left another port";
+      for (const Frame& f : out[1]) {
+        arrived.push_back(static_cast<uint16_t>(f[f.size() - 2] << 8 | f[f.size() - 1]));
+      }
+    };
+    for (uint16_t seq = 0; seq < count; ++seq) {
+      Frame f = Untagged(kH0, kH1);
+      f[f.size() - 2] = static_cast<uint8_t>(seq >> 8);
+      f[f.size() - 1] = static_cast<uint8_t>(seq);
+      Inject(0, f);
+      if ((seq + 1) % per_step == 0) step();
+    }
+    for (int i = 0; i < 4; ++i) step();
+    return arrived;
+  }
+
+  uint64_t Faults(int port, Fault f) { return dp_->GetPortTotals(port).faults[static_cast<size_t>(f)]; }
+};
+
+TEST_F(FaultInjectionTest, LossOneDropsEveryReceivedFrame) {
+  BuildWithFaults("a0", "{loss: 1, direction: rx}");
+  LearnH1OnA1();
+  EXPECT_TRUE(Send(40, 10).empty());
+  EXPECT_EQ(Faults(0, Fault::kDrop), 40u);
+  EXPECT_EQ(dp_->GetPortTotals(0).rx_packets, 0u) << "an injected RX loss is never received";
+  EXPECT_EQ(Faults(1, Fault::kDrop), 0u);
+}
+
+TEST_F(FaultInjectionTest, DuplicateOneDeliversEveryFrameTwiceInARow) {
+  BuildWithFaults("a0", "{duplicate: 1, direction: rx}");
+  LearnH1OnA1();
+  std::vector<uint16_t> expected;
+  for (uint16_t s = 0; s < 30; ++s) expected.insert(expected.end(), {s, s});
+  EXPECT_EQ(Send(30, 16), expected);
+  EXPECT_EQ(Faults(0, Fault::kDuplicate), 30u);
+  EXPECT_EQ(dp_->GetPortTotals(1).tx_packets, 60u);
+}
+
+TEST_F(FaultInjectionTest, ReorderedFramesAreOvertakenButAllArriveOnce) {
+  BuildWithFaults("a1", "{reorder: 0.5, direction: tx, seed: 3}");
+  LearnH1OnA1();
+  std::vector<uint16_t> seqs = Send(400, 8);
+  EXPECT_FALSE(std::is_sorted(seqs.begin(), seqs.end())) << "nothing was overtaken";
+  std::sort(seqs.begin(), seqs.end());
+  std::vector<uint16_t> all(400);
+  std::iota(all.begin(), all.end(), uint16_t{0});
+  EXPECT_EQ(seqs, all) << "every frame exactly once";
+  const uint64_t reordered = Faults(1, Fault::kReorder);
+  EXPECT_GT(reordered, 140u);
+  EXPECT_LT(reordered, 260u);
+  EXPECT_EQ(Faults(1, Fault::kDrop), 0u);
+  EXPECT_EQ(Faults(0, Fault::kReorder), 0u) << "a0 has no faults";
+}
+
+TEST_F(FaultInjectionTest, LossRateFollowsTheProbabilityAndEveryFrameIsAccountedFor) {
+  BuildWithFaults("a1", "{loss: 0.25, duplicate: 0.1, direction: tx, seed: 11}");
+  LearnH1OnA1();
+  const std::vector<uint16_t> seqs = Send(2000, 16);
+  const uint64_t dropped = Faults(1, Fault::kDrop);
+  const uint64_t duplicated = Faults(1, Fault::kDuplicate);
+  EXPECT_EQ(seqs.size() + dropped, 2000u + duplicated);
+  EXPECT_GT(dropped, 420u);
+  EXPECT_LT(dropped, 580u);
+  EXPECT_GT(duplicated, 100u);
+  EXPECT_LT(duplicated, 200u);
+  EXPECT_EQ(dp_->GetPortTotals(1).tx_packets, seqs.size());
+}
+
+TEST_F(FaultInjectionTest, TheSameSeedGivesTheSameFaults) {
+  std::vector<uint16_t> runs[2];
+  for (auto& seqs : runs) {
+    BuildWithFaults("a1", "{loss: 0.2, reorder: 0.2, duplicate: 0.2, direction: tx, seed: 5}");
+    LearnH1OnA1();
+    seqs = Send(300, 8);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
 }  // namespace
 }  // namespace aggswitch::dataplane

@@ -36,6 +36,7 @@ struct PortInfo {
 struct PortTotals {
   uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0, flooded_packets = 0;
   uint64_t drops[kNumDropReasons] = {};
+  uint64_t faults[kNumFaults] = {};  // injected on purpose (ports[].faults)
   // From rte_eth_stats_get: frames the device itself dropped or failed on.
   uint64_t dev_imissed = 0, dev_ierrors = 0, dev_oerrors = 0, dev_rx_nombuf = 0;
 };

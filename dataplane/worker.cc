@@ -39,6 +39,20 @@ Worker::Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& m
   for (size_t i = 0; i + 1 < kSlotLatencyBuckets; ++i) {
     latency_bounds_[i] = static_cast<uint64_t>(kSlotLatencyBoundsSeconds[i] * hz);
   }
+  for (size_t p = 0; p < config::kMaxPorts; ++p) {
+    const config::FaultConfig* f = setup.faults[p];
+    if (f == nullptr) continue;
+    // One random stream per lcore, port and direction.
+    const uint64_t stream = (uint64_t{setup.lcore} << 16 | p) << 1;
+    if (f->direction != config::FaultDirection::kTx) {
+      rx_faults_[p] = std::make_unique<FaultInjector>(*f, stream);
+    }
+    if (f->direction != config::FaultDirection::kRx) {
+      tx_faults_[p] = std::make_unique<FaultInjector>(*f, stream | 1);
+      tx_fault_ports_ |= uint64_t{1} << p;
+    }
+  }
+  std::fill(std::begin(setup_.faults), std::end(setup_.faults), nullptr);  // the config may go away
 }
 
 int Worker::LaunchEntry(void* arg) {
@@ -74,7 +88,13 @@ void Worker::PollOnce() {
   for (uint16_t i = 0; i < setup_.n_rx; ++i) {
     const WorkerSetup::Rx& rx = setup_.rx[i];
     rte_mbuf* pkts[kBurstSize];
-    const uint16_t n = rte_eth_rx_burst(setup_.port_ids[rx.port_index], rx.queue, pkts, kBurstSize);
+    FaultInjector* faults = rx_faults_[rx.port_index].get();
+    // Half a burst from a faulty port leaves room for its duplicates and held frames.
+    uint16_t n = rte_eth_rx_burst(setup_.port_ids[rx.port_index], rx.queue, pkts,
+                                  faults == nullptr ? kBurstSize : kBurstSize / 2);
+    if (faults != nullptr) {
+      n = faults->Apply(pkts, n, kBurstSize, pool_, stats_.ports[rx.port_index]);
+    }
     if (n > 0) {
       ProcessBurst(rx.port_index, pkts, n, static_cast<uint32_t>(last_tsc_ >> setup_.tick_shift));
       FlushTx();
@@ -89,6 +109,11 @@ void Worker::PollOnce() {
       idle += now - last_tsc_;
     }
     last_tsc_ = now;
+  }
+  // Frames a TX injector held back go out even when nothing else does.
+  for (uint64_t ports = tx_fault_ports_; ports != 0; ports &= ports - 1) {
+    const auto p = static_cast<uint16_t>(__builtin_ctzll(ports));
+    if (tx_faults_[p]->holding()) FlushPort(p);
   }
   // No Job pointer is held past this point. Reporting it every 16th pass is
   // plenty for a grace period (microseconds) and keeps the shared QSBR
@@ -328,13 +353,22 @@ void Worker::FlushTx() {
 
 void Worker::FlushPort(uint16_t p) {
   tx_dirty_ &= ~(uint64_t{1} << p);
-  const uint16_t count = tx_count_[p];
+  rte_mbuf** frames = tx_[p];
+  uint16_t count = tx_count_[p];
   uint64_t bytes = tx_bytes_[p];
-  const uint16_t sent = rte_eth_tx_burst(setup_.port_ids[p], setup_.tx_queue, tx_[p], count);
+  rte_mbuf* faulty[FaultInjector::kMaxOut];
+  if (FaultInjector* faults = tx_faults_[p].get(); faults != nullptr) {
+    std::copy(frames, frames + count, faulty);
+    frames = faulty;
+    count = faults->Apply(frames, count, FaultInjector::kMaxOut, pool_, stats_.ports[p]);
+    bytes = 0;
+    for (uint16_t i = 0; i < count; ++i) bytes += frames[i]->pkt_len;
+  }
+  const uint16_t sent = rte_eth_tx_burst(setup_.port_ids[p], setup_.tx_queue, frames, count);
   if (sent < count) {
     for (uint16_t i = sent; i < count; ++i) {
-      bytes -= tx_[p][i]->pkt_len;
-      rte_pktmbuf_free(tx_[p][i]);
+      bytes -= frames[i]->pkt_len;
+      rte_pktmbuf_free(frames[i]);
     }
     stats_.ports[p].drops[static_cast<size_t>(DropReason::kTxFull)].Add(count - sent);
   }

@@ -26,11 +26,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include "aggregator/job_table.h"
 #include "aggregator/slot_table.h"
 #include "config/config.h"
 #include "dataplane/counters.h"
+#include "dataplane/fault_injector.h"
 #include "dataplane/forwarding_plan.h"
 #include "dataplane/mac_table.h"
 #include "dataplane/packet.h"
@@ -153,6 +155,9 @@ struct WorkerSetup {
   uint16_t port_ids[config::kMaxPorts];  // port index -> DPDK port id
   uint32_t tick_shift = 30;              // MAC table tick = TSC >> tick_shift
   AggregationSetup agg;
+  // ports[].faults by port index, null for none. Read by the Worker
+  // constructor only, which builds its own injectors from them.
+  const config::FaultConfig* faults[config::kMaxPorts] = {};
 };
 
 class alignas(64) Worker {
@@ -257,6 +262,10 @@ class alignas(64) Worker {
   uint16_t tx_count_[config::kMaxPorts] = {};
   uint64_t tx_bytes_[config::kMaxPorts] = {};
   uint64_t tx_dirty_ = 0;
+  // Fault injection (ports[].faults) by port index; null for most ports.
+  std::unique_ptr<FaultInjector> rx_faults_[config::kMaxPorts];
+  std::unique_ptr<FaultInjector> tx_faults_[config::kMaxPorts];
+  uint64_t tx_fault_ports_ = 0;  // ports with a TX injector
 
   LearnRequest learn_[kBurstSize];
   uint16_t n_learn_ = 0;

@@ -1,0 +1,65 @@
+// Loses, duplicates and reorders a port's frames on purpose (ports[].faults in
+// the config), so that tests see loss, duplication and reordering without
+// kernel netem. A worker lcore keeps one injector per faulty port and
+// direction and runs every burst it receives (after RX) or sends (before TX)
+// through it.
+//
+// Each frame draws one 64-bit random number. Its low half decides: dropped
+// (probability loss), held back (probability reorder), or passed; its high
+// half whether a passed frame is also duplicated (a deep copy right behind
+// it). Held frames go out at the next call, behind that call's frames, so
+// they are overtaken by whatever the port carries meanwhile; with no traffic
+// they go out on the next poll. A frame to hold that finds the held queue
+// full is dropped and counted as loss.
+//
+//   FaultInjector inj(cfg, stream);                 // [control] before the lcore runs
+//   n = inj.Apply(pkts, n, kBurstSize, pool, port_counters);   // [worker lcore]
+//
+// Thread safety: one lcore uses an injector (Apply, holding); built and
+// destroyed on the control thread while that lcore does not run.
+#pragma once
+
+#include <rte_mbuf.h>
+
+#include <cstdint>
+
+#include "config/config.h"
+#include "dataplane/counters.h"
+
+namespace aggswitch::dataplane {
+
+class FaultInjector {
+ public:
+  // Frames held back at most, per injector.
+  static constexpr uint16_t kHeldMax = 64;
+  // Output frames at most per call.
+  static constexpr uint16_t kMaxOut = 64;
+
+  // `stream` tells apart the injectors that share cfg.seed (lcore, port, direction).
+  FaultInjector(const config::FaultConfig& cfg, uint64_t stream);
+  ~FaultInjector();
+  FaultInjector(const FaultInjector&) = delete;
+  FaultInjector& operator=(const FaultInjector&) = delete;
+
+  // Replaces pkts[0..n) by the frames to deliver now, at most `cap` (n <=
+  // cap <= kMaxOut; room above n is for duplicates and held frames), and
+  // returns their count. Duplicates are copied from `pool`. Counts into
+  // c.faults[]. [worker lcore]
+  uint16_t Apply(rte_mbuf** pkts, uint16_t n, uint16_t cap, rte_mempool* pool, PortCounters& c);
+
+  // Whether frames wait for the next call. [worker lcore]
+  bool holding() const { return n_held_ != 0; }
+
+ private:
+  uint64_t Next();
+
+  uint64_t state_;
+  uint32_t loss_below_;     // low half < this: dropped
+  uint32_t reorder_below_;  // else low half < this: held back
+  uint32_t dup_below_;      // passed and high half < this: duplicated
+  bool always_lose_;        // loss == 1 (a 32-bit threshold cannot say it)
+  uint16_t n_held_ = 0;
+  rte_mbuf* held_[kHeldMax];
+};
+
+}  // namespace aggswitch::dataplane
