@@ -1,0 +1,308 @@
+// The worker client library: allreduce through aggswitch over kernel UDP.
+//
+// A training or HPC process creates one Client per job and rank, and every
+// rank issues the same allreduces in the same order. Each allreduce sends the
+// rank's vector to the switch once, in chunks, and receives the reduced vector
+// once, written over the input (in place).
+//
+//   ClientOptions opt;
+//   opt.switches = {{*common::Ipv4Addr::Parse("10.0.10.253")}};
+//   opt.job_id = 7;
+//   opt.job_key = 0x5eed;
+//   opt.rank = rank;
+//   opt.world = 4;
+//   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Create(opt));
+//   RETURN_IF_ERROR(client->AllReduce(std::span<float>(grad), aggregator::ReduceOp::kSum));
+//
+//   Pending p = client->Start(std::span<int32_t>(counts), aggregator::ReduceOp::kMax);
+//   ...                                       // compute; do not touch `counts`
+//   RETURN_IF_ERROR(p.Wait());
+//
+// Element types: float (float32), Float16, BFloat16, int32_t and bool, with
+// the operations docs/protocol.md allows (sum/min/max for numbers, and/or for
+// int32_t and bool).
+//
+// On the wire (docs/protocol.md): chunk k of an allreduce is one CONTRIBUTION
+// datagram with the next sequence number of this client (chunking.h); at most
+// `window` chunks are unanswered at a time. A chunk unanswered for its
+// retransmission timeout is sent again with the RETRANSMISSION flag, and its
+// timeout grows by `backoff` up to `max_retransmit_timeout`; the switch
+// answers a retransmitted chunk from its retained result. Every contribution
+// carries the ack watermark (every result below it has arrived), and an ACK
+// datagram after the last result of each allreduce lets the switch free the
+// job's slots. Results are matched by job and sequence number; duplicate
+// results are ignored.
+//
+// float32 sums travel as int32 fixed point by default (fixed_point.h says how
+// the scale is chosen): one extra one-element exchange per allreduce, and
+// results that are exact, bit-identical on every rank and independent of
+// arrival order. A result flagged OVERFLOW (a saturated int32 sum, possible
+// only with a headroom below the default) is not used: once every chunk has
+// its result, the overflowed chunks are redone, in increasing chunk order and
+// with new sequence numbers, as float32 with the ORDERED flag. Every rank
+// receives the same flags, so every rank redoes the same chunks under the
+// same sequence numbers.
+//
+// An int32 sum that saturates comes back saturated (INT32_MIN or INT32_MAX),
+// as the protocol defines it; stats().saturated_chunks counts such chunks.
+//
+// Errors are values. An allreduce fails with:
+//   kInvalidArgument     a bad argument (nothing was sent);
+//   kFailedPrecondition  the switch refused the job (the NACK's reason is in
+//                        the message: unknown job, key mismatch, malformed,
+//                        type mismatch, task info conflict), a result is not
+//                        the reduction of what this rank sent (see Restarting
+//                        a job), or the client cannot go on (below);
+//   kResourceExhausted   the switch's job table is full;
+//   kUnavailable         no result arrived for `progress_timeout` (a member of
+//                        the job stopped, or the switch is unreachable), the
+//                        allreduce exceeded `deadline`, or a socket error.
+// The one NACK retried rather than reported is "unknown job" at a rank other
+// than 0 in TaskInfoMode::kControlUnit: rank 0's announcement may not have
+// reached the switch yet, so the chunk is retransmitted on its timer until the
+// job exists or progress_timeout passes. After a failed allreduce the ranks
+// may disagree about sequence numbers, so every later allreduce of that client
+// fails at once with kFailedPrecondition; create a new client with a new job
+// id.
+//
+// Restarting a job: the switch keeps a job and the results of its recent
+// chunks until the job is removed. A new run of the same job id against the
+// same switch must start past the sequence numbers of the previous one
+// (first_seq), or use another job id; otherwise it may be handed the earlier
+// run's results for the same sequence numbers.
+//
+// Thread safety: Create [any]. AllReduce, Start and stats [any]; the order in
+// which Start (or AllReduce) calls are made is the order of the collective,
+// which must be the same on every rank, so calls from several threads must be
+// ordered by the caller. The destructor [any]: it cancels the running
+// allreduce and fails the queued ones with kFailedPrecondition.
+// Pending::Wait and WaitFor [any]. One I/O thread per client does all the
+// network work; the caller's buffer belongs to it from Start until the
+// Pending is done.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "aggregator/types.h"
+#include "aggregator/wire.h"
+#include "common/net_addr.h"
+#include "common/status.h"
+
+namespace aggswitch::client {
+
+namespace internal {
+struct Operation;
+}  // namespace internal
+
+// A 16-bit float element, its bits as in memory; convert with aggregator/half.h.
+// Trivial, like the scalar it stands for.
+struct Float16 {
+  uint16_t bits;
+};
+// A bfloat16 element, its bits as in memory; convert with aggregator/half.h.
+struct BFloat16 {
+  uint16_t bits;
+};
+
+// Element types and their wire dtype.
+template <typename T>
+struct ElementType;
+template <>
+struct ElementType<float> {
+  static constexpr aggregator::DType kDType = aggregator::DType::kFloat32;
+};
+template <>
+struct ElementType<Float16> {
+  static constexpr aggregator::DType kDType = aggregator::DType::kFloat16;
+};
+template <>
+struct ElementType<BFloat16> {
+  static constexpr aggregator::DType kDType = aggregator::DType::kBFloat16;
+};
+template <>
+struct ElementType<int32_t> {
+  static constexpr aggregator::DType kDType = aggregator::DType::kInt32;
+};
+template <>
+struct ElementType<bool> {
+  static constexpr aggregator::DType kDType = aggregator::DType::kBool;
+};
+
+// A type the client reduces: one with an ElementType whose wire size it has.
+template <typename T>
+concept Element = sizeof(T) == aggregator::ElementSize(ElementType<T>::kDType);
+
+// A switch's aggregation address and UDP port.
+struct SwitchAddress {
+  common::Ipv4Addr ip;
+  uint16_t port = aggregator::kAggUdpPort;
+};
+
+// How the switch learns the job (seed 001).
+enum class TaskInfoMode : uint8_t {
+  // It is declared in the switch's config (or added with aggctl); datagrams
+  // carry no task info.
+  kNone,
+  // Every contribution carries the TASK_INFO flag with expected = world and
+  // node_count, and the switch registers the job from the first one
+  // (variant A).
+  kInBand,
+  // Rank 0 announces the job to each switch with a TASK_INFO datagram, sent
+  // again on its timer until the switch echoes it, before its first chunk
+  // there; contributions carry no task info. Other ranks' chunks that arrive
+  // first are NACKed (unknown job) and retransmitted (variant B).
+  kControlUnit,
+};
+
+// How float sums travel. min and max of floats always travel as floats: they
+// are exact and do not depend on arrival order.
+enum class FloatMode : uint8_t {
+  // float32 sums as int32 fixed point (fixed_point.h); float16 and bfloat16
+  // sums with the ORDERED flag. Results are reproducible bit for bit.
+  kFixedPoint,
+  // Float sums as floats, reduced in arrival order: the last bits of a result
+  // may differ from run to run.
+  kFloat,
+  // Float sums as floats with the ORDERED flag: reduced in rank order,
+  // reproducible bit for bit.
+  kFloatOrdered,
+};
+
+struct ClientOptions {
+  // Where allreduces go: allreduce i goes to switches[SwitchIndex(addr_low,
+  // switches.size())] (chunking.h). 1..kMaxSwitches entries.
+  std::vector<SwitchAddress> switches;
+  // The local address and port of the client's socket (0: any, ephemeral).
+  common::Ipv4Addr bind_ip;
+  uint16_t bind_port = 0;
+
+  // The job: id (> 0) and key, this process's rank (its node_id in the
+  // header) and the number of ranks, all at one switch (1..kMaxWorld).
+  uint32_t job_id = 0;
+  uint64_t job_key = 0;
+  uint16_t rank = 0;
+  uint16_t world = 0;
+  TaskInfoMode task_info = TaskInfoMode::kInBand;
+  // Task info: switches taking part; 1 = each switch is the job's root.
+  uint16_t node_count = 1;
+
+  FloatMode float_mode = FloatMode::kFixedPoint;
+  // Fixed point: bits of headroom for the sum (fixed_point.h), 0..29; unset:
+  // ceil(log2(world)), which cannot overflow.
+  std::optional<int> headroom;
+
+  // Chunks unanswered at a time, 1..kMaxWindow. Chunks of one job occupy up to
+  // 2 * window consecutive slots of the switch (in flight, plus results held
+  // until every rank acknowledged them), so keep it below half of the
+  // switch's aggregation.slots.
+  uint32_t window = 128;
+  // The path MTU (kMinMtu..kMaxMtu; chunking.h): a contribution fills an IPv4
+  // packet of this size.
+  uint32_t mtu = 1500;
+  // At most this many elements per chunk; 0: as many as the MTU holds.
+  uint32_t max_chunk_elements = 0;
+
+  // Retransmission: first timeout, growth factor per retransmission (>= 1),
+  // and the largest timeout.
+  std::chrono::microseconds retransmit_timeout{20'000};
+  double backoff = 2.0;
+  std::chrono::microseconds max_retransmit_timeout{1'000'000};
+  // An allreduce fails when no result arrives for this long.
+  std::chrono::milliseconds progress_timeout{10'000};
+  // An allreduce fails when it takes longer than this; 0: no limit.
+  std::chrono::milliseconds deadline{0};
+
+  // The sequence number of the client's first chunk. Every rank must use the
+  // same; a job id reused against a switch that still has the job needs one
+  // past the previous run's last chunk.
+  uint32_t first_seq = 0;
+};
+
+inline constexpr size_t kMaxSwitches = 64;
+inline constexpr uint16_t kMaxWorld = 1024;
+inline constexpr uint32_t kMaxWindow = 2048;
+
+// Every range and cross-field check of the options. [any]
+common::Status ValidateClientOptions(const ClientOptions& options);
+
+// What a client did so far; monotonic counters.
+struct ClientStats {
+  uint64_t allreduces = 0;         // completed
+  uint64_t chunks = 0;             // contributions sent (first transmissions)
+  uint64_t retransmissions = 0;    // contributions and announcements sent again
+  uint64_t results = 0;            // first results of chunks
+  uint64_t duplicate_results = 0;  // results of chunks already answered
+  uint64_t stray_datagrams = 0;    // not for a chunk in flight, not parseable, other jobs
+  uint64_t transient_nacks = 0;    // unknown-job NACKs retried (kControlUnit, ranks > 0)
+  uint64_t scale_exchanges = 0;    // fixed-point exponent exchanges
+  uint64_t float_fallbacks = 0;    // fixed-point allreduces sent as float32: NaN or Inf in the data
+  uint64_t overflow_redos = 0;     // chunks redone in float32 after an OVERFLOW result
+  uint64_t saturated_chunks = 0;   // int32 results that came back saturated
+};
+
+// One allreduce started with Client::Start.
+class [[nodiscard]] Pending {
+ public:
+  Pending() = default;
+
+  // Whether this handle refers to an allreduce.
+  bool valid() const { return op_ != nullptr; }
+  // Blocks until the allreduce finished and returns its status; again on
+  // every call. valid() must hold. [any]
+  common::Status Wait() const;
+  // Waits at most `timeout`; true when the allreduce finished. [any]
+  bool WaitFor(std::chrono::nanoseconds timeout) const;
+
+ private:
+  friend class Client;
+  explicit Pending(std::shared_ptr<internal::Operation> op) : op_(std::move(op)) {}
+  std::shared_ptr<internal::Operation> op_;
+};
+
+class Client {
+ public:
+  // Validates the options, opens the socket and starts the I/O thread. [any]
+  static common::Result<std::unique_ptr<Client>> Create(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Reduces `data` over every rank with `op`, in place; blocks until done.
+  // addr_low: the number that picks the switch (chunking.h); unset: the index
+  // of this call among the client's calls. [any]
+  template <Element T>
+  common::Status AllReduce(std::span<T> data, aggregator::ReduceOp op,
+                           std::optional<uint32_t> addr_low = std::nullopt) {
+    return Start(data, op, addr_low).Wait();
+  }
+
+  // As AllReduce, but returns once the allreduce is queued. Allreduces run
+  // one after the other in the order they were started. [any]
+  template <Element T>
+  Pending Start(std::span<T> data, aggregator::ReduceOp op,
+                std::optional<uint32_t> addr_low = std::nullopt) {
+    return StartRaw(ElementType<T>::kDType, data.data(), data.size(), op, addr_low);
+  }
+
+  // Elements per chunk for `dtype` with this client's options. [any]
+  uint32_t ChunkElements(aggregator::DType dtype) const;
+  // The local UDP port the client sends from and receives on. [any]
+  uint16_t local_port() const;
+  const ClientOptions& options() const;
+  ClientStats stats() const;
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  Pending StartRaw(aggregator::DType dtype, void* data, size_t count, aggregator::ReduceOp op,
+                   std::optional<uint32_t> addr_low);
+
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace aggswitch::client

@@ -1,0 +1,696 @@
+// Whole clients, one thread per rank, against TestSwitch on loopback UDP.
+#include "client/client.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "aggregator/half.h"
+#include "aggregator/reduce.h"
+#include "client/chunking.h"
+#include "client/fixed_point.h"
+#include "client/test_switch.h"
+
+namespace aggswitch::client {
+namespace {
+
+using aggregator::DType;
+using aggregator::ReduceOp;
+using common::StatusCode;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kKey = 0x5eed;
+
+// A switch that loses and duplicates datagrams at these rates.
+TestSwitch::Options Lossy(double drop_in, double drop_out, double duplicate_out, uint64_t seed) {
+  TestSwitch::Options o;
+  o.drop_in = drop_in;
+  o.drop_out = drop_out;
+  o.duplicate_out = duplicate_out;
+  o.seed = seed;
+  return o;
+}
+
+// A switch that knows `job` from the start.
+TestSwitch::Options WithJob(const TestSwitch::Job& job) {
+  TestSwitch::Options o;
+  o.jobs = {job};
+  return o;
+}
+
+ClientOptions Options(std::vector<SwitchAddress> switches, uint32_t job, uint16_t world) {
+  ClientOptions o;
+  o.switches = std::move(switches);
+  o.bind_ip = common::Ipv4Addr{0x7F000001};
+  o.job_id = job;
+  o.job_key = kKey;
+  o.world = world;
+  o.window = 32;
+  o.retransmit_timeout = milliseconds(5);
+  o.max_retransmit_timeout = milliseconds(100);
+  o.progress_timeout = milliseconds(5000);
+  return o;
+}
+
+// Runs `body` once per rank in `ranks`, each with its own client and thread.
+std::vector<common::Status> RunRanks(const ClientOptions& base, const std::vector<uint16_t>& ranks,
+                                     const std::function<common::Status(Client&)>& body) {
+  std::vector<common::Status> status(ranks.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      ClientOptions o = base;
+      o.rank = ranks[i];
+      auto client = Client::Create(o);
+      status[i] = client.ok() ? body(**client) : client.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return status;
+}
+
+std::vector<uint16_t> AllRanks(uint16_t world) {
+  std::vector<uint16_t> r(world);
+  std::iota(r.begin(), r.end(), 0);
+  return r;
+}
+
+void ExpectAllOk(const std::vector<common::Status>& status) {
+  for (size_t i = 0; i < status.size(); ++i) {
+    EXPECT_TRUE(status[i].ok()) << i << ": " << status[i].ToString();
+  }
+}
+
+// Polls `done` for up to a second: the switch thread may still be taking in
+// the last datagrams when the clients return.
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 100 && !done(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  return done();
+}
+
+template <typename T>
+std::vector<uint8_t> Bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// The switch's reduction in rank order (its ordered mode), with its own
+// reference kernels: what an ordered allreduce must return bit for bit, and
+// what any allreduce whose result does not depend on order must return.
+template <typename T>
+std::vector<T> RankOrderReduce(DType dtype, ReduceOp op, const std::vector<std::vector<T>>& in) {
+  const uint32_t n = static_cast<uint32_t>(in[0].size());
+  std::vector<uint8_t> acc(size_t{n} * aggregator::AccumulatorElementSize(dtype));
+  aggregator::reference::LoadFirst(dtype, Bytes(in[0]).data(), n, acc.data());
+  for (size_t r = 1; r < in.size(); ++r) {
+    (void)aggregator::reference::Accumulate(dtype, op, acc.data(), Bytes(in[r]).data(), n);
+  }
+  std::vector<T> out(n);
+  aggregator::reference::StoreResult(dtype, acc.data(), n, reinterpret_cast<uint8_t*>(out.data()));
+  return out;
+}
+
+// The fixed-point sum the client computes through the switch, done locally.
+std::vector<float> FixedPointSum(const std::vector<std::vector<float>>& in, int headroom) {
+  int32_t e = kExponentOfZero;
+  for (const auto& v : in) e = std::max(e, MaxExponent(v));
+  const int8_t scale = *FixedPointScale(e, headroom);
+  std::vector<float> out(in[0].size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t sum = 0;
+    for (const auto& v : in) sum += ToFixed(v[i], scale);
+    out[i] = FromFixed(static_cast<int32_t>(sum), scale);
+  }
+  return out;
+}
+
+std::vector<float> RandomFloats(uint32_t seed, size_t n) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exp(-12, 6);
+  std::vector<float> v(n);
+  for (float& x : v) x = std::ldexp(mant(rng), exp(rng));
+  return v;
+}
+
+std::vector<int32_t> RandomInts(uint32_t seed, size_t n, int32_t bound) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(-bound, bound);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = d(rng);
+  return v;
+}
+
+template <typename T>
+bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+TEST(ClientTest, Int32OpsAreExactAndSequenceNumbersContinueAcrossCalls) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  const uint16_t world = 4;
+  const std::pair<ReduceOp, size_t> calls[] = {{ReduceOp::kSum, 1000},
+                                               {ReduceOp::kMin, 357},
+                                               {ReduceOp::kMax, 356},
+                                               {ReduceOp::kAnd, 1},
+                                               {ReduceOp::kOr, 2000}};
+  std::vector<std::vector<std::vector<int32_t>>> results(std::size(calls),
+                                                         std::vector<std::vector<int32_t>>(world));
+  const auto status = RunRanks(Options({sw.address()}, 11, world), AllRanks(world), [&](Client& c) {
+    for (size_t i = 0; i < std::size(calls); ++i) {
+      std::vector<int32_t> v = RandomInts(100 * i + c.options().rank, calls[i].second, 1 << 28);
+      RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), calls[i].first));
+      results[i][c.options().rank] = std::move(v);
+    }
+    return common::Status::Ok();
+  });
+  ExpectAllOk(status);
+  uint32_t chunks = 0;
+  for (size_t i = 0; i < std::size(calls); ++i) {
+    std::vector<std::vector<int32_t>> in;
+    for (uint16_t r = 0; r < world; ++r) {
+      in.push_back(RandomInts(100 * i + r, calls[i].second, 1 << 28));
+    }
+    const std::vector<int32_t> want = RankOrderReduce(DType::kInt32, calls[i].first, in);
+    for (uint16_t r = 0; r < world; ++r) EXPECT_EQ(results[i][r], want) << "call " << i;
+    chunks += static_cast<uint32_t>(ChunkCount(calls[i].second, 356));
+  }
+  // One sequence number per chunk, continuing from call to call, and one ACK
+  // per rank after each call.
+  std::vector<uint32_t> seqs = sw.CompletedSeqs(11);
+  std::sort(seqs.begin(), seqs.end());
+  std::vector<uint32_t> want(chunks);
+  std::iota(want.begin(), want.end(), 0u);
+  EXPECT_EQ(seqs, want);
+  EXPECT_TRUE(Eventually([&] { return sw.acks() == world * std::size(calls); })) << sw.acks();
+}
+
+TEST(ClientTest, FixedPointSumIsExactUnderLossAndDuplication) {
+  TestSwitch sw(Lossy(0.05, 0.05, 0.05, 7));
+  ASSERT_TRUE(sw.ok());
+  const uint16_t world = 4;
+  const size_t n = 5000;
+  const int iterations = 3;
+  std::vector<std::vector<std::vector<float>>> got(iterations,
+                                                   std::vector<std::vector<float>>(world));
+  std::vector<ClientStats> stats(world);
+  const auto status = RunRanks(Options({sw.address()}, 12, world), AllRanks(world), [&](Client& c) {
+    const uint16_t r = c.options().rank;
+    for (int it = 0; it < iterations; ++it) {
+      std::vector<float> v = RandomFloats(1000 * it + r, n);
+      RETURN_IF_ERROR(c.AllReduce(std::span<float>(v), ReduceOp::kSum));
+      got[it][r] = std::move(v);
+    }
+    stats[r] = c.stats();
+    return common::Status::Ok();
+  });
+  ExpectAllOk(status);
+  uint64_t retransmissions = 0, duplicates = 0;
+  for (const ClientStats& s : stats) {
+    EXPECT_EQ(s.scale_exchanges, uint64_t{iterations});
+    EXPECT_EQ(s.allreduces, uint64_t{iterations});
+    EXPECT_EQ(s.overflow_redos, 0u);
+    retransmissions += s.retransmissions;
+    duplicates += s.duplicate_results;
+  }
+  EXPECT_GT(retransmissions, 0u);  // the loss was there, and was repaired
+  EXPECT_GT(duplicates, 0u);
+  EXPECT_GT(sw.retransmissions(), 0u);  // flagged as such
+  for (int it = 0; it < iterations; ++it) {
+    std::vector<std::vector<float>> in;
+    for (uint16_t r = 0; r < world; ++r) in.push_back(RandomFloats(1000 * it + r, n));
+    const std::vector<float> want = FixedPointSum(in, DefaultHeadroom(world));
+    for (uint16_t r = 0; r < world; ++r) EXPECT_TRUE(SameBits(got[it][r], want)) << it << " " << r;
+  }
+}
+
+TEST(ClientTest, OverflowedChunksAreRedoneAsOrderedFloat32) {
+  // Lost results make each rank see the OVERFLOW flags in its own order; the
+  // redos must still line up.
+  TestSwitch sw(Lossy(0, 0.2, 0, 13));
+  ASSERT_TRUE(sw.ok());
+  const uint16_t world = 4;
+  const size_t per_chunk = 356;
+  const size_t chunks = 12;
+  // The even chunks hold values in [0.5, 1), whose fixed-point sum over four
+  // ranks exceeds INT32_MAX without headroom; the odd ones small values that
+  // cannot overflow in any order.
+  auto make = [&](uint16_t rank) {
+    std::mt19937 rng(rank + 1);
+    std::uniform_real_distribution<float> big(0.5f, 1.0f), small(-0.1f, 0.1f);
+    std::vector<float> v(chunks * per_chunk);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = (i / per_chunk) % 2 == 0 ? big(rng) : small(rng);
+    return v;
+  };
+  ClientOptions o = Options({sw.address()}, 13, world);
+  o.headroom = 0;
+  std::vector<std::vector<float>> got(world);
+  std::vector<ClientStats> stats(world);
+  ExpectAllOk(RunRanks(o, AllRanks(world), [&](Client& c) {
+    const uint16_t r = c.options().rank;
+    got[r] = make(r);
+    RETURN_IF_ERROR(c.AllReduce(std::span<float>(got[r]), ReduceOp::kSum));
+    stats[r] = c.stats();
+    return common::Status::Ok();
+  }));
+  std::vector<std::vector<float>> in;
+  for (uint16_t r = 0; r < world; ++r) in.push_back(make(r));
+  const std::vector<float> fixed = FixedPointSum(in, 0);
+  const std::vector<float> ordered = RankOrderReduce(DType::kFloat32, ReduceOp::kSum, in);
+  std::vector<float> want(fixed);
+  for (size_t i = 0; i < want.size(); ++i) {
+    if ((i / per_chunk) % 2 == 0) want[i] = ordered[i];
+  }
+  for (uint16_t r = 0; r < world; ++r) {
+    EXPECT_TRUE(SameBits(got[r], want)) << r;
+    EXPECT_EQ(stats[r].overflow_redos, chunks / 2);
+  }
+  // The exchange, the fixed-point chunks, the redos: one sequence number each.
+  std::vector<uint32_t> seqs = sw.CompletedSeqs(13);
+  std::sort(seqs.begin(), seqs.end());
+  std::vector<uint32_t> expected(1 + chunks + chunks / 2);
+  std::iota(expected.begin(), expected.end(), 0u);
+  EXPECT_EQ(seqs, expected);
+  EXPECT_EQ(sw.ordered_flags(), chunks / 2 * world);  // the redos
+}
+
+TEST(ClientTest, AckWatermarksLetTheSwitchReuseItsSlots) {
+  // 64 slots, 16 chunks in flight per rank, 169 chunks per allreduce: slots
+  // are reused many times, which the switch allows only for chunks that every
+  // rank acknowledged.
+  TestSwitch::Options small;
+  small.slots = 64;
+  TestSwitch sw(small);
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 27, 4);
+  o.window = 16;
+  o.progress_timeout = milliseconds(2000);
+  ExpectAllOk(RunRanks(o, AllRanks(4), [](Client& c) {
+    std::vector<int32_t> v(60000, 1);
+    for (int i = 0; i < 2; ++i) {
+      RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum));
+    }
+    return v[59999] == 16 ? common::Status::Ok() : common::Internal("wrong sum");
+  }));
+  EXPECT_EQ(sw.completed(), 2u * 169);
+}
+
+TEST(ClientTest, ControlUnitAnnouncesTheJobAndOtherRanksWaitForIt) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  const uint16_t world = 3;
+  ClientOptions o = Options({sw.address()}, 14, world);
+  o.task_info = TaskInfoMode::kControlUnit;
+  std::vector<ClientStats> stats(world);
+  ExpectAllOk(RunRanks(o, AllRanks(world), [&](Client& c) {
+    const uint16_t r = c.options().rank;
+    if (r == 0) std::this_thread::sleep_for(milliseconds(100));  // the others start first
+    std::vector<int32_t> v(700, r + 1);
+    RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum));
+    stats[r] = c.stats();
+    for (int32_t x : v) {
+      if (x != 6) return common::Internal("wrong sum " + std::to_string(x));
+    }
+    return common::Status::Ok();
+  }));
+  EXPECT_EQ(sw.registrations(), 1u);
+  EXPECT_GE(sw.task_infos(), 1u);
+  EXPECT_EQ(sw.task_info_flags(), 0u);  // contributions carry no task info
+  EXPECT_EQ(stats[0].transient_nacks, 0u);
+  EXPECT_GT(stats[1].transient_nacks + stats[2].transient_nacks, 0u);
+}
+
+TEST(ClientTest, InBandTaskInfoRegistersTheJob) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  ExpectAllOk(RunRanks(Options({sw.address()}, 15, 2), AllRanks(2), [](Client& c) {
+    std::vector<int32_t> v(1000, 1);
+    return c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+  }));
+  EXPECT_EQ(sw.registrations(), 1u);
+  EXPECT_EQ(sw.task_info_flags(), 2u * 3);  // every contribution of both ranks
+}
+
+// One rank's client against a switch that refuses it: the error names the
+// NACK's reason and comes at once, not after the progress timeout.
+void ExpectRefusal(const TestSwitch::Options& sw_options, ClientOptions o, StatusCode code,
+                   const std::string& reason) {
+  TestSwitch sw(sw_options);
+  ASSERT_TRUE(sw.ok());
+  o.switches = {sw.address()};
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::vector<int32_t> v(10, 1);
+  const auto start = Clock::now();
+  const common::Status s = (*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+  EXPECT_EQ(s.code(), code) << s.ToString();
+  EXPECT_NE(s.message().find(reason), std::string::npos) << s.message();
+  EXPECT_LT(Clock::now() - start, milliseconds(1000));
+}
+
+TEST(ClientTest, RefusalsSurfaceWithTheirReason) {
+  const TestSwitch::Options job7 = WithJob({.id = 7, .key = 1, .members = 2, .nodes = 1});
+  ClientOptions o = Options({}, 7, 2);
+  o.task_info = TaskInfoMode::kNone;
+  o.job_key = 2;
+  ExpectRefusal(job7, o, StatusCode::kFailedPrecondition, "key mismatch (NACK 2)");
+
+  TestSwitch::Options no_registration;
+  no_registration.in_band_registration = false;
+  o = Options({}, 8, 2);
+  ExpectRefusal(no_registration, o, StatusCode::kFailedPrecondition, "unknown job (NACK 1)");
+
+  o = Options({}, 7, 2);
+  o.job_key = 1;
+  o.node_count = 2;
+  ExpectRefusal(job7, o, StatusCode::kFailedPrecondition, "task info conflict (NACK 6)");
+
+  o = Options({}, 7, 4);
+  o.job_key = 1;
+  o.rank = 3;
+  o.task_info = TaskInfoMode::kNone;
+  ExpectRefusal(job7, o, StatusCode::kFailedPrecondition, "malformed (NACK 3)");
+}
+
+TEST(ClientTest, AMissingMemberFailsTheOthersWithinTheProgressTimeout) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 16, 3);
+  o.progress_timeout = milliseconds(300);
+  const auto start = Clock::now();
+  std::vector<common::Status> second(2);
+  const auto status = RunRanks(o, {0, 1}, [&](Client& c) {
+    std::vector<float> v(2000, 1.0f);
+    common::Status s = c.AllReduce(std::span<float>(v), ReduceOp::kSum);
+    second[c.options().rank] = c.AllReduce(std::span<float>(v), ReduceOp::kSum);
+    return s;
+  });
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(status[i].code(), StatusCode::kUnavailable);
+    EXPECT_NE(status[i].message().find("a member of the job stopped sending"), std::string::npos)
+        << status[i].message();
+    // Sequence numbers may disagree after a failure: the client refuses to go on.
+    EXPECT_EQ(second[i].code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(second[i].message().find("an earlier allreduce of this client failed"),
+              std::string::npos);
+  }
+}
+
+TEST(ClientTest, AnUnreachableSwitchFailsWithinTheProgressTimeout) {
+  // A port nobody listens on.
+  uint16_t port;
+  {
+    TestSwitch gone({});
+    ASSERT_TRUE(gone.ok());
+    port = gone.address().port;
+  }
+  ClientOptions o = Options({SwitchAddress{common::Ipv4Addr{0x7F000001}, port}}, 17, 2);
+  o.progress_timeout = milliseconds(300);
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok());
+  std::vector<int32_t> v(10, 1);
+  const auto start = Clock::now();
+  const common::Status s = (*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+  EXPECT_LT(Clock::now() - start, milliseconds(1500));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("no result from switch 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << s.message();
+
+  o.task_info = TaskInfoMode::kControlUnit;
+  client = Client::Create(o);
+  ASSERT_TRUE(client.ok());
+  const common::Status a = (*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+  EXPECT_EQ(a.code(), StatusCode::kUnavailable);
+  EXPECT_NE(a.message().find("task-info announcement"), std::string::npos) << a.message();
+}
+
+TEST(ClientTest, TheDeadlineBoundsOneAllReduce) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 18, 2);
+  o.deadline = milliseconds(200);
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok());
+  std::vector<int32_t> v(10, 1);
+  const auto start = Clock::now();
+  const common::Status s = (*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+  EXPECT_LT(Clock::now() - start, milliseconds(1000));
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("deadline of 200 ms"), std::string::npos) << s.message();
+}
+
+TEST(ClientTest, SeveralSwitchesShareTheAllReducesByAddrLow) {
+  TestSwitch a({}), b({});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ExpectAllOk(RunRanks(Options({a.address(), b.address()}, 19, 2), AllRanks(2), [](Client& c) {
+    std::vector<int32_t> v(10, 1);
+    for (int i = 0; i < 4; ++i) RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum));
+    RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum, 5));  // odd: switch 1
+    RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum, 6));  // even: switch 0
+    for (int32_t x : v) {
+      if (x != 64) return common::Internal("wrong sum " + std::to_string(x));
+    }
+    return common::Status::Ok();
+  }));
+  // Calls 0 and 2 (by call index) and 6 (explicit) on switch 0; one sequence
+  // space across both switches.
+  EXPECT_EQ(a.CompletedSeqs(19), (std::vector<uint32_t>{0, 2, 5}));
+  EXPECT_EQ(b.CompletedSeqs(19), (std::vector<uint32_t>{1, 3, 4}));
+  EXPECT_EQ(a.registrations(), 1u);  // each switch registered the job itself
+  EXPECT_EQ(b.registrations(), 1u);
+}
+
+TEST(ClientTest, StartedAllReducesRunInOrderAndMayBeWaitedForInAnyOrder) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  ExpectAllOk(RunRanks(Options({sw.address()}, 20, 2), AllRanks(2), [](Client& c) {
+    const uint16_t r = c.options().rank;
+    std::vector<int32_t> ints(3000, r + 1);
+    std::vector<float> floats(1000, r == 0 ? -2.0f : 3.0f);
+    auto storage = std::make_unique<bool[]>(5000);  // all false
+    std::span<bool> bools(storage.get(), 5000);
+    bools[4999] = r == 1;
+    Pending p1 = c.Start(std::span<int32_t>(ints), ReduceOp::kSum);
+    Pending p2 = c.Start(std::span<float>(floats), ReduceOp::kMax);
+    Pending p3 = c.Start(bools, ReduceOp::kOr);
+    RETURN_IF_ERROR(p3.Wait());
+    if (!p1.WaitFor(std::chrono::seconds(0))) return common::Internal("ran out of order");
+    RETURN_IF_ERROR(p2.Wait());
+    RETURN_IF_ERROR(p1.Wait());
+    if (ints[2999] != 3 || floats[0] != 3.0f || bools[4998] || !bools[4999]) {
+      return common::Internal("wrong result");
+    }
+    return common::Status::Ok();
+  }));
+}
+
+// The same bits in another element type of the same size.
+template <typename To, typename From>
+std::vector<To> Retype(const std::vector<From>& v) {
+  static_assert(sizeof(To) == sizeof(From));
+  std::vector<To> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size() * sizeof(From));
+  return out;
+}
+
+// Allreduces 0/1 bytes as bools; the result as 0/1 bytes.
+common::Status AllReduceBools(Client& c, std::vector<uint8_t>& bytes, ReduceOp op) {
+  auto bools = std::make_unique<bool[]>(bytes.size());
+  std::memcpy(bools.get(), bytes.data(), bytes.size());
+  RETURN_IF_ERROR(c.AllReduce(std::span<bool>(bools.get(), bytes.size()), op));
+  std::memcpy(bytes.data(), bools.get(), bytes.size());
+  return common::Status::Ok();
+}
+
+TEST(ClientTest, SixteenBitFloatsAndBoolsMatchTheReferenceBitForBit) {
+  TestSwitch sw(Lossy(0.03, 0, 0, 3));
+  ASSERT_TRUE(sw.ok());
+  const uint16_t world = 4;
+  const size_t n = 3000;
+  auto halves = [](uint16_t rank, bool bf16) {
+    const std::vector<float> f = RandomFloats(rank + 50, n);
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; ++i) {
+      h[i] = bf16 ? aggregator::FloatToBFloat16(f[i]) : aggregator::FloatToHalf(f[i]);
+    }
+    return h;
+  };
+  auto bits = [](uint16_t rank) {
+    std::mt19937 rng(rank + 90);
+    std::vector<uint8_t> b(n);
+    for (uint8_t& x : b) x = (rng() & 3) != 0;
+    return b;
+  };
+  struct Got {
+    std::vector<Float16> f16_sum;
+    std::vector<BFloat16> bf16_sum, bf16_max;
+    std::vector<uint8_t> all, any;
+  };
+  std::vector<Got> got(world);
+  ExpectAllOk(RunRanks(Options({sw.address()}, 21, world), AllRanks(world), [&](Client& c) {
+    const uint16_t r = c.options().rank;
+    Got& g = got[r];
+    g.f16_sum = Retype<Float16>(halves(r, false));
+    g.bf16_sum = Retype<BFloat16>(halves(r, true));
+    g.bf16_max = g.bf16_sum;
+    g.all = bits(r);
+    g.any = bits(r);
+    RETURN_IF_ERROR(c.AllReduce(std::span<Float16>(g.f16_sum), ReduceOp::kSum));
+    RETURN_IF_ERROR(c.AllReduce(std::span<BFloat16>(g.bf16_sum), ReduceOp::kSum));
+    RETURN_IF_ERROR(c.AllReduce(std::span<BFloat16>(g.bf16_max), ReduceOp::kMax));
+    RETURN_IF_ERROR(AllReduceBools(c, g.all, ReduceOp::kAnd));
+    return AllReduceBools(c, g.any, ReduceOp::kOr);
+  }));
+  std::vector<std::vector<uint16_t>> f16, bf16;
+  std::vector<std::vector<uint8_t>> b;
+  for (uint16_t r = 0; r < world; ++r) {
+    f16.push_back(halves(r, false));
+    bf16.push_back(halves(r, true));
+    b.push_back(bits(r));
+  }
+  const auto f16_sum = RankOrderReduce(DType::kFloat16, ReduceOp::kSum, f16);
+  const auto bf16_sum = RankOrderReduce(DType::kBFloat16, ReduceOp::kSum, bf16);
+  const auto bf16_max = RankOrderReduce(DType::kBFloat16, ReduceOp::kMax, bf16);
+  const auto all = RankOrderReduce(DType::kBool, ReduceOp::kAnd, b);
+  const auto any = RankOrderReduce(DType::kBool, ReduceOp::kOr, b);
+  for (uint16_t r = 0; r < world; ++r) {
+    EXPECT_EQ(Retype<uint16_t>(got[r].f16_sum), f16_sum);
+    EXPECT_EQ(Retype<uint16_t>(got[r].bf16_sum), bf16_sum);
+    EXPECT_EQ(Retype<uint16_t>(got[r].bf16_max), bf16_max);
+    EXPECT_EQ(got[r].all, all);
+    EXPECT_EQ(got[r].any, any);
+  }
+  // 16-bit float sums go ordered in the default (fixed-point) mode; max needs no order.
+  EXPECT_EQ(sw.ordered_flags(), 2u * 5 * world);  // 3000 halves: 5 chunks per sum
+}
+
+TEST(ClientTest, OrderedFloat32IsTheRankOrderSumBitForBit) {
+  TestSwitch sw(Lossy(0.05, 0, 0, 5));
+  ASSERT_TRUE(sw.ok());
+  const uint16_t world = 4;
+  ClientOptions o = Options({sw.address()}, 22, world);
+  o.float_mode = FloatMode::kFloatOrdered;
+  std::vector<std::vector<float>> got(world);
+  ExpectAllOk(RunRanks(o, AllRanks(world), [&](Client& c) {
+    const uint16_t r = c.options().rank;
+    got[r] = RandomFloats(r + 7, 4000);
+    return c.AllReduce(std::span<float>(got[r]), ReduceOp::kSum);
+  }));
+  std::vector<std::vector<float>> in;
+  for (uint16_t r = 0; r < world; ++r) in.push_back(RandomFloats(r + 7, 4000));
+  const std::vector<float> want = RankOrderReduce(DType::kFloat32, ReduceOp::kSum, in);
+  for (uint16_t r = 0; r < world; ++r) EXPECT_TRUE(SameBits(got[r], want)) << r;
+}
+
+TEST(ClientTest, NaNOrInfSendsAFixedPointSumAsFloat32) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  std::vector<std::vector<float>> in = {RandomFloats(1, 500), RandomFloats(2, 500)};
+  in[1][3] = std::nanf("");
+  in[1][7] = INFINITY;
+  std::vector<std::vector<float>> got(2);
+  std::vector<ClientStats> stats(2);
+  ExpectAllOk(RunRanks(Options({sw.address()}, 23, 2), AllRanks(2), [&](Client& c) {
+    const uint16_t r = c.options().rank;
+    got[r] = in[r];
+    RETURN_IF_ERROR(c.AllReduce(std::span<float>(got[r]), ReduceOp::kSum));
+    stats[r] = c.stats();
+    return common::Status::Ok();
+  }));
+  const std::vector<float> want = RankOrderReduce(DType::kFloat32, ReduceOp::kSum, in);
+  for (uint16_t r = 0; r < 2; ++r) {
+    EXPECT_TRUE(SameBits(got[r], want));
+    EXPECT_EQ(stats[r].float_fallbacks, 1u);
+    EXPECT_EQ(std::bit_cast<uint32_t>(got[r][3]), aggregator::kCanonicalNaNBits);
+    EXPECT_EQ(got[r][7], INFINITY);
+  }
+}
+
+TEST(ClientTest, ArgumentsAndOptionsAreChecked) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  const ClientOptions good = Options({sw.address()}, 24, 2);
+  EXPECT_TRUE(ValidateClientOptions(good).ok());
+  const std::pair<std::function<void(ClientOptions&)>, std::string> bad[] = {
+      {[](ClientOptions& o) { o.switches.clear(); }, "switches"},
+      {[](ClientOptions& o) { o.job_id = 0; }, "job_id"},
+      {[](ClientOptions& o) { o.rank = 2; }, "rank: 0..1 expected"},
+      {[](ClientOptions& o) { o.world = 0; }, "world"},
+      {[](ClientOptions& o) { o.headroom = 30; }, "headroom"},
+      {[](ClientOptions& o) { o.window = 0; }, "window"},
+      {[](ClientOptions& o) { o.mtu = 9601; }, "mtu"},
+      {[](ClientOptions& o) { o.backoff = 0.5; }, "backoff"},
+      {[](ClientOptions& o) { o.max_retransmit_timeout = milliseconds(1); }, "max_retransmit"},
+      {[](ClientOptions& o) { o.progress_timeout = milliseconds(0); }, "progress_timeout"},
+  };
+  for (const auto& [mutate, what] : bad) {
+    ClientOptions o = good;
+    mutate(o);
+    const common::Status s = ValidateClientOptions(o);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+    EXPECT_FALSE(Client::Create(o).ok());
+  }
+  auto client = Client::Create(good);
+  ASSERT_TRUE(client.ok());
+  std::array<bool, 4> b{};
+  const common::Status sum_of_bools = (*client)->AllReduce(std::span<bool>(b), ReduceOp::kSum);
+  EXPECT_EQ(sum_of_bools.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(sum_of_bools.message().find("sum is not defined for bool"), std::string::npos);
+  EXPECT_TRUE((*client)->AllReduce(std::span<float>(), ReduceOp::kSum).ok());  // nothing to do
+  EXPECT_EQ(sw.contributions(), 0u);
+  EXPECT_EQ((*client)->ChunkElements(DType::kBFloat16), 712u);
+}
+
+TEST(ClientTest, DestroyingTheClientEndsItsAllReduces) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  auto client = Client::Create(Options({sw.address()}, 25, 2));  // rank 1 never comes
+  ASSERT_TRUE(client.ok());
+  std::vector<int32_t> a(10), b(10);
+  Pending running = (*client)->Start(std::span<int32_t>(a), ReduceOp::kSum);
+  Pending queued = (*client)->Start(std::span<int32_t>(b), ReduceOp::kSum);
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto start = Clock::now();
+  client->reset();
+  EXPECT_LT(Clock::now() - start, milliseconds(500));
+  EXPECT_EQ(running.Wait().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(running.Wait().message().find("destroyed during"), std::string::npos);
+  EXPECT_NE(queued.Wait().message().find("destroyed before"), std::string::npos);
+}
+
+TEST(ClientTest, AReusedJobIdNeedsSequenceNumbersPastTheEarlierRun) {
+  TestSwitch sw(WithJob({.id = 26, .key = kKey, .members = 2, .nodes = 1}));
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 26, 2);
+  o.task_info = TaskInfoMode::kNone;
+  auto run = [&](size_t n, uint32_t first_seq) {
+    o.first_seq = first_seq;
+    return RunRanks(o, AllRanks(2), [n](Client& c) {
+      std::vector<int32_t> v(n, 1);
+      return c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+    });
+  };
+  ExpectAllOk(run(10, 0));
+  // The switch still holds seq 0's result: another chunk under it is refused.
+  for (const common::Status& s : run(20, 0)) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("type mismatch"), std::string::npos) << s.message();
+  }
+  ExpectAllOk(run(20, 1));
+}
+
+}  // namespace
+}  // namespace aggswitch::client

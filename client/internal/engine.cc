@@ -1,0 +1,451 @@
+#include "client/internal/engine.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "client/fixed_point.h"
+
+namespace aggswitch::client::internal {
+
+using aggregator::AggFields;
+using aggregator::AggHeader;
+using aggregator::DType;
+using aggregator::NackReason;
+using aggregator::Opcode;
+using aggregator::ReduceOp;
+namespace flags = aggregator::flags;
+
+namespace {
+
+// What a NACK's reason means to a worker, and what to do about it.
+struct NackText {
+  const char* name;
+  const char* hint;
+};
+
+NackText DescribeNack(uint32_t reason) {
+  switch (static_cast<NackReason>(reason)) {
+    case NackReason::kUnknownJob:
+      return {"unknown job",
+              "declare the job in the switch's config, or send task info (in band or from a "
+              "control unit) to a switch with in_band_registration on"};
+    case NackReason::kKeyMismatch:
+      return {"key mismatch", "the switch knows the job with another key"};
+    case NackReason::kMalformed:
+      return {"malformed",
+              "the rank is not below the job's member count at the switch, a chunk is larger "
+              "than the switch's MTU, or the task info is out of range"};
+    case NackReason::kJobTableFull:
+      return {"job table full", "the switch holds aggregation.max_jobs jobs"};
+    case NackReason::kTypeMismatch:
+      return {"type mismatch",
+              "another rank sent this chunk with another dtype, op, scale or length, or the "
+              "switch still holds this sequence number from an earlier run of the job (use a "
+              "new job id, or a first sequence number past the earlier run's)"};
+    case NackReason::kTaskInfoConflict:
+      return {"task info conflict",
+              "the switch knows the job with another member count or node count"};
+  }
+  return {"unknown reason", "a NACK reason this client does not know"};
+}
+
+bool IsFloat(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+}  // namespace
+
+common::Result<std::unique_ptr<Engine>> Engine::Create(const ClientOptions& options) {
+  UdpSocket::Options socket_options;
+  socket_options.bind_ip = options.bind_ip;
+  socket_options.bind_port = options.bind_port;
+  socket_options.mtu = options.mtu;
+  ASSIGN_OR_RETURN(UdpSocket socket, UdpSocket::Open(socket_options));
+  return std::unique_ptr<Engine>(new Engine(options, std::move(socket)));
+}
+
+Engine::Engine(const ClientOptions& options, UdpSocket socket)
+    : options_(options),
+      headroom_(options.headroom.value_or(DefaultHeadroom(options.world))),
+      socket_(std::move(socket)),
+      next_seq_(options.first_seq) {
+  for (const SwitchAddress& s : options.switches) {
+    Lane lane;
+    lane.addr.sin_family = AF_INET;
+    lane.addr.sin_addr.s_addr = htonl(s.ip.addr);
+    lane.addr.sin_port = htons(s.port);
+    lane.name = s.ip.ToString() + ":" + std::to_string(s.port);
+    lanes_.push_back(std::move(lane));
+  }
+  window_params_.window = options.window;
+  window_params_.timeout = options.retransmit_timeout;
+  window_params_.max_timeout = options.max_retransmit_timeout;
+  window_params_.backoff = options.backoff;
+  const uint32_t capacity = std::bit_ceil(options.window);
+  send_mask_ = capacity - 1;
+  stride_ = (options.mtu - kIpv4UdpHeaderBytes + 63u) & ~63u;
+  send_buffers_ = std::make_unique<uint8_t[]>(size_t{capacity} * stride_);
+}
+
+void Engine::Stop() {
+  stop_.store(true, std::memory_order_relaxed);
+  socket_.Wake();
+}
+
+ClientStats Engine::Stats() const {
+  const auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+  ClientStats s;
+  s.allreduces = get(counters_.allreduces);
+  s.chunks = get(counters_.chunks);
+  s.retransmissions = get(counters_.retransmissions);
+  s.results = get(counters_.results);
+  s.duplicate_results = get(counters_.duplicate_results);
+  s.stray_datagrams = get(counters_.stray_datagrams);
+  s.transient_nacks = get(counters_.transient_nacks);
+  s.scale_exchanges = get(counters_.scale_exchanges);
+  s.float_fallbacks = get(counters_.float_fallbacks);
+  s.overflow_redos = get(counters_.overflow_redos);
+  s.saturated_chunks = get(counters_.saturated_chunks);
+  return s;
+}
+
+common::Status Engine::Run(const Request& r) {
+  op_deadline_ =
+      options_.deadline.count() > 0 ? Clock::now() + options_.deadline : Clock::time_point::max();
+  addr_low_ = r.addr_low;
+  Lane& lane = lanes_[SwitchIndex(r.addr_low, lanes_.size())];
+  if (options_.task_info == TaskInfoMode::kControlUnit && options_.rank == 0 && !lane.announced) {
+    Phase announce;
+    announce.kind = Phase::Kind::kAnnounce;
+    RETURN_IF_ERROR(Transfer(lane, announce));
+    lane.announced = true;
+  }
+  const uint32_t per_chunk = ChunkElementsFor(options_, r.dtype);
+  if (r.dtype == DType::kFloat32 && r.op == ReduceOp::kSum &&
+      options_.float_mode == FloatMode::kFixedPoint) {
+    RETURN_IF_ERROR(RunFixedPointSum(lane, r, per_chunk));
+  } else {
+    Phase p;
+    p.dtype = r.dtype;
+    p.op = r.op;
+    const bool ordered =
+        IsFloat(r.dtype) && r.op == ReduceOp::kSum && options_.float_mode != FloatMode::kFloat;
+    p.flags = ordered ? flags::kOrdered : 0;
+    p.data = static_cast<uint8_t*>(r.data);
+    p.count = r.count;
+    p.per_chunk = per_chunk;
+    p.chunks = static_cast<uint32_t>(ChunkCount(r.count, per_chunk));
+    RETURN_IF_ERROR(Transfer(lane, p));
+  }
+  SendAck(lane);
+  Bump(counters_.allreduces);
+  return common::Status::Ok();
+}
+
+common::Status Engine::RunFixedPointSum(Lane& lane, const Request& r, uint32_t per_chunk) {
+  auto* floats = static_cast<float*>(r.data);
+  // The exponent exchange: one int32 element, reduced with max.
+  exponent_ = MaxExponent({floats, r.count});
+  Phase exchange;
+  exchange.dtype = DType::kInt32;
+  exchange.op = ReduceOp::kMax;
+  exchange.data = reinterpret_cast<uint8_t*>(&exponent_);
+  exchange.count = 1;
+  RETURN_IF_ERROR(Transfer(lane, exchange));
+  Bump(counters_.scale_exchanges);
+
+  Phase data;
+  data.op = ReduceOp::kSum;
+  data.data = static_cast<uint8_t*>(r.data);
+  data.count = r.count;
+  data.per_chunk = per_chunk;
+  data.chunks = static_cast<uint32_t>(ChunkCount(r.count, per_chunk));
+  const std::optional<int8_t> scale = FixedPointScale(exponent_, headroom_);
+  if (!scale) {  // NaN or Inf somewhere: no fixed point holds it
+    Bump(counters_.float_fallbacks);
+    data.dtype = DType::kFloat32;
+    data.flags = flags::kOrdered;
+    return Transfer(lane, data);
+  }
+  data.kind = Phase::Kind::kFixedPoint;
+  data.dtype = DType::kInt32;
+  data.scale = *scale;
+  redo_.clear();
+  RETURN_IF_ERROR(Transfer(lane, data));
+  if (redo_.empty()) return common::Status::Ok();
+
+  // Every rank received the same OVERFLOW flags, so every rank redoes the
+  // same chunks, in the same (increasing) order, under the same sequence
+  // numbers, whatever order its results arrived in.
+  std::sort(redo_.begin(), redo_.end());
+  Bump(counters_.overflow_redos, redo_.size());
+  Phase redo = data;
+  redo.kind = Phase::Kind::kCopy;
+  redo.dtype = DType::kFloat32;
+  redo.scale = 0;
+  redo.flags = flags::kOrdered;
+  redo.chunk_map = redo_.data();
+  redo.chunks = static_cast<uint32_t>(redo_.size());
+  return Transfer(lane, redo);
+}
+
+uint32_t Engine::ChunkLength(const Phase& phase, uint32_t m) {
+  return static_cast<uint32_t>(
+      std::min<size_t>(phase.per_chunk, phase.count - ChunkStart(phase, m)));
+}
+
+common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
+  window_.Reset(next_seq_, phase.chunks, window_params_);
+  if (phase.kind != Phase::Kind::kAnnounce) next_seq_ += phase.chunks;
+  out_first_ = 0;
+  out_n_ = 0;
+  last_progress_ = Clock::now();
+  for (;;) {
+    // Take in everything waiting first: results make room in the window.
+    for (;;) {
+      ASSIGN_OR_RETURN(const uint32_t n, socket_.Receive());
+      for (uint32_t i = 0; i < n; ++i) {
+        RETURN_IF_ERROR(OnDatagram(lane, phase, socket_.data(i), socket_.length(i)));
+      }
+      if (n < UdpSocket::kBatch) break;
+    }
+    if (window_.Done()) return common::Status::Ok();
+    if (stop_.load(std::memory_order_relaxed)) {
+      return common::FailedPrecondition("the client was destroyed during the allreduce");
+    }
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point stalled = last_progress_ + options_.progress_timeout;
+    if (now >= stalled) return common::Unavailable(StallMessage(lane, phase));
+    if (now >= op_deadline_) {
+      return common::Unavailable("the allreduce exceeded its deadline of " +
+                                 std::to_string(options_.deadline.count()) + " ms (switch " +
+                                 lane.name + ", job " + std::to_string(options_.job_id) + ", " +
+                                 std::to_string(window_.acked()) + " of " +
+                                 std::to_string(window_.chunks()) + " chunks answered)");
+    }
+    if (out_n_ == 0) PlanSends(lane, phase, now);
+    if (out_n_ > 0) {
+      ASSIGN_OR_RETURN(const uint32_t taken, socket_.Send(out_ + out_first_, out_n_));
+      out_first_ += taken;
+      out_n_ -= taken;
+      if (out_n_ == 0) continue;  // all sent: there may be more to send at once
+    }
+    // The window is full and nothing is due, or the socket's buffer is full.
+    const Clock::time_point wake = std::min({window_.NextDue(), stalled, op_deadline_});
+    RETURN_IF_ERROR(socket_.Wait(wake, out_n_ > 0));
+  }
+}
+
+void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
+  uint32_t n = window_.TakeDue(now, due_, UdpSocket::kBatch);
+  Bump(counters_.retransmissions, n);
+  const uint32_t ack = window_.ack_watermark();
+  for (uint32_t i = 0; i < n; ++i) {
+    uint8_t* buf = WindowBuffer(due_[i]);
+    auto* h = reinterpret_cast<AggHeader*>(buf);
+    h->flags = common::be16_t::FromHost(h->flags.host() | flags::kRetransmission);
+    h->ack_watermark = common::be32_t::FromHost(ack);
+    out_[i] = OutDatagram{&lane.addr, buf, DatagramBytes(phase.dtype, h->elem_count.host())};
+  }
+  while (n < UdpSocket::kBatch && window_.CanSend()) {
+    const uint32_t k = window_.MarkSent(now);
+    uint8_t* buf = WindowBuffer(k);
+    out_[n++] = OutDatagram{&lane.addr, buf, BuildDatagram(phase, k, buf)};
+    if (phase.kind != Phase::Kind::kAnnounce) Bump(counters_.chunks);
+  }
+  out_first_ = 0;
+  out_n_ = n;
+}
+
+uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) const {
+  AggFields f;
+  f.node_id = options_.rank;
+  f.job_id = options_.job_id;
+  f.seq = window_.Seq(k);
+  f.job_key = options_.job_key;
+  f.ack_watermark = window_.ack_watermark();
+  f.addr_low = addr_low_;
+  auto* header = reinterpret_cast<AggHeader*>(buf);
+  if (phase.kind == Phase::Kind::kAnnounce) {
+    f.opcode = Opcode::kTaskInfo;
+    f.flags = flags::kTaskInfo;
+    f.expected = options_.world;
+    f.node_count = options_.node_count;
+    aggregator::WriteAggHeader(f, 0, header);
+    return sizeof(AggHeader);
+  }
+  const bool in_band = options_.task_info == TaskInfoMode::kInBand;
+  f.opcode = Opcode::kContribution;
+  f.flags = phase.flags | (in_band ? flags::kTaskInfo : 0);
+  if (in_band) {
+    f.expected = options_.world;
+    f.node_count = options_.node_count;
+  }
+  const uint32_t m = phase.chunk_map != nullptr ? phase.chunk_map[k] : k;
+  const uint32_t n = ChunkLength(phase, m);
+  f.elem_count = static_cast<uint16_t>(n);
+  f.dtype = phase.dtype;
+  f.op = phase.op;
+  f.scale = phase.scale;
+  aggregator::WriteAggHeader(f, 0, header);
+  uint8_t* payload = buf + sizeof(AggHeader);
+  if (phase.kind == Phase::Kind::kFixedPoint) {
+    const float* in = reinterpret_cast<const float*>(phase.data) + ChunkStart(phase, m);
+    EncodeFixed({in, n}, phase.scale, payload);
+  } else {
+    const size_t size = aggregator::ElementSize(phase.dtype);
+    std::memcpy(payload, phase.data + ChunkStart(phase, m) * size, n * size);
+  }
+  return DatagramBytes(phase.dtype, n);
+}
+
+common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const uint8_t* data,
+                                  uint32_t len) {
+  aggregator::AggPacket pkt;
+  if (aggregator::ParseAggregation(data, len, &pkt) != aggregator::WireError::kOk) {
+    Bump(counters_.stray_datagrams);
+    return common::Status::Ok();
+  }
+  const AggHeader& h = *pkt.header;
+  // Results carry the job's key, echoes and NACKs the key this client sent.
+  if (h.job_id.host() == options_.job_id && h.job_key.host() == options_.job_key) {
+    switch (pkt.opcode) {
+      case Opcode::kResult:
+        if (phase.kind != Phase::Kind::kAnnounce) return OnResult(phase, pkt);
+        break;
+      case Opcode::kTaskInfo: {
+        uint32_t k;
+        if (phase.kind == Phase::Kind::kAnnounce && h.node_id.host() == options_.rank &&
+            window_.Complete(h.seq.host(), &k) == SendWindow::Match::kNew) {
+          last_progress_ = Clock::now();
+          return common::Status::Ok();
+        }
+        break;
+      }
+      case Opcode::kNack:
+        if (h.node_id.host() == options_.rank) return OnNack(lane, h);
+        break;
+      default:
+        break;
+    }
+  }
+  Bump(counters_.stray_datagrams);
+  return common::Status::Ok();
+}
+
+common::Status Engine::OnResult(const Phase& phase, const aggregator::AggPacket& pkt) {
+  const AggHeader& h = *pkt.header;
+  uint32_t k = 0;
+  switch (window_.Complete(h.seq.host(), &k)) {
+    case SendWindow::Match::kNew:
+      break;
+    case SendWindow::Match::kDuplicate:
+      Bump(counters_.duplicate_results);
+      return common::Status::Ok();
+    case SendWindow::Match::kNotSent:
+    case SendWindow::Match::kForeign:
+      Bump(counters_.stray_datagrams);
+      return common::Status::Ok();
+  }
+  Bump(counters_.results);
+  last_progress_ = Clock::now();
+  const uint32_t m = phase.chunk_map != nullptr ? phase.chunk_map[k] : k;
+  const uint32_t n = ChunkLength(phase, m);
+  const uint16_t result_flags = h.flags.host();
+  const std::string chunk =
+      "chunk seq " + std::to_string(h.seq.host()) + " of job " + std::to_string(options_.job_id);
+  if ((result_flags & flags::kIncomplete) != 0 || h.missing_count != 0) {
+    return common::Unavailable("the switch returned " + chunk + " without the contributions of " +
+                               std::to_string(h.missing_count) + " members");
+  }
+  if (pkt.dtype != phase.dtype || pkt.op != phase.op || h.scale != phase.scale ||
+      h.elem_count.host() != n) {
+    return common::FailedPrecondition(
+        "the result of " + chunk + " is not a reduction of what this rank sent (" +
+        std::to_string(h.elem_count.host()) + " " + std::string(DTypeName(pkt.dtype)) + " " +
+        std::string(ReduceOpName(pkt.op)) + " scale " + std::to_string(h.scale) + ", sent " +
+        std::to_string(n) + " " + std::string(DTypeName(phase.dtype)) + " " +
+        std::string(ReduceOpName(phase.op)) + " scale " + std::to_string(phase.scale) +
+        "): the switch holds this sequence number from an earlier run of the job (use a new "
+        "job id, or a first sequence number past the earlier run's)");
+  }
+  const bool overflow = (result_flags & flags::kOverflow) != 0;
+  if (phase.kind == Phase::Kind::kFixedPoint) {
+    if (overflow) {
+      redo_.push_back(m);  // the input stays in place for the redo
+      return common::Status::Ok();
+    }
+    DecodeFixed(pkt.payload, phase.scale,
+                {reinterpret_cast<float*>(phase.data) + ChunkStart(phase, m), n});
+    return common::Status::Ok();
+  }
+  if (overflow) Bump(counters_.saturated_chunks);
+  const size_t size = aggregator::ElementSize(phase.dtype);
+  std::memcpy(phase.data + ChunkStart(phase, m) * size, pkt.payload, n * size);
+  return common::Status::Ok();
+}
+
+common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
+  const uint32_t seq = h.seq.host();
+  // Only the refusal of a datagram of this transfer says something about it;
+  // a late one for an earlier transfer's retransmission does not.
+  if (seq - window_.base() >= window_.sent()) {
+    Bump(counters_.stray_datagrams);
+    return common::Status::Ok();
+  }
+  const uint32_t reason = h.aux.host();
+  if (reason == static_cast<uint32_t>(NackReason::kUnknownJob) &&
+      options_.task_info == TaskInfoMode::kControlUnit && options_.rank != 0) {
+    // Rank 0's announcement has not registered the job yet; the chunk goes
+    // again on its retransmission timer.
+    Bump(counters_.transient_nacks);
+    return common::Status::Ok();
+  }
+  const NackText text = DescribeNack(reason);
+  std::string message = "switch " + lane.name + " refused job " + std::to_string(options_.job_id) +
+                        " (rank " + std::to_string(options_.rank) + ", seq " + std::to_string(seq) +
+                        "): " + text.name + " (NACK " + std::to_string(reason) + "): " + text.hint;
+  if (reason == static_cast<uint32_t>(NackReason::kJobTableFull)) {
+    return common::ResourceExhausted(std::move(message));
+  }
+  return common::FailedPrecondition(std::move(message));
+}
+
+void Engine::SendAck(Lane& lane) {
+  AggFields f;
+  f.opcode = Opcode::kAck;
+  f.node_id = options_.rank;
+  f.job_id = options_.job_id;
+  f.seq = next_seq_ - 1;  // the allreduce's last chunk: a NACK of it is stray to the next one
+  f.job_key = options_.job_key;
+  f.ack_watermark = next_seq_;
+  f.addr_low = addr_low_;
+  uint8_t buf[sizeof(AggHeader)];
+  aggregator::WriteAggHeader(f, 0, reinterpret_cast<AggHeader*>(buf));
+  const OutDatagram ack{&lane.addr, buf, sizeof(buf)};
+  // Best effort: a lost ACK only delays the release until the job's next
+  // contributions, which carry the same watermark.
+  (void)socket_.Send(&ack, 1);
+}
+
+std::string Engine::StallMessage(const Lane& lane, const Phase& phase) const {
+  const std::string ms = std::to_string(options_.progress_timeout.count());
+  const uint32_t k = window_.acked();
+  const uint32_t resends = k < window_.sent() ? window_.ResendsOf(k) : 0;
+  if (phase.kind == Phase::Kind::kAnnounce) {
+    return "no echo of job " + std::to_string(options_.job_id) +
+           "'s task-info announcement from switch " + lane.name + " in " + ms + " ms (" +
+           std::to_string(resends) +
+           " retransmissions): the switch is unreachable, or its in-band registration is off";
+  }
+  return "no result from switch " + lane.name + " for " + ms + " ms: job " +
+         std::to_string(options_.job_id) + ", rank " + std::to_string(options_.rank) +
+         ", chunk seq " + std::to_string(window_.Seq(k)) + " unanswered after " +
+         std::to_string(resends) +
+         " retransmissions (the switch is unreachable, or a member of the job stopped sending)";
+}
+
+}  // namespace aggswitch::client::internal

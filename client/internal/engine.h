@@ -1,0 +1,154 @@
+// The client's protocol engine: runs one allreduce at a time over the UDP
+// socket, as a sequence of transfers (client.h describes the behaviour).
+//
+// A transfer is a run of chunks with consecutive sequence numbers, sent
+// through a SendWindow and answered by results. An allreduce is one transfer,
+// or for fixed-point float32 sums up to three: the exponent exchange (one
+// int32 max), the fixed-point data, and the float32 redo of overflowed chunks.
+// Before rank 0's first allreduce on a switch in TaskInfoMode::kControlUnit, a
+// one-datagram transfer announces the job; it takes no sequence number from
+// the client's sequence (only rank 0 makes it).
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(options));
+//   Status s = engine->Run({.dtype = DType::kFloat32, .op = ReduceOp::kSum,
+//                           .data = grad.data(), .count = grad.size(), .addr_low = 0});
+//
+// Thread safety: Run is [I/O thread] (the one thread that owns the engine).
+// Stop, Stats and local_port are [any].
+#pragma once
+
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregator/types.h"
+#include "aggregator/wire.h"
+#include "client/chunking.h"
+#include "client/client.h"
+#include "client/internal/send_window.h"
+#include "client/internal/udp_socket.h"
+#include "common/status.h"
+
+namespace aggswitch::client::internal {
+
+// Elements per chunk of `dtype` under `options`.
+inline uint32_t ChunkElementsFor(const ClientOptions& options, aggregator::DType dtype) {
+  const uint32_t fits = ElementsPerChunk(dtype, options.mtu);
+  return options.max_chunk_elements == 0 ? fits : std::min(fits, options.max_chunk_elements);
+}
+
+// One allreduce: `count` elements of `dtype` at `data`, reduced in place.
+struct Request {
+  aggregator::DType dtype = aggregator::DType::kFloat32;
+  aggregator::ReduceOp op = aggregator::ReduceOp::kSum;
+  void* data = nullptr;
+  size_t count = 0;
+  uint32_t addr_low = 0;
+};
+
+class Engine {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Opens the socket and allocates every buffer. `options` must be valid
+  // (ValidateClientOptions). [any]
+  static common::Result<std::unique_ptr<Engine>> Create(const ClientOptions& options);
+
+  // Runs one allreduce to the end: its result is in request.data, or the
+  // status says why not. count > 0 and (dtype, op) valid. [I/O thread]
+  common::Status Run(const Request& request);
+
+  // Makes the running (or next) Run return kFailedPrecondition. [any]
+  void Stop();
+
+  ClientStats Stats() const;                                    // [any]
+  uint16_t local_port() const { return socket_.local_port(); }  // [any]
+
+ private:
+  struct Lane {
+    sockaddr_in addr{};
+    std::string name;  // "10.0.10.253:47000"
+    bool announced = false;
+  };
+
+  // How the chunks of one transfer are encoded and their results used.
+  struct Phase {
+    enum class Kind : uint8_t {
+      kAnnounce,    // one TASK_INFO datagram, answered by its echo
+      kCopy,        // elements go out and come back as they are
+      kFixedPoint,  // floats go out as int32 fixed point
+    };
+    Kind kind = Kind::kCopy;
+    aggregator::DType dtype = aggregator::DType::kInt32;  // on the wire
+    aggregator::ReduceOp op = aggregator::ReduceOp::kSum;
+    int8_t scale = 0;
+    uint16_t flags = 0;
+    uint8_t* data = nullptr;  // the caller's elements (kFixedPoint: floats)
+    size_t count = 0;         // elements at data
+    uint32_t per_chunk = 1;   // elements per chunk (the last may hold fewer)
+    // Redo transfers: chunk k carries data chunk chunk_map[k]; else chunk k.
+    const uint32_t* chunk_map = nullptr;
+    uint32_t chunks = 1;
+  };
+
+  // Monotonic counters: the I/O thread writes, anyone reads (relaxed).
+  struct Counters {
+    std::atomic<uint64_t> allreduces{0}, chunks{0}, retransmissions{0}, results{0},
+        duplicate_results{0}, stray_datagrams{0}, transient_nacks{0}, scale_exchanges{0},
+        float_fallbacks{0}, overflow_redos{0}, saturated_chunks{0};
+  };
+  // The single writer's increment: a plain load and store, no locked instruction.
+  static void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+
+  Engine(const ClientOptions& options, UdpSocket socket);
+
+  common::Status RunFixedPointSum(Lane& lane, const Request& r, uint32_t per_chunk);
+  common::Status Transfer(Lane& lane, const Phase& phase);
+  // Queues due retransmissions, then new chunks, into out_.
+  void PlanSends(Lane& lane, const Phase& phase, Clock::time_point now);
+  // Writes chunk k's datagram into its window buffer; returns its length.
+  uint32_t BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) const;
+  common::Status OnDatagram(Lane& lane, const Phase& phase, const uint8_t* data, uint32_t len);
+  common::Status OnResult(const Phase& phase, const aggregator::AggPacket& pkt);
+  common::Status OnNack(const Lane& lane, const aggregator::AggHeader& h);
+  void SendAck(Lane& lane);
+
+  // Data chunk m of a phase: its first element and element count.
+  static size_t ChunkStart(const Phase& phase, uint32_t m) { return size_t{m} * phase.per_chunk; }
+  static uint32_t ChunkLength(const Phase& phase, uint32_t m);
+  uint8_t* WindowBuffer(uint32_t k) {
+    return send_buffers_.get() + size_t{k & send_mask_} * stride_;
+  }
+  std::string StallMessage(const Lane& lane, const Phase& phase) const;
+
+  const ClientOptions options_;
+  const int headroom_;
+  UdpSocket socket_;
+  std::vector<Lane> lanes_;
+  SendWindow window_;
+  SendWindow::Params window_params_;
+  std::unique_ptr<uint8_t[]> send_buffers_;  // one datagram per window entry
+  uint32_t send_mask_ = 0;
+  uint32_t stride_ = 0;
+  OutDatagram out_[UdpSocket::kBatch];
+  uint32_t out_first_ = 0;  // out_[out_first_, out_first_ + out_n_) still to send
+  uint32_t out_n_ = 0;
+  uint32_t due_[UdpSocket::kBatch];
+  uint32_t next_seq_;
+  uint32_t addr_low_ = 0;
+  int32_t exponent_ = 0;        // the fixed-point exponent exchange's element
+  std::vector<uint32_t> redo_;  // data chunks whose fixed-point result overflowed
+  Clock::time_point last_progress_;
+  Clock::time_point op_deadline_;
+  std::atomic<bool> stop_{false};
+  Counters counters_;
+};
+
+}  // namespace aggswitch::client::internal

@@ -1,0 +1,158 @@
+#include "client/internal/udp_socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace aggswitch::client::internal {
+
+namespace {
+
+std::string ErrnoText(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
+
+}  // namespace
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) close(fd_);
+}
+
+common::Result<UdpSocket> UdpSocket::Open(const Options& options) {
+  UdpSocket s;
+  s.fd_ = UniqueFd(socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (s.fd_.get() < 0) return common::Unavailable(ErrnoText("socket(AF_INET, SOCK_DGRAM)"));
+  const int fd = s.fd_.get();
+  // Buffer sizes are wishes: the kernel caps them at net.core.[rw]mem_max,
+  // and a smaller buffer only means more retransmissions under load.
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &options.buffer_bytes, sizeof(options.buffer_bytes));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &options.buffer_bytes, sizeof(options.buffer_bytes));
+  const int pmtu = IP_PMTUDISC_DO;
+  if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu)) != 0) {
+    return common::Unavailable(ErrnoText("setsockopt(IP_MTU_DISCOVER)"));
+  }
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(options.bind_ip.addr);
+  local.sin_port = htons(options.bind_port);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
+    return common::Unavailable(ErrnoText(
+        ("bind " + options.bind_ip.ToString() + ":" + std::to_string(options.bind_port)).c_str()));
+  }
+  socklen_t len = sizeof(local);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
+  s.local_port_ = ntohs(local.sin_port);
+
+  s.wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (s.wake_fd_.get() < 0) return common::Unavailable(ErrnoText("eventfd"));
+
+  s.buffer_bytes_ = options.mtu - 28;
+  s.buffers_ = std::make_unique<uint8_t[]>(size_t{kBatch} * s.buffer_bytes_);
+  s.in_msgs_ = std::make_unique<mmsghdr[]>(kBatch);
+  s.in_iov_ = std::make_unique<iovec[]>(kBatch);
+  s.in_from_ = std::make_unique<sockaddr_in[]>(kBatch);
+  s.out_msgs_ = std::make_unique<mmsghdr[]>(kBatch);
+  s.out_iov_ = std::make_unique<iovec[]>(kBatch);
+  return s;
+}
+
+common::Result<uint32_t> UdpSocket::Send(const OutDatagram* datagrams, uint32_t n) {
+  if (n > kBatch) n = kBatch;
+  for (uint32_t i = 0; i < n; ++i) {
+    out_iov_[i] = iovec{const_cast<uint8_t*>(datagrams[i].data), datagrams[i].length};
+    msghdr& h = out_msgs_[i].msg_hdr;
+    h = msghdr{};
+    h.msg_name = const_cast<sockaddr_in*>(datagrams[i].to);
+    h.msg_namelen = sizeof(sockaddr_in);
+    h.msg_iov = &out_iov_[i];
+    h.msg_iovlen = 1;
+  }
+  uint32_t taken = 0;
+  while (taken < n) {
+    const int r = sendmmsg(fd_.get(), &out_msgs_[taken], n - taken, MSG_DONTWAIT);
+    if (r > 0) {
+      taken += static_cast<uint32_t>(r);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    // A full send buffer or device queue: the caller waits and sends the rest.
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) break;
+    const sockaddr_in& to = *datagrams[taken].to;
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &to.sin_addr, ip, sizeof(ip));
+    std::string what = "send to " + std::string(ip) + ":" + std::to_string(ntohs(to.sin_port));
+    if (errno == EMSGSIZE) what += " (the datagram exceeds the path MTU; lower the client's mtu)";
+    return common::Unavailable(ErrnoText(what.c_str()));
+  }
+  return taken;
+}
+
+common::Result<uint32_t> UdpSocket::Receive() {
+  for (uint32_t i = 0; i < kBatch; ++i) {
+    in_iov_[i] = iovec{buffers_.get() + size_t{i} * buffer_bytes_, buffer_bytes_};
+    msghdr& h = in_msgs_[i].msg_hdr;
+    h = msghdr{};
+    h.msg_name = &in_from_[i];
+    h.msg_namelen = sizeof(sockaddr_in);
+    h.msg_iov = &in_iov_[i];
+    h.msg_iovlen = 1;
+  }
+  int r;
+  do {
+    r = recvmmsg(fd_.get(), in_msgs_.get(), kBatch, MSG_DONTWAIT, nullptr);
+  } while (r < 0 && errno == EINTR);
+  if (r < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0u;
+    return common::Unavailable(ErrnoText("recvmmsg"));
+  }
+  // A truncated datagram is not the one that was sent: it reads as empty.
+  for (int i = 0; i < r; ++i) {
+    if (in_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) {
+      in_msgs_[i].msg_len = 0;
+      ++truncated_;
+    }
+  }
+  return static_cast<uint32_t>(r);
+}
+
+common::Status UdpSocket::Wait(Clock::time_point deadline, bool want_write) {
+  pollfd fds[2] = {
+      {fd_.get(), static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0},
+      {wake_fd_.get(), POLLIN, 0},
+  };
+  const auto left = std::max(deadline - Clock::now(), Clock::duration::zero());
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  const int r = ppoll(fds, 2, deadline == Clock::time_point::max() ? nullptr : &ts, nullptr);
+  if (r < 0 && errno != EINTR) return common::Unavailable(ErrnoText("ppoll"));
+  if (r > 0 && (fds[1].revents & POLLIN) != 0) {
+    uint64_t count;
+    const ssize_t ignored = read(wake_fd_.get(), &count, sizeof(count));
+    (void)ignored;
+  }
+  return common::Status::Ok();
+}
+
+void UdpSocket::Wake() const {
+  const uint64_t one = 1;
+  const ssize_t ignored = write(wake_fd_.get(), &one, sizeof(one));
+  (void)ignored;
+}
+
+}  // namespace aggswitch::client::internal

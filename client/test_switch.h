@@ -1,0 +1,86 @@
+// An aggregation switch for the client's tests: one thread and one UDP socket
+// on 127.0.0.1, reducing with the switch's own slot table and kernels
+// (aggregator/slot_table.h, aggregator/reduce.h) and following its rules for
+// jobs, task info, ACKs and NACKs (docs/aggregation.md): results go to each
+// member's learned address, a retransmission after completion gets the
+// retained result, a slot is freed only once every member's ack watermark has
+// passed it. Received datagrams and sent results can be dropped or
+// duplicated at random. The real switch, on real ports, is exercised by
+// tests/system/allreduce_netns_test.sh.
+//
+//   TestSwitch sw({.jobs = {{.id = 7, .key = 0x5eed, .members = 4}}, .drop_in = 0.05});
+//   ASSERT_TRUE(sw.ok());
+//   options.switches = {sw.address()};
+//   ... clients allreduce ...
+//   EXPECT_EQ(sw.completed(), chunks);
+//
+// Thread safety: the constructor and destructor [test thread]; the counters
+// and CompletedSeqs [any].
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+
+namespace aggswitch::client {
+
+class TestSwitch {
+ public:
+  struct Job {
+    uint32_t id = 0;
+    uint64_t key = 0;
+    uint16_t members = 0;
+    uint16_t nodes = 1;
+  };
+  struct Options {
+    std::vector<Job> jobs;  // known from the start, like the config's
+    bool in_band_registration = true;
+    uint32_t slots = 1024;
+    double drop_in = 0;        // probability that a received datagram is lost
+    double drop_out = 0;       // probability that one member's copy of a result is lost
+    double duplicate_out = 0;  // probability that one member's copy of a result is sent twice
+    uint64_t seed = 1;
+  };
+
+  explicit TestSwitch(const Options& options);
+  ~TestSwitch();
+  TestSwitch(const TestSwitch&) = delete;
+  TestSwitch& operator=(const TestSwitch&) = delete;
+
+  // Whether the socket and the thread are up.
+  bool ok() const { return thread_.joinable(); }
+  SwitchAddress address() const;
+
+  uint64_t contributions() const { return contributions_.load(); }  // counted in a slot
+  uint64_t completed() const { return completed_.load(); }          // chunks reduced
+  uint64_t registrations() const { return registrations_.load(); }  // jobs added in band
+  uint64_t task_infos() const { return task_infos_.load(); }        // announcements echoed
+  uint64_t acks() const { return acks_.load(); }                    // ACK datagrams
+  uint64_t nacks() const { return nacks_.load(); }
+  // Contributions counted in a slot (not retransmissions) that carried the flag.
+  uint64_t task_info_flags() const { return task_info_flags_.load(); }
+  uint64_t ordered_flags() const { return ordered_flags_.load(); }
+  // Contributions received with the RETRANSMISSION flag, counted or not.
+  uint64_t retransmissions() const { return retransmissions_.load(); }
+  // Sequence numbers of the completed chunks of `job`, in completion order.
+  std::vector<uint32_t> CompletedSeqs(uint32_t job) const;
+
+ private:
+  struct State;
+  void Loop();
+
+  std::unique_ptr<State> state_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> contributions_{0}, completed_{0}, registrations_{0}, task_infos_{0},
+      acks_{0}, nacks_{0}, task_info_flags_{0}, ordered_flags_{0}, retransmissions_{0};
+  mutable std::mutex log_mu_;
+  std::vector<std::pair<uint32_t, uint32_t>> completed_log_;  // (job, seq), guarded by log_mu_
+  std::thread thread_;
+};
+
+}  // namespace aggswitch::client

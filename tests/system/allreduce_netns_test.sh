@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# System test: allreduce through a running aggswitch with the client library.
+# Four worker namespaces run agg-worker over kernel UDP sockets, every result
+# checked bit for bit against the local reduction (--verify).
+#
+#   w0 10.0.10.1 ── ar-p0 ┐
+#   w1 10.0.10.2 ── ar-p1 ├─ aggswitch (10.0.10.254; aggregation address 10.0.10.253)
+#   w2 10.0.10.3 ── ar-p2 │
+#   w3 10.0.10.4 ── ar-p3 ┘
+#
+# Usage: allreduce_netns_test.sh AGGSWITCH AGG_WORKER
+# Needs root (namespaces). Everything is torn down on exit, pass or fail.
+set -u
+AGGSWITCH=$(realpath "$1")
+AGG_WORKER=$(realpath "$2")
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../lib/topology.sh"
+
+PASSED=0
+FAILED=0
+check() {
+  local what="$1"; shift
+  if "$@" >/tmp/ar-check.out 2>&1; then
+    PASSED=$((PASSED + 1)); echo "PASS  $what"
+  else
+    FAILED=$((FAILED + 1)); echo "FAIL  $what"; sed 's/^/      /' /tmp/ar-check.out | tail -30
+  fi
+}
+finish() {
+  echo "${PASSED} passed, ${FAILED} failed"
+  [ "$FAILED" -eq 0 ]
+}
+
+WORK=$(mktemp -d /tmp/aggswitch-ar.XXXXXX)
+HTTP_PORT=19478
+PREFIX="agg-ar-$$"
+AGG_IP=10.0.10.253
+
+topo_init ar
+cleanup_all() { topo_cleanup; rm -rf "$WORK" /tmp/ar-check.out; }
+trap cleanup_all EXIT
+
+for w in 0 1 2 3; do
+  topo_host "w$w" "ar-p$w"
+  topo_addr "w$w" eth0 "10.0.10.$((w + 1))/24"
+done
+
+cat >"$WORK/switch.yaml" <<EOF
+eal:
+  lcores: "0,1"
+  main_lcore: 0
+  memory_mb: 512
+  file_prefix: $PREFIX
+switch:
+  mac: 02:a9:9c:00:00:01
+  addresses: [10.0.10.254/24]
+ports:
+  - {name: p0, devargs: "net_af_packet_ar0,iface=ar-p0", access: 10}
+  - {name: p1, devargs: "net_af_packet_ar1,iface=ar-p1", access: 10}
+  - {name: p2, devargs: "net_af_packet_ar2,iface=ar-p2", access: 10}
+  - {name: p3, devargs: "net_af_packet_ar3,iface=ar-p3", access: 10}
+workers:
+  - {lcore: 1, rx: [p0, p1, p2, p3]}
+mempool: {mbufs: 16383}
+http: {listen: "127.0.0.1:$HTTP_PORT"}
+aggregation:
+  address: $AGG_IP
+  in_band_registration: true
+  jobs: [{id: 5, key: "0x5eed", members: 4}]
+EOF
+
+"$AGGSWITCH" --config "$WORK/switch.yaml" --log-level info >"$WORK/aggswitch.log" 2>&1 &
+SWITCH_PID=$!
+topo_track_pid "$SWITCH_PID"
+# The process must still run once /metrics answers: another process on the
+# HTTP port would answer for a switch that failed to start.
+if ! wait_http "http://127.0.0.1:$HTTP_PORT/metrics" 30 || ! kill -0 "$SWITCH_PID" 2>/dev/null; then
+  echo "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
+  FAILED=$((FAILED + 1)); finish; exit 1
+fi
+
+# allreduce NAME WORLD JOB [AGG-WORKER OPTIONS]: ranks 0..WORLD-1 in w0.., each
+# with --verify; passes when every rank exits 0. Each rank's output is shown.
+allreduce() {
+  local name="$1" world="$2" job="$3"; shift 3
+  local r pids=() rc=0
+  for r in $(seq 0 $((world - 1))); do
+    topo_exec "w$r" "$AGG_WORKER" --rank "$r" --world "$world" --job "$job" --key 0x5eed \
+      --switch "$AGG_IP" --verify --quiet --json "$WORK/$name.$r.json" "$@" \
+      >"$WORK/$name.$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for r in "${!pids[@]}"; do
+    wait "${pids[$r]}" || rc=1
+    sed "s/^/[rank $r] /" "$WORK/$name.$r.out"
+  done
+  [ "$rc" -eq 0 ] || switch_state
+  return $rc
+}
+
+# On a failure: whether the switch still runs, its counters and its last words.
+switch_state() {
+  kill -0 "$SWITCH_PID" 2>/dev/null && echo "aggswitch is running" || echo "aggswitch is gone"
+  curl -fsS -m 2 "http://127.0.0.1:$HTTP_PORT/metrics" |
+    grep -E '^aggswitch_aggregation_[a-z_]+_total\{lcore' | grep -v ' 0$'
+  tail -5 "$WORK/aggswitch.log"
+}
+
+# json_at_least NAME RANK FIELD MIN: the rank's JSON summary has client.FIELD >= MIN.
+json_at_least() {
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1]));
+v = d["client"][sys.argv[2]]; print(sys.argv[2], "=", v); sys.exit(0 if v >= int(sys.argv[3]) else 1)' \
+    "$WORK/$1.$2.json" "$3" "$4"
+}
+
+check "int32 sum, 1 MiB x 3, job registered in band" \
+  allreduce int32 4 101 --dtype int32 --op sum --size 1M --iterations 3
+check "float32 sum as fixed point, 4 MiB x 3, bit-exact" \
+  allreduce fixed 4 102 --dtype float32 --op sum --size 4M --iterations 3
+check "float32 fixed point without headroom: overflowed chunks redone as float32" \
+  allreduce redo 4 103 --dtype float32 --op sum --size 256K --headroom 0
+check "  ... and chunks were redone" json_at_least redo 0 overflow_redos 1
+check "float16 sum (ordered), job announced by rank 0 (control unit)" \
+  allreduce announce 4 104 --dtype float16 --op sum --size 1M --task-info announce
+check "bfloat16 max on the job from the switch's config, no task info" \
+  allreduce config 4 5 --dtype bfloat16 --op max --size 512K --task-info none
+check "float32 sum in rank order (ORDERED flag), bit-exact" \
+  allreduce ordered 4 106 --dtype float32 --op sum --size 1M --float-mode ordered
+check "float32 sum in arrival order, within rounding" \
+  allreduce float 4 107 --dtype float32 --op sum --size 1M --float-mode float
+check "bool and / int32 or on two ranks" \
+  allreduce bool 2 108 --dtype bool --op and --size 64K --iterations 2
+check "int32 or, two ranks" allreduce or 2 109 --dtype int32 --op or --size 64K
+
+# A member that never comes: the others fail with a clear error once nothing
+# has been answered for --timeout-ms, and exit 3.
+missing_member() {
+  local start end r pids=() rc=0
+  start=$(date +%s%N)
+  for r in 0 1 2; do
+    topo_exec "w$r" "$AGG_WORKER" --rank "$r" --world 4 --job 110 --key 0x5eed --switch "$AGG_IP" \
+      --size 64K --timeout-ms 1500 --quiet >"$WORK/missing.$r.out" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1 2; do
+    wait "${pids[$r]}"
+    local code=$?
+    sed "s/^/[rank $r, exit $code] /" "$WORK/missing.$r.out"
+    [ "$code" -eq 3 ] || rc=1
+    grep -q "a member of the job stopped sending" "$WORK/missing.$r.out" || rc=1
+  done
+  end=$(date +%s%N)
+  echo "took $(((end - start) / 1000000)) ms"
+  [ $(((end - start) / 1000000)) -lt 6000 ] || rc=1
+  return $rc
+}
+check "a missing member: the others fail within the timeout, exit 3" missing_member
+
+unreachable_switch() {
+  topo_exec w0 "$AGG_WORKER" --rank 0 --world 1 --job 111 --switch 10.0.10.252 --size 4K \
+    --timeout-ms 1000 --quiet
+  [ $? -eq 3 ]
+}
+check "no switch at the address: fails within the timeout, exit 3" unreachable_switch
+
+check "the switch still serves a new job afterwards" \
+  allreduce after 4 112 --dtype float32 --op sum --size 1M
+
+job_metric_at_least() {
+  local v
+  v=$(curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
+    awk -v m="aggswitch_aggregation_job_$1_total{job=\"$2\"}" '$1 == m {print $2}')
+  echo "aggswitch_aggregation_job_$1_total{job=\"$2\"} = ${v:-none}"
+  [ -n "$v" ] && [ "$v" -ge "$3" ]
+}
+# 4 MiB of float32 is 2946 chunks, three times, plus one exponent exchange each.
+check "metrics: the switch completed every chunk of job 102" job_metric_at_least completions 102 8841
+check "aggswitch is still running" kill -0 "$SWITCH_PID"
+
+finish

@@ -1,0 +1,403 @@
+// agg-worker: one rank of an allreduce job through aggswitch, over the client
+// library and kernel UDP sockets. Start one per rank, each with its --rank:
+//
+//   agg-worker --rank 0 --world 4 --job 7 --key 0x5eed --switch 10.0.10.253
+//              --size 4M --dtype float32 --op sum --iterations 20 --verify
+//
+// Each iteration allreduces a vector generated from --seed (every rank can
+// compute every rank's vector, so --verify checks the result exactly; see
+// verify.h) or read from --input FILE ("{rank}" in the path is replaced by the
+// rank; --verify then reads every rank's file). It prints the latency per
+// allreduce (median, p99) and the algorithm bandwidth, and draws a progress
+// bar on stderr when that is a terminal and the run takes a while.
+//
+// Exit codes: 0 every allreduce completed (and matched, with --verify); 1 a
+// result did not match; 2 a bad command line or input; 3 an allreduce failed
+// (refused by the switch, a member gone, the switch unreachable: the message
+// says which).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "client/fixed_point.h"
+#include "tools/agg-worker/run_summary.h"
+#include "tools/agg-worker/vectors.h"
+#include "tools/agg-worker/verify.h"
+
+namespace aggswitch::tools {
+namespace {
+
+using aggregator::DType;
+using aggregator::ReduceOp;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitMismatch = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitFailed = 3;
+
+// Command-line text before it is checked and converted.
+struct CliText {
+  std::vector<std::string> switches;
+  std::string bind = "0.0.0.0";
+  std::string key = "0x5eed";
+  std::string size = "1M";
+  std::string dtype = "float32";
+  std::string op = "sum";
+  std::string task_info = "inband";
+  std::string float_mode = "fixed";
+  double rto_ms = 20;
+  uint32_t timeout_ms = 10000;
+  uint32_t deadline_ms = 0;
+};
+
+struct RunConfig {
+  client::ClientOptions client;
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  uint64_t bytes = 0;
+  uint32_t iterations = 1;
+  bool verify = false;
+  uint64_t seed = 1;
+  std::string input;
+  std::string json_path;
+  bool quiet = false;
+};
+
+common::Result<uint64_t> ParseKey(const std::string& text) {
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const char* first = text.data() + (hex ? 2 : 0);
+  const char* last = text.data() + text.size();
+  uint64_t v = 0;
+  const auto [next, ec] = std::from_chars(first, last, v, hex ? 16 : 10);
+  if (first == last || ec != std::errc() || next != last) {
+    return common::InvalidArgument("--key: expected a 64-bit number (0x... or decimal), got \"" +
+                                   text + "\"");
+  }
+  return v;
+}
+
+// "a.b.c.d" or "a.b.c.d:port".
+common::Result<client::SwitchAddress> ParseSwitch(const std::string& text) {
+  client::SwitchAddress s;
+  const size_t colon = text.find(':');
+  const auto ip = common::Ipv4Addr::Parse(text.substr(0, colon));
+  bool ok = ip.has_value();
+  if (ok) s.ip = *ip;
+  if (ok && colon != std::string::npos) {
+    const char* first = text.data() + colon + 1;
+    const char* last = text.data() + text.size();
+    const auto [next, ec] = std::from_chars(first, last, s.port);
+    ok = first != last && ec == std::errc() && next == last && s.port != 0;
+  }
+  if (!ok)
+    return common::InvalidArgument("--switch: expected a.b.c.d[:port], got \"" + text + "\"");
+  return s;
+}
+
+DType ParseDType(const std::string& t) {
+  if (t == "int32") return DType::kInt32;
+  if (t == "float16") return DType::kFloat16;
+  if (t == "bfloat16") return DType::kBFloat16;
+  if (t == "bool") return DType::kBool;
+  return DType::kFloat32;
+}
+
+ReduceOp ParseOp(const std::string& t) {
+  if (t == "min") return ReduceOp::kMin;
+  if (t == "max") return ReduceOp::kMax;
+  if (t == "and") return ReduceOp::kAnd;
+  if (t == "or") return ReduceOp::kOr;
+  return ReduceOp::kSum;
+}
+
+// Fills the typed fields of `cfg` from their text and checks the whole.
+common::Status ApplyText(const CliText& t, RunConfig& cfg) {
+  client::ClientOptions& o = cfg.client;
+  for (const std::string& s : t.switches) {
+    ASSIGN_OR_RETURN(client::SwitchAddress address, ParseSwitch(s));
+    o.switches.push_back(address);
+  }
+  const auto bind = common::Ipv4Addr::Parse(t.bind);
+  if (!bind) return common::InvalidArgument("--bind: expected a.b.c.d, got \"" + t.bind + "\"");
+  o.bind_ip = *bind;
+  ASSIGN_OR_RETURN(o.job_key, ParseKey(t.key));
+  ASSIGN_OR_RETURN(cfg.bytes, ParseSize(t.size));
+  cfg.dtype = ParseDType(t.dtype);
+  cfg.op = ParseOp(t.op);
+  if (!aggregator::IsValid(cfg.dtype, cfg.op)) {
+    return common::InvalidArgument("--op " + t.op + " is not defined for --dtype " + t.dtype +
+                                   " (sum/min/max: numbers; and/or: int32 and bool)");
+  }
+  const size_t size = aggregator::ElementSize(cfg.dtype);
+  if (cfg.input.empty() && (cfg.bytes == 0 || cfg.bytes % size != 0)) {
+    return common::InvalidArgument("--size: " + std::to_string(cfg.bytes) +
+                                   " bytes is not a positive whole number of " + t.dtype +
+                                   " elements");
+  }
+  o.task_info = t.task_info == "none"       ? client::TaskInfoMode::kNone
+                : t.task_info == "announce" ? client::TaskInfoMode::kControlUnit
+                                            : client::TaskInfoMode::kInBand;
+  o.float_mode = t.float_mode == "float"     ? client::FloatMode::kFloat
+                 : t.float_mode == "ordered" ? client::FloatMode::kFloatOrdered
+                                             : client::FloatMode::kFixedPoint;
+  if (!(t.rto_ms > 0)) return common::InvalidArgument("--rto-ms: more than 0 expected");
+  o.progress_timeout = std::chrono::milliseconds(t.timeout_ms);
+  o.deadline = std::chrono::milliseconds(t.deadline_ms);
+  o.retransmit_timeout = std::chrono::microseconds(static_cast<int64_t>(t.rto_ms * 1000));
+  if (o.max_retransmit_timeout < o.retransmit_timeout) {
+    o.max_retransmit_timeout = o.retransmit_timeout;
+  }
+  if (cfg.iterations == 0) return common::InvalidArgument("--iterations: at least 1 expected");
+  return client::ValidateClientOptions(o);
+}
+
+// A one-line bar on stderr, drawn only when stderr is a terminal and the run
+// has taken more than half a second (short runs stay quiet), at most ten
+// times a second.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled && isatty(STDERR_FILENO) == 1) {}
+
+  void Update(double fraction, uint32_t iteration, uint32_t iterations, double bytes_done) {
+    if (!enabled_) return;
+    const Clock::time_point now = Clock::now();
+    if (now - start_ < std::chrono::milliseconds(500) ||
+        now - last_ < std::chrono::milliseconds(100)) {
+      return;
+    }
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(fraction * kWidth);
+    std::string bar(kWidth, '.');
+    bar.replace(0, filled, filled, '#');
+    std::fprintf(stderr, "\r[%s] %3.0f%%  iteration %u/%u  %.1f MB/s ", bar.c_str(), fraction * 100,
+                 iteration, iterations, bytes_done / elapsed / 1e6);
+    drawn_ = true;
+  }
+
+  void Finish() {
+    if (drawn_) std::fprintf(stderr, "\r%*s\r", 80, "");
+  }
+
+ private:
+  const bool enabled_;
+  const Clock::time_point start_ = Clock::now();
+  Clock::time_point last_{};
+  bool drawn_ = false;
+};
+
+template <typename T>
+int RunTyped(const RunConfig& cfg, client::Client& c, const RankVectors& vectors,
+             RunSummary& summary) {
+  const size_t n = vectors.elements();
+  const auto buffer = std::make_unique<T[]>(n);
+  auto* bytes = reinterpret_cast<uint8_t*>(buffer.get());
+  const uint16_t rank = cfg.client.rank;
+  const uint32_t chunks_per_iteration =
+      static_cast<uint32_t>((n + c.ChunkElements(cfg.dtype) - 1) / c.ChunkElements(cfg.dtype));
+  VerifySpec spec;
+  spec.dtype = cfg.dtype;
+  spec.op = cfg.op;
+  spec.float_mode = cfg.client.float_mode;
+  spec.headroom = cfg.client.headroom.value_or(client::DefaultHeadroom(cfg.client.world));
+  spec.world = cfg.client.world;
+  spec.chunk_elements = c.ChunkElements(cfg.dtype);
+
+  ProgressBar bar(!cfg.quiet);
+  std::vector<double> seconds;
+  for (uint32_t it = 0; it < cfg.iterations; ++it) {
+    vectors.Read(rank, it, 0, n, bytes);
+    const uint64_t results_before = c.stats().results;
+    const Clock::time_point t0 = Clock::now();
+    const client::Pending p = c.Start(std::span<T>(buffer.get(), n), cfg.op);
+    while (!p.WaitFor(std::chrono::milliseconds(100))) {
+      const double part = std::min(
+          1.0, static_cast<double>(c.stats().results - results_before) / chunks_per_iteration);
+      bar.Update((it + part) / cfg.iterations, it + 1, cfg.iterations,
+                 (it + part) * static_cast<double>(summary.bytes));
+    }
+    const Clock::time_point t1 = Clock::now();
+    if (const common::Status s = p.Wait(); !s.ok()) {
+      summary.error = "allreduce " + std::to_string(it + 1) + " of " +
+                      std::to_string(cfg.iterations) + " failed: " + s.ToString();
+      break;
+    }
+    ++summary.completed;
+    seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
+    bar.Update(static_cast<double>(it + 1) / cfg.iterations, it + 1, cfg.iterations,
+               (it + 1.0) * static_cast<double>(summary.bytes));
+    if (cfg.verify) {
+      const VerifyReport r = Verify(spec, vectors, it, bytes);
+      summary.unverifiable += r.unverifiable;
+      summary.mismatches += r.mismatches;
+      if (r.ok()) ++summary.verified;
+      for (const std::string& e : r.examples) {
+        if (summary.mismatch_examples.size() == kMaxMismatchExamples) break;
+        summary.mismatch_examples.push_back("iteration " + std::to_string(it + 1) + ": " + e);
+      }
+    }
+  }
+  bar.Finish();
+  summary.latency = Summarize(std::move(seconds));
+  summary.stats = c.stats();
+  if (!summary.error.empty()) return kExitFailed;
+  return summary.mismatches > 0 ? kExitMismatch : 0;
+}
+
+int Run(const RunConfig& cfg, const CliText& text) {
+  const client::ClientOptions& o = cfg.client;
+  std::unique_ptr<RankVectors> vectors;
+  if (!cfg.input.empty()) {
+    std::vector<uint16_t> ranks = {o.rank};
+    if (cfg.verify) {
+      ranks.clear();
+      for (uint16_t r = 0; r < o.world; ++r) ranks.push_back(r);
+    }
+    auto files = FileVectors::Load(cfg.input, cfg.dtype, ranks);
+    if (!files.ok()) {
+      std::fprintf(stderr, "agg-worker: error: %s\n", files.status().message().c_str());
+      return kExitUsage;
+    }
+    vectors = std::move(*files);
+  } else {
+    vectors = std::make_unique<GeneratedVectors>(cfg.dtype, cfg.op, o.world, cfg.seed,
+                                                 cfg.bytes / aggregator::ElementSize(cfg.dtype));
+  }
+  auto c = client::Client::Create(o);
+  if (!c.ok()) {
+    std::fprintf(stderr, "agg-worker: error: %s\n", c.status().ToString().c_str());
+    return kExitFailed;
+  }
+
+  RunSummary summary;
+  summary.rank = o.rank;
+  summary.world = o.world;
+  summary.job = o.job_id;
+  summary.dtype = text.dtype;
+  summary.op = text.op;
+  summary.float_mode = text.float_mode;
+  for (const std::string& s : text.switches) {
+    summary.switches += (summary.switches.empty() ? "" : ",") + s;
+  }
+  summary.elements = vectors->elements();
+  summary.bytes = summary.elements * aggregator::ElementSize(cfg.dtype);
+  summary.iterations = cfg.iterations;
+  summary.verify = cfg.verify;
+  int rc = 0;
+  switch (cfg.dtype) {
+    case DType::kInt32:
+      rc = RunTyped<int32_t>(cfg, **c, *vectors, summary);
+      break;
+    case DType::kFloat32:
+      rc = RunTyped<float>(cfg, **c, *vectors, summary);
+      break;
+    case DType::kFloat16:
+      rc = RunTyped<client::Float16>(cfg, **c, *vectors, summary);
+      break;
+    case DType::kBFloat16:
+      rc = RunTyped<client::BFloat16>(cfg, **c, *vectors, summary);
+      break;
+    case DType::kBool:
+      rc = RunTyped<bool>(cfg, **c, *vectors, summary);
+      break;
+  }
+  PrintSummary(stdout, summary);
+  if (!cfg.json_path.empty()) {
+    if (const common::Status s = WriteJsonSummary(cfg.json_path, summary); !s.ok()) {
+      std::fprintf(stderr, "agg-worker: error: %s\n", s.message().c_str());
+      if (rc == 0) rc = kExitFailed;
+    }
+  }
+  return rc;
+}
+
+int Main(int argc, char** argv) {
+  RunConfig cfg;
+  CliText text;
+  client::ClientOptions& o = cfg.client;
+  CLI::App app{"agg-worker: one rank of an allreduce job through aggswitch (kernel UDP)"};
+  // The job.
+  app.add_option("--rank", o.rank, "This process's rank, 0..world-1")->required();
+  app.add_option("--world", o.world, "Ranks in the job")->required();
+  app.add_option("--job", o.job_id, "Job id (1..4294967295)")->required();
+  app.add_option("--key", text.key, "Job key (0x... or decimal)")->capture_default_str();
+  app.add_option("--switch", text.switches,
+                 "Switch aggregation address a.b.c.d[:port] (port 47000 by default); repeat for "
+                 "several switches: allreduce i goes to switch i mod N")
+      ->required();
+  app.add_option("--bind", text.bind, "Local IPv4 address to send from")->capture_default_str();
+  app.add_option("--task-info", text.task_info,
+                 "How the switch learns the job: none (configured there), inband (in every "
+                 "contribution), announce (rank 0 sends TASK_INFO first)")
+      ->check(CLI::IsMember({"none", "inband", "announce"}))
+      ->capture_default_str();
+  // The data.
+  app.add_option("--size", text.size, "Bytes per vector (K, M, G: powers of 1024)")
+      ->capture_default_str();
+  app.add_option("--dtype", text.dtype, "Element type")
+      ->check(CLI::IsMember({"int32", "float32", "float16", "bfloat16", "bool"}))
+      ->capture_default_str();
+  app.add_option("--op", text.op, "Reduction")
+      ->check(CLI::IsMember({"sum", "min", "max", "and", "or"}))
+      ->capture_default_str();
+  app.add_option("--iterations", cfg.iterations, "Allreduces to run")->capture_default_str();
+  app.add_option("--seed", cfg.seed, "Seed of the generated vectors (the same on every rank)")
+      ->capture_default_str();
+  app.add_option("--input", cfg.input,
+                 "Allreduce this file's elements instead (raw little-endian; \"{rank}\" in the "
+                 "path becomes the rank); overrides --size");
+  app.add_flag("--verify", cfg.verify, "Check every result against the local reduction");
+  // How it travels.
+  app.add_option("--float-mode", text.float_mode,
+                 "Float sums: fixed (float32 as int32 fixed point, exact), float (arrival "
+                 "order), ordered (rank order, exact)")
+      ->check(CLI::IsMember({"fixed", "float", "ordered"}))
+      ->capture_default_str();
+  app.add_option("--headroom", o.headroom,
+                 "Fixed point: bits of headroom for the sum (default ceil(log2(world)), which "
+                 "cannot overflow; less: more precision, overflowed chunks redone as float32)");
+  app.add_option("--window", o.window, "Chunks in flight")->capture_default_str();
+  app.add_option("--mtu", o.mtu, "Path MTU: each chunk fills one packet of this size")
+      ->capture_default_str();
+  app.add_option("--rto-ms", text.rto_ms, "First retransmission timeout, ms")
+      ->capture_default_str();
+  app.add_option("--timeout-ms", text.timeout_ms,
+                 "Fail an allreduce when no result arrives for this long, ms")
+      ->capture_default_str();
+  app.add_option("--deadline-ms", text.deadline_ms,
+                 "Fail an allreduce that takes longer, ms (0: none)")
+      ->capture_default_str();
+  app.add_option("--first-seq", o.first_seq,
+                 "First sequence number (the same on every rank; past an earlier run's when the "
+                 "switch still has the job)")
+      ->capture_default_str();
+  // What it reports.
+  app.add_option("--json", cfg.json_path, "Also write the summary as JSON here");
+  app.add_flag("--quiet", cfg.quiet, "No progress bar");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  if (const common::Status s = ApplyText(text, cfg); !s.ok()) {
+    std::fprintf(stderr, "agg-worker: error: %s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  return Run(cfg, text);
+}
+
+}  // namespace
+}  // namespace aggswitch::tools
+
+int main(int argc, char** argv) {
+  return aggswitch::tools::Main(argc, argv);
+}
