@@ -40,7 +40,7 @@ std::string_view OriginName(JobSpec::Origin origin) {
 // ---------------------------------------------------------------------------
 // Job
 
-Job::Job(const JobSpec& spec, uint16_t index)
+Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation)
     : id_(spec.id),
       key_(spec.key),
       members_(spec.members),
@@ -48,6 +48,7 @@ Job::Job(const JobSpec& spec, uint16_t index)
       ordered_(spec.ordered),
       origin_(spec.origin),
       index_(index),
+      generation_(generation),
       member_(new Member[spec.members]) {}
 
 Job::~Job() = default;
@@ -203,7 +204,7 @@ common::Result<const Job*> JobTable::Add(const JobSpec& spec) {
   }
   if (slots[target].load(std::memory_order_relaxed) == Tombstone()) --tombstones_;
 
-  std::unique_ptr<Job> job(new Job(spec, index));
+  std::unique_ptr<Job> job(new Job(spec, index, ++generations_));
   Job* raw = job.get();
   live_[index] = std::move(job);
   // Release: a reader that loads the pointer sees the constructed job.

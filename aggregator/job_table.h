@@ -110,6 +110,9 @@ class alignas(64) Job {
   JobSpec::Origin origin() const { return origin_; }
   // Stable 0..max_jobs-1 while the job exists; per-lcore arrays index by it.
   uint16_t index() const { return index_; }
+  // Distinct for every job this table has held (1, 2, ...): a job removed
+  // and added again, even at the same index, is a new generation.
+  uint32_t generation() const { return generation_; }
 
   // --- Per-member state [any] ---
   //
@@ -201,7 +204,7 @@ class alignas(64) Job {
   };
   static_assert(sizeof(Member) == 32, "two members per cache line");
 
-  Job(const JobSpec& spec, uint16_t index);
+  Job(const JobSpec& spec, uint16_t index, uint32_t generation);
 
   const uint32_t id_;
   const uint64_t key_;
@@ -210,6 +213,7 @@ class alignas(64) Job {
   const bool ordered_;
   const JobSpec::Origin origin_;
   const uint16_t index_;
+  const uint32_t generation_;
   const std::unique_ptr<Member[]> member_;
 };
 
@@ -329,6 +333,7 @@ class JobTable {
   SlotsPtr current_;                       // owns *slots_
   std::atomic<size_t> size_{0};
   uint32_t tombstones_ = 0;                 // [control]
+  uint32_t generations_ = 0;                // jobs ever added [control]
   std::vector<std::unique_ptr<Job>> live_;  // by index; owns the live jobs [control]
   std::priority_queue<uint16_t, std::vector<uint16_t>, std::greater<>> free_indices_;
   std::vector<Retired> retired_;  // oldest first

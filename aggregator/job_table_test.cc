@@ -127,6 +127,24 @@ TEST(JobTableTest, IndexIsReusedOnlyAfterReclaim) {
   table->ReaderOffline(*reader);
 }
 
+TEST(JobTableTest, EveryAddIsANewGeneration) {
+  auto table = MakeTable(4);
+  auto first = table->Add(Spec(7));
+  ASSERT_TRUE(first.ok());
+  const uint32_t g1 = (*first)->generation();
+  const uint16_t index = (*first)->index();
+  ASSERT_TRUE(table->Remove(7).ok());
+  EXPECT_EQ(table->Reclaim(), 1u);  // no readers: reclaimed at once
+  auto again = table->Add(Spec(7));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->index(), index) << "the same index is reused";
+  EXPECT_NE((*again)->generation(), g1) << "but it is another generation";
+  auto other = table->Add(Spec(8));
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE((*other)->generation(), (*again)->generation());
+  EXPECT_NE((*other)->generation(), g1);
+}
+
 TEST(JobTableTest, OfflineReaderDoesNotHoldBackReclaim) {
   auto table = MakeTable();
   auto reader = table->RegisterReader();

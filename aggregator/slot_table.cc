@@ -32,7 +32,7 @@ SlotTable::~SlotTable() = default;
 void SlotTable::Claim(Slot& s, const Contribution& c, uint64_t now_tsc) {
   s.state_ = Slot::State::kAggregating;
   s.job_id_ = c.job_id;
-  s.job_index_ = c.job_index;
+  s.job_generation_ = c.job_generation;
   s.seq_ = c.seq;
   s.expected_ = c.expected;
   s.ordered_ = c.ordered;
@@ -86,12 +86,13 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   }
   Slot& s = slots_[local_index];
   u.slot = &s;
-  const bool same_chunk = s.state_ != Slot::State::kFree && s.job_id_ == c.job_id && s.seq_ == c.seq;
+  const bool same_chunk = s.state_ != Slot::State::kFree && s.job_id_ == c.job_id &&
+                          s.job_generation_ == c.job_generation && s.seq_ == c.seq;
   if (s.state_ != Slot::State::kFree && !same_chunk) {
     // Another chunk holds the slot. A complete one whose result nobody needs
     // any more gives way; anything else is a collision.
     if (s.state_ == Slot::State::kComplete &&
-        can_release(release_ctx, s.job_id_, s.job_index_, s.seq_)) {
+        can_release(release_ctx, s.job_id_, s.job_generation_, s.seq_)) {
       Release(local_index);
     } else {
       u.outcome = SlotOutcome::kCollision;

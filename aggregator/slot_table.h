@@ -53,7 +53,9 @@ struct SlotTableConfig {
 // One contribution, parsed and checked against its job by the caller.
 struct Contribution {
   uint32_t job_id = 0;
-  uint16_t job_index = 0;  // the job's stable index (JobTable)
+  // Which registration of the job (Job::generation): a job removed and
+  // registered again under the same id never meets its old chunks.
+  uint32_t job_generation = 0;
   uint32_t seq = 0;
   uint16_t node = 0;        // member id, < expected
   uint16_t expected = 0;    // members the job expects at this switch
@@ -86,7 +88,7 @@ class Slot {
 
   State state() const { return state_; }
   uint32_t job_id() const { return job_id_; }
-  uint16_t job_index() const { return job_index_; }
+  uint32_t job_generation() const { return job_generation_; }
   uint32_t seq() const { return seq_; }
   uint16_t count() const { return count_; }
   uint16_t expected() const { return expected_; }
@@ -113,7 +115,7 @@ class Slot {
   DType dtype_ = DType::kInt32;
   ReduceOp op_ = ReduceOp::kSum;
   int8_t scale_ = 0;
-  uint16_t job_index_ = 0;
+  uint32_t job_generation_ = 0;
   uint16_t expected_ = 0;
   uint16_t count_ = 0;
   uint16_t elem_count_ = 0;
@@ -139,9 +141,10 @@ struct SlotUpdate {
   bool saturated = false;  // an int32 sum saturated in this step
 };
 
-// Whether the complete slot of (job_id, job_index, seq) may be freed: every
-// member's ack watermark is past seq, or the job no longer exists.
-using ReleaseCheck = bool (*)(void* ctx, uint32_t job_id, uint16_t job_index, uint32_t seq);
+// Whether the complete slot of (job_id, job_generation, seq) may be freed:
+// every member's ack watermark is past seq, or that registration of the job
+// no longer exists.
+using ReleaseCheck = bool (*)(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq);
 
 class SlotTable {
  public:

@@ -15,8 +15,8 @@
 namespace aggswitch::aggregator {
 namespace {
 
-bool NeverRelease(void*, uint32_t, uint16_t, uint32_t) { return false; }
-bool AlwaysRelease(void*, uint32_t, uint16_t, uint32_t) { return true; }
+bool NeverRelease(void*, uint32_t, uint32_t, uint32_t) { return false; }
+bool AlwaysRelease(void*, uint32_t, uint32_t, uint32_t) { return true; }
 
 // Bytes of `values` as a little-endian payload.
 template <typename T>
@@ -31,7 +31,7 @@ Contribution Make(uint32_t job, uint32_t seq, uint16_t node, uint16_t expected,
                   ReduceOp op = ReduceOp::kSum) {
   Contribution c;
   c.job_id = job;
-  c.job_index = static_cast<uint16_t>(job % 16);
+  c.job_generation = job;
   c.seq = seq;
   c.node = node;
   c.expected = expected;
@@ -145,7 +145,7 @@ TEST(SlotTableTest, CompleteSlotIsRetainedUntilReleasable) {
   EXPECT_EQ(table.slot(2).seq(), 10u);
   // Once the watermark passed seq 10, the new chunk takes the slot.
   bool asked_about_10 = false;
-  auto check = [](void* ctx, uint32_t job, uint16_t, uint32_t seq) {
+  auto check = [](void* ctx, uint32_t job, uint32_t, uint32_t seq) {
     *static_cast<bool*>(ctx) = job == 1 && seq == 10;
     return true;
   };
@@ -154,6 +154,33 @@ TEST(SlotTableTest, CompleteSlotIsRetainedUntilReleasable) {
   EXPECT_TRUE(asked_about_10);
   EXPECT_EQ(table.slot(2).seq(), 14u);
   EXPECT_EQ(table.busy(), 1u);
+}
+
+TEST(SlotTableTest, AJobRegisteredAgainNeverGetsItsPredecessorsResult) {
+  SlotTable table(SlotTableConfig{4, 256, 1424});
+  const auto old_data = Payload(std::vector<int32_t>{7});
+  const auto new_data = Payload(std::vector<int32_t>{9});
+  Contribution first = Make(5, 0, 0, 1, old_data);
+  first.job_generation = 1;
+  ASSERT_EQ(table.Contribute(3, first, 0, NeverRelease, nullptr).outcome, SlotOutcome::kCompleted);
+  // The same job id and seq from the next registration of the job: not a
+  // duplicate of the retained chunk, but a new chunk once the old
+  // registration's slot may go.
+  Contribution again = Make(5, 0, 0, 1, new_data);
+  again.job_generation = 2;
+  EXPECT_EQ(table.Contribute(3, again, 0, NeverRelease, nullptr).outcome, SlotOutcome::kCollision);
+  uint32_t asked_generation = 0;
+  auto check = [](void* ctx, uint32_t, uint32_t generation, uint32_t) {
+    *static_cast<uint32_t*>(ctx) = generation;
+    return generation != 2;
+  };
+  const SlotUpdate u = table.Contribute(3, again, 0, check, &asked_generation);
+  EXPECT_EQ(asked_generation, 1u);
+  ASSERT_EQ(u.outcome, SlotOutcome::kCompleted);
+  int32_t result;
+  std::memcpy(&result, u.slot->result(), 4);
+  EXPECT_EQ(result, 9);
+  EXPECT_EQ(u.slot->job_generation(), 2u);
 }
 
 TEST(SlotTableTest, AggregatingSlotIsNeverTakenOver) {

@@ -31,7 +31,7 @@ struct JobState {
   uint64_t key = 0;
   uint16_t members = 0;
   uint16_t nodes = 1;
-  uint16_t index = 0;
+  uint32_t generation = 0;  // as Job::generation: which registration
   std::vector<std::optional<sockaddr_in>> addrs;  // learned, per member
   std::vector<std::optional<uint32_t>> acks;      // watermarks, per member
 };
@@ -43,6 +43,7 @@ struct TestSwitch::State {
   int fd = -1;
   aggregator::SlotTable slots;
   std::map<uint32_t, JobState> jobs;
+  uint32_t generations = 0;  // jobs ever registered
   std::mt19937_64 rng;
 
   explicit State(const Options& o)
@@ -54,10 +55,10 @@ struct TestSwitch::State {
   bool Chance(double p) { return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < p; }
 
   // SlotTable's release check: every member acknowledged the chunk, or its job is gone.
-  static bool Releasable(void* ctx, uint32_t job_id, uint16_t job_index, uint32_t seq) {
+  static bool Releasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq) {
     const auto& jobs = *static_cast<const std::map<uint32_t, JobState>*>(ctx);
     const auto it = jobs.find(job_id);
-    if (it == jobs.end() || it->second.index != job_index) return true;
+    if (it == jobs.end() || it->second.generation != job_generation) return true;
     for (const std::optional<uint32_t>& ack : it->second.acks) {
       if (!ack || !aggregator::SeqBefore(seq, *ack)) return false;
     }
@@ -105,13 +106,12 @@ struct TestSwitch::State {
 };
 
 TestSwitch::TestSwitch(const Options& options) : state_(std::make_unique<State>(options)) {
-  uint16_t index = 0;
   for (const Job& j : options.jobs) {
     JobState& s = state_->jobs[j.id];
     s.key = j.key;
     s.members = j.members;
     s.nodes = j.nodes;
-    s.index = index++;
+    s.generation = ++state_->generations;
     s.addrs.resize(j.members);
     s.acks.resize(j.members);
   }
@@ -199,7 +199,7 @@ void TestSwitch::Loop() {
       job.key = h.job_key.host();
       job.members = h.expected.host();
       job.nodes = h.node_count.host();
-      job.index = static_cast<uint16_t>(s.jobs.size());
+      job.generation = ++s.generations;
       job.addrs.resize(job.members);
       job.acks.resize(job.members);
       it = s.jobs.emplace(job_id, std::move(job)).first;
@@ -237,7 +237,7 @@ void TestSwitch::Loop() {
     std::memcpy(copy.get(), buf, static_cast<size_t>(n));
     aggregator::Contribution c;
     c.job_id = job_id;
-    c.job_index = job.index;
+    c.job_generation = job.generation;
     c.seq = h.seq.host();
     c.node = node;
     c.expected = job.members;

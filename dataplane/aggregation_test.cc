@@ -446,6 +446,34 @@ TEST_F(AggregationTest, ReusedJobIndexStartsWithZeroCounters) {
   for (uint64_t v : JobCounts(9)) EXPECT_EQ(v, 0u);
 }
 
+// A job removed and added again under the same id (at the same index) is a
+// new job: the result its predecessor left in a slot is never its answer.
+TEST_F(AggregationTest, AJobAddedAgainGetsItsOwnResultNotTheRetainedOne) {
+  AddJob(7, 1);
+  Inject(0, Contribution(7, 3, 0, Int32Payload({1, 2})));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).payload, Int32Payload({1, 2}));
+  const uint16_t index = jobs_->Find(7)->index();
+  ASSERT_TRUE(jobs_->Remove(7).ok());
+  for (int i = 0; i < 32 && jobs_->pending_reclaim() > 0; ++i) {
+    Step();
+    jobs_->Reclaim();
+  }
+  ASSERT_EQ(jobs_->pending_reclaim(), 0u);
+  AddJob(7, 1);
+  ASSERT_EQ(jobs_->Find(7)->index(), index);
+  // Same job id, same seq, same member, other data.
+  Inject(0, Contribution(7, 3, 0, Int32Payload({5, 6})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).payload, Int32Payload({5, 6}));
+  EXPECT_EQ(Agg().duplicate_results.Get(), 0u);
+  EXPECT_EQ(Agg().completions.Get(), 2u);
+}
+
 TEST_F(AggregationTest, SlotDumpShowsBusySlotsUntilReleased) {
   AddJob(7, 2);
   Inject(0, Contribution(7, 4, 0, Int32Payload({1, 2})));

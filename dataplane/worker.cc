@@ -619,10 +619,10 @@ namespace {
 
 // A complete slot may give way once every member acknowledged its result, or
 // when its job is gone.
-bool SlotReleasable(void* ctx, uint32_t job_id, uint16_t job_index, uint32_t seq) {
+bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq) {
   const auto* jobs = static_cast<const aggregator::JobTable*>(ctx);
   const aggregator::Job* job = jobs->Find(job_id);
-  if (job == nullptr || job->index() != job_index) return true;
+  if (job == nullptr || job->generation() != job_generation) return true;
   const std::optional<uint32_t> min_ack = job->MinAck();
   return min_ack && job->LearnedMembers() == job->members() && aggregator::SeqBefore(seq, *min_ack);
 }
@@ -634,7 +634,7 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
   const uint32_t seq = pkt.header->seq.host();
   aggregator::Contribution contribution;
   contribution.job_id = job.id();
-  contribution.job_index = job.index();
+  contribution.job_generation = job.generation();
   contribution.seq = seq;
   contribution.node = pkt.header->node_id.host();
   contribution.expected = job.members();
