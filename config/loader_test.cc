@@ -65,7 +65,7 @@ TEST(EmbeddedDefaultTest, LoadsAndValidatesWithoutErrors) {
   const Config& c = load.config;
   EXPECT_EQ(load.source_name, "<embedded>");
   EXPECT_EQ(c.eal.file_prefix, "aggswitch-default");
-  ASSERT_EQ(c.ports.size(), 3u);
+  ASSERT_EQ(c.ports.size(), 4u);
   EXPECT_EQ(c.ports[0].devargs, "net_af_packet0,iface=agg-sw0");
   EXPECT_EQ(c.ports[1].access_vlan, 10);
   EXPECT_EQ(c.ports[2].mode, VlanMode::kTrunk);
@@ -73,7 +73,10 @@ TEST(EmbeddedDefaultTest, LoadsAndValidatesWithoutErrors) {
   ASSERT_EQ(c.switch_.addresses.size(), 2u);
   EXPECT_EQ(c.switch_.addresses[1].vlan, 20);
   ASSERT_EQ(c.workers.size(), 1u);
-  EXPECT_EQ(c.workers[0].rx.size(), 3u);
+  EXPECT_EQ(c.ports[3].access_vlan, 10);
+  EXPECT_EQ(c.workers[0].rx.size(), 4u);
+  EXPECT_TRUE(c.aggregation.enabled);
+  EXPECT_TRUE(c.aggregation.in_band_registration);
   std::vector<ConfigError> errors;
   EXPECT_TRUE(Validate(c, errors));
 }
