@@ -15,6 +15,8 @@
 #include <set>
 #include <utility>
 
+#include "common/job_key.h"
+
 namespace aggswitch::config {
 namespace {
 
@@ -609,26 +611,14 @@ class Loader {
     return true;
   }
 
-  // An unsigned decimal integer, or "0x" and 1..16 hex digits.
   bool ReadJobKey(const YAML::Node& node, const std::string& path, uint64_t& out) {
-    const std::string expected =
-        "expected a job key: an unsigned integer below 2^64 or a \"0x...\" hex string of 1..16 "
-        "digits, got ";
-    if (!node.IsScalar()) {
-      Error(path, node, expected + Describe(node));
+    const std::optional<uint64_t> key =
+        node.IsScalar() ? common::ParseJobKey(node.Scalar()) : std::nullopt;
+    if (!key) {
+      Error(path, node, std::string("expected ") + common::kJobKeyExpected + ", got " + Describe(node));
       return false;
     }
-    const std::string& text = node.Scalar();
-    const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
-    const char* first = text.data() + (hex ? 2 : 0);
-    const char* last = text.data() + text.size();
-    uint64_t value = 0;
-    auto [next, ec] = std::from_chars(first, last, value, hex ? 16 : 10);
-    if (text.empty() || ec != std::errc() || next != last || (hex && last - first > 16)) {
-      Error(path, node, expected + Quote(text));
-      return false;
-    }
-    out = value;
+    out = *key;
     return true;
   }
 

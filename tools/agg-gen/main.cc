@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/job_key.h"
 #include "common/net_addr.h"
 #include "dataplane/eal.h"
 #include "tools/agg-gen/gen_config.h"
@@ -82,16 +83,12 @@ struct RunOptions {
 };
 
 common::Result<uint64_t> ParseKey(const std::string& text) {
-  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
-  const char* first = text.data() + (hex ? 2 : 0);
-  const char* last = text.data() + text.size();
-  uint64_t v = 0;
-  const auto [next, ec] = std::from_chars(first, last, v, hex ? 16 : 10);
-  if (first == last || ec != std::errc() || next != last) {
-    return common::InvalidArgument("--key: expected a 64-bit number (0x... or decimal), got \"" +
-                                   text + "\"");
+  const std::optional<uint64_t> key = common::ParseJobKey(text);
+  if (!key) {
+    return common::InvalidArgument(std::string("--key: expected ") + common::kJobKeyExpected +
+                                   ", got \"" + text + "\"");
   }
-  return v;
+  return *key;
 }
 
 // Fills the typed fields of `cfg` from their text.

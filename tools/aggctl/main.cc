@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_key.h"
 #include "common/status.h"
 #include "common/version.h"
 
@@ -569,19 +570,6 @@ void PrintJob(const json& job) {
   }
 }
 
-// A job key as the API takes it: decimal, or 0x and 1..16 hex digits.
-std::optional<uint64_t> ParseJobKey(const std::string& text) {
-  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
-  const char* first = text.data() + (hex ? 2 : 0);
-  const char* last = text.data() + text.size();
-  uint64_t value = 0;
-  auto [next, ec] = std::from_chars(first, last, value, hex ? 16 : 10);
-  if (text.empty() || ec != std::errc() || next != last || (hex && last - first > 16)) {
-    return std::nullopt;
-  }
-  return value;
-}
-
 // ----------------------------------------------------------------------------
 
 struct Options {
@@ -740,7 +728,7 @@ int Main(int argc, char** argv) {
     return app.exit(e);
   }
   if (method == "POST") {
-    const std::optional<uint64_t> key = ParseJobKey(o.job_key);
+    const std::optional<uint64_t> key = common::ParseJobKey(o.job_key);
     if (!key) {
       std::cerr << "aggctl: --key must be a decimal number below 2^64 or 0x and 1..16 hex "
                    "digits, got '"
