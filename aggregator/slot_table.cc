@@ -17,6 +17,7 @@ SlotTable::SlotTable(const SlotTableConfig& config)
   held_payloads_ = std::make_unique<const uint8_t*[]>(n * fan_in);
   held_handles_ = std::make_unique<void*[]>(n * fan_in);
   released_ = std::make_unique<void*[]>(fan_in);
+  evicted_ = std::make_unique<void*[]>(fan_in);
   for (size_t i = 0; i < n; ++i) {
     Slot& s = slots_[i];
     s.bitmap_ = &bitmaps_[i * bitmap_words_];
@@ -89,15 +90,26 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   const bool same_chunk = s.state_ != Slot::State::kFree && s.job_id_ == c.job_id &&
                           s.job_generation_ == c.job_generation && s.seq_ == c.seq;
   if (s.state_ != Slot::State::kFree && !same_chunk) {
-    // Another chunk holds the slot. A complete one whose result nobody needs
-    // any more gives way; anything else is a collision.
-    if (s.state_ == Slot::State::kComplete &&
-        can_release(release_ctx, s.job_id_, s.job_generation_, s.seq_)) {
-      Release(local_index);
-    } else {
+    // Another chunk holds the slot. It gives way when nobody needs it any
+    // more (a result every member acknowledged, or a job that is gone) or
+    // when it is stale; anything else is a collision.
+    const bool complete = s.state_ == Slot::State::kComplete;
+    const bool stale = config_.stale_cycles != 0 && now_tsc - s.first_tsc_ > config_.stale_cycles;
+    if (!stale && !can_release(release_ctx, s.job_id_, s.job_generation_, s.seq_, complete)) {
       u.outcome = SlotOutcome::kCollision;
       return u;
     }
+    u.stale = stale;
+    if (!complete && s.ordered_) {
+      // The contributions an ordered slot holds go back to the caller.
+      uint16_t n = 0;
+      for (uint16_t m = 0; m < s.expected_; ++m) {
+        if (s.HasContributed(m)) evicted_[n++] = s.held_handle_[m];
+      }
+      u.evicted = evicted_.get();
+      u.n_evicted = n;
+    }
+    Release(local_index);
   }
   if (s.state_ == Slot::State::kFree) {
     Claim(s, c, now_tsc);

@@ -48,6 +48,9 @@ struct SlotTableConfig {
   // deadline. The timers that act on it (partials on timeout) come with the
   // straggler work; the field is set from the first contribution on.
   uint64_t timeout_cycles = 0;
+  // A slot whose first contribution is older than this (TSC cycles) gives
+  // way to another chunk, whatever its state; 0: never.
+  uint64_t stale_cycles = 0;
 };
 
 // One contribution, parsed and checked against its job by the caller.
@@ -138,13 +141,20 @@ struct SlotUpdate {
   Slot* slot = nullptr;
   void* const* released = nullptr;
   uint16_t n_released = 0;
+  // The handles an evicted ordered slot still held (its chunk is given up):
+  // the caller frees them.
+  void* const* evicted = nullptr;
+  uint16_t n_evicted = 0;
+  bool stale = false;      // this contribution took over a stale slot
   bool saturated = false;  // an int32 sum saturated in this step
 };
 
-// Whether the complete slot of (job_id, job_generation, seq) may be freed:
-// every member's ack watermark is past seq, or that registration of the job
-// no longer exists.
-using ReleaseCheck = bool (*)(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq);
+// Whether the slot of (job_id, job_generation, seq) may be freed for another
+// chunk. A complete slot: when every member's ack watermark is past seq, or
+// that registration of the job no longer exists. An aggregating one
+// (complete = false): only when the job registration no longer exists.
+using ReleaseCheck = bool (*)(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq,
+                              bool complete);
 
 class SlotTable {
  public:
@@ -159,6 +169,18 @@ class SlotTable {
                         ReleaseCheck can_release, void* release_ctx);
   // Frees a complete slot whose result is no longer needed. [owner lcore]
   void Release(uint32_t local_index);
+  // Starts loading slot `local_index` (its state, bitmap, and the first lines
+  // of its accumulator and result) into the cache: a burst's chunks land on
+  // slots untouched since their previous chunk, all over the table.
+  // [owner lcore]
+  void Prefetch(uint32_t local_index) const {
+    const Slot& s = slots_[local_index];
+    __builtin_prefetch(&s, 1);
+    __builtin_prefetch(s.bitmap_, 1);
+    __builtin_prefetch(s.acc_, 1);
+    __builtin_prefetch(s.acc_ + 64, 1);
+    __builtin_prefetch(s.result_, 1);
+  }
 
   const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }
   uint32_t size() const { return config_.slots; }
@@ -179,6 +201,7 @@ class SlotTable {
   std::unique_ptr<const uint8_t*[]> held_payloads_;
   std::unique_ptr<void*[]> held_handles_;
   std::unique_ptr<void*[]> released_;  // max_fan_in handles, reused per call
+  std::unique_ptr<void*[]> evicted_;   // the same, for an evicted slot's
   // Single writer (the owner); relaxed loads elsewhere for metrics.
   std::atomic<uint32_t> busy_{0};
   std::atomic<uint32_t> complete_{0};

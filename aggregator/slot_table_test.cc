@@ -15,8 +15,9 @@
 namespace aggswitch::aggregator {
 namespace {
 
-bool NeverRelease(void*, uint32_t, uint32_t, uint32_t) { return false; }
-bool AlwaysRelease(void*, uint32_t, uint32_t, uint32_t) { return true; }
+bool NeverRelease(void*, uint32_t, uint32_t, uint32_t, bool) { return false; }
+// Every member acknowledged everything; the job exists.
+bool AlwaysRelease(void*, uint32_t, uint32_t, uint32_t, bool complete) { return complete; }
 
 // Bytes of `values` as a little-endian payload.
 template <typename T>
@@ -145,7 +146,7 @@ TEST(SlotTableTest, CompleteSlotIsRetainedUntilReleasable) {
   EXPECT_EQ(table.slot(2).seq(), 10u);
   // Once the watermark passed seq 10, the new chunk takes the slot.
   bool asked_about_10 = false;
-  auto check = [](void* ctx, uint32_t job, uint32_t, uint32_t seq) {
+  auto check = [](void* ctx, uint32_t job, uint32_t, uint32_t seq, bool) {
     *static_cast<bool*>(ctx) = job == 1 && seq == 10;
     return true;
   };
@@ -170,7 +171,7 @@ TEST(SlotTableTest, AJobRegisteredAgainNeverGetsItsPredecessorsResult) {
   again.job_generation = 2;
   EXPECT_EQ(table.Contribute(3, again, 0, NeverRelease, nullptr).outcome, SlotOutcome::kCollision);
   uint32_t asked_generation = 0;
-  auto check = [](void* ctx, uint32_t, uint32_t generation, uint32_t) {
+  auto check = [](void* ctx, uint32_t, uint32_t generation, uint32_t, bool) {
     *static_cast<uint32_t*>(ctx) = generation;
     return generation != 2;
   };
@@ -192,6 +193,52 @@ TEST(SlotTableTest, AggregatingSlotIsNeverTakenOver) {
             SlotOutcome::kCollision);
   EXPECT_EQ(table.slot(1).job_id(), 1u);
   EXPECT_EQ(table.slot(1).count(), 1);
+}
+
+TEST(SlotTableTest, AnAggregatingSlotOfAJobThatIsGoneGivesWay) {
+  SlotTable table(SlotTableConfig{4, 256, 1424});
+  const auto p = Payload(std::vector<int32_t>{1});
+  ASSERT_EQ(table.Contribute(1, Make(1, 10, 0, 2, p), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  auto job_gone = [](void*, uint32_t job, uint32_t, uint32_t, bool) { return job == 1; };
+  const SlotUpdate u = table.Contribute(1, Make(2, 10, 0, 1, p), 0, job_gone, nullptr);
+  EXPECT_EQ(u.outcome, SlotOutcome::kCompleted);
+  EXPECT_FALSE(u.stale);
+  EXPECT_EQ(table.slot(1).job_id(), 2u);
+}
+
+TEST(SlotTableTest, AStaleSlotGivesWayWhateverItsStateAndReturnsWhatItHeld) {
+  SlotTableConfig cfg{4, 256, 1424};
+  cfg.stale_cycles = 100;
+  SlotTable table(cfg);
+  const auto p = Payload(std::vector<int32_t>{1});
+  // An ordered chunk that a member never completes, holding two contributions.
+  int handles[2];
+  for (uint16_t node = 0; node < 2; ++node) {
+    Contribution c = Make(1, 10, node, 3, p);
+    c.ordered = true;
+    c.handle = &handles[node];
+    ASSERT_EQ(table.Contribute(2, c, 5, NeverRelease, nullptr).outcome, SlotOutcome::kHeld);
+  }
+  // Not stale yet: a collision.
+  EXPECT_EQ(table.Contribute(2, Make(1, 14, 0, 1, p), 105, NeverRelease, nullptr).outcome,
+            SlotOutcome::kCollision);
+  // Stale: the new chunk takes the slot, and the held contributions come back.
+  const SlotUpdate u = table.Contribute(2, Make(1, 14, 0, 1, p), 106, NeverRelease, nullptr);
+  EXPECT_EQ(u.outcome, SlotOutcome::kCompleted);
+  EXPECT_TRUE(u.stale);
+  ASSERT_EQ(u.n_evicted, 2);
+  EXPECT_EQ(u.evicted[0], &handles[0]);
+  EXPECT_EQ(u.evicted[1], &handles[1]);
+  EXPECT_EQ(table.slot(2).seq(), 14u);
+  // A complete slot whose result nobody acknowledged goes stale the same way.
+  EXPECT_EQ(table.Contribute(2, Make(1, 18, 0, 1, p), 150, NeverRelease, nullptr).outcome,
+            SlotOutcome::kCollision);
+  const SlotUpdate v = table.Contribute(2, Make(1, 18, 0, 1, p), 300, NeverRelease, nullptr);
+  EXPECT_EQ(v.outcome, SlotOutcome::kCompleted);
+  EXPECT_TRUE(v.stale);
+  EXPECT_EQ(v.n_evicted, 0);
+  EXPECT_EQ(table.busy(), 1u);
 }
 
 TEST(SlotTableTest, RejectsMismatchesBadMembersAndOversizedPayloads) {

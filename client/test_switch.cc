@@ -55,10 +55,12 @@ struct TestSwitch::State {
   bool Chance(double p) { return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < p; }
 
   // SlotTable's release check: every member acknowledged the chunk, or its job is gone.
-  static bool Releasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq) {
+  static bool Releasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq,
+                         bool complete) {
     const auto& jobs = *static_cast<const std::map<uint32_t, JobState>*>(ctx);
     const auto it = jobs.find(job_id);
     if (it == jobs.end() || it->second.generation != job_generation) return true;
+    if (!complete) return false;
     for (const std::optional<uint32_t>& ack : it->second.acks) {
       if (!ack || !aggregator::SeqBefore(seq, *ack)) return false;
     }

@@ -652,6 +652,11 @@ class Loader {
                    ReadUnsigned(n, p, agg.max_jobs, {},
                                 "1.." + std::to_string(kMaxAggregationJobs) + " jobs");
                  }},
+                {"stale_slot_ms",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.stale_slot_ms, {}, "milliseconds, 1..4294967295");
+                   if (agg.stale_slot_ms == 0) Error(p, n, "expected milliseconds, at least 1, got 0");
+                 }},
                 {"jobs",
                  [&](auto& n, auto& p) {
                    LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {

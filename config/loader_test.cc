@@ -947,6 +947,7 @@ aggregation:
   slots: 65536
   max_fan_in: 512
   max_jobs: 8
+  stale_slot_ms: 2500
   jobs:
     - {id: 7, key: 0x00c0ffee00000007, members: 4}
     - id: 4294967295
@@ -966,13 +967,14 @@ aggregation:
   EXPECT_EQ(a.slots, 65536u);
   EXPECT_EQ(a.max_fan_in, 512);
   EXPECT_EQ(a.max_jobs, 8u);
+  EXPECT_EQ(a.stale_slot_ms, 2500u);
   ASSERT_EQ(a.jobs.size(), 2u);
   EXPECT_EQ(a.jobs[0].id, 7u);
   EXPECT_EQ(a.jobs[0].key, 0x00c0ffee00000007ull);
   EXPECT_EQ(a.jobs[0].members, 4);
   EXPECT_EQ(a.jobs[0].nodes, 1);
   EXPECT_FALSE(a.jobs[0].ordered);
-  EXPECT_EQ(a.jobs[0].loc.line, 10);
+  EXPECT_EQ(a.jobs[0].loc.line, 11);
   EXPECT_EQ(a.jobs[1].id, 4294967295u);
   EXPECT_EQ(a.jobs[1].key, 18446744073709551615ull);
   EXPECT_EQ(a.jobs[1].members, 512);
@@ -1030,7 +1032,9 @@ TEST(AggregationLoaderTest, Errors) {
   // Shape and type errors from the loader.
   EXPECT_TRUE(OneError(Load(ports + "  colour: red\n"), "aggregation.colour", 3,
                        "unknown key \"colour\"; expected one of: address, udp_port, "
-                       "in_band_registration, slots, max_fan_in, max_jobs, jobs"));
+                       "in_band_registration, slots, max_fan_in, max_jobs, stale_slot_ms, jobs"));
+  EXPECT_TRUE(OneError(Load(ports + "  stale_slot_ms: 0\n"), "aggregation.stale_slot_ms", 3,
+                       "at least 1, got 0"));
   EXPECT_TRUE(OneError(Load(ports + "  address: 10.0.0.1/24\n"), "aggregation.address", 3,
                        "expected an IPv4 host address \"a.b.c.d\", got \"10.0.0.1/24\""));
   EXPECT_TRUE(OneError(Load(ports + "  address: [10.0.0.1]\n"), "aggregation.address", 3,

@@ -105,6 +105,7 @@ struct PortCounters {
   X(duplicates, "contributions from a member already counted")                        \
   X(duplicate_results, "duplicates answered from a completed slot's cached result")   \
   X(collisions, "contributions dropped because another chunk held the slot")          \
+  X(stale_slots, "slots taken over after aggregation.stale_slot_ms (a member died or its ACK was lost)") \
   X(rejected, "contributions whose member, type, op, scale or size did not fit")      \
   X(key_failures, "datagrams whose job key did not match")                            \
   X(unknown_jobs, "datagrams for a job not in the job table")                         \

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <string_view>
 #include <thread>
 
 #include "aggregator/wire.h"
@@ -181,6 +182,29 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
   if (int rc = rte_eth_dev_start(port_id); rc != 0) {
     return common::Internal("port " + pc.name + ": start: " + Errno(rc));
   }
+  // DPDK 22.11's af_packet PMD opens its socket for every interface and binds
+  // it to its own only after setting up the ring: what other interfaces
+  // carried in between sits in the ring. Those frames were never on this
+  // port; switching them would learn foreign MACs here (and feed strangers'
+  // jobs to the aggregation engine). Nothing has polled the port yet, so
+  // everything queued now predates the switch: discard it.
+  if (std::string_view(info.driver_name) == "net_af_packet") {
+    uint64_t discarded = 0;
+    for (uint16_t q = 0; q < rx_queues; ++q) {
+      rte_mbuf* burst[32];
+      for (int i = 0; i < 1024; ++i) {
+        const uint16_t n = rte_eth_rx_burst(port_id, q, burst, 32);
+        if (n == 0) break;
+        rte_pktmbuf_free_bulk(burst, n);
+        discarded += n;
+      }
+    }
+    if (discarded > 0) {
+      AGG_LOG(kInfo, "port %s: discarded %llu frames queued before start (af_packet captures "
+              "every interface until it binds to its own)", pc.name.c_str(),
+              static_cast<unsigned long long>(discarded));
+    }
+  }
   ports_.push_back(Port{pc, port_id, rx_queues, tx_queues, true});
   AGG_LOG(kInfo, "port %s: %s (ethdev %u, %s), %u rx / %u tx queues, %s", pc.name.c_str(),
           pc.devargs.c_str(), port_id, info.driver_name, rx_queues, tx_queues,
@@ -215,6 +239,8 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     slots.slots = (agg.total_slots + n_workers - 1) / n_workers;
     slots.max_fan_in = config.aggregation.max_fan_in;
     slots.max_payload = max_mtu - 20u - 8u - static_cast<uint32_t>(sizeof(aggregator::AggHeader));
+    slots.stale_cycles = static_cast<uint64_t>(config.aggregation.stale_slot_ms * 1e-3 *
+                                               static_cast<double>(rte_get_tsc_hz()));
     jobs_ = jobs;
     // Per-index counters start at zero for every job that takes the index.
     jobs->SetReclaimHook([this](uint16_t index) {

@@ -1,11 +1,13 @@
 #include "dataplane/worker.h"
 
+#include <rte_byteorder.h>
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_memcpy.h>
 #include <rte_prefetch.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "aggregator/wire.h"
@@ -183,6 +185,7 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
   }
   in.rx_packets.Add(n);
   in.rx_bytes.Add(rx_bytes);
+  if (n_agg > 1) PrefetchSlots(agg_pkts, agg_meta, n_agg);
   for (uint16_t a = 0; a < n_agg; ++a) {
     HandleAggregation(agg_pkts[a], in_port, agg_meta[a].vlan, agg_meta[a].l3_offset, AggSource::kRx);
   }
@@ -376,6 +379,27 @@ void Worker::FlushPort(uint16_t p) {
   stats_.ports[p].tx_bytes.Add(bytes);
   tx_count_[p] = 0;
   tx_bytes_[p] = 0;
+}
+
+void Worker::PrefetchSlots(rte_mbuf* const* pkts, const Meta* meta, uint16_t n) const {
+  // Only a hint: job id and seq read where a plain IPv4 header puts them,
+  // unchecked (HandleAggregation checks everything); a frame that does not
+  // fit the guess just prefetches nothing useful.
+  constexpr uint32_t kJobOffset =
+      sizeof(Ipv4Hdr) + sizeof(UdpHdr) + offsetof(aggregator::AggHeader, job_id);
+  static_assert(offsetof(aggregator::AggHeader, seq) == offsetof(aggregator::AggHeader, job_id) + 4);
+  for (uint16_t i = 0; i < n; ++i) {
+    const auto* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
+    const uint32_t at = meta[i].l3_offset + kJobOffset;
+    if (at + 8 > rte_pktmbuf_data_len(pkts[i])) continue;
+    uint32_t job_seq[2];
+    std::memcpy(job_seq, data + at, sizeof(job_seq));
+    const uint32_t index = aggregator::SlotIndex(rte_be_to_cpu_32(job_seq[0]),
+                                                 rte_be_to_cpu_32(job_seq[1]), setup_.agg.total_slots);
+    if (index % setup_.agg.n_workers == setup_.agg.index) {
+      setup_.agg.slots->Prefetch(index / setup_.agg.n_workers);
+    }
+  }
 }
 
 bool Worker::IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset) const {
@@ -619,10 +643,12 @@ namespace {
 
 // A complete slot may give way once every member acknowledged its result, or
 // when its job is gone.
-bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq) {
+bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq,
+                    bool complete) {
   const auto* jobs = static_cast<const aggregator::JobTable*>(ctx);
   const aggregator::Job* job = jobs->Find(job_id);
   if (job == nullptr || job->generation() != job_generation) return true;
+  if (!complete) return false;
   const std::optional<uint32_t> min_ack = job->MinAck();
   return min_ack && job->LearnedMembers() == job->members() && aggregator::SeqBefore(seq, *min_ack);
 }
@@ -651,6 +677,8 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
                          setup_.agg.n_workers;
   const aggregator::SlotUpdate u = setup_.agg.slots->Contribute(
       local, contribution, last_tsc_, SlotReleasable, setup_.agg.jobs);
+  if (u.stale) c.stale_slots.Add(1);
+  for (uint16_t i = 0; i < u.n_evicted; ++i) rte_pktmbuf_free(static_cast<rte_mbuf*>(u.evicted[i]));
   JobCounters& jc = setup_.agg.job_counters[job.index()];
   bool keep_mbuf = false;
   aggregator::NackReason refused{0};
