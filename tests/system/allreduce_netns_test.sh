@@ -15,21 +15,8 @@ AGGSWITCH=$(realpath "$1")
 AGG_WORKER=$(realpath "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../lib/topology.sh"
-
-PASSED=0
-FAILED=0
-check() {
-  local what="$1"; shift
-  if "$@" >/tmp/ar-check.out 2>&1; then
-    PASSED=$((PASSED + 1)); echo "PASS  $what"
-  else
-    FAILED=$((FAILED + 1)); echo "FAIL  $what"; sed 's/^/      /' /tmp/ar-check.out | tail -30
-  fi
-}
-finish() {
-  echo "${PASSED} passed, ${FAILED} failed"
-  [ "$FAILED" -eq 0 ]
-}
+# shellcheck source=tests/lib/check.sh
+source "$HERE/../lib/check.sh"
 
 WORK=$(mktemp -d /tmp/aggswitch-ar.XXXXXX)
 HTTP_PORT=19478
@@ -37,7 +24,7 @@ PREFIX="agg-ar-$$"
 AGG_IP=10.0.10.253
 
 topo_init ar
-cleanup_all() { topo_cleanup; rm -rf "$WORK" /tmp/ar-check.out; }
+cleanup_all() { topo_cleanup; rm -rf "$WORK"; }
 trap cleanup_all EXIT
 
 for w in 0 1 2 3; do
@@ -75,8 +62,8 @@ topo_track_pid "$SWITCH_PID"
 # The process must still run once /metrics answers: another process on the
 # HTTP port would answer for a switch that failed to start.
 if ! wait_http "http://127.0.0.1:$HTTP_PORT/metrics" 30 || ! kill -0 "$SWITCH_PID" 2>/dev/null; then
-  echo "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
-  FAILED=$((FAILED + 1)); finish; exit 1
+  fail "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
+  finish; exit 1
 fi
 
 # allreduce NAME WORLD JOB [AGG-WORKER OPTIONS]: ranks 0..WORLD-1 in w0.., each

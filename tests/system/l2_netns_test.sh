@@ -14,29 +14,8 @@ AGGSWITCH=$(realpath "$1")
 AGGCTL=$(realpath "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../lib/topology.sh"
-
-PASSED=0
-FAILED=0
-check() {
-  local what="$1"; shift
-  if "$@" >/tmp/st-check.out 2>&1; then
-    PASSED=$((PASSED + 1)); echo "PASS  $what"
-  else
-    FAILED=$((FAILED + 1)); echo "FAIL  $what"; sed 's/^/      /' /tmp/st-check.out | tail -20
-  fi
-}
-check_not() {
-  local what="$1"; shift
-  if "$@" >/tmp/st-check.out 2>&1; then
-    FAILED=$((FAILED + 1)); echo "FAIL  $what (succeeded, must not)"
-  else
-    PASSED=$((PASSED + 1)); echo "PASS  $what"
-  fi
-}
-finish() {
-  echo "${PASSED} passed, ${FAILED} failed"
-  [ "$FAILED" -eq 0 ]
-}
+# shellcheck source=tests/lib/check.sh
+source "$HERE/../lib/check.sh"
 
 WORK=$(mktemp -d /tmp/aggswitch-st.XXXXXX)
 HTTP_PORT=19477
@@ -93,8 +72,8 @@ check "config validates" "$AGGSWITCH" --config "$WORK/switch.yaml" --check-confi
 SWITCH_PID=$!
 topo_track_pid "$SWITCH_PID"
 if ! wait_http "http://127.0.0.1:$HTTP_PORT/metrics" 30; then
-  echo "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
-  FAILED=$((FAILED + 1)); finish; exit 1
+  fail "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
+  finish; exit 1
 fi
 
 ping1() { topo_exec "$1" ping -c 2 -i 0.2 -W 1 "$2"; }
