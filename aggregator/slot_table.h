@@ -169,18 +169,6 @@ class SlotTable {
                         ReleaseCheck can_release, void* release_ctx);
   // Frees a complete slot whose result is no longer needed. [owner lcore]
   void Release(uint32_t local_index);
-  // Starts loading slot `local_index` (its state, bitmap, and the first lines
-  // of its accumulator and result) into the cache: a burst's chunks land on
-  // slots untouched since their previous chunk, all over the table.
-  // [owner lcore]
-  void Prefetch(uint32_t local_index) const {
-    const Slot& s = slots_[local_index];
-    __builtin_prefetch(&s, 1);
-    __builtin_prefetch(s.bitmap_, 1);
-    __builtin_prefetch(s.acc_, 1);
-    __builtin_prefetch(s.acc_ + 64, 1);
-    __builtin_prefetch(s.result_, 1);
-  }
 
   const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }
   uint32_t size() const { return config_.slots; }

@@ -185,7 +185,6 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
   }
   in.rx_packets.Add(n);
   in.rx_bytes.Add(rx_bytes);
-  if (n_agg > 1) PrefetchSlots(agg_pkts, agg_meta, n_agg);
   for (uint16_t a = 0; a < n_agg; ++a) {
     HandleAggregation(agg_pkts[a], in_port, agg_meta[a].vlan, agg_meta[a].l3_offset, AggSource::kRx);
   }
@@ -379,27 +378,6 @@ void Worker::FlushPort(uint16_t p) {
   stats_.ports[p].tx_bytes.Add(bytes);
   tx_count_[p] = 0;
   tx_bytes_[p] = 0;
-}
-
-void Worker::PrefetchSlots(rte_mbuf* const* pkts, const Meta* meta, uint16_t n) const {
-  // Only a hint: job id and seq read where a plain IPv4 header puts them,
-  // unchecked (HandleAggregation checks everything); a frame that does not
-  // fit the guess just prefetches nothing useful.
-  constexpr uint32_t kJobOffset =
-      sizeof(Ipv4Hdr) + sizeof(UdpHdr) + offsetof(aggregator::AggHeader, job_id);
-  static_assert(offsetof(aggregator::AggHeader, seq) == offsetof(aggregator::AggHeader, job_id) + 4);
-  for (uint16_t i = 0; i < n; ++i) {
-    const auto* data = rte_pktmbuf_mtod(pkts[i], const uint8_t*);
-    const uint32_t at = meta[i].l3_offset + kJobOffset;
-    if (at + 8 > rte_pktmbuf_data_len(pkts[i])) continue;
-    uint32_t job_seq[2];
-    std::memcpy(job_seq, data + at, sizeof(job_seq));
-    const uint32_t index = aggregator::SlotIndex(rte_be_to_cpu_32(job_seq[0]),
-                                                 rte_be_to_cpu_32(job_seq[1]), setup_.agg.total_slots);
-    if (index % setup_.agg.n_workers == setup_.agg.index) {
-      setup_.agg.slots->Prefetch(index / setup_.agg.n_workers);
-    }
-  }
 }
 
 bool Worker::IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset) const {

@@ -189,8 +189,6 @@ class alignas(64) Worker {
   // Aggregation path. IsAggregation is the cheap test stage 1 runs on every
   // IPv4 frame; HandleAggregation parses, checks and reduces (or hands off).
   bool IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset) const;
-  // Prefetches the slots this worker owns of a burst's aggregation frames.
-  void PrefetchSlots(rte_mbuf* const* pkts, const Meta* meta, uint16_t n) const;
   // Kept out of line so the L2 loop of ProcessBurst stays small.
   [[gnu::noinline]] void HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan,
                                            uint32_t l3_offset, AggSource source);
