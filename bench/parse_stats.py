@@ -23,6 +23,13 @@ bench/aggregation.sh (cycles testpmd LOG as above):
   parse_stats.py gen-rates GEN.json T0 T1       agg-gen's answered contributions/s, 1-s samples
   parse_stats.py gen-check GEN.json             "ok wrong_answers unanswered retransmits"
   parse_stats.py agg-summary RESULTS.tsv [...]  the human summary (see --help)
+
+bench/allreduce.sh:
+  parse_stats.py allreduce-run METHOD WORLD RANK.json... [--checks CHECK.json...]
+                                                one run's "metric value" lines from its ranks
+  parse_stats.py allreduce-verdict RESULTS.tsv --size B --ratio R    PASS, MISS or n/a
+  parse_stats.py allreduce-profile --run-dir DIR [...]   where an aggswitch run's CPU time went
+  parse_stats.py allreduce-summary RESULTS.tsv [...]     the human summary
 """
 import argparse
 import json
@@ -548,5 +555,350 @@ def main():
         sys.exit(1)
 
 
+# --- bench/allreduce.sh -------------------------------------------------------
+
+ALLREDUCE_LABELS = {"aggswitch": "aggswitch", "gloo": "Gloo ring", "mpi": "Open MPI"}
+ALLREDUCE_MAX_OTHER_SHARE = 0.10  # of the 2 CPUs used by other processes: a disturbed run
+
+
+def allreduce_run(method, world, ranks, checks):
+    """One run's metrics from its ranks' JSON summaries (agg-worker --json, or
+    gloo_allreduce / mpi_allreduce --json, which use agg-worker's field names).
+
+    checks: agg-worker's verified run; without them each rank's own summary
+    must say it checked its result. Raises ValueError when any rank failed or did not check: such a run
+    reports no speed. time_s is the smallest per-rank median (see
+    bench/allreduce.sh: the rank that joined last waited least)."""
+    docs = sorted((json.load(open(p)) for p in ranks), key=lambda d: d["rank"])
+    if len(docs) != world:
+        raise ValueError(f"{len(docs)} of {world} ranks wrote a summary")
+    for d in [json.load(open(p)) for p in checks] or docs:
+        if not d["ok"] or d["verified"] < 1 or d["mismatches"]:
+            raise ValueError(f"rank {d['rank']}: the result check failed: "
+                             f"{d.get('failure') or 'not verified'}")
+    for d in docs:
+        if not d["ok"] or d["completed"] != d["iterations"]:
+            raise ValueError(f"rank {d['rank']}: {d.get('failure') or 'not every allreduce completed'}")
+    times = [d["latency_s"]["median"] for d in docs]
+    t = min(times)
+    out = [("ok", 1), ("time_s", f"{t:.6f}"), ("algbw_bytes_per_s", f"{docs[0]['bytes'] / t:.0f}"),
+           ("iterations", docs[0]["iterations"])]
+    out += [("rank_time_s", f"{v:.6f}") for v in times]
+    if method == "aggswitch":
+        out.append(("retransmissions", sum(d["client"]["retransmissions"] for d in docs)))
+        out.append(("chunks", sum(d["client"]["chunks"] for d in docs)))
+    return out
+
+
+def allreduce_medians(d, method):
+    """(median time_s over the repeats that checked out, [(time_s, disturbed) per repeat])."""
+    times = per_rep(d, method, "time_s")
+    reps = sorted(d.get(method, {}).get("time_s", {}))
+    shares = {r: max(d[method].get("other_cpu_share", {}).get(r, [0])) for r in reps}
+    marked = [(t, shares[r] > ALLREDUCE_MAX_OTHER_SHARE) for t, r in zip(times, reps)]
+    return median_or_none(times), marked
+
+
+def allreduce_verdict(results, size, ratio):
+    data = load_results(results).get(size, {})
+    agg, _ = allreduce_medians(data, "aggswitch")
+    gloo, _ = allreduce_medians(data, "gloo")
+    if gloo is None:
+        return "n/a"
+    return "PASS" if agg is not None and gloo / agg >= ratio else "MISS"
+
+
+def fmt_bytes(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 and b % (1 << 20) == 0 else f"{b >> 10} KiB"
+
+
+def allreduce_size(size, d, methods, args):
+    out = [f"{fmt_bytes(size)} per rank ({size // 4} float32)"]
+    row = "  {:<10} {:>15}  {:<27} {:>10} {:>6} {:>8} {:>11}"
+    out.append(row.format("method", "time/allreduce", "(per repeat, ms)", "algbw MB/s", "iters",
+                          "checked", "rank spread"))
+    bw = {}
+    for m in methods:
+        t, marked = allreduce_medians(d, m)
+        ok = pooled(d, m, "ok")
+        bw[m] = size / t if t else None
+        iters = pooled(d, m, "iterations")
+        ranks = d.get(m, {}).get("rank_time_s", {})
+        spreads = [max(v) / min(v) - 1 for v in ranks.values() if v and min(v) > 0]
+        out.append(row.format(
+            ALLREDUCE_LABELS[m], "n/a" if t is None else f"{t * 1e3:.2f} ms",
+            " ".join(f"{v * 1e3:.1f}" + ("*" if dist else "") for v, dist in marked),
+            fmt(None if bw[m] is None else bw[m] / 1e6, ".1f"),
+            f"{int(iters[0])}" if iters else "n/a", f"{int(sum(ok))} of {len(ok)}",
+            fmt(median_or_none(spreads), "+.0%")))
+    ratios = []
+    for base in ("gloo", "mpi"):
+        if "aggswitch" in methods and base in methods:
+            r = bw["aggswitch"] / bw[base] if bw.get("aggswitch") and bw.get(base) else None
+            ratios.append(f"aggswitch / {ALLREDUCE_LABELS[base]} algbw: {fmt(r, '.2f')}")
+    if ratios:
+        out.append("  " + "    ".join(ratios))
+    if "aggswitch" in methods:
+        retx = per_rep(d, "aggswitch", "retransmissions", sum)
+        chunks = per_rep(d, "aggswitch", "chunks", sum)
+        if retx and chunks:
+            out.append(f"  aggswitch retransmissions per run (all ranks): "
+                       f"{', '.join(f'{r:.0f}' for r in retx)} of {chunks[0]:.0f} chunks")
+    failed = [m for m in methods if 0 in pooled(d, m, "ok")]
+    for m in failed:
+        out.append(f"  FAIL   {ALLREDUCE_LABELS[m]}: a run failed or its result did not check out; "
+                   "it reports no time (logs kept)")
+    return out, bw
+
+
+def allreduce_summary(args):
+    data = load_results(args.results)
+    methods = args.methods.split(",")
+    chunk = (args.mtu - 28 - 48) // 4
+    out = [
+        f"float32 sum allreduce among {args.world} ranks on one machine (bench/allreduce.sh)",
+        f"  aggswitch: aggswitch on {args.world} net_af_packet ports (veth pairs into {args.world} "
+        "namespaces), both lcores on CPU 1;",
+        f"             agg-worker per namespace over kernel UDP, float32 as int32 fixed point, "
+        f"job in band, window {args.window},",
+        f"             mtu {args.mtu} ({chunk} float32 per datagram)",
+        "  Gloo ring:  gloo::allreduce, ring algorithm, TCP on 127.0.0.1, FileStore rendezvous",
+        "  Open MPI:   MPI_Allreduce, --mca pml ob1 --mca btl tcp,self (lo), --oversubscribe "
+        "--bind-to none",
+        f"  {args.repeats} repeats interleaved ({', '.join(ALLREDUCE_LABELS[m] for m in methods)}); "
+        "every run's result checked once, bit for bit",
+        "  time/allreduce: median over the repeats of each run's fastest rank's median iteration;",
+        "  algbw = bytes / time (MB = 10^6 B). * = disturbed: other processes used more than "
+        f"{ALLREDUCE_MAX_OTHER_SHARE:.0%} of the CPUs",
+        f"  {args.header}",
+        "",
+    ]
+    verdict_bw = None
+    for size in sorted(data):
+        lines, bw = allreduce_size(size, data[size], methods, args)
+        out += lines + [""]
+        if size == args.target_size:
+            verdict_bw = bw
+    if verdict_bw is not None and "aggswitch" in methods and "gloo" in methods:
+        a, g = verdict_bw.get("aggswitch"), verdict_bw.get("gloo")
+        r = a / g if a and g else None
+        ok = None if g is None else (r is not None and r >= args.target_ratio)
+        verdict = "n/a " if ok is None else ("PASS" if ok else "MISS")
+        out.append(f"{verdict}  aggswitch algbw >= {args.target_ratio:g} x Gloo ring's at "
+                   f"{fmt_bytes(args.target_size)} ({fmt(r, '.2f')}: "
+                   f"{fmt(None if a is None else a / 1e6, '.1f')} vs "
+                   f"{fmt(None if g is None else g / 1e6, '.1f')} MB/s)")
+    try:
+        profile = open(args.profile).read().rstrip()
+    except OSError:
+        profile = ""
+    if profile:
+        out += ["", profile]
+    print("\n".join(out).rstrip())
+
+
+# Kernel symbols by what they do, first match wins (copies before skb_*).
+KERNEL_BUCKETS = [
+    ("af_packet rings (tpacket_rcv, tpacket_snd)", r"^(tpacket|__tpacket|packet_|__packet_|prb_|run_filter)"),
+    ("copies and checksums", r"(copy|memcpy|memmove|memset|csum|check_object_size|check_heap_object)"),
+    ("UDP/IP and routing", r"^(udp|__udp|ip_|__ip_|ip4|inet|__inet|fib|__fib|rt_|dst_|raw_|icmp|ipv4|nf_|"
+                           r"__sk_dst|sk_dst|sock_def|ipt_|ip_route|xfrm|__xfrm|sk_filter)"),
+    ("veth, softirq, netdev", r"^(veth|netif|__netif|net_rx_action|napi|__napi|gro|handle_softirqs|"
+                              r"__do_softirq|do_softirq|__local_bh|dev_|__dev_|validate_xmit|eth_type_trans|"
+                              r"process_backlog|enqueue_to_backlog|rps_|neigh|arp_|skb_defer|"
+                              r"sch_direct_xmit|__qdisc|qdisc|pfifo)"),
+    ("skb and memory alloc/free", r"^(__alloc_skb|alloc_skb|__build_skb|build_skb|kmalloc|__kmalloc|kfree|"
+                                  r"kmem_cache|__slab|slab_|___slab|skb_|__skb|consume_skb|__kfree_skb|"
+                                  r"sock_wfree|sock_rfree|sock_alloc_send|page_frag|__page|free_unref|"
+                                  r"refill_obj|mod_objcg|obj_cgroup|__mod_|sk_skb|sock_kmalloc|"
+                                  r"__sock_wfree|alloc_pages|get_page_from|rmqueue|__rmqueue)"),
+    ("syscalls, scheduling, locks, timers", r"^(entry_|syscall|do_syscall|__x64_sys|x64_sys|__sys_|__se_sys|"
+                                            r"sys_|schedule|__schedule|pick_|finish_task|switch_|"
+                                            r"__switch|context_switch|dequeue|enqueue_task|update_|"
+                                            r"try_to_wake|wake_up|__wake|futex|do_sys_poll|do_poll|poll|"
+                                            r"__pollwait|sock_poll|udp_poll|ep_|hrtimer|_raw_spin|"
+                                            r"native_|read_tsc|ktime|irqentry|__raw_callee|pv_|rcu|__rcu|"
+                                            r"lock_|mutex|__cond_resched|fput|fdget|__fget|apparmor|"
+                                            r"security|exit_to_user|restore_|clear_bhb|__x86|x86_|"
+                                            r"error_entry|asm_|sysvec|__sysvec|timekeeping|tick_|"
+                                            r"account_|cpuacct|cgroup|psi_|set_next|put_prev|"
+                                            r"__update|reweight|avg_vruntime|vruntime|sched_)"),
+]
+ROLE_BY_COMM = [("switch", r"^(rte-worker|lcore-worker|aggswitch|eal-intr|rte_mp|civetweb|telemetry|dpdk)"),
+                ("workers", r"^agg-worker"), ("idle", r"^swapper")]
+
+
+def perf_rows(path):
+    """(percent, comm, dso, mode, symbol) of `perf report --no-children --sort comm,dso,sym -g none`."""
+    rows = []
+    for line in open(path, errors="replace"):
+        m = re.match(r"^\s*([\d.]+)%\s+(\S.*?)\s{2,}(\S+)\s+\[(.)\]\s+(.*?)\s*$", line)
+        if m:
+            rows.append((float(m.group(1)), m.group(2).strip(), m.group(3), m.group(4), m.group(5)))
+    if not rows:
+        raise ValueError(f"{path}: no samples")
+    return rows
+
+
+def profile_bucket(comm, dso, mode, sym):
+    """(role, what) of one perf row: role switch, workers, idle or other."""
+    role = next((r for r, rx in ROLE_BY_COMM if re.match(rx, comm)), "other")
+    if role == "idle":
+        return role, "idle"
+    if mode == "k" or dso.startswith("[kernel"):
+        what = next((name for name, rx in KERNEL_BUCKETS if re.search(rx, sym)), "other kernel")
+        return role, "kernel: " + what
+    if role == "switch":
+        if "af_packet" in dso or re.search(r"memmove|memcpy", sym):
+            return role, "user: af_packet PMD, ring <-> mbuf copies"
+        if "rte_eal_wait_lcore" in sym:
+            return role, "user: main thread spinning in rte_eal_wait_lcore"
+        return role, "user: dataplane (poll loop, classify, aggregate, build results)"
+    if role == "workers":
+        if re.search(r"GeneratedVectors|FileVectors|scalbn|ldexp", sym):
+            return role, "user: loading the next input (untimed)"
+        if re.search(r"EncodeFixed|DecodeFixed|MaxExponent|FixedPoint", sym):
+            return role, "user: fixed point encode/decode"
+        return role, "user: client engine, memcpy, libc"
+    return role, "user: other processes (bench scripts, perf)"
+
+
+def allreduce_profile(args):
+    """Where the two CPUs' time went in one profiled aggswitch run (see
+    bench/allreduce.sh profile_aggswitch): perf samples by process role and
+    by what the code does, the switch lcore's own busy/idle cycles, and the
+    per-datagram cost."""
+    d = args.run_dir
+    rows = perf_rows(f"{d}/perf-report.txt")
+    total = sum(r[0] for r in rows)
+    share = {}
+    for pct, comm, dso, mode, sym in rows:
+        key = profile_bucket(comm, dso, mode, sym)
+        share[key] = share.get(key, 0) + pct / total
+    ranks = sorted((json.load(open(f"{d}/timed.{r}.json")) for r in range(args.world)),
+                   key=lambda x: x["rank"])
+    t_allreduce = min(x["latency_s"]["median"] for x in ranks)
+    window = args.t1 - args.t0
+    chunks = (args.bytes // 4 + (args.mtu - 76) // 4 - 1) // ((args.mtu - 76) // 4)
+    datagrams = 2 * args.world * chunks  # contributions in, results out
+    begin, end = lcore_snapshot(f"{d}/lcores-begin.json"), lcore_snapshot(f"{d}/lcores-end.json")
+    busy = end["busy_cycles"] - begin["busy_cycles"]
+    idle = end["idle_cycles"] - begin["idle_cycles"]
+    pkts = end["busy_packets"] - begin["busy_packets"]
+
+    idle_share = share.get(("idle", "idle"), 0)
+    roles = ("switch", "workers", "other")
+    whats = sorted({w for (r, w) in share if r != "idle"},
+                   key=lambda w: (not w.startswith("user"), -sum(share.get((r, w), 0) for r in roles)))
+    out = [f"Where the time goes: one more {fmt_bytes(args.bytes)} aggswitch run, {args.iterations} "
+           f"allreduces under perf record -a -g (both CPUs, {window:.1f} s)",
+           f"  time per allreduce {t_allreduce * 1e3:.0f} ms (fastest rank); the two CPUs were "
+           f"{1 - idle_share:.0%} busy"
+           + (", so the run is CPU-bound" if idle_share < 0.10 else
+              ": not CPU-bound, so latency or the window limits it"),
+           "  share of both CPUs' time                                          switch  workers   other",
+           ]
+    row = "    {:<62} {:>6.1%} {:>8.1%} {:>7.1%}"
+    for w in whats:
+        out.append(row.format(w, *(share.get((r, w), 0) for r in roles)))
+    out.append(row.format("total", *(sum(v for (r, _), v in share.items() if r == role) for role in roles)))
+    out.append(f"    idle {share.get(('idle', 'idle'), 0):.1%}")
+
+    kernel = sum(v for (r, w), v in share.items() if w.startswith("kernel"))
+    gen = share.get(("workers", "user: loading the next input (untimed)"), 0)
+    switch_user = sum(v for (r, w), v in share.items() if r == "switch" and w.startswith("user"))
+    pmd = share.get(("switch", "user: af_packet PMD, ring <-> mbuf copies"), 0)
+    dataplane = share.get(("switch", "user: dataplane (poll loop, classify, aggregate, build results)"), 0)
+    fixed = share.get(("workers", "user: fixed point encode/decode"), 0)
+    engine = share.get(("workers", "user: client engine, memcpy, libc"), 0)
+    lcore_thread = sum(r[0] for r in rows if re.match(r"^(rte-worker|lcore-worker)", r[1])) / total
+    work = 1 - idle_share - gen
+    # While an allreduce runs the CPUs are as busy as over the profile; its CPU
+    # time is both CPUs over its duration.
+    us_per_datagram = 2 * t_allreduce * (1 - idle_share) * 1e6 / datagrams
+    lcore_idle = idle / (busy + idle) if busy + idle else 0
+    out += [
+        "",
+        f"  Per allreduce the switch takes in {args.world} x {chunks} contributions of "
+        f"{(args.mtu - 76) // 4} float32 and sends as many results: {datagrams} datagrams of "
+        f"about {args.mtu} B,",
+        f"  so {2 * t_allreduce * 1e3:.0f} CPU-ms per allreduce is {us_per_datagram:.1f} us of CPU "
+        "per datagram. Of the CPU time spent on the allreduces",
+        f"  (loading the inputs, {gen:.0%}, and idle left out):",
+        f"  - kernel networking (UDP sockets, veth, softirqs, af_packet rings, skb copies): "
+        f"{kernel / work:.0%}, paid by the",
+        "    workers' sendmmsg/recvmmsg and by the switch's af_packet TX kick;",
+        f"  - the switch's user space: {switch_user / work:.0%} (the af_packet PMD copying frames "
+        f"between its rings and mbufs {pmd / work:.0%},",
+        f"    its dataplane {dataplane / work:.0%}); its lcore thread ran {lcore_thread:.0%} of "
+        f"both CPUs' time, and its polls",
+        f"    found nothing for {lcore_idle:.0%} of its TSC cycles: busy polling that a dedicated "
+        "switch has to itself",
+        f"    but that competes with the workers here. Busy, it spent "
+        f"{busy / pkts if pkts else 0:.0f} TSC cycles per received datagram",
+        "    (wall cycles, preemption included);",
+        f"  - the workers' user space: {(fixed + engine) / work:.0%} (fixed point encode/decode "
+        f"{fixed / work:.0%}).",
+        "  The limit is the per-datagram cost of the kernel socket path at a 1500-byte MTU, on two "
+        "CPUs that the",
+        "  switch's polling lcore and four workers share. DPDK 22.11's af_packet PMD takes no "
+        "frame above 1518 B,",
+        "  so jumbo frames (6x fewer datagrams) are not available on these ports. Gloo and MPI use "
+        "TCP over",
+        "  loopback, whose 64 KiB MTU means about 45 times fewer packets per byte.",
+    ]
+    return "\n".join(out)
+
+
+def allreduce_main():
+    p = argparse.ArgumentParser(description="bench/allreduce.sh's parsers (see the module doc)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("allreduce-run")
+    s.add_argument("method", choices=sorted(ALLREDUCE_LABELS))
+    s.add_argument("world", type=int)
+    s.add_argument("ranks", nargs="+")
+    s.add_argument("--checks", nargs="*", default=[])
+    s = sub.add_parser("allreduce-verdict")
+    s.add_argument("results")
+    s.add_argument("--size", type=int, required=True)
+    s.add_argument("--ratio", type=float, required=True)
+    s = sub.add_parser("allreduce-profile")
+    s.add_argument("--run-dir", required=True)
+    s.add_argument("--t0", type=float, required=True)
+    s.add_argument("--t1", type=float, required=True)
+    s.add_argument("--world", type=int, required=True)
+    s.add_argument("--bytes", type=int, required=True)
+    s.add_argument("--mtu", type=int, required=True)
+    s.add_argument("--iterations", type=int, required=True)
+    s = sub.add_parser("allreduce-summary")
+    s.add_argument("results")
+    s.add_argument("--methods", default="aggswitch,gloo,mpi")
+    s.add_argument("--repeats", type=int, required=True)
+    s.add_argument("--world", type=int, required=True)
+    s.add_argument("--window", type=int, required=True)
+    s.add_argument("--mtu", type=int, required=True)
+    s.add_argument("--target-size", type=int, required=True)
+    s.add_argument("--target-ratio", type=float, required=True)
+    s.add_argument("--profile", default="")
+    s.add_argument("--header", default="")
+    args = p.parse_args()
+    try:
+        if args.cmd == "allreduce-run":
+            for name, value in allreduce_run(args.method, args.world, args.ranks, args.checks):
+                print(name, value)
+        elif args.cmd == "allreduce-verdict":
+            print(allreduce_verdict(args.results, args.size, args.ratio))
+        elif args.cmd == "allreduce-profile":
+            print(allreduce_profile(args))
+        elif args.cmd == "allreduce-summary":
+            allreduce_summary(args)
+    except (OSError, ValueError, KeyError, IndexError, json.JSONDecodeError) as e:
+        print(f"parse_stats.py {args.cmd}: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] and sys.argv[1].startswith("allreduce-"):
+        allreduce_main()
+    else:
+        main()

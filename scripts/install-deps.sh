@@ -4,7 +4,7 @@
 # something is missing.
 #
 #   scripts/install-deps.sh            build + test + run
-#   scripts/install-deps.sh --bench    also the benchmark baselines (OVS-DPDK)
+#   scripts/install-deps.sh --bench    also the benchmark baselines (OVS-DPDK, Gloo, Open MPI, perf)
 set -euo pipefail
 
 PACKAGES=(
@@ -18,6 +18,7 @@ PACKAGES=(
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)
+  PACKAGES+=(libgloo-dev libopenmpi-dev openmpi-bin linux-perf)  # bench/allreduce.sh
 fi
 
 missing=()
