@@ -2,6 +2,7 @@
 // an unsigned decimal integer below 2^64, or "0x" and 1..16 hex digits.
 //
 //   std::optional<uint64_t> key = common::ParseJobKey("0x5eed");   // 0x5eed
+//   ASSIGN_OR_RETURN(uint64_t k, common::ParseJobKeyOption("--key", text));
 //
 // Thread safety: a pure function; any thread.
 #pragma once
@@ -9,7 +10,10 @@
 #include <charconv>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+
+#include "common/status.h"
 
 namespace aggswitch::common {
 
@@ -28,6 +32,17 @@ inline std::optional<uint64_t> ParseJobKey(std::string_view text) {
     return std::nullopt;
   }
   return value;
+}
+
+// The same for a command-line option: InvalidArgument naming `option` (e.g.
+// "--key"), what was expected and what was given.
+inline Result<uint64_t> ParseJobKeyOption(std::string_view option, std::string_view text) {
+  const std::optional<uint64_t> key = ParseJobKey(text);
+  if (!key) {
+    return InvalidArgument(std::string(option) + ": expected " + kJobKeyExpected + ", got \"" +
+                           std::string(text) + "\"");
+  }
+  return *key;
 }
 
 }  // namespace aggswitch::common

@@ -22,5 +22,15 @@ TEST(JobKeyTest, RejectsAnythingElse) {
   }
 }
 
+TEST(JobKeyTest, OptionErrorsNameTheOptionAndTheText) {
+  ASSERT_TRUE(ParseJobKeyOption("--key", "0x10").ok());
+  EXPECT_EQ(*ParseJobKeyOption("--key", "0x10"), 16u);
+  const auto bad = ParseJobKeyOption("--key", "ten");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--key: expected a job key"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("\"ten\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace aggswitch::common

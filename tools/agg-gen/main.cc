@@ -82,18 +82,9 @@ struct RunOptions {
   bool hold_port = false;
 };
 
-common::Result<uint64_t> ParseKey(const std::string& text) {
-  const std::optional<uint64_t> key = common::ParseJobKey(text);
-  if (!key) {
-    return common::InvalidArgument(std::string("--key: expected ") + common::kJobKeyExpected +
-                                   ", got \"" + text + "\"");
-  }
-  return *key;
-}
-
 // Fills the typed fields of `cfg` from their text.
 common::Status ApplyText(const CliText& t, GenConfig& cfg) {
-  ASSIGN_OR_RETURN(cfg.key, ParseKey(t.key));
+  ASSIGN_OR_RETURN(cfg.key, common::ParseJobKeyOption("--key", t.key));
   cfg.dtype = t.dtype == "float32" ? aggregator::DType::kFloat32 : aggregator::DType::kInt32;
   cfg.op = t.op == "min"   ? aggregator::ReduceOp::kMin
            : t.op == "max" ? aggregator::ReduceOp::kMax

@@ -71,15 +71,6 @@ struct RunConfig {
   bool quiet = false;
 };
 
-common::Result<uint64_t> ParseKey(const std::string& text) {
-  const std::optional<uint64_t> key = common::ParseJobKey(text);
-  if (!key) {
-    return common::InvalidArgument(std::string("--key: expected ") + common::kJobKeyExpected +
-                                   ", got \"" + text + "\"");
-  }
-  return *key;
-}
-
 // "a.b.c.d" or "a.b.c.d:port".
 common::Result<client::SwitchAddress> ParseSwitch(const std::string& text) {
   client::SwitchAddress s;
@@ -124,7 +115,7 @@ common::Status ApplyText(const CliText& t, RunConfig& cfg) {
   const auto bind = common::Ipv4Addr::Parse(t.bind);
   if (!bind) return common::InvalidArgument("--bind: expected a.b.c.d, got \"" + t.bind + "\"");
   o.bind_ip = *bind;
-  ASSIGN_OR_RETURN(o.job_key, ParseKey(t.key));
+  ASSIGN_OR_RETURN(o.job_key, common::ParseJobKeyOption("--key", t.key));
   ASSIGN_OR_RETURN(cfg.bytes, ParseSize(t.size));
   cfg.dtype = ParseDType(t.dtype);
   cfg.op = ParseOp(t.op);
