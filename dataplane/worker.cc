@@ -1,13 +1,11 @@
 #include "dataplane/worker.h"
 
-#include <rte_byteorder.h>
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_memcpy.h>
 #include <rte_prefetch.h>
 
 #include <algorithm>
-#include <cstddef>
 #include <cstring>
 
 #include "aggregator/wire.h"
@@ -619,8 +617,8 @@ void Worker::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregato
 
 namespace {
 
-// A complete slot may give way once every member acknowledged its result, or
-// when its job is gone.
+// A slot whose job registration is gone may give way at once; a complete one
+// also once every member acknowledged its result.
 bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                     bool complete) {
   const auto* jobs = static_cast<const aggregator::JobTable*>(ctx);
