@@ -1,0 +1,61 @@
+#include "control/straggler_predictor.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace aggswitch::control {
+namespace {
+
+std::vector<uint32_t> Nodes(const std::vector<MemberOffset>& v) {
+  std::vector<uint32_t> nodes;
+  for (const MemberOffset& m : v) nodes.push_back(m.node);
+  return nodes;
+}
+
+// Seed 000, section 6.1: the offsets of the Figure 1 nodes, in node order.
+const std::vector<MemberOffset> kWorkedExample = {{111, 0},   {112, 2.1}, {113, 4.5}, {121, 1.3},
+                                                  {122, 0.5}, {131, 0.5}, {132, 0.3}, {133, 1.5},
+                                                  {134, 6},   {135, 2},   {136, 3},   {137, 4}};
+
+TEST(StragglerPredictorTest, TheSeedsWorkedExample) {
+  StragglerPredictor p(16);
+  // "History: the two previous aggregation operations".
+  p.Record(kWorkedExample);
+  p.Record(kWorkedExample);
+  EXPECT_EQ(Nodes(p.TopK(1, 2)), std::vector<uint32_t>({134}));
+  EXPECT_EQ(Nodes(p.TopK(2, 2)), std::vector<uint32_t>({134, 113}));
+  // Strictly greater than 4 s: node 137, at exactly 4 s, is not a straggler.
+  EXPECT_EQ(Nodes(p.Over(4.0, 2)), std::vector<uint32_t>({134, 113}));
+  EXPECT_DOUBLE_EQ(p.TopK(1, 2)[0].offset_s, 6.0);
+}
+
+TEST(StragglerPredictorTest, TheChosenNumberOfOperationsIsAveraged) {
+  StragglerPredictor p(8);
+  p.Record(std::vector<MemberOffset>{{1, 1.0}, {2, 0.0}});
+  p.Record(std::vector<MemberOffset>{{1, 3.0}, {2, 5.0}});
+  EXPECT_EQ(Nodes(p.TopK(1, 1)), std::vector<uint32_t>({2})) << "the last operation alone";
+  const std::vector<MemberOffset> both = p.TopK(2, 2);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0].node, 2u);
+  EXPECT_DOUBLE_EQ(both[0].offset_s, 2.5);
+  EXPECT_DOUBLE_EQ(both[1].offset_s, 2.0);
+  EXPECT_EQ(p.TopK(5, 0).size(), 2u) << "0 operations means every recorded one";
+}
+
+TEST(StragglerPredictorTest, OnlyTheHistoryIsKeptAndAbsenceDoesNotCount) {
+  StragglerPredictor p(2);
+  p.Record(std::vector<MemberOffset>{{7, 9.0}});
+  p.Record(std::vector<MemberOffset>{{8, 1.0}});
+  p.Record(std::vector<MemberOffset>{{8, 2.0}});
+  EXPECT_EQ(p.operations(), 2u);
+  EXPECT_EQ(Nodes(p.TopK(10, 0)), std::vector<uint32_t>({8})) << "node 7 fell out of the history";
+  EXPECT_TRUE(p.Over(2.0, 0).empty()) << "node 8's mean is 1.5";
+  StragglerPredictor q(4);
+  q.Record(std::vector<MemberOffset>{{1, 4.0}, {2, 1.0}});
+  q.Record(std::vector<MemberOffset>{{2, 1.0}});  // node 1 missing: not a zero
+  EXPECT_DOUBLE_EQ(q.TopK(1, 2)[0].offset_s, 4.0);
+}
+
+}  // namespace
+}  // namespace aggswitch::control
