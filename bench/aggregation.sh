@@ -89,11 +89,6 @@ JOB_KEY=0x5eed0000000000a1    # agg-bench.yaml's job key
 UP_TIMEOUT=30                 # seconds for a DUT to start, and for the first answer
 MIN_CPU_SHARE=0.90            # of the 2 CPUs, for DUT + agg-gen in a window (as parse_stats.py)
 
-usage() {
-  sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-  exit "${1:-0}"
-}
-
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeats) REPEATS="$2"; shift 2 ;;
@@ -107,7 +102,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --retries) RETRIES="$2"; shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
-    -h | --help) usage 0 ;;
+    -h | --help) bench_usage 0 ;;
     *) bench_die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -138,30 +133,6 @@ SOCK=""              # the memif socket (a file, socket-abstract=no)
 RUN=""               # the current run's directory under $WORK
 RESULTS=""           # workers elems dut repeat metric value, one line each
 RUN_SHARE=0          # the last run's share of the 2 CPUs (DUT + agg-gen)
-
-parse() { python3 "$BENCH/parse_stats.py" "$@"; }
-
-# Fails the benchmark because of DUT $1, showing why and the end of its log.
-dut_failed() {
-  local dut="$1" why="$2"
-  {
-    echo "error: $dut: $why"
-    echo "--- last lines of $RUN/dut.log:"
-    tail -n 25 "$RUN/dut.log" 2>/dev/null || true
-  } >&2
-  exit 1
-}
-
-# Waits until "${dut}_up" succeeds while PID lives.
-wait_dut_up() {
-  local dut="$1" pid="$2"
-  local deadline=$((SECONDS + UP_TIMEOUT))
-  until "${dut}_up" 2>/dev/null; do
-    bench_alive "$pid" || dut_failed "$dut" "did not come up: it exited during start-up"
-    [ "$SECONDS" -lt "$deadline" ] || dut_failed "$dut" "did not come up within ${UP_TIMEOUT} s"
-    sleep 0.2
-  done
-}
 
 # --- the workers: agg-gen, memif client, CPU 0 --------------------------------
 # It runs until SIGINT, then stops sending, waits for the chunks in flight,
@@ -237,7 +208,7 @@ aggswitch_prepare() {
 aggswitch_start() {
   bench_spawn "$RUN/dut.log" "$AGGSWITCH" --config "$WORK/aggswitch.yaml"
   AGG_PID=$BENCH_LAST_PID
-  wait_dut_up aggswitch "$AGG_PID"
+  bench_wait_dut_up aggswitch "$AGG_PID"
 }
 # The HTTP server starts before the ports; "running" is logged after them.
 aggswitch_up() { [ -S "$SOCK" ] && grep -q " running: " "$RUN/dut.log"; }
@@ -254,12 +225,12 @@ aggswitch_stop() {
     bench_log "warning: aggswitch exited with status $BENCH_LAST_STATUS on SIGTERM (log: $RUN/dut.log)"
   fi
 }
-aggswitch_cycles() { parse agg-cycles "$RUN/window-begin.json" "$RUN/window-end.json"; }
+aggswitch_cycles() { bench_parse agg-cycles "$RUN/window-begin.json" "$RUN/window-end.json"; }
 aggswitch_record() {
   local name value
   while read -r name value; do
     record "$1" "$2" aggswitch "$3" "$name" "$value"
-  done < <(parse agg-counters "$RUN/window-begin.json" "$RUN/window-end.json")
+  done < <(bench_parse agg-counters "$RUN/window-begin.json" "$RUN/window-end.json")
 }
 
 # --- DUT B: testpmd io, port-topology loop -------------------------------------
@@ -276,7 +247,7 @@ testpmd_start() {
     --file-prefix "$PREFIX-dut" --vdev "net_memif0,role=server,socket=$SOCK,socket-abstract=no" -- \
     -i -a --forward-mode=io --port-topology=loop --record-core-cycles
   PMD_PID=$BENCH_LAST_PID
-  wait_dut_up testpmd "$PMD_PID"
+  bench_wait_dut_up testpmd "$PMD_PID"
 }
 # The memif socket exists from the probe on, but a client that connects before
 # the port has started never gets a link: wait for the line start_port prints.
@@ -294,7 +265,7 @@ testpmd_stop() {
     bench_log "warning: testpmd exited with status $BENCH_LAST_STATUS on quit (log: $RUN/dut.log)"
   fi
 }
-testpmd_cycles() { parse cycles testpmd "$RUN/dut.log"; }
+testpmd_cycles() { bench_parse cycles testpmd "$RUN/dut.log"; }
 testpmd_record() { :; }
 
 # --- one run -----------------------------------------------------------------
@@ -315,7 +286,7 @@ start_traffic() {
       bench_log "(no answer after $((UP_TIMEOUT / 2)) s: restarting agg-gen) "
     }
   done
-  dut_failed "$dut" "no answer to agg-gen through two starts (see $RUN/gen.log)"
+  bench_dut_failed "$dut" "no answer to agg-gen through two starts (see $RUN/gen.log)"
 }
 
 # After a run: nothing of it may survive into the next one.
@@ -348,9 +319,9 @@ run_once() {
   read -r -a pids <<<"$GEN_PID $("${dut}_pids")"
   ticks0=$(bench_cpu_ticks "${pids[@]}")
   t0=$(bench_now)
-  "${dut}_window_begin" || dut_failed "$dut" "reading its counters failed at the window start"
+  "${dut}_window_begin" || bench_dut_failed "$dut" "reading its counters failed at the window start"
   bench_sleep_until "$(awk -v t="$t0" -v w="$WINDOW" 'BEGIN { printf "%.6f", t + w }')"
-  "${dut}_window_end" || dut_failed "$dut" "reading its counters failed at the window end"
+  "${dut}_window_end" || bench_dut_failed "$dut" "reading its counters failed at the window end"
   t1=$(bench_now)
   ticks1=$(bench_cpu_ticks "${pids[@]}")
 
@@ -364,14 +335,14 @@ run_once() {
   cycles=$("${dut}_cycles") || bench_die "$dut: no busy cycles/packet for the window (logs: $RUN)"
   RUN_SHARE=$(awk -v d="$((ticks1 - ticks0))" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" \
     'BEGIN { printf "%.3f", d / hz / (t1 - t0) / 2 }')
-  check=$(parse gen-check "$RUN/gen.json") || bench_die "$dut: agg-gen wrote no report (log: $RUN/gen.log)"
+  check=$(bench_parse gen-check "$RUN/gen.json") || bench_die "$dut: agg-gen wrote no report (log: $RUN/gen.log)"
   read -r ok errors unanswered retransmits <<<"$check"
   [ "$ok" -eq 0 ] || [ "$GEN_STATUS" -eq 0 ] ||
     bench_die "agg-gen exited with status $GEN_STATUS after a run it reports as good (log: $RUN/gen.log)"
   while read -r rate; do
     rates+=("$rate")
     record "$workers" "$elems" "$dut" "$rep" contrib_per_s "$rate"
-  done < <(parse gen-rates "$RUN/gen.json" "$t0" "$t1")
+  done < <(bench_parse gen-rates "$RUN/gen.json" "$t0" "$t1")
   [ "${#rates[@]}" -ge $((WINDOW > 1 ? WINDOW - 1 : 1)) ] ||
     bench_die "$dut: ${#rates[@]} rate samples in a ${WINDOW}-s window (logs: $RUN)"
   record "$workers" "$elems" "$dut" "$rep" cycles "$cycles"
@@ -457,7 +428,7 @@ main() {
   if has_dut aggswitch; then version=$("$AGGSWITCH" --version | head -n1); else version="aggswitch not run"; fi
   version+=", git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
   mkdir -p "$(dirname "$OUT")"
-  parse agg-summary "$RESULTS" --duts "$DUTS" --repeats "$REPEATS" --window "$WINDOW" \
+  bench_parse agg-summary "$RESULTS" --duts "$DUTS" --repeats "$REPEATS" --window "$WINDOW" \
     --warmup "$WARMUP" --inflight "$INFLIGHT" --tsc-mhz "${tsc:-?}" \
     --header "$(date '+%Y-%m-%d %H:%M'), took $((took / 60))m$((took % 60))s; $version" |
     tee "$OUT"

@@ -101,11 +101,6 @@ RUN_TIMEOUT=600               # seconds for one method's run, whatever happens
 TARGET_SIZE=64M
 TARGET_RATIO=1.0
 
-usage() {
-  sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-  exit "${1:-0}"
-}
-
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeats) REPEATS="$2"; shift 2 ;;
@@ -119,7 +114,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD_DIR=$(realpath -m "$2"); shift 2 ;;
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
-    -h | --help) usage 0 ;;
+    -h | --help) bench_usage 0 ;;
     *) bench_die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -151,8 +146,6 @@ RESULTS=""    # size method repeat metric value, one line each
 JOB=0         # the last job id given to agg-worker; every job is new
 OTHER_SHARE=0 # the last run's CPU share of processes not ours
 TOPO_UP=0
-
-parse() { python3 "$BENCH/parse_stats.py" "$@"; }
 
 # Bytes in a size such as 16M (powers of 1024, as agg-worker's --size).
 size_bytes() {
@@ -398,7 +391,7 @@ run_results() {
   local method="$1" metric value
   shift
   local out
-  if out=$(parse allreduce-run "$method" "$WORLD" "$@" 2>"$RUN/parse.err"); then
+  if out=$(bench_parse allreduce-run "$method" "$WORLD" "$@" 2>"$RUN/parse.err"); then
     while read -r metric value; do record "$metric" "$value"; done <<<"$out"
   else
     method_failed "$(cat "$RUN/parse.err")" "$RUN"/*.log
@@ -497,7 +490,7 @@ profile_aggswitch() {
   perf report -i "$RUN/perf.data" --stdio --no-children --sort comm,dso,sym -g none \
     --percent-limit 0.05 >"$RUN/perf-report.txt" 2>/dev/null ||
     bench_log "warning: perf report failed (see $RUN/perf.log)"
-  parse allreduce-profile --run-dir "$RUN" --t0 "$t0" --t1 "$t1" --world "$WORLD" \
+  bench_parse allreduce-profile --run-dir "$RUN" --t0 "$t0" --t1 "$t1" --world "$WORLD" \
     --bytes "$(size_bytes "$size")" --mtu "$MTU" --iterations "$iterations" >"$WORK/profile.txt" ||
     bench_log "warning: the profile could not be summarized (logs: $RUN)"
 }
@@ -587,7 +580,7 @@ main() {
 
   local verdict=""
   if has_method aggswitch && has_method gloo && [[ " $SIZES " == *" $TARGET_SIZE "* ]]; then
-    verdict=$(parse allreduce-verdict "$RESULTS" --size "$(size_bytes "$TARGET_SIZE")" \
+    verdict=$(bench_parse allreduce-verdict "$RESULTS" --size "$(size_bytes "$TARGET_SIZE")" \
       --ratio "$TARGET_RATIO")
   fi
   if [ "$PROFILE" -eq 1 ] && [ "$verdict" = MISS ]; then profile_aggswitch; fi
@@ -598,7 +591,7 @@ main() {
   version+=", git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
   cores="$(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo))"
   mkdir -p "$(dirname "$OUT")"
-  parse allreduce-summary "$RESULTS" --methods "$METHODS" --repeats "$REPEATS" \
+  bench_parse allreduce-summary "$RESULTS" --methods "$METHODS" --repeats "$REPEATS" \
     --world "$WORLD" --window "$WINDOW" --mtu "$MTU" --target-size "$(size_bytes "$TARGET_SIZE")" \
     --target-ratio "$TARGET_RATIO" --profile "$WORK/profile.txt" \
     --header "$(date '+%Y-%m-%d %H:%M'), took $((took / 60))m$((took % 60))s; $cores; $version" |

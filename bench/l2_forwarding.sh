@@ -74,11 +74,6 @@ DUT_MAC=02:00:00:00:00:02  # where the generator sends; every DUT forwards it to
 UP_TIMEOUT=30              # seconds for a DUT to start, and for its first packet
 MIN_CPU_SHARE=0.90         # of the 2 CPUs, for DUT + generator in a window (as parse_stats.py)
 
-usage() {
-  sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-  exit "${1:-0}"
-}
-
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeats) REPEATS="$2"; shift 2 ;;
@@ -90,7 +85,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --retries) RETRIES="$2"; shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
-    -h | --help) usage 0 ;;
+    -h | --help) bench_usage 0 ;;
     *) bench_die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -116,30 +111,6 @@ SOCK=""         # the memif socket (a file, socket-abstract=no)
 RUN=""          # the current run's directory under $WORK
 RESULTS=""      # size dut repeat metric value, one line each
 RUN_SHARE=0     # the last run's share of the 2 CPUs (DUT + generator)
-
-parse() { python3 "$BENCH/parse_stats.py" "$@"; }
-
-# Fails the benchmark because of DUT $1, showing why and the end of its log.
-dut_failed() {
-  local dut="$1" why="$2"
-  {
-    echo "error: $dut: $why"
-    echo "--- last lines of $RUN/dut.log:"
-    tail -n 25 "$RUN/dut.log" 2>/dev/null || true
-  } >&2
-  exit 1
-}
-
-# Waits until "${dut}_up" succeeds while PID lives.
-wait_dut_up() {
-  local dut="$1" pid="$2"
-  local deadline=$((SECONDS + UP_TIMEOUT))
-  until "${dut}_up" 2>/dev/null; do
-    bench_alive "$pid" || dut_failed "$dut" "did not come up: it exited during start-up"
-    [ "$SECONDS" -lt "$deadline" ] || dut_failed "$dut" "did not come up within ${UP_TIMEOUT} s"
-    sleep 0.2
-  done
-}
 
 # --- the traffic generator: testpmd txonly, memif client, CPU 0 --------------
 # Interactive (commands through a FIFO), so that it can stop sending before the
@@ -213,13 +184,13 @@ aggswitch_prepare() {
 aggswitch_start() {
   bench_spawn "$RUN/dut.log" "$AGGSWITCH" --config "$WORK/aggswitch.yaml"
   AGG_PID=$BENCH_LAST_PID
-  wait_dut_up aggswitch "$AGG_PID"
+  bench_wait_dut_up aggswitch "$AGG_PID"
 }
 aggswitch_up() { [ -S "$SOCK" ] && curl -sf -o /dev/null --max-time 1 "http://$AGG_HTTP/metrics"; }
 aggswitch_gen_queues() { echo 1; }  # one worker: one RX and one TX queue per port
 aggswitch_pids() { echo "$AGG_PID"; }
 aggswitch_scrape() { curl -sf --max-time 2 -o "$1" "http://$AGG_HTTP/metrics"; }
-aggswitch_sink_tx() { aggswitch_scrape "$RUN/first.prom" && parse sink-tx aggswitch "$RUN/first.prom" sink; }
+aggswitch_sink_tx() { aggswitch_scrape "$RUN/first.prom" && bench_parse sink-tx aggswitch "$RUN/first.prom" sink; }
 aggswitch_window_begin() { aggswitch_scrape "$RUN/window-begin.prom"; }
 aggswitch_sample() { timed_sample "$1" prom aggswitch_scrape; }
 aggswitch_window_end() { aggswitch_scrape "$RUN/window-end.prom"; }
@@ -231,7 +202,7 @@ aggswitch_stop() {
     bench_log "warning: aggswitch exited with status $BENCH_LAST_STATUS on SIGTERM (log: $RUN/dut.log)"
   fi
 }
-aggswitch_cycles() { parse cycles aggswitch "$RUN/window-begin.prom" "$RUN/window-end.prom"; }
+aggswitch_cycles() { bench_parse cycles aggswitch "$RUN/window-begin.prom" "$RUN/window-end.prom"; }
 
 # --- DUT B: testpmd io -------------------------------------------------------
 # Interactive, driven through a FIFO, so that the window can clear and show its
@@ -247,7 +218,7 @@ testpmd_start() {
     --file-prefix "$PREFIX-dut" --vdev "net_memif0,role=server,socket=$SOCK,socket-abstract=no" \
     --vdev net_null0,no-rx=1 -- -i -a --forward-mode=io --record-core-cycles
   PMD_PID=$BENCH_LAST_PID
-  wait_dut_up testpmd "$PMD_PID"
+  bench_wait_dut_up testpmd "$PMD_PID"
 }
 # The memif socket exists from the probe on, but a client that connects before
 # the port has started never gets a link: wait for the line start_port prints.
@@ -256,8 +227,8 @@ testpmd_gen_queues() { echo 1; }
 testpmd_pids() { echo "$PMD_PID"; }
 # Port 1 is the sink (the second --vdev).
 testpmd_sink_tx() {
-  parse telemetry "$PREFIX-dut" "/ethdev/stats,1" >"$RUN/first.json" &&
-    parse sink-tx testpmd "$RUN/first.json" 1
+  bench_parse telemetry "$PREFIX-dut" "/ethdev/stats,1" >"$RUN/first.json" &&
+    bench_parse sink-tx testpmd "$RUN/first.json" 1
 }
 testpmd_window_begin() { bench_fifo_send "$RUN/dut.fifo" "clear fwd stats all"; }
 # testpmd times the interval itself and prints Tx-pps "since last show" to its
@@ -273,7 +244,7 @@ testpmd_stop() {
     bench_log "warning: testpmd exited with status $BENCH_LAST_STATUS on quit (log: $RUN/dut.log)"
   fi
 }
-testpmd_cycles() { parse cycles testpmd "$RUN/dut.log"; }
+testpmd_cycles() { bench_parse cycles testpmd "$RUN/dut.log"; }
 
 # --- DUT C: OVS-DPDK ---------------------------------------------------------
 # Its own ovsdb-server, database and run directory under $RUN/ovs. The main
@@ -295,35 +266,35 @@ ovs_start() {
   OVS_DIR="$RUN/ovs"
   mkdir -p "$OVS_DIR"
   local env=(env "OVS_RUNDIR=$OVS_DIR" "OVS_LOGDIR=$OVS_DIR" "OVS_DBDIR=$OVS_DIR")
-  ovsdb-tool create "$OVS_DIR/conf.db" "$OVS_SCHEMA" || dut_failed ovs "did not come up: ovsdb-tool create failed"
+  ovsdb-tool create "$OVS_DIR/conf.db" "$OVS_SCHEMA" || bench_dut_failed ovs "did not come up: ovsdb-tool create failed"
   bench_spawn "$RUN/ovsdb.log" "${env[@]}" taskset -c 0 ovsdb-server "$OVS_DIR/conf.db" \
     --remote="punix:$OVS_DIR/db.sock" --unixctl="$OVS_DIR/ovsdb.ctl"
   OVSDB_PID=$BENCH_LAST_PID
-  bench_wait_until 10 test -S "$OVS_DIR/db.sock" || dut_failed ovs "did not come up: ovsdb-server did not start"
+  bench_wait_until 10 test -S "$OVS_DIR/db.sock" || bench_dut_failed ovs "did not come up: ovsdb-server did not start"
   # Without --legacy-mem, OVS adds --in-memory, which --no-huge rejects.
   ovs_vsctl --no-wait init -- set Open_vSwitch . other_config:dpdk-init=true \
     "other_config:dpdk-extra=--no-huge --legacy-mem -m 1024 --no-pci --file-prefix $PREFIX-dut" \
-    other_config:pmd-cpu-mask=0x2 || dut_failed ovs "did not come up: ovs-vsctl init failed"
+    other_config:pmd-cpu-mask=0x2 || bench_dut_failed ovs "did not come up: ovs-vsctl init failed"
   bench_spawn "$RUN/dut.log" "${env[@]}" taskset -c 0 "$OVS_VSWITCHD" "unix:$OVS_DIR/db.sock" \
     --unixctl="$OVS_DIR/vswitchd.ctl"
   VSWITCHD_PID=$BENCH_LAST_PID
   bench_wait_until "$UP_TIMEOUT" test -S "$OVS_DIR/vswitchd.ctl" ||
-    dut_failed ovs "did not come up: ovs-vswitchd-dpdk did not open its control socket"
+    bench_dut_failed ovs "did not come up: ovs-vswitchd-dpdk did not open its control socket"
   # OVS must be the memif server. Its PMD sends on TX queue 1, so the memif port
   # needs two queues (and the generator --rxq=2 --txq=2).
   ovs_vsctl add-br br0 -- set bridge br0 datapath_type=netdev \
     -- add-port br0 bench -- set Interface bench type=dpdk \
     "options:dpdk-devargs=net_memif0,role=server,socket=$SOCK,socket-abstract=no" options:n_rxq=2 \
     -- add-port br0 sink -- set Interface sink type=dpdk options:dpdk-devargs=net_null0,no-rx=1 ||
-    dut_failed ovs "did not come up: ovs-vsctl could not create the bridge"
+    bench_dut_failed ovs "did not come up: ovs-vsctl could not create the bridge"
   local port error
   for port in bench sink; do
     error=$(ovs_vsctl --bare --columns=error list Interface "$port")
-    [ -z "$error" ] || dut_failed ovs "did not come up: interface $port: $error"
+    [ -z "$error" ] || bench_dut_failed ovs "did not come up: interface $port: $error"
   done
   # Known unicast, like aggswitch's static MAC entry: no flooding to br0's tap.
-  ovs_appctl fdb/add br0 sink 0 "$DUT_MAC" >/dev/null || dut_failed ovs "did not come up: fdb/add failed"
-  wait_dut_up ovs "$VSWITCHD_PID"
+  ovs_appctl fdb/add br0 sink 0 "$DUT_MAC" >/dev/null || bench_dut_failed ovs "did not come up: fdb/add failed"
+  bench_wait_dut_up ovs "$VSWITCHD_PID"
 }
 ovs_up() { [ -S "$SOCK" ]; }
 ovs_gen_queues() { echo 2; }
@@ -332,7 +303,7 @@ ovs_pids() { echo "$VSWITCHD_PID $OVSDB_PID"; }
 # (other_config:stats-update-interval has a 5000 ms floor), so read the
 # datapath's own port counters instead.
 ovs_dpctl_show() { ovs_appctl dpctl/show -s >"$1"; }
-ovs_sink_tx() { ovs_dpctl_show "$RUN/first.txt" && parse sink-tx ovs "$RUN/first.txt" sink; }
+ovs_sink_tx() { ovs_dpctl_show "$RUN/first.txt" && bench_parse sink-tx ovs "$RUN/first.txt" sink; }
 ovs_window_begin() { ovs_appctl dpif-netdev/pmd-stats-clear >/dev/null; }
 ovs_sample() { timed_sample "$1" txt ovs_dpctl_show; }
 ovs_window_end() { ovs_appctl dpif-netdev/pmd-stats-show >"$RUN/pmd-stats.txt"; }
@@ -346,7 +317,7 @@ ovs_stop() {
   kill -TERM "$OVSDB_PID" 2>/dev/null || true
   bench_stop_pid "$OVSDB_PID" 5 || bench_log "warning: ovsdb-server ignored SIGTERM for 5 s"
 }
-ovs_cycles() { parse cycles ovs "$RUN/pmd-stats.txt"; }
+ovs_cycles() { bench_parse cycles ovs "$RUN/pmd-stats.txt"; }
 
 # timed_sample I EXT CMD: CMD writes sample I to the file it is given; the
 # time it returned goes into $RUN/times.
@@ -377,7 +348,7 @@ start_traffic() {
       bench_log "(no packet at the sink after $((UP_TIMEOUT / 2)) s: restarting the generator) "
     }
   done
-  dut_failed "$dut" "did not come up: no packet reached the sink through two generator starts (see $RUN/gen.log)"
+  bench_dut_failed "$dut" "did not come up: no packet reached the sink through two generator starts (see $RUN/gen.log)"
 }
 
 # After a run: nothing of it may survive into the next one.
@@ -413,7 +384,7 @@ run_once() {
   "${dut}_window_begin"
   for ((i = 0; i <= WINDOW; i++)); do
     bench_sleep_until "$(awk -v t="$t0" -v i="$i" 'BEGIN { printf "%.6f", t + i }')"
-    "${dut}_sample" "$i" || dut_failed "$dut" "reading its counters failed mid-run"
+    "${dut}_sample" "$i" || bench_dut_failed "$dut" "reading its counters failed mid-run"
   done
   "${dut}_window_end"
   t1=$(bench_now)
@@ -429,11 +400,11 @@ run_once() {
   cycles=$("${dut}_cycles") || bench_die "$dut: no busy cycles/packet for the window (logs: $RUN)"
   RUN_SHARE=$(awk -v d="$((ticks1 - ticks0))" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" \
     'BEGIN { printf "%.3f", d / hz / (t1 - t0) / 2 }')
-  drops=$(parse gen-drops "$RUN/gen.log") || drops=""
+  drops=$(bench_parse gen-drops "$RUN/gen.log") || drops=""
   while read -r rate; do
     mpps+=("$(awk -v r="$rate" 'BEGIN { printf "%.3f", r / 1e6 }')")
     record "$size" "$dut" "$rep" mpps "${mpps[-1]}"
-  done < <(parse rates "$dut" "$RUN" "$WINDOW")
+  done < <(bench_parse rates "$dut" "$RUN" "$WINDOW")
   [ "${#mpps[@]}" -eq "$WINDOW" ] || bench_die "$dut: ${#mpps[@]} rate samples, expected $WINDOW (logs: $RUN)"
   record "$size" "$dut" "$rep" cycles "$cycles"
   record "$size" "$dut" "$rep" cpu_share "$RUN_SHARE"
@@ -503,7 +474,7 @@ main() {
   if has_dut aggswitch; then version=$("$AGGSWITCH" --version | head -n1); else version="aggswitch not run"; fi
   version+=", git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
   mkdir -p "$(dirname "$OUT")"
-  parse summary "$RESULTS" --duts "$DUTS" --repeats "$REPEATS" --window "$WINDOW" \
+  bench_parse summary "$RESULTS" --duts "$DUTS" --repeats "$REPEATS" --window "$WINDOW" \
     --warmup "$WARMUP" --tsc-mhz "${tsc:-?}" \
     --header "$(date '+%Y-%m-%d %H:%M'), took $((took / 60))m$((took % 60))s; $version" |
     tee "$OUT"

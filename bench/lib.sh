@@ -203,3 +203,35 @@ bench_cpu_busy_percent() {
     idle = (y[5] - x[5]) + (y[6] - x[6])
     printf "%.0f", total ? 100 * (total - idle) / total : 0 }'
 }
+
+# Prints the calling script's header comment (its help) and exits with $1.
+bench_usage() {
+  sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit "${1:-0}"
+}
+
+# bench/parse_stats.py, which every benchmark reads its samples with.
+bench_parse() { python3 "$BENCH/parse_stats.py" "$@"; }
+
+# Fails the benchmark because of DUT $1, saying why ($2) and showing the end
+# of $RUN/dut.log.
+bench_dut_failed() {
+  local dut="$1" why="$2"
+  {
+    echo "error: $dut: $why"
+    echo "--- last lines of $RUN/dut.log:"
+    tail -n 25 "$RUN/dut.log" 2>/dev/null || true
+  } >&2
+  exit 1
+}
+
+# Waits up to $UP_TIMEOUT seconds until "${1}_up" succeeds, while PID $2 lives.
+bench_wait_dut_up() {
+  local dut="$1" pid="$2"
+  local deadline=$((SECONDS + UP_TIMEOUT))
+  until "${dut}_up" 2>/dev/null; do
+    bench_alive "$pid" || bench_dut_failed "$dut" "did not come up: it exited during start-up"
+    [ "$SECONDS" -lt "$deadline" ] || bench_dut_failed "$dut" "did not come up within ${UP_TIMEOUT} s"
+    sleep 0.2
+  done
+}
