@@ -366,13 +366,7 @@ cleanup() {
   bench_kill_all
   rm -rf "/var/run/dpdk/$PREFIX-gen" "/var/run/dpdk/$PREFIX-dut"
   [ -z "$SOCK" ] || rm -f "$SOCK"
-  if [ -n "$WORK" ]; then
-    if [ "$rc" -eq 0 ] && [ "$KEEP_LOGS" -eq 0 ]; then
-      rm -rf "$WORK"
-    else
-      bench_log "logs kept in $WORK"
-    fi
-  fi
+  bench_remove_work "$rc"
   exit "$rc"
 }
 

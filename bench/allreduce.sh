@@ -503,13 +503,7 @@ cleanup() {
   bench_kill_all
   [ "$TOPO_UP" -eq 0 ] || topo_cleanup
   rm -rf "/var/run/dpdk/$PREFIX"
-  if [ -n "$WORK" ]; then
-    if [ "$rc" -eq 0 ] && [ "$KEEP_LOGS" -eq 0 ]; then
-      rm -rf "$WORK"
-    else
-      bench_log "logs kept in $WORK"
-    fi
-  fi
+  bench_remove_work "$rc"
   exit "$rc"
 }
 

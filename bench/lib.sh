@@ -235,3 +235,14 @@ bench_wait_dut_up() {
     sleep 0.2
   done
 }
+
+# At exit: removes the run directory $WORK after a clean run (exit status $1)
+# unless $KEEP_LOGS is 1; otherwise says where the logs are.
+bench_remove_work() {
+  [ -n "$WORK" ] || return 0
+  if [ "$1" -eq 0 ] && [ "$KEEP_LOGS" -eq 0 ]; then
+    rm -rf "$WORK"
+  else
+    bench_log "logs kept in $WORK"
+  fi
+}
