@@ -1,5 +1,6 @@
 #include "aggregator/job_table.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -49,9 +50,64 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation)
       origin_(spec.origin),
       index_(index),
       generation_(generation),
-      member_(new Member[spec.members]) {}
+      member_(new Member[spec.members]),
+      upstream_(spec.upstream),
+      timeout_cycles_(spec.timeout_cycles),
+      batch_(spec.batch || spec.ordered),
+      bypass_covered_nodes_(spec.bypass_covered_nodes),
+      excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
+  for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
+  if (!spec.member_nodes.empty()) {
+    // Contiguous ids (a rack's ranks) map by subtraction; anything else by search.
+    bool contiguous = true;
+    for (uint16_t i = 1; i < members_; ++i) {
+      contiguous &= spec.member_nodes[i] == spec.member_nodes[0] + i;
+    }
+    node_base_ = spec.member_nodes[0];
+    if (!contiguous) {
+      member_nodes_.reset(new uint16_t[members_]);
+      sorted_nodes_.reset(new uint32_t[members_]);
+      for (uint16_t i = 0; i < members_; ++i) {
+        member_nodes_[i] = spec.member_nodes[i];
+        sorted_nodes_[i] = uint32_t{spec.member_nodes[i]} << 16 | i;
+      }
+      std::sort(sorted_nodes_.get(), sorted_nodes_.get() + members_);
+    }
+  }
+  bool any_switch = false;
+  for (const auto& c : spec.covers) any_switch |= !c.empty();
+  if (any_switch) {
+    covers_.resize(members_);
+    for (uint16_t i = 0; i < members_ && i < spec.covers.size(); ++i) {
+      if (!spec.covers[i].empty()) covers_[i] = spec.covers[i];
+    }
+  }
+  SetTan(spec.tan, spec.tan_peer);
+}
 
 Job::~Job() = default;
+
+void Job::SetHop(Hop hop, const MemberAddr& addr) const {
+  Member& m = hop_[static_cast<int>(hop)];
+  m.l3.store((uint64_t{addr.ip} << 32) | (uint64_t{addr.udp_port} << 16) |
+                 (uint64_t{addr.vlan & 0xfffu} << 4) | kValid,
+             std::memory_order_relaxed);
+  m.l2.store((addr.mac48 << 16) | (uint64_t{addr.port_index} << 8) | kValid,
+             std::memory_order_relaxed);
+}
+
+bool Job::SetExcluded(uint16_t index, bool excluded) const {
+  if (index >= members_ || Excluded(index) == excluded) return false;
+  std::atomic<uint64_t>& word = excluded_[index >> 6];
+  const uint64_t bit = uint64_t{1} << (index & 63);
+  word.store(excluded ? word.load(std::memory_order_relaxed) | bit
+                      : word.load(std::memory_order_relaxed) & ~bit,
+             std::memory_order_relaxed);
+  excluded_count_.store(static_cast<uint16_t>(excluded_count_.load(std::memory_order_relaxed) +
+                                              (excluded ? 1 : -1)),
+                        std::memory_order_relaxed);
+  return true;
+}
 
 std::optional<uint32_t> Job::MinAck() const {
   std::optional<uint32_t> min;
@@ -158,6 +214,25 @@ common::Result<const Job*> JobTable::Add(const JobSpec& spec) {
   }
   if (spec.nodes == 0) {
     return common::InvalidArgument(JobName(spec.id) + ": nodes must be at least 1, got 0");
+  }
+  if (!spec.member_nodes.empty()) {
+    if (spec.member_nodes.size() != spec.members) {
+      return common::InvalidArgument(JobName(spec.id) + ": " + std::to_string(spec.members) +
+                                     " members but " + std::to_string(spec.member_nodes.size()) +
+                                     " node ids");
+    }
+    std::vector<uint16_t> sorted = spec.member_nodes;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() || sorted.back() == 0xffff) {
+      return common::InvalidArgument(JobName(spec.id) +
+                                     ": member node ids must be unique and at most 65534");
+    }
+  }
+  if (spec.covers.size() > spec.members) {
+    return common::InvalidArgument(JobName(spec.id) + ": covers lists exceed the members");
+  }
+  if (spec.tan == JobSpec::Tan::kRemote && spec.tan_peer.ip == 0) {
+    return common::InvalidArgument(JobName(spec.id) + ": a remote TAN needs an address");
   }
 
   std::atomic<Job*>* slots = current_.get();

@@ -55,6 +55,7 @@
 #include <optional>
 #include <queue>
 #include <string_view>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -69,9 +70,21 @@ inline constexpr uint32_t kMaxJobTableJobs = 65536;
 // Readers a table can register: at least config::kMaxWorkers, plus room for tests.
 inline constexpr uint32_t kMaxJobReaders = 128;
 
+// A next hop of the job tree: the upstream switch's or the TAN's aggregation
+// address (docs/stragglers.md). Its MAC, port and VLAN are resolved by the
+// control thread (ARP) and published in the Job.
+struct JobPeer {
+  uint32_t ip = 0;  // host order; 0: none
+  uint16_t udp_port = 0;
+  uint16_t node = 0;  // our node id at the upstream switch (upstream only)
+  uint16_t vlan = 0;  // VLAN to resolve it on; 0: the aggregation address's
+};
+
 // What the control side knows about a job when it creates it.
 struct JobSpec {
   enum class Origin : uint8_t { kConfig, kApi, kInBand };
+  // Where the root sends a result that still misses members.
+  enum class Tan : uint8_t { kNone, kRemote, kSelf };
 
   uint32_t id = 0;       // 1..2^32-1 (0 is not a job)
   uint64_t key = 0;      // per-job secret; packets with another key are dropped
@@ -79,6 +92,20 @@ struct JobSpec {
   uint16_t nodes = 1;    // switches taking part; 1 = this switch is the root
   bool ordered = false;  // reduce floats in member order
   Origin origin = Origin::kConfig;
+
+  // --- The tree (docs/stragglers.md); defaults give the flat job. ---
+  // Node id of each member, by member index; empty: member i is node i.
+  // Unique, at most 65534 each.
+  std::vector<uint16_t> member_nodes;
+  // Per member index: the node ids a child switch covers (variant 2 bypass
+  // entries); empty for workers. Empty vector: no child switches.
+  std::vector<std::vector<uint16_t>> covers;
+  JobPeer upstream;                // ip 0: this switch is the job's root
+  Tan tan = Tan::kNone;            // root jobs: where first data goes
+  JobPeer tan_peer;                // Tan::kRemote
+  uint64_t timeout_cycles = 0;     // slot threshold (TSC); 0: no timers
+  bool batch = false;              // hold contributions, reduce at completion or expiry
+  bool bypass_covered_nodes = false;  // a late child switch: entries for the nodes it covers
 };
 
 // "config", "api", "in-band". [any]
@@ -147,15 +174,7 @@ class alignas(64) Job {
   // moves, one read may pair its old MAC with its new IP.
   bool GetMember(uint16_t node, MemberAddr* out) const {
     if (node >= members_) return false;
-    const uint64_t l2 = member_[node].l2.load(std::memory_order_relaxed);
-    const uint64_t l3 = member_[node].l3.load(std::memory_order_relaxed);
-    if ((l2 & kValid) == 0 || (l3 & kValid) == 0) return false;
-    out->mac48 = l2 >> 16;
-    out->port_index = static_cast<uint8_t>(l2 >> 8);
-    out->ip = static_cast<uint32_t>(l3 >> 32);
-    out->udp_port = static_cast<uint16_t>(l3 >> 16);
-    out->vlan = static_cast<uint16_t>((l3 >> 4) & 0xfff);
-    return true;
+    return Read(member_[node], out);
   }
 
   // Moves member `node`'s ack watermark forward to `watermark` (RFC 1982
@@ -190,6 +209,85 @@ class alignas(64) Job {
   // Members with a learned address. O(members).
   uint16_t LearnedMembers() const;
 
+  // --- The tree, fixed for the job's life [any] ---
+
+  // The member index of node id `node`, or -1 when it is not a member here.
+  // One subtraction when the ids are a contiguous range (every flat job),
+  // else a binary search.
+  int LocalIndex(uint16_t node) const {
+    if (sorted_nodes_ == nullptr) {
+      const uint32_t i = static_cast<uint16_t>(node - node_base_);
+      return i < members_ ? static_cast<int>(i) : -1;
+    }
+    uint32_t lo = 0, hi = members_;
+    while (lo < hi) {
+      const uint32_t mid = (lo + hi) / 2;
+      const uint32_t entry = sorted_nodes_[mid];
+      if ((entry >> 16) == node) return static_cast<int>(entry & 0xffff);
+      if ((entry >> 16) < node) lo = mid + 1; else hi = mid;
+    }
+    return -1;
+  }
+  // The node id of member `index` (< members()).
+  uint16_t NodeId(uint16_t index) const {
+    return member_nodes_ == nullptr ? static_cast<uint16_t>(node_base_ + index) : member_nodes_[index];
+  }
+  // Whether member `index` is a child switch, and the node ids it covers.
+  bool IsSwitch(uint16_t index) const { return !covers_.empty() && covers_[index].has_value(); }
+  std::span<const uint16_t> Covers(uint16_t index) const {
+    if (covers_.empty() || !covers_[index]) return {};
+    return *covers_[index];
+  }
+  bool is_root() const { return upstream_.ip == 0; }
+  const JobPeer& upstream() const { return upstream_; }
+  uint64_t timeout_cycles() const { return timeout_cycles_; }
+  bool batch() const { return batch_; }
+  bool bypass_covered_nodes() const { return bypass_covered_nodes_; }
+
+  // --- The TAN choice (root jobs), changed by the control thread ---
+
+  // [any]
+  JobSpec::Tan tan() const {
+    return static_cast<JobSpec::Tan>(tan_target_.load(std::memory_order_acquire) & 0xff);
+  }
+  // The TAN's address and UDP port; ip 0 unless tan() is kRemote. [any]
+  JobPeer tan_peer() const {
+    const uint64_t t = tan_target_.load(std::memory_order_acquire);
+    JobPeer p;
+    p.ip = static_cast<uint32_t>(t >> 32);
+    p.udp_port = static_cast<uint16_t>(t >> 16);
+    return p;
+  }
+  // Publishes a new choice and forgets the resolved TAN hop. [control]
+  void SetTan(JobSpec::Tan mode, const JobPeer& peer) const {
+    const uint64_t ip = mode == JobSpec::Tan::kRemote ? peer.ip : 0;
+    const uint64_t port = mode == JobSpec::Tan::kRemote ? peer.udp_port : 0;
+    hop_[static_cast<int>(Hop::kTan)].l2.store(0, std::memory_order_relaxed);
+    tan_target_.store(ip << 32 | port << 16 | static_cast<uint64_t>(mode), std::memory_order_release);
+  }
+
+  // --- Next hops: where partials, late data and first data go ---
+  enum class Hop : uint8_t { kUpstream = 0, kTan = 1 };
+  // The resolved next hop; false while unresolved. [any]
+  bool GetHop(Hop hop, MemberAddr* out) const {
+    const Member& m = hop_[static_cast<int>(hop)];
+    return Read(m, out);
+  }
+  // Publishes a resolution (ARP answered); `addr.ip`/`udp_port` must be the
+  // hop's. [control]
+  void SetHop(Hop hop, const MemberAddr& addr) const;
+  void ClearHop(Hop hop) const { hop_[static_cast<int>(hop)].l2.store(0, std::memory_order_relaxed); }
+
+  // --- Participation (straggler prediction): who the slots wait for ---
+
+  // Whether member `index` is excluded (a predicted straggler). [any]
+  bool Excluded(uint16_t index) const {
+    return (excluded_[index >> 6].load(std::memory_order_relaxed) >> (index & 63)) & 1;
+  }
+  uint16_t excluded_count() const { return excluded_count_.load(std::memory_order_relaxed); }
+  // Includes or excludes member `index`; returns whether it changed. [control]
+  bool SetExcluded(uint16_t index, bool excluded) const;
+
  private:
   friend class JobTable;
 
@@ -205,6 +303,17 @@ class alignas(64) Job {
   static_assert(sizeof(Member) == 32, "two members per cache line");
 
   Job(const JobSpec& spec, uint16_t index, uint32_t generation);
+  static bool Read(const Member& m, MemberAddr* out) {
+    const uint64_t l2 = m.l2.load(std::memory_order_relaxed);
+    const uint64_t l3 = m.l3.load(std::memory_order_relaxed);
+    if ((l2 & kValid) == 0 || (l3 & kValid) == 0) return false;
+    out->mac48 = l2 >> 16;
+    out->port_index = static_cast<uint8_t>(l2 >> 8);
+    out->ip = static_cast<uint32_t>(l3 >> 32);
+    out->udp_port = static_cast<uint16_t>(l3 >> 16);
+    out->vlan = static_cast<uint16_t>((l3 >> 4) & 0xfff);
+    return true;
+  }
 
   const uint32_t id_;
   const uint64_t key_;
@@ -215,6 +324,19 @@ class alignas(64) Job {
   const uint16_t index_;
   const uint32_t generation_;
   const std::unique_ptr<Member[]> member_;
+  // The tree.
+  uint16_t node_base_ = 0;                        // contiguous ids: node = base + index
+  std::unique_ptr<uint16_t[]> member_nodes_;      // else: node id by index
+  std::unique_ptr<uint32_t[]> sorted_nodes_;      // and (node << 16 | index), sorted
+  std::vector<std::optional<std::vector<uint16_t>>> covers_;  // by index; empty: no switches
+  const JobPeer upstream_;
+  const uint64_t timeout_cycles_;
+  const bool batch_;
+  const bool bypass_covered_nodes_;
+  mutable std::atomic<uint64_t> tan_target_{0};  // ip (63..32) | port (31..16) | JobSpec::Tan (7..0)
+  mutable Member hop_[2];                          // Hop::kUpstream, Hop::kTan
+  std::unique_ptr<std::atomic<uint64_t>[]> excluded_;
+  mutable std::atomic<uint16_t> excluded_count_{0};
 };
 
 class JobTable {

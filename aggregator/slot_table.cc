@@ -7,7 +7,9 @@
 namespace aggswitch::aggregator {
 
 SlotTable::SlotTable(const SlotTableConfig& config)
-    : config_(config), bitmap_words_((config.max_fan_in + 63u) / 64u) {
+    : config_(config),
+      bitmap_words_((config.max_fan_in + 63u) / 64u),
+      timers_(config.slots, config.timer_buckets, config.timer_tick_shift, 0) {
   const size_t n = config_.slots;
   const size_t fan_in = config_.max_fan_in;
   slots_ = std::make_unique<Slot[]>(n);
@@ -18,6 +20,7 @@ SlotTable::SlotTable(const SlotTableConfig& config)
   held_handles_ = std::make_unique<void*[]>(n * fan_in);
   released_ = std::make_unique<void*[]>(fan_in);
   evicted_ = std::make_unique<void*[]>(fan_in);
+  inherited_arena_ = std::make_unique<uint16_t[]>(n * config_.max_inherited);
   for (size_t i = 0; i < n; ++i) {
     Slot& s = slots_[i];
     s.bitmap_ = &bitmaps_[i * bitmap_words_];
@@ -25,17 +28,21 @@ SlotTable::SlotTable(const SlotTableConfig& config)
     s.result_ = &result_arena_[i * config_.max_payload];
     s.held_payload_ = &held_payloads_[i * fan_in];
     s.held_handle_ = &held_handles_[i * fan_in];
+    s.inherited_ = &inherited_arena_[i * config_.max_inherited];
   }
 }
 
 SlotTable::~SlotTable() = default;
 
-void SlotTable::Claim(Slot& s, const Contribution& c, uint64_t now_tsc) {
+void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint64_t now_tsc) {
   s.state_ = Slot::State::kAggregating;
   s.job_id_ = c.job_id;
   s.job_generation_ = c.job_generation;
   s.seq_ = c.seq;
   s.expected_ = c.expected;
+  s.needed_ = c.needed == 0 || c.needed > c.expected ? c.expected : c.needed;
+  s.inherited_count_ = 0;
+  s.inherited_overflow_ = false;
   s.ordered_ = c.ordered;
   s.dtype_ = c.dtype;
   s.op_ = c.op;
@@ -44,7 +51,8 @@ void SlotTable::Claim(Slot& s, const Contribution& c, uint64_t now_tsc) {
   s.count_ = 0;
   s.overflow_ = false;
   s.first_tsc_ = now_tsc;
-  s.deadline_tsc_ = config_.timeout_cycles == 0 ? 0 : now_tsc + config_.timeout_cycles;
+  s.deadline_tsc_ = c.timeout_cycles == 0 ? 0 : now_tsc + c.timeout_cycles;
+  if (s.deadline_tsc_ != 0) timers_.Arm(local_index, s.deadline_tsc_);
   std::memset(s.bitmap_, 0, bitmap_words_ * sizeof(uint64_t));
   busy_.store(busy_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
@@ -52,6 +60,7 @@ void SlotTable::Claim(Slot& s, const Contribution& c, uint64_t now_tsc) {
 void SlotTable::Release(uint32_t local_index) {
   Slot& s = slots_[local_index];
   if (s.state_ == Slot::State::kFree) return;
+  timers_.Cancel(local_index);
   if (s.state_ == Slot::State::kComplete) {
     complete_.store(complete_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   }
@@ -59,22 +68,78 @@ void SlotTable::Release(uint32_t local_index) {
   busy_.store(busy_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
-void SlotTable::Complete(Slot& s, SlotUpdate& u) {
-  if (s.ordered_) {
-    // Reduce in member order, so float results do not depend on arrival order.
-    // Members are 0..expected-1 and all of them are present.
-    LoadFirst(s.dtype_, s.held_payload_[0], s.elem_count_, s.acc_);
-    for (uint16_t m = 1; m < s.expected_; ++m) {
+void SlotTable::ReduceHeld(Slot& s, SlotUpdate& u) {
+  // Member order, so float results do not depend on arrival order. Only the
+  // members that contributed: excluded or timed-out ones are missing.
+  uint16_t n = 0;
+  for (uint16_t m = 0; m < s.expected_; ++m) {
+    if (!s.HasContributed(m)) continue;
+    if (n == 0) {
+      LoadFirst(s.dtype_, s.held_payload_[m], s.elem_count_, s.acc_);
+    } else {
       s.overflow_ |= Accumulate(s.dtype_, s.op_, s.acc_, s.held_payload_[m], s.elem_count_);
     }
-    for (uint16_t m = 0; m < s.expected_; ++m) released_[m] = s.held_handle_[m];
-    u.released = released_.get();
-    u.n_released = s.expected_;
+    released_[n++] = s.held_handle_[m];
   }
+  u.released = released_.get();
+  u.n_released = n;
+}
+
+void SlotTable::Complete(uint32_t local_index, Slot& s, SlotUpdate& u) {
+  timers_.Cancel(local_index);
+  if (s.ordered_) ReduceHeld(s, u);
   StoreResult(s.dtype_, s.acc_, s.elem_count_, s.result_);
   s.state_ = Slot::State::kComplete;
   complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   u.outcome = SlotOutcome::kCompleted;
+}
+
+uint32_t SlotTable::Expired(uint64_t now_tsc, uint32_t budget, uint32_t* out) {
+  if (timers_.size() == 0) return 0;
+  return timers_.Advance(now_tsc, budget, out);
+}
+
+bool SlotTable::Expire(uint32_t local_index, SlotUpdate* u) {
+  Slot& s = slots_[local_index];
+  if (s.state_ != Slot::State::kAggregating || s.count_ == 0) return false;
+  timers_.Cancel(local_index);
+  u->slot = &s;
+  if (s.ordered_) ReduceHeld(s, *u);
+  StoreResult(s.dtype_, s.acc_, s.elem_count_, s.result_);
+  s.state_ = Slot::State::kForwarded;
+  return true;
+}
+
+void SlotTable::MarkForwarded(uint32_t local_index) {
+  Slot& s = slots_[local_index];
+  if (s.state_ != Slot::State::kComplete) return;
+  complete_.store(complete_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  s.state_ = Slot::State::kForwarded;
+}
+
+bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
+                            uint32_t seq, const uint8_t* payload, uint32_t len, bool overflow) {
+  Slot& s = slots_[local_index];
+  if (s.state_ != Slot::State::kForwarded || s.job_id_ != job_id ||
+      s.job_generation_ != job_generation || s.seq_ != seq || len != s.result_len()) {
+    return false;
+  }
+  std::memcpy(s.result_, payload, len);
+  s.overflow_ = overflow;
+  s.state_ = Slot::State::kComplete;
+  complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return true;
+}
+
+void SlotTable::Inherit(Slot& s, const Contribution& c) {
+  for (uint8_t i = 0; i < c.missing_count; ++i) {
+    if (s.inherited_count_ == config_.max_inherited) {
+      s.inherited_overflow_ = true;
+      return;
+    }
+    s.inherited_[s.inherited_count_++] =
+        static_cast<uint16_t>(c.missing[2 * i] << 8 | c.missing[2 * i + 1]);
+  }
 }
 
 SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, uint64_t now_tsc,
@@ -94,13 +159,15 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     // more (a result every member acknowledged, or a job that is gone) or
     // when it is stale; anything else is a collision.
     const bool complete = s.state_ == Slot::State::kComplete;
+    const bool forwarded = s.state_ == Slot::State::kForwarded;
     const bool stale = config_.stale_cycles != 0 && now_tsc - s.first_tsc_ > config_.stale_cycles;
-    if (!stale && !can_release(release_ctx, s.job_id_, s.job_generation_, s.seq_, complete)) {
+    if (!forwarded && !stale &&
+        !can_release(release_ctx, s.job_id_, s.job_generation_, s.seq_, complete)) {
       u.outcome = SlotOutcome::kCollision;
       return u;
     }
-    u.stale = stale;
-    if (!complete && s.ordered_) {
+    u.stale = stale && !forwarded;
+    if (s.state_ == Slot::State::kAggregating && s.ordered_) {
       // The contributions an ordered slot holds go back to the caller.
       uint16_t n = 0;
       for (uint16_t m = 0; m < s.expected_; ++m) {
@@ -112,10 +179,14 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     Release(local_index);
   }
   if (s.state_ == Slot::State::kFree) {
-    Claim(s, c, now_tsc);
+    Claim(local_index, s, c, now_tsc);
   } else if (s.dtype_ != c.dtype || s.op_ != c.op || s.scale_ != c.scale ||
              s.elem_count_ != c.elem_count || s.expected_ != c.expected) {
     u.outcome = SlotOutcome::kMismatch;
+    return u;
+  }
+  if (s.state_ == Slot::State::kForwarded) {
+    u.outcome = s.HasContributed(c.node) ? SlotOutcome::kForwardedAgain : SlotOutcome::kLateForwarded;
     return u;
   }
   if (s.HasContributed(c.node)) {
@@ -123,9 +194,16 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
                                                    : SlotOutcome::kDuplicate;
     return u;
   }
+  if (s.state_ == Slot::State::kComplete) {
+    // Complete without this member: it was excluded, or it is a member the
+    // slot did not wait for. Its data is late.
+    u.outcome = SlotOutcome::kLateForwarded;
+    return u;
+  }
   // A new member of an aggregating slot (a complete slot has every member).
   s.bitmap_[c.node >> 6] |= uint64_t{1} << (c.node & 63);
   ++s.count_;
+  if (c.missing_count != 0) Inherit(s, c);
   if (s.ordered_) {
     s.held_payload_[c.node] = c.payload;
     s.held_handle_[c.node] = c.handle;
@@ -139,7 +217,7 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     }
     u.outcome = SlotOutcome::kAccumulated;
   }
-  if (s.count_ == s.expected_) Complete(s, u);
+  if (s.count_ == s.needed_) Complete(local_index, s, u);
   return u;
 }
 

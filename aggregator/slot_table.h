@@ -8,7 +8,11 @@
 // (the dataplane does that). Memory is allocated once, when the table is built.
 //
 // A slot goes Free -> Aggregating (first contribution) -> Complete (the
-// expected number of distinct members contributed). A complete slot keeps its
+// needed number of distinct members contributed). In a job tree
+// (docs/stragglers.md) a slot whose result went upstream as a partial, or
+// whose timer expired, is Forwarded: free for any other chunk at once, but
+// until one takes it, it still tells a counted member's retransmission from
+// a late member's data. A complete slot keeps its
 // result, so a member that retransmits gets it again, until the caller says
 // every member has moved past the chunk (its ack watermark); only then may a
 // different (job, seq) take the slot. Until then a new chunk that hashes onto it
@@ -27,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "aggregator/timer_wheel.h"
 #include "aggregator/types.h"
 
 namespace aggswitch::aggregator {
@@ -44,10 +49,14 @@ struct SlotTableConfig {
   uint32_t slots = 1024;     // slots in this table (this worker's share)
   uint16_t max_fan_in = 256;  // distinct members one slot can count
   uint32_t max_payload = 1424;  // payload bytes per chunk (what a 1500-byte MTU holds)
-  // A slot's deadline is its first contribution's TSC plus this; 0: no
-  // deadline. The timers that act on it (partials on timeout) come with the
-  // straggler work; the field is set from the first contribution on.
-  uint64_t timeout_cycles = 0;
+  // Timer wheel bucket width, 2^timer_tick_shift TSC cycles, and bucket
+  // count (a power of two). Deadlines come with each contribution
+  // (Contribution::timeout_cycles).
+  uint32_t timer_tick_shift = 18;
+  uint32_t timer_buckets = 1024;
+  // Ids from children's missing lists one slot can carry on (the rest make
+  // the slot's missing list overflow, Slot::inherited_overflow()).
+  uint16_t max_inherited = 64;
   // A slot whose first contribution is older than this (TSC cycles) gives
   // way to another chunk, whatever its state; 0: never.
   uint64_t stale_cycles = 0;
@@ -60,8 +69,17 @@ struct Contribution {
   // registered again under the same id never meets its old chunks.
   uint32_t job_generation = 0;
   uint32_t seq = 0;
-  uint16_t node = 0;        // member id, < expected
-  uint16_t expected = 0;    // members the job expects at this switch
+  uint16_t node = 0;        // member index, < expected
+  uint16_t expected = 0;    // members the job has at this switch
+  // Members the slot waits for: expected minus the excluded ones (predicted
+  // stragglers); 0 means expected.
+  uint16_t needed = 0;
+  // A child switch's partial: the node ids its missing list names
+  // (big-endian pairs, as on the wire), carried on by this slot.
+  const uint8_t* missing = nullptr;
+  uint8_t missing_count = 0;
+  // The first contribution arms the slot's timer: deadline = now + this; 0: none.
+  uint64_t timeout_cycles = 0;
   bool ordered = false;     // reduce in member order (bit-identical floats)
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
@@ -81,13 +99,18 @@ enum class SlotOutcome : uint8_t {
   kDuplicateCompleted,  // already complete: send the cached result to this member only
   kCollision,           // another chunk holds the slot and is still needed; drop it
   kMismatch,            // type, op, scale or length differ from the slot's first contribution
+  kForwardedAgain,      // the slot's partial went upstream and this member was counted: resend it
+  kLateForwarded,       // the slot's partial went upstream without this member: its data is late
   kBadMember,           // node >= expected, or expected > max_fan_in
   kTooLarge,            // the payload exceeds max_payload
 };
 
 class Slot {
  public:
-  enum class State : uint8_t { kFree, kAggregating, kComplete };
+  // kForwarded: the partial went upstream (or the first data to the TAN);
+  // the slot gives way to any other chunk at once but, until then, still
+  // knows who was counted.
+  enum class State : uint8_t { kFree, kAggregating, kComplete, kForwarded };
 
   State state() const { return state_; }
   uint32_t job_id() const { return job_id_; }
@@ -95,6 +118,12 @@ class Slot {
   uint32_t seq() const { return seq_; }
   uint16_t count() const { return count_; }
   uint16_t expected() const { return expected_; }
+  uint16_t needed() const { return needed_; }
+  // Node ids inherited from children's missing lists.
+  uint16_t inherited_count() const { return inherited_count_; }
+  uint16_t inherited(uint16_t i) const { return inherited_[i]; }
+  bool inherited_overflow() const { return inherited_overflow_; }
+  bool ordered() const { return ordered_; }
   DType dtype() const { return dtype_; }
   ReduceOp op() const { return op_; }
   int8_t scale() const { return scale_; }
@@ -120,7 +149,11 @@ class Slot {
   int8_t scale_ = 0;
   uint32_t job_generation_ = 0;
   uint16_t expected_ = 0;
+  uint16_t needed_ = 0;
   uint16_t count_ = 0;
+  uint16_t inherited_count_ = 0;
+  bool inherited_overflow_ = false;
+  uint16_t* inherited_ = nullptr;   // max_inherited node ids
   uint16_t elem_count_ = 0;
   uint32_t job_id_ = 0;
   uint32_t seq_ = 0;
@@ -170,6 +203,26 @@ class SlotTable {
   // Frees a complete slot whose result is no longer needed. [owner lcore]
   void Release(uint32_t local_index);
 
+  // --- Timers and the tree (docs/stragglers.md) [owner lcore] ---
+
+  // Up to `budget` slots whose deadline has passed, into `out`; their timers
+  // are disarmed. Bounded work per call.
+  uint32_t Expired(uint64_t now_tsc, uint32_t budget, uint32_t* out);
+  // Reduces what an aggregating slot holds (a batch slot: its contributions
+  // in member order) into its result and moves it to kForwarded. The held
+  // handles come back in `released`. Returns false (nothing done) for a slot
+  // that is not aggregating.
+  bool Expire(uint32_t local_index, SlotUpdate* u);
+  // A complete slot whose result went upstream (or to the TAN) as a partial:
+  // it now gives way to any other chunk.
+  void MarkForwarded(uint32_t local_index);
+  // The final result of a forwarded slot came down from upstream (or the
+  // TAN): kept as the slot's result (kComplete) when the slot still holds
+  // chunk (job_id, job_generation, seq) and the length matches. Returns whether.
+  bool CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
+                   const uint8_t* payload, uint32_t len, bool overflow);
+  uint32_t armed_timers() const { return timers_.size(); }
+
   const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }
   uint32_t size() const { return config_.slots; }
   // Slots not Free, and of those Complete (holding a result). [any]
@@ -177,8 +230,12 @@ class SlotTable {
   uint32_t complete() const { return complete_.load(std::memory_order_relaxed); }
 
  private:
-  void Claim(Slot& s, const Contribution& c, uint64_t now_tsc);
-  void Complete(Slot& s, SlotUpdate& u);
+  void Claim(uint32_t local_index, Slot& s, const Contribution& c, uint64_t now_tsc);
+  void Complete(uint32_t local_index, Slot& s, SlotUpdate& u);
+  // Ordered/batch slots: reduces the held contributions in member order and
+  // hands their handles back in `u`.
+  void ReduceHeld(Slot& s, SlotUpdate& u);
+  void Inherit(Slot& s, const Contribution& c);
 
   SlotTableConfig config_;
   uint32_t bitmap_words_;
@@ -190,6 +247,8 @@ class SlotTable {
   std::unique_ptr<void*[]> held_handles_;
   std::unique_ptr<void*[]> released_;  // max_fan_in handles, reused per call
   std::unique_ptr<void*[]> evicted_;   // the same, for an evicted slot's
+  std::unique_ptr<uint16_t[]> inherited_arena_;
+  TimerWheel timers_;
   // Single writer (the owner); relaxed loads elsewhere for metrics.
   std::atomic<uint32_t> busy_{0};
   std::atomic<uint32_t> complete_{0};

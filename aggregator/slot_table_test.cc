@@ -102,14 +102,162 @@ TEST_P(SlotTableTest, CompletesAfterExactlyNDistinctMembers) {
 
 INSTANTIATE_TEST_SUITE_P(FanIn, SlotTableTest, ::testing::Values(1, 2, 3, 8, 64, 256));
 
-// The first contribution arms the deadline; later ones do not move it.
-TEST(SlotTableTest, FirstContributionSetsTheDeadline) {
-  SlotTable timed(SlotTableConfig{4, 256, 1424, /*timeout_cycles=*/500});
+// The first contribution arms the timer; later ones do not move it; the
+// timer fires at the deadline, not before.
+TEST(SlotTableTest, FirstContributionArmsTheTimer) {
+  SlotTable timed(SlotTableConfig{.slots = 4, .timer_tick_shift = 4});
   const auto p = Payload(std::vector<int32_t>{1});
-  EXPECT_EQ(timed.Contribute(1, Make(1, 1, 0, 2, p), 7000, NeverRelease, nullptr).slot->deadline_tsc(), 7500u);
-  EXPECT_EQ(timed.Contribute(1, Make(1, 1, 1, 2, p), 9000, NeverRelease, nullptr).slot->deadline_tsc(), 7500u);
-  SlotTable untimed(SlotTableConfig{4, 256, 1424});
+  Contribution c0 = Make(1, 1, 0, 3, p);
+  c0.timeout_cycles = 500;
+  Contribution c1 = Make(1, 1, 1, 3, p);
+  c1.timeout_cycles = 500;
+  EXPECT_EQ(timed.Contribute(1, c0, 7000, NeverRelease, nullptr).slot->deadline_tsc(), 7500u);
+  EXPECT_EQ(timed.Contribute(1, c1, 9000, NeverRelease, nullptr).slot->deadline_tsc(), 7500u);
+  EXPECT_EQ(timed.armed_timers(), 1u);
+  uint32_t expired[4];
+  EXPECT_EQ(timed.Expired(7499, 4, expired), 0u);
+  ASSERT_EQ(timed.Expired(7500, 4, expired), 1u);
+  EXPECT_EQ(expired[0], 1u);
+  SlotTable untimed(SlotTableConfig{.slots = 4});
   EXPECT_EQ(untimed.Contribute(1, Make(1, 1, 0, 2, p), 7000, NeverRelease, nullptr).slot->deadline_tsc(), 0u);
+  EXPECT_EQ(untimed.armed_timers(), 0u);
+}
+
+// A slot that completes cancels its timer.
+TEST(SlotTableTest, CompletionCancelsTheTimer) {
+  SlotTable table(SlotTableConfig{.slots = 4, .timer_tick_shift = 4});
+  const auto p = Payload(std::vector<int32_t>{1});
+  for (uint16_t m = 0; m < 2; ++m) {
+    Contribution c = Make(1, 1, m, 2, p);
+    c.timeout_cycles = 500;
+    (void)table.Contribute(0, c, 100, NeverRelease, nullptr);
+  }
+  EXPECT_EQ(table.armed_timers(), 0u);
+  uint32_t expired[4];
+  EXPECT_EQ(table.Expired(1'000'000, 4, expired), 0u);
+}
+
+// On expiry the slot reduces what arrived and is forwarded: it then tells a
+// counted member's retransmission from a late member's data, and gives way
+// to any other chunk at once.
+TEST(SlotTableTest, AnExpiredSlotKeepsItsPartialAndGivesWayAtOnce) {
+  SlotTable table(SlotTableConfig{.slots = 4, .timer_tick_shift = 4});
+  const std::vector<uint8_t> p0 = Payload(std::vector<int32_t>{10, 1});
+  const std::vector<uint8_t> p2 = Payload(std::vector<int32_t>{30, 1});
+  for (uint16_t m : {0, 2}) {
+    Contribution c = Make(1, 5, m, 4, m == 0 ? p0 : p2);
+    c.timeout_cycles = 100;
+    ASSERT_EQ(table.Contribute(2, c, 1000, NeverRelease, nullptr).outcome, SlotOutcome::kAccumulated);
+  }
+  uint32_t expired[4];
+  ASSERT_EQ(table.Expired(1100, 4, expired), 1u);
+  SlotUpdate u;
+  ASSERT_TRUE(table.Expire(expired[0], &u));
+  EXPECT_FALSE(table.Expire(expired[0], &u)) << "only once";
+  const Slot& s = table.slot(2);
+  EXPECT_EQ(s.state(), Slot::State::kForwarded);
+  EXPECT_EQ(s.count(), 2u);
+  std::vector<int32_t> partial(2);
+  std::memcpy(partial.data(), s.result(), 8);
+  EXPECT_EQ(partial, (std::vector<int32_t>{40, 2}));
+  EXPECT_TRUE(s.HasContributed(0));
+  EXPECT_FALSE(s.HasContributed(1));
+  const auto p = Payload(std::vector<int32_t>{0, 0});
+  EXPECT_EQ(table.Contribute(2, Make(1, 5, 0, 4, p), 1200, NeverRelease, nullptr).outcome,
+            SlotOutcome::kForwardedAgain);
+  EXPECT_EQ(table.Contribute(2, Make(1, 5, 1, 4, p), 1200, NeverRelease, nullptr).outcome,
+            SlotOutcome::kLateForwarded);
+  EXPECT_EQ(s.count(), 2u) << "late data is never reduced into the partial";
+  // Another chunk takes the slot although nobody acknowledged anything.
+  EXPECT_EQ(table.Contribute(2, Make(1, 9, 0, 4, p), 1300, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  EXPECT_EQ(s.seq(), 9u);
+}
+
+// A batch (ordered) slot that expires reduces the members that arrived, in
+// member order, and hands their buffers back.
+TEST(SlotTableTest, AnExpiredBatchSlotReducesInMemberOrder) {
+  SlotTable table(SlotTableConfig{.slots = 2, .timer_tick_shift = 4});
+  const std::vector<std::vector<uint8_t>> p = {Payload(std::vector<float>{1e8f}),
+                                               Payload(std::vector<float>{1.0f}),
+                                               Payload(std::vector<float>{-1e8f})};
+  int handles[4];
+  for (uint16_t m : {3, 2, 0}) {  // member 1 never comes
+    Contribution c = Make(4, 1, m, 4, p[m == 3 ? 1 : m == 2 ? 2 : 0], DType::kFloat32);
+    c.ordered = true;
+    c.timeout_cycles = 50;
+    c.handle = &handles[m];
+    ASSERT_EQ(table.Contribute(0, c, 10, NeverRelease, nullptr).outcome, SlotOutcome::kHeld);
+  }
+  uint32_t expired[2];
+  ASSERT_EQ(table.Expired(60, 2, expired), 1u);
+  SlotUpdate u;
+  ASSERT_TRUE(table.Expire(0, &u));
+  ASSERT_EQ(u.n_released, 3u);
+  EXPECT_EQ(u.released[0], &handles[0]);
+  EXPECT_EQ(u.released[1], &handles[2]);
+  EXPECT_EQ(u.released[2], &handles[3]);
+  float got;
+  std::memcpy(&got, table.slot(0).result(), 4);
+  // Member order: (1e8 + -1e8) + 1 = 1; arrival order would give 0.
+  EXPECT_EQ(got, 1.0f);
+}
+
+// Excluded members (predicted stragglers) are not waited for; their data
+// arriving after completion is late.
+TEST(SlotTableTest, ASlotCompletesWithTheNeededMembers) {
+  SlotTable table(SlotTableConfig{.slots = 2});
+  const auto p = Payload(std::vector<int32_t>{3});
+  Contribution c = Make(1, 1, 0, 3, p);
+  c.needed = 2;
+  EXPECT_EQ(table.Contribute(0, c, 1, NeverRelease, nullptr).outcome, SlotOutcome::kAccumulated);
+  c.node = 2;
+  EXPECT_EQ(table.Contribute(0, c, 2, NeverRelease, nullptr).outcome, SlotOutcome::kCompleted);
+  c.node = 1;
+  EXPECT_EQ(table.Contribute(0, c, 3, NeverRelease, nullptr).outcome, SlotOutcome::kLateForwarded);
+}
+
+// A partial's missing list is carried on by the slot, up to max_inherited ids.
+TEST(SlotTableTest, InheritsTheMissingListsOfPartials) {
+  SlotTable table(SlotTableConfig{.slots = 2, .max_inherited = 3});
+  const auto p = Payload(std::vector<int32_t>{3});
+  const uint8_t list_a[] = {0, 7, 1, 2};  // 7, 258
+  const uint8_t list_b[] = {0, 9, 0, 10};
+  Contribution c = Make(1, 1, 0, 3, p);
+  c.missing = list_a;
+  c.missing_count = 2;
+  (void)table.Contribute(0, c, 1, NeverRelease, nullptr);
+  const Slot& s = table.slot(0);
+  ASSERT_EQ(s.inherited_count(), 2u);
+  EXPECT_EQ(s.inherited(0), 7u);
+  EXPECT_EQ(s.inherited(1), 258u);
+  EXPECT_FALSE(s.inherited_overflow());
+  c.node = 1;
+  c.missing = list_b;
+  (void)table.Contribute(0, c, 2, NeverRelease, nullptr);
+  EXPECT_EQ(s.inherited_count(), 3u);
+  EXPECT_TRUE(s.inherited_overflow()) << "the fourth id does not fit";
+}
+
+// The final result coming down is cached in a forwarded slot of the same
+// chunk only.
+TEST(SlotTableTest, CachesAResultFromAboveInItsForwardedSlot) {
+  SlotTable table(SlotTableConfig{.slots = 2});
+  const auto p = Payload(std::vector<int32_t>{3});
+  for (uint16_t m = 0; m < 2; ++m) (void)table.Contribute(0, Make(1, 1, m, 2, p), 1, NeverRelease, nullptr);
+  const auto result = Payload(std::vector<int32_t>{42});
+  EXPECT_FALSE(table.CacheResult(0, 1, 1, 1, result.data(), 4, false)) << "complete, not forwarded";
+  table.MarkForwarded(0);
+  EXPECT_EQ(table.complete(), 0u);
+  EXPECT_FALSE(table.CacheResult(0, 1, 1, 2, result.data(), 4, false)) << "another seq";
+  EXPECT_FALSE(table.CacheResult(0, 1, 1, 1, result.data(), 8, false)) << "another length";
+  ASSERT_TRUE(table.CacheResult(0, 1, 1, 1, result.data(), 4, true));
+  EXPECT_EQ(table.slot(0).state(), Slot::State::kComplete);
+  EXPECT_TRUE(table.slot(0).overflow());
+  int32_t got;
+  std::memcpy(&got, table.slot(0).result(), 4);
+  EXPECT_EQ(got, 42);
+  EXPECT_EQ(table.complete(), 1u);
 }
 
 TEST(SlotTableTest, DuplicatesNeverCountTwice) {

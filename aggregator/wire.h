@@ -41,8 +41,9 @@ enum class Opcode : uint8_t {
   kTaskInfo = 7,
   kAck = 8,
   kNack = 9,
+  kNotice = 10,
 };
-inline constexpr uint8_t kMaxOpcode = 9;
+inline constexpr uint8_t kMaxOpcode = 10;
 
 // Bits of the header's flags field.
 namespace flags {
@@ -65,6 +66,12 @@ enum class NackReason : uint32_t {
   kJobTableFull = 4,
   kTypeMismatch = 5,
   kTaskInfoConflict = 6,
+};
+
+// What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).
+enum class NoticeKind : uint32_t {
+  kSelfFlag = 1,   // you are a predicted straggler: set BYPASS on this job's data
+  kStopFlag = 2,   // you take part again: stop setting BYPASS
 };
 
 struct [[gnu::packed]] AggHeader {
@@ -110,7 +117,7 @@ struct AggPacket {
   X(kTruncated, "truncated", "shorter than the 48-byte header")               \
   X(kBadMagic, "bad_magic", "magic is not 0xA65C")                            \
   X(kBadVersion, "bad_version", "version is not 1")                           \
-  X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..9")                  \
+  X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..10")                  \
   X(kUnknownDType, "unknown_dtype", "dtype outside the table")                \
   X(kUnknownOp, "unknown_op", "op outside the table")                         \
   X(kBadTypeOp, "bad_type_op", "the dtype does not allow the op")             \

@@ -84,6 +84,14 @@ common::Status ValidateClientOptions(const ClientOptions& o) {
     return InvalidArgument("mtu: " + std::to_string(kMinMtu) + ".." + std::to_string(kMaxMtu) +
                            " expected, got " + std::to_string(o.mtu));
   }
+  if (o.reserve_missing_ids > 255) {
+    return InvalidArgument("reserve_missing_ids: 0..255 expected, got " +
+                           std::to_string(o.reserve_missing_ids));
+  }
+  if (ElementsPerChunk(aggregator::DType::kBool, o.mtu, o.reserve_missing_ids) == 0) {
+    return InvalidArgument("reserve_missing_ids: " + std::to_string(o.reserve_missing_ids) +
+                           " ids leave no room for data in an MTU of " + std::to_string(o.mtu));
+  }
   if (o.retransmit_timeout.count() <= 0) {
     return InvalidArgument("retransmit_timeout: more than 0 expected");
   }

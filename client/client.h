@@ -206,6 +206,10 @@ struct ClientOptions {
   uint32_t mtu = 1500;
   // At most this many elements per chunk; 0: as many as the MTU holds.
   uint32_t max_chunk_elements = 0;
+  // Room left in every chunk for a missing list of this many node ids, which
+  // a switch's partial carries upstream when members time out
+  // (docs/stragglers.md); 0..255. 0 suits a single switch with no timers.
+  uint32_t reserve_missing_ids = 32;
 
   // Retransmission: first timeout, growth factor per retransmission (>= 1),
   // and the largest timeout.

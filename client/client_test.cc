@@ -21,6 +21,11 @@
 namespace aggswitch::client {
 namespace {
 
+// Elements of a full 32-bit chunk under the default options (the MTU less
+// the room kept for a missing list).
+const uint32_t kFullChunk =
+    ElementsPerChunk(aggregator::DType::kInt32, 1500, ClientOptions{}.reserve_missing_ids);
+
 using aggregator::DType;
 using aggregator::ReduceOp;
 using common::StatusCode;
@@ -161,7 +166,7 @@ TEST(ClientTest, Int32OpsAreExactAndSequenceNumbersContinueAcrossCalls) {
   const uint16_t world = 4;
   const std::pair<ReduceOp, size_t> calls[] = {{ReduceOp::kSum, 1000},
                                                {ReduceOp::kMin, 357},
-                                               {ReduceOp::kMax, 356},
+                                               {ReduceOp::kMax, kFullChunk},
                                                {ReduceOp::kAnd, 1},
                                                {ReduceOp::kOr, 2000}};
   std::vector<std::vector<std::vector<int32_t>>> results(std::size(calls),
@@ -183,7 +188,7 @@ TEST(ClientTest, Int32OpsAreExactAndSequenceNumbersContinueAcrossCalls) {
     }
     const std::vector<int32_t> want = RankOrderReduce(DType::kInt32, calls[i].first, in);
     for (uint16_t r = 0; r < world; ++r) EXPECT_EQ(results[i][r], want) << "call " << i;
-    chunks += static_cast<uint32_t>(ChunkCount(calls[i].second, 356));
+    chunks += static_cast<uint32_t>(ChunkCount(calls[i].second, kFullChunk));
   }
   // One sequence number per chunk, continuing from call to call, and one ACK
   // per rank after each call.
@@ -240,7 +245,7 @@ TEST(ClientTest, OverflowedChunksAreRedoneAsOrderedFloat32) {
   TestSwitch sw(Lossy(0, 0.2, 0, 13));
   ASSERT_TRUE(sw.ok());
   const uint16_t world = 4;
-  const size_t per_chunk = 356;
+  const size_t per_chunk = kFullChunk;
   const size_t chunks = 12;
   // The even chunks hold values in [0.5, 1), whose fixed-point sum over four
   // ranks exceeds INT32_MAX without headroom; the odd ones small values that
@@ -285,7 +290,7 @@ TEST(ClientTest, OverflowedChunksAreRedoneAsOrderedFloat32) {
 }
 
 TEST(ClientTest, AckWatermarksLetTheSwitchReuseItsSlots) {
-  // 64 slots, 16 chunks in flight per rank, 169 chunks per allreduce: slots
+  // 64 slots, 16 chunks in flight per rank, 177 chunks per allreduce: slots
   // are reused many times, which the switch allows only for chunks that every
   // rank acknowledged.
   TestSwitch::Options small;
@@ -302,7 +307,8 @@ TEST(ClientTest, AckWatermarksLetTheSwitchReuseItsSlots) {
     }
     return v[59999] == 16 ? common::Status::Ok() : common::Internal("wrong sum");
   }));
-  EXPECT_EQ(sw.completed(), 2u * 169);
+  EXPECT_EQ(sw.completed(), 2u * ChunkCount(60000, kFullChunk));
+  EXPECT_EQ(ChunkCount(60000, kFullChunk), 177u);
 }
 
 TEST(ClientTest, ControlUnitAnnouncesTheJobAndOtherRanksWaitForIt) {
@@ -631,6 +637,12 @@ TEST(ClientTest, ArgumentsAndOptionsAreChecked) {
       {[](ClientOptions& o) { o.headroom = 30; }, "headroom"},
       {[](ClientOptions& o) { o.window = 0; }, "window"},
       {[](ClientOptions& o) { o.mtu = 9601; }, "mtu"},
+      {[](ClientOptions& o) { o.reserve_missing_ids = 256; }, "reserve_missing_ids"},
+      {[](ClientOptions& o) {
+         o.mtu = 200;
+         o.reserve_missing_ids = 70;
+       },
+       "leave no room"},
       {[](ClientOptions& o) { o.backoff = 0.5; }, "backoff"},
       {[](ClientOptions& o) { o.max_retransmit_timeout = milliseconds(1); }, "max_retransmit"},
       {[](ClientOptions& o) { o.progress_timeout = milliseconds(0); }, "progress_timeout"},
@@ -651,7 +663,8 @@ TEST(ClientTest, ArgumentsAndOptionsAreChecked) {
   EXPECT_NE(sum_of_bools.message().find("sum is not defined for bool"), std::string::npos);
   EXPECT_TRUE((*client)->AllReduce(std::span<float>(), ReduceOp::kSum).ok());  // nothing to do
   EXPECT_EQ(sw.contributions(), 0u);
-  EXPECT_EQ((*client)->ChunkElements(DType::kBFloat16), 712u);
+  // 32 ids of room kept for a missing list: 1500 - 28 - 48 - 64 bytes.
+  EXPECT_EQ((*client)->ChunkElements(DType::kBFloat16), 680u);
 }
 
 TEST(ClientTest, DestroyingTheClientEndsItsAllReduces) {

@@ -559,14 +559,336 @@ class Validator {
               "expected each job id once, got " + QuoteNumber(job.id) + " again (also " +
                   Where(Index("aggregation.jobs", it->second), agg.jobs[it->second].loc) + ")");
       }
-      if (job.members == 0 || (fan_in_ok && job.members > agg.max_fan_in)) {
-        Error(path + ".members", job.loc,
-              "expected 1.." + std::to_string(fan_in_ok ? agg.max_fan_in : kMaxAggregationFanIn) +
-                  " members (aggregation.max_fan_in), got " + QuoteNumber(job.members));
-      }
+      CheckJobMembers(job, path, fan_in_ok ? agg.max_fan_in : kMaxAggregationFanIn);
       if (job.nodes == 0) {
         Error(path + ".nodes", job.loc, "expected a node count 1..65535, got \"0\"");
       }
+      CheckJobTree(job, path);
+    }
+    CheckTimers(agg);
+  }
+
+  // Where a node id is named: its key path, and the item's location should
+  // the path have none recorded.
+  struct NodeIdPlace {
+    std::string path;
+    SourceLoc fallback;
+  };
+  using NodeIdPlaces = std::map<uint16_t, NodeIdPlace>;
+
+  bool Recorded(const std::string& path) const {
+    return config_.source_locs.find(path) != config_.source_locs.end();
+  }
+
+  // The member count: `members` for a flat job, else node_ids plus switches,
+  // which `members` must then equal.
+  void CheckJobMembers(const AggregationJobConfig& job, const std::string& path,
+                       unsigned max_fan_in) {
+    const std::string range =
+        "expected 1.." + std::to_string(max_fan_in) + " members (aggregation.max_fan_in), got ";
+    const size_t listed = job.node_ids.size() + job.switches.size();
+    if (listed == 0) {
+      if (job.members != 0 && job.members <= max_fan_in) return;
+      // `node_ids: []` without `members`: point at the empty list.
+      std::string count_path = path + ".members";
+      if (!Recorded(count_path)) {
+        if (Recorded(path + ".node_ids")) {
+          count_path = path + ".node_ids";
+        } else if (Recorded(path + ".switches")) {
+          count_path = path + ".switches";
+        }
+      }
+      Error(count_path, job.loc,
+            range + (count_path == path + ".members" ? QuoteNumber(job.members)
+                                                     : std::string("none (node_ids and switches "
+                                                                   "are empty)")));
+      return;
+    }
+    const std::string counted = std::to_string(job.node_ids.size()) + " node_ids + " +
+                                std::to_string(job.switches.size()) + " switches";
+    if (listed > max_fan_in) {
+      Error(path + (job.node_ids.empty() ? ".switches" : ".node_ids"), job.loc,
+            range + QuoteNumber(listed) + " (" + counted + ")");
+    }
+    if (listed <= UINT16_MAX && job.members != listed) {
+      Error(path + ".members", job.loc,
+            "expected members to equal the node ids and child switches listed (" + counted + " = " +
+                std::to_string(listed) + "), got " + QuoteNumber(job.members));
+    }
+  }
+
+  // Reports a node id out of range (65535 is reserved); returns whether it was
+  // in range.
+  bool CheckNodeId(const std::string& path, SourceLoc fallback, unsigned id) {
+    if (id <= kMaxNodeId) return true;
+    Error(path, fallback,
+          "expected a node id 0.." + std::to_string(kMaxNodeId) + " (" +
+              std::to_string(kMaxNodeId + 1) + " is reserved), got " + QuoteNumber(id));
+    return false;
+  }
+
+  // Node ids, child switches, the upstream and the job's own timer and TAN settings.
+  void CheckJobTree(const AggregationJobConfig& job, const std::string& path) {
+    const AggregationConfig& agg = config_.aggregation;
+    // Every member's node id, once: node id -> where it is named.
+    NodeIdPlaces members;
+    // Two overlapping ranges repeat several ids; one error per item is enough.
+    std::set<std::pair<int, int>> repeats;
+    auto first_repeat = [&](const std::string& id_path, SourceLoc fallback) {
+      const SourceLoc loc = config_.LocOf(id_path, fallback);
+      return loc.line == 0 || repeats.emplace(loc.line, loc.column).second;
+    };
+    auto add_member = [&](const std::string& id_path, SourceLoc fallback, uint16_t id) {
+      if (!CheckNodeId(id_path, fallback, id)) return;
+      auto [it, inserted] = members.emplace(id, NodeIdPlace{id_path, fallback});
+      if (!inserted && first_repeat(id_path, fallback)) {
+        Error(id_path, fallback,
+              "expected each member's node id once in the job, got " + QuoteNumber(id) +
+                  " again (also " + Where(it->second.path, it->second.fallback) + ")");
+      }
+    };
+    for (size_t k = 0; k < job.node_ids.size(); ++k) {
+      add_member(Index(path + ".node_ids", k), job.loc, job.node_ids[k]);
+    }
+    for (size_t j = 0; j < job.switches.size(); ++j) {
+      const ChildSwitchConfig& child = job.switches[j];
+      add_member(Index(path + ".switches", j) + ".node", child.loc, child.node);
+    }
+    // The node ids below each child switch: not the child's own, not a member
+    // here, and below one child only.
+    NodeIdPlaces covered;
+    for (size_t j = 0; j < job.switches.size(); ++j) {
+      const ChildSwitchConfig& child = job.switches[j];
+      const std::string child_path = Index(path + ".switches", j);
+      const std::string child_name = "switch " + QuoteNumber(child.node);
+      if (child.covers.empty() && agg.bypass.subswitch == SubswitchEntries::kNodes) {
+        Error(child_path, child.loc,
+              "expected covers, the node ids below " + child_name +
+                  " (aggregation.bypass.subswitch is nodes: a late child's entries are the "
+                  "nodes it covers), got none");
+      }
+      for (size_t k = 0; k < child.covers.size(); ++k) {
+        const uint16_t id = child.covers[k];
+        const std::string id_path = Index(child_path + ".covers", k);
+        if (!CheckNodeId(id_path, child.loc, id)) continue;
+        if (id == child.node) {
+          Error(id_path, child.loc,
+                "expected the node ids below " + child_name + ", not its own, got " +
+                    QuoteNumber(id));
+        } else if (auto member = members.find(id); member != members.end()) {
+          if (first_repeat(id_path, child.loc)) {
+            Error(id_path, child.loc,
+                  "expected the node ids below " + child_name +
+                      ", not a member of the job here, got " + QuoteNumber(id) + " (also " +
+                      Where(member->second.path, member->second.fallback) + ")");
+          }
+        } else if (auto [it, inserted] = covered.emplace(id, NodeIdPlace{id_path, child.loc});
+                   !inserted) {
+          if (first_repeat(id_path, child.loc)) {
+            Error(id_path, child.loc,
+                  "expected each node id below one child switch, once, got " + QuoteNumber(id) +
+                      " again (also " + Where(it->second.path, it->second.fallback) + ")");
+          }
+        }
+      }
+    }
+    if (job.upstream) CheckUpstream(job, path, members);
+    if (job.timeout_ms) CheckTimeout(path + ".timeout_ms", job.loc, *job.timeout_ms);
+    if (job.ordered && job.trigger == AggTrigger::kIncremental) {
+      Error(path + ".trigger", job.loc,
+            "expected batch, or no trigger, for an ordered job (it reduces in member order), got "
+            "\"incremental\"");
+    }
+    if (job.tan) {
+      if (job.upstream) {
+        Error(path + ".tan", job.tan->loc,
+              "expected no tan: a TAN is chosen by the root; this job has an upstream (" +
+                  Where(path + ".upstream", job.upstream->loc) + ")");
+      } else {
+        CheckTan(path + ".tan", *job.tan);
+      }
+    }
+  }
+
+  // The parent switch: an address of another switch, and a node id that no
+  // member of this job has.
+  void CheckUpstream(const AggregationJobConfig& job, const std::string& path,
+                     const NodeIdPlaces& members) {
+    const UpstreamConfig& up = *job.upstream;
+    const std::string up_path = path + ".upstream";
+    CheckPeerAddress(up_path + ".address", up.loc, up.address,
+                     "the parent switch's aggregation address");
+    // 0: resolved on the aggregation address's VLAN.
+    if (up.vlan != 0) {
+      if (!IsValidVlan(up.vlan)) {
+        Error(up_path + ".vlan", up.loc,
+              "expected 0 (the aggregation address's VLAN) or a VLAN id " +
+                  std::to_string(kMinVlan) + ".." + std::to_string(kMaxVlan) + ", got " +
+                  QuoteNumber(up.vlan));
+      } else if (AllPortVlansKnown() && !AnyPortCarries(up.vlan)) {
+        Error(up_path + ".vlan", up.loc,
+              "expected a VLAN that some port carries, got " + QuoteNumber(up.vlan));
+      }
+    }
+    if (up.port == 0) {
+      Error(up_path + ".port", up.loc, "expected a UDP port 1..65535, got \"0\"");
+    }
+    if (CheckNodeId(up_path + ".node", up.loc, up.node)) {
+      if (auto member = members.find(up.node); member != members.end()) {
+        Error(up_path + ".node", up.loc,
+              "expected this switch's node id in the parent, not one of this job's members, got " +
+                  QuoteNumber(up.node) + " (also " +
+                  Where(member->second.path, member->second.fallback) + ")");
+      }
+    }
+  }
+
+  // An address of another node (the upstream switch, a TAN): a unicast host,
+  // and not one of this switch's own. Returns whether it passed.
+  bool CheckPeerAddress(const std::string& path, SourceLoc fallback, common::Ipv4Addr address,
+                        const std::string& what) {
+    if (!IsHostAddress(common::Ipv4Prefix{address, 32})) {
+      Error(path, fallback,
+            "expected " + what + ", a unicast host address, got " + Quote(address.ToString()));
+      return false;
+    }
+    const std::optional<SwitchAddress>& own = config_.aggregation.address;
+    if (own && own->prefix.ip == address) {
+      Error(path, fallback,
+            "expected " + what + ", got this switch's own aggregation address " +
+                Quote(address.ToString()) + " (" + Where("aggregation.address", own->loc) + ")");
+      return false;
+    }
+    const std::vector<SwitchAddress>& owned = config_.switch_.addresses;
+    for (size_t i = 0; i < owned.size(); ++i) {
+      if (owned[i].from_aggregation || owned[i].prefix.ip != address) continue;
+      Error(path, fallback,
+            "expected " + what + ", got an address of this switch " + Quote(address.ToString()) +
+                " (" + Where(Index("switch.addresses", i), owned[i].loc) + ")");
+      return false;
+    }
+    return true;
+  }
+
+  void CheckTimeout(const std::string& path, SourceLoc fallback, uint32_t ms) {
+    if (ms <= kMaxTimeoutMs) return;
+    Error(path, fallback,
+          "expected 0.." + std::to_string(kMaxTimeoutMs) + " milliseconds (0: timers off), got " +
+              QuoteNumber(ms));
+  }
+
+  void CheckMilliseconds(const std::string& path, SourceLoc fallback, uint32_t ms) {
+    if (ms >= 1 && ms <= kMaxTimeoutMs) return;
+    Error(path, fallback,
+          "expected 1.." + std::to_string(kMaxTimeoutMs) + " milliseconds, got " + QuoteNumber(ms));
+  }
+
+  static std::string StrategyName(TanStrategy strategy) {
+    switch (strategy) {
+      case TanStrategy::kFixed:
+        return "fixed";
+      case TanStrategy::kRandom:
+        return "random";
+      case TanStrategy::kLeastLoad:
+        return "least_load";
+      case TanStrategy::kFewestHops:
+        return "fewest_hops";
+      case TanStrategy::kSelf:
+        return "self";
+    }
+    return "?";
+  }
+
+  void CheckTan(const std::string& path, const TanConfig& tan) {
+    const std::string candidates_path = path + ".candidates";
+    if (tan.strategy == TanStrategy::kSelf) {
+      if (!tan.candidates.empty()) {
+        Error(candidates_path, tan.loc,
+              "expected no candidates with strategy \"self\" (this switch is the TAN), got " +
+                  std::to_string(tan.candidates.size()));
+      }
+      return;
+    }
+    if (tan.candidates.empty()) {
+      Error(Recorded(candidates_path) ? candidates_path : path, tan.loc,
+            "expected 1.." + std::to_string(kMaxTanCandidates) + " candidates for strategy " +
+                Quote(StrategyName(tan.strategy)) + " (or strategy \"self\"), got none");
+      return;
+    }
+    if (tan.candidates.size() > kMaxTanCandidates) {
+      Error(candidates_path, tan.loc,
+            "expected at most " + std::to_string(kMaxTanCandidates) + " candidates, got " +
+                std::to_string(tan.candidates.size()));
+    }
+    std::map<std::pair<uint32_t, uint16_t>, size_t> seen;
+    for (size_t k = 0; k < tan.candidates.size(); ++k) {
+      const TanCandidate& candidate = tan.candidates[k];
+      const std::string item = Index(candidates_path, k);
+      bool valid =
+          CheckPeerAddress(item + ".address", candidate.loc, candidate.address,
+                           "a TAN's address (strategy \"self\" makes this switch the TAN)");
+      if (candidate.port == 0) {
+        Error(item + ".port", candidate.loc, "expected a UDP port 1..65535, got \"0\"");
+        valid = false;
+      }
+      if (candidate.hops > kMaxTanHops) {
+        Error(item + ".hops", candidate.loc,
+              "expected 0.." + std::to_string(kMaxTanHops) + " hops, got " +
+                  QuoteNumber(candidate.hops));
+      }
+      if (!valid) continue;
+      auto [it, inserted] = seen.emplace(std::make_pair(candidate.address.addr, candidate.port), k);
+      if (!inserted) {
+        Error(item, candidate.loc,
+              "expected each candidate once, got " + candidate.address.ToString() + ":" +
+                  std::to_string(candidate.port) + " again (also " +
+                  Where(Index(candidates_path, it->second), tan.candidates[it->second].loc) + ")");
+      }
+    }
+  }
+
+  // Section-wide timer, bypass and TAN settings, and the switch's own address,
+  // which partials need.
+  void CheckTimers(const AggregationConfig& agg) {
+    CheckTimeout("aggregation.timeout_ms", agg.loc, agg.timeout_ms);
+    CheckMilliseconds("aggregation.give_up_ms", agg.loc, agg.give_up_ms);
+    const BypassConfig& bypass = agg.bypass;
+    if (bypass.entries < 1 || bypass.entries > kMaxBypassEntries) {
+      Error("aggregation.bypass.entries", bypass.loc,
+            "expected 1.." + std::to_string(kMaxBypassEntries) + " entries, got " +
+                QuoteNumber(bypass.entries));
+    }
+    CheckMilliseconds("aggregation.bypass.ttl_ms", bypass.loc, bypass.ttl_ms);
+    if (agg.tan) CheckTan("aggregation.tan", *agg.tan);
+
+    if (agg.address) return;
+    const std::string why =
+        " (a switch sends partials, and first data to the TAN, from its own address)";
+    bool reported = false;
+    for (size_t i = 0; i < agg.jobs.size(); ++i) {
+      const AggregationJobConfig& job = agg.jobs[i];
+      const std::string path = Index("aggregation.jobs", i);
+      const std::string name = "job " + std::to_string(job.id);
+      const uint32_t timeout = job.timeout_ms.value_or(agg.timeout_ms);
+      if (job.upstream) {
+        Error(path + ".upstream", job.upstream->loc,
+              "expected aggregation.address to be set: " + name + " has an upstream" + why);
+      } else if (timeout > 0) {
+        Error(job.timeout_ms ? path + ".timeout_ms" : path, job.loc,
+              "expected aggregation.address to be set: " + name + " has timers on (timeout_ms " +
+                  std::to_string(timeout) +
+                  (job.timeout_ms ? "" : ", from aggregation.timeout_ms") + ")" + why);
+      } else {
+        continue;
+      }
+      reported = true;
+    }
+    // Jobs that register in band get the section's timers too.
+    if (!reported && agg.timeout_ms > 0 && agg.in_band_registration) {
+      Error("aggregation.timeout_ms", agg.loc,
+            "expected aggregation.address to be set: timers are on for the jobs that register in "
+            "band (aggregation.in_band_registration)" +
+                why);
     }
   }
 
@@ -624,6 +946,19 @@ std::string ConfigError::Format(const std::string& source_name) const {
       source_name + ":" + std::to_string(loc.line) + ":" + std::to_string(loc.column) + ": ";
   if (!path.empty()) out += path + ": ";
   return out + message;
+}
+
+std::vector<uint16_t> AggregationJobConfig::MemberNodeIds() const {
+  std::vector<uint16_t> ids;
+  if (node_ids.empty() && switches.empty()) {
+    ids.reserve(members);
+    for (unsigned id = 0; id < members; ++id) ids.push_back(static_cast<uint16_t>(id));
+    return ids;
+  }
+  ids.reserve(node_ids.size() + switches.size());
+  ids.insert(ids.end(), node_ids.begin(), node_ids.end());
+  for (const ChildSwitchConfig& child : switches) ids.push_back(child.node);
+  return ids;
 }
 
 bool PortConfig::Carries(uint16_t vlan) const {

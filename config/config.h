@@ -49,6 +49,12 @@ inline constexpr uint32_t kMinAggregationSlots = 64;           // and a power of
 inline constexpr uint32_t kMaxAggregationSlots = 1048576;
 inline constexpr uint16_t kMaxAggregationFanIn = 1024;
 inline constexpr uint32_t kMaxAggregationJobs = 65536;
+// The tree (docs/stragglers.md): node ids, timers, bypass entries, the TAN.
+inline constexpr uint16_t kMaxNodeId = 65534;       // 65535 is reserved
+inline constexpr uint32_t kMaxTimeoutMs = 3600000;  // timeout_ms, give_up_ms, bypass.ttl_ms
+inline constexpr uint32_t kMaxBypassEntries = 16777216;
+inline constexpr size_t kMaxTanCandidates = 64;
+inline constexpr uint16_t kMaxTanHops = 255;
 
 // Line and column (1-based) in the YAML source; 0 when the item was defaulted.
 struct SourceLoc {
@@ -194,14 +200,102 @@ struct HttpConfig {
   friend bool operator==(const HttpConfig&, const HttpConfig&) = default;
 };
 
+// When a slot reduces its contributions (docs/stragglers.md, "Triggers").
+enum class AggTrigger {
+  kIncremental,  // "incremental": fold each contribution on arrival
+  kBatch,        // "batch": hold them, reduce in member order when all are in or the timer fires
+};
+
+// Which bypass entries a child switch that misses the deadline gets
+// (aggregation.bypass.subswitch).
+enum class SubswitchEntries {
+  kSwitch,  // "switch": one entry for the child switch's own node id (variant 1)
+  kNodes,   // "nodes": one per node id the child covers, switches[].covers (variant 2)
+};
+
+// How a root switch picks the timeout aggregation node of a job (tan.strategy).
+enum class TanStrategy {
+  kFixed,       // "fixed": the first candidate
+  kRandom,      // "random": candidate hash(job id) mod n, the same on every restart
+  kLeastLoad,   // "least_load": the candidate with the fewest jobs here, then list order
+  kFewestHops,  // "fewest_hops": the smallest configured hops, then list order
+  kSelf,        // "self": the root switch is its own TAN; no candidates
+};
+
+// A TAN the root may choose (tan.candidates[]): an agg-ps process.
+struct TanCandidate {
+  common::Ipv4Addr address;
+  uint16_t port = kDefaultAggregationUdpPort;  // its UDP port
+  uint16_t hops = 0;                           // distance, for fewest_hops; 0..255
+  SourceLoc loc;
+
+  friend bool operator==(const TanCandidate&, const TanCandidate&) = default;
+};
+
+// aggregation.tan and aggregation.jobs[].tan.
+struct TanConfig {
+  TanStrategy strategy = TanStrategy::kFixed;
+  std::vector<TanCandidate> candidates;  // 1..64 unless strategy is self (then none)
+  SourceLoc loc;
+
+  friend bool operator==(const TanConfig&, const TanConfig&) = default;
+};
+
+// Where a non-root switch sends its partials (aggregation.jobs[].upstream):
+// the parent switch's aggregation address, and this switch's node id there.
+struct UpstreamConfig {
+  common::Ipv4Addr address;
+  uint16_t port = kDefaultAggregationUdpPort;  // the parent's aggregation UDP port
+  uint16_t node = 0;                           // this switch's node id in the parent, 0..65534
+  uint16_t vlan = 0;  // VLAN to resolve the address on; 0: the aggregation address's
+  SourceLoc loc;
+
+  friend bool operator==(const UpstreamConfig&, const UpstreamConfig&) = default;
+};
+
+// A child switch that is a member of a job here (aggregation.jobs[].switches[]).
+struct ChildSwitchConfig {
+  uint16_t node = 0;             // the child's node id, as in its upstream.node
+  std::vector<uint16_t> covers;  // the node ids below it (bypass.subswitch: nodes)
+  SourceLoc loc;
+
+  friend bool operator==(const ChildSwitchConfig&, const ChildSwitchConfig&) = default;
+};
+
+// aggregation.bypass: the per-lcore tables of late members (docs/stragglers.md).
+struct BypassConfig {
+  uint32_t entries = 65536;  // in all, split over the workers; 1..16777216
+  uint32_t ttl_ms = 10000;   // an entry's lifetime; 1..3600000
+  SubswitchEntries subswitch = SubswitchEntries::kSwitch;
+  SourceLoc loc;
+
+  friend bool operator==(const BypassConfig&, const BypassConfig&) = default;
+};
+
 // A job declared in the file (aggregation.jobs[]).
+//
+// Its members at this switch are workers (node_ids) and child switches
+// (switches). A job given by `members: N` alone is flat: its members are the
+// nodes 0..N-1. When node_ids or switches are given, the loader sets
+// `members` to their total (a `members` key must then agree), so members is
+// always the member count.
 struct AggregationJobConfig {
   uint32_t id = 0;       // 1..2^32-1
   uint64_t key = 0;      // per-job secret carried in every packet of the job
   uint16_t members = 0;  // expected members at this switch, 1..max_fan_in
   uint16_t nodes = 1;    // switches taking part; 1 = this switch is the root
   bool ordered = false;  // reduce floats in member order (bit-identical results)
+  std::vector<uint16_t> node_ids;           // the workers' node ids at this switch
+  std::vector<ChildSwitchConfig> switches;  // child switches, also members
+  std::optional<UpstreamConfig> upstream;   // absent: this switch is the job's root
+  std::optional<uint32_t> timeout_ms;       // overrides aggregation.timeout_ms
+  std::optional<AggTrigger> trigger;        // overrides aggregation.trigger
+  std::optional<TanConfig> tan;             // overrides aggregation.tan (root jobs only)
   SourceLoc loc;
+
+  // The node id of each member, by member index: node_ids, then each child
+  // switch's node; 0..members-1 for a flat job.
+  std::vector<uint16_t> MemberNodeIds() const;
 
   friend bool operator==(const AggregationJobConfig&, const AggregationJobConfig&) = default;
 };
@@ -223,6 +317,16 @@ struct AggregationConfig {
   // chunk that hashes onto it: a member died mid-chunk, or its last ACK was
   // lost. Longer than any chunk should take, and than a client's timeout.
   uint32_t stale_slot_ms = 10000;
+  // The slot threshold (docs/stragglers.md, "Slot timers"): a slot whose first
+  // contribution is this old sends what it has upstream (or, at the root, to
+  // the TAN) and lists the missing members. 0: timers off, wait for everyone.
+  uint32_t timeout_ms = 0;
+  AggTrigger trigger = AggTrigger::kIncremental;
+  // How long the TAN waits for late data after the first data, when the root
+  // is its own TAN; then it sends an INCOMPLETE result.
+  uint32_t give_up_ms = 5000;
+  BypassConfig bypass;
+  std::optional<TanConfig> tan;  // the default TAN choice for root jobs
   std::vector<AggregationJobConfig> jobs;
   SourceLoc loc;
 

@@ -337,6 +337,343 @@ TEST(ValidateTest, AggregationAddressChecks) {
   EXPECT_TRUE(OneError(full, "aggregation.address", "expected room for the aggregation address"));
 }
 
+// --- The tree: node ids, child switches, upstream, timers, bypass, TAN ---------------
+
+AggregationJobConfig TreeJob(uint32_t id, std::vector<uint16_t> node_ids,
+                             std::vector<ChildSwitchConfig> switches) {
+  AggregationJobConfig job;
+  job.id = id;
+  job.key = id;
+  job.node_ids = std::move(node_ids);
+  job.switches = std::move(switches);
+  job.members = static_cast<uint16_t>(job.node_ids.size() + job.switches.size());
+  return job;
+}
+
+ChildSwitchConfig Child(uint16_t node, std::vector<uint16_t> covers = {}) {
+  ChildSwitchConfig child;
+  child.node = node;
+  child.covers = std::move(covers);
+  return child;
+}
+
+TanCandidate Candidate(const char* ip, uint16_t hops = 0) {
+  TanCandidate candidate;
+  candidate.address = *common::Ipv4Addr::Parse(ip);
+  candidate.hops = hops;
+  return candidate;
+}
+
+// ValidConfig() with aggregation address 10.0.10.250 and `job`.
+Config TreeConfig(AggregationJobConfig job) {
+  Config config = ValidConfig();
+  SwitchAddress address;
+  address.prefix = *common::Ipv4Prefix::Parse("10.0.10.250");
+  config.aggregation.address = address;
+  config.aggregation.jobs.push_back(std::move(job));
+  ApplyDerivedDefaults(config);
+  return config;
+}
+
+TEST(TreeConfigTest, Defaults) {
+  const AggregationConfig agg;
+  EXPECT_EQ(agg.timeout_ms, 0u);
+  EXPECT_EQ(agg.trigger, AggTrigger::kIncremental);
+  EXPECT_EQ(agg.give_up_ms, 5000u);
+  EXPECT_EQ(agg.bypass.entries, 65536u);
+  EXPECT_EQ(agg.bypass.ttl_ms, 10000u);
+  EXPECT_EQ(agg.bypass.subswitch, SubswitchEntries::kSwitch);
+  EXPECT_FALSE(agg.tan);
+  const AggregationJobConfig job;
+  EXPECT_TRUE(job.node_ids.empty());
+  EXPECT_TRUE(job.switches.empty());
+  EXPECT_FALSE(job.upstream);
+  EXPECT_FALSE(job.timeout_ms);
+  EXPECT_FALSE(job.trigger);
+  EXPECT_FALSE(job.tan);
+  EXPECT_EQ(UpstreamConfig().port, kDefaultAggregationUdpPort);
+  EXPECT_EQ(UpstreamConfig().vlan, 0);
+  EXPECT_EQ(TanCandidate().port, kDefaultAggregationUdpPort);
+  EXPECT_EQ(TanConfig().strategy, TanStrategy::kFixed);
+}
+
+TEST(TreeConfigTest, MemberNodeIdsListsWorkersThenChildSwitches) {
+  AggregationJobConfig job = TreeJob(1, {7, 3, 5}, {Child(200, {0, 1}), Child(100)});
+  EXPECT_EQ(job.MemberNodeIds(), std::vector<uint16_t>({7, 3, 5, 200, 100}));
+  job.node_ids.clear();
+  EXPECT_EQ(job.MemberNodeIds(), std::vector<uint16_t>({200, 100}));
+  // Flat: 0..members-1.
+  AggregationJobConfig flat;
+  flat.members = 4;
+  EXPECT_EQ(flat.MemberNodeIds(), std::vector<uint16_t>({0, 1, 2, 3}));
+  flat.members = 0;
+  EXPECT_TRUE(flat.MemberNodeIds().empty());
+}
+
+TEST(TreeConfigTest, EqualityIgnoresLocationsButNotValues) {
+  AggregationJobConfig a = TreeJob(1, {0, 1}, {Child(100, {2, 3})});
+  a.upstream = UpstreamConfig{*common::Ipv4Addr::Parse("10.0.0.1"), 47000, 9, 0, {3, 4}};
+  a.tan.reset();
+  AggregationJobConfig b = a;
+  b.loc = {10, 1};
+  b.switches[0].loc = {11, 5};
+  b.upstream->loc = {12, 7};
+  EXPECT_EQ(a, b);
+  b.switches[0].covers.push_back(4);
+  EXPECT_NE(a, b);
+  b = a;
+  b.upstream->vlan = 10;
+  EXPECT_NE(a, b);
+  b = a;
+  b.timeout_ms = 0;
+  EXPECT_NE(a, b) << "an explicit 0 is not an absent override";
+  b = a;
+  b.trigger = AggTrigger::kBatch;
+  EXPECT_NE(a, b);
+
+  AggregationConfig x;
+  x.tan = TanConfig{TanStrategy::kFewestHops, {Candidate("10.0.9.50", 1)}, {1, 1}};
+  AggregationConfig y = x;
+  y.tan->loc = {2, 2};
+  y.tan->candidates[0].loc = {3, 3};
+  EXPECT_EQ(x, y);
+  y.tan->candidates[0].hops = 2;
+  EXPECT_NE(x, y);
+  y = x;
+  y.bypass.subswitch = SubswitchEntries::kNodes;
+  EXPECT_NE(x, y);
+  y = x;
+  y.bypass.loc = {9, 9};
+  EXPECT_EQ(x, y);
+}
+
+TEST(ValidateTest, TreeMembers) {
+  EXPECT_TRUE(ErrorsOf(TreeConfig(TreeJob(7, {0, 1, 2, 3}, {Child(100, {4, 5})}))).empty());
+  EXPECT_TRUE(ErrorsOf(TreeConfig(TreeJob(7, {}, {Child(100), Child(101)}))).empty());
+
+  // The count must match the lists.
+  AggregationJobConfig stale = TreeJob(7, {0, 1}, {Child(100)});
+  stale.members = 2;
+  EXPECT_TRUE(OneError(TreeConfig(stale), "aggregation.jobs[0].members",
+                       "expected members to equal the node ids and child switches listed (2 "
+                       "node_ids + 1 switches = 3), got \"2\""));
+  Config wide = TreeConfig(TreeJob(7, {0, 1, 2}, {Child(100)}));
+  wide.aggregation.max_fan_in = 3;
+  EXPECT_TRUE(OneError(wide, "aggregation.jobs[0].node_ids",
+                       "expected 1..3 members (aggregation.max_fan_in), got \"4\" (3 node_ids + 1 "
+                       "switches)"));
+  wide.aggregation.jobs[0] = TreeJob(7, {}, {Child(100), Child(101), Child(102), Child(103)});
+  EXPECT_TRUE(
+      OneError(wide, "aggregation.jobs[0].switches", "got \"4\" (0 node_ids + 4 switches)"));
+
+  // Node ids: in range, once per job.
+  EXPECT_TRUE(OneError(TreeConfig(TreeJob(7, {0, 65535}, {})), "aggregation.jobs[0].node_ids[1]",
+                       "expected a node id 0..65534 (65535 is reserved), got \"65535\""));
+  EXPECT_TRUE(ErrorsOf(TreeConfig(TreeJob(7, {0, 65534}, {}))).empty());
+  EXPECT_TRUE(OneError(TreeConfig(TreeJob(7, {4, 5, 4}, {})), "aggregation.jobs[0].node_ids[2]",
+                       "expected each member's node id once in the job, got \"4\" again (also "
+                       "aggregation.jobs[0].node_ids[0])"));
+  EXPECT_TRUE(OneError(TreeConfig(TreeJob(7, {4, 5}, {Child(5)})),
+                       "aggregation.jobs[0].switches[0].node",
+                       "got \"5\" again (also aggregation.jobs[0].node_ids[1])"));
+  EXPECT_TRUE(OneError(TreeConfig(TreeJob(7, {}, {Child(65535)})),
+                       "aggregation.jobs[0].switches[0].node", "65535 is reserved"));
+
+  // Covers: below the child, not the child, not a member here, under one child.
+  EXPECT_TRUE(OneError(TreeConfig(TreeJob(7, {}, {Child(100, {0, 100})})),
+                       "aggregation.jobs[0].switches[0].covers[1]",
+                       "expected the node ids below switch \"100\", not its own, got \"100\""));
+  EXPECT_TRUE(OneError(TreeConfig(TreeJob(7, {}, {Child(100, {0, 1, 0})})),
+                       "aggregation.jobs[0].switches[0].covers[2]",
+                       "got \"0\" again (also aggregation.jobs[0].switches[0].covers[0])"));
+  EXPECT_TRUE(OneError(TreeConfig(TreeJob(7, {}, {Child(100, {0, 1}), Child(101, {1, 2})})),
+                       "aggregation.jobs[0].switches[1].covers[0]",
+                       "expected each node id below one child switch, once, got \"1\" again"));
+  EXPECT_TRUE(OneError(
+      TreeConfig(TreeJob(7, {3}, {Child(100, {3})})), "aggregation.jobs[0].switches[0].covers[0]",
+      "not a member of the job here, got \"3\" (also aggregation.jobs[0].node_ids[0])"));
+  EXPECT_TRUE(OneError(TreeConfig(TreeJob(7, {}, {Child(100, {0}), Child(101, {100})})),
+                       "aggregation.jobs[0].switches[1].covers[0]",
+                       "not a member of the job here, got \"100\" (also "
+                       "aggregation.jobs[0].switches[0].node)"));
+  EXPECT_TRUE(
+      ErrorsOf(TreeConfig(TreeJob(7, {8}, {Child(100, {0, 1}), Child(101, {2, 200})}))).empty());
+  EXPECT_TRUE(OneError(TreeConfig(TreeJob(7, {}, {Child(100, {65535})})),
+                       "aggregation.jobs[0].switches[0].covers[0]", "65535 is reserved"));
+  Config nodes = TreeConfig(TreeJob(7, {}, {Child(100, {0}), Child(101)}));
+  nodes.aggregation.bypass.subswitch = SubswitchEntries::kNodes;
+  EXPECT_TRUE(OneError(nodes, "aggregation.jobs[0].switches[1]",
+                       "expected covers, the node ids below switch \"101\""));
+  nodes.aggregation.bypass.subswitch = SubswitchEntries::kSwitch;
+  EXPECT_TRUE(ErrorsOf(nodes).empty());
+}
+
+TEST(ValidateTest, TreeUpstream) {
+  auto with_upstream = [](const char* ip, uint16_t node, auto change) {
+    AggregationJobConfig job = TreeJob(7, {0, 1, 2, 3}, {});
+    job.upstream.emplace();
+    job.upstream->address = *common::Ipv4Addr::Parse(ip);
+    job.upstream->node = node;
+    change(*job.upstream, job);
+    return TreeConfig(job);
+  };
+  auto none = [](auto&, auto&) {};
+  EXPECT_TRUE(ErrorsOf(with_upstream("10.0.10.1", 100, none)).empty());
+  EXPECT_TRUE(
+      ErrorsOf(with_upstream("10.0.10.1", 100, [](auto& up, auto&) { up.vlan = 20; })).empty());
+  EXPECT_TRUE(OneError(with_upstream("10.0.10.250", 100, none),
+                       "aggregation.jobs[0].upstream.address",
+                       "expected the parent switch's aggregation address, got this switch's own "
+                       "aggregation address \"10.0.10.250\" (aggregation.address)"));
+  EXPECT_TRUE(OneError(with_upstream("0.0.0.0", 100, none), "aggregation.jobs[0].upstream.address",
+                       "a unicast host address, got \"0.0.0.0\""));
+  EXPECT_TRUE(OneError(with_upstream("10.0.10.1", 3, none), "aggregation.jobs[0].upstream.node",
+                       "expected this switch's node id in the parent, not one of this job's "
+                       "members, got \"3\" (also aggregation.jobs[0].node_ids[3])"));
+  EXPECT_TRUE(OneError(with_upstream("10.0.10.1", 65535, none), "aggregation.jobs[0].upstream.node",
+                       "65535 is reserved"));
+  EXPECT_TRUE(OneError(with_upstream("10.0.10.1", 100, [](auto& up, auto&) { up.port = 0; }),
+                       "aggregation.jobs[0].upstream.port", "expected a UDP port 1..65535"));
+  EXPECT_TRUE(OneError(with_upstream("10.0.10.1", 100, [](auto& up, auto&) { up.vlan = 4095; }),
+                       "aggregation.jobs[0].upstream.vlan",
+                       "expected 0 (the aggregation address's VLAN) or a VLAN id 1..4094"));
+  EXPECT_TRUE(OneError(with_upstream("10.0.10.1", 100, [](auto& up, auto&) { up.vlan = 30; }),
+                       "aggregation.jobs[0].upstream.vlan",
+                       "expected a VLAN that some port carries, got \"30\""));
+  EXPECT_TRUE(OneError(with_upstream("10.0.10.1", 100,
+                                     [](auto&, auto& job) {
+                                       job.tan = TanConfig{TanStrategy::kSelf, {}, {}};
+                                     }),
+                       "aggregation.jobs[0].tan",
+                       "a TAN is chosen by the root; this job has an upstream"));
+  // The same address as one the switch lists itself.
+  Config own = with_upstream("10.0.10.254", 100, none);
+  own.switch_.addresses.push_back({*common::Ipv4Prefix::Parse("10.0.10.254/24"), 0, {}});
+  EXPECT_TRUE(OneError(own, "aggregation.jobs[0].upstream.address",
+                       "got an address of this switch \"10.0.10.254\" (switch.addresses[1])"));
+}
+
+TEST(ValidateTest, TreeTimersBypassAndTan) {
+  auto with = [](auto change) {
+    Config config = TreeConfig(TreeJob(7, {0, 1}, {}));
+    change(config.aggregation);
+    return config;
+  };
+  EXPECT_TRUE(ErrorsOf(with([](auto& a) {
+                a.timeout_ms = kMaxTimeoutMs;
+                a.give_up_ms = kMaxTimeoutMs;
+                a.bypass.entries = kMaxBypassEntries;
+                a.bypass.ttl_ms = kMaxTimeoutMs;
+                a.jobs[0].timeout_ms = 0;
+              })).empty());
+  EXPECT_TRUE(ErrorsOf(with([](auto& a) {
+                a.give_up_ms = 1;
+                a.bypass.entries = 1;
+                a.bypass.ttl_ms = 1;
+              })).empty());
+  EXPECT_TRUE(OneError(with([](auto& a) { a.timeout_ms = 3600001; }), "aggregation.timeout_ms",
+                       "expected 0..3600000 milliseconds (0: timers off), got \"3600001\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.jobs[0].timeout_ms = 3600001; }),
+                       "aggregation.jobs[0].timeout_ms", "got \"3600001\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.give_up_ms = 0; }), "aggregation.give_up_ms",
+                       "expected 1..3600000 milliseconds, got \"0\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.give_up_ms = 3600001; }), "aggregation.give_up_ms",
+                       "got \"3600001\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.bypass.entries = 0; }), "aggregation.bypass.entries",
+                       "expected 1..16777216 entries, got \"0\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.bypass.entries = 16777217; }),
+                       "aggregation.bypass.entries", "got \"16777217\""));
+  EXPECT_TRUE(OneError(with([](auto& a) { a.bypass.ttl_ms = 0; }), "aggregation.bypass.ttl_ms",
+                       "expected 1..3600000 milliseconds"));
+  EXPECT_TRUE(OneError(with([](auto& a) {
+                         a.jobs[0].ordered = true;
+                         a.jobs[0].trigger = AggTrigger::kIncremental;
+                       }),
+                       "aggregation.jobs[0].trigger", "expected batch, or no trigger"));
+  EXPECT_TRUE(ErrorsOf(with([](auto& a) {
+                a.trigger = AggTrigger::kIncremental;
+                a.jobs[0].ordered = true;
+              })).empty());
+
+  // TAN choices, on the section and on a job.
+  EXPECT_TRUE(ErrorsOf(with([](auto& a) {
+                a.tan = TanConfig{TanStrategy::kRandom,
+                                  {Candidate("10.0.9.50"), Candidate("10.0.9.51", 255)},
+                                  {}};
+                a.jobs[0].tan = TanConfig{TanStrategy::kSelf, {}, {}};
+              })).empty());
+  EXPECT_TRUE(OneError(with([](auto& a) {
+                         a.tan = TanConfig{TanStrategy::kFixed, {}, {}};
+                       }),
+                       "aggregation.tan", "expected 1..64 candidates for strategy \"fixed\""));
+  EXPECT_TRUE(OneError(
+      with([](auto& a) {
+        a.jobs[0].tan = TanConfig{TanStrategy::kSelf, {Candidate("10.0.9.50")}, {}};
+      }),
+      "aggregation.jobs[0].tan.candidates", "expected no candidates with strategy \"self\""));
+  EXPECT_TRUE(OneError(with([](auto& a) {
+                         a.tan = TanConfig{TanStrategy::kFewestHops, {}, {}};
+                         for (int i = 0; i < 65; ++i) {
+                           a.tan->candidates.push_back(
+                               Candidate(("10.0.8." + std::to_string(i + 1)).c_str()));
+                         }
+                       }),
+                       "aggregation.tan.candidates", "expected at most 64 candidates, got 65"));
+  EXPECT_TRUE(OneError(with([](auto& a) {
+                         a.tan = TanConfig{TanStrategy::kFixed, {Candidate("10.0.10.250")}, {}};
+                       }),
+                       "aggregation.tan.candidates[0].address",
+                       "got this switch's own aggregation address \"10.0.10.250\""));
+  EXPECT_TRUE(OneError(with([](auto& a) {
+                         a.tan = TanConfig{TanStrategy::kFixed, {Candidate("10.0.9.50", 256)}, {}};
+                       }),
+                       "aggregation.tan.candidates[0].hops", "expected 0..255 hops, got \"256\""));
+  EXPECT_TRUE(OneError(with([](auto& a) {
+                         a.tan = TanConfig{TanStrategy::kFixed, {Candidate("10.0.9.50")}, {}};
+                         a.tan->candidates[0].port = 0;
+                       }),
+                       "aggregation.tan.candidates[0].port", "expected a UDP port 1..65535"));
+  EXPECT_TRUE(OneError(with([](auto& a) {
+                         a.tan = TanConfig{TanStrategy::kFixed,
+                                           {Candidate("10.0.9.50"), Candidate("10.0.9.50", 4)},
+                                           {}};
+                       }),
+                       "aggregation.tan.candidates[1]",
+                       "expected each candidate once, got 10.0.9.50:47000 again (also "
+                       "aggregation.tan.candidates[0])"));
+}
+
+TEST(ValidateTest, PartialsNeedTheAggregationAddress) {
+  Config config = ValidConfig();
+  config.aggregation.in_band_registration = false;
+  config.aggregation.jobs.push_back(TreeJob(7, {0, 1}, {}));
+  config.aggregation.jobs.push_back(TreeJob(8, {0, 1}, {}));
+  EXPECT_TRUE(ErrorsOf(config).empty());
+  config.aggregation.jobs[1].upstream =
+      UpstreamConfig{*common::Ipv4Addr::Parse("10.0.10.1"), 47000, 100, 0, {}};
+  EXPECT_TRUE(OneError(config, "aggregation.jobs[1].upstream",
+                       "expected aggregation.address to be set: job 8 has an upstream"));
+  config.aggregation.jobs[1].upstream.reset();
+  config.aggregation.jobs[0].timeout_ms = 10;
+  EXPECT_TRUE(
+      OneError(config, "aggregation.jobs[0].timeout_ms",
+               "expected aggregation.address to be set: job 7 has timers on (timeout_ms 10)"));
+  config.aggregation.jobs[0].timeout_ms = 0;
+  config.aggregation.timeout_ms = 20;
+  EXPECT_TRUE(OneError(config, "aggregation.jobs[1]",
+                       "job 8 has timers on (timeout_ms 20, from aggregation.timeout_ms)"));
+  config.aggregation.jobs.pop_back();
+  EXPECT_TRUE(ErrorsOf(config).empty()) << "job 7 turns its timer off";
+  config.aggregation.in_band_registration = true;
+  EXPECT_TRUE(OneError(config, "aggregation.timeout_ms",
+                       "timers are on for the jobs that register in band"));
+  SwitchAddress address;
+  address.prefix = *common::Ipv4Prefix::Parse("10.0.10.250");
+  config.aggregation.address = address;
+  ApplyDerivedDefaults(config);
+  EXPECT_TRUE(ErrorsOf(config).empty());
+}
+
 TEST(ValidateTest, AcceptsAValidConfig) {
   std::vector<ConfigError> errors;
   EXPECT_TRUE(Validate(ValidConfig(), errors));

@@ -26,6 +26,7 @@ namespace {
 constexpr uint16_t kUnreadVlan = std::numeric_limits<uint16_t>::max();
 constexpr uint16_t kUnreadQueue = std::numeric_limits<uint16_t>::max();
 constexpr unsigned kUnreadLcore = std::numeric_limits<unsigned>::max();
+constexpr uint16_t kUnreadNodeId = std::numeric_limits<uint16_t>::max();  // reserved
 
 constexpr size_t kMaxQuotedChars = 64;
 
@@ -663,7 +664,215 @@ class Loader {
                      LoadAggregationJob(item, item_path, agg.jobs.emplace_back());
                    });
                  }},
+                {"timeout_ms",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.timeout_ms, {}, TimeoutRangeText());
+                 }},
+                {"trigger", [&](auto& n, auto& p) { ReadTrigger(n, p, agg.trigger); }},
+                {"give_up_ms",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.give_up_ms, {}, MillisecondsRangeText());
+                 }},
+                {"bypass", [&](auto& n, auto& p) { LoadBypass(n, p, agg.bypass); }},
+                {"tan", [&](auto& n, auto& p) { LoadTan(n, p, agg.tan.emplace()); }},
             });
+  }
+
+  static std::string TimeoutRangeText() {
+    return "0.." + std::to_string(kMaxTimeoutMs) + " milliseconds (0: timers off)";
+  }
+
+  static std::string MillisecondsRangeText() {
+    return "1.." + std::to_string(kMaxTimeoutMs) + " milliseconds";
+  }
+
+  static std::string NodeIdRangeText() { return "a node id 0.." + std::to_string(kMaxNodeId); }
+
+  // Reads one of `names` into `out`; on failure `out` is left alone.
+  template <typename E>
+  bool ReadEnum(const YAML::Node& node, const std::string& path,
+                const std::vector<std::pair<std::string_view, E>>& names, E& out) {
+    if (node.IsScalar()) {
+      for (const auto& [name, value] : names) {
+        if (node.Scalar() == name) {
+          out = value;
+          return true;
+        }
+      }
+    }
+    std::string expected;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (i > 0) expected += i + 1 == names.size() ? " or " : ", ";
+      expected += names[i].first;
+    }
+    Error(path, node, "expected " + expected + ", got " + Describe(node));
+    return false;
+  }
+
+  bool ReadTrigger(const YAML::Node& node, const std::string& path, AggTrigger& out) {
+    return ReadEnum<AggTrigger>(
+        node, path, {{"incremental", AggTrigger::kIncremental}, {"batch", AggTrigger::kBatch}},
+        out);
+  }
+
+  // "a.b.c.d" into an address; on failure `out` is left alone.
+  bool ReadIpv4(const YAML::Node& node, const std::string& path, common::Ipv4Addr& out) {
+    common::Ipv4Prefix prefix;
+    if (!ReadHostAddress(node, path, prefix)) return false;
+    out = prefix.ip;
+    return true;
+  }
+
+  // aggregation.bypass: {entries, ttl_ms, subswitch}.
+  void LoadBypass(const YAML::Node& node, const std::string& path, BypassConfig& out) {
+    out.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {
+                {"entries",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, out.entries, {},
+                                "1.." + std::to_string(kMaxBypassEntries) + " entries");
+                 }},
+                {"ttl_ms",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, out.ttl_ms, {}, MillisecondsRangeText());
+                 }},
+                {"subswitch",
+                 [&](auto& n, auto& p) {
+                   ReadEnum<SubswitchEntries>(
+                       n, p,
+                       {{"switch", SubswitchEntries::kSwitch}, {"nodes", SubswitchEntries::kNodes}},
+                       out.subswitch);
+                 }},
+            });
+  }
+
+  // {strategy, candidates: [{address, port, hops}, ...]}.
+  void LoadTan(const YAML::Node& node, const std::string& path, TanConfig& out) {
+    out.loc = ItemLoc(node, path);
+    if (!IsMapItem(node, path)) return;
+    LoadMap(node, path,
+            {
+                {"strategy",
+                 [&](auto& n, auto& p) {
+                   ReadEnum<TanStrategy>(n, p,
+                                         {{"fixed", TanStrategy::kFixed},
+                                          {"random", TanStrategy::kRandom},
+                                          {"least_load", TanStrategy::kLeastLoad},
+                                          {"fewest_hops", TanStrategy::kFewestHops},
+                                          {"self", TanStrategy::kSelf}},
+                                         out.strategy);
+                 }},
+                {"candidates",
+                 [&](auto& n, auto& p) {
+                   LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                     TanCandidate& candidate = out.candidates.emplace_back();
+                     candidate.loc = ItemLoc(item, item_path);
+                     if (!IsMapItem(item, item_path)) return;
+                     LoadMap(
+                         item, item_path,
+                         {
+                             {"address",
+                              [&](auto& v, auto& vp) { ReadIpv4(v, vp, candidate.address); }, true},
+                             {"port",
+                              [&](auto& v, auto& vp) {
+                                ReadUnsigned(v, vp, candidate.port, {}, "a UDP port 1..65535");
+                              }},
+                             {"hops",
+                              [&](auto& v, auto& vp) {
+                                ReadUnsigned(v, vp, candidate.hops, {},
+                                             "0.." + std::to_string(kMaxTanHops) + " hops");
+                              }},
+                         });
+                   });
+                 }},
+            });
+  }
+
+  // {address, port, node, vlan}: the parent switch, and this switch's node id there.
+  void LoadUpstream(const YAML::Node& node, const std::string& path, UpstreamConfig& out) {
+    out.loc = ItemLoc(node, path);
+    // Replaced when "node" is read; a missing one must not pass for node 0.
+    out.node = kUnreadNodeId;
+    if (!IsMapItem(node, path)) return;
+    LoadMap(
+        node, path,
+        {
+            {"address", [&](auto& n, auto& p) { ReadIpv4(n, p, out.address); }, true},
+            {"port",
+             [&](auto& n, auto& p) { ReadUnsigned(n, p, out.port, {}, "a UDP port 1..65535"); }},
+            {"node",
+             [&](auto& n, auto& p) {
+               ReadUnsigned(n, p, out.node, {kUnreadNodeId}, NodeIdRangeText());
+             },
+             true},
+            {"vlan",
+             [&](auto& n, auto& p) {
+               ReadUnsigned<uint16_t>(n, p, out.vlan, kUnreadVlan,
+                                      "0 (the aggregation address's VLAN) or " + VlanRangeText());
+             }},
+        });
+  }
+
+  // One item of a node id list: "N" or "A-B" (A <= B). False when it does not parse.
+  static bool ParseNodeIdItem(const YAML::Node& node, uint16_t& first, uint16_t& last) {
+    if (!node.IsScalar()) return false;
+    const std::string& text = node.Scalar();
+    auto parse = [](std::string_view digits, uint16_t& out) {
+      uint32_t value = 0;
+      auto [next, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+      if (digits.empty() || ec != std::errc() || next != digits.data() + digits.size() ||
+          value > std::numeric_limits<uint16_t>::max()) {
+        return false;
+      }
+      out = static_cast<uint16_t>(value);
+      return true;
+    };
+    const size_t dash = text.find('-');
+    if (dash == std::string::npos) {
+      if (!parse(text, first)) return false;
+      last = first;
+      return true;
+    }
+    const std::string_view view(text);
+    return parse(view.substr(0, dash), first) && parse(view.substr(dash + 1), last) &&
+           first <= last;
+  }
+
+  // A list of node ids whose items are numbers or "a-b" ranges. Ranges are
+  // expanded, and key paths index the expanded list: in ["0-3", 8], 8 is
+  // [4]; each id's location is its item's. An unreadable item is reported
+  // and stands in as one reserved id, which the cross-checks skip. Returns
+  // false when something could not be read.
+  bool LoadNodeIds(const YAML::Node& node, const std::string& path, std::vector<uint16_t>& out) {
+    if (node.IsNull()) return true;
+    if (!node.IsSequence()) {
+      Error(path, node, "expected a list of node ids, got " + Describe(node));
+      return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node item = node[i];
+      // An empty item has no position of its own; the list's is the nearest known.
+      const SourceLoc loc = item.IsNull() ? config_.LocOf(path, LocOf(node)) : LocOf(item);
+      uint16_t first = 0;
+      uint16_t last = 0;
+      if (!ParseNodeIdItem(item, first, last)) {
+        const std::string item_path = Index(path, out.size());
+        config_.source_locs[item_path] = loc;
+        Error(item_path, item,
+              "expected " + NodeIdRangeText() + " or a range \"a-b\" of them (a <= b), got " +
+                  Describe(item));
+        out.push_back(kUnreadNodeId);
+        ok = false;
+        continue;
+      }
+      for (uint32_t id = first; id <= last; ++id) {
+        config_.source_locs[Index(path, out.size())] = loc;
+        out.push_back(static_cast<uint16_t>(id));
+      }
+    }
+    return ok;
   }
 
   // "a.b.c.d" (every VLAN) or {address: "a.b.c.d", vlan: N}.
@@ -688,6 +897,10 @@ class Loader {
                           AggregationJobConfig& job) {
     job.loc = ItemLoc(node, path);
     if (!IsMapItem(node, path)) return;
+    bool has_members = false;
+    bool members_read = false;
+    bool has_lists = false;  // node_ids or switches given
+    bool lists_read = true;  // and every item of them read
     LoadMap(
         node, path,
         {
@@ -697,15 +910,74 @@ class Loader {
             {"key", [&](auto& n, auto& p) { ReadJobKey(n, p, job.key); }, true},
             {"members",
              [&](auto& n, auto& p) {
-               ReadUnsigned(
+               has_members = true;
+               members_read = ReadUnsigned(
                    n, p, job.members, {},
                    "1..max_fan_in members (at most " + std::to_string(kMaxAggregationFanIn) + ")");
-             },
-             true},
+             }},
             {"nodes",
              [&](auto& n, auto& p) { ReadUnsigned(n, p, job.nodes, {}, "a node count 1..65535"); }},
             {"ordered", [&](auto& n, auto& p) { ReadBool(n, p, job.ordered); }},
+            {"node_ids",
+             [&](auto& n, auto& p) {
+               has_lists = true;
+               if (!LoadNodeIds(n, p, job.node_ids)) lists_read = false;
+             }},
+            {"switches",
+             [&](auto& n, auto& p) {
+               has_lists = true;
+               const bool listed =
+                   LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                     ChildSwitchConfig& child = job.switches.emplace_back();
+                     child.loc = ItemLoc(item, item_path);
+                     // Replaced when "node" is read; a missing one must not pass for node 0.
+                     child.node = kUnreadNodeId;
+                     if (!IsMapItem(item, item_path)) {
+                       lists_read = false;
+                       return;
+                     }
+                     LoadMap(item, item_path,
+                             {
+                                 {"node",
+                                  [&](auto& v, auto& vp) {
+                                    if (!ReadUnsigned(v, vp, child.node, {kUnreadNodeId},
+                                                      NodeIdRangeText())) {
+                                      lists_read = false;
+                                    }
+                                  },
+                                  true},
+                                 {"covers",
+                                  [&](auto& v, auto& vp) { LoadNodeIds(v, vp, child.covers); }},
+                             });
+                   });
+               if (!listed) lists_read = false;
+             }},
+            {"upstream", [&](auto& n, auto& p) { LoadUpstream(n, p, job.upstream.emplace()); }},
+            {"timeout_ms",
+             [&](auto& n, auto& p) {
+               ReadUnsigned(n, p, job.timeout_ms.emplace(), {}, TimeoutRangeText());
+             }},
+            {"trigger", [&](auto& n, auto& p) { ReadTrigger(n, p, job.trigger.emplace()); }},
+            {"tan", [&](auto& n, auto& p) { LoadTan(n, p, job.tan.emplace()); }},
         });
+    if (has_lists) {
+      // The lists count the members. A `members` key must agree (Validate()
+      // checks); one that could not be read, or lists that could not be read
+      // in full, leave only the count of what was read, and no second error.
+      if (!has_members || !members_read || !lists_read) {
+        const size_t listed = job.node_ids.size() + job.switches.size();
+        job.members =
+            static_cast<uint16_t>(std::min<size_t>(listed, std::numeric_limits<uint16_t>::max()));
+      }
+    } else if (!has_members) {
+      const std::string key_path = Join(path, "members");
+      const SourceLoc loc = ItemLoc(node, path);
+      errors_.push_back(ConfigError{
+          key_path, loc,
+          "missing required key \"members\" (or the members' node ids in \"node_ids\" and "
+          "\"switches\")"});
+      config_.source_locs[key_path] = loc;
+    }
   }
 
   Config& config_;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -114,6 +116,100 @@ TEST(ExampleFilesTest, MemifBenchLoads) {
   EXPECT_EQ(c.mac_table.static_entries[0].mac.ToString(), "02:00:00:00:00:02");
   EXPECT_EQ(c.mac_table.static_entries[0].vlan, 1);
   EXPECT_EQ(c.mac_table.static_entries[0].port, "sink");
+}
+
+TEST(ExampleFilesTest, EveryExampleLoads) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(AGG_CONFIG_EXAMPLES_DIR)) {
+    if (entry.path().extension() != ".yaml") continue;
+    names.push_back(entry.path().filename().string());
+    const ConfigLoad load = LoadConfigFile(entry.path().string());
+    EXPECT_TRUE(load.ok()) << entry.path() << Dump(load);
+  }
+  std::sort(names.begin(), names.end());
+  // At least these; a file added later is loaded above without a change here.
+  for (const char* name : {"agg-bench.yaml", "default.yaml", "memif-bench.yaml", "tor-leaf.yaml",
+                           "tree-leaf-a.yaml", "tree-leaf-b.yaml", "tree-spine.yaml"}) {
+    EXPECT_TRUE(std::binary_search(names.begin(), names.end(), name)) << name;
+  }
+}
+
+// The three tree files describe one job on a 2-leaf + spine tree; the files
+// must agree on node ids, addresses and the key.
+TEST(ExampleFilesTest, TreeFilesDescribeOneJob) {
+  const ConfigLoad leaf_a = LoadConfigFile(ExamplePath("tree-leaf-a.yaml"));
+  const ConfigLoad leaf_b = LoadConfigFile(ExamplePath("tree-leaf-b.yaml"));
+  const ConfigLoad spine = LoadConfigFile(ExamplePath("tree-spine.yaml"));
+  ASSERT_TRUE(leaf_a.ok()) << Dump(leaf_a);
+  ASSERT_TRUE(leaf_b.ok()) << Dump(leaf_b);
+  ASSERT_TRUE(spine.ok()) << Dump(spine);
+
+  const AggregationConfig& root = spine.config.aggregation;
+  ASSERT_TRUE(root.address);
+  EXPECT_EQ(root.address->prefix.ip.ToString(), "10.0.9.1");
+  ASSERT_EQ(root.jobs.size(), 1u);
+  const AggregationJobConfig& top = root.jobs[0];
+  EXPECT_EQ(top.id, 7u);
+  EXPECT_FALSE(top.upstream) << "the spine is the root";
+  EXPECT_TRUE(top.node_ids.empty());
+  ASSERT_EQ(top.switches.size(), 2u);
+  EXPECT_EQ(top.members, 2);
+  EXPECT_EQ(top.MemberNodeIds(), std::vector<uint16_t>({100, 101}));
+  ASSERT_TRUE(top.tan);
+  EXPECT_EQ(top.tan->strategy, TanStrategy::kFixed);
+  ASSERT_EQ(top.tan->candidates.size(), 1u);
+  EXPECT_EQ(top.tan->candidates[0].address.ToString(), "10.0.9.50");
+  EXPECT_EQ(top.tan->candidates[0].hops, 1);
+  EXPECT_EQ(root.bypass.subswitch, SubswitchEntries::kNodes);
+  EXPECT_GT(root.timeout_ms, 0u);
+
+  std::vector<uint16_t> workers;
+  for (size_t i = 0; i < 2; ++i) {
+    const ConfigLoad& leaf = i == 0 ? leaf_a : leaf_b;
+    SCOPED_TRACE(leaf.source_name);
+    const AggregationConfig& agg = leaf.config.aggregation;
+    ASSERT_TRUE(agg.address);
+    EXPECT_EQ(agg.address->prefix.ip.ToString(), i == 0 ? "10.0.9.11" : "10.0.9.12");
+    EXPECT_EQ(agg.address->vlan, 10);
+    EXPECT_EQ(agg.timeout_ms, 20u);
+    EXPECT_LT(agg.timeout_ms, root.timeout_ms) << "the spine waits longer than its leaves";
+    ASSERT_EQ(agg.jobs.size(), 1u);
+    const AggregationJobConfig& job = agg.jobs[0];
+    EXPECT_EQ(job.id, top.id);
+    EXPECT_EQ(job.key, top.key);
+    EXPECT_EQ(job.nodes, 3);
+    EXPECT_EQ(job.members, 4);
+    EXPECT_TRUE(job.switches.empty());
+    EXPECT_FALSE(job.tan);
+    ASSERT_TRUE(job.upstream);
+    EXPECT_EQ(job.upstream->address, root.address->prefix.ip);
+    EXPECT_EQ(job.upstream->port, root.udp_port);
+    EXPECT_EQ(job.upstream->vlan, 10);
+    // The spine knows this leaf by its upstream.node and covers its workers.
+    const ChildSwitchConfig& child = top.switches[i];
+    EXPECT_EQ(job.upstream->node, i == 0 ? 100 : 101);
+    EXPECT_EQ(child.node, job.upstream->node);
+    EXPECT_EQ(child.covers, job.node_ids);
+    EXPECT_EQ(job.MemberNodeIds(), job.node_ids);
+    workers.insert(workers.end(), job.node_ids.begin(), job.node_ids.end());
+  }
+  EXPECT_EQ(workers, std::vector<uint16_t>({0, 1, 2, 3, 4, 5, 6, 7}));
+
+  // Three processes on one host: nothing they would share.
+  const Config* all[] = {&leaf_a.config, &leaf_b.config, &spine.config};
+  for (size_t i = 0; i < 3; ++i) {
+    for (size_t j = i + 1; j < 3; ++j) {
+      EXPECT_NE(all[i]->eal.file_prefix, all[j]->eal.file_prefix);
+      EXPECT_NE(all[i]->http.listen, all[j]->http.listen);
+      EXPECT_NE(all[i]->switch_.mac, all[j]->switch_.mac);
+      EXPECT_NE(all[i]->switch_.addresses[0].prefix.ip, all[j]->switch_.addresses[0].prefix.ip);
+      for (const PortConfig& a : all[i]->ports) {
+        for (const PortConfig& b : all[j]->ports)
+          EXPECT_NE(a.devargs.substr(a.devargs.find("iface=")),
+                    b.devargs.substr(b.devargs.find("iface=")));
+      }
+    }
+  }
 }
 
 // --- Round trips -----------------------------------------------------------------
@@ -1103,6 +1199,590 @@ TEST(AggregationLoaderTest, Errors) {
                             "switch:\n  addresses:\n    - {address: 10.0.0.1/24, vlan: 10}\n" +
                             std::string("aggregation:\n  address: 10.0.0.1\n")),
                        "aggregation.address", 6, "to cover every VLAN"));
+}
+
+// --- The tree: node ids, child switches, upstream, timers, bypass, TAN ---------------
+
+TEST(TreeLoaderTest, ReadsEveryField) {
+  const ConfigLoad load = Load(R"yaml(ports: [{name: p0, devargs: d, access: 10}]
+aggregation:
+  address: 10.0.9.11
+  timeout_ms: 20
+  trigger: batch
+  give_up_ms: 4000
+  bypass: {entries: 1024, ttl_ms: 500, subswitch: nodes}
+  tan: {strategy: fewest_hops, candidates: [{address: 10.0.9.50, port: 47001, hops: 1}, {address: 10.0.9.51, hops: 2}]}
+  jobs:
+    - id: 7
+      key: 0x1234
+      node_ids: ["0-3", 8]
+      switches:
+        - {node: 100, covers: [20-22, 30]}
+        - node: 101
+          covers: [40]
+      upstream: {address: 10.0.9.1, port: 47002, node: 110, vlan: 10}
+      timeout_ms: 50
+      trigger: incremental
+    - id: 8
+      key: 2
+      members: 3
+      tan: {strategy: self}
+)yaml");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const AggregationConfig& a = load.config.aggregation;
+  EXPECT_EQ(a.timeout_ms, 20u);
+  EXPECT_EQ(a.trigger, AggTrigger::kBatch);
+  EXPECT_EQ(a.give_up_ms, 4000u);
+  EXPECT_EQ(a.bypass.entries, 1024u);
+  EXPECT_EQ(a.bypass.ttl_ms, 500u);
+  EXPECT_EQ(a.bypass.subswitch, SubswitchEntries::kNodes);
+  EXPECT_EQ(a.bypass.loc.line, 7);
+  ASSERT_TRUE(a.tan);
+  EXPECT_EQ(a.tan->strategy, TanStrategy::kFewestHops);
+  ASSERT_EQ(a.tan->candidates.size(), 2u);
+  EXPECT_EQ(a.tan->candidates[0].address.ToString(), "10.0.9.50");
+  EXPECT_EQ(a.tan->candidates[0].port, 47001);
+  EXPECT_EQ(a.tan->candidates[0].hops, 1);
+  EXPECT_EQ(a.tan->candidates[1].address.ToString(), "10.0.9.51");
+  EXPECT_EQ(a.tan->candidates[1].port, kDefaultAggregationUdpPort);
+  EXPECT_EQ(a.tan->candidates[1].hops, 2);
+
+  ASSERT_EQ(a.jobs.size(), 2u);
+  const AggregationJobConfig& j = a.jobs[0];
+  EXPECT_EQ(j.node_ids, std::vector<uint16_t>({0, 1, 2, 3, 8}));
+  ASSERT_EQ(j.switches.size(), 2u);
+  EXPECT_EQ(j.switches[0].node, 100);
+  EXPECT_EQ(j.switches[0].covers, std::vector<uint16_t>({20, 21, 22, 30}));
+  EXPECT_EQ(j.switches[0].loc.line, 14);
+  EXPECT_EQ(j.switches[1].node, 101);
+  EXPECT_EQ(j.switches[1].covers, std::vector<uint16_t>({40}));
+  EXPECT_EQ(j.members, 7) << "filled from node_ids and switches";
+  EXPECT_EQ(j.MemberNodeIds(), std::vector<uint16_t>({0, 1, 2, 3, 8, 100, 101}));
+  ASSERT_TRUE(j.upstream);
+  EXPECT_EQ(j.upstream->address.ToString(), "10.0.9.1");
+  EXPECT_EQ(j.upstream->port, 47002);
+  EXPECT_EQ(j.upstream->node, 110);
+  EXPECT_EQ(j.upstream->vlan, 10);
+  EXPECT_EQ(j.upstream->loc.line, 17);
+  EXPECT_EQ(j.timeout_ms, 50u);
+  EXPECT_EQ(j.trigger, AggTrigger::kIncremental);
+  EXPECT_FALSE(j.tan);
+  // Each node id of a range has its item's location.
+  EXPECT_EQ(load.config.LocOf("aggregation.jobs[0].node_ids[3]").line, 12);
+  EXPECT_EQ(load.config.LocOf("aggregation.jobs[0].node_ids[4]").column, 25);
+
+  const AggregationJobConfig& flat = a.jobs[1];
+  EXPECT_EQ(flat.members, 3);
+  EXPECT_TRUE(flat.node_ids.empty());
+  EXPECT_TRUE(flat.switches.empty());
+  EXPECT_EQ(flat.MemberNodeIds(), std::vector<uint16_t>({0, 1, 2}));
+  EXPECT_FALSE(flat.upstream);
+  EXPECT_FALSE(flat.timeout_ms);
+  EXPECT_FALSE(flat.trigger);
+  ASSERT_TRUE(flat.tan);
+  EXPECT_EQ(flat.tan->strategy, TanStrategy::kSelf);
+  EXPECT_TRUE(flat.tan->candidates.empty());
+}
+
+TEST(TreeLoaderTest, DefaultsWithoutTheNewKeys) {
+  const ConfigLoad load = Load(
+      "ports: [{name: p0, devargs: d}]\naggregation:\n  jobs:\n"
+      "    - {id: 1, key: 1, members: 2}\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const AggregationConfig& a = load.config.aggregation;
+  EXPECT_EQ(a.timeout_ms, 0u);
+  EXPECT_EQ(a.trigger, AggTrigger::kIncremental);
+  EXPECT_EQ(a.give_up_ms, 5000u);
+  EXPECT_EQ(a.bypass, BypassConfig());
+  EXPECT_EQ(a.bypass.entries, 65536u);
+  EXPECT_EQ(a.bypass.ttl_ms, 10000u);
+  EXPECT_EQ(a.bypass.subswitch, SubswitchEntries::kSwitch);
+  EXPECT_FALSE(a.tan);
+  const AggregationJobConfig& j = a.jobs[0];
+  EXPECT_TRUE(j.node_ids.empty());
+  EXPECT_TRUE(j.switches.empty());
+  EXPECT_FALSE(j.upstream);
+  EXPECT_FALSE(j.timeout_ms);
+  EXPECT_FALSE(j.trigger);
+  EXPECT_FALSE(j.tan);
+  EXPECT_EQ(j.MemberNodeIds(), std::vector<uint16_t>({0, 1}));
+
+  // An empty bypass section is every default; every enum spelling reads.
+  for (const auto& [text, value] : std::vector<std::pair<std::string, TanStrategy>>{
+           {"fixed", TanStrategy::kFixed},
+           {"random", TanStrategy::kRandom},
+           {"least_load", TanStrategy::kLeastLoad},
+           {"fewest_hops", TanStrategy::kFewestHops}}) {
+    const ConfigLoad l = Load(
+        "ports: [{name: p0, devargs: d}]\naggregation:\n  bypass:\n"
+        "  trigger: incremental\n  tan: {strategy: " +
+        text + ", candidates: [{address: 10.0.9.50}]}\n");
+    ASSERT_TRUE(l.ok()) << text << Dump(l);
+    EXPECT_EQ(l.config.aggregation.tan->strategy, value) << text;
+    EXPECT_EQ(l.config.aggregation.bypass, BypassConfig());
+  }
+  const ConfigLoad sw = Load(
+      "ports: [{name: p0, devargs: d}]\naggregation:\n"
+      "  bypass: {subswitch: switch}\n");
+  ASSERT_TRUE(sw.ok()) << Dump(sw);
+  EXPECT_EQ(sw.config.aggregation.bypass.subswitch, SubswitchEntries::kSwitch);
+}
+
+TEST(TreeLoaderTest, NodeIdListForms) {
+  const std::string head = "ports: [{name: p0, devargs: d}]\naggregation:\n  jobs:\n";
+  for (const auto& [text, ids] : std::vector<std::pair<std::string, std::vector<uint16_t>>>{
+           {"[0, 1, 2, 3]", {0, 1, 2, 3}},
+           {"[\"0-3\", 8]", {0, 1, 2, 3, 8}},
+           {"[0-3, 8]", {0, 1, 2, 3, 8}},
+           {"[5-5]", {5}},
+           {"[9, 2, \"7\"]", {9, 2, 7}},
+           {"[65530-65534]", {65530, 65531, 65532, 65533, 65534}}}) {
+    const ConfigLoad load = Load(head + "    - {id: 1, key: 1, node_ids: " + text + "}\n");
+    ASSERT_TRUE(load.ok()) << text << Dump(load);
+    EXPECT_EQ(load.config.aggregation.jobs[0].node_ids, ids) << text;
+    EXPECT_EQ(load.config.aggregation.jobs[0].members, ids.size()) << text;
+  }
+  // A spine: child switches only.
+  const ConfigLoad spine =
+      Load(head + "    - id: 1\n      key: 1\n      switches: [{node: 100}, {node: 101}]\n");
+  ASSERT_TRUE(spine.ok()) << Dump(spine);
+  EXPECT_EQ(spine.config.aggregation.jobs[0].members, 2);
+  EXPECT_EQ(spine.config.aggregation.jobs[0].MemberNodeIds(), std::vector<uint16_t>({100, 101}));
+}
+
+TEST(TreeLoaderTest, MembersFromTheLists) {
+  const std::string head = "ports: [{name: p0, devargs: d}]\naggregation:\n  jobs:\n";
+  // `members` may be given when it agrees.
+  ConfigLoad load =
+      Load(head + "    - {id: 1, key: 1, members: 3, node_ids: [4, 5], switches: [{node: 9}]}\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  EXPECT_EQ(load.config.aggregation.jobs[0].members, 3);
+  EXPECT_EQ(load.config.aggregation.jobs[0].MemberNodeIds(), std::vector<uint16_t>({4, 5, 9}));
+  // Else it names both.
+  EXPECT_TRUE(OneError(Load(head + "    - id: 1\n      key: 1\n      members: 4\n"
+                                   "      node_ids: [4, 5]\n      switches: [{node: 9}]\n"),
+                       "aggregation.jobs[0].members", 6,
+                       "expected members to equal the node ids and child switches listed "
+                       "(2 node_ids + 1 switches = 3), got \"4\""));
+  // Without the lists, `members` is required.
+  EXPECT_TRUE(OneError(Load(head + "    - {id: 1, key: 1}\n"), "aggregation.jobs[0].members", 4,
+                       "missing required key \"members\" (or the members' node ids in "
+                       "\"node_ids\" and \"switches\")"));
+  // Empty lists and no `members`: the job has no member.
+  EXPECT_TRUE(OneError(Load(head + "    - {id: 1, key: 1, node_ids: []}\n"),
+                       "aggregation.jobs[0].node_ids", 4,
+                       "expected 1..256 members (aggregation.max_fan_in), got none (node_ids and "
+                       "switches are empty)"));
+  EXPECT_TRUE(OneError(Load(head + "    - id: 1\n      key: 1\n      switches:\n"),
+                       "aggregation.jobs[0].switches", 6, "got none"));
+  // `members` with empty lists is the flat form.
+  load = Load(head + "    - {id: 1, key: 1, members: 2, node_ids: []}\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  EXPECT_EQ(load.config.aggregation.jobs[0].MemberNodeIds(), std::vector<uint16_t>({0, 1}));
+  // Too many members for max_fan_in, counted from the lists.
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\naggregation:\n  max_fan_in: 4\n"
+                            "  jobs:\n    - id: 1\n      key: 1\n      node_ids: [0-3]\n"
+                            "      switches: [{node: 100}]\n"),
+                       "aggregation.jobs[0].node_ids", 7,
+                       "expected 1..4 members (aggregation.max_fan_in), got \"5\" (4 node_ids + 1 "
+                       "switches)"));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\naggregation:\n  max_fan_in: 1\n"
+                            "  jobs:\n    - id: 1\n      key: 1\n"
+                            "      switches: [{node: 100}, {node: 101}]\n"),
+                       "aggregation.jobs[0].switches", 7, "expected 1..1 members"));
+}
+
+TEST(TreeLoaderTest, NodeIdErrors) {
+  const std::string head =
+      "ports: [{name: p0, devargs: d}]\naggregation:\n  jobs:\n"
+      "    - id: 1\n      key: 1\n";  // job keys from line 6
+  EXPECT_TRUE(OneError(Load(head + "      node_ids: [0, 65535]\n"),
+                       "aggregation.jobs[0].node_ids[1]", 6,
+                       "expected a node id 0..65534 (65535 is reserved), got \"65535\""));
+  EXPECT_TRUE(OneError(Load(head + "      node_ids: [0, 70000]\n"),
+                       "aggregation.jobs[0].node_ids[1]", 6,
+                       "expected a node id 0..65534 or a range \"a-b\" of them (a <= b), got "
+                       "\"70000\""));
+  EXPECT_TRUE(OneError(Load(head + "      node_ids: [0, 5-3]\n"), "aggregation.jobs[0].node_ids[1]",
+                       6, "got \"5-3\""));
+  EXPECT_TRUE(OneError(Load(head + "      node_ids: [0, x, 2]\n"),
+                       "aggregation.jobs[0].node_ids[1]", 6, "got \"x\""));
+  EXPECT_TRUE(OneError(Load(head + "      node_ids: [0-, 1]\n"), "aggregation.jobs[0].node_ids[0]",
+                       6, "got \"0-\""));
+  EXPECT_TRUE(OneError(Load(head + "      node_ids: [[1]]\n"), "aggregation.jobs[0].node_ids[0]", 6,
+                       "got a list"));
+  EXPECT_TRUE(OneError(Load(head + "      node_ids: 3\n"), "aggregation.jobs[0].node_ids", 6,
+                       "expected a list of node ids, got \"3\""));
+  // One mistake, one error: `members` is not also called wrong.
+  EXPECT_TRUE(OneError(Load(head + "      members: 3\n      node_ids: [0, x, 2]\n"),
+                       "aggregation.jobs[0].node_ids[1]", 7, "got \"x\""));
+  EXPECT_TRUE(OneError(Load(head + "      members: 3\n      node_ids: [0-x, 2]\n"),
+                       "aggregation.jobs[0].node_ids[0]", 7, "got \"0-x\""));
+  EXPECT_TRUE(OneError(Load(head + "      members: x\n      node_ids: [0, 2]\n"),
+                       "aggregation.jobs[0].members", 6, "expected an unsigned integer"));
+
+  // Each member's node id once, across node_ids and switches; both named.
+  EXPECT_TRUE(OneError(Load(head + "      node_ids:\n        - 0-3\n        - 2\n"),
+                       "aggregation.jobs[0].node_ids[4]", 8,
+                       "expected each member's node id once in the job, got \"2\" again (also "
+                       "aggregation.jobs[0].node_ids[2], line 7)"));
+  // Overlapping ranges repeat several ids: one error for the item.
+  EXPECT_TRUE(OneError(Load(head + "      node_ids:\n        - 0-3\n        - 2-5\n"),
+                       "aggregation.jobs[0].node_ids[4]", 8,
+                       "got \"2\" again (also aggregation.jobs[0].node_ids[2], line 7)"));
+  EXPECT_TRUE(OneError(Load(head + "      node_ids: [0-3]\n      switches:\n"
+                                   "        - {node: 100}\n        - {node: 3}\n"),
+                       "aggregation.jobs[0].switches[1].node", 9,
+                       "got \"3\" again (also aggregation.jobs[0].node_ids[3], line 6)"));
+  EXPECT_TRUE(OneError(Load(head + "      switches:\n        - {node: 100}\n"
+                                   "        - {node: 100}\n"),
+                       "aggregation.jobs[0].switches[1].node", 8,
+                       "(also aggregation.jobs[0].switches[0].node, line 7)"));
+
+  // Child switches.
+  EXPECT_TRUE(OneError(Load(head + "      switches: [{node: 65535}]\n"),
+                       "aggregation.jobs[0].switches[0].node", 6, "65535 is reserved"));
+  EXPECT_TRUE(OneError(Load(head + "      switches: [{node: 70000}]\n"),
+                       "aggregation.jobs[0].switches[0].node", 6,
+                       "expected a node id 0..65534, got \"70000\""));
+  EXPECT_TRUE(OneError(Load(head + "      switches: [{covers: [1]}]\n"),
+                       "aggregation.jobs[0].switches[0].node", 6, "missing required key \"node\""));
+  EXPECT_TRUE(OneError(Load(head + "      switches: [100]\n"), "aggregation.jobs[0].switches[0]", 6,
+                       "expected a map, got \"100\""));
+  EXPECT_TRUE(OneError(Load(head + "      switches: {node: 100}\n"), "aggregation.jobs[0].switches",
+                       6, "expected a list, got a map"));
+  EXPECT_TRUE(OneError(Load(head + "      switches: [{node: 100, cover: [1]}]\n"),
+                       "aggregation.jobs[0].switches[0].cover", 6,
+                       "unknown key \"cover\"; expected one of: node, covers"));
+  const std::string child = head + "      switches:\n        - node: 100\n          covers: ";
+  EXPECT_TRUE(OneError(Load(child + "[0-3, 100]\n"), "aggregation.jobs[0].switches[0].covers[4]", 8,
+                       "expected the node ids below switch \"100\", not its own, got \"100\""));
+  EXPECT_TRUE(OneError(Load(child + "[0-3, 2]\n"), "aggregation.jobs[0].switches[0].covers[4]", 8,
+                       "expected each node id below one child switch, once, got \"2\" again (also "
+                       "aggregation.jobs[0].switches[0].covers[2], line 8)"));
+  EXPECT_TRUE(OneError(Load(child + "[0-3, 65535]\n"), "aggregation.jobs[0].switches[0].covers[4]",
+                       8, "65535 is reserved"));
+  EXPECT_TRUE(OneError(Load(child + "[a-b]\n"), "aggregation.jobs[0].switches[0].covers[0]", 8,
+                       "got \"a-b\""));
+  EXPECT_TRUE(OneError(Load(child + "[0-3]\n        - {node: 101, covers: [1-4]}\n"),
+                       "aggregation.jobs[0].switches[1].covers[0]", 9,
+                       "got \"1\" again (also aggregation.jobs[0].switches[0].covers[1], line 8)"));
+  EXPECT_TRUE(OneError(Load(child + "[0-3]\n        - {node: 101, covers: [3-4]}\n"),
+                       "aggregation.jobs[0].switches[1].covers[0]", 9,
+                       "got \"3\" again (also aggregation.jobs[0].switches[0].covers[3], line 8)"));
+  EXPECT_TRUE(
+      OneError(Load(head + "      node_ids: [7]\n      switches: [{node: 100, covers: [6-7]}]\n"),
+               "aggregation.jobs[0].switches[0].covers[1]", 7,
+               "expected the node ids below switch \"100\", not a member of the job here, "
+               "got \"7\" (also aggregation.jobs[0].node_ids[0], line 6)"));
+  // Variant 2 bypass entries need the covered nodes.
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\naggregation:\n"
+                            "  bypass: {subswitch: nodes}\n  jobs:\n    - id: 1\n      key: 1\n"
+                            "      switches:\n        - {node: 100, covers: [0-3]}\n"
+                            "        - {node: 101}\n"),
+                       "aggregation.jobs[0].switches[1]", 9,
+                       "expected covers, the node ids below switch \"101\" "
+                       "(aggregation.bypass.subswitch is nodes"));
+}
+
+TEST(TreeLoaderTest, UpstreamErrors) {
+  const std::string head =
+      "ports: [{name: p0, devargs: d, access: 10}]\naggregation:\n"
+      "  address: 10.0.9.11\n  jobs:\n    - id: 7\n      key: 1\n"
+      "      node_ids: [0-3]\n";  // job keys from line 8
+  EXPECT_TRUE(Load(head + "      upstream: {address: 10.0.9.1, node: 100}\n").ok());
+  EXPECT_TRUE(Load(head + "      upstream: {address: 10.0.9.1, node: 100, vlan: 0}\n").ok());
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1}\n"),
+                       "aggregation.jobs[0].upstream.node", 8, "missing required key \"node\""));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {node: 100}\n"),
+                       "aggregation.jobs[0].upstream.address", 8,
+                       "missing required key \"address\""));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: 10.0.9.1\n"), "aggregation.jobs[0].upstream", 8,
+                       "expected a map, got \"10.0.9.1\""));
+  EXPECT_TRUE(OneError(Load(head + "      upstream:\n"), "aggregation.jobs[0].upstream", 8,
+                       "expected a map, got an empty value"));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1, node: 100, tan: 1}\n"),
+                       "aggregation.jobs[0].upstream.tan", 8,
+                       "unknown key \"tan\"; expected one of: address, port, node, vlan"));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1/24, node: 100}\n"),
+                       "aggregation.jobs[0].upstream.address", 8,
+                       "expected an IPv4 host address \"a.b.c.d\", got \"10.0.9.1/24\""));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 224.0.0.1, node: 100}\n"),
+                       "aggregation.jobs[0].upstream.address", 8,
+                       "expected the parent switch's aggregation address, a unicast host "
+                       "address, got \"224.0.0.1\""));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.11, node: 100}\n"),
+                       "aggregation.jobs[0].upstream.address", 8,
+                       "expected the parent switch's aggregation address, got this switch's own "
+                       "aggregation address \"10.0.9.11\" (aggregation.address, line 3)"));
+  EXPECT_TRUE(
+      OneError(Load("switch: {addresses: [10.0.9.12/24]}\n" + head +
+                    "      upstream: {address: 10.0.9.12, node: 100}\n"),
+               "aggregation.jobs[0].upstream.address", 9,
+               "got an address of this switch \"10.0.9.12\" (switch.addresses[0], line 1)"));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1, node: 100, port: 0}\n"),
+                       "aggregation.jobs[0].upstream.port", 8,
+                       "expected a UDP port 1..65535, got \"0\""));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1, node: 100, port: 65536}\n"),
+                       "aggregation.jobs[0].upstream.port", 8,
+                       "expected a UDP port 1..65535, got \"65536\""));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1, node: 2}\n"),
+                       "aggregation.jobs[0].upstream.node", 8,
+                       "expected this switch's node id in the parent, not one of this job's "
+                       "members, got \"2\" (also aggregation.jobs[0].node_ids[2], line 7)"));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1, node: 65535}\n"),
+                       "aggregation.jobs[0].upstream.node", 8, "65535 is reserved"));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1, node: 100, vlan: 4095}\n"),
+                       "aggregation.jobs[0].upstream.vlan", 8,
+                       "expected 0 (the aggregation address's VLAN) or a VLAN id 1..4094, got "
+                       "\"4095\""));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1, node: 100, vlan: 70000}\n"),
+                       "aggregation.jobs[0].upstream.vlan", 8,
+                       "expected 0 (the aggregation address's VLAN) or a VLAN id 1..4094, got "
+                       "\"70000\""));
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1, node: 100, vlan: 20}\n"),
+                       "aggregation.jobs[0].upstream.vlan", 8,
+                       "expected a VLAN that some port carries, got \"20\""));
+  // A TAN is the root's business.
+  EXPECT_TRUE(OneError(Load(head + "      upstream: {address: 10.0.9.1, node: 100}\n"
+                                   "      tan: {strategy: self}\n"),
+                       "aggregation.jobs[0].tan", 9,
+                       "expected no tan: a TAN is chosen by the root; this job has an upstream "
+                       "(aggregation.jobs[0].upstream, line 8)"));
+}
+
+TEST(TreeLoaderTest, TimerBypassAndTriggerErrors) {
+  const std::string ports = "ports: [{name: p0, devargs: d, access: 10}]\naggregation:\n";
+  EXPECT_TRUE(OneError(Load(ports + "  bypass: {size: 1}\n"), "aggregation.bypass.size", 3,
+                       "unknown key \"size\"; expected one of: entries, ttl_ms, subswitch"));
+  EXPECT_TRUE(OneError(Load(ports + "  bypass: [1]\n"), "aggregation.bypass", 3,
+                       "expected a map, got a list"));
+  EXPECT_TRUE(OneError(Load(ports + "  bypass: {entries: 0}\n"), "aggregation.bypass.entries", 3,
+                       "expected 1..16777216 entries, got \"0\""));
+  EXPECT_TRUE(OneError(Load(ports + "  bypass: {entries: 16777217}\n"),
+                       "aggregation.bypass.entries", 3, "got \"16777217\""));
+  EXPECT_TRUE(OneError(Load(ports + "  bypass: {entries: 4294967296}\n"),
+                       "aggregation.bypass.entries", 3,
+                       "expected 1..16777216 entries, got \"4294967296\""));
+  EXPECT_TRUE(OneError(Load(ports + "  bypass: {ttl_ms: 0}\n"), "aggregation.bypass.ttl_ms", 3,
+                       "expected 1..3600000 milliseconds, got \"0\""));
+  EXPECT_TRUE(OneError(Load(ports + "  bypass: {ttl_ms: 3600001}\n"), "aggregation.bypass.ttl_ms",
+                       3, "got \"3600001\""));
+  EXPECT_TRUE(OneError(Load(ports + "  bypass: {subswitch: leaf}\n"),
+                       "aggregation.bypass.subswitch", 3,
+                       "expected switch or nodes, got \"leaf\""));
+  EXPECT_TRUE(Load(ports + "  bypass: {entries: 16777216, ttl_ms: 3600000}\n").ok());
+  EXPECT_TRUE(Load(ports + "  bypass: {entries: 1, ttl_ms: 1}\n").ok());
+
+  EXPECT_TRUE(OneError(Load(ports + "  address: 10.0.9.11\n  timeout_ms: 3600001\n"),
+                       "aggregation.timeout_ms", 4,
+                       "expected 0..3600000 milliseconds (0: timers off), got \"3600001\""));
+  EXPECT_TRUE(OneError(Load(ports + "  timeout_ms: soon\n"), "aggregation.timeout_ms", 3,
+                       "expected an unsigned integer, got \"soon\""));
+  EXPECT_TRUE(OneError(Load(ports + "  timeout_ms: 4294967296\n"), "aggregation.timeout_ms", 3,
+                       "expected 0..3600000 milliseconds (0: timers off), got \"4294967296\""));
+  EXPECT_TRUE(Load(ports + "  address: 10.0.9.11\n  timeout_ms: 3600000\n").ok());
+  EXPECT_TRUE(OneError(Load(ports + "  give_up_ms: 0\n"), "aggregation.give_up_ms", 3,
+                       "expected 1..3600000 milliseconds, got \"0\""));
+  EXPECT_TRUE(OneError(Load(ports + "  give_up_ms: 3600001\n"), "aggregation.give_up_ms", 3,
+                       "got \"3600001\""));
+  EXPECT_TRUE(Load(ports + "  give_up_ms: 1\n").ok());
+  EXPECT_TRUE(OneError(Load(ports + "  trigger: sometimes\n"), "aggregation.trigger", 3,
+                       "expected incremental or batch, got \"sometimes\""));
+  EXPECT_TRUE(OneError(Load(ports + "  trigger: [batch]\n"), "aggregation.trigger", 3,
+                       "expected incremental or batch, got a list"));
+
+  const std::string job = ports +
+                          "  address: 10.0.9.11\n  jobs:\n    - id: 7\n      key: 1\n"
+                          "      members: 2\n";  // job keys from line 8
+  EXPECT_TRUE(OneError(Load(job + "      timeout_ms: 3600001\n"), "aggregation.jobs[0].timeout_ms",
+                       8, "expected 0..3600000 milliseconds (0: timers off), got \"3600001\""));
+  EXPECT_TRUE(OneError(Load(job + "      timeout_ms: -1\n"), "aggregation.jobs[0].timeout_ms", 8,
+                       "expected an unsigned integer, got \"-1\""));
+  EXPECT_TRUE(OneError(Load(job + "      trigger: eager\n"), "aggregation.jobs[0].trigger", 8,
+                       "expected incremental or batch, got \"eager\""));
+  EXPECT_TRUE(OneError(Load(job + "      ordered: true\n      trigger: incremental\n"),
+                       "aggregation.jobs[0].trigger", 9,
+                       "expected batch, or no trigger, for an ordered job"));
+  EXPECT_TRUE(Load(job + "      ordered: true\n      trigger: batch\n").ok());
+  EXPECT_TRUE(Load(job + "      ordered: true\n").ok());
+  EXPECT_TRUE(OneError(Load(job + "      colour: red\n"), "aggregation.jobs[0].colour", 8,
+                       "unknown key \"colour\"; expected one of: id, key, members, nodes, ordered, "
+                       "node_ids, switches, upstream, timeout_ms, trigger, tan"));
+}
+
+TEST(TreeLoaderTest, TanErrors) {
+  const std::string ports =
+      "ports: [{name: p0, devargs: d, access: 10}]\naggregation:\n"
+      "  address: 10.0.9.11\n";  // tan from line 4
+  EXPECT_TRUE(
+      OneError(Load(ports + "  tan: {strategy: closest, candidates: [{address: 10.0.9.50}]}\n"),
+               "aggregation.tan.strategy", 4,
+               "expected fixed, random, least_load, fewest_hops or self, got \"closest\""));
+  EXPECT_TRUE(OneError(Load(ports + "  tan: {strategy: fixed}\n"), "aggregation.tan", 4,
+                       "expected 1..64 candidates for strategy \"fixed\" (or strategy \"self\"), "
+                       "got none"));
+  EXPECT_TRUE(OneError(Load(ports + "  tan:\n    strategy: random\n    candidates: []\n"),
+                       "aggregation.tan.candidates", 6,
+                       "expected 1..64 candidates for strategy \"random\""));
+  EXPECT_TRUE(OneError(Load(ports + "  tan: {}\n"), "aggregation.tan", 4,
+                       "candidates for strategy \"fixed\""));
+  EXPECT_TRUE(OneError(Load(ports + "  tan: self\n"), "aggregation.tan", 4,
+                       "expected a map, got \"self\""));
+  EXPECT_TRUE(OneError(Load(ports + "  tan:\n    strategy: self\n"
+                                    "    candidates: [{address: 10.0.9.50}]\n"),
+                       "aggregation.tan.candidates", 6,
+                       "expected no candidates with strategy \"self\" (this switch is the TAN), "
+                       "got 1"));
+  std::string many = ports + "  tan:\n    candidates:\n";  // list from line 6
+  for (int i = 1; i <= 65; ++i) many += "      - {address: 10.0.8." + std::to_string(i) + "}\n";
+  EXPECT_TRUE(OneError(Load(many), "aggregation.tan.candidates", 6,
+                       "expected at most 64 candidates, got 65"));
+
+  const std::string list = ports + "  tan:\n    candidates:\n      - ";  // item on line 6
+  EXPECT_TRUE(Load(list + "{address: 10.0.9.50, port: 65535, hops: 255}\n").ok());
+  EXPECT_TRUE(OneError(Load(list + "{port: 47000}\n"), "aggregation.tan.candidates[0].address", 6,
+                       "missing required key \"address\""));
+  EXPECT_TRUE(OneError(Load(list + "10.0.9.50\n"), "aggregation.tan.candidates[0]", 6,
+                       "expected a map, got \"10.0.9.50\""));
+  EXPECT_TRUE(OneError(Load(list + "{address: 10.0.9}\n"), "aggregation.tan.candidates[0].address",
+                       6, "expected an IPv4 host address \"a.b.c.d\", got \"10.0.9\""));
+  EXPECT_TRUE(OneError(Load(list + "{address: 0.0.0.0}\n"), "aggregation.tan.candidates[0].address",
+                       6,
+                       "expected a TAN's address (strategy \"self\" makes this switch the "
+                       "TAN), a unicast host address, got \"0.0.0.0\""));
+  EXPECT_TRUE(OneError(Load(list + "{address: 10.0.9.11}\n"),
+                       "aggregation.tan.candidates[0].address", 6,
+                       "got this switch's own aggregation address \"10.0.9.11\" "
+                       "(aggregation.address, line 3)"));
+  EXPECT_TRUE(OneError(Load(list + "{address: 10.0.9.50, hops: 256}\n"),
+                       "aggregation.tan.candidates[0].hops", 6,
+                       "expected 0..255 hops, got \"256\""));
+  EXPECT_TRUE(OneError(Load(list + "{address: 10.0.9.50, hops: 65536}\n"),
+                       "aggregation.tan.candidates[0].hops", 6,
+                       "expected 0..255 hops, got \"65536\""));
+  EXPECT_TRUE(OneError(Load(list + "{address: 10.0.9.50, port: 0}\n"),
+                       "aggregation.tan.candidates[0].port", 6,
+                       "expected a UDP port 1..65535, got \"0\""));
+  EXPECT_TRUE(OneError(Load(list + "{address: 10.0.9.50, weight: 1}\n"),
+                       "aggregation.tan.candidates[0].weight", 6,
+                       "unknown key \"weight\"; expected one of: address, port, hops"));
+  EXPECT_TRUE(OneError(Load(list + "{address: 10.0.9.50}\n      - {address: 10.0.9.51}\n"
+                                   "      - {address: 10.0.9.50, port: 47000, hops: 3}\n"),
+                       "aggregation.tan.candidates[2]", 8,
+                       "expected each candidate once, got 10.0.9.50:47000 again (also "
+                       "aggregation.tan.candidates[0], line 6)"));
+  EXPECT_TRUE(
+      Load(list + "{address: 10.0.9.50}\n      - {address: 10.0.9.50, port: 47001}\n").ok());
+  EXPECT_TRUE(OneError(Load(ports + "  tan: {candidates: [{address: 10.0.9.50}], colour: 1}\n"),
+                       "aggregation.tan.colour", 4,
+                       "unknown key \"colour\"; expected one of: strategy, candidates"));
+
+  // The same checks on a job's own tan.
+  const std::string job = ports + "  jobs:\n    - id: 7\n      key: 1\n      members: 2\n";
+  EXPECT_TRUE(OneError(Load(job + "      tan: {strategy: least_load}\n"), "aggregation.jobs[0].tan",
+                       8, "expected 1..64 candidates for strategy \"least_load\""));
+  EXPECT_TRUE(OneError(Load(job + "      tan: {strategy: fewest_hops, candidates: "
+                                  "[{address: 10.0.9.50, hops: 300}]}\n"),
+                       "aggregation.jobs[0].tan.candidates[0].hops", 8, "got \"300\""));
+  EXPECT_TRUE(Load(job + "      tan: {strategy: self}\n").ok());
+}
+
+TEST(TreeLoaderTest, PartialsNeedTheSwitchsOwnAddress) {
+  const std::string ports = "ports: [{name: p0, devargs: d, access: 10}]\naggregation:\n";
+  const std::string job = "  jobs:\n    - id: 7\n      key: 1\n      members: 2\n";
+  // An upstream: the error names the job at its upstream.
+  EXPECT_TRUE(OneError(Load(ports + job + "      upstream: {address: 10.0.9.1, node: 100}\n"),
+                       "aggregation.jobs[0].upstream", 7,
+                       "expected aggregation.address to be set: job 7 has an upstream (a switch "
+                       "sends partials, and first data to the TAN, from its own address)"));
+  // The job's own timer.
+  EXPECT_TRUE(OneError(Load(ports + job + "      timeout_ms: 5\n"),
+                       "aggregation.jobs[0].timeout_ms", 7,
+                       "expected aggregation.address to be set: job 7 has timers on "
+                       "(timeout_ms 5)"));
+  // The section's timer, inherited.
+  EXPECT_TRUE(OneError(Load(ports + "  in_band_registration: false\n  timeout_ms: 20\n" + job),
+                       "aggregation.jobs[0]", 6,
+                       "expected aggregation.address to be set: job 7 has timers on (timeout_ms "
+                       "20, from aggregation.timeout_ms)"));
+  // A job that turns its timer off needs no address.
+  EXPECT_TRUE(Load(ports + "  in_band_registration: false\n  timeout_ms: 20\n" + job +
+                   "      timeout_ms: 0\n")
+                  .ok());
+  // Jobs that register in band get the section's timer.
+  EXPECT_TRUE(OneError(Load(ports + "  timeout_ms: 20\n"), "aggregation.timeout_ms", 3,
+                       "expected aggregation.address to be set: timers are on for the jobs that "
+                       "register in band"));
+  EXPECT_TRUE(Load(ports + "  timeout_ms: 20\n  in_band_registration: false\n").ok());
+  EXPECT_TRUE(Load(ports + "  address: 10.0.9.11\n  timeout_ms: 20\n" + job +
+                   "      upstream: {address: 10.0.9.1, node: 100}\n")
+                  .ok());
+}
+
+TEST(TreeLoaderTest, ReloadComparesSectionsByValueNotByLine) {
+  const std::string a = R"yaml(ports: [{name: p0, devargs: d, access: 10}]
+aggregation:
+  address: 10.0.9.11
+  timeout_ms: 20
+  bypass: {subswitch: nodes}
+  tan: {strategy: fixed, candidates: [{address: 10.0.9.50, hops: 1}]}
+  jobs:
+    - {id: 7, key: 1, node_ids: [0-3], switches: [{node: 100, covers: [4-7]}], timeout_ms: 30}
+)yaml";
+  // The same values, laid out differently.
+  const std::string b = R"yaml(ports: [{name: p0, devargs: d, access: 10}]
+aggregation:
+  jobs:
+    - id: 7
+      key: 1
+      members: 5
+      node_ids: [0, 1, 2, 3]
+      switches:
+        - node: 100
+          covers: ["4-7"]
+      timeout_ms: 30
+  tan:
+    strategy: fixed
+    candidates:
+      - address: 10.0.9.50
+        hops: 1
+        port: 47000
+  bypass:
+    subswitch: nodes
+  timeout_ms: 20
+  address: 10.0.9.11
+)yaml";
+  const ConfigLoad first = Load(a);
+  const ConfigLoad second = Load(b);
+  ASSERT_TRUE(first.ok()) << Dump(first);
+  ASSERT_TRUE(second.ok()) << Dump(second);
+  EXPECT_EQ(first.config.aggregation, second.config.aggregation);
+
+  auto changed = [&](const std::string& from, const std::string& to) {
+    std::string text = a;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    const ConfigLoad load = Load(text);
+    EXPECT_TRUE(load.ok()) << to << Dump(load);
+    return load.config.aggregation;
+  };
+  const AggregationConfig& base = first.config.aggregation;
+  EXPECT_NE(changed("timeout_ms: 20", "timeout_ms: 21"), base);
+  EXPECT_NE(changed("{subswitch: nodes}", "{subswitch: switch}"), base);
+  EXPECT_NE(changed("hops: 1", "hops: 2"), base);
+  EXPECT_NE(changed("strategy: fixed", "strategy: random"), base);
+  EXPECT_NE(changed("covers: [4-7]", "covers: [4-8]"), base);
+  EXPECT_NE(changed("node: 100", "node: 101"), base);
+  EXPECT_NE(changed("node_ids: [0-3]", "node_ids: [0-2, 8]"), base);
+  EXPECT_NE(changed("node_ids: [0-3]", "node_ids: [3, 0-2]"), base) << "member order matters";
+  EXPECT_NE(changed("timeout_ms: 30}", "timeout_ms: 30, trigger: batch}"), base);
+  EXPECT_NE(changed("timeout_ms: 30}", "timeout_ms: 30, upstream: {address: 10.0.9.1, node: 9}}"),
+            base);
+  EXPECT_NE(changed("timeout_ms: 30}", "}"), base) << "an override that is absent";
+  EXPECT_NE(changed("  tan: {strategy: fixed, candidates: [{address: 10.0.9.50, hops: 1}]}\n", ""),
+            base);
 }
 
 // --- Files ----------------------------------------------------------------------------

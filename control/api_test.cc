@@ -996,8 +996,8 @@ class JobControlFixture : public ::testing::Test {
     ASSERT_TRUE(table.ok());
     table_ = std::move(table).value();
     config::AggregationConfig agg;
-    agg.jobs.push_back({7, 0x77, 2, 1, false, {}});
-    ASSERT_TRUE(AddConfigJobs(*table_, agg).ok());
+    agg.jobs.push_back({.id = 7, .key = 0x77, .members = 2, .nodes = 1});
+    ASSERT_TRUE(AddConfigJobs(*table_, agg, 2000000000).ok());
     JobControl::Options options;
     options.port_names = {"p0", "p1"};
     jobs_ = std::make_unique<JobControl>(*table_, options);
@@ -1220,9 +1220,9 @@ TEST(AddConfigJobsTest, NamesTheFailingItem) {
   auto table = aggregator::JobTable::Create(4, 8);
   ASSERT_TRUE(table.ok());
   config::AggregationConfig agg;
-  agg.jobs.push_back({1, 1, 2, 1, false, {}});
-  agg.jobs.push_back({1, 2, 2, 1, false, {}});
-  const common::Status status = AddConfigJobs(**table, agg);
+  agg.jobs.push_back({.id = 1, .key = 1, .members = 2, .nodes = 1});
+  agg.jobs.push_back({.id = 1, .key = 2, .members = 2, .nodes = 1});
+  const common::Status status = AddConfigJobs(**table, agg, 2000000000);
   EXPECT_EQ(status.code(), common::StatusCode::kAlreadyExists);
   EXPECT_EQ(status.message(), "aggregation.jobs[1]: job 1 already exists");
   EXPECT_EQ((*table)->Find(1)->origin(), aggregator::JobSpec::Origin::kConfig);

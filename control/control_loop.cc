@@ -1,5 +1,6 @@
 #include "control/control_loop.h"
 
+#include <chrono>
 #include <csignal>
 #include <ctime>
 
@@ -7,6 +8,7 @@
 #include "common/log.h"
 #include "config/loader.h"
 #include "control/job_control.h"
+#include "control/tree_control.h"
 
 namespace aggswitch::control {
 namespace {
@@ -27,11 +29,12 @@ constexpr long kLoopPeriodNs = 1'000'000;  // 1 ms: learning latency and aging g
 }  // namespace
 
 ControlLoop::ControlLoop(dataplane::Dataplane& dataplane, config::Config config,
-                         std::string config_path, JobControl* jobs)
+                         std::string config_path, JobControl* jobs, TreeControl* tree)
     : dataplane_(dataplane),
       config_(std::move(config)),
       config_path_(std::move(config_path)),
-      jobs_(jobs) {}
+      jobs_(jobs),
+      tree_(tree) {}
 
 void ControlLoop::InstallSignalHandlers() {
   struct sigaction sa {};
@@ -54,6 +57,7 @@ void ControlLoop::Run() {
       jobs_->ProcessPending();
       jobs_->table().Reclaim();
     }
+    if (tree_ != nullptr) tree_->Poll(std::chrono::steady_clock::now());
     if (g_reload) {
       g_reload = 0;
       auto result = Reload();

@@ -27,14 +27,17 @@
 namespace aggswitch::control {
 
 class JobControl;
+class TreeControl;
 
 class ControlLoop {
  public:
   // `config_path` empty: the embedded default is in use and reload re-reads it.
   // `jobs` (optional, must outlive the loop): each iteration runs its queued
   // API commands and reclaims removed jobs of its table.
+  // `tree` (optional, must outlive the loop): polled every iteration (next
+  // hops, this switch's own TAN).
   ControlLoop(dataplane::Dataplane& dataplane, config::Config config, std::string config_path,
-              JobControl* jobs = nullptr);
+              JobControl* jobs = nullptr, TreeControl* tree = nullptr);
 
   // Loops about every millisecond until a stop is requested. [control]
   void Run();
@@ -51,6 +54,7 @@ class ControlLoop {
   config::Config config_;
   std::string config_path_;
   JobControl* jobs_;
+  TreeControl* tree_;
 };
 
 // The top-level keys whose values differ between `running` and `next` and that

@@ -48,16 +48,93 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
 
 }  // namespace
 
-common::Status AddConfigJobs(aggregator::JobTable& table, const config::AggregationConfig& agg) {
+TanChoice ChooseTan(const config::TanConfig* tan, uint32_t job_id, const TanLoad& load) {
+  TanChoice choice;
+  if (tan == nullptr) return choice;
+  if (tan->strategy == config::TanStrategy::kSelf) {
+    choice.mode = JobSpec::Tan::kSelf;
+    return choice;
+  }
+  if (tan->candidates.empty()) return choice;
+  const std::vector<config::TanCandidate>& c = tan->candidates;
+  size_t pick = 0;
+  switch (tan->strategy) {
+    case config::TanStrategy::kFixed:
+    case config::TanStrategy::kSelf:
+      break;
+    case config::TanStrategy::kRandom: {
+      // "Random by id": a hash of the job id, so every restart picks the same.
+      const uint32_t h = job_id * 0x9e3779b1u;
+      pick = (h ^ (h >> 16)) % c.size();
+      break;
+    }
+    case config::TanStrategy::kLeastLoad: {
+      uint32_t best = UINT32_MAX;
+      for (size_t i = 0; i < c.size(); ++i) {
+        const auto it = load.find(c[i].address.addr);
+        const uint32_t jobs = it == load.end() ? 0 : it->second;
+        if (jobs < best) {
+          best = jobs;
+          pick = i;
+        }
+      }
+      break;
+    }
+    case config::TanStrategy::kFewestHops:
+      for (size_t i = 1; i < c.size(); ++i) {
+        if (c[i].hops < c[pick].hops) pick = i;
+      }
+      break;
+  }
+  choice.mode = JobSpec::Tan::kRemote;
+  choice.peer.ip = c[pick].address.addr;
+  choice.peer.udp_port = c[pick].port;
+  return choice;
+}
+
+JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
+                          const config::AggregationConfig& agg, uint64_t tsc_hz, TanLoad& load) {
+  JobSpec spec;
+  spec.id = job.id;
+  spec.key = job.key;
+  spec.members = job.members;
+  spec.nodes = job.nodes;
+  spec.ordered = job.ordered;
+  spec.origin = JobSpec::Origin::kConfig;
+  if (!job.node_ids.empty() || !job.switches.empty()) {
+    spec.member_nodes = job.MemberNodeIds();
+    spec.covers.assign(spec.member_nodes.size(), {});
+    for (size_t i = 0; i < job.switches.size(); ++i) {
+      std::vector<uint16_t>& covers = spec.covers[job.node_ids.size() + i];
+      covers = job.switches[i].covers;
+      // A child switch always covers something, if only itself: that marks it as a switch.
+      if (covers.empty()) covers.push_back(job.switches[i].node);
+    }
+  }
+  if (job.upstream) {
+    spec.upstream.ip = job.upstream->address.addr;
+    spec.upstream.udp_port = job.upstream->port;
+    spec.upstream.node = job.upstream->node;
+    spec.upstream.vlan = job.upstream->vlan;
+  } else {
+    const config::TanConfig* tan = job.tan ? &*job.tan : agg.tan ? &*agg.tan : nullptr;
+    const TanChoice choice = ChooseTan(tan, job.id, load);
+    spec.tan = choice.mode;
+    spec.tan_peer = choice.peer;
+    if (choice.mode == JobSpec::Tan::kRemote) ++load[choice.peer.ip];
+  }
+  const uint32_t timeout_ms = job.timeout_ms.value_or(agg.timeout_ms);
+  spec.timeout_cycles = static_cast<uint64_t>(timeout_ms * 1e-3 * static_cast<double>(tsc_hz));
+  spec.batch = job.trigger.value_or(agg.trigger) == config::AggTrigger::kBatch;
+  spec.bypass_covered_nodes = agg.bypass.subswitch == config::SubswitchEntries::kNodes;
+  return spec;
+}
+
+common::Status AddConfigJobs(aggregator::JobTable& table, const config::AggregationConfig& agg,
+                             uint64_t tsc_hz) {
+  TanLoad load;
   for (size_t i = 0; i < agg.jobs.size(); ++i) {
-    const config::AggregationJobConfig& job = agg.jobs[i];
-    JobSpec spec;
-    spec.id = job.id;
-    spec.key = job.key;
-    spec.members = job.members;
-    spec.nodes = job.nodes;
-    spec.ordered = job.ordered;
-    spec.origin = JobSpec::Origin::kConfig;
+    const JobSpec spec = JobSpecFromConfig(agg.jobs[i], agg, tsc_hz, load);
     common::Result<const Job*> added = table.Add(spec);
     if (!added.ok()) {
       return common::Status(added.status().code(), "aggregation.jobs[" + std::to_string(i) +

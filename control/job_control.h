@@ -39,11 +39,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "aggregator/job_table.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "control/api.h"
@@ -55,10 +57,28 @@ class JobTable;
 
 namespace aggswitch::control {
 
-// Adds every job of aggregation.jobs with Origin::kConfig; the first failure
-// is returned naming its key path ("aggregation.jobs[2]: job 7 already
-// exists"). A validated config does not fail. [control]
-common::Status AddConfigJobs(aggregator::JobTable& table, const config::AggregationConfig& agg);
+// Jobs currently assigned to each TAN address at this switch (least_load).
+using TanLoad = std::map<uint32_t, uint32_t>;
+
+// The TAN a root job uses (docs/stragglers.md: fixed, random by job id,
+// least load, fewest hops, or the root itself) under `tan` (nullptr: none configured). [control]
+struct TanChoice {
+  aggregator::JobSpec::Tan mode = aggregator::JobSpec::Tan::kNone;
+  aggregator::JobPeer peer;  // kRemote
+};
+TanChoice ChooseTan(const config::TanConfig* tan, uint32_t job_id, const TanLoad& load);
+
+// The JobSpec of aggregation.jobs[i]; `load` is updated with its TAN. [control]
+aggregator::JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
+                                      const config::AggregationConfig& agg, uint64_t tsc_hz,
+                                      TanLoad& load);
+
+// Adds every job of aggregation.jobs with Origin::kConfig (JobSpecFromConfig;
+// `tsc_hz` converts the timers); the first failure is returned naming its
+// key path ("aggregation.jobs[2]: job 7 already exists"). A validated config
+// does not fail. [control]
+common::Status AddConfigJobs(aggregator::JobTable& table, const config::AggregationConfig& agg,
+                             uint64_t tsc_hz);
 
 // Reads job index `index`'s counters (CollectJobCounters). Called on the
 // control thread only, while the index belongs to the job being snapshotted.

@@ -123,7 +123,29 @@ struct PortCounters {
   X(registration_ring_full, "registrations dropped: the control thread's ring was full") \
   X(reinjected, "datagrams handed back by the control thread after registration")     \
   X(nacks_sent, "NACKs sent to the sender of a refused datagram")                     \
-  X(nacks_suppressed, "NACKs not sent: over the per-lcore NACK rate limit")
+  X(nacks_suppressed, "NACKs not sent: over the per-lcore NACK rate limit")             \
+  X(partials_received, "partials from child switches counted into a slot")             \
+  X(partials_sent, "partials sent to the upstream switch")                              \
+  X(partials_resent, "partials sent again because a counted member retransmitted")     \
+  X(first_data_sent, "root results that missed members, sent to the TAN as first data") \
+  X(timeouts, "slots whose timer expired before every member contributed")             \
+  X(late_flagged, "late contributions that matched a bypass entry and were flagged")  \
+  X(late_no_entry, "late contributions without a bypass entry, recognised by their forwarded slot") \
+  X(late_self_flagged, "contributions their sender flagged for bypass, or from an excluded member") \
+  X(late_forwarded, "late datagrams forwarded towards the TAN unreduced")              \
+  X(late_no_tan, "late datagrams dropped at the root: the job has no TAN")             \
+  X(results_down, "results received from upstream or the TAN and replicated to members") \
+  X(results_refused, "results not from the job's upstream or TAN")                     \
+  X(unresolved_next_hop, "datagrams dropped: the upstream or TAN address is not resolved yet") \
+  X(missing_list_overflow, "partials that could not carry their missing list; members got an incomplete result") \
+  X(incomplete_results, "results sent with the INCOMPLETE flag")                        \
+  X(notices_sent, "NOTICEs telling a member to start or stop flagging its data")        \
+  X(bypass_created, "bypass entries written on a timeout")                              \
+  X(bypass_matched, "bypass entries matched by late data and deleted")                  \
+  X(bypass_expired, "bypass entries removed after aggregation.bypass.ttl_ms")           \
+  X(bypass_full, "bypass entries not written: the table was full")                      \
+  X(control_tx, "frames the control thread sent through this lcore (ARP requests)")     \
+  X(neighbor_reports, "ARP replies passed to the control thread")
 
 enum class AggCounter : uint8_t {
 #define AGG_AGG_COUNTER_ENUM(name, help) name,

@@ -29,6 +29,10 @@ constexpr unsigned kLearnRingSize = 4096;
 // control thread drains them every millisecond; a job's first datagrams from
 // all its members fit many times over.
 constexpr unsigned kUpcallRingSize = 1024;
+// Rings of the tree: first and late data to this switch's own TAN and its
+// results back (rare: only timed-out chunks), ARP replies and requests.
+constexpr unsigned kTanRingSize = 1024;
+constexpr unsigned kNeighborRingSize = 256;
 // Slots one worker copies out for a dump at most (the API's limit is lower).
 constexpr uint32_t kMaxSlotDump = 65536;
 // The aging scan visits the whole table about four times per aging period.
@@ -241,7 +245,16 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     slots.max_payload = max_mtu - 20u - 8u - static_cast<uint32_t>(sizeof(aggregator::AggHeader));
     slots.stale_cycles = static_cast<uint64_t>(config.aggregation.stale_slot_ms * 1e-3 *
                                                static_cast<double>(rte_get_tsc_hz()));
+    // Timer buckets of about 100 us: 2^k cycles with k = floor(log2(hz / 10^4)).
+    slots.timer_tick_shift = 0;
+    while ((uint64_t{2} << slots.timer_tick_shift) <= rte_get_tsc_hz() / 10000) ++slots.timer_tick_shift;
+    const uint32_t bypass_entries =
+        std::max<uint32_t>(64, (config.aggregation.bypass.entries + n_workers - 1) / n_workers);
+    const auto bypass_ttl = static_cast<uint64_t>(config.aggregation.bypass.ttl_ms * 1e-3 *
+                                                  static_cast<double>(rte_get_tsc_hz()));
     jobs_ = jobs;
+    total_slots_ = agg.total_slots;
+    n_agg_workers_ = n_workers;
     // Per-index counters start at zero for every job that takes the index.
     jobs->SetReclaimHook([this](uint16_t index) {
       for (const std::unique_ptr<LcoreStats>& stats : stats_) stats->jobs[index].Reset();
@@ -250,6 +263,31 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       slot_tables_.push_back(std::make_unique<aggregator::SlotTable>(slots));
       slot_dumps_.push_back(std::make_unique<SlotDumpExchange>(
           std::min<uint32_t>(slots.slots, kMaxSlotDump)));
+      bypass_tables_.push_back(std::make_unique<aggregator::BypassTable>(bypass_entries, bypass_ttl));
+      {
+        const std::string suffix = std::to_string(instance) + "_" + std::to_string(w);
+        const int socket = static_cast<int>(rte_socket_id());
+        RingPtr tan_up(rte_ring_create(("agg_tan_up_" + suffix).c_str(), kTanRingSize, socket,
+                                       RING_F_SP_ENQ | RING_F_SC_DEQ));
+        RingPtr tan_down(rte_ring_create(("agg_tan_down_" + suffix).c_str(), kTanRingSize, socket,
+                                         RING_F_SP_ENQ | RING_F_SC_DEQ));
+        RingPtr neighbors(rte_ring_create_elem(("agg_neigh_" + suffix).c_str(), sizeof(NeighborReport),
+                                               kNeighborRingSize, socket, RING_F_SP_ENQ | RING_F_SC_DEQ));
+        if (!tan_up || !tan_down || !neighbors) {
+          return common::ResourceExhausted("cannot create the tree rings: " + Errno(rte_errno));
+        }
+        tan_up_rings_.push_back(std::move(tan_up));
+        tan_down_rings_.push_back(std::move(tan_down));
+        neighbor_rings_.push_back(std::move(neighbors));
+        if (w == 0) {
+          control_tx_ring_.reset(rte_ring_create_elem(("agg_ctl_tx_" + suffix).c_str(), sizeof(Upcall),
+                                                      kNeighborRingSize, socket,
+                                                      RING_F_SP_ENQ | RING_F_SC_DEQ));
+          if (!control_tx_ring_) {
+            return common::ResourceExhausted("cannot create the control TX ring: " + Errno(rte_errno));
+          }
+        }
+      }
       if (config.aggregation.in_band_registration) {
         const std::string suffix = std::to_string(instance) + "_" + std::to_string(w);
         RingPtr up(rte_ring_create_elem(("agg_upcall_" + suffix).c_str(), sizeof(Upcall), kUpcallRingSize,
@@ -280,6 +318,11 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       setup.agg.index = static_cast<uint16_t>(w);
       setup.agg.slots = slot_tables_[w].get();
       setup.agg.dump = slot_dumps_[w].get();
+      setup.agg.bypass = bypass_tables_[w].get();
+      setup.agg.tan_up = tan_up_rings_[w].get();
+      setup.agg.tan_down = tan_down_rings_[w].get();
+      setup.agg.neighbors = neighbor_rings_[w].get();
+      if (w == 0) setup.agg.control_tx = control_tx_ring_.get();
       if (!upcall_rings_.empty()) {
         setup.agg.upcall = upcall_rings_[w].get();
         setup.agg.reinject = reinject_rings_[w].get();
@@ -617,6 +660,82 @@ uint32_t Dataplane::NowTick() const { return static_cast<uint32_t>(rte_rdtsc() >
 
 double Dataplane::TickSeconds() const {
   return std::ldexp(1.0, static_cast<int>(tick_shift_)) / static_cast<double>(tsc_hz_);
+}
+
+size_t Dataplane::ProcessNeighborReports(const std::function<void(const NeighborReport&)>& fn) {
+  size_t handled = 0;
+  for (RingPtr& ring : neighbor_rings_) {
+    NeighborReport reports[32];
+    const unsigned n = rte_ring_sc_dequeue_burst_elem(ring.get(), reports, sizeof(NeighborReport),
+                                                      32, nullptr);
+    for (unsigned i = 0; i < n; ++i) fn(reports[i]);
+    handled += n;
+  }
+  return handled;
+}
+
+bool Dataplane::SendFromSwitch(const uint8_t* frame, uint32_t len, uint16_t vlan) {
+  if (!control_tx_ring_) return false;
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+  if (m == nullptr) return false;
+  auto* data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
+  if (data == nullptr) {
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  std::memcpy(data, frame, len);
+  Upcall u{m, 0, vlan, kEtherHdrLen, 0, 0};
+  if (rte_ring_sp_enqueue_elem(control_tx_ring_.get(), &u, sizeof(Upcall)) != 0) {
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  return true;
+}
+
+size_t Dataplane::ProcessTanInput(const std::function<void(const uint8_t*, uint32_t)>& fn) {
+  size_t handled = 0;
+  for (RingPtr& ring : tan_up_rings_) {
+    rte_mbuf* pkts[32];
+    const unsigned n =
+        rte_ring_sc_dequeue_burst(ring.get(), reinterpret_cast<void**>(pkts), 32, nullptr);
+    for (unsigned i = 0; i < n; ++i) {
+      fn(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]));
+      rte_pktmbuf_free(pkts[i]);
+    }
+    handled += n;
+  }
+  return handled;
+}
+
+bool Dataplane::SendTanResult(const uint8_t* datagram, uint32_t len) {
+  aggregator::AggPacket pkt;
+  if (tan_down_rings_.empty() ||
+      aggregator::ParseAggregation(datagram, len, &pkt) != aggregator::WireError::kOk) {
+    return false;
+  }
+  const uint32_t slot =
+      aggregator::SlotIndex(pkt.header->job_id.host(), pkt.header->seq.host(), total_slots_);
+  rte_ring* ring = tan_down_rings_[slot % n_agg_workers_].get();
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+  if (m == nullptr) return false;
+  auto* data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
+  if (data == nullptr) {
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  std::memcpy(data, datagram, len);
+  // The control thread is the ring's only producer.
+  if (rte_ring_sp_enqueue(ring, m) != 0) {
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  return true;
+}
+
+uint32_t Dataplane::bypass_live() const {
+  uint32_t live = 0;
+  for (const auto& table : bypass_tables_) live += table->live();
+  return live;
 }
 
 }  // namespace aggswitch::dataplane

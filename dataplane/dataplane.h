@@ -26,11 +26,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "aggregator/bypass_table.h"
 #include "aggregator/job_table.h"
 #include "aggregator/slot_table.h"
 #include "common/status.h"
@@ -39,6 +41,7 @@
 #include "dataplane/forwarding_plan.h"
 #include "dataplane/mac_table.h"
 #include "dataplane/port_stats.h"
+#include "dataplane/worker.h"
 
 namespace aggswitch::dataplane {
 
@@ -135,6 +138,23 @@ class Dataplane {
   // `timeout`: Unavailable when one did not answer. Stopped workers' slots are
   // read directly. Callers are serialised. [any thread but a worker]
   common::Result<SlotDump> DumpSlots(size_t limit, std::chrono::milliseconds timeout) const;
+  // --- The tree (docs/stragglers.md) [control] ---
+
+  // Drains the ARP replies the workers saw for the switch, one call each.
+  size_t ProcessNeighborReports(const std::function<void(const NeighborReport&)>& fn);
+  // Floods `len` bytes (an untagged Ethernet frame) on `vlan` through worker 0.
+  // False when the mempool or the ring is full.
+  bool SendFromSwitch(const uint8_t* frame, uint32_t len, uint16_t vlan);
+  // Drains what the workers sent to this switch's own TAN: each datagram from
+  // its aggregation header on.
+  size_t ProcessTanInput(const std::function<void(const uint8_t* datagram, uint32_t len)>& fn);
+  // Hands a result of this switch's own TAN (a datagram from the aggregation
+  // header on) to the worker that owns its slot, which replicates it down
+  // the tree. False when the mempool or the ring is full or it does not parse.
+  bool SendTanResult(const uint8_t* datagram, uint32_t len);
+  // Bypass entries live on every worker. [any]
+  uint32_t bypass_live() const;
+
   uint64_t tsc_hz() const { return tsc_hz_; }
   // The MAC table's clock: TSC >> tick_shift, about one tick per second.
   uint32_t NowTick() const;
@@ -174,6 +194,15 @@ class Dataplane {
   std::vector<std::unique_ptr<SlotDumpExchange>> slot_dumps_;  // one per worker
   mutable std::mutex dump_mu_;  // serialises DumpSlots callers (never taken by a worker)
   std::vector<std::unique_ptr<aggregator::SlotTable>> slot_tables_;
+  std::vector<std::unique_ptr<aggregator::BypassTable>> bypass_tables_;  // one per worker
+  // Per worker: to and from this switch's own TAN, ARP replies up; worker 0
+  // floods the control thread's frames (ARP requests).
+  std::vector<RingPtr> tan_up_rings_;
+  std::vector<RingPtr> tan_down_rings_;
+  std::vector<RingPtr> neighbor_rings_;
+  RingPtr control_tx_ring_;
+  uint32_t total_slots_ = 0;
+  uint16_t n_agg_workers_ = 0;
   std::vector<std::unique_ptr<LcoreStats>> stats_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<WorkerInfo> worker_info_;

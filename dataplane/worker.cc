@@ -83,6 +83,14 @@ void Worker::PollOnce() {
     }
     if (setup_.agg.n_workers > 1) DrainHandoffs();
     if (setup_.agg.reinject != nullptr) DrainReinjects();
+    if ((setup_.agg.tan_down != nullptr && rte_ring_count(setup_.agg.tan_down) != 0) ||
+        (setup_.agg.control_tx != nullptr && rte_ring_count(setup_.agg.control_tx) != 0)) {
+      DrainControl();
+    }
+    if (setup_.agg.slots->armed_timers() != 0 ||
+        (setup_.agg.bypass != nullptr && setup_.agg.bypass->live() != 0)) {
+      RunTimers();
+    }
   }
   uint64_t busy = 0, idle = 0, busy_packets = 0;
   for (uint16_t i = 0; i < setup_.n_rx; ++i) {
@@ -252,6 +260,11 @@ void Worker::HandleLocal(uint16_t in_port, rte_mbuf* m, const Meta& meta, bool b
     }
   } else if (ether_type == kEtherTypeArp) {
     verdict = HandleArp(data, len, meta.l3_offset, meta.vlan, plan_, true);
+    if (verdict == LocalVerdict::kUnhandled && setup_.agg.neighbors != nullptr &&
+        ReportNeighbor(in_port, data, len, meta)) {
+      rte_pktmbuf_free(m);
+      return;
+    }
   } else if (ether_type == kEtherTypeIpv4) {
     verdict = HandleIpv4ToSwitch(data, len, meta.l3_offset, meta.vlan, plan_);
   } else {
@@ -277,6 +290,17 @@ void Worker::HandleLocal(uint16_t in_port, rte_mbuf* m, const Meta& meta, bool b
       Drop(in_port, DropReason::kToSwitchUnhandled, m);
       return;
   }
+}
+
+bool Worker::ReportNeighbor(uint16_t in_port, const uint8_t* data, uint32_t len, const Meta& meta) {
+  if (len < meta.l3_offset + sizeof(ArpHdr)) return false;
+  const auto* arp = reinterpret_cast<const ArpHdr*>(data + meta.l3_offset);
+  if (arp->oper != kArpOpReply) return false;
+  NeighborReport report{Mac48(arp->sha), arp->spa.host(), in_port, meta.vlan};
+  if (rte_ring_sp_enqueue_elem(setup_.agg.neighbors, &report, sizeof(report)) == 0) {
+    stats_.lcore.agg.neighbor_reports.Add(1);
+  }
+  return true;
 }
 
 void Worker::Forward(uint16_t in_port, rte_mbuf* m, const Meta& meta, uint16_t out_port) {
@@ -475,21 +499,38 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
     return;
   }
   const Opcode opcode = pkt.opcode;
-  if (opcode != Opcode::kContribution && opcode != Opcode::kAck && opcode != Opcode::kTaskInfo) {
-    c.unsupported.Add(1);
-    rte_pktmbuf_free(m);
-    return;
+  switch (opcode) {
+    case Opcode::kContribution:
+    case Opcode::kPartial:
+    case Opcode::kLate:
+    case Opcode::kResult:
+    case Opcode::kAck:
+    case Opcode::kTaskInfo:
+      break;
+    default:
+      c.unsupported.Add(1);
+      rte_pktmbuf_free(m);
+      return;
   }
   const aggregator::AggHeader& h = *pkt.header;
+  const auto header_offset =
+      static_cast<uint32_t>(reinterpret_cast<const uint8_t*>(pkt.header) - data);
   // Where answers go. A hand-off was checked where it arrived; its answers
   // (slot outcomes only) use the member's learned address instead.
   const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(in_port), vlan,
                                       udp.src_ip, udp.src_port};
   const aggregator::Job* job = setup_.agg.jobs->Find(h.job_id.host());
   if (job == nullptr) {
+    if (opcode == Opcode::kLate || opcode == Opcode::kResult) {
+      c.unknown_jobs.Add(1);  // from a switch or a TAN: nobody to tell
+      rte_pktmbuf_free(m);
+      return;
+    }
     HandleUnknownJob(m, pkt, sender, in_port, vlan, l3_offset, source);
     return;
   }
+  const bool from_member = opcode != Opcode::kLate && opcode != Opcode::kResult;
+  const int member = from_member ? job->LocalIndex(h.node_id.host()) : -1;
   if (source != AggSource::kHandoff) {
     if (job->key() != h.job_key.host()) {
       c.key_failures.Add(1);
@@ -497,32 +538,64 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
       Nack(m, h, NackReason::kKeyMismatch, sender);
       return;
     }
-    const uint16_t node = h.node_id.host();
-    if (node >= job->members()) {
-      c.rejected.Add(1);
-      Nack(m, h, NackReason::kMalformed, sender);
+    if (opcode == Opcode::kLate) {
+      // Late data from below: forwarded unreduced (R9).
+      ForwardLate(m, *job, header_offset);
       return;
     }
-    const bool task_info = opcode == Opcode::kTaskInfo || (h.flags.host() & aggregator::flags::kTaskInfo);
-    if (task_info && (h.expected.host() != job->members() || h.node_count.host() != job->nodes())) {
-      c.task_info_conflicts.Add(1);
-      Nack(m, h, NackReason::kTaskInfoConflict, sender);
-      return;
-    }
-    // The receiving lcore learns where the member is and how far it got.
-    (void)job->LearnMember(node, sender.mac48, sender.port_index, vlan, udp.src_ip, udp.src_port);
-    (void)job->UpdateAck(node, h.ack_watermark.host());
-    if (opcode == Opcode::kAck) {
-      c.acks.Add(1);
-      rte_pktmbuf_free(m);
-      return;
-    }
-    if (opcode == Opcode::kTaskInfo) {
-      // Accepted (registered now, or known already): echoed so that the
-      // control unit can stop retransmitting it.
-      c.task_infos.Add(1);
-      Answer(m, h, Opcode::kTaskInfo, NackReason{0}, sender);
-      return;
+    if (opcode == Opcode::kResult) {
+      // Only the job's upstream switch, or at the root its TAN, sends results here.
+      const uint32_t expected_ip = job->is_root() ? job->tan_peer().ip : job->upstream().ip;
+      if (expected_ip == 0 || udp.src_ip != expected_ip) {
+        c.results_refused.Add(1);
+        rte_pktmbuf_free(m);
+        return;
+      }
+    } else {
+      if (member < 0) {
+        c.rejected.Add(1);
+        Nack(m, h, NackReason::kMalformed, sender);
+        return;
+      }
+      const bool task_info =
+          opcode == Opcode::kTaskInfo || (h.flags.host() & aggregator::flags::kTaskInfo);
+      if (task_info &&
+          (h.expected.host() != job->members() || h.node_count.host() != job->nodes())) {
+        c.task_info_conflicts.Add(1);
+        Nack(m, h, NackReason::kTaskInfoConflict, sender);
+        return;
+      }
+      // The receiving lcore learns where the member is and how far it got.
+      const auto index = static_cast<uint16_t>(member);
+      (void)job->LearnMember(index, sender.mac48, sender.port_index, vlan, udp.src_ip,
+                             udp.src_port);
+      (void)job->UpdateAck(index, h.ack_watermark.host());
+      if (opcode == Opcode::kAck) {
+        c.acks.Add(1);
+        rte_pktmbuf_free(m);
+        return;
+      }
+      if (opcode == Opcode::kTaskInfo) {
+        // Accepted (registered now, or known already): echoed so that the
+        // control unit can stop retransmitting it.
+        c.task_infos.Add(1);
+        Answer(m, h, Opcode::kTaskInfo, NackReason{0}, sender);
+        return;
+      }
+      // A predicted straggler's data is never reduced here: it goes to the
+      // TAN, and the member is told to flag it (or to stop flagging it).
+      const bool flagged = (h.flags.host() & aggregator::flags::kBypass) != 0;
+      const bool excluded = job->Excluded(index);
+      if (flagged || excluded) {
+        c.late_self_flagged.Add(1);
+        if (flagged != excluded) {
+          SendNotice(*job, h,
+                     excluded ? aggregator::NoticeKind::kSelfFlag : aggregator::NoticeKind::kStopFlag,
+                     sender);
+        }
+        ForwardLate(m, *job, header_offset);
+        return;
+      }
     }
   }
   const uint32_t index = aggregator::SlotIndex(job->id(), h.seq.host(), setup_.agg.total_slots);
@@ -536,7 +609,16 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
     }
     return;
   }
-  Contribute(m, *job, pkt);
+  if (opcode == Opcode::kResult) {
+    ResultFromAbove(m, *job, pkt, header_offset);
+    return;
+  }
+  if (member < 0) {  // a hand-off whose job was replaced in between
+    c.rejected.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  Contribute(m, *job, pkt, member);
 }
 
 void Worker::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
@@ -571,23 +653,10 @@ void Worker::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
 void Worker::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::Opcode opcode,
                     aggregator::NackReason reason, const aggregator::MemberAddr& to) {
   AggregationCounters& c = stats_.lcore.agg;
-  if (opcode == aggregator::Opcode::kNack) {
-    const uint64_t now = last_tsc_;
-    if (nack_tokens_ < kNackBurst) {
-      const uint64_t earned = (now - nack_refill_tsc_) / nack_token_cycles_;
-      if (earned > 0) {
-        nack_tokens_ = std::min<uint64_t>(kNackBurst, nack_tokens_ + earned);
-        nack_refill_tsc_ = now;
-      }
-    } else {
-      nack_refill_tsc_ = now;
-    }
-    if (nack_tokens_ == 0) {
-      c.nacks_suppressed.Add(1);
-      rte_pktmbuf_free(m);
-      return;
-    }
-    --nack_tokens_;
+  if (opcode == aggregator::Opcode::kNack && !AnswerAllowed()) {
+    c.nacks_suppressed.Add(1);
+    rte_pktmbuf_free(m);
+    return;
   }
   // The request's header is read before the frame is overwritten.
   aggregator::AggFields f = aggregator::ReadAggFields(request);
@@ -631,24 +700,40 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
 
 }  // namespace
 
-void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt) {
+void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
+                        int member) {
   AggregationCounters& c = stats_.lcore.agg;
-  const uint32_t seq = pkt.header->seq.host();
+  const aggregator::AggHeader& h = *pkt.header;
+  const uint32_t seq = h.seq.host();
+  const auto header_offset = static_cast<uint32_t>(reinterpret_cast<const uint8_t*>(pkt.header) -
+                                                   rte_pktmbuf_mtod(m, const uint8_t*));
+  // Late data that a timeout left a bypass entry for: flagged and on to the TAN.
+  if (setup_.agg.bypass != nullptr && setup_.agg.bypass->live() != 0 &&
+      MatchBypass(job, seq, member, h.node_id.host())) {
+    c.late_flagged.Add(1);
+    ForwardLate(m, job, header_offset);
+    return;
+  }
   aggregator::Contribution contribution;
   contribution.job_id = job.id();
   contribution.job_generation = job.generation();
   contribution.seq = seq;
-  contribution.node = pkt.header->node_id.host();
+  contribution.node = static_cast<uint16_t>(member);
   contribution.expected = job.members();
-  contribution.ordered = job.ordered() || (pkt.header->flags.host() & aggregator::flags::kOrdered);
+  contribution.needed = static_cast<uint16_t>(job.members() - job.excluded_count());
+  contribution.ordered = job.batch() || (h.flags.host() & aggregator::flags::kOrdered);
   contribution.dtype = pkt.dtype;
   contribution.op = pkt.op;
-  contribution.scale = pkt.header->scale;
-  contribution.elem_count = pkt.header->elem_count.host();
+  contribution.scale = h.scale;
+  contribution.elem_count = h.elem_count.host();
   contribution.payload = pkt.payload;
   contribution.handle = m;
-  const auto header_offset = static_cast<uint32_t>(reinterpret_cast<const uint8_t*>(pkt.header) -
-                                                   rte_pktmbuf_mtod(m, const uint8_t*));
+  contribution.timeout_cycles = job.timeout_cycles();
+  if (pkt.opcode == aggregator::Opcode::kPartial) {
+    c.partials_received.Add(1);
+    contribution.missing = pkt.missing;
+    contribution.missing_count = h.missing_count;
+  }
   const uint32_t local = aggregator::SlotIndex(job.id(), seq, setup_.agg.total_slots) /
                          setup_.agg.n_workers;
   const aggregator::SlotUpdate u = setup_.agg.slots->Contribute(
@@ -676,7 +761,8 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
       jc.reduced_bytes.Add(pkt.payload_len);
       jc.completions.Add(1);
       // An unordered slot is done with this contribution: it carries the result.
-      keep_mbuf = SendResult(job, *u.slot, -1, u.n_released == 0 ? m : nullptr, header_offset);
+      keep_mbuf = FinishSlot(job, local, *u.slot, false, u.n_released == 0 ? m : nullptr,
+                             header_offset);
       RecordCompletion(*u.slot);
       // An ordered slot returns every held contribution, this one included.
       for (uint16_t i = 0; i < u.n_released; ++i) {
@@ -689,6 +775,19 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
       c.duplicate_results.Add(1);
       jc.duplicates.Add(1);
       keep_mbuf = SendResult(job, *u.slot, contribution.node, m, header_offset);
+      break;
+    case aggregator::SlotOutcome::kForwardedAgain:
+      // A member that was counted retransmits: the partial (or first data)
+      // may have been lost on the way up. The parent answers a repeat with
+      // its cached result.
+      c.partials_resent.Add(1);
+      jc.duplicates.Add(1);
+      keep_mbuf = FinishSlot(job, local, *u.slot, false, m, header_offset);
+      break;
+    case aggregator::SlotOutcome::kLateForwarded:
+      c.late_no_entry.Add(1);
+      ForwardLate(m, job, header_offset);
+      keep_mbuf = true;
       break;
     case aggregator::SlotOutcome::kDuplicate:
       c.duplicates.Add(1);
@@ -709,9 +808,9 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
       break;
   }
   if (keep_mbuf) return;
-  aggregator::MemberAddr member;
-  if (refused != aggregator::NackReason{0} && job.GetMember(contribution.node, &member)) {
-    Nack(m, *pkt.header, refused, member);
+  aggregator::MemberAddr addr;
+  if (refused != aggregator::NackReason{0} && job.GetMember(contribution.node, &addr)) {
+    Nack(m, h, refused, addr);
     return;
   }
   rte_pktmbuf_free(m);
@@ -770,18 +869,23 @@ rte_mbuf* Worker::ResultPayload(const aggregator::Job& job, const aggregator::Sl
 
 bool Worker::SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node,
                         rte_mbuf* carrier, uint32_t header_offset) {
-  AggregationCounters& c = stats_.lcore.agg;
   const uint16_t first = node < 0 ? 0 : static_cast<uint16_t>(node);
   const uint16_t last = node < 0 ? job.members() : static_cast<uint16_t>(node + 1);
   rte_mbuf* payload = ResultPayload(job, slot, carrier, header_offset);
   if (payload == nullptr) {
-    c.result_no_mbuf.Add(last - first);
+    stats_.lcore.agg.result_no_mbuf.Add(last - first);
     return false;
   }
+  Replicate(job, payload, first, last, static_cast<uint16_t>(slot.seq()));
+  return payload == carrier;
+}
+
+void Worker::Replicate(const aggregator::Job& job, rte_mbuf* payload, uint16_t first, uint16_t last,
+                       uint16_t ip_id) {
+  AggregationCounters& c = stats_.lcore.agg;
   // Each member's copy is its own header mbuf chained to the one payload,
   // which the copies share by reference count (as DPDK's ipv4_multicast
   // example does): no clone, no second copy of the result.
-  const uint16_t ip_id = static_cast<uint16_t>(slot.seq());
   const uint32_t payload_len = payload->pkt_len;
   for (uint16_t batch = first; batch < last; batch += kBurstSize) {
     const uint16_t n = static_cast<uint16_t>(std::min<uint32_t>(kBurstSize, last - batch));
@@ -816,7 +920,417 @@ bool Worker::SendResult(const aggregator::Job& job, const aggregator::Slot& slot
     c.results_sent.Add(k);
   }
   rte_pktmbuf_free(payload);  // the copies hold it from here
-  return payload == carrier;
+}
+
+// ---------------------------------------------------------------------------
+// The tree: partials, late data, results from above (docs/stragglers.md)
+
+namespace {
+
+// The largest UDP payload a 1500-byte MTU carries.
+constexpr uint32_t kMaxUdpPayload = 1500 - 20 - 8;
+// A missing list holds at most 255 ids (missing_count is one byte).
+constexpr uint32_t kMaxMissingIds = 255;
+// The node id a root uses in its first data to the TAN.
+constexpr uint16_t kRootNodeId = 0xFFFE;
+// Timer expiries handled per poll; the rest wait for the next poll.
+constexpr uint32_t kExpiriesPerPoll = 64;
+// Expired bypass entries swept per sweep.
+constexpr uint32_t kBypassSweepBudget = 32;
+
+}  // namespace
+
+bool Worker::MatchBypass(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id) {
+  aggregator::BypassTable& bypass = *setup_.agg.bypass;
+  aggregator::BypassKey key{job.id(), job.generation(), seq, node_id};
+  bool matched = bypass.Match(key, last_tsc_);
+  // A late child switch under variant 2 left entries for the nodes it covers.
+  if (member >= 0 && job.IsSwitch(static_cast<uint16_t>(member)) && job.bypass_covered_nodes()) {
+    for (const uint16_t covered : job.Covers(static_cast<uint16_t>(member))) {
+      key.node = covered;
+      matched |= bypass.Match(key, last_tsc_);
+    }
+  }
+  if (matched) stats_.lcore.agg.bypass_matched.Add(1);
+  return matched;
+}
+
+uint32_t Worker::CollectMissing(const aggregator::Job& job, const aggregator::Slot& slot,
+                                bool entries, uint16_t* out, uint32_t cap) {
+  AggregationCounters& c = stats_.lcore.agg;
+  uint32_t n = 0;
+  bool overflow = false;
+  auto add = [&](uint16_t node, bool entry) {
+    if (n == cap) {
+      overflow = true;
+      return;
+    }
+    out[n++] = node;
+    if (!entry || setup_.agg.bypass == nullptr) return;
+    switch (setup_.agg.bypass->Insert({job.id(), job.generation(), slot.seq(), node}, last_tsc_)) {
+      case aggregator::BypassInsert::kCreated: c.bypass_created.Add(1); break;
+      case aggregator::BypassInsert::kRefreshed: break;
+      case aggregator::BypassInsert::kFull: c.bypass_full.Add(1); break;
+    }
+  };
+  if (slot.count() != slot.expected()) {
+    for (uint16_t i = 0; i < slot.expected(); ++i) {
+      if (slot.HasContributed(i)) continue;
+      // An excluded member flags its own data: listed, no entry needed.
+      const bool entry = entries && !job.Excluded(i);
+      if (job.IsSwitch(i) && job.bypass_covered_nodes()) {
+        for (const uint16_t covered : job.Covers(i)) add(covered, entry);
+      } else {
+        add(job.NodeId(i), entry);
+      }
+    }
+  }
+  for (uint16_t i = 0; i < slot.inherited_count(); ++i) add(slot.inherited(i), false);
+  return overflow || slot.inherited_overflow() ? UINT32_MAX : n;
+}
+
+bool Worker::FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
+                        bool expired, rte_mbuf* carrier, uint32_t header_offset) {
+  // The common case, a flat root with every member in, skips the scan.
+  if (job.is_root() && slot.count() == slot.expected() && slot.inherited_count() == 0 &&
+      !slot.inherited_overflow()) {
+    return SendResult(job, slot, -1, carrier, header_offset);
+  }
+  uint16_t missing[kMaxMissingIds];
+  const uint32_t n = CollectMissing(job, slot, expired, missing, kMaxMissingIds);
+  bool consumed = false;
+  if (n == UINT32_MAX) {
+    stats_.lcore.agg.missing_list_overflow.Add(1);
+    SendIncomplete(job, slot, nullptr, 0);
+  } else if (n == 0 && job.is_root()) {
+    return SendResult(job, slot, -1, carrier, header_offset);
+  } else {
+    consumed = SendPartial(job, slot, missing, n, carrier, header_offset);
+  }
+  setup_.agg.slots->MarkForwarded(local);
+  return consumed;
+}
+
+bool Worker::SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
+                         const uint16_t* missing, uint32_t n_missing, rte_mbuf* carrier,
+                         uint32_t header_offset) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const bool root = job.is_root();
+  if (root && job.tan() == aggregator::JobSpec::Tan::kNone) {
+    // Nobody can complete this chunk: the members learn it now.
+    SendIncomplete(job, slot, missing, n_missing);
+    return false;
+  }
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2 * n_missing + slot.result_len();
+  if (len > kMaxUdpPayload) {
+    c.missing_list_overflow.Add(1);
+    SendIncomplete(job, slot, nullptr, 0);
+    return false;
+  }
+  rte_mbuf* m = nullptr;
+  if (carrier != nullptr && RTE_MBUF_DIRECT(carrier) && carrier->nb_segs == 1 &&
+      rte_mbuf_refcnt_read(carrier) == 1 &&
+      header_offset + len <= static_cast<uint32_t>(rte_pktmbuf_data_len(carrier)) +
+                                 rte_pktmbuf_tailroom(carrier)) {
+    m = carrier;
+    rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  } else {
+    m = rte_pktmbuf_alloc(pool_);
+    if (m == nullptr) {
+      c.result_no_mbuf.Add(1);
+      return false;
+    }
+  }
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = len;
+  auto* buf = rte_pktmbuf_mtod(m, uint8_t*);
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kPartial;
+  f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
+                                  (slot.ordered() ? aggregator::flags::kOrdered : 0));
+  f.node_id = root ? kRootNodeId : job.upstream().node;
+  f.job_id = job.id();
+  f.seq = slot.seq();
+  f.job_key = job.key();
+  // The parent frees its complete slots by its members' watermarks: ours
+  // is the smallest of our members'.
+  f.ack_watermark = job.MinAck().value_or(0);
+  f.elem_count = slot.elem_count();
+  f.dtype = slot.dtype();
+  f.op = slot.op();
+  f.scale = slot.scale();
+  aggregator::WriteAggHeader(f, static_cast<uint8_t>(n_missing),
+                             reinterpret_cast<aggregator::AggHeader*>(buf));
+  uint8_t* list = buf + sizeof(aggregator::AggHeader);
+  for (uint32_t i = 0; i < n_missing; ++i) {
+    list[2 * i] = static_cast<uint8_t>(missing[i] >> 8);
+    list[2 * i + 1] = static_cast<uint8_t>(missing[i]);
+  }
+  rte_memcpy(list + 2 * n_missing, slot.result(), slot.result_len());
+  if (!root) {
+    c.partials_sent.Add(1);
+    SendToHop(m, job, aggregator::Job::Hop::kUpstream, 0);
+  } else {
+    c.first_data_sent.Add(1);
+    if (job.tan() == aggregator::JobSpec::Tan::kSelf) {
+      if (setup_.agg.tan_up == nullptr || rte_ring_sp_enqueue(setup_.agg.tan_up, m) != 0) {
+        c.late_no_tan.Add(1);
+        rte_pktmbuf_free(m);
+      }
+    } else {
+      SendToHop(m, job, aggregator::Job::Hop::kTan, 0);
+    }
+  }
+  return m == carrier;
+}
+
+void Worker::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset) {
+  AggregationCounters& c = stats_.lcore.agg;
+  auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(m, uint8_t*) + header_offset);
+  h->opcode = static_cast<uint8_t>(aggregator::Opcode::kLate);
+  h->flags = common::be16_t::FromHost(h->flags.host() | aggregator::flags::kBypass);
+  // The datagram ends where its header says, whatever padding followed it.
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h->missing_count +
+                       h->elem_count.host() * static_cast<uint32_t>(aggregator::ElementSize(
+                                                  static_cast<aggregator::DType>(h->dtype)));
+  rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = len;
+  if (!job.is_root()) {
+    c.late_forwarded.Add(1);
+    SendToHop(m, job, aggregator::Job::Hop::kUpstream, 0);
+    return;
+  }
+  switch (job.tan()) {
+    case aggregator::JobSpec::Tan::kRemote:
+      c.late_forwarded.Add(1);
+      SendToHop(m, job, aggregator::Job::Hop::kTan, 0);
+      return;
+    case aggregator::JobSpec::Tan::kSelf:
+      if (setup_.agg.tan_up != nullptr && rte_ring_sp_enqueue(setup_.agg.tan_up, m) == 0) {
+        c.late_forwarded.Add(1);
+        return;
+      }
+      break;
+    case aggregator::JobSpec::Tan::kNone:
+      break;
+  }
+  c.late_no_tan.Add(1);
+  rte_pktmbuf_free(m);
+}
+
+void Worker::SendToHop(rte_mbuf* m, const aggregator::Job& job, aggregator::Job::Hop hop,
+                       uint32_t header_offset) {
+  aggregator::MemberAddr to;
+  if (!job.GetHop(hop, &to)) {
+    stats_.lcore.agg.unresolved_next_hop.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (header_offset != 0) rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  const uint32_t udp_len = rte_pktmbuf_data_len(m);
+  const bool tagged = plan_.EgressTagged(to.port_index, to.vlan);
+  auto* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_prepend(m, tagged ? 46 : 42));
+  if (out == nullptr) {
+    Drop(to.port_index, DropReason::kNoHeadroom, m);
+    return;
+  }
+  uint8_t dst[6];
+  for (int b = 0; b < 6; ++b) dst[b] = static_cast<uint8_t>(to.mac48 >> (40 - 8 * b));
+  const auto* h = reinterpret_cast<const aggregator::AggHeader*>(out + (tagged ? 46 : 42));
+  WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? to.vlan : 0,
+                  setup_.agg.result_src_ip, to.ip, setup_.agg.udp_port, to.udp_port,
+                  static_cast<uint16_t>(h->seq.host()), udp_len);
+  Enqueue(to.port_index, m);
+}
+
+void Worker::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
+                             const aggregator::AggPacket& pkt, uint32_t header_offset) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::AggHeader& h = *pkt.header;
+  if (m->nb_segs != 1) {
+    c.malformed.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  c.results_down.Add(1);
+  const uint32_t seq = h.seq.host();
+  const uint16_t flags = h.flags.host();
+  if ((flags & aggregator::flags::kIncomplete) != 0) {
+    c.incomplete_results.Add(1);
+  } else {
+    // Kept for members that retransmit, while the slot still holds the chunk.
+    const uint32_t local = aggregator::SlotIndex(job.id(), seq, setup_.agg.total_slots) /
+                           setup_.agg.n_workers;
+    (void)setup_.agg.slots->CacheResult(local, job.id(), job.generation(), seq, pkt.payload,
+                                        pkt.payload_len, (flags & aggregator::flags::kOverflow) != 0);
+  }
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h.missing_count + pkt.payload_len;
+  rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = len;
+  Replicate(job, m, 0, job.members(), static_cast<uint16_t>(seq));
+}
+
+void Worker::SendIncomplete(const aggregator::Job& job, const aggregator::Slot& slot,
+                            const uint16_t* missing, uint32_t n_missing) {
+  AggregationCounters& c = stats_.lcore.agg;
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (m == nullptr) {
+    c.result_no_mbuf.Add(job.members());
+    return;
+  }
+  // No payload: a worker must not use it. The missing list says who was missing.
+  n_missing = std::min(n_missing, kMaxMissingIds);
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2 * n_missing;
+  auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kResult;
+  f.flags = aggregator::flags::kIncomplete;
+  f.job_id = job.id();
+  f.seq = slot.seq();
+  f.job_key = job.key();
+  f.dtype = slot.dtype();
+  f.op = slot.op();
+  f.scale = slot.scale();
+  aggregator::WriteAggHeader(f, static_cast<uint8_t>(n_missing),
+                             reinterpret_cast<aggregator::AggHeader*>(buf));
+  for (uint32_t i = 0; i < n_missing; ++i) {
+    buf[sizeof(aggregator::AggHeader) + 2 * i] = static_cast<uint8_t>(missing[i] >> 8);
+    buf[sizeof(aggregator::AggHeader) + 2 * i + 1] = static_cast<uint8_t>(missing[i]);
+  }
+  c.incomplete_results.Add(1);
+  Replicate(job, m, 0, job.members(), static_cast<uint16_t>(slot.seq()));
+}
+
+bool Worker::AnswerAllowed() {
+  const uint64_t now = last_tsc_;
+  if (nack_tokens_ < kNackBurst) {
+    const uint64_t earned = (now - nack_refill_tsc_) / nack_token_cycles_;
+    if (earned > 0) {
+      nack_tokens_ = std::min<uint64_t>(kNackBurst, nack_tokens_ + earned);
+      nack_refill_tsc_ = now;
+    }
+  } else {
+    nack_refill_tsc_ = now;
+  }
+  if (nack_tokens_ == 0) return false;
+  --nack_tokens_;
+  return true;
+}
+
+void Worker::SendNotice(const aggregator::Job& job, const aggregator::AggHeader& request,
+                        aggregator::NoticeKind kind, const aggregator::MemberAddr& to) {
+  AggregationCounters& c = stats_.lcore.agg;
+  if (!AnswerAllowed()) {
+    c.nacks_suppressed.Add(1);
+    return;
+  }
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (m == nullptr) return;
+  const bool tagged = plan_.EgressTagged(to.port_index, to.vlan);
+  const uint32_t hdr_len = tagged ? 46 : 42;
+  const uint32_t len = hdr_len + sizeof(aggregator::AggHeader);
+  auto* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kNotice;
+  f.node_id = request.node_id.host();
+  f.job_id = job.id();
+  f.seq = request.seq.host();
+  f.job_key = job.key();
+  f.aux = static_cast<uint32_t>(kind);
+  uint8_t dst[6];
+  for (int i = 0; i < 6; ++i) dst[i] = static_cast<uint8_t>(to.mac48 >> (40 - 8 * i));
+  WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? to.vlan : 0,
+                  setup_.agg.result_src_ip, to.ip, setup_.agg.udp_port, to.udp_port,
+                  static_cast<uint16_t>(f.seq), sizeof(aggregator::AggHeader));
+  aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(out + hdr_len));
+  c.notices_sent.Add(1);
+  Enqueue(to.port_index, m);
+}
+
+void Worker::RunTimers() {
+  AggregationCounters& c = stats_.lcore.agg;
+  aggregator::SlotTable& slots = *setup_.agg.slots;
+  uint32_t expired[kExpiriesPerPoll];
+  const uint32_t n = slots.Expired(last_tsc_, kExpiriesPerPoll, expired);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t local = expired[i];
+    aggregator::SlotUpdate u;
+    if (!slots.Expire(local, &u)) continue;
+    // The held contributions are reduced into the slot's result: free them.
+    for (uint16_t k = 0; k < u.n_released; ++k) rte_pktmbuf_free(static_cast<rte_mbuf*>(u.released[k]));
+    const aggregator::Slot& slot = *u.slot;
+    const aggregator::Job* job = setup_.agg.jobs->Find(slot.job_id());
+    if (job == nullptr || job->generation() != slot.job_generation()) {
+      slots.Release(local);
+      continue;
+    }
+    c.timeouts.Add(1);
+    (void)FinishSlot(*job, local, slot, true, nullptr, 0);
+  }
+  if (setup_.agg.bypass != nullptr && setup_.agg.bypass->live() != 0) {
+    const uint32_t swept = setup_.agg.bypass->Sweep(last_tsc_, kBypassSweepBudget);
+    if (swept != 0) c.bypass_expired.Add(swept);
+  }
+  if (n != 0) FlushTx();
+}
+
+void Worker::DrainControl() {
+  if (setup_.agg.tan_down != nullptr) {
+    // Results of this switch's own TAN: datagrams from the aggregation header on.
+    rte_mbuf* pkts[kBurstSize];
+    const unsigned n = rte_ring_sc_dequeue_burst(setup_.agg.tan_down,
+                                                 reinterpret_cast<void**>(pkts), kBurstSize, nullptr);
+    for (unsigned i = 0; i < n; ++i) {
+      aggregator::AggPacket pkt;
+      const aggregator::Job* job = nullptr;
+      if (aggregator::ParseAggregation(rte_pktmbuf_mtod(pkts[i], const uint8_t*),
+                                       rte_pktmbuf_data_len(pkts[i]), &pkt) == aggregator::WireError::kOk) {
+        job = setup_.agg.jobs->Find(pkt.header->job_id.host());
+      }
+      if (job == nullptr || pkt.opcode != aggregator::Opcode::kResult) {
+        rte_pktmbuf_free(pkts[i]);
+        continue;
+      }
+      ResultFromAbove(pkts[i], *job, pkt, 0);
+    }
+    if (n) FlushTx();
+  }
+  if (setup_.agg.control_tx != nullptr) {
+    Upcall frames[8];
+    const unsigned n =
+        rte_ring_sc_dequeue_burst_elem(setup_.agg.control_tx, frames, sizeof(Upcall), 8, nullptr);
+    for (unsigned i = 0; i < n; ++i) FloodFromSwitch(frames[i].m, frames[i].vlan);
+    if (n) FlushTx();
+  }
+}
+
+void Worker::FloodFromSwitch(rte_mbuf* m, uint16_t vlan) {
+  stats_.lcore.agg.control_tx.Add(1);
+  uint64_t mask = plan_.FloodMask(vlan);
+  if (mask == 0) {
+    rte_pktmbuf_free(m);
+    return;
+  }
+  const Meta meta{vlan, false, kEtherHdrLen};
+  while (mask & (mask - 1)) {
+    const auto out = static_cast<uint16_t>(__builtin_ctzll(mask));
+    mask &= mask - 1;
+    rte_mbuf* copy = rte_pktmbuf_copy(m, pool_, 0, UINT32_MAX);
+    if (copy == nullptr) continue;
+    if (FitTag(copy, meta, out)) {
+      Enqueue(out, copy);
+    } else {
+      rte_pktmbuf_free(copy);
+    }
+  }
+  const auto out = static_cast<uint16_t>(__builtin_ctzll(mask));
+  if (FitTag(m, meta, out)) {
+    Enqueue(out, m);
+  } else {
+    rte_pktmbuf_free(m);
+  }
 }
 
 void Worker::RequestLearn(uint64_t key, uint16_t port, uint32_t now_tick) {

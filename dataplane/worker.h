@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "aggregator/bypass_table.h"
 #include "aggregator/job_table.h"
 #include "aggregator/slot_table.h"
 #include "config/config.h"
@@ -73,6 +74,16 @@ struct Upcall {
   uint16_t verdict;
 };
 static_assert(sizeof(Upcall) == 16);
+
+// An ARP reply to the switch, up to the control thread (neighbor resolution
+// of the job trees' next hops, docs/stragglers.md).
+struct NeighborReport {
+  uint64_t mac48;
+  uint32_t ip;  // host order
+  uint16_t port_index;
+  uint16_t vlan;
+};
+static_assert(sizeof(NeighborReport) == 16);
 
 // Where a worker copies out its busy slots when the control side asks
 // (Dataplane::DumpSlots). The requester writes `limit`, then bumps
@@ -141,6 +152,16 @@ struct AggregationSetup {
   rte_ring* reinject = nullptr;  // back from it (SP/SC, Upcall elements)
   SlotDumpExchange* dump = nullptr;
   JobCounters* job_counters = nullptr;  // JobTable::max_jobs() entries, by Job::index()
+  aggregator::BypassTable* bypass = nullptr;  // this worker's bypass entries
+  // A root that is its own TAN (docs/stragglers.md): first data and late
+  // data go up to the control thread's TAN engine (mbufs trimmed to the
+  // aggregation header), and its results come back down (the same).
+  rte_ring* tan_up = nullptr;    // SP/SC, mbuf pointers
+  rte_ring* tan_down = nullptr;  // SP/SC, mbuf pointers
+  rte_ring* neighbors = nullptr;  // SP/SC, NeighborReport elements, to the control thread
+  // Worker 0 only: frames the control thread floods on a VLAN (ARP
+  // requests), Upcall elements with `vlan` set.
+  rte_ring* control_tx = nullptr;
 };
 
 struct WorkerSetup {
@@ -200,7 +221,50 @@ class alignas(64) Worker {
   [[gnu::noinline]] void DrainHandoffs();
   [[gnu::noinline]] void DrainReinjects();
   [[gnu::noinline]] void ContinueSlotDump();
-  void Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt);
+  [[gnu::noinline]] void DrainControl();
+  [[gnu::noinline]] void RunTimers();
+  void Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
+                  int member);
+  // --- The tree (docs/stragglers.md) ---
+  // The slot's result went as far as this switch can take it: a partial
+  // upstream, first data to the TAN, or (nothing missing at the root) the
+  // result to every member. `carrier` as for SendResult. Returns whether
+  // the carrier was consumed.
+  bool FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
+                  bool expired, rte_mbuf* carrier, uint32_t header_offset);
+  // Sends a partial (non-root) or first data (root) with `missing` node ids.
+  bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot, const uint16_t* missing,
+                   uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset);
+  // Turns a contribution (or partial) into a LATE datagram flagged BYPASS and
+  // sends it towards the TAN. Consumes `m`.
+  void ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset);
+  // Rewrites the headers in front of the aggregation header at
+  // `header_offset` to reach the job's `hop` and queues the frame. Consumes `m`.
+  void SendToHop(rte_mbuf* m, const aggregator::Job& job, aggregator::Job::Hop hop,
+                 uint32_t header_offset);
+  // A RESULT from upstream or the TAN: cached in a forwarded slot, replicated
+  // to every member. Consumes `m`.
+  void ResultFromAbove(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
+                       uint32_t header_offset);
+  // Sends an INCOMPLETE result naming `missing` to every member.
+  void SendIncomplete(const aggregator::Job& job, const aggregator::Slot& slot,
+                      const uint16_t* missing, uint32_t n_missing);
+  void SendNotice(const aggregator::Job& job, const aggregator::AggHeader& request,
+                  aggregator::NoticeKind kind, const aggregator::MemberAddr& to);
+  // Replicates `payload` (a UDP payload: aggregation header onwards) to
+  // members [first, last). Consumes the caller's reference to `payload`.
+  void Replicate(const aggregator::Job& job, rte_mbuf* payload, uint16_t first, uint16_t last,
+                 uint16_t ip_id);
+  // The missing list of a slot at this switch: every member that did not
+  // contribute (a late child switch as itself or as the nodes it covers),
+  // then the ids the children's partials named. With `entries`, writes a
+  // bypass entry per missing non-excluded member. Returns the count, or
+  // UINT32_MAX when more than `cap` ids.
+  uint32_t CollectMissing(const aggregator::Job& job, const aggregator::Slot& slot, bool entries,
+                          uint16_t* out, uint32_t cap);
+  bool MatchBypass(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id);
+  // The per-lcore token bucket of NACKs and NOTICEs.
+  bool AnswerAllowed();
   // Turns `m` into an answer to its sender, in place (header only, no
   // payload), and queues it on the sender's port: a NACK with `reason`, or
   // the echo of an accepted TASK_INFO. NACKs are rate limited per lcore.
@@ -234,6 +298,9 @@ class alignas(64) Worker {
   void RequestLearn(uint64_t key, uint16_t port, uint32_t now_tick);
   void FlushTx();
   void FlushLearn();
+  void FloodFromSwitch(rte_mbuf* m, uint16_t vlan);
+  // An ARP reply to the switch: passed up for next-hop resolution. False: not a reply.
+  bool ReportNeighbor(uint16_t in_port, const uint8_t* data, uint32_t len, const Meta& meta);
   void Drop(uint16_t port, DropReason reason, rte_mbuf* m) {
     stats_.ports[port].drops[static_cast<size_t>(reason)].Add(1);
     rte_pktmbuf_free(m);

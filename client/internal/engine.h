@@ -38,7 +38,7 @@ namespace aggswitch::client::internal {
 
 // Elements per chunk of `dtype` under `options`.
 inline uint32_t ChunkElementsFor(const ClientOptions& options, aggregator::DType dtype) {
-  const uint32_t fits = ElementsPerChunk(dtype, options.mtu);
+  const uint32_t fits = ElementsPerChunk(dtype, options.mtu, options.reserve_missing_ids);
   return options.max_chunk_elements == 0 ? fits : std::min(fits, options.max_chunk_elements);
 }
 

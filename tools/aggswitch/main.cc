@@ -10,7 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <rte_version.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,12 +25,30 @@
 #include "control/http_server.h"
 #include "control/job_control.h"
 #include "control/telemetry.h"
+#include "control/tree_control.h"
 #include "dataplane/dataplane.h"
 #include "dataplane/eal.h"
 
 namespace {
 
 using namespace aggswitch;
+
+// Every VLAN a port carries: where the switch looks for a next hop whose
+// VLAN nobody named.
+std::vector<uint16_t> CarriedVlans(const config::Config& cfg) {
+  std::vector<uint16_t> vlans;
+  for (const config::PortConfig& port : cfg.ports) {
+    if (port.mode == config::VlanMode::kAccess) {
+      vlans.push_back(port.access_vlan);
+    } else {
+      vlans.insert(vlans.end(), port.trunk_vlans.begin(), port.trunk_vlans.end());
+      if (port.native_vlan) vlans.push_back(*port.native_vlan);
+    }
+  }
+  std::sort(vlans.begin(), vlans.end());
+  vlans.erase(std::unique(vlans.begin(), vlans.end()), vlans.end());
+  return vlans;
+}
 
 std::vector<std::string> SplitWords(const std::string& text) {
   std::vector<std::string> words;
@@ -61,7 +81,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
     AGG_LOG(kError, "aggregation: %s", job_table.status().message().c_str());
     return 1;
   }
-  if (auto status = control::AddConfigJobs(**job_table, cfg.aggregation); !status.ok()) {
+  if (auto status = control::AddConfigJobs(**job_table, cfg.aggregation, rte_get_tsc_hz()); !status.ok()) {
     AGG_LOG(kError, "aggregation: %s", status.message().c_str());
     return 1;
   }
@@ -100,7 +120,23 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   AGG_LOG(kInfo, "aggswitch %s running: %zu ports, %zu workers; metrics at http://%s/metrics",
           common::Version(), cfg.ports.size(), cfg.workers.size(), cfg.http.listen.c_str());
 
-  control::ControlLoop loop(**dp, cfg, config_path, &job_control);
+  // The job trees: next hops by ARP, and this switch's own TAN.
+  std::unique_ptr<control::TreeControl> tree;
+  if ((*dp)->aggregation_enabled()) {
+    control::TreeControl::Options tree_options;
+    if (cfg.aggregation.address) {
+      tree_options.own_ip = cfg.aggregation.address->prefix.ip.addr;
+      tree_options.own_vlan = cfg.aggregation.address->vlan;
+    }
+    tree_options.vlans = CarriedVlans(cfg);
+    tree_options.switch_mac = cfg.switch_.mac;
+    tree_options.tan.give_up_ns = uint64_t{cfg.aggregation.give_up_ms} * 1'000'000;
+    tree_options.tan.trigger = cfg.aggregation.trigger == config::AggTrigger::kBatch
+                                   ? aggregator::TanTrigger::kBatch
+                                   : aggregator::TanTrigger::kIncremental;
+    tree = std::make_unique<control::TreeControl>(**dp, **job_table, std::move(tree_options));
+  }
+  control::ControlLoop loop(**dp, cfg, config_path, &job_control, tree.get());
   loop.Run();
 
   AGG_LOG(kInfo, "stopping: waiting for workers to finish their burst");

@@ -21,9 +21,15 @@ local aggswitch = Proto("aggswitch", "aggswitch In-Network Aggregation Protocol"
 -- Tables of docs/protocol.md ------------------------------------------------
 
 local OPCODE = { CONTRIBUTION = 1, PARTIAL = 2, RESULT = 3, LATE = 4, VERIFY = 5,
-                 EXCEPTION_RETRANSMIT = 6, TASK_INFO = 7, ACK = 8, NACK = 9 }
+                 EXCEPTION_RETRANSMIT = 6, TASK_INFO = 7, ACK = 8, NACK = 9,
+                 NOTICE = 10 }
 local opcode_names = {}
 for name, value in pairs(OPCODE) do opcode_names[value] = name end
+
+local notice_names = {
+  [1] = "flag your data for bypass",
+  [2] = "stop flagging your data",
+}
 
 local nack_reason_names = {
   [1] = "unknown job",
@@ -229,6 +235,9 @@ local function dissect(tvb, pinfo, tree)
   if opcode == OPCODE.NACK then
     info = info .. " reason=" .. name_or_unknown(nack_reason_names, aux)
   end
+  if opcode == OPCODE.NOTICE then
+    info = info .. " notice=" .. name_or_unknown(notice_names, aux)
+  end
   if missing_count > 0 then info = info .. string.format(" missing=%d", missing_count) end
   local labels = flag_labels(flags)
   if labels ~= "" then info = info .. " [" .. labels .. "]" end
@@ -262,6 +271,8 @@ local function dissect(tvb, pinfo, tree)
   if opcode == OPCODE.NACK then
     aux_item:set_text(string.format("NACK reason: %s (%d)",
                                     name_or_unknown(nack_reason_names, aux), aux))
+  elseif opcode == OPCODE.NOTICE then
+    aux_item:set_text(string.format("NOTICE: %s (%d)", name_or_unknown(notice_names, aux), aux))
   end
 
   if magic ~= AGG_MAGIC then
@@ -271,7 +282,7 @@ local function dissect(tvb, pinfo, tree)
     return malformed(version_item, pinfo, len, string.format("version %d is not 1", version))
   end
   if not opcode_names[opcode] then
-    return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..9", opcode))
+    return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..10", opcode))
   end
   if not dt then
     return malformed(dtype_item, pinfo, len, string.format("dtype %d outside the table", dtype))

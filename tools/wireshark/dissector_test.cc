@@ -569,7 +569,7 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
   };
   corrupt(2, 0);     // version 0
   corrupt(3, 0);     // opcode 0
-  corrupt(3, 10);    // opcode 10
+  corrupt(3, 11);    // opcode 11
   corrupt(40, 5);    // dtype 5
   corrupt(41, 5);    // op 5
   corrupt(41, 3);    // float32 with and
@@ -588,8 +588,8 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
            "45 bytes, shorter than the 48-byte header",
            "missing list and payload need 62 bytes, the datagram has 60",
            "version 0 is not 1",
-           "opcode 0 outside 1..9",
-           "opcode 10 outside 1..9",
+           "opcode 0 outside 1..10",
+           "opcode 11 outside 1..10",
            "dtype 5 outside the table",
            "op 5 outside the table",
            "dtype float32 does not allow op and",

@@ -1,0 +1,379 @@
+#include "aggregator/tan_engine.h"
+
+#include <algorithm>
+
+#include "aggregator/reduce.h"
+
+namespace aggswitch::aggregator {
+
+namespace {
+
+// A missing list holds at most this many ids (the header's missing_count is 8 bits).
+constexpr size_t kMaxMissingIds = 255;
+// UDP payload of a 1500-byte MTU: an INCOMPLETE result may always grow to this.
+constexpr uint32_t kPlainMtuPayload = 1500 - 20 - 8;
+
+bool IsLateData(const AggPacket& pkt) {
+  if (pkt.opcode == Opcode::kLate) return true;
+  return pkt.opcode == Opcode::kContribution && (pkt.header->flags.host() & flags::kBypass) != 0;
+}
+
+}  // namespace
+
+TanEngine::TanEngine(const TanOptions& options) : options_(options) {}
+
+void TanEngine::SetCovers(uint32_t job_id, uint16_t switch_node, std::vector<uint16_t> ids) {
+  const std::pair<uint32_t, uint16_t> key{job_id, switch_node};
+  if (ids.empty()) {
+    covers_.erase(key);
+    return;
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  covers_[key] = std::move(ids);
+}
+
+void TanEngine::OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
+                           std::vector<TanOutput>* out) {
+  if (pkt.opcode == Opcode::kPartial) {
+    OnFirstData(pkt, from, now_ns, out);
+  } else if (IsLateData(pkt)) {
+    OnLate(pkt, now_ns, out);
+  } else {
+    ++counters_.ignored;
+  }
+}
+
+void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
+                            std::vector<TanOutput>* out) {
+  ++counters_.first_data;
+  const AggHeader& h = *pkt.header;
+  const ChunkId id{h.job_id.host(), h.seq.host()};
+  const uint64_t key = h.job_key.host();
+  auto it = chunks_.find(id);
+  if (it != chunks_.end() && it->second.phase != Phase::kAwaitingFirst) {
+    const Chunk& c = it->second;
+    if (key != c.fields.job_key) {
+      ++counters_.key_mismatch;
+      return;
+    }
+    // The same chunk again (the root reused its slot, or retransmitted): the
+    // answer, once there is one, is always the same datagram.
+    ++counters_.repeat_first;
+    if (c.phase == Phase::kDone) out->push_back(TanOutput{from, c.result});
+    return;
+  }
+  if (pkt.payload_len > options_.max_payload) {
+    ++counters_.malformed;
+    return;
+  }
+  if (it == chunks_.end()) {
+    if (pending_ >= options_.max_pending) {
+      ++counters_.refused_full;
+      return;
+    }
+    it = chunks_.emplace(id, Chunk{}).first;
+    ++pending_;
+  } else {
+    Unschedule(id, it->second);
+  }
+  Chunk& c = it->second;
+  std::vector<Late> early;
+  early.swap(c.early);
+  held_lates_ -= early.size();
+
+  c.phase = Phase::kOpen;
+  AggFields& f = c.fields;
+  f = AggFields{};
+  f.opcode = Opcode::kResult;
+  f.node_id = options_.node_id;
+  f.job_id = id.job_id;
+  f.seq = id.seq;
+  f.job_key = key;
+  f.elem_count = h.elem_count.host();
+  f.dtype = pkt.dtype;
+  f.op = pkt.op;
+  f.scale = h.scale;
+  const uint16_t in_flags = h.flags.host();
+  c.ordered = (in_flags & flags::kOrdered) != 0;
+  c.overflow = (in_flags & flags::kOverflow) != 0;
+  c.batch = c.ordered || options_.trigger == TanTrigger::kBatch;
+  c.reply_to = from;
+  c.first_len = static_cast<uint32_t>(sizeof(AggHeader)) + 2u * h.missing_count + pkt.payload_len;
+  for (uint32_t i = 0; i < h.missing_count; ++i) c.outstanding.insert(pkt.MissingNode(i));
+  c.acc.assign(size_t{f.elem_count} * AccumulatorElementSize(f.dtype), 0);
+  LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
+  Schedule(id, c, now_ns + options_.give_up_ns);
+
+  // Late data that came first goes through the same rules, in arrival order.
+  for (Late& late : early) {
+    if (c.phase == Phase::kDone) {
+      ++counters_.duplicate_late;  // the chunk completed without it
+      continue;
+    }
+    Offer(id, c, std::move(late), now_ns, out);
+  }
+  if (c.phase == Phase::kOpen && c.outstanding.empty()) Finish(id, c, now_ns, out);
+}
+
+void TanEngine::OnLate(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOutput>* out) {
+  ++counters_.late;
+  const AggHeader& h = *pkt.header;
+  const ChunkId id{h.job_id.host(), h.seq.host()};
+  if (pkt.payload_len > options_.max_payload) {
+    ++counters_.malformed;
+    return;
+  }
+  auto it = chunks_.find(id);
+  if (it != chunks_.end() && it->second.phase == Phase::kDone) {
+    if (h.job_key.host() != it->second.fields.job_key) {
+      ++counters_.key_mismatch;
+    } else {
+      ++counters_.late_after_done;
+    }
+    return;
+  }
+
+  Late late;
+  late.node = h.node_id.host();
+  late.flags = h.flags.host();
+  late.key = h.job_key.host();
+  late.dtype = pkt.dtype;
+  late.op = pkt.op;
+  late.scale = h.scale;
+  late.elem_count = h.elem_count.host();
+  late.arrival_ns = now_ns;
+  late.missing.reserve(h.missing_count);
+  for (uint32_t i = 0; i < h.missing_count; ++i) late.missing.push_back(pkt.MissingNode(i));
+  late.payload.assign(pkt.payload, pkt.payload + pkt.payload_len);
+
+  if (it != chunks_.end() && it->second.phase == Phase::kOpen) {
+    Offer(id, it->second, std::move(late), now_ns, out);
+    return;
+  }
+  // Before its first data: held until it comes. One per (node, key): a
+  // retransmission is a duplicate, a forged key does not shadow the real one.
+  if (it != chunks_.end()) {
+    for (const Late& e : it->second.early) {
+      if (e.node == late.node && e.key == late.key) {
+        ++counters_.duplicate_late;
+        return;
+      }
+    }
+  }
+  if (held_lates_ >= options_.max_held_lates ||
+      (it == chunks_.end() && pending_ >= options_.max_pending)) {
+    ++counters_.refused_full;
+    return;
+  }
+  if (it == chunks_.end()) {
+    it = chunks_.emplace(id, Chunk{}).first;
+    ++pending_;
+    Schedule(id, it->second, now_ns + options_.give_up_ns);
+  }
+  it->second.early.push_back(std::move(late));
+  ++held_lates_;
+}
+
+void TanEngine::Offer(const ChunkId& id, Chunk& c, Late&& late, uint64_t now_ns,
+                      std::vector<TanOutput>* out) {
+  Resolution r = Resolve(c, std::move(late));
+  // New outstanding ids may be what a parked late was waiting for. Each pass
+  // that makes progress resolves at least one id, so this ends.
+  while (r == Resolution::kMergedNewIds && !c.parked.empty()) {
+    std::vector<Late> parked;
+    parked.swap(c.parked);
+    held_lates_ -= parked.size();
+    r = Resolution::kDropped;
+    for (Late& p : parked) {
+      const Resolution pr = Resolve(c, std::move(p));
+      if (pr == Resolution::kMergedNewIds) r = pr;
+    }
+  }
+  if (c.outstanding.empty()) Finish(id, c, now_ns, out);
+}
+
+TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
+  const AggFields& f = c.fields;
+  if (late.key != f.job_key) {
+    ++counters_.key_mismatch;
+    return Resolution::kDropped;
+  }
+  if (late.dtype != f.dtype || late.op != f.op || late.scale != f.scale ||
+      late.elem_count != f.elem_count) {
+    ++counters_.malformed;
+    return Resolution::kDropped;
+  }
+  std::sort(late.missing.begin(), late.missing.end());
+  // Whose data the payload holds: the sender, and what a covering switch
+  // covers less what it missed itself.
+  std::vector<uint16_t> content{late.node};
+  if (const auto cov = covers_.find({f.job_id, late.node}); cov != covers_.end()) {
+    for (const uint16_t n : cov->second) {
+      if (n != late.node && !std::binary_search(late.missing.begin(), late.missing.end(), n)) {
+        content.push_back(n);
+      }
+    }
+  }
+  bool resolves = false;
+  for (const uint16_t n : content) {
+    if (c.merged.count(n) != 0) {
+      ++counters_.duplicate_late;  // merging it would count n twice
+      return Resolution::kDropped;
+    }
+    resolves = resolves || c.outstanding.count(n) != 0;
+  }
+  if (!resolves) {
+    if (held_lates_ >= options_.max_held_lates) {
+      ++counters_.duplicate_late;
+      return Resolution::kDropped;
+    }
+    c.parked.push_back(std::move(late));
+    ++held_lates_;
+    return Resolution::kParked;
+  }
+  if (c.batch && held_lates_ >= options_.max_held_lates) {
+    ++counters_.refused_full;
+    return Resolution::kDropped;
+  }
+
+  ++counters_.merged;
+  for (const uint16_t n : content) {
+    c.outstanding.erase(n);
+    c.merged.insert(n);
+  }
+  bool new_ids = false;
+  for (const uint16_t n : late.missing) {
+    if (c.merged.count(n) == 0 && c.outstanding.insert(n).second) new_ids = true;
+  }
+  c.overflow = c.overflow || (late.flags & flags::kOverflow) != 0;
+  if (c.batch) {
+    c.held.push_back(std::move(late));
+    ++held_lates_;
+  } else {
+    const bool saturated =
+        Accumulate(f.dtype, f.op, c.acc.data(), late.payload.data(), f.elem_count);
+    c.overflow = c.overflow || saturated;
+  }
+  return new_ids ? Resolution::kMergedNewIds : Resolution::kMerged;
+}
+
+void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector<TanOutput>* out) {
+  AggFields& f = c.fields;
+  if (c.batch) {
+    std::vector<const Late*> order;
+    order.reserve(c.held.size());
+    for (const Late& l : c.held) order.push_back(&l);
+    if (c.ordered) {
+      std::stable_sort(order.begin(), order.end(),
+                       [](const Late* a, const Late* b) { return a->node < b->node; });
+    }
+    for (const Late* l : order) {
+      const bool saturated =
+          Accumulate(f.dtype, f.op, c.acc.data(), l->payload.data(), f.elem_count);
+      c.overflow = c.overflow || saturated;
+    }
+  }
+  const uint32_t payload_len = f.elem_count * static_cast<uint32_t>(ElementSize(f.dtype));
+  std::vector<uint8_t> payload(payload_len);
+  StoreResult(f.dtype, c.acc.data(), f.elem_count, payload.data());
+
+  const bool incomplete = !c.outstanding.empty();
+  f.flags = static_cast<uint16_t>((c.overflow ? flags::kOverflow : 0) |
+                                  (c.ordered ? flags::kOrdered : 0) |
+                                  (incomplete ? flags::kIncomplete : 0));
+  // The outstanding ids, sorted (std::set), as many as the header and the
+  // first data's path allow.
+  const uint32_t budget = std::max(c.first_len, kPlainMtuPayload);
+  const uint32_t fixed = static_cast<uint32_t>(sizeof(AggHeader)) + payload_len;
+  const size_t fit = budget > fixed ? (budget - fixed) / 2 : 0;
+  const size_t listed = std::min({c.outstanding.size(), kMaxMissingIds, fit});
+  std::vector<uint16_t> missing(c.outstanding.begin(),
+                                std::next(c.outstanding.begin(), static_cast<ptrdiff_t>(listed)));
+  std::vector<uint8_t> datagram(sizeof(AggHeader) + 2 * listed + payload_len);
+  const uint32_t n =
+      BuildAggregation(f, missing.data(), static_cast<uint8_t>(listed), payload.data(), payload_len,
+                       datagram.data(), static_cast<uint32_t>(datagram.size()));
+  datagram.resize(n);  // n == size: the lengths are ours
+  if (incomplete) {
+    ++counters_.gave_up;
+  } else {
+    ++counters_.completed;
+  }
+  out->push_back(TanOutput{c.reply_to, datagram});
+
+  // Keep only the result.
+  Unschedule(id, c);
+  counters_.duplicate_late += c.parked.size();
+  Release(c.held);
+  Release(c.parked);
+  std::vector<uint8_t>().swap(c.acc);
+  c.outstanding.clear();
+  c.merged.clear();
+  c.result = std::move(datagram);
+  c.phase = Phase::kDone;
+  --pending_;
+  while (!done_deadlines_.empty() && done_deadlines_.size() >= options_.max_pending) {
+    Erase(done_deadlines_.begin()->second);  // the oldest result
+  }
+  Schedule(id, c, now_ns + options_.give_up_ns);
+}
+
+void TanEngine::Expire(uint64_t now_ns, std::vector<TanOutput>* out) {
+  while (!pending_deadlines_.empty() && pending_deadlines_.begin()->first < now_ns) {
+    const ChunkId id = pending_deadlines_.begin()->second;
+    Chunk& c = chunks_.find(id)->second;
+    if (c.phase == Phase::kOpen) {
+      Finish(id, c, now_ns, out);  // INCOMPLETE
+      continue;
+    }
+    // Awaiting its first data: drop the lates held too long.
+    Unschedule(id, c);
+    const auto stale = [&](const Late& l) { return l.arrival_ns + options_.give_up_ns < now_ns; };
+    const size_t before = c.early.size();
+    c.early.erase(std::remove_if(c.early.begin(), c.early.end(), stale), c.early.end());
+    counters_.orphan_late += before - c.early.size();
+    held_lates_ -= before - c.early.size();
+    if (c.early.empty()) {
+      chunks_.erase(id);
+      --pending_;
+      continue;
+    }
+    uint64_t oldest = c.early.front().arrival_ns;
+    for (const Late& l : c.early) oldest = std::min(oldest, l.arrival_ns);
+    Schedule(id, c, oldest + options_.give_up_ns);
+  }
+  while (!done_deadlines_.empty() && done_deadlines_.begin()->first < now_ns) {
+    Erase(done_deadlines_.begin()->second);
+  }
+}
+
+void TanEngine::Schedule(const ChunkId& id, Chunk& c, uint64_t deadline_ns) {
+  c.deadline_ns = deadline_ns;
+  (c.phase == Phase::kDone ? done_deadlines_ : pending_deadlines_).insert({deadline_ns, id});
+}
+
+void TanEngine::Unschedule(const ChunkId& id, const Chunk& c) {
+  (c.phase == Phase::kDone ? done_deadlines_ : pending_deadlines_).erase({c.deadline_ns, id});
+}
+
+void TanEngine::Release(std::vector<Late>& lates) {
+  held_lates_ -= lates.size();
+  std::vector<Late>().swap(lates);
+}
+
+void TanEngine::Erase(const ChunkId& id) {
+  const auto it = chunks_.find(id);
+  if (it == chunks_.end()) return;
+  Chunk& c = it->second;
+  Unschedule(id, c);
+  if (c.phase != Phase::kDone) {
+    --pending_;
+    Release(c.early);
+    Release(c.held);
+    Release(c.parked);
+  }
+  chunks_.erase(it);
+}
+
+}  // namespace aggswitch::aggregator

@@ -1,0 +1,244 @@
+// The timeout aggregation node (TAN): merges a root switch's partial result
+// with the late data of the members it timed out on (docs/stragglers.md, "The
+// timeout aggregation node"). The same engine runs in the switch's control
+// thread (`tan: {strategy: self}`) and in `agg-ps` (tools/agg-ps); it does no
+// I/O: the caller parses datagrams (wire.h), feeds them in with their source
+// and the time, and sends the datagrams it gets back.
+//
+//   TanEngine tan(TanOptions{.give_up_ns = 5'000'000'000, .trigger = TanTrigger::kBatch});
+//   std::vector<TanOutput> out;
+//   AggPacket pkt;
+//   if (ParseAggregation(data, len, &pkt) == WireError::kOk) {
+//     tan.OnDatagram(pkt, from, now_ns, &out);
+//   }
+//   tan.Expire(now_ns, &out);                            // every ~10 ms
+//   for (const TanOutput& o : out) send(o.to, o.datagram);
+//
+// Per chunk (job id, seq):
+//   * First data: a PARTIAL from the root: its payload (the root's reduction),
+//     its missing list (node ids still outstanding), its job key. The RESULT
+//     goes back to where the first data came from (`from`).
+//   * Late data: a LATE (the switch sets BYPASS on it), or a CONTRIBUTION with
+//     BYPASS (a self-flagged worker), from node X with its own missing list M.
+//     Its payload holds the data of S = {X}, plus C \ M when SetCovers said
+//     that switch X covers the ids C. It resolves S ∩ outstanding; the ids of
+//     M that are neither outstanding nor already merged become outstanding
+//     (nested timeouts). A late whose S overlaps ids already merged from
+//     another late (it would count them twice) is a duplicate and is dropped.
+//     A late that resolves nothing is a duplicate too, but it is parked until
+//     the chunk finishes (counted duplicate_late then): when a nested missing
+//     list later makes one of its ids outstanding it resolves after all, so a
+//     leaf's late that overtakes its switch's late partial is not lost. Its
+//     key must be the first data's key, and its dtype, op, scale and
+//     elem_count the first data's (else counted key_mismatch or malformed).
+//   * Triggers: kIncremental folds each resolving late into the first data on
+//     arrival; kBatch holds them and reduces when nothing is outstanding. A
+//     first data with ORDERED is always batch and reduces first data, then
+//     the lates in ascending node id (the same bits whatever the arrival
+//     order); otherwise lates are folded in arrival order.
+//   * Late data before its first data is held (at most give_up_ns after its
+//     arrival; counted orphan_late when dropped) and goes through the rules
+//     above, in arrival order, when the first data comes.
+//   * Completion: one RESULT (node_id = TanOptions::node_id; OVERFLOW when a
+//     sum saturated here or an input carried it; ORDERED copied; no missing
+//     list) to the first data's source.
+//   * Give-up (Expire): give_up_ns after the first data with ids still
+//     outstanding, a RESULT with INCOMPLETE and the outstanding ids, sorted,
+//     as its missing list: at most 255 of them, and no more than keeps the
+//     datagram within max(the first data's size, 1472 bytes), so it fits
+//     the path the first data took. Its payload is the partial reduction of
+//     what arrived; workers must not use it (docs/protocol.md, INCOMPLETE).
+//   * A finished chunk is remembered for give_up_ns with its result: a
+//     repeated first data gets that same datagram again (to its own source);
+//     late data for it is counted late_after_done and dropped.
+//
+// Memory is bounded: at most max_pending unfinished chunks (a new one beyond
+// that is refused and counted refused_full), at most max_pending finished
+// ones (the oldest is forgotten first), at most max_held_lates late payloads
+// held in all (batch, ordered and parked lates, lates before their first
+// data; beyond that a late is refused and counted refused_full, or, when it
+// would only have been parked, duplicate_late), payloads of at most
+// max_payload bytes (larger ones count as malformed).
+//
+// Thread safety: [any single thread; not thread-safe]. Control-side code: it
+// allocates, never blocks, and throws nothing of its own (only std::bad_alloc
+// could escape, when the process is out of memory).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "aggregator/wire.h"
+
+namespace aggswitch::aggregator {
+
+// A UDP endpoint, host byte order. Opaque to the engine: the first data's
+// source, handed back as the RESULT's destination.
+struct TanPeer {
+  uint32_t ip = 0;
+  uint16_t port = 0;
+  friend bool operator==(const TanPeer& a, const TanPeer& b) {
+    return a.ip == b.ip && a.port == b.port;
+  }
+};
+
+enum class TanTrigger : uint8_t {
+  kIncremental,  // fold each resolving late on arrival
+  kBatch,        // hold the lates, reduce when nothing is outstanding
+};
+
+struct TanOptions {
+  uint64_t give_up_ns = 5'000'000'000;  // first data -> INCOMPLETE; also how long results are kept
+  TanTrigger trigger = TanTrigger::kIncremental;
+  uint16_t node_id = 0xFFFE;      // the RESULT's node_id
+  size_t max_pending = 4096;      // unfinished chunks (and, apart, finished ones kept)
+  size_t max_held_lates = 16384;  // late payloads held, all chunks together
+  uint32_t max_payload = 9000;    // payload bytes per datagram
+};
+
+// Event counts since construction. `first_data` and `late` count every such
+// datagram; the others say what became of some of them.
+struct TanCounters {
+  uint64_t first_data = 0;       // PARTIALs received
+  uint64_t late = 0;             // LATEs and BYPASS contributions received
+  uint64_t merged = 0;           // lates that resolved ids (folded or held for the batch)
+  uint64_t duplicate_late = 0;   // lates that resolved nothing (or would count ids twice)
+  uint64_t key_mismatch = 0;     // a late or repeated first data with another key
+  uint64_t completed = 0;        // RESULTs for chunks with nothing outstanding
+  uint64_t gave_up = 0;          // INCOMPLETE RESULTs
+  uint64_t orphan_late = 0;      // held lates whose first data never came
+  uint64_t late_after_done = 0;  // lates for a finished chunk
+  uint64_t repeat_first = 0;     // first data for a chunk already open or finished
+  uint64_t refused_full = 0;     // chunks or held lates refused at max_pending / max_held_lates
+  uint64_t malformed = 0;        // dtype/op/scale/elem_count differ from the first data; too large
+  uint64_t ignored = 0;          // other opcodes (RESULT, ACK, a CONTRIBUTION without BYPASS, ...)
+};
+
+// A datagram to send: the whole UDP payload, built with BuildAggregation.
+struct TanOutput {
+  TanPeer to;
+  std::vector<uint8_t> datagram;
+};
+
+class TanEngine {
+ public:
+  explicit TanEngine(const TanOptions& options);
+
+  // Switch `switch_node` of job `job_id` covers these node ids (its members,
+  // transitively; variant 2 of docs/stragglers.md): its late partial resolves
+  // them, less the ids its own missing list names. An empty list forgets the
+  // coverage. Applies to lates processed from now on.
+  void SetCovers(uint32_t job_id, uint16_t switch_node, std::vector<uint16_t> ids);
+
+  // One parsed datagram (ParseAggregation returned kOk) from `from` at
+  // `now_ns` (steady clock). Appends what to send to `out`.
+  void OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
+                  std::vector<TanOutput>* out);
+
+  // Gives up on chunks whose first data is older than give_up_ns (appending
+  // their INCOMPLETE results to `out`), drops held lates older than that, and
+  // forgets results kept longer than that. Call every few milliseconds.
+  void Expire(uint64_t now_ns, std::vector<TanOutput>* out);
+
+  const TanCounters& counters() const { return counters_; }
+  // Unfinished chunks: waiting for late data, or for their first data.
+  size_t pending() const { return pending_; }
+  // Finished chunks whose results are kept.
+  size_t finished() const { return chunks_.size() - pending_; }
+  // Late payloads held (batch mode, ordered chunks, lates before first data).
+  size_t held_lates() const { return held_lates_; }
+
+ private:
+  struct ChunkId {
+    uint32_t job_id = 0;
+    uint32_t seq = 0;
+    friend bool operator==(const ChunkId& a, const ChunkId& b) {
+      return a.job_id == b.job_id && a.seq == b.seq;
+    }
+    friend bool operator<(const ChunkId& a, const ChunkId& b) {
+      return a.job_id != b.job_id ? a.job_id < b.job_id : a.seq < b.seq;
+    }
+  };
+  struct ChunkIdHash {
+    size_t operator()(const ChunkId& c) const {
+      return std::hash<uint64_t>()(uint64_t{c.job_id} << 32 | c.seq);
+    }
+  };
+  // One late datagram, copied out of the caller's buffer.
+  struct Late {
+    uint16_t node = 0;
+    uint16_t flags = 0;
+    uint64_t key = 0;
+    DType dtype = DType::kInt32;
+    ReduceOp op = ReduceOp::kSum;
+    int8_t scale = 0;
+    uint16_t elem_count = 0;
+    uint64_t arrival_ns = 0;
+    std::vector<uint16_t> missing;
+    std::vector<uint8_t> payload;
+  };
+  enum class Phase : uint8_t { kAwaitingFirst, kOpen, kDone };
+  struct Chunk {
+    Phase phase = Phase::kAwaitingFirst;
+    uint64_t deadline_ns = 0;  // its entry in the deadline set of its phase
+    // kAwaitingFirst: lates in arrival order.
+    std::vector<Late> early;
+    // kOpen: the result's fields, where it goes, what is still awaited.
+    AggFields fields;
+    TanPeer reply_to;
+    uint32_t first_len = 0;  // the first data's datagram length
+    bool batch = false;
+    bool ordered = false;
+    bool overflow = false;
+    std::set<uint16_t> outstanding;
+    std::set<uint16_t> merged;  // ids whose data came with a late
+    std::vector<uint8_t> acc;   // first data, plus the folded lates when incremental
+    std::vector<Late> held;     // batch: resolving lates in arrival order
+    std::vector<Late> parked;   // lates that resolved nothing (yet)
+    // kDone: the RESULT datagram, sent again to a repeated first data.
+    std::vector<uint8_t> result;
+  };
+  using Deadlines = std::set<std::pair<uint64_t, ChunkId>>;
+
+  enum class Resolution : uint8_t { kDropped, kParked, kMerged, kMergedNewIds };
+
+  void OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
+                   std::vector<TanOutput>* out);
+  void OnLate(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOutput>* out);
+  // Offers one late to an open chunk: resolves it, retries the parked lates
+  // when it made new ids outstanding, and finishes the chunk when nothing is
+  // outstanding any more.
+  void Offer(const ChunkId& id, Chunk& c, Late&& late, uint64_t now_ns,
+             std::vector<TanOutput>* out);
+  // The resolution rules for one late of an open chunk: folds it (incremental)
+  // or holds it (batch), parks it, or drops it.
+  Resolution Resolve(Chunk& c, Late&& late);
+  // Reduces, builds the RESULT (INCOMPLETE when ids are outstanding), caches
+  // it, moves the chunk to kDone and appends the datagram to `out`.
+  void Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector<TanOutput>* out);
+  // Enters / leaves the deadline set of the chunk's phase.
+  void Schedule(const ChunkId& id, Chunk& c, uint64_t deadline_ns);
+  void Unschedule(const ChunkId& id, const Chunk& c);
+  // Empties a list of held lates, keeping held_lates_ right.
+  void Release(std::vector<Late>& lates);
+  // Forgets a chunk entirely (its deadline entry included).
+  void Erase(const ChunkId& id);
+
+  TanOptions options_;
+  TanCounters counters_;
+  size_t pending_ = 0;
+  size_t held_lates_ = 0;
+  std::unordered_map<ChunkId, Chunk, ChunkIdHash> chunks_;
+  Deadlines pending_deadlines_;  // kAwaitingFirst (oldest held late) and kOpen (give-up)
+  Deadlines done_deadlines_;     // kDone: when the cached result is forgotten
+  // (job id, switch node) -> the node ids it covers, sorted.
+  std::map<std::pair<uint32_t, uint16_t>, std::vector<uint16_t>> covers_;
+};
+
+}  // namespace aggswitch::aggregator

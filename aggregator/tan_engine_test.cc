@@ -1,0 +1,800 @@
+// The timeout aggregation node's merge logic, driven with real datagrams
+// (BuildAggregation) parsed by ParseAggregation, its RESULTs parsed back.
+#include "aggregator/tan_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "aggregator/half.h"
+#include "aggregator/reduce.h"
+
+namespace aggswitch::aggregator {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+constexpr uint64_t kKey = 0x5eed;
+constexpr uint32_t kJob = 7;
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kGiveUp = 100 * kMs;
+constexpr TanPeer kRoot{0x0a000afe, 47000};
+constexpr TanPeer kOtherRoot{0x0a000afd, 47001};
+
+template <typename T>
+Bytes Pack(const std::vector<T>& values) {
+  Bytes out(values.size() * sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
+template <typename T>
+std::vector<T> Unpack(const Bytes& b) {
+  std::vector<T> out(b.size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), b.data(), out.size() * sizeof(T));
+  return out;
+}
+
+// One datagram to feed, before it is built.
+struct Spec {
+  Opcode opcode = Opcode::kPartial;
+  uint16_t flags = 0;
+  uint16_t node = 0;
+  uint32_t job = kJob;
+  uint32_t seq = 1;
+  uint64_t key = kKey;
+  DType dtype = DType::kInt32;
+  ReduceOp op = ReduceOp::kSum;
+  int8_t scale = 0;
+  std::vector<uint16_t> missing;
+  Bytes payload;
+};
+
+// The root's first data: its reduction and the ids it still misses.
+Spec First(Bytes payload, std::vector<uint16_t> missing, DType dtype = DType::kInt32) {
+  Spec s;
+  s.opcode = Opcode::kPartial;
+  s.node = 1;  // the root's own node id; the TAN does not care
+  s.dtype = dtype;
+  s.missing = std::move(missing);
+  s.payload = std::move(payload);
+  return s;
+}
+
+// Late data of `node`, as the switch forwards it (LATE, BYPASS).
+Spec Late(uint16_t node, Bytes payload, std::vector<uint16_t> missing = {},
+          DType dtype = DType::kInt32) {
+  Spec s;
+  s.opcode = Opcode::kLate;
+  s.flags = flags::kBypass;
+  s.node = node;
+  s.dtype = dtype;
+  s.missing = std::move(missing);
+  s.payload = std::move(payload);
+  return s;
+}
+
+Bytes Build(const Spec& s) {
+  AggFields f;
+  f.opcode = s.opcode;
+  f.flags = s.flags;
+  f.node_id = s.node;
+  f.job_id = s.job;
+  f.seq = s.seq;
+  f.job_key = s.key;
+  f.dtype = s.dtype;
+  f.op = s.op;
+  f.scale = s.scale;
+  f.elem_count = static_cast<uint16_t>(s.payload.size() / ElementSize(s.dtype));
+  Bytes buf(sizeof(AggHeader) + 2 * s.missing.size() + s.payload.size());
+  const uint32_t n = BuildAggregation(f, s.missing.data(), static_cast<uint8_t>(s.missing.size()),
+                                      s.payload.data(), static_cast<uint32_t>(s.payload.size()),
+                                      buf.data(), static_cast<uint32_t>(buf.size()));
+  EXPECT_EQ(n, buf.size());
+  return buf;
+}
+
+// A RESULT the engine produced, parsed back.
+struct Parsed {
+  TanPeer to;
+  AggFields f;
+  std::vector<uint16_t> missing;
+  Bytes payload;
+  Bytes datagram;
+};
+
+Parsed ParseOutput(const TanOutput& o) {
+  Parsed p;
+  p.to = o.to;
+  p.datagram = o.datagram;
+  AggPacket pkt;
+  EXPECT_EQ(ParseAggregation(o.datagram.data(), static_cast<uint32_t>(o.datagram.size()), &pkt),
+            WireError::kOk);
+  if (pkt.header == nullptr) return p;
+  p.f = ReadAggFields(*pkt.header);
+  for (uint32_t i = 0; i < pkt.header->missing_count; ++i) p.missing.push_back(pkt.MissingNode(i));
+  p.payload.assign(pkt.payload, pkt.payload + pkt.payload_len);
+  EXPECT_EQ(o.datagram.size(), sizeof(AggHeader) + 2 * p.missing.size() + p.payload.size());
+  return p;
+}
+
+// A TanEngine fed with built datagrams.
+class Tan {
+ public:
+  explicit Tan(TanOptions o = Defaults()) : engine_(o) {}
+  static TanOptions Defaults() {
+    TanOptions o;
+    o.give_up_ns = kGiveUp;
+    return o;
+  }
+  static TanOptions Batch() {
+    TanOptions o = Defaults();
+    o.trigger = TanTrigger::kBatch;
+    return o;
+  }
+
+  std::vector<TanOutput> Feed(const Spec& s, uint64_t now_ns, TanPeer from = kRoot) {
+    const Bytes b = Build(s);
+    AggPacket pkt;
+    EXPECT_EQ(ParseAggregation(b.data(), static_cast<uint32_t>(b.size()), &pkt), WireError::kOk);
+    std::vector<TanOutput> out;
+    engine_.OnDatagram(pkt, from, now_ns, &out);
+    return out;
+  }
+  std::vector<TanOutput> Expire(uint64_t now_ns) {
+    std::vector<TanOutput> out;
+    engine_.Expire(now_ns, &out);
+    return out;
+  }
+  // Feeds `s`, expecting exactly one RESULT back.
+  Parsed FeedForResult(const Spec& s, uint64_t now_ns, TanPeer from = kRoot) {
+    const std::vector<TanOutput> out = Feed(s, now_ns, from);
+    EXPECT_EQ(out.size(), 1u);
+    return out.empty() ? Parsed{} : ParseOutput(out[0]);
+  }
+
+  TanEngine& engine() { return engine_; }
+  const TanCounters& counters() const { return engine_.counters(); }
+
+ private:
+  TanEngine engine_;
+};
+
+void ExpectCompleteResult(const Parsed& r, uint32_t seq = 1) {
+  EXPECT_EQ(r.f.opcode, Opcode::kResult);
+  EXPECT_EQ(r.f.node_id, 0xFFFE);
+  EXPECT_EQ(r.f.job_id, kJob);
+  EXPECT_EQ(r.f.seq, seq);
+  EXPECT_EQ(r.f.job_key, kKey);
+  EXPECT_EQ(r.f.flags & flags::kIncomplete, 0);
+  EXPECT_TRUE(r.missing.empty());
+  EXPECT_EQ(r.to, kRoot);
+}
+
+TEST(TanEngineTest, SeedExampleFirstData76PlusLate2From112Is78) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
+  EXPECT_EQ(tan.engine().pending(), 1u);
+  const Parsed r = tan.FeedForResult(Late(112, Pack<int32_t>({2})), 3 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(r.f.dtype, DType::kInt32);
+  EXPECT_EQ(r.f.op, ReduceOp::kSum);
+  EXPECT_EQ(r.f.elem_count, 1);
+  EXPECT_EQ(r.f.flags, 0);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{78});
+  const TanCounters& c = tan.counters();
+  EXPECT_EQ(c.first_data, 1u);
+  EXPECT_EQ(c.late, 1u);
+  EXPECT_EQ(c.merged, 1u);
+  EXPECT_EQ(c.completed, 1u);
+  EXPECT_EQ(c.gave_up, 0u);
+  EXPECT_EQ(tan.engine().pending(), 0u);
+  EXPECT_EQ(tan.engine().finished(), 1u);
+}
+
+TEST(TanEngineTest, ScaleAndTypeAreCarriedIntoTheResult) {
+  Tan tan;
+  Spec first = First(Pack<int32_t>({1, 2}), {3});
+  first.scale = -8;
+  first.op = ReduceOp::kMax;
+  Spec late = Late(3, Pack<int32_t>({5, -1}));
+  late.scale = -8;
+  late.op = ReduceOp::kMax;
+  EXPECT_TRUE(tan.Feed(first, 0).empty());
+  const Parsed r = tan.FeedForResult(late, 1);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(r.f.scale, -8);
+  EXPECT_EQ(r.f.op, ReduceOp::kMax);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), (std::vector<int32_t>{5, 2}));
+}
+
+TEST(TanEngineTest, SeveralStragglersBatchAndIncrementalGiveTheSameResult) {
+  const Spec first = First(Pack<int32_t>({10, 20, -30}), {4, 11, 6});
+  const std::vector<Spec> lates = {Late(11, Pack<int32_t>({1, 2, 3})),
+                                   Late(4, Pack<int32_t>({100, -200, 300})),
+                                   Late(6, Pack<int32_t>({-7, 7, 1 << 20}))};
+  const std::vector<int32_t> expected = {104, -171, (1 << 20) + 273};
+  for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+    SCOPED_TRACE(o.trigger == TanTrigger::kBatch ? "batch" : "incremental");
+    Tan tan(o);
+    EXPECT_TRUE(tan.Feed(first, 0).empty());
+    // Nothing before the last straggler, the result exactly with it.
+    EXPECT_TRUE(tan.Feed(lates[0], 1).empty());
+    EXPECT_TRUE(tan.Feed(lates[1], 2).empty());
+    EXPECT_EQ(tan.engine().pending(), 1u);
+    const Parsed r = tan.FeedForResult(lates[2], 3);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), expected);
+    EXPECT_EQ(tan.counters().merged, 3u);
+    EXPECT_EQ(tan.engine().pending(), 0u);
+    EXPECT_EQ(tan.engine().held_lates(), 0u);
+  }
+}
+
+TEST(TanEngineTest, FirstDataWithNothingMissingIsTheResultAtOnce) {
+  Tan tan;
+  const Parsed r = tan.FeedForResult(First(Pack<int32_t>({5, 6}), {}), 0);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), (std::vector<int32_t>{5, 6}));
+}
+
+// First data, then nodes 3, 5, 9 (ordered: ((first + l3) + l5) + l9).
+struct OrderedCase {
+  std::vector<float> first = {1e8f, 0.1f, 1.0f, -0.0f};
+  std::vector<float> l3 = {1.0f, 0.2f, 1e-8f, 0.0f};
+  std::vector<float> l5 = {-1e8f, 0.3f, -1.0f, -0.0f};
+  std::vector<float> l9 = {1.0f, 1e7f, 1e-8f, 0.0f};
+
+  std::vector<float> Sum(const std::vector<int>& order) const {
+    std::vector<float> acc = first;
+    for (int node : order) {
+      const std::vector<float>& v = node == 3 ? l3 : node == 5 ? l5 : l9;
+      for (size_t i = 0; i < acc.size(); ++i) {
+        volatile float s = acc[i] + v[i];  // float32 arithmetic, no excess precision
+        acc[i] = s;
+      }
+    }
+    return acc;
+  }
+  Spec FirstSpec(bool ordered) const {
+    Spec s = First(Pack(first), {3, 5, 9}, DType::kFloat32);
+    if (ordered) s.flags |= flags::kOrdered;
+    return s;
+  }
+  Spec LateSpec(int node) const {
+    const std::vector<float>& v = node == 3 ? l3 : node == 5 ? l5 : l9;
+    return Late(static_cast<uint16_t>(node), Pack(v), {}, DType::kFloat32);
+  }
+};
+
+std::vector<uint32_t> Bits(const std::vector<float>& v) {
+  std::vector<uint32_t> out;
+  for (float f : v) out.push_back(std::bit_cast<uint32_t>(f));
+  return out;
+}
+
+TEST(TanEngineTest, OrderedFloatsAreBitIdenticalWhateverTheArrivalOrder) {
+  const OrderedCase k;
+  const std::vector<uint32_t> expected = Bits(k.Sum({3, 5, 9}));
+  std::mt19937 rng(2024);
+  // The first data takes part in the shuffle: lates before it are held.
+  std::vector<int> arrivals = {0, 3, 5, 9};
+  for (int round = 0; round < 20; ++round) {
+    std::shuffle(arrivals.begin(), arrivals.end(), rng);
+    SCOPED_TRACE(::testing::Message() << "arrivals " << arrivals[0] << "," << arrivals[1] << ","
+                                      << arrivals[2] << "," << arrivals[3]);
+    Tan tan;  // incremental: ORDERED overrides it
+    std::vector<TanOutput> out;
+    for (size_t i = 0; i < arrivals.size(); ++i) {
+      const int a = arrivals[i];
+      out = tan.Feed(a == 0 ? k.FirstSpec(true) : k.LateSpec(a), i);
+      if (i + 1 < arrivals.size()) {
+        EXPECT_TRUE(out.empty());
+      }
+    }
+    ASSERT_EQ(out.size(), 1u);
+    const Parsed r = ParseOutput(out[0]);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(r.f.flags, flags::kOrdered);
+    EXPECT_EQ(Bits(Unpack<float>(r.payload)), expected);
+  }
+}
+
+TEST(TanEngineTest, ArrivalOrderFloatSumDependsOnTheOrder) {
+  const OrderedCase k;
+  // The crafted vector: 1e8 + 1 is 1e8 in float32, so where -1e8 comes matters.
+  ASSERT_NE(Bits(k.Sum({5, 3, 9}))[0], Bits(k.Sum({3, 5, 9}))[0]);
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(k.FirstSpec(false), 0).empty());
+  EXPECT_TRUE(tan.Feed(k.LateSpec(5), 1).empty());
+  EXPECT_TRUE(tan.Feed(k.LateSpec(3), 2).empty());
+  const Parsed r = tan.FeedForResult(k.LateSpec(9), 3);
+  EXPECT_EQ(r.f.flags, 0);
+  EXPECT_EQ(Bits(Unpack<float>(r.payload)), Bits(k.Sum({5, 3, 9})));
+  EXPECT_NE(Bits(Unpack<float>(r.payload)), Bits(k.Sum({3, 5, 9})));
+  EXPECT_EQ(Unpack<float>(r.payload)[0], 2.0f);
+  EXPECT_EQ(k.Sum({3, 5, 9})[0], 1.0f);
+}
+
+TEST(TanEngineTest, LateBeforeFirstDataIsHeldAndMerged) {
+  for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+    Tan tan(o);
+    EXPECT_TRUE(tan.Feed(Late(112, Pack<int32_t>({2})), 0).empty());
+    EXPECT_EQ(tan.engine().pending(), 1u);
+    EXPECT_EQ(tan.engine().held_lates(), 1u);
+    // A retransmission of it is a duplicate, not a second contribution.
+    EXPECT_TRUE(tan.Feed(Late(112, Pack<int32_t>({2})), 1).empty());
+    EXPECT_EQ(tan.counters().duplicate_late, 1u);
+    const Parsed r = tan.FeedForResult(First(Pack<int32_t>({76}), {112}), 50 * kMs);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{78});
+    EXPECT_EQ(tan.engine().pending(), 0u);
+    EXPECT_EQ(tan.engine().held_lates(), 0u);
+  }
+}
+
+TEST(TanEngineTest, NestedTimeoutMakesTheLatePartialsMissingIdsOutstanding) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {100}), 0).empty());
+  // Switch 100 timed out on node 2 itself: its late partial lists 2.
+  EXPECT_TRUE(tan.Feed(Late(100, Pack<int32_t>({20}), {2}), 1).empty());
+  EXPECT_EQ(tan.engine().pending(), 1u);
+  const Parsed r = tan.FeedForResult(Late(2, Pack<int32_t>({3})), 2);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1023});
+  EXPECT_EQ(tan.counters().merged, 2u);
+}
+
+TEST(TanEngineTest, LeafLateOvertakingItsSwitchsLatePartialStillCounts) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {100}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(2, Pack<int32_t>({3})), 1).empty());  // resolves nothing yet
+  const Parsed r = tan.FeedForResult(Late(100, Pack<int32_t>({20}), {2}), 2);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1023});
+  EXPECT_EQ(tan.counters().duplicate_late, 0u);
+}
+
+TEST(TanEngineTest, CoverageResolvesWhatTheLateSwitchCoversLessItsOwnMissing) {
+  for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+    Tan tan(o);
+    tan.engine().SetCovers(kJob, 100, {3, 2, 1, 0});
+    EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {0, 1, 2, 3}), 0).empty());
+    // Switch 100's partial holds 0, 1, 3: it resolves them, 2 stays outstanding.
+    EXPECT_TRUE(tan.Feed(Late(100, Pack<int32_t>({30}), {2}), 1).empty());
+    // Node 0 alone again would count it twice: a duplicate.
+    EXPECT_TRUE(tan.Feed(Late(0, Pack<int32_t>({7})), 2).empty());
+    EXPECT_EQ(tan.counters().duplicate_late, 1u);
+    const Parsed r = tan.FeedForResult(Late(2, Pack<int32_t>({4})), 3);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1034});
+  }
+}
+
+TEST(TanEngineTest, CoverageLeavesTheLateSwitchsMissingIdsOutstandingAtGiveUp) {
+  Tan tan;
+  tan.engine().SetCovers(kJob, 100, {0, 1, 2, 3});
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {0, 1, 2, 3}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(100, Pack<int32_t>({30}), {2}), 1).empty());
+  const std::vector<TanOutput> out = tan.Expire(kGiveUp + 1);
+  ASSERT_EQ(out.size(), 1u);
+  const Parsed r = ParseOutput(out[0]);
+  EXPECT_NE(r.f.flags & flags::kIncomplete, 0);
+  EXPECT_EQ(r.missing, std::vector<uint16_t>{2});
+}
+
+TEST(TanEngineTest, GiveUpSendsIncompleteWithTheOutstandingIdsSorted) {
+  for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+    Tan tan(o);
+    EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({10, 10}), {9, 4, 1}), 5).empty());
+    EXPECT_TRUE(tan.Feed(Late(4, Pack<int32_t>({1, 2})), 6).empty());
+    EXPECT_TRUE(tan.Expire(5 + kGiveUp).empty()) << "not more than give_up_ns yet";
+    const std::vector<TanOutput> out = tan.Expire(5 + kGiveUp + 1);
+    ASSERT_EQ(out.size(), 1u);
+    const Parsed r = ParseOutput(out[0]);
+    EXPECT_EQ(r.to, kRoot);
+    EXPECT_EQ(r.f.opcode, Opcode::kResult);
+    EXPECT_EQ(r.f.flags, flags::kIncomplete);
+    EXPECT_EQ(r.missing, (std::vector<uint16_t>{1, 9}));
+    // The partial reduction (workers must not use it).
+    EXPECT_EQ(Unpack<int32_t>(r.payload), (std::vector<int32_t>{11, 12}));
+    EXPECT_EQ(tan.counters().gave_up, 1u);
+    EXPECT_EQ(tan.counters().completed, 0u);
+    EXPECT_EQ(tan.engine().pending(), 0u);
+    // Late data after the give-up is late for a finished chunk.
+    EXPECT_TRUE(tan.Feed(Late(9, Pack<int32_t>({0, 0})), 5 + kGiveUp + 2).empty());
+    EXPECT_EQ(tan.counters().late_after_done, 1u);
+    EXPECT_TRUE(tan.Expire(10 * kGiveUp).empty());
+  }
+}
+
+TEST(TanEngineTest, GiveUpListsAtMost255Ids) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1}), {1000}), 0).empty());
+  std::vector<uint16_t> a, b;
+  for (uint16_t i = 0; i < 255; ++i) a.push_back(i);    // 0..254
+  for (uint16_t i = 500; i < 700; ++i) b.push_back(i);  // 500..699
+  EXPECT_TRUE(tan.Feed(Late(1000, Pack<int32_t>({1}), a), 1).empty());
+  EXPECT_TRUE(tan.Feed(Late(0, Pack<int32_t>({1}), b), 2).empty());  // 454 outstanding now
+  const std::vector<TanOutput> out = tan.Expire(kGiveUp + 1);
+  ASSERT_EQ(out.size(), 1u);
+  const Parsed r = ParseOutput(out[0]);
+  EXPECT_NE(r.f.flags & flags::kIncomplete, 0);
+  ASSERT_EQ(r.missing.size(), 255u);
+  EXPECT_EQ(r.missing.front(), 1);
+  EXPECT_EQ(r.missing[253], 254);
+  EXPECT_EQ(r.missing[254], 500);
+  EXPECT_TRUE(std::is_sorted(r.missing.begin(), r.missing.end()));
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{3});
+}
+
+TEST(TanEngineTest, GiveUpListFitsThePathOfTheFirstData) {
+  Tan tan;
+  const std::vector<int32_t> full(340, 1);  // 1360 bytes: a full chunk at a 1500-byte MTU
+  EXPECT_TRUE(tan.Feed(First(Pack(full), {1000}), 0).empty());
+  std::vector<uint16_t> nested;
+  for (uint16_t i = 0; i < 100; ++i) nested.push_back(i);
+  EXPECT_TRUE(tan.Feed(Late(1000, Pack(full), nested), 1).empty());
+  const std::vector<TanOutput> out = tan.Expire(kGiveUp + 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_LE(out[0].datagram.size(), 1472u);
+  const Parsed r = ParseOutput(out[0]);
+  EXPECT_NE(r.f.flags & flags::kIncomplete, 0);
+  EXPECT_EQ(r.missing.size(), (1472u - 48 - 1360) / 2);
+  EXPECT_EQ(r.missing.front(), 0);
+}
+
+TEST(TanEngineTest, OrphanLateIsDroppedAfterTheGiveUpTime) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(Late(112, Pack<int32_t>({2})), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(113, Pack<int32_t>({5})), 60 * kMs).empty());
+  EXPECT_TRUE(tan.Expire(kGiveUp + 1).empty());
+  EXPECT_EQ(tan.counters().orphan_late, 1u) << "only the older one is past give_up_ns";
+  EXPECT_EQ(tan.engine().pending(), 1u);
+  EXPECT_EQ(tan.engine().held_lates(), 1u);
+  EXPECT_TRUE(tan.Expire(60 * kMs + kGiveUp + 1).empty());
+  EXPECT_EQ(tan.counters().orphan_late, 2u);
+  EXPECT_EQ(tan.engine().pending(), 0u);
+  EXPECT_EQ(tan.engine().held_lates(), 0u);
+  // The first data now waits in vain for 112 and gives up.
+  const uint64_t t = 200 * kMs;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), t).empty());
+  const std::vector<TanOutput> out = tan.Expire(t + kGiveUp + 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(ParseOutput(out[0]).missing, std::vector<uint16_t>{112});
+}
+
+TEST(TanEngineTest, DuplicateLateIsCountedOnce) {
+  for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+    Tan tan(o);
+    EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({10}), {1, 2}), 0).empty());
+    EXPECT_TRUE(tan.Feed(Late(1, Pack<int32_t>({5})), 1).empty());
+    EXPECT_TRUE(tan.Feed(Late(1, Pack<int32_t>({5})), 2).empty());
+    EXPECT_EQ(tan.counters().duplicate_late, 1u);
+    // A node the chunk never waited for resolves nothing.
+    EXPECT_TRUE(tan.Feed(Late(77, Pack<int32_t>({1000})), 3).empty());
+    const Parsed r = tan.FeedForResult(Late(2, Pack<int32_t>({6})), 4);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{21});
+    EXPECT_EQ(tan.counters().duplicate_late, 2u);
+    EXPECT_EQ(tan.counters().merged, 2u);
+    EXPECT_EQ(tan.engine().held_lates(), 0u);
+  }
+}
+
+TEST(TanEngineTest, LateAfterDoneIsDropped) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
+  const Parsed r = tan.FeedForResult(Late(112, Pack<int32_t>({2})), 1);
+  EXPECT_TRUE(tan.Feed(Late(112, Pack<int32_t>({2})), 2).empty());
+  EXPECT_TRUE(tan.Feed(Late(5, Pack<int32_t>({2})), 3).empty());
+  EXPECT_EQ(tan.counters().late_after_done, 2u);
+  EXPECT_EQ(tan.counters().completed, 1u);
+  // Still the same result for a repeated first data.
+  EXPECT_EQ(tan.FeedForResult(First(Pack<int32_t>({76}), {112}), 4).datagram, r.datagram);
+}
+
+TEST(TanEngineTest, RepeatedFirstDataGetsTheCachedResult) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
+  // Again while open: counted, nothing to answer yet.
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 1).empty());
+  const Parsed r = tan.FeedForResult(Late(112, Pack<int32_t>({2})), 2);
+  // Again when done, even with other contents and from elsewhere: the same bytes.
+  const Parsed again =
+      tan.FeedForResult(First(Pack<int32_t>({1}), {112, 113}), 3 * kMs, kOtherRoot);
+  EXPECT_EQ(again.datagram, r.datagram);
+  EXPECT_EQ(again.to, kOtherRoot);
+  EXPECT_EQ(tan.counters().repeat_first, 2u);
+  EXPECT_EQ(tan.counters().first_data, 3u);
+  EXPECT_EQ(tan.counters().completed, 1u);
+  // Remembered for give_up_ns only; then it is a new chunk.
+  EXPECT_TRUE(tan.Expire(2 + kGiveUp + 1).empty());
+  EXPECT_EQ(tan.engine().finished(), 0u);
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 2 * kGiveUp).empty());
+  EXPECT_EQ(tan.engine().pending(), 1u);
+}
+
+TEST(TanEngineTest, RepeatedIncompleteResultIsTheSameToo) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
+  const std::vector<TanOutput> out = tan.Expire(kGiveUp + 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(tan.FeedForResult(First(Pack<int32_t>({76}), {112}), kGiveUp + 2).datagram,
+            out[0].datagram);
+}
+
+TEST(TanEngineTest, KeyMismatchIsDropped) {
+  Tan tan;
+  Spec early = Late(113, Pack<int32_t>({1000}));
+  early.key = 0xbad;
+  EXPECT_TRUE(tan.Feed(early, 0).empty());
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112, 113}), 1).empty());
+  EXPECT_EQ(tan.counters().key_mismatch, 1u) << "the early late, checked at the first data";
+  Spec late = Late(112, Pack<int32_t>({1000}));
+  late.key = 0xbad;
+  EXPECT_TRUE(tan.Feed(late, 2).empty());
+  EXPECT_EQ(tan.counters().key_mismatch, 2u);
+  // A first data with another key gets no result either.
+  Spec first = First(Pack<int32_t>({76}), {112, 113});
+  first.key = 0xbad;
+  EXPECT_TRUE(tan.Feed(first, 3).empty());
+  EXPECT_EQ(tan.counters().key_mismatch, 3u);
+  EXPECT_TRUE(tan.Feed(Late(112, Pack<int32_t>({2})), 4).empty());
+  const Parsed r = tan.FeedForResult(Late(113, Pack<int32_t>({3})), 5);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{81});
+  EXPECT_TRUE(tan.Feed(first, 6).empty()) << "no cached result for another key";
+  EXPECT_EQ(tan.counters().key_mismatch, 4u);
+}
+
+TEST(TanEngineTest, TypeOrLengthMismatchIsMalformed) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76, 1}), {112}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(112, Pack<float>({2, 2}), {}, DType::kFloat32), 1).empty());
+  EXPECT_TRUE(tan.Feed(Late(112, Pack<int32_t>({2})), 2).empty());
+  Spec scaled = Late(112, Pack<int32_t>({2, 2}));
+  scaled.scale = 3;
+  EXPECT_TRUE(tan.Feed(scaled, 3).empty());
+  Spec max = Late(112, Pack<int32_t>({2, 2}));
+  max.op = ReduceOp::kMax;
+  EXPECT_TRUE(tan.Feed(max, 4).empty());
+  EXPECT_EQ(tan.counters().malformed, 4u);
+  EXPECT_EQ(tan.counters().merged, 0u);
+  const Parsed r = tan.FeedForResult(Late(112, Pack<int32_t>({2, 2})), 5);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), (std::vector<int32_t>{78, 3}));
+}
+
+TEST(TanEngineTest, PayloadBeyondMaxPayloadIsMalformed) {
+  TanOptions o = Tan::Defaults();
+  o.max_payload = 8;
+  Tan tan(o);
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1, 2, 3}), {112}), 0).empty());
+  EXPECT_EQ(tan.counters().malformed, 1u);
+  EXPECT_EQ(tan.engine().pending(), 0u);
+}
+
+TEST(TanEngineTest, MaxPendingRefusesNewChunks) {
+  TanOptions o = Tan::Defaults();
+  o.max_pending = 2;
+  Tan tan(o);
+  Spec first = First(Pack<int32_t>({76}), {112});
+  for (uint32_t seq : {1u, 2u, 3u}) {
+    first.seq = seq;
+    EXPECT_TRUE(tan.Feed(first, seq).empty());
+  }
+  EXPECT_EQ(tan.counters().refused_full, 1u);
+  EXPECT_EQ(tan.engine().pending(), 2u);
+  Spec early = Late(112, Pack<int32_t>({2}));
+  early.seq = 4;
+  EXPECT_TRUE(tan.Feed(early, 4).empty());
+  EXPECT_EQ(tan.counters().refused_full, 2u);
+  // A late for a chunk it holds is still welcome; its completion frees room.
+  Spec late = Late(112, Pack<int32_t>({2}));
+  late.seq = 1;
+  EXPECT_EQ(tan.FeedForResult(late, 5).f.seq, 1u);
+  first.seq = 3;
+  EXPECT_TRUE(tan.Feed(first, 6).empty());
+  EXPECT_EQ(tan.engine().pending(), 2u);
+  EXPECT_EQ(tan.counters().refused_full, 2u);
+}
+
+TEST(TanEngineTest, MaxHeldLatesRefusesLatesBeforeTheirFirstData) {
+  TanOptions o = Tan::Defaults();
+  o.max_held_lates = 2;
+  Tan tan(o);
+  for (uint16_t node : {1, 2, 3})
+    EXPECT_TRUE(tan.Feed(Late(node, Pack<int32_t>({1})), node).empty());
+  EXPECT_EQ(tan.counters().refused_full, 1u);
+  EXPECT_EQ(tan.engine().held_lates(), 2u);
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1}), {1, 2, 3}), 4).empty());
+  EXPECT_EQ(tan.engine().held_lates(), 0u);
+  EXPECT_EQ(tan.FeedForResult(Late(3, Pack<int32_t>({1})), 5).payload, Pack<int32_t>({4}));
+}
+
+TEST(TanEngineTest, FinishedResultsAreBounded) {
+  TanOptions o = Tan::Defaults();
+  o.max_pending = 3;
+  Tan tan(o);
+  Spec first = First(Pack<int32_t>({1}), {});
+  for (uint32_t seq = 1; seq <= 10; ++seq) {
+    first.seq = seq;
+    EXPECT_EQ(tan.Feed(first, seq).size(), 1u);
+  }
+  EXPECT_EQ(tan.engine().finished(), 3u);
+  EXPECT_EQ(tan.counters().completed, 10u);
+}
+
+TEST(TanEngineTest, Int32SaturationSetsOverflow) {
+  constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kMin = std::numeric_limits<int32_t>::min();
+  for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+    Tan tan(o);
+    EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({kMax - 1, kMin + 1, 5}), {3}), 0).empty());
+    const Parsed r = tan.FeedForResult(Late(3, Pack<int32_t>({5, -5, 5})), 1);
+    EXPECT_EQ(r.f.flags, flags::kOverflow);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), (std::vector<int32_t>{kMax, kMin, 10}));
+  }
+  // OVERFLOW on an input (the root's or a late partial's) stays on the result.
+  Tan tan;
+  Spec first = First(Pack<int32_t>({1}), {3});
+  first.flags = flags::kOverflow;
+  EXPECT_TRUE(tan.Feed(first, 0).empty());
+  EXPECT_EQ(tan.FeedForResult(Late(3, Pack<int32_t>({1})), 1).f.flags, flags::kOverflow);
+  Tan tan2;
+  EXPECT_TRUE(tan2.Feed(First(Pack<int32_t>({1}), {3}), 0).empty());
+  Spec late = Late(3, Pack<int32_t>({1}));
+  late.flags |= flags::kOverflow;
+  EXPECT_EQ(tan2.FeedForResult(late, 1).f.flags, flags::kOverflow);
+}
+
+// What the switch does with two members' data (slot_table.cc): LoadFirst,
+// Accumulate, StoreResult.
+Bytes SwitchReduce(DType dtype, const Bytes& a, const Bytes& b) {
+  const uint32_t n = static_cast<uint32_t>(a.size() / ElementSize(dtype));
+  std::vector<uint8_t> acc(n * AccumulatorElementSize(dtype));
+  LoadFirst(dtype, a.data(), n, acc.data());
+  EXPECT_FALSE(Accumulate(dtype, ReduceOp::kSum, acc.data(), b.data(), n));
+  Bytes out(a.size());
+  StoreResult(dtype, acc.data(), n, out.data());
+  return out;
+}
+
+TEST(TanEngineTest, SixteenBitFloatsAccumulateInFloat32LikeTheSwitch) {
+  const std::vector<float> a = {0.1f, 1.0f / 3, 60000.0f, -2.5f, 1e-7f, 0.0f};
+  const std::vector<float> b = {0.2f, 1.0f / 3, 60000.0f, 2.5f, 1e-7f, -0.0f};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<uint16_t> ha, hb;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ha.push_back(dtype == DType::kFloat16 ? FloatToHalf(a[i]) : FloatToBFloat16(a[i]));
+      hb.push_back(dtype == DType::kFloat16 ? FloatToHalf(b[i]) : FloatToBFloat16(b[i]));
+    }
+    Tan tan;
+    EXPECT_TRUE(tan.Feed(First(Pack(ha), {1}, dtype), 0).empty());
+    const Parsed r = tan.FeedForResult(Late(1, Pack(hb), {}, dtype), 1);
+    EXPECT_EQ(r.f.dtype, dtype);
+    EXPECT_EQ(r.payload, SwitchReduce(dtype, Pack(ha), Pack(hb)));
+    // The same, spelled out: widen exactly, add in float32, narrow to nearest even.
+    const std::vector<uint16_t> got = Unpack<uint16_t>(r.payload);
+    for (size_t i = 0; i < a.size(); ++i) {
+      const float wa = dtype == DType::kFloat16 ? HalfToFloat(ha[i]) : BFloat16ToFloat(ha[i]);
+      const float wb = dtype == DType::kFloat16 ? HalfToFloat(hb[i]) : BFloat16ToFloat(hb[i]);
+      volatile float sum = wa + wb;
+      EXPECT_EQ(got[i], dtype == DType::kFloat16 ? FloatToHalf(sum) : FloatToBFloat16(sum)) << i;
+    }
+    if (dtype == DType::kFloat16) {
+      EXPECT_EQ(Unpack<uint16_t>(r.payload)[2], 0x7C00) << "60000 + 60000 is +Inf in float16";
+    }
+  }
+  // A lone first data comes back bit for bit, NaN payloads included.
+  const std::vector<uint16_t> odd = {0x7E01, 0xFC00, 0x0001, 0x8000, 0x3555};
+  Tan tan;
+  EXPECT_EQ(tan.FeedForResult(First(Pack(odd), {}, DType::kFloat16), 0).payload, Pack(odd));
+}
+
+TEST(TanEngineTest, BypassContributionIsLateData) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
+  Spec worker = Late(112, Pack<int32_t>({2}));
+  worker.opcode = Opcode::kContribution;
+  const Parsed r = tan.FeedForResult(worker, 1);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{78});
+}
+
+TEST(TanEngineTest, OtherOpcodesAreIgnored) {
+  Tan tan;
+  Spec contribution = Late(112, Pack<int32_t>({2}));
+  contribution.opcode = Opcode::kContribution;
+  contribution.flags = 0;
+  Spec result = First(Pack<int32_t>({2}), {});
+  result.opcode = Opcode::kResult;
+  Spec ack = First({}, {});
+  ack.opcode = Opcode::kAck;
+  for (const Spec& s : {contribution, result, ack}) EXPECT_TRUE(tan.Feed(s, 0).empty());
+  EXPECT_EQ(tan.counters().ignored, 3u);
+  EXPECT_EQ(tan.engine().pending(), 0u);
+}
+
+// Random first data, late data (nested lists, coverage, duplicates, wrong
+// keys and types, other opcodes) and expiries: the bookkeeping holds, each
+// chunk gets one result whatever is repeated, and everything is let go.
+TEST(TanEngineTest, RandomTrafficKeepsTheBookkeeping) {
+  for (const size_t max_pending : {size_t{1000}, size_t{4}}) {
+    SCOPED_TRACE(max_pending);
+    TanOptions o = Tan::Defaults();
+    o.max_pending = max_pending;
+    o.max_held_lates = max_pending == 4 ? 6 : 16384;
+    o.trigger = max_pending == 4 ? TanTrigger::kBatch : TanTrigger::kIncremental;
+    Tan tan(o);
+    tan.engine().SetCovers(kJob, 100, {0, 1, 2, 3});
+    std::mt19937 rng(7);
+    const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+    const auto ids = [&] {
+      std::vector<uint16_t> v;
+      for (int i = pick(4); i > 0; --i) {
+        v.push_back(static_cast<uint16_t>(pick(8) == 0 ? 100 : pick(8)));
+      }
+      return v;
+    };
+    std::map<uint32_t, Bytes> results;  // seq -> its one result
+    const auto record = [&](const std::vector<TanOutput>& out) {
+      for (const TanOutput& x : out) {
+        const Parsed r = ParseOutput(x);
+        ASSERT_EQ(r.f.opcode, Opcode::kResult);
+        auto [it, fresh] = results.emplace(r.f.seq, x.datagram);
+        if (!fresh && max_pending == 1000) {
+          EXPECT_EQ(it->second, x.datagram) << "seq " << r.f.seq;
+        }
+      }
+    };
+    uint64_t now = 0;
+    for (int step = 0; step < 3000; ++step) {
+      now += static_cast<uint64_t>(pick(50)) * 1000;  // the run lasts less than give_up_ns
+      const uint32_t seq = static_cast<uint32_t>(pick(40));
+      const int kind = pick(20);
+      Spec s;
+      if (kind < 4) {
+        s = First(Pack<int32_t>({pick(100)}), ids());
+        if (pick(4) == 0) s.flags |= flags::kOrdered;
+      } else if (kind < 18) {
+        s = Late(static_cast<uint16_t>(pick(6) == 0 ? 100 : pick(8)), Pack<int32_t>({pick(100)}),
+                 ids());
+        if (kind == 17) s.opcode = Opcode::kContribution;
+      } else {
+        s = Late(1, Pack<int32_t>({1}));
+        s.opcode = pick(2) == 0 ? Opcode::kResult : Opcode::kAck;
+      }
+      s.seq = seq;
+      if (pick(50) == 0) s.key = 0xbad;
+      if (pick(50) == 0) s.payload = Pack<int32_t>({1, 2});
+      record(tan.Feed(s, now));
+      if (pick(100) == 0) record(tan.Expire(now));
+      ASSERT_LE(tan.engine().pending(), max_pending);
+      ASSERT_LE(tan.engine().finished(), max_pending);
+      ASSERT_LE(tan.engine().held_lates(), o.max_held_lates);
+    }
+    record(tan.Expire(now + kGiveUp + 1));
+    EXPECT_EQ(tan.engine().pending(), 0u);
+    EXPECT_EQ(tan.engine().held_lates(), 0u);
+    record(tan.Expire(now + 3 * kGiveUp));
+    EXPECT_EQ(tan.engine().finished(), 0u);
+    const TanCounters& c = tan.counters();
+    EXPECT_GT(c.completed, 0u);
+    EXPECT_GT(c.merged, 0u);
+    EXPECT_GT(c.duplicate_late, 0u);
+    EXPECT_GT(c.key_mismatch, 0u);
+    EXPECT_GT(c.malformed, 0u);
+    EXPECT_GT(c.repeat_first, 0u);
+    if (max_pending == 4) {
+      EXPECT_GT(c.refused_full, 0u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace aggswitch::aggregator

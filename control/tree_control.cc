@@ -1,0 +1,131 @@
+#include "control/tree_control.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "aggregator/wire.h"
+#include "dataplane/dataplane.h"
+#include "dataplane/net_headers.h"
+
+namespace aggswitch::control {
+
+using aggregator::Job;
+using aggregator::JobSpec;
+using Clock = std::chrono::steady_clock;
+
+TreeControl::TreeControl(dataplane::Dataplane& dp, aggregator::JobTable& table, Options options)
+    : dp_(dp), table_(table), options_(std::move(options)), tan_(options_.tan) {}
+
+TreeControl::~TreeControl() = default;
+
+void TreeControl::SendArpRequest(uint32_t ip, uint16_t vlan) {
+  uint8_t frame[sizeof(dataplane::EtherHdr) + sizeof(dataplane::ArpHdr)] = {};
+  auto* eth = reinterpret_cast<dataplane::EtherHdr*>(frame);
+  std::memset(eth->dst, 0xff, 6);
+  std::memcpy(eth->src, options_.switch_mac.bytes.data(), 6);
+  eth->ether_type = dataplane::kEtherTypeArp;
+  auto* arp = reinterpret_cast<dataplane::ArpHdr*>(frame + sizeof(dataplane::EtherHdr));
+  arp->htype = dataplane::kArpHtypeEthernet;
+  arp->ptype = dataplane::kEtherTypeIpv4;
+  arp->hlen = 6;
+  arp->plen = 4;
+  arp->oper = dataplane::kArpOpRequest;
+  std::memcpy(arp->sha, options_.switch_mac.bytes.data(), 6);
+  arp->spa = common::be32_t::FromHost(options_.own_ip);
+  arp->tpa = common::be32_t::FromHost(ip);
+  if (vlan != 0) {
+    if (dp_.SendFromSwitch(frame, sizeof(frame), vlan)) ++arp_requests_;
+    return;
+  }
+  for (const uint16_t v : options_.vlans) {
+    if (dp_.SendFromSwitch(frame, sizeof(frame), v)) ++arp_requests_;
+  }
+}
+
+void TreeControl::Resolve(const Job& job, Job::Hop hop, uint32_t ip, uint16_t udp_port,
+                          uint16_t vlan, Clock::time_point now) {
+  Neighbor& n = neighbors_[ip];
+  if (n.resolved) {
+    aggregator::MemberAddr want{n.mac48, static_cast<uint8_t>(n.port_index), n.vlan, ip, udp_port};
+    aggregator::MemberAddr have;
+    if (!job.GetHop(hop, &have) || have.mac48 != want.mac48 || have.port_index != want.port_index ||
+        have.vlan != want.vlan || have.ip != ip || have.udp_port != udp_port) {
+      job.SetHop(hop, want);
+    }
+  }
+  const auto due = n.resolved ? options_.arp_refresh : options_.arp_retry;
+  if (now - n.requested_at >= due) {
+    n.requested_at = now;
+    ++n.requests;
+    SendArpRequest(ip, vlan != 0 ? vlan : options_.own_vlan);
+  }
+}
+
+void TreeControl::Poll(Clock::time_point now) {
+  bool learned = false;
+  dp_.ProcessNeighborReports([&](const dataplane::NeighborReport& r) {
+    const auto it = neighbors_.find(r.ip);
+    if (it == neighbors_.end()) return;  // an answer nobody asked for
+    Neighbor& n = it->second;
+    learned |= !n.resolved || n.mac48 != r.mac48 || n.port_index != r.port_index || n.vlan != r.vlan;
+    n.resolved = true;
+    n.mac48 = r.mac48;
+    n.port_index = r.port_index;
+    n.vlan = r.vlan;
+    n.resolved_at = now;
+  });
+  if (learned || now >= next_scan_) {
+    next_scan_ = now + std::chrono::milliseconds(200);
+    table_.ForEach([&](const Job& job) {
+      if (!job.is_root()) {
+        const aggregator::JobPeer& up = job.upstream();
+        Resolve(job, Job::Hop::kUpstream, up.ip, up.udp_port, up.vlan, now);
+      } else if (job.tan() == JobSpec::Tan::kRemote) {
+        const aggregator::JobPeer tan = job.tan_peer();
+        Resolve(job, Job::Hop::kTan, tan.ip, tan.udp_port, 0, now);
+      } else if (job.tan() == JobSpec::Tan::kSelf) {
+        // The own TAN learns what each child switch covers (variant 2), once per job.
+        auto [it, fresh] = covers_set_.try_emplace(job.id(), job.generation());
+        if (fresh || it->second != job.generation()) {
+          it->second = job.generation();
+          for (uint16_t i = 0; i < job.members(); ++i) {
+            if (!job.IsSwitch(i)) continue;
+            const auto covers = job.Covers(i);
+            tan_.SetCovers(job.id(), job.NodeId(i), std::vector<uint16_t>(covers.begin(), covers.end()));
+          }
+        }
+      }
+    });
+  }
+  // This switch's own TAN.
+  const uint64_t now_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
+  out_.clear();
+  const aggregator::TanPeer self{options_.own_ip, 0};
+  dp_.ProcessTanInput([&](const uint8_t* datagram, uint32_t len) {
+    aggregator::AggPacket pkt;
+    if (aggregator::ParseAggregation(datagram, len, &pkt) != aggregator::WireError::kOk) return;
+    tan_.OnDatagram(pkt, self, now_ns, &out_);
+  });
+  tan_.Expire(now_ns, &out_);
+  for (const aggregator::TanOutput& o : out_) {
+    (void)dp_.SendTanResult(o.datagram.data(), static_cast<uint32_t>(o.datagram.size()));
+  }
+}
+
+std::vector<TreeControl::HopInfo> TreeControl::Hops() const {
+  std::vector<HopInfo> hops;
+  for (const auto& [ip, n] : neighbors_) {
+    HopInfo h;
+    h.ip = ip;
+    h.resolved = n.resolved;
+    h.mac = common::MacAddr::FromU64(n.mac48);
+    h.port_index = n.port_index;
+    h.vlan = n.vlan;
+    h.arp_requests = n.requests;
+    hops.push_back(h);
+  }
+  return hops;
+}
+
+}  // namespace aggswitch::control

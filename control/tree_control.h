@@ -1,0 +1,97 @@
+// The control thread's part of the job trees (docs/stragglers.md).
+//
+// TreeControl, polled by the control loop (JobSpecFromConfig and ChooseTan,
+// in job_control.h, build the jobs' trees):
+//     - resolves every job's next hops (the upstream switch, a remote TAN)
+//       with ARP, flooded through worker 0, and publishes them in the job
+//       (Job::SetHop), where the workers read them;
+//     - runs this switch's own TAN (`tan: {strategy: self}`): the workers
+//       pass first data and late data up a ring, the TanEngine merges them,
+//       and its results go back down to the worker that owns the chunk's
+//       slot, which replicates them to the members.
+//
+//   TreeControl tree(*dp, *table, TreeControl::Options{...});
+//   while (running) { tree.Poll(std::chrono::steady_clock::now()); ... }
+//
+// Thread safety: everything here is [control]; TreeControl::Snapshot and the
+// counters are [control] too (the API reaches them through the control loop).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregator/job_table.h"
+#include "aggregator/tan_engine.h"
+#include "common/net_addr.h"
+#include "common/status.h"
+#include "config/config.h"
+
+namespace aggswitch::dataplane {
+class Dataplane;
+}  // namespace aggswitch::dataplane
+
+namespace aggswitch::control {
+
+class TreeControl {
+ public:
+  struct Options {
+    uint32_t own_ip = 0;    // the aggregation address: ARP's sender address
+    uint16_t own_vlan = 0;  // its VLAN; 0: every VLAN
+    std::vector<uint16_t> vlans;  // the VLANs the ports carry (ARP when no VLAN is known)
+    common::MacAddr switch_mac;
+    aggregator::TanOptions tan;  // this switch's own TAN
+    std::chrono::milliseconds arp_retry{1000};
+    std::chrono::milliseconds arp_refresh{60000};
+  };
+  // One resolved (or pending) next hop, for the API.
+  struct HopInfo {
+    uint32_t ip = 0;
+    bool resolved = false;
+    common::MacAddr mac;
+    uint16_t port_index = 0;
+    uint16_t vlan = 0;
+    uint64_t arp_requests = 0;
+  };
+
+  TreeControl(dataplane::Dataplane& dp, aggregator::JobTable& table, Options options);
+  ~TreeControl();
+
+  // Drains ARP replies and TAN input, publishes resolutions, sends due ARP
+  // requests, runs the own TAN's give-up timer. Never blocks.
+  void Poll(std::chrono::steady_clock::time_point now);
+
+  std::vector<HopInfo> Hops() const;
+  const aggregator::TanCounters& tan_counters() const { return tan_.counters(); }
+  size_t tan_pending() const { return tan_.pending(); }
+  uint64_t arp_requests() const { return arp_requests_; }
+
+ private:
+  struct Neighbor {
+    bool resolved = false;
+    uint64_t mac48 = 0;
+    uint16_t port_index = 0;
+    uint16_t vlan = 0;
+    std::chrono::steady_clock::time_point resolved_at{};
+    std::chrono::steady_clock::time_point requested_at{};
+    uint64_t requests = 0;
+  };
+  void Resolve(const aggregator::Job& job, aggregator::Job::Hop hop, uint32_t ip, uint16_t udp_port,
+               uint16_t vlan, std::chrono::steady_clock::time_point now);
+  void SendArpRequest(uint32_t ip, uint16_t vlan);
+
+  dataplane::Dataplane& dp_;
+  aggregator::JobTable& table_;
+  Options options_;
+  aggregator::TanEngine tan_;
+  std::map<uint32_t, Neighbor> neighbors_;  // by IPv4 address (host order)
+  std::map<uint32_t, uint32_t> covers_set_;  // job id -> generation whose covers the TAN knows
+  std::chrono::steady_clock::time_point next_scan_{};
+  uint64_t arp_requests_ = 0;
+  std::vector<aggregator::TanOutput> out_;
+};
+
+}  // namespace aggswitch::control

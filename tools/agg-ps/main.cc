@@ -1,0 +1,146 @@
+// agg-ps: the parameter node. In this version it plays the timeout
+// aggregation node (TAN) of docs/stragglers.md: it merges a root switch's
+// first data (PARTIAL) with the late data of the members it timed out on and
+// sends the RESULT back to the root.
+//
+//   agg-ps --listen 10.0.10.5:47000 --give-up-ms 5000 --trigger batch
+//          --covers 7:100=0-3 --covers 7:101=4-7 --stats /run/agg-ps.json
+//
+// The loop itself is tools/agg-ps/server.h.
+//
+// Exit codes: 0 stopped by SIGINT/SIGTERM; 1 the socket failed while
+// serving; 2 a bad command line, or the socket could not be bound.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "tools/agg-ps/server.h"
+
+namespace aggswitch::tools {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+void OnStopSignal(int) {
+  g_stop.store(true, std::memory_order_relaxed);
+}
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: the loop's wait returns at once
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int Main(int argc, char** argv) {
+  std::string listen = "0.0.0.0:47000";
+  uint64_t give_up_ms = 5000;
+  uint32_t node_id = 65534;
+  std::string trigger = "incremental";
+  std::vector<std::string> covers;
+  PsServerOptions options;
+  std::string log_level = "info";
+  bool quiet = false;
+
+  CLI::App app{"agg-ps: the parameter node; here its timeout aggregation node (TAN) role"};
+  app.add_option("--listen", listen, "UDP address to serve on (port 0: an ephemeral one)")
+      ->type_name("ADDR:PORT")
+      ->capture_default_str();
+  app.add_option("--give-up-ms", give_up_ms,
+                 "Send an INCOMPLETE result this long after a chunk's first data when late data "
+                 "is still missing; held late data and finished results are kept as long")
+      ->capture_default_str();
+  app.add_option("--trigger", trigger,
+                 "incremental: fold late data on arrival; batch: reduce when all is in (ORDERED "
+                 "chunks always reduce in batch, in node id order)")
+      ->check(CLI::IsMember({"incremental", "batch"}))
+      ->capture_default_str();
+  app.add_option("--node-id", node_id, "node_id of the RESULTs it sends, 0..65535")
+      ->capture_default_str();
+  app.add_option("--covers", covers,
+                 "JOB:SWITCH=IDS: switch node SWITCH of job JOB covers node ids IDS (like 0-3,7); "
+                 "its late partial resolves them, less its own missing list. Repeatable")
+      ->type_name("JOB:SWITCH=IDS");
+  app.add_option("--max-pending", options.tan.max_pending,
+                 "Chunks in progress at most (more are refused and counted)")
+      ->capture_default_str();
+  app.add_option("--stats", options.stats_path,
+                 "Write the counters as JSON to FILE every 500 ms and at exit (atomically)")
+      ->type_name("FILE");
+  app.add_option("--log-level", log_level, "error, warning, info or debug")
+      ->check(CLI::IsMember({"error", "warning", "warn", "info", "debug"}))
+      ->capture_default_str();
+  app.add_flag("-q,--quiet", quiet, "Log errors only (same as --log-level error)");
+  app.footer(
+      "Signals: SIGINT/SIGTERM stop cleanly (exit 0). Exit 2: bad arguments or the "
+      "socket cannot be bound; 1: the socket failed while serving.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  const auto usage_error = [](const std::string& message) {
+    std::fprintf(stderr, "agg-ps: error: %s\n", message.c_str());
+    return kExitUsage;
+  };
+  common::SetLogLevel(quiet ? common::LogLevel::kError : *common::ParseLogLevel(log_level));
+  auto address = ParseListen(listen);
+  if (!address.ok()) return usage_error(address.status().message());
+  options.listen = *address;
+  if (give_up_ms == 0 || give_up_ms > 3'600'000) {
+    return usage_error("--give-up-ms: expected 1..3600000 milliseconds, got " +
+                       std::to_string(give_up_ms));
+  }
+  options.tan.give_up_ns = give_up_ms * 1'000'000;
+  if (node_id > 0xFFFF) {
+    return usage_error("--node-id: expected a node id 0..65535, got " + std::to_string(node_id));
+  }
+  options.tan.node_id = static_cast<uint16_t>(node_id);
+  options.tan.trigger =
+      trigger == "batch" ? aggregator::TanTrigger::kBatch : aggregator::TanTrigger::kIncremental;
+  if (options.tan.max_pending == 0) return usage_error("--max-pending: expected at least 1");
+  for (const std::string& text : covers) {
+    auto spec = ParseCovers(text);
+    if (!spec.ok()) return usage_error(spec.status().message());
+    options.covers.push_back(std::move(*spec));
+  }
+
+  auto server = PsServer::Open(options);
+  if (!server.ok()) return usage_error(server.status().message());
+  InstallSignalHandlers();
+  AGG_LOG(kInfo,
+          "agg-ps serving as TAN on %s:%u: trigger %s, give-up %lu ms, node id %u, %zu "
+          "coverage entries%s%s",
+          options.listen.ip.ToString().c_str(), (*server)->port(), trigger.c_str(),
+          static_cast<unsigned long>(give_up_ms), options.tan.node_id, options.covers.size(),
+          options.stats_path.empty() ? "" : ", stats in ", options.stats_path.c_str());
+  const common::Status status = (*server)->Run(g_stop);
+  if (!status.ok()) {
+    AGG_LOG(kError, "%s", status.message().c_str());
+    return kExitFailed;
+  }
+  const aggregator::TanCounters& c = (*server)->engine().counters();
+  AGG_LOG(kInfo, "agg-ps stopped: %lu completed, %lu gave up, %zu pending",
+          static_cast<unsigned long>(c.completed), static_cast<unsigned long>(c.gave_up),
+          (*server)->engine().pending());
+  return 0;
+}
+
+}  // namespace
+}  // namespace aggswitch::tools
+
+int main(int argc, char** argv) {
+  return aggswitch::tools::Main(argc, argv);
+}

@@ -1,0 +1,340 @@
+#include "tools/agg-ps/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "common/log.h"
+
+namespace aggswitch::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using aggregator::TanOutput;
+
+// Datagrams per recvmmsg; each buffer holds the largest UDP payload, so
+// nothing is ever truncated (the engine refuses what exceeds max_payload).
+constexpr uint32_t kBatch = 32;
+constexpr uint32_t kBufferBytes = 65536;
+// How long a full send buffer may hold one datagram up.
+constexpr int kSendWaitMs = 10;
+
+uint64_t NowNs(Clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
+std::string ErrnoText() {
+  return std::strerror(errno);
+}
+
+template <typename T>
+bool ParseNumber(std::string_view text, T* value) {
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  const auto [next, ec] = std::from_chars(first, last, *value);
+  return first != last && ec == std::errc() && next == last;
+}
+
+}  // namespace
+
+common::Result<ListenAddress> ParseListen(std::string_view text) {
+  ListenAddress a;
+  const size_t colon = text.find(':');
+  const auto ip = common::Ipv4Addr::Parse(text.substr(0, colon));
+  bool ok = ip.has_value() && colon != std::string_view::npos;
+  if (ok) {
+    a.ip = *ip;
+    ok = ParseNumber(text.substr(colon + 1), &a.port);
+  }
+  if (!ok) {
+    return common::InvalidArgument(
+        "--listen: expected ADDR:PORT (an IPv4 address and a port "
+        "0..65535, e.g. 0.0.0.0:47000), got \"" +
+        std::string(text) + "\"");
+  }
+  return a;
+}
+
+common::Result<std::vector<uint16_t>> ParseIdList(std::string_view text) {
+  std::vector<uint16_t> ids;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = text.find(',', at);
+    const std::string_view item =
+        text.substr(at, comma == std::string_view::npos ? comma : comma - at);
+    const size_t dash = item.find('-');
+    uint16_t lo = 0, hi = 0;
+    bool ok = dash == std::string_view::npos ? ParseNumber(item, &lo)
+                                             : ParseNumber(item.substr(0, dash), &lo) &&
+                                                   ParseNumber(item.substr(dash + 1), &hi);
+    if (dash == std::string_view::npos) hi = lo;
+    if (!ok || lo > hi) {
+      return common::InvalidArgument("\"" + std::string(item) +
+                                     "\" is not a node id (0..65535) or a range LO-HI");
+    }
+    for (uint32_t id = lo; id <= hi; ++id) ids.push_back(static_cast<uint16_t>(id));
+    if (comma == std::string_view::npos) break;
+    at = comma + 1;
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+common::Result<CoverSpec> ParseCovers(std::string_view text) {
+  const std::string expected =
+      "--covers: expected JOB:SWITCH=IDS (IDS like 0-3,7), got \"" + std::string(text) + "\"";
+  const size_t colon = text.find(':');
+  const size_t equals = text.find('=');
+  if (colon == std::string_view::npos || equals == std::string_view::npos || equals < colon) {
+    return common::InvalidArgument(expected);
+  }
+  CoverSpec c;
+  if (!ParseNumber(text.substr(0, colon), &c.job_id)) {
+    return common::InvalidArgument(expected + ": JOB is not a job id (0..4294967295)");
+  }
+  if (!ParseNumber(text.substr(colon + 1, equals - colon - 1), &c.switch_node)) {
+    return common::InvalidArgument(expected + ": SWITCH is not a node id (0..65535)");
+  }
+  auto ids = ParseIdList(text.substr(equals + 1));
+  if (!ids.ok()) return common::InvalidArgument(expected + ": " + ids.status().message());
+  c.ids = std::move(*ids);
+  return c;
+}
+
+struct PsServer::Batch {
+  mmsghdr msgs[kBatch];
+  iovec iov[kBatch];
+  sockaddr_in from[kBatch];
+};
+
+common::Result<std::unique_ptr<PsServer>> PsServer::Open(const PsServerOptions& options) {
+  const std::string where =
+      "--listen " + options.listen.ip.ToString() + ":" + std::to_string(options.listen.port);
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return common::Unavailable("socket(AF_INET, SOCK_DGRAM): " + ErrnoText());
+  // Buffer sizes are wishes (the kernel caps them); DF like every aggregation
+  // datagram (docs/protocol.md: never fragmented).
+  const int buffer_bytes = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
+  const int pmtu = IP_PMTUDISC_DO;
+  setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(options.listen.ip.addr);
+  local.sin_port = htons(options.listen.port);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
+    const std::string why = ErrnoText();
+    close(fd);
+    return common::Unavailable(where + ": cannot bind: " + why +
+                               " (expected a local IPv4 address and a free UDP port)");
+  }
+  socklen_t len = sizeof(local);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
+  return std::unique_ptr<PsServer>(new PsServer(options, fd, ntohs(local.sin_port)));
+}
+
+PsServer::PsServer(const PsServerOptions& options, int fd, uint16_t port)
+    : options_(options),
+      fd_(fd),
+      port_(port),
+      engine_(options.tan),
+      buffers_(size_t{kBatch} * kBufferBytes),
+      batch_(std::make_unique<Batch>()) {
+  for (const CoverSpec& c : options_.covers) engine_.SetCovers(c.job_id, c.switch_node, c.ids);
+}
+
+PsServer::~PsServer() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool PsServer::MayWarn() {
+  const Clock::time_point now = Clock::now();
+  if (now - last_warning_ < std::chrono::seconds(1)) {
+    ++suppressed_warnings_;
+    return false;
+  }
+  if (suppressed_warnings_ > 0) {
+    AGG_LOG(kWarning, "%lu similar warnings suppressed",
+            static_cast<unsigned long>(suppressed_warnings_));
+    suppressed_warnings_ = 0;
+  }
+  last_warning_ = now;
+  return true;
+}
+
+common::Result<uint32_t> PsServer::ReceiveBatch(std::vector<TanOutput>* out) {
+  Batch& b = *batch_;
+  for (uint32_t i = 0; i < kBatch; ++i) {
+    b.iov[i] = iovec{buffers_.data() + size_t{i} * kBufferBytes, kBufferBytes};
+    msghdr& h = b.msgs[i].msg_hdr;
+    h = msghdr{};
+    h.msg_name = &b.from[i];
+    h.msg_namelen = sizeof(sockaddr_in);
+    h.msg_iov = &b.iov[i];
+    h.msg_iovlen = 1;
+  }
+  const int r = recvmmsg(fd_, b.msgs, kBatch, MSG_DONTWAIT, nullptr);
+  if (r < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0u;
+    return common::Unavailable("recvmmsg: " + ErrnoText());
+  }
+  const uint64_t now_ns = NowNs(Clock::now());
+  for (int i = 0; i < r; ++i) {
+    ++counters_.rx_datagrams;
+    const uint8_t* data = buffers_.data() + size_t(i) * kBufferBytes;
+    aggregator::AggPacket pkt;
+    const aggregator::WireError err = aggregator::ParseAggregation(data, b.msgs[i].msg_len, &pkt);
+    if (err != aggregator::WireError::kOk) {
+      ++counters_.parse_errors;
+      AGG_LOG(kDebug, "dropped a datagram of %u bytes: %s", b.msgs[i].msg_len,
+              aggregator::WireErrorLabel(err));
+      continue;
+    }
+    const aggregator::TanPeer from{ntohl(b.from[i].sin_addr.s_addr), ntohs(b.from[i].sin_port)};
+    engine_.OnDatagram(pkt, from, now_ns, out);
+  }
+  return static_cast<uint32_t>(r);
+}
+
+void PsServer::Send(const std::vector<TanOutput>& out) {
+  for (const TanOutput& o : out) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(o.to.ip);
+    to.sin_port = htons(o.to.port);
+    bool waited = false;
+    while (true) {
+      const ssize_t n = sendto(fd_, o.datagram.data(), o.datagram.size(), MSG_DONTWAIT,
+                               reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+      if (n >= 0) {
+        ++counters_.tx_datagrams;
+        AGG_LOG(kDebug, "sent %zu bytes to %s:%u", o.datagram.size(),
+                common::Ipv4Addr{o.to.ip}.ToString().c_str(), o.to.port);
+        break;
+      }
+      if (errno == EINTR) continue;
+      if ((errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) && !waited) {
+        pollfd p{fd_, POLLOUT, 0};
+        poll(&p, 1, kSendWaitMs);
+        waited = true;
+        continue;
+      }
+      const bool full = errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS;
+      ++(full ? counters_.tx_dropped : counters_.tx_errors);
+      if (MayWarn()) {
+        AGG_LOG(kWarning, "send %zu bytes to %s:%u: %s", o.datagram.size(),
+                common::Ipv4Addr{o.to.ip}.ToString().c_str(), o.to.port, ErrnoText().c_str());
+      }
+      break;
+    }
+  }
+}
+
+common::Status PsServer::Run(const std::atomic<bool>& stop) {
+  std::vector<TanOutput> out;
+  Clock::time_point next_expire = Clock::now() + options_.expire_period;
+  Clock::time_point next_stats =
+      options_.stats_path.empty() ? Clock::time_point::max() : Clock::now();
+  common::Status status;
+  while (!stop.load(std::memory_order_relaxed)) {
+    auto got = ReceiveBatch(&out);
+    if (!got.ok()) {
+      status = got.status();
+      break;
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= next_expire) {
+      engine_.Expire(NowNs(now), &out);
+      next_expire = now + options_.expire_period;
+    }
+    if (!out.empty()) {
+      Send(out);
+      out.clear();
+    }
+    if (now >= next_stats) {
+      if (const common::Status s = WriteStats(); !s.ok() && MayWarn()) {
+        AGG_LOG(kWarning, "%s", s.message().c_str());
+      }
+      next_stats = now + options_.stats_period;
+    }
+    if (*got == kBatch) continue;  // more may be waiting
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(
+        std::min(next_expire, next_stats) - Clock::now());
+    pollfd p{fd_, POLLIN, 0};
+    // A signal interrupts the wait (EINTR), and the loop looks at `stop`.
+    poll(&p, 1, static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000)));
+  }
+  if (!options_.stats_path.empty()) {
+    if (const common::Status s = WriteStats(); !s.ok())
+      AGG_LOG(kWarning, "%s", s.message().c_str());
+  }
+  return status;
+}
+
+std::string PsServer::StatsJson() const {
+  const aggregator::TanCounters& t = engine_.counters();
+  const std::pair<const char*, uint64_t> fields[] = {
+      {"first_data", t.first_data},
+      {"late", t.late},
+      {"merged", t.merged},
+      {"duplicate_late", t.duplicate_late},
+      {"key_mismatch", t.key_mismatch},
+      {"completed", t.completed},
+      {"gave_up", t.gave_up},
+      {"orphan_late", t.orphan_late},
+      {"late_after_done", t.late_after_done},
+      {"repeat_first", t.repeat_first},
+      {"refused_full", t.refused_full},
+      {"malformed", t.malformed},
+      {"ignored", t.ignored},
+      {"pending", engine_.pending()},
+      {"finished", engine_.finished()},
+      {"held_lates", engine_.held_lates()},
+      {"rx_datagrams", counters_.rx_datagrams},
+      {"parse_errors", counters_.parse_errors},
+      {"tx_datagrams", counters_.tx_datagrams},
+      {"tx_errors", counters_.tx_errors},
+      {"tx_dropped", counters_.tx_dropped},
+      {"stats_errors", counters_.stats_errors},
+  };
+  std::string json = "{";
+  for (const auto& [name, value] : fields) {
+    if (json.size() > 1) json += ", ";
+    json += "\"" + std::string(name) + "\": " + std::to_string(value);
+  }
+  json += "}\n";
+  return json;
+}
+
+common::Status PsServer::WriteStats() {
+  const std::string& path = options_.stats_path;
+  const std::string tmp = path + ".tmp";
+  const std::string json = StatsJson();
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  bool ok = f != nullptr;
+  if (ok) {
+    ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+    ok = std::fclose(f) == 0 && ok;
+  }
+  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    ++counters_.stats_errors;
+    return common::Unavailable("--stats " + path + ": cannot write: " + ErrnoText());
+  }
+  return common::Status::Ok();
+}
+
+}  // namespace aggswitch::tools

@@ -1,0 +1,120 @@
+// agg-ps's server: the parameter node's timeout aggregation node (TAN) role
+// on one UDP socket (docs/stragglers.md, "The timeout aggregation node").
+//
+// A single-threaded poll loop: it receives datagrams in batches (recvmmsg),
+// parses them (aggregator/wire.h), feeds them to an aggregator::TanEngine,
+// calls its Expire about every 10 ms, and sends what the engine returns to
+// where the engine says (the first data's source). With a stats path it
+// writes the counters as one JSON object, atomically (a temporary file
+// renamed over the old one), every 500 ms and when the loop ends.
+//
+//   ASSIGN_OR_RETURN(auto server, PsServer::Open(options));    // binds the socket
+//   std::atomic<bool> stop{false};                              // set by a signal handler
+//   RETURN_IF_ERROR(server->Run(stop));                         // until stop
+//
+// The option parsers here are the command line's (tools/agg-ps/main.cc);
+// their errors name the option and what it expects.
+//
+// Thread safety: Open and the parsers [any]. Run, WriteStats and the
+// accessors belong to one thread (the one that runs the loop), except that
+// `stop` may be set from anywhere, a signal handler included.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "aggregator/tan_engine.h"
+#include "common/net_addr.h"
+#include "common/status.h"
+
+namespace aggswitch::tools {
+
+// --listen ADDR:PORT.
+struct ListenAddress {
+  common::Ipv4Addr ip;
+  uint16_t port = aggregator::kAggUdpPort;
+};
+
+// --covers JOB:SWITCH=IDS: switch node SWITCH of job JOB covers node ids IDS.
+struct CoverSpec {
+  uint32_t job_id = 0;
+  uint16_t switch_node = 0;
+  std::vector<uint16_t> ids;
+};
+
+// "a.b.c.d:port" (port 0: an ephemeral one).
+common::Result<ListenAddress> ParseListen(std::string_view text);
+// "0-3,7,9-10": node ids and inclusive ranges, comma-separated; sorted, without repeats.
+common::Result<std::vector<uint16_t>> ParseIdList(std::string_view text);
+// "JOB:SWITCH=IDS", e.g. "7:100=0-3,7".
+common::Result<CoverSpec> ParseCovers(std::string_view text);
+
+struct PsServerOptions {
+  ListenAddress listen;
+  aggregator::TanOptions tan;
+  std::vector<CoverSpec> covers;
+  std::string stats_path;  // empty: no stats file
+  std::chrono::milliseconds expire_period{10};
+  std::chrono::milliseconds stats_period{500};
+};
+
+// The socket's side of the counts; the engine's are aggregator::TanCounters.
+struct PsSocketCounters {
+  uint64_t rx_datagrams = 0;
+  uint64_t parse_errors = 0;  // ParseAggregation refused the datagram
+  uint64_t tx_datagrams = 0;
+  uint64_t tx_errors = 0;     // the kernel refused one (no route, too long, ...)
+  uint64_t tx_dropped = 0;    // the send buffer stayed full
+  uint64_t stats_errors = 0;  // the stats file could not be written
+};
+
+class PsServer {
+ public:
+  // Opens and binds the socket (the error names --listen), sets up the engine.
+  static common::Result<std::unique_ptr<PsServer>> Open(const PsServerOptions& options);
+  ~PsServer();
+  PsServer(const PsServer&) = delete;
+  PsServer& operator=(const PsServer&) = delete;
+
+  // The bound port (the ephemeral one when --listen said port 0).
+  uint16_t port() const { return port_; }
+
+  // Serves until `stop` is true (it is looked at at least every
+  // expire_period), then writes the stats once more. An error only when the
+  // socket fails.
+  common::Status Run(const std::atomic<bool>& stop);
+
+  // The counters as one JSON object, and that object written to the stats
+  // path through a rename (a failure is also counted in stats_errors).
+  std::string StatsJson() const;
+  common::Status WriteStats();
+
+  const aggregator::TanEngine& engine() const { return engine_; }
+  const PsSocketCounters& socket_counters() const { return counters_; }
+
+ private:
+  PsServer(const PsServerOptions& options, int fd, uint16_t port);
+  // Receives one batch and feeds it to the engine; how many came.
+  common::Result<uint32_t> ReceiveBatch(std::vector<aggregator::TanOutput>* out);
+  void Send(const std::vector<aggregator::TanOutput>& out);
+
+  PsServerOptions options_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  aggregator::TanEngine engine_;
+  PsSocketCounters counters_;
+  std::vector<uint8_t> buffers_;  // kBatch receive buffers of kBufferBytes
+  struct Batch;
+  std::unique_ptr<Batch> batch_;
+  // Send and stats-file warnings: at most one a second.
+  bool MayWarn();
+  std::chrono::steady_clock::time_point last_warning_{};
+  uint64_t suppressed_warnings_ = 0;
+};
+
+}  // namespace aggswitch::tools
