@@ -247,6 +247,7 @@ struct ClientStats {
   uint64_t float_fallbacks = 0;    // fixed-point allreduces sent as float32: NaN or Inf in the data
   uint64_t overflow_redos = 0;     // chunks redone in float32 after an OVERFLOW result
   uint64_t saturated_chunks = 0;   // int32 results that came back saturated
+  uint64_t notices = 0;            // NOTICEs: start or stop flagging contributions BYPASS
 };
 
 // One allreduce started with Client::Start.

@@ -667,6 +667,28 @@ TEST(ClientTest, ArgumentsAndOptionsAreChecked) {
   EXPECT_EQ((*client)->ChunkElements(DType::kBFloat16), 680u);
 }
 
+// A NOTICE tells a predicted straggler to flag its data BYPASS; the other
+// ranks never flag theirs, and the allreduce is unaffected.
+TEST(ClientTest, ANoticeMakesARankFlagItsContributions) {
+  TestSwitch::Options options;
+  options.notice_node = 1;
+  TestSwitch sw(options);
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 28, 3);
+  o.window = 1;  // one chunk at a time: the notice lands before the next chunk is built
+  std::vector<ClientStats> stats(3);
+  ExpectAllOk(RunRanks(o, AllRanks(3), [&](Client& c) {
+    std::vector<int32_t> v(kFullChunk * 6, static_cast<int32_t>(c.options().rank) + 1);
+    RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum));
+    stats[c.options().rank] = c.stats();
+    return v.back() == 6 ? common::Status::Ok() : common::Internal("wrong sum");
+  }));
+  EXPECT_GE(stats[1].notices, 1u);
+  EXPECT_EQ(stats[0].notices, 0u);
+  EXPECT_GE(sw.bypass_flags(), 5u) << "rank 1's chunks after the first carry the flag";
+  EXPECT_LE(sw.bypass_flags(), 6u) << "only rank 1 flags";
+}
+
 TEST(ClientTest, DestroyingTheClientEndsItsAllReduces) {
   TestSwitch sw({});
   ASSERT_TRUE(sw.ok());

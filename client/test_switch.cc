@@ -257,6 +257,11 @@ void TestSwitch::Loop() {
                          u.outcome == aggregator::SlotOutcome::kCompleted;
     if (counted && (hflags & flags::kTaskInfo)) ++task_info_flags_;
     if (counted && (hflags & flags::kOrdered)) ++ordered_flags_;
+    if (counted && (hflags & flags::kBypass)) ++bypass_flags_;
+    if (static_cast<int>(h.node_id.host()) == s.options.notice_node && !(hflags & flags::kBypass)) {
+      ++notices_;
+      s.Answer(h, Opcode::kNotice, static_cast<uint32_t>(aggregator::NoticeKind::kSelfFlag), from);
+    }
     switch (u.outcome) {
       case aggregator::SlotOutcome::kHeld:
         held.push_back(std::move(copy));

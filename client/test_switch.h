@@ -44,6 +44,10 @@ class TestSwitch {
     double drop_out = 0;       // probability that one member's copy of a result is lost
     double duplicate_out = 0;  // probability that one member's copy of a result is sent twice
     uint64_t seed = 1;
+    // A predicted straggler: a contribution from this node without the
+    // BYPASS flag is answered with a NOTICE to flag its data (the test
+    // switch still reduces it). -1: none.
+    int notice_node = -1;
   };
 
   explicit TestSwitch(const Options& options);
@@ -64,6 +68,8 @@ class TestSwitch {
   // Contributions counted in a slot (not retransmissions) that carried the flag.
   uint64_t task_info_flags() const { return task_info_flags_.load(); }
   uint64_t ordered_flags() const { return ordered_flags_.load(); }
+  uint64_t bypass_flags() const { return bypass_flags_.load(); }
+  uint64_t notices() const { return notices_.load(); }
   // Contributions received with the RETRANSMISSION flag, counted or not.
   uint64_t retransmissions() const { return retransmissions_.load(); }
   // Sequence numbers of the completed chunks of `job`, in completion order.
@@ -77,7 +83,8 @@ class TestSwitch {
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> contributions_{0}, completed_{0}, registrations_{0}, task_infos_{0},
-      acks_{0}, nacks_{0}, task_info_flags_{0}, ordered_flags_{0}, retransmissions_{0};
+      acks_{0}, nacks_{0}, task_info_flags_{0}, ordered_flags_{0}, retransmissions_{0},
+      bypass_flags_{0}, notices_{0};
   mutable std::mutex log_mu_;
   std::vector<std::pair<uint32_t, uint32_t>> completed_log_;  // (job, seq), guarded by log_mu_
   std::thread thread_;

@@ -103,6 +103,8 @@ json LcoreJson(const LcoreSnapshot& l) {
   agg["slots"] = l.slots;
   agg["slots_busy"] = l.slots_busy;
   agg["slots_complete"] = l.slots_complete;
+  agg["slot_timers"] = l.slot_timers;
+  agg["bypass_entries"] = l.bypass_entries;
   j["aggregation"] = std::move(agg);
   return j;
 }

@@ -287,7 +287,12 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
                   &LcoreSnapshot::slots_busy},
         SlotGauge{"aggswitch_aggregation_slots_complete",
                   "Slots holding a result until every member acknowledged it.",
-                  &LcoreSnapshot::slots_complete}}) {
+                  &LcoreSnapshot::slots_complete},
+        SlotGauge{"aggswitch_aggregation_slot_timers", "Slots whose timeout timer is armed.",
+                  &LcoreSnapshot::slot_timers},
+        SlotGauge{"aggswitch_aggregation_bypass_entries",
+                  "Live bypass entries: members a timeout left behind, waiting for their late data.",
+                  &LcoreSnapshot::bypass_entries}}) {
     e.Family(g.name, "gauge", g.help);
     for (const LcoreSnapshot& l : snap.lcores)
       e.Sample(g.name, {{"lcore", std::to_string(l.lcore)}}, l.*g.field);

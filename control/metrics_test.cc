@@ -72,6 +72,8 @@ StatsSnapshot SyntheticSnapshot() {
   l.agg[static_cast<size_t>(dataplane::AggCounter::reduced_bytes)] = 3072;
   l.slots = 512;
   l.slots_busy = 3;
+  l.slot_timers = 2;
+  l.bypass_entries = 5;
   s.lcores.push_back(l);
 
   s.mac_table = {/*entries=*/4,        /*capacity=*/8192,
@@ -158,6 +160,8 @@ TEST(MetricsTest, ExactSeriesLines) {
           R"(aggswitch_aggregation_collisions_total{lcore="1"} 0)",
           R"(aggswitch_aggregation_slots{lcore="1"} 512)",
           R"(aggswitch_aggregation_slots_busy{lcore="1"} 3)",
+          R"(aggswitch_aggregation_slot_timers{lcore="1"} 2)",
+          R"(aggswitch_aggregation_bypass_entries{lcore="1"} 5)",
           R"(aggswitch_lcore_tsc_hertz 2400000000)",
           R"(aggswitch_mac_table_entries 4)",
           R"(aggswitch_mac_table_capacity_entries 8192)",

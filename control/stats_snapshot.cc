@@ -35,6 +35,10 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
       l.slots = slots->size();
       l.slots_busy = slots->busy();
       l.slots_complete = slots->complete();
+      l.slot_timers = slots->armed_timers();
+    }
+    if (const aggregator::BypassTable* bypass = dp.worker_bypass(i); bypass != nullptr) {
+      l.bypass_entries = bypass->live();
     }
     l.busy_cycles = c.busy_cycles.Get();
     l.idle_cycles = c.idle_cycles.Get();

@@ -72,6 +72,8 @@ struct LcoreSnapshot : dataplane::WorkerInfo {
   uint32_t slots = 0;           // aggregation slots this lcore owns (0: aggregation off)
   uint32_t slots_busy = 0;      // of those, aggregating or holding a result
   uint32_t slots_complete = 0;  // of those, holding a result
+  uint32_t slot_timers = 0;     // slots whose timer is armed
+  uint32_t bypass_entries = 0;  // live bypass entries (docs/stragglers.md)
 
   uint64_t busy_cycles = 0;
   uint64_t idle_cycles = 0;

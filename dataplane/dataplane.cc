@@ -732,10 +732,4 @@ bool Dataplane::SendTanResult(const uint8_t* datagram, uint32_t len) {
   return true;
 }
 
-uint32_t Dataplane::bypass_live() const {
-  uint32_t live = 0;
-  for (const auto& table : bypass_tables_) live += table->live();
-  return live;
-}
-
 }  // namespace aggswitch::dataplane

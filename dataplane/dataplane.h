@@ -152,8 +152,11 @@ class Dataplane {
   // header on) to the worker that owns its slot, which replicates it down
   // the tree. False when the mempool or the ring is full or it does not parse.
   bool SendTanResult(const uint8_t* datagram, uint32_t len);
-  // Bypass entries live on every worker. [any]
-  uint32_t bypass_live() const;
+  // Worker `index`'s bypass table, or nullptr when aggregation is off. [any:
+  // only its relaxed gauges]
+  const aggregator::BypassTable* worker_bypass(size_t index) const {
+    return index < bypass_tables_.size() ? bypass_tables_[index].get() : nullptr;
+  }
 
   uint64_t tsc_hz() const { return tsc_hz_; }
   // The MAC table's clock: TSC >> tick_shift, about one tick per second.

@@ -109,6 +109,7 @@ ClientStats Engine::Stats() const {
   s.float_fallbacks = get(counters_.float_fallbacks);
   s.overflow_redos = get(counters_.overflow_redos);
   s.saturated_chunks = get(counters_.saturated_chunks);
+  s.notices = get(counters_.notices);
   return s;
 }
 
@@ -279,7 +280,7 @@ uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) con
   }
   const bool in_band = options_.task_info == TaskInfoMode::kInBand;
   f.opcode = Opcode::kContribution;
-  f.flags = phase.flags | (in_band ? flags::kTaskInfo : 0);
+  f.flags = phase.flags | (in_band ? flags::kTaskInfo : 0) | (self_flag_ ? flags::kBypass : 0);
   if (in_band) {
     f.expected = options_.world;
     f.node_count = options_.node_count;
@@ -327,6 +328,14 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const uint8_t*
       }
       case Opcode::kNack:
         if (h.node_id.host() == options_.rank) return OnNack(lane, h);
+        break;
+      case Opcode::kNotice:
+        // A predicted straggler flags its data, so that no switch waits for it.
+        if (h.node_id.host() == options_.rank) {
+          self_flag_ = h.aux.host() == static_cast<uint32_t>(aggregator::NoticeKind::kSelfFlag);
+          Bump(counters_.notices);
+          return common::Status::Ok();
+        }
         break;
       default:
         break;

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -64,6 +65,7 @@ struct RunConfig {
   ReduceOp op = ReduceOp::kSum;
   uint64_t bytes = 0;
   uint32_t iterations = 1;
+  uint32_t delay_ms = 0;  // before each allreduce: a straggler
   bool verify = false;
   uint64_t seed = 1;
   std::string input;
@@ -203,6 +205,7 @@ int RunTyped(const RunConfig& cfg, client::Client& c, const RankVectors& vectors
   std::vector<double> seconds;
   for (uint32_t it = 0; it < cfg.iterations; ++it) {
     vectors.Read(rank, it, 0, n, bytes);
+    if (cfg.delay_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.delay_ms));
     const uint64_t results_before = c.stats().results;
     const Clock::time_point t0 = Clock::now();
     const client::Pending p = c.Start(std::span<T>(buffer.get(), n), cfg.op);
@@ -337,6 +340,14 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"sum", "min", "max", "and", "or"}))
       ->capture_default_str();
   app.add_option("--iterations", cfg.iterations, "Allreduces to run")->capture_default_str();
+  app.add_option("--delay-ms", cfg.delay_ms,
+                 "Wait this long before each allreduce, as a straggler does (not counted in its "
+                 "latency)")
+      ->capture_default_str();
+  app.add_option("--reserve-missing-ids", o.reserve_missing_ids,
+                 "Room kept in each chunk for a switch's missing list, in node ids (0..255; 0 for "
+                 "a single switch without timers)")
+      ->capture_default_str();
   app.add_option("--seed", cfg.seed, "Seed of the generated vectors (the same on every rank)")
       ->capture_default_str();
   app.add_option("--input", cfg.input,
