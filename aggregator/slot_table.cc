@@ -21,6 +21,7 @@ SlotTable::SlotTable(const SlotTableConfig& config)
   released_ = std::make_unique<void*[]>(fan_in);
   evicted_ = std::make_unique<void*[]>(fan_in);
   inherited_arena_ = std::make_unique<uint16_t[]>(n * config_.max_inherited);
+  offsets_arena_ = std::make_unique<uint32_t[]>(n * fan_in);
   for (size_t i = 0; i < n; ++i) {
     Slot& s = slots_[i];
     s.bitmap_ = &bitmaps_[i * bitmap_words_];
@@ -29,6 +30,7 @@ SlotTable::SlotTable(const SlotTableConfig& config)
     s.held_payload_ = &held_payloads_[i * fan_in];
     s.held_handle_ = &held_handles_[i * fan_in];
     s.inherited_ = &inherited_arena_[i * config_.max_inherited];
+    s.offsets_ = &offsets_arena_[i * fan_in];
   }
 }
 
@@ -203,6 +205,8 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   // A new member of an aggregating slot (a complete slot has every member).
   s.bitmap_[c.node >> 6] |= uint64_t{1} << (c.node & 63);
   ++s.count_;
+  const uint64_t offset = (now_tsc - s.first_tsc_) >> Slot::kOffsetShift;
+  s.offsets_[c.node] = offset > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(offset);
   if (c.missing_count != 0) Inherit(s, c);
   if (s.ordered_) {
     s.held_payload_[c.node] = c.payload;

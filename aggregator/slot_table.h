@@ -138,6 +138,11 @@ class Slot {
   bool HasContributed(uint16_t node) const {
     return (bitmap_[node >> 6] >> (node & 63)) & 1;
   }
+  // When member `node`'s contribution arrived, in TSC cycles after the
+  // first one (2^kOffsetShift-cycle units, saturating); valid when it
+  // contributed. Straggler prediction reads it.
+  static constexpr uint32_t kOffsetShift = 6;
+  uint32_t arrival_offset(uint16_t node) const { return offsets_[node]; }
 
  private:
   friend class SlotTable;
@@ -154,6 +159,7 @@ class Slot {
   uint16_t inherited_count_ = 0;
   bool inherited_overflow_ = false;
   uint16_t* inherited_ = nullptr;   // max_inherited node ids
+  uint32_t* offsets_ = nullptr;     // max_fan_in arrival offsets
   uint16_t elem_count_ = 0;
   uint32_t job_id_ = 0;
   uint32_t seq_ = 0;
@@ -248,6 +254,7 @@ class SlotTable {
   std::unique_ptr<void*[]> released_;  // max_fan_in handles, reused per call
   std::unique_ptr<void*[]> evicted_;   // the same, for an evicted slot's
   std::unique_ptr<uint16_t[]> inherited_arena_;
+  std::unique_ptr<uint32_t[]> offsets_arena_;
   TimerWheel timers_;
   // Single writer (the owner); relaxed loads elsewhere for metrics.
   std::atomic<uint32_t> busy_{0};

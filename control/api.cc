@@ -24,7 +24,8 @@ constexpr std::string_view kJobRoutePrefix = "/api/v1/jobs/";
 // What a 404 lists.
 constexpr std::string_view kAllRoutes[] = {"/metrics",          "/api/v1/ports", "/api/v1/mac",
                                            "/api/v1/lcores",    "/api/v1/stats", "/api/v1/jobs",
-                                           "/api/v1/jobs/<id>", "/api/v1/slots"};
+                                           "/api/v1/jobs/<id>", "/api/v1/jobs/<id>/stragglers",
+                                           "/api/v1/slots"};
 
 // Compact JSON. Invalid UTF-8 (say, in a port name) is replaced rather than
 // thrown about.
@@ -195,7 +196,7 @@ json SlotJson(const dataplane::SlotInfo& s) {
   return {
       {"lcore", s.lcore},
       {"index", s.index},
-      {"state", s.complete ? "complete" : "aggregating"},
+      {"state", s.complete ? "complete" : s.forwarded ? "forwarded" : "aggregating"},
       {"job", s.job_id},
       {"seq", s.seq},
       {"count", s.count},
@@ -346,9 +347,38 @@ HttpResponse JobsCollection(std::string_view method, std::string_view body,
   return MethodNotAllowed(method, kJobsRoute, "GET, POST", "use GET to list jobs, POST to add one");
 }
 
+// GET and POST /api/v1/jobs/<id>/stragglers.
+HttpResponse StragglersRoute(std::string_view method, uint32_t id, std::string_view query,
+                             std::string_view body, const DataSource& source) {
+  if (method != "GET" && method != "POST") {
+    return MethodNotAllowed(method, "/api/v1/jobs/<id>/stragglers", "GET, POST",
+                            "use GET to predict, POST to predict and apply (or clear)");
+  }
+  if (!source.stragglers) return ErrorResponse(AggregationOff());
+  common::Result<StragglerRequest> request =
+      method == "GET" ? ParseStragglerQuery(query) : ParseStragglerBody(body);
+  if (!request.ok()) return ErrorResponse(request.status());
+  common::Result<StragglerReport> report = source.stragglers(id, *request);
+  if (!report.ok()) return ErrorResponse(report.status());
+  return JsonResponse(200, StragglerJson(*report));
+}
+
 // GET and DELETE /api/v1/jobs/<id>.
-HttpResponse JobItem(std::string_view method, std::string_view path, const DataSource& source) {
-  const std::string_view id_text = path.substr(kJobRoutePrefix.size());
+HttpResponse JobItem(std::string_view method, std::string_view path, std::string_view query,
+                     std::string_view body, const DataSource& source) {
+  std::string_view id_text = path.substr(kJobRoutePrefix.size());
+  constexpr std::string_view kStragglers = "/stragglers";
+  const bool stragglers = id_text.size() > kStragglers.size() &&
+                          id_text.substr(id_text.size() - kStragglers.size()) == kStragglers;
+  if (stragglers) {
+    id_text.remove_suffix(kStragglers.size());
+    const std::optional<uint32_t> id = ParseDecimal(id_text);
+    if (!id || *id == 0) {
+      return JsonResponse(400, ErrorJson("job id must be a number 1..4294967295, got '" +
+                                         std::string(id_text) + "'"));
+    }
+    return StragglersRoute(method, *id, query, body, source);
+  }
   if (method != "GET" && method != "DELETE") {
     return MethodNotAllowed(method, path, "GET, DELETE",
                             "use GET to show the job, DELETE to remove it");
@@ -701,6 +731,87 @@ int HttpStatusOf(common::StatusCode code) {
   return 500;
 }
 
+namespace {
+
+common::Status CheckStragglerRequest(const StragglerRequest& r) {
+  if (r.clear) {
+    if (r.top || r.over_s || r.apply) {
+      return common::InvalidArgument("clear takes no top, over or apply");
+    }
+    return common::Status::Ok();
+  }
+  if (r.top.has_value() == r.over_s.has_value()) {
+    return common::InvalidArgument("give exactly one rule: top=N or over=SECONDS");
+  }
+  if (r.top && *r.top == 0) return common::InvalidArgument("top must be at least 1, got 0");
+  if (r.over_s && !(*r.over_s >= 0)) return common::InvalidArgument("over must be 0 or more seconds");
+  return common::Status::Ok();
+}
+
+}  // namespace
+
+common::Result<StragglerRequest> ParseStragglerQuery(std::string_view query) {
+  StragglerRequest r;
+  RETURN_IF_ERROR(ForEachQueryParam(query, [&](const std::string& key, const std::string& value) {
+    if (key == "top" || key == "ops") {
+      const std::optional<uint32_t> n = ParseDecimal(value);
+      if (!n) return common::InvalidArgument(key + " must be a non-negative integer, got '" + value + "'");
+      if (key == "top") r.top = *n; else r.operations = *n;
+      return common::Status::Ok();
+    }
+    if (key == "over") {
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || end != value.c_str() + value.size()) {
+        return common::InvalidArgument("over must be a number of seconds, got '" + value + "'");
+      }
+      r.over_s = v;
+      return common::Status::Ok();
+    }
+    return common::InvalidArgument("unknown query parameter '" + key + "' (top, over, ops)");
+  }));
+  RETURN_IF_ERROR(CheckStragglerRequest(r));
+  return r;
+}
+
+common::Result<StragglerRequest> ParseStragglerBody(std::string_view body) {
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return common::InvalidArgument("the body must be a JSON object {top|over, ops, apply, clear}");
+  }
+  StragglerRequest r;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "top") {
+      ASSIGN_OR_RETURN(const uint64_t n, JsonUnsigned(v, "top", 1, 65535));
+      r.top = static_cast<uint32_t>(n);
+    } else if (key == "ops") {
+      ASSIGN_OR_RETURN(const uint64_t n, JsonUnsigned(v, "ops", 0, 1000000));
+      r.operations = static_cast<uint32_t>(n);
+    } else if (key == "over") {
+      if (!v.is_number()) return common::InvalidArgument("over must be a number of seconds, got " + DumpCompact(v));
+      r.over_s = v.get<double>();
+    } else if (key == "apply" || key == "clear") {
+      if (!v.is_boolean()) return common::InvalidArgument(key + " must be true or false, got " + DumpCompact(v));
+      (key == "apply" ? r.apply : r.clear) = v.get<bool>();
+    } else {
+      return common::InvalidArgument("unknown field '" + key + "' (top, over, ops, apply, clear)");
+    }
+  }
+  RETURN_IF_ERROR(CheckStragglerRequest(r));
+  return r;
+}
+
+std::string StragglerJson(const StragglerReport& report) {
+  json predicted = json::array();
+  for (const StragglerReport::Member& m : report.predicted) {
+    predicted.push_back({{"node", m.node}, {"offset_seconds", m.offset_s}});
+  }
+  return Dump({{"job", report.job},
+               {"operations", report.operations},
+               {"predicted", std::move(predicted)},
+               {"excluded", report.excluded}});
+}
+
 HttpResponse HandleRequest(std::string_view method, std::string_view path, std::string_view query,
                            const DataSource& source) {
   return HandleRequest(method, path, query, {}, source);
@@ -711,7 +822,7 @@ HttpResponse HandleRequest(std::string_view method, std::string_view path, std::
   try {
     if (path == kJobsRoute) return JobsCollection(method, body, source);
     if (path.substr(0, kJobRoutePrefix.size()) == kJobRoutePrefix) {
-      return JobItem(method, path, source);
+      return JobItem(method, path, query, body, source);
     }
     bool known = false;
     for (std::string_view route : kRoutes) known = known || route == path;

@@ -96,6 +96,27 @@ struct JobRequest {
 // empty (a source without a job table): the job routes then answer 503.
 // `slots` may be empty too (aggregation off): /api/v1/slots answers 503 and a
 // job's "slots" are null.
+// POST (or GET, without apply/clear) /api/v1/jobs/<id>/stragglers: predict
+// a job's stragglers at this switch from the arrival offsets of its last
+// `operations` sampled chunks (0: all kept), by one rule (docs/stragglers.md).
+struct StragglerRequest {
+  std::optional<uint32_t> top;   // the N latest members
+  std::optional<double> over_s;  // members whose mean offset is strictly above this
+  uint32_t operations = 0;
+  bool apply = false;  // exclude the predicted members (they then self-flag)
+  bool clear = false;  // include every member again (no prediction)
+};
+struct StragglerReport {
+  uint32_t job = 0;
+  uint64_t operations = 0;  // sampled operations the prediction could use
+  struct Member {
+    uint16_t node = 0;
+    double offset_s = 0;
+  };
+  std::vector<Member> predicted;
+  std::vector<uint16_t> excluded;  // node ids excluded now (after apply/clear)
+};
+
 struct DataSource {
   std::function<StatsSnapshot()> snapshot;
   std::function<std::vector<MacEntrySnapshot>()> mac_entries;
@@ -105,7 +126,15 @@ struct DataSource {
   // Up to `limit` busy slots of every worker (Dataplane::DumpSlots). Unavailable
   // when the workers did not answer in time; the route answers 503 with its message.
   std::function<common::Result<dataplane::SlotDump>(size_t limit)> slots;
+  // Straggler prediction and exclusion, run on the control thread.
+  std::function<common::Result<StragglerReport>(uint32_t job, const StragglerRequest&)> stragglers;
 };
+
+// Parses the query (top, over, ops) or body (the same plus apply, clear) of
+// the stragglers route. Exactly one of top/over unless clear. [any]
+common::Result<StragglerRequest> ParseStragglerQuery(std::string_view query);
+common::Result<StragglerRequest> ParseStragglerBody(std::string_view body);
+std::string StragglerJson(const StragglerReport& report);
 
 struct HttpResponse {
   int status = 200;

@@ -343,9 +343,10 @@ TEST(ApiTest, UnknownPathIs404WithRouteList) {
   EXPECT_EQ(r.content_type, "application/json");
   const json j = json::parse(r.body);
   EXPECT_EQ(j["error"], "no route /api/v1/nope");
-  EXPECT_EQ(j["routes"].size(), 8u);
+  EXPECT_EQ(j["routes"].size(), 9u);
   EXPECT_EQ(j["routes"][5], "/api/v1/jobs");
-  EXPECT_EQ(j["routes"][7], "/api/v1/slots");
+  EXPECT_EQ(j["routes"][7], "/api/v1/jobs/<id>/stragglers");
+  EXPECT_EQ(j["routes"][8], "/api/v1/slots");
   EXPECT_EQ(HandleRequest("GET", "/", "", SyntheticSource()).status, 404);
   EXPECT_EQ(HandleRequest("GET", "/api/v1/ports/", "", SyntheticSource()).status, 404);
 }
@@ -687,6 +688,69 @@ TEST(ApiJobsTest, JobSourceFailureIs500) {
   EXPECT_EQ(json::parse(r.body)["error"], "internal error: boom");
 }
 
+// --- The stragglers route ---------------------------------------------------------
+
+TEST(ApiStragglersTest, ParsesOneRule) {
+  common::Result<StragglerRequest> r = ParseStragglerQuery("top=2&ops=5");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->top, 2u);
+  EXPECT_EQ(r->operations, 5u);
+  EXPECT_FALSE(r->apply);
+  r = ParseStragglerQuery("over=4");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->over_s, 4.0);
+  r = ParseStragglerBody(R"({"over": 0.25, "apply": true})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->over_s, 0.25);
+  EXPECT_TRUE(r->apply);
+  r = ParseStragglerBody(R"({"clear": true})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->clear);
+  for (const char* bad : {"", "top=1&over=2", "top=0", "over=x", "top=1&color=red", "ops=-1"}) {
+    EXPECT_EQ(ParseStragglerQuery(bad).status().code(), common::StatusCode::kInvalidArgument) << bad;
+  }
+  for (const char* bad : {"[]", "{}", R"({"top": 0})", R"({"top": 1, "apply": 1})",
+                          R"({"clear": true, "top": 1})", R"({"top": 1, "extra": 2})"}) {
+    EXPECT_EQ(ParseStragglerBody(bad).status().code(), common::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ApiStragglersTest, GetPredictsAndPostApplies) {
+  DataSource source = SyntheticSource();
+  std::vector<std::pair<uint32_t, StragglerRequest>> calls;
+  source.stragglers = [&](uint32_t job, const StragglerRequest& r) -> common::Result<StragglerReport> {
+    calls.emplace_back(job, r);
+    if (job == 9) return common::NotFound("job 9 does not exist");
+    StragglerReport report;
+    report.job = job;
+    report.operations = 12;
+    report.predicted = {{134, 6.0}};
+    if (r.apply) report.excluded = {134};
+    return report;
+  };
+  HttpResponse r = HandleRequest("GET", "/api/v1/jobs/7/stragglers", "top=1", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["job"], 7);
+  EXPECT_EQ(j["operations"], 12);
+  EXPECT_EQ(j["predicted"][0]["node"], 134);
+  EXPECT_EQ(j["predicted"][0]["offset_seconds"], 6.0);
+  EXPECT_TRUE(j["excluded"].empty());
+  r = HandleRequest("POST", "/api/v1/jobs/7/stragglers", "", R"({"top": 1, "apply": true})", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["excluded"], json::array({134}));
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_FALSE(calls[0].second.apply);
+  EXPECT_TRUE(calls[1].second.apply);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/9/stragglers", "top=1", source).status, 404);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/7/stragglers", "top=1&over=2", source).status, 400);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/x/stragglers", "top=1", source).status, 400);
+  EXPECT_EQ(HandleRequest("DELETE", "/api/v1/jobs/7/stragglers", "", source).status, 405);
+  EXPECT_EQ(calls.size(), 3u) << "only well-formed requests reach the control thread";
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/7/stragglers", "top=1", SyntheticSource()).status,
+            503);
+}
+
 // --- The slot routes, against a synthetic dump ---------------------------------------
 
 dataplane::SlotInfo Slot(unsigned lcore, uint32_t index, bool complete, uint32_t job, uint32_t seq,
@@ -996,7 +1060,13 @@ class JobControlFixture : public ::testing::Test {
     ASSERT_TRUE(table.ok());
     table_ = std::move(table).value();
     config::AggregationConfig agg;
-    agg.jobs.push_back({.id = 7, .key = 0x77, .members = 2, .nodes = 1});
+    {
+      config::AggregationJobConfig job;
+      job.id = 7;
+      job.key = 0x77;
+      job.members = 2;
+      agg.jobs.push_back(job);
+    }
     ASSERT_TRUE(AddConfigJobs(*table_, agg, 2000000000).ok());
     JobControl::Options options;
     options.port_names = {"p0", "p1"};
@@ -1220,8 +1290,13 @@ TEST(AddConfigJobsTest, NamesTheFailingItem) {
   auto table = aggregator::JobTable::Create(4, 8);
   ASSERT_TRUE(table.ok());
   config::AggregationConfig agg;
-  agg.jobs.push_back({.id = 1, .key = 1, .members = 2, .nodes = 1});
-  agg.jobs.push_back({.id = 1, .key = 2, .members = 2, .nodes = 1});
+  for (uint64_t key : {1, 2}) {
+    config::AggregationJobConfig job;  // the same id twice
+    job.id = 1;
+    job.key = key;
+    job.members = 2;
+    agg.jobs.push_back(job);
+  }
   const common::Status status = AddConfigJobs(**table, agg, 2000000000);
   EXPECT_EQ(status.code(), common::StatusCode::kAlreadyExists);
   EXPECT_EQ(status.message(), "aggregation.jobs[1]: job 1 already exists");

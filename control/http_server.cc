@@ -1,5 +1,7 @@
 #include "control/http_server.h"
 
+#include "control/tree_control.h"
+
 #include <civetweb.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -121,7 +123,8 @@ bool ReadBody(mg_connection* conn, const mg_request_info* ri, std::string& body)
 
 common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
                                                               const dataplane::Dataplane& dp,
-                                                              JobControl* jobs) {
+                                                              JobControl* jobs,
+                                                              TreeControl* tree) {
   DataSource source;
   source.snapshot = [&dp, jobs] {
     StatsSnapshot snap = CollectSnapshot(dp);
@@ -140,6 +143,18 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     source.slots = [&dp](size_t limit) { return dp.DumpSlots(limit, kSlotDumpTimeout); };
   }
   if (jobs != nullptr) jobs->Attach(source);
+  if (jobs != nullptr && tree != nullptr) {
+    // The predictors and the participation bitmaps belong to the control thread.
+    source.stragglers = [jobs, tree](uint32_t job, const StragglerRequest& request)
+        -> common::Result<StragglerReport> {
+      common::Result<StragglerReport> report = common::Internal("not run");
+      RETURN_IF_ERROR(jobs->RunOnControl([&] {
+        report = tree->Stragglers(job, request);
+        return common::Status::Ok();
+      }));
+      return report;
+    };
+  }
   return Start(listen, std::move(source));
 }
 

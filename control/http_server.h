@@ -40,6 +40,7 @@ class Dataplane;
 namespace aggswitch::control {
 
 class JobControl;
+class TreeControl;
 
 // Request bodies above this size get 413.
 inline constexpr size_t kMaxRequestBody = 64 * 1024;
@@ -53,7 +54,8 @@ class HttpServer {
   // or a port in use is an error naming the address. [control]
   static common::Result<std::unique_ptr<HttpServer>> Start(const std::string& listen,
                                                            const dataplane::Dataplane& dp,
-                                                           JobControl* jobs = nullptr);
+                                                           JobControl* jobs = nullptr,
+                                                           TreeControl* tree = nullptr);
   // Serves whatever `source` returns; its functions are called from civetweb's
   // threads, concurrently. For tests and tools that have no Dataplane. [control]
   static common::Result<std::unique_ptr<HttpServer>> Start(const std::string& listen,

@@ -161,8 +161,9 @@ JobTableSnapshot SnapshotJobTable(const aggregator::JobTable& table, bool in_ban
 // One request from a caller to the control thread, shared by both so that a
 // caller that gave up does not leave the control thread a dangling pointer.
 struct JobControl::Command {
-  enum class Kind { kAdd, kRemove, kList };
+  enum class Kind { kAdd, kRemove, kList, kRun };
   Kind kind = Kind::kList;
+  std::function<common::Status()> fn;  // kRun
   JobRequest request;  // kAdd
   uint32_t id = 0;     // kRemove
 
@@ -221,6 +222,13 @@ common::Result<JobTableSnapshot> JobControl::List() {
   return std::move(command->table);
 }
 
+common::Status JobControl::RunOnControl(std::function<common::Status()> fn) {
+  auto command = std::make_shared<Command>();
+  command->kind = Command::Kind::kRun;
+  command->fn = std::move(fn);
+  return Post(command);
+}
+
 void JobControl::Attach(DataSource& source) {
   source.jobs = [this] { return List(); };
   source.add_job = [this](const JobRequest& request) { return Add(request); };
@@ -252,6 +260,9 @@ size_t JobControl::ProcessPending() {
 
 void JobControl::Execute(Command& command) {
   switch (command.kind) {
+    case Command::Kind::kRun:
+      command.status = command.fn();
+      return;
     case Command::Kind::kAdd: {
       JobSpec spec;
       spec.id = command.request.id;

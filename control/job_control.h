@@ -117,6 +117,11 @@ class JobControl {
   common::Status Remove(uint32_t id);
   // The whole table.
   common::Result<JobTableSnapshot> List();
+  // Runs `fn` on the control thread and returns its status (or Unavailable
+  // when the control thread did not take it in time). `fn` may refer to the
+  // caller's locals: the caller waits for it once it started. [any thread but
+  // the control thread]
+  common::Status RunOnControl(std::function<common::Status()> fn);
 
   // Points the job functions of `source` at this object (which must outlive
   // the source's users). [control]

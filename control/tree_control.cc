@@ -97,6 +97,23 @@ void TreeControl::Poll(Clock::time_point now) {
       }
     });
   }
+  // Arrival offsets for straggler prediction, in seconds, by node id.
+  const double seconds_per_unit =
+      static_cast<double>(uint64_t{1} << aggregator::Slot::kOffsetShift) /
+      static_cast<double>(dp_.tsc_hz());
+  std::vector<MemberOffset> offsets;
+  dp_.ProcessOffsetSamples([&](const dataplane::OffsetSample& sample) {
+    const Job* job = table_.Find(sample.job_id);
+    if (job == nullptr || job->generation() != sample.job_generation) return;
+    Prediction& p = predictions_[sample.job_id];
+    if (p.generation != sample.job_generation) p = Prediction{sample.job_generation, StragglerPredictor(kPredictionHistory)};
+    offsets.clear();
+    for (uint16_t i = 0; i < sample.members && i < job->members(); ++i) {
+      if (sample.offsets[i] == dataplane::kOffsetMissing) continue;
+      offsets.push_back({job->NodeId(i), sample.offsets[i] * seconds_per_unit});
+    }
+    p.predictor.Record(offsets);
+  });
   // This switch's own TAN.
   const uint64_t now_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count());
@@ -111,6 +128,40 @@ void TreeControl::Poll(Clock::time_point now) {
   for (const aggregator::TanOutput& o : out_) {
     (void)dp_.SendTanResult(o.datagram.data(), static_cast<uint32_t>(o.datagram.size()));
   }
+}
+
+common::Result<StragglerReport> TreeControl::Stragglers(uint32_t job_id,
+                                                       const StragglerRequest& request) {
+  const Job* job = table_.Find(job_id);
+  if (job == nullptr) return common::NotFound("job " + std::to_string(job_id) + " does not exist");
+  StragglerReport report;
+  report.job = job_id;
+  const auto it = predictions_.find(job_id);
+  const StragglerPredictor* predictor =
+      it != predictions_.end() && it->second.generation == job->generation() ? &it->second.predictor
+                                                                             : nullptr;
+  report.operations = predictor != nullptr ? predictor->operations() : 0;
+  if (!request.clear && predictor != nullptr) {
+    const std::vector<MemberOffset> predicted =
+        request.top ? predictor->TopK(*request.top, request.operations)
+                    : predictor->Over(*request.over_s, request.operations);
+    for (const MemberOffset& m : predicted) {
+      report.predicted.push_back({static_cast<uint16_t>(m.node), m.offset_s});
+    }
+  }
+  if (request.apply || request.clear) {
+    // The participation bitmap: the predicted members out, everyone else in.
+    std::vector<bool> exclude(job->members(), false);
+    for (const StragglerReport::Member& m : report.predicted) {
+      const int index = job->LocalIndex(m.node);
+      if (index >= 0) exclude[static_cast<size_t>(index)] = true;
+    }
+    for (uint16_t i = 0; i < job->members(); ++i) (void)job->SetExcluded(i, exclude[i]);
+  }
+  for (uint16_t i = 0; i < job->members(); ++i) {
+    if (job->Excluded(i)) report.excluded.push_back(job->NodeId(i));
+  }
+  return report;
 }
 
 std::vector<TreeControl::HopInfo> TreeControl::Hops() const {

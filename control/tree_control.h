@@ -5,6 +5,9 @@
 //     - resolves every job's next hops (the upstream switch, a remote TAN)
 //       with ARP, flooded through worker 0, and publishes them in the job
 //       (Job::SetHop), where the workers read them;
+//     - feeds each job's StragglerPredictor from the workers' arrival-offset
+//       samples, and answers straggler requests (predict, apply: exclude the
+//       predicted members from the job's participation, clear);
 //     - runs this switch's own TAN (`tan: {strategy: self}`): the workers
 //       pass first data and late data up a ring, the TanEngine merges them,
 //       and its results go back down to the worker that owns the chunk's
@@ -29,6 +32,8 @@
 #include "common/net_addr.h"
 #include "common/status.h"
 #include "config/config.h"
+#include "control/api.h"
+#include "control/straggler_predictor.h"
 
 namespace aggswitch::dataplane {
 class Dataplane;
@@ -65,6 +70,10 @@ class TreeControl {
   void Poll(std::chrono::steady_clock::time_point now);
 
   std::vector<HopInfo> Hops() const;
+  // Predicts job `job_id`'s stragglers at this switch; with `apply`, excludes
+  // them (every other member is included again); with `clear`, includes
+  // everyone. NotFound for an unknown job.
+  common::Result<StragglerReport> Stragglers(uint32_t job_id, const StragglerRequest& request);
   const aggregator::TanCounters& tan_counters() const { return tan_.counters(); }
   size_t tan_pending() const { return tan_.pending(); }
   uint64_t arp_requests() const { return arp_requests_; }
@@ -89,6 +98,12 @@ class TreeControl {
   aggregator::TanEngine tan_;
   std::map<uint32_t, Neighbor> neighbors_;  // by IPv4 address (host order)
   std::map<uint32_t, uint32_t> covers_set_;  // job id -> generation whose covers the TAN knows
+  struct Prediction {
+    uint32_t generation = 0;
+    StragglerPredictor predictor{kPredictionHistory};
+  };
+  static constexpr size_t kPredictionHistory = 256;  // sampled operations kept per job
+  std::map<uint32_t, Prediction> predictions_;       // by job id
   std::chrono::steady_clock::time_point next_scan_{};
   uint64_t arp_requests_ = 0;
   std::vector<aggregator::TanOutput> out_;

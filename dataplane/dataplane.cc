@@ -33,6 +33,10 @@ constexpr unsigned kUpcallRingSize = 1024;
 // results back (rare: only timed-out chunks), ARP replies and requests.
 constexpr unsigned kTanRingSize = 1024;
 constexpr unsigned kNeighborRingSize = 256;
+// Arrival-offset samples per worker (straggler prediction), and their rings,
+// larger than the pool so that returning a sample never fails.
+constexpr unsigned kOffsetSamples = 64;
+constexpr unsigned kSampleRingSize = 128;
 // Slots one worker copies out for a dump at most (the API's limit is lower).
 constexpr uint32_t kMaxSlotDump = 65536;
 // The aging scan visits the whole table about four times per aging period.
@@ -276,6 +280,21 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
         if (!tan_up || !tan_down || !neighbors) {
           return common::ResourceExhausted("cannot create the tree rings: " + Errno(rte_errno));
         }
+        RingPtr samples_free(rte_ring_create(("agg_smp_free_" + suffix).c_str(), kSampleRingSize,
+                                             socket, RING_F_SP_ENQ | RING_F_SC_DEQ));
+        RingPtr samples_full(rte_ring_create(("agg_smp_full_" + suffix).c_str(), kSampleRingSize,
+                                             socket, RING_F_SP_ENQ | RING_F_SC_DEQ));
+        if (!samples_free || !samples_full) {
+          return common::ResourceExhausted("cannot create the sample rings: " + Errno(rte_errno));
+        }
+        for (unsigned k = 0; k < kOffsetSamples; ++k) {
+          auto& sample = offset_samples_.emplace_back(std::make_unique<OffsetSampleStorage>());
+          sample->offsets.resize(config.aggregation.max_fan_in);
+          sample->sample.offsets = sample->offsets.data();
+          (void)rte_ring_sp_enqueue(samples_free.get(), &sample->sample);
+        }
+        samples_free_rings_.push_back(std::move(samples_free));
+        samples_full_rings_.push_back(std::move(samples_full));
         tan_up_rings_.push_back(std::move(tan_up));
         tan_down_rings_.push_back(std::move(tan_down));
         neighbor_rings_.push_back(std::move(neighbors));
@@ -323,6 +342,8 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       setup.agg.tan_down = tan_down_rings_[w].get();
       setup.agg.neighbors = neighbor_rings_[w].get();
       if (w == 0) setup.agg.control_tx = control_tx_ring_.get();
+      setup.agg.samples_free = samples_free_rings_[w].get();
+      setup.agg.samples_full = samples_full_rings_[w].get();
       if (!upcall_rings_.empty()) {
         setup.agg.upcall = upcall_rings_[w].get();
         setup.agg.reinject = reinject_rings_[w].get();
@@ -617,6 +638,7 @@ common::Result<SlotDump> Dataplane::DumpSlots(size_t limit, std::chrono::millise
       info.lcore = lcore;
       info.index = e.index * n_workers + static_cast<uint32_t>(w);
       info.complete = e.complete;
+      info.forwarded = e.forwarded;
       info.job_id = e.job_id;
       info.seq = e.seq;
       info.count = e.count;
@@ -669,6 +691,21 @@ size_t Dataplane::ProcessNeighborReports(const std::function<void(const Neighbor
     const unsigned n = rte_ring_sc_dequeue_burst_elem(ring.get(), reports, sizeof(NeighborReport),
                                                       32, nullptr);
     for (unsigned i = 0; i < n; ++i) fn(reports[i]);
+    handled += n;
+  }
+  return handled;
+}
+
+size_t Dataplane::ProcessOffsetSamples(const std::function<void(const OffsetSample&)>& fn) {
+  size_t handled = 0;
+  for (size_t w = 0; w < samples_full_rings_.size(); ++w) {
+    void* samples[16];
+    const unsigned n =
+        rte_ring_sc_dequeue_burst(samples_full_rings_[w].get(), samples, 16, nullptr);
+    for (unsigned i = 0; i < n; ++i) {
+      fn(*static_cast<const OffsetSample*>(samples[i]));
+      (void)rte_ring_sp_enqueue(samples_free_rings_[w].get(), samples[i]);
+    }
     handled += n;
   }
   return handled;

@@ -142,6 +142,9 @@ class Dataplane {
 
   // Drains the ARP replies the workers saw for the switch, one call each.
   size_t ProcessNeighborReports(const std::function<void(const NeighborReport&)>& fn);
+  // Drains the workers' arrival-offset samples (straggler prediction), one
+  // call each; the sample is only valid during the call.
+  size_t ProcessOffsetSamples(const std::function<void(const OffsetSample&)>& fn);
   // Floods `len` bytes (an untagged Ethernet frame) on `vlan` through worker 0.
   // False when the mempool or the ring is full.
   bool SendFromSwitch(const uint8_t* frame, uint32_t len, uint16_t vlan);
@@ -204,6 +207,13 @@ class Dataplane {
   std::vector<RingPtr> tan_down_rings_;
   std::vector<RingPtr> neighbor_rings_;
   RingPtr control_tx_ring_;
+  struct OffsetSampleStorage {
+    OffsetSample sample{};
+    std::vector<uint32_t> offsets;
+  };
+  std::vector<std::unique_ptr<OffsetSampleStorage>> offset_samples_;
+  std::vector<RingPtr> samples_free_rings_;  // per worker: control -> worker
+  std::vector<RingPtr> samples_full_rings_;  // per worker: worker -> control
   uint32_t total_slots_ = 0;
   uint16_t n_agg_workers_ = 0;
   std::vector<std::unique_ptr<LcoreStats>> stats_;

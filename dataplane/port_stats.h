@@ -74,6 +74,7 @@ struct SlotInfo {
   unsigned lcore = 0;        // the owning worker's lcore
   uint32_t index = 0;        // global slot index (SlotIndex(job, seq))
   bool complete = false;     // holding a result (else aggregating)
+  bool forwarded = false;    // its partial went upstream (docs/stragglers.md); free for any chunk
   uint32_t job_id = 0;
   uint32_t seq = 0;
   uint16_t count = 0;        // members counted

@@ -760,6 +760,7 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
       jc.contributions.Add(1);
       jc.reduced_bytes.Add(pkt.payload_len);
       jc.completions.Add(1);
+      SampleOffsets(job, *u.slot, false);
       // An unordered slot is done with this contribution: it carries the result.
       keep_mbuf = FinishSlot(job, local, *u.slot, false, u.n_released == 0 ? m : nullptr,
                              header_offset);
@@ -953,6 +954,28 @@ bool Worker::MatchBypass(const aggregator::Job& job, uint32_t seq, int member, u
   }
   if (matched) stats_.lcore.agg.bypass_matched.Add(1);
   return matched;
+}
+
+void Worker::SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired) {
+  if (setup_.agg.samples_full == nullptr || (slot.seq() & (kOffsetSampleEvery - 1)) != 0) return;
+  void* free_sample = nullptr;
+  if (rte_ring_sc_dequeue(setup_.agg.samples_free, &free_sample) != 0) return;
+  auto* sample = static_cast<OffsetSample*>(free_sample);
+  sample->job_id = job.id();
+  sample->job_generation = job.generation();
+  sample->seq = slot.seq();
+  sample->members = slot.expected();
+  const uint64_t waited = (last_tsc_ - slot.first_tsc()) >> aggregator::Slot::kOffsetShift;
+  const uint32_t at_expiry = waited > UINT32_MAX ? UINT32_MAX - 1 : static_cast<uint32_t>(waited);
+  for (uint16_t i = 0; i < slot.expected(); ++i) {
+    if (slot.HasContributed(i)) {
+      sample->offsets[i] = slot.arrival_offset(i);
+    } else {
+      sample->offsets[i] = expired && !job.Excluded(i) ? at_expiry : kOffsetMissing;
+    }
+  }
+  // The ring holds more than the pool has samples: this cannot fail.
+  (void)rte_ring_sp_enqueue(setup_.agg.samples_full, sample);
 }
 
 uint32_t Worker::CollectMissing(const aggregator::Job& job, const aggregator::Slot& slot,
@@ -1267,6 +1290,7 @@ void Worker::RunTimers() {
       continue;
     }
     c.timeouts.Add(1);
+    SampleOffsets(*job, slot, true);
     (void)FinishSlot(*job, local, slot, true, nullptr, 0);
   }
   if (setup_.agg.bypass != nullptr && setup_.agg.bypass->live() != 0) {

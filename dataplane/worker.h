@@ -85,6 +85,23 @@ struct NeighborReport {
 };
 static_assert(sizeof(NeighborReport) == 16);
 
+// The arrival offsets of one finished chunk, for straggler prediction
+// (docs/stragglers.md): a worker fills one for every kOffsetSampleEvery-th
+// chunk from a pool the control thread hands back after reading.
+struct OffsetSample {
+  uint32_t job_id;
+  uint32_t job_generation;
+  uint32_t seq;
+  uint16_t members;
+  uint16_t pad;
+  // Per member index: 2^Slot::kOffsetShift TSC cycles after the chunk's
+  // first contribution; kOffsetMissing for an excluded member. A member the
+  // timer gave up on counts as arriving at the expiry.
+  uint32_t* offsets;
+};
+inline constexpr uint32_t kOffsetMissing = UINT32_MAX;
+inline constexpr uint32_t kOffsetSampleEvery = 8;  // a power of two
+
 // Where a worker copies out its busy slots when the control side asks
 // (Dataplane::DumpSlots). The requester writes `limit`, then bumps
 // `requested`; the worker notices within 16 polls, copies kScanPerPass slots
@@ -103,6 +120,7 @@ struct alignas(64) SlotDumpExchange {
     uint8_t dtype;
     uint8_t op;
     bool complete;
+    bool forwarded;
     bool overflow;
     uint64_t first_tsc;
 
@@ -111,7 +129,8 @@ struct alignas(64) SlotDumpExchange {
       return Entry{local_index, slot.job_id(), slot.seq(), slot.count(), slot.expected(),
                    slot.elem_count(), static_cast<uint8_t>(slot.dtype()),
                    static_cast<uint8_t>(slot.op()),
-                   slot.state() == aggregator::Slot::State::kComplete, slot.overflow(),
+                   slot.state() == aggregator::Slot::State::kComplete,
+                   slot.state() == aggregator::Slot::State::kForwarded, slot.overflow(),
                    slot.first_tsc()};
     }
   };
@@ -162,6 +181,10 @@ struct AggregationSetup {
   // Worker 0 only: frames the control thread floods on a VLAN (ARP
   // requests), Upcall elements with `vlan` set.
   rte_ring* control_tx = nullptr;
+  // Straggler prediction: OffsetSample pointers, free ones down from the
+  // control thread, filled ones up (both SP/SC).
+  rte_ring* samples_free = nullptr;
+  rte_ring* samples_full = nullptr;
 };
 
 struct WorkerSetup {
@@ -263,6 +286,9 @@ class alignas(64) Worker {
   uint32_t CollectMissing(const aggregator::Job& job, const aggregator::Slot& slot, bool entries,
                           uint16_t* out, uint32_t cap);
   bool MatchBypass(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id);
+  // Every kOffsetSampleEvery-th chunk: its members' arrival offsets, up to
+  // the control thread, when a free sample is at hand.
+  void SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired);
   // The per-lcore token bucket of NACKs and NOTICEs.
   bool AnswerAllowed();
   // Turns `m` into an answer to its sender, in place (header only, no

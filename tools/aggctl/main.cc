@@ -614,6 +614,24 @@ int Run(const Options& o, const std::string& method, const std::string& target,
   return 0;
 }
 
+void PrintStragglers(const json& j) {
+  std::cout << "job " << U64(j.at("job")) << ": " << U64(j.at("operations"))
+            << " sampled operations\n";
+  const json& predicted = j.at("predicted");
+  if (predicted.empty()) {
+    std::cout << "no stragglers predicted\n";
+  } else {
+    std::printf("%-8s %s\n", "NODE", "MEAN OFFSET");
+    for (const json& m : predicted) {
+      std::printf("%-8s %.6f s\n", U64(m.at("node")).c_str(), m.at("offset_seconds").get<double>());
+    }
+  }
+  std::cout << "excluded:";
+  if (j.at("excluded").empty()) std::cout << " none";
+  for (const json& n : j.at("excluded")) std::cout << ' ' << U64(n);
+  std::cout << '\n';
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"aggctl: inspect a running aggswitch through its HTTP API"};
   app.set_version_flag("--version", common::Version());
@@ -722,12 +740,58 @@ int Main(int argc, char** argv) {
     print = [](const json&) {};
   });
 
+  uint32_t straggler_job = 0;
+  std::optional<uint32_t> straggler_top;
+  std::optional<double> straggler_over;
+  uint32_t straggler_ops = 0;
+  bool straggler_apply = false;
+  bool straggler_clear = false;
+  CLI::App* stragglers = app.add_subcommand(
+      "stragglers", "predict a job's stragglers at this switch from past arrival offsets");
+  stragglers->add_option("--job", straggler_job, "the job")
+      ->required()
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
+  CLI::Option* top = stragglers->add_option("--top", straggler_top, "the N latest members")
+                         ->check(CLI::Range(1, 65535));
+  CLI::Option* over =
+      stragglers->add_option("--over", straggler_over,
+                             "members whose mean arrival offset is strictly above SECONDS")
+          ->check(CLI::NonNegativeNumber);
+  top->excludes(over);
+  stragglers->add_option("--ops", straggler_ops,
+                         "use the last K sampled operations (default: all kept, up to 256)");
+  stragglers->add_flag("--apply", straggler_apply,
+                       "exclude the predicted members: the switch stops waiting for them and "
+                       "tells them to flag their data for bypass");
+  stragglers->add_flag("--clear", straggler_clear, "include every member again")->excludes(top, over);
+  stragglers->callback([&] {
+    if (!straggler_clear && !straggler_top && !straggler_over) {
+      throw CLI::ValidationError("stragglers", "give --top N or --over SECONDS (or --clear)");
+    }
+    const std::string base = "/api/v1/jobs/" + std::to_string(straggler_job) + "/stragglers";
+    print = PrintStragglers;
+    if (!straggler_apply && !straggler_clear) {
+      target = base + "?" +
+               (straggler_top ? "top=" + std::to_string(*straggler_top)
+                              : "over=" + std::to_string(*straggler_over)) +
+               (straggler_ops ? "&ops=" + std::to_string(straggler_ops) : "");
+      return;
+    }
+    method = "POST";
+    target = base;
+    json body = {{"apply", straggler_apply}, {"clear", straggler_clear}};
+    if (straggler_top) body["top"] = *straggler_top;
+    if (straggler_over) body["over"] = *straggler_over;
+    if (straggler_ops) body["ops"] = straggler_ops;
+    request_body = body.dump();
+  });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (method == "POST") {
+  if (method == "POST" && target == "/api/v1/jobs") {
     const std::optional<uint64_t> key = common::ParseJobKey(o.job_key);
     if (!key) {
       std::cerr << "aggctl: --key must be a decimal number below 2^64 or 0x and 1..16 hex "

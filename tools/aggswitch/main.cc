@@ -103,7 +103,23 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
     job_control.SetCounterReader(
         [&counting](uint16_t index) { return control::CollectJobCounters(counting, index); });
   }
-  auto http = control::HttpServer::Start(cfg.http.listen, **dp, &job_control);
+  // The job trees: next hops by ARP, straggler prediction, this switch's own TAN.
+  std::unique_ptr<control::TreeControl> tree;
+  if ((*dp)->aggregation_enabled()) {
+    control::TreeControl::Options tree_options;
+    if (cfg.aggregation.address) {
+      tree_options.own_ip = cfg.aggregation.address->prefix.ip.addr;
+      tree_options.own_vlan = cfg.aggregation.address->vlan;
+    }
+    tree_options.vlans = CarriedVlans(cfg);
+    tree_options.switch_mac = cfg.switch_.mac;
+    tree_options.tan.give_up_ns = uint64_t{cfg.aggregation.give_up_ms} * 1'000'000;
+    tree_options.tan.trigger = cfg.aggregation.trigger == config::AggTrigger::kBatch
+                                   ? aggregator::TanTrigger::kBatch
+                                   : aggregator::TanTrigger::kIncremental;
+    tree = std::make_unique<control::TreeControl>(**dp, **job_table, std::move(tree_options));
+  }
+  auto http = control::HttpServer::Start(cfg.http.listen, **dp, &job_control, tree.get());
   if (!http.ok()) {
     AGG_LOG(kError, "http: %s", http.status().message().c_str());
     return 1;
@@ -120,22 +136,6 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   AGG_LOG(kInfo, "aggswitch %s running: %zu ports, %zu workers; metrics at http://%s/metrics",
           common::Version(), cfg.ports.size(), cfg.workers.size(), cfg.http.listen.c_str());
 
-  // The job trees: next hops by ARP, and this switch's own TAN.
-  std::unique_ptr<control::TreeControl> tree;
-  if ((*dp)->aggregation_enabled()) {
-    control::TreeControl::Options tree_options;
-    if (cfg.aggregation.address) {
-      tree_options.own_ip = cfg.aggregation.address->prefix.ip.addr;
-      tree_options.own_vlan = cfg.aggregation.address->vlan;
-    }
-    tree_options.vlans = CarriedVlans(cfg);
-    tree_options.switch_mac = cfg.switch_.mac;
-    tree_options.tan.give_up_ns = uint64_t{cfg.aggregation.give_up_ms} * 1'000'000;
-    tree_options.tan.trigger = cfg.aggregation.trigger == config::AggTrigger::kBatch
-                                   ? aggregator::TanTrigger::kBatch
-                                   : aggregator::TanTrigger::kIncremental;
-    tree = std::make_unique<control::TreeControl>(**dp, **job_table, std::move(tree_options));
-  }
   control::ControlLoop loop(**dp, cfg, config_path, &job_control, tree.get());
   loop.Run();
 
