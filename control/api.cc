@@ -18,6 +18,7 @@ using json = nlohmann::ordered_json;
 
 // The GET-only routes.
 constexpr std::string_view kRoutes[] = {"/metrics",       "/api/v1/ports", "/api/v1/mac",
+                                        "/api/v1/bypass",
                                         "/api/v1/lcores", "/api/v1/stats", "/api/v1/slots"};
 constexpr std::string_view kJobsRoute = "/api/v1/jobs";
 constexpr std::string_view kJobRoutePrefix = "/api/v1/jobs/";
@@ -25,7 +26,7 @@ constexpr std::string_view kJobRoutePrefix = "/api/v1/jobs/";
 constexpr std::string_view kAllRoutes[] = {"/metrics",          "/api/v1/ports", "/api/v1/mac",
                                            "/api/v1/lcores",    "/api/v1/stats", "/api/v1/jobs",
                                            "/api/v1/jobs/<id>", "/api/v1/jobs/<id>/stragglers",
-                                           "/api/v1/slots"};
+                                           "/api/v1/slots",     "/api/v1/bypass"};
 
 // Compact JSON. Invalid UTF-8 (say, in a port name) is replaced rather than
 // thrown about.
@@ -474,6 +475,15 @@ HttpResponse Route(std::string_view path, std::string_view query, const DataSour
   if (path == "/api/v1/lcores") return JsonResponse(200, LcoresJson(source.snapshot()));
   if (path == "/api/v1/stats") return JsonResponse(200, StatsJson(source.snapshot()));
   if (path == "/api/v1/slots") return SlotsRoute(query, source);
+  if (path == "/api/v1/bypass") {
+    common::Result<SlotQuery> bypass_query = ParseBypassQuery(query);
+    if (!bypass_query.ok()) return ErrorResponse(bypass_query.status());
+    if (!source.bypass) return ErrorResponse(AggregationOff());
+    common::Result<dataplane::BypassDump> dump =
+        source.bypass(bypass_query->job ? kMaxSlotLimit : bypass_query->limit);
+    if (!dump.ok()) return ErrorResponse(dump.status());
+    return JsonResponse(200, BypassJson(*dump, *bypass_query));
+  }
   // path == "/api/v1/mac", the last route.
   common::Result<MacQuery> mac_query = ParseMacQuery(query);
   if (!mac_query.ok()) return JsonResponse(400, ErrorJson(mac_query.status().message()));
@@ -799,6 +809,33 @@ common::Result<StragglerRequest> ParseStragglerBody(std::string_view body) {
   }
   RETURN_IF_ERROR(CheckStragglerRequest(r));
   return r;
+}
+
+common::Result<SlotQuery> ParseBypassQuery(std::string_view query) { return ParseSlotQuery(query); }
+
+std::string BypassJson(const dataplane::BypassDump& dump, const SlotQuery& query) {
+  json entries = json::array();
+  bool truncated = dump.truncated;
+  for (const dataplane::BypassInfo& e : dump.entries) {
+    if (query.job && e.job_id != *query.job) continue;
+    if (entries.size() == query.limit) {
+      truncated = true;
+      break;
+    }
+    entries.push_back({{"lcore", e.lcore},
+                       {"job", e.job_id},
+                       {"seq", e.seq},
+                       {"node", e.node},
+                       {"ttl_seconds", e.ttl_seconds}});
+  }
+  json filter = {{"limit", query.limit}};
+  filter["job"] = query.job ? json(*query.job) : json(nullptr);
+  const size_t count = entries.size();
+  return Dump({{"live", dump.live},
+               {"truncated", truncated},
+               {"filter", std::move(filter)},
+               {"count", count},
+               {"entries", std::move(entries)}});
 }
 
 std::string StragglerJson(const StragglerReport& report) {

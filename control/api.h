@@ -126,6 +126,8 @@ struct DataSource {
   // Up to `limit` busy slots of every worker (Dataplane::DumpSlots). Unavailable
   // when the workers did not answer in time; the route answers 503 with its message.
   std::function<common::Result<dataplane::SlotDump>(size_t limit)> slots;
+  // Up to `limit` live bypass entries of every worker (Dataplane::DumpBypass).
+  std::function<common::Result<dataplane::BypassDump>(size_t limit)> bypass;
   // Straggler prediction and exclusion, run on the control thread.
   std::function<common::Result<StragglerReport>(uint32_t job, const StragglerRequest&)> stragglers;
 };
@@ -191,6 +193,11 @@ std::string JobJson(const JobSnapshot& job);
 std::string JobDetailJson(const JobSnapshot& job, const common::Result<dataplane::SlotDump>& dump);
 // GET /api/v1/slots: the slots of `dump` that match `query`, up to its limit. [any]
 std::string SlotsJson(const dataplane::SlotDump& dump, const SlotQuery& query);
+
+// GET /api/v1/bypass[?job=J&limit=N]: the live bypass entries, at most
+// `limit` (default kDefaultSlotLimit), of one job or all. [any]
+common::Result<SlotQuery> ParseBypassQuery(std::string_view query);
+std::string BypassJson(const dataplane::BypassDump& dump, const SlotQuery& query);
 
 // Parses the body of POST /api/v1/jobs. InvalidArgument, naming the field,
 // for anything but {"id", "key", "members"[, "nodes"][, "ordered"]} with

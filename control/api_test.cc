@@ -343,7 +343,8 @@ TEST(ApiTest, UnknownPathIs404WithRouteList) {
   EXPECT_EQ(r.content_type, "application/json");
   const json j = json::parse(r.body);
   EXPECT_EQ(j["error"], "no route /api/v1/nope");
-  EXPECT_EQ(j["routes"].size(), 9u);
+  EXPECT_EQ(j["routes"].size(), 10u);
+  EXPECT_EQ(j["routes"][9], "/api/v1/bypass");
   EXPECT_EQ(j["routes"][5], "/api/v1/jobs");
   EXPECT_EQ(j["routes"][7], "/api/v1/jobs/<id>/stragglers");
   EXPECT_EQ(j["routes"][8], "/api/v1/slots");
@@ -749,6 +750,35 @@ TEST(ApiStragglersTest, GetPredictsAndPostApplies) {
   EXPECT_EQ(calls.size(), 3u) << "only well-formed requests reach the control thread";
   EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/7/stragglers", "top=1", SyntheticSource()).status,
             503);
+}
+
+TEST(ApiBypassTest, ListsFiltersAndLimits) {
+  DataSource source = SyntheticSource();
+  size_t asked = 0;
+  source.bypass = [&](size_t limit) -> common::Result<dataplane::BypassDump> {
+    asked = limit;
+    dataplane::BypassDump dump;
+    dump.live = 3;
+    dump.entries = {{1, 7, 40, 2, 9.5}, {1, 7, 41, 2, 9.6}, {2, 8, 3, 5, 1.0}};
+    return dump;
+  };
+  HttpResponse r = HandleRequest("GET", "/api/v1/bypass", "", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["live"], 3);
+  EXPECT_EQ(j["count"], 3);
+  EXPECT_EQ(j["entries"][2]["node"], 5);
+  EXPECT_EQ(j["entries"][0]["ttl_seconds"], 9.5);
+  EXPECT_FALSE(j["truncated"].get<bool>());
+  EXPECT_EQ(asked, kDefaultSlotLimit);
+  r = HandleRequest("GET", "/api/v1/bypass", "job=7&limit=1", source);
+  j = json::parse(r.body);
+  EXPECT_EQ(j["count"], 1);
+  EXPECT_EQ(j["entries"][0]["seq"], 40);
+  EXPECT_TRUE(j["truncated"].get<bool>());
+  EXPECT_EQ(asked, kMaxSlotLimit) << "a job filter dumps everything it may, then filters";
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/bypass", "limit=0", source).status, 400);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/bypass", "", SyntheticSource()).status, 503);
 }
 
 // --- The slot routes, against a synthetic dump ---------------------------------------

@@ -141,6 +141,7 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     // DumpSlots waits for the workers and serialises its callers, so a dump
     // never runs on a worker lcore and civetweb's two threads take turns.
     source.slots = [&dp](size_t limit) { return dp.DumpSlots(limit, kSlotDumpTimeout); };
+    source.bypass = [&dp](size_t limit) { return dp.DumpBypass(limit, kSlotDumpTimeout); };
   }
   if (jobs != nullptr) jobs->Attach(source);
   if (jobs != nullptr && tree != nullptr) {

@@ -39,6 +39,8 @@ constexpr unsigned kOffsetSamples = 64;
 constexpr unsigned kSampleRingSize = 128;
 // Slots one worker copies out for a dump at most (the API's limit is lower).
 constexpr uint32_t kMaxSlotDump = 65536;
+// Bypass entries one worker copies out per dump, at most.
+constexpr uint32_t kMaxBypassDump = 65536;
 // The aging scan visits the whole table about four times per aging period.
 constexpr unsigned kAgingPassesPerPeriod = 4;
 
@@ -268,6 +270,8 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       slot_dumps_.push_back(std::make_unique<SlotDumpExchange>(
           std::min<uint32_t>(slots.slots, kMaxSlotDump)));
       bypass_tables_.push_back(std::make_unique<aggregator::BypassTable>(bypass_entries, bypass_ttl));
+      bypass_dumps_.push_back(std::make_unique<BypassDumpExchange>(
+          std::min<uint32_t>(bypass_entries, kMaxBypassDump)));
       {
         const std::string suffix = std::to_string(instance) + "_" + std::to_string(w);
         const int socket = static_cast<int>(rte_socket_id());
@@ -338,6 +342,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       setup.agg.slots = slot_tables_[w].get();
       setup.agg.dump = slot_dumps_[w].get();
       setup.agg.bypass = bypass_tables_[w].get();
+      setup.agg.bypass_dump = bypass_dumps_[w].get();
       setup.agg.tan_up = tan_up_rings_[w].get();
       setup.agg.tan_down = tan_down_rings_[w].get();
       setup.agg.neighbors = neighbor_rings_[w].get();
@@ -608,26 +613,7 @@ common::Result<SlotDump> Dataplane::DumpSlots(size_t limit, std::chrono::millise
   if (jobs_ == nullptr) return dump;
   std::lock_guard<std::mutex> lock(dump_mu_);
   const uint32_t per_worker = static_cast<uint32_t>(std::min<size_t>(limit, kMaxSlotDump));
-  std::vector<uint64_t> generation(workers_.size());
-  if (running_) {
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      SlotDumpExchange& d = *slot_dumps_[w];
-      d.limit.store(per_worker, std::memory_order_relaxed);
-      generation[w] = d.requested.load(std::memory_order_relaxed) + 1;
-      d.requested.store(generation[w], std::memory_order_release);
-    }
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      while (slot_dumps_[w]->done.load(std::memory_order_acquire) < generation[w]) {
-        if (std::chrono::steady_clock::now() >= deadline) {
-          return common::Unavailable("worker on lcore " + std::to_string(worker_info_[w].lcore) +
-                                     " did not copy out its slots within " +
-                                     std::to_string(timeout.count()) + " ms");
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-      }
-    }
-  }
+  if (running_) RETURN_IF_ERROR(AwaitDumps(slot_dumps_, per_worker, timeout, "slots"));
   const uint32_t n_workers = static_cast<uint32_t>(workers_.size());
   for (size_t w = 0; w < workers_.size(); ++w) {
     const SlotDumpExchange& d = *slot_dumps_[w];
@@ -673,6 +659,74 @@ common::Result<SlotDump> Dataplane::DumpSlots(size_t limit, std::chrono::millise
   }
   if (dump.slots.size() > limit) {
     dump.slots.resize(limit);
+    dump.truncated = true;
+  }
+  return dump;
+}
+
+template <typename Exchange>
+common::Status Dataplane::AwaitDumps(const std::vector<std::unique_ptr<Exchange>>& exchanges,
+                                     uint32_t per_worker, std::chrono::milliseconds timeout,
+                                     const char* what) const {
+  std::vector<uint64_t> generation(exchanges.size());
+  for (size_t w = 0; w < exchanges.size(); ++w) {
+    Exchange& d = *exchanges[w];
+    d.limit.store(per_worker, std::memory_order_relaxed);
+    generation[w] = d.requested.load(std::memory_order_relaxed) + 1;
+    d.requested.store(generation[w], std::memory_order_release);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (size_t w = 0; w < exchanges.size(); ++w) {
+    while (exchanges[w]->done.load(std::memory_order_acquire) < generation[w]) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return common::Unavailable("worker on lcore " + std::to_string(worker_info_[w].lcore) +
+                                   " did not copy out its " + what + " within " +
+                                   std::to_string(timeout.count()) + " ms");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  return common::Status::Ok();
+}
+
+common::Result<BypassDump> Dataplane::DumpBypass(size_t limit, std::chrono::milliseconds timeout) const {
+  BypassDump dump;
+  if (jobs_ == nullptr) return dump;
+  std::lock_guard<std::mutex> lock(dump_mu_);
+  const uint32_t per_worker = static_cast<uint32_t>(std::min<size_t>(limit, kMaxBypassDump));
+  if (running_) {
+    RETURN_IF_ERROR(AwaitDumps(bypass_dumps_, per_worker, timeout, "bypass entries"));
+  }
+  for (size_t w = 0; w < bypass_dumps_.size(); ++w) {
+    const unsigned lcore = worker_info_[w].lcore;
+    auto add = [&](const aggregator::BypassKey& key, uint64_t expiry, uint64_t now) {
+      BypassInfo& info = dump.entries.emplace_back();
+      info.lcore = lcore;
+      info.job_id = key.job_id;
+      info.seq = key.seq;
+      info.node = key.node;
+      info.ttl_seconds = expiry > now ? static_cast<double>(expiry - now) / static_cast<double>(tsc_hz_) : 0;
+    };
+    if (running_) {
+      const BypassDumpExchange& d = *bypass_dumps_[w];
+      dump.live += d.busy;
+      for (uint32_t i = 0; i < d.n; ++i) add(d.entries[i].key, d.entries[i].expiry_tsc, d.now_tsc);
+      dump.truncated |= d.busy > d.n;
+      continue;
+    }
+    // Stopped: nobody else touches the table.
+    const uint64_t now = rte_rdtsc();
+    uint32_t cursor = 0;
+    do {
+      cursor = bypass_tables_[w]->Dump(cursor, BypassDumpEntry::kScanPerPass, now,
+                                       [&](const aggregator::BypassKey& key, uint64_t expiry) {
+                                         ++dump.live;
+                                         add(key, expiry, now);
+                                       });
+    } while (cursor != 0);
+  }
+  if (dump.entries.size() > limit) {
+    dump.entries.resize(limit);
     dump.truncated = true;
   }
   return dump;

@@ -46,7 +46,6 @@
 namespace aggswitch::dataplane {
 
 class Worker;
-struct SlotDumpExchange;
 
 struct MempoolDeleter {
   void operator()(rte_mempool* mp) const { rte_mempool_free(mp); }
@@ -161,6 +160,10 @@ class Dataplane {
     return index < bypass_tables_.size() ? bypass_tables_[index].get() : nullptr;
   }
 
+  // A copy of up to `limit` live bypass entries of every worker, the way
+  // DumpSlots copies slots. [any thread but a worker]
+  common::Result<BypassDump> DumpBypass(size_t limit, std::chrono::milliseconds timeout) const;
+
   uint64_t tsc_hz() const { return tsc_hz_; }
   // The MAC table's clock: TSC >> tick_shift, about one tick per second.
   uint32_t NowTick() const;
@@ -201,6 +204,13 @@ class Dataplane {
   mutable std::mutex dump_mu_;  // serialises DumpSlots callers (never taken by a worker)
   std::vector<std::unique_ptr<aggregator::SlotTable>> slot_tables_;
   std::vector<std::unique_ptr<aggregator::BypassTable>> bypass_tables_;  // one per worker
+  std::vector<std::unique_ptr<BypassDumpExchange>> bypass_dumps_;         // one per worker
+  // Asks every worker to copy out its part into `exchanges` and waits for
+  // all of them, up to `timeout`. [under dump_mu_]
+  template <typename Exchange>
+  common::Status AwaitDumps(const std::vector<std::unique_ptr<Exchange>>& exchanges,
+                            uint32_t per_worker, std::chrono::milliseconds timeout,
+                            const char* what) const;
   // Per worker: to and from this switch's own TAN, ARP replies up; worker 0
   // floods the control thread's frames (ARP requests).
   std::vector<RingPtr> tan_up_rings_;

@@ -92,6 +92,21 @@ struct SlotDump {
   bool truncated = false;       // more busy slots than the limit asked for
 };
 
+// One live bypass entry (docs/stragglers.md).
+struct BypassInfo {
+  unsigned lcore = 0;
+  uint32_t job_id = 0;
+  uint32_t seq = 0;
+  uint16_t node = 0;         // the member that timed out
+  double ttl_seconds = 0;    // until the entry expires
+};
+
+struct BypassDump {
+  std::vector<BypassInfo> entries;  // by lcore
+  uint64_t live = 0;                // entries seen, including those beyond the limit
+  bool truncated = false;
+};
+
 struct WorkerInfo {
   unsigned lcore = 0;
   uint16_t tx_queue = 0;

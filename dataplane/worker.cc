@@ -128,12 +128,8 @@ void Worker::PollOnce() {
   // counter line out of most passes.
   if (reader_online_ && (++polls_since_quiescent_ & 15) == 0) {
     setup_.agg.jobs->Quiescent(setup_.agg.reader_id);
-    SlotDumpExchange* dump = setup_.agg.dump;
-    if (dump != nullptr &&
-        (dump->serving != 0 || dump->requested.load(std::memory_order_acquire) !=
-                                   dump->done.load(std::memory_order_relaxed))) {
-      ContinueSlotDump();
-    }
+    if (setup_.agg.dump != nullptr && setup_.agg.dump->Pending()) ContinueSlotDump();
+    if (setup_.agg.bypass_dump != nullptr && setup_.agg.bypass_dump->Pending()) ContinueBypassDump();
   }
   LcoreCounters& c = stats_.lcore;
   if (busy) {
@@ -462,27 +458,24 @@ void Worker::DrainReinjects() {
 
 void Worker::ContinueSlotDump() {
   SlotDumpExchange& d = *setup_.agg.dump;
-  if (d.serving == 0) {
-    d.serving = d.requested.load(std::memory_order_acquire);
-    d.served_limit = std::min(d.limit.load(std::memory_order_relaxed), d.capacity);
-    d.cursor = 0;
-    d.n = 0;
-    d.busy = 0;
-  }
+  d.Begin();
   const aggregator::SlotTable& slots = *setup_.agg.slots;
-  const uint32_t end = std::min(slots.size(), d.cursor + SlotDumpExchange::kScanPerPass);
+  const uint32_t end = std::min(slots.size(), d.cursor + SlotDumpEntry::kScanPerPass);
   for (uint32_t i = d.cursor; i < end; ++i) {
     const aggregator::Slot& slot = slots.slot(i);
-    if (slot.state() == aggregator::Slot::State::kFree) continue;
-    ++d.busy;
-    if (d.n == d.served_limit) continue;
-    d.entries[d.n++] = SlotDumpExchange::Entry::Of(i, slot);
+    if (slot.state() != aggregator::Slot::State::kFree) (void)d.Add(SlotDumpEntry::Of(i, slot));
   }
   d.cursor = end;
-  if (end < slots.size()) return;
-  d.now_tsc = rte_rdtsc();
-  d.done.store(d.serving, std::memory_order_release);
-  d.serving = 0;
+  if (end == slots.size()) d.Finish(rte_rdtsc());
+}
+
+void Worker::ContinueBypassDump() {
+  BypassDumpExchange& d = *setup_.agg.bypass_dump;
+  d.Begin();
+  d.cursor = setup_.agg.bypass->Dump(
+      d.cursor, BypassDumpEntry::kScanPerPass, last_tsc_,
+      [&](const aggregator::BypassKey& key, uint64_t expiry) { (void)d.Add({key, expiry}); });
+  if (d.cursor == 0) d.Finish(last_tsc_);
 }
 
 void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uint32_t l3_offset,

@@ -24,6 +24,7 @@
 #include <rte_mempool.h>
 #include <rte_ring.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -102,41 +103,16 @@ struct OffsetSample {
 inline constexpr uint32_t kOffsetMissing = UINT32_MAX;
 inline constexpr uint32_t kOffsetSampleEvery = 8;  // a power of two
 
-// Where a worker copies out its busy slots when the control side asks
-// (Dataplane::DumpSlots). The requester writes `limit`, then bumps
-// `requested`; the worker notices within 16 polls, copies kScanPerPass slots
-// per pass so that a dump never stalls it, and publishes `done` = the
-// generation it served (release). The entries are the worker's until then,
-// and the requester's after, until its next request.
-struct alignas(64) SlotDumpExchange {
-  static constexpr uint32_t kScanPerPass = 256;
-  struct Entry {
-    uint32_t index;  // local slot index
-    uint32_t job_id;
-    uint32_t seq;
-    uint16_t count;
-    uint16_t expected;
-    uint16_t elem_count;
-    uint8_t dtype;
-    uint8_t op;
-    bool complete;
-    bool forwarded;
-    bool overflow;
-    uint64_t first_tsc;
-
-    // The copy of busy slot `local_index`. [the slot's owner]
-    static Entry Of(uint32_t local_index, const aggregator::Slot& slot) {
-      return Entry{local_index, slot.job_id(), slot.seq(), slot.count(), slot.expected(),
-                   slot.elem_count(), static_cast<uint8_t>(slot.dtype()),
-                   static_cast<uint8_t>(slot.op()),
-                   slot.state() == aggregator::Slot::State::kComplete,
-                   slot.state() == aggregator::Slot::State::kForwarded, slot.overflow(),
-                   slot.first_tsc()};
-    }
-  };
-
-  explicit SlotDumpExchange(uint32_t capacity_)
-      : capacity(capacity_), entries(new Entry[capacity_]) {}
+// Where a worker copies out part of its state when the control side asks
+// (Dataplane::DumpSlots, Dataplane::DumpBypass). The requester writes
+// `limit`, then bumps `requested`; the worker notices within 16 polls, copies
+// a bounded share per pass so that a dump never stalls it, and publishes
+// `done` = the generation it served (release). The entries are the worker's
+// until then, and the requester's after, until its next request.
+template <typename EntryT>
+struct alignas(64) DumpExchange {
+  using Entry = EntryT;
+  explicit DumpExchange(uint32_t capacity_) : capacity(capacity_), entries(new Entry[capacity_]) {}
 
   // Requester side.
   std::atomic<uint64_t> requested{0};
@@ -145,13 +121,76 @@ struct alignas(64) SlotDumpExchange {
   alignas(64) std::atomic<uint64_t> done{0};
   uint64_t serving = 0;  // the generation being copied; 0: none
   uint32_t served_limit = 0;
-  uint32_t cursor = 0;   // next slot to look at
+  uint32_t cursor = 0;   // where the next pass starts
   uint32_t n = 0;        // entries filled
-  uint64_t busy = 0;     // busy slots seen (also beyond the limit)
+  uint64_t busy = 0;     // items seen (also beyond the limit)
   uint64_t now_tsc = 0;  // when the copy finished
   const uint32_t capacity;
   const std::unique_ptr<Entry[]> entries;
+
+  // Whether a request waits (or is being served). [worker]
+  bool Pending() const {
+    return serving != 0 ||
+           requested.load(std::memory_order_acquire) != done.load(std::memory_order_relaxed);
+  }
+  // Starts serving the latest request when none is being served. [worker]
+  void Begin() {
+    if (serving != 0) return;
+    serving = requested.load(std::memory_order_acquire);
+    served_limit = std::min(limit.load(std::memory_order_relaxed), capacity);
+    cursor = 0;
+    n = 0;
+    busy = 0;
+  }
+  // Takes one item; false past the limit (still counted in `busy`). [worker]
+  bool Add(const Entry& e) {
+    ++busy;
+    if (n == served_limit) return false;
+    entries[n++] = e;
+    return true;
+  }
+  void Finish(uint64_t tsc) {
+    now_tsc = tsc;
+    done.store(serving, std::memory_order_release);
+    serving = 0;
+  }
 };
+
+// One busy slot, as DumpSlots copies it.
+struct SlotDumpEntry {
+  static constexpr uint32_t kScanPerPass = 256;  // slots looked at per pass
+  uint32_t index;  // local slot index
+  uint32_t job_id;
+  uint32_t seq;
+  uint16_t count;
+  uint16_t expected;
+  uint16_t elem_count;
+  uint8_t dtype;
+  uint8_t op;
+  bool complete;
+  bool forwarded;
+  bool overflow;
+  uint64_t first_tsc;
+
+  // The copy of busy slot `local_index`. [the slot's owner]
+  static SlotDumpEntry Of(uint32_t local_index, const aggregator::Slot& slot) {
+    return SlotDumpEntry{local_index, slot.job_id(), slot.seq(), slot.count(), slot.expected(),
+                         slot.elem_count(), static_cast<uint8_t>(slot.dtype()),
+                         static_cast<uint8_t>(slot.op()),
+                         slot.state() == aggregator::Slot::State::kComplete,
+                         slot.state() == aggregator::Slot::State::kForwarded, slot.overflow(),
+                         slot.first_tsc()};
+  }
+};
+using SlotDumpExchange = DumpExchange<SlotDumpEntry>;
+
+// One live bypass entry, as DumpBypass copies it.
+struct BypassDumpEntry {
+  static constexpr uint32_t kScanPerPass = 512;  // buckets looked at per pass
+  aggregator::BypassKey key;
+  uint64_t expiry_tsc;
+};
+using BypassDumpExchange = DumpExchange<BypassDumpEntry>;
 
 // The aggregation path of one worker (docs/aggregation.md). jobs == nullptr:
 // aggregation is off and every frame is switched at L2.
@@ -170,6 +209,7 @@ struct AggregationSetup {
   rte_ring* upcall = nullptr;    // to the control thread (SP/SC, Upcall elements)
   rte_ring* reinject = nullptr;  // back from it (SP/SC, Upcall elements)
   SlotDumpExchange* dump = nullptr;
+  BypassDumpExchange* bypass_dump = nullptr;
   JobCounters* job_counters = nullptr;  // JobTable::max_jobs() entries, by Job::index()
   aggregator::BypassTable* bypass = nullptr;  // this worker's bypass entries
   // A root that is its own TAN (docs/stragglers.md): first data and late
@@ -244,6 +284,7 @@ class alignas(64) Worker {
   [[gnu::noinline]] void DrainHandoffs();
   [[gnu::noinline]] void DrainReinjects();
   [[gnu::noinline]] void ContinueSlotDump();
+  [[gnu::noinline]] void ContinueBypassDump();
   [[gnu::noinline]] void DrainControl();
   [[gnu::noinline]] void RunTimers();
   void Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,

@@ -517,6 +517,26 @@ void PrintSlots(const json& j) {
   std::cout << '\n';
 }
 
+void PrintBypass(const json& j) {
+  const json& entries = j.at("entries");
+  if (!entries.empty()) {
+    Table t({"LCORE", "JOB", "SEQ", "NODE", "EXPIRES IN"});
+    for (const json& e : entries) {
+      char ttl[32];
+      std::snprintf(ttl, sizeof(ttl), "%.3f s", e.at("ttl_seconds").get<double>());
+      t.AddRow({U64(e.at("lcore")), U64(e.at("job")), U64(e.at("seq")), U64(e.at("node")), ttl});
+    }
+    t.Print(std::cout, "");
+  }
+  const json& job = j.at("filter").at("job");
+  std::cout << U64(j.at("live")) << " live bypass entries; " << U64(j.at("count")) << " shown"
+            << (job.is_null() ? std::string() : " (job " + U64(job) + ")");
+  if (j.at("truncated").get<bool>()) {
+    std::cout << ", truncated at --limit " << U64(j.at("filter").at("limit"));
+  }
+  std::cout << '\n';
+}
+
 void PrintJob(const json& job) {
   const uint64_t nodes = job.at("nodes").get<uint64_t>();
   std::cout << "job " << U64(job.at("id")) << " (" << job.at("origin").get<std::string>()
@@ -690,6 +710,21 @@ int Main(int argc, char** argv) {
       query += (query.empty() ? "" : "&") + std::string("job=") + std::to_string(*o.job_id);
     target = "/api/v1/slots" + (query.empty() ? "" : "?" + query);
     print = PrintSlots;
+  });
+
+  CLI::App* bypass = app.add_subcommand(
+      "bypass", "live bypass entries: members a slot timer left behind, until their late data");
+  bypass->add_option("--job", o.job_id, "only this job's entries")
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
+  bypass->add_option("--limit", o.slot_limit, "list at most this many entries (default 1000)")
+      ->check(CLI::Range(1, 100000));
+  bypass->callback([&] {
+    std::string query;
+    if (o.slot_limit) query += "limit=" + std::to_string(*o.slot_limit);
+    if (o.job_id)
+      query += (query.empty() ? "" : "&") + std::string("job=") + std::to_string(*o.job_id);
+    target = "/api/v1/bypass" + (query.empty() ? "" : "?" + query);
+    print = PrintBypass;
   });
 
   CLI::App* jobs = app.add_subcommand("jobs", "aggregation jobs: show, add, remove");
