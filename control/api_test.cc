@@ -24,6 +24,7 @@ namespace aggswitch::control {
 namespace {
 
 using dataplane::DropReason;
+using aggregator::JobSpec;
 using nlohmann::json;
 
 StatsSnapshot SyntheticSnapshot() {
@@ -1314,6 +1315,97 @@ TEST_F(JobControlFixture, NoCounterReaderNoCounters) {
   const json j = json::parse(HandleRequest("GET", "/api/v1/jobs/7", "", source_).body);
   EXPECT_EQ(j["id"], 7);
   EXPECT_TRUE(j["counters"].is_null());
+}
+
+config::TanConfig Tan(config::TanStrategy strategy) {
+  config::TanConfig tan;
+  tan.strategy = strategy;
+  for (const char* ip : {"10.0.9.50", "10.0.9.51", "10.0.9.52"}) {
+    config::TanCandidate c;
+    c.address = *common::Ipv4Addr::Parse(ip);
+    tan.candidates.push_back(c);
+  }
+  tan.candidates[0].hops = 3;
+  tan.candidates[1].hops = 1;
+  tan.candidates[2].hops = 1;
+  return tan;
+}
+
+TEST(ChooseTanTest, EveryStrategy) {
+  const uint32_t a = common::Ipv4Addr::Parse("10.0.9.50")->addr;
+  const uint32_t b = common::Ipv4Addr::Parse("10.0.9.51")->addr;
+  const uint32_t c = common::Ipv4Addr::Parse("10.0.9.52")->addr;
+  EXPECT_EQ(ChooseTan(nullptr, 7, {}).mode, aggregator::JobSpec::Tan::kNone);
+  const config::TanConfig fixed = Tan(config::TanStrategy::kFixed);
+  TanChoice choice = ChooseTan(&fixed, 7, {});
+  EXPECT_EQ(choice.mode, aggregator::JobSpec::Tan::kRemote);
+  EXPECT_EQ(choice.peer.ip, a);
+  EXPECT_EQ(choice.peer.udp_port, 47000);
+  // Fewest hops: the first of the two at one hop.
+  const config::TanConfig hops = Tan(config::TanStrategy::kFewestHops);
+  EXPECT_EQ(ChooseTan(&hops, 7, {}).peer.ip, b);
+  // Least load: the candidate with the fewest jobs, then list order.
+  const config::TanConfig least = Tan(config::TanStrategy::kLeastLoad);
+  EXPECT_EQ(ChooseTan(&least, 7, {{a, 2}, {b, 1}}).peer.ip, c);
+  EXPECT_EQ(ChooseTan(&least, 7, {{a, 1}, {b, 1}, {c, 1}}).peer.ip, a);
+  // Random by job id: the same job always gets the same candidate, and the
+  // jobs spread over all of them.
+  const config::TanConfig random = Tan(config::TanStrategy::kRandom);
+  std::set<uint32_t> seen;
+  for (uint32_t job = 1; job <= 64; ++job) {
+    EXPECT_EQ(ChooseTan(&random, job, {}).peer.ip, ChooseTan(&random, job, {{a, 9}}).peer.ip);
+    seen.insert(ChooseTan(&random, job, {}).peer.ip);
+  }
+  EXPECT_EQ(seen.size(), 3u);
+  config::TanConfig self;
+  self.strategy = config::TanStrategy::kSelf;
+  EXPECT_EQ(ChooseTan(&self, 7, {}).mode, aggregator::JobSpec::Tan::kSelf);
+}
+
+TEST(JobSpecFromConfigTest, BuildsTheTree) {
+  config::AggregationConfig agg;
+  agg.timeout_ms = 20;
+  agg.tan = Tan(config::TanStrategy::kLeastLoad);
+  config::AggregationJobConfig spine;
+  spine.id = 7;
+  for (uint16_t node : {100, 101}) {
+    config::ChildSwitchConfig child;
+    child.node = node;
+    for (uint16_t i = 0; i < 4; ++i) child.covers.push_back(static_cast<uint16_t>((node - 100) * 4 + i));
+    spine.switches.push_back(child);
+  }
+  spine.members = 2;
+  spine.trigger = config::AggTrigger::kBatch;
+  TanLoad load;
+  JobSpec spec = JobSpecFromConfig(spine, agg, 1'000'000'000, load);
+  EXPECT_EQ(spec.member_nodes, (std::vector<uint16_t>{100, 101}));
+  ASSERT_EQ(spec.covers.size(), 2u);
+  EXPECT_EQ(spec.covers[1], (std::vector<uint16_t>{4, 5, 6, 7}));
+  EXPECT_EQ(spec.upstream.ip, 0u) << "the root";
+  EXPECT_EQ(spec.tan, JobSpec::Tan::kRemote);
+  EXPECT_EQ(spec.timeout_cycles, 20'000'000u);
+  EXPECT_TRUE(spec.batch);
+  EXPECT_EQ(load.size(), 1u) << "the TAN's load counts the job";
+  // A second root job goes to another candidate under least_load.
+  spine.id = 8;
+  EXPECT_NE(JobSpecFromConfig(spine, agg, 1'000'000'000, load).tan_peer.ip, spec.tan_peer.ip);
+
+  config::AggregationJobConfig leaf;
+  leaf.id = 7;
+  leaf.node_ids = {4, 5, 6, 7};
+  leaf.members = 4;
+  leaf.timeout_ms = 0;
+  config::UpstreamConfig up;
+  up.address = *common::Ipv4Addr::Parse("10.0.9.1");
+  up.node = 101;
+  leaf.upstream = up;
+  spec = JobSpecFromConfig(leaf, agg, 1'000'000'000, load);
+  EXPECT_EQ(spec.member_nodes, (std::vector<uint16_t>{4, 5, 6, 7}));
+  EXPECT_EQ(spec.upstream.ip, up.address.addr);
+  EXPECT_EQ(spec.upstream.node, 101);
+  EXPECT_EQ(spec.upstream.udp_port, 47000);
+  EXPECT_EQ(spec.tan, JobSpec::Tan::kNone) << "only a root has a TAN";
+  EXPECT_EQ(spec.timeout_cycles, 0u) << "the job's own timeout_ms wins";
 }
 
 TEST(AddConfigJobsTest, NamesTheFailingItem) {

@@ -765,16 +765,22 @@ size_t Dataplane::ProcessOffsetSamples(const std::function<void(const OffsetSamp
   return handled;
 }
 
-bool Dataplane::SendFromSwitch(const uint8_t* frame, uint32_t len, uint16_t vlan) {
-  if (!control_tx_ring_) return false;
+rte_mbuf* Dataplane::CopyToMbuf(const uint8_t* bytes, uint32_t len) const {
   rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
-  if (m == nullptr) return false;
+  if (m == nullptr) return nullptr;
   auto* data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
   if (data == nullptr) {
     rte_pktmbuf_free(m);
-    return false;
+    return nullptr;
   }
-  std::memcpy(data, frame, len);
+  std::memcpy(data, bytes, len);
+  return m;
+}
+
+bool Dataplane::SendFromSwitch(const uint8_t* frame, uint32_t len, uint16_t vlan) {
+  if (!control_tx_ring_) return false;
+  rte_mbuf* m = CopyToMbuf(frame, len);
+  if (m == nullptr) return false;
   Upcall u{m, 0, vlan, kEtherHdrLen, 0, 0};
   if (rte_ring_sp_enqueue_elem(control_tx_ring_.get(), &u, sizeof(Upcall)) != 0) {
     rte_pktmbuf_free(m);
@@ -807,14 +813,8 @@ bool Dataplane::SendTanResult(const uint8_t* datagram, uint32_t len) {
   const uint32_t slot =
       aggregator::SlotIndex(pkt.header->job_id.host(), pkt.header->seq.host(), total_slots_);
   rte_ring* ring = tan_down_rings_[slot % n_agg_workers_].get();
-  rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+  rte_mbuf* m = CopyToMbuf(datagram, len);
   if (m == nullptr) return false;
-  auto* data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
-  if (data == nullptr) {
-    rte_pktmbuf_free(m);
-    return false;
-  }
-  std::memcpy(data, datagram, len);
   // The control thread is the ring's only producer.
   if (rte_ring_sp_enqueue(ring, m) != 0) {
     rte_pktmbuf_free(m);

@@ -205,6 +205,8 @@ class Dataplane {
   std::vector<std::unique_ptr<aggregator::SlotTable>> slot_tables_;
   std::vector<std::unique_ptr<aggregator::BypassTable>> bypass_tables_;  // one per worker
   std::vector<std::unique_ptr<BypassDumpExchange>> bypass_dumps_;         // one per worker
+  // A fresh single-segment mbuf holding `len` bytes; nullptr when the pool is empty.
+  rte_mbuf* CopyToMbuf(const uint8_t* bytes, uint32_t len) const;
   // Asks every worker to copy out its part into `exchanges` and waits for
   // all of them, up to `timeout`. [under dump_mu_]
   template <typename Exchange>

@@ -820,11 +820,8 @@ void Worker::RecordCompletion(const aggregator::Slot& slot) {
   h.count.Add(1);
 }
 
-void Worker::WriteResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
-                                uint8_t* buf) const {
+aggregator::AggFields Worker::ChunkFields(const aggregator::Job& job, const aggregator::Slot& slot) {
   aggregator::AggFields f;
-  f.opcode = aggregator::Opcode::kResult;
-  f.flags = slot.overflow() ? aggregator::flags::kOverflow : 0;
   f.job_id = job.id();
   f.seq = slot.seq();
   f.job_key = job.key();
@@ -832,6 +829,14 @@ void Worker::WriteResultPayload(const aggregator::Job& job, const aggregator::Sl
   f.dtype = slot.dtype();
   f.op = slot.op();
   f.scale = slot.scale();
+  return f;
+}
+
+void Worker::WriteResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
+                                uint8_t* buf) const {
+  aggregator::AggFields f = ChunkFields(job, slot);
+  f.opcode = aggregator::Opcode::kResult;
+  f.flags = slot.overflow() ? aggregator::flags::kOverflow : 0;
   aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(buf));
   rte_memcpy(buf + sizeof(aggregator::AggHeader), slot.result(), slot.result_len());
 }
@@ -1052,37 +1057,24 @@ bool Worker::SendPartial(const aggregator::Job& job, const aggregator::Slot& slo
     rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
   } else {
     m = rte_pktmbuf_alloc(pool_);
-    if (m == nullptr) {
+    if (m == nullptr || rte_pktmbuf_tailroom(m) < len) {
       c.result_no_mbuf.Add(1);
+      if (m != nullptr) rte_pktmbuf_free(m);
       return false;
     }
   }
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
-  auto* buf = rte_pktmbuf_mtod(m, uint8_t*);
-  aggregator::AggFields f;
+  aggregator::AggFields f = ChunkFields(job, slot);
   f.opcode = aggregator::Opcode::kPartial;
   f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
                                   (slot.ordered() ? aggregator::flags::kOrdered : 0));
   f.node_id = root ? kRootNodeId : job.upstream().node;
-  f.job_id = job.id();
-  f.seq = slot.seq();
-  f.job_key = job.key();
   // The parent frees its complete slots by its members' watermarks: ours
   // is the smallest of our members'.
   f.ack_watermark = job.MinAck().value_or(0);
-  f.elem_count = slot.elem_count();
-  f.dtype = slot.dtype();
-  f.op = slot.op();
-  f.scale = slot.scale();
-  aggregator::WriteAggHeader(f, static_cast<uint8_t>(n_missing),
-                             reinterpret_cast<aggregator::AggHeader*>(buf));
-  uint8_t* list = buf + sizeof(aggregator::AggHeader);
-  for (uint32_t i = 0; i < n_missing; ++i) {
-    list[2 * i] = static_cast<uint8_t>(missing[i] >> 8);
-    list[2 * i + 1] = static_cast<uint8_t>(missing[i]);
-  }
-  rte_memcpy(list + 2 * n_missing, slot.result(), slot.result_len());
+  (void)aggregator::BuildAggregation(f, missing, static_cast<uint8_t>(n_missing), slot.result(),
+                                     slot.result_len(), rte_pktmbuf_mtod(m, uint8_t*), len);
   if (!root) {
     c.partials_sent.Add(1);
     SendToHop(m, job, aggregator::Job::Hop::kUpstream, 0);
@@ -1200,21 +1192,12 @@ void Worker::SendIncomplete(const aggregator::Job& job, const aggregator::Slot& 
   n_missing = std::min(n_missing, kMaxMissingIds);
   const uint32_t len = sizeof(aggregator::AggHeader) + 2 * n_missing;
   auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
-  aggregator::AggFields f;
+  aggregator::AggFields f = ChunkFields(job, slot);
   f.opcode = aggregator::Opcode::kResult;
   f.flags = aggregator::flags::kIncomplete;
-  f.job_id = job.id();
-  f.seq = slot.seq();
-  f.job_key = job.key();
-  f.dtype = slot.dtype();
-  f.op = slot.op();
-  f.scale = slot.scale();
-  aggregator::WriteAggHeader(f, static_cast<uint8_t>(n_missing),
-                             reinterpret_cast<aggregator::AggHeader*>(buf));
-  for (uint32_t i = 0; i < n_missing; ++i) {
-    buf[sizeof(aggregator::AggHeader) + 2 * i] = static_cast<uint8_t>(missing[i] >> 8);
-    buf[sizeof(aggregator::AggHeader) + 2 * i + 1] = static_cast<uint8_t>(missing[i]);
-  }
+  f.elem_count = 0;
+  (void)aggregator::BuildAggregation(f, missing, static_cast<uint8_t>(n_missing), nullptr, 0, buf,
+                                     len);
   c.incomplete_results.Add(1);
   Replicate(job, m, 0, job.members(), static_cast<uint16_t>(slot.seq()));
 }

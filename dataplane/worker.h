@@ -355,6 +355,8 @@ class alignas(64) Worker {
                           rte_mbuf* carrier, uint32_t header_offset);
   void WriteResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
                           uint8_t* buf) const;
+  // The header fields every datagram about the slot's chunk shares.
+  static aggregator::AggFields ChunkFields(const aggregator::Job& job, const aggregator::Slot& slot);
   [[gnu::noinline]] void FlushPort(uint16_t port);
   void HandleLocal(uint16_t in_port, rte_mbuf* m, const Meta& meta, bool broadcast);
   void Forward(uint16_t in_port, rte_mbuf* m, const Meta& meta, uint16_t out_port);
