@@ -16,35 +16,57 @@
 # 47047 everywhere. The switches answer ARP on their aggregation addresses;
 # the leaves resolve the spine's with ARP, the spine resolves agg-ps's.
 #
-# Jobs 7, 8 and 9 are configured on all three switches: leaf A has ranks 0-3,
+# Jobs 7 to 12 are configured on all three switches: leaf A has ranks 0-3,
 # leaf B ranks 4-7, both with the spine as upstream; the spine has the two
-# leaves as members (covering 0-3 and 4-7) and agg-ps as its fixed TAN. Slot
-# thresholds: 100 ms at the leaves, 200 ms at the spine (job 9: 1 s and 2 s).
+# leaves as members (covering 0-3 and 4-7) and agg-ps as its fixed TAN (job
+# 10: the spine itself). Slot thresholds: 100 ms at the leaves, 200 ms at the
+# spine; job 9: 1 s and 2 s; job 11: 800 ms and 200 ms; job 12: 100 ms at leaf
+# A, 2 s at leaf B, 3 s at the spine.
 #
 #  0. ARP: the leaves resolve the spine's address, the spine agg-ps's;
 #  1. no straggler: partials up, results down, no timeout, nothing at the TAN;
 #  2. one straggler under leaf A: a bypass entry there, its data LATE through
 #     the spine (which does not reduce it) to the TAN, exact results;
 #  3. two stragglers under different leaves;
-#  4. forwarded slots give way: while job 7 waits 2.5 s for a straggler, job 8
+#  4. forwarded slots give way: while job 7 waits 4 s for a straggler, job 8
 #     completes on the very slots job 7's chunk used on all three switches;
 #  5. ordered floats, random per-rank delays below the thresholds, 20 runs:
 #     every result (captured on the wire) bit-identical, and equal to the
 #     tree-order reduction ((w0+w1+w2+w3) + (w4+w5+w6+w7));
 #  6. a straggler that never comes: the TAN gives up, the others fail in
-#     bounded time with exit 3.
+#     bounded time with exit 3;
+#  7. straggler prediction: rank 2 a little late (below the threshold), then
+#     aggctl stragglers at leaf A names it (--top 1, --over); --apply excludes
+#     it: the next run, with rank 2 and rank 5 (under leaf B) both past the
+#     threshold, leaf A does not wait for rank 2 and NOTICEs it, rank 2 flags
+#     its data BYPASS, leaf B times out on rank 5, the TAN merges both;
+#     --clear, and a normal run has nothing late;
+#  8. the root is its own TAN (tan: self): a straggler, exact results,
+#     nothing reaches agg-ps;
+#  9. late data before the first data: leaf A's straggler reaches agg-ps
+#     (through the spine, unreduced) while the spine still waits for leaf B;
+#     agg-ps holds it and merges it when the first data comes;
+# 10. a sub-switch times out: the spine's threshold is shorter than leaf A's,
+#     leaf A waits for its straggler, its partial is late at the spine and
+#     goes to the TAN through the spine's bypass entries; variant 2
+#     (bypass.subswitch: nodes, the spine lists 0-3), then, after a restart of
+#     the spine, variant 1 (switch, the default: it lists 100);
+# 11. nothing held at the end: no bypass entry, no armed timer, nothing at
+#     agg-ps.
 #
 # Each switch runs in a namespace of its own, see "Topology" below. All three
 # use lcores "0,1": their control threads share CPU 0 and their poll loops CPU
 # 1 (the test machine may have only two), so a poll loop gets a third of a
 # CPU and a chunk's round trip takes tens of ms; the thresholds leave room.
 #
-# Usage: tree_netns_test.sh AGGSWITCH AGG_WORKER AGG_PS
+# Usage: tree_netns_test.sh AGGSWITCH AGG_WORKER AGG_PS [AGGCTL]
 # Needs root (namespaces). Everything is torn down on exit, pass or fail.
 set -u
 AGGSWITCH=$(realpath "$1")
 AGG_WORKER=$(realpath "$2")
 AGG_PS=$(realpath "$3")
+# aggctl: the fourth argument, else next to aggswitch in the build tree.
+AGGCTL=$(realpath -m "${4:-$(dirname "$AGGSWITCH")/../aggctl/aggctl}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/lib/topology.sh
 source "$HERE/../lib/topology.sh"
@@ -61,9 +83,18 @@ PORT=47047
 SLOTS=4096
 LEAF_TIMEOUT_MS=100
 SPINE_TIMEOUT_MS=200
-# id:key:leaf threshold override (ms; the spine's is twice it; empty: none).
-JOBS=("7:0x7ee:" "8:0x8ee:" "9:0x9ee:1000")
-declare -A JOB_KEY=([7]=0x7ee [8]=0x8ee [9]=0x9ee)
+# id:key:leaf A:leaf B:spine:TAN. The slot threshold overrides (jobs[].timeout_ms,
+# ms; empty: the switch's own) and the spine's TAN strategy (fixed: agg-ps;
+# self: the spine itself). Job 10: the root is its own TAN; job 11: the
+# spine's threshold is shorter than the leaves' (a sub-switch times out); job
+# 12: leaf B and the spine wait long (late data reaches the TAN before the
+# first data).
+JOBS=("7:0x7ee::::fixed" "8:0x8ee::::fixed" "9:0x9ee:1000:1000:2000:fixed" "10:0xaee::::self"
+  "11:0xbee:800:800:200:fixed" "12:0xcee::2000:3000:fixed")
+declare -A JOB_KEY=([7]=0x7ee [8]=0x8ee [9]=0x9ee [10]=0xaee [11]=0xbee [12]=0xcee)
+# bypass.subswitch at the spine: nodes (variant 2) until check 10 restarts it
+# with switch (variant 1, the default).
+SPINE_SUBSWITCH=nodes
 SWITCHES=(leafa leafb spine)
 declare -A HTTP=([spine]=19490 [leafa]=19491 [leafb]=19492)
 declare -A SWITCH_PID=()
@@ -166,7 +197,7 @@ EOF
 
 # leaf_config INDEX: leaf A (0: node 100, ranks 0-3) or leaf B (1: node 101, ranks 4-7).
 leaf_config() {
-  local i="$1" name=${SWITCHES[$1]} side first p j id key t
+  local i="$1" name=${SWITCHES[$1]} side first p j id key t ta tb
   side=$([ "$i" -eq 0 ] && echo a || echo b)
   first=$((4 * i))
   switch_head "$name" "02:a9:9c:00:47:1$((i + 1))" "${LEAF_IP[$i]}" "$LEAF_TIMEOUT_MS"
@@ -175,7 +206,8 @@ leaf_config() {
   jobs:
 EOF
   for j in "${JOBS[@]}"; do
-    IFS=: read -r id key t <<<"$j"
+    IFS=: read -r id key ta tb _ _ <<<"$j"
+    t=$([ "$i" -eq 0 ] && echo "$ta" || echo "$tb")
     cat <<EOF
     - id: $id
       key: "$key"
@@ -195,14 +227,14 @@ EOF
 }
 
 spine_config() {
-  local j id key t
+  local j id key t tan
   switch_head spine 02:a9:9c:00:47:01 "$SPINE_IP" "$SPINE_TIMEOUT_MS"
   cat <<EOF
-  bypass: {entries: 65536, ttl_ms: 10000, subswitch: nodes}
+  bypass: {entries: 65536, ttl_ms: 10000, subswitch: $SPINE_SUBSWITCH}
   jobs:
 EOF
   for j in "${JOBS[@]}"; do
-    IFS=: read -r id key t <<<"$j"
+    IFS=: read -r id key _ _ t tan <<<"$j"
     cat <<EOF
     - id: $id
       key: "$key"
@@ -210,12 +242,18 @@ EOF
       switches:
         - {node: 100, covers: [0-3]}
         - {node: 101, covers: [4-7]}
+EOF
+    if [ "$tan" = self ]; then
+      echo "      tan: {strategy: self}"
+    else
+      cat <<EOF
       tan:
         strategy: fixed
         candidates:
           - {address: $TAN_IP, port: $PORT, hops: 1}
 EOF
-    [ -n "$t" ] && echo "      timeout_ms: $((2 * t))"
+    fi
+    [ -n "$t" ] && echo "      timeout_ms: $t"
   done
   cat <<EOF
 ports:
@@ -262,9 +300,10 @@ start_ps() {
   stop_ps
   PS_RUNS=$((PS_RUNS + 1))
   PS_STATS="$WORK/ps.$PS_RUNS.json"
+  local j covers=()
+  for j in "${JOBS[@]}"; do covers+=(--covers "${j%%:*}:100=0-3" --covers "${j%%:*}:101=4-7"); done
   ip netns exec "$(topo_ns tan)" "$AGG_PS" --listen "$TAN_IP:$PORT" --stats "$PS_STATS" \
-    --covers 7:100=0-3 --covers 7:101=4-7 --covers 8:100=0-3 --covers 8:101=4-7 \
-    --covers 9:100=0-3 --covers 9:101=4-7 "$@" >"$WORK/ps.$PS_RUNS.log" 2>&1 &
+    "${covers[@]}" "$@" >"$WORK/ps.$PS_RUNS.log" 2>&1 &
   PS_PID=$!
   topo_track_pid "$PS_PID"
   local i
@@ -309,7 +348,7 @@ job_metric() {
 COUNTERS=(contributions completions partials_sent partials_received partials_resent
   first_data_sent timeouts late_flagged late_no_entry late_self_flagged late_forwarded late_no_tan
   results_down results_refused unresolved_next_hop missing_list_overflow bypass_created
-  bypass_matched bypass_expired bypass_full collisions nacks_sent)
+  bypass_matched bypass_expired bypass_full collisions nacks_sent notices_sent)
 declare -A SNAP=()
 # snapshot: every counter of every switch, for delta.
 snapshot() {
@@ -373,7 +412,7 @@ expect_ps() {
 # --- Runs.
 # Every run of a job starts past the previous run's sequence numbers: the
 # switches and the TAN remember a configured job's finished chunks.
-declare -A NEXT_SEQ=([7]=0 [8]=0 [9]=0)
+declare -A NEXT_SEQ=([7]=0 [8]=0 [9]=0 [10]=0 [11]=0 [12]=0)
 SEQ_STRIDE=100000
 declare -A RANK_PIDS=() RANK_LIST=() RUN_FIRST_SEQ=()
 # launch NAME JOB RANKS [AGG-WORKER OPTIONS]: starts the ranks RANKS ("0 1 2
@@ -381,25 +420,44 @@ declare -A RANK_PIDS=() RANK_LIST=() RUN_FIRST_SEQ=()
 # --verify unless VERIFY is empty, and a JSON summary NAME.r.json. Per-rank
 # options come from RANK_EXTRA: "RANK:OPT,VALUE,..." words. FIRST_SEQ, when
 # set, is the run's first sequence number (at or past NEXT_SEQ[JOB]).
+# The ranks start together: each waits at a gate (a shared flock on
+# WORK/NAME.gate, which launch holds exclusively) until all of them are
+# there (or 5 s passed). Started one after the other, on a loaded machine
+# the last could come more than a leaf's 100 ms threshold after the first,
+# and the first chunks of a run without stragglers timed out.
 launch() {
-  local name="$1" job="$2" ranks="$3" r e first pids=() extra verify=()
+  local name="$1" job="$2" ranks="$3" r e first pids=() extra verify=() gate n=0
   shift 3
   [ "${VERIFY---verify}" = --verify ] && verify=(--verify)
   first=${FIRST_SEQ:-${NEXT_SEQ[$job]}}
   NEXT_SEQ[$job]=$((first + SEQ_STRIDE))
   RUN_FIRST_SEQ[$name]=$first
+  gate="$WORK/$name.gate"
+  rm -f "$gate".*
+  exec 8>"$gate"
+  flock -x 8
   for r in $ranks; do
     extra=()
     for e in ${RANK_EXTRA:-}; do
       [ "${e%%:*}" = "$r" ] && IFS=, read -r -a extra <<<"${e#*:}"
     done
-    ip netns exec "$(topo_ns "w$r")" "${RANK_WRAPPER[@]}" "$AGG_WORKER" --rank "$r" --world 8 \
+    # shellcheck disable=SC2016  # the script expands its own arguments
+    ip netns exec "$(topo_ns "w$r")" "${RANK_WRAPPER[@]}" \
+      sh -c 'g=$1; : >"$g.$2"; shift 2; exec flock -s "$g" "$@"' sh "$gate" "$r" \
+      "$AGG_WORKER" --rank "$r" --world 8 \
       --job "$job" --key "${JOB_KEY[$job]}" --switch "${LEAF_IP[$((r / 4))]}:$PORT" \
       --task-info none "${verify[@]}" --quiet --first-seq "$first" \
-      --json "$WORK/$name.$r.json" "$@" "${extra[@]}" >"$WORK/$name.$r.out" 2>&1 &
+      --json "$WORK/$name.$r.json" "$@" "${extra[@]}" >"$WORK/$name.$r.out" 2>&1 8>&- &
     pids+=($!)
     topo_track_pid $!
+    n=$((n + 1))
   done
+  for _ in $(seq 1 500); do
+    [ "$(find "$WORK" -maxdepth 1 -name "$name.gate.*" | wc -l)" -ge "$n" ] && break
+    sleep 0.01
+  done
+  flock -u 8
+  exec 8>&-
   RANK_PIDS[$name]="${pids[*]}"
   RANK_LIST[$name]="$ranks"
 }
@@ -582,8 +640,9 @@ slot_reuse() {
   s8=$((s8 + ((target - $(slot_of 8 "$s8") + SLOTS) % SLOTS)))
   say "job 7 seq $s7 and job 8 seq $s8 both use slot $target"
   t0=$(date +%s%N)
-  # One chunk (256 int32); rank 2 comes 2.5 s late.
-  with RANK_EXTRA="2:--delay-ms,2500" launch slow 7 "0 1 2 3 4 5 6 7" --dtype int32 --size 1K
+  # One chunk (256 int32); rank 2 comes 4 s late: time for job 8 even on a
+  # loaded machine (agg-ps gives up after 10 s here).
+  with RANK_EXTRA="2:--delay-ms,4000" launch slow 7 "0 1 2 3 4 5 6 7" --dtype int32 --size 1K
   for _ in $(seq 1 40); do
     [ "$(delta spine first_data_sent)" -gt 0 ] && break
     sleep 0.05
@@ -612,9 +671,9 @@ slot_reuse() {
   expect_ps gave_up -eq 0 || rc=1
   return $rc
 }
-start_ps
+start_ps --give-up-ms 10000
 snapshot
-check "while job 7 waits 2.5 s for a straggler, job 8 completes on the same slots; then job 7 completes, verified" \
+check "while job 7 waits 4 s for a straggler, job 8 completes on the same slots; then job 7 completes, verified" \
   slot_reuse && show_notes
 rm -f "$WORK/NOTES"
 elapsed
@@ -780,6 +839,435 @@ stop_switch() {
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   wait "$pid"
 }
+# --- The wire at one host: every aggregation datagram on its eth0, both
+# directions, with its arrival time, for the checks that look at what a
+# switch sent (missing lists, flags, NOTICEs, the order of arrival).
+cat >"$WORK/wire.py" <<'EOF'
+import json, signal, socket, struct, sys, time
+iface, out = sys.argv[1], sys.argv[2]
+jobs = {int(j) for j in sys.argv[3:]}
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+s.bind((iface, 0))
+s.settimeout(0.1)
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+records = []
+open(out + ".ready", "w").close()
+while not stop:
+    try:
+        frame, addr = s.recvfrom(65535)
+    except (socket.timeout, InterruptedError):
+        continue
+    t = time.monotonic()
+    off, eth = 14, struct.unpack("!H", frame[12:14])[0]
+    if eth == 0x8100:
+        off, eth = 18, struct.unpack("!H", frame[16:18])[0]
+    if eth != 0x0800 or frame[off + 9] != 17:
+        continue
+    a = off + (frame[off] & 0xF) * 4 + 8
+    if len(frame) < a + 48:
+        continue
+    magic, _, opcode, flags, node, job, seq = struct.unpack("!HBBHHII", frame[a:a + 16])
+    if magic != 0xA65C or (jobs and job not in jobs):
+        continue
+    n = frame[a + 43]
+    missing = list(struct.unpack("!%dH" % n, frame[a + 48:a + 48 + 2 * n])) if len(frame) >= a + 48 + 2 * n else []
+    records.append({"t": t, "out": addr[2] == socket.PACKET_OUTGOING, "op": opcode, "flags": flags,
+                    "node": node, "job": job, "seq": seq, "missing": missing,
+                    "aux": struct.unpack("!I", frame[a + 44:a + 48])[0]})
+json.dump(records, open(out, "w"))
+EOF
+WIRE_PID=""
+# wire_start HOST NAME [JOB...]: records the datagrams (of the JOBs) on
+# HOST's eth0; wire_stop ends the recording and writes WORK/wire.NAME.json.
+wire_start() {
+  local host="$1" name="$2"
+  shift 2
+  rm -f "$WORK/wire.$name.json" "$WORK/wire.$name.json.ready"
+  ip netns exec "$(topo_ns "$host")" python3 "$WORK/wire.py" eth0 "$WORK/wire.$name.json" "$@" &
+  WIRE_PID=$!
+  topo_track_pid "$WIRE_PID"
+  for _ in $(seq 1 50); do [ -e "$WORK/wire.$name.json.ready" ] && return 0; sleep 0.1; done
+  echo "the capture on $host did not start"
+  return 1
+}
+wire_stop() {
+  [ -n "$WIRE_PID" ] || return 0
+  kill -TERM "$WIRE_PID" 2>/dev/null
+  wait "$WIRE_PID"
+  WIRE_PID=""
+}
+# wire NAME SCRIPT: runs the python SCRIPT with r, the records of capture
+# NAME (dicts: t, out, op, flags, node, job, seq, missing, aux); its output
+# becomes notes; its exit status is wire's.
+wire() {
+  local rc line
+  python3 -c "import json, sys
+r = json.load(open(sys.argv[1]))
+$2" "$WORK/wire.$1.json" >"$WORK/wire.out"
+  rc=$?
+  while read -r line; do say "$line"; done <"$WORK/wire.out"
+  return $rc
+}
+# now_deltas SWITCH NAME...: how much each counter grew since the last
+# snapshot, all from one reading of /metrics.
+now_deltas() {
+  local s="$1" c out=()
+  shift
+  sw_curl "$s" /metrics >"$WORK/metrics.now" || return 1
+  for c in "$@"; do
+    out+=($(($(awk -v a="aggswitch_aggregation_${c}_total" '
+      { n = $1; sub(/\{.*/, "", n) } n == a { s += $2 } END { print s + 0 }' "$WORK/metrics.now") -
+      ${SNAP[$s.$c]:-0})))
+  done
+  echo "${out[*]}"
+}
+
+# --- 7. Straggler prediction at leaf A (job 7), applied, combined with a
+# timeout at leaf B, and cleared. Leaf A samples every 8th chunk's arrival
+# offsets; 64 KiB is 49 chunks, all in one window, so rank 2's offset is its
+# delay in every chunk. The prediction uses the last PREDICT_OPS samples (the
+# last two iterations): leaf A keeps job 7's samples of the checks before.
+# stragglers [OPTIONS]: aggctl stragglers --job 7 at leaf A.
+stragglers() { topo_exec leafa "$AGGCTL" -s "127.0.0.1:${HTTP[leafa]}" stragglers --job 7 "$@"; }
+# predicted [OPTIONS]: "predicted IDS excluded IDS" from aggctl's JSON ("-": none).
+predicted() {
+  stragglers --json "$@" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+ids = lambda l: " ".join(str(n) for n in l) or "-"
+print("predicted %s excluded %s" % (ids([m["node"] for m in d["predicted"]]), ids(d["excluded"])))'
+}
+PREDICT_DELAY_MS=50
+PREDICT_OVER=0.02
+PREDICT_OPS=12
+prediction_run_counters() {
+  local rc=0
+  say "$(chunks predict) chunks per rank; $(show_deltas | head -3 | tr '\n' ';')"
+  expect leafa timeouts -eq 0 || rc=1
+  expect leafa late_forwarded -eq 0 || rc=1
+  expect spine first_data_sent -eq 0 || rc=1
+  return $rc
+}
+prediction() {
+  local rc=0 got line
+  sleep 0.3  # the control thread takes the samples off its ring as it polls
+  while read -r line; do say "$line"; done < <(stragglers --top 8 --ops "$PREDICT_OPS")
+  got=$(predicted --top 1 --ops "$PREDICT_OPS")
+  say "--top 1: $got"
+  [ "$got" = "predicted 2 excluded -" ] || rc=1
+  got=$(predicted --over "$PREDICT_OVER" --ops "$PREDICT_OPS")
+  say "--over $PREDICT_OVER: $got"
+  [ "$got" = "predicted 2 excluded -" ] || rc=1
+  return $rc
+}
+apply_prediction() {
+  local got
+  got=$(predicted --top 1 --ops "$PREDICT_OPS" --apply)
+  say "--top 1 --apply: $got"
+  [ "$got" = "predicted 2 excluded 2" ]
+}
+applied_run() {
+  local rc=0
+  wire_start w2 applied 7 || return 1
+  with RANK_EXTRA="2:--delay-ms,300 5:--delay-ms,300" allreduce applied 7 --dtype int32 \
+    --size 16K --iterations 2 || rc=1
+  wire_stop
+  return $rc
+}
+applied_counters() {
+  local rc=0 n
+  n=$(chunks applied)
+  ps_fresh
+  say "$n chunks per rank; $(show_deltas | tr '\n' ';')"
+  # Leaf A forwards rank 2's data unreduced, never waits for it, tells it.
+  expect leafa notices_sent -gt 0 || rc=1
+  expect leafa late_self_flagged -ge "$n" || rc=1
+  expect leafa late_forwarded -ge "$n" || rc=1
+  expect leafa timeouts -eq 0 || rc=1
+  expect leafa bypass_created -eq 0 || rc=1
+  expect leafa contributions -eq $((3 * n)) || rc=1
+  # Leaf B times out on rank 5 as usual.
+  expect leafb timeouts -ge "$n" || rc=1
+  expect leafb bypass_matched -ge "$n" || rc=1
+  expect spine timeouts -eq 0 || rc=1
+  expect spine first_data_sent -ge "$n" || rc=1
+  expect spine late_forwarded -ge $((2 * n)) || rc=1
+  expect_ps merged -eq $((2 * n)) || rc=1
+  expect_ps completed -eq "$n" || rc=1
+  expect_ps gave_up -eq 0 || rc=1
+  expect_gauge leafa bypass_entries -eq 0 || rc=1
+  # Rank 2's wire: a NOTICE (self-flag), then its contributions flagged BYPASS.
+  wire applied '
+notices = [x["t"] for x in r if x["op"] == 10 and not x["out"] and x["node"] == 2 and x["aux"] == 1]
+sent = [x for x in r if x["op"] == 1 and x["out"]]
+flagged = [x["t"] for x in sent if x["flags"] & 0x10]
+print("rank 2 got %d self-flag NOTICEs; %d of its %d contributions (first sends and retransmissions) were flagged BYPASS, the first %s"
+      % (len(notices), len(flagged), len(sent), "after the first NOTICE" if notices and flagged and min(flagged) > min(notices) else "NOT after a NOTICE"))
+sys.exit(0 if notices and flagged and min(flagged) > min(notices) else 1)' || rc=1
+  return $rc
+}
+cleared_counters() {
+  local rc=0 n s c
+  n=$(chunks cleared)
+  ps_fresh
+  say "$n chunks per rank; $(show_deltas | tr '\n' ';')"
+  for s in "${SWITCHES[@]}"; do
+    for c in timeouts late_self_flagged late_flagged late_no_entry late_forwarded notices_sent; do
+      expect "$s" "$c" -eq 0 || rc=1
+    done
+  done
+  expect leafa contributions -eq $((4 * n)) || rc=1
+  expect spine first_data_sent -eq 0 || rc=1
+  expect_ps first_data -eq 0 || rc=1
+  expect_ps late -eq 0 || rc=1
+  return $rc
+}
+start_ps
+snapshot
+check "prediction: job 7, rank 2 ${PREDICT_DELAY_MS} ms late (below leaf A's 100 ms), 64 KiB x 4, every rank verified" \
+  with RANK_EXTRA="2:--delay-ms,$PREDICT_DELAY_MS" allreduce predict 7 --dtype int32 --size 64K --iterations 4
+check "  ... no timeout, nothing late" prediction_run_counters && show_notes
+rm -f "$WORK/NOTES"
+check "  ... aggctl stragglers at leaf A: --top 1 names node 2, --over $PREDICT_OVER names 2 alone" \
+  prediction && show_notes
+rm -f "$WORK/NOTES"
+check "  ... --apply excludes node 2" apply_prediction && show_notes
+rm -f "$WORK/NOTES"
+start_ps
+snapshot
+check "applied: rank 2 (excluded) and rank 5 300 ms late, 16 KiB x 2, every rank verified" applied_run
+check "  ... leaf A never waits for rank 2 and NOTICEs it, which then flags its data; leaf B times out on rank 5; the TAN merges both" \
+  applied_counters && show_notes
+rm -f "$WORK/NOTES"
+clear_prediction() {
+  local got
+  got=$(predicted --clear)
+  say "--clear: $got"
+  [ "$got" = "predicted - excluded -" ]
+}
+check "  ... --clear includes every member again" clear_prediction && show_notes
+rm -f "$WORK/NOTES"
+start_ps
+snapshot
+check "cleared: a normal run of job 7, 16 KiB, every rank verified" \
+  allreduce cleared 7 --dtype int32 --size 16K
+check "  ... nothing late, nothing excluded, nothing at the TAN" cleared_counters && show_notes
+rm -f "$WORK/NOTES"
+elapsed
+
+# --- 8. The root is its own TAN (job 10, tan: {strategy: self} at the spine).
+self_tan() {
+  local rc=0
+  wire_start tan self 10 || return 1
+  with RANK_EXTRA="6:--delay-ms,300" allreduce self 10 --dtype int32 --size 16K || rc=1
+  wire_stop
+  return $rc
+}
+self_tan_counters() {
+  local rc=0 n
+  n=$(chunks self)
+  ps_fresh
+  say "$n chunks per rank; $(show_deltas | tr '\n' ';')"
+  expect leafb timeouts -ge "$n" || rc=1
+  expect leafb bypass_matched -ge "$n" || rc=1
+  expect spine first_data_sent -ge "$n" || rc=1
+  expect spine late_forwarded -ge "$n" || rc=1
+  expect spine results_down -ge "$n" || rc=1
+  expect spine late_no_tan -eq 0 || rc=1
+  expect leafa results_down -ge "$n" || rc=1
+  expect leafb results_down -ge "$n" || rc=1
+  expect_ps rx_datagrams -eq 0 || rc=1
+  expect_ps first_data -eq 0 || rc=1
+  expect_ps late -eq 0 || rc=1
+  wire self '
+print("%d datagrams of job 10 on agg-ps'"'"'s wire" % len(r))
+sys.exit(1 if r else 0)' || rc=1
+  return $rc
+}
+start_ps
+snapshot
+check "root is its own TAN (job 10): rank 6 300 ms late, 16 KiB, every rank verified" self_tan
+check "  ... the spine sent first data and late data to its own TAN and replicated its result; agg-ps got nothing" \
+  self_tan_counters && show_notes
+rm -f "$WORK/NOTES"
+elapsed
+
+# --- 9. Late data before the first data (job 12). Leaf A (100 ms) times out
+# on rank 2 (400 ms late) and forwards its data; the spine (3 s) and leaf B
+# (2 s) wait for rank 6 (1.2 s late), so the spine's first data comes after
+# rank 2's late data has gone through it to agg-ps, which holds it.
+late_first() {
+  local rc=0 t0 lf fd seen=""
+  wire_start tan early 12 || return 1
+  t0=$(date +%s%N)
+  with RANK_EXTRA="2:--delay-ms,400 6:--delay-ms,1200" launch early 12 "0 1 2 3 4 5 6 7" \
+    --dtype int32 --size 4K
+  for _ in $(seq 1 80); do
+    read -r lf fd < <(now_deltas spine late_forwarded first_data_sent)
+    if [ "${lf:-0}" -gt 0 ]; then
+      seen="after $((($(date +%s%N) - t0) / 1000000)) ms: spine late_forwarded +$lf, first_data_sent +$fd"
+      break
+    fi
+    sleep 0.03
+  done
+  say "${seen:-the spine forwarded no late data in 2.4 s}"
+  if [ -z "$seen" ] || [ "$fd" -ne 0 ]; then
+    echo "no late data forwarded before the first data"
+    rc=1
+  fi
+  collect early || rc=1
+  say "all ranks done after $((($(date +%s%N) - t0) / 1000000)) ms"
+  wire_stop
+  return $rc
+}
+late_first_counters() {
+  local rc=0 n
+  n=$(chunks early)
+  ps_fresh
+  say "$n chunks per rank; $(show_deltas | tr '\n' ';')"
+  expect leafa timeouts -ge "$n" || rc=1
+  expect leafa bypass_matched -ge "$n" || rc=1
+  expect leafb timeouts -eq 0 || rc=1
+  expect spine timeouts -eq 0 || rc=1
+  expect spine late_forwarded -ge "$n" || rc=1
+  expect spine first_data_sent -ge "$n" || rc=1
+  expect_ps merged -eq "$n" || rc=1
+  expect_ps completed -eq "$n" || rc=1
+  expect_ps gave_up -eq 0 || rc=1
+  expect_ps orphan_late -eq 0 || rc=1
+  expect_ps held_lates -eq 0 || rc=1
+  expect_ps pending -eq 0 || rc=1
+  # At agg-ps, for every chunk: rank 2's late data, then the first data.
+  wire early '
+seqs = sorted({x["seq"] for x in r if x["op"] == 2 and not x["out"]})
+ok = bool(seqs)
+for s in seqs:
+    first = min(x["t"] for x in r if x["op"] == 2 and not x["out"] and x["seq"] == s)
+    lates = [x["t"] for x in r if x["op"] == 4 and not x["out"] and x["seq"] == s and x["node"] == 2]
+    if not lates or min(lates) > first:
+        ok = False
+        print("seq %d: no late data from node 2 before the first data" % s)
+    else:
+        print("seq %d: late data from node 2 %.0f ms before the first data (missing %s)" % (s,
+              1000 * (first - min(lates)), [x["missing"] for x in r if x["op"] == 2 and x["seq"] == s][0]))
+sys.exit(0 if ok else 1)' || rc=1
+  return $rc
+}
+start_ps
+snapshot
+check "late data before the first data (job 12): rank 2 400 ms, rank 6 1.2 s late, 4 KiB, every rank verified; the spine's late_forwarded rose while first_data_sent had not" \
+  late_first && show_notes
+rm -f "$WORK/NOTES"
+check "  ... agg-ps held rank 2's data and merged it when the first data came" \
+  late_first_counters && show_notes
+rm -f "$WORK/NOTES"
+elapsed
+
+# --- 10. A sub-switch times out (job 11: the leaves wait 800 ms, the spine
+# 200 ms). Rank 1 is 450 ms late: leaf A waits for it, the spine does not
+# wait for leaf A; leaf A's partial then reaches the spine after its timer
+# fired, matches the bypass entries and goes to agg-ps as late data.
+# Variant 2 (bypass.subswitch: nodes) with the spine as configured so far,
+# then variant 1 (switch, the default) after a restart of the spine.
+subswitch_run() {
+  local rc=0
+  wire_start tan "$1" 11 || return 1
+  with RANK_EXTRA="1:--delay-ms,450" allreduce "$1" 11 --dtype int32 --size 8K || rc=1
+  wire_stop
+  return $rc
+}
+# subswitch_counters NAME ENTRIES LISTED: ENTRIES bypass entries per chunk at
+# the spine; its first data lists LISTED ("[100]").
+subswitch_counters() {
+  local rc=0 n
+  n=$(chunks "$1")
+  ps_fresh
+  say "$n chunks per rank; $(show_deltas | tr '\n' ';')"
+  expect leafa timeouts -eq 0 || rc=1
+  expect leafa bypass_created -eq 0 || rc=1
+  expect leafb timeouts -eq 0 || rc=1
+  expect spine timeouts -ge "$n" || rc=1
+  expect spine bypass_created -ge $(($2 * n)) || rc=1
+  expect spine bypass_matched -ge "$n" || rc=1
+  expect spine late_flagged -ge "$n" || rc=1
+  expect spine late_forwarded -ge "$n" || rc=1
+  expect spine first_data_sent -ge "$n" || rc=1
+  expect_gauge spine bypass_entries -eq 0 || rc=1
+  expect_ps merged -eq "$n" || rc=1
+  expect_ps completed -eq "$n" || rc=1
+  expect_ps gave_up -eq 0 || rc=1
+  wire "$1" '
+want = '"$3"'
+first = {}
+for x in r:
+    if x["op"] == 2 and not x["out"]:
+        first.setdefault(x["seq"], set()).add(tuple(x["missing"]))
+late = {x["seq"] for x in r if x["op"] == 4 and not x["out"] and x["node"] == 100}
+lists = sorted({l for v in first.values() for l in v})
+print("%d chunks at agg-ps; first data missing lists: %s; late partials from node 100 for %d of them"
+      % (len(first), " ".join(str(list(l)) for l in lists), len(late & set(first))))
+sys.exit(0 if first and lists == [tuple(want)] and late >= set(first) else 1)' || rc=1
+  return $rc
+}
+start_ps
+snapshot
+check "sub-switch timeout, variant 2 (subswitch: nodes): rank 1 450 ms late (leaf A waits 800 ms, the spine 200 ms), 8 KiB, every rank verified" \
+  subswitch_run nodes
+check "  ... the spine listed and bypassed nodes 0-3 for leaf A; its late partial matched them; agg-ps completed it" \
+  subswitch_counters nodes 4 "[0, 1, 2, 3]" && show_notes
+rm -f "$WORK/NOTES"
+restart_spine() {
+  local t0 i
+  t0=$(date +%s%N)
+  stop_switch spine || { echo "the spine did not stop cleanly"; return 1; }
+  SPINE_SUBSWITCH=switch
+  spine_config >"$WORK/spine.yaml"
+  start_switch spine
+  switch_up spine || { echo "the spine did not come up; its log:"; tail -20 "$WORK/spine.log"; return 1; }
+  for i in $(seq 1 50); do [ "$(metric spine neighbor_reports)" -gt 0 ] && break; sleep 0.1; done
+  say "the spine answered and resolved agg-ps's address $((($(date +%s%N) - t0) / 1000000)) ms after it was stopped"
+  [ "$(metric spine neighbor_reports)" -gt 0 ]
+}
+check "the spine restarts with bypass.subswitch: switch" restart_spine && show_notes
+rm -f "$WORK/NOTES"
+start_ps
+snapshot
+check "sub-switch timeout, variant 1 (subswitch: switch): rank 1 450 ms late, 8 KiB, every rank verified" \
+  subswitch_run switch
+check "  ... the spine listed and bypassed node 100 (leaf A); its late partial matched; agg-ps completed it" \
+  subswitch_counters switch 1 "[100]" && show_notes
+rm -f "$WORK/NOTES"
+elapsed
+
+# --- 11. Nothing held: no bypass entry and no armed slot timer on any switch
+# (the entries of check 6, whose straggler never came, expired after
+# bypass.ttl_ms); agg-ps holds no chunk and no late data.
+released() {
+  local rc=0 s i
+  for i in $(seq 1 120); do
+    rc=0
+    for s in "${SWITCHES[@]}"; do
+      [ "$(metric "$s" bypass_entries)" -eq 0 ] && [ "$(metric "$s" slot_timers)" -eq 0 ] || rc=1
+    done
+    [ "$rc" -eq 0 ] && break
+    sleep 0.1
+  done
+  for s in "${SWITCHES[@]}"; do
+    expect_gauge "$s" bypass_entries -eq 0 || rc=1
+    expect_gauge "$s" slot_timers -eq 0 || rc=1
+  done
+  ps_fresh
+  expect_ps pending -eq 0 || rc=1
+  expect_ps held_lates -eq 0 || rc=1
+  return $rc
+}
+check "resources released: no bypass entry, no armed slot timer on any switch; agg-ps holds nothing" released
+elapsed
+
 if [ "$FAILED" -ne 0 ]; then
   for s in "${SWITCHES[@]}"; do echo "--- the last lines of $s's log"; tail -8 "$WORK/$s.log"; done
   echo "--- the last lines of agg-ps's log"; tail -8 "$WORK/ps.$PS_RUNS.log"

@@ -178,7 +178,8 @@ common::Status WriteJsonSummary(const std::string& path, const RunSummary& s) {
         {"scale_exchanges", c.scale_exchanges},
         {"float_fallbacks", c.float_fallbacks},
         {"overflow_redos", c.overflow_redos},
-        {"saturated_chunks", c.saturated_chunks}}},
+        {"saturated_chunks", c.saturated_chunks},
+        {"notices", c.notices}}},
   };
   std::ofstream f(path);
   f << doc.dump(1) << "\n";

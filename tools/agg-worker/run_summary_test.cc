@@ -53,6 +53,7 @@ TEST(RunSummaryTest, VerdictBandwidthAndJson) {
   s.verify = true;
   s.verified = 2;
   s.latency = Summarize({0.004, 0.002});
+  s.stats.notices = 3;
   EXPECT_TRUE(s.ok());
   EXPECT_DOUBLE_EQ(s.AlgorithmBandwidth(), (4 << 20) / 0.002);
   s.mismatches = 3;
@@ -71,6 +72,7 @@ TEST(RunSummaryTest, VerdictBandwidthAndJson) {
   EXPECT_EQ(doc["bytes"], 4 << 20);
   EXPECT_DOUBLE_EQ(doc["latency_s"]["median"].get<double>(), 0.002);
   EXPECT_TRUE(doc["client"].contains("retransmissions"));
+  EXPECT_EQ(doc["client"]["notices"], 3) << "told to flag its data for bypass";
   std::remove(path.c_str());
 
   char* text = nullptr;
