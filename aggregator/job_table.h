@@ -278,6 +278,19 @@ class alignas(64) Job {
   void SetHop(Hop hop, const MemberAddr& addr) const;
   void ClearHop(Hop hop) const { hop_[static_cast<int>(hop)].l2.store(0, std::memory_order_relaxed); }
 
+  // The ack watermark this switch last passed upstream (non-root jobs): an
+  // ACK that moves the members' minimum past it is relayed, so the parent
+  // can free the job's last slots. Returns whether `watermark` is news and
+  // records it (racing workers relay it once). [any]
+  bool TakeRelayedAck(uint32_t watermark) const {
+    uint64_t cur = relayed_ack_.load(std::memory_order_relaxed);
+    const uint64_t next = kAckValid | watermark;
+    while ((cur & kAckValid) == 0 || SeqBefore(static_cast<uint32_t>(cur), watermark)) {
+      if (relayed_ack_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
+
   // --- Participation (straggler prediction): who the slots wait for ---
 
   // Whether member `index` is excluded (a predicted straggler). [any]
@@ -333,6 +346,7 @@ class alignas(64) Job {
   const uint64_t timeout_cycles_;
   const bool batch_;
   const bool bypass_covered_nodes_;
+  mutable std::atomic<uint64_t> relayed_ack_{0};  // watermark (31..0) | valid (32)
   mutable std::atomic<uint64_t> tan_target_{0};  // ip (63..32) | port (31..16) | JobSpec::Tan (7..0)
   mutable Member hop_[2];                          // Hop::kUpstream, Hop::kTan
   std::unique_ptr<std::atomic<uint64_t>[]> excluded_;

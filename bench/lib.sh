@@ -246,3 +246,43 @@ bench_remove_work() {
     bench_log "logs kept in $WORK"
   fi
 }
+
+# CPU accounting over a window, for benchmarks whose own processes fill the
+# CPUs: how much of all CPUs processes that are not ours used.
+#   bench_cpu_window_begin PID...   # PIDs: our processes that outlive the window
+#   ... run ...                     # children reaped in this shell count as ours
+#   bench_cpu_window_end            # sets BENCH_OTHER_SHARE and BENCH_OUR_SHARE
+# Ours: the given live processes, every child this shell reaped during the
+# window (with the descendants they reaped: /proc/$$/stat cutime + cstime),
+# and the ksoftirqd threads, which carry veth traffic when softirqs pile up.
+# Task time only (user + nice + system), as in bench/allreduce.sh.
+BENCH_OTHER_SHARE=0
+BENCH_OUR_SHARE=0
+BENCH_CPU_WINDOW=()  # t0, all-CPU ticks, reaped ticks, live ticks, then the live pids
+bench_reaped_ticks() {
+  local rest
+  rest=$(cat "/proc/$$/stat")
+  rest="${rest##*) }"
+  awk '{ print $14 + $15 }' <<<"$rest"
+}
+bench_task_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4; exit }' /proc/stat; }
+bench_cpu_window_begin() {
+  local pids
+  read -r -a pids <<<"$* $(pgrep -x 'ksoftirqd/[0-9]+' | paste -sd' ')"
+  BENCH_CPU_WINDOW=("$(bench_now)" "$(bench_task_ticks)" "$(bench_reaped_ticks)"
+    "$(bench_cpu_ticks "${pids[@]}")" "${pids[@]}")
+}
+bench_cpu_window_end() {
+  local t1 sys1 reaped1 live1
+  sys1=$(bench_task_ticks)
+  t1=$(bench_now)
+  reaped1=$(bench_reaped_ticks)
+  live1=$(bench_cpu_ticks "${BENCH_CPU_WINDOW[@]:4}")
+  read -r BENCH_OTHER_SHARE BENCH_OUR_SHARE <<<"$(awk -v t0="${BENCH_CPU_WINDOW[0]}" -v t1="$t1" \
+    -v s0="${BENCH_CPU_WINDOW[1]}" -v s1="$sys1" -v r0="${BENCH_CPU_WINDOW[2]}" -v r1="$reaped1" \
+    -v l0="${BENCH_CPU_WINDOW[3]}" -v l1="$live1" -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" 'BEGIN {
+      wall = n * (t1 - t0) * hz; ours = (r1 - r0) + (l1 - l0); other = (s1 - s0) - ours
+      if (other < 0) other = 0
+      if (wall <= 0) wall = 1
+      printf "%.3f %.3f", other / wall, ours / wall }')"
+}

@@ -117,6 +117,7 @@ struct PortCounters {
   X(result_no_mbuf, "result copies not sent: mempool empty")                          \
   X(reduced_bytes, "payload bytes reduced into slots")                                \
   X(acks, "ACK datagrams (ack watermark only) received")                              \
+  X(acks_relayed, "ACKs sent upstream because the members' smallest watermark moved")  \
   X(task_infos, "TASK_INFO datagrams accepted and echoed to their sender")            \
   X(task_info_conflicts, "task info that disagrees with the job the switch knows")    \
   X(registration_upcalls, "datagrams passed to the control thread to register a job") \

@@ -565,7 +565,8 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
       (void)job->UpdateAck(index, h.ack_watermark.host());
       if (opcode == Opcode::kAck) {
         c.acks.Add(1);
-        rte_pktmbuf_free(m);
+        if (!job->is_root()) RelayAck(m, *job, header_offset);
+        else rte_pktmbuf_free(m);
         return;
       }
       if (opcode == Opcode::kTaskInfo) {
@@ -1090,6 +1091,31 @@ bool Worker::SendPartial(const aggregator::Job& job, const aggregator::Slot& slo
     }
   }
   return m == carrier;
+}
+
+void Worker::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset) {
+  // The parent frees this job's complete slots by our watermark, the
+  // smallest of our members'; partials carry it, and the last chunks of a
+  // job, which no partial follows, learn it from here.
+  const std::optional<uint32_t> min_ack = job.MinAck();
+  if (!min_ack || job.LearnedMembers() != job.members() || !job.TakeRelayedAck(*min_ack)) {
+    rte_pktmbuf_free(m);
+    return;
+  }
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kAck;
+  f.node_id = job.upstream().node;
+  f.job_id = job.id();
+  f.job_key = job.key();
+  f.seq = *min_ack;
+  f.ack_watermark = *min_ack;
+  // The ACK it answers is the same size: the relay is written over it.
+  rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  m->data_len = sizeof(aggregator::AggHeader);
+  m->pkt_len = sizeof(aggregator::AggHeader);
+  aggregator::WriteAggHeader(f, 0, rte_pktmbuf_mtod(m, aggregator::AggHeader*));
+  stats_.lcore.agg.acks_relayed.Add(1);
+  SendToHop(m, job, aggregator::Job::Hop::kUpstream, 0);
 }
 
 void Worker::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset) {

@@ -302,6 +302,10 @@ class alignas(64) Worker {
   // Turns a contribution (or partial) into a LATE datagram flagged BYPASS and
   // sends it towards the TAN. Consumes `m`.
   void ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset);
+  // An ACK from a member of a non-root job: when it moves the members'
+  // smallest watermark, an ACK with that watermark goes upstream (written
+  // over `m`). Consumes `m`.
+  void RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset);
   // Rewrites the headers in front of the aggregation header at
   // `header_offset` to reach the job's `hop` and queues the frame. Consumes `m`.
   void SendToHop(rte_mbuf* m, const aggregator::Job& job, aggregator::Job::Hop hop,

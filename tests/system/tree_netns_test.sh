@@ -348,7 +348,7 @@ job_metric() {
 COUNTERS=(contributions completions partials_sent partials_received partials_resent
   first_data_sent timeouts late_flagged late_no_entry late_self_flagged late_forwarded late_no_tan
   results_down results_refused unresolved_next_hop missing_list_overflow bypass_created
-  bypass_matched bypass_expired bypass_full collisions nacks_sent notices_sent)
+  bypass_matched bypass_expired bypass_full collisions nacks_sent notices_sent acks_relayed acks)
 declare -A SNAP=()
 # snapshot: every counter of every switch, for delta.
 snapshot() {
@@ -553,6 +553,11 @@ no_straggler_counters() {
   done
   expect spine first_data_sent -eq 0 || rc=1
   expect_ps first_data -eq 0 || rc=1
+  # The ranks' final ACKs move each leaf's smallest watermark: relayed, and
+  # counted by the spine, which can then free the job's last chunks.
+  expect leafa acks_relayed -gt 0 || rc=1
+  expect leafb acks_relayed -gt 0 || rc=1
+  expect spine acks -gt 0 || rc=1
   [ "$rc" -eq 0 ] || show_deltas
   say "$(show_deltas | head -3 | tr '\n' ';')"
   return $rc
