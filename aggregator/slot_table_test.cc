@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -201,6 +202,50 @@ TEST(SlotTableTest, AnExpiredBatchSlotReducesInMemberOrder) {
   std::memcpy(&got, table.slot(0).result(), 4);
   // Member order: (1e8 + -1e8) + 1 = 1; arrival order would give 0.
   EXPECT_EQ(got, 1.0f);
+}
+
+// Seed 000's example of why floats need a preset order, in decimal with 4
+// significant digits: 1/3 + 2/3 + 2/3 is 1.667 in that order and 1.666 as
+// 2/3 + 2/3 + 1/3. The same holds in binary32; an ordered slot gives the
+// member-order sum whatever order the contributions arrive in.
+double RoundTo4Digits(double x) {
+  if (x == 0) return 0;
+  const double scale = std::pow(10.0, 3 - std::floor(std::log10(std::fabs(x))));
+  return std::round(x * scale) / scale;
+}
+
+TEST(SlotTableTest, TheSeedsFloatOrderExampleAndTheOrderedMode) {
+  const double third = RoundTo4Digits(1.0 / 3), two_thirds = RoundTo4Digits(2.0 / 3);
+  const double a = RoundTo4Digits(RoundTo4Digits(third + two_thirds) + two_thirds);
+  const double b = RoundTo4Digits(RoundTo4Digits(two_thirds + two_thirds) + third);
+  EXPECT_DOUBLE_EQ(a, 1.667);
+  EXPECT_DOUBLE_EQ(b, 1.666);
+  // binary32: member order (1e8 + 1) + -1e8 = 0; (1e8 + -1e8) + 1 = 1.
+  const std::vector<std::vector<uint8_t>> p = {Payload(std::vector<float>{1e8f}),
+                                               Payload(std::vector<float>{1.0f}),
+                                               Payload(std::vector<float>{-1e8f})};
+  std::vector<uint16_t> order = {0, 1, 2};
+  std::set<uint32_t> ordered_bits, arrival_bits;
+  do {
+    for (const bool ordered : {true, false}) {
+      SlotTable table(SlotTableConfig{.slots = 2});
+      SlotUpdate u;
+      for (const uint16_t m : order) {
+        Contribution c = Make(1, 1, m, 3, p[m], DType::kFloat32);
+        c.ordered = ordered;
+        u = table.Contribute(0, c, 1, NeverRelease, nullptr);
+      }
+      ASSERT_EQ(u.outcome, SlotOutcome::kCompleted);
+      uint32_t bits;
+      std::memcpy(&bits, u.slot->result(), 4);
+      (ordered ? ordered_bits : arrival_bits).insert(bits);
+    }
+  } while (std::next_permutation(order.begin(), order.end()));
+  ASSERT_EQ(ordered_bits.size(), 1u) << "bit-identical in every arrival order";
+  float sum;
+  std::memcpy(&sum, &*ordered_bits.begin(), 4);
+  EXPECT_EQ(sum, 0.0f) << "(1e8 + 1) + -1e8 in member order";
+  EXPECT_EQ(arrival_bits.size(), 2u) << "arrival order gives 0 or 1";
 }
 
 // Excluded members (predicted stragglers) are not waited for; their data
