@@ -184,13 +184,7 @@ class alignas(64) Job {
   // watermark moved; a repeat costs one load.
   bool UpdateAck(uint16_t node, uint32_t watermark) const {
     if (node >= members_) return false;
-    std::atomic<uint64_t>& ack = member_[node].ack;
-    const uint64_t next = kAckValid | watermark;
-    uint64_t cur = ack.load(std::memory_order_relaxed);
-    while ((cur & kAckValid) == 0 || SeqBefore(static_cast<uint32_t>(cur), watermark)) {
-      if (ack.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
-    }
-    return false;
+    return AdvanceWatermark(member_[node].ack, watermark);
   }
 
   // Member `node`'s watermark; nullopt before its first one.
@@ -282,14 +276,7 @@ class alignas(64) Job {
   // ACK that moves the members' minimum past it is relayed, so the parent
   // can free the job's last slots. Returns whether `watermark` is news and
   // records it (racing workers relay it once). [any]
-  bool TakeRelayedAck(uint32_t watermark) const {
-    uint64_t cur = relayed_ack_.load(std::memory_order_relaxed);
-    const uint64_t next = kAckValid | watermark;
-    while ((cur & kAckValid) == 0 || SeqBefore(static_cast<uint32_t>(cur), watermark)) {
-      if (relayed_ack_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
-    }
-    return false;
-  }
+  bool TakeRelayedAck(uint32_t watermark) const { return AdvanceWatermark(relayed_ack_, watermark); }
 
   // --- Participation (straggler prediction): who the slots wait for ---
 
@@ -316,6 +303,17 @@ class alignas(64) Job {
   static_assert(sizeof(Member) == 32, "two members per cache line");
 
   Job(const JobSpec& spec, uint16_t index, uint32_t generation);
+  // Moves a watermark (31..0) | valid (32) forward to `watermark` in serial
+  // order: the first one is taken as is, a later one only when it comes
+  // after. Racing writers converge on the latest (compare-and-swap).
+  static bool AdvanceWatermark(std::atomic<uint64_t>& ack, uint32_t watermark) {
+    const uint64_t next = kAckValid | watermark;
+    uint64_t cur = ack.load(std::memory_order_relaxed);
+    while ((cur & kAckValid) == 0 || SeqBefore(static_cast<uint32_t>(cur), watermark)) {
+      if (ack.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
   static bool Read(const Member& m, MemberAddr* out) {
     const uint64_t l2 = m.l2.load(std::memory_order_relaxed);
     const uint64_t l3 = m.l3.load(std::memory_order_relaxed);

@@ -437,23 +437,6 @@ run_once() {
     "$RUN/results.tsv" >&2
 }
 
-# Runs a method until it is undisturbed (at most RETRIES more times) and keeps
-# the last attempt.
-run_measured() {
-  local attempt
-  for ((attempt = 1; ; attempt++)); do
-    run_once "$@" "$attempt"
-    awk -v s="$OTHER_SHARE" -v m="$MAX_OTHER_SHARE" 'BEGIN { exit !(s > m) }' || break
-    if [ "$attempt" -gt "$RETRIES" ]; then
-      bench_log "    still disturbed after $RETRIES retries: kept, and flagged in the summary"
-      break
-    fi
-    bench_log "    disturbed: other processes used more than ${MAX_OTHER_SHARE} of the 2 CPUs"
-    bench_wait_for_idle 120
-  done
-  cat "$RUN/results.tsv" >>"$RESULTS"
-}
-
 # --- where the time goes -------------------------------------------------------------
 # One more aggswitch run of the target size under perf, with every process's
 # CPU time; parse_stats.py allreduce-profile turns it into the explanation.
@@ -568,7 +551,7 @@ main() {
   bench_log "allreduce: $WORLD ranks, float32 sum of $SIZES, $REPEATS repeats of ${METHOD_LIST[*]}; aggswitch: window $WINDOW, mtu $MTU"
   for ((rep = 1; rep <= REPEATS; rep++)); do
     for size in $SIZES; do
-      for method in "${METHOD_LIST[@]}"; do run_measured "$method" "$size" "$rep"; done
+      for method in "${METHOD_LIST[@]}"; do bench_run_measured_alone run_once "$method" "$size" "$rep"; done
     done
   done
 

@@ -170,25 +170,45 @@ bench_wait_for_idle() {
   done
 }
 
-# bench_run_measured WHO RUN_FN ARGS...: runs `RUN_FN ARGS... ATTEMPT`, which
-# must set RUN (its run directory, with results.tsv) and RUN_SHARE (the share
-# of the 2 CPUs the DUT and WHO got); runs it again, up to $RETRIES times, while
-# RUN_SHARE is below $MIN_CPU_SHARE (another process disturbed it), keeps the
-# last attempt and appends its results.tsv to $RESULTS.
-bench_run_measured() {
-  local who="$1" run_fn="$2" attempt
-  shift 2
+# bench_retry_disturbed WHY CHECK_FN RUN_FN ARGS...: runs `RUN_FN ARGS...
+# ATTEMPT`, which must set RUN (its run directory, with results.tsv); runs it
+# again, up to $RETRIES times, while CHECK_FN says the run was disturbed (WHY
+# says how), keeps the last attempt and appends its results.tsv to $RESULTS.
+bench_retry_disturbed() {
+  local why="$1" check="$2" run_fn="$3" attempt
+  shift 3
   for ((attempt = 1; ; attempt++)); do
     "$run_fn" "$@" "$attempt"
-    awk -v s="$RUN_SHARE" -v m="$MIN_CPU_SHARE" 'BEGIN { exit !(s < m) }' || break
+    "$check" || break
     if [ "$attempt" -gt "$RETRIES" ]; then
       bench_log "    still disturbed after $RETRIES retries: kept, and flagged in the summary"
       break
     fi
-    bench_log "    disturbed: the DUT and $who got less than ${MIN_CPU_SHARE} of the 2 CPUs"
+    bench_log "    disturbed: $why"
     bench_wait_for_idle 120
   done
   cat "$RUN/results.tsv" >>"$RESULTS"
+}
+
+# bench_run_measured WHO RUN_FN ARGS...: bench_retry_disturbed for a DUT and a
+# generator (WHO) that should own the 2 CPUs: RUN_FN sets RUN_SHARE, their
+# share, and a run is disturbed while it is below $MIN_CPU_SHARE.
+bench_dut_starved() { awk -v s="$RUN_SHARE" -v m="$MIN_CPU_SHARE" 'BEGIN { exit !(s < m) }'; }
+bench_run_measured() {
+  local who="$1"
+  shift
+  bench_retry_disturbed "the DUT and $who got less than ${MIN_CPU_SHARE} of the 2 CPUs" \
+    bench_dut_starved "$@"
+}
+
+# bench_run_measured_alone RUN_FN ARGS...: bench_retry_disturbed for
+# benchmarks whose own processes fill the CPUs: RUN_FN sets OTHER_SHARE, the
+# share processes not ours used, and a run is disturbed while it is above
+# $MAX_OTHER_SHARE.
+bench_others_busy() { awk -v s="$OTHER_SHARE" -v m="$MAX_OTHER_SHARE" 'BEGIN { exit !(s > m) }'; }
+bench_run_measured_alone() {
+  bench_retry_disturbed "other processes used more than ${MAX_OTHER_SHARE} of the 2 CPUs" \
+    bench_others_busy "$@"
 }
 
 # How busy the CPUs were over one second, in percent.

@@ -98,6 +98,8 @@ BENCH="$ROOT/bench"
 source "$BENCH/lib.sh"
 # shellcheck source=tests/lib/topology.sh
 source "$ROOT/tests/lib/topology.sh"
+# shellcheck source=tests/lib/tree.sh
+source "$ROOT/tests/lib/tree.sh"
 
 DELAYS="0 20 100"
 REPEATS=3
@@ -183,55 +185,14 @@ PIDS_companion=()
 PIDS_background=()
 
 # --- the topology ------------------------------------------------------------------
-# As in tests/system/tree_netns_test.sh.
-
-# switch_ns NAME: namespace sg-NAME for a switch; no IPv6 on the ports moved in.
-switch_ns() {
-  local ns
-  ns=$(topo_ns "$1")
-  ip netns del "$ns" 2>/dev/null || true
-  ip netns add "$ns"
-  TOPO_NAMESPACES+=("$ns")
-  ip -n "$ns" link set lo up
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-}
-# into_switch IFACE SWITCH: moves a switch-side veth end into the switch's namespace.
-into_switch() {
-  ip link set "$1" netns "$(topo_ns "$2")"
-  ip -n "$(topo_ns "$2")" link set "$1" up
-}
-# uplink LEAF_IFACE LEAF SPINE_IFACE: a veth pair from a leaf's namespace to the spine's.
-uplink() {
-  local a b
-  a=$(topo_ns "$2")
-  b=$(topo_ns spine)
-  ip link add "$1" netns "$a" type veth peer name "$3" netns "$b"
-  ip netns exec "$a" ethtool -K "$1" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
-  ip netns exec "$b" ethtool -K "$3" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
-  ip -n "$a" link set "$1" up
-  ip -n "$b" link set "$3" up
-}
+# The tree of tests/lib/tree.sh, as in tests/system/tree_netns_test.sh.
 
 topology_up() {
   topo_init "$NS"
   trap cleanup EXIT  # topo_init set its own; ours calls topo_cleanup
   trap 'printf "\ninterrupted\n" >&2; exit 130' INT TERM
   TOPO_UP=1
-  local s r
-  for s in "${SWITCHES[@]}"; do switch_ns "$s"; done
-  for r in 0 1 2 3 4 5 6 7; do
-    if [ "$r" -lt 4 ]; then
-      topo_host "w$r" "$NS-a$r" && into_switch "$NS-a$r" leafa
-    else
-      topo_host "w$r" "$NS-b$r" && into_switch "$NS-b$r" leafb
-    fi
-    topo_addr "w$r" eth0 "$NET.$((r + 1))/24"
-  done
-  topo_host tan "$NS-st" && into_switch "$NS-st" spine
-  topo_addr tan eth0 "$TAN_IP/24"
-  uplink "$NS-aup" leafa "$NS-sa"
-  uplink "$NS-bup" leafb "$NS-sb"
+  tree_topology "$NET" "$TAN_IP"
 }
 
 # --- the switches, the TAN, the samplers ------------------------------------------------
@@ -577,23 +538,6 @@ run_once() {
             v["companion_median_s"] * 1e3, share * 100 }' "$RUN/results.tsv" >&2
 }
 
-# run_measured DELAY MODE REPEAT: runs until undisturbed (at most RETRIES more
-# times), keeps the last attempt.
-run_measured() {
-  local attempt
-  for ((attempt = 1; ; attempt++)); do
-    run_once "$@" "$attempt"
-    awk -v s="$OTHER_SHARE" -v m="$MAX_OTHER_SHARE" 'BEGIN { exit !(s > m) }' || break
-    if [ "$attempt" -gt "$RETRIES" ]; then
-      bench_log "    still disturbed after $RETRIES retries: kept, and flagged in the summary"
-      break
-    fi
-    bench_log "    disturbed: other processes used more than ${MAX_OTHER_SHARE} of the 2 CPUs"
-    bench_wait_for_idle 120
-  done
-  cat "$RUN/results.tsv" >>"$RESULTS"
-}
-
 # --- analysis ---------------------------------------------------------------------------
 
 write_analyzer() {
@@ -932,7 +876,7 @@ main() {
     order="off on"
     [ $((rep % 2)) -eq 0 ] && order="on off"
     for d in $DELAYS; do
-      for mode in $order; do run_measured "$d" "$mode" "$rep"; done
+      for mode in $order; do bench_run_measured_alone run_once "$d" "$mode" "$rep"; done
     done
   done
   local took=$((SECONDS - started))

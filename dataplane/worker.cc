@@ -658,12 +658,17 @@ void Worker::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregato
   f.aux = static_cast<uint32_t>(reason);
   f.elem_count = 0;
   if (opcode == aggregator::Opcode::kNack) f.flags = 0;
+  if (SendHeaderOnly(m, f, to) && opcode == aggregator::Opcode::kNack) c.nacks_sent.Add(1);
+}
+
+bool Worker::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,
+                            const aggregator::MemberAddr& to) {
   const bool tagged = plan_.EgressTagged(to.port_index, to.vlan);
   const uint32_t hdr_len = tagged ? 46 : 42;
   const uint32_t len = hdr_len + sizeof(aggregator::AggHeader);
   if (m->nb_segs != 1 || len > static_cast<uint32_t>(rte_pktmbuf_data_len(m)) + rte_pktmbuf_tailroom(m)) {
     rte_pktmbuf_free(m);
-    return;
+    return false;
   }
   auto* out = rte_pktmbuf_mtod(m, uint8_t*);
   uint8_t dst[6];
@@ -674,8 +679,8 @@ void Worker::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregato
   aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(out + hdr_len));
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
-  if (opcode == aggregator::Opcode::kNack) c.nacks_sent.Add(1);
   Enqueue(to.port_index, m);
+  return true;
 }
 
 namespace {
@@ -1253,10 +1258,6 @@ void Worker::SendNotice(const aggregator::Job& job, const aggregator::AggHeader&
   }
   rte_mbuf* m = rte_pktmbuf_alloc(pool_);
   if (m == nullptr) return;
-  const bool tagged = plan_.EgressTagged(to.port_index, to.vlan);
-  const uint32_t hdr_len = tagged ? 46 : 42;
-  const uint32_t len = hdr_len + sizeof(aggregator::AggHeader);
-  auto* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
   aggregator::AggFields f;
   f.opcode = aggregator::Opcode::kNotice;
   f.node_id = request.node_id.host();
@@ -1264,14 +1265,7 @@ void Worker::SendNotice(const aggregator::Job& job, const aggregator::AggHeader&
   f.seq = request.seq.host();
   f.job_key = job.key();
   f.aux = static_cast<uint32_t>(kind);
-  uint8_t dst[6];
-  for (int i = 0; i < 6; ++i) dst[i] = static_cast<uint8_t>(to.mac48 >> (40 - 8 * i));
-  WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? to.vlan : 0,
-                  setup_.agg.result_src_ip, to.ip, setup_.agg.udp_port, to.udp_port,
-                  static_cast<uint16_t>(f.seq), sizeof(aggregator::AggHeader));
-  aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(out + hdr_len));
-  c.notices_sent.Add(1);
-  Enqueue(to.port_index, m);
+  if (SendHeaderOnly(m, f, to)) c.notices_sent.Add(1);
 }
 
 void Worker::RunTimers() {

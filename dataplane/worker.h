@@ -341,6 +341,9 @@ class alignas(64) Worker {
   // the echo of an accepted TASK_INFO. NACKs are rate limited per lcore.
   void Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::Opcode opcode,
               aggregator::NackReason reason, const aggregator::MemberAddr& to);
+  // Writes the header-only datagram `f` to `to` over `m` and queues it;
+  // false (and `m` freed) when `m` cannot hold it.
+  bool SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f, const aggregator::MemberAddr& to);
   void Nack(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::NackReason reason,
             const aggregator::MemberAddr& to) {
     Answer(m, request, aggregator::Opcode::kNack, reason, to);

@@ -70,6 +70,8 @@ AGGCTL=$(realpath -m "${4:-$(dirname "$AGGSWITCH")/../aggctl/aggctl}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/lib/topology.sh
 source "$HERE/../lib/topology.sh"
+# shellcheck source=tests/lib/tree.sh
+source "$HERE/../lib/tree.sh"
 # shellcheck source=tests/lib/check.sh
 source "$HERE/../lib/check.sh"
 CHECK_TAIL_LINES=60
@@ -112,59 +114,8 @@ cleanup_all() {
 }
 trap cleanup_all EXIT
 
-# --- Topology.
-# Each switch runs in a namespace of its own (tr-leafa, tr-leafb, tr-spine).
-# DPDK 22.11's af_packet PMD puts each socket in the PACKET_FANOUT group
-# (pid ^ ifindex) & 0xffff, and fanout groups are per network namespace: two
-# switch processes in one namespace collide whenever their pids and ifindexes
-# XOR alike (consecutive pids and ifindexes often do), and the second fails to
-# probe the port ("could not set PACKET_FANOUT ... Invalid argument"). Their
-# own namespaces also keep a starting switch's sockets, open but not yet bound
-# to their interface, from taking in another switch's traffic. Two switches
-# on the two ends of one veth pair work.
-# switch_ns NAME: the namespace tr-NAME; no IPv6 on the ports moved into it
-# (the kernel would send ND/MLD there, which af_packet captures).
-switch_ns() {
-  local ns; ns=$(topo_ns "$1")
-  ip netns del "$ns" 2>/dev/null || true
-  ip netns add "$ns"
-  TOPO_NAMESPACES+=("$ns")
-  ip -n "$ns" link set lo up
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
-  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-}
-# into_switch IFACE SWITCH: moves a switch-side veth end into the switch's
-# namespace and brings it up there.
-into_switch() {
-  ip link set "$1" netns "$(topo_ns "$2")"
-  ip -n "$(topo_ns "$2")" link set "$1" up
-}
-# uplink LEAF_IFACE LEAF SPINE_IFACE: a veth pair from a leaf's namespace to
-# the spine's.
-uplink() {
-  local a b
-  a=$(topo_ns "$2")
-  b=$(topo_ns spine)
-  ip link add "$1" netns "$a" type veth peer name "$3" netns "$b"
-  ip netns exec "$a" ethtool -K "$1" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
-  ip netns exec "$b" ethtool -K "$3" tx off rx off tso off gso off gro off >/dev/null 2>&1 || true
-  ip -n "$a" link set "$1" up
-  ip -n "$b" link set "$3" up
-}
-
-for s in "${SWITCHES[@]}"; do switch_ns "$s"; done
-for r in 0 1 2 3 4 5 6 7; do
-  if [ "$r" -lt 4 ]; then
-    topo_host "w$r" "tr-a$r" && into_switch "tr-a$r" leafa
-  else
-    topo_host "w$r" "tr-b$r" && into_switch "tr-b$r" leafb
-  fi
-  topo_addr "w$r" eth0 "$NET.$((r + 1))/24"
-done
-topo_host tan tr-st && into_switch tr-st spine
-topo_addr tan eth0 "$TAN_IP/24"
-uplink tr-aup leafa tr-sa
-uplink tr-bup leafb tr-sb
+# --- Topology (tests/lib/tree.sh): tr-leafa, tr-leafb, tr-spine, tr-w0..7, tr-tan.
+tree_topology "$NET" "$TAN_IP"
 
 # --- Switch configs.
 switch_head() {
