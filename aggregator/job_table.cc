@@ -83,6 +83,7 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation)
     }
   }
   SetTan(spec.tan, spec.tan_peer);
+  SetTanMember(spec.tan_member);
 }
 
 Job::~Job() = default;

@@ -69,6 +69,8 @@ inline constexpr uint16_t kMaxJobFanIn = 1024;  // members of one job at this sw
 inline constexpr uint32_t kMaxJobTableJobs = 65536;
 // Readers a table can register: at least config::kMaxWorkers, plus room for tests.
 inline constexpr uint32_t kMaxJobReaders = 128;
+// Not a node id (node ids are 0..65534).
+inline constexpr uint16_t kNoNode = 0xFFFF;
 
 // A next hop of the job tree: the upstream switch's or the TAN's aggregation
 // address (docs/stragglers.md). Its MAC, port and VLAN are resolved by the
@@ -106,6 +108,10 @@ struct JobSpec {
   uint64_t timeout_cycles = 0;     // slot threshold (TSC); 0: no timers
   bool batch = false;              // hold contributions, reduce at completion or expiry
   bool bypass_covered_nodes = false;  // a late child switch: entries for the nodes it covers
+  // A worker member (node id) that also runs the job's TAN: when it is late
+  // the switch lists it but writes no bypass entry (it keeps its own data;
+  // docs/stragglers.md, "The TAN is late"). kNoNode: none.
+  uint16_t tan_member = kNoNode;
 };
 
 // "config", "api", "in-band". [any]
@@ -252,6 +258,10 @@ class alignas(64) Job {
     p.udp_port = static_cast<uint16_t>(t >> 16);
     return p;
   }
+  // The member (node id) that runs the job's TAN itself; kNoNode: none. [any]
+  uint16_t tan_member() const { return tan_member_.load(std::memory_order_relaxed); }
+  // [control]
+  void SetTanMember(uint16_t node) const { tan_member_.store(node, std::memory_order_relaxed); }
   // Publishes a new choice and forgets the resolved TAN hop. [control]
   void SetTan(JobSpec::Tan mode, const JobPeer& peer) const {
     const uint64_t ip = mode == JobSpec::Tan::kRemote ? peer.ip : 0;
@@ -345,6 +355,7 @@ class alignas(64) Job {
   const bool batch_;
   const bool bypass_covered_nodes_;
   mutable std::atomic<uint64_t> relayed_ack_{0};  // watermark (31..0) | valid (32)
+  mutable std::atomic<uint16_t> tan_member_{kNoNode};
   mutable std::atomic<uint64_t> tan_target_{0};  // ip (63..32) | port (31..16) | JobSpec::Tan (7..0)
   mutable Member hop_[2];                          // Hop::kUpstream, Hop::kTan
   std::unique_ptr<std::atomic<uint64_t>[]> excluded_;

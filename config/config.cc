@@ -699,6 +699,16 @@ class Validator {
             "expected batch, or no trigger, for an ordered job (it reduces in member order), got "
             "\"incremental\"");
     }
+    if (job.tan_member && CheckNodeId(path + ".tan_member", job.loc, *job.tan_member)) {
+      const std::vector<uint16_t> ids = job.MemberNodeIds();
+      const auto is_switch = [&](const ChildSwitchConfig& c) { return c.node == *job.tan_member; };
+      if (std::find(ids.begin(), ids.end(), *job.tan_member) == ids.end() ||
+          std::any_of(job.switches.begin(), job.switches.end(), is_switch)) {
+        Error(path + ".tan_member", job.loc,
+              "expected the node id of a worker of this job here (one that also runs the job's "
+              "TAN), got " + QuoteNumber(*job.tan_member));
+      }
+    }
     if (job.tan) {
       if (job.upstream) {
         Error(path + ".tan", job.tan->loc,

@@ -291,6 +291,10 @@ struct AggregationJobConfig {
   std::optional<uint32_t> timeout_ms;       // overrides aggregation.timeout_ms
   std::optional<AggTrigger> trigger;        // overrides aggregation.trigger
   std::optional<TanConfig> tan;             // overrides aggregation.tan (root jobs only)
+  // One of node_ids: that worker also runs the job's TAN, so when it is late
+  // this switch lists it but writes no bypass entry; it keeps its own data
+  // (case 2 of "the TAN is late", docs/stragglers.md).
+  std::optional<uint16_t> tan_member;
   SourceLoc loc;
 
   // The node id of each member, by member index: node_ids, then each child

@@ -959,6 +959,10 @@ class Loader {
              }},
             {"trigger", [&](auto& n, auto& p) { ReadTrigger(n, p, job.trigger.emplace()); }},
             {"tan", [&](auto& n, auto& p) { LoadTan(n, p, job.tan.emplace()); }},
+            {"tan_member",
+             [&](auto& n, auto& p) {
+               ReadUnsigned(n, p, job.tan_member.emplace(), {}, NodeIdRangeText());
+             }},
         });
     if (has_lists) {
       // The lists count the members. A `members` key must agree (Validate()

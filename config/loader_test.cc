@@ -1686,6 +1686,22 @@ TEST(TreeLoaderTest, TanErrors) {
                                   "[{address: 10.0.9.50, hops: 300}]}\n"),
                        "aggregation.jobs[0].tan.candidates[0].hops", 8, "got \"300\""));
   EXPECT_TRUE(Load(job + "      tan: {strategy: self}\n").ok());
+
+  // tan_member: a worker of the job here, not a child switch, not a stranger.
+  const std::string tree = ports + "  jobs:\n    - id: 7\n      key: 1\n      node_ids: [4, 5]\n"
+                                   "      switches: [{node: 9}]\n";  // job item on line 5
+  const ConfigLoad with_member = Load(tree + "      tan_member: 5\n");
+  ASSERT_TRUE(with_member.ok()) << with_member.FormatErrors();
+  EXPECT_EQ(with_member.config.aggregation.jobs[0].tan_member, std::optional<uint16_t>(5));
+  EXPECT_FALSE(Load(tree).config.aggregation.jobs[0].tan_member);
+  EXPECT_TRUE(Load(job + "      tan_member: 1\n").ok());  // members: 2 are nodes 0 and 1
+  EXPECT_TRUE(OneError(Load(job + "      tan_member: 2\n"), "aggregation.jobs[0].tan_member", 8,
+                       "expected the node id of a worker of this job here (one that also runs "
+                       "the job's TAN), got \"2\""));
+  EXPECT_TRUE(OneError(Load(tree + "      tan_member: 9\n"), "aggregation.jobs[0].tan_member", 9,
+                       "got \"9\""));
+  EXPECT_TRUE(OneError(Load(tree + "      tan_member: 65535\n"),
+                       "aggregation.jobs[0].tan_member", 9, "expected a node id 0..65534"));
 }
 
 TEST(TreeLoaderTest, PartialsNeedTheSwitchsOwnAddress) {

@@ -127,6 +127,7 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
   spec.timeout_cycles = static_cast<uint64_t>(timeout_ms * 1e-3 * static_cast<double>(tsc_hz));
   spec.batch = job.trigger.value_or(agg.trigger) == config::AggTrigger::kBatch;
   spec.bypass_covered_nodes = agg.bypass.subswitch == config::SubswitchEntries::kNodes;
+  spec.tan_member = job.tan_member.value_or(aggregator::kNoNode);
   return spec;
 }
 

@@ -1003,8 +1003,9 @@ uint32_t Worker::CollectMissing(const aggregator::Job& job, const aggregator::Sl
   if (slot.count() != slot.expected()) {
     for (uint16_t i = 0; i < slot.expected(); ++i) {
       if (slot.HasContributed(i)) continue;
-      // An excluded member flags its own data: listed, no entry needed.
-      const bool entry = entries && !job.Excluded(i);
+      // An excluded member flags its own data, and a member that runs the
+      // TAN keeps its own: listed, no entry needed.
+      const bool entry = entries && !job.Excluded(i) && job.NodeId(i) != job.tan_member();
       if (job.IsSwitch(i) && job.bypass_covered_nodes()) {
         for (const uint16_t covered : job.Covers(i)) add(covered, entry);
       } else {
