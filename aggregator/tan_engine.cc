@@ -134,19 +134,7 @@ void TanEngine::OnLate(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOut
     return;
   }
 
-  Late late;
-  late.node = h.node_id.host();
-  late.flags = h.flags.host();
-  late.key = h.job_key.host();
-  late.dtype = pkt.dtype;
-  late.op = pkt.op;
-  late.scale = h.scale;
-  late.elem_count = h.elem_count.host();
-  late.arrival_ns = now_ns;
-  late.missing.reserve(h.missing_count);
-  for (uint32_t i = 0; i < h.missing_count; ++i) late.missing.push_back(pkt.MissingNode(i));
-  late.payload.assign(pkt.payload, pkt.payload + pkt.payload_len);
-
+  Late late = CopyLate(pkt, now_ns);
   if (it != chunks_.end() && it->second.phase == Phase::kOpen) {
     Offer(id, it->second, std::move(late), now_ns, out);
     return;
@@ -173,6 +161,50 @@ void TanEngine::OnLate(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOut
   }
   it->second.early.push_back(std::move(late));
   ++held_lates_;
+}
+
+TanEngine::Late TanEngine::CopyLate(const AggPacket& pkt, uint64_t now_ns) {
+  const AggHeader& h = *pkt.header;
+  Late late;
+  late.node = h.node_id.host();
+  late.flags = h.flags.host();
+  late.key = h.job_key.host();
+  late.dtype = pkt.dtype;
+  late.op = pkt.op;
+  late.scale = h.scale;
+  late.elem_count = h.elem_count.host();
+  late.arrival_ns = now_ns;
+  late.missing.reserve(h.missing_count);
+  for (uint32_t i = 0; i < h.missing_count; ++i) late.missing.push_back(pkt.MissingNode(i));
+  late.payload.assign(pkt.payload, pkt.payload + pkt.payload_len);
+  return late;
+}
+
+void TanEngine::SetOwnWorker(const TanPeer& worker) {
+  own_worker_ = worker;
+}
+
+bool TanEngine::OfferOwn(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOutput>* out) {
+  if (pkt.opcode != Opcode::kContribution || pkt.payload_len > options_.max_payload) return false;
+  const AggHeader& h = *pkt.header;
+  const ChunkId id{h.job_id.host(), h.seq.host()};
+  const auto it = chunks_.find(id);
+  if (it == chunks_.end() || it->second.phase == Phase::kAwaitingFirst ||
+      it->second.fields.job_key != h.job_key.host()) {
+    return false;
+  }
+  Chunk& c = it->second;
+  const uint16_t node = h.node_id.host();
+  if (c.own_node == node) {
+    ++counters_.own_repeats;
+    if (c.phase == Phase::kDone && own_worker_.ip != 0) out->push_back(TanOutput{own_worker_, c.result});
+    return true;
+  }
+  if (c.phase != Phase::kOpen || c.outstanding.count(node) == 0) return false;
+  ++counters_.own_data;
+  c.own_node = node;
+  Offer(id, c, CopyLate(pkt, now_ns), now_ns, out);
+  return true;
 }
 
 void TanEngine::Offer(const ChunkId& id, Chunk& c, Late&& late, uint64_t now_ns,
@@ -301,6 +333,8 @@ void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector
     ++counters_.completed;
   }
   out->push_back(TanOutput{c.reply_to, datagram});
+  // The own worker's switch never saw its data, so cannot answer it.
+  if (c.own_node >= 0 && own_worker_.ip != 0) out->push_back(TanOutput{own_worker_, datagram});
 
   // Keep only the result.
   Unschedule(id, c);

@@ -118,6 +118,8 @@ struct TanCounters {
   uint64_t refused_full = 0;     // chunks or held lates refused at max_pending / max_held_lates
   uint64_t malformed = 0;        // dtype/op/scale/elem_count differ from the first data; too large
   uint64_t ignored = 0;          // other opcodes (RESULT, ACK, a CONTRIBUTION without BYPASS, ...)
+  uint64_t own_data = 0;         // the TAN's own late contributions taken locally (OfferOwn)
+  uint64_t own_repeats = 0;      // retransmissions of own data already taken (OfferOwn)
 };
 
 // A datagram to send: the whole UDP payload, built with BuildAggregation.
@@ -140,6 +142,23 @@ class TanEngine {
   // `now_ns` (steady clock). Appends what to send to `out`.
   void OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
                   std::vector<TanOutput>* out);
+
+  // The TAN also runs a worker of the job, and `pkt` (a CONTRIBUTION) is that
+  // worker's own, about to be sent (case 2 of "the TAN is late",
+  // docs/stragglers.md). When the chunk's first data is here and lists the
+  // contribution's node_id as outstanding, the worker is late: the engine
+  // takes the contribution as that node's late data (every rule above
+  // applies), appends what that finishes to `out` and returns true; the
+  // caller must not send it. The same contribution again (the worker
+  // retransmits: its result is slow or was lost) is taken too, and once the
+  // chunk is done its result goes to the worker again (SetOwnWorker).
+  // Otherwise it changes nothing and returns false.
+  bool OfferOwn(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOutput>* out);
+  // Where that worker receives its results. Its switch learns a member's
+  // address from its contributions, and has none from this worker for a
+  // chunk whose data the TAN kept, so a chunk that took own data also sends
+  // its RESULT (or INCOMPLETE result) here. ip 0: nowhere.
+  void SetOwnWorker(const TanPeer& worker);
 
   // Gives up on chunks whose first data is older than give_up_ns (appending
   // their INCOMPLETE results to `out`), drops held lates older than that, and
@@ -198,6 +217,7 @@ class TanEngine {
     bool overflow = false;
     std::set<uint16_t> outstanding;
     std::set<uint16_t> merged;  // ids whose data came with a late
+    int32_t own_node = -1;      // the node whose own data OfferOwn took
     std::vector<uint8_t> acc;   // first data, plus the folded lates when incremental
     std::vector<Late> held;     // batch: resolving lates in arrival order
     std::vector<Late> parked;   // lates that resolved nothing (yet)
@@ -211,6 +231,8 @@ class TanEngine {
   void OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
                    std::vector<TanOutput>* out);
   void OnLate(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOutput>* out);
+  // A late datagram's fields and payload, copied.
+  static Late CopyLate(const AggPacket& pkt, uint64_t now_ns);
   // Offers one late to an open chunk: resolves it, retries the parked lates
   // when it made new ids outstanding, and finishes the chunk when nothing is
   // outstanding any more.
@@ -232,6 +254,7 @@ class TanEngine {
 
   TanOptions options_;
   TanCounters counters_;
+  TanPeer own_worker_;
   size_t pending_ = 0;
   size_t held_lates_ = 0;
   std::unordered_map<ChunkId, Chunk, ChunkIdHash> chunks_;

@@ -159,6 +159,14 @@ class Tan {
     return out.empty() ? Parsed{} : ParseOutput(out[0]);
   }
 
+  // The TAN's own worker offers its contribution (OfferOwn).
+  bool OfferOwn(const Spec& s, uint64_t now_ns, std::vector<TanOutput>* out) {
+    const Bytes b = Build(s);
+    AggPacket pkt;
+    EXPECT_EQ(ParseAggregation(b.data(), static_cast<uint32_t>(b.size()), &pkt), WireError::kOk);
+    return engine_.OfferOwn(pkt, now_ns, out);
+  }
+
   TanEngine& engine() { return engine_; }
   const TanCounters& counters() const { return engine_.counters(); }
 
@@ -704,6 +712,79 @@ TEST(TanEngineTest, BypassContributionIsLateData) {
   worker.opcode = Opcode::kContribution;
   const Parsed r = tan.FeedForResult(worker, 1);
   EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{78});
+}
+
+// The seed's "TAN is late", case 2: node 121 runs the TAN and keeps its own
+// data; only a chunk whose first data lists 121 takes it.
+Spec Own(uint16_t node, Bytes payload, uint32_t seq = 1) {
+  Spec s;
+  s.opcode = Opcode::kContribution;
+  s.node = node;
+  s.seq = seq;
+  s.payload = std::move(payload);
+  return s;
+}
+
+constexpr TanPeer kOwnWorker{0x7f000001, 40121};
+
+TEST(TanEngineTest, OwnDataOfALateTanCompletesItsChunk) {
+  Tan tan;
+  tan.engine().SetOwnWorker(kOwnWorker);
+  std::vector<TanOutput> out;
+  // Not late yet: no first data, so the worker sends it to its switch.
+  EXPECT_FALSE(tan.OfferOwn(Own(121, Pack<int32_t>({5})), 0, &out));
+  EXPECT_EQ(tan.engine().pending(), 0u);
+  // The root gave up on 121 (and 130): the first data lists both.
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({70}), {121, 130}), kMs).empty());
+  EXPECT_TRUE(tan.OfferOwn(Own(121, Pack<int32_t>({5})), 2 * kMs, &out));
+  EXPECT_TRUE(out.empty());  // 130 is still out
+  // Again (a retransmission): taken, nothing to send yet, not merged twice.
+  EXPECT_TRUE(tan.OfferOwn(Own(121, Pack<int32_t>({5})), 3 * kMs, &out));
+  EXPECT_TRUE(out.empty());
+  // The result goes to the root, and to the own worker, whose switch never
+  // learned its address from this chunk.
+  const std::vector<TanOutput> done = tan.Feed(Late(130, Pack<int32_t>({3})), 4 * kMs);
+  ASSERT_EQ(done.size(), 2u);
+  const Parsed r = ParseOutput(done[0]);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{78});
+  EXPECT_EQ(done[1].to, kOwnWorker);
+  EXPECT_EQ(done[1].datagram, r.datagram);
+  EXPECT_EQ(tan.counters().own_data, 1u);
+  EXPECT_EQ(tan.counters().merged, 2u);
+  // Done: a retransmission gets the same result sent to the worker again.
+  EXPECT_TRUE(tan.OfferOwn(Own(121, Pack<int32_t>({5})), 5 * kMs, &out));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].datagram, r.datagram);
+  EXPECT_EQ(out[0].to, kOwnWorker);
+  EXPECT_EQ(tan.counters().own_repeats, 2u);
+  // Another node's data for the done chunk is not the TAN's own: not taken.
+  out.clear();
+  EXPECT_FALSE(tan.OfferOwn(Own(130, Pack<int32_t>({3})), 6 * kMs, &out));
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(TanEngineTest, OwnDataFinishingTheChunkReturnsTheResult) {
+  Tan tan;
+  std::vector<TanOutput> out;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76, 1}), {121}), 0).empty());
+  // A node the first data does not list, another chunk, another key: not taken.
+  EXPECT_FALSE(tan.OfferOwn(Own(122, Pack<int32_t>({2, 2})), kMs, &out));
+  EXPECT_FALSE(tan.OfferOwn(Own(121, Pack<int32_t>({2, 2}), 2), kMs, &out));
+  Spec forged = Own(121, Pack<int32_t>({2, 2}));
+  forged.key = kKey + 1;
+  EXPECT_FALSE(tan.OfferOwn(forged, kMs, &out));
+  // A late BYPASS copy is late data, not the worker's own contribution.
+  Spec flagged = Late(121, Pack<int32_t>({2, 2}));
+  EXPECT_FALSE(tan.OfferOwn(flagged, kMs, &out));
+  EXPECT_TRUE(out.empty());
+  ASSERT_TRUE(tan.OfferOwn(Own(121, Pack<int32_t>({2, 2})), 2 * kMs, &out));
+  ASSERT_EQ(out.size(), 1u) << "no own worker address: the root only";
+  const Parsed r = ParseOutput(out[0]);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), (std::vector<int32_t>{78, 3}));
+  EXPECT_EQ(tan.counters().own_data, 1u);
+  EXPECT_EQ(tan.counters().late, 0u);
 }
 
 TEST(TanEngineTest, OtherOpcodesAreIgnored) {

@@ -83,6 +83,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -221,6 +222,15 @@ struct ClientOptions {
   // An allreduce fails when it takes longer than this; 0: no limit.
   std::chrono::milliseconds deadline{0};
 
+  // This rank's process also runs the job's TAN, and its switch lists it
+  // without a bypass entry when it is late (jobs[].tan_member; case 2 of "the
+  // TAN is late", docs/stragglers.md). Every contribution (first
+  // transmissions and retransmissions) is offered here before it is sent;
+  // when this returns true the TAN took it as this rank's late data and it is
+  // not sent. Called on the client's I/O thread with the whole datagram.
+  // Empty: every contribution goes to the switch.
+  std::function<bool(const uint8_t* datagram, uint32_t length)> offer_to_local_tan;
+
   // The sequence number of the client's first chunk. Every rank must use the
   // same; a job id reused against a switch that still has the job needs one
   // past the previous run's last chunk.
@@ -248,6 +258,7 @@ struct ClientStats {
   uint64_t overflow_redos = 0;     // chunks redone in float32 after an OVERFLOW result
   uint64_t saturated_chunks = 0;   // int32 results that came back saturated
   uint64_t notices = 0;            // NOTICEs: start or stop flagging contributions BYPASS
+  uint64_t kept_local = 0;         // contributions offer_to_local_tan took (not sent)
 };
 
 // One allreduce started with Client::Start.

@@ -8,9 +8,12 @@
 #include <bit>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <random>
+#include <set>
 #include <thread>
+#include <utility>
 
 #include "aggregator/half.h"
 #include "aggregator/reduce.h"
@@ -687,6 +690,43 @@ TEST(ClientTest, ANoticeMakesARankFlagItsContributions) {
   EXPECT_EQ(stats[0].notices, 0u);
   EXPECT_GE(sw.bypass_flags(), 5u) << "rank 1's chunks after the first carry the flag";
   EXPECT_LE(sw.bypass_flags(), 6u) << "only rank 1 flags";
+}
+
+// A rank that runs the job's TAN offers each contribution to it first; what
+// the TAN takes is not sent (here: rank 1's first transmission of each chunk,
+// so only its retransmissions reach the switch, and the sums still come out).
+TEST(ClientTest, ContributionsTheLocalTanTakesAreNotSent) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 29, 3);
+  std::mutex mu;
+  std::set<std::pair<uint16_t, uint32_t>> offered;  // (rank, seq)
+  uint32_t bad_offers = 0;
+  o.offer_to_local_tan = [&](const uint8_t* data, uint32_t length) {
+    aggregator::AggPacket pkt;
+    std::lock_guard<std::mutex> lock(mu);
+    if (aggregator::ParseAggregation(data, length, &pkt) != aggregator::WireError::kOk ||
+        pkt.opcode != aggregator::Opcode::kContribution || pkt.header->job_id.host() != 29) {
+      ++bad_offers;
+      return false;
+    }
+    const uint16_t rank = pkt.header->node_id.host();
+    return offered.emplace(rank, pkt.header->seq.host()).second && rank == 1;
+  };
+  const size_t chunks = 4;
+  std::vector<ClientStats> stats(3);
+  ExpectAllOk(RunRanks(o, AllRanks(3), [&](Client& c) {
+    std::vector<int32_t> v(kFullChunk * chunks, static_cast<int32_t>(c.options().rank) + 1);
+    RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum));
+    stats[c.options().rank] = c.stats();
+    return v.front() == 6 && v.back() == 6 ? common::Status::Ok() : common::Internal("wrong sum");
+  }));
+  EXPECT_EQ(bad_offers, 0u);
+  EXPECT_EQ(offered.size(), 3 * chunks) << "every rank offers every chunk";
+  EXPECT_EQ(stats[1].kept_local, chunks);
+  EXPECT_GE(stats[1].retransmissions, chunks);
+  EXPECT_EQ(stats[0].kept_local, 0u);
+  EXPECT_EQ(stats[2].kept_local, 0u);
 }
 
 TEST(ClientTest, DestroyingTheClientEndsItsAllReduces) {

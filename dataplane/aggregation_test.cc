@@ -125,6 +125,61 @@ TEST_F(AggregationTest, WrongKeyAndUnknownJobAreNackedAndCounted) {
   EXPECT_EQ(jobs_->size(), 1u) << "a datagram without task info registers nothing";
 }
 
+// The UDP port trigger with an aggregation address: what a worker sends to
+// another host's aggregation port is taken; what a switch or a TAN sends to
+// another switch's address (a TAN below this switch answering the root)
+// crosses at L2, unchanged.
+TEST_F(AggregationTest, PortTriggerTakesWorkerTrafficAndSwitchesTransitTraffic) {
+  AddJob(7, 1);
+  const uint32_t other_switch = 0x0a000a01;  // 10.0.10.1, not this switch
+  const common::MacAddr other_mac = common::MacAddr::FromU64(0x02000099aa01ULL);
+  const auto to_other = [&](aggregator::Opcode opcode, uint16_t node) {
+    aggregator::AggFields f;
+    f.opcode = opcode;
+    f.node_id = node;
+    f.job_id = 7;
+    f.seq = 3;
+    f.job_key = 0x5eed;
+    f.elem_count = 1;
+    const std::vector<uint8_t> payload = Int32Payload({5});
+    std::vector<uint8_t> agg(256);
+    const uint32_t n = aggregator::BuildAggregation(f, nullptr, 0, payload.data(), 4, agg.data(),
+                                                   static_cast<uint32_t>(agg.size()));
+    Frame frame(46 + n);
+    const common::MacAddr src = MemberMac(node);
+    const uint32_t hdr = WriteUdpHeaders(frame.data(), other_mac.bytes.data(), src.bytes.data(), 0,
+                                         MemberIp(node), other_switch, MemberPort(node),
+                                         aggregator::kAggUdpPort, 1, n);
+    frame.resize(hdr + n);
+    std::memcpy(frame.data() + hdr, agg.data(), n);
+    return frame;
+  };
+  for (const aggregator::Opcode transit :
+       {aggregator::Opcode::kResult, aggregator::Opcode::kPartial, aggregator::Opcode::kLate}) {
+    const Frame f = to_other(transit, 0);
+    Inject(0, f);
+    Step();
+    auto out = Drain();
+    ASSERT_EQ(out[1].size(), 1u) << "flooded on VLAN 10, opcode " << static_cast<int>(transit);
+    EXPECT_EQ(out[1][0], f) << "switched unchanged";
+    EXPECT_EQ(out[3].size(), 1u) << "and on the trunk";
+  }
+  EXPECT_EQ(Agg().results_refused.Get(), 0u);
+  EXPECT_EQ(Agg().results_down.Get(), 0u);
+  EXPECT_EQ(Agg().partials_received.Get(), 0u);
+  EXPECT_EQ(Agg().malformed.Get(), 0u);
+  // A worker's contribution to that host's aggregation port is the switch's to reduce.
+  Inject(0, to_other(aggregator::Opcode::kContribution, 0));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result r = ParseResult(out[0][0]);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+  EXPECT_EQ(r.payload, Int32Payload({5}));
+  EXPECT_EQ(out[1].size(), 0u);
+  EXPECT_EQ(Agg().contributions.Get(), 1u);
+}
+
 TEST_F(AggregationTest, TwoConcurrentJobsDoNotMix) {
   AddJob(7, 2);
   AddJob(8, 2);

@@ -6,6 +6,7 @@
 #include <rte_prefetch.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "aggregator/wire.h"
@@ -408,7 +409,18 @@ bool Worker::IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset
   const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
   if (len < l3_offset + ihl + sizeof(UdpHdr)) return false;
   const auto* udp = reinterpret_cast<const UdpHdr*>(data + l3_offset + ihl);
-  return udp->dst_port.host() == setup_.agg.udp_port;
+  if (udp->dst_port.host() != setup_.agg.udp_port) return false;
+  if (setup_.agg.address == 0) return true;
+  // With an aggregation address, the port trigger takes what workers send to
+  // a peer or a parameter node; what a switch or a TAN sends to another
+  // switch's address (a TAN below a leaf answering the root) crosses this
+  // one at L2 (docs/protocol.md).
+  const uint32_t opcode_at = l3_offset + ihl + sizeof(UdpHdr) + offsetof(aggregator::AggHeader, opcode);
+  if (len <= opcode_at) return true;  // too short for a header: the parser counts it
+  const auto opcode = static_cast<aggregator::Opcode>(data[opcode_at]);
+  return opcode != aggregator::Opcode::kResult && opcode != aggregator::Opcode::kPartial &&
+         opcode != aggregator::Opcode::kLate && opcode != aggregator::Opcode::kNotice &&
+         opcode != aggregator::Opcode::kNack;
 }
 
 void Worker::DrainHandoffs() {

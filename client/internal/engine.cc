@@ -110,6 +110,7 @@ ClientStats Engine::Stats() const {
   s.overflow_redos = get(counters_.overflow_redos);
   s.saturated_chunks = get(counters_.saturated_chunks);
   s.notices = get(counters_.notices);
+  s.kept_local = get(counters_.kept_local);
   return s;
 }
 
@@ -256,6 +257,18 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
     uint8_t* buf = WindowBuffer(k);
     out_[n++] = OutDatagram{&lane.addr, buf, BuildDatagram(phase, k, buf)};
     if (phase.kind != Phase::Kind::kAnnounce) Bump(counters_.chunks);
+  }
+  if (options_.offer_to_local_tan && phase.kind != Phase::Kind::kAnnounce) {
+    // The TAN in this process takes what it is waiting for; the rest goes out.
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (options_.offer_to_local_tan(out_[i].data, out_[i].length)) {
+        Bump(counters_.kept_local);
+      } else {
+        out_[kept++] = out_[i];
+      }
+    }
+    n = kept;
   }
   out_first_ = 0;
   out_n_ = n;

@@ -10,7 +10,9 @@
 #                               P-b0..P-b3 / P-st, uplinks P-aup<->P-sa and
 #                               P-bup<->P-sb (both ends af_packet ports)
 #   P-w0..P-w7                  the ranks: 0-3 under leaf A, 4-7 under leaf B,
-#                               eth0 = NET.(rank+1)/24
+#                               eth0 = NET.(rank+21)/24 (NET.1-.20 are
+#                               left to the switches: a worker must not
+#                               answer ARP for a switch's address)
 #   P-tan                       under the spine, eth0 = TAN_IP/24
 #
 # Each switch runs in a namespace of its own. DPDK 22.11's af_packet PMD puts
@@ -65,7 +67,7 @@ tree_topology() {
     else
       topo_host "w$r" "$p-b$r" && tree_into_switch "$p-b$r" leafb
     fi
-    topo_addr "w$r" eth0 "$net.$((r + 1))/24"
+    topo_addr "w$r" eth0 "$net.$((r + 21))/24"
   done
   topo_host tan "$p-st" && tree_into_switch "$p-st" spine
   topo_addr tan eth0 "$tan_ip/24"

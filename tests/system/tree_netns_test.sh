@@ -10,7 +10,7 @@
 #   leaf A 10.0.47.11      leaf B 10.0.47.12
 #   node 100               node 101
 #   tr-a0 .. tr-a3         tr-b4 .. tr-b7
-#   w0 .. w3               w4 .. w7      workers 10.0.47.(rank+1), node id = rank
+#   w0 .. w3               w4 .. w7      workers 10.0.47.(rank+21), node id = rank
 #
 # One L2 segment: VLAN 10 on access ports, 10.0.47.0/24, aggregation UDP port
 # 47047 everywhere. The switches answer ARP on their aggregation addresses;
@@ -51,7 +51,13 @@
 #     goes to the TAN through the spine's bypass entries; variant 2
 #     (bypass.subswitch: nodes, the spine lists 0-3), then, after a restart of
 #     the spine, variant 1 (switch, the default: it lists 100);
-# 11. nothing held at the end: no bypass entry, no armed timer, nothing at
+# 11. the TAN is late (jobs 13 and 14: the spine's TAN is rank 0's process,
+#     agg-worker --tan-listen, and rank 0 is the straggler): case 1, leaf A
+#     does not know, writes an entry and flags rank 0's late data, which
+#     comes back to rank 0's TAN through the spine; case 2, leaf A knows
+#     (tan_member: 0), writes no entry, and rank 0 keeps its data
+#     (--tan-keeps-own): nothing of it reaches leaf A;
+# 12. nothing held at the end: no bypass entry, no armed timer, nothing at
 #     agg-ps.
 #
 # Each switch runs in a namespace of its own, see "Topology" below. All three
@@ -85,15 +91,20 @@ PORT=47047
 SLOTS=4096
 LEAF_TIMEOUT_MS=100
 SPINE_TIMEOUT_MS=200
-# id:key:leaf A:leaf B:spine:TAN. The slot threshold overrides (jobs[].timeout_ms,
-# ms; empty: the switch's own) and the spine's TAN strategy (fixed: agg-ps;
-# self: the spine itself). Job 10: the root is its own TAN; job 11: the
+# id:key:leaf A:leaf B:spine:TAN[:TAN member]. The slot threshold overrides
+# (jobs[].timeout_ms, ms; empty: the switch's own), the spine's TAN (fixed:
+# agg-ps; self: the spine itself; w0: rank 0's process, on W0_TAN_PORT) and
+# leaf A's jobs[].tan_member. Job 10: the root is its own TAN; job 11: the
 # spine's threshold is shorter than the leaves' (a sub-switch times out); job
 # 12: leaf B and the spine wait long (late data reaches the TAN before the
-# first data).
+# first data); jobs 13 and 14: the TAN is rank 0, and leaf A knows it for
+# job 14.
 JOBS=("7:0x7ee::::fixed" "8:0x8ee::::fixed" "9:0x9ee:1000:1000:2000:fixed" "10:0xaee::::self"
-  "11:0xbee:800:800:200:fixed" "12:0xcee::2000:3000:fixed")
-declare -A JOB_KEY=([7]=0x7ee [8]=0x8ee [9]=0x9ee [10]=0xaee [11]=0xbee [12]=0xcee)
+  "11:0xbee:800:800:200:fixed" "12:0xcee::2000:3000:fixed" "13:0xdee::::w0" "14:0xeee::::w0:0")
+declare -A JOB_KEY=([7]=0x7ee [8]=0x8ee [9]=0x9ee [10]=0xaee [11]=0xbee [12]=0xcee [13]=0xdee
+  [14]=0xeee)
+W0_IP=$NET.21
+W0_TAN_PORT=47100
 # bypass.subswitch at the spine: nodes (variant 2) until check 10 restarts it
 # with switch (variant 1, the default).
 SPINE_SUBSWITCH=nodes
@@ -157,7 +168,7 @@ leaf_config() {
   jobs:
 EOF
   for j in "${JOBS[@]}"; do
-    IFS=: read -r id key ta tb _ _ <<<"$j"
+    IFS=: read -r id key ta tb _ _ member <<<"$j"
     t=$([ "$i" -eq 0 ] && echo "$ta" || echo "$tb")
     cat <<EOF
     - id: $id
@@ -167,6 +178,7 @@ EOF
       upstream: {address: $SPINE_IP, port: $PORT, node: $((100 + i)), vlan: 10}
 EOF
     [ -n "$t" ] && echo "      timeout_ms: $t"
+    [ -n "$member" ] && [ "$i" -eq 0 ] && echo "      tan_member: $member"
   done
   echo "ports:"
   for p in $(seq "$first" $((first + 3))); do
@@ -185,7 +197,7 @@ spine_config() {
   jobs:
 EOF
   for j in "${JOBS[@]}"; do
-    IFS=: read -r id key _ _ t tan <<<"$j"
+    IFS=: read -r id key _ _ t tan _ <<<"$j"
     cat <<EOF
     - id: $id
       key: "$key"
@@ -196,6 +208,13 @@ EOF
 EOF
     if [ "$tan" = self ]; then
       echo "      tan: {strategy: self}"
+    elif [ "$tan" = w0 ]; then
+      cat <<EOF
+      tan:
+        strategy: fixed
+        candidates:
+          - {address: $W0_IP, port: $W0_TAN_PORT, hops: 2}
+EOF
     else
       cat <<EOF
       tan:
@@ -363,7 +382,7 @@ expect_ps() {
 # --- Runs.
 # Every run of a job starts past the previous run's sequence numbers: the
 # switches and the TAN remember a configured job's finished chunks.
-declare -A NEXT_SEQ=([7]=0 [8]=0 [9]=0 [10]=0 [11]=0 [12]=0)
+declare -A NEXT_SEQ=([7]=0 [8]=0 [9]=0 [10]=0 [11]=0 [12]=0 [13]=0 [14]=0)
 SEQ_STRIDE=100000
 declare -A RANK_PIDS=() RANK_LIST=() RUN_FIRST_SEQ=()
 # launch NAME JOB RANKS [AGG-WORKER OPTIONS]: starts the ranks RANKS ("0 1 2
@@ -1199,7 +1218,107 @@ check "  ... the spine listed and bypassed node 100 (leaf A); its late partial m
 rm -f "$WORK/NOTES"
 elapsed
 
-# --- 11. Nothing held: no bypass entry and no armed slot timer on any switch
+# --- 11. The TAN is late. Rank 0's process is the spine's TAN for jobs 13
+# and 14 (agg-worker --tan-listen), and rank 0 is 1 s late: leaf A (100 ms)
+# and the spine (200 ms) time out, and the first data reaches rank 0's TAN
+# while rank 0 still sleeps.
+TAN_LATE_DELAY_MS=1000
+# tan_stat RUN FIELD: the field of rank 0's TAN stats file in run RUN.
+tan_stat() {
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
+    "$WORK/$1.tan.json" "$2"
+}
+# rank0_stat RUN FIELD: rank 0's client counter.
+rank0_stat() {
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["client"][sys.argv[2]])' \
+    "$WORK/$1.0.json" "$2"
+}
+# expect_value WHAT VALUE OP WANT: one line, and whether VALUE OP WANT.
+expect_value() {
+  if test "$2" "$3" "$4"; then
+    echo "ok:  $1 = $2 ($3 $4)"
+  else
+    echo "NOT: $1 = $2, expected $3 $4"; return 1
+  fi
+}
+# tan_late NAME JOB [MORE AGG-WORKER OPTIONS FOR RANK 0]: all eight ranks,
+# rank 0 late and running the TAN, its counters in WORK/NAME.tan.json.
+tan_late() {
+  local name="$1" job="$2" extra o rc=0
+  shift 2
+  extra="0:--delay-ms,$TAN_LATE_DELAY_MS,--tan-listen,$W0_IP:$W0_TAN_PORT"
+  extra+=",--tan-stats,$WORK/$name.tan.json"
+  for o in "$@"; do extra+=",$o"; done
+  wire_start w0 "$name" "$job" || return 1
+  with RANK_EXTRA="$extra" allreduce "$name" "$job" --dtype int32 --size 16K || rc=1
+  wire_stop
+  return $rc
+}
+# tan_late_counters NAME CASE JOB: what the switches and rank 0's TAN counted.
+tan_late_counters() {
+  local name="$1" case="$2" job="$3" rc=0 n
+  n=$(chunks "$name")
+  say "$n chunks per rank; $(show_deltas | grep -v '^agg-ps' | tr '\n' ';')"
+  say "rank 0's TAN: $(tr -d '\n' <"$WORK/$name.tan.json")"
+  expect leafa timeouts -ge "$n" || rc=1
+  expect spine first_data_sent -ge "$n" || rc=1
+  expect_value "rank 0's TAN first_data" "$(tan_stat "$name" first_data)" -ge "$n" || rc=1
+  expect_value "rank 0's TAN completed" "$(tan_stat "$name" completed)" -eq "$n" || rc=1
+  expect_value "rank 0's TAN gave_up" "$(tan_stat "$name" gave_up)" -eq 0 || rc=1
+  if [ "$case" = 1 ]; then
+    # Leaf A wrote an entry for rank 0, flagged its late data, and the spine
+    # forwarded it to rank 0's TAN.
+    expect leafa bypass_created -ge "$n" || rc=1
+    expect leafa bypass_matched -ge "$n" || rc=1
+    expect leafa late_flagged -ge "$n" || rc=1
+    expect spine late_forwarded -ge "$n" || rc=1
+    expect_value "rank 0's TAN late" "$(tan_stat "$name" late)" -ge "$n" || rc=1
+    expect_value "rank 0's TAN own_data" "$(tan_stat "$name" own_data)" -eq 0 || rc=1
+    expect_value "rank 0's kept_local" "$(rank0_stat "$name" kept_local)" -eq 0 || rc=1
+  else
+    # Leaf A listed rank 0 without an entry; rank 0 sent it nothing.
+    expect leafa bypass_created -eq 0 || rc=1
+    expect leafa late_flagged -eq 0 || rc=1
+    expect leafa late_no_entry -eq 0 || rc=1
+    expect spine late_forwarded -eq 0 || rc=1
+    expect_value "rank 0's TAN late" "$(tan_stat "$name" late)" -eq 0 || rc=1
+    expect_value "rank 0's TAN own_data" "$(tan_stat "$name" own_data)" -eq "$n" || rc=1
+    # Its retransmissions too, while its results were on their way.
+    expect_value "rank 0's kept_local" "$(rank0_stat "$name" kept_local)" -ge "$n" || rc=1
+  fi
+  # On rank 0's wire: its contributions out (case 1: all, late; case 2:
+  # none), the spine's first data in, the late data back in (case 1), and
+  # the TAN's results out.
+  wire "$name" '
+n, case = '"$n"', '"$case"'
+def count(out, op, node=None):
+    return sum(1 for x in r if x["out"] == out and x["op"] == op and (node is None or x["node"] == node))
+got = {"contributions out": count(True, 1, 0), "first data in": count(False, 2),
+       "late in": count(False, 4, 0), "results out": count(True, 3)}
+print(", ".join("%s %d" % kv for kv in got.items()))
+if case == 1:  # retransmissions too, and their late copies
+    own_ok = got["contributions out"] >= n and got["late in"] >= n
+else:
+    own_ok = got["contributions out"] == 0 and got["late in"] == 0
+ok = own_ok and got["first data in"] >= n and got["results out"] >= n
+sys.exit(0 if ok else 1)' || rc=1
+  return $rc
+}
+snapshot
+check "the TAN is late, case 1 (job 13): rank 0 runs the TAN and is ${TAN_LATE_DELAY_MS} ms late, 16 KiB, every rank verified" \
+  tan_late tanlate1 13
+check "  ... leaf A flagged rank 0's late data through its entry; the spine forwarded it to rank 0's TAN, which merged it" \
+  tan_late_counters tanlate1 1 13 && show_notes
+rm -f "$WORK/NOTES"
+snapshot
+check "the TAN is late, case 2 (job 14, leaf A's tan_member: 0): rank 0 ${TAN_LATE_DELAY_MS} ms late keeps its data, every rank verified" \
+  tan_late tanlate2 14 --tan-keeps-own
+check "  ... leaf A listed rank 0 without an entry; rank 0's TAN took its own data, none of it went out" \
+  tan_late_counters tanlate2 2 14 && show_notes
+rm -f "$WORK/NOTES"
+elapsed
+
+# --- 12. Nothing held: no bypass entry and no armed slot timer on any switch
 # (the entries of check 6, whose straggler never came, expired after
 # bypass.ttl_ms); agg-ps holds no chunk and no late data.
 released() {

@@ -192,6 +192,7 @@ common::Result<uint32_t> PsServer::ReceiveBatch(std::vector<TanOutput>* out) {
     return common::Unavailable("recvmmsg: " + ErrnoText());
   }
   const uint64_t now_ns = NowNs(Clock::now());
+  std::lock_guard<std::mutex> lock(mu_);
   for (int i = 0; i < r; ++i) {
     ++counters_.rx_datagrams;
     const uint8_t* data = buffers_.data() + size_t(i) * kBufferBytes;
@@ -256,19 +257,22 @@ common::Status PsServer::Run(const std::atomic<bool>& stop) {
       break;
     }
     const Clock::time_point now = Clock::now();
-    if (now >= next_expire) {
-      engine_.Expire(NowNs(now), &out);
-      next_expire = now + options_.expire_period;
-    }
-    if (!out.empty()) {
-      Send(out);
-      out.clear();
-    }
-    if (now >= next_stats) {
-      if (const common::Status s = WriteStats(); !s.ok() && MayWarn()) {
-        AGG_LOG(kWarning, "%s", s.message().c_str());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (now >= next_expire) {
+        engine_.Expire(NowNs(now), &out);
+        next_expire = now + options_.expire_period;
       }
-      next_stats = now + options_.stats_period;
+      if (!out.empty()) {
+        Send(out);
+        out.clear();
+      }
+      if (now >= next_stats) {
+        if (const common::Status s = WriteStatsLocked(); !s.ok() && MayWarn()) {
+          AGG_LOG(kWarning, "%s", s.message().c_str());
+        }
+        next_stats = now + options_.stats_period;
+      }
     }
     if (*got == kBatch) continue;  // more may be waiting
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(
@@ -284,7 +288,34 @@ common::Status PsServer::Run(const std::atomic<bool>& stop) {
   return status;
 }
 
+bool PsServer::OfferOwn(const uint8_t* datagram, uint32_t length) {
+  aggregator::AggPacket pkt;
+  if (aggregator::ParseAggregation(datagram, length, &pkt) != aggregator::WireError::kOk) {
+    return false;
+  }
+  std::vector<TanOutput> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!engine_.OfferOwn(pkt, NowNs(Clock::now()), &out)) return false;
+  Send(out);
+  return true;
+}
+
+void PsServer::SetOwnWorker(const aggregator::TanPeer& worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  engine_.SetOwnWorker(worker);
+}
+
 std::string PsServer::StatsJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return StatsJsonLocked();
+}
+
+common::Status PsServer::WriteStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return WriteStatsLocked();
+}
+
+std::string PsServer::StatsJsonLocked() const {
   const aggregator::TanCounters& t = engine_.counters();
   const std::pair<const char*, uint64_t> fields[] = {
       {"first_data", t.first_data},
@@ -300,6 +331,8 @@ std::string PsServer::StatsJson() const {
       {"refused_full", t.refused_full},
       {"malformed", t.malformed},
       {"ignored", t.ignored},
+      {"own_data", t.own_data},
+      {"own_repeats", t.own_repeats},
       {"pending", engine_.pending()},
       {"finished", engine_.finished()},
       {"held_lates", engine_.held_lates()},
@@ -319,10 +352,10 @@ std::string PsServer::StatsJson() const {
   return json;
 }
 
-common::Status PsServer::WriteStats() {
+common::Status PsServer::WriteStatsLocked() {
   const std::string& path = options_.stats_path;
   const std::string tmp = path + ".tmp";
-  const std::string json = StatsJson();
+  const std::string json = StatsJsonLocked();
   std::FILE* f = std::fopen(tmp.c_str(), "w");
   bool ok = f != nullptr;
   if (ok) {

@@ -15,15 +15,21 @@
 // The option parsers here are the command line's (tools/agg-ps/main.cc);
 // their errors name the option and what it expects.
 //
-// Thread safety: Open and the parsers [any]. Run, WriteStats and the
-// accessors belong to one thread (the one that runs the loop), except that
-// `stop` may be set from anywhere, a signal handler included.
+// The same server also runs inside a worker whose process is the job's TAN
+// (agg-worker --tan-listen): that worker's client offers its own
+// contributions through OfferOwn (case 2 of "the TAN is late").
+//
+// Thread safety: Open and the parsers [any]. Run [one thread]; `stop` may be
+// set from anywhere, a signal handler included. OfferOwn, SetOwnWorker,
+// StatsJson and WriteStats [any]: a mutex orders them with the loop. engine() and
+// socket_counters() [any while Run is not running].
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,6 +95,15 @@ class PsServer {
   // socket fails.
   common::Status Run(const std::atomic<bool>& stop);
 
+  // The contribution `datagram` of the worker this process also runs, about
+  // to be sent (TanEngine::OfferOwn): true when the engine took it as that
+  // worker's late data (what that finished is sent); then the caller must
+  // not send it. False for anything else, a datagram that does not parse
+  // included.
+  bool OfferOwn(const uint8_t* datagram, uint32_t length);
+  // Where that worker receives its results (TanEngine::SetOwnWorker).
+  void SetOwnWorker(const aggregator::TanPeer& worker);
+
   // The counters as one JSON object, and that object written to the stats
   // path through a rename (a failure is also counted in stats_errors).
   std::string StatsJson() const;
@@ -102,8 +117,13 @@ class PsServer {
   // Receives one batch and feeds it to the engine; how many came.
   common::Result<uint32_t> ReceiveBatch(std::vector<aggregator::TanOutput>* out);
   void Send(const std::vector<aggregator::TanOutput>& out);
+  // StatsJson and WriteStats with mu_ held.
+  std::string StatsJsonLocked() const;
+  common::Status WriteStatsLocked();
 
   PsServerOptions options_;
+  // Guards everything below but the receive buffers (the loop's alone).
+  mutable std::mutex mu_;
   int fd_ = -1;
   uint16_t port_ = 0;
   aggregator::TanEngine engine_;

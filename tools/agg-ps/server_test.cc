@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -71,6 +72,12 @@ class Peer {
     EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
   }
   ~Peer() { close(fd_); }
+  uint16_t port() const {
+    sockaddr_in a{};
+    socklen_t n = sizeof(a);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &n);
+    return ntohs(a.sin_port);
+  }
 
   void SendTo(uint16_t port, const Bytes& datagram) {
     sockaddr_in to{};
@@ -243,6 +250,48 @@ TEST(AggPsServerTest, GivesUpWithAnIncompleteResult) {
   s.Stop();
   EXPECT_EQ(s.server().engine().counters().gave_up, 1u);
   EXPECT_EQ(s.server().engine().pending(), 0u);
+}
+
+// The TAN runs in a worker's process (case 2 of "the TAN is late"): the
+// worker's own contribution is taken only once the first data lists it, and
+// the result then goes to the root at once, from another thread than the loop.
+TEST(AggPsServerTest, TakesTheOwnWorkersContributionOnceTheFirstDataListsIt) {
+  RunningServer s(PsServerOptions{});
+  Peer root, worker;
+  s.server().SetOwnWorker({0x7f000001, worker.port()});
+  const Bytes own = Datagram(Opcode::kContribution, 0, 121, 3, {5, 6}, {});
+  EXPECT_FALSE(s.server().OfferOwn(own.data(), static_cast<uint32_t>(own.size())))
+      << "no first data yet: the worker is not late";
+  EXPECT_FALSE(s.server().OfferOwn(own.data(), 10)) << "a truncated datagram";
+  root.SendTo(s.port(), FirstData(3, {70, 1}, {121}));
+  bool taken = false;
+  for (int i = 0; i < 500 && !taken; ++i) {  // until the loop has the first data
+    taken = s.server().OfferOwn(own.data(), static_cast<uint32_t>(own.size()));
+    if (!taken) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(taken);
+  const std::optional<Bytes> got = root.Receive(5000);
+  ASSERT_TRUE(got);
+  const Result r = ParseResult(*got);
+  EXPECT_EQ(r.f.opcode, Opcode::kResult);
+  EXPECT_EQ(r.f.seq, 3u);
+  EXPECT_EQ(r.values, (std::vector<int32_t>{75, 7}));
+  // The worker gets it too; its switch does not know where it is.
+  const std::optional<Bytes> to_worker = worker.Receive(5000);
+  ASSERT_TRUE(to_worker);
+  EXPECT_EQ(*to_worker, *got);
+  // A retransmission once the chunk is done: taken, and the result goes to the worker again.
+  EXPECT_TRUE(s.server().OfferOwn(own.data(), static_cast<uint32_t>(own.size())));
+  const std::optional<Bytes> again = worker.Receive(5000);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, *got);
+  EXPECT_FALSE(root.Receive(50));
+  const Bytes other = Datagram(Opcode::kContribution, 0, 122, 3, {5, 6}, {});
+  EXPECT_FALSE(s.server().OfferOwn(other.data(), static_cast<uint32_t>(other.size())))
+      << "not the node whose data it took";
+  EXPECT_NE(s.server().StatsJson().find("\"own_data\": 1"), std::string::npos);
+  s.Stop();
+  EXPECT_EQ(s.server().engine().counters().completed, 1u);
 }
 
 TEST(AggPsServerTest, BindFailureNamesTheOption) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +32,7 @@
 #include "common/job_key.h"
 #include "tools/agg-worker/run_summary.h"
 #include "tools/agg-worker/vectors.h"
+#include "tools/agg-ps/server.h"
 #include "tools/agg-worker/verify.h"
 
 namespace aggswitch::tools {
@@ -57,6 +59,9 @@ struct CliText {
   double rto_ms = 20;
   uint32_t timeout_ms = 10000;
   uint32_t deadline_ms = 0;
+  std::string tan_listen;  // empty: this process runs no TAN
+  std::string tan_trigger = "incremental";
+  uint64_t tan_give_up_ms = 5000;
 };
 
 struct RunConfig {
@@ -71,6 +76,12 @@ struct RunConfig {
   std::string input;
   std::string json_path;
   bool quiet = false;
+  // The job's TAN in this process (docs/stragglers.md, "The TAN is late"),
+  // when tan_enabled; with tan_keeps_own the client offers it every
+  // contribution first (case 2).
+  bool tan_enabled = false;
+  bool tan_keeps_own = false;
+  PsServerOptions tan;
 };
 
 // "a.b.c.d" or "a.b.c.d:port".
@@ -118,6 +129,16 @@ common::Status ApplyText(const CliText& t, RunConfig& cfg) {
   if (!bind) return common::InvalidArgument("--bind: expected a.b.c.d, got \"" + t.bind + "\"");
   o.bind_ip = *bind;
   ASSIGN_OR_RETURN(o.job_key, common::ParseJobKeyOption("--key", t.key));
+  if (!t.tan_listen.empty()) {
+    ASSIGN_OR_RETURN(cfg.tan.listen, ParseListen(t.tan_listen));
+    cfg.tan_enabled = true;
+    cfg.tan.tan.give_up_ns = t.tan_give_up_ms * 1'000'000;
+    cfg.tan.tan.trigger = t.tan_trigger == "batch" ? aggregator::TanTrigger::kBatch
+                                                   : aggregator::TanTrigger::kIncremental;
+  } else if (cfg.tan_keeps_own || !cfg.tan.stats_path.empty()) {
+    return common::InvalidArgument(std::string(cfg.tan_keeps_own ? "--tan-keeps-own" : "--tan-stats") +
+                                   ": needs --tan-listen (this process runs no TAN)");
+  }
   ASSIGN_OR_RETURN(cfg.bytes, ParseSize(t.size));
   cfg.dtype = ParseDType(t.dtype);
   cfg.op = ParseOp(t.op);
@@ -262,10 +283,47 @@ int Run(const RunConfig& cfg, const CliText& text) {
     vectors = std::make_unique<GeneratedVectors>(cfg.dtype, cfg.op, o.world, cfg.seed,
                                                  cfg.bytes / aggregator::ElementSize(cfg.dtype));
   }
-  auto c = client::Client::Create(o);
+  // The job's TAN, when this process runs it: its own loop on its own socket,
+  // in a thread that ends with the run.
+  std::unique_ptr<PsServer> tan;
+  std::atomic<bool> tan_stop{false};
+  std::thread tan_thread;
+  common::Status tan_status;
+  client::ClientOptions with_tan = o;
+  if (cfg.tan_enabled) {
+    auto opened = PsServer::Open(cfg.tan);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "agg-worker: error: --tan-listen: %s\n",
+                   opened.status().message().c_str());
+      return kExitUsage;
+    }
+    tan = std::move(*opened);
+    tan_thread = std::thread([&] { tan_status = tan->Run(tan_stop); });
+    if (cfg.tan_keeps_own) {
+      with_tan.offer_to_local_tan = [server = tan.get()](const uint8_t* d, uint32_t n) {
+        return server->OfferOwn(d, n);
+      };
+    }
+  }
+  const auto stop_tan = [&] {
+    if (!tan_thread.joinable()) return;
+    tan_stop = true;
+    tan_thread.join();
+    if (!tan_status.ok()) {
+      std::fprintf(stderr, "agg-worker: error: the TAN stopped: %s\n",
+                   tan_status.message().c_str());
+    }
+  };
+  auto c = client::Client::Create(with_tan);
   if (!c.ok()) {
     std::fprintf(stderr, "agg-worker: error: %s\n", c.status().ToString().c_str());
+    stop_tan();
     return kExitFailed;
+  }
+  if (tan != nullptr) {
+    // Results of chunks whose data the TAN kept come straight to the client.
+    const uint32_t ip = o.bind_ip.addr != 0 ? o.bind_ip.addr : 0x7f000001;  // 127.0.0.1
+    tan->SetOwnWorker({ip, (*c)->local_port()});
   }
 
   RunSummary summary;
@@ -300,6 +358,9 @@ int Run(const RunConfig& cfg, const CliText& text) {
       rc = RunTyped<bool>(cfg, **c, *vectors, summary);
       break;
   }
+  c->reset();  // no more offers to the TAN
+  stop_tan();
+  if (rc == 0 && !tan_status.ok()) rc = kExitFailed;
   PrintSummary(stdout, summary);
   if (!cfg.json_path.empty()) {
     if (const common::Status s = WriteJsonSummary(cfg.json_path, summary); !s.ok()) {
@@ -378,6 +439,23 @@ int Main(int argc, char** argv) {
                  "First sequence number (the same on every rank; past an earlier run's when the "
                  "switch still has the job)")
       ->capture_default_str();
+  // The job's TAN in this process.
+  app.add_option("--tan-listen", text.tan_listen,
+                 "Also run the job's timeout aggregation node (as agg-ps does) on this UDP "
+                 "address, for as long as the run lasts")
+      ->type_name("ADDR:PORT");
+  app.add_option("--tan-give-up-ms", text.tan_give_up_ms,
+                 "The TAN's INCOMPLETE result this long after a chunk's first data")
+      ->capture_default_str();
+  app.add_option("--tan-trigger", text.tan_trigger, "The TAN's trigger: incremental or batch")
+      ->check(CLI::IsMember({"incremental", "batch"}))
+      ->capture_default_str();
+  app.add_flag("--tan-keeps-own", cfg.tan_keeps_own,
+               "When this rank is late, give its data to the TAN here instead of sending it; "
+               "the switch must name this rank in jobs[].tan_member");
+  app.add_option("--tan-stats", cfg.tan.stats_path,
+                 "Write the TAN's counters as JSON to FILE every 500 ms and at exit")
+      ->type_name("FILE");
   // What it reports.
   app.add_option("--json", cfg.json_path, "Also write the summary as JSON here");
   app.add_flag("--quiet", cfg.quiet, "No progress bar");

@@ -179,7 +179,8 @@ common::Status WriteJsonSummary(const std::string& path, const RunSummary& s) {
         {"float_fallbacks", c.float_fallbacks},
         {"overflow_redos", c.overflow_redos},
         {"saturated_chunks", c.saturated_chunks},
-        {"notices", c.notices}}},
+        {"notices", c.notices},
+        {"kept_local", c.kept_local}}},
   };
   std::ofstream f(path);
   f << doc.dump(1) << "\n";

@@ -54,6 +54,7 @@ TEST(RunSummaryTest, VerdictBandwidthAndJson) {
   s.verified = 2;
   s.latency = Summarize({0.004, 0.002});
   s.stats.notices = 3;
+  s.stats.kept_local = 4;
   EXPECT_TRUE(s.ok());
   EXPECT_DOUBLE_EQ(s.AlgorithmBandwidth(), (4 << 20) / 0.002);
   s.mismatches = 3;
@@ -73,6 +74,7 @@ TEST(RunSummaryTest, VerdictBandwidthAndJson) {
   EXPECT_DOUBLE_EQ(doc["latency_s"]["median"].get<double>(), 0.002);
   EXPECT_TRUE(doc["client"].contains("retransmissions"));
   EXPECT_EQ(doc["client"]["notices"], 3) << "told to flag its data for bypass";
+  EXPECT_EQ(doc["client"]["kept_local"], 4) << "given to the TAN in its own process";
   std::remove(path.c_str());
 
   char* text = nullptr;
