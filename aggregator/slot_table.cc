@@ -53,6 +53,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.count_ = 0;
   s.overflow_ = false;
   s.first_tsc_ = now_tsc;
+  s.resent_tsc_ = 0;
   s.deadline_tsc_ = c.timeout_cycles == 0 ? 0 : now_tsc + c.timeout_cycles;
   if (s.deadline_tsc_ != 0) timers_.Arm(local_index, s.deadline_tsc_);
   std::memset(s.bitmap_, 0, bitmap_words_ * sizeof(uint64_t));
@@ -188,7 +189,14 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     return u;
   }
   if (s.state_ == Slot::State::kForwarded) {
-    u.outcome = s.HasContributed(c.node) ? SlotOutcome::kForwardedAgain : SlotOutcome::kLateForwarded;
+    if (!s.HasContributed(c.node)) {
+      u.outcome = SlotOutcome::kLateForwarded;
+    } else if (s.resent_tsc_ != 0 && now_tsc - s.resent_tsc_ < config_.resend_gap_cycles) {
+      u.outcome = SlotOutcome::kDuplicate;  // another member of the same round
+    } else {
+      s.resent_tsc_ = now_tsc;
+      u.outcome = SlotOutcome::kForwardedAgain;
+    }
     return u;
   }
   if (s.HasContributed(c.node)) {

@@ -60,6 +60,11 @@ struct SlotTableConfig {
   // A slot whose first contribution is older than this (TSC cycles) gives
   // way to another chunk, whatever its state; 0: never.
   uint64_t stale_cycles = 0;
+  // A forwarded slot answers its members' retransmissions by resending its
+  // partial at most once per this many TSC cycles (members retransmit in
+  // rounds, all at about the same time); the other repeats are duplicates.
+  // 0: every repeat resends.
+  uint64_t resend_gap_cycles = 0;
 };
 
 // One contribution, parsed and checked against its job by the caller.
@@ -100,6 +105,7 @@ enum class SlotOutcome : uint8_t {
   kCollision,           // another chunk holds the slot and is still needed; drop it
   kMismatch,            // type, op, scale or length differ from the slot's first contribution
   kForwardedAgain,      // the slot's partial went upstream and this member was counted: resend it
+                        // (a repeat within resend_gap_cycles of the last resend is kDuplicate)
   kLateForwarded,       // the slot's partial went upstream without this member: its data is late
   kBadMember,           // node >= expected, or expected > max_fan_in
   kTooLarge,            // the payload exceeds max_payload
@@ -165,6 +171,7 @@ class Slot {
   uint32_t seq_ = 0;
   uint64_t first_tsc_ = 0;
   uint64_t deadline_tsc_ = 0;
+  uint64_t resent_tsc_ = 0;         // kForwarded: when the partial was last resent
   uint64_t* bitmap_ = nullptr;      // max_fan_in bits
   uint8_t* acc_ = nullptr;          // 2 x max_payload: 16-bit floats accumulate as float32
   uint8_t* result_ = nullptr;       // max_payload

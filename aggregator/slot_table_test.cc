@@ -166,6 +166,9 @@ TEST(SlotTableTest, AnExpiredSlotKeepsItsPartialAndGivesWayAtOnce) {
   const auto p = Payload(std::vector<int32_t>{0, 0});
   EXPECT_EQ(table.Contribute(2, Make(1, 5, 0, 4, p), 1200, NeverRelease, nullptr).outcome,
             SlotOutcome::kForwardedAgain);
+  EXPECT_EQ(table.Contribute(2, Make(1, 5, 2, 4, p), 1200, NeverRelease, nullptr).outcome,
+            SlotOutcome::kForwardedAgain)
+      << "no resend gap configured: every repeat resends";
   EXPECT_EQ(table.Contribute(2, Make(1, 5, 1, 4, p), 1200, NeverRelease, nullptr).outcome,
             SlotOutcome::kLateForwarded);
   EXPECT_EQ(s.count(), 2u) << "late data is never reduced into the partial";
@@ -173,6 +176,34 @@ TEST(SlotTableTest, AnExpiredSlotKeepsItsPartialAndGivesWayAtOnce) {
   EXPECT_EQ(table.Contribute(2, Make(1, 9, 0, 4, p), 1300, NeverRelease, nullptr).outcome,
             SlotOutcome::kAccumulated);
   EXPECT_EQ(s.seq(), 9u);
+}
+
+// The members of a forwarded slot retransmit in rounds: one resend of the
+// partial per round, the other repeats of the round are duplicates.
+TEST(SlotTableTest, AForwardedSlotResendsItsPartialOncePerGap) {
+  SlotTable table(SlotTableConfig{.slots = 2, .timer_tick_shift = 4, .resend_gap_cycles = 500});
+  const auto p = Payload(std::vector<int32_t>{1});
+  for (uint16_t m : {0, 1, 2}) {
+    Contribution c = Make(1, 5, m, 4, p);
+    c.timeout_cycles = 100;
+    ASSERT_EQ(table.Contribute(0, c, 1000, NeverRelease, nullptr).outcome, SlotOutcome::kAccumulated);
+  }
+  uint32_t expired[2];
+  ASSERT_EQ(table.Expired(1200, 2, expired), 1u);
+  SlotUpdate u;
+  ASSERT_TRUE(table.Expire(expired[0], &u));
+  const auto repeat = [&](uint16_t m, uint64_t t) {
+    return table.Contribute(0, Make(1, 5, m, 4, p), t, NeverRelease, nullptr).outcome;
+  };
+  EXPECT_EQ(repeat(0, 3000), SlotOutcome::kForwardedAgain) << "the first repeat resends";
+  EXPECT_EQ(repeat(1, 3010), SlotOutcome::kDuplicate);
+  EXPECT_EQ(repeat(2, 3499), SlotOutcome::kDuplicate);
+  EXPECT_EQ(repeat(1, 3500), SlotOutcome::kForwardedAgain) << "the next round";
+  EXPECT_EQ(repeat(0, 3600), SlotOutcome::kDuplicate);
+  EXPECT_EQ(repeat(3, 3600), SlotOutcome::kLateForwarded) << "late data is never held back";
+  // A new chunk on the slot starts without a resend time.
+  EXPECT_EQ(table.Contribute(0, Make(1, 9, 0, 4, p), 3700, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
 }
 
 // A batch (ordered) slot that expires reduces the members that arrived, in

@@ -251,6 +251,10 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     slots.max_payload = max_mtu - 20u - 8u - static_cast<uint32_t>(sizeof(aggregator::AggHeader));
     slots.stale_cycles = static_cast<uint64_t>(config.aggregation.stale_slot_ms * 1e-3 *
                                                static_cast<double>(rte_get_tsc_hz()));
+    // One resend of a forwarded slot's partial per round of its members'
+    // retransmissions: rounds come at least the clients' first RTO apart
+    // (20 ms by default), the members of one round within a few ms.
+    slots.resend_gap_cycles = rte_get_tsc_hz() / 200;  // 5 ms
     // Timer buckets of about 100 us: 2^k cycles with k = floor(log2(hz / 10^4)).
     slots.timer_tick_shift = 0;
     while ((uint64_t{2} << slots.timer_tick_shift) <= rte_get_tsc_hz() / 10000) ++slots.timer_tick_shift;
