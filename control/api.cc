@@ -23,10 +23,11 @@ constexpr std::string_view kRoutes[] = {"/metrics",       "/api/v1/ports", "/api
 constexpr std::string_view kJobsRoute = "/api/v1/jobs";
 constexpr std::string_view kJobRoutePrefix = "/api/v1/jobs/";
 // What a 404 lists.
-constexpr std::string_view kAllRoutes[] = {"/metrics",          "/api/v1/ports", "/api/v1/mac",
-                                           "/api/v1/lcores",    "/api/v1/stats", "/api/v1/jobs",
-                                           "/api/v1/jobs/<id>", "/api/v1/jobs/<id>/stragglers",
-                                           "/api/v1/slots",     "/api/v1/bypass"};
+constexpr std::string_view kAllRoutes[] = {
+    "/metrics",          "/api/v1/ports",      "/api/v1/mac",   "/api/v1/lcores",
+    "/api/v1/stats",     "/api/v1/jobs",       "/api/v1/jobs/<id>",
+    "/api/v1/jobs/<id>/stragglers",            "/api/v1/jobs/<id>/tan",
+    "/api/v1/slots",     "/api/v1/bypass"};
 
 // Compact JSON. Invalid UTF-8 (say, in a port name) is replaced rather than
 // thrown about.
@@ -364,21 +365,43 @@ HttpResponse StragglersRoute(std::string_view method, uint32_t id, std::string_v
   return JsonResponse(200, StragglerJson(*report));
 }
 
-// GET and DELETE /api/v1/jobs/<id>.
+// GET and POST /api/v1/jobs/<id>/tan.
+HttpResponse TanRoute(std::string_view method, uint32_t id, std::string_view body,
+                      const DataSource& source) {
+  if (method != "GET" && method != "POST") {
+    return MethodNotAllowed(method, "/api/v1/jobs/<id>/tan", "GET, POST",
+                            "use GET to show the job's TAN, POST to choose it");
+  }
+  if (!source.tan) return ErrorResponse(AggregationOff());
+  std::optional<TanRequest> request;
+  if (method == "POST") {
+    common::Result<TanRequest> parsed = ParseTanBody(body);
+    if (!parsed.ok()) return ErrorResponse(parsed.status());
+    request = std::move(parsed).value();
+  }
+  common::Result<TanReport> report = source.tan(id, request);
+  if (!report.ok()) return ErrorResponse(report.status());
+  return JsonResponse(200, TanJson(*report));
+}
+
+// GET and DELETE /api/v1/jobs/<id>, and the routes below it.
 HttpResponse JobItem(std::string_view method, std::string_view path, std::string_view query,
                      std::string_view body, const DataSource& source) {
   std::string_view id_text = path.substr(kJobRoutePrefix.size());
-  constexpr std::string_view kStragglers = "/stragglers";
-  const bool stragglers = id_text.size() > kStragglers.size() &&
-                          id_text.substr(id_text.size() - kStragglers.size()) == kStragglers;
-  if (stragglers) {
-    id_text.remove_suffix(kStragglers.size());
+  const size_t slash = id_text.find('/');
+  if (slash != std::string_view::npos) {
+    const std::string_view sub = id_text.substr(slash);
+    id_text = id_text.substr(0, slash);
+    if (sub != "/stragglers" && sub != "/tan") {
+      return JsonResponse(404, ErrorJson("no route " + std::string(path)));
+    }
     const std::optional<uint32_t> id = ParseDecimal(id_text);
     if (!id || *id == 0) {
       return JsonResponse(400, ErrorJson("job id must be a number 1..4294967295, got '" +
                                          std::string(id_text) + "'"));
     }
-    return StragglersRoute(method, *id, query, body, source);
+    return sub == "/tan" ? TanRoute(method, *id, body, source)
+                         : StragglersRoute(method, *id, query, body, source);
   }
   if (method != "GET" && method != "DELETE") {
     return MethodNotAllowed(method, path, "GET, DELETE",
@@ -836,6 +859,150 @@ std::string BypassJson(const dataplane::BypassDump& dump, const SlotQuery& query
                {"filter", std::move(filter)},
                {"count", count},
                {"entries", std::move(entries)}});
+}
+
+namespace {
+
+constexpr std::pair<config::TanStrategy, std::string_view> kTanStrategies[] = {
+    {config::TanStrategy::kFixed, "fixed"},
+    {config::TanStrategy::kRandom, "random"},
+    {config::TanStrategy::kLeastLoad, "least_load"},
+    {config::TanStrategy::kFewestHops, "fewest_hops"},
+    {config::TanStrategy::kSelf, "self"},
+};
+
+std::string_view TanStrategyName(config::TanStrategy strategy) {
+  for (const auto& [s, name] : kTanStrategies) {
+    if (s == strategy) return name;
+  }
+  return "?";
+}
+
+// candidates[k]: {"address", "port" (default 47000), "hops" (default 0)}.
+common::Result<config::TanCandidate> ParseTanCandidate(const json& v, const std::string& field) {
+  if (!v.is_object()) {
+    return common::InvalidArgument(field + " must be an object {address, port, hops}, got " +
+                                   DumpCompact(v));
+  }
+  config::TanCandidate c;
+  bool has_address = false;
+  for (const auto& [key, value] : v.items()) {
+    const std::string name = field + "." + key;
+    if (key == "address") {
+      const std::optional<common::Ipv4Addr> ip =
+          value.is_string() ? common::Ipv4Addr::Parse(value.get<std::string>()) : std::nullopt;
+      const uint32_t first = ip ? ip->addr >> 24 : 0;
+      if (!ip || ip->addr == 0 || first == 127 || first >= 224) {
+        return common::InvalidArgument(name + " must be a unicast IPv4 address \"a.b.c.d\", got " +
+                                       DumpCompact(value));
+      }
+      c.address = *ip;
+      has_address = true;
+    } else if (key == "port") {
+      ASSIGN_OR_RETURN(const uint64_t port, JsonUnsigned(value, name, 1, 65535));
+      c.port = static_cast<uint16_t>(port);
+    } else if (key == "hops") {
+      ASSIGN_OR_RETURN(const uint64_t hops, JsonUnsigned(value, name, 0, 255));
+      c.hops = static_cast<uint16_t>(hops);
+    } else {
+      return common::InvalidArgument("unknown field '" + name + "' (address, port, hops)");
+    }
+  }
+  if (!has_address) return common::InvalidArgument(field + ".address is required");
+  return c;
+}
+
+}  // namespace
+
+common::Result<TanRequest> ParseTanBody(std::string_view body) {
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return common::InvalidArgument(
+        "the body must be a JSON object {strategy, candidates} and/or {member}");
+  }
+  TanRequest r;
+  std::optional<config::TanStrategy> strategy;
+  const json* candidates = nullptr;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "strategy") {
+      const std::string name = v.is_string() ? v.get<std::string>() : "";
+      for (const auto& [s, n] : kTanStrategies) {
+        if (n == name) strategy = s;
+      }
+      if (!strategy) {
+        return common::InvalidArgument(
+            "strategy must be fixed, random, least_load, fewest_hops or self, got " +
+            DumpCompact(v));
+      }
+    } else if (key == "candidates") {
+      candidates = &v;
+    } else if (key == "member") {
+      r.set_member = true;
+      if (!v.is_null()) {
+        ASSIGN_OR_RETURN(const uint64_t node, JsonUnsigned(v, "member", 0, 65534));
+        r.member = static_cast<uint16_t>(node);
+      }
+    } else {
+      return common::InvalidArgument("unknown field '" + key + "' (strategy, candidates, member)");
+    }
+  }
+  if (candidates != nullptr && !strategy) strategy = config::TanStrategy::kFixed;
+  if (strategy) {
+    config::TanConfig& choice = r.choice.emplace();
+    choice.strategy = *strategy;
+    const size_t n = candidates != nullptr && candidates->is_array() ? candidates->size() : 0;
+    if (candidates != nullptr && !candidates->is_array()) {
+      return common::InvalidArgument("candidates must be an array of {address, port, hops}, got " +
+                                     DumpCompact(*candidates));
+    }
+    if (*strategy == config::TanStrategy::kSelf && n > 0) {
+      return common::InvalidArgument("strategy \"self\" takes no candidates (this switch is the "
+                                     "TAN), got " + std::to_string(n));
+    }
+    if (*strategy != config::TanStrategy::kSelf && (n == 0 || n > config::kMaxTanCandidates)) {
+      return common::InvalidArgument(
+          "candidates must list 1.." + std::to_string(config::kMaxTanCandidates) +
+          " TANs for strategy \"" + std::string(TanStrategyName(*strategy)) + "\", got " +
+          std::to_string(n));
+    }
+    for (size_t k = 0; k < n; ++k) {
+      const std::string field = "candidates[" + std::to_string(k) + "]";
+      ASSIGN_OR_RETURN(config::TanCandidate c, ParseTanCandidate((*candidates)[k], field));
+      for (size_t i = 0; i < choice.candidates.size(); ++i) {
+        if (choice.candidates[i].address == c.address && choice.candidates[i].port == c.port) {
+          return common::InvalidArgument(field + " repeats candidates[" + std::to_string(i) +
+                                         "] (" + c.address.ToString() + ":" +
+                                         std::to_string(c.port) + ")");
+        }
+      }
+      choice.candidates.push_back(c);
+    }
+  }
+  if (!r.choice && !r.set_member) {
+    return common::InvalidArgument("the body must set strategy (with candidates) or member");
+  }
+  return r;
+}
+
+std::string TanJson(const TanReport& report) {
+  json chosen = nullptr;
+  if (report.chosen) {
+    json candidates = json::array();
+    for (const config::TanCandidate& c : report.chosen->candidates) {
+      candidates.push_back({{"address", c.address.ToString()}, {"port", c.port}, {"hops", c.hops}});
+    }
+    chosen = {{"strategy", TanStrategyName(report.chosen->strategy)},
+              {"candidates", std::move(candidates)}};
+  }
+  const bool remote = report.mode == "remote";
+  return Dump({{"job", report.job},
+               {"root", report.root},
+               {"mode", report.mode},
+               {"address", remote ? json(common::Ipv4Addr{report.ip}.ToString()) : json(nullptr)},
+               {"port", remote ? json(report.port) : json(nullptr)},
+               {"resolved", report.resolved},
+               {"member", report.member ? json(*report.member) : json(nullptr)},
+               {"chosen", std::move(chosen)}});
 }
 
 std::string StragglerJson(const StragglerReport& report) {

@@ -24,6 +24,16 @@
 //                           "key" is an unsigned integer or a "0x..." hex string (64 bits);
 //                           400 bad body, 409 id exists, 507 table full
 //   /api/v1/jobs/<id> GET: job_detail, or 404;  DELETE: 204, or 404
+//   /api/v1/jobs/<id>/stragglers  GET ?top=N|over=S[&ops=K]; POST the same plus
+//                     apply, clear: {"job","operations","predicted": [{"node",
+//                     "offset_seconds"}],"excluded": [node]}
+//   /api/v1/jobs/<id>/tan  GET, or POST {"strategy","candidates"} and/or
+//                     {"member"}: {"job","root","mode": "none"|"remote"|"self",
+//                     "address","port","resolved","member","chosen": null or
+//                     {"strategy","candidates": [{"address","port","hops"}]}};
+//                     400 bad body, 404 unknown job, 409 a choice for a job
+//                     whose root is another switch
+//   /api/v1/bypass    ?job=J&limit=N: the live bypass entries
 //   /api/v1/slots     {"busy","truncated","filter": {"job","limit"},"count","slots": [slot]}
 //                     optional query: limit=<1..100000> (default 1000), job=<id>;
 //                     503 when aggregation is off or a worker did not answer in time
@@ -75,6 +85,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "config/config.h"
 #include "control/stats_snapshot.h"
 
 namespace aggswitch::control {
@@ -117,6 +128,30 @@ struct StragglerReport {
   std::vector<uint16_t> excluded;  // node ids excluded now (after apply/clear)
 };
 
+// POST /api/v1/jobs/<id>/tan: what the management node tells this switch
+// about a job's timeout aggregation node (docs/stragglers.md, "Choosing the
+// TAN"). `choice`, at the job's root only: the strategy and the candidates
+// the root picks from, as in the config's tan (one candidate with "fixed":
+// the management node's own pick; several: a joint choice, the root picks by
+// the strategy), or "self". `member`, at any switch: the worker of the job
+// here that runs the TAN (jobs[].tan_member), or none. At least one of them.
+struct TanRequest {
+  std::optional<config::TanConfig> choice;
+  bool set_member = false;
+  std::optional<uint16_t> member;  // with set_member: the node id, or none
+};
+// The job's TAN as this switch knows it.
+struct TanReport {
+  uint32_t job = 0;
+  bool root = false;
+  std::string mode;  // "none", "remote", "self"
+  uint32_t ip = 0;   // remote: the TAN's address and port
+  uint16_t port = 0;
+  bool resolved = false;                   // remote: its MAC is known (ARP)
+  std::optional<uint16_t> member;          // the member here that runs the TAN
+  std::optional<config::TanConfig> chosen;  // the last choice posted through the API
+};
+
 struct DataSource {
   std::function<StatsSnapshot()> snapshot;
   std::function<std::vector<MacEntrySnapshot>()> mac_entries;
@@ -130,7 +165,15 @@ struct DataSource {
   std::function<common::Result<dataplane::BypassDump>(size_t limit)> bypass;
   // Straggler prediction and exclusion, run on the control thread.
   std::function<common::Result<StragglerReport>(uint32_t job, const StragglerRequest&)> stragglers;
+  // A job's TAN: shown (nullopt) or changed, on the control thread.
+  std::function<common::Result<TanReport>(uint32_t job, const std::optional<TanRequest>&)> tan;
 };
+
+// Parses the body of POST /api/v1/jobs/<id>/tan: {"strategy", "candidates":
+// [{"address","port","hops"}]} and/or {"member": N | null}. Errors name the
+// field and what it takes. [any]
+common::Result<TanRequest> ParseTanBody(std::string_view body);
+std::string TanJson(const TanReport& report);
 
 // Parses the query (top, over, ops) or body (the same plus apply, clear) of
 // the stragglers route. Exactly one of top/over unless clear. [any]

@@ -344,11 +344,12 @@ TEST(ApiTest, UnknownPathIs404WithRouteList) {
   EXPECT_EQ(r.content_type, "application/json");
   const json j = json::parse(r.body);
   EXPECT_EQ(j["error"], "no route /api/v1/nope");
-  EXPECT_EQ(j["routes"].size(), 10u);
-  EXPECT_EQ(j["routes"][9], "/api/v1/bypass");
+  EXPECT_EQ(j["routes"].size(), 11u);
+  EXPECT_EQ(j["routes"][10], "/api/v1/bypass");
   EXPECT_EQ(j["routes"][5], "/api/v1/jobs");
   EXPECT_EQ(j["routes"][7], "/api/v1/jobs/<id>/stragglers");
-  EXPECT_EQ(j["routes"][8], "/api/v1/slots");
+  EXPECT_EQ(j["routes"][8], "/api/v1/jobs/<id>/tan");
+  EXPECT_EQ(j["routes"][9], "/api/v1/slots");
   EXPECT_EQ(HandleRequest("GET", "/", "", SyntheticSource()).status, 404);
   EXPECT_EQ(HandleRequest("GET", "/api/v1/ports/", "", SyntheticSource()).status, 404);
 }
@@ -607,12 +608,15 @@ TEST(ApiJobsTest, ListAndShow) {
   EXPECT_EQ(json::parse(r.body)["error"], "job 8 does not exist");
 
   for (const char* path : {"/api/v1/jobs/abc", "/api/v1/jobs/", "/api/v1/jobs/0",
-                           "/api/v1/jobs/4294967296", "/api/v1/jobs/7/x"}) {
+                           "/api/v1/jobs/4294967296", "/api/v1/jobs/x/tan"}) {
     r = HandleRequest("GET", path, "", source);
     EXPECT_EQ(r.status, 400) << path;
     EXPECT_NE(json::parse(r.body)["error"].get<std::string>().find("job id must be"),
               std::string::npos);
   }
+  r = HandleRequest("GET", "/api/v1/jobs/7/x", "", source);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(json::parse(r.body)["error"], "no route /api/v1/jobs/7/x");
 }
 
 TEST(ApiJobsTest, AddPassesTheRequestAndAnswers201) {
@@ -751,6 +755,127 @@ TEST(ApiStragglersTest, GetPredictsAndPostApplies) {
   EXPECT_EQ(calls.size(), 3u) << "only well-formed requests reach the control thread";
   EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/7/stragglers", "top=1", SyntheticSource()).status,
             503);
+}
+
+// --- The TAN route -----------------------------------------------------------------
+
+TEST(ApiTanTest, ParsesEveryBodyForm) {
+  auto r = ParseTanBody(R"({"strategy": "least_load", "candidates": [
+      {"address": "10.0.9.50"}, {"address": "10.0.9.51", "port": 47001, "hops": 3}]})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->choice);
+  EXPECT_EQ(r->choice->strategy, config::TanStrategy::kLeastLoad);
+  ASSERT_EQ(r->choice->candidates.size(), 2u);
+  EXPECT_EQ(r->choice->candidates[0].address.ToString(), "10.0.9.50");
+  EXPECT_EQ(r->choice->candidates[0].port, config::kDefaultAggregationUdpPort);
+  EXPECT_EQ(r->choice->candidates[0].hops, 0);
+  EXPECT_EQ(r->choice->candidates[1].port, 47001);
+  EXPECT_EQ(r->choice->candidates[1].hops, 3);
+  EXPECT_FALSE(r->set_member);
+  // Candidates alone: the management node's own pick (fixed).
+  r = ParseTanBody(R"({"candidates": [{"address": "10.0.9.50"}]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->choice->strategy, config::TanStrategy::kFixed);
+  r = ParseTanBody(R"({"strategy": "self"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->choice->strategy, config::TanStrategy::kSelf);
+  EXPECT_TRUE(r->choice->candidates.empty());
+  r = ParseTanBody(R"({"member": 3})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->choice);
+  EXPECT_TRUE(r->set_member);
+  EXPECT_EQ(r->member, std::optional<uint16_t>(3));
+  r = ParseTanBody(R"({"member": null, "strategy": "random", "candidates": [{"address": "10.1.1.1"}]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->set_member);
+  EXPECT_FALSE(r->member);
+  EXPECT_EQ(r->choice->strategy, config::TanStrategy::kRandom);
+}
+
+TEST(ApiTanTest, BodyErrorsNameTheField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[]", "the body must be a JSON object"},
+      {"{}", "the body must set strategy (with candidates) or member"},
+      {R"({"strategy": "closest", "candidates": [{"address": "10.0.9.50"}]})",
+       "strategy must be fixed, random, least_load, fewest_hops or self, got \"closest\""},
+      {R"({"strategy": "fixed"})", "candidates must list 1..64 TANs for strategy \"fixed\", got 0"},
+      {R"({"strategy": "self", "candidates": [{"address": "10.0.9.50"}]})",
+       "strategy \"self\" takes no candidates"},
+      {R"({"candidates": {"address": "10.0.9.50"}})", "candidates must be an array"},
+      {R"({"candidates": [{"port": 1}]})", "candidates[0].address is required"},
+      {R"({"candidates": [{"address": "10.0.9"}]})",
+       "candidates[0].address must be a unicast IPv4 address \"a.b.c.d\", got \"10.0.9\""},
+      {R"({"candidates": [{"address": "224.0.0.1"}]})", "candidates[0].address must be a unicast"},
+      {R"({"candidates": [{"address": "10.0.9.50", "port": 0}]})",
+       "candidates[0].port must be 1..65535, got 0"},
+      {R"({"candidates": [{"address": "10.0.9.50", "hops": 256}]})",
+       "candidates[0].hops must be 0..255, got 256"},
+      {R"({"candidates": [{"address": "10.0.9.50", "weight": 1}]})",
+       "unknown field 'candidates[0].weight' (address, port, hops)"},
+      {R"({"candidates": [{"address": "10.0.9.50"}, {"address": "10.0.9.50", "port": 47000}]})",
+       "candidates[1] repeats candidates[0] (10.0.9.50:47000)"},
+      {R"({"member": 65535})", "member must be 0..65534, got 65535"},
+      {R"({"member": "3"})", "member must be an integer 0..65534"},
+      {R"({"node": 3})", "unknown field 'node' (strategy, candidates, member)"},
+  };
+  for (const auto& [body, message] : cases) {
+    const auto r = ParseTanBody(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), common::StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(r.status().message().find(message), std::string::npos)
+        << body << " -> " << r.status().message();
+  }
+}
+
+TEST(ApiTanTest, GetShowsAndPostChangesThroughTheControlThread) {
+  DataSource source = SyntheticSource();
+  std::vector<std::pair<uint32_t, std::optional<TanRequest>>> calls;
+  source.tan = [&](uint32_t job, const std::optional<TanRequest>& request)
+      -> common::Result<TanReport> {
+    calls.emplace_back(job, request);
+    if (job == 9) return common::NotFound("job 9 does not exist");
+    if (job == 8 && request && request->choice) {
+      return common::FailedPrecondition("job 8 has an upstream here");
+    }
+    TanReport report;
+    report.job = job;
+    report.root = true;
+    report.mode = "remote";
+    report.ip = 0x0a000932;  // 10.0.9.50
+    report.port = 47000;
+    report.resolved = true;
+    if (request && request->choice) report.chosen = request->choice;
+    if (request && request->set_member) report.member = request->member;
+    return report;
+  };
+  HttpResponse r = HandleRequest("GET", "/api/v1/jobs/7/tan", "", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j, json::parse(R"({"job": 7, "root": true, "mode": "remote", "address": "10.0.9.50",
+      "port": 47000, "resolved": true, "member": null, "chosen": null})"));
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_FALSE(calls[0].second) << "GET changes nothing";
+  r = HandleRequest("POST", "/api/v1/jobs/7/tan", "",
+                    R"({"strategy": "fewest_hops", "candidates": [{"address": "10.0.9.50", "hops": 2}],
+                        "member": 0})",
+                    source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  j = json::parse(r.body);
+  EXPECT_EQ(j["chosen"], json::parse(R"({"strategy": "fewest_hops",
+      "candidates": [{"address": "10.0.9.50", "port": 47000, "hops": 2}]})"));
+  EXPECT_EQ(j["member"], 0);
+  ASSERT_EQ(calls.size(), 2u);
+  ASSERT_TRUE(calls[1].second && calls[1].second->choice);
+  EXPECT_EQ(HandleRequest("POST", "/api/v1/jobs/8/tan", "", R"({"strategy": "self"})", source).status,
+            409);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/9/tan", "", source).status, 404);
+  EXPECT_EQ(HandleRequest("POST", "/api/v1/jobs/7/tan", "", R"({"strategy": "x"})", source).status,
+            400);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/0/tan", "", source).status, 400);
+  EXPECT_EQ(HandleRequest("DELETE", "/api/v1/jobs/7/tan", "", source).status, 405);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/7/other", "", source).status, 404);
+  EXPECT_EQ(calls.size(), 4u) << "only well-formed requests reach the control thread";
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/7/tan", "", SyntheticSource()).status, 503);
 }
 
 TEST(ApiBypassTest, ListsFiltersAndLimits) {

@@ -126,8 +126,9 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
                                                               JobControl* jobs,
                                                               TreeControl* tree) {
   DataSource source;
-  source.snapshot = [&dp, jobs] {
+  source.snapshot = [&dp, jobs, tree] {
     StatsSnapshot snap = CollectSnapshot(dp);
+    if (tree != nullptr && snap.aggregation) snap.aggregation->tan = tree->PublishedTan();
     if (jobs != nullptr) {
       // Without an answer from the control thread /metrics leaves the job
       // families out rather than fail the whole scrape.
@@ -151,6 +152,15 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       common::Result<StragglerReport> report = common::Internal("not run");
       RETURN_IF_ERROR(jobs->RunOnControl([&] {
         report = tree->Stragglers(job, request);
+        return common::Status::Ok();
+      }));
+      return report;
+    };
+    source.tan = [jobs, tree](uint32_t job, const std::optional<TanRequest>& request)
+        -> common::Result<TanReport> {
+      common::Result<TanReport> report = common::Internal("not run");
+      RETURN_IF_ERROR(jobs->RunOnControl([&] {
+        report = tree->Tan(job, request);
         return common::Status::Ok();
       }));
       return report;

@@ -117,6 +117,41 @@ constexpr LcoreCounterFamily kLcoreCounters[] = {
      &LcoreSnapshot::icmp_replies},
 };
 
+// The own TAN's counters (aggregator::TanCounters; docs/stragglers.md).
+struct TanCounterFamily {
+  const char* name;
+  uint64_t aggregator::TanCounters::*field;
+  const char* help;
+};
+constexpr TanCounterFamily kTanCounters[] = {
+    {"aggswitch_tan_first_data_total", &aggregator::TanCounters::first_data,
+     "First data the switch's own TAN received: the root's partial results that miss members."},
+    {"aggswitch_tan_late_data_total", &aggregator::TanCounters::late,
+     "Late data the own TAN received (LATE datagrams and BYPASS contributions)."},
+    {"aggswitch_tan_merged_total", &aggregator::TanCounters::merged,
+     "Late data the own TAN merged into a chunk (or held for its batch)."},
+    {"aggswitch_tan_duplicate_late_total", &aggregator::TanCounters::duplicate_late,
+     "Late data the own TAN dropped: it resolved no outstanding member."},
+    {"aggswitch_tan_key_mismatches_total", &aggregator::TanCounters::key_mismatch,
+     "Datagrams the own TAN dropped for carrying another job key than the chunk's."},
+    {"aggswitch_tan_completed_chunks_total", &aggregator::TanCounters::completed,
+     "Chunks the own TAN completed: every missing member's data merged."},
+    {"aggswitch_tan_gave_up_chunks_total", &aggregator::TanCounters::gave_up,
+     "Chunks the own TAN gave up on after give_up_ms, answered with an INCOMPLETE result."},
+    {"aggswitch_tan_orphan_late_total", &aggregator::TanCounters::orphan_late,
+     "Late data the own TAN held for a first data that never came."},
+    {"aggswitch_tan_late_after_done_total", &aggregator::TanCounters::late_after_done,
+     "Late data for chunks the own TAN had already finished."},
+    {"aggswitch_tan_repeated_first_data_total", &aggregator::TanCounters::repeat_first,
+     "First data for a chunk the own TAN already had (the root resent it)."},
+    {"aggswitch_tan_refused_total", &aggregator::TanCounters::refused_full,
+     "Chunks or late data the own TAN refused: its pending or held-late limit was reached."},
+    {"aggswitch_tan_malformed_total", &aggregator::TanCounters::malformed,
+     "Datagrams the own TAN dropped: type, length or scale unlike the chunk's first data."},
+    {"aggswitch_tan_ignored_total", &aggregator::TanCounters::ignored,
+     "Datagrams the own TAN ignored: neither first data nor late data."},
+};
+
 struct MacGaugeFamily {
   const char* name;
   const char* help;
@@ -335,6 +370,19 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     for (size_t r = 0; r < dataplane::kNumRegistrationResults; ++r) {
       e.Sample("aggswitch_aggregation_registrations_total",
                {{"result", dataplane::kRegistrationResultText[r].name}}, a.registrations[r]);
+    }
+
+    // The switch's own TAN (a root with tan: {strategy: self}).
+    if (a.tan) {
+      const aggregator::TanCounters& t = a.tan->counters;
+      for (const TanCounterFamily& f : kTanCounters) {
+        e.Family(f.name, "counter", f.help);
+        e.Sample(f.name, {}, t.*f.field);
+      }
+      e.Family("aggswitch_tan_pending_chunks", "gauge",
+               "Chunks the switch's own TAN holds open: waiting for late data, or for their "
+               "first data.");
+      e.Sample("aggswitch_tan_pending_chunks", {}, a.tan->pending);
     }
   }
 

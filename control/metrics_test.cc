@@ -419,6 +419,14 @@ StatsSnapshot WithAggregation(StatsSnapshot s) {
   a.registrations[static_cast<size_t>(dataplane::RegistrationResult::admitted)] = 4;
   a.registrations[static_cast<size_t>(dataplane::RegistrationResult::existing)] = 2;
   a.registrations[static_cast<size_t>(dataplane::RegistrationResult::key_mismatch)] = 1;
+  OwnTanSnapshot tan;
+  tan.counters.first_data = 12;
+  tan.counters.late = 9;
+  tan.counters.merged = 8;
+  tan.counters.completed = 7;
+  tan.counters.gave_up = 1;
+  tan.pending = 3;
+  a.tan = tan;
   s.aggregation = a;
   s.lcores[0].agg[static_cast<size_t>(dataplane::AggCounter::acks)] = 5;
   s.lcores[0].agg[static_cast<size_t>(dataplane::AggCounter::nacks_sent)] = 6;
@@ -556,6 +564,31 @@ TEST(MetricsTest, RegistrationsByResult) {
   }
 }
 
+// The switch's own TAN: every counter, zeros included, and its pending gauge;
+// nothing of it without tree control.
+TEST(MetricsTest, OwnTanCountersAndPendingGauge) {
+  StatsSnapshot s = WithAggregation(SyntheticSnapshot());
+  const std::string text = RenderPrometheus(s);
+  for (const char* line : {
+           "# TYPE aggswitch_tan_first_data_total counter",
+           "aggswitch_tan_first_data_total 12",
+           "aggswitch_tan_late_data_total 9",
+           "aggswitch_tan_merged_total 8",
+           "aggswitch_tan_completed_chunks_total 7",
+           "aggswitch_tan_gave_up_chunks_total 1",
+           "aggswitch_tan_duplicate_late_total 0",
+           "aggswitch_tan_ignored_total 0",
+           "# TYPE aggswitch_tan_pending_chunks gauge",
+           "aggswitch_tan_pending_chunks 3",
+       }) {
+    EXPECT_TRUE(HasLine(text, line)) << "missing line: " << line;
+  }
+  const std::set<std::string> families = ExpectWellFormed(text);
+  EXPECT_EQ(families.count("aggswitch_tan_repeated_first_data_total"), 1u);
+  s.aggregation->tan.reset();
+  EXPECT_EQ(RenderPrometheus(s).find("aggswitch_tan_"), std::string::npos);
+}
+
 TEST(MetricsTest, NewLcoreCountersFlowThroughTheXMacro) {
   const std::string text = RenderPrometheus(WithAggregation(SyntheticSnapshot()));
   for (const char* line : {
@@ -601,6 +634,12 @@ class PromtoolTest : public ::testing::Test {
 
 TEST_F(PromtoolTest, SyntheticSnapshotPassesCheckMetrics) {
   const PromtoolResult r = RunPromtool(RenderPrometheus(SyntheticSnapshot()));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "");
+}
+
+TEST_F(PromtoolTest, AggregationAndOwnTanPassCheckMetrics) {
+  const PromtoolResult r = RunPromtool(RenderPrometheus(WithAggregation(SyntheticSnapshot())));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "");
 }

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregator/tan_engine.h"
 #include "common/net_addr.h"
 #include "dataplane/counters.h"
 #include "dataplane/port_stats.h"
@@ -154,9 +155,17 @@ struct JobTableSnapshot {
 // The aggregation engine's switch-wide totals: the slot completion latency
 // histogram summed over the worker lcores, and the control thread's in-band
 // registration outcomes.
+// The switch's own TAN (a root with tan: {strategy: self}), as the control
+// thread last published it (TreeControl::PublishedTan).
+struct OwnTanSnapshot {
+  aggregator::TanCounters counters;
+  uint64_t pending = 0;  // chunks waiting for late data or their first data
+};
+
 struct AggregationSnapshot {
   dataplane::SlotLatencyTotals slot_latency;
   uint64_t registrations[dataplane::kNumRegistrationResults] = {};  // by RegistrationResult
+  std::optional<OwnTanSnapshot> tan;  // nullopt: no tree control (tests, tools)
 };
 
 struct StatsSnapshot {

@@ -51,7 +51,9 @@
 #     goes to the TAN through the spine's bypass entries; variant 2
 #     (bypass.subswitch: nodes, the spine lists 0-3), then, after a restart of
 #     the spine, variant 1 (switch, the default: it lists 100);
-# 11. the TAN is late (jobs 13 and 14: the spine's TAN is rank 0's process,
+# 11. the TAN chosen through the API: aggctl tan at the spine proposes agg-ps
+#     and rank 0's address for job 13, the spine picks by fewest hops;
+#     then the TAN is late (jobs 13 and 14: the spine's TAN is rank 0's process,
 #     agg-worker --tan-listen, and rank 0 is the straggler): case 1, leaf A
 #     does not know, writes an entry and flags rank 0's late data, which
 #     comes back to rank 0's TAN through the spine; case 2, leaf A knows
@@ -97,10 +99,10 @@ SPINE_TIMEOUT_MS=200
 # leaf A's jobs[].tan_member. Job 10: the root is its own TAN; job 11: the
 # spine's threshold is shorter than the leaves' (a sub-switch times out); job
 # 12: leaf B and the spine wait long (late data reaches the TAN before the
-# first data); jobs 13 and 14: the TAN is rank 0, and leaf A knows it for
-# job 14.
+# first data); jobs 13 and 14: the TAN is rank 0 (job 13: chosen through the
+# spine's API in check 11), and leaf A knows it for job 14.
 JOBS=("7:0x7ee::::fixed" "8:0x8ee::::fixed" "9:0x9ee:1000:1000:2000:fixed" "10:0xaee::::self"
-  "11:0xbee:800:800:200:fixed" "12:0xcee::2000:3000:fixed" "13:0xdee::::w0" "14:0xeee::::w0:0")
+  "11:0xbee:800:800:200:fixed" "12:0xcee::2000:3000:fixed" "13:0xdee::::fixed" "14:0xeee::::w0:0")
 declare -A JOB_KEY=([7]=0x7ee [8]=0x8ee [9]=0x9ee [10]=0xaee [11]=0xbee [12]=0xcee [13]=0xdee
   [14]=0xeee)
 W0_IP=$NET.21
@@ -377,6 +379,19 @@ expect_ps() {
   else
     echo "NOT: agg-ps $1 = $v, expected $2 $3"; return 1
   fi
+}
+
+# expect_value WHAT VALUE OP WANT: one line, and whether VALUE OP WANT.
+expect_value() {
+  if test "$2" "$3" "$4"; then
+    echo "ok:  $1 = $2 ($3 $4)"
+  else
+    echo "NOT: $1 = $2, expected $3 $4"; return 1
+  fi
+}
+# own_tan_metric NAME: the spine's aggswitch_tan_NAME (its own TAN).
+own_tan_metric() {
+  sw_curl spine /metrics | awk -v a="aggswitch_tan_$1" '$1 == a { print $2 }'
 }
 
 # --- Runs.
@@ -1086,6 +1101,11 @@ self_tan_counters() {
   expect_ps rx_datagrams -eq 0 || rc=1
   expect_ps first_data -eq 0 || rc=1
   expect_ps late -eq 0 || rc=1
+  # The spine's own TAN in /metrics (job 10 is the only job that uses it).
+  expect_value "spine aggswitch_tan_completed_chunks_total" "$(own_tan_metric completed_chunks_total)" -eq "$n" || rc=1
+  expect_value "spine aggswitch_tan_merged_total" "$(own_tan_metric merged_total)" -eq "$n" || rc=1
+  expect_value "spine aggswitch_tan_gave_up_chunks_total" "$(own_tan_metric gave_up_chunks_total)" -eq 0 || rc=1
+  expect_value "spine aggswitch_tan_pending_chunks" "$(own_tan_metric pending_chunks)" -eq 0 || rc=1
   wire self '
 print("%d datagrams of job 10 on agg-ps'"'"'s wire" % len(r))
 sys.exit(1 if r else 0)' || rc=1
@@ -1261,14 +1281,6 @@ rank0_stat() {
   python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["client"][sys.argv[2]])' \
     "$WORK/$1.0.json" "$2"
 }
-# expect_value WHAT VALUE OP WANT: one line, and whether VALUE OP WANT.
-expect_value() {
-  if test "$2" "$3" "$4"; then
-    echo "ok:  $1 = $2 ($3 $4)"
-  else
-    echo "NOT: $1 = $2, expected $3 $4"; return 1
-  fi
-}
 # tan_late NAME JOB [MORE AGG-WORKER OPTIONS FOR RANK 0]: all eight ranks,
 # rank 0 late and running the TAN, its counters in WORK/NAME.tan.json.
 tan_late() {
@@ -1332,6 +1344,43 @@ ok = own_ok and got["first data in"] >= n and got["results out"] >= n
 sys.exit(0 if ok else 1)' || rc=1
   return $rc
 }
+# choose_tan: the management node's candidates for job 13 go to the spine,
+# which picks rank 0's address (2 hops against agg-ps's 3) and resolves it;
+# leaf A, not the job's root, refuses a choice and shows job 14's member.
+aggctl_at() {
+  local sw="$1"
+  shift
+  topo_exec "$sw" "$AGGCTL" -s "127.0.0.1:${HTTP[$sw]}" "$@"
+}
+choose_tan() {
+  local rc=0 out i
+  out=$(aggctl_at spine tan --job 13) || return 1
+  say "before: $(head -1 <<<"$out")"
+  grep -q "TAN $TAN_IP:$PORT" <<<"$out" || { echo "job 13 did not start with agg-ps: $out"; rc=1; }
+  out=$(aggctl_at spine tan --job 13 --strategy fewest_hops \
+    --candidate "$TAN_IP:$PORT,hops=3" --candidate "$W0_IP:$W0_TAN_PORT,hops=2") || return 1
+  for i in $(seq 1 50); do
+    grep -q "(resolved)" <<<"$out" && break
+    sleep 0.1
+    out=$(aggctl_at spine tan --job 13)
+  done
+  while read -r line; do say "spine: $line"; done <<<"$out"
+  grep -q "^job 13 (root here): TAN $W0_IP:$W0_TAN_PORT (resolved)$" <<<"$out" || rc=1
+  grep -q "chosen through the API: fewest_hops among" <<<"$out" || rc=1
+  if out=$(aggctl_at leafa tan --job 13 --self 2>&1); then
+    echo "leaf A took a TAN choice for job 13: $out"; rc=1
+  else
+    say "leaf A: $out"
+    grep -q "has an upstream here" <<<"$out" || rc=1
+  fi
+  out=$(aggctl_at leafa tan --job 14)
+  say "leaf A: $(tail -1 <<<"$out")"
+  [ "$(tail -1 <<<"$out")" = "member running the TAN here: 0" ] || rc=1
+  return $rc
+}
+check "the TAN through the API: the spine picks rank 0's address for job 13 among the management node's candidates (fewest hops)" \
+  choose_tan && show_notes
+rm -f "$WORK/NOTES"
 snapshot
 check "the TAN is late, case 1 (job 13): rank 0 runs the TAN and is ${TAN_LATE_DELAY_MS} ms late, 16 KiB, every rank verified" \
   tan_late tanlate1 13

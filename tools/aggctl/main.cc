@@ -8,6 +8,10 @@
 //   aggctl jobs add --id 7 --key 0xc0ffee --members 4 [--nodes 2] [--ordered]
 //   aggctl jobs rm ID
 //   aggctl slots [--job 7] [--limit 1000]
+//   aggctl bypass [--job 7] [--limit 1000]
+//   aggctl stragglers --job 7 (--top N | --over SECONDS) [--ops K] [--apply | --clear]
+//   aggctl tan --job 7 [--strategy S --candidate ADDR[:PORT][,hops=H]... | --self]
+//              [--member N | --no-member]
 //
 // Prints aligned tables by default and the API's JSON (pretty-printed) with
 // --json. Exits 1 with a one-line reason when the daemon cannot be reached or
@@ -652,6 +656,68 @@ void PrintStragglers(const json& j) {
   std::cout << '\n';
 }
 
+void PrintTan(const json& j) {
+  std::cout << "job " << U64(j.at("job")) << (j.at("root").get<bool>() ? " (root here)" : "")
+            << ": TAN ";
+  const std::string mode = j.at("mode").get<std::string>();
+  if (mode == "remote") {
+    std::cout << j.at("address").get<std::string>() << ':' << U64(j.at("port"))
+              << (j.at("resolved").get<bool>() ? " (resolved)" : " (not resolved yet)");
+  } else if (mode == "self") {
+    std::cout << "this switch";
+  } else {
+    std::cout << "none";
+  }
+  std::cout << '\n';
+  const json& chosen = j.at("chosen");
+  if (!chosen.is_null()) {
+    std::cout << "chosen through the API: " << chosen.at("strategy").get<std::string>();
+    const json& candidates = chosen.at("candidates");
+    if (!candidates.empty()) std::cout << " among";
+    for (const json& c : candidates) {
+      std::cout << ' ' << c.at("address").get<std::string>() << ':' << U64(c.at("port"))
+                << " (" << U64(c.at("hops")) << " hops)";
+    }
+    std::cout << '\n';
+  }
+  const json& member = j.at("member");
+  std::cout << "member running the TAN here: " << (member.is_null() ? "none" : U64(member))
+            << '\n';
+}
+
+// A decimal number, all of `text`.
+std::optional<uint64_t> ParseUnsigned(std::string_view text) {
+  uint64_t value = 0;
+  const auto [next, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || next != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// --candidate ADDR[:PORT][,hops=H] as the API's candidate object; the
+// switch checks the address and the ranges.
+std::optional<json> ParseCandidate(const std::string& text) {
+  json c;
+  std::string rest = text;
+  const size_t comma = rest.find(',');
+  if (comma != std::string::npos) {
+    const std::string option = rest.substr(comma + 1);
+    rest.resize(comma);
+    constexpr std::string_view kHops = "hops=";
+    if (option.compare(0, kHops.size(), kHops) != 0) return std::nullopt;
+    const std::optional<uint64_t> hops = ParseUnsigned(option.substr(kHops.size()));
+    if (!hops) return std::nullopt;
+    c["hops"] = *hops;
+  }
+  const size_t colon = rest.find(':');
+  c["address"] = rest.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::optional<uint64_t> port = ParseUnsigned(rest.substr(colon + 1));
+    if (!port) return std::nullopt;
+    c["port"] = *port;
+  }
+  return c;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"aggctl: inspect a running aggswitch through its HTTP API"};
   app.set_version_flag("--version", common::Version());
@@ -818,6 +884,60 @@ int Main(int argc, char** argv) {
     if (straggler_top) body["top"] = *straggler_top;
     if (straggler_over) body["over"] = *straggler_over;
     if (straggler_ops) body["ops"] = straggler_ops;
+    request_body = body.dump();
+  });
+
+  uint32_t tan_job = 0;
+  std::string tan_strategy;
+  std::vector<std::string> tan_candidates;
+  bool tan_self = false;
+  std::optional<uint32_t> tan_member;
+  bool tan_no_member = false;
+  CLI::App* tan = app.add_subcommand(
+      "tan", "show or choose a job's timeout aggregation node (TAN) at this switch");
+  tan->add_option("--job", tan_job, "the job")
+      ->required()
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
+  CLI::Option* strategy =
+      tan->add_option("--strategy", tan_strategy,
+                      "how this switch, the job's root, picks among the candidates (default "
+                      "fixed: the first)")
+          ->check(CLI::IsMember({"fixed", "random", "least_load", "fewest_hops"}));
+  CLI::Option* candidate =
+      tan->add_option("--candidate", tan_candidates,
+                      "a TAN the root may pick, ADDR[:PORT][,hops=H] (port 47000, hops 0 by "
+                      "default); repeatable")
+          ->type_name("ADDR[:PORT][,hops=H]");
+  CLI::Option* self = tan->add_flag("--self", tan_self, "the root merges the late data itself")
+                          ->excludes(strategy, candidate);
+  strategy->needs(candidate);
+  CLI::Option* member =
+      tan->add_option("--member", tan_member,
+                      "the worker of the job here (its node id) that also runs the TAN: when it "
+                      "is late, no bypass entry for it (it keeps its own data)")
+          ->check(CLI::Range(0, 65534));
+  tan->add_flag("--no-member", tan_no_member, "no worker here runs the TAN")->excludes(member);
+  tan->callback([&] {
+    target = "/api/v1/jobs/" + std::to_string(tan_job) + "/tan";
+    print = PrintTan;
+    json body = json::object();
+    if (tan_self) body["strategy"] = "self";
+    if (!tan_candidates.empty()) {
+      body["strategy"] = tan_strategy.empty() ? "fixed" : tan_strategy;
+      body["candidates"] = json::array();
+      for (const std::string& c : tan_candidates) {
+        const std::optional<json> parsed = ParseCandidate(c);
+        if (!parsed) {
+          throw CLI::ValidationError("--candidate",
+                                     "expected ADDR[:PORT][,hops=H], got '" + c + "'");
+        }
+        body["candidates"].push_back(*parsed);
+      }
+    }
+    if (tan_member) body["member"] = *tan_member;
+    if (tan_no_member) body["member"] = nullptr;
+    if (body.empty()) return;  // show
+    method = "POST";
     request_body = body.dump();
   });
 
