@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -119,6 +120,18 @@ bool ReadBody(mg_connection* conn, const mg_request_info* ri, std::string& body)
   }
 }
 
+// Runs `fn` (which returns a Result<T>) on the control thread and returns
+// its result, or why the control thread did not take it.
+template <typename T, typename Fn>
+common::Result<T> ResultOnControl(JobControl& jobs, Fn&& fn) {
+  common::Result<T> result = common::Internal("not run");
+  RETURN_IF_ERROR(jobs.RunOnControl([&] {
+    result = fn();
+    return common::Status::Ok();
+  }));
+  return result;
+}
+
 }  // namespace
 
 common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
@@ -128,12 +141,24 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   DataSource source;
   source.snapshot = [&dp, jobs, tree] {
     StatsSnapshot snap = CollectSnapshot(dp);
-    if (tree != nullptr && snap.aggregation) snap.aggregation->tan = tree->PublishedTan();
     if (jobs != nullptr) {
-      // Without an answer from the control thread /metrics leaves the job
+      // The job table and the own TAN belong to the control thread: both are
+      // read there, in one step. Without an answer /metrics leaves their
       // families out rather than fail the whole scrape.
-      common::Result<JobTableSnapshot> table = jobs->List();
-      if (table.ok()) snap.jobs = std::move(table).value();
+      JobTableSnapshot table;
+      std::optional<OwnTanSnapshot> tan;
+      const bool aggregating = snap.aggregation.has_value();
+      const common::Status read = jobs->RunOnControl([&] {
+        table = jobs->Snapshot();
+        if (tree != nullptr && aggregating) {
+          tan = OwnTanSnapshot{tree->tan_counters(), tree->tan_pending()};
+        }
+        return common::Status::Ok();
+      });
+      if (read.ok()) {
+        snap.jobs = std::move(table);
+        if (aggregating) snap.aggregation->tan = tan;
+      }
     }
     return snap;
   };
@@ -147,23 +172,13 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   if (jobs != nullptr) jobs->Attach(source);
   if (jobs != nullptr && tree != nullptr) {
     // The predictors and the participation bitmaps belong to the control thread.
-    source.stragglers = [jobs, tree](uint32_t job, const StragglerRequest& request)
-        -> common::Result<StragglerReport> {
-      common::Result<StragglerReport> report = common::Internal("not run");
-      RETURN_IF_ERROR(jobs->RunOnControl([&] {
-        report = tree->Stragglers(job, request);
-        return common::Status::Ok();
-      }));
-      return report;
+    source.stragglers = [jobs, tree](uint32_t job, const StragglerRequest& request) {
+      return ResultOnControl<StragglerReport>(*jobs, [&] { return tree->Stragglers(job, request); });
     };
-    source.tan = [jobs, tree](uint32_t job, const std::optional<TanRequest>& request)
-        -> common::Result<TanReport> {
-      common::Result<TanReport> report = common::Internal("not run");
-      RETURN_IF_ERROR(jobs->RunOnControl([&] {
-        report = tree->Tan(job, request);
-        return common::Status::Ok();
-      }));
-      return report;
+    // A TAN needs the aggregation path. JobControl changes it on the control
+    // thread, and its change hook has the tree resolve the new one.
+    source.tan = [jobs](uint32_t job, const std::optional<TanRequest>& request) {
+      return jobs->Tan(job, request);
     };
   }
   return Start(listen, std::move(source));
