@@ -1,5 +1,6 @@
 #include "control/api.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <exception>
@@ -157,6 +158,17 @@ json JobMemberJson(const JobMemberSnapshot& m) {
   return j;
 }
 
+// The TAN as a job and the TAN route show it; address and port only for a remote one.
+json TanStateJson(const JobTanSnapshot& tan) {
+  const bool remote = tan.mode == "remote";
+  return {
+      {"mode", tan.mode},
+      {"address", remote ? json(tan.address.ToString()) : json(nullptr)},
+      {"port", remote ? json(tan.port) : json(nullptr)},
+      {"resolved", tan.resolved},
+  };
+}
+
 json JobObject(const JobSnapshot& job) {
   json members = json::array();
   for (const JobMemberSnapshot& m : job.learned_members) members.push_back(JobMemberJson(m));
@@ -180,6 +192,27 @@ json JobObject(const JobSnapshot& job) {
       {"learned_members", std::move(members)},
   };
   if (job.min_ack) j["min_ack"] = *job.min_ack;
+  // The tree, under the config's key names.
+  json switches = json::array();
+  for (const JobChildSwitchSnapshot& child : job.switches) {
+    switches.push_back({{"node", child.node}, {"covers", child.covers}});
+  }
+  json upstream = nullptr;
+  if (job.upstream) {
+    const JobUpstreamSnapshot& up = *job.upstream;
+    upstream = {{"address", up.address.ToString()},
+                {"port", up.port},
+                {"node", up.node},
+                {"vlan", up.vlan},
+                {"resolved", up.resolved}};
+  }
+  j["node_ids"] = job.node_ids;
+  j["switches"] = std::move(switches);
+  j["upstream"] = std::move(upstream);
+  j["timeout_ms"] = job.timeout_ms ? json(*job.timeout_ms) : json(nullptr);
+  j["trigger"] = job.batch ? "batch" : "incremental";
+  j["tan"] = TanStateJson(job.tan);
+  j["tan_member"] = job.tan_member ? json(*job.tan_member) : json(nullptr);
   return j;
 }
 
@@ -696,8 +729,229 @@ std::string SlotsJson(const dataplane::SlotDump& dump, const SlotQuery& query) {
   return out;
 }
 
+namespace {
+
+// "node_ids[3]".
+std::string Index(std::string_view base, size_t i) {
+  return std::string(base) + "[" + std::to_string(i) + "]";
+}
+
+// The key path of `key` below `base` ("" at the top).
+std::string KeyPath(std::string_view base, std::string_view key) {
+  return base.empty() ? std::string(key) : std::string(base) + "." + std::string(key);
+}
+
+common::Status UnknownField(const std::string& path, std::string_view expected) {
+  return common::InvalidArgument("unknown field \"" + path + "\"; expected " +
+                                 std::string(expected));
+}
+
+// An object, or an error saying which one was expected.
+common::Status ExpectObject(const json& v, const std::string& path, std::string_view shape) {
+  if (v.is_object()) return common::Status::Ok();
+  return common::InvalidArgument(path + " must be an object " + std::string(shape) + ", got " +
+                                 DumpCompact(v));
+}
+
+// "a.b.c.d"; whether it may be used (unicast, not this switch's) is
+// Validate()'s to say, as for the config.
+common::Result<common::Ipv4Addr> JsonIpv4(const json& v, const std::string& path) {
+  const std::optional<common::Ipv4Addr> ip =
+      v.is_string() ? common::Ipv4Addr::Parse(v.get_ref<const std::string&>()) : std::nullopt;
+  if (!ip) {
+    return common::InvalidArgument(path + " must be an IPv4 address \"a.b.c.d\", got " +
+                                   DumpCompact(v));
+  }
+  return *ip;
+}
+
+common::Result<uint16_t> JsonNodeId(const json& v, const std::string& path) {
+  ASSIGN_OR_RETURN(const uint64_t id, JsonUnsigned(v, path, 0, config::kMaxNodeId));
+  return static_cast<uint16_t>(id);
+}
+
+// Node ids one job can name in all: its members' and the ids its child
+// switches cover are pairwise distinct, and there are 65535 (0..65534). A
+// bound on what a body of ranges may expand to.
+constexpr size_t kMaxListedNodeIds = size_t{config::kMaxNodeId} + 1;
+
+// One item of a node id list: a number, or a string "N" or "A-B" (A <= B).
+std::optional<std::pair<uint16_t, uint16_t>> NodeIdItem(const json& item) {
+  if (item.is_number_unsigned() || (item.is_number_integer() && item.get<int64_t>() >= 0)) {
+    const uint64_t id = item.get<uint64_t>();
+    if (id > config::kMaxNodeId) return std::nullopt;
+    return std::pair{static_cast<uint16_t>(id), static_cast<uint16_t>(id)};
+  }
+  if (!item.is_string()) return std::nullopt;
+  const std::string_view text = item.get_ref<const std::string&>();
+  const size_t dash = text.find('-');
+  const std::optional<uint32_t> first = ParseDecimal(text.substr(0, dash));
+  const std::optional<uint32_t> last =
+      dash == std::string_view::npos ? first : ParseDecimal(text.substr(dash + 1));
+  if (!first || !last || *first > *last || *last > config::kMaxNodeId) return std::nullopt;
+  return std::pair{static_cast<uint16_t>(*first), static_cast<uint16_t>(*last)};
+}
+
+// A node id list (node_ids, covers): numbers and "a-b" ranges, expanded into
+// `out`. As in the config, an item's key path indexes the expanded list (in
+// ["0-3", 8], 8 is [4]). `listed` counts the ids of every list of the body.
+common::Status ParseNodeIds(const json& v, const std::string& path, std::vector<uint16_t>& out,
+                            size_t& listed) {
+  if (!v.is_array()) {
+    return common::InvalidArgument(
+        path + " must be a list of node ids (numbers or \"a-b\" ranges), got " + DumpCompact(v));
+  }
+  for (const json& item : v) {
+    const std::string item_path = Index(path, out.size());
+    const std::optional<std::pair<uint16_t, uint16_t>> range = NodeIdItem(item);
+    if (!range) {
+      return common::InvalidArgument(
+          item_path + " must be a node id 0.." + std::to_string(config::kMaxNodeId) +
+          " or a range \"a-b\" of them (a <= b), got " + DumpCompact(item));
+    }
+    const size_t count = size_t{range->second} - range->first + 1;
+    if (listed + count > kMaxListedNodeIds) {
+      return common::InvalidArgument(
+          item_path + " brings the node ids listed above " + std::to_string(kMaxListedNodeIds) +
+          ": a job's members and the nodes below its child switches are distinct ids 0.." +
+          std::to_string(config::kMaxNodeId));
+    }
+    listed += count;
+    for (uint32_t id = range->first; id <= range->second; ++id) {
+      out.push_back(static_cast<uint16_t>(id));
+    }
+  }
+  return common::Status::Ok();
+}
+
+constexpr std::pair<config::TanStrategy, std::string_view> kTanStrategies[] = {
+    {config::TanStrategy::kFixed, "fixed"},
+    {config::TanStrategy::kRandom, "random"},
+    {config::TanStrategy::kLeastLoad, "least_load"},
+    {config::TanStrategy::kFewestHops, "fewest_hops"},
+    {config::TanStrategy::kSelf, "self"},
+};
+
+std::string_view TanStrategyName(config::TanStrategy strategy) {
+  for (const auto& [s, name] : kTanStrategies) {
+    if (s == strategy) return name;
+  }
+  return "?";
+}
+
+// candidates[k]: {"address", "port" (default 47000), "hops" (default 0)}.
+common::Result<config::TanCandidate> ParseTanCandidate(const json& v, const std::string& path) {
+  RETURN_IF_ERROR(ExpectObject(v, path, "{address, port, hops}"));
+  config::TanCandidate c;
+  bool has_address = false;
+  for (const auto& [key, value] : v.items()) {
+    const std::string key_path = KeyPath(path, key);
+    if (key == "address") {
+      ASSIGN_OR_RETURN(c.address, JsonIpv4(value, key_path));
+      has_address = true;
+    } else if (key == "port") {
+      ASSIGN_OR_RETURN(const uint64_t port, JsonUnsigned(value, key_path, 1, 65535));
+      c.port = static_cast<uint16_t>(port);
+    } else if (key == "hops") {
+      ASSIGN_OR_RETURN(const uint64_t hops, JsonUnsigned(value, key_path, 0, config::kMaxTanHops));
+      c.hops = static_cast<uint16_t>(hops);
+    } else {
+      return UnknownField(key_path, "address, port, hops");
+    }
+  }
+  if (!has_address) return common::InvalidArgument("missing field \"" + path + ".address\"");
+  return c;
+}
+
+// Reads `key` of a TAN choice, "strategy" or "candidates", at `path` into
+// `tan`. False when `key` is neither.
+common::Result<bool> ReadTanKey(const std::string& key, const json& v, const std::string& path,
+                                config::TanConfig& tan) {
+  if (key == "strategy") {
+    const std::string name = v.is_string() ? v.get<std::string>() : "";
+    for (const auto& [strategy, strategy_name] : kTanStrategies) {
+      if (strategy_name != name) continue;
+      tan.strategy = strategy;
+      return true;
+    }
+    return common::InvalidArgument(
+        path + " must be fixed, random, least_load, fewest_hops or self, got " + DumpCompact(v));
+  }
+  if (key == "candidates") {
+    if (!v.is_array()) {
+      return common::InvalidArgument(path + " must be a list of {address, port, hops}, got " +
+                                     DumpCompact(v));
+    }
+    tan.candidates.clear();
+    for (size_t k = 0; k < v.size(); ++k) {
+      ASSIGN_OR_RETURN(config::TanCandidate c, ParseTanCandidate(v[k], Index(path, k)));
+      tan.candidates.push_back(c);
+    }
+    return true;
+  }
+  return false;
+}
+
+// upstream: {"address", "port" (default 47000), "node", "vlan" (default 0)}.
+common::Result<config::UpstreamConfig> ParseUpstream(const json& v) {
+  RETURN_IF_ERROR(ExpectObject(v, "upstream", "{address, port, node, vlan}"));
+  config::UpstreamConfig up;
+  bool has_address = false, has_node = false;
+  for (const auto& [key, value] : v.items()) {
+    const std::string key_path = KeyPath("upstream", key);
+    if (key == "address") {
+      ASSIGN_OR_RETURN(up.address, JsonIpv4(value, key_path));
+      has_address = true;
+    } else if (key == "port") {
+      ASSIGN_OR_RETURN(const uint64_t port, JsonUnsigned(value, key_path, 1, 65535));
+      up.port = static_cast<uint16_t>(port);
+    } else if (key == "node") {
+      ASSIGN_OR_RETURN(up.node, JsonNodeId(value, key_path));
+      has_node = true;
+    } else if (key == "vlan") {
+      ASSIGN_OR_RETURN(const uint64_t vlan, JsonUnsigned(value, key_path, 0, config::kMaxVlan));
+      up.vlan = static_cast<uint16_t>(vlan);
+    } else {
+      return UnknownField(key_path, "address, port, node, vlan");
+    }
+  }
+  if (!has_address) return common::InvalidArgument("missing field \"upstream.address\"");
+  if (!has_node) {
+    return common::InvalidArgument(
+        "missing field \"upstream.node\" (this switch's node id at the parent switch)");
+  }
+  return up;
+}
+
+// switches[j]: {"node", "covers" (default none)}.
+common::Result<config::ChildSwitchConfig> ParseChildSwitch(const json& v, const std::string& path,
+                                                           size_t& listed) {
+  RETURN_IF_ERROR(ExpectObject(v, path, "{node, covers}"));
+  config::ChildSwitchConfig child;
+  bool has_node = false;
+  for (const auto& [key, value] : v.items()) {
+    const std::string key_path = KeyPath(path, key);
+    if (key == "node") {
+      ASSIGN_OR_RETURN(child.node, JsonNodeId(value, key_path));
+      has_node = true;
+    } else if (key == "covers") {
+      RETURN_IF_ERROR(ParseNodeIds(value, key_path, child.covers, listed));
+    } else {
+      return UnknownField(key_path, "node, covers");
+    }
+  }
+  if (!has_node) return common::InvalidArgument("missing field \"" + path + ".node\"");
+  return child;
+}
+
+constexpr char kJobFields[] =
+    "id, key, members, nodes, ordered, node_ids, switches, upstream, timeout_ms, trigger, tan, "
+    "tan_member";
+
+}  // namespace
+
 common::Result<JobRequest> ParseJobRequest(std::string_view body) {
-  constexpr char kShape[] = "{\"id\", \"key\", \"members\"[, \"nodes\"][, \"ordered\"]}";
+  constexpr char kShape[] = "{\"id\", \"key\", \"members\" or \"node_ids\"/\"switches\", ...}";
   json j;
   try {
     j = json::parse(body);
@@ -710,37 +964,136 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
                                    DumpCompact(j));
   }
   JobRequest request;
-  bool has_id = false, has_key = false, has_members = false;
+  config::AggregationJobConfig& job = request.job;
+  bool has_id = false, has_key = false, has_members = false, has_lists = false;
+  size_t listed = 0;  // node ids in node_ids and every covers list
   for (const auto& [name, value] : j.items()) {
     if (name == "id") {
       ASSIGN_OR_RETURN(const uint64_t id, JsonUnsigned(value, "id", 1, 4294967295u));
-      request.id = static_cast<uint32_t>(id);
+      job.id = static_cast<uint32_t>(id);
       has_id = true;
     } else if (name == "key") {
-      ASSIGN_OR_RETURN(request.key, JsonJobKey(value));
+      ASSIGN_OR_RETURN(job.key, JsonJobKey(value));
       has_key = true;
     } else if (name == "members") {
       ASSIGN_OR_RETURN(const uint64_t members, JsonUnsigned(value, "members", 1, 65535));
-      request.members = static_cast<uint16_t>(members);
+      job.members = static_cast<uint16_t>(members);
       has_members = true;
     } else if (name == "nodes") {
       ASSIGN_OR_RETURN(const uint64_t nodes, JsonUnsigned(value, "nodes", 1, 65535));
-      request.nodes = static_cast<uint16_t>(nodes);
+      job.nodes = static_cast<uint16_t>(nodes);
     } else if (name == "ordered") {
       if (!value.is_boolean()) {
         return common::InvalidArgument("ordered must be true or false, got " + DumpCompact(value));
       }
-      request.ordered = value.get<bool>();
+      job.ordered = value.get<bool>();
+    } else if (name == "node_ids") {
+      RETURN_IF_ERROR(ParseNodeIds(value, "node_ids", job.node_ids, listed));
+      has_lists = true;
+    } else if (name == "switches") {
+      if (!value.is_array()) {
+        return common::InvalidArgument("switches must be a list of {node, covers}, got " +
+                                       DumpCompact(value));
+      }
+      for (size_t k = 0; k < value.size(); ++k) {
+        ASSIGN_OR_RETURN(config::ChildSwitchConfig child,
+                         ParseChildSwitch(value[k], Index("switches", k), listed));
+        job.switches.push_back(std::move(child));
+      }
+      has_lists = true;
+    } else if (name == "upstream") {
+      ASSIGN_OR_RETURN(job.upstream, ParseUpstream(value));
+    } else if (name == "timeout_ms") {
+      ASSIGN_OR_RETURN(const uint64_t ms,
+                       JsonUnsigned(value, "timeout_ms", 0, config::kMaxTimeoutMs));
+      job.timeout_ms = static_cast<uint32_t>(ms);
+    } else if (name == "trigger") {
+      const std::string trigger = value.is_string() ? value.get<std::string>() : "";
+      if (trigger != "incremental" && trigger != "batch") {
+        return common::InvalidArgument("trigger must be \"incremental\" or \"batch\", got " +
+                                       DumpCompact(value));
+      }
+      job.trigger =
+          trigger == "batch" ? config::AggTrigger::kBatch : config::AggTrigger::kIncremental;
+    } else if (name == "tan") {
+      RETURN_IF_ERROR(ExpectObject(value, "tan", "{strategy, candidates}"));
+      config::TanConfig& tan = job.tan.emplace();
+      for (const auto& [key, v] : value.items()) {
+        ASSIGN_OR_RETURN(const bool known, ReadTanKey(key, v, KeyPath("tan", key), tan));
+        if (!known) return UnknownField(KeyPath("tan", key), "strategy, candidates");
+      }
+      // A strategy without candidates is reported there, as the loader would.
+      request.keys.push_back("tan.candidates");
+    } else if (name == "tan_member") {
+      ASSIGN_OR_RETURN(job.tan_member, JsonNodeId(value, "tan_member"));
     } else {
-      return common::InvalidArgument("unknown field \"" + name +
-                                     "\"; expected id, key, members, nodes, ordered");
+      return UnknownField(name, kJobFields);
     }
   }
-  for (const auto& [present, field] :
-       {std::pair{has_id, "id"}, std::pair{has_key, "key"}, std::pair{has_members, "members"}}) {
-    if (!present) return common::InvalidArgument(std::string("missing field \"") + field + "\"");
+  if (!has_id) return common::InvalidArgument("missing field \"id\"");
+  if (!has_key) return common::InvalidArgument("missing field \"key\"");
+  if (has_members) request.keys.push_back("members");
+  if (j.contains("node_ids")) request.keys.push_back("node_ids");
+  if (j.contains("switches")) request.keys.push_back("switches");
+  if (has_lists) {
+    // The lists count the members; a members key must agree (Validate()).
+    if (!has_members) {
+      const size_t listed_members = job.node_ids.size() + job.switches.size();
+      job.members = static_cast<uint16_t>(std::min<size_t>(listed_members, UINT16_MAX));
+    }
+  } else if (!has_members) {
+    return common::InvalidArgument(
+        "missing field \"members\" (or the members' node ids in \"node_ids\" and \"switches\")");
   }
   return request;
+}
+
+common::Result<TanRequest> ParseTanBody(std::string_view body) {
+  constexpr char kShape[] = "{\"strategy\", \"candidates\"} and/or {\"member\"}";
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return common::InvalidArgument(std::string("the body must be a JSON object ") + kShape);
+  }
+  TanRequest r;
+  config::TanConfig choice;  // strategy fixed unless the body says otherwise, as in the config
+  bool has_choice = false;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "member") {
+      r.set_member = true;
+      if (!v.is_null()) {
+        ASSIGN_OR_RETURN(const uint64_t node, JsonUnsigned(v, "member", 0, config::kMaxNodeId));
+        r.member = static_cast<uint16_t>(node);
+      }
+      continue;
+    }
+    ASSIGN_OR_RETURN(const bool known, ReadTanKey(key, v, key, choice));
+    if (!known) return UnknownField(key, "strategy, candidates, member");
+    has_choice = true;
+  }
+  if (has_choice) r.choice = std::move(choice);
+  if (!r.choice && !r.set_member) {
+    return common::InvalidArgument(std::string("the body must choose the TAN or its member: ") +
+                                   kShape);
+  }
+  return r;
+}
+
+std::string TanJson(const TanReport& report) {
+  json j = {{"job", report.job}, {"root", report.root}};
+  j.update(TanStateJson(report.tan));
+  j["member"] = report.member ? json(*report.member) : json(nullptr);
+  j["chosen_by"] = nullptr;
+  j["strategy"] = nullptr;
+  j["candidates"] = json::array();
+  if (report.chosen) {
+    j["chosen_by"] = report.chosen->source == TanReport::Source::kApi ? "api" : "config";
+    j["strategy"] = TanStrategyName(report.chosen->tan.strategy);
+    for (const config::TanCandidate& c : report.chosen->tan.candidates) {
+      j["candidates"].push_back(
+          {{"address", c.address.ToString()}, {"port", c.port}, {"hops", c.hops}});
+    }
+  }
+  return Dump(j);
 }
 
 int HttpStatusOf(common::StatusCode code) {
@@ -859,150 +1212,6 @@ std::string BypassJson(const dataplane::BypassDump& dump, const SlotQuery& query
                {"filter", std::move(filter)},
                {"count", count},
                {"entries", std::move(entries)}});
-}
-
-namespace {
-
-constexpr std::pair<config::TanStrategy, std::string_view> kTanStrategies[] = {
-    {config::TanStrategy::kFixed, "fixed"},
-    {config::TanStrategy::kRandom, "random"},
-    {config::TanStrategy::kLeastLoad, "least_load"},
-    {config::TanStrategy::kFewestHops, "fewest_hops"},
-    {config::TanStrategy::kSelf, "self"},
-};
-
-std::string_view TanStrategyName(config::TanStrategy strategy) {
-  for (const auto& [s, name] : kTanStrategies) {
-    if (s == strategy) return name;
-  }
-  return "?";
-}
-
-// candidates[k]: {"address", "port" (default 47000), "hops" (default 0)}.
-common::Result<config::TanCandidate> ParseTanCandidate(const json& v, const std::string& field) {
-  if (!v.is_object()) {
-    return common::InvalidArgument(field + " must be an object {address, port, hops}, got " +
-                                   DumpCompact(v));
-  }
-  config::TanCandidate c;
-  bool has_address = false;
-  for (const auto& [key, value] : v.items()) {
-    const std::string name = field + "." + key;
-    if (key == "address") {
-      const std::optional<common::Ipv4Addr> ip =
-          value.is_string() ? common::Ipv4Addr::Parse(value.get<std::string>()) : std::nullopt;
-      const uint32_t first = ip ? ip->addr >> 24 : 0;
-      if (!ip || ip->addr == 0 || first == 127 || first >= 224) {
-        return common::InvalidArgument(name + " must be a unicast IPv4 address \"a.b.c.d\", got " +
-                                       DumpCompact(value));
-      }
-      c.address = *ip;
-      has_address = true;
-    } else if (key == "port") {
-      ASSIGN_OR_RETURN(const uint64_t port, JsonUnsigned(value, name, 1, 65535));
-      c.port = static_cast<uint16_t>(port);
-    } else if (key == "hops") {
-      ASSIGN_OR_RETURN(const uint64_t hops, JsonUnsigned(value, name, 0, 255));
-      c.hops = static_cast<uint16_t>(hops);
-    } else {
-      return common::InvalidArgument("unknown field '" + name + "' (address, port, hops)");
-    }
-  }
-  if (!has_address) return common::InvalidArgument(field + ".address is required");
-  return c;
-}
-
-}  // namespace
-
-common::Result<TanRequest> ParseTanBody(std::string_view body) {
-  const json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return common::InvalidArgument(
-        "the body must be a JSON object {strategy, candidates} and/or {member}");
-  }
-  TanRequest r;
-  std::optional<config::TanStrategy> strategy;
-  const json* candidates = nullptr;
-  for (const auto& [key, v] : j.items()) {
-    if (key == "strategy") {
-      const std::string name = v.is_string() ? v.get<std::string>() : "";
-      for (const auto& [s, n] : kTanStrategies) {
-        if (n == name) strategy = s;
-      }
-      if (!strategy) {
-        return common::InvalidArgument(
-            "strategy must be fixed, random, least_load, fewest_hops or self, got " +
-            DumpCompact(v));
-      }
-    } else if (key == "candidates") {
-      candidates = &v;
-    } else if (key == "member") {
-      r.set_member = true;
-      if (!v.is_null()) {
-        ASSIGN_OR_RETURN(const uint64_t node, JsonUnsigned(v, "member", 0, 65534));
-        r.member = static_cast<uint16_t>(node);
-      }
-    } else {
-      return common::InvalidArgument("unknown field '" + key + "' (strategy, candidates, member)");
-    }
-  }
-  if (candidates != nullptr && !strategy) strategy = config::TanStrategy::kFixed;
-  if (strategy) {
-    config::TanConfig& choice = r.choice.emplace();
-    choice.strategy = *strategy;
-    const size_t n = candidates != nullptr && candidates->is_array() ? candidates->size() : 0;
-    if (candidates != nullptr && !candidates->is_array()) {
-      return common::InvalidArgument("candidates must be an array of {address, port, hops}, got " +
-                                     DumpCompact(*candidates));
-    }
-    if (*strategy == config::TanStrategy::kSelf && n > 0) {
-      return common::InvalidArgument("strategy \"self\" takes no candidates (this switch is the "
-                                     "TAN), got " + std::to_string(n));
-    }
-    if (*strategy != config::TanStrategy::kSelf && (n == 0 || n > config::kMaxTanCandidates)) {
-      return common::InvalidArgument(
-          "candidates must list 1.." + std::to_string(config::kMaxTanCandidates) +
-          " TANs for strategy \"" + std::string(TanStrategyName(*strategy)) + "\", got " +
-          std::to_string(n));
-    }
-    for (size_t k = 0; k < n; ++k) {
-      const std::string field = "candidates[" + std::to_string(k) + "]";
-      ASSIGN_OR_RETURN(config::TanCandidate c, ParseTanCandidate((*candidates)[k], field));
-      for (size_t i = 0; i < choice.candidates.size(); ++i) {
-        if (choice.candidates[i].address == c.address && choice.candidates[i].port == c.port) {
-          return common::InvalidArgument(field + " repeats candidates[" + std::to_string(i) +
-                                         "] (" + c.address.ToString() + ":" +
-                                         std::to_string(c.port) + ")");
-        }
-      }
-      choice.candidates.push_back(c);
-    }
-  }
-  if (!r.choice && !r.set_member) {
-    return common::InvalidArgument("the body must set strategy (with candidates) or member");
-  }
-  return r;
-}
-
-std::string TanJson(const TanReport& report) {
-  json chosen = nullptr;
-  if (report.chosen) {
-    json candidates = json::array();
-    for (const config::TanCandidate& c : report.chosen->candidates) {
-      candidates.push_back({{"address", c.address.ToString()}, {"port", c.port}, {"hops", c.hops}});
-    }
-    chosen = {{"strategy", TanStrategyName(report.chosen->strategy)},
-              {"candidates", std::move(candidates)}};
-  }
-  const bool remote = report.mode == "remote";
-  return Dump({{"job", report.job},
-               {"root", report.root},
-               {"mode", report.mode},
-               {"address", remote ? json(common::Ipv4Addr{report.ip}.ToString()) : json(nullptr)},
-               {"port", remote ? json(report.port) : json(nullptr)},
-               {"resolved", report.resolved},
-               {"member", report.member ? json(*report.member) : json(nullptr)},
-               {"chosen", std::move(chosen)}});
 }
 
 std::string StragglerJson(const StragglerReport& report) {

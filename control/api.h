@@ -20,19 +20,16 @@
 //                      "mac_table": mac_table}
 //   /api/v1/jobs      GET: {"capacity","max_fan_in","in_band_registration","count",
 //                           "jobs": [job]}, by id
-//                     POST {"id","key","members"[,"nodes"][,"ordered"]}: 201 and the new job;
-//                           "key" is an unsigned integer or a "0x..." hex string (64 bits);
-//                           400 bad body, 409 id exists, 507 table full
+//                     POST job_request: 201 and the new job; 400 bad body (the message
+//                           names the key: "switches[1].covers[0]: expected ..."),
+//                           409 id exists, 507 table full
 //   /api/v1/jobs/<id> GET: job_detail, or 404;  DELETE: 204, or 404
 //   /api/v1/jobs/<id>/stragglers  GET ?top=N|over=S[&ops=K]; POST the same plus
 //                     apply, clear: {"job","operations","predicted": [{"node",
 //                     "offset_seconds"}],"excluded": [node]}
-//   /api/v1/jobs/<id>/tan  GET, or POST {"strategy","candidates"} and/or
-//                     {"member"}: {"job","root","mode": "none"|"remote"|"self",
-//                     "address","port","resolved","member","chosen": null or
-//                     {"strategy","candidates": [{"address","port","hops"}]}};
-//                     400 bad body, 404 unknown job, 409 a choice for a job
-//                     whose root is another switch
+//   /api/v1/jobs/<id>/tan  GET, or POST tan_request: tan_report; 400 bad body,
+//                     404 unknown job, 409 a strategy for a job whose root is
+//                     another switch, 503 aggregation off
 //   /api/v1/bypass    ?job=J&limit=N: the live bypass entries
 //   /api/v1/slots     {"busy","truncated","filter": {"job","limit"},"count","slots": [slot]}
 //                     optional query: limit=<1..100000> (default 1000), job=<id>;
@@ -56,14 +53,32 @@
 //                "min_ack" (null before any watermark),
 //                "counters": {<AGG_JOB_COUNTERS name>: n, ...} (null without dataplane counters),
 //                "learned_members": [{"node","mac","ip","udp_port","port","port_index",
-//                                     "vlan","ack_watermark"}]}
-//                (address fields null for a member only seen acking; the job key, a
-//                shared secret, is never shown)
+//                                     "vlan","ack_watermark"}] (by node id; address fields
+//                                     null for a member only seen acking),
+//                "node_ids": [node],"switches": [{"node","covers": [node]}],
+//                "upstream": null or {"address","port","node","vlan","resolved"},
+//                "timeout_ms" (null: unknown TSC frequency),"trigger": "incremental"|"batch",
+//                "tan": {"mode","address","port","resolved"},"tan_member" (null: none)}
+//                (the job key, a shared secret, is never shown)
 //   job_detail = job + {"slots": [slot] (the job's busy slots, at most 1000; null when
 //                the dump failed), "slots_truncated", "slots_error" (null, or why
 //                "slots" is null)}
 //   slot      = {"lcore","index","state": "aggregating"|"complete","job","seq","count",
 //                "expected","dtype" (name),"op" (name),"elem_count","overflow","age_seconds"}
+//   job_request = {"id","key"[,"members"][,"nodes"][,"ordered"][,"node_ids"][,"switches"]
+//                [,"upstream"][,"timeout_ms"][,"trigger"][,"tan"][,"tan_member"]}: the keys
+//                of the config's aggregation.jobs[], with their meaning and defaults
+//                (README, "Configuration reference"); "key" is an unsigned integer or a
+//                "0x..." hex string; "members" is required unless node_ids or switches
+//                list the members; node ids are numbers or "a-b" ranges
+//   tan_request = {"strategy": "fixed"|"random"|"least_load"|"fewest_hops",
+//                "candidates": [{"address","port","hops"}]} (the root picks among the
+//                management node's candidates; without "strategy": fixed), or
+//                {"strategy": "self"}, and/or {"member": node | null} (at any switch)
+//   tan_report = {"job","root","mode": "none"|"remote"|"self","address","port","resolved",
+//                "member","chosen_by": "config"|"api"|null,"strategy","candidates":
+//                [{"address","port","hops"}]} (address and port null unless remote;
+//                strategy null and candidates [] when no choice was made here)
 //
 // "busy" counts every busy slot of the switch, whatever the filter; "truncated"
 // says that more slots matched than are listed. A job filter is applied to a
@@ -90,14 +105,17 @@
 
 namespace aggswitch::control {
 
-// A job as POST /api/v1/jobs asks for it; the job table checks the ranges
-// that depend on the configuration (members <= aggregation.max_fan_in).
+// A job as POST /api/v1/jobs asks for it: the job as the config's
+// aggregation.jobs[i] would give it, shapes and ranges checked (as the
+// loader checks them). JobControl then checks it against the running config
+// as config::Validate() checks a config job, and builds it the same way
+// (JobSpecFromConfig), so the config and the API cannot drift apart.
 struct JobRequest {
-  uint32_t id = 0;
-  uint64_t key = 0;
-  uint16_t members = 0;
-  uint16_t nodes = 1;
-  bool ordered = false;
+  config::AggregationJobConfig job;
+  // The key paths the body gave below the job ("members", "node_ids",
+  // "switches", "tan.candidates"): where Validate() reports a mistake that
+  // more than one key could hold, as the loader records them.
+  std::vector<std::string> keys;
 
   friend bool operator==(const JobRequest&, const JobRequest&) = default;
 };
@@ -129,27 +147,35 @@ struct StragglerReport {
 };
 
 // POST /api/v1/jobs/<id>/tan: what the management node tells this switch
-// about a job's timeout aggregation node (docs/stragglers.md, "Choosing the
-// TAN"). `choice`, at the job's root only: the strategy and the candidates
-// the root picks from, as in the config's tan (one candidate with "fixed":
-// the management node's own pick; several: a joint choice, the root picks by
-// the strategy), or "self". `member`, at any switch: the worker of the job
-// here that runs the TAN (jobs[].tan_member), or none. At least one of them.
+// about a job's timeout aggregation node (docs/stragglers.md, "Choice").
+// `choice`, at the job's root only: the strategy and the candidates the root
+// picks from, as the config's tan (one candidate with "fixed": the
+// management node's own pick, synced to the root; several: a joint choice,
+// the root picks by the strategy), or "self". `member`, at any switch: the
+// worker of the job here that runs the TAN (jobs[].tan_member), or none. At
+// least one of the two.
 struct TanRequest {
   std::optional<config::TanConfig> choice;
   bool set_member = false;
   std::optional<uint16_t> member;  // with set_member: the node id, or none
+
+  friend bool operator==(const TanRequest&, const TanRequest&) = default;
 };
-// The job's TAN as this switch knows it.
+// A job's TAN as this switch knows it (GET and POST /api/v1/jobs/<id>/tan).
 struct TanReport {
   uint32_t job = 0;
-  bool root = false;
-  std::string mode;  // "none", "remote", "self"
-  uint32_t ip = 0;   // remote: the TAN's address and port
-  uint16_t port = 0;
-  bool resolved = false;                   // remote: its MAC is known (ARP)
-  std::optional<uint16_t> member;          // the member here that runs the TAN
-  std::optional<config::TanConfig> chosen;  // the last choice posted through the API
+  bool root = false;  // the job has no upstream here: this switch picks its TAN
+  JobTanSnapshot tan;
+  std::optional<uint16_t> member;  // the worker here that runs the TAN
+  // How the TAN in use was chosen here: the strategy and the candidates,
+  // from the config (the job's tan, or aggregation.tan) or the API. nullopt
+  // when no choice was made (not the root, or no tan configured).
+  enum class Source { kConfig, kApi };
+  struct Choice {
+    Source source = Source::kConfig;
+    config::TanConfig tan;
+  };
+  std::optional<Choice> chosen;
 };
 
 struct DataSource {
@@ -165,14 +191,17 @@ struct DataSource {
   std::function<common::Result<dataplane::BypassDump>(size_t limit)> bypass;
   // Straggler prediction and exclusion, run on the control thread.
   std::function<common::Result<StragglerReport>(uint32_t job, const StragglerRequest&)> stragglers;
-  // A job's TAN: shown (nullopt) or changed, on the control thread.
+  // A job's TAN: shown (nullopt) or changed, on the control thread. Empty
+  // when aggregation is off: the TAN route then answers 503.
   std::function<common::Result<TanReport>(uint32_t job, const std::optional<TanRequest>&)> tan;
 };
 
-// Parses the body of POST /api/v1/jobs/<id>/tan: {"strategy", "candidates":
-// [{"address","port","hops"}]} and/or {"member": N | null}. Errors name the
-// field and what it takes. [any]
+// Parses the body of POST /api/v1/jobs/<id>/tan (tan_request above): the
+// shapes and ranges; the rules that need the running config (the number of
+// candidates, repeats, the switch's own addresses) are JobControl's.
+// InvalidArgument naming the key and what it takes. [any]
 common::Result<TanRequest> ParseTanBody(std::string_view body);
+// tan_report above. [any]
 std::string TanJson(const TanReport& report);
 
 // Parses the query (top, over, ops) or body (the same plus apply, clear) of
@@ -242,10 +271,12 @@ std::string SlotsJson(const dataplane::SlotDump& dump, const SlotQuery& query);
 common::Result<SlotQuery> ParseBypassQuery(std::string_view query);
 std::string BypassJson(const dataplane::BypassDump& dump, const SlotQuery& query);
 
-// Parses the body of POST /api/v1/jobs. InvalidArgument, naming the field,
-// for anything but {"id", "key", "members"[, "nodes"][, "ordered"]} with
-// id 1..2^32-1, key an unsigned 64-bit integer or "0x" + 1..16 hex digits,
-// members and nodes 1..65535. [any]
+// Parses the body of POST /api/v1/jobs (job_request above): the shapes and
+// ranges of every key, as the config loader reads aggregation.jobs[i]
+// (members, when node_ids or switches are given and members is not, is
+// their count). InvalidArgument naming the key ("switches[1].covers[0]",
+// indices of node id lists counting the expanded ranges, as in the config)
+// and what it takes. The cross-key rules are JobControl's. [any]
 common::Result<JobRequest> ParseJobRequest(std::string_view body);
 
 // The HTTP status for a failed Status: 400 invalid argument, 404 not found,
@@ -255,7 +286,7 @@ int HttpStatusOf(common::StatusCode code);
 
 // Routes one request. `path` is the URL-decoded path without the query;
 // `query` is the raw query string without '?'; `body` is the request body
-// (only POST /api/v1/jobs reads it). Never throws: failures of the DataSource
+// (only the POST routes read it). Never throws: failures of the DataSource
 // or of JSON encoding become a 500 response. [any]
 HttpResponse HandleRequest(std::string_view method, std::string_view path, std::string_view query,
                            std::string_view body, const DataSource& source);

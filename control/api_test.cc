@@ -13,10 +13,12 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "aggregator/job_table.h"
 #include "aggregator/types.h"
+#include "config/loader.h"
 #include "control/job_control.h"
 #include "control/metrics.h"
 
@@ -443,6 +445,14 @@ JobTableSnapshot SyntheticJobs() {
   counters[static_cast<size_t>(dataplane::JobCounter::key_failures)] = 1;
   counters[static_cast<size_t>(dataplane::JobCounter::reduced_bytes)] = 56960;
   a.counters = counters;
+  // A root with a worker and a child switch, its TAN remote and resolved.
+  a.node_ids = {0};
+  a.switches = {{100, {4, 5}}};
+  a.timeout_ms = 20;
+  a.tan.mode = "remote";
+  a.tan.address = *common::Ipv4Addr::Parse("10.0.9.50");
+  a.tan.port = 47000;
+  a.tan.resolved = true;
   JobSnapshot b;
   b.id = 9;
   b.index = 3;
@@ -450,8 +460,26 @@ JobTableSnapshot SyntheticJobs() {
   b.members = 4;
   b.nodes = 2;
   b.ordered = true;
+  // A leaf: workers only, an upstream not resolved yet, and the TAN run by a worker.
+  b.node_ids = {4, 5, 6, 7};
+  b.upstream = JobUpstreamSnapshot{*common::Ipv4Addr::Parse("10.0.9.1"), 47001, 100, 10, false};
+  b.batch = true;
+  b.tan_member = 6;
   t.jobs = {a, b};
   return t;
+}
+
+// The request of a flat job, as {"id", "key", "members"[, "nodes"][, "ordered"]} gives it.
+JobRequest FlatJob(uint32_t id, uint64_t key, uint16_t members, uint16_t nodes = 1,
+                   bool ordered = false) {
+  JobRequest r;
+  r.job.id = id;
+  r.job.key = key;
+  r.job.members = members;
+  r.job.nodes = nodes;
+  r.job.ordered = ordered;
+  r.keys = {"members"};
+  return r;
 }
 
 // A job source that records what it was asked.
@@ -467,11 +495,11 @@ struct FakeJobs {
       added.push_back(r);
       if (!add_status.ok()) return add_status;
       JobSnapshot s;
-      s.id = r.id;
+      s.id = r.job.id;
       s.origin = "api";
-      s.members = r.members;
-      s.nodes = r.nodes;
-      s.ordered = r.ordered;
+      s.members = r.job.members;
+      s.nodes = r.job.nodes;
+      s.ordered = r.job.ordered;
       return s;
     };
     source.remove_job = [this](uint32_t id) {
@@ -522,7 +550,27 @@ TEST(ApiJobsTest, JobsJsonShape) {
   EXPECT_EQ(c["collisions"], 0);
   EXPECT_EQ(c["key_failures"], 1);
   EXPECT_EQ(c["reduced_bytes"], 56960);
+  EXPECT_EQ(a["node_ids"], json::parse("[0]"));
+  EXPECT_EQ(a["switches"], json::parse(R"([{"node": 100, "covers": [4, 5]}])"));
+  EXPECT_TRUE(a["upstream"].is_null()) << "the root";
+  EXPECT_EQ(a["timeout_ms"], 20);
+  EXPECT_EQ(a["trigger"], "incremental");
+  EXPECT_EQ(a["tan"],
+            json::parse(
+                R"({"mode": "remote", "address": "10.0.9.50", "port": 47000, "resolved": true})"));
+  EXPECT_TRUE(a["tan_member"].is_null());
   const json& b = j["jobs"][1];
+  EXPECT_EQ(b["node_ids"], json::parse("[4, 5, 6, 7]"));
+  EXPECT_EQ(b["switches"], json::array());
+  EXPECT_EQ(
+      b["upstream"],
+      json::parse(
+          R"({"address": "10.0.9.1", "port": 47001, "node": 100, "vlan": 10, "resolved": false})"));
+  EXPECT_TRUE(b["timeout_ms"].is_null()) << "no TSC frequency to convert with";
+  EXPECT_EQ(b["trigger"], "batch");
+  EXPECT_EQ(b["tan"],
+            json::parse(R"({"mode": "none", "address": null, "port": null, "resolved": false})"));
+  EXPECT_EQ(b["tan_member"], 6);
   EXPECT_EQ(b["nodes"], 2);
   EXPECT_EQ(b["ordered"], true);
   EXPECT_TRUE(b["min_ack"].is_null());
@@ -534,17 +582,169 @@ TEST(ApiJobsTest, JobsJsonShape) {
 TEST(ApiJobsTest, ParseJobRequestAcceptsEveryForm) {
   auto r = ParseJobRequest(R"({"id": 7, "key": 12345, "members": 4})");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(*r, (JobRequest{7, 12345, 4, 1, false}));
+  EXPECT_EQ(*r, FlatJob(7, 12345, 4));
   r = ParseJobRequest(
       R"({"ordered": true, "nodes": 3, "members": 65535, "key": "0xFFFFFFFFFFFFFFFF", "id": 4294967295})");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(*r, (JobRequest{4294967295u, ~0ull, 65535, 3, true}));
+  EXPECT_EQ(*r, FlatJob(4294967295u, ~0ull, 65535, 3, true));
   r = ParseJobRequest(R"({"id": 1, "key": 18446744073709551615, "members": 1})");
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->key, ~0ull);
+  EXPECT_EQ(r->job.key, ~0ull);
   r = ParseJobRequest(R"({"id": 1, "key": "42", "members": 1})");
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->key, 42u);
+  EXPECT_EQ(r->job.key, 42u);
+}
+
+// Every key of the config's aggregation.jobs[] lands where the loader puts it.
+TEST(ApiJobsTest, ParseJobRequestReadsTheTree) {
+  auto r = ParseJobRequest(R"({"id": 9, "key": "0x9", "nodes": 3, "ordered": true,
+      "node_ids": [0, "2-3", "5"],
+      "switches": [{"node": 100, "covers": ["10-11", 12]}, {"node": 101}],
+      "upstream": {"address": "10.0.9.1", "port": 47001, "node": 7, "vlan": 10},
+      "timeout_ms": 20, "trigger": "batch", "tan_member": 2})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const config::AggregationJobConfig& job = r->job;
+  EXPECT_EQ(job.id, 9u);
+  EXPECT_EQ(job.key, 9u);
+  EXPECT_EQ(job.nodes, 3);
+  EXPECT_TRUE(job.ordered);
+  EXPECT_EQ(job.node_ids, (std::vector<uint16_t>{0, 2, 3, 5}));
+  ASSERT_EQ(job.switches.size(), 2u);
+  EXPECT_EQ(job.switches[0].node, 100);
+  EXPECT_EQ(job.switches[0].covers, (std::vector<uint16_t>{10, 11, 12}));
+  EXPECT_EQ(job.switches[1].node, 101);
+  EXPECT_TRUE(job.switches[1].covers.empty());
+  EXPECT_EQ(job.members, 6) << "the lists count the members";
+  ASSERT_TRUE(job.upstream);
+  EXPECT_EQ(job.upstream->address.ToString(), "10.0.9.1");
+  EXPECT_EQ(job.upstream->port, 47001);
+  EXPECT_EQ(job.upstream->node, 7);
+  EXPECT_EQ(job.upstream->vlan, 10);
+  EXPECT_EQ(job.timeout_ms, std::optional<uint32_t>(20));
+  EXPECT_EQ(job.trigger, std::optional(config::AggTrigger::kBatch));
+  EXPECT_EQ(job.tan_member, std::optional<uint16_t>(2));
+  EXPECT_FALSE(job.tan);
+  EXPECT_EQ(r->keys, (std::vector<std::string>{"node_ids", "switches"}));
+
+  // The defaults are the config's: upstream port 47000 and VLAN 0, no
+  // per-job timer, trigger or TAN (the switch-wide values apply).
+  r = ParseJobRequest(R"({"id": 9, "key": 1, "members": 4, "node_ids": ["0-3"],
+      "upstream": {"address": "10.0.9.1", "node": 7},
+      "tan": {"candidates": [{"address": "10.0.9.50"}]}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->job.members, 4) << "a members key stays, for Validate() to compare";
+  EXPECT_EQ(r->job.upstream->port, config::kDefaultAggregationUdpPort);
+  EXPECT_EQ(r->job.upstream->vlan, 0);
+  EXPECT_FALSE(r->job.timeout_ms);
+  EXPECT_FALSE(r->job.trigger);
+  ASSERT_TRUE(r->job.tan);
+  EXPECT_EQ(r->job.tan->strategy, config::TanStrategy::kFixed);
+  ASSERT_EQ(r->job.tan->candidates.size(), 1u);
+  EXPECT_EQ(r->job.tan->candidates[0].port, config::kDefaultAggregationUdpPort);
+  EXPECT_EQ(r->job.tan->candidates[0].hops, 0);
+  EXPECT_EQ(r->keys, (std::vector<std::string>{"tan.candidates", "members", "node_ids"}));
+
+  r = ParseJobRequest(R"({"id": 9, "key": 1, "members": 2, "trigger": "incremental",
+      "tan": {"strategy": "fewest_hops", "candidates": [{"address": "10.0.9.50", "hops": 3},
+                                                        {"address": "10.0.9.51", "port": 1}]}})");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->job.trigger, std::optional(config::AggTrigger::kIncremental));
+  EXPECT_EQ(r->job.tan->strategy, config::TanStrategy::kFewestHops);
+  EXPECT_EQ(r->job.tan->candidates[0].hops, 3);
+  EXPECT_EQ(r->job.tan->candidates[1].port, 1);
+  r = ParseJobRequest(R"({"id": 9, "key": 1, "members": 2, "tan": {"strategy": "self"}})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->job.tan->strategy, config::TanStrategy::kSelf);
+  // An empty list is read as such; Validate() reports that it lists nobody.
+  r = ParseJobRequest(R"({"id": 9, "key": 1, "node_ids": []})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->job.members, 0);
+  EXPECT_EQ(r->keys, (std::vector<std::string>{"node_ids"}));
+}
+
+// A mistake in the shape of a key: its key path, and what it takes.
+TEST(ApiJobsTest, ParseJobRequestNamesTheTreeKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"id": 1, "key": 1})",
+       "missing field \"members\" (or the members' node ids in \"node_ids\" and \"switches\")"},
+      {R"({"id": 1, "key": 1, "node_ids": "0-3"})",
+       "node_ids must be a list of node ids (numbers or \"a-b\" ranges), got \"0-3\""},
+      {R"({"id": 1, "key": 1, "node_ids": [0, "3-1"]})",
+       "node_ids[1] must be a node id 0..65534 or a range \"a-b\" of them (a <= b), got \"3-1\""},
+      {R"({"id": 1, "key": 1, "node_ids": [65535]})",
+       "node_ids[0] must be a node id 0..65534 or a range"},
+      {R"({"id": 1, "key": 1, "node_ids": [1.5]})", "node_ids[0] must be a node id"},
+      {R"({"id": 1, "key": 1, "node_ids": [-1]})", "node_ids[0] must be a node id"},
+      {R"({"id": 1, "key": 1, "node_ids": ["0-3", "x"]})",
+       "node_ids[4] must be a node id 0..65534 or a range \"a-b\" of them (a <= b), got \"x\""},
+      {R"({"id": 1, "key": 1, "node_ids": ["0-65534", 1]})",
+       "node_ids[65535] brings the node ids listed above 65535"},
+      {R"({"id": 1, "key": 1, "switches": [{"node": 1, "covers": ["0-40000"]},
+                                            {"node": 2, "covers": ["0-40000"]}]})",
+       "switches[1].covers[0] brings the node ids listed above 65535"},
+      {R"({"id": 1, "key": 1, "switches": {"node": 1}})",
+       "switches must be a list of {node, covers}, got {\"node\":1}"},
+      {R"({"id": 1, "key": 1, "switches": [1]})",
+       "switches[0] must be an object {node, covers}, got 1"},
+      {R"({"id": 1, "key": 1, "switches": [{"covers": [1]}]})",
+       "missing field \"switches[0].node\""},
+      {R"({"id": 1, "key": 1, "switches": [{"node": 65535}]})",
+       "switches[0].node must be 0..65534, got 65535"},
+      {R"({"id": 1, "key": 1, "switches": [{"node": 1}, {"node": 2, "covers": [0, "x"]}]})",
+       "switches[1].covers[1] must be a node id 0..65534"},
+      {R"({"id": 1, "key": 1, "switches": [{"node": 1, "colour": 1}]})",
+       "unknown field \"switches[0].colour\"; expected node, covers"},
+      {R"({"id": 1, "key": 1, "members": 2, "upstream": "10.0.9.1"})",
+       "upstream must be an object {address, port, node, vlan}, got \"10.0.9.1\""},
+      {R"({"id": 1, "key": 1, "members": 2, "upstream": {"node": 1}})",
+       "missing field \"upstream.address\""},
+      {R"({"id": 1, "key": 1, "members": 2, "upstream": {"address": "10.0.9", "node": 1}})",
+       "upstream.address must be an IPv4 address \"a.b.c.d\", got \"10.0.9\""},
+      {R"({"id": 1, "key": 1, "members": 2, "upstream": {"address": "10.0.9.1"}})",
+       "missing field \"upstream.node\" (this switch's node id at the parent switch)"},
+      {R"({"id": 1, "key": 1, "members": 2, "upstream": {"address": "10.0.9.1", "node": 1, "port": 0}})",
+       "upstream.port must be 1..65535, got 0"},
+      {R"({"id": 1, "key": 1, "members": 2, "upstream": {"address": "10.0.9.1", "node": 1, "vlan": 4095}})",
+       "upstream.vlan must be 0..4094, got 4095"},
+      {R"({"id": 1, "key": 1, "members": 2, "upstream": {"address": "10.0.9.1", "node": 1, "via": 2}})",
+       "unknown field \"upstream.via\"; expected address, port, node, vlan"},
+      {R"({"id": 1, "key": 1, "members": 2, "timeout_ms": 3600001})",
+       "timeout_ms must be 0..3600000, got 3600001"},
+      {R"({"id": 1, "key": 1, "members": 2, "timeout_ms": "20"})",
+       "timeout_ms must be an integer 0..3600000, got \"20\""},
+      {R"({"id": 1, "key": 1, "members": 2, "trigger": "eager"})",
+       "trigger must be \"incremental\" or \"batch\", got \"eager\""},
+      {R"({"id": 1, "key": 1, "members": 2, "tan": []})",
+       "tan must be an object {strategy, candidates}, got []"},
+      {R"({"id": 1, "key": 1, "members": 2, "tan": {"strategy": "closest"}})",
+       "tan.strategy must be fixed, random, least_load, fewest_hops or self, got \"closest\""},
+      {R"({"id": 1, "key": 1, "members": 2, "tan": {"candidates": {"address": "10.0.9.50"}}})",
+       "tan.candidates must be a list of {address, port, hops}"},
+      {R"({"id": 1, "key": 1, "members": 2, "tan": {"candidates": [{"address": "x"}]}})",
+       "tan.candidates[0].address must be an IPv4 address \"a.b.c.d\", got \"x\""},
+      {R"({"id": 1, "key": 1, "members": 2, "tan": {"candidates": [{"port": 1}]}})",
+       "missing field \"tan.candidates[0].address\""},
+      {R"({"id": 1, "key": 1, "members": 2, "tan": {"candidates": [{"address": "10.0.9.50", "hops": 256}]}})",
+       "tan.candidates[0].hops must be 0..255, got 256"},
+      {R"({"id": 1, "key": 1, "members": 2, "tan": {"candidates": [{"address": "10.0.9.50", "port": 0}]}})",
+       "tan.candidates[0].port must be 1..65535, got 0"},
+      {R"({"id": 1, "key": 1, "members": 2, "tan": {"candidates": [{"address": "10.0.9.50", "weight": 1}]}})",
+       "unknown field \"tan.candidates[0].weight\"; expected address, port, hops"},
+      {R"({"id": 1, "key": 1, "members": 2, "tan": {"weight": 1}})",
+       "unknown field \"tan.weight\"; expected strategy, candidates"},
+      {R"({"id": 1, "key": 1, "members": 2, "tan_member": 65535})",
+       "tan_member must be 0..65534, got 65535"},
+      {R"({"id": 1, "key": 1, "members": 2, "colour": "red"})",
+       "unknown field \"colour\"; expected id, key, members, nodes, ordered, node_ids, switches, "
+       "upstream, timeout_ms, trigger, tan, tan_member"},
+  };
+  for (const auto& [body, message] : cases) {
+    const auto r = ParseJobRequest(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), common::StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(r.status().message().find(message), std::string::npos)
+        << body << " -> " << r.status().message();
+  }
 }
 
 TEST(ApiJobsTest, ParseJobRequestRejectsMistakes) {
@@ -628,7 +828,7 @@ TEST(ApiJobsTest, AddPassesTheRequestAndAnswers201) {
   EXPECT_EQ(r.status, 201) << r.body;
   EXPECT_EQ(json::parse(r.body)["id"], 12);
   ASSERT_EQ(fake.added.size(), 1u);
-  EXPECT_EQ(fake.added[0], (JobRequest{12, 0xabc, 3, 1, true}));
+  EXPECT_EQ(fake.added[0], FlatJob(12, 0xabc, 3, 1, true));
 
   // A bad body never reaches the source.
   r = HandleRequest("POST", "/api/v1/jobs", "", R"({"id": 12})", source);
@@ -772,10 +972,17 @@ TEST(ApiTanTest, ParsesEveryBodyForm) {
   EXPECT_EQ(r->choice->candidates[1].port, 47001);
   EXPECT_EQ(r->choice->candidates[1].hops, 3);
   EXPECT_FALSE(r->set_member);
-  // Candidates alone: the management node's own pick (fixed).
+  // Candidates alone: the config's default strategy, fixed (one of them:
+  // the management node's own pick).
   r = ParseTanBody(R"({"candidates": [{"address": "10.0.9.50"}]})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->choice->strategy, config::TanStrategy::kFixed);
+  for (const char* strategy : {"fixed", "random", "fewest_hops"}) {
+    r = ParseTanBody(std::string(R"({"candidates": [{"address": "10.0.9.50"}], "strategy": ")") +
+                     strategy + "\"}");
+    ASSERT_TRUE(r.ok()) << strategy;
+    EXPECT_EQ(r->choice->candidates.size(), 1u) << strategy;
+  }
   r = ParseTanBody(R"({"strategy": "self"})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->choice->strategy, config::TanStrategy::kSelf);
@@ -790,33 +997,38 @@ TEST(ApiTanTest, ParsesEveryBodyForm) {
   EXPECT_TRUE(r->set_member);
   EXPECT_FALSE(r->member);
   EXPECT_EQ(r->choice->strategy, config::TanStrategy::kRandom);
+  // How many candidates, repeats, and whose addresses they are: the config's
+  // rules, which JobControl applies (JobControlTreeTest).
+  r = ParseTanBody(R"({"strategy": "fixed"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->choice->candidates.empty());
 }
 
-TEST(ApiTanTest, BodyErrorsNameTheField) {
+TEST(ApiTanTest, BodyErrorsNameTheKey) {
   const std::pair<const char*, const char*> cases[] = {
       {"[]", "the body must be a JSON object"},
-      {"{}", "the body must set strategy (with candidates) or member"},
+      {"{", "the body must be a JSON object"},
+      {"{}", "the body must choose the TAN or its member"},
       {R"({"strategy": "closest", "candidates": [{"address": "10.0.9.50"}]})",
        "strategy must be fixed, random, least_load, fewest_hops or self, got \"closest\""},
-      {R"({"strategy": "fixed"})", "candidates must list 1..64 TANs for strategy \"fixed\", got 0"},
-      {R"({"strategy": "self", "candidates": [{"address": "10.0.9.50"}]})",
-       "strategy \"self\" takes no candidates"},
-      {R"({"candidates": {"address": "10.0.9.50"}})", "candidates must be an array"},
-      {R"({"candidates": [{"port": 1}]})", "candidates[0].address is required"},
+      {R"({"strategy": 1})",
+       "strategy must be fixed, random, least_load, fewest_hops or self, got 1"},
+      {R"({"candidates": {"address": "10.0.9.50"}})",
+       "candidates must be a list of {address, port, hops}, got {\"address\":\"10.0.9.50\"}"},
+      {R"({"candidates": ["10.0.9.50"]})",
+       "candidates[0] must be an object {address, port, hops}, got \"10.0.9.50\""},
+      {R"({"candidates": [{"port": 1}]})", "missing field \"candidates[0].address\""},
       {R"({"candidates": [{"address": "10.0.9"}]})",
-       "candidates[0].address must be a unicast IPv4 address \"a.b.c.d\", got \"10.0.9\""},
-      {R"({"candidates": [{"address": "224.0.0.1"}]})", "candidates[0].address must be a unicast"},
+       "candidates[0].address must be an IPv4 address \"a.b.c.d\", got \"10.0.9\""},
       {R"({"candidates": [{"address": "10.0.9.50", "port": 0}]})",
        "candidates[0].port must be 1..65535, got 0"},
-      {R"({"candidates": [{"address": "10.0.9.50", "hops": 256}]})",
-       "candidates[0].hops must be 0..255, got 256"},
+      {R"({"candidates": [{"address": "10.0.9.50"}, {"address": "10.0.9.51", "hops": 256}]})",
+       "candidates[1].hops must be 0..255, got 256"},
       {R"({"candidates": [{"address": "10.0.9.50", "weight": 1}]})",
-       "unknown field 'candidates[0].weight' (address, port, hops)"},
-      {R"({"candidates": [{"address": "10.0.9.50"}, {"address": "10.0.9.50", "port": 47000}]})",
-       "candidates[1] repeats candidates[0] (10.0.9.50:47000)"},
+       "unknown field \"candidates[0].weight\"; expected address, port, hops"},
       {R"({"member": 65535})", "member must be 0..65534, got 65535"},
-      {R"({"member": "3"})", "member must be an integer 0..65534"},
-      {R"({"node": 3})", "unknown field 'node' (strategy, candidates, member)"},
+      {R"({"member": "3"})", "member must be an integer 0..65534, got \"3\""},
+      {R"({"node": 3})", "unknown field \"node\"; expected strategy, candidates, member"},
   };
   for (const auto& [body, message] : cases) {
     const auto r = ParseTanBody(body);
@@ -827,7 +1039,46 @@ TEST(ApiTanTest, BodyErrorsNameTheField) {
   }
 }
 
-TEST(ApiTanTest, GetShowsAndPostChangesThroughTheControlThread) {
+TEST(ApiTanTest, ReportShape) {
+  TanReport report;
+  report.job = 7;
+  report.root = true;
+  report.tan.mode = "remote";
+  report.tan.address = *common::Ipv4Addr::Parse("10.0.9.50");
+  report.tan.port = 47000;
+  report.tan.resolved = true;
+  report.member = 0;
+  config::TanConfig tan;
+  tan.strategy = config::TanStrategy::kFewestHops;
+  tan.candidates.resize(2);
+  tan.candidates[0].address = *common::Ipv4Addr::Parse("10.0.9.50");
+  tan.candidates[0].hops = 1;
+  tan.candidates[1].address = *common::Ipv4Addr::Parse("10.0.9.51");
+  tan.candidates[1].port = 47100;
+  tan.candidates[1].hops = 2;
+  report.chosen = TanReport::Choice{TanReport::Source::kApi, tan};
+  EXPECT_EQ(json::parse(TanJson(report)), json::parse(R"({"job": 7, "root": true,
+      "mode": "remote", "address": "10.0.9.50", "port": 47000, "resolved": true, "member": 0,
+      "chosen_by": "api", "strategy": "fewest_hops", "candidates": [
+        {"address": "10.0.9.50", "port": 47000, "hops": 1},
+        {"address": "10.0.9.51", "port": 47100, "hops": 2}]})"));
+  report.chosen->source = TanReport::Source::kConfig;
+  report.chosen->tan = config::TanConfig{config::TanStrategy::kSelf, {}, {}};
+  report.tan = JobTanSnapshot{"self", {}, 0, false};
+  report.member.reset();
+  EXPECT_EQ(json::parse(TanJson(report)), json::parse(R"({"job": 7, "root": true,
+      "mode": "self", "address": null, "port": null, "resolved": false, "member": null,
+      "chosen_by": "config", "strategy": "self", "candidates": []})"));
+  // A job that is not rooted here: no choice of its own.
+  TanReport leaf;
+  leaf.job = 8;
+  leaf.member = 2;
+  EXPECT_EQ(json::parse(TanJson(leaf)), json::parse(R"({"job": 8, "root": false,
+      "mode": "none", "address": null, "port": null, "resolved": false, "member": 2,
+      "chosen_by": null, "strategy": null, "candidates": []})"));
+}
+
+TEST(ApiTanTest, GetShowsAndPostChangesThroughTheSource) {
   DataSource source = SyntheticSource();
   std::vector<std::pair<uint32_t, std::optional<TanRequest>>> calls;
   source.tan = [&](uint32_t job, const std::optional<TanRequest>& request)
@@ -840,19 +1091,18 @@ TEST(ApiTanTest, GetShowsAndPostChangesThroughTheControlThread) {
     TanReport report;
     report.job = job;
     report.root = true;
-    report.mode = "remote";
-    report.ip = 0x0a000932;  // 10.0.9.50
-    report.port = 47000;
-    report.resolved = true;
-    if (request && request->choice) report.chosen = request->choice;
+    report.tan = JobTanSnapshot{"remote", *common::Ipv4Addr::Parse("10.0.9.50"), 47000, true};
+    if (request && request->choice) {
+      report.chosen = TanReport::Choice{TanReport::Source::kApi, *request->choice};
+    }
     if (request && request->set_member) report.member = request->member;
     return report;
   };
   HttpResponse r = HandleRequest("GET", "/api/v1/jobs/7/tan", "", source);
   ASSERT_EQ(r.status, 200) << r.body;
-  json j = json::parse(r.body);
-  EXPECT_EQ(j, json::parse(R"({"job": 7, "root": true, "mode": "remote", "address": "10.0.9.50",
-      "port": 47000, "resolved": true, "member": null, "chosen": null})"));
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"job": 7, "root": true, "mode": "remote",
+      "address": "10.0.9.50", "port": 47000, "resolved": true, "member": null,
+      "chosen_by": null, "strategy": null, "candidates": []})"));
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_FALSE(calls[0].second) << "GET changes nothing";
   r = HandleRequest("POST", "/api/v1/jobs/7/tan", "",
@@ -860,22 +1110,34 @@ TEST(ApiTanTest, GetShowsAndPostChangesThroughTheControlThread) {
                         "member": 0})",
                     source);
   ASSERT_EQ(r.status, 200) << r.body;
-  j = json::parse(r.body);
-  EXPECT_EQ(j["chosen"], json::parse(R"({"strategy": "fewest_hops",
-      "candidates": [{"address": "10.0.9.50", "port": 47000, "hops": 2}]})"));
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["chosen_by"], "api");
+  EXPECT_EQ(j["strategy"], "fewest_hops");
+  EXPECT_EQ(j["candidates"],
+            json::parse(R"([{"address": "10.0.9.50", "port": 47000, "hops": 2}])"));
   EXPECT_EQ(j["member"], 0);
   ASSERT_EQ(calls.size(), 2u);
   ASSERT_TRUE(calls[1].second && calls[1].second->choice);
-  EXPECT_EQ(HandleRequest("POST", "/api/v1/jobs/8/tan", "", R"({"strategy": "self"})", source).status,
-            409);
+  EXPECT_EQ(calls[1].second->choice->strategy, config::TanStrategy::kFewestHops);
+  EXPECT_EQ(calls[1].second->member, std::optional<uint16_t>(0));
+  r = HandleRequest("POST", "/api/v1/jobs/8/tan", "", R"({"strategy": "self"})", source);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(json::parse(r.body)["error"], "job 8 has an upstream here");
   EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/9/tan", "", source).status, 404);
+  ASSERT_EQ(calls.size(), 4u);
+  // Requests the router refuses never reach the source.
   EXPECT_EQ(HandleRequest("POST", "/api/v1/jobs/7/tan", "", R"({"strategy": "x"})", source).status,
             400);
   EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/0/tan", "", source).status, 400);
-  EXPECT_EQ(HandleRequest("DELETE", "/api/v1/jobs/7/tan", "", source).status, 405);
+  r = HandleRequest("DELETE", "/api/v1/jobs/7/tan", "", source);
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.allow, "GET, POST");
   EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/7/other", "", source).status, 404);
-  EXPECT_EQ(calls.size(), 4u) << "only well-formed requests reach the control thread";
-  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/7/tan", "", SyntheticSource()).status, 503);
+  EXPECT_EQ(calls.size(), 4u);
+  // Without aggregation there is no TAN.
+  r = HandleRequest("GET", "/api/v1/jobs/7/tan", "", SyntheticSource());
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("aggregation is off"), std::string::npos);
 }
 
 TEST(ApiBypassTest, ListsFiltersAndLimits) {
@@ -1333,7 +1595,7 @@ TEST_F(JobControlFixture, NoControlThreadTimesOutAndChangesNothing) {
   options.timeout = std::chrono::milliseconds(50);
   JobControl jobs(*table_, options);
   const auto start = std::chrono::steady_clock::now();
-  auto added = jobs.Add({11, 1, 1, 1, false});
+  auto added = jobs.Add(FlatJob(11, 1, 1));
   const auto waited = std::chrono::steady_clock::now() - start;
   ASSERT_FALSE(added.ok());
   EXPECT_EQ(added.status().code(), common::StatusCode::kUnavailable);
@@ -1357,7 +1619,7 @@ TEST_F(JobControlFixture, ManyCallersAtOnce) {
     callers.emplace_back([&, t] {
       for (int i = 0; i < 20; ++i) {
         const uint32_t id = 100 + static_cast<uint32_t>(t);
-        if (jobs_->Add({id, 1, 1, 1, false}).ok()) created.fetch_add(1);
+        if (jobs_->Add(FlatJob(id, 1, 1)).ok()) created.fetch_add(1);
         (void)jobs_->Remove(id);
         EXPECT_TRUE(jobs_->List().ok());
       }
@@ -1548,6 +1810,520 @@ TEST(AddConfigJobsTest, NamesTheFailingItem) {
   EXPECT_EQ(status.code(), common::StatusCode::kAlreadyExists);
   EXPECT_EQ(status.message(), "aggregation.jobs[1]: job 1 already exists");
   EXPECT_EQ((*table)->Find(1)->origin(), aggregator::JobSpec::Origin::kConfig);
+}
+
+// --- Tree jobs and TAN choices: HandleRequest -> JobControl -> JobTable, against a
+// running config -------------------------------------------------------------------
+
+// The running config: a switch at 10.0.9.1 (VLAN 10) with slot timers, the
+// `nodes` sub-switch entries and a least_load TAN default; job 7 is the root
+// of a tree over two leaves, job 8 a leaf whose root is 10.0.9.2.
+constexpr char kTreeConfig[] = R"(
+eal: {lcores: "0,1"}
+switch:
+  addresses: [{address: 10.0.9.1/24, vlan: 10}]
+ports:
+  - {name: p0, devargs: net_ring0, access: 10}
+  - {name: p1, devargs: net_ring1, access: 10}
+aggregation:
+  address: {address: 10.0.9.1, vlan: 10}
+  in_band_registration: false
+  max_fan_in: 16
+  max_jobs: 16
+  timeout_ms: 30
+  bypass: {subswitch: nodes}
+  tan:
+    strategy: least_load
+    candidates:
+      - {address: 10.0.9.50}
+      - {address: 10.0.9.51, port: 47001, hops: 1}
+  jobs:
+    - {id: 7, key: 7, nodes: 3, switches: [{node: 100, covers: [0-3]}, {node: 101, covers: [4-7]}]}
+    - {id: 8, key: 8, node_ids: [0-3], upstream: {address: 10.0.9.2, node: 100}, tan_member: 2}
+)";
+
+// The same switch without an aggregation address (so no timers either).
+constexpr char kNoAddressConfig[] = R"(
+eal: {lcores: "0,1"}
+ports:
+  - {name: p0, devargs: net_ring0, access: 10}
+aggregation:
+  max_fan_in: 16
+  max_jobs: 16
+)";
+
+class JobControlTreeTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kTscHz = 1'000'000'000;
+
+  void SetUp() override {
+    config_ = Load(kTreeConfig);
+    auto table = aggregator::JobTable::Create(16, 16);
+    ASSERT_TRUE(table.ok());
+    table_ = std::move(table).value();
+    ASSERT_TRUE(AddConfigJobs(*table_, config_.aggregation, kTscHz).ok());
+    Start(config_);
+  }
+  void TearDown() override { Stop(); }
+
+  static config::Config Load(const char* yaml) {
+    config::ConfigLoad load = config::LoadConfigText(yaml, "test");
+    EXPECT_TRUE(load.ok()) << load.FormatErrors();
+    return load.config;
+  }
+
+  // A JobControl for `config` over the table, drained by a control thread
+  // like ControlLoop::Run, with the TAN route wired as http_server.cc does.
+  void Start(const config::Config& config) {
+    Stop();
+    JobControl::Options options;
+    options.port_names = {"p0", "p1"};
+    options.config = config;
+    options.tsc_hz = kTscHz;
+    jobs_ = std::make_unique<JobControl>(*table_, std::move(options));
+    jobs_->SetChangeHook([this] {
+      changes_.fetch_add(1);
+      hook_threads_.insert(std::this_thread::get_id());  // read after the command, under its lock
+    });
+    source_ = SyntheticSource();
+    jobs_->Attach(source_);
+    source_.tan = [this](uint32_t job, const std::optional<TanRequest>& request) {
+      return jobs_->Tan(job, request);
+    };
+    stop_ = false;
+    control_ = std::thread([this] {
+      while (!stop_.load()) {
+        jobs_->ProcessPending();
+        table_->Reclaim();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+  void Stop() {
+    stop_ = true;
+    if (control_.joinable()) control_.join();
+  }
+
+  HttpResponse Post(const std::string& path, const std::string& body) {
+    return HandleRequest("POST", path, "", body, source_);
+  }
+  json Get(const std::string& path) {
+    const HttpResponse r = HandleRequest("GET", path, "", source_);
+    EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+    return json::parse(r.body);
+  }
+  // The address of the TAN job `id` uses ("" when none is remote).
+  std::string TanAddress(uint32_t id) {
+    const json j = Get("/api/v1/jobs/" + std::to_string(id) + "/tan");
+    return j["mode"] == "remote" ? j["address"].get<std::string>() : "";
+  }
+  static uint32_t Ip(const char* text) { return common::Ipv4Addr::Parse(text)->addr; }
+
+  config::Config config_;
+  std::unique_ptr<aggregator::JobTable> table_;
+  std::unique_ptr<JobControl> jobs_;
+  DataSource source_;
+  std::atomic<int> changes_{0};
+  std::set<std::thread::id> hook_threads_;
+  std::atomic<bool> stop_{false};
+  std::thread control_;
+};
+
+// A root job posted with the config's keys: the table holds what
+// JobSpecFromConfig builds from the same keys, and the API shows it back.
+TEST_F(JobControlTreeTest, AddsARootJobBuiltLikeAConfigJob) {
+  const std::string body = R"({"id": 9, "key": "0x9", "nodes": 3, "node_ids": [20],
+      "switches": [{"node": 100, "covers": ["0-3"]}, {"node": 101, "covers": ["4-6", 7]}],
+      "timeout_ms": 20, "trigger": "batch", "tan_member": 20,
+      "tan": {"strategy": "fewest_hops", "candidates": [{"address": "10.0.9.50", "hops": 3},
+                                                        {"address": "10.0.9.51", "port": 47001, "hops": 1}]}})";
+  HttpResponse r = Post("/api/v1/jobs", body);
+  ASSERT_EQ(r.status, 201) << r.body;
+  const json shown = json::parse(r.body);
+  EXPECT_EQ(shown["origin"], "api");
+  EXPECT_EQ(shown["members"], 3);
+  EXPECT_EQ(shown["node_ids"], json::parse("[20]"));
+  EXPECT_EQ(shown["switches"], json::parse(R"([{"node": 100, "covers": [0, 1, 2, 3]},
+                                               {"node": 101, "covers": [4, 5, 6, 7]}])"));
+  EXPECT_TRUE(shown["upstream"].is_null());
+  EXPECT_EQ(shown["timeout_ms"], 20);
+  EXPECT_EQ(shown["trigger"], "batch");
+  EXPECT_EQ(shown["tan"],
+            json::parse(
+                R"({"mode": "remote", "address": "10.0.9.51", "port": 47001, "resolved": false})"));
+  EXPECT_EQ(shown["tan_member"], 20);
+  json detail = Get("/api/v1/jobs/9");
+  for (const char* key :
+       {"node_ids", "switches", "upstream", "timeout_ms", "trigger", "tan", "tan_member"}) {
+    EXPECT_EQ(detail[key], shown[key]) << key;
+  }
+
+  const aggregator::Job* job = table_->Find(9);
+  ASSERT_NE(job, nullptr);
+  const common::Result<JobRequest> request = ParseJobRequest(body);
+  ASSERT_TRUE(request.ok());
+  TanLoad load;
+  const JobSpec spec = JobSpecFromConfig(request->job, config_.aggregation, kTscHz, load);
+  EXPECT_EQ(job->origin(), JobSpec::Origin::kApi);
+  EXPECT_EQ(job->key(), 9u);
+  EXPECT_EQ(job->nodes(), 3);
+  ASSERT_EQ(job->members(), 3);
+  for (uint16_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(job->NodeId(i), spec.member_nodes[i]) << i;
+    EXPECT_EQ(job->IsSwitch(i), !spec.covers[i].empty()) << i;
+    const auto covers = job->Covers(i);
+    EXPECT_EQ(std::vector<uint16_t>(covers.begin(), covers.end()), spec.covers[i]) << i;
+  }
+  EXPECT_EQ(job->NodeId(1), 100);
+  EXPECT_EQ(job->LocalIndex(101), 2);
+  EXPECT_TRUE(job->is_root());
+  EXPECT_EQ(job->timeout_cycles(), 20'000'000u);
+  EXPECT_EQ(job->timeout_cycles(), spec.timeout_cycles);
+  EXPECT_TRUE(job->batch());
+  EXPECT_TRUE(job->bypass_covered_nodes()) << "aggregation.bypass.subswitch: nodes";
+  EXPECT_EQ(job->tan(), JobSpec::Tan::kRemote);
+  EXPECT_EQ(job->tan_peer().ip, Ip("10.0.9.51")) << "fewest hops";
+  EXPECT_EQ(job->tan_peer().udp_port, 47001);
+  EXPECT_EQ(job->tan_peer().ip, spec.tan_peer.ip);
+  EXPECT_EQ(job->tan_member(), 20);
+
+  // The choice came with the job, through the API.
+  const json tan = Get("/api/v1/jobs/9/tan");
+  EXPECT_EQ(tan["chosen_by"], "api");
+  EXPECT_EQ(tan["strategy"], "fewest_hops");
+  EXPECT_EQ(tan["candidates"].size(), 2u);
+  // The tree resolves the new job's next hops now, on the control thread.
+  EXPECT_EQ(changes_.load(), 1);
+  EXPECT_EQ(hook_threads_, std::set<std::thread::id>({control_.get_id()}));
+}
+
+TEST_F(JobControlTreeTest, AddsALeafWithTheConfigDefaults) {
+  HttpResponse r = Post("/api/v1/jobs", R"({"id": 10, "key": 10, "node_ids": ["8-11"],
+      "upstream": {"address": "10.0.9.2", "port": 47001, "node": 102, "vlan": 10}, "tan_member": 9})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const aggregator::Job* job = table_->Find(10);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->members(), 4);
+  EXPECT_EQ(job->LocalIndex(8), 0);
+  EXPECT_EQ(job->LocalIndex(11), 3);
+  EXPECT_EQ(job->LocalIndex(7), -1);
+  EXPECT_FALSE(job->IsSwitch(0));
+  EXPECT_FALSE(job->is_root());
+  EXPECT_EQ(job->upstream().ip, Ip("10.0.9.2"));
+  EXPECT_EQ(job->upstream().udp_port, 47001);
+  EXPECT_EQ(job->upstream().node, 102);
+  EXPECT_EQ(job->upstream().vlan, 10);
+  EXPECT_EQ(job->tan(), JobSpec::Tan::kNone) << "a leaf has no TAN of its own";
+  EXPECT_EQ(job->timeout_cycles(), 30'000'000u) << "aggregation.timeout_ms";
+  EXPECT_FALSE(job->batch()) << "aggregation.trigger";
+  EXPECT_EQ(job->tan_member(), 9);
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["node_ids"], json::parse("[8, 9, 10, 11]"));
+  EXPECT_EQ(
+      j["upstream"],
+      json::parse(
+          R"({"address": "10.0.9.2", "port": 47001, "node": 102, "vlan": 10, "resolved": false})"));
+  EXPECT_EQ(j["timeout_ms"], 30);
+  EXPECT_EQ(j["trigger"], "incremental");
+  EXPECT_EQ(j["tan"]["mode"], "none");
+  // Once ARP answers (TreeControl publishes the hop), the API says so.
+  job->SetHop(aggregator::Job::Hop::kUpstream, {0x02a99c000902ull, 0, 10, Ip("10.0.9.2"), 47001});
+  EXPECT_EQ(Get("/api/v1/jobs/10")["upstream"]["resolved"], true);
+  j = Get("/api/v1/jobs/10/tan");
+  EXPECT_EQ(j["root"], false);
+  EXPECT_TRUE(j["chosen_by"].is_null());
+  EXPECT_EQ(j["member"], 9);
+
+  // A flat job: node ids 0..members-1 and every switch-wide default,
+  // the TAN by aggregation.tan (least_load: job 7 took 10.0.9.50).
+  r = Post("/api/v1/jobs", R"({"id": 11, "key": 1, "members": 3})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  j = json::parse(r.body);
+  EXPECT_EQ(j["node_ids"], json::parse("[0, 1, 2]"));
+  EXPECT_EQ(j["switches"], json::array());
+  EXPECT_EQ(j["timeout_ms"], 30);
+  EXPECT_EQ(j["tan"]["address"], "10.0.9.51");
+  EXPECT_TRUE(j["tan_member"].is_null());
+  j = Get("/api/v1/jobs/11/tan");
+  EXPECT_EQ(j["chosen_by"], "config") << "aggregation.tan";
+  EXPECT_EQ(j["strategy"], "least_load");
+}
+
+// The config jobs show their tree too, and a learned member its node id.
+TEST_F(JobControlTreeTest, ConfigJobsShowTheirTree) {
+  table_->Find(7)->LearnMember(1, 0x020000000001ull, 1, 10, Ip("10.0.9.12"), 47000);
+  const json jobs = Get("/api/v1/jobs");
+  ASSERT_EQ(jobs["count"], 2);
+  const json& root = jobs["jobs"][0];
+  EXPECT_EQ(root["node_ids"], json::array());
+  EXPECT_EQ(root["switches"][1], json::parse(R"({"node": 101, "covers": [4, 5, 6, 7]})"));
+  EXPECT_EQ(root["learned_members"][0]["node"], 101) << "member index 1 is node 101";
+  EXPECT_EQ(root["tan"]["address"], "10.0.9.50");
+  const json& leaf = jobs["jobs"][1];
+  EXPECT_EQ(leaf["upstream"]["address"], "10.0.9.2");
+  EXPECT_EQ(leaf["upstream"]["port"], 47000);
+  EXPECT_EQ(leaf["tan_member"], 2);
+  const json tan = Get("/api/v1/jobs/7/tan");
+  EXPECT_EQ(tan, json::parse(R"({"job": 7, "root": true, "mode": "remote",
+      "address": "10.0.9.50", "port": 47000, "resolved": false, "member": null,
+      "chosen_by": "config", "strategy": "least_load", "candidates": [
+        {"address": "10.0.9.50", "port": 47000, "hops": 0},
+        {"address": "10.0.9.51", "port": 47001, "hops": 1}]})"));
+}
+
+// The config's rules, with the config's messages, each under the body's key.
+TEST_F(JobControlTreeTest, ConfigRulesNameTheKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"switches": [{"node": 100, "covers": [0]}, {"node": 101, "covers": [101]}]})",
+       R"(switches[1].covers[0]: expected the node ids below switch "101", not its own, got "101")"},
+      {R"({"node_ids": [0, 1], "switches": [{"node": 100, "covers": [1]}]})",
+       R"(switches[0].covers[0]: expected the node ids below switch "100", not a member of the job here, got "1" (also node_ids[1]))"},
+      {R"({"switches": [{"node": 100, "covers": [0, 1]}, {"node": 101, "covers": [1]}]})",
+       R"(switches[1].covers[0]: expected each node id below one child switch, once, got "1" again (also switches[0].covers[1]))"},
+      {R"({"node_ids": ["0-3", 2]})",
+       R"(node_ids[4]: expected each member's node id once in the job, got "2" again (also node_ids[2]))"},
+      {R"({"members": 3, "node_ids": [0, 1]})",
+       R"(members: expected members to equal the node ids and child switches listed (2 node_ids + 0 switches = 2), got "3")"},
+      {R"({"members": 17})",
+       R"(members: expected 1..16 members (aggregation.max_fan_in), got "17")"},
+      {R"({"node_ids": []})",
+       R"(node_ids: expected 1..16 members (aggregation.max_fan_in), got none (node_ids and switches are empty))"},
+      {R"({"switches": [{"node": 100}]})",
+       R"(switches[0]: expected covers, the node ids below switch "100" (aggregation.bypass.subswitch is nodes: a late child's entries are the nodes it covers), got none)"},
+      {R"({"members": 2, "upstream": {"address": "10.0.9.2", "node": 5}, "tan": {"strategy": "self"}})",
+       R"(tan: expected no tan: a TAN is chosen by the root; this job has an upstream (upstream))"},
+      {R"({"node_ids": [0], "switches": [{"node": 100, "covers": [1]}], "tan_member": 100})",
+       R"(tan_member: expected the node id of a worker of this job here (one that also runs the job's TAN), got "100")"},
+      {R"({"members": 2, "tan_member": 5})",
+       R"(tan_member: expected the node id of a worker of this job here (one that also runs the job's TAN), got "5")"},
+      {R"({"members": 2, "ordered": true, "trigger": "incremental"})",
+       R"(trigger: expected batch, or no trigger, for an ordered job (it reduces in member order), got "incremental")"},
+      {R"({"members": 2, "upstream": {"address": "10.0.9.1", "node": 5}})",
+       R"(upstream.address: expected the parent switch's aggregation address, got this switch's own aggregation address "10.0.9.1")"},
+      {R"({"members": 2, "upstream": {"address": "0.0.0.0", "node": 5}})",
+       R"(upstream.address: expected the parent switch's aggregation address, a unicast host address, got "0.0.0.0")"},
+      {R"({"node_ids": ["0-3"], "upstream": {"address": "10.0.9.2", "node": 2}})",
+       R"(upstream.node: expected this switch's node id in the parent, not one of this job's members, got "2" (also node_ids[2]))"},
+      {R"({"members": 2, "upstream": {"address": "10.0.9.2", "node": 5, "vlan": 20}})",
+       R"(upstream.vlan: expected a VLAN that some port carries, got "20")"},
+      {R"({"members": 2, "tan": {"strategy": "random"}})",
+       R"(tan.candidates: expected 1..64 candidates for strategy "random" (or strategy "self"), got none)"},
+      {R"({"members": 2, "tan": {"strategy": "self", "candidates": [{"address": "10.0.9.50"}]}})",
+       R"(tan.candidates: expected no candidates with strategy "self" (this switch is the TAN), got 1)"},
+      {R"({"members": 2, "tan": {"candidates": [{"address": "10.0.9.50"}, {"address": "10.0.9.50", "port": 47000}]}})",
+       R"(tan.candidates[1]: expected each candidate once, got 10.0.9.50:47000 again (also tan.candidates[0]))"},
+      {R"({"members": 2, "tan": {"candidates": [{"address": "224.0.0.1"}]}})",
+       R"(tan.candidates[0].address: expected a TAN's address (strategy "self" makes this switch the TAN), a unicast host address, got "224.0.0.1")"},
+      // Every mistake at once, in the config's order.
+      {R"({"node_ids": [0, 0], "members": 3})",
+       R"(members: expected members to equal the node ids and child switches listed (2 node_ids + 0 switches = 2), got "3"; node_ids[1]: expected each member's node id once in the job, got "0" again (also node_ids[0]))"},
+  };
+  for (const auto& [fields, message] : cases) {
+    std::string body = std::string(R"({"id": 9, "key": 1, )") + (fields + 1);
+    const HttpResponse r = Post("/api/v1/jobs", body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    const std::string error = json::parse(r.body).value("error", "");
+    EXPECT_EQ(error.substr(0, std::string(message).size()), message) << body;
+  }
+  EXPECT_EQ(table_->Find(9), nullptr) << "a refused job never reaches the table";
+  EXPECT_EQ(changes_.load(), 0);
+}
+
+// Timers and upstreams need the switch's own aggregation address.
+TEST_F(JobControlTreeTest, TimersNeedTheAggregationAddress) {
+  Start(Load(kNoAddressConfig));
+  HttpResponse r = Post("/api/v1/jobs", R"({"id": 9, "key": 1, "members": 2, "timeout_ms": 20})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"],
+            "timeout_ms: expected aggregation.address to be set: job 9 has timers on (timeout_ms "
+            "20) (a switch sends partials, and first data to the TAN, from its own address)");
+  r = Post("/api/v1/jobs",
+           R"({"id": 9, "key": 1, "members": 2, "upstream": {"address": "10.0.9.2", "node": 5}})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"],
+            "upstream: expected aggregation.address to be set: job 9 has an upstream (a switch "
+            "sends partials, and first data to the TAN, from its own address)");
+  r = Post("/api/v1/jobs", R"({"id": 9, "key": 1, "members": 2})");
+  EXPECT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(json::parse(r.body)["timeout_ms"], 0);
+}
+
+// A choice posted to the root is picked as ChooseTan picks among the
+// candidates; least_load counts what the table holds at that moment.
+TEST_F(JobControlTreeTest, TanChoicesPickAsTheConfigDoesAndCountTheLoad) {
+  const std::string both = R"({"strategy": "least_load", "candidates": [
+      {"address": "10.0.9.50"}, {"address": "10.0.9.51", "port": 47001}]})";
+  // Job 7 (config) took .50; API jobs take the default, least_load, in turn.
+  ASSERT_EQ(Post("/api/v1/jobs", R"({"id": 9, "key": 1, "members": 2})").status, 201);
+  ASSERT_EQ(Post("/api/v1/jobs", R"({"id": 10, "key": 1, "members": 2})").status, 201);
+  EXPECT_EQ(TanAddress(9), "10.0.9.51");
+  EXPECT_EQ(TanAddress(10), "10.0.9.50") << "a tie: list order";
+  const int adds = changes_.load();
+
+  // Job 10 left out, each candidate has one job: the first.
+  HttpResponse r = Post("/api/v1/jobs/10/tan", both);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["address"], "10.0.9.50");
+  EXPECT_EQ(j["chosen_by"], "api");
+  EXPECT_EQ(j["strategy"], "least_load");
+  EXPECT_EQ(changes_.load(), adds + 1) << "the tree resolves the new TAN now";
+  // A removed job no longer counts: .51 is free.
+  ASSERT_EQ(HandleRequest("DELETE", "/api/v1/jobs/9", "", source_).status, 204);
+  r = Post("/api/v1/jobs/10/tan", both);
+  EXPECT_EQ(json::parse(r.body)["address"], "10.0.9.51");
+  EXPECT_EQ(table_->Find(10)->tan_peer().ip, Ip("10.0.9.51"));
+  EXPECT_EQ(table_->Find(10)->tan_peer().udp_port, 47001);
+  // Nor does a job whose TAN moved: the management node's own pick for job
+  // 7 (one candidate, fixed) takes it off .50.
+  r = Post("/api/v1/jobs/7/tan", R"({"candidates": [{"address": "10.0.9.60", "port": 47100}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  j = json::parse(r.body);
+  EXPECT_EQ(j["address"], "10.0.9.60");
+  EXPECT_EQ(j["port"], 47100);
+  EXPECT_EQ(j["strategy"], "fixed");
+  EXPECT_EQ(j["resolved"], false) << "a new TAN is resolved anew";
+  r = Post("/api/v1/jobs/10/tan", both);
+  EXPECT_EQ(json::parse(r.body)["address"], "10.0.9.50");
+
+  // fewest_hops and random pick what ChooseTan picks.
+  config::TanConfig three;
+  for (const auto& [ip, hops] : {std::pair{"10.0.9.50", 3}, {"10.0.9.51", 1}, {"10.0.9.52", 1}}) {
+    config::TanCandidate c;
+    c.address = *common::Ipv4Addr::Parse(ip);
+    c.hops = static_cast<uint16_t>(hops);
+    three.candidates.push_back(c);
+  }
+  const std::string candidates = R"([{"address": "10.0.9.50", "hops": 3},
+      {"address": "10.0.9.51", "hops": 1}, {"address": "10.0.9.52", "hops": 1}])";
+  r = Post("/api/v1/jobs/10/tan",
+           R"({"strategy": "fewest_hops", "candidates": )" + candidates + "}");
+  EXPECT_EQ(json::parse(r.body)["address"], "10.0.9.51");
+  three.strategy = config::TanStrategy::kRandom;
+  for (uint32_t id : {7u, 10u}) {
+    r = Post("/api/v1/jobs/" + std::to_string(id) + "/tan",
+             R"({"strategy": "random", "candidates": )" + candidates + "}");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(table_->Find(id)->tan_peer().ip, ChooseTan(&three, id, {}).peer.ip) << id;
+  }
+  // The root is its own TAN.
+  r = Post("/api/v1/jobs/10/tan", R"({"strategy": "self"})");
+  j = json::parse(r.body);
+  EXPECT_EQ(j["mode"], "self");
+  EXPECT_TRUE(j["address"].is_null());
+  EXPECT_EQ(j["strategy"], "self");
+  EXPECT_EQ(table_->Find(10)->tan(), JobSpec::Tan::kSelf);
+  // Once ARP resolves a remote TAN, the report says so.
+  const aggregator::Job* job7 = table_->Find(7);
+  const aggregator::JobPeer peer = job7->tan_peer();
+  job7->SetHop(aggregator::Job::Hop::kTan, {0x02a99c000950ull, 1, 10, peer.ip, peer.udp_port});
+  EXPECT_EQ(Get("/api/v1/jobs/7/tan")["resolved"], true);
+}
+
+// Who may take a choice, and what a member must be; a request is applied
+// whole or not at all.
+TEST_F(JobControlTreeTest, TanChangesAreCheckedWhole) {
+  const aggregator::Job* root = table_->Find(7);
+  const aggregator::Job* leaf = table_->Find(8);
+  const uint32_t root_tan = root->tan_peer().ip;
+
+  HttpResponse r = Post("/api/v1/jobs/8/tan", R"({"strategy": "self"})");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(json::parse(r.body)["error"],
+            "job 8 has an upstream here (10.0.9.2:47000): its TAN is chosen at its root; here only "
+            "the member may be set");
+  r = Post("/api/v1/jobs/8/tan", R"({"member": 3})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["member"], 3);
+  EXPECT_EQ(leaf->tan_member(), 3);
+  r = Post("/api/v1/jobs/8/tan", R"({"strategy": "self", "member": 1})");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(leaf->tan_member(), 3) << "nothing of a refused request applies";
+  r = Post("/api/v1/jobs/8/tan", R"({"member": 100})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"],
+            "member: expected the node id of a worker of job 8 at this switch, got 100");
+  r = Post("/api/v1/jobs/8/tan", R"({"member": null})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_TRUE(json::parse(r.body)["member"].is_null());
+  EXPECT_EQ(leaf->tan_member(), aggregator::kNoNode);
+
+  // Node 100 is a child switch of job 7, not a worker.
+  r = Post("/api/v1/jobs/7/tan", R"({"strategy": "self", "member": 100})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(root->tan(), JobSpec::Tan::kRemote) << "nothing of a refused request applies";
+  // The config's rules for a tan, under the body's keys.
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"candidates": [{"address": "10.0.9.1"}]})",
+       R"(candidates[0].address: expected a TAN's address (strategy "self" makes this switch the TAN), got this switch's own aggregation address "10.0.9.1")"},
+      {R"({"strategy": "fixed"})",
+       R"(candidates: expected 1..64 candidates for strategy "fixed" (or strategy "self"), got none)"},
+      {R"({"strategy": "self", "candidates": [{"address": "10.0.9.50"}]})",
+       R"(candidates: expected no candidates with strategy "self" (this switch is the TAN), got 1)"},
+      {R"({"candidates": [{"address": "10.0.9.50"}, {"address": "10.0.9.50"}]})",
+       R"(candidates[1]: expected each candidate once, got 10.0.9.50:47000 again (also candidates[0]))"},
+      {R"({"candidates": [{"address": "127.0.0.1"}], "member": 100})",
+       R"(candidates[0].address: expected a TAN's address (strategy "self" makes this switch the TAN), a unicast host address, got "127.0.0.1")"},
+  };
+  for (const auto& [body, message] : cases) {
+    r = Post("/api/v1/jobs/7/tan", body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    const std::string error = json::parse(r.body).value("error", "");
+    EXPECT_EQ(error.substr(0, std::string(message).size()), message) << body;
+  }
+  std::string many = R"({"candidates": [)";
+  for (int i = 0; i < 65; ++i)
+    many += (i ? "," : "") + std::string(R"({"address": "10.0.8.)") + std::to_string(i + 1) + "\"}";
+  r = Post("/api/v1/jobs/7/tan", many + "]}");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"], "candidates: expected at most 64 candidates, got 65");
+  EXPECT_EQ(Post("/api/v1/jobs/99/tan", R"({"member": 1})").status, 404);
+  EXPECT_EQ(Post("/api/v1/jobs/99/tan", R"({"strategy": "self"})").status, 404);
+  EXPECT_EQ(root->tan_peer().ip, root_tan);
+  EXPECT_EQ(changes_.load(), 0) << "no TAN changed";
+}
+
+// A job removed and added again under its id starts from its own choice.
+TEST_F(JobControlTreeTest, AJobAddedAgainDoesNotInheritTheChoice) {
+  ASSERT_EQ(Post("/api/v1/jobs", R"({"id": 9, "key": 1, "members": 2,
+      "tan": {"candidates": [{"address": "10.0.9.60"}]}})")
+                .status,
+            201);
+  EXPECT_EQ(Get("/api/v1/jobs/9/tan")["chosen_by"], "api");
+  ASSERT_EQ(Post("/api/v1/jobs/9/tan", R"({"strategy": "self"})").status, 200);
+  ASSERT_EQ(HandleRequest("DELETE", "/api/v1/jobs/9", "", source_).status, 204);
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/jobs/9/tan", "", source_).status, 404);
+  ASSERT_EQ(Post("/api/v1/jobs", R"({"id": 9, "key": 1, "members": 2})").status, 201);
+  const json j = Get("/api/v1/jobs/9/tan");
+  EXPECT_EQ(j["chosen_by"], "config");
+  EXPECT_EQ(j["strategy"], "least_load");
+  EXPECT_EQ(j["mode"], "remote");
+}
+
+TEST(CountTanLoadTest, CountsRemoteTansOfTheTable) {
+  auto table = aggregator::JobTable::Create(8, 8);
+  ASSERT_TRUE(table.ok());
+  const uint32_t a = common::Ipv4Addr::Parse("10.0.9.50")->addr;
+  const uint32_t b = common::Ipv4Addr::Parse("10.0.9.51")->addr;
+  for (const auto& [id, tan, ip] : {std::tuple{1u, JobSpec::Tan::kRemote, a},
+                                    {2u, JobSpec::Tan::kRemote, a},
+                                    {3u, JobSpec::Tan::kRemote, b},
+                                    {4u, JobSpec::Tan::kSelf, 0u},
+                                    {5u, JobSpec::Tan::kNone, 0u}}) {
+    JobSpec spec;
+    spec.id = id;
+    spec.members = 1;
+    spec.tan = tan;
+    spec.tan_peer.ip = ip;
+    spec.tan_peer.udp_port = 47000;
+    ASSERT_TRUE((*table)->Add(spec).ok());
+  }
+  EXPECT_EQ(CountTanLoad(**table), (TanLoad{{a, 2}, {b, 1}}));
+  EXPECT_EQ(CountTanLoad(**table, 1), (TanLoad{{a, 1}, {b, 1}}));
+  (*table)->Find(2)->SetTan(JobSpec::Tan::kRemote, {b, 47000, 0, 0});
+  EXPECT_EQ(CountTanLoad(**table), (TanLoad{{a, 1}, {b, 2}}));
+  ASSERT_TRUE((*table)->Remove(3).ok());
+  EXPECT_EQ(CountTanLoad(**table), (TanLoad{{a, 1}, {b, 1}}));
 }
 
 }  // namespace

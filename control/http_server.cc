@@ -1,19 +1,19 @@
 #include "control/http_server.h"
 
-#include "control/tree_control.h"
-
 #include <civetweb.h>
 #include <netdb.h>
 #include <sys/socket.h>
 
 #include <cctype>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "common/log.h"
 #include "control/job_control.h"
 #include "control/stats_snapshot.h"
+#include "control/tree_control.h"
 #include "dataplane/dataplane.h"
 
 namespace aggswitch::control {
@@ -140,12 +140,24 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   DataSource source;
   source.snapshot = [&dp, jobs, tree] {
     StatsSnapshot snap = CollectSnapshot(dp);
-    if (tree != nullptr && snap.aggregation) snap.aggregation->tan = tree->PublishedTan();
     if (jobs != nullptr) {
-      // Without an answer from the control thread /metrics leaves the job
+      // The job table and the own TAN belong to the control thread: both are
+      // read there, in one step. Without an answer /metrics leaves their
       // families out rather than fail the whole scrape.
-      common::Result<JobTableSnapshot> table = jobs->List();
-      if (table.ok()) snap.jobs = std::move(table).value();
+      JobTableSnapshot table;
+      std::optional<OwnTanSnapshot> tan;
+      const bool aggregating = snap.aggregation.has_value();
+      const common::Status read = jobs->RunOnControl([&] {
+        table = jobs->Snapshot();
+        if (tree != nullptr && aggregating) {
+          tan = OwnTanSnapshot{tree->tan_counters(), tree->tan_pending()};
+        }
+        return common::Status::Ok();
+      });
+      if (read.ok()) {
+        snap.jobs = std::move(table);
+        if (aggregating) snap.aggregation->tan = tan;
+      }
     }
     return snap;
   };
@@ -162,8 +174,10 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     source.stragglers = [jobs, tree](uint32_t job, const StragglerRequest& request) {
       return ResultOnControl<StragglerReport>(*jobs, [&] { return tree->Stragglers(job, request); });
     };
-    source.tan = [jobs, tree](uint32_t job, const std::optional<TanRequest>& request) {
-      return ResultOnControl<TanReport>(*jobs, [&] { return tree->Tan(job, request); });
+    // A TAN needs the aggregation path. JobControl changes it on the control
+    // thread, and its change hook has the tree resolve the new one.
+    source.tan = [jobs](uint32_t job, const std::optional<TanRequest>& request) {
+      return jobs->Tan(job, request);
     };
   }
   return Start(listen, std::move(source));

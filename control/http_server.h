@@ -11,8 +11,9 @@
 // its [any] accessors (CollectSnapshot, CollectMacEntries, DumpSlots) and never
 // touch a worker lcore's state for writing, so a scrape cannot stall
 // forwarding; a slot dump asks the workers for a copy and waits at most
-// 500 ms for it. The job routes, and each job's counters, go through
-// JobControl, which hands them to the control thread.
+// 500 ms for it. The job routes (a job's TAN too), each job's counters and
+// the own TAN's counters go through JobControl, which hands them to the
+// control thread.
 //
 //   ASSIGN_OR_RETURN(auto http, HttpServer::Start(config.http.listen, *dataplane, &job_control));
 //   AGG_LOG(kInfo, "metrics at http://%s/metrics", http->listen().c_str());

@@ -1,6 +1,8 @@
 #include "control/job_control.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string_view>
 #include <utility>
 
 #include "aggregator/job_table.h"
@@ -11,9 +13,31 @@ namespace {
 using aggregator::Job;
 using aggregator::JobSpec;
 
+JobTanSnapshot TanState(const Job& job) {
+  JobTanSnapshot t;
+  switch (job.tan()) {
+    case JobSpec::Tan::kNone:
+      t.mode = "none";
+      break;
+    case JobSpec::Tan::kRemote: {
+      t.mode = "remote";
+      const aggregator::JobPeer peer = job.tan_peer();
+      t.address = common::Ipv4Addr{peer.ip};
+      t.port = peer.udp_port;
+      aggregator::MemberAddr hop;
+      t.resolved = job.GetHop(Job::Hop::kTan, &hop);
+      break;
+    }
+    case JobSpec::Tan::kSelf:
+      t.mode = "self";
+      break;
+  }
+  return t;
+}
+
 // Reads the job and, through `counters`, its counters: on the control thread,
 // so that the job still owns its index (see job_control.h).
-JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_names,
+JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_names, uint64_t tsc_hz,
                         const JobCounterReader& counters) {
   JobSnapshot s;
   s.id = job.id();
@@ -24,13 +48,13 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
   s.ordered = job.ordered();
   s.min_ack = job.MinAck();
   if (counters) s.counters = counters(job.index());
-  for (uint16_t node = 0; node < job.members(); ++node) {
+  for (uint16_t index = 0; index < job.members(); ++index) {
     aggregator::MemberAddr addr;
-    const bool has_address = job.GetMember(node, &addr);
-    const std::optional<uint32_t> ack = job.GetAck(node);
+    const bool has_address = job.GetMember(index, &addr);
+    const std::optional<uint32_t> ack = job.GetAck(index);
     if (!has_address && !ack) continue;
     JobMemberSnapshot& m = s.learned_members.emplace_back();
-    m.node = node;
+    m.node = job.NodeId(index);
     m.ack_watermark = ack;
     m.has_address = has_address;
     if (!has_address) continue;
@@ -43,7 +67,82 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
     m.ip = common::Ipv4Addr{addr.ip};
     m.udp_port = addr.udp_port;
   }
+
+  // The tree: workers and child switches in member order (node_ids, then
+  // switches, as JobSpecFromConfig lays them out).
+  for (uint16_t index = 0; index < job.members(); ++index) {
+    if (!job.IsSwitch(index)) {
+      s.node_ids.push_back(job.NodeId(index));
+      continue;
+    }
+    JobChildSwitchSnapshot& child = s.switches.emplace_back();
+    child.node = job.NodeId(index);
+    const std::span<const uint16_t> covers = job.Covers(index);
+    // A child given without covers covers itself: that is what marks it a switch.
+    if (covers.size() != 1 || covers[0] != child.node) {
+      child.covers.assign(covers.begin(), covers.end());
+    }
+  }
+  if (!job.is_root()) {
+    const aggregator::JobPeer& up = job.upstream();
+    aggregator::MemberAddr hop;
+    s.upstream = JobUpstreamSnapshot{common::Ipv4Addr{up.ip}, up.udp_port, up.node, up.vlan,
+                                     job.GetHop(Job::Hop::kUpstream, &hop)};
+  }
+  if (job.timeout_cycles() == 0) {
+    s.timeout_ms = 0;
+  } else if (tsc_hz != 0) {
+    s.timeout_ms = static_cast<uint32_t>(std::llround(static_cast<double>(job.timeout_cycles()) *
+                                                      1e3 / static_cast<double>(tsc_hz)));
+  }
+  s.batch = job.batch();
+  s.tan = TanState(job);
+  if (job.tan_member() != aggregator::kNoNode) s.tan_member = job.tan_member();
   return s;
+}
+
+// True when `path` is `base` or lies below it ("a.b[1]" is below "a.b").
+bool IsAtOrBelow(std::string_view path, std::string_view base) {
+  if (path.substr(0, base.size()) != base) return false;
+  return path.size() == base.size() || path[base.size()] == '.' || path[base.size()] == '[';
+}
+
+void EraseAll(std::string& text, std::string_view part) {
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at)) {
+    text.erase(at, part.size());
+  }
+}
+
+// Checks `job` as config::Validate() checks aggregation.jobs[0] of `base`
+// (the running config without its jobs). `keys` are the key paths below the
+// job that the request gave (see JobRequest::keys). Only the mistakes at or
+// below `scope` (a key path below the job; "" the whole job) are the
+// request's: each is named by its path below `scope`, as is every other key
+// path the message mentions. InvalidArgument listing them, "; "-separated.
+common::Status CheckAsConfigJob(const config::Config& base, const config::AggregationJobConfig& job,
+                                const std::vector<std::string>& keys, std::string_view scope) {
+  constexpr std::string_view kJobPath = "aggregation.jobs[0]";
+  config::Config config = base;
+  config.aggregation.jobs = {job};
+  for (const std::string& key : keys) {
+    config.source_locs[std::string(kJobPath) + "." + key] = config::SourceLoc{};
+  }
+  std::vector<config::ConfigError> errors;
+  if (config::Validate(config, errors)) return common::Status::Ok();
+  const std::string root =
+      scope.empty() ? std::string(kJobPath) : std::string(kJobPath) + "." + std::string(scope);
+  std::string message;
+  for (const config::ConfigError& e : errors) {
+    // The running config itself passed; anything else is not this request's.
+    if (!IsAtOrBelow(e.path, root)) continue;
+    const std::string path = e.path.size() > root.size() ? e.path.substr(root.size() + 1) : "";
+    std::string text = e.message;
+    EraseAll(text, root + ".");
+    if (!message.empty()) message += "; ";
+    message += path.empty() ? text : path + ": " + text;
+  }
+  if (message.empty()) return common::Status::Ok();
+  return common::InvalidArgument(message);
 }
 
 }  // namespace
@@ -90,6 +189,14 @@ TanChoice ChooseTan(const config::TanConfig* tan, uint32_t job_id, const TanLoad
   choice.peer.ip = c[pick].address.addr;
   choice.peer.udp_port = c[pick].port;
   return choice;
+}
+
+TanLoad CountTanLoad(const aggregator::JobTable& table, uint32_t except_job) {
+  TanLoad load;
+  table.ForEach([&](const Job& job) {
+    if (job.id() != except_job && job.tan() == JobSpec::Tan::kRemote) ++load[job.tan_peer().ip];
+  });
+  return load;
 }
 
 JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
@@ -145,38 +252,36 @@ common::Status AddConfigJobs(aggregator::JobTable& table, const config::Aggregat
   return common::Status::Ok();
 }
 
-JobTableSnapshot SnapshotJobTable(const aggregator::JobTable& table, bool in_band_registration,
-                                  const std::vector<std::string>& port_names,
-                                  const JobCounterReader& counters) {
-  JobTableSnapshot snap;
-  snap.capacity = table.max_jobs();
-  snap.max_fan_in = table.max_fan_in();
-  snap.in_band_registration = in_band_registration;
-  table.ForEach(
-      [&](const Job& job) { snap.jobs.push_back(SnapshotJob(job, port_names, counters)); });
-  std::sort(snap.jobs.begin(), snap.jobs.end(),
-            [](const JobSnapshot& a, const JobSnapshot& b) { return a.id < b.id; });
-  return snap;
-}
-
 // One request from a caller to the control thread, shared by both so that a
 // caller that gave up does not leave the control thread a dangling pointer.
 struct JobControl::Command {
-  enum class Kind { kAdd, kRemove, kList, kRun };
+  enum class Kind { kAdd, kRemove, kList, kTan, kRun };
   Kind kind = Kind::kList;
-  std::function<common::Status()> fn;  // kRun
-  JobRequest request;  // kAdd
-  uint32_t id = 0;     // kRemove
+  std::function<common::Status()> fn;     // kRun
+  JobRequest request;                     // kAdd
+  uint32_t id = 0;                        // kRemove, kTan
+  std::optional<TanRequest> tan_request;  // kTan: nullopt shows
 
   // Set by the control thread, under mu_.
   bool started = false;
   bool done = false;
   common::Status status;
   JobTableSnapshot table;  // kList: the table; kAdd: the new job in table.jobs[0]
+  TanReport tan_report;    // kTan
 };
 
 JobControl::JobControl(aggregator::JobTable& table, Options options)
-    : table_(table), options_(std::move(options)) {}
+    : table_(table), base_(std::move(options.config)), options_(std::move(options)) {
+  // The choices the config jobs were built with (AddConfigJobs), for GET /tan.
+  for (const config::AggregationJobConfig& cfg : base_.aggregation.jobs) {
+    const Job* job = table_.Find(cfg.id);
+    if (job != nullptr && job->origin() == JobSpec::Origin::kConfig) {
+      RecordBuiltChoice(*job, cfg, TanReport::Source::kConfig);
+    }
+  }
+  base_.aggregation.jobs.clear();
+  base_.source_locs.clear();
+}
 
 JobControl::~JobControl() = default;
 
@@ -202,6 +307,11 @@ common::Status JobControl::Post(const std::shared_ptr<Command>& command) {
 }
 
 common::Result<JobSnapshot> JobControl::Add(const JobRequest& request) {
+  RETURN_IF_ERROR(CheckAsConfigJob(base_, request.job, request.keys, ""));
+  if (options_.tsc_hz == 0 && request.job.timeout_ms.value_or(base_.aggregation.timeout_ms) > 0) {
+    return common::Internal(
+        "no TSC frequency to turn timeout_ms into cycles (JobControl::Options)");
+  }
   auto command = std::make_shared<Command>();
   command->kind = Command::Kind::kAdd;
   command->request = request;
@@ -221,6 +331,24 @@ common::Result<JobTableSnapshot> JobControl::List() {
   command->kind = Command::Kind::kList;
   RETURN_IF_ERROR(Post(command));
   return std::move(command->table);
+}
+
+common::Result<TanReport> JobControl::Tan(uint32_t id, const std::optional<TanRequest>& request) {
+  if (request && request->choice) {
+    // The choice as the tan of a config job: candidates 1..64, each once, no
+    // address of this switch's, none with "self".
+    config::AggregationJobConfig job;
+    job.id = id;
+    job.members = 1;
+    job.tan = *request->choice;
+    RETURN_IF_ERROR(CheckAsConfigJob(base_, job, {"tan.candidates"}, "tan"));
+  }
+  auto command = std::make_shared<Command>();
+  command->kind = Command::Kind::kTan;
+  command->id = id;
+  command->tan_request = request;
+  RETURN_IF_ERROR(Post(command));
+  return std::move(command->tan_report);
 }
 
 common::Status JobControl::RunOnControl(std::function<common::Status()> fn) {
@@ -265,36 +393,117 @@ void JobControl::Execute(Command& command) {
       command.status = command.fn();
       return;
     case Command::Kind::kAdd: {
-      JobSpec spec;
-      spec.id = command.request.id;
-      spec.key = command.request.key;
-      spec.members = command.request.members;
-      spec.nodes = command.request.nodes;
-      spec.ordered = command.request.ordered;
-      spec.origin = JobSpec::Origin::kApi;
-      common::Result<const Job*> added = table_.Add(spec);
+      common::Result<const Job*> added = AddOnControl(command.request);
       if (!added.ok()) {
         command.status = added.status();
         return;
       }
-      command.table.jobs.push_back(SnapshotJob(**added, options_.port_names, counters_));
+      command.table.jobs.push_back(SnapshotOf(**added));
       return;
     }
     case Command::Kind::kRemove:
       command.status = table_.Remove(command.id);
+      if (command.status.ok()) tan_choices_.erase(command.id);
       return;
     case Command::Kind::kList:
       command.table = Snapshot();
       return;
+    case Command::Kind::kTan: {
+      common::Result<TanReport> report = TanOnControl(command.id, command.tan_request);
+      if (report.ok()) {
+        command.tan_report = std::move(report).value();
+      } else {
+        command.status = report.status();
+      }
+      return;
+    }
   }
+}
+
+common::Result<const Job*> JobControl::AddOnControl(const JobRequest& request) {
+  TanLoad load = CountTanLoad(table_);
+  JobSpec spec = JobSpecFromConfig(request.job, base_.aggregation, options_.tsc_hz, load);
+  spec.origin = JobSpec::Origin::kApi;
+  ASSIGN_OR_RETURN(const Job* job, table_.Add(spec));
+  RecordBuiltChoice(*job, request.job, TanReport::Source::kApi);
+  if (change_hook_) change_hook_();
+  return job;
+}
+
+void JobControl::RecordBuiltChoice(const Job& job, const config::AggregationJobConfig& cfg,
+                                   TanReport::Source source) {
+  tan_choices_.erase(job.id());
+  if (!job.is_root()) return;
+  if (cfg.tan) {
+    tan_choices_[job.id()] = {job.generation(), {source, *cfg.tan}};
+  } else if (base_.aggregation.tan) {
+    tan_choices_[job.id()] = {job.generation(),
+                              {TanReport::Source::kConfig, *base_.aggregation.tan}};
+  }
+}
+
+common::Result<TanReport> JobControl::TanOnControl(uint32_t id,
+                                                   const std::optional<TanRequest>& request) {
+  const Job* job = table_.Find(id);
+  const std::string name = "job " + std::to_string(id);
+  if (job == nullptr) return common::NotFound(name + " does not exist");
+  if (request && request->choice && !job->is_root()) {
+    const aggregator::JobPeer& up = job->upstream();
+    return common::FailedPrecondition(
+        name + " has an upstream here (" + common::Ipv4Addr{up.ip}.ToString() + ":" +
+        std::to_string(up.udp_port) +
+        "): its TAN is chosen at its root; here only the member may be set");
+  }
+  if (request && request->set_member && request->member) {
+    const int index = job->LocalIndex(*request->member);
+    if (index < 0 || job->IsSwitch(static_cast<uint16_t>(index))) {
+      return common::InvalidArgument("member: expected the node id of a worker of " + name +
+                                     " at this switch, got " + std::to_string(*request->member));
+    }
+  }
+  if (request && request->choice) {
+    const TanChoice choice = ChooseTan(&*request->choice, id, CountTanLoad(table_, id));
+    job->SetTan(choice.mode, choice.peer);
+    tan_choices_[id] = {job->generation(), {TanReport::Source::kApi, *request->choice}};
+  }
+  if (request && request->set_member) {
+    job->SetTanMember(request->member.value_or(aggregator::kNoNode));
+  }
+  if (request && request->choice && change_hook_) change_hook_();
+
+  TanReport report;
+  report.job = id;
+  report.root = job->is_root();
+  report.tan = TanState(*job);
+  if (job->tan_member() != aggregator::kNoNode) report.member = job->tan_member();
+  const auto it = tan_choices_.find(id);
+  if (it != tan_choices_.end() && it->second.generation == job->generation()) {
+    report.chosen = it->second.choice;
+  }
+  return report;
 }
 
 void JobControl::SetCounterReader(JobCounterReader reader) {
   counters_ = std::move(reader);
 }
 
+void JobControl::SetChangeHook(std::function<void()> hook) {
+  change_hook_ = std::move(hook);
+}
+
+JobSnapshot JobControl::SnapshotOf(const Job& job) const {
+  return SnapshotJob(job, options_.port_names, options_.tsc_hz, counters_);
+}
+
 JobTableSnapshot JobControl::Snapshot() const {
-  return SnapshotJobTable(table_, options_.in_band_registration, options_.port_names, counters_);
+  JobTableSnapshot snap;
+  snap.capacity = table_.max_jobs();
+  snap.max_fan_in = table_.max_fan_in();
+  snap.in_band_registration = options_.in_band_registration;
+  table_.ForEach([&](const Job& job) { snap.jobs.push_back(SnapshotOf(job)); });
+  std::sort(snap.jobs.begin(), snap.jobs.end(),
+            [](const JobSnapshot& a, const JobSnapshot& b) { return a.id < b.id; });
+  return snap;
 }
 
 }  // namespace aggswitch::control

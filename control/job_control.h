@@ -4,7 +4,7 @@
 // civetweb's threads must not call JobTable::Add/Remove (the table has one
 // writer) nor walk the table (a job they hold could be reclaimed under them:
 // they are not QSBR readers). So an API request posts a command (add, remove,
-// list) into a mutex + condition variable queue and waits up to a second for
+// list, TAN) into a mutex + condition variable queue and waits up to a second for
 // the answer; the control loop drains the queue every iteration
 // (ProcessPending) on the control thread, where adding, removing and reading
 // jobs is safe. Worker lcores never touch this queue.
@@ -20,17 +20,38 @@
 // index. A reader on an HTTP thread could pair job A's id with index i after A
 // was removed, reclaimed and i given to job B.
 //
+// Jobs from the API are config jobs in all but their origin. A JobRequest
+// (api.h) is what aggregation.jobs[i] would hold; Add() checks it with
+// config::Validate() as aggregation.jobs[0] of the running config
+// (Options::config), so a mistake gets the config's message, named by the
+// body's key ("switches[1].covers[0]: expected ..."), and the control thread
+// builds it with JobSpecFromConfig() and the config's switch-wide defaults.
+// A TAN choice (Tan(), POST /api/v1/jobs/<id>/tan) is checked the same way,
+// as the tan of such a job, picked by ChooseTan() and published with
+// Job::SetTan(). least_load counts, at the moment of the choice, the jobs in
+// the table whose TAN each candidate is (CountTanLoad): config and API jobs
+// alike, and a job that is removed or changes its TAN no longer counts for
+// the old one. After an add or a TAN change the change hook runs (on the
+// control thread), so that TreeControl resolves the new next hops at once.
+// A new TAN gets the first data and late data of chunks that time out from
+// then on; a chunk whose first data went to the old TAN ends there (its late
+// data now goes to the new one, so the old TAN gives it up as INCOMPLETE):
+// change a TAN between operations.
+//
 //   ASSIGN_OR_RETURN(auto table, aggregator::JobTable::Create(agg.max_jobs, agg.max_fan_in));
-//   RETURN_IF_ERROR(AddConfigJobs(*table, agg));
-//   JobControl jobs(*table, {agg.in_band_registration, port_names});
+//   RETURN_IF_ERROR(AddConfigJobs(*table, cfg.aggregation, tsc_hz));
+//   JobControl jobs(*table, {.in_band_registration = ..., .port_names = ..., .config = cfg,
+//                            .tsc_hz = tsc_hz});
 //   ASSIGN_OR_RETURN(auto dp, dataplane::Dataplane::Create(cfg, table.get()));
 //   jobs.SetCounterReader([&dp = *dp](uint16_t i) { return CollectJobCounters(dp, i); });
+//   jobs.SetChangeHook([&tree] { tree.ScanSoon(); });
 //   DataSource source = ...; jobs.Attach(source);     // the /api/v1/jobs routes
 //   while (running) { jobs.ProcessPending(); table->Reclaim(); ... }   // control loop
 //
-// Thread safety: Add/Remove/List [any thread but the control thread: they
-// wait for it]; ProcessPending, Snapshot, SetCounterReader and the
-// constructor [control]. AddConfigJobs [control].
+// Thread safety: Add/Remove/List/Tan/RunOnControl [any thread but the
+// control thread: they wait for it]; ProcessPending, Snapshot,
+// SetCounterReader, SetChangeHook and the constructor [control].
+// AddConfigJobs, CountTanLoad [control]; ChooseTan, JobSpecFromConfig [any].
 #pragma once
 
 #include <chrono>
@@ -42,6 +63,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,14 +83,20 @@ namespace aggswitch::control {
 using TanLoad = std::map<uint32_t, uint32_t>;
 
 // The TAN a root job uses (docs/stragglers.md: fixed, random by job id,
-// least load, fewest hops, or the root itself) under `tan` (nullptr: none configured). [control]
+// least load, fewest hops, or the root itself) under `tan` (nullptr: none
+// configured); `load` is what least_load compares. [any]
 struct TanChoice {
   aggregator::JobSpec::Tan mode = aggregator::JobSpec::Tan::kNone;
   aggregator::JobPeer peer;  // kRemote
 };
 TanChoice ChooseTan(const config::TanConfig* tan, uint32_t job_id, const TanLoad& load);
 
-// The JobSpec of aggregation.jobs[i]; `load` is updated with its TAN. [control]
+// The jobs of `table` whose TAN is each address, leaving out `except_job`
+// (the job being chosen for). [control]
+TanLoad CountTanLoad(const aggregator::JobTable& table, uint32_t except_job = 0);
+
+// The JobSpec of aggregation.jobs[i] (or of an API job, which then changes
+// the origin); `load` is updated with its TAN. [any]
 aggregator::JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
                                       const config::AggregationConfig& agg, uint64_t tsc_hz,
                                       TanLoad& load);
@@ -84,12 +112,6 @@ common::Status AddConfigJobs(aggregator::JobTable& table, const config::Aggregat
 // control thread only, while the index belongs to the job being snapshotted.
 using JobCounterReader = std::function<JobCounterValues(uint16_t index)>;
 
-// The control thread's view of the table as the API shows it, jobs by id,
-// each with its counters when `counters` is set. [control]
-JobTableSnapshot SnapshotJobTable(const aggregator::JobTable& table, bool in_band_registration,
-                                  const std::vector<std::string>& port_names,
-                                  const JobCounterReader& counters = {});
-
 class JobControl {
  public:
   struct Options {
@@ -97,6 +119,16 @@ class JobControl {
     std::vector<std::string> port_names;      // by port index, to name a member's port
     std::chrono::milliseconds timeout{1000};  // how long a caller waits for the control thread
     size_t max_pending = 64;                  // commands queued at once
+    // The running configuration. An API job takes the switch-wide defaults
+    // from it (aggregation.timeout_ms, trigger, tan, bypass.subswitch) and is
+    // checked against it as a config job would be (max_fan_in, the switch's
+    // own addresses, the VLANs its ports carry, the aggregation address that
+    // timers need). Its aggregation.jobs only tell which TAN choice each
+    // config job was built with (GET /api/v1/jobs/<id>/tan); they are not kept.
+    config::Config config;
+    // TSC cycles per second: turns timeout_ms into Job::timeout_cycles and
+    // back. Required for API jobs with timers (Add() is Internal without).
+    uint64_t tsc_hz = 0;
   };
 
   // `table` must outlive this object. [control]
@@ -110,13 +142,22 @@ class JobControl {
   // answer in time the command is withdrawn, nothing changes, and the result
   // is Unavailable. A full queue is Unavailable too.
 
-  // Adds a job with Origin::kApi; the new job as the API shows it, or the
-  // table's error (AlreadyExists, ResourceExhausted, InvalidArgument).
+  // Adds a job with Origin::kApi; the new job as the API shows it.
+  // InvalidArgument when the config's rules refuse it (checked on the
+  // calling thread, before the control thread sees it), else the table's
+  // error (AlreadyExists, ResourceExhausted, InvalidArgument).
   common::Result<JobSnapshot> Add(const JobRequest& request);
   // Removes a job; NotFound when absent.
   common::Status Remove(uint32_t id);
   // The whole table.
   common::Result<JobTableSnapshot> List();
+  // Shows (`request` nullopt) or changes job `id`'s TAN (TanRequest, api.h),
+  // all of it or nothing. A choice is checked like the config's tan
+  // (InvalidArgument naming the key; on the calling thread), is taken only
+  // by the job's root (FailedPrecondition elsewhere), and is picked by
+  // ChooseTan(), least_load counting the other jobs' TANs now. A member must
+  // be a worker of the job here (InvalidArgument). NotFound for an unknown job.
+  common::Result<TanReport> Tan(uint32_t id, const std::optional<TanRequest>& request);
   // Runs `fn` on the control thread and returns its status (or Unavailable
   // when the control thread did not take it in time). `fn` may refer to the
   // caller's locals: the caller waits for it once it started. [any thread but
@@ -134,6 +175,10 @@ class JobControl {
   // dataplane that counts, hence a setter rather than an Option; set it
   // before the HTTP server starts. An empty reader turns counters off. [control]
   void SetCounterReader(JobCounterReader reader);
+  // Runs `hook` on the control thread after a command added a job or
+  // changed a job's TAN: TreeControl::ScanSoon, so that the new next hops
+  // are resolved now rather than at the next periodic scan. Empty: none. [control]
+  void SetChangeHook(std::function<void()> hook);
 
   // Runs every queued command and wakes its caller. Returns how many ran. [control]
   size_t ProcessPending();
@@ -143,14 +188,33 @@ class JobControl {
 
  private:
   struct Command;
+  // The choice a job's TAN was picked by, for GET /tan; kept with the job's
+  // generation, so a job added again under the same id does not inherit it.
+  struct TanRecord {
+    uint32_t generation = 0;
+    TanReport::Choice choice;
+  };
 
   // Queues `command` and waits for it; Unavailable on a timeout or full queue.
   common::Status Post(const std::shared_ptr<Command>& command);
   void Execute(Command& command);
+  // The control thread's side of Add() and Tan().
+  common::Result<const aggregator::Job*> AddOnControl(const JobRequest& request);
+  common::Result<TanReport> TanOnControl(uint32_t id, const std::optional<TanRequest>& request);
+  // Records the choice `job` was built with from `cfg` (its own tan, coming
+  // from `source`, else aggregation.tan, from the config). [control]
+  void RecordBuiltChoice(const aggregator::Job& job, const config::AggregationJobConfig& cfg,
+                         TanReport::Source source);
+  JobSnapshot SnapshotOf(const aggregator::Job& job) const;  // [control]
 
   aggregator::JobTable& table_;
-  const Options options_;
+  // The running config without its jobs (and without source locations):
+  // what an API job is checked against, as aggregation.jobs[0]. [any: read-only]
+  config::Config base_;
+  const Options options_;      // its config moved into base_
   JobCounterReader counters_;  // [control]
+  std::function<void()> change_hook_;          // [control]
+  std::map<uint32_t, TanRecord> tan_choices_;  // by job id [control]
 
   std::mutex mu_;
   std::condition_variable done_;

@@ -27,6 +27,11 @@
 //   aggswitch_aggregation_registrations_total{result}           counter, every result
 //   aggswitch_aggregation_job_<counter>_total{job}              counters, AGG_JOB_COUNTERS, for
 //                                                               each job of snap.jobs with counters
+//   aggswitch_tan_{first_data,late_data,merged,duplicate_late,key_mismatches,completed_chunks,
+//                  gave_up_chunks,orphan_late,late_after_done,repeated_first_data,refused,
+//                  malformed,ignored}_total                     counters } the switch's own TAN,
+//   aggswitch_tan_pending_chunks                                gauge    } when snap.aggregation
+//                                                                        } has it (tan)
 //
 // Each drop reason of AGG_DROP_REASONS is exported for every port, zeros
 // included, so that rate() works from the first scrape; so is every

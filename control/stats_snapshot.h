@@ -18,7 +18,9 @@
 //
 // The job table (StatsSnapshot::jobs) and each job's counters are not read
 // here but by JobControl on the control thread (job_control.h), which is what
-// keeps a job's counters under the right job id.
+// keeps a job's counters under the right job id; the own TAN's counters
+// (AggregationSnapshot::tan) come from TreeControl in the same control-thread
+// step (http_server.cc).
 //
 // Thread safety: the types are plain values. CollectSnapshot() and
 // CollectMacEntries() may be called from any thread (control thread, civetweb
@@ -112,7 +114,7 @@ struct MacTableSnapshot {
 
 // One member of a job whose address or ack watermark the switch has learned.
 struct JobMemberSnapshot {
-  uint16_t node = 0;         // member id within the job at this switch
+  uint16_t node = 0;         // the member's node id (its rank; for a flat job, its index)
   bool has_address = false;  // the fields below up to udp_port are valid
   common::MacAddr mac;
   uint8_t port_index = 0;
@@ -126,6 +128,29 @@ struct JobMemberSnapshot {
 // A job's counters summed over every worker lcore (dataplane::JobCounters),
 // indexed by dataplane::JobCounter.
 using JobCounterValues = std::array<uint64_t, dataplane::kNumJobCounters>;
+
+// A job's TAN at this switch: where its root sends first data (docs/stragglers.md).
+struct JobTanSnapshot {
+  std::string mode = "none";  // "none", "remote" (an agg-ps or worker) or "self" (this switch)
+  common::Ipv4Addr address;   // remote: the TAN's aggregation address and UDP port
+  uint16_t port = 0;
+  bool resolved = false;  // remote: its MAC is known (ARP answered)
+};
+
+// A child switch that is a member of the job here (aggregation.jobs[].switches[]).
+struct JobChildSwitchSnapshot {
+  uint16_t node = 0;
+  std::vector<uint16_t> covers;  // the node ids below it; empty when none were given
+};
+
+// The parent switch of a job that is not rooted here (aggregation.jobs[].upstream).
+struct JobUpstreamSnapshot {
+  common::Ipv4Addr address;
+  uint16_t port = 0;
+  uint16_t node = 0;  // this switch's node id there
+  uint16_t vlan = 0;  // 0: the aggregation address's VLAN
+  bool resolved = false;
+};
 
 // One job of the job table (the key, a shared secret, is not part of it).
 struct JobSnapshot {
@@ -142,6 +167,15 @@ struct JobSnapshot {
   // together with the job itself; nullopt when the source has no dataplane
   // counters (aggregation off, or no counter reader).
   std::optional<JobCounterValues> counters;
+
+  // The tree, under the names of the config's aggregation.jobs[] keys.
+  std::vector<uint16_t> node_ids;                // the workers' node ids, by member index
+  std::vector<JobChildSwitchSnapshot> switches;  // the child switches, by member index
+  std::optional<JobUpstreamSnapshot> upstream;   // nullopt: this switch is the job's root
+  std::optional<uint32_t> timeout_ms;            // slot timer; nullopt: unknown TSC frequency
+  bool batch = false;                            // trigger: batch (else incremental)
+  JobTanSnapshot tan;                            // mode "none" unless rooted here
+  std::optional<uint16_t> tan_member;            // the worker here that runs the TAN
 };
 
 // The job table as the API and the metrics show it.
@@ -152,20 +186,22 @@ struct JobTableSnapshot {
   std::vector<JobSnapshot> jobs;  // by id
 };
 
-// The aggregation engine's switch-wide totals: the slot completion latency
-// histogram summed over the worker lcores, and the control thread's in-band
-// registration outcomes.
-// The switch's own TAN (a root with tan: {strategy: self}), as the control
-// thread last published it (TreeControl::PublishedTan).
+// The switch's own TAN (the root of jobs with tan: {strategy: self}): its
+// counters and open chunks, read on the control thread that runs it.
 struct OwnTanSnapshot {
   aggregator::TanCounters counters;
   uint64_t pending = 0;  // chunks waiting for late data or their first data
 };
 
+// The aggregation engine's switch-wide totals: the slot completion latency
+// histogram summed over the worker lcores, the control thread's in-band
+// registration outcomes, and the own TAN.
 struct AggregationSnapshot {
   dataplane::SlotLatencyTotals slot_latency;
   uint64_t registrations[dataplane::kNumRegistrationResults] = {};  // by RegistrationResult
-  std::optional<OwnTanSnapshot> tan;  // nullopt: no tree control (tests, tools)
+  // nullopt: no tree control (tests, tools), or the control thread did not
+  // answer in time; /metrics then leaves the aggswitch_tan_ families out.
+  std::optional<OwnTanSnapshot> tan;
 };
 
 struct StatsSnapshot {

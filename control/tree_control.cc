@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "aggregator/wire.h"
-#include "control/job_control.h"
 #include "dataplane/dataplane.h"
 #include "dataplane/net_headers.h"
 
@@ -129,14 +128,6 @@ void TreeControl::Poll(Clock::time_point now) {
   for (const aggregator::TanOutput& o : out_) {
     (void)dp_.SendTanResult(o.datagram.data(), static_cast<uint32_t>(o.datagram.size()));
   }
-  std::lock_guard<std::mutex> lock(published_mu_);
-  published_.counters = tan_.counters();
-  published_.pending = tan_.pending();
-}
-
-OwnTanSnapshot TreeControl::PublishedTan() const {
-  std::lock_guard<std::mutex> lock(published_mu_);
-  return published_;
 }
 
 common::Result<StragglerReport> TreeControl::Stragglers(uint32_t job_id,
@@ -170,55 +161,6 @@ common::Result<StragglerReport> TreeControl::Stragglers(uint32_t job_id,
   for (uint16_t i = 0; i < job->members(); ++i) {
     if (job->Excluded(i)) report.excluded.push_back(job->NodeId(i));
   }
-  return report;
-}
-
-common::Result<TanReport> TreeControl::Tan(uint32_t job_id,
-                                           const std::optional<TanRequest>& request) {
-  const Job* job = table_.Find(job_id);
-  if (job == nullptr) return common::NotFound("job " + std::to_string(job_id) + " does not exist");
-  const std::string name = "job " + std::to_string(job_id);
-  if (request && request->choice && !job->is_root()) {
-    return common::FailedPrecondition(
-        name + " has an upstream here: its TAN is chosen at its root, " +
-        common::Ipv4Addr{job->upstream().ip}.ToString() + "'s switch or above");
-  }
-  if (request && request->set_member && request->member) {
-    const int index = job->LocalIndex(*request->member);
-    if (index < 0 || job->IsSwitch(static_cast<uint16_t>(index))) {
-      return common::InvalidArgument("member must be the node id of a worker of " + name +
-                                     " here, got " + std::to_string(*request->member));
-    }
-  }
-  if (request && request->choice) {
-    // Least load: the jobs whose TAN is each address here, this one left out.
-    TanLoad load;
-    table_.ForEach([&](const Job& other) {
-      if (other.id() != job_id && other.tan() == JobSpec::Tan::kRemote) ++load[other.tan_peer().ip];
-    });
-    const TanChoice choice = ChooseTan(&*request->choice, job_id, load);
-    job->SetTan(choice.mode, choice.peer);
-    api_choices_[job_id] = {job->generation(), *request->choice};
-    next_scan_ = {};  // resolve the new TAN (or tell the own TAN the covers) at the next poll
-  }
-  if (request && request->set_member) job->SetTanMember(request->member.value_or(aggregator::kNoNode));
-
-  TanReport report;
-  report.job = job_id;
-  report.root = job->is_root();
-  switch (job->tan()) {
-    case JobSpec::Tan::kNone: report.mode = "none"; break;
-    case JobSpec::Tan::kRemote: report.mode = "remote"; break;
-    case JobSpec::Tan::kSelf: report.mode = "self"; break;
-  }
-  const aggregator::JobPeer peer = job->tan_peer();
-  report.ip = peer.ip;
-  report.port = peer.udp_port;
-  aggregator::MemberAddr hop;
-  report.resolved = job->tan() == JobSpec::Tan::kRemote && job->GetHop(Job::Hop::kTan, &hop);
-  if (job->tan_member() != aggregator::kNoNode) report.member = job->tan_member();
-  const auto it = api_choices_.find(job_id);
-  if (it != api_choices_.end() && it->second.first == job->generation()) report.chosen = it->second.second;
   return report;
 }
 

@@ -16,19 +16,20 @@
 //   TreeControl tree(*dp, *table, TreeControl::Options{...});
 //   while (running) { tree.Poll(std::chrono::steady_clock::now()); ... }
 //
-// Thread safety: everything here is [control] (the API reaches it through
-// JobControl::RunOnControl), except PublishedTan [any], a copy of the own
-// TAN's counters that each Poll publishes for /metrics.
+// A job's next hops follow its TAN: a choice changed at runtime
+// (Job::SetTan, by JobControl) is resolved at the next scan of the jobs,
+// every 200 ms, or at once after ScanSoon(); a job switched to "self" gives
+// the own TAN its child switches' covers, as a config job does.
+//
+// Thread safety: everything here is [control] (the API and /metrics reach it
+// through JobControl::RunOnControl).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "aggregator/job_table.h"
@@ -37,7 +38,6 @@
 #include "common/status.h"
 #include "config/config.h"
 #include "control/api.h"
-#include "control/stats_snapshot.h"
 #include "control/straggler_predictor.h"
 
 namespace aggswitch::dataplane {
@@ -79,16 +79,12 @@ class TreeControl {
   // them (every other member is included again); with `clear`, includes
   // everyone. NotFound for an unknown job.
   common::Result<StragglerReport> Stragglers(uint32_t job_id, const StragglerRequest& request);
-  // Shows (nullopt) or changes job `job_id`'s TAN (TanRequest in api.h): a
-  // choice applies at the job's root only (FailedPrecondition elsewhere) and
-  // picks by the strategy among the candidates, as the config does (least
-  // load counts the other jobs' TANs here); a member must be a worker of the
-  // job here (InvalidArgument). NotFound for an unknown job.
-  common::Result<TanReport> Tan(uint32_t job_id, const std::optional<TanRequest>& request);
+  // Makes the next Poll scan every job's next hops (a job was added, or its
+  // TAN changed) instead of waiting for the periodic scan.
+  void ScanSoon() { next_scan_ = {}; }
+  // The own TAN's counters, and the chunks it holds open.
   const aggregator::TanCounters& tan_counters() const { return tan_.counters(); }
   size_t tan_pending() const { return tan_.pending(); }
-  // The own TAN's counters as of the last Poll. [any]
-  OwnTanSnapshot PublishedTan() const;
   uint64_t arp_requests() const { return arp_requests_; }
 
  private:
@@ -111,9 +107,6 @@ class TreeControl {
   aggregator::TanEngine tan_;
   std::map<uint32_t, Neighbor> neighbors_;  // by IPv4 address (host order)
   std::map<uint32_t, uint32_t> covers_set_;  // job id -> generation whose covers the TAN knows
-  // The last TAN choice posted through the API, by job id, with the job's
-  // generation (a job added again forgets it).
-  std::map<uint32_t, std::pair<uint32_t, config::TanConfig>> api_choices_;
   struct Prediction {
     uint32_t generation = 0;
     StragglerPredictor predictor{kPredictionHistory};
@@ -123,8 +116,6 @@ class TreeControl {
   std::chrono::steady_clock::time_point next_scan_{};
   uint64_t arp_requests_ = 0;
   std::vector<aggregator::TanOutput> out_;
-  mutable std::mutex published_mu_;
-  OwnTanSnapshot published_;  // guarded by published_mu_
 };
 
 }  // namespace aggswitch::control

@@ -5,7 +5,11 @@
 //   aggctl lcores
 //   aggctl stats
 //   aggctl jobs show [ID]
-//   aggctl jobs add --id 7 --key 0xc0ffee --members 4 [--nodes 2] [--ordered]
+//   aggctl jobs add --id 7 --key 0xc0ffee (--members 4 | --node-ids 0-3 [--switch 100=8-15]...)
+//                   [--nodes 2] [--ordered] [--upstream ADDR[:PORT] --upstream-node N
+//                   [--upstream-vlan V]] [--timeout-ms MS] [--trigger incremental|batch]
+//                   [--tan-strategy S --tan-candidate ADDR[:PORT][,hops=H]... | --tan-self]
+//                   [--tan-member N]
 //   aggctl jobs rm ID
 //   aggctl slots [--job 7] [--limit 1000]
 //   aggctl bypass [--job 7] [--limit 1000]
@@ -15,8 +19,9 @@
 //
 // Prints aligned tables by default and the API's JSON (pretty-printed) with
 // --json. Exits 1 with a one-line reason when the daemon cannot be reached or
-// answers with an error. The HTTP client is a few dozen lines over a socket:
-// one request per run, HTTP/1.1 with "Connection: close".
+// answers with an error; a command line it cannot use exits with CLI11's code
+// (and a bad --key with 2), sending nothing. The HTTP client is a few dozen
+// lines over a socket: one request per run, HTTP/1.1 with "Connection: close".
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -449,6 +454,41 @@ std::string OptionalU64(const json& v) {
   return v.is_null() ? "-" : U64(v);
 }
 
+// Node ids as the config writes them: "0-3,8".
+std::string NodeIdsText(const json& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size();) {
+    const uint64_t first = ids[i].get<uint64_t>();
+    size_t k = i + 1;
+    while (k < ids.size() && ids[k].get<uint64_t>() == first + (k - i)) ++k;
+    if (!out.empty()) out += ',';
+    out += std::to_string(first);
+    if (k - i > 1) out += "-" + std::to_string(first + (k - 1 - i));
+    i = k;
+  }
+  return out;
+}
+
+// {"mode","address","port","resolved"}: "-", "self", "10.0.9.50:47000" (with
+// "?" while ARP has not answered).
+std::string TanText(const json& tan) {
+  const std::string mode = tan.at("mode").get<std::string>();
+  if (mode == "self") return "self";
+  if (mode != "remote") return "-";
+  return tan.at("address").get<std::string>() + ":" + U64(tan.at("port")) +
+         (tan.at("resolved").get<bool>() ? "" : "?");
+}
+
+// A job's parent switch: "root" (none), or its address ("?": unresolved).
+// "-" from daemons that do not show the tree.
+std::string UpstreamText(const json& job) {
+  if (!job.contains("upstream")) return "-";
+  const json& up = job.at("upstream");
+  if (up.is_null()) return "root";
+  return up.at("address").get<std::string>() + ":" + U64(up.at("port")) +
+         (up.at("resolved").get<bool>() ? "" : "?");
+}
+
 // A job's "counters" object; null with aggregation off (and absent from
 // daemons older than the per-job counters).
 json JobCounters(const json& job) {
@@ -462,17 +502,22 @@ std::string JobCounter(const json& job, const char* name) {
 
 void PrintJobs(const json& j) {
   Table t({">JOB", "ORIGIN", ">INDEX", ">MEMBERS", ">LEARNED", ">NODES", "ORDERED", ">MIN-ACK",
-           ">CONTRIB", ">COMPLETED"});
+           ">CONTRIB", ">COMPLETED", "UPSTREAM", "TAN"});
+  bool unresolved = false;
   for (const json& job : j.at("jobs")) {
+    const std::string upstream = UpstreamText(job);
+    const std::string tan = job.contains("tan") ? TanText(job.at("tan")) : "-";
+    unresolved |= upstream.back() == '?' || tan.back() == '?';
     t.AddRow({U64(job.at("id")), job.at("origin").get<std::string>(), U64(job.at("index")),
               U64(job.at("members")), U64(job.at("learned")), U64(job.at("nodes")),
               job.at("ordered").get<bool>() ? "yes" : "no", OptionalU64(job.at("min_ack")),
-              JobCounter(job, "contributions"), JobCounter(job, "completions")});
+              JobCounter(job, "contributions"), JobCounter(job, "completions"), upstream, tan});
   }
   if (!t.empty()) t.Print(std::cout);
   std::cout << U64(j.at("count")) << " of " << U64(j.at("capacity")) << " jobs; at most "
             << U64(j.at("max_fan_in")) << " members each; in-band registration "
             << (j.at("in_band_registration").get<bool>() ? "on" : "off") << '\n';
+  if (unresolved) std::cout << "?: next hop not resolved by ARP yet\n";
 }
 
 // A slot's age: chunks complete in microseconds, stuck ones age in seconds.
@@ -541,6 +586,54 @@ void PrintBypass(const json& j) {
   std::cout << '\n';
 }
 
+// The job's tree at this switch, as the config's keys describe it.
+void PrintJobTree(const json& job) {
+  std::cout << "\nTree\n";
+  const json& workers = job.at("node_ids");
+  std::cout << "  workers    " << (workers.empty() ? "none" : NodeIdsText(workers)) << '\n';
+  const json& switches = job.at("switches");
+  std::cout << "  switches   ";
+  if (switches.empty()) std::cout << "none";
+  for (size_t i = 0; i < switches.size(); ++i) {
+    const json& child = switches[i];
+    std::cout << (i > 0 ? ", " : "") << U64(child.at("node"));
+    if (!child.at("covers").empty())
+      std::cout << " (covers " << NodeIdsText(child.at("covers")) << ")";
+  }
+  std::cout << '\n';
+  const json& up = job.at("upstream");
+  std::cout << "  upstream   ";
+  if (up.is_null()) {
+    std::cout << "none (this switch is the root)";
+  } else {
+    std::cout << up.at("address").get<std::string>() << ':' << U64(up.at("port")) << ", as node "
+              << U64(up.at("node"));
+    if (up.at("vlan").get<uint64_t>() != 0) std::cout << " on VLAN " << U64(up.at("vlan"));
+    std::cout << (up.at("resolved").get<bool>() ? " (resolved)" : " (not resolved yet)");
+  }
+  std::cout << '\n';
+  const json& timeout = job.at("timeout_ms");
+  std::cout << "  timer      "
+            << (timeout.is_null()              ? std::string("?")
+                : timeout.get<uint64_t>() == 0 ? std::string("off")
+                                               : U64(timeout) + " ms")
+            << ", trigger " << job.at("trigger").get<std::string>() << '\n';
+  const json& tan = job.at("tan");
+  const std::string mode = tan.at("mode").get<std::string>();
+  std::cout << "  TAN        ";
+  if (mode == "remote") {
+    std::cout << tan.at("address").get<std::string>() << ':' << U64(tan.at("port"))
+              << (tan.at("resolved").get<bool>() ? " (resolved)" : " (not resolved yet)");
+  } else if (mode == "self") {
+    std::cout << "this switch";
+  } else {
+    std::cout << (up.is_null() ? "none" : "chosen by the root");
+  }
+  const json& member = job.at("tan_member");
+  if (!member.is_null()) std::cout << "; run by worker " << U64(member) << " here";
+  std::cout << '\n';
+}
+
 void PrintJob(const json& job) {
   const uint64_t nodes = job.at("nodes").get<uint64_t>();
   std::cout << "job " << U64(job.at("id")) << " (" << job.at("origin").get<std::string>()
@@ -549,6 +642,7 @@ void PrintJob(const json& job) {
             << (nodes == 1 ? std::string("root switch") : U64(job.at("nodes")) + " nodes")
             << (job.at("ordered").get<bool>() ? ", ordered" : "") << ", min ack "
             << OptionalU64(job.at("min_ack")) << '\n';
+  if (job.contains("node_ids")) PrintJobTree(job);
 
   const json counters = JobCounters(job);
   std::cout << "\nCounters\n";
@@ -594,6 +688,21 @@ void PrintJob(const json& job) {
   }
 }
 
+// jobs add: the new job, in one line.
+void PrintAddedJob(const json& job) {
+  std::cout << "added job " << U64(job.at("id")) << " (index " << U64(job.at("index")) << ", "
+            << U64(job.at("members")) << " members, " << U64(job.at("nodes"))
+            << (job.at("nodes").get<uint64_t>() == 1 ? " node" : " nodes")
+            << (job.at("ordered").get<bool>() ? ", ordered" : "");
+  if (job.contains("upstream")) {
+    const std::string up = UpstreamText(job);
+    std::cout << (up == "root" ? ", root here" : ", upstream " + up);
+    const std::string tan = TanText(job.at("tan"));
+    if (tan != "-") std::cout << ", TAN " << (tan == "self" ? "this switch" : tan);
+  }
+  std::cout << ")\n";
+}
+
 // ----------------------------------------------------------------------------
 
 struct Options {
@@ -606,9 +715,21 @@ struct Options {
   std::optional<uint32_t> job_id;
   std::optional<uint32_t> slot_limit;
   std::string job_key;
-  uint16_t job_members = 0;
+  std::optional<uint16_t> job_members;
   uint16_t job_nodes = 1;
   bool job_ordered = false;
+  // jobs add: the tree, as the config's aggregation.jobs[] keys
+  std::string job_node_ids;
+  std::vector<std::string> job_switches;
+  std::string job_upstream;
+  uint16_t job_upstream_node = 0;
+  uint16_t job_upstream_vlan = 0;
+  std::optional<uint32_t> job_timeout_ms;
+  std::string job_trigger;
+  std::string job_tan_strategy;
+  std::vector<std::string> job_tan_candidates;
+  bool job_tan_self = false;
+  std::optional<uint16_t> job_tan_member;
 };
 
 // Sends `method target` (with `request_body`) and prints the reply with
@@ -669,14 +790,16 @@ void PrintTan(const json& j) {
     std::cout << "none";
   }
   std::cout << '\n';
-  const json& chosen = j.at("chosen");
-  if (!chosen.is_null()) {
-    std::cout << "chosen through the API: " << chosen.at("strategy").get<std::string>();
-    const json& candidates = chosen.at("candidates");
+  const json& chosen_by = j.at("chosen_by");
+  if (!chosen_by.is_null()) {
+    std::cout << (chosen_by == "api" ? "chosen through the API: " : "chosen by the config: ")
+              << j.at("strategy").get<std::string>();
+    const json& candidates = j.at("candidates");
     if (!candidates.empty()) std::cout << " among";
     for (const json& c : candidates) {
-      std::cout << ' ' << c.at("address").get<std::string>() << ':' << U64(c.at("port"))
-                << " (" << U64(c.at("hops")) << " hops)";
+      const uint64_t hops = c.at("hops").get<uint64_t>();
+      std::cout << ' ' << c.at("address").get<std::string>() << ':' << U64(c.at("port")) << " ("
+                << hops << (hops == 1 ? " hop)" : " hops)");
     }
     std::cout << '\n';
   }
@@ -684,6 +807,11 @@ void PrintTan(const json& j) {
   std::cout << "member running the TAN here: " << (member.is_null() ? "none" : U64(member))
             << '\n';
 }
+
+// ----------------------------------------------------------------------------
+// Command-line values that become JSON for the API. Each parser checks the
+// syntax only; the switch checks the values (ranges, addresses, the job's
+// rules) and names the key it refuses.
 
 // A decimal number, all of `text`.
 std::optional<uint64_t> ParseUnsigned(std::string_view text) {
@@ -693,29 +821,95 @@ std::optional<uint64_t> ParseUnsigned(std::string_view text) {
   return value;
 }
 
-// --candidate ADDR[:PORT][,hops=H] as the API's candidate object; the
-// switch checks the address and the ranges.
-std::optional<json> ParseCandidate(const std::string& text) {
-  json c;
-  std::string rest = text;
-  const size_t comma = rest.find(',');
-  if (comma != std::string::npos) {
-    const std::string option = rest.substr(comma + 1);
-    rest.resize(comma);
-    constexpr std::string_view kHops = "hops=";
-    if (option.compare(0, kHops.size(), kHops) != 0) return std::nullopt;
-    const std::optional<uint64_t> hops = ParseUnsigned(option.substr(kHops.size()));
-    if (!hops) return std::nullopt;
-    c["hops"] = *hops;
-  }
-  const size_t colon = rest.find(':');
-  c["address"] = rest.substr(0, colon);
-  if (colon != std::string::npos) {
-    const std::optional<uint64_t> port = ParseUnsigned(rest.substr(colon + 1));
+// ADDR[:PORT] as {"address"[, "port"]}.
+std::optional<json> ParseAddressPort(std::string_view text) {
+  const size_t colon = text.find(':');
+  const std::string_view address = text.substr(0, colon);
+  if (address.empty()) return std::nullopt;
+  json j = {{"address", std::string(address)}};
+  if (colon != std::string_view::npos) {
+    const std::optional<uint64_t> port = ParseUnsigned(text.substr(colon + 1));
     if (!port) return std::nullopt;
-    c["port"] = *port;
+    j["port"] = *port;
   }
+  return j;
+}
+
+// ADDR[:PORT][,hops=H] as a candidate {"address"[, "port"][, "hops"]}.
+std::optional<json> ParseCandidate(std::string_view text) {
+  const size_t comma = text.find(',');
+  std::optional<json> c = ParseAddressPort(text.substr(0, comma));
+  if (!c || comma == std::string_view::npos) return c;
+  constexpr std::string_view kHops = "hops=";
+  const std::string_view option = text.substr(comma + 1);
+  if (option.substr(0, kHops.size()) != kHops) return std::nullopt;
+  const std::optional<uint64_t> hops = ParseUnsigned(option.substr(kHops.size()));
+  if (!hops) return std::nullopt;
+  (*c)["hops"] = *hops;
   return c;
+}
+
+// "0-3,7" as a node id list: numbers, and "a-b" ranges as strings (as the
+// config writes them).
+std::optional<json> ParseNodeIds(std::string_view text) {
+  json ids = json::array();
+  while (true) {
+    const size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    const size_t dash = item.find('-');
+    if (dash == std::string_view::npos) {
+      const std::optional<uint64_t> id = ParseUnsigned(item);
+      if (!id) return std::nullopt;
+      ids.push_back(*id);
+    } else {
+      if (!ParseUnsigned(item.substr(0, dash)) || !ParseUnsigned(item.substr(dash + 1))) {
+        return std::nullopt;
+      }
+      ids.push_back(std::string(item));
+    }
+    if (comma == std::string_view::npos) return ids;
+    text.remove_prefix(comma + 1);
+  }
+}
+
+// NODE[=COVERS] as a child switch {"node"[, "covers"]}.
+std::optional<json> ParseChildSwitch(std::string_view text) {
+  const size_t eq = text.find('=');
+  const std::optional<uint64_t> node = ParseUnsigned(text.substr(0, eq));
+  if (!node) return std::nullopt;
+  json child = {{"node", *node}};
+  if (eq == std::string_view::npos) return child;
+  std::optional<json> covers = ParseNodeIds(text.substr(eq + 1));
+  if (!covers) return std::nullopt;
+  child["covers"] = std::move(*covers);
+  return child;
+}
+
+// A CLI11 check that `parse` takes the value; `expected` says what it takes
+// (the option's type name shows it in --help).
+CLI::Validator Syntax(std::optional<json> (*parse)(std::string_view), const std::string& expected) {
+  return CLI::Validator(
+      [parse, expected](std::string& value) {
+        return parse(value) ? std::string() : "expected " + expected + ", got '" + value + "'";
+      },
+      "");
+}
+
+// The value of an option `Syntax(parse, ...)` has checked.
+json Parsed(std::optional<json> (*parse)(std::string_view), const std::string& value) {
+  return *parse(value);
+}
+
+// A TAN choice from the tan command's or jobs add's options: {"strategy",
+// "candidates"} (fixed without a strategy), or {"strategy": "self"}; null
+// when none was given.
+json TanChoiceJson(const std::string& strategy, const std::vector<std::string>& candidates,
+                   bool self) {
+  if (self) return {{"strategy", "self"}};
+  if (candidates.empty()) return nullptr;
+  json tan = {{"strategy", strategy.empty() ? "fixed" : strategy}, {"candidates", json::array()}};
+  for (const std::string& c : candidates) tan["candidates"].push_back(Parsed(ParseCandidate, c));
+  return tan;
 }
 
 int Main(int argc, char** argv) {
@@ -807,29 +1001,116 @@ int Main(int argc, char** argv) {
       print = PrintJob;
     }
   });
-  CLI::App* jobs_add = jobs->add_subcommand("add", "add a job (it stays until removed or restart)");
+  CLI::App* jobs_add = jobs->add_subcommand(
+      "add",
+      "add a job (it stays until removed or restart); the options are the config's "
+      "aggregation.jobs[] keys, with the same defaults");
   jobs_add->add_option("--id", o.job_id, "job id, as in the packets' job_id")
       ->required()
       ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
   jobs_add->add_option("--key", o.job_key, "job key: decimal or 0x-prefixed hex, up to 64 bits")
       ->required();
-  jobs_add->add_option("--members", o.job_members, "members expected at this switch")
-      ->required()
+  jobs_add
+      ->add_option("--members", o.job_members,
+                   "members expected at this switch (default: as many as --node-ids and "
+                   "--switch name)")
       ->check(CLI::Range(1, 65535));
   jobs_add->add_option("--nodes", o.job_nodes, "switches taking part; 1: this switch is the root")
       ->check(CLI::Range(1, 65535))
       ->capture_default_str();
   jobs_add->add_flag("--ordered", o.job_ordered,
                      "reduce floats in member order (bit-identical results)");
+  jobs_add
+      ->add_option("--node-ids", o.job_node_ids,
+                   "the workers' node ids at this switch, e.g. 0-3,7 (default 0..members-1)")
+      ->check(Syntax(ParseNodeIds, "node ids N or ranges A-B, comma-separated"))
+      ->type_name("IDS");
+  jobs_add
+      ->add_option("--switch", o.job_switches,
+                   "a child switch, also a member: its node id (its --upstream-node) and the "
+                   "node ids below it, e.g. 100=0-3,7; repeatable")
+      ->check(Syntax(ParseChildSwitch, "NODE or NODE=COVERS (COVERS like 0-3,7)"))
+      ->type_name("NODE[=COVERS]");
+  CLI::Option* upstream =
+      jobs_add
+          ->add_option("--upstream", o.job_upstream,
+                       "the parent switch's aggregation address (port 47000 by default): this "
+                       "switch is not the job's root")
+          ->check(Syntax(ParseAddressPort, "ADDR[:PORT]"))
+          ->type_name("ADDR[:PORT]");
+  CLI::Option* upstream_node =
+      jobs_add->add_option("--upstream-node", o.job_upstream_node, "this switch's node id there")
+          ->check(CLI::Range(0, 65534));
+  CLI::Option* upstream_vlan =
+      jobs_add
+          ->add_option("--upstream-vlan", o.job_upstream_vlan,
+                       "the VLAN to resolve the parent on (default: the aggregation address's)")
+          ->check(CLI::Range(0, 4094));
+  upstream->needs(upstream_node);
+  upstream_node->needs(upstream);
+  upstream_vlan->needs(upstream);
+  jobs_add
+      ->add_option("--timeout-ms", o.job_timeout_ms,
+                   "slot timer, 0: off (default: aggregation.timeout_ms)")
+      ->check(CLI::Range(0, 3600000));
+  jobs_add
+      ->add_option("--trigger", o.job_trigger, "when a slot reduces (default: aggregation.trigger)")
+      ->check(CLI::IsMember({"incremental", "batch"}));
+  CLI::Option* job_strategy =
+      jobs_add
+          ->add_option("--tan-strategy", o.job_tan_strategy,
+                       "how the root picks the TAN among --tan-candidate (default fixed: the "
+                       "first; without any TAN option: aggregation.tan)")
+          ->check(CLI::IsMember({"fixed", "random", "least_load", "fewest_hops"}));
+  CLI::Option* job_candidate =
+      jobs_add
+          ->add_option("--tan-candidate", o.job_tan_candidates,
+                       "a TAN the root may pick (port 47000, hops 0 by default); repeatable")
+          ->check(Syntax(ParseCandidate, "ADDR[:PORT][,hops=H]"))
+          ->type_name("ADDR[:PORT][,hops=H]");
+  CLI::Option* job_self =
+      jobs_add->add_flag("--tan-self", o.job_tan_self, "the root merges the late data itself")
+          ->excludes(job_strategy, job_candidate);
+  job_strategy->needs(job_candidate);
+  for (CLI::Option* tan_option : {job_strategy, job_candidate, job_self}) {
+    tan_option->excludes(upstream);
+  }
+  jobs_add
+      ->add_option("--tan-member", o.job_tan_member,
+                   "a worker of --node-ids that also runs the job's TAN: when it is late, no "
+                   "bypass entry for it (it keeps its own data)")
+      ->check(CLI::Range(0, 65534));
+  json job_body;  // POST /api/v1/jobs without its key, which is checked after parsing
   jobs_add->callback([&] {
+    if (!o.job_members && o.job_node_ids.empty() && o.job_switches.empty()) {
+      throw CLI::ValidationError("--members",
+                                 "give the member count, or the members with --node-ids and "
+                                 "--switch");
+    }
     method = "POST";
     target = "/api/v1/jobs";
-    print = [](const json& job) {
-      std::cout << "added job " << U64(job.at("id")) << " (index " << U64(job.at("index")) << ", "
-                << U64(job.at("members")) << " members, " << U64(job.at("nodes"))
-                << (job.at("nodes").get<uint64_t>() == 1 ? " node" : " nodes")
-                << (job.at("ordered").get<bool>() ? ", ordered" : "") << ")\n";
-    };
+    job_body = {
+        {"id", *o.job_id}, {"key", nullptr}, {"nodes", o.job_nodes}, {"ordered", o.job_ordered}};
+    if (o.job_members) job_body["members"] = *o.job_members;
+    if (!o.job_node_ids.empty()) job_body["node_ids"] = Parsed(ParseNodeIds, o.job_node_ids);
+    if (!o.job_switches.empty()) {
+      job_body["switches"] = json::array();
+      for (const std::string& child : o.job_switches) {
+        job_body["switches"].push_back(Parsed(ParseChildSwitch, child));
+      }
+    }
+    if (!o.job_upstream.empty()) {
+      json up = Parsed(ParseAddressPort, o.job_upstream);
+      up["node"] = o.job_upstream_node;
+      up["vlan"] = o.job_upstream_vlan;
+      job_body["upstream"] = std::move(up);
+    }
+    if (o.job_timeout_ms) job_body["timeout_ms"] = *o.job_timeout_ms;
+    if (!o.job_trigger.empty()) job_body["trigger"] = o.job_trigger;
+    json tan = TanChoiceJson(o.job_tan_strategy, o.job_tan_candidates, o.job_tan_self);
+    if (!tan.is_null()) job_body["tan"] = std::move(tan);
+    if (o.job_tan_member) job_body["tan_member"] = *o.job_tan_member;
+    print = PrintAddedJob;
   });
   CLI::App* jobs_rm = jobs->add_subcommand("rm", "remove a job");
   jobs_rm->add_option("ID", o.job_id, "the job to remove")
@@ -905,11 +1186,12 @@ int Main(int argc, char** argv) {
           ->check(CLI::IsMember({"fixed", "random", "least_load", "fewest_hops"}));
   CLI::Option* candidate =
       tan->add_option("--candidate", tan_candidates,
-                      "a TAN the root may pick, ADDR[:PORT][,hops=H] (port 47000, hops 0 by "
-                      "default); repeatable")
+                      "a TAN the root may pick (port 47000, hops 0 by default); repeatable. One "
+                      "with the default strategy: the management node's own pick")
+          ->check(Syntax(ParseCandidate, "ADDR[:PORT][,hops=H]"))
           ->type_name("ADDR[:PORT][,hops=H]");
-  CLI::Option* self = tan->add_flag("--self", tan_self, "the root merges the late data itself")
-                          ->excludes(strategy, candidate);
+  tan->add_flag("--self", tan_self, "the root merges the late data itself")
+      ->excludes(strategy, candidate);
   strategy->needs(candidate);
   CLI::Option* member =
       tan->add_option("--member", tan_member,
@@ -920,20 +1202,8 @@ int Main(int argc, char** argv) {
   tan->callback([&] {
     target = "/api/v1/jobs/" + std::to_string(tan_job) + "/tan";
     print = PrintTan;
-    json body = json::object();
-    if (tan_self) body["strategy"] = "self";
-    if (!tan_candidates.empty()) {
-      body["strategy"] = tan_strategy.empty() ? "fixed" : tan_strategy;
-      body["candidates"] = json::array();
-      for (const std::string& c : tan_candidates) {
-        const std::optional<json> parsed = ParseCandidate(c);
-        if (!parsed) {
-          throw CLI::ValidationError("--candidate",
-                                     "expected ADDR[:PORT][,hops=H], got '" + c + "'");
-        }
-        body["candidates"].push_back(*parsed);
-      }
-    }
+    json body = TanChoiceJson(tan_strategy, tan_candidates, tan_self);
+    if (body.is_null()) body = json::object();
     if (tan_member) body["member"] = *tan_member;
     if (tan_no_member) body["member"] = nullptr;
     if (body.empty()) return;  // show
@@ -946,7 +1216,7 @@ int Main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (method == "POST" && target == "/api/v1/jobs") {
+  if (!job_body.is_null()) {
     const std::optional<uint64_t> key = common::ParseJobKey(o.job_key);
     if (!key) {
       std::cerr << "aggctl: --key must be a decimal number below 2^64 or 0x and 1..16 hex "
@@ -956,12 +1226,8 @@ int Main(int argc, char** argv) {
     }
     char hex[19];
     std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(*key));
-    json body = {{"id", *o.job_id},
-                 {"key", hex},
-                 {"members", o.job_members},
-                 {"nodes", o.job_nodes},
-                 {"ordered", o.job_ordered}};
-    request_body = body.dump();
+    job_body["key"] = hex;
+    request_body = job_body.dump();
   }
   const int rc = Run(o, method, target, request_body, print);
   if (rc == 0 && method == "DELETE" && !o.json) {

@@ -88,6 +88,9 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   control::JobControl::Options job_options;
   job_options.in_band_registration = cfg.aggregation.in_band_registration;
   for (const config::PortConfig& port : cfg.ports) job_options.port_names.push_back(port.name);
+  // API jobs take the config's defaults and rules (and are built like config jobs).
+  job_options.config = cfg;
+  job_options.tsc_hz = rte_get_tsc_hz();
   control::JobControl job_control(**job_table, std::move(job_options));
 
   auto dp = dataplane::Dataplane::Create(cfg, cfg.aggregation.enabled ? job_table->get() : nullptr);
@@ -118,6 +121,8 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
                                    ? aggregator::TanTrigger::kBatch
                                    : aggregator::TanTrigger::kIncremental;
     tree = std::make_unique<control::TreeControl>(**dp, **job_table, std::move(tree_options));
+    // A job added, or a TAN changed, through the API: resolve its next hops now.
+    job_control.SetChangeHook([t = tree.get()] { t->ScanSoon(); });
   }
   auto http = control::HttpServer::Start(cfg.http.listen, **dp, &job_control, tree.get());
   if (!http.ok()) {
@@ -143,6 +148,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   control::UnregisterTelemetry();
   http->reset();
   job_control.SetCounterReader(nullptr);  // it outlives the dataplane
+  job_control.SetChangeHook(nullptr);     // and the tree
   (*dp)->Stop();
   dp->reset();
   AGG_LOG(kInfo, "stopped");
