@@ -59,7 +59,9 @@
 #     comes back to rank 0's TAN through the spine; case 2, leaf A knows
 #     (tan_member: 0), writes no entry, and rank 0 keeps its data
 #     (--tan-keeps-own): nothing of it reaches leaf A;
-# 12. nothing held at the end: no bypass entry, no armed timer, nothing at
+# 12. a tree job from the API alone (job 15, aggctl jobs add on all three
+#     switches) with a straggler;
+# 13. nothing held at the end: no bypass entry, no armed timer, nothing at
 #     agg-ps.
 #
 # Each switch runs in a namespace of its own, see "Topology" below. All three
@@ -104,7 +106,7 @@ SPINE_TIMEOUT_MS=200
 JOBS=("7:0x7ee::::fixed" "8:0x8ee::::fixed" "9:0x9ee:1000:1000:2000:fixed" "10:0xaee::::self"
   "11:0xbee:800:800:200:fixed" "12:0xcee::2000:3000:fixed" "13:0xdee::::fixed" "14:0xeee::::w0:0")
 declare -A JOB_KEY=([7]=0x7ee [8]=0x8ee [9]=0x9ee [10]=0xaee [11]=0xbee [12]=0xcee [13]=0xdee
-  [14]=0xeee)
+  [14]=0xeee [15]=0xfee)
 W0_IP=$NET.21
 W0_TAN_PORT=47100
 # bypass.subswitch at the spine: nodes (variant 2) until check 10 restarts it
@@ -397,7 +399,7 @@ own_tan_metric() {
 # --- Runs.
 # Every run of a job starts past the previous run's sequence numbers: the
 # switches and the TAN remember a configured job's finished chunks.
-declare -A NEXT_SEQ=([7]=0 [8]=0 [9]=0 [10]=0 [11]=0 [12]=0 [13]=0 [14]=0)
+declare -A NEXT_SEQ=([7]=0 [8]=0 [9]=0 [10]=0 [11]=0 [12]=0 [13]=0 [14]=0 [15]=0)
 SEQ_STRIDE=100000
 declare -A RANK_PIDS=() RANK_LIST=() RUN_FIRST_SEQ=()
 # launch NAME JOB RANKS [AGG-WORKER OPTIONS]: starts the ranks RANKS ("0 1 2
@@ -1395,7 +1397,57 @@ check "  ... leaf A listed rank 0 without an entry; rank 0's TAN took its own da
 rm -f "$WORK/NOTES"
 elapsed
 
-# --- 12. Nothing held: no bypass entry and no armed slot timer on any switch
+# --- 12. A tree job from the API alone: job 15 is added to the three
+# switches with aggctl jobs add (the spine with the leaves as members and
+# agg-ps as its TAN, each leaf with its ranks and the spine as upstream); a
+# run with a straggler under leaf B goes through the whole path.
+api_tree_job() {
+  local rc=0 s i resolved out
+  aggctl_at spine jobs add --id 15 --key 0xfee --nodes 3 --switch 100=0-3 --switch 101=4-7 \
+    --tan-strategy fixed --tan-candidate "$TAN_IP:$PORT,hops=1" | while read -r l; do say "spine: $l"; done
+  for i in 0 1; do
+    s=${SWITCHES[$i]}
+    aggctl_at "$s" jobs add --id 15 --key 0xfee --nodes 3 --node-ids "$((4 * i))-$((4 * i + 3))" \
+      --upstream "$SPINE_IP:$PORT" --upstream-node $((100 + i)) --upstream-vlan 10 |
+      while read -r l; do say "$s: $l"; done
+  done
+  for i in $(seq 1 50); do
+    resolved=0
+    for s in leafa leafb; do
+      out=$(aggctl_at "$s" --json jobs show 15 2>/dev/null)
+      python3 -c 'import json, sys; sys.exit(0 if json.loads(sys.argv[1])["upstream"]["resolved"] else 1)' \
+        "$out" 2>/dev/null && resolved=$((resolved + 1))
+    done
+    [ "$resolved" -eq 2 ] && break
+    sleep 0.1
+  done
+  [ "$resolved" -eq 2 ] || { echo "the leaves did not resolve job 15's upstream"; rc=1; }
+  with RANK_EXTRA="5:--delay-ms,300" allreduce apitree 15 --dtype int32 --size 16K || rc=1
+  return $rc
+}
+api_tree_counters() {
+  local rc=0 n
+  n=$(chunks apitree)
+  ps_fresh
+  say "$n chunks per rank; $(show_deltas | tr '\n' ';')"
+  expect leafb timeouts -ge "$n" || rc=1
+  expect leafb bypass_matched -ge "$n" || rc=1
+  expect spine late_forwarded -ge "$n" || rc=1
+  expect_ps merged -eq "$n" || rc=1
+  expect_ps completed -eq "$n" || rc=1
+  return $rc
+}
+start_ps
+snapshot
+check "a tree job from the API (job 15, aggctl jobs add on all three switches): rank 5 300 ms late, 16 KiB, every rank verified" \
+  api_tree_job && show_notes
+rm -f "$WORK/NOTES"
+check "  ... leaf B bypassed rank 5, the spine forwarded its data, agg-ps merged it" \
+  api_tree_counters && show_notes
+rm -f "$WORK/NOTES"
+elapsed
+
+# --- 13. Nothing held: no bypass entry and no armed slot timer on any switch
 # (the entries of check 6, whose straggler never came, expired after
 # bypass.ttl_ms); agg-ps holds no chunk and no late data.
 released() {
