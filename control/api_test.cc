@@ -1470,6 +1470,33 @@ TEST(ApiSlotsTest, JobDetailTruncation) {
 
 // --- End to end: HandleRequest -> JobControl -> JobTable, with a control thread -----
 
+// Drains a JobControl and reclaims the table on a thread of its own, like
+// ControlLoop::Run, until Stop() or destruction.
+class ControlThread {
+ public:
+  ~ControlThread() { Stop(); }
+  void Start(JobControl& jobs, aggregator::JobTable& table) {
+    Stop();
+    stop_ = false;
+    thread_ = std::thread([this, &jobs, &table] {
+      while (!stop_.load()) {
+        jobs.ProcessPending();
+        table.Reclaim();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::thread::id id() const { return thread_.get_id(); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // Runs a JobControl and a control thread that drains it, like ControlLoop::Run.
 class JobControlFixture : public ::testing::Test {
  protected:
@@ -1494,26 +1521,13 @@ class JobControlFixture : public ::testing::Test {
   }
   void TearDown() override { StopControlThread(); }
 
-  void StartControlThread() {
-    stop_ = false;
-    control_ = std::thread([this] {
-      while (!stop_.load()) {
-        jobs_->ProcessPending();
-        table_->Reclaim();
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    });
-  }
-  void StopControlThread() {
-    stop_ = true;
-    if (control_.joinable()) control_.join();
-  }
+  void StartControlThread() { control_.Start(*jobs_, *table_); }
+  void StopControlThread() { control_.Stop(); }
 
   std::unique_ptr<aggregator::JobTable> table_;
   std::unique_ptr<JobControl> jobs_;
   DataSource source_;
-  std::atomic<bool> stop_{false};
-  std::thread control_;
+  ControlThread control_;
 };
 
 TEST_F(JobControlFixture, AddShowRemoveThroughTheControlThread) {
@@ -1694,7 +1708,7 @@ TEST_F(JobControlFixture, CountersAreReadOnTheControlThreadWithTheJob) {
   j = json::parse(HandleRequest("GET", "/api/v1/jobs/10", "", source_).body);
   EXPECT_EQ(j["counters"]["contributions"], 0);
   std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(reader_threads, std::set<std::thread::id>({control_.get_id()}));
+  EXPECT_EQ(reader_threads, std::set<std::thread::id>({control_.id()}));
 }
 
 TEST_F(JobControlFixture, NoCounterReaderNoCounters) {
@@ -1890,19 +1904,9 @@ class JobControlTreeTest : public ::testing::Test {
     source_.tan = [this](uint32_t job, const std::optional<TanRequest>& request) {
       return jobs_->Tan(job, request);
     };
-    stop_ = false;
-    control_ = std::thread([this] {
-      while (!stop_.load()) {
-        jobs_->ProcessPending();
-        table_->Reclaim();
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    });
+    control_.Start(*jobs_, *table_);
   }
-  void Stop() {
-    stop_ = true;
-    if (control_.joinable()) control_.join();
-  }
+  void Stop() { control_.Stop(); }
 
   HttpResponse Post(const std::string& path, const std::string& body) {
     return HandleRequest("POST", path, "", body, source_);
@@ -1925,8 +1929,7 @@ class JobControlTreeTest : public ::testing::Test {
   DataSource source_;
   std::atomic<int> changes_{0};
   std::set<std::thread::id> hook_threads_;
-  std::atomic<bool> stop_{false};
-  std::thread control_;
+  ControlThread control_;
 };
 
 // A root job posted with the config's keys: the table holds what
@@ -1994,7 +1997,7 @@ TEST_F(JobControlTreeTest, AddsARootJobBuiltLikeAConfigJob) {
   EXPECT_EQ(tan["candidates"].size(), 2u);
   // The tree resolves the new job's next hops now, on the control thread.
   EXPECT_EQ(changes_.load(), 1);
-  EXPECT_EQ(hook_threads_, std::set<std::thread::id>({control_.get_id()}));
+  EXPECT_EQ(hook_threads_, std::set<std::thread::id>({control_.id()}));
 }
 
 TEST_F(JobControlTreeTest, AddsALeafWithTheConfigDefaults) {
