@@ -55,6 +55,7 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation)
       timeout_cycles_(spec.timeout_cycles),
       batch_(spec.batch || spec.ordered),
       bypass_covered_nodes_(spec.bypass_covered_nodes),
+      parameter_server_(spec.parameter_server),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
   if (!spec.member_nodes.empty()) {

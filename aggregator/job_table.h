@@ -112,6 +112,10 @@ struct JobSpec {
   // the switch lists it but writes no bypass entry (it keeps its own data;
   // docs/stragglers.md, "The TAN is late"). kNoNode: none.
   uint16_t tan_member = kNoNode;
+  // Root jobs: the TAN is the job's parameter server. Every chunk goes to it
+  // as first data, complete or not, and the members receive what it answers
+  // (updated parameters; docs/stragglers.md, "Parameter-server jobs").
+  bool parameter_server = false;
 };
 
 // "config", "api", "in-band". [any]
@@ -243,6 +247,7 @@ class alignas(64) Job {
   uint64_t timeout_cycles() const { return timeout_cycles_; }
   bool batch() const { return batch_; }
   bool bypass_covered_nodes() const { return bypass_covered_nodes_; }
+  bool parameter_server() const { return parameter_server_; }
 
   // --- The TAN choice (root jobs), changed by the control thread ---
 
@@ -354,6 +359,7 @@ class alignas(64) Job {
   const uint64_t timeout_cycles_;
   const bool batch_;
   const bool bypass_covered_nodes_;
+  const bool parameter_server_;
   mutable std::atomic<uint64_t> relayed_ack_{0};  // watermark (31..0) | valid (32)
   mutable std::atomic<uint16_t> tan_member_{kNoNode};
   mutable std::atomic<uint64_t> tan_target_{0};  // ip (63..32) | port (31..16) | JobSpec::Tan (7..0)
