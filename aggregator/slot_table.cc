@@ -50,6 +50,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.op_ = c.op;
   s.scale_ = c.scale;
   s.elem_count_ = c.elem_count;
+  s.elem_offset_ = c.elem_offset;
   s.count_ = 0;
   s.overflow_ = false;
   s.first_tsc_ = now_tsc;

@@ -90,6 +90,9 @@ struct Contribution {
   ReduceOp op = ReduceOp::kSum;
   int8_t scale = 0;
   uint16_t elem_count = 0;
+  // The chunk's first element within its allreduce (`aux`; docs/protocol.md):
+  // the first contribution's is carried on in the partial and the result.
+  uint32_t elem_offset = 0;
   const uint8_t* payload = nullptr;  // elem_count elements of dtype
   // Ordered jobs only: the buffer holding `payload`, kept alive by the caller
   // until the slot completes and hands it back (SlotUpdate::released).
@@ -134,6 +137,7 @@ class Slot {
   ReduceOp op() const { return op_; }
   int8_t scale() const { return scale_; }
   uint16_t elem_count() const { return elem_count_; }
+  uint32_t elem_offset() const { return elem_offset_; }
   bool overflow() const { return overflow_; }
   uint64_t first_tsc() const { return first_tsc_; }
   // When the slot times out (TSC); 0: never.
@@ -167,6 +171,7 @@ class Slot {
   uint16_t* inherited_ = nullptr;   // max_inherited node ids
   uint32_t* offsets_ = nullptr;     // max_fan_in arrival offsets
   uint16_t elem_count_ = 0;
+  uint32_t elem_offset_ = 0;
   uint32_t job_id_ = 0;
   uint32_t seq_ = 0;
   uint64_t first_tsc_ = 0;

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -200,6 +201,15 @@ TEST(ClientTest, Int32OpsAreExactAndSequenceNumbersContinueAcrossCalls) {
   std::vector<uint32_t> want(chunks);
   std::iota(want.begin(), want.end(), 0u);
   EXPECT_EQ(seqs, want);
+  // Each chunk names where it starts in its call's buffer.
+  std::map<uint32_t, uint32_t> want_offsets;
+  uint32_t seq = 0;
+  for (const auto& call : calls) {
+    for (uint32_t k = 0; k < ChunkCount(call.second, kFullChunk); ++k) {
+      want_offsets[seq++] = k * kFullChunk;
+    }
+  }
+  EXPECT_EQ(sw.CompletedOffsets(11), want_offsets);
   EXPECT_TRUE(Eventually([&] { return sw.acks() == world * std::size(calls); })) << sw.acks();
 }
 

@@ -145,10 +145,19 @@ SwitchAddress TestSwitch::address() const {
 std::vector<uint32_t> TestSwitch::CompletedSeqs(uint32_t job) const {
   std::lock_guard lock(log_mu_);
   std::vector<uint32_t> seqs;
-  for (const auto& [j, seq] : completed_log_) {
-    if (j == job) seqs.push_back(seq);
+  for (const Completed& c : completed_log_) {
+    if (c.job == job) seqs.push_back(c.seq);
   }
   return seqs;
+}
+
+std::map<uint32_t, uint32_t> TestSwitch::CompletedOffsets(uint32_t job) const {
+  std::lock_guard lock(log_mu_);
+  std::map<uint32_t, uint32_t> offsets;
+  for (const Completed& c : completed_log_) {
+    if (c.job == job) offsets[c.seq] = c.elem_offset;
+  }
+  return offsets;
 }
 
 void TestSwitch::Loop() {
@@ -248,6 +257,7 @@ void TestSwitch::Loop() {
     c.op = pkt.op;
     c.scale = h.scale;
     c.elem_count = h.elem_count.host();
+    c.elem_offset = h.aux.host();
     c.payload = copy.get() + (pkt.payload - buf);
     c.handle = copy.get();
     const uint32_t index = aggregator::SlotIndex(job_id, c.seq, s.options.slots);
@@ -275,7 +285,7 @@ void TestSwitch::Loop() {
         ++completed_;
         {
           std::lock_guard lock(log_mu_);
-          completed_log_.emplace_back(job_id, c.seq);
+          completed_log_.push_back({job_id, c.seq, u.slot->elem_offset()});
         }
         s.SendResult(job_id, job, *u.slot, -1);
         for (uint16_t i = 0; i < u.n_released; ++i) release(u.released[i]);

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -74,6 +75,8 @@ class TestSwitch {
   uint64_t retransmissions() const { return retransmissions_.load(); }
   // Sequence numbers of the completed chunks of `job`, in completion order.
   std::vector<uint32_t> CompletedSeqs(uint32_t job) const;
+  // The offset (aux) each completed chunk of `job` carried, by sequence number.
+  std::map<uint32_t, uint32_t> CompletedOffsets(uint32_t job) const;
 
  private:
   struct State;
@@ -86,7 +89,12 @@ class TestSwitch {
       acks_{0}, nacks_{0}, task_info_flags_{0}, ordered_flags_{0}, retransmissions_{0},
       bypass_flags_{0}, notices_{0};
   mutable std::mutex log_mu_;
-  std::vector<std::pair<uint32_t, uint32_t>> completed_log_;  // (job, seq), guarded by log_mu_
+  struct Completed {
+    uint32_t job = 0;
+    uint32_t seq = 0;
+    uint32_t elem_offset = 0;
+  };
+  std::vector<Completed> completed_log_;  // guarded by log_mu_
   std::thread thread_;
 };
 

@@ -20,6 +20,17 @@ using namespace fixtures;  // NOLINT(build/namespaces)
 
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EalEnvironment("aggregation_test"));
 
+// The aggregation header of a frame the fixture built or the switch sent.
+aggregator::AggHeader* HeaderOf(Frame& f) {
+  L2Info l2;
+  EXPECT_EQ(ParseL2(f.data(), static_cast<uint32_t>(f.size()), &l2), ParseStatus::kOk);
+  UdpInfo u;
+  EXPECT_EQ(ParseIpv4Udp(f.data(), static_cast<uint32_t>(f.size()), l2.l3_offset, &u), UdpParse::kOk);
+  return reinterpret_cast<aggregator::AggHeader*>(f.data() + u.payload_offset);
+}
+void SetAux(Frame& f, uint32_t aux) { HeaderOf(f)->aux = common::be32_t::FromHost(aux); }
+int MissingCount(Frame f) { return HeaderOf(f)->missing_count; }
+
 class AggregationFanInTest : public AggregationTest, public ::testing::WithParamInterface<int> {};
 
 // N members on one access port each send one int32 chunk, in a shuffled
@@ -527,6 +538,95 @@ TEST_F(AggregationTest, AJobAddedAgainGetsItsOwnResultNotTheRetainedOne) {
   EXPECT_EQ(ParseResult(out[0][0]).payload, Int32Payload({5, 6}));
   EXPECT_EQ(Agg().duplicate_results.Get(), 0u);
   EXPECT_EQ(Agg().completions.Get(), 2u);
+}
+
+// A chunk's offset (aux) rides from the first contribution into its result.
+TEST_F(AggregationTest, ResultsCarryTheChunksOffset) {
+  AddJob(7, 2);
+  for (uint16_t m = 0; m < 2; ++m) {
+    Frame f = Contribution(7, 2, m, Int32Payload({m, 1}));
+    SetAux(f, 364);
+    Inject(0, f);
+  }
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) EXPECT_EQ(ParseResult(f).fields.aux, 364u);
+}
+
+// A parameter-server job: the root sends even a complete chunk to its TAN
+// as first data (no missing ids, the offset kept), answers nobody itself,
+// and hands the TAN's RESULT to every member.
+TEST_F(AggregationTest, AParameterServerJobSendsEveryChunkToItsTan) {
+  const uint16_t kTan = 50;  // the TAN's addresses are those the fixture gives node 50
+  aggregator::JobSpec spec;
+  spec.id = 7;
+  spec.key = 0x5eed;
+  spec.members = 2;
+  spec.tan = aggregator::JobSpec::Tan::kRemote;
+  spec.tan_peer.ip = MemberIp(kTan);
+  spec.tan_peer.udp_port = aggregator::kAggUdpPort;
+  spec.parameter_server = true;
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  const aggregator::Job* job = jobs_->Find(7);
+  ASSERT_NE(job, nullptr);
+  aggregator::MemberAddr hop;
+  hop.mac48 = MemberMac(kTan).ToU64();
+  hop.port_index = 1;
+  hop.ip = MemberIp(kTan);
+  hop.udp_port = aggregator::kAggUdpPort;
+  job->SetHop(aggregator::Job::Hop::kTan, hop);
+
+  for (uint16_t m = 0; m < 2; ++m) {
+    Frame f = Contribution(7, 9, m, Int32Payload({1 + m, 10}));
+    SetAux(f, 1000);
+    Inject(0, f);
+  }
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(out.count(0), 0u) << "no member is answered before the TAN";
+  ASSERT_EQ(out[1].size(), 1u);
+  const Result first = ParseResult(out[1][0]);
+  EXPECT_EQ(first.dst_ip, MemberIp(kTan));
+  EXPECT_EQ(first.dst_mac, MemberMac(kTan));
+  EXPECT_EQ(first.fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(first.fields.seq, 9u);
+  EXPECT_EQ(first.fields.aux, 1000u);
+  EXPECT_EQ(first.payload, Int32Payload({3, 20}));
+  EXPECT_EQ(MissingCount(out[1][0]), 0);
+  EXPECT_EQ(Agg().first_data_sent.Get(), 1u);
+  EXPECT_EQ(Agg().results_sent.Get(), 0u);
+
+  // The TAN answers with something else than the sum: that is what the members get.
+  aggregator::AggFields answer = first.fields;
+  answer.opcode = aggregator::Opcode::kResult;
+  answer.node_id = kTan;
+  answer.job_key = 0x5eed;
+  Frame from_tan = Datagram(answer, Int32Payload({-7, 70}));
+  Inject(1, from_tan);
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  std::set<uint32_t> to;
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.payload, Int32Payload({-7, 70}));
+    to.insert(r.dst_ip);
+  }
+  EXPECT_EQ(to, (std::set<uint32_t>{MemberIp(0), MemberIp(1)}));
+
+  // Without its TAN the job cannot answer: its members learn it at once.
+  job->SetTan(aggregator::JobSpec::Tan::kNone, {});
+  for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(7, 10, m, Int32Payload({1, 1})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_TRUE(r.fields.flags & aggregator::flags::kIncomplete);
+  }
 }
 
 TEST_F(AggregationTest, SlotDumpShowsBusySlotsUntilReleased) {

@@ -737,6 +737,7 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
   contribution.op = pkt.op;
   contribution.scale = h.scale;
   contribution.elem_count = h.elem_count.host();
+  contribution.elem_offset = h.aux.host();
   contribution.payload = pkt.payload;
   contribution.handle = m;
   contribution.timeout_cycles = job.timeout_cycles();
@@ -847,6 +848,7 @@ aggregator::AggFields Worker::ChunkFields(const aggregator::Job& job, const aggr
   f.dtype = slot.dtype();
   f.op = slot.op();
   f.scale = slot.scale();
+  f.aux = slot.elem_offset();
   return f;
 }
 
@@ -1031,8 +1033,10 @@ uint32_t Worker::CollectMissing(const aggregator::Job& job, const aggregator::Sl
 
 bool Worker::FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
                         bool expired, rte_mbuf* carrier, uint32_t header_offset) {
-  // The common case, a flat root with every member in, skips the scan.
-  if (job.is_root() && slot.count() == slot.expected() && slot.inherited_count() == 0 &&
+  // The common case, a flat root with every member in, skips the scan. A
+  // parameter-server job's chunks all go to its TAN, complete or not.
+  const bool answer_here = job.is_root() && !job.parameter_server();
+  if (answer_here && slot.count() == slot.expected() && slot.inherited_count() == 0 &&
       !slot.inherited_overflow()) {
     return SendResult(job, slot, -1, carrier, header_offset);
   }
@@ -1042,7 +1046,7 @@ bool Worker::FinishSlot(const aggregator::Job& job, uint32_t local, const aggreg
   if (n == UINT32_MAX) {
     stats_.lcore.agg.missing_list_overflow.Add(1);
     SendIncomplete(job, slot, nullptr, 0);
-  } else if (n == 0 && job.is_root()) {
+  } else if (n == 0 && answer_here) {
     return SendResult(job, slot, -1, carrier, header_offset);
   } else {
     consumed = SendPartial(job, slot, missing, n, carrier, header_offset);
@@ -1056,8 +1060,10 @@ bool Worker::SendPartial(const aggregator::Job& job, const aggregator::Slot& slo
                          uint32_t header_offset) {
   AggregationCounters& c = stats_.lcore.agg;
   const bool root = job.is_root();
-  if (root && job.tan() == aggregator::JobSpec::Tan::kNone) {
-    // Nobody can complete this chunk: the members learn it now.
+  if (root && (job.tan() == aggregator::JobSpec::Tan::kNone ||
+               (job.parameter_server() && job.tan() != aggregator::JobSpec::Tan::kRemote))) {
+    // Nobody can complete this chunk (a parameter-server job's answer comes
+    // from its remote TAN alone): the members learn it now.
     SendIncomplete(job, slot, missing, n_missing);
     return false;
   }

@@ -304,6 +304,7 @@ uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) con
   f.dtype = phase.dtype;
   f.op = phase.op;
   f.scale = phase.scale;
+  f.aux = static_cast<uint32_t>(ChunkStart(phase, m));  // docs/protocol.md: the chunk's offset
   aggregator::WriteAggHeader(f, 0, header);
   uint8_t* payload = buf + sizeof(AggHeader);
   if (phase.kind == Phase::Kind::kFixedPoint) {
