@@ -94,6 +94,7 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
   f.dtype = pkt.dtype;
   f.op = pkt.op;
   f.scale = h.scale;
+  f.aux = h.aux.host();  // the chunk's element offset
   const uint16_t in_flags = h.flags.host();
   c.ordered = (in_flags & flags::kOrdered) != 0;
   c.overflow = (in_flags & flags::kOverflow) != 0;
@@ -310,10 +311,12 @@ void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector
   std::vector<uint8_t> payload(payload_len);
   StoreResult(f.dtype, c.acc.data(), f.elem_count, payload.data());
 
-  const bool incomplete = !c.outstanding.empty();
   f.flags = static_cast<uint16_t>((c.overflow ? flags::kOverflow : 0) |
-                                  (c.ordered ? flags::kOrdered : 0) |
-                                  (incomplete ? flags::kIncomplete : 0));
+                                  (c.ordered ? flags::kOrdered : 0));
+  const bool gave_up = !c.outstanding.empty();
+  const bool refused = !gave_up && options_.on_complete && !options_.on_complete(f, payload);
+  const bool incomplete = gave_up || refused;
+  if (incomplete) f.flags = static_cast<uint16_t>(f.flags | flags::kIncomplete);
   // The outstanding ids, sorted (std::set), as many as the header and the
   // first data's path allow.
   const uint32_t budget = std::max(c.first_len, kPlainMtuPayload);
@@ -327,8 +330,10 @@ void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector
       BuildAggregation(f, missing.data(), static_cast<uint8_t>(listed), payload.data(), payload_len,
                        datagram.data(), static_cast<uint32_t>(datagram.size()));
   datagram.resize(n);  // n == size: the lengths are ours
-  if (incomplete) {
+  if (gave_up) {
     ++counters_.gave_up;
+  } else if (refused) {
+    ++counters_.completion_refused;
   } else {
     ++counters_.completed;
   }

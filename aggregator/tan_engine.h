@@ -40,8 +40,19 @@
 //     arrival; counted orphan_late when dropped) and goes through the rules
 //     above, in arrival order, when the first data comes.
 //   * Completion: one RESULT (node_id = TanOptions::node_id; OVERFLOW when a
-//     sum saturated here or an input carried it; ORDERED copied; no missing
-//     list) to the first data's source.
+//     sum saturated here or an input carried it; ORDERED copied; aux, the
+//     chunk's element offset, copied; no missing list) to the first data's
+//     source. A first data with an empty missing list completes at once (a
+//     parameter-server job sends every chunk so; docs/stragglers.md).
+//   * Completion hook (TanOptions::on_complete, optional): called once per
+//     chunk that completes with nothing outstanding, with the RESULT's fields
+//     and the reduced payload, just before the RESULT is built. It may
+//     rewrite the payload in place (agg-ps --sgd puts the updated parameters
+//     there). When it returns false the RESULT is INCOMPLETE with an empty
+//     missing list instead (counted completion_refused, not completed). Never
+//     called on give-up, nor for a repeated first data (that gets the cached
+//     RESULT), so a hook's side effect happens exactly once per chunk while
+//     the result is remembered.
 //   * Give-up (Expire): give_up_ns after the first data with ids still
 //     outstanding, a RESULT with INCOMPLETE and the outstanding ids, sorted,
 //     as its missing list: at most 255 of them, and no more than keeps the
@@ -70,6 +81,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -100,18 +112,26 @@ struct TanOptions {
   size_t max_pending = 4096;      // unfinished chunks (and, apart, finished ones kept)
   size_t max_held_lates = 16384;  // late payloads held, all chunks together
   uint32_t max_payload = 9000;    // payload bytes per datagram
+  // Completion hook (see above): `fields` are the RESULT's (the first data's
+  // job, seq, key, dtype, op, scale, elem_count and aux; its flags without
+  // INCOMPLETE), `payload` its elem_count packed little-endian wire elements.
+  // Runs on the thread calling OnDatagram or OfferOwn; must not call back
+  // into the engine. Empty: every complete chunk is answered as reduced.
+  std::function<bool(const AggFields& fields, std::span<uint8_t> payload)> on_complete;
 };
 
 // Event counts since construction. `first_data` and `late` count every such
 // datagram; the others say what became of some of them.
 struct TanCounters {
-  uint64_t first_data = 0;       // PARTIALs received
-  uint64_t late = 0;             // LATEs and BYPASS contributions received
-  uint64_t merged = 0;           // lates that resolved ids (folded or held for the batch)
-  uint64_t duplicate_late = 0;   // lates that resolved nothing (or would count ids twice)
-  uint64_t key_mismatch = 0;     // a late or repeated first data with another key
-  uint64_t completed = 0;        // RESULTs for chunks with nothing outstanding
-  uint64_t gave_up = 0;          // INCOMPLETE RESULTs
+  uint64_t first_data = 0;      // PARTIALs received
+  uint64_t late = 0;            // LATEs and BYPASS contributions received
+  uint64_t merged = 0;          // lates that resolved ids (folded or held for the batch)
+  uint64_t duplicate_late = 0;  // lates that resolved nothing (or would count ids twice)
+  uint64_t key_mismatch = 0;    // a late or repeated first data with another key
+  uint64_t completed = 0;       // RESULTs for chunks with nothing outstanding
+  uint64_t gave_up = 0;         // INCOMPLETE RESULTs at the give-up
+  // INCOMPLETE RESULTs, no missing ids, because TanOptions::on_complete returned false
+  uint64_t completion_refused = 0;
   uint64_t orphan_late = 0;      // held lates whose first data never came
   uint64_t late_after_done = 0;  // lates for a finished chunk
   uint64_t repeat_first = 0;     // first data for a chunk already open or finished
@@ -241,7 +261,8 @@ class TanEngine {
   // The resolution rules for one late of an open chunk: folds it (incremental)
   // or holds it (batch), parks it, or drops it.
   Resolution Resolve(Chunk& c, Late&& late);
-  // Reduces, builds the RESULT (INCOMPLETE when ids are outstanding), caches
+  // Reduces, calls on_complete when nothing is outstanding, builds the
+  // RESULT (INCOMPLETE when ids are outstanding or the hook refused), caches
   // it, moves the chunk to kDone and appends the datagram to `out`.
   void Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector<TanOutput>* out);
   // Enters / leaves the deadline set of the chunk's phase.

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "aggregator/half.h"
@@ -52,6 +53,7 @@ struct Spec {
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
   int8_t scale = 0;
+  uint32_t aux = 0;  // the chunk's element offset
   std::vector<uint16_t> missing;
   Bytes payload;
 };
@@ -91,6 +93,7 @@ Bytes Build(const Spec& s) {
   f.dtype = s.dtype;
   f.op = s.op;
   f.scale = s.scale;
+  f.aux = s.aux;
   f.elem_count = static_cast<uint16_t>(s.payload.size() / ElementSize(s.dtype));
   Bytes buf(sizeof(AggHeader) + 2 * s.missing.size() + s.payload.size());
   const uint32_t n = BuildAggregation(f, s.missing.data(), static_cast<uint8_t>(s.missing.size()),
@@ -250,6 +253,121 @@ TEST(TanEngineTest, FirstDataWithNothingMissingIsTheResultAtOnce) {
   const Parsed r = tan.FeedForResult(First(Pack<int32_t>({5, 6}), {}), 0);
   ExpectCompleteResult(r);
   EXPECT_EQ(Unpack<int32_t>(r.payload), (std::vector<int32_t>{5, 6}));
+}
+
+// The completion hook (agg-ps --sgd): called once per complete chunk with the
+// RESULT's fields and the reduced payload, which it may rewrite.
+struct HookCall {
+  AggFields fields;
+  Bytes payload;
+};
+
+TanOptions WithHook(std::vector<HookCall>* calls, bool accept, TanOptions o = Tan::Defaults()) {
+  o.on_complete = [calls, accept](const AggFields& f, std::span<uint8_t> payload) {
+    calls->push_back(HookCall{f, Bytes(payload.begin(), payload.end())});
+    // Rewrites every int32 element to its negation.
+    std::vector<int32_t> v(payload.size() / 4);
+    std::memcpy(v.data(), payload.data(), payload.size());
+    for (int32_t& x : v) x = -x;
+    std::memcpy(payload.data(), v.data(), payload.size());
+    return accept;
+  };
+  return o;
+}
+
+TEST(TanEngineTest, CompletionHookSeesTheReducedChunkOnceAndItsRewriteIsTheResult) {
+  for (const TanOptions& base : {Tan::Defaults(), Tan::Batch()}) {
+    SCOPED_TRACE(base.trigger == TanTrigger::kBatch ? "batch" : "incremental");
+    std::vector<HookCall> calls;
+    Tan tan(WithHook(&calls, true, base));
+    Spec first = First(Pack<int32_t>({76, 10}), {112});
+    first.aux = 4096;
+    first.scale = -3;
+    EXPECT_TRUE(tan.Feed(first, 0).empty());
+    EXPECT_TRUE(calls.empty()) << "not before the chunk completes";
+    Spec late = Late(112, Pack<int32_t>({2, -30}));
+    late.aux = 4096;
+    late.scale = -3;
+    const Parsed r = tan.FeedForResult(late, 1);
+    ASSERT_EQ(calls.size(), 1u);
+    const AggFields& f = calls[0].fields;
+    EXPECT_EQ(f.opcode, Opcode::kResult);
+    EXPECT_EQ(f.job_id, kJob);
+    EXPECT_EQ(f.seq, 1u);
+    EXPECT_EQ(f.job_key, kKey);
+    EXPECT_EQ(f.aux, 4096u);
+    EXPECT_EQ(f.elem_count, 2);
+    EXPECT_EQ(f.dtype, DType::kInt32);
+    EXPECT_EQ(f.op, ReduceOp::kSum);
+    EXPECT_EQ(f.scale, -3);
+    EXPECT_EQ(f.flags, 0);
+    EXPECT_EQ(Unpack<int32_t>(calls[0].payload), (std::vector<int32_t>{78, -20}));
+    // The rewrite is what the RESULT carries; aux goes back with it.
+    ExpectCompleteResult(r);
+    EXPECT_EQ(r.f.aux, 4096u);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), (std::vector<int32_t>{-78, 20}));
+    // A repeated first data gets the cached datagram; the hook is not called again.
+    EXPECT_EQ(tan.FeedForResult(first, 2, kOtherRoot).datagram, r.datagram);
+    EXPECT_EQ(tan.FeedForResult(first, 3).datagram, r.datagram);
+    EXPECT_EQ(calls.size(), 1u);
+    EXPECT_EQ(tan.counters().completed, 1u);
+    EXPECT_EQ(tan.counters().repeat_first, 2u);
+    EXPECT_EQ(tan.counters().completion_refused, 0u);
+  }
+}
+
+// A parameter-server job sends every chunk as first data with an empty missing list.
+TEST(TanEngineTest, CompletionHookRunsForFirstDataWithNothingMissing) {
+  std::vector<HookCall> calls;
+  Tan tan(WithHook(&calls, true));
+  Spec first = First(Pack<int32_t>({5, 6}), {});
+  first.aux = 0xFFFF0000u;
+  const Parsed r = tan.FeedForResult(first, 0);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].fields.aux, 0xFFFF0000u);
+  EXPECT_EQ(Unpack<int32_t>(calls[0].payload), (std::vector<int32_t>{5, 6}));
+  ExpectCompleteResult(r);
+  EXPECT_EQ(r.f.aux, 0xFFFF0000u);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), (std::vector<int32_t>{-5, -6}));
+  EXPECT_EQ(tan.engine().pending(), 0u);
+  EXPECT_EQ(tan.FeedForResult(first, 1).datagram, r.datagram);
+  EXPECT_EQ(calls.size(), 1u);
+}
+
+TEST(TanEngineTest, CompletionHookRefusalMakesTheResultIncompleteWithNoMissingIds) {
+  std::vector<HookCall> calls;
+  Tan tan(WithHook(&calls, false));
+  Spec first = First(Pack<int32_t>({5, 6}), {});
+  first.flags = flags::kOrdered;
+  const Parsed r = tan.FeedForResult(first, 0);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].fields.flags, flags::kOrdered) << "the hook sees no INCOMPLETE";
+  EXPECT_EQ(r.f.opcode, Opcode::kResult);
+  EXPECT_EQ(r.f.flags, flags::kOrdered | flags::kIncomplete);
+  EXPECT_TRUE(r.missing.empty());
+  EXPECT_EQ(r.to, kRoot);
+  const TanCounters& c = tan.counters();
+  EXPECT_EQ(c.completion_refused, 1u);
+  EXPECT_EQ(c.completed, 0u);
+  EXPECT_EQ(c.gave_up, 0u);
+  // Cached like any result: the same INCOMPLETE again, no second call.
+  EXPECT_EQ(tan.FeedForResult(first, 1).datagram, r.datagram);
+  EXPECT_EQ(calls.size(), 1u);
+}
+
+TEST(TanEngineTest, CompletionHookIsNotCalledOnGiveUp) {
+  std::vector<HookCall> calls;
+  Tan tan(WithHook(&calls, true));
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
+  const std::vector<TanOutput> out = tan.Expire(kGiveUp + 1);
+  ASSERT_EQ(out.size(), 1u);
+  const Parsed r = ParseOutput(out[0]);
+  EXPECT_EQ(r.f.flags, flags::kIncomplete);
+  EXPECT_EQ(r.missing, std::vector<uint16_t>{112});
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{76}) << "not rewritten";
+  EXPECT_TRUE(calls.empty());
+  EXPECT_EQ(tan.counters().gave_up, 1u);
+  EXPECT_EQ(tan.counters().completion_refused, 0u);
 }
 
 // First data, then nodes 3, 5, 9 (ordered: ((first + l3) + l5) + l9).

@@ -718,6 +718,39 @@ class Validator {
         CheckTan(path + ".tan", *job.tan);
       }
     }
+    if (job.parameter_server) CheckParameterServer(job, path);
+  }
+
+  // A parameter-server job: the root sends every chunk to the job's TAN (an
+  // `agg-ps --sgd`) as first data, complete or not, and the members receive
+  // what it answers. So the job is rooted here, and its TAN (the job's tan,
+  // else aggregation.tan) is a remote one.
+  void CheckParameterServer(const AggregationJobConfig& job, const std::string& path) {
+    const std::string key = path + ".parameter_server";
+    if (job.upstream) {
+      Error(key, job.loc,
+            "only a root job (without upstream) has a parameter server: its TAN, chosen at the "
+            "root, answers every chunk; this job has an upstream (" +
+                Where(path + ".upstream", job.upstream->loc) + ")");
+      return;
+    }
+    constexpr char kNeeds[] =
+        "expected a remote tan for a parameter-server job (the job's tan, or aggregation.tan, "
+        "with a strategy other than \"self\": the agg-ps --sgd that answers every chunk), got ";
+    const AggregationConfig& agg = config_.aggregation;
+    if (job.tan) {
+      if (job.tan->strategy == TanStrategy::kSelf) {
+        Error(
+            key, job.loc,
+            std::string(kNeeds) + "strategy \"self\" (" + Where(path + ".tan", job.tan->loc) + ")");
+      }
+    } else if (!agg.tan) {
+      Error(key, job.loc, std::string(kNeeds) + "none");
+    } else if (agg.tan->strategy == TanStrategy::kSelf) {
+      Error(key, job.loc,
+            std::string(kNeeds) + "strategy \"self\" (" + Where("aggregation.tan", agg.tan->loc) +
+                ")");
+    }
   }
 
   // The parent switch: an address of another switch, and a node id that no

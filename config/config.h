@@ -295,6 +295,12 @@ struct AggregationJobConfig {
   // this switch lists it but writes no bypass entry; it keeps its own data
   // (case 2 of "the TAN is late", docs/stragglers.md).
   std::optional<uint16_t> tan_member;
+  // A root job (no upstream) whose TAN, an `agg-ps --sgd`, is its parameter
+  // server: the root sends it every chunk as first data, complete or not, and
+  // the members receive what it answers (the updated parameters). Needs a
+  // remote TAN: the job's tan, else aggregation.tan, with a strategy other
+  // than self.
+  bool parameter_server = false;
   SourceLoc loc;
 
   // The node id of each member, by member index: node_ids, then each child

@@ -391,6 +391,7 @@ TEST(TreeConfigTest, Defaults) {
   EXPECT_FALSE(job.timeout_ms);
   EXPECT_FALSE(job.trigger);
   EXPECT_FALSE(job.tan);
+  EXPECT_FALSE(job.parameter_server);
   EXPECT_EQ(UpstreamConfig().port, kDefaultAggregationUdpPort);
   EXPECT_EQ(UpstreamConfig().vlan, 0);
   EXPECT_EQ(TanCandidate().port, kDefaultAggregationUdpPort);
@@ -429,6 +430,9 @@ TEST(TreeConfigTest, EqualityIgnoresLocationsButNotValues) {
   EXPECT_NE(a, b) << "an explicit 0 is not an absent override";
   b = a;
   b.trigger = AggTrigger::kBatch;
+  EXPECT_NE(a, b);
+  b = a;
+  b.parameter_server = true;
   EXPECT_NE(a, b);
 
   AggregationConfig x;
@@ -641,6 +645,49 @@ TEST(ValidateTest, TreeTimersBypassAndTan) {
                        "aggregation.tan.candidates[1]",
                        "expected each candidate once, got 10.0.9.50:47000 again (also "
                        "aggregation.tan.candidates[0])"));
+}
+
+// A parameter-server job: rooted here, with a remote TAN (the job's tan,
+// else aggregation.tan), the agg-ps --sgd that answers every chunk.
+TEST(ValidateTest, ParameterServerJobs) {
+  auto with = [](auto change) {
+    Config config = TreeConfig(TreeJob(7, {0, 1}, {}));
+    config.aggregation.jobs[0].parameter_server = true;
+    change(config.aggregation);
+    return config;
+  };
+  const TanConfig remote{TanStrategy::kFixed, {Candidate("10.0.9.50")}, {}};
+  const TanConfig self{TanStrategy::kSelf, {}, {}};
+  EXPECT_TRUE(ErrorsOf(with([&](auto& a) { a.tan = remote; })).empty());
+  EXPECT_TRUE(ErrorsOf(with([&](auto& a) { a.jobs[0].tan = remote; })).empty());
+  EXPECT_TRUE(ErrorsOf(with([&](auto& a) {
+                a.tan = self;
+                a.jobs[0].tan = remote;
+              })).empty())
+      << "the job's own tan overrides the section's";
+  EXPECT_TRUE(OneError(with([](auto&) {}), "aggregation.jobs[0].parameter_server",
+                       "expected a remote tan for a parameter-server job (the job's tan, or "
+                       "aggregation.tan, with a strategy other than \"self\": the agg-ps --sgd "
+                       "that answers every chunk), got none"));
+  EXPECT_TRUE(OneError(with([&](auto& a) { a.tan = self; }), "aggregation.jobs[0].parameter_server",
+                       "got strategy \"self\" (aggregation.tan)"));
+  EXPECT_TRUE(OneError(with([&](auto& a) {
+                         a.tan = remote;
+                         a.jobs[0].tan = self;
+                       }),
+                       "aggregation.jobs[0].parameter_server",
+                       "got strategy \"self\" (aggregation.jobs[0].tan)"));
+  EXPECT_TRUE(OneError(with([&](auto& a) {
+                         a.tan = remote;
+                         a.jobs[0].upstream = UpstreamConfig{
+                             *common::Ipv4Addr::Parse("10.0.10.1"), 47000, 100, 0, {}};
+                       }),
+                       "aggregation.jobs[0].parameter_server",
+                       "only a root job (without upstream) has a parameter server: its TAN, "
+                       "chosen at the root, answers every chunk; this job has an upstream "
+                       "(aggregation.jobs[0].upstream)"));
+  // Off, a job needs none of it.
+  EXPECT_TRUE(ErrorsOf(with([](auto& a) { a.jobs[0].parameter_server = false; })).empty());
 }
 
 TEST(ValidateTest, PartialsNeedTheAggregationAddress) {

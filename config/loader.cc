@@ -963,6 +963,7 @@ class Loader {
              [&](auto& n, auto& p) {
                ReadUnsigned(n, p, job.tan_member.emplace(), {}, NodeIdRangeText());
              }},
+            {"parameter_server", [&](auto& n, auto& p) { ReadBool(n, p, job.parameter_server); }},
         });
     if (has_lists) {
       // The lists count the members. A `members` key must agree (Validate()

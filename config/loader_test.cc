@@ -1608,7 +1608,8 @@ TEST(TreeLoaderTest, TimerBypassAndTriggerErrors) {
   EXPECT_TRUE(Load(job + "      ordered: true\n").ok());
   EXPECT_TRUE(OneError(Load(job + "      colour: red\n"), "aggregation.jobs[0].colour", 8,
                        "unknown key \"colour\"; expected one of: id, key, members, nodes, ordered, "
-                       "node_ids, switches, upstream, timeout_ms, trigger, tan"));
+                       "node_ids, switches, upstream, timeout_ms, trigger, tan, tan_member, "
+                       "parameter_server"));
 }
 
 TEST(TreeLoaderTest, TanErrors) {
@@ -1702,6 +1703,50 @@ TEST(TreeLoaderTest, TanErrors) {
                        "got \"9\""));
   EXPECT_TRUE(OneError(Load(tree + "      tan_member: 65535\n"),
                        "aggregation.jobs[0].tan_member", 9, "expected a node id 0..65534"));
+}
+
+// parameter_server: a root job whose remote TAN (agg-ps --sgd) answers every chunk.
+TEST(TreeLoaderTest, ParameterServer) {
+  const std::string ports =
+      "ports: [{name: p0, devargs: d, access: 10}]\naggregation:\n"
+      "  address: 10.0.9.11\n";
+  const std::string job = "  jobs:\n    - id: 7\n      key: 1\n      members: 2\n";
+  const std::string remote = "  tan: {candidates: [{address: 10.0.9.50}]}\n";  // line 4
+  // Job keys from line 9 with the section's tan, from line 8 without.
+  const ConfigLoad ps = Load(ports + remote + job + "      parameter_server: true\n");
+  ASSERT_TRUE(ps.ok()) << ps.FormatErrors();
+  EXPECT_TRUE(ps.config.aggregation.jobs[0].parameter_server);
+  EXPECT_FALSE(Load(ports + remote + job).config.aggregation.jobs[0].parameter_server);
+  EXPECT_TRUE(Load(ports + remote + job + "      parameter_server: false\n").ok());
+  EXPECT_TRUE(Load(ports + job +
+                   "      tan: {candidates: [{address: 10.0.9.50}]}\n"
+                   "      parameter_server: true\n")
+                  .ok())
+      << "the job's own tan";
+  EXPECT_TRUE(OneError(Load(ports + remote + job + "      parameter_server: 3\n"),
+                       "aggregation.jobs[0].parameter_server", 9,
+                       "expected true or false, got \"3\""));
+  EXPECT_TRUE(OneError(Load(ports + job + "      parameter_server: true\n"),
+                       "aggregation.jobs[0].parameter_server", 8,
+                       "expected a remote tan for a parameter-server job (the job's tan, or "
+                       "aggregation.tan, with a strategy other than \"self\": the agg-ps --sgd "
+                       "that answers every chunk), got none"));
+  EXPECT_TRUE(
+      OneError(Load(ports + "  tan: {strategy: self}\n" + job + "      parameter_server: true\n"),
+               "aggregation.jobs[0].parameter_server", 9,
+               "got strategy \"self\" (aggregation.tan, line 4)"));
+  EXPECT_TRUE(OneError(Load(ports + remote + job +
+                            "      tan: {strategy: self}\n"
+                            "      parameter_server: true\n"),
+                       "aggregation.jobs[0].parameter_server", 10,
+                       "got strategy \"self\" (aggregation.jobs[0].tan, line 9)"));
+  EXPECT_TRUE(OneError(Load(ports + remote + job +
+                            "      upstream: {address: 10.0.9.1, node: 100}\n"
+                            "      parameter_server: true\n"),
+                       "aggregation.jobs[0].parameter_server", 10,
+                       "only a root job (without upstream) has a parameter server: its TAN, "
+                       "chosen at the root, answers every chunk; this job has an upstream "
+                       "(aggregation.jobs[0].upstream, line 9)"));
 }
 
 TEST(TreeLoaderTest, PartialsNeedTheSwitchsOwnAddress) {

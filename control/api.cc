@@ -213,6 +213,7 @@ json JobObject(const JobSnapshot& job) {
   j["trigger"] = job.batch ? "batch" : "incremental";
   j["tan"] = TanStateJson(job.tan);
   j["tan_member"] = job.tan_member ? json(*job.tan_member) : json(nullptr);
+  j["parameter_server"] = job.parameter_server;
   return j;
 }
 
@@ -946,7 +947,7 @@ common::Result<config::ChildSwitchConfig> ParseChildSwitch(const json& v, const 
 
 constexpr char kJobFields[] =
     "id, key, members, nodes, ordered, node_ids, switches, upstream, timeout_ms, trigger, tan, "
-    "tan_member";
+    "tan_member, parameter_server";
 
 }  // namespace
 
@@ -1026,6 +1027,13 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
       request.keys.push_back("tan.candidates");
     } else if (name == "tan_member") {
       ASSIGN_OR_RETURN(job.tan_member, JsonNodeId(value, "tan_member"));
+    } else if (name == "parameter_server") {
+      // Validate() checks the rest: a root job, with a remote TAN.
+      if (!value.is_boolean()) {
+        return common::InvalidArgument("parameter_server must be true or false, got " +
+                                       DumpCompact(value));
+      }
+      job.parameter_server = value.get<bool>();
     } else {
       return UnknownField(name, kJobFields);
     }

@@ -29,7 +29,8 @@
 //                     "offset_seconds"}],"excluded": [node]}
 //   /api/v1/jobs/<id>/tan  GET, or POST tan_request: tan_report; 400 bad body,
 //                     404 unknown job, 409 a strategy for a job whose root is
-//                     another switch, 503 aggregation off
+//                     another switch, or "self" for a parameter-server job,
+//                     503 aggregation off
 //   /api/v1/bypass    ?job=J&limit=N: the live bypass entries
 //   /api/v1/slots     {"busy","truncated","filter": {"job","limit"},"count","slots": [slot]}
 //                     optional query: limit=<1..100000> (default 1000), job=<id>;
@@ -58,7 +59,8 @@
 //                "node_ids": [node],"switches": [{"node","covers": [node]}],
 //                "upstream": null or {"address","port","node","vlan","resolved"},
 //                "timeout_ms" (null: unknown TSC frequency),"trigger": "incremental"|"batch",
-//                "tan": {"mode","address","port","resolved"},"tan_member" (null: none)}
+//                "tan": {"mode","address","port","resolved"},"tan_member" (null: none),
+//                "parameter_server" (the TAN answers every chunk)}
 //                (the job key, a shared secret, is never shown)
 //   job_detail = job + {"slots": [slot] (the job's busy slots, at most 1000; null when
 //                the dump failed), "slots_truncated", "slots_error" (null, or why
@@ -66,7 +68,8 @@
 //   slot      = {"lcore","index","state": "aggregating"|"complete","job","seq","count",
 //                "expected","dtype" (name),"op" (name),"elem_count","overflow","age_seconds"}
 //   job_request = {"id","key"[,"members"][,"nodes"][,"ordered"][,"node_ids"][,"switches"]
-//                [,"upstream"][,"timeout_ms"][,"trigger"][,"tan"][,"tan_member"]}: the keys
+//                [,"upstream"][,"timeout_ms"][,"trigger"][,"tan"][,"tan_member"]
+//                [,"parameter_server"]}: the keys
 //                of the config's aggregation.jobs[], with their meaning and defaults
 //                (README, "Configuration reference"); "key" is an unsigned integer or a
 //                "0x..." hex string; "members" is required unless node_ids or switches
@@ -151,7 +154,8 @@ struct StragglerReport {
 // `choice`, at the job's root only: the strategy and the candidates the root
 // picks from, as the config's tan (one candidate with "fixed": the
 // management node's own pick, synced to the root; several: a joint choice,
-// the root picks by the strategy), or "self". `member`, at any switch: the
+// the root picks by the strategy), or "self" (not for a parameter-server
+// job, whose TAN is its parameter server). `member`, at any switch: the
 // worker of the job here that runs the TAN (jobs[].tan_member), or none. At
 // least one of the two.
 struct TanRequest {

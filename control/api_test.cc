@@ -453,6 +453,7 @@ JobTableSnapshot SyntheticJobs() {
   a.tan.address = *common::Ipv4Addr::Parse("10.0.9.50");
   a.tan.port = 47000;
   a.tan.resolved = true;
+  a.parameter_server = true;
   JobSnapshot b;
   b.id = 9;
   b.index = 3;
@@ -559,6 +560,7 @@ TEST(ApiJobsTest, JobsJsonShape) {
             json::parse(
                 R"({"mode": "remote", "address": "10.0.9.50", "port": 47000, "resolved": true})"));
   EXPECT_TRUE(a["tan_member"].is_null());
+  EXPECT_EQ(a["parameter_server"], true);
   const json& b = j["jobs"][1];
   EXPECT_EQ(b["node_ids"], json::parse("[4, 5, 6, 7]"));
   EXPECT_EQ(b["switches"], json::array());
@@ -571,6 +573,7 @@ TEST(ApiJobsTest, JobsJsonShape) {
   EXPECT_EQ(b["tan"],
             json::parse(R"({"mode": "none", "address": null, "port": null, "resolved": false})"));
   EXPECT_EQ(b["tan_member"], 6);
+  EXPECT_EQ(b["parameter_server"], false);
   EXPECT_EQ(b["nodes"], 2);
   EXPECT_EQ(b["ordered"], true);
   EXPECT_TRUE(b["min_ack"].is_null());
@@ -601,7 +604,7 @@ TEST(ApiJobsTest, ParseJobRequestReadsTheTree) {
       "node_ids": [0, "2-3", "5"],
       "switches": [{"node": 100, "covers": ["10-11", 12]}, {"node": 101}],
       "upstream": {"address": "10.0.9.1", "port": 47001, "node": 7, "vlan": 10},
-      "timeout_ms": 20, "trigger": "batch", "tan_member": 2})");
+      "timeout_ms": 20, "trigger": "batch", "tan_member": 2, "parameter_server": true})");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const config::AggregationJobConfig& job = r->job;
   EXPECT_EQ(job.id, 9u);
@@ -623,6 +626,7 @@ TEST(ApiJobsTest, ParseJobRequestReadsTheTree) {
   EXPECT_EQ(job.timeout_ms, std::optional<uint32_t>(20));
   EXPECT_EQ(job.trigger, std::optional(config::AggTrigger::kBatch));
   EXPECT_EQ(job.tan_member, std::optional<uint16_t>(2));
+  EXPECT_TRUE(job.parameter_server) << "read here; Validate() refuses it with an upstream";
   EXPECT_FALSE(job.tan);
   EXPECT_EQ(r->keys, (std::vector<std::string>{"node_ids", "switches"}));
 
@@ -637,6 +641,7 @@ TEST(ApiJobsTest, ParseJobRequestReadsTheTree) {
   EXPECT_EQ(r->job.upstream->vlan, 0);
   EXPECT_FALSE(r->job.timeout_ms);
   EXPECT_FALSE(r->job.trigger);
+  EXPECT_FALSE(r->job.parameter_server);
   ASSERT_TRUE(r->job.tan);
   EXPECT_EQ(r->job.tan->strategy, config::TanStrategy::kFixed);
   ASSERT_EQ(r->job.tan->candidates.size(), 1u);
@@ -734,9 +739,13 @@ TEST(ApiJobsTest, ParseJobRequestNamesTheTreeKey) {
        "unknown field \"tan.weight\"; expected strategy, candidates"},
       {R"({"id": 1, "key": 1, "members": 2, "tan_member": 65535})",
        "tan_member must be 0..65534, got 65535"},
+      {R"({"id": 1, "key": 1, "members": 2, "parameter_server": 1})",
+       "parameter_server must be true or false, got 1"},
+      {R"({"id": 1, "key": 1, "members": 2, "parameter_server": "true"})",
+       "parameter_server must be true or false, got \"true\""},
       {R"({"id": 1, "key": 1, "members": 2, "colour": "red"})",
        "unknown field \"colour\"; expected id, key, members, nodes, ordered, node_ids, switches, "
-       "upstream, timeout_ms, trigger, tan, tan_member"},
+       "upstream, timeout_ms, trigger, tan, tan_member, parameter_server"},
   };
   for (const auto& [body, message] : cases) {
     const auto r = ParseJobRequest(body);
@@ -1786,10 +1795,14 @@ TEST(JobSpecFromConfigTest, BuildsTheTree) {
   EXPECT_EQ(spec.tan, JobSpec::Tan::kRemote);
   EXPECT_EQ(spec.timeout_cycles, 20'000'000u);
   EXPECT_TRUE(spec.batch);
+  EXPECT_FALSE(spec.parameter_server);
   EXPECT_EQ(load.size(), 1u) << "the TAN's load counts the job";
   // A second root job goes to another candidate under least_load.
   spine.id = 8;
-  EXPECT_NE(JobSpecFromConfig(spine, agg, 1'000'000'000, load).tan_peer.ip, spec.tan_peer.ip);
+  spine.parameter_server = true;
+  const JobSpec second = JobSpecFromConfig(spine, agg, 1'000'000'000, load);
+  EXPECT_NE(second.tan_peer.ip, spec.tan_peer.ip);
+  EXPECT_TRUE(second.parameter_server);
 
   config::AggregationJobConfig leaf;
   leaf.id = 7;
@@ -1824,6 +1837,26 @@ TEST(AddConfigJobsTest, NamesTheFailingItem) {
   EXPECT_EQ(status.code(), common::StatusCode::kAlreadyExists);
   EXPECT_EQ(status.message(), "aggregation.jobs[1]: job 1 already exists");
   EXPECT_EQ((*table)->Find(1)->origin(), aggregator::JobSpec::Origin::kConfig);
+}
+
+TEST(AddConfigJobsTest, BuildsParameterServerJobs) {
+  auto table = aggregator::JobTable::Create(4, 8);
+  ASSERT_TRUE(table.ok());
+  config::AggregationConfig agg;
+  agg.tan = Tan(config::TanStrategy::kFixed);
+  for (uint32_t id : {1, 2}) {
+    config::AggregationJobConfig job;
+    job.id = id;
+    job.key = id;
+    job.members = 2;
+    job.parameter_server = id == 2;
+    agg.jobs.push_back(job);
+  }
+  ASSERT_TRUE(AddConfigJobs(**table, agg, 2000000000).ok());
+  EXPECT_FALSE((*table)->Find(1)->parameter_server());
+  const aggregator::Job* ps = (*table)->Find(2);
+  EXPECT_TRUE(ps->parameter_server());
+  EXPECT_EQ(ps->tan(), JobSpec::Tan::kRemote);
 }
 
 // --- Tree jobs and TAN choices: HandleRequest -> JobControl -> JobTable, against a
@@ -1955,9 +1988,10 @@ TEST_F(JobControlTreeTest, AddsARootJobBuiltLikeAConfigJob) {
             json::parse(
                 R"({"mode": "remote", "address": "10.0.9.51", "port": 47001, "resolved": false})"));
   EXPECT_EQ(shown["tan_member"], 20);
+  EXPECT_EQ(shown["parameter_server"], false);
   json detail = Get("/api/v1/jobs/9");
-  for (const char* key :
-       {"node_ids", "switches", "upstream", "timeout_ms", "trigger", "tan", "tan_member"}) {
+  for (const char* key : {"node_ids", "switches", "upstream", "timeout_ms", "trigger", "tan",
+                          "tan_member", "parameter_server"}) {
     EXPECT_EQ(detail[key], shown[key]) << key;
   }
 
@@ -2052,6 +2086,91 @@ TEST_F(JobControlTreeTest, AddsALeafWithTheConfigDefaults) {
   EXPECT_EQ(j["strategy"], "least_load");
 }
 
+// parameter_server through the API: a root job whose remote TAN (agg-ps
+// --sgd) answers every chunk; the table holds what JobSpecFromConfig builds.
+TEST_F(JobControlTreeTest, AddsAParameterServerJob) {
+  const std::string body = R"({"id": 9, "key": 1, "members": 2, "parameter_server": true})";
+  HttpResponse r = Post("/api/v1/jobs", body);
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(json::parse(r.body)["parameter_server"], true);
+  EXPECT_EQ(Get("/api/v1/jobs/9")["parameter_server"], true);
+  const json listed = Get("/api/v1/jobs");
+  EXPECT_EQ(listed["jobs"][0]["parameter_server"], false) << "job 7";
+  EXPECT_EQ(listed["jobs"][2]["parameter_server"], true) << "job 9";
+  const aggregator::Job* job = table_->Find(9);
+  ASSERT_NE(job, nullptr);
+  EXPECT_TRUE(job->parameter_server());
+  EXPECT_TRUE(job->is_root());
+  EXPECT_EQ(job->tan(), JobSpec::Tan::kRemote) << "aggregation.tan";
+  const common::Result<JobRequest> request = ParseJobRequest(body);
+  ASSERT_TRUE(request.ok());
+  TanLoad load;
+  EXPECT_TRUE(JobSpecFromConfig(request->job, config_.aggregation, kTscHz, load).parameter_server);
+  // The job's own remote tan will do as well.
+  r = Post("/api/v1/jobs", R"({"id": 10, "key": 1, "members": 2, "parameter_server": true,
+      "tan": {"candidates": [{"address": "10.0.9.60"}]}})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_TRUE(table_->Find(10)->parameter_server());
+  EXPECT_EQ(table_->Find(10)->tan_peer().ip, Ip("10.0.9.60"));
+  r = Post("/api/v1/jobs", R"({"id": 11, "key": 1, "members": 2, "parameter_server": false})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(json::parse(r.body)["parameter_server"], false);
+  EXPECT_FALSE(table_->Find(11)->parameter_server());
+  EXPECT_FALSE(table_->Find(7)->parameter_server()) << "a config job without the key";
+}
+
+// Without a remote TAN to answer its chunks there is no parameter server.
+TEST_F(JobControlTreeTest, AParameterServerJobNeedsARemoteTan) {
+  Start(Load(kNoAddressConfig));
+  const HttpResponse r =
+      Post("/api/v1/jobs", R"({"id": 9, "key": 1, "members": 2, "parameter_server": true})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"],
+            "parameter_server: expected a remote tan for a parameter-server job (the job's tan, or "
+            "aggregation.tan, with a strategy other than \"self\": the agg-ps --sgd that answers "
+            "every chunk), got none");
+  EXPECT_EQ(table_->Find(9), nullptr);
+}
+
+// A parameter-server job's TAN is its parameter server: it stays remote, and
+// a request that would make it "self" changes nothing.
+TEST_F(JobControlTreeTest, AParameterServerJobKeepsARemoteTan) {
+  ASSERT_EQ(
+      Post("/api/v1/jobs", R"({"id": 9, "key": 1, "node_ids": [0, 1], "parameter_server": true})")
+          .status,
+      201);
+  const aggregator::Job* job = table_->Find(9);
+  ASSERT_NE(job, nullptr);
+  const aggregator::JobPeer before = job->tan_peer();
+  const int adds = changes_.load();
+  for (const char* body : {R"({"strategy": "self"})", R"({"strategy": "self", "member": 1})"}) {
+    const HttpResponse r = Post("/api/v1/jobs/9/tan", body);
+    EXPECT_EQ(r.status, 409) << body;
+    EXPECT_EQ(json::parse(r.body)["error"],
+              "job 9 is a parameter-server job: its TAN (agg-ps --sgd) answers every chunk, so it "
+              "must stay a remote one; choose among candidates, not \"self\"")
+        << body;
+  }
+  EXPECT_EQ(job->tan(), JobSpec::Tan::kRemote) << "nothing of a refused request applies";
+  EXPECT_EQ(job->tan_peer().ip, before.ip);
+  EXPECT_EQ(job->tan_peer().udp_port, before.udp_port);
+  EXPECT_EQ(job->tan_member(), aggregator::kNoNode);
+  EXPECT_EQ(changes_.load(), adds);
+  json tan = Get("/api/v1/jobs/9/tan");
+  EXPECT_EQ(tan["mode"], "remote");
+  EXPECT_EQ(tan["chosen_by"], "config") << "aggregation.tan, still";
+  // Another remote TAN, and a member, it takes.
+  HttpResponse r =
+      Post("/api/v1/jobs/9/tan", R"({"candidates": [{"address": "10.0.9.60"}], "member": 1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(job->tan_peer().ip, Ip("10.0.9.60"));
+  EXPECT_EQ(job->tan_member(), 1);
+  EXPECT_TRUE(job->parameter_server());
+  // Other jobs may still be their own TAN.
+  r = Post("/api/v1/jobs/7/tan", R"({"strategy": "self"})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
 // The config jobs show their tree too, and a learned member its node id.
 TEST_F(JobControlTreeTest, ConfigJobsShowTheirTree) {
   table_->Find(7)->LearnMember(1, 0x020000000001ull, 1, 10, Ip("10.0.9.12"), 47000);
@@ -2099,6 +2218,10 @@ TEST_F(JobControlTreeTest, ConfigRulesNameTheKey) {
        R"(tan_member: expected the node id of a worker of this job here (one that also runs the job's TAN), got "100")"},
       {R"({"members": 2, "tan_member": 5})",
        R"(tan_member: expected the node id of a worker of this job here (one that also runs the job's TAN), got "5")"},
+      {R"({"members": 2, "upstream": {"address": "10.0.9.2", "node": 5}, "parameter_server": true})",
+       R"(parameter_server: only a root job (without upstream) has a parameter server: its TAN, chosen at the root, answers every chunk; this job has an upstream (upstream))"},
+      {R"({"members": 2, "tan": {"strategy": "self"}, "parameter_server": true})",
+       R"(parameter_server: expected a remote tan for a parameter-server job (the job's tan, or aggregation.tan, with a strategy other than "self": the agg-ps --sgd that answers every chunk), got strategy "self" (tan))"},
       {R"({"members": 2, "ordered": true, "trigger": "incremental"})",
        R"(trigger: expected batch, or no trigger, for an ordered job (it reduces in member order), got "incremental")"},
       {R"({"members": 2, "upstream": {"address": "10.0.9.1", "node": 5}})",

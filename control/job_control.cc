@@ -98,6 +98,7 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
   s.batch = job.batch();
   s.tan = TanState(job);
   if (job.tan_member() != aggregator::kNoNode) s.tan_member = job.tan_member();
+  s.parameter_server = job.parameter_server();
   return s;
 }
 
@@ -235,6 +236,8 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
   spec.batch = job.trigger.value_or(agg.trigger) == config::AggTrigger::kBatch;
   spec.bypass_covered_nodes = agg.bypass.subswitch == config::SubswitchEntries::kNodes;
   spec.tan_member = job.tan_member.value_or(aggregator::kNoNode);
+  // Validate() made sure of a root job with a remote TAN.
+  spec.parameter_server = job.parameter_server;
   return spec;
 }
 
@@ -463,6 +466,13 @@ common::Result<TanReport> JobControl::TanOnControl(uint32_t id,
   }
   if (request && request->choice) {
     const TanChoice choice = ChooseTan(&*request->choice, id, CountTanLoad(table_, id));
+    // The parameter server is the TAN: without a remote one the job has none.
+    if (job->parameter_server() && choice.mode != JobSpec::Tan::kRemote) {
+      return common::FailedPrecondition(
+          name +
+          " is a parameter-server job: its TAN (agg-ps --sgd) answers every chunk, so it must "
+          "stay a remote one; choose among candidates, not \"self\"");
+    }
     job->SetTan(choice.mode, choice.peer);
     tan_choices_[id] = {job->generation(), {TanReport::Source::kApi, *request->choice}};
   }

@@ -155,7 +155,9 @@ class JobControl {
   // all of it or nothing. A choice is checked like the config's tan
   // (InvalidArgument naming the key; on the calling thread), is taken only
   // by the job's root (FailedPrecondition elsewhere), and is picked by
-  // ChooseTan(), least_load counting the other jobs' TANs now. A member must
+  // ChooseTan(), least_load counting the other jobs' TANs now. A
+  // parameter-server job keeps a remote TAN, its parameter server: a choice
+  // that would leave it "self" (or none) is FailedPrecondition. A member must
   // be a worker of the job here (InvalidArgument). NotFound for an unknown job.
   common::Result<TanReport> Tan(uint32_t id, const std::optional<TanRequest>& request);
   // Runs `fn` on the control thread and returns its status (or Unavailable

@@ -176,6 +176,7 @@ struct JobSnapshot {
   bool batch = false;                            // trigger: batch (else incremental)
   JobTanSnapshot tan;                            // mode "none" unless rooted here
   std::optional<uint16_t> tan_member;            // the worker here that runs the TAN
+  bool parameter_server = false;                 // root jobs: the TAN answers every chunk
 };
 
 // The job table as the API and the metrics show it.

@@ -61,7 +61,11 @@
 #     (--tan-keeps-own): nothing of it reaches leaf A;
 # 12. a tree job from the API alone (job 15, aggctl jobs add on all three
 #     switches) with a straggler;
-# 13. nothing held at the end: no bypass entry, no armed timer, nothing at
+# 13. a parameter-server job (job 16, parameter_server at the spine, agg-ps
+#     --sgd): three steps with a straggler under leaf B; every chunk reaches
+#     agg-ps, complete or not, and every rank gets the model's parameters
+#     after each step (agg-worker --verify-sgd);
+# 14. nothing held at the end: no bypass entry, no armed timer, nothing at
 #     agg-ps.
 #
 # Each switch runs in a namespace of its own, see "Topology" below. All three
@@ -102,11 +106,15 @@ SPINE_TIMEOUT_MS=200
 # spine's threshold is shorter than the leaves' (a sub-switch times out); job
 # 12: leaf B and the spine wait long (late data reaches the TAN before the
 # first data); jobs 13 and 14: the TAN is rank 0 (job 13: chosen through the
-# spine's API in check 11), and leaf A knows it for job 14.
+# spine's API in check 11), and leaf A knows it for job 14; job 16: agg-ps is
+# the job's parameter server (ps: fixed, and parameter_server at the spine).
 JOBS=("7:0x7ee::::fixed" "8:0x8ee::::fixed" "9:0x9ee:1000:1000:2000:fixed" "10:0xaee::::self"
-  "11:0xbee:800:800:200:fixed" "12:0xcee::2000:3000:fixed" "13:0xdee::::fixed" "14:0xeee::::w0:0")
+  "11:0xbee:800:800:200:fixed" "12:0xcee::2000:3000:fixed" "13:0xdee::::fixed" "14:0xeee::::w0:0"
+  "16:0x10ee::::ps")
 declare -A JOB_KEY=([7]=0x7ee [8]=0x8ee [9]=0x9ee [10]=0xaee [11]=0xbee [12]=0xcee [13]=0xdee
-  [14]=0xeee [15]=0xfee)
+  [14]=0xeee [15]=0xfee [16]=0x10ee)
+# agg-ps's learning rate for job 16, the parameter-server job.
+SGD_LR=0.25
 W0_IP=$NET.21
 W0_TAN_PORT=47100
 # bypass.subswitch at the spine: nodes (variant 2) until check 10 restarts it
@@ -227,6 +235,7 @@ EOF
           - {address: $TAN_IP, port: $PORT, hops: 1}
 EOF
     fi
+    [ "$tan" = ps ] && echo "      parameter_server: true"
     [ -n "$t" ] && echo "      timeout_ms: $t"
   done
   cat <<EOF
@@ -277,7 +286,7 @@ start_ps() {
   local j covers=()
   for j in "${JOBS[@]}"; do covers+=(--covers "${j%%:*}:100=0-3" --covers "${j%%:*}:101=4-7"); done
   ip netns exec "$(topo_ns tan)" "$AGG_PS" --listen "$TAN_IP:$PORT" --stats "$PS_STATS" \
-    "${covers[@]}" "$@" >"$WORK/ps.$PS_RUNS.log" 2>&1 &
+    "${covers[@]}" --sgd "16=$SGD_LR" "$@" >"$WORK/ps.$PS_RUNS.log" 2>&1 &
   PS_PID=$!
   topo_track_pid "$PS_PID"
   local i
@@ -399,7 +408,7 @@ own_tan_metric() {
 # --- Runs.
 # Every run of a job starts past the previous run's sequence numbers: the
 # switches and the TAN remember a configured job's finished chunks.
-declare -A NEXT_SEQ=([7]=0 [8]=0 [9]=0 [10]=0 [11]=0 [12]=0 [13]=0 [14]=0 [15]=0)
+declare -A NEXT_SEQ=([7]=0 [8]=0 [9]=0 [10]=0 [11]=0 [12]=0 [13]=0 [14]=0 [15]=0 [16]=0)
 SEQ_STRIDE=100000
 declare -A RANK_PIDS=() RANK_LIST=() RUN_FIRST_SEQ=()
 # launch NAME JOB RANKS [AGG-WORKER OPTIONS]: starts the ranks RANKS ("0 1 2
@@ -1447,7 +1456,63 @@ check "  ... leaf B bypassed rank 5, the spine forwarded its data, agg-ps merged
 rm -f "$WORK/NOTES"
 elapsed
 
-# --- 13. Nothing held: no bypass entry and no armed slot timer on any switch
+# --- 13. A parameter-server job: the spine sends every chunk of job 16 to
+# agg-ps, complete or not; agg-ps merges late data, takes one SGD step per
+# chunk and answers with the parameters, which the ranks check after each
+# step. A fresh agg-ps (a fresh model) for each run.
+# ps_job NAME STEPS [RANK_EXTRA]
+ps_job() {
+  local r v rc=0
+  with VERIFY="" with RANK_EXTRA="${3:-}" allreduce "$1" 16 --dtype float32 \
+    --float-mode ordered --size 16K --iterations "$2" --verify-sgd "$SGD_LR" || return 1
+  for r in 0 1 2 3 4 5 6 7; do
+    v=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["verified"])' \
+      "$WORK/$1.$r.json")
+    [ "$v" -eq "$2" ] || { echo "rank $r checked the parameters of $v steps, not $2"; rc=1; }
+  done
+  return $rc
+}
+# ps_job_counters NAME LATE: the counters of run NAME; LATE: 1 when rank 5
+# was late.
+ps_job_counters() {
+  local rc=0 n late="$2"
+  n=$(chunks "$1")
+  ps_fresh
+  say "$n chunks per rank; $(show_deltas | tr '\n' ';')"
+  if [ "$late" -eq 1 ]; then
+    expect leafb timeouts -ge "$n" || rc=1
+    expect_ps merged -eq "$n" || rc=1
+  else
+    expect leafa timeouts -eq 0 || rc=1
+    expect leafb timeouts -eq 0 || rc=1
+    expect_ps merged -eq 0 || rc=1
+  fi
+  expect spine first_data_sent -ge "$n" || rc=1
+  expect spine results_down -ge "$n" || rc=1
+  expect_ps completed -eq "$n" || rc=1
+  expect_ps sgd_updates -eq "$n" || rc=1
+  expect_ps sgd_refused -eq 0 || rc=1
+  return $rc
+}
+start_ps
+snapshot
+check "a parameter-server job (job 16, agg-ps --sgd): 2 steps of 16 KiB float32, every rank got the parameters after each" \
+  ps_job psfull 2 && show_notes
+rm -f "$WORK/NOTES"
+check "  ... no chunk timed out, and every one went to agg-ps, which took one step per chunk" \
+  ps_job_counters psfull 0 && show_notes
+rm -f "$WORK/NOTES"
+start_ps
+snapshot
+check "a parameter-server job with a straggler: rank 5 300 ms late, 3 steps, every rank got the parameters after each" \
+  ps_job pslate 3 "5:--delay-ms,300" && show_notes
+rm -f "$WORK/NOTES"
+check "  ... leaf B bypassed rank 5; agg-ps merged its data into every chunk before the step" \
+  ps_job_counters pslate 1 && show_notes
+rm -f "$WORK/NOTES"
+elapsed
+
+# --- 14. Nothing held: no bypass entry and no armed slot timer on any switch
 # (the entries of check 6, whose straggler never came, expired after
 # bypass.ttl_ms); agg-ps holds no chunk and no late data.
 released() {

@@ -1,10 +1,14 @@
-// agg-ps: the parameter node. In this version it plays the timeout
-// aggregation node (TAN) of docs/stragglers.md: it merges a root switch's
-// first data (PARTIAL) with the late data of the members it timed out on and
-// sends the RESULT back to the root.
+// agg-ps: the parameter node. It plays the timeout aggregation node (TAN) of
+// docs/stragglers.md: it merges a root switch's first data (PARTIAL) with the
+// late data of the members it timed out on and sends the RESULT back to the
+// root. For a parameter-server job (--sgd JOB=LR; the root sends it every
+// chunk) it is the parameter server: it keeps the job's float32 parameters,
+// applies each chunk's gradient sum (p = p - LR * g) and answers with the
+// updated parameters instead of the sum (tools/agg-ps/sgd.h).
 //
 //   agg-ps --listen 10.0.10.5:47000 --give-up-ms 5000 --trigger batch
 //          --covers 7:100=0-3 --covers 7:101=4-7 --stats /run/agg-ps.json
+//   agg-ps --listen 10.0.10.5:47000 --sgd 9=0.01     # job 9: SGD, learning rate 0.01
 //
 // The loop itself is tools/agg-ps/server.h.
 //
@@ -49,11 +53,14 @@ int Main(int argc, char** argv) {
   uint32_t node_id = 65534;
   std::string trigger = "incremental";
   std::vector<std::string> covers;
+  std::vector<std::string> sgd;
   PsServerOptions options;
   std::string log_level = "info";
   bool quiet = false;
 
-  CLI::App app{"agg-ps: the parameter node; here its timeout aggregation node (TAN) role"};
+  CLI::App app{
+      "agg-ps: the parameter node: the timeout aggregation node (TAN) of root switches, and "
+      "the parameter server of --sgd jobs"};
   app.add_option("--listen", listen, "UDP address to serve on (port 0: an ephemeral one)")
       ->type_name("ADDR:PORT")
       ->capture_default_str();
@@ -72,6 +79,17 @@ int Main(int argc, char** argv) {
                  "JOB:SWITCH=IDS: switch node SWITCH of job JOB covers node ids IDS (like 0-3,7); "
                  "its late partial resolves them, less its own missing list. Repeatable")
       ->type_name("JOB:SWITCH=IDS");
+  app.add_option("--sgd", sgd,
+                 "JOB=LR: job JOB is a parameter-server job: keep its float32 parameters (from "
+                 "zero), apply each chunk's gradient sum as p = p - LR * g and answer with the "
+                 "parameters instead of the sum. Other ops (e.g. the fixed-point exponent's max) "
+                 "pass through; sums of other types are refused (INCOMPLETE): use agg-worker "
+                 "--float-mode float or ordered. Repeatable")
+      ->type_name("JOB=LR");
+  app.add_option("--sgd-max-elems", options.sgd_max_elems,
+                 "Parameters per --sgd job at most (float32 each); chunks beyond are refused "
+                 "(INCOMPLETE)")
+      ->capture_default_str();
   app.add_option("--max-pending", options.tan.max_pending,
                  "Chunks in progress at most (more are refused and counted)")
       ->capture_default_str();
@@ -116,25 +134,32 @@ int Main(int argc, char** argv) {
     if (!spec.ok()) return usage_error(spec.status().message());
     options.covers.push_back(std::move(*spec));
   }
+  for (const std::string& text : sgd) {
+    auto job = ParseSgd(text);
+    if (!job.ok()) return usage_error(job.status().message());
+    options.sgd.push_back(*job);
+  }
 
   auto server = PsServer::Open(options);
   if (!server.ok()) return usage_error(server.status().message());
   InstallSignalHandlers();
   AGG_LOG(kInfo,
           "agg-ps serving as TAN on %s:%u: trigger %s, give-up %lu ms, node id %u, %zu "
-          "coverage entries%s%s",
+          "coverage entries, %zu --sgd jobs%s%s",
           options.listen.ip.ToString().c_str(), (*server)->port(), trigger.c_str(),
           static_cast<unsigned long>(give_up_ms), options.tan.node_id, options.covers.size(),
-          options.stats_path.empty() ? "" : ", stats in ", options.stats_path.c_str());
+          options.sgd.size(), options.stats_path.empty() ? "" : ", stats in ",
+          options.stats_path.c_str());
   const common::Status status = (*server)->Run(g_stop);
   if (!status.ok()) {
     AGG_LOG(kError, "%s", status.message().c_str());
     return kExitFailed;
   }
   const aggregator::TanCounters& c = (*server)->engine().counters();
-  AGG_LOG(kInfo, "agg-ps stopped: %lu completed, %lu gave up, %zu pending",
+  AGG_LOG(kInfo, "agg-ps stopped: %lu completed, %lu gave up, %zu pending, %lu sgd updates",
           static_cast<unsigned long>(c.completed), static_cast<unsigned long>(c.gave_up),
-          (*server)->engine().pending());
+          (*server)->engine().pending(),
+          static_cast<unsigned long>((*server)->sgd().counters().updates));
   return 0;
 }
 

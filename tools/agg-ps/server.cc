@@ -120,6 +120,15 @@ struct PsServer::Batch {
 };
 
 common::Result<std::unique_ptr<PsServer>> PsServer::Open(const PsServerOptions& options) {
+  if (options.sgd_max_elems == 0 || options.sgd_max_elems > SgdModel::kMaxMaxElems) {
+    return common::InvalidArgument("--sgd-max-elems: expected 1.." +
+                                   std::to_string(SgdModel::kMaxMaxElems) + " elements, got " +
+                                   std::to_string(options.sgd_max_elems));
+  }
+  SgdModel sgd(options.sgd_max_elems);
+  for (const SgdJob& job : options.sgd) {
+    if (common::Status s = sgd.AddJob(job); !s.ok()) return s;
+  }
   const std::string where =
       "--listen " + options.listen.ip.ToString() + ":" + std::to_string(options.listen.port);
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -143,17 +152,32 @@ common::Result<std::unique_ptr<PsServer>> PsServer::Open(const PsServerOptions& 
   }
   socklen_t len = sizeof(local);
   getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
-  return std::unique_ptr<PsServer>(new PsServer(options, fd, ntohs(local.sin_port)));
+  return std::unique_ptr<PsServer>(
+      new PsServer(options, std::move(sgd), fd, ntohs(local.sin_port)));
 }
 
-PsServer::PsServer(const PsServerOptions& options, int fd, uint16_t port)
+PsServer::PsServer(const PsServerOptions& options, SgdModel sgd, int fd, uint16_t port)
     : options_(options),
       fd_(fd),
       port_(port),
-      engine_(options.tan),
+      sgd_(std::move(sgd)),
+      engine_(EngineOptions(options)),
       buffers_(size_t{kBatch} * kBufferBytes),
       batch_(std::make_unique<Batch>()) {
   for (const CoverSpec& c : options_.covers) engine_.SetCovers(c.job_id, c.switch_node, c.ids);
+}
+
+aggregator::TanOptions PsServer::EngineOptions(const PsServerOptions& options) {
+  aggregator::TanOptions tan = options.tan;
+  if (options.sgd.empty()) return tan;
+  // The engine calls it with mu_ held (the loop, or OfferOwn), so the model
+  // is only ever used under mu_.
+  tan.on_complete = [this, next = std::move(tan.on_complete)](const aggregator::AggFields& f,
+                                                              std::span<uint8_t> payload) {
+    if (!sgd_.Apply(f, payload)) return false;
+    return !next || next(f, payload);
+  };
+  return tan;
 }
 
 PsServer::~PsServer() {
@@ -325,6 +349,7 @@ std::string PsServer::StatsJsonLocked() const {
       {"key_mismatch", t.key_mismatch},
       {"completed", t.completed},
       {"gave_up", t.gave_up},
+      {"completion_refused", t.completion_refused},
       {"orphan_late", t.orphan_late},
       {"late_after_done", t.late_after_done},
       {"repeat_first", t.repeat_first},
@@ -336,6 +361,10 @@ std::string PsServer::StatsJsonLocked() const {
       {"pending", engine_.pending()},
       {"finished", engine_.finished()},
       {"held_lates", engine_.held_lates()},
+      {"sgd_updates", sgd_.counters().updates},
+      {"sgd_elements", sgd_.counters().elements},
+      {"sgd_passed", sgd_.counters().passed},
+      {"sgd_refused", sgd_.counters().refused},
       {"rx_datagrams", counters_.rx_datagrams},
       {"parse_errors", counters_.parse_errors},
       {"tx_datagrams", counters_.tx_datagrams},

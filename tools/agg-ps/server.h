@@ -1,5 +1,8 @@
 // agg-ps's server: the parameter node's timeout aggregation node (TAN) role
-// on one UDP socket (docs/stragglers.md, "The timeout aggregation node").
+// on one UDP socket (docs/stragglers.md, "The timeout aggregation node"),
+// and for --sgd jobs its parameter-server role: the engine's completion hook
+// runs an SgdModel (tools/agg-ps/sgd.h), so those jobs' RESULTs carry the
+// updated parameters instead of the gradient sum.
 //
 // A single-threaded poll loop: it receives datagrams in batches (recvmmsg),
 // parses them (aggregator/wire.h), feeds them to an aggregator::TanEngine,
@@ -21,8 +24,9 @@
 //
 // Thread safety: Open and the parsers [any]. Run [one thread]; `stop` may be
 // set from anywhere, a signal handler included. OfferOwn, SetOwnWorker,
-// StatsJson and WriteStats [any]: a mutex orders them with the loop. engine() and
-// socket_counters() [any while Run is not running].
+// StatsJson and WriteStats [any]: a mutex orders them with the loop (the
+// SgdModel runs under it too). engine(), sgd() and socket_counters() [any
+// while Run is not running].
 #pragma once
 
 #include <atomic>
@@ -37,6 +41,7 @@
 #include "aggregator/tan_engine.h"
 #include "common/net_addr.h"
 #include "common/status.h"
+#include "tools/agg-ps/sgd.h"
 
 namespace aggswitch::tools {
 
@@ -64,7 +69,11 @@ struct PsServerOptions {
   ListenAddress listen;
   aggregator::TanOptions tan;
   std::vector<CoverSpec> covers;
-  std::string stats_path;  // empty: no stats file
+  // --sgd JOB=LR: parameter-server jobs. When there are any, their SgdModel
+  // is the engine's completion hook (before tan.on_complete, if set).
+  std::vector<SgdJob> sgd;
+  uint64_t sgd_max_elems = SgdModel::kDefaultMaxElems;  // --sgd-max-elems, per job
+  std::string stats_path;                               // empty: no stats file
   std::chrono::milliseconds expire_period{10};
   std::chrono::milliseconds stats_period{500};
 };
@@ -81,7 +90,8 @@ struct PsSocketCounters {
 
 class PsServer {
  public:
-  // Opens and binds the socket (the error names --listen), sets up the engine.
+  // Opens and binds the socket (the error names --listen), sets up the engine
+  // and the --sgd jobs (an error names --sgd or --sgd-max-elems).
   static common::Result<std::unique_ptr<PsServer>> Open(const PsServerOptions& options);
   ~PsServer();
   PsServer(const PsServer&) = delete;
@@ -110,10 +120,13 @@ class PsServer {
   common::Status WriteStats();
 
   const aggregator::TanEngine& engine() const { return engine_; }
+  const SgdModel& sgd() const { return sgd_; }
   const PsSocketCounters& socket_counters() const { return counters_; }
 
  private:
-  PsServer(const PsServerOptions& options, int fd, uint16_t port);
+  PsServer(const PsServerOptions& options, SgdModel sgd, int fd, uint16_t port);
+  // options.tan with the SgdModel as its completion hook, when there are --sgd jobs.
+  aggregator::TanOptions EngineOptions(const PsServerOptions& options);
   // Receives one batch and feeds it to the engine; how many came.
   common::Result<uint32_t> ReceiveBatch(std::vector<aggregator::TanOutput>* out);
   void Send(const std::vector<aggregator::TanOutput>& out);
@@ -126,6 +139,7 @@ class PsServer {
   mutable std::mutex mu_;
   int fd_ = -1;
   uint16_t port_ = 0;
+  SgdModel sgd_;  // before engine_: its hook points here
   aggregator::TanEngine engine_;
   PsSocketCounters counters_;
   std::vector<uint8_t> buffers_;  // kBatch receive buffers of kBufferBytes

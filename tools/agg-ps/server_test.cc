@@ -1,6 +1,7 @@
 // agg-ps: the option parsers; the server on 127.0.0.1 (an ephemeral port, in
-// a thread) answering first data and late data sent over real UDP sockets;
-// and the binary itself (exit codes, messages, signals, the stats file).
+// a thread) answering first data and late data sent over real UDP sockets,
+// and the parameters of --sgd jobs; and the binary itself (exit codes,
+// messages, signals, the stats file).
 #include "tools/agg-ps/server.h"
 
 #include <arpa/inet.h>
@@ -294,6 +295,111 @@ TEST(AggPsServerTest, TakesTheOwnWorkersContributionOnceTheFirstDataListsIt) {
   EXPECT_EQ(s.server().engine().counters().completed, 1u);
 }
 
+// A parameter-server job's first data: float32 gradient sums, nothing missing,
+// aux the chunk's element offset.
+Bytes GradientChunk(uint32_t seq, uint32_t offset, const std::vector<float>& grad) {
+  AggFields f;
+  f.opcode = Opcode::kPartial;
+  f.node_id = 1;
+  f.job_id = 7;
+  f.seq = seq;
+  f.job_key = kKey;
+  f.dtype = aggregator::DType::kFloat32;
+  f.aux = offset;
+  f.elem_count = static_cast<uint16_t>(grad.size());
+  Bytes payload(grad.size() * 4);
+  std::memcpy(payload.data(), grad.data(), payload.size());
+  Bytes buf(48 + payload.size());
+  EXPECT_EQ(aggregator::BuildAggregation(f, nullptr, 0, payload.data(),
+                                         static_cast<uint32_t>(payload.size()), buf.data(),
+                                         static_cast<uint32_t>(buf.size())),
+            buf.size());
+  return buf;
+}
+
+std::vector<float> Floats(const Bytes& datagram) {
+  AggPacket pkt;
+  EXPECT_EQ(
+      aggregator::ParseAggregation(datagram.data(), static_cast<uint32_t>(datagram.size()), &pkt),
+      aggregator::WireError::kOk);
+  std::vector<float> v(pkt.payload_len / 4);
+  std::memcpy(v.data(), pkt.payload, pkt.payload_len);
+  return v;
+}
+
+// --sgd 7=0.5: every chunk of job 7 comes as first data with nothing missing;
+// the answers carry the parameters (-0.5 times the gradients so far, exact
+// in float32), chunk by chunk at their offsets.
+TEST(AggPsServerTest, SgdJobIsAnsweredWithTheUpdatedParameters) {
+  PsServerOptions o;
+  o.sgd.push_back(*ParseSgd("7=0.5"));
+  RunningServer s(o);
+  Peer root;
+  const auto exchange = [&](uint32_t seq, uint32_t offset, const std::vector<float>& grad) {
+    root.SendTo(s.port(), GradientChunk(seq, offset, grad));
+    std::optional<Bytes> got = root.Receive(5000);
+    EXPECT_TRUE(got) << "seq " << seq;
+    return got.value_or(Bytes{});
+  };
+  // Iteration 1: chunks at offsets 0 and 3.
+  const Bytes r1 = exchange(1, 0, {1.0f, 2.0f, -4.0f});
+  const Result p1 = ParseResult(r1);
+  EXPECT_EQ(p1.f.opcode, Opcode::kResult);
+  EXPECT_EQ(p1.f.seq, 1u);
+  EXPECT_EQ(p1.f.aux, 0u);
+  EXPECT_EQ(p1.f.flags, 0);
+  EXPECT_EQ(p1.f.dtype, aggregator::DType::kFloat32);
+  EXPECT_EQ(Floats(r1), (std::vector<float>{-0.5f, -1.0f, 2.0f}));
+  const Bytes r2 = exchange(2, 3, {8.0f, 0.25f});
+  EXPECT_EQ(ParseResult(r2).f.aux, 3u);
+  EXPECT_EQ(Floats(r2), (std::vector<float>{-4.0f, -0.125f}));
+  // A repeated first data gets the same answer: the update is applied once.
+  EXPECT_EQ(exchange(1, 0, {1.0f, 2.0f, -4.0f}), r1);
+  // Iteration 2 (new seqs): the parameters accumulate.
+  EXPECT_EQ(Floats(exchange(3, 0, {1.0f, 2.0f, -4.0f})), (std::vector<float>{-1.0f, -2.0f, 4.0f}));
+  EXPECT_EQ(Floats(exchange(4, 3, {-8.0f, 0.25f})), (std::vector<float>{0.0f, -0.25f}));
+  // An int32 sum (fixed point) is no gradient: refused, INCOMPLETE, nothing missing.
+  root.SendTo(s.port(), FirstData(5, {10}, {}));
+  const std::optional<Bytes> fixed = root.Receive(5000);
+  ASSERT_TRUE(fixed);
+  const Result pf = ParseResult(*fixed);
+  EXPECT_EQ(pf.f.flags, aggregator::flags::kIncomplete);
+  EXPECT_TRUE(pf.missing.empty());
+
+  s.Stop();
+  const SgdCounters& c = s.server().sgd().counters();
+  EXPECT_EQ(c.updates, 4u);
+  EXPECT_EQ(c.elements, 10u);
+  EXPECT_EQ(c.refused, 1u);
+  EXPECT_EQ(s.server().engine().counters().completed, 4u);
+  EXPECT_EQ(s.server().engine().counters().completion_refused, 1u);
+  const std::vector<float> params(s.server().sgd().Parameters(7).begin(),
+                                  s.server().sgd().Parameters(7).end());
+  EXPECT_EQ(params, (std::vector<float>{-1.0f, -2.0f, 4.0f, 0.0f, -0.25f}));
+  const std::string json = s.server().StatsJson();
+  EXPECT_NE(json.find("\"sgd_updates\": 4"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"sgd_elements\": 10"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"sgd_passed\": 0"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"sgd_refused\": 1"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"completion_refused\": 1"), std::string::npos) << json;
+}
+
+TEST(AggPsServerTest, SgdOptionErrorsNameTheOption) {
+  PsServerOptions o;
+  o.listen = *ParseListen("127.0.0.1:0");
+  o.sgd = {{7, 0.5f}, {7, 0.1f}};
+  auto twice = PsServer::Open(o);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("--sgd: job 7 given twice"), std::string::npos)
+      << twice.status().message();
+  o.sgd = {{7, 0.5f}};
+  o.sgd_max_elems = 0;
+  auto none = PsServer::Open(o);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("--sgd-max-elems: expected 1.."), std::string::npos)
+      << none.status().message();
+}
+
 TEST(AggPsServerTest, BindFailureNamesTheOption) {
   PsServerOptions o;
   o.listen = *ParseListen("192.0.2.1:47000");  // TEST-NET-1: not a local address
@@ -329,6 +435,10 @@ TEST(AggPsBinaryTest, BadArgumentsAndBindFailureExit2WithAClearMessage) {
       {{"--trigger", "sometimes"}, "--trigger"},
       {{"--node-id", "70000"}, "--node-id: expected a node id 0..65535"},
       {{"--no-such-option"}, "no-such-option"},
+      {{"--sgd", "7"}, "--sgd: expected JOB=LR"},
+      {{"--sgd", "7=-1"}, "--sgd: expected JOB=LR"},
+      {{"--sgd", "7=0.1", "--sgd", "7=0.2"}, "--sgd: job 7 given twice"},
+      {{"--sgd-max-elems", "0"}, "--sgd-max-elems: expected 1..4294967296"},
       {{"--listen", "192.0.2.1:47000"}, "--listen 192.0.2.1:47000: cannot bind"},
   };
   for (const Case& c : cases) {
@@ -341,6 +451,8 @@ TEST(AggPsBinaryTest, BadArgumentsAndBindFailureExit2WithAClearMessage) {
   std::string output;
   EXPECT_EQ(RunToEnd({AGG_PS_BIN, "--help"}, log, &output), 0);
   EXPECT_NE(output.find("--covers"), std::string::npos);
+  EXPECT_NE(output.find("--sgd JOB=LR"), std::string::npos) << output;
+  EXPECT_NE(output.find("--sgd-max-elems"), std::string::npos) << output;
   std::remove(log.c_str());
 }
 

@@ -7,11 +7,13 @@
 // Each iteration allreduces a vector generated from --seed (every rank can
 // compute every rank's vector, so --verify checks the result exactly; see
 // verify.h) or read from --input FILE ("{rank}" in the path is replaced by the
-// rank; --verify then reads every rank's file). It prints the latency per
+// rank; --verify then reads every rank's file). With --verify-sgd LR the
+// results are checked as a parameter server's parameters instead (the job's
+// TAN runs agg-ps --sgd; SgdCheck in verify.h). It prints the latency per
 // allreduce (median, p99) and the algorithm bandwidth, and draws a progress
 // bar on stderr when that is a terminal and the run takes a while.
 //
-// Exit codes: 0 every allreduce completed (and matched, with --verify); 1 a
+// Exit codes: 0 every allreduce completed (and matched, when verified); 1 a
 // result did not match; 2 a bad command line or input; 3 an allreduce failed
 // (refused by the switch, a member gone, the switch unreachable: the message
 // says which).
@@ -21,8 +23,10 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,6 +76,9 @@ struct RunConfig {
   uint32_t iterations = 1;
   uint32_t delay_ms = 0;  // before each allreduce: a straggler
   bool verify = false;
+  // Check the results as a parameter server's parameters (SgdCheck) with this
+  // learning rate, instead of as sums.
+  std::optional<float> verify_sgd;
   uint64_t seed = 1;
   std::string input;
   std::string json_path;
@@ -166,6 +173,13 @@ common::Status ApplyText(const CliText& t, RunConfig& cfg) {
     o.max_retransmit_timeout = o.retransmit_timeout;
   }
   if (cfg.iterations == 0) return common::InvalidArgument("--iterations: at least 1 expected");
+  if (cfg.verify_sgd && (cfg.dtype != DType::kFloat32 || cfg.op != ReduceOp::kSum ||
+                         o.float_mode == client::FloatMode::kFixedPoint ||
+                         !std::isfinite(*cfg.verify_sgd))) {
+    return common::InvalidArgument(
+        "--verify-sgd: a parameter server updates float32 parameters: needs a finite learning "
+        "rate, --dtype float32 --op sum and --float-mode float or ordered");
+  }
   return client::ValidateClientOptions(o);
 }
 
@@ -221,6 +235,8 @@ int RunTyped(const RunConfig& cfg, client::Client& c, const RankVectors& vectors
   spec.headroom = cfg.client.headroom.value_or(client::DefaultHeadroom(cfg.client.world));
   spec.world = cfg.client.world;
   spec.chunk_elements = c.ChunkElements(cfg.dtype);
+  std::optional<SgdCheck> sgd;
+  if (cfg.verify_sgd) sgd.emplace(*cfg.verify_sgd, n);
 
   ProgressBar bar(!cfg.quiet);
   std::vector<double> seconds;
@@ -246,8 +262,8 @@ int RunTyped(const RunConfig& cfg, client::Client& c, const RankVectors& vectors
     seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
     bar.Update(static_cast<double>(it + 1) / cfg.iterations, it + 1, cfg.iterations,
                (it + 1.0) * static_cast<double>(summary.bytes));
-    if (cfg.verify) {
-      const VerifyReport r = Verify(spec, vectors, it, bytes);
+    if (cfg.verify || sgd) {
+      const VerifyReport r = sgd ? sgd->Check(spec, vectors, it, bytes) : Verify(spec, vectors, it, bytes);
       summary.unverifiable += r.unverifiable;
       summary.mismatches += r.mismatches;
       if (r.ok()) ++summary.verified;
@@ -269,7 +285,7 @@ int Run(const RunConfig& cfg, const CliText& text) {
   std::unique_ptr<RankVectors> vectors;
   if (!cfg.input.empty()) {
     std::vector<uint16_t> ranks = {o.rank};
-    if (cfg.verify) {
+    if (cfg.verify || cfg.verify_sgd) {
       ranks.clear();
       for (uint16_t r = 0; r < o.world; ++r) ranks.push_back(r);
     }
@@ -339,7 +355,7 @@ int Run(const RunConfig& cfg, const CliText& text) {
   summary.elements = vectors->elements();
   summary.bytes = summary.elements * aggregator::ElementSize(cfg.dtype);
   summary.iterations = cfg.iterations;
-  summary.verify = cfg.verify;
+  summary.verify = cfg.verify || cfg.verify_sgd.has_value();
   int rc = 0;
   switch (cfg.dtype) {
     case DType::kInt32:
@@ -414,7 +430,13 @@ int Main(int argc, char** argv) {
   app.add_option("--input", cfg.input,
                  "Allreduce this file's elements instead (raw little-endian; \"{rank}\" in the "
                  "path becomes the rank); overrides --size");
-  app.add_flag("--verify", cfg.verify, "Check every result against the local reduction");
+  CLI::Option* verify = app.add_flag("--verify", cfg.verify, "Check every result against the local reduction");
+  app.add_option("--verify-sgd", cfg.verify_sgd,
+                 "Check every result as the parameters of the job's parameter server (agg-ps --sgd "
+                 "JOB=LR) after one step per allreduce: p -= LR * sum, from 0 (float32 sums, "
+                 "--float-mode float or ordered)")
+      ->option_text("LR")
+      ->excludes(verify);
   // How it travels.
   app.add_option("--float-mode", text.float_mode,
                  "Float sums: fixed (float32 as int32 fixed point, exact), float (arrival "

@@ -289,4 +289,37 @@ VerifyReport Verify(const VerifySpec& spec, const RankVectors& vectors, uint32_t
   return report;
 }
 
+SgdCheck::SgdCheck(float lr, size_t elements)
+    : lr_(lr), params_(elements, 0.0), bound_(elements, 0.0), block_(elements) {}
+
+VerifyReport SgdCheck::Check(const VerifySpec& spec, const RankVectors& vectors,
+                             uint32_t iteration, const uint8_t* result) {
+  const size_t n = params_.size();
+  std::vector<double> sum(n, 0.0), magnitude(n, 0.0);
+  for (uint16_t r = 0; r < spec.world; ++r) {
+    vectors.Read(r, iteration, 0, n, reinterpret_cast<uint8_t*>(block_.data()));
+    for (size_t i = 0; i < n; ++i) {
+      sum[i] += block_[i];
+      magnitude[i] += std::fabs(block_[i]);
+    }
+  }
+  constexpr double kUlp = 0x1p-24;
+  VerifyReport report;
+  for (size_t i = 0; i < n; ++i) {
+    params_[i] -= lr_ * sum[i];
+    bound_[i] += 2 * kUlp * (lr_ * (spec.world + 1) * magnitude[i] + std::fabs(params_[i]));
+    const float got = ReadAs<float>(result, i);
+    ++report.checked;
+    if (std::fabs(static_cast<double>(got) - params_[i]) <= bound_[i]) continue;
+    ++report.mismatches;
+    if (report.examples.size() < kMaxMismatchExamples) {
+      char text[160];
+      std::snprintf(text, sizeof(text), "element %zu: got %.9g, want %.9g within %.3g", i, got,
+                    params_[i], bound_[i]);
+      report.examples.emplace_back(text);
+    }
+  }
+  return report;
+}
+
 }  // namespace aggswitch::tools

@@ -63,4 +63,29 @@ inline constexpr size_t kMaxMismatchExamples = 5;
 VerifyReport Verify(const VerifySpec& spec, const RankVectors& vectors, uint32_t iteration,
                     const uint8_t* result);
 
+// agg-worker --verify-sgd LR: a parameter-server job (docs/stragglers.md)
+// answers each allreduce of float32 sums with the server's parameters after
+// one step, p = p - LR * sum, from p = 0 (agg-ps --sgd). SgdCheck follows the
+// exact parameters from every rank's vectors and accepts a result within the
+// rounding that the sums (in any order) and the server's float32 steps may
+// have added up to, element by element: per step
+//   2 * 2^-24 * (LR * (world + 1) * sum(|x|) + |p|).
+//
+//   SgdCheck sgd(0.5f, vectors.elements());
+//   for (it...) { ...allreduce...; VerifyReport r = sgd.Check(spec, vectors, it, result); }
+//
+// Thread safety: one thread; Check is called with iterations in order.
+class SgdCheck {
+ public:
+  SgdCheck(float lr, size_t elements);
+  VerifyReport Check(const VerifySpec& spec, const RankVectors& vectors, uint32_t iteration,
+                     const uint8_t* result);
+
+ private:
+  double lr_;
+  std::vector<double> params_;  // the exact parameters after the steps so far
+  std::vector<double> bound_;   // how far the server's may be from them
+  std::vector<float> block_;    // one rank's vector
+};
+
 }  // namespace aggswitch::tools

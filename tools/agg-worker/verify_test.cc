@@ -207,5 +207,52 @@ TEST(VerifyTest, Int32SumsThatMaySaturateAreNotCompared) {
   EXPECT_EQ(r.checked, 1u);
 }
 
+// A parameter server's answers, stepped in float32 from float32 sums in some
+// order, pass; a step missed, or the sum returned instead, does not.
+TEST(SgdCheckTest, FollowsTheServersStepsWithinRounding) {
+  const uint16_t world = 4;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  std::vector<std::vector<float>> ranks(world, std::vector<float>(64));
+  for (auto& v : ranks) {
+    for (float& x : v) x = dist(rng);
+  }
+  const MemoryVectors vectors(ranks);
+  const VerifySpec spec = Spec(DType::kFloat32, ReduceOp::kSum, FloatMode::kFloat, world, 16);
+  const float lr = 0.1f;
+  SgdCheck check(lr, 64);
+  std::vector<float> params(64, 0.0f);  // as agg-ps keeps them
+  for (uint32_t it = 0; it < 5; ++it) {
+    std::vector<float> answer(64);
+    for (size_t i = 0; i < 64; ++i) {
+      float sum = 0;  // reverse rank order: another rounding than the check's
+      for (int r = world - 1; r >= 0; --r) sum += ranks[r][i];
+      params[i] = params[i] - lr * sum;
+      answer[i] = params[i];
+    }
+    const VerifyReport r =
+        check.Check(spec, vectors, it, reinterpret_cast<const uint8_t*>(answer.data()));
+    EXPECT_EQ(r.checked, 64u);
+    EXPECT_TRUE(r.ok()) << "iteration " << it << ": " << (r.examples.empty() ? "" : r.examples[0]);
+  }
+
+  // The sum itself, not the parameters.
+  SgdCheck fresh(lr, 64);
+  std::vector<float> sums(64);
+  for (size_t i = 0; i < 64; ++i) {
+    for (uint16_t r = 0; r < world; ++r) sums[i] += ranks[r][i];
+  }
+  VerifyReport r = fresh.Check(spec, vectors, 0, reinterpret_cast<const uint8_t*>(sums.data()));
+  EXPECT_GT(r.mismatches, 60u);
+  ASSERT_FALSE(r.examples.empty());
+  EXPECT_NE(r.examples[0].find("element "), std::string::npos);
+
+  // A server that missed the first step is one step behind at the second.
+  std::vector<float> behind(64);
+  for (size_t i = 0; i < 64; ++i) behind[i] = -lr * sums[i];
+  r = fresh.Check(spec, vectors, 1, reinterpret_cast<const uint8_t*>(behind.data()));
+  EXPECT_GT(r.mismatches, 60u);
+}
+
 }  // namespace
 }  // namespace aggswitch::tools

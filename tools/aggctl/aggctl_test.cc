@@ -88,6 +88,8 @@ class AggctlTest : public ::testing::Test {
       root.id = 8;
       root.upstream.reset();
       root.tan = JobTanSnapshot{"remote", *common::Ipv4Addr::Parse("10.0.9.50"), 47000, false};
+      root.tan_member.reset();
+      root.parameter_server = true;
       table.jobs = {Leaf(), root};
       return table;
     };
@@ -97,6 +99,11 @@ class AggctlTest : public ::testing::Test {
       JobSnapshot s = Leaf();
       s.id = r.job.id;
       s.members = r.job.members;
+      if (r.job.parameter_server) {  // a root, as the switch would show it
+        s.upstream.reset();
+        s.tan = JobTanSnapshot{"remote", *common::Ipv4Addr::Parse("10.0.9.50"), 47000, true};
+        s.parameter_server = true;
+      }
       return s;
     };
     source.remove_job = [](uint32_t) { return common::Status::Ok(); };
@@ -217,7 +224,8 @@ TEST_F(AggctlTest, JobsAddSendsTheTree) {
                                              "--tan-candidate",
                                              "10.0.9.51:47001,hops=1",
                                              "--tan-member",
-                                             "7"});
+                                             "7",
+                                             "--parameter-server"});
   ASSERT_TRUE(r);
   const config::AggregationJobConfig& job = r->job;
   EXPECT_EQ(job.id, 9u);
@@ -240,6 +248,7 @@ TEST_F(AggctlTest, JobsAddSendsTheTree) {
             (std::vector<config::TanCandidate>{Candidate("10.0.9.50", 47000, 3),
                                                Candidate("10.0.9.51", 47001, 1)}));
   EXPECT_EQ(job.tan_member, std::optional<uint16_t>(7));
+  EXPECT_TRUE(job.parameter_server);
 }
 
 TEST_F(AggctlTest, JobsAddSendsAnUpstreamAndItsDefaults) {
@@ -262,6 +271,7 @@ TEST_F(AggctlTest, JobsAddSendsAnUpstreamAndItsDefaults) {
   EXPECT_FALSE(r->job.trigger);
   EXPECT_FALSE(r->job.tan);
   EXPECT_FALSE(r->job.tan_member);
+  EXPECT_FALSE(r->job.parameter_server);
   r = Added({"--members", "2", "--tan-self"});
   ASSERT_TRUE(r && r->job.tan);
   EXPECT_EQ(r->job.tan->strategy, config::TanStrategy::kSelf);
@@ -279,9 +289,14 @@ TEST_F(AggctlTest, JobsAddSendsAnUpstreamAndItsDefaults) {
 }
 
 TEST_F(AggctlTest, JobsAddPrintsTheNewJob) {
-  const Exit e = Aggctl({"jobs", "add", "--id", "9", "--key", "9", "--members", "5"});
+  Exit e = Aggctl({"jobs", "add", "--id", "9", "--key", "9", "--members", "5"});
   EXPECT_EQ(e.code, 0) << e.err;
   EXPECT_EQ(e.out, "added job 9 (index 0, 5 members, 3 nodes, upstream 10.0.9.1:47000)\n");
+  e = Aggctl({"jobs", "add", "--id", "9", "--key", "9", "--members", "5", "--parameter-server"});
+  EXPECT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.out,
+            "added job 9 (index 0, 5 members, 3 nodes, root here, TAN 10.0.9.50:47000, its "
+            "parameter server)\n");
 }
 
 // A command line aggctl cannot use: a usage error (CLI11's exit code and
@@ -311,6 +326,9 @@ TEST_F(AggctlTest, JobsAddRefusesWhatItCannotSend) {
       {{"--members", "2", "--upstream", "10.0.9.1", "--upstream-node", "1", "--tan-self"},
        "excludes"},
       {{"--members", "2", "--tan-member", "65535"}, "--tan-member"},
+      {{"--members", "2", "--parameter-server", "--tan-self"}, "excludes"},
+      {{"--members", "2", "--upstream", "10.0.9.1", "--upstream-node", "1", "--parameter-server"},
+       "excludes"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> all = {"jobs", "add", "--id", "9", "--key", "9"};
@@ -417,8 +435,17 @@ TEST_F(AggctlTest, JobsShowPrintsTheTree) {
   EXPECT_EQ(e.code, 0) << e.err;
   EXPECT_NE(e.out.find("UPSTREAM"), std::string::npos) << e.out;
   EXPECT_NE(e.out.find("  10.0.9.1:47000  -\n"), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("  root            10.0.9.50:47000?\n"), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("\n?: next hop not resolved by ARP yet\n"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("  root            10.0.9.50:47000? (ps)\n"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("\n?: next hop not resolved by ARP yet\n"
+                       "(ps): the TAN is the job's parameter server\n"),
+            std::string::npos)
+      << e.out;
+  e = Aggctl({"jobs", "show", "8"});
+  EXPECT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("  TAN        10.0.9.50:47000 (not resolved yet), the job's parameter "
+                       "server\n"),
+            std::string::npos)
+      << e.out;
 }
 
 }  // namespace

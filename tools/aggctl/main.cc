@@ -489,6 +489,12 @@ std::string UpstreamText(const json& job) {
          (up.at("resolved").get<bool>() ? "" : "?");
 }
 
+// Whether the job's TAN is its parameter server (false from daemons that do
+// not show it).
+bool ParameterServer(const json& job) {
+  return job.contains("parameter_server") && job.at("parameter_server").get<bool>();
+}
+
 // A job's "counters" object; null with aggregation off (and absent from
 // daemons older than the per-job counters).
 json JobCounters(const json& job) {
@@ -504,20 +510,25 @@ void PrintJobs(const json& j) {
   Table t({">JOB", "ORIGIN", ">INDEX", ">MEMBERS", ">LEARNED", ">NODES", "ORDERED", ">MIN-ACK",
            ">CONTRIB", ">COMPLETED", "UPSTREAM", "TAN"});
   bool unresolved = false;
+  bool parameter_server = false;
   for (const json& job : j.at("jobs")) {
     const std::string upstream = UpstreamText(job);
     const std::string tan = job.contains("tan") ? TanText(job.at("tan")) : "-";
     unresolved |= upstream.back() == '?' || tan.back() == '?';
+    const bool ps = ParameterServer(job);
+    parameter_server |= ps;
     t.AddRow({U64(job.at("id")), job.at("origin").get<std::string>(), U64(job.at("index")),
               U64(job.at("members")), U64(job.at("learned")), U64(job.at("nodes")),
               job.at("ordered").get<bool>() ? "yes" : "no", OptionalU64(job.at("min_ack")),
-              JobCounter(job, "contributions"), JobCounter(job, "completions"), upstream, tan});
+              JobCounter(job, "contributions"), JobCounter(job, "completions"), upstream,
+              ps ? tan + " (ps)" : tan});
   }
   if (!t.empty()) t.Print(std::cout);
   std::cout << U64(j.at("count")) << " of " << U64(j.at("capacity")) << " jobs; at most "
             << U64(j.at("max_fan_in")) << " members each; in-band registration "
             << (j.at("in_band_registration").get<bool>() ? "on" : "off") << '\n';
   if (unresolved) std::cout << "?: next hop not resolved by ARP yet\n";
+  if (parameter_server) std::cout << "(ps): the TAN is the job's parameter server\n";
 }
 
 // A slot's age: chunks complete in microseconds, stuck ones age in seconds.
@@ -629,6 +640,7 @@ void PrintJobTree(const json& job) {
   } else {
     std::cout << (up.is_null() ? "none" : "chosen by the root");
   }
+  if (ParameterServer(job)) std::cout << ", the job's parameter server";
   const json& member = job.at("tan_member");
   if (!member.is_null()) std::cout << "; run by worker " << U64(member) << " here";
   std::cout << '\n';
@@ -699,6 +711,7 @@ void PrintAddedJob(const json& job) {
     std::cout << (up == "root" ? ", root here" : ", upstream " + up);
     const std::string tan = TanText(job.at("tan"));
     if (tan != "-") std::cout << ", TAN " << (tan == "self" ? "this switch" : tan);
+    if (ParameterServer(job)) std::cout << ", its parameter server";
   }
   std::cout << ")\n";
 }
@@ -730,6 +743,7 @@ struct Options {
   std::vector<std::string> job_tan_candidates;
   bool job_tan_self = false;
   std::optional<uint16_t> job_tan_member;
+  bool job_parameter_server = false;
 };
 
 // Sends `method target` (with `request_body`) and prints the reply with
@@ -1080,6 +1094,11 @@ int Main(int argc, char** argv) {
                    "a worker of --node-ids that also runs the job's TAN: when it is late, no "
                    "bypass entry for it (it keeps its own data)")
       ->check(CLI::Range(0, 65534));
+  jobs_add
+      ->add_flag("--parameter-server", o.job_parameter_server,
+                 "a root job whose TAN (agg-ps --sgd) is its parameter server: every chunk goes "
+                 "to it and the members receive its answer; needs a remote TAN")
+      ->excludes(upstream, job_self);
   json job_body;  // POST /api/v1/jobs without its key, which is checked after parsing
   jobs_add->callback([&] {
     if (!o.job_members && o.job_node_ids.empty() && o.job_switches.empty()) {
@@ -1110,6 +1129,7 @@ int Main(int argc, char** argv) {
     json tan = TanChoiceJson(o.job_tan_strategy, o.job_tan_candidates, o.job_tan_self);
     if (!tan.is_null()) job_body["tan"] = std::move(tan);
     if (o.job_tan_member) job_body["tan_member"] = *o.job_tan_member;
+    if (o.job_parameter_server) job_body["parameter_server"] = true;
     print = PrintAddedJob;
   });
   CLI::App* jobs_rm = jobs->add_subcommand("rm", "remove a job");
