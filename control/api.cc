@@ -496,6 +496,15 @@ common::Result<uint64_t> JsonUnsigned(const json& v, std::string_view field, uin
   return value;
 }
 
+// A JSON true or false, or an error naming `field`.
+common::Result<bool> JsonBool(const json& v, std::string_view field) {
+  if (!v.is_boolean()) {
+    return common::InvalidArgument(std::string(field) + " must be true or false, got " +
+                                   DumpCompact(v));
+  }
+  return v.get<bool>();
+}
+
 // A job key: an unsigned JSON integer, or a string of decimal digits or "0x"
 // and 1..16 hex digits (JSON numbers above 2^53 lose precision in many clients).
 common::Result<uint64_t> JsonJobKey(const json& v) {
@@ -984,10 +993,7 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
       ASSIGN_OR_RETURN(const uint64_t nodes, JsonUnsigned(value, "nodes", 1, 65535));
       job.nodes = static_cast<uint16_t>(nodes);
     } else if (name == "ordered") {
-      if (!value.is_boolean()) {
-        return common::InvalidArgument("ordered must be true or false, got " + DumpCompact(value));
-      }
-      job.ordered = value.get<bool>();
+      ASSIGN_OR_RETURN(job.ordered, JsonBool(value, "ordered"));
     } else if (name == "node_ids") {
       RETURN_IF_ERROR(ParseNodeIds(value, "node_ids", job.node_ids, listed));
       has_lists = true;
@@ -1029,11 +1035,7 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
       ASSIGN_OR_RETURN(job.tan_member, JsonNodeId(value, "tan_member"));
     } else if (name == "parameter_server") {
       // Validate() checks the rest: a root job, with a remote TAN.
-      if (!value.is_boolean()) {
-        return common::InvalidArgument("parameter_server must be true or false, got " +
-                                       DumpCompact(value));
-      }
-      job.parameter_server = value.get<bool>();
+      ASSIGN_OR_RETURN(job.parameter_server, JsonBool(value, "parameter_server"));
     } else {
       return UnknownField(name, kJobFields);
     }
@@ -1185,8 +1187,7 @@ common::Result<StragglerRequest> ParseStragglerBody(std::string_view body) {
       if (!v.is_number()) return common::InvalidArgument("over must be a number of seconds, got " + DumpCompact(v));
       r.over_s = v.get<double>();
     } else if (key == "apply" || key == "clear") {
-      if (!v.is_boolean()) return common::InvalidArgument(key + " must be true or false, got " + DumpCompact(v));
-      (key == "apply" ? r.apply : r.clear) = v.get<bool>();
+      ASSIGN_OR_RETURN((key == "apply" ? r.apply : r.clear), JsonBool(v, key));
     } else {
       return common::InvalidArgument("unknown field '" + key + "' (top, over, ops, apply, clear)");
     }

@@ -1060,10 +1060,10 @@ bool Worker::SendPartial(const aggregator::Job& job, const aggregator::Slot& slo
                          uint32_t header_offset) {
   AggregationCounters& c = stats_.lcore.agg;
   const bool root = job.is_root();
-  if (root && (job.tan() == aggregator::JobSpec::Tan::kNone ||
-               (job.parameter_server() && job.tan() != aggregator::JobSpec::Tan::kRemote))) {
-    // Nobody can complete this chunk (a parameter-server job's answer comes
-    // from its remote TAN alone): the members learn it now.
+  // (A parameter-server job's TAN is remote: the config and JobControl::Tan
+  // refuse `self` for it.)
+  if (root && job.tan() == aggregator::JobSpec::Tan::kNone) {
+    // Nobody can complete this chunk: the members learn it now.
     SendIncomplete(job, slot, missing, n_missing);
     return false;
   }

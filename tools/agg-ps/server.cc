@@ -172,10 +172,8 @@ aggregator::TanOptions PsServer::EngineOptions(const PsServerOptions& options) {
   if (options.sgd.empty()) return tan;
   // The engine calls it with mu_ held (the loop, or OfferOwn), so the model
   // is only ever used under mu_.
-  tan.on_complete = [this, next = std::move(tan.on_complete)](const aggregator::AggFields& f,
-                                                              std::span<uint8_t> payload) {
-    if (!sgd_.Apply(f, payload)) return false;
-    return !next || next(f, payload);
+  tan.on_complete = [this](const aggregator::AggFields& f, std::span<uint8_t> payload) {
+    return sgd_.Apply(f, payload);
   };
   return tan;
 }

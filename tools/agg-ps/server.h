@@ -70,7 +70,7 @@ struct PsServerOptions {
   aggregator::TanOptions tan;
   std::vector<CoverSpec> covers;
   // --sgd JOB=LR: parameter-server jobs. When there are any, their SgdModel
-  // is the engine's completion hook (before tan.on_complete, if set).
+  // is the engine's completion hook (it replaces tan.on_complete).
   std::vector<SgdJob> sgd;
   uint64_t sgd_max_elems = SgdModel::kDefaultMaxElems;  // --sgd-max-elems, per job
   std::string stats_path;                               // empty: no stats file

@@ -1,8 +1,8 @@
 #include "tools/agg-ps/sgd.h"
 
-#include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -15,20 +15,15 @@ namespace {
 using aggregator::DType;
 using aggregator::ReduceOp;
 
-// Packed little-endian float32, the payload's encoding, at any alignment.
-float LoadLeFloat(const uint8_t* p) {
-  const uint32_t bits =
-      uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-  return std::bit_cast<float>(bits);
+// Packed float32 at any alignment; the payload's little-endian is the host
+// order (docs/protocol.md, "Payload").
+float LoadFloat(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
 }
 
-void StoreLeFloat(uint8_t* p, float v) {
-  const uint32_t bits = std::bit_cast<uint32_t>(v);
-  p[0] = static_cast<uint8_t>(bits);
-  p[1] = static_cast<uint8_t>(bits >> 8);
-  p[2] = static_cast<uint8_t>(bits >> 16);
-  p[3] = static_cast<uint8_t>(bits >> 24);
-}
+void StoreFloat(uint8_t* p, float v) { std::memcpy(p, &v, sizeof(v)); }
 
 }  // namespace
 
@@ -97,8 +92,9 @@ bool SgdModel::Apply(const aggregator::AggFields& f, std::span<uint8_t> payload)
                   "jobs need agg-worker --float-mode float or ordered)");
   }
   const uint32_t n = f.elem_count;
-  if (payload.size() != size_t{n} * 4)
+  if (payload.size() != size_t{n} * 4) {
     return Refuse(f.job_id, job, "a payload of the wrong length");
+  }
   const uint64_t end = uint64_t{f.aux} + n;
   if (end > max_elems_) {
     return Refuse(f.job_id, job, "a chunk beyond --sgd-max-elems");
@@ -113,13 +109,13 @@ bool SgdModel::Apply(const aggregator::AggFields& f, std::span<uint8_t> payload)
   float* params = job.params.data() + f.aux;
   const float lr = job.learning_rate;
   for (uint32_t i = 0; i < n; ++i) {
-    const float g = LoadLeFloat(payload.data() + size_t{i} * 4);
+    const float g = LoadFloat(payload.data() + size_t{i} * 4);
     // The product is rounded to float32 on its own (volatile): a fused
     // multiply-add, which -march and -ffp-contract allow, would round once
     // and give other bits than the documented two roundings.
     const volatile float step = lr * g;
     params[i] = params[i] - step;
-    StoreLeFloat(payload.data() + size_t{i} * 4, params[i]);
+    StoreFloat(payload.data() + size_t{i} * 4, params[i]);
   }
   ++counters_.updates;
   counters_.elements += n;
