@@ -1,6 +1,7 @@
 #include "config/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 #include <set>
@@ -65,6 +66,22 @@ bool IsValidListen(std::string_view listen) {
   unsigned value = 0;
   auto [next, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   return ec == std::errc() && next == port.data() + port.size() && value >= 1 && value <= 65535;
+}
+
+// "127.x.x.x:port": only this host can connect.
+bool IsLoopbackListen(std::string_view listen) {
+  const std::optional<common::Ipv4Addr> ip = common::Ipv4Addr::Parse(listen.substr(0, listen.rfind(':')));
+  return ip && (ip->addr >> 24) == 127;
+}
+
+// A DNS name as a Host header carries it: labels of letters, digits and '-',
+// dot-separated, 1..253 characters.
+bool IsHostName(std::string_view name) {
+  if (name.empty() || name.size() > 253 || name.front() == '.' || name.back() == '.') return false;
+  for (const char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') return false;
+  }
+  return name.find("..") == std::string_view::npos;
 }
 
 // An address the switch can own: not 0.0.0.0, loopback, multicast or reserved,
@@ -513,10 +530,45 @@ class Validator {
   }
 
   void CheckHttp() {
-    if (!IsValidListen(config_.http.listen)) {
-      Error("http.listen", config_.http.loc,
+    const HttpConfig& http = config_.http;
+    if (!IsValidListen(http.listen)) {
+      Error("http.listen", http.loc,
             "expected \"host:port\" with an IPv4 host and a port 1..65535, got " +
-                Quote(config_.http.listen));
+                Quote(http.listen));
+    } else if (http.token_file.empty() && !IsLoopbackListen(http.listen)) {
+      // Beyond loopback every host that reaches the port could drive the API.
+      Error("http.listen", http.loc,
+            "expected a loopback address (127.x.x.x) unless http.token_file is set: an API "
+            "reachable beyond this host needs a token, got " + Quote(http.listen));
+    }
+    if (http.protect_reads && http.token_file.empty()) {
+      Error("http.protect_reads", http.loc,
+            "expected http.token_file with protect_reads: true (the token protects the reads), "
+            "got no token_file");
+    }
+    if (http.threads < 1 || http.threads > kMaxHttpThreads) {
+      Error("http.threads", http.loc,
+            "expected 1.." + std::to_string(kMaxHttpThreads) + " threads, got " +
+                QuoteNumber(http.threads));
+    }
+    if (http.request_timeout_ms < kMinHttpTimeoutMs || http.request_timeout_ms > kMaxHttpTimeoutMs) {
+      Error("http.request_timeout_ms", http.loc,
+            "expected " + std::to_string(kMinHttpTimeoutMs) + ".." +
+                std::to_string(kMaxHttpTimeoutMs) + " milliseconds, got " +
+                QuoteNumber(http.request_timeout_ms));
+    }
+    if (http.allowed_hosts.size() > kMaxAllowedHosts) {
+      Error("http.allowed_hosts", http.loc,
+            "expected at most " + std::to_string(kMaxAllowedHosts) + " names, got " +
+                std::to_string(http.allowed_hosts.size()));
+    }
+    for (size_t i = 0; i < http.allowed_hosts.size(); ++i) {
+      if (!IsHostName(http.allowed_hosts[i])) {
+        const std::string path = "http.allowed_hosts[" + std::to_string(i) + "]";
+        Error(path, config_.LocOf(path, http.loc),
+              "expected a DNS name (letters, digits, '-' and '.', without a port), got " +
+                  Quote(http.allowed_hosts[i]));
+      }
     }
   }
 

@@ -41,6 +41,11 @@ inline constexpr uint32_t kMaxAgingSeconds = 1000000;
 inline constexpr uint32_t kMinMbufs = 1023;
 inline constexpr uint32_t kMaxMbufs = 1048575;
 inline constexpr uint32_t kMaxMempoolCache = 512;
+// The HTTP server.
+inline constexpr uint32_t kMaxHttpThreads = 1024;
+inline constexpr uint32_t kMinHttpTimeoutMs = 100;
+inline constexpr uint32_t kMaxHttpTimeoutMs = 600000;
+inline constexpr size_t kMaxAllowedHosts = 64;
 // Upper bound on lcore ids in eal.lcores; EAL applies its own RTE_MAX_LCORE later.
 inline constexpr unsigned kMaxLcoreId = 1023;
 // The aggregation section.
@@ -195,6 +200,19 @@ struct MempoolConfig {
 
 struct HttpConfig {
   std::string listen = "127.0.0.1:9477";  // host:port of /metrics and /api/v1
+  // The file holding the control API's bearer token (created with a random
+  // token, readable by its owner only, when it does not exist). Empty: no
+  // token, and the API refuses every request that would change something.
+  // A listen address beyond loopback needs one.
+  std::string token_file;
+  bool protect_reads = false;  // reads, /metrics included, need the token too
+  // Names a request's Host header may carry besides IP literals and
+  // "localhost" (what stops DNS rebinding), e.g. the switch's DNS name.
+  std::vector<std::string> allowed_hosts;
+  // Request threads: each serves one connection at a time, so as many
+  // clients (slow ones included) can hold the API at once.
+  uint32_t threads = 64;
+  uint32_t request_timeout_ms = 5000;  // a request must arrive whole within this
   SourceLoc loc;
 
   friend bool operator==(const HttpConfig&, const HttpConfig&) = default;

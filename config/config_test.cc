@@ -1045,15 +1045,50 @@ TEST(ValidateTest, MempoolAndHttpChecks) {
   config.mempool.cache = 0;
   EXPECT_TRUE(ErrorsOf(config).empty());
 
-  for (const char* good : {"127.0.0.1:9477", "0.0.0.0:1", "10.1.2.3:65535"}) {
+  for (const char* good : {"127.0.0.1:9477", "127.3.4.5:1"}) {
     config.http.listen = good;
     EXPECT_TRUE(ErrorsOf(config).empty()) << good;
+  }
+  // Beyond loopback the API needs a token.
+  for (const char* beyond : {"0.0.0.0:1", "10.1.2.3:65535"}) {
+    config.http.listen = beyond;
+    EXPECT_TRUE(OneError(config, "http.listen", "expected a loopback address (127.x.x.x) unless "
+                                                "http.token_file is set"))
+        << beyond;
+    config.http.token_file = "/etc/aggswitch/api.token";
+    EXPECT_TRUE(ErrorsOf(config).empty()) << beyond;
+    config.http.token_file.clear();
   }
   for (const char* bad : {"", "127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
                           "localhost:80", ":80", "127.0.0.1:08", "127.0.0.1:80x", "[::1]:80"}) {
     config.http.listen = bad;
     EXPECT_TRUE(OneError(config, "http.listen", "IPv4 host and a port 1..65535")) << bad;
   }
+}
+
+TEST(ValidateTest, HttpServerKeys) {
+  Config config = ValidConfig();
+  config.http.protect_reads = true;
+  EXPECT_TRUE(OneError(config, "http.protect_reads", "expected http.token_file"));
+  config.http.token_file = "/run/api.token";
+  EXPECT_TRUE(ErrorsOf(config).empty());
+  config.http.threads = 0;
+  EXPECT_TRUE(OneError(config, "http.threads", "expected 1..1024 threads, got \"0\""));
+  config.http.threads = 1025;
+  EXPECT_TRUE(OneError(config, "http.threads", "got \"1025\""));
+  config.http.threads = 1;
+  config.http.request_timeout_ms = 99;
+  EXPECT_TRUE(OneError(config, "http.request_timeout_ms", "expected 100..600000 milliseconds"));
+  config.http.request_timeout_ms = 600000;
+  EXPECT_TRUE(ErrorsOf(config).empty());
+  config.http.allowed_hosts = {"switch-1.example", "sw2"};
+  EXPECT_TRUE(ErrorsOf(config).empty());
+  for (const char* bad : {"", "host:80", "a..b", ".a", "a b", "evil.com/", "[::1]"}) {
+    config.http.allowed_hosts = {"ok.example", bad};
+    EXPECT_TRUE(OneError(config, "http.allowed_hosts[1]", "expected a DNS name")) << bad;
+  }
+  config.http.allowed_hosts.assign(65, "a");
+  EXPECT_TRUE(OneError(config, "http.allowed_hosts", "expected at most 64 names"));
 }
 
 TEST(ValidateTest, NoPortsMeansNoPortReferenceErrors) {

@@ -596,8 +596,30 @@ class Loader {
 
   void LoadHttp(const YAML::Node& node, const std::string& path) {
     config_.http.loc = ItemLoc(node, path);
+    HttpConfig& http = config_.http;
     LoadMap(node, path,
-            {{"listen", [&](auto& n, auto& p) { ReadString(n, p, config_.http.listen); }}});
+            {
+                {"listen", [&](auto& n, auto& p) { ReadString(n, p, http.listen); }},
+                {"token_file", [&](auto& n, auto& p) { ReadString(n, p, http.token_file); }},
+                {"protect_reads", [&](auto& n, auto& p) { ReadBool(n, p, http.protect_reads); }},
+                {"allowed_hosts",
+                 [&](auto& n, auto& p) {
+                   LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                     ReadString(item, item_path, http.allowed_hosts.emplace_back());
+                   });
+                 }},
+                {"threads",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, http.threads, {},
+                                "1.." + std::to_string(kMaxHttpThreads) + " threads");
+                 }},
+                {"request_timeout_ms",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, http.request_timeout_ms, {},
+                                std::to_string(kMinHttpTimeoutMs) + ".." +
+                                    std::to_string(kMaxHttpTimeoutMs) + " milliseconds");
+                 }},
+            });
   }
 
   // "a.b.c.d" only: the aggregation address is one host, not a subnet.

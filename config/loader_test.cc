@@ -260,6 +260,11 @@ mempool:
   cache: 0
 http:
   listen: 0.0.0.0:8080
+  token_file: /etc/aggswitch/api.token
+  protect_reads: true
+  allowed_hosts: [switch1.rack4.example, localhost.localdomain]
+  threads: 16
+  request_timeout_ms: 2500
 )yaml");
   ASSERT_TRUE(load.ok()) << Dump(load);
   const Config& c = load.config;
@@ -335,6 +340,12 @@ http:
   EXPECT_EQ(c.mempool.mbufs, 4095u);
   EXPECT_EQ(c.mempool.cache, 0u);
   EXPECT_EQ(c.http.listen, "0.0.0.0:8080");
+  EXPECT_EQ(c.http.token_file, "/etc/aggswitch/api.token");
+  EXPECT_TRUE(c.http.protect_reads);
+  EXPECT_EQ(c.http.allowed_hosts,
+            std::vector<std::string>({"switch1.rack4.example", "localhost.localdomain"}));
+  EXPECT_EQ(c.http.threads, 16u);
+  EXPECT_EQ(c.http.request_timeout_ms, 2500u);
 
   EXPECT_EQ(c.LocOf("ports[0].trunk[1]").line, 20);
   EXPECT_EQ(c.LocOf("ports[0].trunk[1]").column, 17);

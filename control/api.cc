@@ -41,6 +41,29 @@ std::string Dump(const json& j) {
   return DumpCompact(j) + "\n";
 }
 
+// What an error message shows of a value from a request body: a scalar as
+// JSON (a string cut after kPreviewChars characters), a list or an object by
+// its size. Never recursive: dump() recurses once per nesting level, and a
+// request decides how deep its values nest.
+constexpr size_t kPreviewChars = 48;
+std::string Preview(const json& v) {
+  if (v.is_array()) {
+    return v.empty() ? "[]" : "a list of " + std::to_string(v.size()) +
+                                  (v.size() == 1 ? " item" : " items");
+  }
+  if (v.is_object()) {
+    return v.empty() ? "{}" : "an object with " + std::to_string(v.size()) +
+                                  (v.size() == 1 ? " key" : " keys");
+  }
+  if (v.is_string()) {
+    const std::string& text = v.get_ref<const std::string&>();
+    if (text.size() <= kPreviewChars) return DumpCompact(v);
+    // The cut may split a UTF-8 sequence; dump() replaces what is left of it.
+    return DumpCompact(json(text.substr(0, kPreviewChars))) + "...";
+  }
+  return DumpCompact(v);  // a number, true, false or null
+}
+
 // Rounds to `decimals` places so that the JSON shows 12.3, not 12.299999999999999.
 double RoundTo(double v, int decimals) {
   const double scale = std::pow(10.0, decimals);
@@ -486,7 +509,7 @@ common::Result<uint64_t> JsonUnsigned(const json& v, std::string_view field, uin
   const std::string range = std::to_string(min) + ".." + std::to_string(max);
   if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
     return common::InvalidArgument(std::string(field) + " must be an integer " + range + ", got " +
-                                   DumpCompact(v));
+                                   Preview(v));
   }
   const uint64_t value = v.get<uint64_t>();
   if (value < min || value > max) {
@@ -500,7 +523,7 @@ common::Result<uint64_t> JsonUnsigned(const json& v, std::string_view field, uin
 common::Result<bool> JsonBool(const json& v, std::string_view field) {
   if (!v.is_boolean()) {
     return common::InvalidArgument(std::string(field) + " must be true or false, got " +
-                                   DumpCompact(v));
+                                   Preview(v));
   }
   return v.get<bool>();
 }
@@ -510,7 +533,7 @@ common::Result<bool> JsonBool(const json& v, std::string_view field) {
 common::Result<uint64_t> JsonJobKey(const json& v) {
   const common::Status bad = common::InvalidArgument(
       "key must be an unsigned 64-bit integer or a \"0x...\" hex string of 1..16 digits, got " +
-      DumpCompact(v));
+      Preview(v));
   if (v.is_number_unsigned()) return v.get<uint64_t>();
   if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<uint64_t>();
   if (!v.is_string()) return bad;
@@ -631,8 +654,24 @@ std::string StatsJson(const StatsSnapshot& snap) {
   }
   json lcores = json::array();
   for (const LcoreSnapshot& l : snap.lcores) lcores.push_back(LcoreJson(l));
+  json pools = json::array();
+  for (const PoolSnapshot& p : snap.pools) {
+    pools.push_back({{"name", p.name}, {"capacity", p.capacity}, {"available", p.available}});
+  }
+  json http = nullptr;
+  if (snap.http) {
+    json refused = json::object();
+    for (size_t r = 0; r < kNumRefusals; ++r) refused[kRefusalText[r].label] = snap.http->refused[r];
+    http = {{"threads", snap.http->threads}, {"refused", std::move(refused)}};
+  }
   return Dump({
       {"build", {{"version", snap.build.version}, {"dpdk_version", snap.build.dpdk_version}}},
+      {"process",
+       {{"pid", snap.process.pid},
+        {"start_time_seconds", RoundTo(snap.process.start_time_seconds, 2)},
+        {"resident_memory_bytes", snap.process.resident_memory_bytes}}},
+      {"pools", std::move(pools)},
+      {"http", std::move(http)},
       {"tsc_hz", snap.tsc_hz},
       {"totals",
        {{"rx_packets", rx},
@@ -760,7 +799,7 @@ common::Status UnknownField(const std::string& path, std::string_view expected) 
 common::Status ExpectObject(const json& v, const std::string& path, std::string_view shape) {
   if (v.is_object()) return common::Status::Ok();
   return common::InvalidArgument(path + " must be an object " + std::string(shape) + ", got " +
-                                 DumpCompact(v));
+                                 Preview(v));
 }
 
 // "a.b.c.d"; whether it may be used (unicast, not this switch's) is
@@ -770,7 +809,7 @@ common::Result<common::Ipv4Addr> JsonIpv4(const json& v, const std::string& path
       v.is_string() ? common::Ipv4Addr::Parse(v.get_ref<const std::string&>()) : std::nullopt;
   if (!ip) {
     return common::InvalidArgument(path + " must be an IPv4 address \"a.b.c.d\", got " +
-                                   DumpCompact(v));
+                                   Preview(v));
   }
   return *ip;
 }
@@ -809,7 +848,7 @@ common::Status ParseNodeIds(const json& v, const std::string& path, std::vector<
                             size_t& listed) {
   if (!v.is_array()) {
     return common::InvalidArgument(
-        path + " must be a list of node ids (numbers or \"a-b\" ranges), got " + DumpCompact(v));
+        path + " must be a list of node ids (numbers or \"a-b\" ranges), got " + Preview(v));
   }
   for (const json& item : v) {
     const std::string item_path = Index(path, out.size());
@@ -817,7 +856,7 @@ common::Status ParseNodeIds(const json& v, const std::string& path, std::vector<
     if (!range) {
       return common::InvalidArgument(
           item_path + " must be a node id 0.." + std::to_string(config::kMaxNodeId) +
-          " or a range \"a-b\" of them (a <= b), got " + DumpCompact(item));
+          " or a range \"a-b\" of them (a <= b), got " + Preview(item));
     }
     const size_t count = size_t{range->second} - range->first + 1;
     if (listed + count > kMaxListedNodeIds) {
@@ -885,12 +924,12 @@ common::Result<bool> ReadTanKey(const std::string& key, const json& v, const std
       return true;
     }
     return common::InvalidArgument(
-        path + " must be fixed, random, least_load, fewest_hops or self, got " + DumpCompact(v));
+        path + " must be fixed, random, least_load, fewest_hops or self, got " + Preview(v));
   }
   if (key == "candidates") {
     if (!v.is_array()) {
       return common::InvalidArgument(path + " must be a list of {address, port, hops}, got " +
-                                     DumpCompact(v));
+                                     Preview(v));
     }
     tan.candidates.clear();
     for (size_t k = 0; k < v.size(); ++k) {
@@ -954,6 +993,68 @@ common::Result<config::ChildSwitchConfig> ParseChildSwitch(const json& v, const 
   return child;
 }
 
+// How deep a request body may nest lists and objects. The deepest valid
+// body, a job with a tree, nests 4 levels ({"switches": [{"covers": [..]}]});
+// the bound keeps every later step (dump(), copies, destruction, which all
+// recurse per level) far inside a request thread's stack.
+constexpr size_t kMaxBodyDepth = 16;
+// What an error message quotes of the JSON parser's own text at most.
+constexpr size_t kMaxParserMessage = 160;
+
+// The nesting depth of `body` if it were JSON, scanned without recursion:
+// brackets outside strings. Stops counting past `limit`.
+size_t NestingDepth(std::string_view body, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// A POST body: a JSON object, nested at most kMaxBodyDepth deep, its numbers
+// in range. `shape` says what the route expects. InvalidArgument otherwise;
+// never throws.
+common::Result<json> ParseBodyObject(std::string_view body, std::string_view shape) {
+  if (NestingDepth(body, kMaxBodyDepth) > kMaxBodyDepth) {
+    return common::InvalidArgument("the body nests lists and objects more than " +
+                                   std::to_string(kMaxBodyDepth) + " levels deep; expected " +
+                                   std::string(shape));
+  }
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    // parse_error, or out_of_range for a number no double holds (1e999).
+    std::string what = e.what();
+    if (what.size() > kMaxParserMessage) what = what.substr(0, kMaxParserMessage) + "...";
+    return common::InvalidArgument("the body is not valid JSON (expected " + std::string(shape) +
+                                   "): " + what);
+  }
+  if (!j.is_object()) {
+    return common::InvalidArgument("the body must be a JSON object " + std::string(shape) +
+                                   ", got " + Preview(j));
+  }
+  return j;
+}
+
 constexpr char kJobFields[] =
     "id, key, members, nodes, ordered, node_ids, switches, upstream, timeout_ms, trigger, tan, "
     "tan_member, parameter_server";
@@ -962,17 +1063,7 @@ constexpr char kJobFields[] =
 
 common::Result<JobRequest> ParseJobRequest(std::string_view body) {
   constexpr char kShape[] = "{\"id\", \"key\", \"members\" or \"node_ids\"/\"switches\", ...}";
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    return common::InvalidArgument(std::string("body is not JSON (expected ") + kShape +
-                                   "): " + e.what());
-  }
-  if (!j.is_object()) {
-    return common::InvalidArgument(std::string("body must be a JSON object ") + kShape + ", got " +
-                                   DumpCompact(j));
-  }
+  ASSIGN_OR_RETURN(const json j, ParseBodyObject(body, kShape));
   JobRequest request;
   config::AggregationJobConfig& job = request.job;
   bool has_id = false, has_key = false, has_members = false, has_lists = false;
@@ -1000,7 +1091,7 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
     } else if (name == "switches") {
       if (!value.is_array()) {
         return common::InvalidArgument("switches must be a list of {node, covers}, got " +
-                                       DumpCompact(value));
+                                       Preview(value));
       }
       for (size_t k = 0; k < value.size(); ++k) {
         ASSIGN_OR_RETURN(config::ChildSwitchConfig child,
@@ -1018,7 +1109,7 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
       const std::string trigger = value.is_string() ? value.get<std::string>() : "";
       if (trigger != "incremental" && trigger != "batch") {
         return common::InvalidArgument("trigger must be \"incremental\" or \"batch\", got " +
-                                       DumpCompact(value));
+                                       Preview(value));
       }
       job.trigger =
           trigger == "batch" ? config::AggTrigger::kBatch : config::AggTrigger::kIncremental;
@@ -1060,10 +1151,7 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
 
 common::Result<TanRequest> ParseTanBody(std::string_view body) {
   constexpr char kShape[] = "{\"strategy\", \"candidates\"} and/or {\"member\"}";
-  const json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return common::InvalidArgument(std::string("the body must be a JSON object ") + kShape);
-  }
+  ASSIGN_OR_RETURN(const json j, ParseBodyObject(body, kShape));
   TanRequest r;
   config::TanConfig choice;  // strategy fixed unless the body says otherwise, as in the config
   bool has_choice = false;
@@ -1171,10 +1259,7 @@ common::Result<StragglerRequest> ParseStragglerQuery(std::string_view query) {
 }
 
 common::Result<StragglerRequest> ParseStragglerBody(std::string_view body) {
-  const json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return common::InvalidArgument("the body must be a JSON object {top|over, ops, apply, clear}");
-  }
+  ASSIGN_OR_RETURN(const json j, ParseBodyObject(body, "{top|over, ops, apply, clear}"));
   StragglerRequest r;
   for (const auto& [key, v] : j.items()) {
     if (key == "top") {
@@ -1184,7 +1269,7 @@ common::Result<StragglerRequest> ParseStragglerBody(std::string_view body) {
       ASSIGN_OR_RETURN(const uint64_t n, JsonUnsigned(v, "ops", 0, 1000000));
       r.operations = static_cast<uint32_t>(n);
     } else if (key == "over") {
-      if (!v.is_number()) return common::InvalidArgument("over must be a number of seconds, got " + DumpCompact(v));
+      if (!v.is_number()) return common::InvalidArgument("over must be a number of seconds, got " + Preview(v));
       r.over_s = v.get<double>();
     } else if (key == "apply" || key == "clear") {
       ASSIGN_OR_RETURN((key == "apply" ? r.apply : r.clear), JsonBool(v, key));

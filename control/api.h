@@ -16,8 +16,10 @@
 //   /api/v1/mac       {"table": mac_table, "filter": {"vlan","port"}, "count", "entries": [mac]}
 //                     optional query: vlan=<1..4094>, port=<name or index>
 //   /api/v1/lcores    {"tsc_hz", "lcores": [lcore]}
-//   /api/v1/stats     {"build", "tsc_hz", "totals", "ports": [port], "lcores": [lcore],
-//                      "mac_table": mac_table}
+//   /api/v1/stats     {"build", "process": {"pid","start_time_seconds","resident_memory_bytes"},
+//                      "pools": [{"name","capacity","available"}], "http": null or
+//                      {"threads","refused": {<reason>: n}}, "tsc_hz", "totals",
+//                      "ports": [port], "lcores": [lcore], "mac_table": mac_table}
 //   /api/v1/jobs      GET: {"capacity","max_fan_in","in_band_registration","count",
 //                           "jobs": [job]}, by id
 //                     POST job_request: 201 and the new job; 400 bad body (the message
@@ -214,11 +216,21 @@ common::Result<StragglerRequest> ParseStragglerQuery(std::string_view query);
 common::Result<StragglerRequest> ParseStragglerBody(std::string_view body);
 std::string StragglerJson(const StragglerReport& report);
 
+// The stack civetweb's request threads run HandleRequest on: Debian's
+// libcivetweb is built with civetweb's default CIVETWEB_THREAD_STACK_SIZE.
+// Nothing the router does for a request may need more; in particular no
+// recursion follows the nesting of a request body (bodies nest at most 16
+// levels, and error messages show values without recursing). HttpServerTest
+// checks the server's threads against it; api_test and the fuzz harness run
+// the router on a stack this size.
+inline constexpr size_t kRequestStackBytes = 102400;
+
 struct HttpResponse {
   int status = 200;
   std::string content_type;
   std::string body;
   std::string allow = "GET";  // the Allow header of a 405 response
+  std::string authenticate;   // the WWW-Authenticate header of a 401 response
 };
 
 inline constexpr char kJsonContentType[] = "application/json";

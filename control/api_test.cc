@@ -21,6 +21,7 @@
 #include "config/loader.h"
 #include "control/job_control.h"
 #include "control/metrics.h"
+#include "tests/lib/small_stack.h"
 
 namespace aggswitch::control {
 namespace {
@@ -688,7 +689,7 @@ TEST(ApiJobsTest, ParseJobRequestNamesTheTreeKey) {
                                             {"node": 2, "covers": ["0-40000"]}]})",
        "switches[1].covers[0] brings the node ids listed above 65535"},
       {R"({"id": 1, "key": 1, "switches": {"node": 1}})",
-       "switches must be a list of {node, covers}, got {\"node\":1}"},
+       "switches must be a list of {node, covers}, got an object with 1 key"},
       {R"({"id": 1, "key": 1, "switches": [1]})",
        "switches[0] must be an object {node, covers}, got 1"},
       {R"({"id": 1, "key": 1, "switches": [{"covers": [1]}]})",
@@ -758,8 +759,8 @@ TEST(ApiJobsTest, ParseJobRequestNamesTheTreeKey) {
 
 TEST(ApiJobsTest, ParseJobRequestRejectsMistakes) {
   const std::pair<const char*, const char*> cases[] = {
-      {"", "body is not JSON"},
-      {"{", "body is not JSON"},
+      {"", "the body is not valid JSON"},
+      {"{", "the body is not valid JSON"},
       {"[1]", "must be a JSON object"},
       {R"({"key": 1, "members": 2})", "missing field \"id\""},
       {R"({"id": 1, "members": 2})", "missing field \"key\""},
@@ -786,6 +787,101 @@ TEST(ApiJobsTest, ParseJobRequestRejectsMistakes) {
     EXPECT_EQ(r.status().code(), common::StatusCode::kInvalidArgument) << body;
     EXPECT_NE(r.status().message().find(fragment), std::string::npos)
         << body << " -> " << r.status().message();
+  }
+}
+
+// A body nested far deeper than any route takes: "[[[[...", and the same
+// as the value of a key, as an attacker sends it (about 1.2 KB).
+std::string DeepBody(size_t depth, std::string_view key) {
+  std::string body = "{\"" + std::string(key) + "\":";
+  body.append(depth, '[');
+  body.append(depth, ']');
+  return body + "}";
+}
+
+// Each POST route with a body nested 5000 deep (10 KB), run on a stack the size of
+// civetweb's request threads: a 400 that says why, not a stack overflow.
+// (Error messages used to echo the value with nlohmann's recursive dump().)
+TEST(ApiBodyTest, DeeplyNestedBodiesGet400OnARequestThreadStack) {
+  DataSource source;
+  source.jobs = [] { return common::Result<JobTableSnapshot>(JobTableSnapshot{}); };
+  source.add_job = [](const JobRequest&) -> common::Result<JobSnapshot> {
+    return common::Internal("must not be reached");
+  };
+  source.tan = [](uint32_t, const std::optional<TanRequest>&) -> common::Result<TanReport> {
+    return common::Internal("must not be reached");
+  };
+  source.stragglers = [](uint32_t, const StragglerRequest&) -> common::Result<StragglerReport> {
+    return common::Internal("must not be reached");
+  };
+  const std::pair<const char*, const char*> routes[] = {
+      {"/api/v1/jobs", "id"},
+      {"/api/v1/jobs", "switches"},
+      {"/api/v1/jobs/7/tan", "candidates"},
+      {"/api/v1/jobs/7/stragglers", "top"},
+  };
+  for (const auto& [path, key] : routes) {
+    const std::string body = DeepBody(5000, key);
+    HttpResponse r;
+    testing::RunOnStack(kRequestStackBytes, [&] { r = HandleRequest("POST", path, "", body, source); });
+    EXPECT_EQ(r.status, 400) << path << " " << key << ": " << r.body;
+    EXPECT_NE(r.body.find("more than 16 levels deep"), std::string::npos) << r.body;
+  }
+}
+
+TEST(ApiBodyTest, NestingAtTheBoundIsParsedBeyondItRefused) {
+  // 16 levels: parsed (and refused for its content, naming the key).
+  auto r = ParseJobRequest(DeepBody(15, "node_ids"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("node_ids[0] must be a node id"), std::string::npos)
+      << r.status().message();
+  r = ParseJobRequest(DeepBody(16, "node_ids"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than 16 levels deep"), std::string::npos)
+      << r.status().message();
+  // Brackets inside strings are text, not nesting.
+  r = ParseJobRequest(R"({"id": 1, "key": 1, "members": 2, "x": ")" + std::string(100, '[') +
+                      R"("})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unknown field \"x\""), std::string::npos)
+      << r.status().message();
+}
+
+TEST(ApiBodyTest, ErrorsShowBoundedValues) {
+  // A long string is cut, a list or object is described by its size.
+  const std::string long_value(5000, 'a');
+  auto r = ParseJobRequest(R"({"id": ")" + long_value + R"(", "key": 1, "members": 2})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_LT(r.status().message().size(), 200u) << r.status().message();
+  EXPECT_NE(r.status().message().find("id must be an integer 1..4294967295, got \"" +
+                                      std::string(48, 'a') + "\"..."),
+            std::string::npos)
+      << r.status().message();
+  r = ParseJobRequest(R"({"id": [1, [2, [3]]], "key": 1, "members": 2})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("got a list of 2 items"), std::string::npos)
+      << r.status().message();
+  // The parser's own message is bounded too: a broken 60 KB body.
+  r = ParseJobRequest("{\"id\": \"" + std::string(60000, 'b'));
+  ASSERT_FALSE(r.ok());
+  EXPECT_LT(r.status().message().size(), 400u);
+}
+
+TEST(ApiBodyTest, NumbersOutOfRangeAre400Not500) {
+  DataSource source;
+  source.add_job = [](const JobRequest&) -> common::Result<JobSnapshot> {
+    return common::Internal("must not be reached");
+  };
+  source.stragglers = [](uint32_t, const StragglerRequest&) -> common::Result<StragglerReport> {
+    return common::Internal("must not be reached");
+  };
+  for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+           {"/api/v1/jobs", R"({"id": 1e999, "key": 1, "members": 2})"},
+           {"/api/v1/jobs", R"({"id": 1, "key": -1e999, "members": 2})"},
+           {"/api/v1/jobs/7/stragglers", R"({"over": 1e999})"}}) {
+    const HttpResponse r = HandleRequest("POST", path, "", body, source);
+    EXPECT_EQ(r.status, 400) << path << " " << body << " -> " << r.body;
+    EXPECT_NE(r.body.find("the body is not valid JSON"), std::string::npos) << r.body;
   }
 }
 
@@ -1016,14 +1112,14 @@ TEST(ApiTanTest, ParsesEveryBodyForm) {
 TEST(ApiTanTest, BodyErrorsNameTheKey) {
   const std::pair<const char*, const char*> cases[] = {
       {"[]", "the body must be a JSON object"},
-      {"{", "the body must be a JSON object"},
+      {"{", "the body is not valid JSON"},
       {"{}", "the body must choose the TAN or its member"},
       {R"({"strategy": "closest", "candidates": [{"address": "10.0.9.50"}]})",
        "strategy must be fixed, random, least_load, fewest_hops or self, got \"closest\""},
       {R"({"strategy": 1})",
        "strategy must be fixed, random, least_load, fewest_hops or self, got 1"},
       {R"({"candidates": {"address": "10.0.9.50"}})",
-       "candidates must be a list of {address, port, hops}, got {\"address\":\"10.0.9.50\"}"},
+       "candidates must be a list of {address, port, hops}, got an object with 1 key"},
       {R"({"candidates": ["10.0.9.50"]})",
        "candidates[0] must be an object {address, port, hops}, got \"10.0.9.50\""},
       {R"({"candidates": [{"port": 1}]})", "missing field \"candidates[0].address\""},

@@ -19,10 +19,6 @@
 namespace aggswitch::control {
 namespace {
 
-// Request workers. Scrapes and aggctl calls are short and rare; two threads
-// let a slow MAC dump not block a Prometheus scrape.
-constexpr char kNumThreads[] = "2";
-constexpr char kRequestTimeoutMs[] = "10000";
 // How long a slot dump waits for the workers (a few hundred slots per poll
 // loop each); past it /api/v1/slots answers 503.
 constexpr std::chrono::milliseconds kSlotDumpTimeout{500};
@@ -91,6 +87,11 @@ common::Result<std::string> ListeningPortsOption(const std::string& listen) {
   return option;
 }
 
+std::string_view Header(const mg_connection* conn, const char* name) {
+  const char* value = mg_get_header(conn, name);
+  return value != nullptr ? value : "";
+}
+
 void SendResponse(mg_connection* conn, const HttpResponse& r, bool head) {
   mg_response_header_start(conn, r.status);
   // A 204 has neither a body nor the headers that describe one.
@@ -101,6 +102,9 @@ void SendResponse(mg_connection* conn, const HttpResponse& r, bool head) {
   }
   mg_response_header_add(conn, "Cache-Control", "no-store", -1);
   if (r.status == 405) mg_response_header_add(conn, "Allow", r.allow.c_str(), -1);
+  if (!r.authenticate.empty()) {
+    mg_response_header_add(conn, "WWW-Authenticate", r.authenticate.c_str(), -1);
+  }
   mg_response_header_send(conn);
   if (!head && r.status != 204) mg_write(conn, r.body.data(), r.body.size());
 }
@@ -133,7 +137,25 @@ common::Result<T> ResultOnControl(JobControl& jobs, Fn&& fn) {
 
 }  // namespace
 
-common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
+HttpServer::Options HttpServer::OptionsFrom(const config::HttpConfig& http, std::string token) {
+  Options options;
+  options.listen = http.listen;
+  options.access.token = std::move(token);
+  options.access.protect_reads = http.protect_reads;
+  options.access.allowed_hosts = http.allowed_hosts;
+  options.threads = http.threads;
+  options.request_timeout_ms = http.request_timeout_ms;
+  return options;
+}
+
+HttpSnapshot HttpServer::Counts() const {
+  HttpSnapshot counts;
+  for (size_t r = 0; r < kNumRefusals; ++r) counts.refused[r] = refused_[r].load(std::memory_order_relaxed);
+  counts.threads = options_.threads;
+  return counts;
+}
+
+common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
                                                               const dataplane::Dataplane& dp,
                                                               JobControl* jobs,
                                                               TreeControl* tree) {
@@ -180,24 +202,35 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
       return jobs->Tan(job, request);
     };
   }
-  return Start(listen, std::move(source));
+  return Start(options, std::move(source));
 }
 
-common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& listen,
+common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
                                                               DataSource source) {
+  const std::string& listen = options.listen;
   ASSIGN_OR_RETURN(const std::string listening_ports, ListeningPortsOption(listen));
-  std::unique_ptr<HttpServer> server(new HttpServer(listen, std::move(source)));
+  std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(source)));
+  // /metrics and /api/v1/stats show what this server refused.
+  if (server->source_.snapshot) {
+    server->source_.snapshot = [self = server.get(), inner = std::move(server->source_.snapshot)] {
+      StatsSnapshot snap = inner();
+      snap.http = self->Counts();
+      return snap;
+    };
+  }
+  const std::string threads = std::to_string(options.threads);
+  const std::string timeout = std::to_string(options.request_timeout_ms);
 
   // Reference-counted by civetweb; the destructor's mg_exit_library() balances it.
   mg_init_library(0);
   mg_callbacks callbacks{};
   callbacks.log_message = LogMessage;
   // clang-format off
-  const char* options[] = {
+  const char* civetweb_options[] = {
       "listening_ports", listening_ports.c_str(),
-      "num_threads", kNumThreads,
+      "num_threads", threads.c_str(),
       "enable_directory_listing", "no",
-      "request_timeout_ms", kRequestTimeoutMs,
+      "request_timeout_ms", timeout.c_str(),
       "enable_keep_alive", "no",
       nullptr,
   };
@@ -205,7 +238,7 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   mg_init_data init{};
   init.callbacks = &callbacks;
   init.user_data = server.get();
-  init.configuration_options = options;
+  init.configuration_options = civetweb_options;
   char error_text[256] = "";
   unsigned error_code = 0;
   mg_error_data error{};
@@ -242,18 +275,28 @@ HttpServer::~HttpServer() {
   }
 }
 
+bool HttpServer::Admit(mg_connection* conn, std::string_view method) const {
+  const RequestHeaders headers{method, Header(conn, "Host"), Header(conn, "Origin"),
+                               Header(conn, "Content-Type"), Header(conn, "Authorization")};
+  const Refusal why = CheckAccess(headers, options_.access);
+  if (why == Refusal::kNone) return true;
+  CountRefusal(why);
+  SendResponse(conn, RefusalResponse(why), method == "HEAD");
+  return false;
+}
+
 int HttpServer::OnRequest(mg_connection* conn, void* cbdata) {
   const HttpServer* self = static_cast<const HttpServer*>(cbdata);
   const mg_request_info* ri = mg_get_request_info(conn);
   const std::string_view method = ri->request_method != nullptr ? ri->request_method : "";
   const std::string_view path = ri->local_uri != nullptr ? ri->local_uri : "";
   const std::string_view query = ri->query_string != nullptr ? ri->query_string : "";
+  if (!self->Admit(conn, method)) return 1;  // answered
   std::string body;
   if (method == "POST" || method == "PUT" || method == "PATCH") {
     if (!ReadBody(conn, ri, body)) {
-      const HttpResponse too_large{413, kJsonContentType,
-                                   ErrorJson("request body unreadable or larger than " +
-                                             std::to_string(kMaxRequestBody) + " bytes")};
+      self->CountRefusal(Refusal::kBodyTooLarge);
+      const HttpResponse too_large = RefusalResponse(Refusal::kBodyTooLarge);
       SendResponse(conn, too_large, false);
       return too_large.status;
     }

@@ -245,6 +245,48 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
   e.Sample("aggswitch_build_info",
            {{"version", snap.build.version}, {"dpdk_version", snap.build.dpdk_version}}, 1);
 
+  // --- The process (the standard process_* families) ---
+  const ProcessSnapshot& proc = snap.process;
+  e.Family("process_start_time_seconds", "gauge",
+           "Start time of the process since the Unix epoch in seconds.");
+  e.Sample("process_start_time_seconds", {}, FormatFloat(proc.start_time_seconds));
+  e.Family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+  e.Sample("process_resident_memory_bytes", {}, proc.resident_memory_bytes);
+  e.Family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+  e.Sample("process_virtual_memory_bytes", {}, proc.virtual_memory_bytes);
+  e.Family("process_open_fds", "gauge", "Number of open file descriptors.");
+  e.Sample("process_open_fds", {}, proc.open_fds);
+
+  // --- Buffer pools ---
+  if (!snap.pools.empty()) {
+    e.Family("aggswitch_pool_capacity_buffers", "gauge",
+             "Buffers of the pool: mbuf (every frame received, sent or copied) or hold "
+             "(contributions ordered slots keep until they reduce them).");
+    for (const PoolSnapshot& p : snap.pools) {
+      e.Sample("aggswitch_pool_capacity_buffers", {{"pool", p.name}}, p.capacity);
+    }
+    e.Family("aggswitch_pool_available_buffers", "gauge",
+             "Free buffers of the pool, in the pool and in the lcores' caches; at 0 an mbuf pool "
+             "receives nothing more.");
+    for (const PoolSnapshot& p : snap.pools) {
+      e.Sample("aggswitch_pool_available_buffers", {{"pool", p.name}}, p.available);
+    }
+  }
+
+  // --- The HTTP server ---
+  if (snap.http) {
+    std::string refused_help = "Requests the HTTP server refused before routing them, by reason:";
+    for (const RefusalText& t : kRefusalText) refused_help += std::string(" ") + t.label + " (" + t.message + ");";
+    refused_help.back() = '.';
+    e.Family("aggswitch_http_requests_refused_total", "counter", refused_help);
+    for (size_t r = 0; r < kNumRefusals; ++r) {
+      e.Sample("aggswitch_http_requests_refused_total", {{"reason", kRefusalText[r].label}},
+               snap.http->refused[r]);
+    }
+    e.Family("aggswitch_http_threads", "gauge", "Request threads of the HTTP server (http.threads).");
+    e.Sample("aggswitch_http_threads", {}, snap.http->threads);
+  }
+
   // --- Ports ---
   e.Family("aggswitch_port_info", "gauge",
            "Static information about a port; the value is always 1.");

@@ -266,7 +266,8 @@ std::set<std::string> ExpectWellFormed(const std::string& text) {
       } else {
         EXPECT_EQ(name, current) << "sample outside its family: " << line;
       }
-      EXPECT_EQ(name.rfind("aggswitch_", 0), 0u) << line;
+      // Ours, or the standard process_* families every exporter shares.
+      EXPECT_TRUE(name.rfind("aggswitch_", 0) == 0 || name.rfind("process_", 0) == 0) << line;
     }
   }
   std::set<std::string> families;
@@ -529,6 +530,32 @@ TEST(MetricsTest, EmptyHistogramHasEveryBucketAtZero) {
   EXPECT_TRUE(HasLine(text, std::string(kLatency) + R"(_bucket{le="1e-06"} 0)"));
   EXPECT_TRUE(HasLine(text, std::string(kLatency) + "_sum 0"));
   EXPECT_TRUE(HasLine(text, std::string(kLatency) + "_count 0"));
+}
+
+TEST(MetricsTest, ProcessPoolsAndHttpRefusals) {
+  StatsSnapshot snap = SyntheticSnapshot();
+  snap.process.start_time_seconds = 1.5e9;
+  snap.process.resident_memory_bytes = 123456;
+  snap.pools = {{"mbuf", 16383, 16000}, {"hold", 8192, 8190}};
+  snap.http.emplace();
+  snap.http->threads = 64;
+  snap.http->refused[static_cast<size_t>(Refusal::kBadToken) - 1] = 3;
+  const std::string text = RenderPrometheus(snap);
+  for (const char* line : {
+           "# TYPE process_start_time_seconds gauge",
+           "process_start_time_seconds 1.5e+09",
+           "process_resident_memory_bytes 123456",
+           R"(aggswitch_pool_capacity_buffers{pool="mbuf"} 16383)",
+           R"(aggswitch_pool_available_buffers{pool="hold"} 8190)",
+           R"(aggswitch_http_requests_refused_total{reason="bad_token"} 3)",
+           R"(aggswitch_http_requests_refused_total{reason="origin"} 0)",
+           "aggswitch_http_threads 64",
+       }) {
+    EXPECT_TRUE(HasLine(text, line)) << "missing line: " << line;
+  }
+  // Without an HTTP server (telemetry, tests) the family is left out.
+  snap.http.reset();
+  EXPECT_EQ(RenderPrometheus(snap).find("aggswitch_http_"), std::string::npos);
 }
 
 TEST(MetricsTest, RegistrationsByResult) {

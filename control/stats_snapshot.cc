@@ -2,8 +2,13 @@
 
 #include <rte_version.h>
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <iterator>
+#include <sstream>
 #include <tuple>
 
 #include "common/version.h"
@@ -11,8 +16,55 @@
 
 namespace aggswitch::control {
 
+ProcessSnapshot CollectProcess() {
+  ProcessSnapshot p;
+  p.pid = getpid();
+  // /proc/self/stat: the fields after the command (which may hold spaces)
+  // start with the state, field 3; starttime is field 22, vsize 23, rss 24.
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream fields(stat.substr(close + 2));
+    std::string field;
+    uint64_t starttime = 0, vsize = 0, rss_pages = 0;
+    for (int i = 3; i <= 24 && fields >> field; ++i) {
+      if (i == 22) starttime = std::strtoull(field.c_str(), nullptr, 10);
+      if (i == 23) vsize = std::strtoull(field.c_str(), nullptr, 10);
+      if (i == 24) rss_pages = std::strtoull(field.c_str(), nullptr, 10);
+    }
+    p.virtual_memory_bytes = vsize;
+    p.resident_memory_bytes = rss_pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    std::ifstream proc_stat("/proc/stat");
+    std::string key;
+    uint64_t btime = 0;
+    while (proc_stat >> key) {
+      if (key == "btime") {
+        proc_stat >> btime;
+        break;
+      }
+    }
+    const long ticks = sysconf(_SC_CLK_TCK);
+    if (btime != 0 && ticks > 0) {
+      p.start_time_seconds = static_cast<double>(btime) + static_cast<double>(starttime) / ticks;
+    }
+  }
+  if (DIR* fds = opendir("/proc/self/fd"); fds != nullptr) {
+    while (const dirent* e = readdir(fds)) {
+      if (e->d_name[0] != '.') ++p.open_fds;
+    }
+    closedir(fds);
+    if (p.open_fds > 0) --p.open_fds;  // the directory's own descriptor
+  }
+  return p;
+}
+
 StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
   StatsSnapshot snap;
+  snap.process = CollectProcess();
+  for (const dataplane::PoolStats& pool : dp.PoolStatsNow()) {
+    snap.pools.push_back(PoolSnapshot{pool.name, pool.capacity, pool.available});
+  }
   snap.build.version = common::Version();
   snap.build.dpdk_version = rte_version();
   snap.tsc_hz = dp.tsc_hz();

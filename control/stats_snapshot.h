@@ -39,6 +39,7 @@
 
 #include "aggregator/tan_engine.h"
 #include "common/net_addr.h"
+#include "control/http_refusals.h"
 #include "dataplane/counters.h"
 #include "dataplane/port_stats.h"
 
@@ -205,8 +206,34 @@ struct AggregationSnapshot {
   std::optional<OwnTanSnapshot> tan;
 };
 
+// This process, as the standard process_* metrics show it, with its pid so
+// that a client can tell which process answers on the HTTP port.
+struct ProcessSnapshot {
+  int64_t pid = 0;
+  double start_time_seconds = 0;  // since the Unix epoch
+  uint64_t resident_memory_bytes = 0;
+  uint64_t virtual_memory_bytes = 0;
+  uint64_t open_fds = 0;
+};
+
+// A pool of packet or payload buffers (an rte_mempool): "mbuf" (every frame
+// received, sent or copied) or "hold" (contributions an ordered slot keeps
+// until it reduces them in member order; docs/aggregation.md).
+struct PoolSnapshot {
+  std::string name;
+  uint64_t capacity = 0;   // buffers in all
+  uint64_t available = 0;  // free, in the pool and in the lcores' caches
+};
+
+// The HTTP server's own counts: requests it refused before routing them.
+struct HttpSnapshot {
+  uint64_t refused[kNumRefusals] = {};  // by Refusal (index r - 1)
+  uint32_t threads = 0;                 // request threads
+};
+
 struct StatsSnapshot {
   BuildInfo build;
+  ProcessSnapshot process;
   uint64_t tsc_hz = 0;
   std::vector<PortSnapshot> ports;
   std::vector<LcoreSnapshot> lcores;
@@ -217,6 +244,9 @@ struct StatsSnapshot {
   // nullopt when aggregation is off (no aggregation: section); /metrics then
   // leaves out the families that only mean something with it on.
   std::optional<AggregationSnapshot> aggregation;
+  std::vector<PoolSnapshot> pools;
+  // Filled by the HTTP server that serves the snapshot; nullopt elsewhere.
+  std::optional<HttpSnapshot> http;
 };
 
 // One MAC table entry as the API shows it.
@@ -230,8 +260,13 @@ struct MacEntrySnapshot {
   double age_seconds = 0;
 };
 
-// Copies every counter and port state out of the dataplane. [any]
+// Copies every counter and port state out of the dataplane, and reads this
+// process's state (CollectProcess). [any]
 StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp);
+
+// This process's pid, start time, memory and open descriptors, from /proc;
+// fields it cannot read stay 0. [any]
+ProcessSnapshot CollectProcess();
 
 // Job index `index`'s counters summed over every lcore; all zero when
 // aggregation is off. Which job owns the index is only certain on the control

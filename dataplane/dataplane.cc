@@ -526,6 +526,17 @@ PortTotals Dataplane::GetPortTotals(size_t port_index) const {
   return t;
 }
 
+std::vector<PoolStats> Dataplane::PoolStatsNow() const {
+  std::vector<PoolStats> out;
+  auto add = [&out](const char* name, const rte_mempool* pool) {
+    if (pool == nullptr) return;
+    out.push_back(PoolStats{name, pool->size, rte_mempool_avail_count(pool)});
+  };
+  add("mbuf", pool_.get());
+  add("hold", hold_pool_.get());
+  return out;
+}
+
 WorkerInfo Dataplane::GetWorkerInfo(size_t index) const { return worker_info_[index]; }
 
 const LcoreStats& Dataplane::worker_stats(size_t index) const { return *stats_[index]; }

@@ -101,6 +101,9 @@ class Dataplane {
   const MacEventCounters& mac_events() const { return mac_events_; }
   uint32_t aging_seconds() const { return aging_seconds_.load(std::memory_order_relaxed); }
   size_t port_count() const { return ports_.size(); }
+  // The buffer pools and how full they are: "mbuf", and "hold" when the
+  // aggregation path holds contributions. [any]
+  std::vector<PoolStats> PoolStatsNow() const;
   PortInfo GetPortInfo(size_t port_index) const;
   PortTotals GetPortTotals(size_t port_index) const;
   size_t worker_count() const { return workers_.size(); }
@@ -190,6 +193,10 @@ class Dataplane {
   MacEventCounters mac_events_;
   std::atomic<uint32_t> aging_seconds_{0};
   MempoolPtr pool_;
+  // Payload buffers for the contributions ordered slots hold until they
+  // reduce them in member order: a pool of its own, so that no number of
+  // held contributions can starve RX of mbufs (aggregation.hold).
+  MempoolPtr hold_pool_;
   std::vector<Port> ports_;
   std::vector<RingPtr> learn_rings_;
   std::vector<RingPtr> handoff_rings_;  // one per worker: contributions for its slots

@@ -41,6 +41,13 @@ struct PortTotals {
   uint64_t dev_imissed = 0, dev_ierrors = 0, dev_oerrors = 0, dev_rx_nombuf = 0;
 };
 
+// A buffer pool (rte_mempool) and how much of it is free now.
+struct PoolStats {
+  std::string name;        // "mbuf" or "hold"
+  uint64_t capacity = 0;   // buffers in all
+  uint64_t available = 0;  // free: in the pool and in the lcores' caches
+};
+
 // The slot completion latency histogram summed over every worker lcore.
 struct SlotLatencyTotals {
   uint64_t buckets[kSlotLatencyBuckets] = {};  // not cumulative; the last is +Inf

@@ -57,9 +57,13 @@ topo_vlan h2 20 10.0.20.3/24
 topo_addr h3 eth0 10.0.10.4/24
 
 LOG=/tmp/aggswitch-demo.log
+if ! http_port_free 9477; then
+  echo "demo: stop whatever holds port 9477 (an aggswitch still running?) and try again"; exit 1
+fi
 "$AGGSWITCH" >"$LOG" 2>&1 &
-topo_track_pid $!
-if ! wait_http "$METRICS" 30; then
+SWITCH_PID=$!
+topo_track_pid "$SWITCH_PID"
+if ! wait_switch "$SWITCH_PID" "http://127.0.0.1:9477" 30; then
   echo "demo: aggswitch did not start; log:"; cat "$LOG"; exit 1
 fi
 echo "aggswitch is up (log: $LOG); metrics at $METRICS"

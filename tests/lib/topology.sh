@@ -92,6 +92,46 @@ topo_cleanup() {
   TOPO_LINKS=()
 }
 
+# http_port_free PORT: nothing listens on 127.0.0.1:PORT (of this
+# namespace). A test checks before it starts its switch, so that a port
+# another process holds fails it at once, not checks later.
+http_port_free() {
+  if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
+    echo "127.0.0.1:$1 is taken by another process:"
+    ss -ltnp "sport = :$1" 2>/dev/null | tail -n +2
+    return 1
+  fi
+}
+
+# answering_pid URL: the pid of the aggswitch that answers at URL
+# (http://host:port), from its /api/v1/stats; nothing when none answers.
+answering_pid() {
+  curl -fsS -m 2 "$1/api/v1/stats" 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["process"]["pid"])' 2>/dev/null
+}
+
+# wait_switch PID URL [SECONDS]: polls until the aggswitch with PID answers
+# at URL. Fails at once when PID exits or another process answers there: a
+# test must talk to the switch it started.
+wait_switch() {
+  local pid="$1" url="$2" limit="${3:-30}" i answered
+  for i in $(seq 1 $((limit * 10))); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "aggswitch (pid $pid) exited before it answered at $url"
+      return 1
+    fi
+    answered=$(answering_pid "$url")
+    if [ -n "$answered" ]; then
+      [ "$answered" = "$pid" ] && return 0
+      echo "pid $answered answers at $url, not the aggswitch this test started (pid $pid)"
+      return 1
+    fi
+    sleep 0.1
+  done
+  echo "aggswitch (pid $pid) did not answer at $url within $limit s"
+  return 1
+}
+
 # wait_http URL [SECONDS]: polls until URL answers 200.
 wait_http() {
   local url="$1" limit="${2:-30}" i

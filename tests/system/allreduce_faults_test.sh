@@ -95,12 +95,11 @@ aggregation:
   stale_slot_ms: $STALE_SLOT_MS
 EOF
   } >"$WORK/$name.yaml"
+  http_port_free "$HTTP_PORT" || return 1
   "$AGGSWITCH" --config "$WORK/$name.yaml" --log-level info >"$SWITCH_LOG" 2>&1 &
   SWITCH_PID=$!
   topo_track_pid "$SWITCH_PID"
-  # The process must still run once /metrics answers: another process on the
-  # HTTP port would answer for a switch that failed to start.
-  if ! wait_http "$METRICS" 30 || ! kill -0 "$SWITCH_PID" 2>/dev/null; then
+  if ! wait_switch "$SWITCH_PID" "http://127.0.0.1:$HTTP_PORT" 30; then
     echo "aggswitch ($name) did not come up; its log:"; cat "$SWITCH_LOG"
     return 1
   fi

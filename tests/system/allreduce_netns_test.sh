@@ -56,12 +56,11 @@ aggregation:
   jobs: [{id: 5, key: "0x5eed", members: 4}]
 EOF
 
+http_port_free "$HTTP_PORT" || { fail "the test's HTTP port is taken"; finish; exit 1; }
 "$AGGSWITCH" --config "$WORK/switch.yaml" --log-level info >"$WORK/aggswitch.log" 2>&1 &
 SWITCH_PID=$!
 topo_track_pid "$SWITCH_PID"
-# The process must still run once /metrics answers: another process on the
-# HTTP port would answer for a switch that failed to start.
-if ! wait_http "http://127.0.0.1:$HTTP_PORT/metrics" 30 || ! kill -0 "$SWITCH_PID" 2>/dev/null; then
+if ! wait_switch "$SWITCH_PID" "http://127.0.0.1:$HTTP_PORT" 30; then
   fail "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
   finish; exit 1
 fi

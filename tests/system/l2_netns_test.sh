@@ -58,7 +58,7 @@ mac_table:
   aging_seconds: 300
   static: [$1]
 mempool: {mbufs: 8191}
-http: {listen: "127.0.0.1:$HTTP_PORT"}
+http: {listen: "127.0.0.1:$HTTP_PORT", token_file: "$WORK/api.token"}
 aggregation:
   address: 10.0.10.253
   jobs: [{id: 5, key: "0x5eed", members: 2}]
@@ -68,13 +68,16 @@ write_config ""
 
 check "config validates" "$AGGSWITCH" --config "$WORK/switch.yaml" --check-config
 
+http_port_free "$HTTP_PORT" || { fail "the test's HTTP port is taken"; finish; exit 1; }
 "$AGGSWITCH" --config "$WORK/switch.yaml" --log-level info >"$WORK/aggswitch.log" 2>&1 &
 SWITCH_PID=$!
 topo_track_pid "$SWITCH_PID"
-if ! wait_http "http://127.0.0.1:$HTTP_PORT/metrics" 30; then
+if ! wait_switch "$SWITCH_PID" "http://127.0.0.1:$HTTP_PORT" 30; then
   fail "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
   finish; exit 1
 fi
+# aggctl's changes (jobs add/rm) carry the token the switch created.
+export AGGCTL_TOKEN_FILE="$WORK/api.token"
 
 ping1() { topo_exec "$1" ping -c 2 -i 0.2 -W 1 "$2"; }
 

@@ -154,7 +154,7 @@ switch:
   mac: $mac
   addresses:
     - {address: $ip/24, vlan: 10}
-http: {listen: "127.0.0.1:${HTTP[$name]}"}
+http: {listen: "127.0.0.1:${HTTP[$name]}", token_file: "$WORK/api.token"}
 mac_table: {size: 4096, aging_seconds: 300}
 mempool: {mbufs: 16383}
 aggregation:
@@ -265,16 +265,12 @@ start_switch() {
   SWITCH_PID[$1]=$!
   topo_track_pid $!
 }
-# switch_up NAME: /metrics answers while the process runs.
-switch_up() {
-  local i
-  for i in $(seq 1 300); do
-    kill -0 "${SWITCH_PID[$1]}" 2>/dev/null || return 1
-    sw_curl "$1" /metrics >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  return 1
-}
+# switch_up NAME: the switch started last under NAME answers on its HTTP
+# port, in its namespace (wait_switch).
+switch_up() { topo_exec "$1" bash -c "source '$HERE/../lib/topology.sh'; wait_switch ${SWITCH_PID[$1]} http://127.0.0.1:${HTTP[$1]} 30"; }
+# aggctl's changes (jobs add, tan, stragglers --apply) carry the token the
+# switches share (the first one to start creates it).
+export AGGCTL_TOKEN_FILE="$WORK/api.token"
 
 # start_ps [AGG-PS OPTIONS]: a fresh agg-ps in the TAN namespace (the
 # previous one stopped), its stats in PS_STATS.

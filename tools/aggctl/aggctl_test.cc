@@ -127,13 +127,20 @@ class AggctlTest : public ::testing::Test {
       report.member = 2;
       return report;
     };
-    auto server = HttpServer::Start("127.0.0.1:0", std::move(source));
+    // The API token aggctl reads from --token-file, as an operator's would.
+    token_path_ = "/tmp/aggctl_test_token_" + std::to_string(getpid());
+    std::ofstream(token_path_) << kToken << "\n";
+    HttpServer::Options options;
+    options.listen = "127.0.0.1:0";
+    options.access.token = kToken;
+    auto server = HttpServer::Start(options, std::move(source));
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = std::move(server).value().release();
   }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
+    unlink(token_path_.c_str());
   }
   void SetUp() override {
     ASSERT_NE(server_, nullptr);
@@ -159,7 +166,8 @@ class AggctlTest : public ::testing::Test {
   }
 
   Exit Aggctl(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--server", "127.0.0.1:" + std::to_string(server_->port())});
+    args.insert(args.begin(), {"--server", "127.0.0.1:" + std::to_string(server_->port()),
+                               "--token-file", token_path_});
     return RunAggctl(args);
   }
   // The request the switch read from `jobs add ARGS`.
@@ -189,7 +197,9 @@ class AggctlTest : public ::testing::Test {
     return added_.size() + tan_calls_.size();
   }
 
+  static constexpr char kToken[] = "aggctl-test-token-0123456789";
   static inline HttpServer* server_ = nullptr;
+  static inline std::string token_path_;
   static inline std::mutex mu_;
   static inline std::vector<JobRequest> added_;                     // guarded by mu_
   static inline std::vector<std::optional<TanRequest>> tan_calls_;  // guarded by mu_
@@ -201,6 +211,32 @@ config::TanCandidate Candidate(const char* address, uint16_t port, uint16_t hops
   c.port = port;
   c.hops = hops;
   return c;
+}
+
+// A command that changes something without the token, or with another,
+// sends its request and fails with the switch's reason; a read needs none.
+TEST_F(AggctlTest, ChangesNeedTheApiToken) {
+  const std::string server = "127.0.0.1:" + std::to_string(server_->port());
+  const size_t before = Requests();
+  Exit e = RunAggctl({"--server", server, "jobs", "add", "--id", "9", "--key", "9", "--members", "5"});
+  EXPECT_EQ(e.code, 1);
+  EXPECT_NE(e.err.find("HTTP 401"), std::string::npos) << e.err;
+  EXPECT_NE(e.err.find("--token-file or AGGCTL_TOKEN"), std::string::npos) << e.err;
+  const std::string wrong = token_path_ + ".wrong";
+  std::ofstream(wrong) << "not-the-token-of-this-switch\n";
+  e = RunAggctl({"--server", server, "--token-file", wrong, "tan", "--job", "7", "--self"});
+  EXPECT_EQ(e.code, 1);
+  EXPECT_NE(e.err.find("the API token is wrong"), std::string::npos) << e.err;
+  unlink(wrong.c_str());
+  EXPECT_EQ(Requests(), before) << "a refused request reached the router";
+  e = RunAggctl({"--server", server, "jobs", "show"});
+  EXPECT_EQ(e.code, 0) << e.err;
+  // AGGCTL_TOKEN carries the token itself.
+  setenv("AGGCTL_TOKEN", kToken, 1);
+  e = RunAggctl({"--server", server, "tan", "--job", "7", "--self"});
+  unsetenv("AGGCTL_TOKEN");
+  EXPECT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(Requests(), before + 1);
 }
 
 TEST_F(AggctlTest, JobsAddSendsTheTree) {

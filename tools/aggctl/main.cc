@@ -1,6 +1,6 @@
 // aggctl: the operator's view of a running aggswitch, over its HTTP API.
 //
-//   aggctl [--server 127.0.0.1:9477] [--json] [--timeout 5] ports
+//   aggctl [--server 127.0.0.1:9477] [--token-file PATH] [--json] [--timeout 5] ports
 //   aggctl mac [--vlan 10] [--port uplink]
 //   aggctl lcores
 //   aggctl stats
@@ -22,6 +22,11 @@
 // answers with an error; a command line it cannot use exits with CLI11's code
 // (and a bad --key with 2), sending nothing. The HTTP client is a few dozen
 // lines over a socket: one request per run, HTTP/1.1 with "Connection: close".
+//
+// The API token (http.token_file of the switch) comes from --token-file
+// (or AGGCTL_TOKEN_FILE), or from AGGCTL_TOKEN itself; every request then
+// carries it as "Authorization: Bearer <token>". Commands that change
+// something (jobs add/rm, tan and stragglers --apply/--clear) need it.
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -35,7 +40,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -171,12 +178,14 @@ std::optional<std::string> Dechunk(const std::string& in) {
 
 // Sends one request (`body`, when not empty, as JSON) and reads the reply.
 Result<HttpReply> HttpCall(const std::string& server, const std::string& method,
-                           const std::string& target, const std::string& body, int timeout_ms) {
+                           const std::string& target, const std::string& body,
+                           const std::string& token, int timeout_ms) {
   ASSIGN_OR_RETURN(const int fd, Connect(server, timeout_ms));
   const std::string prefix = "cannot reach aggswitch at " + server + ": ";
   std::string request = method + " " + target + " HTTP/1.1\r\nHost: " + server +
                         "\r\nUser-Agent: aggctl/" + common::Version() +
                         "\r\nAccept: application/json\r\nConnection: close\r\n";
+  if (!token.empty()) request += "Authorization: Bearer " + token + "\r\n";
   if (!body.empty() || method == "POST") {
     request +=
         "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
@@ -254,14 +263,20 @@ std::string UrlEncode(const std::string& in) {
 // (204) is an empty JSON object. An HTTP error becomes a Status that carries
 // the server's {"error": ...} text.
 Result<json> CallJson(const std::string& server, const std::string& method,
-                      const std::string& target, const std::string& request_body, int timeout_ms) {
-  ASSIGN_OR_RETURN(HttpReply reply, HttpCall(server, method, target, request_body, timeout_ms));
+                      const std::string& target, const std::string& request_body,
+                      const std::string& token, int timeout_ms) {
+  ASSIGN_OR_RETURN(HttpReply reply,
+                   HttpCall(server, method, target, request_body, token, timeout_ms));
   const std::string what = method == "GET" ? target : method + " " + target;
   json body = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
   if (reply.status < 200 || reply.status > 299) {
     std::string reason = "HTTP " + std::to_string(reply.status);
     if (body.is_object() && body.contains("error") && body["error"].is_string()) {
       reason += ": " + body["error"].get<std::string>();
+    }
+    if (reply.status == 401) {
+      reason += token.empty() ? " (give it with --token-file or AGGCTL_TOKEN)"
+                              : " (the token aggctl sent is not the switch's http.token_file)";
     }
     return common::FailedPrecondition("aggswitch at " + server + " answered " + what + " with " +
                                       reason);
@@ -720,6 +735,7 @@ void PrintAddedJob(const json& job) {
 
 struct Options {
   std::string server = kDefaultServer;
+  std::string token_file;
   bool json = false;
   double timeout_s = 5;
   std::optional<unsigned> vlan;
@@ -746,12 +762,38 @@ struct Options {
   bool job_parameter_server = false;
 };
 
+// The API token: AGGCTL_TOKEN, else the first line of `path` (surrounding
+// white space dropped), else none.
+Result<std::string> ApiToken(const std::string& path) {
+  auto trim = [](std::string text) {
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return std::string();
+    return text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
+  };
+  if (const char* env = std::getenv("AGGCTL_TOKEN"); env != nullptr && *env != '\0') {
+    return trim(env);
+  }
+  if (path.empty()) return std::string();
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return common::Unavailable("cannot read the API token from " + path + ": " +
+                               ErrnoText(errno != 0 ? errno : EIO));
+  }
+  return trim(line);
+}
+
 // Sends `method target` (with `request_body`) and prints the reply with
 // `print`, or as JSON. Returns the exit code.
 int Run(const Options& o, const std::string& method, const std::string& target,
         const std::string& request_body, void (*print)(const json&)) {
   const int timeout_ms = static_cast<int>(o.timeout_s * 1000);
-  Result<json> body = CallJson(o.server, method, target, request_body, timeout_ms);
+  Result<std::string> token = ApiToken(o.token_file);
+  if (!token.ok()) {
+    std::cerr << "aggctl: " << token.status().message() << '\n';
+    return 1;
+  }
+  Result<json> body = CallJson(o.server, method, target, request_body, *token, timeout_ms);
   if (!body.ok()) {
     std::cerr << "aggctl: " << body.status().message() << '\n';
     return 1;
@@ -936,6 +978,10 @@ int Main(int argc, char** argv) {
   app.add_option("-s,--server", o.server, "host:port of the aggswitch HTTP API (http.listen)")
       ->envname("AGGCTL_SERVER")
       ->capture_default_str();
+  app.add_option("--token-file", o.token_file,
+                 "file holding the switch's API token (its http.token_file); AGGCTL_TOKEN may "
+                 "hold the token itself")
+      ->envname("AGGCTL_TOKEN_FILE");
   app.add_flag("--json", o.json, "print the API's JSON instead of tables");
   app.add_option("--timeout", o.timeout_s, "seconds to wait for the daemon")
       ->check(CLI::Range(0.1, 600.0))

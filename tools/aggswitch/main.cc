@@ -124,7 +124,17 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
     // A job added, or a TAN changed, through the API: resolve its next hops now.
     job_control.SetChangeHook([t = tree.get()] { t->ScanSoon(); });
   }
-  auto http = control::HttpServer::Start(cfg.http.listen, **dp, &job_control, tree.get());
+  std::string token;
+  if (!cfg.http.token_file.empty()) {
+    auto loaded = control::LoadOrCreateToken(cfg.http.token_file);
+    if (!loaded.ok()) {
+      AGG_LOG(kError, "%s", loaded.status().message().c_str());
+      return 1;
+    }
+    token = std::move(loaded).value();
+  }
+  auto http = control::HttpServer::Start(control::HttpServer::OptionsFrom(cfg.http, std::move(token)),
+                                         **dp, &job_control, tree.get());
   if (!http.ok()) {
     AGG_LOG(kError, "http: %s", http.status().message().c_str());
     return 1;
