@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string_view>
@@ -1085,8 +1086,20 @@ uint16_t Config::RxQueueCount(const std::string& port) const {
 }
 
 SourceLoc Config::LocOf(std::string_view path, SourceLoc fallback) const {
-  auto it = source_locs.find(path);
-  return it == source_locs.end() ? fallback : it->second;
+  if (auto it = source_locs.find(path); it != source_locs.end()) return it->second;
+  // "list[k]" of an expanding list: the last item that starts at or before k.
+  const size_t open = path.rfind('[');
+  if (open == std::string_view::npos || path.back() != ']') return fallback;
+  const auto items = item_locs.find(path.substr(0, open));
+  if (items == item_locs.end()) return fallback;
+  size_t k = 0;
+  const std::string_view digits = path.substr(open + 1, path.size() - open - 2);
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return fallback;
+  const auto& starts = items->second;
+  auto after = std::upper_bound(starts.begin(), starts.end(), k,
+                                [](size_t index, const auto& item) { return index < item.first; });
+  return after == starts.begin() ? fallback : std::prev(after)->second;
 }
 
 std::optional<std::vector<unsigned>> ParseLcoreList(std::string_view lcores) {

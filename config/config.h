@@ -56,6 +56,12 @@ inline constexpr uint16_t kMaxAggregationFanIn = 1024;
 inline constexpr uint32_t kMaxAggregationJobs = 65536;
 // The tree (docs/stragglers.md): node ids, timers, bypass entries, the TAN.
 inline constexpr uint16_t kMaxNodeId = 65534;       // 65535 is reserved
+// Node ids one job may list in all (node_ids and every covers), ranges
+// expanded: its members and the nodes below its child switches are distinct.
+inline constexpr size_t kMaxJobListedNodeIds = size_t{kMaxNodeId} + 1;
+// Node ids a whole config file may list, ranges and YAML aliases expanded:
+// what keeps a small file from expanding into gigabytes.
+inline constexpr size_t kMaxConfigNodeIds = size_t{1} << 20;
 inline constexpr uint32_t kMaxTimeoutMs = 3600000;  // timeout_ms, give_up_ms, bypass.ttl_ms
 inline constexpr uint32_t kMaxBypassEntries = 16777216;
 inline constexpr size_t kMaxTanCandidates = 64;
@@ -375,6 +381,11 @@ struct Config {
   // "workers[0].rx[1]"), so that Validate() can point at the exact value. The
   // loader fills it; it is empty for a Config built in code.
   std::map<std::string, SourceLoc, std::less<>> source_locs;
+  // Lists whose items expand into several values (node ids: "a-b" ranges),
+  // by list path: the index where each item's values start, in order, and
+  // where the item is written. LocOf("...node_ids[k]") finds value k's item
+  // here, so a range of 65535 ids costs one entry, not 65535.
+  std::map<std::string, std::vector<std::pair<size_t, SourceLoc>>, std::less<>> item_locs;
 
   const PortConfig* FindPort(const std::string& name) const;
   // Index of the named port in `ports`, or -1.
@@ -382,7 +393,8 @@ struct Config {
   // Number of RX queues each port needs: 1 + the highest queue a worker polls.
   // 0 for a port no worker polls (Validate() rejects that) or an unknown name.
   uint16_t RxQueueCount(const std::string& port) const;
-  // The recorded location of `path`, or `fallback` when none was recorded.
+  // The recorded location of `path` (for a value of an expanding list, its
+  // item's), or `fallback` when none was recorded.
   SourceLoc LocOf(std::string_view path, SourceLoc fallback = {}) const;
 };
 

@@ -1,5 +1,6 @@
 #include "config/loader.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -29,6 +30,11 @@ constexpr unsigned kUnreadLcore = std::numeric_limits<unsigned>::max();
 constexpr uint16_t kUnreadNodeId = std::numeric_limits<uint16_t>::max();  // reserved
 
 constexpr size_t kMaxQuotedChars = 64;
+// Items of any list (ports, jobs, static MACs, ...): as many as the largest
+// table a list fills, aggregation.max_jobs.
+constexpr size_t kMaxListItems = kMaxAggregationJobs;
+// What the loader reads of a file at most.
+constexpr size_t kMaxConfigBytes = size_t{16} << 20;
 
 std::string Quote(std::string_view text) {
   std::string out = "\"";
@@ -203,12 +209,20 @@ class Loader {
   }
 
   // Calls load_item(item, item_path) for each item. An empty value counts as an
-  // empty list. Returns false (after reporting) when the node is not a list.
+  // empty list. Returns false (after reporting) when the node is not a list,
+  // or has more than kMaxListItems items (no key takes as many; YAML aliases
+  // make a long list out of a short file).
   template <typename Fn>
   bool LoadList(const YAML::Node& node, const std::string& path, Fn&& load_item) {
     if (node.IsNull()) return true;
     if (!node.IsSequence()) {
       Error(path, node, "expected a list, got " + Describe(node));
+      return false;
+    }
+    if (node.size() > kMaxListItems) {
+      Error(path, node,
+            "expected at most " + std::to_string(kMaxListItems) + " items, got " +
+                std::to_string(node.size()));
       return false;
     }
     for (size_t i = 0; i < node.size(); ++i) {
@@ -866,21 +880,29 @@ class Loader {
   // [4]; each id's location is its item's. An unreadable item is reported
   // and stands in as one reserved id, which the cross-checks skip. Returns
   // false when something could not be read.
-  bool LoadNodeIds(const YAML::Node& node, const std::string& path, std::vector<uint16_t>& out) {
+  //
+  // What ranges and aliases may expand to is bounded: a job lists at most
+  // kMaxJobListedNodeIds ids (`job_listed` counts them over its lists, as
+  // the API does), a file at most kMaxConfigNodeIds. Past a bound the item
+  // is reported and the list not read further. Each item records one
+  // location (Config::item_locs), whatever it expands to.
+  bool LoadNodeIds(const YAML::Node& node, const std::string& path, std::vector<uint16_t>& out,
+                   size_t& job_listed) {
     if (node.IsNull()) return true;
     if (!node.IsSequence()) {
       Error(path, node, "expected a list of node ids, got " + Describe(node));
       return false;
     }
+    std::vector<std::pair<size_t, SourceLoc>>& items = config_.item_locs[path];
     bool ok = true;
     for (size_t i = 0; i < node.size(); ++i) {
       const YAML::Node item = node[i];
       // An empty item has no position of its own; the list's is the nearest known.
       const SourceLoc loc = item.IsNull() ? config_.LocOf(path, LocOf(node)) : LocOf(item);
+      const std::string item_path = Index(path, out.size());
       uint16_t first = 0;
       uint16_t last = 0;
       if (!ParseNodeIdItem(item, first, last)) {
-        const std::string item_path = Index(path, out.size());
         config_.source_locs[item_path] = loc;
         Error(item_path, item,
               "expected " + NodeIdRangeText() + " or a range \"a-b\" of them (a <= b), got " +
@@ -889,10 +911,28 @@ class Loader {
         ok = false;
         continue;
       }
-      for (uint32_t id = first; id <= last; ++id) {
-        config_.source_locs[Index(path, out.size())] = loc;
-        out.push_back(static_cast<uint16_t>(id));
+      const size_t count = size_t{last} - first + 1;
+      if (job_listed + count > kMaxJobListedNodeIds) {
+        config_.source_locs[item_path] = loc;
+        Error(item_path, item,
+              "expected at most " + std::to_string(kMaxJobListedNodeIds) +
+                  " node ids in a job's node_ids and covers lists (its members and the nodes "
+                  "below its child switches are distinct ids 0.." + std::to_string(kMaxNodeId) +
+                  "), got more with this item");
+        return false;
       }
+      if (file_node_ids_ + count > kMaxConfigNodeIds) {
+        config_.source_locs[item_path] = loc;
+        Error(item_path, item,
+              "expected at most " + std::to_string(kMaxConfigNodeIds) +
+                  " node ids in the whole file (ranges and aliases expanded), got more with this "
+                  "item");
+        return false;
+      }
+      job_listed += count;
+      file_node_ids_ += count;
+      items.emplace_back(out.size(), loc);
+      for (uint32_t id = first; id <= last; ++id) out.push_back(static_cast<uint16_t>(id));
     }
     return ok;
   }
@@ -923,6 +963,7 @@ class Loader {
     bool members_read = false;
     bool has_lists = false;  // node_ids or switches given
     bool lists_read = true;  // and every item of them read
+    size_t ids_listed = 0;   // node ids in node_ids and every covers, ranges expanded
     LoadMap(
         node, path,
         {
@@ -943,7 +984,7 @@ class Loader {
             {"node_ids",
              [&](auto& n, auto& p) {
                has_lists = true;
-               if (!LoadNodeIds(n, p, job.node_ids)) lists_read = false;
+               if (!LoadNodeIds(n, p, job.node_ids, ids_listed)) lists_read = false;
              }},
             {"switches",
              [&](auto& n, auto& p) {
@@ -969,7 +1010,9 @@ class Loader {
                                   },
                                   true},
                                  {"covers",
-                                  [&](auto& v, auto& vp) { LoadNodeIds(v, vp, child.covers); }},
+                                  [&](auto& v, auto& vp) {
+                                    LoadNodeIds(v, vp, child.covers, ids_listed);
+                                  }},
                              });
                    });
                if (!listed) lists_read = false;
@@ -1009,6 +1052,7 @@ class Loader {
 
   Config& config_;
   std::vector<ConfigError>& errors_;
+  size_t file_node_ids_ = 0;  // node ids every list of the file expanded to
 };
 
 // True when `path` is `base` or lies below it ("ports[1]" is below "ports").
@@ -1036,6 +1080,13 @@ ConfigLoad LoadConfigText(std::string_view yaml, std::string source_name) {
   try {
     const YAML::Node root = YAML::Load(std::string(yaml));
     Loader(load.config, errors).LoadRoot(root);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp names it "bad file"; say what it is and where.
+    load.errors.push_back(ConfigError{
+        "", LocOf(e.mark),
+        "invalid YAML: lists and maps nested too deep (the parser stopped at depth " +
+            std::to_string(e.depth()) + "); a config nests at most 6 levels"});
+    return load;
   } catch (const YAML::Exception& e) {
     // A syntax error leaves nothing worth validating.
     load.errors.push_back(ConfigError{"", LocOf(e.mark), "invalid YAML: " + e.msg});
@@ -1083,7 +1134,16 @@ ConfigLoad LoadConfigFile(const std::string& path) {
     load.errors.push_back(ConfigError{"", {}, std::string("cannot read: ") + std::strerror(err)});
     return load;
   }
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string text(kMaxConfigBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(file.gcount()));
+  if (text.size() > kMaxConfigBytes) {
+    ConfigLoad load;
+    load.source_name = path;
+    load.errors.push_back(ConfigError{
+        "", {}, "cannot read: larger than " + std::to_string(kMaxConfigBytes >> 20) + " MiB"});
+    return load;
+  }
   if (file.bad()) {
     ConfigLoad load;
     load.source_name = path;

@@ -3,8 +3,10 @@
 #include "config/loader.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -1878,6 +1880,107 @@ TEST(LoadFileTest, DirectoryIsOneError) {
   const ConfigLoad load = LoadConfigFile(::testing::TempDir());
   ASSERT_EQ(load.errors.size(), 1u);
   EXPECT_EQ(load.errors[0].message, "cannot read: is a directory");
+}
+
+// Bytes this process has had resident at most (ru_maxrss).
+size_t PeakRssBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<size_t>(usage.ru_maxrss) * 1024;
+}
+
+// A few hundred bytes of YAML whose aliases expand one range into millions
+// of node ids: refused when the file's bound is reached, in little time and
+// memory. (It used to take gigabytes: each expanded id was recorded with its
+// own location.)
+TEST(LoaderBoundsTest, AliasesCannotExpandRangesWithoutBound) {
+  std::string yaml = "ports: [{name: p0, devargs: d}]\naggregation:\n  jobs:\n";
+  yaml += "  - {id: 1, key: 1, switches: [{node: 65534, covers: &c [\"0-65533\"]}]}\n";
+  for (int j = 2; j <= 40; ++j) {
+    yaml += "  - {id: " + std::to_string(j) + ", key: 1, switches: [{node: 65534, covers: *c}]}\n";
+  }
+  const size_t rss_before = PeakRssBytes();
+  const auto start = std::chrono::steady_clock::now();
+  const ConfigLoad load = Load(yaml);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(load.ok());
+  // 16 jobs of 65534 ids fit in 2^20; the 17th does not.
+  bool bounded = false;
+  for (const ConfigError& e : load.errors) {
+    if (e.path == "aggregation.jobs[16].switches[0].covers[0]" &&
+        e.message.find("expected at most 1048576 node ids in the whole file") != std::string::npos) {
+      bounded = true;
+      EXPECT_EQ(e.loc.line, 4) << "where the aliased range is written";
+    }
+  }
+  EXPECT_TRUE(bounded) << Dump(load);
+  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_LT(PeakRssBytes() - rss_before, size_t{400} << 20);
+}
+
+TEST(LoaderBoundsTest, OneJobListsAtMost65535NodeIds) {
+  const ConfigLoad load = Load(
+      "ports: [{name: p0, devargs: d}]\naggregation:\n  jobs:\n"
+      "  - id: 1\n    key: 1\n    node_ids: [\"0-9\"]\n"
+      "    switches:\n      - {node: 10, covers: [\"11-65534\"]}\n"
+      "      - {node: 65534, covers: [\"11-12\"]}\n");
+  ASSERT_FALSE(load.ok());
+  const auto it = std::find_if(load.errors.begin(), load.errors.end(), [](const ConfigError& e) {
+    return e.path == "aggregation.jobs[0].switches[1].covers[0]";
+  });
+  ASSERT_NE(it, load.errors.end()) << Dump(load);
+  EXPECT_EQ(it->loc.line, 9);
+  EXPECT_NE(it->message.find("expected at most 65535 node ids in a job's node_ids and covers "
+                             "lists"),
+            std::string::npos)
+      << it->message;
+}
+
+// Values inside a range point at the range's item, as when every id had its
+// own location.
+TEST(LoaderBoundsTest, ValuesOfARangeHaveTheirItemsLocation) {
+  const ConfigLoad load = Load(
+      "ports: [{name: p0, devargs: d}]\naggregation:\n  jobs:\n"
+      "  - id: 1\n    key: 1\n    node_ids:\n      - 7\n      - \"0-3\"\n      - 9\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const Config& c = load.config;
+  EXPECT_EQ(c.LocOf("aggregation.jobs[0].node_ids[0]").line, 7);
+  EXPECT_EQ(c.LocOf("aggregation.jobs[0].node_ids[1]").line, 8);
+  EXPECT_EQ(c.LocOf("aggregation.jobs[0].node_ids[4]").line, 8);
+  EXPECT_EQ(c.LocOf("aggregation.jobs[0].node_ids[5]").line, 9);
+  EXPECT_EQ(c.LocOf("aggregation.jobs[0].node_ids[6]", {42, 1}).line, 9) << "past the end: the last item";
+  EXPECT_EQ(c.LocOf("aggregation.jobs[0].node_ids[x]", {42, 1}).line, 42);
+}
+
+TEST(LoaderBoundsTest, ListsHaveAtMost65536Items) {
+  std::string yaml = "mac_table:\n  static: [";
+  for (int i = 0; i < 70000; ++i) yaml += i == 0 ? "&m {mac: \"02:00:00:00:00:01\", port: p0}" : ", *m";
+  yaml += "]\nports: [{name: p0, devargs: d}]\n";
+  const ConfigLoad load = Load(yaml);
+  EXPECT_TRUE(OneError(load, "mac_table.static", 2, "expected at most 65536 items, got 70000"))
+      << Dump(load);
+}
+
+TEST(LoaderBoundsTest, DeepNestingNamesTheDepthAndTheLine) {
+  const ConfigLoad load = Load("ports: [{name: p0, devargs: d}]\nmac_table:\n  static: " +
+                               std::string(3000, '[') + std::string(3000, ']') + "\n");
+  ASSERT_EQ(load.errors.size(), 1u) << Dump(load);
+  const ConfigError& e = load.errors[0];
+  EXPECT_EQ(e.loc.line, 3);
+  EXPECT_NE(e.message.find("invalid YAML: lists and maps nested too deep (the parser stopped at "
+                           "depth "),
+            std::string::npos)
+      << e.message;
+  EXPECT_EQ(e.message.find("bad file"), std::string::npos) << e.message;
+}
+
+TEST(LoaderBoundsTest, FilesAbove16MiBAreNotRead) {
+  const std::string path = WriteTemp("agg_huge.yaml", "ports: [{name: p0, devargs: d}]\n#" +
+                                                          std::string(size_t{17} << 20, 'x') + "\n");
+  const ConfigLoad load = LoadConfigFile(path);
+  ASSERT_EQ(load.errors.size(), 1u);
+  EXPECT_EQ(load.errors[0].message, "cannot read: larger than 16 MiB");
+  std::remove(path.c_str());
 }
 
 TEST(LoadFileTest, ErrorsNameTheFile) {

@@ -819,10 +819,6 @@ common::Result<uint16_t> JsonNodeId(const json& v, const std::string& path) {
   return static_cast<uint16_t>(id);
 }
 
-// Node ids one job can name in all: its members' and the ids its child
-// switches cover are pairwise distinct, and there are 65535 (0..65534). A
-// bound on what a body of ranges may expand to.
-constexpr size_t kMaxListedNodeIds = size_t{config::kMaxNodeId} + 1;
 
 // One item of a node id list: a number, or a string "N" or "A-B" (A <= B).
 std::optional<std::pair<uint16_t, uint16_t>> NodeIdItem(const json& item) {
@@ -859,9 +855,9 @@ common::Status ParseNodeIds(const json& v, const std::string& path, std::vector<
           " or a range \"a-b\" of them (a <= b), got " + Preview(item));
     }
     const size_t count = size_t{range->second} - range->first + 1;
-    if (listed + count > kMaxListedNodeIds) {
+    if (listed + count > config::kMaxJobListedNodeIds) {
       return common::InvalidArgument(
-          item_path + " brings the node ids listed above " + std::to_string(kMaxListedNodeIds) +
+          item_path + " brings the node ids listed above " + std::to_string(config::kMaxJobListedNodeIds) +
           ": a job's members and the nodes below its child switches are distinct ids 0.." +
           std::to_string(config::kMaxNodeId));
     }
