@@ -230,7 +230,7 @@ struct HttpResponse {
   std::string content_type;
   std::string body;
   std::string allow = "GET";  // the Allow header of a 405 response
-  std::string authenticate;   // the WWW-Authenticate header of a 401 response
+  std::string authenticate = "";  // the WWW-Authenticate header of a 401 response
 };
 
 inline constexpr char kJsonContentType[] = "application/json";

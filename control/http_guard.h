@@ -41,7 +41,7 @@ namespace aggswitch::control {
 struct Access {
   std::string token;          // empty: no token; changes are refused
   bool protect_reads = false;  // reads need the token too
-  std::vector<std::string> allowed_hosts;
+  std::vector<std::string> allowed_hosts = {};
 };
 
 // The parts of a request CheckAccess looks at; a header that is absent is

@@ -284,6 +284,7 @@ JobControl::JobControl(aggregator::JobTable& table, Options options)
   }
   base_.aggregation.jobs.clear();
   base_.source_locs.clear();
+  base_.item_locs.clear();
 }
 
 JobControl::~JobControl() = default;
