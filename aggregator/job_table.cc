@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "aggregator/slot_placement.h"
+
 namespace aggswitch::aggregator {
 namespace {
 
@@ -41,7 +43,7 @@ std::string_view OriginName(JobSpec::Origin origin) {
 // ---------------------------------------------------------------------------
 // Job
 
-Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation)
+Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common::SipKey& slot_secret)
     : id_(spec.id),
       key_(spec.key),
       members_(spec.members),
@@ -51,6 +53,11 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation)
       index_(index),
       generation_(generation),
       member_(new Member[spec.members]),
+      seen_(new std::atomic<uint32_t>[spec.members]),
+      slot_offset_(SlotOffset(slot_secret, spec.id)),
+      slot_quota_(spec.slot_quota),
+      hold_quota_(spec.hold_quota),
+      hold_window_(std::max<uint32_t>(1, spec.hold_quota / std::max<uint32_t>(1, spec.members - 1u))),
       upstream_(spec.upstream),
       timeout_cycles_(spec.timeout_cycles),
       batch_(spec.batch || spec.ordered),
@@ -58,6 +65,7 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation)
       parameter_server_(spec.parameter_server),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
+  for (uint16_t i = 0; i < spec.members; ++i) seen_[i].store(0, std::memory_order_relaxed);
   if (!spec.member_nodes.empty()) {
     // Contiguous ids (a rack's ranks) map by subtraction; anything else by search.
     bool contiguous = true;
@@ -118,6 +126,17 @@ std::optional<uint32_t> Job::MinAck() const {
     if (ack && (!min || SeqBefore(*ack, *min))) min = ack;
   }
   return min;
+}
+
+std::optional<uint32_t> Job::SlotWatermark(uint32_t now, uint32_t gone_ticks) const {
+  std::optional<uint32_t> min;
+  for (uint16_t node = 0; node < members_; ++node) {
+    if ((member_[node].l2.load(std::memory_order_relaxed) & kValid) == 0) continue;
+    if (gone_ticks != 0 && now - seen_[node].load(std::memory_order_relaxed) >= gone_ticks) continue;
+    const std::optional<uint32_t> ack = GetAck(node);
+    if (ack && (!min || SeqBefore(*ack, *min))) min = ack;
+  }
+  return min ? min : MinAck();
 }
 
 uint16_t Job::LearnedMembers() const {
@@ -281,7 +300,7 @@ common::Result<const Job*> JobTable::Add(const JobSpec& spec) {
   }
   if (slots[target].load(std::memory_order_relaxed) == Tombstone()) --tombstones_;
 
-  std::unique_ptr<Job> job(new Job(spec, index, ++generations_));
+  std::unique_ptr<Job> job(new Job(spec, index, ++generations_, slot_secret_));
   Job* raw = job.get();
   live_[index] = std::move(job);
   // Release: a reader that loads the pointer sees the constructed job.

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "aggregator/wire.h"
+#include "common/siphash.h"
 #include "common/status.h"
 
 namespace aggswitch::aggregator {
@@ -116,6 +117,18 @@ struct JobSpec {
   // as first data, complete or not, and the members receive what it answers
   // (updated parameters; docs/stragglers.md, "Parameter-server jobs").
   bool parameter_server = false;
+
+  // --- What one job may hold of the switch (docs/security.md) ---
+  // Chunks the job may keep ahead of its slowest member's ack watermark, so
+  // slots it may hold at once: a chunk further ahead is refused
+  // (NackReason::kSlotQuota) until the watermark moves. 0: no bound.
+  uint32_t slot_quota = 0;
+  // Contributions of ordered chunks it may hold at once, over every worker:
+  // its hold window, the chunks after its slowest member's watermark whose
+  // contributions may be held, is hold_quota / (members - 1) chunks
+  // (NackReason::kHoldQuota beyond; Job::HoldAllowed). 0: no bound but the
+  // hold pool's.
+  uint32_t hold_quota = 0;
 };
 
 // "config", "api", "in-band". [any]
@@ -150,6 +163,11 @@ class alignas(64) Job {
   // Distinct for every job this table has held (1, 2, ...): a job removed
   // and added again, even at the same index, is a new generation.
   uint32_t generation() const { return generation_; }
+  bool in_band() const { return origin_ == JobSpec::Origin::kInBand; }
+  // Where its chunks land in its slot region (slot_placement.h).
+  uint32_t slot_offset() const { return slot_offset_; }
+  uint32_t slot_quota() const { return slot_quota_; }
+  uint32_t hold_quota() const { return hold_quota_; }
 
   // --- Per-member state [any] ---
   //
@@ -157,26 +175,66 @@ class alignas(64) Job {
   // const Job* that Find() returns, so these methods are const; a job's
   // identity above never changes.
 
-  // Records where member `node` (0..members()-1) sends from. Stores only the
-  // halves that changed, so a steady member costs two loads. Returns whether
-  // anything changed; false also for node >= members() (nothing is stored).
-  bool LearnMember(uint16_t node, uint64_t mac48, uint8_t port_index, uint16_t vlan, uint32_t ip,
-                   uint16_t udp_port) const {
-    if (node >= members_) return false;
-    Member& m = member_[node];
-    const uint64_t l2 = (mac48 << 16) | (uint64_t{port_index} << 8) | kValid;
-    const uint64_t l3 =
-        (uint64_t{ip} << 32) | (uint64_t{udp_port} << 16) | (uint64_t{vlan & 0xfffu} << 4) | kValid;
-    bool changed = false;
-    if (m.l2.load(std::memory_order_relaxed) != l2) {
-      m.l2.store(l2, std::memory_order_relaxed);
-      changed = true;
+  // Members are bound to the address they first send from (docs/security.md):
+  // the ingress port, VLAN, MAC, IP address and UDP port of the first
+  // datagram that claims the node id binds it, for the life of this job
+  // generation. A datagram that claims it from any other address is refused,
+  // until the bound address has been silent for `rebind_ticks` (then it
+  // rebinds; 0: never) or the control side unbinds the member.
+  enum class Bind : uint8_t {
+    kKnown,    // from the bound address
+    kBound,    // the member's first datagram: bound now
+    kRebound,  // the bound address was silent long enough: bound to this one now
+    kRefused,  // the member is bound to another address
+  };
+  // Binds member `index` (< members()) to `from` or checks it against its
+  // binding, and records `now` (ticks, the caller's clock) as its last
+  // datagram. A known member costs two loads. [any]
+  Bind BindMember(uint16_t index, const MemberAddr& from, uint32_t now, uint32_t rebind_ticks) const {
+    Member& m = member_[index];
+    const uint64_t l2 = (from.mac48 << 16) | (uint64_t{from.port_index} << 8) | kValid;
+    const uint64_t l3 = (uint64_t{from.ip} << 32) | (uint64_t{from.udp_port} << 16) |
+                        (uint64_t{from.vlan & 0xfffu} << 4) | kValid;
+    uint64_t bound2 = m.l2.load(std::memory_order_relaxed);
+    if (bound2 == l2) {
+      const uint64_t bound3 = m.l3.load(std::memory_order_relaxed);
+      // An invalid L3 half: another lcore is binding this very address.
+      if (bound3 == l3 || (bound3 & kValid) == 0) {
+        Touch(index, now);
+        return Bind::kKnown;
+      }
     }
-    if (m.l3.load(std::memory_order_relaxed) != l3) {
-      m.l3.store(l3, std::memory_order_relaxed);
-      changed = true;
+    Bind result = Bind::kBound;
+    if ((bound2 & kValid) != 0) {
+      const uint32_t silent = now - seen_[index].load(std::memory_order_relaxed);
+      if (rebind_ticks == 0 || silent < rebind_ticks) return Bind::kRefused;
+      result = Bind::kRebound;
     }
-    return changed;
+    // Of two addresses racing for the member, one wins.
+    if (!m.l2.compare_exchange_strong(bound2, l2, std::memory_order_relaxed)) return Bind::kRefused;
+    m.l3.store(l3, std::memory_order_relaxed);
+    // A new address is a new process: its first watermark counts, not the
+    // one the old address left (which may lie after it: a run restarted at
+    // lower sequence numbers).
+    if (result == Bind::kRebound) m.ack.store(0, std::memory_order_relaxed);
+    Touch(index, now);
+    return result;
+  }
+  // Forgets member `index`'s binding and watermark: its next datagram binds
+  // it and sets its watermark afresh. [control]
+  void UnbindMember(uint16_t index) const {
+    if (index >= members_) return;
+    member_[index].l2.store(0, std::memory_order_relaxed);
+    member_[index].l3.store(0, std::memory_order_relaxed);
+    member_[index].ack.store(0, std::memory_order_relaxed);
+  }
+  // When member `index` last sent (BindMember's clock); nullopt before it
+  // was bound. [any]
+  std::optional<uint32_t> LastSeen(uint16_t index) const {
+    if (index >= members_ || (member_[index].l2.load(std::memory_order_relaxed) & kValid) == 0) {
+      return std::nullopt;
+    }
+    return seen_[index].load(std::memory_order_relaxed);
   }
 
   // The learned address of `node`; false when none was learned yet (or node
@@ -209,6 +267,37 @@ class alignas(64) Job {
   // one; nullopt when none has. Every chunk before it has been acknowledged by
   // each of those members. O(members); for the release check, not per packet.
   std::optional<uint32_t> MinAck() const;
+
+  // The watermark that holds the job's slots: the earliest among its
+  // current members, those bound and heard from within `gone_ticks` of `now`
+  // (0: every bound member is current). A member silent longer is presumed
+  // gone, as BindMember presumes when it lets another address take its node
+  // id, and an unbound member is gone: the watermark a previous process of a
+  // rank left behind holds no chunk of the next run back. MinAck() when no
+  // member is current. O(members); for the quota's refresh and the release
+  // check, not per packet. [any]
+  std::optional<uint32_t> SlotWatermark(uint32_t now, uint32_t gone_ticks) const;
+
+  // Whether chunk `seq` may take a slot under the job's slot quota: it lies
+  // before the job's slot watermark (late data, retransmissions), or fewer
+  // than slot_quota() chunks after it. The watermark is cached and refreshed
+  // (O(members)) at most once per tick of `now`, when a chunk seems to lie
+  // beyond the quota. `now` and `gone_ticks` as SlotWatermark. [any]
+  bool SeqAllowed(uint32_t seq, uint32_t now, uint32_t gone_ticks) const {
+    if (slot_quota_ == 0) return true;
+    return InWindow(seq, now, gone_ticks, slot_quota_, /*before_is_in=*/true);
+  }
+  // Whether an ordered slot may hold a contribution to chunk `seq`: the
+  // chunk lies in the job's hold window, the hold_window() chunks from its
+  // slot watermark on. So the job holds at most hold_quota() contributions,
+  // and its oldest chunk can always complete. A chunk before the watermark
+  // is one every current member has the result of: nothing to hold. Clock
+  // and cache as SeqAllowed. [any]
+  bool HoldAllowed(uint32_t seq, uint32_t now, uint32_t gone_ticks) const {
+    if (hold_quota_ == 0) return true;
+    return InWindow(seq, now, gone_ticks, hold_window_, /*before_is_in=*/false);
+  }
+  uint32_t hold_window() const { return hold_window_; }
 
   // Members with a learned address. O(members).
   uint16_t LearnedMembers() const;
@@ -317,7 +406,33 @@ class alignas(64) Job {
   };
   static_assert(sizeof(Member) == 32, "two members per cache line");
 
-  Job(const JobSpec& spec, uint16_t index, uint32_t generation);
+  Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common::SipKey& slot_secret);
+  void Touch(uint16_t index, uint32_t now) const {
+    if (seen_[index].load(std::memory_order_relaxed) != now) {
+      seen_[index].store(now, std::memory_order_relaxed);
+    }
+  }
+  static bool Within(uint32_t seq, uint32_t min_ack, uint32_t window, bool before_is_in) {
+    return seq - min_ack < window || (before_is_in && SeqBefore(seq, min_ack));
+  }
+  // Whether `seq` lies within `window` chunks from the slot watermark
+  // (cached; see SeqAllowed); true before any watermark.
+  bool InWindow(uint32_t seq, uint32_t now, uint32_t gone_ticks, uint32_t window,
+                bool before_is_in) const {
+    const uint64_t cached = min_ack_cache_.load(std::memory_order_relaxed);
+    if ((cached & kAckValid) != 0 &&
+        Within(seq, static_cast<uint32_t>(cached), window, before_is_in)) {
+      return true;
+    }
+    if (min_ack_refreshed_.load(std::memory_order_relaxed) == now && (cached & kAckValid) != 0) {
+      return false;
+    }
+    min_ack_refreshed_.store(now, std::memory_order_relaxed);
+    const std::optional<uint32_t> min = SlotWatermark(now, gone_ticks);
+    if (!min) return true;  // nobody has sent a watermark yet
+    min_ack_cache_.store(kAckValid | *min, std::memory_order_relaxed);
+    return Within(seq, *min, window, before_is_in);
+  }
   // Moves a watermark (31..0) | valid (32) forward to `watermark` in serial
   // order: the first one is taken as is, a later one only when it comes
   // after. Racing writers converge on the latest (compare-and-swap).
@@ -350,6 +465,15 @@ class alignas(64) Job {
   const uint16_t index_;
   const uint32_t generation_;
   const std::unique_ptr<Member[]> member_;
+  // When each member last sent (BindMember's clock), by member index; own
+  // array, so that the members' cache lines stay two to a line.
+  const std::unique_ptr<std::atomic<uint32_t>[]> seen_;
+  const uint32_t slot_offset_;
+  const uint32_t slot_quota_;
+  const uint32_t hold_quota_;
+  const uint32_t hold_window_;  // hold_quota / (members - 1) chunks, at least 1
+  mutable std::atomic<uint64_t> min_ack_cache_{0};    // SlotWatermark() (31..0) | valid (32)
+  mutable std::atomic<uint32_t> min_ack_refreshed_{0};  // the tick of its last refresh
   // The tree.
   uint16_t node_base_ = 0;                        // contiguous ids: node = base + index
   std::unique_ptr<uint16_t[]> member_nodes_;      // else: node id by index
@@ -424,6 +548,11 @@ class JobTable {
   // moved past, and returns their indices to the free pool. Never waits.
   // Returns the number of jobs freed.
   size_t Reclaim();
+  // The secret of the slot placement (slot_placement.h): each job added from
+  // now on gets its slot offset under it. Set once, before the first Add;
+  // zero without. [control]
+  void SetSlotSecret(const common::SipKey& secret) { slot_secret_ = secret; }
+
   // Called with a job's index when Reclaim() frees the job, before the index
   // can be given to a new job: the moment no reader can still count anything
   // for the old job, so per-index state (per-lcore counters) can be reset.
@@ -491,6 +620,7 @@ class JobTable {
   size_t retired_jobs_ = 0;
   uint32_t next_reader_ = 0;
   std::function<void(uint16_t)> reclaim_hook_;
+  common::SipKey slot_secret_;
 };
 
 }  // namespace aggswitch::aggregator

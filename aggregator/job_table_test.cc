@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "aggregator/slot_placement.h"
+
 namespace aggswitch::aggregator {
 namespace {
 
@@ -242,14 +244,26 @@ TEST(JobTableTest, InBandPolicy) {
   EXPECT_EQ(table->size(), 1u);
 }
 
-TEST(JobTest, LearnsMembersAndStoresOnlyChanges) {
+MemberAddr Addr(uint64_t mac48, uint8_t port, uint16_t vlan, uint32_t ip, uint16_t udp_port) {
+  MemberAddr a;
+  a.mac48 = mac48;
+  a.port_index = port;
+  a.vlan = vlan;
+  a.ip = ip;
+  a.udp_port = udp_port;
+  return a;
+}
+
+TEST(JobTest, FirstDatagramBindsTheMember) {
   auto table = MakeTable();
   const Job* job = *table->Add(Spec(1, 3));
   MemberAddr addr;
   EXPECT_FALSE(job->GetMember(0, &addr));
+  EXPECT_FALSE(job->LastSeen(1));
   EXPECT_EQ(job->LearnedMembers(), 0);
 
-  EXPECT_TRUE(job->LearnMember(1, 0x02aabbccddeeull, 5, 10, 0x0a000a01, 40001));
+  const MemberAddr a = Addr(0x02aabbccddeeull, 5, 10, 0x0a000a01, 40001);
+  EXPECT_EQ(job->BindMember(1, a, 100, 0), Job::Bind::kBound);
   ASSERT_TRUE(job->GetMember(1, &addr));
   EXPECT_EQ(addr.mac48, 0x02aabbccddeeull);
   EXPECT_EQ(addr.port_index, 5);
@@ -257,32 +271,150 @@ TEST(JobTest, LearnsMembersAndStoresOnlyChanges) {
   EXPECT_EQ(addr.ip, 0x0a000a01u);
   EXPECT_EQ(addr.udp_port, 40001);
   EXPECT_EQ(job->LearnedMembers(), 1);
-
-  // The same packet again changes nothing.
-  EXPECT_FALSE(job->LearnMember(1, 0x02aabbccddeeull, 5, 10, 0x0a000a01, 40001));
-  // A new source port (a restarted worker) is learned.
-  EXPECT_TRUE(job->LearnMember(1, 0x02aabbccddeeull, 5, 10, 0x0a000a01, 40002));
-  ASSERT_TRUE(job->GetMember(1, &addr));
-  EXPECT_EQ(addr.udp_port, 40002);
+  EXPECT_EQ(job->LastSeen(1), 100u);
+  // The same address again: known, and seen later.
+  EXPECT_EQ(job->BindMember(1, a, 105, 0), Job::Bind::kKnown);
+  EXPECT_EQ(job->LastSeen(1), 105u);
   // Extreme values survive the packing.
-  EXPECT_TRUE(job->LearnMember(2, 0xffffffffffffull, 255, 4094, 0xffffffff, 65535));
+  EXPECT_EQ(job->BindMember(2, Addr(0xffffffffffffull, 255, 4094, 0xffffffff, 65535), 1, 0),
+            Job::Bind::kBound);
   ASSERT_TRUE(job->GetMember(2, &addr));
   EXPECT_EQ(addr.mac48, 0xffffffffffffull);
   EXPECT_EQ(addr.port_index, 255);
   EXPECT_EQ(addr.vlan, 4094);
   EXPECT_EQ(addr.ip, 0xffffffffu);
   EXPECT_EQ(addr.udp_port, 65535);
-  // Untagged (VLAN 0) and all-zero addresses are still "learned".
-  EXPECT_TRUE(job->LearnMember(0, 0, 0, 0, 0, 0));
+  // Untagged (VLAN 0) and all-zero addresses bind too.
+  EXPECT_EQ(job->BindMember(0, Addr(0, 0, 0, 0, 0), 1, 0), Job::Bind::kBound);
   ASSERT_TRUE(job->GetMember(0, &addr));
   EXPECT_EQ(addr.mac48, 0u);
   EXPECT_EQ(job->LearnedMembers(), 3);
 
   // Out-of-range members are ignored.
-  EXPECT_FALSE(job->LearnMember(3, 1, 1, 1, 1, 1));
   EXPECT_FALSE(job->GetMember(3, &addr));
   EXPECT_FALSE(job->UpdateAck(3, 1));
   EXPECT_FALSE(job->GetAck(3));
+}
+
+// Anyone with the job's key could claim a member: the first address keeps it.
+TEST(JobTest, ABoundMemberIsRefusedFromElsewhereUntilSilentOrUnbound) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 2));
+  const MemberAddr home = Addr(0x020000000001ull, 1, 10, 0x0a000a01, 40001);
+  ASSERT_EQ(job->BindMember(1, home, 1000, 50), Job::Bind::kBound);
+  // Each part of the address counts: another port, VLAN, MAC, IP or UDP port.
+  for (const MemberAddr& forged :
+       {Addr(0x020000000001ull, 2, 10, 0x0a000a01, 40001), Addr(0x020000000001ull, 1, 20, 0x0a000a01, 40001),
+        Addr(0x020000000099ull, 1, 10, 0x0a000a01, 40001), Addr(0x020000000001ull, 1, 10, 0x0a000a63, 40001),
+        Addr(0x020000000001ull, 1, 10, 0x0a000a01, 40002)}) {
+    EXPECT_EQ(job->BindMember(1, forged, 1010, 50), Job::Bind::kRefused);
+  }
+  MemberAddr addr;
+  ASSERT_TRUE(job->GetMember(1, &addr));
+  EXPECT_EQ(addr.udp_port, 40001) << "the binding did not move";
+  EXPECT_EQ(job->BindMember(1, home, 1020, 50), Job::Bind::kKnown);
+  // Silent for fewer than 50 ticks: still refused; for 50: rebound.
+  const MemberAddr restarted = Addr(0x020000000001ull, 1, 10, 0x0a000a01, 40777);
+  EXPECT_EQ(job->BindMember(1, restarted, 1069, 50), Job::Bind::kRefused);
+  EXPECT_EQ(job->BindMember(1, restarted, 1070, 50), Job::Bind::kRebound);
+  ASSERT_TRUE(job->GetMember(1, &addr));
+  EXPECT_EQ(addr.udp_port, 40777);
+  EXPECT_EQ(job->BindMember(1, home, 1200, 0), Job::Bind::kRefused) << "rebind 0: never";
+  // The control side unbinds; the next datagram binds.
+  job->UnbindMember(1);
+  EXPECT_FALSE(job->GetMember(1, &addr));
+  EXPECT_EQ(job->BindMember(1, home, 1201, 0), Job::Bind::kBound);
+}
+
+// A job keeps at most slot_quota chunks ahead of its slowest member's
+// watermark; late data and retransmissions before it always pass.
+TEST(JobTest, SlotQuotaBoundsTheChunksAheadOfTheSlowestMember) {
+  auto table = MakeTable();
+  JobSpec spec = Spec(1, 3);
+  spec.slot_quota = 8;
+  const Job* job = *table->Add(spec);
+  EXPECT_TRUE(job->SeqAllowed(1000000, 1, 0)) << "no watermark yet";
+  job->UpdateAck(0, 100);
+  job->UpdateAck(1, 104);
+  EXPECT_TRUE(job->SeqAllowed(100, 2, 0));
+  EXPECT_TRUE(job->SeqAllowed(107, 2, 0));
+  EXPECT_FALSE(job->SeqAllowed(108, 3, 0));
+  EXPECT_TRUE(job->SeqAllowed(99, 3, 0)) << "before the watermark";
+  // The slowest member moves on; within the same tick the cache stands.
+  job->UpdateAck(0, 110);
+  EXPECT_FALSE(job->SeqAllowed(108, 3, 0));
+  EXPECT_TRUE(job->SeqAllowed(108, 4, 0));
+  EXPECT_TRUE(job->SeqAllowed(111, 4, 0));
+  EXPECT_FALSE(job->SeqAllowed(112, 4, 0)) << "member 1's 104 is the smallest now";
+  // Across the 32-bit wrap.
+  job->UpdateAck(0, 0xfffffffc);
+  job->UpdateAck(1, 0xfffffffe);
+  JobSpec wrap = Spec(2, 1);
+  wrap.slot_quota = 8;
+  const Job* w = *table->Add(wrap);
+  w->UpdateAck(0, 0xfffffffc);
+  EXPECT_TRUE(w->SeqAllowed(3, 5, 0));
+  EXPECT_FALSE(w->SeqAllowed(4, 6, 0));
+  // No quota: anything goes.
+  const Job* free_job = *table->Add(Spec(3, 1));
+  free_job->UpdateAck(0, 5);
+  EXPECT_TRUE(free_job->SeqAllowed(5000000, 1, 0));
+}
+
+// The watermark a rank's previous process left behind holds nothing back:
+// a member silent for the rebind time is presumed gone, and a rebound or
+// unbound member's watermark starts afresh.
+TEST(JobTest, GoneMembersWatermarksHoldNoSlot) {
+  auto table = MakeTable();
+  JobSpec spec = Spec(1, 3);
+  spec.slot_quota = 8;
+  const Job* job = *table->Add(spec);
+  for (uint16_t m = 0; m < 3; ++m) {
+    ASSERT_EQ(job->BindMember(m, Addr(0x020000000001ull + m, m, 0, 0x0a000a01 + m, 40000), 10, 100),
+              Job::Bind::kBound);
+    job->UpdateAck(m, 100);
+  }
+  // A new run at 5000: members 0 and 1 speak at tick 200, member 2 is late.
+  for (uint16_t m = 0; m < 2; ++m) {
+    ASSERT_EQ(job->BindMember(m, Addr(0x020000000001ull + m, m, 0, 0x0a000a01 + m, 40000), 200, 100),
+              Job::Bind::kKnown);
+    job->UpdateAck(m, 5000);
+  }
+  EXPECT_EQ(job->MinAck(), 100u);
+  EXPECT_EQ(job->SlotWatermark(200, 100), 5000u) << "member 2 silent for 190 ticks: gone";
+  EXPECT_EQ(job->SlotWatermark(109, 100), 100u) << "silent for 99: still current";
+  EXPECT_EQ(job->SlotWatermark(200, 0), 100u) << "gone_ticks 0: nobody is presumed gone";
+  EXPECT_TRUE(job->SeqAllowed(5007, 200, 100));
+  EXPECT_FALSE(job->SeqAllowed(5008, 201, 100));
+  // Nobody current: MinAck.
+  EXPECT_EQ(job->SlotWatermark(1000, 100), 100u);
+
+  // Member 2's new process, from another UDP port, starts over at 40.
+  ASSERT_EQ(job->BindMember(2, Addr(0x020000000003ull, 2, 0, 0x0a000a03, 40999), 210, 100),
+            Job::Bind::kRebound);
+  EXPECT_FALSE(job->GetAck(2)) << "the old process's watermark is gone";
+  job->UpdateAck(2, 40);
+  EXPECT_EQ(job->GetAck(2), 40u);
+  EXPECT_EQ(job->SlotWatermark(210, 100), 40u);
+  job->UnbindMember(2);
+  EXPECT_FALSE(job->GetAck(2));
+  EXPECT_EQ(job->SlotWatermark(210, 100), 5000u);
+}
+
+TEST(JobTest, SlotOffsetsAreKeyedBySecret) {
+  auto a = MakeTable();
+  auto b = MakeTable();
+  a->SetSlotSecret(common::SipKey{1, 2});
+  b->SetSlotSecret(common::SipKey{3, 4});
+  int differ = 0;
+  for (uint32_t id = 1; id <= 32; ++id) {
+    const Job* ja = *a->Add(Spec(id));
+    const Job* jb = *b->Add(Spec(id));
+    EXPECT_EQ(ja->slot_offset(), SlotOffset(common::SipKey{1, 2}, id));
+    differ += ja->slot_offset() != jb->slot_offset();
+    if (id == 8) break;
+  }
+  EXPECT_GE(differ, 7);
 }
 
 TEST(JobTest, AckWatermarkIsMonotonicInSerialOrder) {
@@ -375,8 +507,13 @@ TEST(JobTableTest, ConcurrentReadersNeverSeeAFreedJob) {
             bad.fetch_add(1, std::memory_order_relaxed);
           }
           const uint16_t node = static_cast<uint16_t>(seq % job->members());
-          job->LearnMember(node, 0x020000000000ull | r, static_cast<uint8_t>(r), 10, 0x0a000001 + r,
-                           40000);
+          MemberAddr from;
+          from.mac48 = 0x020000000000ull | r;
+          from.port_index = static_cast<uint8_t>(r);
+          from.vlan = 10;
+          from.ip = 0x0a000001 + r;
+          from.udp_port = 40000;
+          (void)job->BindMember(node, from, seq, 1);
           job->UpdateAck(node, seq);
         }
         ++seq;

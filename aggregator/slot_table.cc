@@ -185,7 +185,8 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   if (s.state_ == Slot::State::kFree) {
     Claim(local_index, s, c, now_tsc);
   } else if (s.dtype_ != c.dtype || s.op_ != c.op || s.scale_ != c.scale ||
-             s.elem_count_ != c.elem_count || s.expected_ != c.expected) {
+             s.elem_count_ != c.elem_count || s.expected_ != c.expected ||
+             s.ordered_ != c.ordered) {
     u.outcome = SlotOutcome::kMismatch;
     return u;
   }

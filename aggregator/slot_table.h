@@ -1,8 +1,8 @@
 // Aggregation slots: the per-lcore state machine that turns contributions of
 // one (job, seq) into one result.
 //
-// `SlotIndex(job, seq)` spreads chunks over the whole slot space; slot i
-// belongs to worker `i % n_workers` and is slot `i / n_workers` of that
+// Slot placement (slot_placement.h) spreads chunks over the slot space; slot
+// i belongs to worker `i % n_workers` and is slot `i / n_workers` of that
 // worker's SlotTable. Only the owner touches a slot, so a slot needs no lock: a
 // contribution that arrives on another lcore is handed to the owner over a ring
 // (the dataplane does that). Memory is allocated once, when the table is built.
@@ -35,15 +35,6 @@
 #include "aggregator/types.h"
 
 namespace aggswitch::aggregator {
-
-// Where (job, seq) lives in a slot space of `total_slots` (a power of two).
-inline uint32_t SlotIndex(uint32_t job_id, uint32_t seq, uint32_t total_slots) {
-  // Consecutive chunks of one job land on consecutive slots (and so on
-  // different workers, round robin); the job id is mixed in so that jobs
-  // starting at seq 0 do not all pile onto slot 0.
-  const uint32_t job_mix = job_id * 0x9e3779b1u;
-  return (seq + (job_mix ^ (job_mix >> 16))) & (total_slots - 1);
-}
 
 struct SlotTableConfig {
   uint32_t slots = 1024;     // slots in this table (this worker's share)
@@ -106,7 +97,7 @@ enum class SlotOutcome : uint8_t {
   kDuplicate,           // this member was already counted; drop it
   kDuplicateCompleted,  // already complete: send the cached result to this member only
   kCollision,           // another chunk holds the slot and is still needed; drop it
-  kMismatch,            // type, op, scale or length differ from the slot's first contribution
+  kMismatch,            // type, op, scale, length or ordering differ from the slot's first contribution
   kForwardedAgain,      // the slot's partial went upstream and this member was counted: resend it
                         // (a repeat within resend_gap_cycles of the last resend is kDuplicate)
   kLateForwarded,       // the slot's partial went upstream without this member: its data is late
@@ -220,6 +211,15 @@ class SlotTable {
                         ReleaseCheck can_release, void* release_ctx);
   // Frees a complete slot whose result is no longer needed. [owner lcore]
   void Release(uint32_t local_index);
+  // Whether `c` would complete slot `local_index`: the slot aggregates c's
+  // chunk and waits for c's member last. An ordered slot reduces such a
+  // contribution at once, so it need not be kept past the call. [owner lcore]
+  bool CompletesWith(uint32_t local_index, const Contribution& c) const {
+    const Slot& s = slots_[local_index];
+    return s.state_ == Slot::State::kAggregating && s.job_id_ == c.job_id &&
+           s.job_generation_ == c.job_generation && s.seq_ == c.seq && c.node < s.expected_ &&
+           !s.HasContributed(c.node) && s.count_ + 1u == s.needed_;
+  }
 
   // --- Timers and the tree (docs/stragglers.md) [owner lcore] ---
 

@@ -44,24 +44,6 @@ Contribution Make(uint32_t job, uint32_t seq, uint16_t node, uint16_t expected,
   return c;
 }
 
-TEST(SlotIndexTest, StaysInRangeAndSpreadsConsecutiveChunks) {
-  constexpr uint32_t kSlots = 1024;
-  std::set<uint32_t> seen;
-  for (uint32_t seq = 0; seq < kSlots; ++seq) {
-    const uint32_t i = SlotIndex(7, seq, kSlots);
-    ASSERT_LT(i, kSlots);
-    seen.insert(i);
-  }
-  EXPECT_EQ(seen.size(), kSlots) << "a window of consecutive chunks never collides with itself";
-  // Consecutive chunks go round robin over the workers that own slot i % n.
-  for (uint32_t workers : {1u, 2u, 4u}) {
-    std::vector<int> per_worker(workers);
-    for (uint32_t seq = 0; seq < 64; ++seq) ++per_worker[SlotIndex(7, seq, kSlots) % workers];
-    for (int n : per_worker) EXPECT_EQ(n, static_cast<int>(64 / workers));
-  }
-  EXPECT_NE(SlotIndex(1, 0, kSlots), SlotIndex(2, 0, kSlots)) << "jobs starting at seq 0 spread out";
-}
-
 class SlotTableTest : public ::testing::TestWithParam<int> {};
 
 // N members each contribute; the result equals a local reduction, exactly once.

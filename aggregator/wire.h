@@ -58,7 +58,7 @@ inline constexpr uint16_t kTaskInfo = 1 << 7;
 inline constexpr uint16_t kOrdered = 1 << 8;
 }  // namespace flags
 
-// Reason codes carried in `aux` by a NACK.
+// Reason codes carried in `aux` by a NACK (docs/protocol.md).
 enum class NackReason : uint32_t {
   kUnknownJob = 1,
   kKeyMismatch = 2,
@@ -66,6 +66,12 @@ enum class NackReason : uint32_t {
   kJobTableFull = 4,
   kTypeMismatch = 5,
   kTaskInfoConflict = 6,
+  // The rest say "not now": the sender retransmits and may well succeed.
+  kRateLimited = 7,   // in-band registration over its per-source or switch-wide rate
+  kInBandFull = 8,    // the job table's in-band share is full
+  kSlotQuota = 9,     // the chunk lies too far ahead of the job's slowest member
+  kHoldQuota = 10,    // the job (or the switch) holds as many ordered contributions as it may
+  kMemberBound = 11,  // the node id is bound to another address (docs/security.md)
 };
 
 // What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).

@@ -219,6 +219,12 @@ aggregation:
   udp_port: $PORT
   in_band_registration: false
   slots: $SLOTS
+  # One secret on the three switches: a job's chunks take the same slots on
+  # each, and every run lays the jobs out alike (slot_of).
+  slot_secret: "0x5aa95aa95aa95aa90000000000000016"
+  # Each run's ranks are new processes (new UDP ports) of the same jobs:
+  # they rebind once the old ones are a moment silent.
+  member_rebind_ms: 100
   max_fan_in: 16
   max_jobs: 16
   stale_slot_ms: $STALE_MS
@@ -375,10 +381,14 @@ check_alive() {
 
 # --- one run -----------------------------------------------------------------------------
 
-# slot_of JOB SEQ: aggregator::SlotIndex.
+# slot_of JOB SEQ: the slot of JOB's chunk SEQ, from leaf A's placement of
+# the job (GET /api/v1/jobs/JOB); the switches share aggregation.slot_secret,
+# so it is the same on each. The jobs are config jobs: their region is the
+# whole table.
 slot_of() {
-  local mix=$((($1 * 0x9e3779b1) & 0xffffffff))
-  echo $((($2 + (mix ^ (mix >> 16))) & (SLOTS - 1)))
+  local base
+  base=$(sw_get leafa "/api/v1/jobs/$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["placement"]["base"])')
+  echo $(((base + $2) % SLOTS))
 }
 # first_seq JOB BASE SLOT: the first sequence number at or after BASE whose chunk lands on SLOT.
 first_seq() { echo $(($2 + (($3 - $(slot_of "$1" "$2") + SLOTS) % SLOTS))); }

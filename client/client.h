@@ -30,7 +30,8 @@
 // answers a retransmitted chunk from its retained result. Every contribution
 // carries the ack watermark (every result below it has arrived), and an ACK
 // datagram after the last result of each allreduce lets the switch free the
-// job's slots. Results are matched by job and sequence number; duplicate
+// job's slots. Results carry no job key: they are matched by job, sequence
+// number and sender (the switch this rank sends to, or local_tan); duplicate
 // results are ignored.
 //
 // float32 sums travel as int32 fixed point by default (fixed_point.h says how
@@ -57,10 +58,15 @@
 //   kUnavailable         no result arrived for `progress_timeout` (a member of
 //                        the job stopped, or the switch is unreachable), the
 //                        allreduce exceeded `deadline`, or a socket error.
-// The one NACK retried rather than reported is "unknown job" at a rank other
-// than 0 in TaskInfoMode::kControlUnit: rank 0's announcement may not have
-// reached the switch yet, so the chunk is retransmitted on its timer until the
-// job exists or progress_timeout passes. After a failed allreduce the ranks
+// NACKs that mean "not now" are retried rather than reported: the chunk is
+// retransmitted on its timer until the switch takes it or progress_timeout
+// passes (the stall message then names the last one). They are "unknown job"
+// at a rank other than 0 in TaskInfoMode::kControlUnit (rank 0's
+// announcement may not have reached the switch yet), "rate limited" (in-band
+// registrations over the switch's rate), "slot quota" and "hold quota" (the
+// job is as far ahead of its slowest rank as the switch lets it be), and
+// "member bound" (the switch still has this rank bound to the address of its
+// previous process; docs/security.md). After a failed allreduce the ranks
 // may disagree about sequence numbers, so every later allreduce of that client
 // fails at once with kFailedPrecondition; create a new client with a new job
 // id.
@@ -230,6 +236,10 @@ struct ClientOptions {
   // not sent. Called on the client's I/O thread with the whole datagram.
   // Empty: every contribution goes to the switch.
   std::function<bool(const uint8_t* datagram, uint32_t length)> offer_to_local_tan;
+  // Where that TAN sends from: its results for this rank are taken like the
+  // switch's. Every other answer must come from the switch (the address and
+  // port this rank sends to); anything else is a stray datagram.
+  std::optional<SwitchAddress> local_tan;
 
   // The sequence number of the client's first chunk. Every rank must use the
   // same; a job id reused against a switch that still has the job needs one
@@ -252,7 +262,7 @@ struct ClientStats {
   uint64_t results = 0;            // first results of chunks
   uint64_t duplicate_results = 0;  // results of chunks already answered
   uint64_t stray_datagrams = 0;    // not for a chunk in flight, not parseable, other jobs
-  uint64_t transient_nacks = 0;    // unknown-job NACKs retried (kControlUnit, ranks > 0)
+  uint64_t transient_nacks = 0;    // "not now" NACKs, retried (see Errors above)
   uint64_t scale_exchanges = 0;    // fixed-point exponent exchanges
   uint64_t float_fallbacks = 0;    // fixed-point allreduces sent as float32: NaN or Inf in the data
   uint64_t overflow_redos = 0;     // chunks redone in float32 after an OVERFLOW result

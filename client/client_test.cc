@@ -1,7 +1,11 @@
 // Whole clients, one thread per rank, against TestSwitch on loopback UDP.
 #include "client/client.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -399,6 +403,88 @@ TEST(ClientTest, RefusalsSurfaceWithTheirReason) {
   o.rank = 3;
   o.task_info = TaskInfoMode::kNone;
   ExpectRefusal(job7, o, StatusCode::kFailedPrecondition, "malformed (NACK 3)");
+}
+
+// "Not now" refusals (a quota, a rate, a binding) are retried on the
+// retransmission timer; when nothing moves, the error says why.
+TEST(ClientTest, TransientRefusalsAreRetriedAndNamedWhenTheyLast) {
+  TestSwitch::Options some;
+  some.refuse_first = 5;
+  some.refuse_with = aggregator::NackReason::kHoldQuota;
+  TestSwitch sw(some);
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 40, 1);
+  o.retransmit_timeout = std::chrono::microseconds(2000);
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok());
+  std::vector<int32_t> v(kFullChunk * 3, 7);
+  EXPECT_TRUE((*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum).ok());
+  EXPECT_EQ(v[0], 7);
+  EXPECT_EQ((*client)->stats().transient_nacks, 5u);
+
+  for (const auto& [reason, text] :
+       {std::pair{aggregator::NackReason::kSlotQuota, "slot quota (NACK 9)"},
+        std::pair{aggregator::NackReason::kMemberBound, "member bound elsewhere (NACK 11)"},
+        std::pair{aggregator::NackReason::kRateLimited, "registration rate limited (NACK 7)"}}) {
+    TestSwitch::Options always;
+    always.refuse_first = -1;
+    always.refuse_with = reason;
+    TestSwitch stuck(always);
+    ASSERT_TRUE(stuck.ok());
+    ClientOptions s = Options({stuck.address()}, 41, 1);
+    s.progress_timeout = milliseconds(300);
+    auto c = Client::Create(s);
+    ASSERT_TRUE(c.ok());
+    std::vector<int32_t> w(10, 1);
+    const common::Status status = (*c)->AllReduce(std::span<int32_t>(w), ReduceOp::kSum);
+    EXPECT_EQ(status.code(), StatusCode::kUnavailable) << status.ToString();
+    EXPECT_NE(status.message().find(std::string("the switch last refused a chunk: ") + text),
+              std::string::npos)
+        << status.message();
+  }
+}
+
+// Answers carry no job key; what makes one this rank's is that the switch
+// sent it. A result from any other address is a stray, whatever it says.
+TEST(ClientTest, AResultFromAnywhereButTheSwitchIsNotTaken) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 42, 2);
+  auto c0 = Client::Create(o);
+  o.rank = 1;
+  auto c1 = Client::Create(o);
+  ASSERT_TRUE(c0.ok() && c1.ok());
+  std::vector<int32_t> v0(10, 1), v1(10, 2);
+  Pending p0 = (*c0)->Start(std::span<int32_t>(v0), ReduceOp::kSum);
+  // Rank 0's chunk waits for rank 1: meanwhile a forger answers it, with and
+  // without the key, from another socket on the same host.
+  const int forger = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons((*c0)->local_port());
+  for (const uint64_t key : {uint64_t{0}, kKey}) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kResult;
+    f.job_id = 42;
+    f.seq = 0;
+    f.job_key = key;
+    f.elem_count = 10;
+    std::vector<int32_t> lie(10, 666);
+    uint8_t buf[256];
+    const uint32_t n = aggregator::BuildAggregation(f, nullptr, 0,
+                                                    reinterpret_cast<const uint8_t*>(lie.data()),
+                                                    40, buf, sizeof(buf));
+    ASSERT_GT(n, 0u);
+    sendto(forger, buf, n, 0, reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+  }
+  close(forger);
+  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE((*c1)->AllReduce(std::span<int32_t>(v1), ReduceOp::kSum).ok());
+  ASSERT_TRUE(p0.Wait().ok());
+  EXPECT_EQ(v0, std::vector<int32_t>(10, 3));
+  EXPECT_EQ(v1, std::vector<int32_t>(10, 3));
+  EXPECT_GE((*c0)->stats().stray_datagrams, 2u);
 }
 
 TEST(ClientTest, AMissingMemberFailsTheOthersWithinTheProgressTimeout) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 
+#include "aggregator/slot_placement.h"
 #include "aggregator/slot_table.h"
 #include "aggregator/wire.h"
 
@@ -74,6 +75,7 @@ struct TestSwitch::State {
   // A header-only answer built from the request (a NACK or a task-info echo).
   void Answer(const AggHeader& request, Opcode opcode, uint32_t aux, const sockaddr_in& to) {
     AggFields f = aggregator::ReadAggFields(request);
+    f.job_key = 0;  // as aggswitch: answers carry no key
     f.opcode = opcode;
     f.aux = aux;
     f.elem_count = 0;
@@ -89,7 +91,6 @@ struct TestSwitch::State {
     f.flags = slot.overflow() ? flags::kOverflow : 0;
     f.job_id = job_id;
     f.seq = slot.seq();
-    f.job_key = job.key;
     f.elem_count = slot.elem_count();
     f.dtype = slot.dtype();
     f.op = slot.op();
@@ -243,6 +244,11 @@ void TestSwitch::Loop() {
       continue;
     }
     if (hflags & flags::kRetransmission) ++retransmissions_;
+    if (s.options.refuse_first < 0 || refused_ < static_cast<uint64_t>(s.options.refuse_first)) {
+      ++refused_;
+      nack(s.options.refuse_with);
+      continue;
+    }
     // The contribution's own copy, which an ordered slot may keep.
     auto copy = std::make_unique<uint8_t[]>(static_cast<size_t>(n));
     std::memcpy(copy.get(), buf, static_cast<size_t>(n));
@@ -260,7 +266,9 @@ void TestSwitch::Loop() {
     c.elem_offset = h.aux.host();
     c.payload = copy.get() + (pkt.payload - buf);
     c.handle = copy.get();
-    const uint32_t index = aggregator::SlotIndex(job_id, c.seq, s.options.slots);
+    // The switch's placement, under a zero secret.
+    const uint32_t index = aggregator::SlotRegion::Make(0, s.options.slots)
+                               .Of(aggregator::SlotOffset(common::SipKey{}, job_id), c.seq);
     const aggregator::SlotUpdate u = s.slots.Contribute(index, c, 0, State::Releasable, &s.jobs);
     const bool counted = u.outcome == aggregator::SlotOutcome::kHeld ||
                          u.outcome == aggregator::SlotOutcome::kAccumulated ||
@@ -304,6 +312,9 @@ void TestSwitch::Loop() {
       case aggregator::SlotOutcome::kDuplicate:
       case aggregator::SlotOutcome::kCollision:
         break;
+      case aggregator::SlotOutcome::kForwardedAgain:
+      case aggregator::SlotOutcome::kLateForwarded:
+        break;  // only a switch below another forwards partials; this one is every job's root
     }
   }
 }

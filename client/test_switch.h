@@ -49,6 +49,10 @@ class TestSwitch {
     // BYPASS flag is answered with a NOTICE to flag its data (the test
     // switch still reduces it). -1: none.
     int notice_node = -1;
+    // Refuses the first `refuse_first` contributions (-1: every one) with
+    // NACK `refuse_with`, as the switch refuses chunks over a quota.
+    int refuse_first = 0;
+    aggregator::NackReason refuse_with = aggregator::NackReason::kSlotQuota;
   };
 
   explicit TestSwitch(const Options& options);
@@ -84,6 +88,7 @@ class TestSwitch {
 
   std::unique_ptr<State> state_;
   uint16_t port_ = 0;
+  uint64_t refused_ = 0;  // Options::refuse_first so far [the switch's thread]
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> contributions_{0}, completed_{0}, registrations_{0}, task_infos_{0},
       acks_{0}, nacks_{0}, task_info_flags_{0}, ordered_flags_{0}, retransmissions_{0},

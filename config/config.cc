@@ -9,6 +9,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/siphash.h"
+
 namespace aggswitch::config {
 namespace {
 
@@ -619,15 +621,94 @@ class Validator {
       CheckJobTree(job, path);
     }
     CheckTimers(agg);
+    CheckLimits(agg);
   }
 
-  // Where a node id is named: its key path, and the item's location should
-  // the path have none recorded.
+  // What one job, and in-band jobs together, may take (docs/security.md).
+  void CheckLimits(const AggregationConfig& agg) {
+    auto range = [&](const std::string& path, SourceLoc loc, uint64_t value, uint64_t min,
+                     uint64_t max, const std::string& what) {
+      if (value >= min && value <= max) return true;
+      Error(path, loc,
+            "expected " + std::to_string(min) + ".." + std::to_string(max) + " " + what + ", got " +
+                QuoteNumber(value));
+      return false;
+    };
+    if (!agg.slot_secret.empty() && !common::SipKey::Parse(agg.slot_secret)) {
+      Error("aggregation.slot_secret", agg.loc,
+            "expected \"0x\" and 32 hex digits (128 bits), got " + Quote(agg.slot_secret));
+    }
+    // The slot quotas only mean something with a valid table (reported above).
+    const bool slots_ok = agg.slots >= kMinAggregationSlots && agg.slots <= kMaxAggregationSlots &&
+                          IsPowerOfTwo(agg.slots);
+    const uint32_t in_band_slots = agg.InBandSlots();
+    bool in_band_ok = true;
+    if (slots_ok && agg.in_band_registration) {
+      // The provisioned jobs keep at least as many slots as the in-band ones.
+      in_band_ok = range("aggregation.in_band.slots", agg.in_band.loc, in_band_slots, 1, agg.slots / 2,
+                         "slots (at most half of aggregation.slots)");
+      if (in_band_ok) {
+        range("aggregation.in_band.slots_per_job", agg.in_band.loc, agg.InBandSlotsPerJob(), 1,
+              in_band_slots, "chunks (aggregation.in_band.slots at most)");
+      }
+    }
+    if (slots_ok && in_band_ok) {
+      range("aggregation.slots_per_job", agg.loc, agg.SlotsPerJob(), 1, agg.slots - in_band_slots,
+            "chunks (the slots config and API jobs have: aggregation.slots - in_band.slots)");
+    }
+    const HoldConfig& hold = agg.hold;
+    const bool buffers_ok = range("aggregation.hold.buffers", hold.loc, hold.buffers,
+                                  kMinHoldBuffers, kMaxHoldBuffers, "buffers");
+    if (buffers_ok) {
+      range("aggregation.hold.per_job", hold.loc, agg.HoldPerJob(), 1, hold.buffers,
+            "buffers (aggregation.hold.buffers at most)");
+    }
+    range("aggregation.member_rebind_ms", agg.loc, agg.member_rebind_ms, 0, kMaxTimeoutMs,
+          "milliseconds (0: only the API rebinds)");
+    const InBandConfig& in_band = agg.in_band;
+    if (buffers_ok &&
+        range("aggregation.in_band.held_total", in_band.loc, agg.InBandHeldTotal(), 1,
+              hold.buffers / 2, "buffers (half of aggregation.hold.buffers at most)")) {
+      range("aggregation.in_band.held_per_job", in_band.loc, agg.InBandHeldPerJob(), 1,
+            agg.InBandHeldTotal(), "buffers (aggregation.in_band.held_total at most)");
+    }
+    range("aggregation.in_band.max_jobs", in_band.loc, agg.InBandMaxJobs(), 1,
+          std::max(1u, agg.max_jobs), "jobs (aggregation.max_jobs at most)");
+    range("aggregation.in_band.idle_timeout_ms", in_band.loc, in_band.idle_timeout_ms,
+          kMinIdleTimeoutMs, kMaxIdleTimeoutMs, "milliseconds");
+    for (const auto& [name, rate] : {std::pair{"per_source", &in_band.per_source},
+                                     std::pair{"total", &in_band.total}}) {
+      const std::string path = std::string("aggregation.in_band.") + name;
+      range(path + ".per_second", rate->loc, rate->per_second, 1, kMaxRegistrationRate,
+            "registrations a second");
+      range(path + ".burst", rate->loc, rate->burst, 1, kMaxRegistrationRate, "registrations");
+    }
+  }
+
+  // Where a node id is named in its job: node_ids[k], switches[j].node or
+  // switches[j].covers[k], and the item's location should the key path have
+  // none recorded. The path itself is built only for an error message: a job
+  // may name 65535 ids.
   struct NodeIdPlace {
-    std::string path;
+    enum class Kind : uint8_t { kNodeId, kSwitchNode, kCovered };
+    Kind kind;
+    uint32_t j = 0;
+    uint32_t k = 0;
     SourceLoc fallback;
   };
   using NodeIdPlaces = std::map<uint16_t, NodeIdPlace>;
+
+  static std::string PathOf(const std::string& job_path, const NodeIdPlace& place) {
+    switch (place.kind) {
+      case NodeIdPlace::Kind::kNodeId:
+        return Index(job_path + ".node_ids", place.k);
+      case NodeIdPlace::Kind::kSwitchNode:
+        return Index(job_path + ".switches", place.j) + ".node";
+      case NodeIdPlace::Kind::kCovered:
+        break;
+    }
+    return Index(Index(job_path + ".switches", place.j) + ".covers", place.k);
+  }
 
   bool Recorded(const std::string& path) const {
     return config_.source_locs.find(path) != config_.source_locs.end();
@@ -685,27 +766,37 @@ class Validator {
     const AggregationConfig& agg = config_.aggregation;
     // Every member's node id, once: node id -> where it is named.
     NodeIdPlaces members;
+    const auto where = [&](const NodeIdPlace& place) {
+      return Where(PathOf(path, place), place.fallback);
+    };
     // Two overlapping ranges repeat several ids; one error per item is enough.
     std::set<std::pair<int, int>> repeats;
     auto first_repeat = [&](const std::string& id_path, SourceLoc fallback) {
       const SourceLoc loc = config_.LocOf(id_path, fallback);
       return loc.line == 0 || repeats.emplace(loc.line, loc.column).second;
     };
-    auto add_member = [&](const std::string& id_path, SourceLoc fallback, uint16_t id) {
-      if (!CheckNodeId(id_path, fallback, id)) return;
-      auto [it, inserted] = members.emplace(id, NodeIdPlace{id_path, fallback});
-      if (!inserted && first_repeat(id_path, fallback)) {
-        Error(id_path, fallback,
+    auto add_member = [&](const NodeIdPlace& place, uint16_t id) {
+      if (id > kMaxNodeId) {
+        CheckNodeId(PathOf(path, place), place.fallback, id);
+        return;
+      }
+      auto [it, inserted] = members.emplace(id, place);
+      if (inserted) return;
+      const std::string id_path = PathOf(path, place);
+      if (first_repeat(id_path, place.fallback)) {
+        Error(id_path, place.fallback,
               "expected each member's node id once in the job, got " + QuoteNumber(id) +
-                  " again (also " + Where(it->second.path, it->second.fallback) + ")");
+                  " again (also " + where(it->second) + ")");
       }
     };
     for (size_t k = 0; k < job.node_ids.size(); ++k) {
-      add_member(Index(path + ".node_ids", k), job.loc, job.node_ids[k]);
+      add_member({NodeIdPlace::Kind::kNodeId, 0, static_cast<uint32_t>(k), job.loc},
+                 job.node_ids[k]);
     }
     for (size_t j = 0; j < job.switches.size(); ++j) {
       const ChildSwitchConfig& child = job.switches[j];
-      add_member(Index(path + ".switches", j) + ".node", child.loc, child.node);
+      add_member({NodeIdPlace::Kind::kSwitchNode, static_cast<uint32_t>(j), 0, child.loc},
+                 child.node);
     }
     // The node ids below each child switch: not the child's own, not a member
     // here, and below one child only.
@@ -722,26 +813,30 @@ class Validator {
       }
       for (size_t k = 0; k < child.covers.size(); ++k) {
         const uint16_t id = child.covers[k];
-        const std::string id_path = Index(child_path + ".covers", k);
+        const NodeIdPlace place{NodeIdPlace::Kind::kCovered, static_cast<uint32_t>(j),
+                                static_cast<uint32_t>(k), child.loc};
+        const auto member = members.find(id);
+        if (id <= kMaxNodeId && id != child.node && member == members.end() &&
+            covered.emplace(id, place).second) {
+          continue;  // the common case: no path string built
+        }
+        const std::string id_path = PathOf(path, place);
         if (!CheckNodeId(id_path, child.loc, id)) continue;
         if (id == child.node) {
           Error(id_path, child.loc,
                 "expected the node ids below " + child_name + ", not its own, got " +
                     QuoteNumber(id));
-        } else if (auto member = members.find(id); member != members.end()) {
+        } else if (member != members.end()) {
           if (first_repeat(id_path, child.loc)) {
             Error(id_path, child.loc,
                   "expected the node ids below " + child_name +
                       ", not a member of the job here, got " + QuoteNumber(id) + " (also " +
-                      Where(member->second.path, member->second.fallback) + ")");
+                      where(member->second) + ")");
           }
-        } else if (auto [it, inserted] = covered.emplace(id, NodeIdPlace{id_path, child.loc});
-                   !inserted) {
-          if (first_repeat(id_path, child.loc)) {
-            Error(id_path, child.loc,
-                  "expected each node id below one child switch, once, got " + QuoteNumber(id) +
-                      " again (also " + Where(it->second.path, it->second.fallback) + ")");
-          }
+        } else if (first_repeat(id_path, child.loc)) {
+          Error(id_path, child.loc,
+                "expected each node id below one child switch, once, got " + QuoteNumber(id) +
+                    " again (also " + where(covered.find(id)->second) + ")");
         }
       }
     }
@@ -834,7 +929,7 @@ class Validator {
         Error(up_path + ".node", up.loc,
               "expected this switch's node id in the parent, not one of this job's members, got " +
                   QuoteNumber(up.node) + " (also " +
-                  Where(member->second.path, member->second.fallback) + ")");
+                  Where(PathOf(path, member->second), member->second.fallback) + ")");
       }
     }
   }
@@ -1157,6 +1252,35 @@ void ApplyDerivedDefaults(Config& config) {
     config.workers.push_back(std::move(worker));
     return;
   }
+}
+
+uint32_t AggregationConfig::InBandSlots() const {
+  if (!in_band_registration) return 0;
+  return in_band.slots.value_or(slots / 4);
+}
+
+uint32_t AggregationConfig::SlotsPerJob() const {
+  return slots_per_job.value_or(std::min<uint32_t>(1024, slots - std::min(slots, InBandSlots())));
+}
+
+uint32_t AggregationConfig::InBandSlotsPerJob() const {
+  return in_band.slots_per_job.value_or(std::min<uint32_t>(256, InBandSlots()));
+}
+
+uint32_t AggregationConfig::InBandHeldTotal() const {
+  return in_band.held_total.value_or(hold.buffers / 4);
+}
+
+uint32_t AggregationConfig::HoldPerJob() const {
+  return hold.per_job.value_or(std::min<uint32_t>(4096, hold.buffers));
+}
+
+uint32_t AggregationConfig::InBandHeldPerJob() const {
+  return in_band.held_per_job.value_or(std::min<uint32_t>(512, InBandHeldTotal()));
+}
+
+uint32_t AggregationConfig::InBandMaxJobs() const {
+  return in_band.max_jobs.value_or(std::max<uint32_t>(1, max_jobs / 4));
 }
 
 bool Validate(const Config& config, std::vector<ConfigError>& errors) {

@@ -54,6 +54,11 @@ inline constexpr uint32_t kMinAggregationSlots = 64;           // and a power of
 inline constexpr uint32_t kMaxAggregationSlots = 1048576;
 inline constexpr uint16_t kMaxAggregationFanIn = 1024;
 inline constexpr uint32_t kMaxAggregationJobs = 65536;
+inline constexpr uint32_t kMinHoldBuffers = 64;
+inline constexpr uint32_t kMaxHoldBuffers = 1048576;
+inline constexpr uint32_t kMinIdleTimeoutMs = 1000;
+inline constexpr uint32_t kMaxIdleTimeoutMs = 86400000;
+inline constexpr uint32_t kMaxRegistrationRate = 1000000;
 // The tree (docs/stragglers.md): node ids, timers, bypass entries, the TAN.
 inline constexpr uint16_t kMaxNodeId = 65534;       // 65535 is reserved
 // Node ids one job may list in all (node_ids and every covers), ranges
@@ -296,6 +301,57 @@ struct BypassConfig {
   friend bool operator==(const BypassConfig&, const BypassConfig&) = default;
 };
 
+// aggregation.hold: the buffers ordered slots keep contributions in until
+// they reduce them in member order (docs/aggregation.md). A pool of their
+// own, so that held contributions never take the mbufs RX needs.
+struct HoldConfig {
+  uint32_t buffers = 16384;  // in all, 64..1048576
+  // One config or API job at most, 1..buffers. Default: 4096, or the
+  // buffers when fewer.
+  std::optional<uint32_t> per_job;
+  SourceLoc loc;
+
+  friend bool operator==(const HoldConfig&, const HoldConfig&) = default;
+};
+
+// A token bucket: `per_second` tokens a second, at most `burst` saved up.
+struct RateConfig {
+  uint32_t per_second = 0;
+  uint32_t burst = 0;
+  SourceLoc loc;
+
+  friend bool operator==(const RateConfig&, const RateConfig&) = default;
+};
+
+// aggregation.in_band: what jobs that register themselves (task info) may
+// take of the switch, so that no host that can send a datagram can crowd out
+// the jobs the operator provisioned, or other tenants (docs/security.md).
+struct InBandConfig {
+  // Slots of the table reserved for in-band jobs, which use no others;
+  // config and API jobs use the rest. Default: a quarter of the slots with
+  // in-band registration on, none with it off.
+  std::optional<uint32_t> slots;
+  // Chunks one in-band job keeps in flight (its slot quota). Default: 256,
+  // or the in-band slots when fewer.
+  std::optional<uint32_t> slots_per_job;
+  // Held contributions of one in-band job (its hold quota). Default: 512,
+  // or held_total when less.
+  std::optional<uint32_t> held_per_job;
+  // Held contributions of every in-band job together, at most half of
+  // aggregation.hold.buffers: the rest is the provisioned jobs'. Default: a
+  // quarter of the buffers.
+  std::optional<uint32_t> held_total;
+  // In-band jobs in the table at most; the rest is the provisioned jobs'.
+  // Default: a quarter of aggregation.max_jobs (at least 1).
+  std::optional<uint32_t> max_jobs;
+  uint32_t idle_timeout_ms = 60000;  // an in-band job no member sent to for this long is removed
+  RateConfig per_source{20, 40, {}};  // registrations per second per source IPv4 address
+  RateConfig total{200, 400, {}};     // registrations per second for the whole switch
+  SourceLoc loc;
+
+  friend bool operator==(const InBandConfig&, const InBandConfig&) = default;
+};
+
 // A job declared in the file (aggregation.jobs[]).
 //
 // Its members at this switch are workers (node_ids) and child switches
@@ -362,7 +418,34 @@ struct AggregationConfig {
   BypassConfig bypass;
   std::optional<TanConfig> tan;  // the default TAN choice for root jobs
   std::vector<AggregationJobConfig> jobs;
+  // The secret of the slot placement ("0x" and 32 hex digits;
+  // aggregator/slot_placement.h). Empty: a random one at every start. Set it
+  // only where several switches must place jobs alike (labs, benchmarks).
+  std::string slot_secret;
+  // Chunks one config or API job keeps in flight (its slot quota). Default:
+  // 1024, or the slots they have when fewer.
+  std::optional<uint32_t> slots_per_job;
+  HoldConfig hold;
+  // A member sending from another address than it is bound to is refused
+  // until the bound address has been silent this long; 0: only the API
+  // unbinds (DELETE /api/v1/jobs/<id>/members/<node>).
+  uint32_t member_rebind_ms = 30000;
+  InBandConfig in_band;
   SourceLoc loc;
+
+  // Slots of the in-band region (in_band.slots, or a quarter of the slots;
+  // none with in-band registration off) and in-band jobs at most
+  // (in_band.max_jobs, or a quarter of max_jobs, at least 1).
+  uint32_t InBandSlots() const;
+  uint32_t InBandMaxJobs() const;
+  // The slot quotas, defaults resolved as above.
+  uint32_t SlotsPerJob() const;
+  uint32_t InBandSlotsPerJob() const;
+  // in_band.held_total, or a quarter of hold.buffers.
+  uint32_t InBandHeldTotal() const;
+  // The hold quotas, defaults resolved as above.
+  uint32_t HoldPerJob() const;
+  uint32_t InBandHeldPerJob() const;
 
   friend bool operator==(const AggregationConfig&, const AggregationConfig&) = default;
 };

@@ -711,6 +711,64 @@ class Loader {
                  }},
                 {"bypass", [&](auto& n, auto& p) { LoadBypass(n, p, agg.bypass); }},
                 {"tan", [&](auto& n, auto& p) { LoadTan(n, p, agg.tan.emplace()); }},
+                {"slot_secret", [&](auto& n, auto& p) { ReadString(n, p, agg.slot_secret); }},
+                {"slots_per_job",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.slots_per_job.emplace(), {}, "chunks");
+                 }},
+                {"hold", [&](auto& n, auto& p) { LoadHold(n, p, agg.hold); }},
+                {"member_rebind_ms",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.member_rebind_ms, {}, "milliseconds (0: only the API)");
+                 }},
+                {"in_band", [&](auto& n, auto& p) { LoadInBand(n, p, agg.in_band); }},
+            });
+  }
+
+  void LoadHold(const YAML::Node& node, const std::string& path, HoldConfig& out) {
+    out.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {
+                {"buffers", [&](auto& n, auto& p) { ReadUnsigned(n, p, out.buffers, {}, "buffers"); }},
+                {"per_job",
+                 [&](auto& n, auto& p) { ReadUnsigned(n, p, out.per_job.emplace(), {}, "buffers"); }},
+            });
+  }
+
+  // {per_second, burst}.
+  void LoadRate(const YAML::Node& node, const std::string& path, RateConfig& out) {
+    out.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {
+                {"per_second",
+                 [&](auto& n, auto& p) { ReadUnsigned(n, p, out.per_second, {}, "a rate"); }},
+                {"burst", [&](auto& n, auto& p) { ReadUnsigned(n, p, out.burst, {}, "a count"); }},
+            });
+  }
+
+  void LoadInBand(const YAML::Node& node, const std::string& path, InBandConfig& out) {
+    out.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {
+                {"slots", [&](auto& n, auto& p) { ReadUnsigned(n, p, out.slots.emplace(), {}, "slots"); }},
+                {"slots_per_job",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, out.slots_per_job.emplace(), {}, "chunks");
+                 }},
+                {"held_per_job",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, out.held_per_job.emplace(), {}, "buffers");
+                 }},
+                {"held_total",
+                 [&](auto& n, auto& p) { ReadUnsigned(n, p, out.held_total.emplace(), {}, "buffers"); }},
+                {"max_jobs",
+                 [&](auto& n, auto& p) { ReadUnsigned(n, p, out.max_jobs.emplace(), {}, "jobs"); }},
+                {"idle_timeout_ms",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, out.idle_timeout_ms, {}, "milliseconds");
+                 }},
+                {"per_source", [&](auto& n, auto& p) { LoadRate(n, p, out.per_source); }},
+                {"total", [&](auto& n, auto& p) { LoadRate(n, p, out.total); }},
             });
   }
 

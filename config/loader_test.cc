@@ -1216,6 +1216,90 @@ TEST(AggregationLoaderTest, Errors) {
 
 // --- The tree: node ids, child switches, upstream, timers, bypass, TAN ---------------
 
+// What one job, and in-band jobs together, may take (docs/security.md).
+TEST(LimitsLoaderTest, ReadsEveryFieldAndDerivesTheDefaults) {
+  const std::string ports = "ports: [{name: p0, devargs: d}]\n";
+  ConfigLoad load = Load(ports + R"yaml(aggregation:
+  slots: 8192
+  max_jobs: 100
+  slot_secret: "0x000102030405060708090a0b0c0d0e0f"
+  slots_per_job: 2048
+  hold: {buffers: 32768, per_job: 8192}
+  member_rebind_ms: 0
+  in_band:
+    slots: 2048
+    slots_per_job: 128
+    held_per_job: 1024
+    held_total: 4096
+    max_jobs: 10
+    idle_timeout_ms: 5000
+    per_source: {per_second: 5, burst: 10}
+    total: {per_second: 50, burst: 100}
+)yaml");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const AggregationConfig& a = load.config.aggregation;
+  EXPECT_EQ(a.slot_secret, "0x000102030405060708090a0b0c0d0e0f");
+  EXPECT_EQ(a.SlotsPerJob(), 2048u);
+  EXPECT_EQ(a.hold.buffers, 32768u);
+  EXPECT_EQ(a.HoldPerJob(), 8192u);
+  EXPECT_EQ(a.member_rebind_ms, 0u);
+  EXPECT_EQ(a.InBandSlots(), 2048u);
+  EXPECT_EQ(a.InBandSlotsPerJob(), 128u);
+  EXPECT_EQ(a.InBandHeldPerJob(), 1024u);
+  EXPECT_EQ(a.InBandHeldTotal(), 4096u);
+  EXPECT_EQ(a.InBandMaxJobs(), 10u);
+  EXPECT_EQ(a.in_band.idle_timeout_ms, 5000u);
+  EXPECT_EQ(a.in_band.per_source.per_second, 5u);
+  EXPECT_EQ(a.in_band.total.burst, 100u);
+
+  load = Load(ports + "aggregation:\n  slots: 4096\n  max_jobs: 1024\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  const AggregationConfig& d = load.config.aggregation;
+  EXPECT_EQ(d.InBandSlots(), 1024u) << "a quarter";
+  EXPECT_EQ(d.SlotsPerJob(), 1024u);
+  EXPECT_EQ(d.InBandSlotsPerJob(), 256u);
+  EXPECT_EQ(d.InBandMaxJobs(), 256u);
+  EXPECT_EQ(d.InBandHeldTotal(), 4096u) << "a quarter of 16384";
+  EXPECT_EQ(d.member_rebind_ms, 30000u);
+  // Small tables get small defaults; no in-band registration, no region.
+  load = Load(ports + "aggregation:\n  slots: 64\n  in_band_registration: false\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  EXPECT_EQ(load.config.aggregation.InBandSlots(), 0u);
+  EXPECT_EQ(load.config.aggregation.SlotsPerJob(), 64u);
+}
+
+TEST(LimitsLoaderTest, Errors) {
+  const std::string agg = "ports: [{name: p0, devargs: d}]\naggregation:\n";
+  EXPECT_TRUE(OneError(Load(agg + "  slot_secret: \"0x1234\"\n"), "aggregation.slot_secret", 3,
+                       "expected \"0x\" and 32 hex digits"));
+  EXPECT_TRUE(OneError(Load(agg + "  slots_per_job: 4000\n"), "aggregation.slots_per_job", 3,
+                       "expected 1..3072 chunks"));
+  EXPECT_TRUE(OneError(Load(agg + "  hold: {buffers: 10}\n"), "aggregation.hold.buffers", 3,
+                       "expected 64..1048576 buffers, got \"10\""));
+  EXPECT_TRUE(OneError(Load(agg + "  hold: {per_job: 20000}\n"), "aggregation.hold.per_job", 3,
+                       "expected 1..16384 buffers"));
+  EXPECT_TRUE(OneError(Load(agg + "  in_band: {slots: 4096}\n"), "aggregation.in_band.slots", 3,
+                       "expected 1..2048 slots (at most half of aggregation.slots)"));
+  EXPECT_TRUE(OneError(Load(agg + "  in_band: {slots: 100, slots_per_job: 101}\n"),
+                       "aggregation.in_band.slots_per_job", 3, "expected 1..100 chunks"));
+  EXPECT_TRUE(OneError(Load(agg + "  in_band: {held_total: 9000}\n"), "aggregation.in_band.held_total",
+                       3, "expected 1..8192 buffers"));
+  EXPECT_TRUE(OneError(Load(agg + "  in_band: {held_per_job: 5000}\n"),
+                       "aggregation.in_band.held_per_job", 3, "expected 1..4096 buffers"));
+  EXPECT_TRUE(OneError(Load(agg + "  max_jobs: 8\n  in_band: {max_jobs: 9}\n"),
+                       "aggregation.in_band.max_jobs", 4, "expected 1..8 jobs"));
+  EXPECT_TRUE(OneError(Load(agg + "  in_band: {idle_timeout_ms: 10}\n"),
+                       "aggregation.in_band.idle_timeout_ms", 3, "expected 1000..86400000"));
+  EXPECT_TRUE(OneError(Load(agg + "  in_band: {per_source: {per_second: 0}}\n"),
+                       "aggregation.in_band.per_source.per_second", 3, "expected 1..1000000"));
+  EXPECT_TRUE(OneError(Load(agg + "  in_band: {total: {burst: 2000000}}\n"),
+                       "aggregation.in_band.total.burst", 3, "expected 1..1000000"));
+  EXPECT_TRUE(OneError(Load(agg + "  in_band: {rate: 5}\n"), "aggregation.in_band.rate", 3,
+                       "unknown key \"rate\""));
+  EXPECT_TRUE(OneError(Load(agg + "  member_rebind_ms: 3600001\n"), "aggregation.member_rebind_ms",
+                       3, "expected 0..3600000 milliseconds"));
+}
+
 TEST(TreeLoaderTest, ReadsEveryField) {
   const ConfigLoad load = Load(R"yaml(ports: [{name: p0, devargs: d, access: 10}]
 aggregation:

@@ -28,6 +28,7 @@ constexpr std::string_view kAllRoutes[] = {
     "/metrics",          "/api/v1/ports",      "/api/v1/mac",   "/api/v1/lcores",
     "/api/v1/stats",     "/api/v1/jobs",       "/api/v1/jobs/<id>",
     "/api/v1/jobs/<id>/stragglers",            "/api/v1/jobs/<id>/tan",
+    "/api/v1/jobs/<id>/members/<node>",
     "/api/v1/slots",     "/api/v1/bypass"};
 
 // Compact JSON. Invalid UTF-8 (say, in a port name) is replaced rather than
@@ -237,6 +238,11 @@ json JobObject(const JobSnapshot& job) {
   j["tan"] = TanStateJson(job.tan);
   j["tan_member"] = job.tan_member ? json(*job.tan_member) : json(nullptr);
   j["parameter_server"] = job.parameter_server;
+  j["placement"] = {{"first", job.slot_region_first},
+                    {"size", job.slot_region_size},
+                    {"base", job.slot_base}};
+  j["slot_quota"] = job.slot_quota;
+  j["hold_quota"] = job.hold_quota;
   return j;
 }
 
@@ -441,6 +447,26 @@ HttpResponse TanRoute(std::string_view method, uint32_t id, std::string_view bod
   return JsonResponse(200, TanJson(*report));
 }
 
+// DELETE /api/v1/jobs/<id>/members/<node>: forgets the address the member
+// is bound to; its next datagram binds it again.
+HttpResponse MemberRoute(std::string_view method, uint32_t id, std::string_view node_text,
+                         const DataSource& source) {
+  if (method != "DELETE") {
+    return MethodNotAllowed(method, "/api/v1/jobs/<id>/members/<node>", "DELETE",
+                            "use DELETE to unbind the member from its address");
+  }
+  const std::optional<uint32_t> node = ParseDecimal(node_text);
+  if (!node || *node > config::kMaxNodeId) {
+    return JsonResponse(400, ErrorJson("node must be a node id 0.." +
+                                       std::to_string(config::kMaxNodeId) + ", got '" +
+                                       std::string(node_text) + "'"));
+  }
+  if (!source.unbind_member) return NoJobTable();
+  const common::Status status = source.unbind_member(id, static_cast<uint16_t>(*node));
+  if (!status.ok()) return ErrorResponse(status);
+  return {204, "", ""};
+}
+
 // GET and DELETE /api/v1/jobs/<id>, and the routes below it.
 HttpResponse JobItem(std::string_view method, std::string_view path, std::string_view query,
                      std::string_view body, const DataSource& source) {
@@ -449,7 +475,9 @@ HttpResponse JobItem(std::string_view method, std::string_view path, std::string
   if (slash != std::string_view::npos) {
     const std::string_view sub = id_text.substr(slash);
     id_text = id_text.substr(0, slash);
-    if (sub != "/stragglers" && sub != "/tan") {
+    constexpr std::string_view kMembers = "/members/";
+    const bool member = sub.substr(0, kMembers.size()) == kMembers;
+    if (sub != "/stragglers" && sub != "/tan" && !member) {
       return JsonResponse(404, ErrorJson("no route " + std::string(path)));
     }
     const std::optional<uint32_t> id = ParseDecimal(id_text);
@@ -457,6 +485,7 @@ HttpResponse JobItem(std::string_view method, std::string_view path, std::string
       return JsonResponse(400, ErrorJson("job id must be a number 1..4294967295, got '" +
                                          std::string(id_text) + "'"));
     }
+    if (member) return MemberRoute(method, *id, sub.substr(kMembers.size()), source);
     return sub == "/tan" ? TanRoute(method, *id, body, source)
                          : StragglersRoute(method, *id, query, body, source);
   }
@@ -726,10 +755,17 @@ std::string ErrorJson(std::string_view message) {
 std::string JobsJson(const JobTableSnapshot& table) {
   json jobs = json::array();
   for (const JobSnapshot& job : table.jobs) jobs.push_back(JobObject(job));
+  uint64_t in_band = 0;
+  for (const JobSnapshot& job : table.jobs) in_band += job.origin == "in-band";
   return Dump({
       {"capacity", table.capacity},
       {"max_fan_in", table.max_fan_in},
       {"in_band_registration", table.in_band_registration},
+      {"in_band",
+       {{"jobs", in_band},
+        {"capacity", table.in_band_capacity},
+        {"expired", table.in_band_expired},
+        {"displaced", table.in_band_displaced}}},
       {"count", table.jobs.size()},
       {"jobs", std::move(jobs)},
   });

@@ -20,7 +20,8 @@
 //                      "pools": [{"name","capacity","available"}], "http": null or
 //                      {"threads","refused": {<reason>: n}}, "tsc_hz", "totals",
 //                      "ports": [port], "lcores": [lcore], "mac_table": mac_table}
-//   /api/v1/jobs      GET: {"capacity","max_fan_in","in_band_registration","count",
+//   /api/v1/jobs      GET: {"capacity","max_fan_in","in_band_registration",
+//                           "in_band": {"jobs","capacity","expired","displaced"},"count",
 //                           "jobs": [job]}, by id
 //                     POST job_request: 201 and the new job; 400 bad body (the message
 //                           names the key: "switches[1].covers[0]: expected ..."),
@@ -29,6 +30,9 @@
 //   /api/v1/jobs/<id>/stragglers  GET ?top=N|over=S[&ops=K]; POST the same plus
 //                     apply, clear: {"job","operations","predicted": [{"node",
 //                     "offset_seconds"}],"excluded": [node]}
+//   /api/v1/jobs/<id>/members/<node>  DELETE: 204, the member is unbound from the
+//                     address it sent from (docs/security.md; its next datagram binds
+//                     it again); 404 unknown job or node
 //   /api/v1/jobs/<id>/tan  GET, or POST tan_request: tan_report; 400 bad body,
 //                     404 unknown job, 409 a strategy for a job whose root is
 //                     another switch, or "self" for a parameter-server job,
@@ -62,7 +66,10 @@
 //                "upstream": null or {"address","port","node","vlan","resolved"},
 //                "timeout_ms" (null: unknown TSC frequency),"trigger": "incremental"|"batch",
 //                "tan": {"mode","address","port","resolved"},"tan_member" (null: none),
-//                "parameter_server" (the TAN answers every chunk)}
+//                "parameter_server" (the TAN answers every chunk),
+//                "placement": {"first","size","base"} (its slot region; chunk s takes
+//                slot first + (base - first + s) mod size), "slot_quota", "hold_quota"
+//                (what it may hold; 0: no bound)}
 //                (the job key, a shared secret, is never shown)
 //   job_detail = job + {"slots": [slot] (the job's busy slots, at most 1000; null when
 //                the dump failed), "slots_truncated", "slots_error" (null, or why
@@ -190,6 +197,9 @@ struct DataSource {
   std::function<common::Result<JobTableSnapshot>()> jobs;
   std::function<common::Result<JobSnapshot>(const JobRequest&)> add_job;
   std::function<common::Status(uint32_t id)> remove_job;
+  // Forgets the address member `node` of job `id` is bound to (NotFound for
+  // an unknown job or node), on the control thread.
+  std::function<common::Status(uint32_t id, uint16_t node)> unbind_member;
   // Up to `limit` busy slots of every worker (Dataplane::DumpSlots). Unavailable
   // when the workers did not answer in time; the route answers 503 with its message.
   std::function<common::Result<dataplane::SlotDump>(size_t limit)> slots;

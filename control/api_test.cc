@@ -347,12 +347,13 @@ TEST(ApiTest, UnknownPathIs404WithRouteList) {
   EXPECT_EQ(r.content_type, "application/json");
   const json j = json::parse(r.body);
   EXPECT_EQ(j["error"], "no route /api/v1/nope");
-  EXPECT_EQ(j["routes"].size(), 11u);
-  EXPECT_EQ(j["routes"][10], "/api/v1/bypass");
+  EXPECT_EQ(j["routes"].size(), 12u);
+  EXPECT_EQ(j["routes"][11], "/api/v1/bypass");
   EXPECT_EQ(j["routes"][5], "/api/v1/jobs");
   EXPECT_EQ(j["routes"][7], "/api/v1/jobs/<id>/stragglers");
   EXPECT_EQ(j["routes"][8], "/api/v1/jobs/<id>/tan");
-  EXPECT_EQ(j["routes"][9], "/api/v1/slots");
+  EXPECT_EQ(j["routes"][9], "/api/v1/jobs/<id>/members/<node>");
+  EXPECT_EQ(j["routes"][10], "/api/v1/slots");
   EXPECT_EQ(HandleRequest("GET", "/", "", SyntheticSource()).status, 404);
   EXPECT_EQ(HandleRequest("GET", "/api/v1/ports/", "", SyntheticSource()).status, 404);
 }
@@ -1660,7 +1661,13 @@ TEST_F(JobControlFixture, AddShowRemoveThroughTheControlThread) {
   EXPECT_EQ(job->origin(), aggregator::JobSpec::Origin::kApi);
 
   // What workers learn shows up in GET.
-  job->LearnMember(1, 0x020000000001ull, 1, 10, 0x0a000a05, 40000);
+  aggregator::MemberAddr from;
+  from.mac48 = 0x020000000001ull;
+  from.port_index = 1;
+  from.vlan = 10;
+  from.ip = 0x0a000a05;
+  from.udp_port = 40000;
+  (void)job->BindMember(1, from, 1, 0);
   job->UpdateAck(1, 17);
   job->UpdateAck(2, 20);
   r = HandleRequest("GET", "/api/v1/jobs/9", "", source_);
@@ -2269,7 +2276,13 @@ TEST_F(JobControlTreeTest, AParameterServerJobKeepsARemoteTan) {
 
 // The config jobs show their tree too, and a learned member its node id.
 TEST_F(JobControlTreeTest, ConfigJobsShowTheirTree) {
-  table_->Find(7)->LearnMember(1, 0x020000000001ull, 1, 10, Ip("10.0.9.12"), 47000);
+  aggregator::MemberAddr from;
+  from.mac48 = 0x020000000001ull;
+  from.port_index = 1;
+  from.vlan = 10;
+  from.ip = Ip("10.0.9.12");
+  from.udp_port = 47000;
+  (void)table_->Find(7)->BindMember(1, from, 1, 0);
   const json jobs = Get("/api/v1/jobs");
   ASSERT_EQ(jobs["count"], 2);
   const json& root = jobs["jobs"][0];

@@ -7,6 +7,7 @@
 #include "aggregator/job_table.h"
 #include "common/log.h"
 #include "config/loader.h"
+#include "control/in_band_admission.h"
 #include "control/job_control.h"
 #include "control/tree_control.h"
 
@@ -29,12 +30,14 @@ constexpr long kLoopPeriodNs = 1'000'000;  // 1 ms: learning latency and aging g
 }  // namespace
 
 ControlLoop::ControlLoop(dataplane::Dataplane& dataplane, config::Config config,
-                         std::string config_path, JobControl* jobs, TreeControl* tree)
+                         std::string config_path, JobControl* jobs, TreeControl* tree,
+                         InBandAdmission* admission)
     : dataplane_(dataplane),
       config_(std::move(config)),
       config_path_(std::move(config_path)),
       jobs_(jobs),
-      tree_(tree) {}
+      tree_(tree),
+      admission_(admission) {}
 
 void ControlLoop::InstallSignalHandlers() {
   struct sigaction sa {};
@@ -53,7 +56,12 @@ void ControlLoop::Run() {
     dataplane_.ProcessLearnRequests();
     dataplane_.AgeMacTable();
     if (jobs_ != nullptr) {
-      dataplane_.ProcessRegistrations();
+      const auto now = std::chrono::steady_clock::now();
+      dataplane_.ProcessRegistrations([&](const aggregator::JobSpec& spec, uint32_t src_ip) {
+        return admission_ != nullptr ? admission_->Admit({spec, src_ip}, now)
+                                     : dataplane::RegistrationResult::invalid;
+      });
+      if (admission_ != nullptr) admission_->ExpireIdle(now);
       jobs_->ProcessPending();
       jobs_->table().Reclaim();
     }

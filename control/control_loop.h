@@ -1,6 +1,6 @@
 // The control thread's loop on the main lcore: MAC learning from the workers'
-// rings, MAC aging, in-band job registration, job commands from the API and
-// job reclamation, signals and configuration reload.
+// rings, MAC aging, in-band job registration and expiry, job commands from
+// the API and job reclamation, signals and configuration reload.
 //
 // Signals only raise flags (async-signal-safe); the loop acts on them:
 //   SIGINT, SIGTERM  stop: Run() returns, the caller stops the dataplane.
@@ -26,6 +26,7 @@
 
 namespace aggswitch::control {
 
+class InBandAdmission;
 class JobControl;
 class TreeControl;
 
@@ -36,8 +37,12 @@ class ControlLoop {
   // API commands and reclaims removed jobs of its table.
   // `tree` (optional, must outlive the loop): polled every iteration (next
   // hops, this switch's own TAN).
+  // `admission` (optional, must outlive the loop): registers the jobs the
+  // workers pass up from in-band task info, and expires idle ones. Without
+  // it in-band registrations are refused.
   ControlLoop(dataplane::Dataplane& dataplane, config::Config config, std::string config_path,
-              JobControl* jobs = nullptr, TreeControl* tree = nullptr);
+              JobControl* jobs = nullptr, TreeControl* tree = nullptr,
+              InBandAdmission* admission = nullptr);
 
   // Loops about every millisecond until a stop is requested. [control]
   void Run();
@@ -55,6 +60,7 @@ class ControlLoop {
   std::string config_path_;
   JobControl* jobs_;
   TreeControl* tree_;
+  InBandAdmission* admission_;
 };
 
 // The top-level keys whose values differ between `running` and `next` and that

@@ -1,11 +1,15 @@
 #include "control/job_control.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "aggregator/job_table.h"
+#include "common/log.h"
+#include "control/in_band_admission.h"
 
 namespace aggswitch::control {
 namespace {
@@ -38,7 +42,7 @@ JobTanSnapshot TanState(const Job& job) {
 // Reads the job and, through `counters`, its counters: on the control thread,
 // so that the job still owns its index (see job_control.h).
 JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_names, uint64_t tsc_hz,
-                        const JobCounterReader& counters) {
+                        const aggregator::SlotRegions& regions, const JobCounterReader& counters) {
   JobSnapshot s;
   s.id = job.id();
   s.index = job.index();
@@ -99,6 +103,14 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
   s.tan = TanState(job);
   if (job.tan_member() != aggregator::kNoNode) s.tan_member = job.tan_member();
   s.parameter_server = job.parameter_server();
+  const aggregator::SlotRegion& region = regions.For(job.in_band());
+  if (region.size != 0) {
+    s.slot_region_first = region.first;
+    s.slot_region_size = region.size;
+    s.slot_base = region.Of(job.slot_offset(), 0);
+  }
+  s.slot_quota = job.slot_quota();
+  s.hold_quota = job.hold_quota();
   return s;
 }
 
@@ -238,6 +250,8 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
   spec.tan_member = job.tan_member.value_or(aggregator::kNoNode);
   // Validate() made sure of a root job with a remote TAN.
   spec.parameter_server = job.parameter_server;
+  spec.slot_quota = agg.SlotsPerJob();
+  spec.hold_quota = agg.HoldPerJob();
   return spec;
 }
 
@@ -274,7 +288,10 @@ struct JobControl::Command {
 };
 
 JobControl::JobControl(aggregator::JobTable& table, Options options)
-    : table_(table), base_(std::move(options.config)), options_(std::move(options)) {
+    : table_(table),
+      base_(std::move(options.config)),
+      options_(std::move(options)),
+      regions_(aggregator::SlotRegions::Make(base_.aggregation.slots, base_.aggregation.InBandSlots())) {
   // The choices the config jobs were built with (AddConfigJobs), for GET /tan.
   for (const config::AggregationJobConfig& cfg : base_.aggregation.jobs) {
     const Job* job = table_.Find(cfg.id);
@@ -330,6 +347,21 @@ common::Status JobControl::Remove(uint32_t id) {
   return Post(command);
 }
 
+common::Status JobControl::UnbindMember(uint32_t id, uint16_t node) {
+  return RunOnControl([this, id, node] {
+    const Job* job = table_.Find(id);
+    if (job == nullptr) return common::NotFound("job " + std::to_string(id) + " does not exist");
+    const int index = job->LocalIndex(node);
+    if (index < 0) {
+      return common::NotFound("node " + std::to_string(node) + " is not a member of job " +
+                              std::to_string(id) + " here");
+    }
+    job->UnbindMember(static_cast<uint16_t>(index));
+    AGG_LOG(kInfo, "job %u: member %u unbound through the API; its next datagram binds it", id, node);
+    return common::Status::Ok();
+  });
+}
+
 common::Result<JobTableSnapshot> JobControl::List() {
   auto command = std::make_shared<Command>();
   command->kind = Command::Kind::kList;
@@ -366,6 +398,7 @@ void JobControl::Attach(DataSource& source) {
   source.jobs = [this] { return List(); };
   source.add_job = [this](const JobRequest& request) { return Add(request); };
   source.remove_job = [this](uint32_t id) { return Remove(id); };
+  source.unbind_member = [this](uint32_t id, uint16_t node) { return UnbindMember(id, node); };
 }
 
 size_t JobControl::ProcessPending() {
@@ -428,7 +461,24 @@ common::Result<const Job*> JobControl::AddOnControl(const JobRequest& request) {
   TanLoad load = CountTanLoad(table_);
   JobSpec spec = JobSpecFromConfig(request.job, base_.aggregation, options_.tsc_hz, load);
   spec.origin = JobSpec::Origin::kApi;
-  ASSIGN_OR_RETURN(const Job* job, table_.Add(spec));
+  if (admission_ != nullptr) {
+    const Job* existing = table_.Find(spec.id);
+    if (existing != nullptr && existing->in_band()) (void)admission_->Displace(spec.id);
+  }
+  common::Result<const Job*> added = table_.Add(spec);
+  if (!added.ok() && added.status().code() == common::StatusCode::kResourceExhausted &&
+      admission_ != nullptr && admission_->DisplaceIdlest()) {
+    // The displaced job's index is free once the workers moved past it:
+    // microseconds, a few polls each.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    do {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      table_.Reclaim();
+      added = table_.Add(spec);
+    } while (!added.ok() && added.status().code() == common::StatusCode::kResourceExhausted &&
+             std::chrono::steady_clock::now() < deadline);
+  }
+  ASSIGN_OR_RETURN(const Job* job, std::move(added));
   RecordBuiltChoice(*job, request.job, TanReport::Source::kApi);
   if (change_hook_) change_hook_();
   return job;
@@ -503,7 +553,7 @@ void JobControl::SetChangeHook(std::function<void()> hook) {
 }
 
 JobSnapshot JobControl::SnapshotOf(const Job& job) const {
-  return SnapshotJob(job, options_.port_names, options_.tsc_hz, counters_);
+  return SnapshotJob(job, options_.port_names, options_.tsc_hz, regions_, counters_);
 }
 
 JobTableSnapshot JobControl::Snapshot() const {
@@ -511,6 +561,11 @@ JobTableSnapshot JobControl::Snapshot() const {
   snap.capacity = table_.max_jobs();
   snap.max_fan_in = table_.max_fan_in();
   snap.in_band_registration = options_.in_band_registration;
+  if (admission_ != nullptr) {
+    snap.in_band_capacity = admission_->options().max_jobs;
+    snap.in_band_expired = admission_->expired();
+    snap.in_band_displaced = admission_->displaced();
+  }
   table_.ForEach([&](const Job& job) { snap.jobs.push_back(SnapshotOf(job)); });
   std::sort(snap.jobs.begin(), snap.jobs.end(),
             [](const JobSnapshot& a, const JobSnapshot& b) { return a.id < b.id; });

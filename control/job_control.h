@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "aggregator/job_table.h"
+#include "aggregator/slot_placement.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "control/api.h"
@@ -78,6 +79,8 @@ class JobTable;
 }  // namespace aggswitch::aggregator
 
 namespace aggswitch::control {
+
+class InBandAdmission;
 
 // Jobs currently assigned to each TAN address at this switch (least_load).
 using TanLoad = std::map<uint32_t, uint32_t>;
@@ -142,13 +145,18 @@ class JobControl {
   // answer in time the command is withdrawn, nothing changes, and the result
   // is Unavailable. A full queue is Unavailable too.
 
-  // Adds a job with Origin::kApi; the new job as the API shows it.
-  // InvalidArgument when the config's rules refuse it (checked on the
-  // calling thread, before the control thread sees it), else the table's
-  // error (AlreadyExists, ResourceExhausted, InvalidArgument).
+  // Adds a job with Origin::kApi; the new job as the API shows it. An
+  // in-band job with its id, or (the table full) the idlest in-band job,
+  // makes room (SetInBandAdmission). InvalidArgument when the config's rules
+  // refuse it (checked on the calling thread, before the control thread sees
+  // it), else the table's error (AlreadyExists, ResourceExhausted,
+  // InvalidArgument).
   common::Result<JobSnapshot> Add(const JobRequest& request);
   // Removes a job; NotFound when absent.
   common::Status Remove(uint32_t id);
+  // Unbinds member `node` (a node id) of job `id` from its address
+  // (Job::UnbindMember); NotFound for an unknown job or node.
+  common::Status UnbindMember(uint32_t id, uint16_t node);
   // The whole table.
   common::Result<JobTableSnapshot> List();
   // Shows (`request` nullopt) or changes job `id`'s TAN (TanRequest, api.h),
@@ -181,6 +189,10 @@ class JobControl {
   // changed a job's TAN: TreeControl::ScanSoon, so that the new next hops
   // are resolved now rather than at the next periodic scan. Empty: none. [control]
   void SetChangeHook(std::function<void()> hook);
+  // The in-band admission whose jobs an API job displaces (one with its id,
+  // or the idlest one when the table is full): config and API jobs are never
+  // kept out by in-band ones. Must outlive this object; nullptr: none. [control]
+  void SetInBandAdmission(InBandAdmission* admission) { admission_ = admission; }
 
   // Runs every queued command and wakes its caller. Returns how many ran. [control]
   size_t ProcessPending();
@@ -214,8 +226,10 @@ class JobControl {
   // what an API job is checked against, as aggregation.jobs[0]. [any: read-only]
   config::Config base_;
   const Options options_;      // its config moved into base_
+  const aggregator::SlotRegions regions_;  // the dataplane's, from the same config
   JobCounterReader counters_;  // [control]
   std::function<void()> change_hook_;          // [control]
+  InBandAdmission* admission_ = nullptr;       // [control]
   std::map<uint32_t, TanRecord> tan_choices_;  // by job id [control]
 
   std::mutex mu_;

@@ -448,6 +448,23 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     e.Family("aggswitch_job_table_capacity_jobs", "gauge",
              "Maximum number of jobs (aggregation.max_jobs).");
     e.Sample("aggswitch_job_table_capacity_jobs", {}, t.capacity);
+    if (t.in_band_capacity != 0) {
+      uint64_t in_band = 0;
+      for (const JobSnapshot& j : t.jobs) in_band += j.origin == "in-band";
+      e.Family("aggswitch_job_table_in_band_jobs", "gauge",
+               "Jobs in the job table that registered themselves in-band.");
+      e.Sample("aggswitch_job_table_in_band_jobs", {}, in_band);
+      e.Family("aggswitch_job_table_in_band_capacity_jobs", "gauge",
+               "In-band jobs the table holds at most (aggregation.in_band.max_jobs).");
+      e.Sample("aggswitch_job_table_in_band_capacity_jobs", {}, t.in_band_capacity);
+      e.Family("aggswitch_job_table_in_band_removed_total", "counter",
+               "In-band jobs removed, by reason: idle (no member sent to them for "
+               "aggregation.in_band.idle_timeout_ms) or displaced (a config or API job took "
+               "their id or their entry).");
+      e.Sample("aggswitch_job_table_in_band_removed_total", {{"reason", "idle"}}, t.in_band_expired);
+      e.Sample("aggswitch_job_table_in_band_removed_total", {{"reason", "displaced"}},
+               t.in_band_displaced);
+    }
     e.Family("aggswitch_job_info", "gauge",
              "Static information about a job; the value is always 1.");
     for (const JobSnapshot& j : t.jobs) {

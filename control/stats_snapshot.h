@@ -178,6 +178,14 @@ struct JobSnapshot {
   JobTanSnapshot tan;                            // mode "none" unless rooted here
   std::optional<uint16_t> tan_member;            // the worker here that runs the TAN
   bool parameter_server = false;                 // root jobs: the TAN answers every chunk
+  // Where its chunks land (aggregator/slot_placement.h): its slot region
+  // and the slot of its sequence number 0; chunk s takes slot
+  // first + (base - first + s) mod size. 0/0/0 without a region.
+  uint32_t slot_region_first = 0;
+  uint32_t slot_region_size = 0;
+  uint32_t slot_base = 0;
+  uint32_t slot_quota = 0;  // chunks it may keep ahead of its slowest member (0: no bound)
+  uint32_t hold_quota = 0;  // ordered contributions it may hold (0: no bound)
 };
 
 // The job table as the API and the metrics show it.
@@ -185,6 +193,9 @@ struct JobTableSnapshot {
   uint32_t capacity = 0;  // aggregation.max_jobs
   uint16_t max_fan_in = 0;
   bool in_band_registration = false;
+  uint32_t in_band_capacity = 0;   // aggregation.in_band.max_jobs (0: no in-band admission)
+  uint64_t in_band_expired = 0;    // in-band jobs removed for being idle
+  uint64_t in_band_displaced = 0;  // in-band jobs removed to make room for config or API jobs
   std::vector<JobSnapshot> jobs;  // by id
 };
 

@@ -297,7 +297,7 @@ class InBandTest : public AggregationTest {
   // that takes the handed-back datagrams.
   void StepWithRegistration() {
     Step();
-    dp_->ProcessRegistrations();
+    Register();
     Step();
   }
 
@@ -315,7 +315,7 @@ TEST_F(InBandTest, TaskInfoInContributionsRegistersTheJob) {
   Step();
   EXPECT_TRUE(Drain().empty()) << "nothing leaves before the job exists";
   EXPECT_EQ(Agg().registration_upcalls.Get(), 4u);
-  EXPECT_EQ(dp_->ProcessRegistrations(), 4u);
+  EXPECT_EQ(Register(), 4u);
   EXPECT_EQ(dp_->registrations(RegistrationResult::admitted), 1u);
   EXPECT_EQ(dp_->registrations(RegistrationResult::existing), 3u);
   const aggregator::Job* job = jobs_->Find(21);
@@ -381,7 +381,7 @@ TEST_F(InBandTest, RegistrationOffRefusesUnknownJobsEvenWithTaskInfo) {
   Inject(0, WithTaskInfo(23, 0, 0, 2, 1));
   Inject(0, TaskInfo(23, 0, 2));
   Step();
-  EXPECT_EQ(dp_->ProcessRegistrations(), 0u);
+  EXPECT_EQ(Register(), 0u);
   auto out = Drain();
   ASSERT_EQ(out[0].size(), 2u);
   for (const Result& r : Results(out[0])) {
@@ -602,7 +602,9 @@ TEST_F(AggregationTest, AParameterServerJobSendsEveryChunkToItsTan) {
   answer.opcode = aggregator::Opcode::kResult;
   answer.node_id = kTan;
   answer.job_key = 0x5eed;
-  Frame from_tan = Datagram(answer, Int32Payload({-7, 70}));
+  // From the TAN's own address and port, on its port: where its hop was resolved.
+  Frame from_tan = DatagramFrom(answer, Int32Payload({-7, 70}), MemberMac(kTan), MemberIp(kTan),
+                                aggregator::kAggUdpPort);
   Inject(1, from_tan);
   Step();
   out = Drain();
@@ -643,7 +645,9 @@ TEST_F(AggregationTest, SlotDumpShowsBusySlotsUntilReleased) {
   EXPECT_EQ(s.count, 1);
   EXPECT_EQ(s.expected, 2);
   EXPECT_EQ(s.elem_count, 2);
-  EXPECT_EQ(s.index, aggregator::SlotIndex(7, 4, 1024));
+  const aggregator::Job* job = jobs_->Find(7);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(s.index, dp_->slot_regions().Of(false, job->slot_offset(), 4));
   EXPECT_EQ(dump->busy, 1u);
   EXPECT_FALSE(dump->truncated);
   Inject(0, Contribution(7, 4, 1, Int32Payload({1, 2})));
@@ -664,7 +668,8 @@ TEST_F(AggregationTest, SlotDumpShowsBusySlotsUntilReleased) {
     ack.ack_watermark = 5;
     Inject(0, Datagram(ack));
   }
-  Inject(0, Contribution(7, 4 + 1024, 0, Int32Payload({1, 2}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, 5));
+  const uint32_t region = dp_->slot_regions().provisioned.size;
+  Inject(0, Contribution(7, 4 + region, 0, Int32Payload({1, 2}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, 5));
   Inject(0, Contribution(7, 5, 0, Int32Payload({1, 2})));
   Inject(0, Contribution(7, 6, 0, Int32Payload({1, 2})));
   Step();

@@ -26,6 +26,7 @@ namespace aggswitch::dataplane {
   X(kVlanNotAllowed, "vlan_not_allowed",                                                      \
     "tag on an access port, VLAN not in the trunk list, or untagged on a trunk with no native") \
   X(kSrcMulticast, "src_multicast", "source MAC is multicast or broadcast")                   \
+  X(kSrcSpoofed, "src_spoofed", "source MAC or IPv4 address is the switch's own (an impersonation)") \
   X(kHairpin, "hairpin", "destination MAC was learned on the ingress port")                   \
   X(kNoEgress, "no_egress", "no other port carries the frame's VLAN")                         \
   X(kToSwitchMalformed, "to_switch_malformed", "ARP or IPv4 to the switch failed its checks") \
@@ -121,7 +122,7 @@ struct PortCounters {
   X(task_infos, "TASK_INFO datagrams accepted and echoed to their sender")            \
   X(task_info_conflicts, "task info that disagrees with the job the switch knows")    \
   X(registration_upcalls, "datagrams passed to the control thread to register a job") \
-  X(registration_ring_full, "registrations dropped: the control thread's ring was full") \
+  X(registration_ring_full, "registrations refused (NACK rate_limited): the control thread's ring was full") \
   X(reinjected, "datagrams handed back by the control thread after registration")     \
   X(nacks_sent, "NACKs sent to the sender of a refused datagram")                     \
   X(nacks_suppressed, "NACKs not sent: over the per-lcore NACK rate limit")             \
@@ -146,7 +147,11 @@ struct PortCounters {
   X(bypass_expired, "bypass entries removed after aggregation.bypass.ttl_ms")           \
   X(bypass_full, "bypass entries not written: the table was full")                      \
   X(control_tx, "frames the control thread sent through this lcore (ARP requests)")     \
-  X(neighbor_reports, "ARP replies passed to the control thread")
+  X(neighbor_reports, "ARP replies passed to the control thread")                        \
+  X(member_rebinds, "members bound to a new address after the old one was silent for aggregation.member_rebind_ms") \
+  X(member_refused, "datagrams claiming a member bound to another address, refused (NACK member_bound)") \
+  X(slot_quota_refused, "chunks refused for lying too far ahead of their job's slowest member (NACK slot_quota)") \
+  X(hold_refused, "contributions an ordered slot could not hold: the job's hold quota or the hold pool was used up (NACK hold_quota)")
 
 enum class AggCounter : uint8_t {
 #define AGG_AGG_COUNTER_ENUM(name, help) name,
@@ -190,7 +195,9 @@ struct AggregationCounters {
   X(duplicates, "contributions from a member already counted, answered or dropped")    \
   X(collisions, "contributions dropped because another chunk held the slot")           \
   X(key_failures, "datagrams with the job's id and the wrong key")                      \
-  X(reduced_bytes, "payload bytes reduced")
+  X(reduced_bytes, "payload bytes reduced")                                              \
+  X(member_refused, "datagrams claiming a member bound to another address")              \
+  X(quota_refused, "contributions refused over the job's slot or hold quota")
 
 enum class JobCounter : uint8_t {
 #define AGG_JOB_COUNTER_ENUM(name, help) name,

@@ -249,6 +249,27 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     slots.slots = (agg.total_slots + n_workers - 1) / n_workers;
     slots.max_fan_in = config.aggregation.max_fan_in;
     slots.max_payload = max_mtu - 20u - 8u - static_cast<uint32_t>(sizeof(aggregator::AggHeader));
+    slot_regions_ = aggregator::SlotRegions::Make(agg.total_slots, config.aggregation.InBandSlots());
+    agg.regions = slot_regions_;
+    // Member bindings and slot quotas count in ticks of about a millisecond:
+    // 2^k cycles with k = floor(log2(hz / 1000)).
+    agg.seen_shift = 0;
+    while ((uint64_t{2} << agg.seen_shift) <= rte_get_tsc_hz() / 1000) ++agg.seen_shift;
+    seen_shift_ = agg.seen_shift;
+    agg.rebind_ticks = MillisecondsToTicks(config.aggregation.member_rebind_ms);
+    // The held contributions' own pool: RX never waits for them.
+    const std::string hold_name = "agg_hold_" + std::to_string(instance);
+    hold_pool_.reset(rte_mempool_create(hold_name.c_str(), config.aggregation.hold.buffers,
+                                        HoldBuffers::ElementSize(slots.max_payload),
+                                        std::min<unsigned>(256, config.aggregation.hold.buffers / 8), 0,
+                                        nullptr, nullptr, nullptr, nullptr,
+                                        static_cast<int>(rte_socket_id()), 0));
+    if (!hold_pool_) {
+      return common::ResourceExhausted("cannot create the hold pool of " +
+                                       std::to_string(config.aggregation.hold.buffers) +
+                                       " buffers: " + Errno(rte_errno) +
+                                       " (raise eal.memory_mb or lower aggregation.hold.buffers)");
+    }
     slots.stale_cycles = static_cast<uint64_t>(config.aggregation.stale_slot_ms * 1e-3 *
                                                static_cast<double>(rte_get_tsc_hz()));
     // One resend of a forwarded slot's partial per round of its members'
@@ -271,6 +292,11 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     });
     for (uint16_t w = 0; w < n_workers; ++w) {
       slot_tables_.push_back(std::make_unique<aggregator::SlotTable>(slots));
+      // In-band jobs' share of the hold pool, split over the workers.
+      const uint32_t in_band_budget =
+          (config.aggregation.InBandHeldTotal() + n_workers - 1) / n_workers;
+      holds_.push_back(
+          std::make_unique<HoldBuffers>(hold_pool_.get(), in_band_budget, slots.max_payload));
       slot_dumps_.push_back(std::make_unique<SlotDumpExchange>(
           std::min<uint32_t>(slots.slots, kMaxSlotDump)));
       bypass_tables_.push_back(std::make_unique<aggregator::BypassTable>(bypass_entries, bypass_ttl));
@@ -344,6 +370,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       setup.agg = agg;
       setup.agg.index = static_cast<uint16_t>(w);
       setup.agg.slots = slot_tables_[w].get();
+      setup.agg.holds = holds_[w].get();
       setup.agg.dump = slot_dumps_[w].get();
       setup.agg.bypass = bypass_tables_[w].get();
       setup.agg.bypass_dump = bypass_dumps_[w].get();
@@ -541,8 +568,34 @@ WorkerInfo Dataplane::GetWorkerInfo(size_t index) const { return worker_info_[in
 
 const LcoreStats& Dataplane::worker_stats(size_t index) const { return *stats_[index]; }
 
-size_t Dataplane::ProcessRegistrations() {
+namespace {
+
+// The NACK that tells a member why its job was not registered; 0: it exists now.
+aggregator::NackReason VerdictOf(RegistrationResult result) {
   using aggregator::NackReason;
+  switch (result) {
+    case RegistrationResult::admitted:
+    case RegistrationResult::existing:
+      return NackReason{0};
+    case RegistrationResult::table_full:
+      return NackReason::kJobTableFull;
+    case RegistrationResult::key_mismatch:
+      return NackReason::kKeyMismatch;
+    case RegistrationResult::invalid:
+      return NackReason::kMalformed;
+    case RegistrationResult::rate_limited:
+      return NackReason::kRateLimited;
+    case RegistrationResult::in_band_full:
+      return NackReason::kInBandFull;
+    case RegistrationResult::kCount:
+      break;
+  }
+  return NackReason::kMalformed;
+}
+
+}  // namespace
+
+size_t Dataplane::ProcessRegistrations(const Admission& admit) {
   size_t handled = 0;
   for (size_t w = 0; w < upcall_rings_.size(); ++w) {
     rte_ring* up = upcall_rings_[w].get();
@@ -573,29 +626,9 @@ size_t Dataplane::ProcessRegistrations() {
         spec.members = h.expected.host();
         spec.nodes = h.node_count.host();
         spec.ordered = (h.flags.host() & aggregator::flags::kOrdered) != 0;
-        spec.origin = aggregator::JobSpec::Origin::kInBand;
-        const bool existed = jobs_->Find(spec.id) != nullptr;
-        common::Result<const aggregator::Job*> admitted = jobs_->AdmitInBand(spec, true);
-        RegistrationResult result;
-        NackReason verdict{0};
-        if (admitted.ok()) {
-          result = existed ? RegistrationResult::existing : RegistrationResult::admitted;
-          if (!existed) {
-            AGG_LOG(kInfo, "job %u registered in-band: %u members, %u nodes%s", spec.id, spec.members,
-                    spec.nodes, spec.ordered ? ", ordered" : "");
-          }
-        } else if (admitted.status().code() == common::StatusCode::kResourceExhausted) {
-          result = RegistrationResult::table_full;
-          verdict = NackReason::kJobTableFull;
-        } else if (admitted.status().code() == common::StatusCode::kAlreadyExists) {
-          result = RegistrationResult::key_mismatch;
-          verdict = NackReason::kKeyMismatch;
-        } else {
-          result = RegistrationResult::invalid;
-          verdict = NackReason::kMalformed;
-        }
+        const RegistrationResult result = admit(spec, udp.src_ip);
         registrations_[static_cast<size_t>(result)].Add(1);
-        u.verdict = static_cast<uint16_t>(verdict);
+        u.verdict = static_cast<uint16_t>(VerdictOf(result));
         // Cannot fail: `room` was checked and the control thread is the only producer.
         (void)rte_ring_sp_enqueue_elem(down, &u, sizeof(Upcall));
         ++handled;
@@ -749,6 +782,14 @@ common::Result<BypassDump> Dataplane::DumpBypass(size_t limit, std::chrono::mill
 
 uint32_t Dataplane::NowTick() const { return static_cast<uint32_t>(rte_rdtsc() >> tick_shift_); }
 
+uint32_t Dataplane::SeenTick() const { return static_cast<uint32_t>(rte_rdtsc() >> seen_shift_); }
+
+uint32_t Dataplane::MillisecondsToTicks(uint32_t ms) const {
+  const double ticks = static_cast<double>(ms) * 1e-3 * static_cast<double>(rte_get_tsc_hz()) /
+                       std::ldexp(1.0, static_cast<int>(seen_shift_));
+  return ms == 0 ? 0 : std::max<uint32_t>(1, static_cast<uint32_t>(std::min(ticks, 4e9)));
+}
+
 double Dataplane::TickSeconds() const {
   return std::ldexp(1.0, static_cast<int>(tick_shift_)) / static_cast<double>(tsc_hz_);
 }
@@ -825,8 +866,9 @@ bool Dataplane::SendTanResult(const uint8_t* datagram, uint32_t len) {
       aggregator::ParseAggregation(datagram, len, &pkt) != aggregator::WireError::kOk) {
     return false;
   }
-  const uint32_t slot =
-      aggregator::SlotIndex(pkt.header->job_id.host(), pkt.header->seq.host(), total_slots_);
+  const aggregator::Job* job = jobs_->Find(pkt.header->job_id.host());
+  if (job == nullptr) return false;
+  const uint32_t slot = slot_regions_.Of(job->in_band(), job->slot_offset(), pkt.header->seq.host());
   rte_ring* ring = tan_down_rings_[slot % n_agg_workers_].get();
   rte_mbuf* m = CopyToMbuf(datagram, len);
   if (m == nullptr) return false;

@@ -128,12 +128,16 @@ class Dataplane {
   uint64_t registrations(RegistrationResult r) const {
     return registrations_[static_cast<size_t>(r)].Get();
   }
-  // Registers the jobs that workers passed up from in-band task info (a
+  // Hands the task info of each datagram the workers passed up (a
   // contribution with the TASK_INFO flag, or a TASK_INFO datagram, naming an
-  // unknown job) and hands each datagram back to its worker: to be counted
-  // and answered when the job now exists, or refused with a NACK that says
-  // why. Returns the datagrams handled. [control]
-  size_t ProcessRegistrations();
+  // unknown job) to `admit`, the control side's admission
+  // (control/in_band_admission.h), with the sender's IPv4 address, and hands
+  // each datagram back to its worker: to be counted and answered when the
+  // job now exists, or refused with a NACK that says why (the result's
+  // NackReason). Returns the datagrams handled. [control]
+  using Admission =
+      std::function<RegistrationResult(const aggregator::JobSpec& spec, uint32_t src_ip)>;
+  size_t ProcessRegistrations(const Admission& admit);
   // A copy of up to `limit` busy slots of every worker. While the workers run,
   // each copies its own slots when asked (a few hundred per poll loop, so a
   // dump never stalls a worker) and this call waits for all of them, up to
@@ -171,6 +175,12 @@ class Dataplane {
   // The MAC table's clock: TSC >> tick_shift, about one tick per second.
   uint32_t NowTick() const;
   double TickSeconds() const;
+  // The clock of member bindings (Job::LastSeen): about a millisecond a
+  // tick; and a span of milliseconds on it (0 stays 0). [any]
+  uint32_t SeenTick() const;
+  uint32_t MillisecondsToTicks(uint32_t ms) const;
+  // Where each job's chunks live (slot_placement.h). [any]
+  const aggregator::SlotRegions& slot_regions() const { return slot_regions_; }
 
  private:
   struct Port {
@@ -235,6 +245,9 @@ class Dataplane {
   std::vector<RingPtr> samples_full_rings_;  // per worker: worker -> control
   uint32_t total_slots_ = 0;
   uint16_t n_agg_workers_ = 0;
+  aggregator::SlotRegions slot_regions_;
+  uint32_t seen_shift_ = 21;
+  std::vector<std::unique_ptr<HoldBuffers>> holds_;  // one per worker
   std::vector<std::unique_ptr<LcoreStats>> stats_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<WorkerInfo> worker_info_;

@@ -25,6 +25,7 @@
 #include "aggregator/reduce.h"
 #include "aggregator/wire.h"
 #include "config/loader.h"
+#include "control/in_band_admission.h"
 #include "dataplane/dataplane.h"
 #include "dataplane/eal.h"
 #include "dataplane/test_frames.h"
@@ -211,10 +212,21 @@ class AggregationTest : public DataplaneTest {
     jobs_ = std::move(jobs).value();
     Build(DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024" + extra + "}\n"), 1024,
           jobs_.get());
+    // In-band registration as the control thread runs it.
+    admission_ = std::make_unique<control::InBandAdmission>(
+        *jobs_, control::InBandAdmission::OptionsFrom(config_.aggregation));
   }
   void TearDown() override {
     DataplaneTest::TearDown();
+    admission_.reset();
     jobs_.reset();
+  }
+
+  // The control thread's pass over the registrations the workers passed up.
+  size_t Register() {
+    return dp_->ProcessRegistrations([this](const aggregator::JobSpec& spec, uint32_t src_ip) {
+      return admission_->Admit({spec, src_ip}, std::chrono::steady_clock::now());
+    });
   }
 
   void AddJob(uint32_t id, uint16_t members, bool ordered = false, uint64_t key = 0x5eed) {
@@ -229,7 +241,8 @@ class AggregationTest : public DataplaneTest {
   static common::MacAddr MemberMac(uint16_t node) {
     return common::MacAddr::FromU64(0x020000100000ULL + node);
   }
-  static uint32_t MemberIp(uint16_t node) { return 0x0a000a00u + 10 + node; }
+  // 10.1.0.10 + node: never the switch's own address, however many members.
+  static uint32_t MemberIp(uint16_t node) { return 0x0a010000u + 10 + node; }
   static uint16_t MemberPort(uint16_t node) { return static_cast<uint16_t>(40000 + node); }
 
   // A contribution from `node`, as its kernel would send it to the aggregation address.
@@ -252,16 +265,21 @@ class AggregationTest : public DataplaneTest {
   // Any aggregation datagram from member f.node_id, with `payload` after the header.
   static Frame Datagram(const aggregator::AggFields& f, const std::vector<uint8_t>& payload = {},
                         int vlan = -1) {
+    return DatagramFrom(f, payload, MemberMac(f.node_id), MemberIp(f.node_id),
+                        MemberPort(f.node_id), vlan);
+  }
+  // The same from any source address: another host claiming a member.
+  static Frame DatagramFrom(const aggregator::AggFields& f, const std::vector<uint8_t>& payload,
+                            const common::MacAddr& mac, uint32_t ip, uint16_t port, int vlan = -1) {
     std::vector<uint8_t> agg(2048);
     const uint32_t n = aggregator::BuildAggregation(f, nullptr, 0, payload.data(),
                                                    static_cast<uint32_t>(payload.size()),
                                                    agg.data(), static_cast<uint32_t>(agg.size()));
     EXPECT_NE(n, 0u) << "payload does not match elem_count";
     Frame frame(46 + n);
-    const common::MacAddr mac = MemberMac(f.node_id);
     const uint32_t hdr = WriteUdpHeaders(frame.data(), kSwitchMac.bytes.data(), mac.bytes.data(),
-                                         vlan < 0 ? 0 : static_cast<uint16_t>(vlan), MemberIp(f.node_id),
-                                         kAggIp, MemberPort(f.node_id), aggregator::kAggUdpPort, 1, n);
+                                         vlan < 0 ? 0 : static_cast<uint16_t>(vlan), ip, kAggIp,
+                                         port, aggregator::kAggUdpPort, 1, n);
     frame.resize(hdr + n);
     std::memcpy(frame.data() + hdr, agg.data(), n);
     return frame;
@@ -318,6 +336,7 @@ class AggregationTest : public DataplaneTest {
   }
 
   std::unique_ptr<aggregator::JobTable> jobs_;
+  std::unique_ptr<control::InBandAdmission> admission_;
 };
 
 }  // namespace aggswitch::dataplane::fixtures

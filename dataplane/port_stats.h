@@ -61,7 +61,9 @@ struct SlotLatencyTotals {
   X(existing, "the job was added by an earlier datagram; this one was handed back") \
   X(table_full, "refused: the job table is full")                                    \
   X(key_mismatch, "refused: a job with this id exists with another key")             \
-  X(invalid, "refused: the task info is out of range, members or nodes")
+  X(invalid, "refused: the task info is out of range, members or nodes")            \
+  X(rate_limited, "refused: over the per-source or switch-wide registration rate")   \
+  X(in_band_full, "refused: in-band jobs fill aggregation.in_band.max_jobs")
 
 enum class RegistrationResult : uint8_t {
 #define AGG_REGISTRATION_ENUM(name, help) name,

@@ -169,17 +169,30 @@ void Worker::ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_
       Drop(in_port, DropReason::kVlanNotAllowed, m);
       continue;
     }
-    if (setup_.agg.jobs != nullptr && l2.ether_type == kEtherTypeIpv4 &&
-        IsAggregation(data, rte_pktmbuf_data_len(m), l2.l3_offset)) {
-      // Set aside; handled after the L2 frames of the burst.
-      agg_meta[n_agg] = Meta{vlan, l2.has_tag, static_cast<uint8_t>(l2.l3_offset)};
-      agg_pkts[n_agg++] = m;
-      continue;
-    }
     const uint64_t src48 = SrcMac48(data);
     if (src48 & kMulticastBit) {
       Drop(in_port, DropReason::kSrcMulticast, m);
       continue;
+    }
+    // Nothing but the switch sends from its own MAC (or, below, its
+    // aggregation address): a host that does impersonates it, e.g. forging
+    // results to a job's members.
+    if (src48 == plan_.switch_mac48()) {
+      Drop(in_port, DropReason::kSrcSpoofed, m);
+      continue;
+    }
+    if (setup_.agg.jobs != nullptr && l2.ether_type == kEtherTypeIpv4) {
+      const Ipv4Class cls = ClassifyIpv4(data, rte_pktmbuf_data_len(m), l2.l3_offset);
+      if (cls == Ipv4Class::kSpoofed) {
+        Drop(in_port, DropReason::kSrcSpoofed, m);
+        continue;
+      }
+      if (cls == Ipv4Class::kAggregation) {
+        // Set aside; handled after the L2 frames of the burst.
+        agg_meta[n_agg] = Meta{vlan, l2.has_tag, static_cast<uint8_t>(l2.l3_offset)};
+        agg_pkts[n_agg++] = m;
+        continue;
+      }
     }
     src[k] = MacKey(vlan, src48);
     dst[k] = MacKey(vlan, DstMac48(data));
@@ -399,28 +412,35 @@ void Worker::FlushPort(uint16_t p) {
   tx_bytes_[p] = 0;
 }
 
-bool Worker::IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset) const {
+Worker::Ipv4Class Worker::ClassifyIpv4(const uint8_t* data, uint32_t len, uint32_t l3_offset) const {
   // Only the fixed IPv4 fields and the UDP destination port; ParseIpv4Udp
   // checks the rest on the aggregation path alone.
-  if (len < l3_offset + sizeof(Ipv4Hdr) + sizeof(UdpHdr)) return false;
+  if (len < l3_offset + sizeof(Ipv4Hdr)) return Ipv4Class::kOther;
   const auto* ip = reinterpret_cast<const Ipv4Hdr*>(data + l3_offset);
-  if (ip->protocol != kIpProtoUdp) return false;
-  if (setup_.agg.address != 0 && ip->dst.host() == setup_.agg.address) return true;
+  const uint32_t src = ip->src.host();
+  if (src != 0 && (src == setup_.agg.address || src == setup_.agg.result_src_ip)) {
+    return Ipv4Class::kSpoofed;
+  }
+  if (len < l3_offset + sizeof(Ipv4Hdr) + sizeof(UdpHdr)) return Ipv4Class::kOther;
+  if (ip->protocol != kIpProtoUdp) return Ipv4Class::kOther;
+  if (setup_.agg.address != 0 && ip->dst.host() == setup_.agg.address) return Ipv4Class::kAggregation;
   const uint32_t ihl = (ip->version_ihl & 0x0f) * 4u;
-  if (len < l3_offset + ihl + sizeof(UdpHdr)) return false;
+  if (len < l3_offset + ihl + sizeof(UdpHdr)) return Ipv4Class::kOther;
   const auto* udp = reinterpret_cast<const UdpHdr*>(data + l3_offset + ihl);
-  if (udp->dst_port.host() != setup_.agg.udp_port) return false;
-  if (setup_.agg.address == 0) return true;
+  if (udp->dst_port.host() != setup_.agg.udp_port) return Ipv4Class::kOther;
+  if (setup_.agg.address == 0) return Ipv4Class::kAggregation;
   // With an aggregation address, the port trigger takes what workers send to
   // a peer or a parameter node; what a switch or a TAN sends to another
   // switch's address (a TAN below a leaf answering the root) crosses this
   // one at L2 (docs/protocol.md).
   const uint32_t opcode_at = l3_offset + ihl + sizeof(UdpHdr) + offsetof(aggregator::AggHeader, opcode);
-  if (len <= opcode_at) return true;  // too short for a header: the parser counts it
+  if (len <= opcode_at) return Ipv4Class::kAggregation;  // too short for a header: the parser counts it
   const auto opcode = static_cast<aggregator::Opcode>(data[opcode_at]);
-  return opcode != aggregator::Opcode::kResult && opcode != aggregator::Opcode::kPartial &&
-         opcode != aggregator::Opcode::kLate && opcode != aggregator::Opcode::kNotice &&
-         opcode != aggregator::Opcode::kNack;
+  const bool to_another_switch =
+      opcode == aggregator::Opcode::kResult || opcode == aggregator::Opcode::kPartial ||
+      opcode == aggregator::Opcode::kLate || opcode == aggregator::Opcode::kNotice ||
+      opcode == aggregator::Opcode::kNack;
+  return to_another_switch ? Ipv4Class::kOther : Ipv4Class::kAggregation;
 }
 
 void Worker::DrainHandoffs() {
@@ -537,26 +557,34 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
   const bool from_member = opcode != Opcode::kLate && opcode != Opcode::kResult;
   const int member = from_member ? job->LocalIndex(h.node_id.host()) : -1;
   if (source != AggSource::kHandoff) {
-    if (job->key() != h.job_key.host()) {
+    if (opcode == Opcode::kResult) {
+      // Only the job's upstream switch, or at the root its TAN, sends results
+      // here: from the address, MAC and port its hop was resolved to. Results
+      // carry no key (ChunkFields); where they come from is what counts, as
+      // for a member's binding.
+      aggregator::MemberAddr hop;
+      const bool from_hop =
+          job->GetHop(job->is_root() ? aggregator::Job::Hop::kTan : aggregator::Job::Hop::kUpstream,
+                      &hop) &&
+          udp.src_ip == hop.ip && udp.src_port == hop.udp_port && sender.mac48 == hop.mac48 &&
+          in_port == hop.port_index;
+      if (!from_hop) {
+        c.results_refused.Add(1);
+        rte_pktmbuf_free(m);
+        return;
+      }
+    } else if (job->key() != h.job_key.host()) {
       c.key_failures.Add(1);
       setup_.agg.job_counters[job->index()].key_failures.Add(1);
       Nack(m, h, NackReason::kKeyMismatch, sender);
       return;
     }
     if (opcode == Opcode::kLate) {
-      // Late data from below: forwarded unreduced (R9).
+      // Late data from below: forwarded unreduced (docs/stragglers.md).
       ForwardLate(m, *job, header_offset);
       return;
     }
-    if (opcode == Opcode::kResult) {
-      // Only the job's upstream switch, or at the root its TAN, sends results here.
-      const uint32_t expected_ip = job->is_root() ? job->tan_peer().ip : job->upstream().ip;
-      if (expected_ip == 0 || udp.src_ip != expected_ip) {
-        c.results_refused.Add(1);
-        rte_pktmbuf_free(m);
-        return;
-      }
-    } else {
+    if (opcode != Opcode::kResult) {
       if (member < 0) {
         c.rejected.Add(1);
         Nack(m, h, NackReason::kMalformed, sender);
@@ -570,10 +598,22 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
         Nack(m, h, NackReason::kTaskInfoConflict, sender);
         return;
       }
-      // The receiving lcore learns where the member is and how far it got.
+      // The receiving lcore binds the member to where it sends from (or
+      // checks it against its binding), then records how far it got.
       const auto index = static_cast<uint16_t>(member);
-      (void)job->LearnMember(index, sender.mac48, sender.port_index, vlan, udp.src_ip,
-                             udp.src_port);
+      switch (job->BindMember(index, sender, SeenNow(), setup_.agg.rebind_ticks)) {
+        case aggregator::Job::Bind::kKnown:
+        case aggregator::Job::Bind::kBound:
+          break;
+        case aggregator::Job::Bind::kRebound:
+          c.member_rebinds.Add(1);
+          break;
+        case aggregator::Job::Bind::kRefused:
+          c.member_refused.Add(1);
+          setup_.agg.job_counters[job->index()].member_refused.Add(1);
+          Nack(m, h, NackReason::kMemberBound, sender);
+          return;
+      }
       (void)job->UpdateAck(index, h.ack_watermark.host());
       if (opcode == Opcode::kAck) {
         c.acks.Add(1);
@@ -602,9 +642,17 @@ void Worker::HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan, uin
         ForwardLate(m, *job, header_offset);
         return;
       }
+      // A chunk too far ahead of the job's slowest member would take more
+      // slots than the job may hold: refused until the watermark moves.
+      if (!job->SeqAllowed(h.seq.host(), SeenNow(), setup_.agg.rebind_ticks)) {
+        c.slot_quota_refused.Add(1);
+        setup_.agg.job_counters[job->index()].quota_refused.Add(1);
+        Nack(m, h, NackReason::kSlotQuota, sender);
+        return;
+      }
     }
   }
-  const uint32_t index = aggregator::SlotIndex(job->id(), h.seq.host(), setup_.agg.total_slots);
+  const uint32_t index = setup_.agg.regions.Of(job->in_band(), job->slot_offset(), h.seq.host());
   const uint16_t owner = static_cast<uint16_t>(index % setup_.agg.n_workers);
   if (owner != setup_.agg.index) {
     if (rte_ring_mp_enqueue(setup_.agg.handoff[owner], m) == 0) {
@@ -647,8 +695,10 @@ void Worker::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
     if (rte_ring_sp_enqueue_elem(setup_.agg.upcall, &up, sizeof(Upcall)) == 0) {
       c.registration_upcalls.Add(1);
     } else {
+      // More registrations than the control thread takes: "not now", like
+      // a registration over its rate.
       c.registration_ring_full.Add(1);
-      rte_pktmbuf_free(m);
+      Nack(m, h, aggregator::NackReason::kRateLimited, sender);
     }
     return;
   }
@@ -664,8 +714,10 @@ void Worker::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregato
     rte_pktmbuf_free(m);
     return;
   }
-  // The request's header is read before the frame is overwritten.
+  // The request's header is read before the frame is overwritten. Answers
+  // carry no key (ChunkFields).
   aggregator::AggFields f = aggregator::ReadAggFields(request);
+  f.job_key = 0;
   f.opcode = opcode;
   f.aux = static_cast<uint32_t>(reason);
   f.elem_count = 0;
@@ -697,16 +749,33 @@ bool Worker::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,
 
 namespace {
 
+// What SlotReleasable needs to know: the jobs, and the members' clock.
+struct ReleaseContext {
+  const aggregator::JobTable* jobs;
+  uint32_t now;         // Worker::SeenNow()
+  uint32_t gone_ticks;  // WorkerSetup::agg.rebind_ticks
+};
+
 // A slot whose job registration is gone may give way at once; a complete one
 // also once every member acknowledged its result.
 bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                     bool complete) {
-  const auto* jobs = static_cast<const aggregator::JobTable*>(ctx);
-  const aggregator::Job* job = jobs->Find(job_id);
+  const auto& r = *static_cast<const ReleaseContext*>(ctx);
+  const aggregator::Job* job = r.jobs->Find(job_id);
   if (job == nullptr || job->generation() != job_generation) return true;
-  if (!complete) return false;
+  if (!complete) {
+    // An aggregating chunk every current member has moved past is one its
+    // job no longer needs (its members say so; only their own job would
+    // suffer from a lie): it must not keep a slot from anybody else. So a
+    // job holds aggregating slots only within its quota (Job::SeqAllowed).
+    const std::optional<uint32_t> watermark = job->SlotWatermark(r.now, r.gone_ticks);
+    return watermark && aggregator::SeqBefore(seq, *watermark);
+  }
+  // A result stays until every member, gone or not, has it: a member
+  // presumed gone may yet retransmit.
   const std::optional<uint32_t> min_ack = job->MinAck();
-  return min_ack && job->LearnedMembers() == job->members() && aggregator::SeqBefore(seq, *min_ack);
+  return min_ack && aggregator::SeqBefore(seq, *min_ack) &&
+         job->LearnedMembers() == job->members();
 }
 
 }  // namespace
@@ -739,26 +808,53 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
   contribution.elem_count = h.elem_count.host();
   contribution.elem_offset = h.aux.host();
   contribution.payload = pkt.payload;
-  contribution.handle = m;
   contribution.timeout_cycles = job.timeout_cycles();
   if (pkt.opcode == aggregator::Opcode::kPartial) {
     c.partials_received.Add(1);
     contribution.missing = pkt.missing;
     contribution.missing_count = h.missing_count;
   }
-  const uint32_t local = aggregator::SlotIndex(job.id(), seq, setup_.agg.total_slots) /
-                         setup_.agg.n_workers;
-  const aggregator::SlotUpdate u = setup_.agg.slots->Contribute(
-      local, contribution, last_tsc_, SlotReleasable, setup_.agg.jobs);
-  if (u.stale) c.stale_slots.Add(1);
-  for (uint16_t i = 0; i < u.n_evicted; ++i) rte_pktmbuf_free(static_cast<rte_mbuf*>(u.evicted[i]));
   JobCounters& jc = setup_.agg.job_counters[job.index()];
+  const uint32_t local =
+      setup_.agg.regions.Of(job.in_band(), job.slot_offset(), seq) / setup_.agg.n_workers;
+  // An ordered slot keeps its contributions until all are in: a copy in a
+  // hold buffer, never the mbuf, which RX needs back (hold_buffers.h). The
+  // one that completes the slot is reduced at once, from the mbuf.
+  contribution.handle = nullptr;
+  void* held = nullptr;
+  if (contribution.ordered && !setup_.agg.slots->CompletesWith(local, contribution)) {
+    HoldBuffers::Refusal why = HoldBuffers::Refusal::kNone;
+    if (job.HoldAllowed(seq, SeenNow(), setup_.agg.rebind_ticks)) {
+      held = setup_.agg.holds->Take(job, pkt.payload, pkt.payload_len, &why);
+    }
+    if (held == nullptr) {
+      c.hold_refused.Add(1);
+      jc.quota_refused.Add(1);
+      aggregator::MemberAddr addr;
+      if (job.GetMember(contribution.node, &addr)) {
+        Nack(m, h, aggregator::NackReason::kHoldQuota, addr);
+      } else {
+        rte_pktmbuf_free(m);
+      }
+      return;
+    }
+    contribution.payload = HoldBuffers::Data(held);
+    contribution.handle = held;
+  }
+  ReleaseContext release{setup_.agg.jobs, SeenNow(), setup_.agg.rebind_ticks};
+  const aggregator::SlotUpdate u =
+      setup_.agg.slots->Contribute(local, contribution, last_tsc_, SlotReleasable, &release);
+  if (u.stale) c.stale_slots.Add(1);
+  for (uint16_t i = 0; i < u.n_evicted; ++i) setup_.agg.holds->Give(u.evicted[i]);
+  // Held now, or handed back among `released` at completion; else unused.
+  if (held != nullptr && u.outcome != aggregator::SlotOutcome::kHeld &&
+      u.outcome != aggregator::SlotOutcome::kCompleted) {
+    setup_.agg.holds->Give(held);
+  }
   bool keep_mbuf = false;
   aggregator::NackReason refused{0};
   switch (u.outcome) {
     case aggregator::SlotOutcome::kHeld:
-      keep_mbuf = true;
-      [[fallthrough]];
     case aggregator::SlotOutcome::kAccumulated:
       c.contributions.Add(1);
       c.reduced_bytes.Add(pkt.payload_len);
@@ -773,16 +869,11 @@ void Worker::Contribute(rte_mbuf* m, const aggregator::Job& job, const aggregato
       jc.reduced_bytes.Add(pkt.payload_len);
       jc.completions.Add(1);
       SampleOffsets(job, *u.slot, false);
-      // An unordered slot is done with this contribution: it carries the result.
-      keep_mbuf = FinishSlot(job, local, *u.slot, false, u.n_released == 0 ? m : nullptr,
-                             header_offset);
+      // The slot is done with this contribution: it carries the result.
+      keep_mbuf = FinishSlot(job, local, *u.slot, false, m, header_offset);
       RecordCompletion(*u.slot);
       // An ordered slot returns every held contribution, this one included.
-      for (uint16_t i = 0; i < u.n_released; ++i) {
-        auto* held = static_cast<rte_mbuf*>(u.released[i]);
-        if (held == m) keep_mbuf = true;  // freed here, not below
-        rte_pktmbuf_free(held);
-      }
+      for (uint16_t i = 0; i < u.n_released; ++i) setup_.agg.holds->Give(u.released[i]);
       break;
     case aggregator::SlotOutcome::kDuplicateCompleted:
       c.duplicate_results.Add(1);
@@ -843,7 +934,9 @@ aggregator::AggFields Worker::ChunkFields(const aggregator::Job& job, const aggr
   aggregator::AggFields f;
   f.job_id = job.id();
   f.seq = slot.seq();
-  f.job_key = job.key();
+  // No job key: what goes to members carries none, so that a result that
+  // reaches somebody else (a diverted or flooded copy) gives the key away
+  // to nobody. What goes to another switch or the TAN adds it.
   f.elem_count = slot.elem_count();
   f.dtype = slot.dtype();
   f.op = slot.op();
@@ -1092,12 +1185,15 @@ bool Worker::SendPartial(const aggregator::Job& job, const aggregator::Slot& slo
   m->pkt_len = len;
   aggregator::AggFields f = ChunkFields(job, slot);
   f.opcode = aggregator::Opcode::kPartial;
+  f.job_key = job.key();  // the parent switch, or the TAN, checks it
   f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
                                   (slot.ordered() ? aggregator::flags::kOrdered : 0));
   f.node_id = root ? kRootNodeId : job.upstream().node;
-  // The parent frees its complete slots by its members' watermarks: ours
-  // is the smallest of our members'.
-  f.ack_watermark = job.MinAck().value_or(0);
+  // The parent frees its complete slots, and admits chunks under the slot
+  // quota, by its members' watermarks: ours is our slot watermark, the
+  // smallest of our current members' (a member presumed gone keeps only our
+  // own copy of the results it lacks).
+  f.ack_watermark = job.SlotWatermark(SeenNow(), setup_.agg.rebind_ticks).value_or(0);
   (void)aggregator::BuildAggregation(f, missing, static_cast<uint8_t>(n_missing), slot.result(),
                                      slot.result_len(), rte_pktmbuf_mtod(m, uint8_t*), len);
   if (!root) {
@@ -1119,9 +1215,9 @@ bool Worker::SendPartial(const aggregator::Job& job, const aggregator::Slot& slo
 
 void Worker::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset) {
   // The parent frees this job's complete slots by our watermark, the
-  // smallest of our members'; partials carry it, and the last chunks of a
-  // job, which no partial follows, learn it from here.
-  const std::optional<uint32_t> min_ack = job.MinAck();
+  // smallest of our current members' (SendPartial); partials carry it, and
+  // the last chunks of a job, which no partial follows, learn it from here.
+  const std::optional<uint32_t> min_ack = job.SlotWatermark(SeenNow(), setup_.agg.rebind_ticks);
   if (!min_ack || job.LearnedMembers() != job.members() || !job.TakeRelayedAck(*min_ack)) {
     rte_pktmbuf_free(m);
     return;
@@ -1218,8 +1314,8 @@ void Worker::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
     c.incomplete_results.Add(1);
   } else {
     // Kept for members that retransmit, while the slot still holds the chunk.
-    const uint32_t local = aggregator::SlotIndex(job.id(), seq, setup_.agg.total_slots) /
-                           setup_.agg.n_workers;
+    const uint32_t local =
+        setup_.agg.regions.Of(job.in_band(), job.slot_offset(), seq) / setup_.agg.n_workers;
     (void)setup_.agg.slots->CacheResult(local, job.id(), job.generation(), seq, pkt.payload,
                                         pkt.payload_len, (flags & aggregator::flags::kOverflow) != 0);
   }
@@ -1227,6 +1323,8 @@ void Worker::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
   rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
+  // Members get results without the job's key (ChunkFields).
+  rte_pktmbuf_mtod(m, aggregator::AggHeader*)->job_key = common::be64_t{};
   Replicate(job, m, 0, job.members(), static_cast<uint16_t>(seq));
 }
 
@@ -1282,7 +1380,6 @@ void Worker::SendNotice(const aggregator::Job& job, const aggregator::AggHeader&
   f.node_id = request.node_id.host();
   f.job_id = job.id();
   f.seq = request.seq.host();
-  f.job_key = job.key();
   f.aux = static_cast<uint32_t>(kind);
   if (SendHeaderOnly(m, f, to)) c.notices_sent.Add(1);
 }
@@ -1296,8 +1393,8 @@ void Worker::RunTimers() {
     const uint32_t local = expired[i];
     aggregator::SlotUpdate u;
     if (!slots.Expire(local, &u)) continue;
-    // The held contributions are reduced into the slot's result: free them.
-    for (uint16_t k = 0; k < u.n_released; ++k) rte_pktmbuf_free(static_cast<rte_mbuf*>(u.released[k]));
+    // The held contributions are reduced into the slot's result: give them back.
+    for (uint16_t k = 0; k < u.n_released; ++k) setup_.agg.holds->Give(u.released[k]);
     const aggregator::Slot& slot = *u.slot;
     const aggregator::Job* job = setup_.agg.jobs->Find(slot.job_id());
     if (job == nullptr || job->generation() != slot.job_generation()) {

@@ -31,11 +31,13 @@
 
 #include "aggregator/bypass_table.h"
 #include "aggregator/job_table.h"
+#include "aggregator/slot_placement.h"
 #include "aggregator/slot_table.h"
 #include "config/config.h"
 #include "dataplane/counters.h"
 #include "dataplane/fault_injector.h"
 #include "dataplane/forwarding_plan.h"
+#include "dataplane/hold_buffers.h"
 #include "dataplane/mac_table.h"
 #include "dataplane/packet.h"
 
@@ -199,6 +201,14 @@ struct AggregationSetup {
   aggregator::SlotTable* slots = nullptr;  // this worker's share of the slots
   uint32_t reader_id = 0;                  // this worker's QSBR id in the job table
   uint32_t total_slots = 0;                // all workers' slots; a power of two
+  aggregator::SlotRegions regions;         // where each job's chunks live (slot_placement.h)
+  HoldBuffers* holds = nullptr;            // copies of the contributions ordered slots hold
+  // Members are bound to the address they send from (Job::BindMember) on a
+  // clock of TSC >> seen_shift (about a millisecond a tick); a bound address
+  // silent for rebind_ticks is presumed gone: it may be replaced, and its
+  // watermark holds no slot of the job (Job::SlotWatermark; 0: never).
+  uint32_t seen_shift = 21;
+  uint32_t rebind_ticks = 0;
   uint16_t n_workers = 1;
   uint16_t index = 0;                      // this worker's position; owns slots i % n_workers == index
   rte_ring* handoff[config::kMaxWorkers] = {};  // each worker's hand-off ring (MP/SC)
@@ -270,9 +280,12 @@ class alignas(64) Worker {
   enum class AggSource : uint8_t { kRx, kHandoff, kReinject };
 
   void ProcessBurst(uint16_t in_port, rte_mbuf** pkts, uint16_t n, uint32_t now_tick);
-  // Aggregation path. IsAggregation is the cheap test stage 1 runs on every
-  // IPv4 frame; HandleAggregation parses, checks and reduces (or hands off).
-  bool IsAggregation(const uint8_t* data, uint32_t len, uint32_t l3_offset) const;
+  // Aggregation path. ClassifyIpv4 is the cheap test stage 1 runs on every
+  // IPv4 frame: aggregation traffic, a forged source (the switch's own
+  // address), or anything else; HandleAggregation parses, checks and
+  // reduces (or hands off).
+  enum class Ipv4Class : uint8_t { kOther, kAggregation, kSpoofed };
+  Ipv4Class ClassifyIpv4(const uint8_t* data, uint32_t len, uint32_t l3_offset) const;
   // Kept out of line so the L2 loop of ProcessBurst stays small.
   [[gnu::noinline]] void HandleAggregation(rte_mbuf* m, uint16_t in_port, uint16_t vlan,
                                            uint32_t l3_offset, AggSource source);
@@ -336,6 +349,8 @@ class alignas(64) Worker {
   void SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired);
   // The per-lcore token bucket of NACKs and NOTICEs.
   bool AnswerAllowed();
+  // The clock of member bindings and slot quotas (about a millisecond a tick).
+  uint32_t SeenNow() const { return static_cast<uint32_t>(last_tsc_ >> setup_.agg.seen_shift); }
   // Turns `m` into an answer to its sender, in place (header only, no
   // payload), and queues it on the sender's port: a NACK with `reason`, or
   // the echo of an accepted TASK_INFO. NACKs are rate limited per lcore.

@@ -48,6 +48,29 @@ NackText DescribeNack(uint32_t reason) {
     case NackReason::kTaskInfoConflict:
       return {"task info conflict",
               "the switch knows the job with another member count or node count"};
+    case NackReason::kRateLimited:
+      return {"registration rate limited",
+              "the switch takes in-band registrations from this host (or in all) at a bounded "
+              "rate (aggregation.in_band.per_source, .total); declare the job in its config or "
+              "API to skip them"};
+    case NackReason::kInBandFull:
+      return {"in-band jobs full",
+              "the switch holds aggregation.in_band.max_jobs in-band jobs; they expire when idle, "
+              "or declare the job in its config or API"};
+    case NackReason::kSlotQuota:
+      return {"slot quota",
+              "the chunk lies further ahead of the job's slowest member than the job's slot quota "
+              "(aggregation.slots_per_job, in_band.slots_per_job): a member is behind, or "
+              "--window is larger than the quota"};
+    case NackReason::kHoldQuota:
+      return {"hold quota",
+              "the job, or the switch, holds as many ordered contributions as it may "
+              "(aggregation.hold, in_band.held_per_job): a member is behind"};
+    case NackReason::kMemberBound:
+      return {"member bound elsewhere",
+              "the switch has this rank bound to another address (another process sends as "
+              "this rank, or this one restarted): it rebinds after "
+              "aggregation.member_rebind_ms of silence from the old one, or through the API"};
   }
   return {"unknown reason", "a NACK reason this client does not know"};
 }
@@ -72,6 +95,11 @@ Engine::Engine(const ClientOptions& options, UdpSocket socket)
       headroom_(options.headroom.value_or(DefaultHeadroom(options.world))),
       socket_(std::move(socket)),
       next_seq_(options.first_seq) {
+  if (options.local_tan) {
+    local_tan_.sin_family = AF_INET;
+    local_tan_.sin_addr.s_addr = htonl(options.local_tan->ip.addr);
+    local_tan_.sin_port = htons(options.local_tan->port);
+  }
   for (const SwitchAddress& s : options.switches) {
     Lane lane;
     lane.addr.sin_family = AF_INET;
@@ -210,7 +238,8 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
     for (;;) {
       ASSIGN_OR_RETURN(const uint32_t n, socket_.Receive());
       for (uint32_t i = 0; i < n; ++i) {
-        RETURN_IF_ERROR(OnDatagram(lane, phase, socket_.data(i), socket_.length(i)));
+        RETURN_IF_ERROR(
+            OnDatagram(lane, phase, socket_.from(i), socket_.data(i), socket_.length(i)));
       }
       if (n < UdpSocket::kBatch) break;
     }
@@ -317,16 +346,24 @@ uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) con
   return DatagramBytes(phase.dtype, n);
 }
 
-common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const uint8_t* data,
-                                  uint32_t len) {
+common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr_in& from,
+                                  const uint8_t* data, uint32_t len) {
   aggregator::AggPacket pkt;
   if (aggregator::ParseAggregation(data, len, &pkt) != aggregator::WireError::kOk) {
     Bump(counters_.stray_datagrams);
     return common::Status::Ok();
   }
   const AggHeader& h = *pkt.header;
-  // Results carry the job's key, echoes and NACKs the key this client sent.
-  if (h.job_id.host() == options_.job_id && h.job_key.host() == options_.job_key) {
+  // Answers carry no job key (a copy that reaches somebody else gives it
+  // away to nobody): what makes one this rank's is who sent it, the switch
+  // it sends to (which drops frames forged with its addresses), or this
+  // process's own TAN.
+  const bool from_switch = from.sin_addr.s_addr == lane.addr.sin_addr.s_addr &&
+                           from.sin_port == lane.addr.sin_port;
+  const bool from_own_tan = local_tan_.sin_port != 0 &&
+                            from.sin_addr.s_addr == local_tan_.sin_addr.s_addr &&
+                            from.sin_port == local_tan_.sin_port;
+  if (h.job_id.host() == options_.job_id && (from_switch || from_own_tan)) {
     switch (pkt.opcode) {
       case Opcode::kResult:
         if (phase.kind != Phase::Kind::kAnnounce) return OnResult(phase, pkt);
@@ -375,6 +412,7 @@ common::Status Engine::OnResult(const Phase& phase, const aggregator::AggPacket&
   }
   Bump(counters_.results);
   last_progress_ = Clock::now();
+  last_transient_nack_ = 0;
   const uint32_t m = phase.chunk_map != nullptr ? phase.chunk_map[k] : k;
   const uint32_t n = ChunkLength(phase, m);
   const uint16_t result_flags = h.flags.host();
@@ -420,18 +458,26 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
     return common::Status::Ok();
   }
   const uint32_t reason = h.aux.host();
-  if (reason == static_cast<uint32_t>(NackReason::kUnknownJob) &&
-      options_.task_info == TaskInfoMode::kControlUnit && options_.rank != 0) {
-    // Rank 0's announcement has not registered the job yet; the chunk goes
-    // again on its retransmission timer.
+  const auto why = static_cast<NackReason>(reason);
+  // "Not now": rank 0's announcement has not registered the job yet, or the
+  // switch refuses this chunk for the moment (a rate, a quota, a binding).
+  // The chunk goes again on its retransmission timer; if nothing moves, the
+  // stall message says why.
+  const bool transient =
+      (why == NackReason::kUnknownJob && options_.task_info == TaskInfoMode::kControlUnit &&
+       options_.rank != 0) ||
+      why == NackReason::kRateLimited || why == NackReason::kSlotQuota ||
+      why == NackReason::kHoldQuota || why == NackReason::kMemberBound;
+  if (transient) {
     Bump(counters_.transient_nacks);
+    last_transient_nack_ = reason;
     return common::Status::Ok();
   }
   const NackText text = DescribeNack(reason);
   std::string message = "switch " + lane.name + " refused job " + std::to_string(options_.job_id) +
                         " (rank " + std::to_string(options_.rank) + ", seq " + std::to_string(seq) +
                         "): " + text.name + " (NACK " + std::to_string(reason) + "): " + text.hint;
-  if (reason == static_cast<uint32_t>(NackReason::kJobTableFull)) {
+  if (why == NackReason::kJobTableFull || why == NackReason::kInBandFull) {
     return common::ResourceExhausted(std::move(message));
   }
   return common::FailedPrecondition(std::move(message));
@@ -464,11 +510,16 @@ std::string Engine::StallMessage(const Lane& lane, const Phase& phase) const {
            std::to_string(resends) +
            " retransmissions): the switch is unreachable, or its in-band registration is off";
   }
+  std::string why = "the switch is unreachable, or a member of the job stopped sending";
+  if (last_transient_nack_ != 0) {
+    const NackText text = DescribeNack(last_transient_nack_);
+    why = std::string("the switch last refused a chunk: ") + text.name + " (NACK " +
+          std::to_string(last_transient_nack_) + "): " + text.hint;
+  }
   return "no result from switch " + lane.name + " for " + ms + " ms: job " +
          std::to_string(options_.job_id) + ", rank " + std::to_string(options_.rank) +
          ", chunk seq " + std::to_string(window_.Seq(k)) + " unanswered after " +
-         std::to_string(resends) +
-         " retransmissions (the switch is unreachable, or a member of the job stopped sending)";
+         std::to_string(resends) + " retransmissions (" + why + ")";
 }
 
 }  // namespace aggswitch::client::internal

@@ -118,7 +118,8 @@ class Engine {
   void PlanSends(Lane& lane, const Phase& phase, Clock::time_point now);
   // Writes chunk k's datagram into its window buffer; returns its length.
   uint32_t BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) const;
-  common::Status OnDatagram(Lane& lane, const Phase& phase, const uint8_t* data, uint32_t len);
+  common::Status OnDatagram(Lane& lane, const Phase& phase, const sockaddr_in& from,
+                            const uint8_t* data, uint32_t len);
   common::Status OnResult(const Phase& phase, const aggregator::AggPacket& pkt);
   common::Status OnNack(const Lane& lane, const aggregator::AggHeader& h);
   void SendAck(Lane& lane);
@@ -135,6 +136,8 @@ class Engine {
   const int headroom_;
   UdpSocket socket_;
   std::vector<Lane> lanes_;
+  sockaddr_in local_tan_{};  // ClientOptions::local_tan; port 0: none
+  uint32_t last_transient_nack_ = 0;  // the reason of the last "not now" NACK (StallMessage)
   SendWindow window_;
   SendWindow::Params window_params_;
   std::unique_ptr<uint8_t[]> send_buffers_;  // one datagram per window entry

@@ -132,6 +132,34 @@ wait_switch() {
   return 1
 }
 
+# run_switch AGGSWITCH CONFIG PORT LOG: starts aggswitch on CONFIG in the
+# background (tracked for the cleanup) with its HTTP API on 127.0.0.1:PORT and
+# its output in LOG, and waits until that very process answers there
+# (wait_switch). Sets SWITCH_PID. Returns 1, saying why and showing the log,
+# when the port is taken by another process or the switch does not come up.
+run_switch() {
+  local aggswitch="$1" config="$2" port="$3" log="$4"
+  http_port_free "$port" || return 1
+  "$aggswitch" --config "$config" --log-level info >"$log" 2>&1 &
+  SWITCH_PID=$!
+  topo_track_pid "$SWITCH_PID"
+  if ! wait_switch "$SWITCH_PID" "http://127.0.0.1:$port" 30; then
+    echo "aggswitch did not come up; its log:"
+    cat "$log"
+    return 1
+  fi
+}
+
+# job_placement URL JOB: "FIRST SIZE BASE" of JOB at the switch at URL (its
+# slot region and the slot of its sequence number 0, GET /api/v1/jobs/JOB):
+# chunk s takes slot FIRST + (BASE - FIRST + s) mod SIZE.
+job_placement() {
+  curl -fsS -m 2 "$1/api/v1/jobs/$2" | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["placement"]
+print(p["first"], p["size"], p["base"])'
+}
+
 # wait_http URL [SECONDS]: polls until URL answers 200.
 wait_http() {
   local url="$1" limit="${2:-30}" i

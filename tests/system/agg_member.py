@@ -7,7 +7,8 @@ address, retransmits every 200 ms until the result arrives, and checks it:
     agg_member.py --switch 10.0.10.253 --job 5 --key 0x5eed --node 0 --members 2 \
                   --seq 1 --values 1,2,3 --expect 11,22,33
 
-With --task-info the contribution carries its task info (TASK_INFO flag,
+It sends from UDP port 40000 + node (--bind-port), the address the switch
+binds the member to. With --task-info the contribution carries its task info (TASK_INFO flag,
 expected = --members, node_count = 1), so the switch registers an unknown job
 in-band. A NACK is reported with its reason and ends the member.
 
@@ -25,7 +26,8 @@ HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBI")  # 48 bytes, docs/protocol.md
 FLAG_RETRANSMISSION = 1 << 1
 FLAG_TASK_INFO = 1 << 7
 NACK_REASONS = {1: "unknown job", 2: "key mismatch", 3: "malformed", 4: "job table full",
-                5: "type mismatch", 6: "task info conflict"}
+                5: "type mismatch", 6: "task info conflict", 7: "rate limited",
+                8: "in-band jobs full", 9: "slot quota", 10: "hold quota", 11: "member bound"}
 
 
 def main():
@@ -41,12 +43,16 @@ def main():
     ap.add_argument("--expect", required=True)
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--task-info", action="store_true")
+    # The switch binds a member to the address it first sent from; one
+    # member's runs use one UDP port, as one client process would.
+    ap.add_argument("--bind-port", type=int, default=None,
+                    help="local UDP port (default 40000 + node)")
     a = ap.parse_args()
     values = [int(v) for v in a.values.split(",")]
     expect = [int(v) for v in a.expect.split(",")]
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("0.0.0.0", 0))
+    sock.bind(("0.0.0.0", a.bind_port if a.bind_port is not None else 40000 + a.node))
     sock.settimeout(0.2)
     payload = struct.pack("<%di" % len(values), *values)
     deadline = time.monotonic() + a.timeout

@@ -93,16 +93,17 @@ aggregation:
   slots: $SLOTS
   in_band_registration: true
   stale_slot_ms: $STALE_SLOT_MS
+  # The jobs run two at a time under faults: declared, so that the test can
+  # read where their chunks land (far_apart) and keep them out of each
+  # other's slots.
+  jobs:
+    - {id: 404, key: "0x5eed", members: 4}
+    - {id: 405, key: "0x5eed", members: 4}
+    - {id: 804, key: "0x5eed", members: 4}
+    - {id: 805, key: "0x5eed", members: 4}
 EOF
   } >"$WORK/$name.yaml"
-  http_port_free "$HTTP_PORT" || return 1
-  "$AGGSWITCH" --config "$WORK/$name.yaml" --log-level info >"$SWITCH_LOG" 2>&1 &
-  SWITCH_PID=$!
-  topo_track_pid "$SWITCH_PID"
-  if ! wait_switch "$SWITCH_PID" "http://127.0.0.1:$HTTP_PORT" 30; then
-    echo "aggswitch ($name) did not come up; its log:"; cat "$SWITCH_LOG"
-    return 1
-  fi
+  run_switch "$AGGSWITCH" "$WORK/$name.yaml" "$HTTP_PORT" "$SWITCH_LOG"
 }
 
 stop_switch() {
@@ -197,15 +198,21 @@ two_jobs() {
   return $rc
 }
 
-# slot_base JOB: the slot of JOB's sequence number 0 (aggregator::SlotIndex).
-slot_base() {
-  local mix=$((($1 * 0x9e3779b1) & 0xffffffff))
-  echo $(((mix ^ (mix >> 16)) & (SLOTS - 1)))
+# far_seq JOB_A JOB_B: a first sequence number for JOB_B that puts its
+# chunks half their slot region away from JOB_A's (which starts at 0): both
+# are config jobs, whose placement the switch shows (GET /api/v1/jobs/<id>).
+far_seq() {
+  local first size base_a base_b
+  read -r first size base_a <<<"$(job_placement "http://127.0.0.1:$HTTP_PORT" "$1")"
+  read -r _ _ base_b <<<"$(job_placement "http://127.0.0.1:$HTTP_PORT" "$2")"
+  echo $(((base_a - first + size / 2 - (base_b - first) + size) % size))
 }
 
-# far_seq JOB_A JOB_B: a first sequence number for JOB_B that puts its chunks
-# half the slot space away from JOB_A's.
-far_seq() { echo $((($(slot_base "$1") + SLOTS / 2 - $(slot_base "$2") + SLOTS) % SLOTS)); }
+# two_jobs_apart NAME_A WORLD_A JOB_A "OPTIONS_A" NAME_B WORLD_B JOB_B "OPTIONS_B":
+# two_jobs, B starting at far_seq A B.
+two_jobs_apart() {
+  two_jobs "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8 --first-seq $(far_seq "$3" "$7")"
+}
 
 # json_sum FIELD NAME...: client.FIELD summed over every rank summary of the
 # runs NAME...
@@ -382,8 +389,8 @@ faulty_level() {
   scenario "$p" "$prob" "f$p-half" "N=2: float16 sum, 1 MiB x 4" \
     allreduce "f$p-half" 2 $((job + 3)) --dtype float16 --op sum --size 1M --iterations 4
   scenario "$p" "$prob" "f$p-two" "two jobs at once: float32 ordered and bfloat16 sum, N=4 each" \
-    two_jobs "f$p-ordered" 4 $((job + 4)) "--dtype float32 --op sum --size $size --iterations 2 --float-mode ordered" \
-             "f$p-bf16" 4 $((job + 5)) "--dtype bfloat16 --op sum --size $size --iterations 2 --first-seq $(far_seq $((job + 4)) $((job + 5)))"
+    two_jobs_apart "f$p-ordered" 4 $((job + 4)) "--dtype float32 --op sum --size $size --iterations 2 --float-mode ordered" \
+                   "f$p-bf16" 4 $((job + 5)) "--dtype bfloat16 --op sum --size $size --iterations 2"
   scenario "$p" "$prob" "f$p-bool" "N=8: bool and, 256 KiB x 2" \
     allreduce "f$p-bool" 8 $((job + 6)) --dtype bool --op and --size 256K --iterations 2
   runs=("f$p-fixed" "f$p-int32" "f$p-half" "f$p-ordered" "f$p-bf16" "f$p-bool")

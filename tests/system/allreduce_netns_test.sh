@@ -56,13 +56,8 @@ aggregation:
   jobs: [{id: 5, key: "0x5eed", members: 4}]
 EOF
 
-http_port_free "$HTTP_PORT" || { fail "the test's HTTP port is taken"; finish; exit 1; }
-"$AGGSWITCH" --config "$WORK/switch.yaml" --log-level info >"$WORK/aggswitch.log" 2>&1 &
-SWITCH_PID=$!
-topo_track_pid "$SWITCH_PID"
-if ! wait_switch "$SWITCH_PID" "http://127.0.0.1:$HTTP_PORT" 30; then
-  fail "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
-  finish; exit 1
+if ! run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/aggswitch.log"; then
+  fail "aggswitch did not come up"; finish; exit 1
 fi
 
 # allreduce NAME WORLD JOB [AGG-WORKER OPTIONS]: ranks 0..WORLD-1 in w0.., each

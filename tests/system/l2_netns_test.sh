@@ -68,13 +68,8 @@ write_config ""
 
 check "config validates" "$AGGSWITCH" --config "$WORK/switch.yaml" --check-config
 
-http_port_free "$HTTP_PORT" || { fail "the test's HTTP port is taken"; finish; exit 1; }
-"$AGGSWITCH" --config "$WORK/switch.yaml" --log-level info >"$WORK/aggswitch.log" 2>&1 &
-SWITCH_PID=$!
-topo_track_pid "$SWITCH_PID"
-if ! wait_switch "$SWITCH_PID" "http://127.0.0.1:$HTTP_PORT" 30; then
-  fail "aggswitch did not come up; its log:"; cat "$WORK/aggswitch.log"
-  finish; exit 1
+if ! run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/aggswitch.log"; then
+  fail "aggswitch did not come up"; finish; exit 1
 fi
 # aggctl's changes (jobs add/rm) carry the token the switch created.
 export AGGCTL_TOKEN_FILE="$WORK/api.token"

@@ -162,6 +162,12 @@ aggregation:
   udp_port: $PORT
   in_band_registration: false
   slots: $SLOTS
+  # One secret on the three switches: a job's chunks take the same slots on
+  # each (slot_of).
+  slot_secret: "0x7ee57ee57ee57ee50000000000000007"
+  # Each run's ranks are new processes (new UDP ports) of the same jobs:
+  # they rebind once the old ones are a moment silent.
+  member_rebind_ms: 100
   max_fan_in: 16
   max_jobs: 16
   timeout_ms: $timeout
@@ -327,7 +333,8 @@ job_metric() {
 COUNTERS=(contributions completions partials_sent partials_received partials_resent
   first_data_sent timeouts late_flagged late_no_entry late_self_flagged late_forwarded late_no_tan
   results_down results_refused unresolved_next_hop missing_list_overflow bypass_created
-  bypass_matched bypass_expired bypass_full collisions nacks_sent notices_sent acks_relayed acks)
+  bypass_matched bypass_expired bypass_full collisions nacks_sent notices_sent acks_relayed acks
+  key_failures member_refused member_rebinds slot_quota_refused hold_refused)
 declare -A SNAP=()
 # snapshot: every counter of every switch, for delta.
 snapshot() {
@@ -645,9 +652,16 @@ elapsed
 
 # --- 4. A forwarded slot gives way while its straggler is still missing.
 # slot_of JOB SEQ: aggregator::SlotIndex.
+# The switches share aggregation.slot_secret, so leaf A's placement is every
+# switch's.
 slot_of() {
-  local mix=$((($1 * 0x9e3779b1) & 0xffffffff))
-  echo $((($2 + (mix ^ (mix >> 16))) & (SLOTS - 1)))
+  local first size base
+  read -r first size base <<<"$(placement_at leafa "$1")"
+  echo $((first + (base - first + $2) % size))
+}
+# placement_at SWITCH JOB: "FIRST SIZE BASE" (job_placement) from SWITCH's API.
+placement_at() {
+  topo_exec "$1" bash -c "source '$HERE/../lib/topology.sh'; job_placement http://127.0.0.1:${HTTP[$1]} $2"
 }
 # slot_holder SWITCH INDEX: "job J seq S count/expected state" of the slot, or "free".
 slot_holder() {
@@ -662,7 +676,9 @@ slot_reuse() {
   s7=${NEXT_SEQ[7]}
   target=$(slot_of 7 "$s7")
   s8=${NEXT_SEQ[8]}
-  s8=$((s8 + ((target - $(slot_of 8 "$s8") + SLOTS) % SLOTS)))
+  local size
+  read -r _ size _ <<<"$(placement_at leafa 8)"
+  s8=$((s8 + ((target - $(slot_of 8 "$s8") + size) % size)))
   say "job 7 seq $s7 and job 8 seq $s8 both use slot $target"
   t0=$(date +%s%N)
   # One chunk (256 int32); rank 2 comes 4 s late: time for job 8 even on a
@@ -679,10 +695,12 @@ slot_reuse() {
   expect spine first_data_sent -ge 1 || rc=1
   expect_gauge leafa slot_timers -eq 0 || rc=1
   with FIRST_SEQ="$s8" allreduce quick 8 --dtype int32 --size 1K || { echo "job 8 failed"; rc=1; }
-  say "job 8 done after $((($(date +%s%N) - t0) / 1000000)) ms; slot $target holds: leaf A" \
+  # Job 7's ranks are counted at once: the notes below take a while.
+  local done_ms=$((($(date +%s%N) - t0) / 1000000))
+  for pid in ${RANK_PIDS[slow]}; do kill -0 "$pid" 2>/dev/null && alive=$((alive + 1)); done
+  say "job 8 done after $done_ms ms; slot $target holds: leaf A" \
     "$(slot_holder leafa "$target"), leaf B $(slot_holder leafb "$target"), spine" \
     "$(slot_holder spine "$target")"
-  for pid in ${RANK_PIDS[slow]}; do kill -0 "$pid" 2>/dev/null && alive=$((alive + 1)); done
   say "job 7 ranks still waiting then: $alive of 8"
   [ "$alive" -eq 8 ] || { echo "job 7 ended before its straggler came"; rc=1; }
   for s in leafa leafb spine; do

@@ -163,14 +163,14 @@ TEST(EngineTest, ChecksEveryHeaderFieldOfAResult) {
     f.opcode = aggregator::Opcode::kResult;
     f.job_id = 1;
     f.seq = 0;
-    f.job_key = cfg.key;
+    f.job_key = 0;  // results carry no key
     f.elem_count = cfg.elems;
     change(f);
     const Frame fr = sw.Result(f, Frame(4 * f.elem_count, 0), 0);
     engine.OnFrame(fr.data(), static_cast<uint32_t>(fr.size()));
   };
   auto errors = [&engine](GenError e) { return engine.counters().errors[static_cast<size_t>(e)]; };
-  result([](aggregator::AggFields& f) { f.job_key ^= 1; });
+  result([&cfg](aggregator::AggFields& f) { f.job_key = cfg.key; });
   EXPECT_EQ(errors(GenError::kHeader), 1u);
   EXPECT_STREQ(engine.details()[0].field, "job_key");
   result([](aggregator::AggFields& f) {

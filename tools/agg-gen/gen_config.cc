@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "aggregator/slot_table.h"
+#include "aggregator/slot_placement.h"
 
 namespace aggswitch::tools {
 
@@ -38,9 +38,11 @@ Status ValidateSlots(const GenConfig& cfg) {
   // Jobs advance in lockstep (engine.h), so job j always holds slots
   // start(j) + [G - window, G + window) for a common G: two jobs whose starts
   // are closer than 2 * window would collide.
+  if (!cfg.slot_secret) return Status::Ok();  // where the jobs start is the switch's secret
+  const aggregator::SlotRegion region = aggregator::SlotRegion::Make(0, cfg.slots);
   std::vector<uint32_t> start(cfg.jobs);
   for (uint32_t j = 0; j < cfg.jobs; ++j) {
-    start[j] = aggregator::SlotIndex(cfg.job_base + j, 0, cfg.slots);
+    start[j] = region.Of(aggregator::SlotOffset(*cfg.slot_secret, cfg.job_base + j), 0);
   }
   for (uint32_t a = 0; a < cfg.jobs; ++a) {
     for (uint32_t b = a + 1; b < cfg.jobs; ++b) {

@@ -16,11 +16,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "aggregator/types.h"
 #include "aggregator/wire.h"
 #include "common/net_addr.h"
+#include "common/siphash.h"
 #include "common/status.h"
 
 namespace aggswitch::tools {
@@ -53,7 +55,13 @@ struct GenConfig {
   uint32_t window = 32;        // chunks in flight per worker and job
   uint32_t timeout_ms = 50;    // retransmit a chunk whose answer is this late
   uint32_t give_up_ms = 3000;  // end the run as failed when no chunk completes for this long
-  uint32_t slots = 4096;       // the switch's aggregation.slots (collision check)
+  // The slots of the switch's region the jobs' chunks use (collision check):
+  // aggregation.slots with in-band registration off, else aggregation.slots
+  // minus aggregation.in_band.slots (aggregator/slot_placement.h).
+  uint32_t slots = 4096;
+  // The switch's aggregation.slot_secret: with it, the check also knows
+  // where each job starts; without it, only how much the jobs take.
+  std::optional<common::SipKey> slot_secret;
 
   // When the run ends: whichever comes first; neither set = at SIGINT/SIGTERM.
   double duration_s = 0;  // 0: no time limit
@@ -71,8 +79,9 @@ struct GenConfig {
 // Every range and cross-field check, including the slot check: a job's chunks
 // occupy at most 2 * window consecutive slots of the switch (window in flight,
 // up to window more held until every member's ack passes them), so the jobs
-// together must take at most half of `slots`, and no two jobs may start within
-// 2 * window slots of each other (aggregator::SlotIndex). [any]
+// together must take at most half of `slots`, and, with the slot secret, no
+// two jobs may start within 2 * window slots of each other
+// (aggregator/slot_placement.h). [any]
 common::Status ValidateGenConfig(const GenConfig& cfg);
 
 // Emulated worker w's addresses. [any]

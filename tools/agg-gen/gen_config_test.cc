@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "aggregator/slot_table.h"
+#include "aggregator/slot_placement.h"
 
 namespace aggswitch::tools {
 namespace {
@@ -39,12 +39,13 @@ TEST(GenConfigTest, RejectsJobsWhoseChunksWouldShareSlots) {
   GenConfig cfg;
   cfg.window = 32;
   cfg.jobs = 2;
+  cfg.slot_secret = common::SipKey{0x5eed, 0xcafe};
   // Two neighbouring job ids whose first slots lie closer than 2 * window,
   // and two that lie further apart.
-  auto distance = [&cfg](uint32_t id) {
-    const uint32_t d =
-        (aggregator::SlotIndex(id + 1, 0, cfg.slots) - aggregator::SlotIndex(id, 0, cfg.slots)) &
-        (cfg.slots - 1);
+  const aggregator::SlotRegion region = aggregator::SlotRegion::Make(0, cfg.slots);
+  auto start = [&](uint32_t id) { return region.Of(aggregator::SlotOffset(*cfg.slot_secret, id), 0); };
+  auto distance = [&](uint32_t id) {
+    const uint32_t d = (start(id + 1) - start(id) + cfg.slots) % cfg.slots;
     return std::min(d, cfg.slots - d);
   };
   uint32_t close = 1, apart = 1;

@@ -70,6 +70,7 @@ struct CliText {
   std::string switch_ip = "10.0.10.253";
   std::string src_mac = "02:a9:9c:01:00:00";
   std::string src_ip = "10.0.10.10";
+  std::string slot_secret;
 };
 
 // Options beyond GenConfig: where the run goes and what it reports.
@@ -110,6 +111,13 @@ common::Status ApplyText(const CliText& t, GenConfig& cfg) {
   RETURN_IF_ERROR(mac("--src-mac", t.src_mac, cfg.src_mac));
   RETURN_IF_ERROR(ip("--switch-ip", t.switch_ip, cfg.switch_ip));
   RETURN_IF_ERROR(ip("--src-ip", t.src_ip, cfg.src_ip));
+  if (!t.slot_secret.empty()) {
+    cfg.slot_secret = common::SipKey::Parse(t.slot_secret);
+    if (!cfg.slot_secret) {
+      return common::InvalidArgument("--slot-secret: expected \"0x\" and 32 hex digits, got \"" +
+                                     t.slot_secret + "\"");
+    }
+  }
   return ValidateGenConfig(cfg);
 }
 
@@ -268,8 +276,13 @@ int Main(int argc, char** argv) {
                  "Fail the run when no chunk is answered at every worker for this long")
       ->capture_default_str();
   app.add_option("--slots", cfg.slots,
-                 "The switch's aggregation.slots, to check that the jobs' chunks cannot collide")
+                 "Slots of the switch's region the jobs use (aggregation.slots, minus "
+                 "aggregation.in_band.slots with in-band registration on), to check that the "
+                 "jobs' chunks cannot collide")
       ->capture_default_str();
+  app.add_option("--slot-secret", text.slot_secret,
+                 "The switch's aggregation.slot_secret: the check then also knows where each job "
+                 "starts");
   app.add_option("--duration", cfg.duration_s, "Stop sending after this many seconds (0: no limit)")
       ->capture_default_str();
   app.add_option("--chunks", cfg.chunks,

@@ -68,6 +68,7 @@ class TestSwitch {
     f.flags = 0;
     f.node_id = 0;
     f.ack_watermark = 0;
+    f.job_key = 0;  // as aggswitch: results carry no key
     if (!c.seen.insert(node).second) {
       // A retransmission: a complete chunk answers it from its result.
       if (c.done) out.push_back(Result(f, c.result, node));

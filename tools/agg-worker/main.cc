@@ -314,6 +314,10 @@ int Run(const RunConfig& cfg, const CliText& text) {
       return kExitUsage;
     }
     tan = std::move(*opened);
+    // Its results for this rank come from its socket (127.0.0.1 when it
+    // listens on every address and sends over loopback).
+    const uint32_t tan_ip = cfg.tan.listen.ip.addr != 0 ? cfg.tan.listen.ip.addr : 0x7f000001;
+    with_tan.local_tan = client::SwitchAddress{common::Ipv4Addr{tan_ip}, tan->port()};
     tan_thread = std::thread([&] { tan_status = tan->Run(tan_stop); });
     if (cfg.tan_keeps_own) {
       with_tan.offer_to_local_tan = [server = tan.get()](const uint8_t* d, uint32_t n) {

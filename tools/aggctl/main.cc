@@ -11,6 +11,7 @@
 //                   [--tan-strategy S --tan-candidate ADDR[:PORT][,hops=H]... | --tan-self]
 //                   [--tan-member N]
 //   aggctl jobs rm ID
+//   aggctl jobs unbind ID NODE
 //   aggctl slots [--job 7] [--limit 1000]
 //   aggctl bypass [--job 7] [--limit 1000]
 //   aggctl stragglers --job 7 (--top N | --over SECONDS) [--ops K] [--apply | --clear]
@@ -1187,6 +1188,20 @@ int Main(int argc, char** argv) {
     target = "/api/v1/jobs/" + std::to_string(*o.job_id);
     print = [](const json&) {};
   });
+  uint16_t unbind_node = 0;
+  CLI::App* jobs_unbind = jobs->add_subcommand(
+      "unbind", "forget the address a member is bound to (a restarted rank); its next datagram binds it");
+  jobs_unbind->add_option("ID", o.job_id, "the job")
+      ->required()
+      ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
+  jobs_unbind->add_option("NODE", unbind_node, "the member's node id (its rank)")
+      ->required()
+      ->check(CLI::Range(0, 65534));
+  jobs_unbind->callback([&] {
+    method = "DELETE";
+    target = "/api/v1/jobs/" + std::to_string(*o.job_id) + "/members/" + std::to_string(unbind_node);
+    print = [](const json&) {};
+  });
 
   uint32_t straggler_job = 0;
   std::optional<uint32_t> straggler_top;
@@ -1297,7 +1312,11 @@ int Main(int argc, char** argv) {
   }
   const int rc = Run(o, method, target, request_body, print);
   if (rc == 0 && method == "DELETE" && !o.json) {
-    std::cout << "removed job " << *o.job_id << '\n';
+    if (jobs_unbind->parsed()) {
+      std::cout << "unbound member " << unbind_node << " of job " << *o.job_id << '\n';
+    } else {
+      std::cout << "removed job " << *o.job_id << '\n';
+    }
   }
   return rc;
 }

@@ -19,10 +19,12 @@
 
 #include "aggregator/job_table.h"
 #include "common/log.h"
+#include "common/siphash.h"
 #include "common/version.h"
 #include "config/loader.h"
 #include "control/control_loop.h"
 #include "control/http_server.h"
+#include "control/in_band_admission.h"
 #include "control/job_control.h"
 #include "control/telemetry.h"
 #include "control/tree_control.h"
@@ -81,6 +83,16 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
     AGG_LOG(kError, "aggregation: %s", job_table.status().message().c_str());
     return 1;
   }
+  // The slot placement's secret: the config's (labs, benchmarks), else a
+  // fresh one, so that nobody outside can tell where a job's chunks land.
+  const std::optional<common::SipKey> secret = cfg.aggregation.slot_secret.empty()
+                                                   ? common::SipKey::Random()
+                                                   : common::SipKey::Parse(cfg.aggregation.slot_secret);
+  if (!secret) {
+    AGG_LOG(kError, "aggregation: cannot draw a random slot secret from the kernel");
+    return 1;
+  }
+  (*job_table)->SetSlotSecret(*secret);
   if (auto status = control::AddConfigJobs(**job_table, cfg.aggregation, rte_get_tsc_hz()); !status.ok()) {
     AGG_LOG(kError, "aggregation: %s", status.message().c_str());
     return 1;
@@ -92,6 +104,9 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   job_options.config = cfg;
   job_options.tsc_hz = rte_get_tsc_hz();
   control::JobControl job_control(**job_table, std::move(job_options));
+  control::InBandAdmission admission(**job_table,
+                                     control::InBandAdmission::OptionsFrom(cfg.aggregation));
+  job_control.SetInBandAdmission(&admission);
 
   auto dp = dataplane::Dataplane::Create(cfg, cfg.aggregation.enabled ? job_table->get() : nullptr);
   if (!dp.ok()) {
@@ -151,7 +166,9 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   AGG_LOG(kInfo, "aggswitch %s running: %zu ports, %zu workers; metrics at http://%s/metrics",
           common::Version(), cfg.ports.size(), cfg.workers.size(), cfg.http.listen.c_str());
 
-  control::ControlLoop loop(**dp, cfg, config_path, &job_control, tree.get());
+  // In-band jobs expire on the clock their members' datagrams are stamped with.
+  admission.SetClock([&dp = **dp] { return dp.SeenTick(); }, (*dp)->MillisecondsToTicks(1000));
+  control::ControlLoop loop(**dp, cfg, config_path, &job_control, tree.get(), &admission);
   loop.Run();
 
   AGG_LOG(kInfo, "stopping: waiting for workers to finish their burst");

@@ -38,6 +38,11 @@ local nack_reason_names = {
   [4] = "job table full",
   [5] = "dtype/op differs from the job's",
   [6] = "task info conflicts with the job's",
+  [7] = "rate limited",
+  [8] = "in-band jobs full",
+  [9] = "slot quota",
+  [10] = "hold quota",
+  [11] = "member bound to another address",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.

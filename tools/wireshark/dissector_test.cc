@@ -390,8 +390,13 @@ TEST_F(DissectorTest, DecodesEveryFieldOfEveryDatagramKind) {
   v2[2] = 2;
   frames.push_back(UdpFrame(v2, kWorker, kSwitch, 40001, 40002));
 
+  // 12: NACK, reason 11 (member bound): a "not now" reason.
+  AggFields bound = nack;
+  bound.aux = static_cast<uint32_t>(NackReason::kMemberBound);
+  frames.push_back(UdpFrame(Datagram(bound, {}, {}), kSwitch, kWorker, kAggUdpPort, kWorkerPort));
+
   const std::vector<Row> rows = Decode(frames);
-  ASSERT_EQ(rows.size(), 11u);
+  ASSERT_EQ(rows.size(), 12u);
 
   {
     SCOPED_TRACE("contribution, float32");
@@ -515,6 +520,13 @@ TEST_F(DissectorTest, DecodesEveryFieldOfEveryDatagramKind) {
     EXPECT_EQ(r["_ws.col.Info"], "NACK job=7 seq=42 node=3 reason=key mismatch");
     EXPECT_EQ(r["aggswitch.opcode"], "9");
     EXPECT_EQ(r["aggswitch.aux"], "2");
+    EXPECT_EQ(r["_ws.expert.message"], "");
+  }
+  {
+    SCOPED_TRACE("nack, member bound");
+    Row r = rows[11];
+    EXPECT_EQ(r["_ws.col.Info"], "NACK job=7 seq=42 node=3 reason=member bound to another address");
+    EXPECT_EQ(r["aggswitch.aux"], "11");
     EXPECT_EQ(r["_ws.expert.message"], "");
   }
   {
