@@ -1,6 +1,8 @@
 // The scalar reference kernels (the specification) and the run-time dispatch.
 #include "aggregator/reduce.h"
 
+#include <cpuid.h>
+
 #include <atomic>
 #include <bit>
 #include <climits>
@@ -297,6 +299,15 @@ const char* ReduceIsaName(ReduceIsa isa) {
   return "unknown";
 }
 
+namespace {
+// F16C from CPUID leaf 1 (ECX bit 29): clang before 16 does not know "f16c"
+// in __builtin_cpu_supports. The OS saving YMM state is covered by "avx2".
+bool HasF16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+
 bool ReduceIsaSupported(ReduceIsa isa) {
   // libgcc's probe also checks that the OS saves YMM/ZMM state (XGETBV). The explicit
   // init makes this safe even from a static constructor that runs before libgcc's.
@@ -305,7 +316,7 @@ bool ReduceIsaSupported(ReduceIsa isa) {
     case ReduceIsa::kScalar:
       return true;
     case ReduceIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && HasF16c();
     case ReduceIsa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");

@@ -40,3 +40,27 @@ function(agg_bench)
   add_executable(${A_NAME} ${A_SRCS})
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} benchmark::benchmark benchmark::benchmark_main)
 endfunction()
+
+# A libFuzzer harness (tests/fuzz, configure with -DAGG_FUZZ=ON and clang): the
+# executable, linked with libFuzzer's main, and a ctest test labelled "fuzz"
+# that runs it for AGG_FUZZ_SECONDS over a temporary copy of its seed corpus
+# (tests/fuzz/run_fuzz.sh) and fails on any finding; crash inputs are kept in
+# findings/<name>/ beside the binary. The umbrella target "fuzz" builds them all.
+#
+#   agg_fuzz(NAME wire_fuzz SRCS wire_fuzz.cc DEPS agg_wire)
+function(agg_fuzz)
+  cmake_parse_arguments(A "" "NAME" "SRCS;DEPS" ${ARGN})
+  if(NOT AGG_FUZZ)
+    return()
+  endif()
+  add_executable(${A_NAME} ${A_SRCS})
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+  target_link_options(${A_NAME} PRIVATE -fsanitize=fuzzer)
+  add_dependencies(fuzz ${A_NAME})
+  add_test(NAME ${A_NAME}
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/fuzz/run_fuzz.sh $<TARGET_FILE:${A_NAME}>
+                   --seconds ${AGG_FUZZ_SECONDS})
+  # libFuzzer stops at -max_total_time only between inputs: leave it room.
+  math(EXPR timeout "${AGG_FUZZ_SECONDS} * 2 + 60")
+  set_tests_properties(${A_NAME} PROPERTIES LABELS fuzz TIMEOUT ${timeout})
+endfunction()

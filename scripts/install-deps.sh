@@ -15,6 +15,7 @@ PACKAGES=(
   iproute2 iputils-ping ethtool curl procps # system tests and the demo
   prometheus                                # promtool and a real scrape in the system test
   tshark                                    # the Wireshark dissector test
+  clang libclang-rt-14-dev llvm-14          # tests/fuzz: clang, libFuzzer, llvm-symbolizer
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)

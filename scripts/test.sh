@@ -4,7 +4,9 @@
 #   1. a debug build with AddressSanitizer + UBSan runs the unit and in-process
 #      DPDK tests;
 #   2. the meson build must build the same targets;
-#   3. the release build runs everything: unit, eal (in-process DPDK) and system
+#   3. the libFuzzer harnesses (tests/fuzz, clang) run for 30 s each over their
+#      seed corpora, regression inputs included; any finding fails;
+#   4. the release build runs everything: unit, eal (in-process DPDK) and system
 #      (network namespaces, needs root). ctest's summary is the last line.
 #
 #   scripts/test.sh            all of it
@@ -27,6 +29,13 @@ echo "== meson build"
 if [ ! -d build-meson ]; then meson setup build-meson >/dev/null; fi
 ninja -C build-meson >/dev/null
 echo "meson build: ok"
+
+echo "== fuzz harnesses, 30 s each"
+# Only what the harnesses link is built; tests/fuzz/README.md.
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DAGG_FUZZ=ON -DAGG_BUILD_TESTS=OFF -DAGG_BUILD_BENCH=OFF >/dev/null
+cmake --build build-fuzz --target fuzz -j "$(nproc)"
+ctest --test-dir build-fuzz -L fuzz --output-on-failure -j "$(nproc)"
 
 echo "== release build, every test"
 scripts/build.sh build

@@ -216,20 +216,25 @@ common::Result<uint32_t> PsServer::ReceiveBatch(std::vector<TanOutput>* out) {
   const uint64_t now_ns = NowNs(Clock::now());
   std::lock_guard<std::mutex> lock(mu_);
   for (int i = 0; i < r; ++i) {
-    ++counters_.rx_datagrams;
-    const uint8_t* data = buffers_.data() + size_t(i) * kBufferBytes;
-    aggregator::AggPacket pkt;
-    const aggregator::WireError err = aggregator::ParseAggregation(data, b.msgs[i].msg_len, &pkt);
-    if (err != aggregator::WireError::kOk) {
-      ++counters_.parse_errors;
-      AGG_LOG(kDebug, "dropped a datagram of %u bytes: %s", b.msgs[i].msg_len,
-              aggregator::WireErrorLabel(err));
-      continue;
-    }
     const aggregator::TanPeer from{ntohl(b.from[i].sin_addr.s_addr), ntohs(b.from[i].sin_port)};
-    engine_.OnDatagram(pkt, from, now_ns, out);
+    HandleDatagram(buffers_.data() + size_t(i) * kBufferBytes, b.msgs[i].msg_len, from, now_ns,
+                   engine_, counters_, out);
   }
   return static_cast<uint32_t>(r);
+}
+
+void HandleDatagram(const uint8_t* data, uint32_t length, const aggregator::TanPeer& from,
+                    uint64_t now_ns, aggregator::TanEngine& engine, PsSocketCounters& counters,
+                    std::vector<TanOutput>* out) {
+  ++counters.rx_datagrams;
+  aggregator::AggPacket pkt;
+  const aggregator::WireError err = aggregator::ParseAggregation(data, length, &pkt);
+  if (err != aggregator::WireError::kOk) {
+    ++counters.parse_errors;
+    AGG_LOG(kDebug, "dropped a datagram of %u bytes: %s", length, aggregator::WireErrorLabel(err));
+    return;
+  }
+  engine.OnDatagram(pkt, from, now_ns, out);
 }
 
 void PsServer::Send(const std::vector<TanOutput>& out) {

@@ -88,6 +88,16 @@ struct PsSocketCounters {
   uint64_t stats_errors = 0;  // the stats file could not be written
 };
 
+// What the loop does with each datagram it receives: counts it (rx_datagrams),
+// parses it (one that does not parse is counted in parse_errors and dropped)
+// and feeds it to `engine` as sent from `from` at `now_ns` (steady clock),
+// appending what to send to `out`. Run calls it for every datagram of a
+// batch; tests/fuzz/tan_fuzz.cc calls it without a socket, on a simulated
+// clock. [one thread: the caller guards `engine` and `counters`]
+void HandleDatagram(const uint8_t* data, uint32_t length, const aggregator::TanPeer& from,
+                    uint64_t now_ns, aggregator::TanEngine& engine, PsSocketCounters& counters,
+                    std::vector<aggregator::TanOutput>* out);
+
 class PsServer {
  public:
   // Opens and binds the socket (the error names --listen), sets up the engine
