@@ -19,7 +19,8 @@
 namespace aggswitch::dataplane {
 
 // Every reason the dataplane drops a frame: enum name, metric label, meaning.
-// Drops are charged to the ingress port, except tx_full (egress port).
+// Drops are charged to the ingress port, except tx_full (egress port); a
+// frame the switch made itself is charged to no port (TxBuffers::Drop).
 #define AGG_DROP_REASONS(X)                                                                   \
   X(kRunt, "runt", "frame shorter than an Ethernet header")                                   \
   X(kBadVlan, "bad_vlan", "802.1Q tag truncated or VLAN id 4095")                             \
@@ -33,7 +34,20 @@ namespace aggswitch::dataplane {
   X(kToSwitchUnhandled, "to_switch_unhandled", "addressed to the switch, not ARP or ping")     \
   X(kNoMbuf, "no_mbuf", "mempool empty when copying a flooded frame")                         \
   X(kNoHeadroom, "no_headroom", "no headroom to push an 802.1Q tag")                          \
-  X(kTxFull, "tx_full", "egress queue full")
+  X(kTxFull, "tx_full", "egress queue full")                                                  \
+  X(kAggMalformed, "agg_malformed",                                                           \
+    "aggregation datagram failed its IPv4, UDP or header checks (by reason: aggswitch_aggregation_malformed_total)") \
+  X(kAggUnsupported, "agg_unsupported", "aggregation opcode this switch does not take")       \
+  X(kAggUnknownJob, "agg_unknown_job",                                                        \
+    "late data or a result for a job the switch does not hold, or one removed in between")    \
+  X(kAggResultRefused, "agg_result_refused", "result not from the job's upstream switch or TAN") \
+  X(kAggRejected, "agg_rejected", "contribution that does not fit its job, with no member address to answer") \
+  X(kAggDuplicate, "agg_duplicate", "contribution from a member already counted")             \
+  X(kAggCollision, "agg_collision", "contribution whose slot holds another chunk")            \
+  X(kAggHandoffFull, "agg_handoff_full", "the slot owner's hand-off ring was full")           \
+  X(kAggNoTan, "agg_no_tan", "late data for a root job without a TAN")                        \
+  X(kAggUnresolvedHop, "agg_unresolved_hop", "the job's upstream or TAN address is not resolved yet") \
+  X(kNackLimited, "nack_limited", "refused datagram not answered: over the lcore's NACK rate")
 
 enum class DropReason : uint8_t {
 #define AGG_DROP_ENUM(name, label, help) name,

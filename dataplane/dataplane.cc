@@ -24,19 +24,6 @@ namespace {
 
 using common::Status;
 
-constexpr unsigned kLearnRingSize = 4096;
-// In-band registrations waiting for the control thread, per worker. The
-// control thread drains them every millisecond; a job's first datagrams from
-// all its members fit many times over.
-constexpr unsigned kUpcallRingSize = 1024;
-// Rings of the tree: first and late data to this switch's own TAN and its
-// results back (rare: only timed-out chunks), ARP replies and requests.
-constexpr unsigned kTanRingSize = 1024;
-constexpr unsigned kNeighborRingSize = 256;
-// Arrival-offset samples per worker (straggler prediction), and their rings,
-// larger than the pool so that returning a sample never fails.
-constexpr unsigned kOffsetSamples = 64;
-constexpr unsigned kSampleRingSize = 128;
 // Slots one worker copies out for a dump at most (the API's limit is lower).
 constexpr uint32_t kMaxSlotDump = 65536;
 // Bypass entries one worker copies out per dump, at most.
@@ -85,13 +72,8 @@ common::Result<std::unique_ptr<Dataplane>> Dataplane::Create(const config::Confi
 Dataplane::~Dataplane() {
   Stop();
   if (jobs_ != nullptr) jobs_->SetReclaimHook(nullptr);
-  // Datagrams still waiting for registration hold mbufs of our pool.
-  for (std::vector<RingPtr>* rings : {&upcall_rings_, &reinject_rings_}) {
-    for (RingPtr& ring : *rings) {
-      Upcall u;
-      while (rte_ring_sc_dequeue_elem(ring.get(), &u, sizeof(Upcall)) == 0) rte_pktmbuf_free(u.m);
-    }
-  }
+  // The workers' rings give back the mbufs they still hold (~WorkerChannels).
+  workers_.clear();
   for (Port& port : ports_) {
     if (rte_eth_dev_close(port.port_id) != 0) {
       AGG_LOG(kWarning, "port %s: close failed", port.config.name.c_str());
@@ -233,10 +215,13 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
 Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTable* jobs) {
   const unsigned instance = g_instance.fetch_add(1);
   const uint16_t n_workers = static_cast<uint16_t>(config.workers.size());
+  const bool aggregation = jobs != nullptr;
   AggregationSetup agg;
-  if (jobs != nullptr) {
+  aggregator::SlotTableConfig slots;
+  uint32_t bypass_entries = 0;
+  uint64_t bypass_ttl = 0;
+  if (aggregation) {
     agg.jobs = jobs;
-    agg.total_slots = config.aggregation.slots;
     agg.n_workers = n_workers;
     agg.udp_port = config.aggregation.udp_port;
     agg.address = config.aggregation.address ? config.aggregation.address->prefix.ip.addr : 0;
@@ -245,11 +230,11 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
                             : config.switch_.addresses.front().prefix.ip.addr;
     uint16_t max_mtu = 1500;
     for (const config::PortConfig& pc : config.ports) max_mtu = std::max(max_mtu, pc.mtu);
-    aggregator::SlotTableConfig slots;
-    slots.slots = (agg.total_slots + n_workers - 1) / n_workers;
+    const uint32_t total_slots = config.aggregation.slots;
+    slots.slots = (total_slots + n_workers - 1) / n_workers;
     slots.max_fan_in = config.aggregation.max_fan_in;
     slots.max_payload = max_mtu - 20u - 8u - static_cast<uint32_t>(sizeof(aggregator::AggHeader));
-    slot_regions_ = aggregator::SlotRegions::Make(agg.total_slots, config.aggregation.InBandSlots());
+    slot_regions_ = aggregator::SlotRegions::Make(total_slots, config.aggregation.InBandSlots());
     agg.regions = slot_regions_;
     // Member bindings and slot quotas count in ticks of about a millisecond:
     // 2^k cycles with k = floor(log2(hz / 1000)).
@@ -279,140 +264,73 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     // Timer buckets of about 100 us: 2^k cycles with k = floor(log2(hz / 10^4)).
     slots.timer_tick_shift = 0;
     while ((uint64_t{2} << slots.timer_tick_shift) <= rte_get_tsc_hz() / 10000) ++slots.timer_tick_shift;
-    const uint32_t bypass_entries =
+    bypass_entries =
         std::max<uint32_t>(64, (config.aggregation.bypass.entries + n_workers - 1) / n_workers);
-    const auto bypass_ttl = static_cast<uint64_t>(config.aggregation.bypass.ttl_ms * 1e-3 *
-                                                  static_cast<double>(rte_get_tsc_hz()));
+    bypass_ttl = static_cast<uint64_t>(config.aggregation.bypass.ttl_ms * 1e-3 *
+                                       static_cast<double>(rte_get_tsc_hz()));
     jobs_ = jobs;
-    total_slots_ = agg.total_slots;
     n_agg_workers_ = n_workers;
     // Per-index counters start at zero for every job that takes the index.
     jobs->SetReclaimHook([this](uint16_t index) {
-      for (const std::unique_ptr<LcoreStats>& stats : stats_) stats->jobs[index].Reset();
+      for (const WorkerParts& w : workers_) w.stats->jobs[index].Reset();
     });
-    for (uint16_t w = 0; w < n_workers; ++w) {
-      slot_tables_.push_back(std::make_unique<aggregator::SlotTable>(slots));
-      // In-band jobs' share of the hold pool, split over the workers.
-      const uint32_t in_band_budget =
-          (config.aggregation.InBandHeldTotal() + n_workers - 1) / n_workers;
-      holds_.push_back(
-          std::make_unique<HoldBuffers>(hold_pool_.get(), in_band_budget, slots.max_payload));
-      slot_dumps_.push_back(std::make_unique<SlotDumpExchange>(
-          std::min<uint32_t>(slots.slots, kMaxSlotDump)));
-      bypass_tables_.push_back(std::make_unique<aggregator::BypassTable>(bypass_entries, bypass_ttl));
-      bypass_dumps_.push_back(std::make_unique<BypassDumpExchange>(
-          std::min<uint32_t>(bypass_entries, kMaxBypassDump)));
-      {
-        const std::string suffix = std::to_string(instance) + "_" + std::to_string(w);
-        const int socket = static_cast<int>(rte_socket_id());
-        RingPtr tan_up(rte_ring_create(("agg_tan_up_" + suffix).c_str(), kTanRingSize, socket,
-                                       RING_F_SP_ENQ | RING_F_SC_DEQ));
-        RingPtr tan_down(rte_ring_create(("agg_tan_down_" + suffix).c_str(), kTanRingSize, socket,
-                                         RING_F_SP_ENQ | RING_F_SC_DEQ));
-        RingPtr neighbors(rte_ring_create_elem(("agg_neigh_" + suffix).c_str(), sizeof(NeighborReport),
-                                               kNeighborRingSize, socket, RING_F_SP_ENQ | RING_F_SC_DEQ));
-        if (!tan_up || !tan_down || !neighbors) {
-          return common::ResourceExhausted("cannot create the tree rings: " + Errno(rte_errno));
-        }
-        RingPtr samples_free(rte_ring_create(("agg_smp_free_" + suffix).c_str(), kSampleRingSize,
-                                             socket, RING_F_SP_ENQ | RING_F_SC_DEQ));
-        RingPtr samples_full(rte_ring_create(("agg_smp_full_" + suffix).c_str(), kSampleRingSize,
-                                             socket, RING_F_SP_ENQ | RING_F_SC_DEQ));
-        if (!samples_free || !samples_full) {
-          return common::ResourceExhausted("cannot create the sample rings: " + Errno(rte_errno));
-        }
-        for (unsigned k = 0; k < kOffsetSamples; ++k) {
-          auto& sample = offset_samples_.emplace_back(std::make_unique<OffsetSampleStorage>());
-          sample->offsets.resize(config.aggregation.max_fan_in);
-          sample->sample.offsets = sample->offsets.data();
-          (void)rte_ring_sp_enqueue(samples_free.get(), &sample->sample);
-        }
-        samples_free_rings_.push_back(std::move(samples_free));
-        samples_full_rings_.push_back(std::move(samples_full));
-        tan_up_rings_.push_back(std::move(tan_up));
-        tan_down_rings_.push_back(std::move(tan_down));
-        neighbor_rings_.push_back(std::move(neighbors));
-        if (w == 0) {
-          control_tx_ring_.reset(rte_ring_create_elem(("agg_ctl_tx_" + suffix).c_str(), sizeof(Upcall),
-                                                      kNeighborRingSize, socket,
-                                                      RING_F_SP_ENQ | RING_F_SC_DEQ));
-          if (!control_tx_ring_) {
-            return common::ResourceExhausted("cannot create the control TX ring: " + Errno(rte_errno));
-          }
-        }
-      }
-      if (config.aggregation.in_band_registration) {
-        const std::string suffix = std::to_string(instance) + "_" + std::to_string(w);
-        RingPtr up(rte_ring_create_elem(("agg_upcall_" + suffix).c_str(), sizeof(Upcall), kUpcallRingSize,
-                                        static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ));
-        RingPtr down(rte_ring_create_elem(("agg_reinject_" + suffix).c_str(), sizeof(Upcall),
-                                          kUpcallRingSize, static_cast<int>(rte_socket_id()),
-                                          RING_F_SP_ENQ | RING_F_SC_DEQ));
-        if (!up || !down) return common::ResourceExhausted("cannot create registration rings: " + Errno(rte_errno));
-        upcall_rings_.push_back(std::move(up));
-        reinject_rings_.push_back(std::move(down));
-      }
-      if (n_workers == 1) continue;  // a single worker owns every slot: no hand-offs
-      const std::string name = "agg_handoff_" + std::to_string(instance) + "_" + std::to_string(w);
-      RingPtr ring(rte_ring_create(name.c_str(), 1024, static_cast<int>(rte_socket_id()), RING_F_SC_DEQ));
-      if (!ring) return common::ResourceExhausted("cannot create hand-off ring: " + Errno(rte_errno));
-      agg.handoff[w] = ring.get();
-      handoff_rings_.push_back(std::move(ring));
-    }
   }
-  for (size_t w = 0; w < config.workers.size(); ++w) {
+  // Every part of every worker first: each worker's setup names the others'
+  // hand-off rings.
+  workers_.resize(n_workers);
+  for (uint16_t w = 0; w < n_workers; ++w) {
+    WorkerParts& parts = workers_[w];
+    WorkerChannels::Options options;
+    options.suffix = std::to_string(instance) + "_" + std::to_string(w);
+    options.aggregation = aggregation;
+    options.handoff = aggregation && n_workers > 1;
+    options.in_band = aggregation && config.aggregation.in_band_registration;
+    options.control_tx = aggregation && w == 0;
+    options.max_fan_in = config.aggregation.max_fan_in;
+    options.slot_dump_capacity = std::min<uint32_t>(slots.slots, kMaxSlotDump);
+    options.bypass_dump_capacity = std::min<uint32_t>(bypass_entries, kMaxBypassDump);
+    ASSIGN_OR_RETURN(parts.channels, WorkerChannels::Create(options));
+    parts.stats = std::make_unique<LcoreStats>();
+    if (!aggregation) continue;
+    parts.stats->jobs = std::make_unique<JobCounters[]>(jobs->max_jobs());
+    parts.slots = std::make_unique<aggregator::SlotTable>(slots);
+    // In-band jobs' share of the hold pool, split over the workers.
+    const uint32_t in_band_budget = (config.aggregation.InBandHeldTotal() + n_workers - 1) / n_workers;
+    parts.holds = std::make_unique<HoldBuffers>(hold_pool_.get(), in_band_budget, slots.max_payload);
+    parts.bypass = std::make_unique<aggregator::BypassTable>(bypass_entries, bypass_ttl);
+    agg.handoff[w] = parts.channels->handoff.get();
+  }
+  for (uint16_t w = 0; w < n_workers; ++w) {
+    WorkerParts& parts = workers_[w];
     const config::WorkerConfig& wc = config.workers[w];
     WorkerSetup setup;
     setup.lcore = wc.lcore;
-    setup.tx_queue = static_cast<uint16_t>(w);
+    setup.tx_queue = w;
     setup.tick_shift = tick_shift_;
-    if (jobs != nullptr) {
+    if (aggregation) {
       setup.agg = agg;
-      setup.agg.index = static_cast<uint16_t>(w);
-      setup.agg.slots = slot_tables_[w].get();
-      setup.agg.holds = holds_[w].get();
-      setup.agg.dump = slot_dumps_[w].get();
-      setup.agg.bypass = bypass_tables_[w].get();
-      setup.agg.bypass_dump = bypass_dumps_[w].get();
-      setup.agg.tan_up = tan_up_rings_[w].get();
-      setup.agg.tan_down = tan_down_rings_[w].get();
-      setup.agg.neighbors = neighbor_rings_[w].get();
-      if (w == 0) setup.agg.control_tx = control_tx_ring_.get();
-      setup.agg.samples_free = samples_free_rings_[w].get();
-      setup.agg.samples_full = samples_full_rings_[w].get();
-      if (!upcall_rings_.empty()) {
-        setup.agg.upcall = upcall_rings_[w].get();
-        setup.agg.reinject = reinject_rings_[w].get();
-      }
+      setup.agg.index = w;
+      setup.agg.slots = parts.slots.get();
+      setup.agg.holds = parts.holds.get();
+      setup.agg.bypass = parts.bypass.get();
+      setup.agg.job_counters = parts.stats->jobs.get();
       ASSIGN_OR_RETURN(setup.agg.reader_id, jobs->RegisterReader());
     }
     for (size_t p = 0; p < ports_.size(); ++p) {
       setup.port_ids[p] = ports_[p].port_id;
       if (config.ports[p].faults) setup.faults[p] = &*config.ports[p].faults;
     }
-    WorkerInfo info{wc.lcore, setup.tx_queue, {}};
+    parts.info = WorkerInfo{wc.lcore, setup.tx_queue, {}};
     for (const config::RxQueueRef& rx : wc.rx) {
       if (setup.n_rx == kMaxRxQueuesPerWorker) {
         return common::InvalidArgument("worker on lcore " + std::to_string(wc.lcore) + " polls more than " +
                                        std::to_string(kMaxRxQueuesPerWorker) + " queues");
       }
       setup.rx[setup.n_rx++] = WorkerSetup::Rx{static_cast<uint16_t>(config.PortIndex(rx.port)), rx.queue};
-      info.rx.emplace_back(rx.port, rx.queue);
+      parts.info.rx.emplace_back(rx.port, rx.queue);
     }
-    const std::string ring_name = "agg_learn_" + std::to_string(instance) + "_" + std::to_string(w);
-    RingPtr ring(rte_ring_create_elem(ring_name.c_str(), sizeof(LearnRequest), kLearnRingSize,
-                                      static_cast<int>(rte_socket_id()), RING_F_SP_ENQ | RING_F_SC_DEQ));
-    if (!ring) return common::ResourceExhausted("cannot create learn ring: " + Errno(rte_errno));
-    auto stats = std::make_unique<LcoreStats>();
-    if (jobs != nullptr) {
-      stats->jobs = std::make_unique<JobCounters[]>(jobs->max_jobs());
-      setup.agg.job_counters = stats->jobs.get();
-    }
-    workers_.push_back(std::make_unique<Worker>(setup, *plan_, *mac_table_, ring.get(), pool_.get(),
-                                                *stats, quit_));
-    learn_rings_.push_back(std::move(ring));
-    stats_.push_back(std::move(stats));
-    worker_info_.push_back(std::move(info));
+    parts.worker = std::make_unique<Worker>(setup, *plan_, *mac_table_, *parts.channels, pool_.get(),
+                                            *parts.stats, quit_);
   }
   return Status::Ok();
 }
@@ -421,13 +339,13 @@ Status Dataplane::Start() {
   if (running_) return common::FailedPrecondition("dataplane already running");
   quit_.store(false, std::memory_order_relaxed);
   for (size_t w = 0; w < workers_.size(); ++w) {
-    const unsigned lcore = worker_info_[w].lcore;
+    const unsigned lcore = workers_[w].info.lcore;
     if (!rte_lcore_is_enabled(lcore) || lcore == rte_get_main_lcore()) {
       Stop();
       return common::InvalidArgument("lcore " + std::to_string(lcore) +
                                      " is not an enabled worker lcore (check eal.lcores)");
     }
-    if (int rc = rte_eal_remote_launch(Worker::LaunchEntry, workers_[w].get(), lcore); rc != 0) {
+    if (int rc = rte_eal_remote_launch(Worker::LaunchEntry, workers_[w].worker.get(), lcore); rc != 0) {
       Stop();
       return common::Unavailable("cannot launch worker on lcore " + std::to_string(lcore) + ": " +
                                  Errno(rc));
@@ -441,7 +359,7 @@ Status Dataplane::Start() {
 void Dataplane::Stop() {
   quit_.store(true, std::memory_order_relaxed);
   if (running_) {
-    for (const WorkerInfo& info : worker_info_) rte_eal_wait_lcore(info.lcore);
+    for (const WorkerParts& w : workers_) rte_eal_wait_lcore(w.info.lcore);
     running_ = false;
   }
   StopPorts();
@@ -459,16 +377,17 @@ void Dataplane::StopPorts() {
 
 void Dataplane::PollWorkerOnce(size_t index) {
   if (running_ || index >= workers_.size()) return;
-  workers_[index]->PollOnce();
+  workers_[index].worker->PollOnce();
 }
 
 void Dataplane::ProcessLearnRequests() {
   const uint32_t now = NowTick();
   LearnRequest batch[64];
-  for (RingPtr& ring : learn_rings_) {
+  for (WorkerParts& w : workers_) {
+    rte_ring* ring = w.channels->learn.get();
     // Bounded: at most one ring's worth per call, so the control loop stays responsive.
-    for (unsigned drained = 0; drained < kLearnRingSize;) {
-      const unsigned n = rte_ring_sc_dequeue_burst_elem(ring.get(), batch, sizeof(LearnRequest), 64, nullptr);
+    for (unsigned drained = 0; drained < WorkerChannels::kLearnRingSize;) {
+      const unsigned n = rte_ring_sc_dequeue_burst_elem(ring, batch, sizeof(LearnRequest), 64, nullptr);
       if (n == 0) break;
       drained += n;
       for (unsigned i = 0; i < n; ++i) {
@@ -533,8 +452,8 @@ PortInfo Dataplane::GetPortInfo(size_t port_index) const {
 
 PortTotals Dataplane::GetPortTotals(size_t port_index) const {
   PortTotals t;
-  for (const auto& s : stats_) {
-    const PortCounters& c = s->ports[port_index];
+  for (const WorkerParts& w : workers_) {
+    const PortCounters& c = w.stats->ports[port_index];
     t.rx_packets += c.rx_packets.Get();
     t.rx_bytes += c.rx_bytes.Get();
     t.tx_packets += c.tx_packets.Get();
@@ -563,10 +482,6 @@ std::vector<PoolStats> Dataplane::PoolStatsNow() const {
   add("hold", hold_pool_.get());
   return out;
 }
-
-WorkerInfo Dataplane::GetWorkerInfo(size_t index) const { return worker_info_[index]; }
-
-const LcoreStats& Dataplane::worker_stats(size_t index) const { return *stats_[index]; }
 
 namespace {
 
@@ -597,20 +512,21 @@ aggregator::NackReason VerdictOf(RegistrationResult result) {
 
 size_t Dataplane::ProcessRegistrations(const Admission& admit) {
   size_t handled = 0;
-  for (size_t w = 0; w < upcall_rings_.size(); ++w) {
-    rte_ring* up = upcall_rings_[w].get();
-    rte_ring* down = reinject_rings_[w].get();
-    Upcall batch[32];
+  for (WorkerParts& w : workers_) {
+    rte_ring* up = w.channels->upcall.get();
+    rte_ring* down = w.channels->reinject.get();
+    if (up == nullptr) continue;
+    FrameRef batch[32];
     // What the way back has room for, so no datagram is stranded; bounded by
     // the ring size per call.
     unsigned room = rte_ring_free_count(down);
     while (room > 0) {
-      const unsigned n = rte_ring_sc_dequeue_burst_elem(up, batch, sizeof(Upcall),
+      const unsigned n = rte_ring_sc_dequeue_burst_elem(up, batch, sizeof(FrameRef),
                                                         std::min(room, 32u), nullptr);
       if (n == 0) break;
       room -= n;
       for (unsigned i = 0; i < n; ++i) {
-        Upcall& u = batch[i];
+        FrameRef& u = batch[i];
         const auto* data = rte_pktmbuf_mtod(u.m, const uint8_t*);
         UdpInfo udp;
         aggregator::AggPacket pkt;
@@ -630,7 +546,7 @@ size_t Dataplane::ProcessRegistrations(const Admission& admit) {
         registrations_[static_cast<size_t>(result)].Add(1);
         u.verdict = static_cast<uint16_t>(VerdictOf(result));
         // Cannot fail: `room` was checked and the control thread is the only producer.
-        (void)rte_ring_sp_enqueue_elem(down, &u, sizeof(Upcall));
+        (void)rte_ring_sp_enqueue_elem(down, &u, sizeof(FrameRef));
         ++handled;
       }
     }
@@ -640,14 +556,14 @@ size_t Dataplane::ProcessRegistrations(const Admission& admit) {
 
 void Dataplane::ReadJobCounters(uint16_t index, uint64_t (&out)[kNumJobCounters]) const {
   if (jobs_ == nullptr || index >= jobs_->max_jobs()) return;
-  for (const std::unique_ptr<LcoreStats>& stats : stats_) stats->jobs[index].AddTo(out);
+  for (const WorkerParts& w : workers_) w.stats->jobs[index].AddTo(out);
 }
 
 SlotLatencyTotals Dataplane::ReadSlotLatency() const {
   SlotLatencyTotals t;
   uint64_t cycles = 0;
-  for (const std::unique_ptr<LcoreStats>& stats : stats_) {
-    const LatencyHistogram& h = stats->lcore.slot_latency;
+  for (const WorkerParts& w : workers_) {
+    const LatencyHistogram& h = w.stats->lcore.slot_latency;
     for (size_t b = 0; b < kSlotLatencyBuckets; ++b) t.buckets[b] += h.buckets[b].Get();
     t.count += h.count.Get();
     cycles += h.sum_cycles.Get();
@@ -661,12 +577,12 @@ common::Result<SlotDump> Dataplane::DumpSlots(size_t limit, std::chrono::millise
   if (jobs_ == nullptr) return dump;
   std::lock_guard<std::mutex> lock(dump_mu_);
   const uint32_t per_worker = static_cast<uint32_t>(std::min<size_t>(limit, kMaxSlotDump));
-  if (running_) RETURN_IF_ERROR(AwaitDumps(slot_dumps_, per_worker, timeout, "slots"));
+  if (running_) RETURN_IF_ERROR(AwaitDumps(&WorkerChannels::slot_dump, per_worker, timeout, "slots"));
   const uint32_t n_workers = static_cast<uint32_t>(workers_.size());
   for (size_t w = 0; w < workers_.size(); ++w) {
-    const SlotDumpExchange& d = *slot_dumps_[w];
-    const aggregator::SlotTable& table = *slot_tables_[w];
-    const unsigned lcore = worker_info_[w].lcore;
+    const SlotDumpExchange& d = *workers_[w].channels->slot_dump;
+    const aggregator::SlotTable& table = *workers_[w].slots;
+    const unsigned lcore = workers_[w].info.lcore;
     auto add = [&](const SlotDumpExchange::Entry& e, uint64_t now_tsc) {
       SlotInfo& info = dump.slots.emplace_back();
       info.lcore = lcore;
@@ -713,21 +629,22 @@ common::Result<SlotDump> Dataplane::DumpSlots(size_t limit, std::chrono::millise
 }
 
 template <typename Exchange>
-common::Status Dataplane::AwaitDumps(const std::vector<std::unique_ptr<Exchange>>& exchanges,
+common::Status Dataplane::AwaitDumps(std::unique_ptr<Exchange> WorkerChannels::*which,
                                      uint32_t per_worker, std::chrono::milliseconds timeout,
                                      const char* what) const {
-  std::vector<uint64_t> generation(exchanges.size());
-  for (size_t w = 0; w < exchanges.size(); ++w) {
-    Exchange& d = *exchanges[w];
+  std::vector<uint64_t> generation(workers_.size());
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    Exchange& d = *(workers_[w].channels.get()->*which);
     d.limit.store(per_worker, std::memory_order_relaxed);
     generation[w] = d.requested.load(std::memory_order_relaxed) + 1;
     d.requested.store(generation[w], std::memory_order_release);
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (size_t w = 0; w < exchanges.size(); ++w) {
-    while (exchanges[w]->done.load(std::memory_order_acquire) < generation[w]) {
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    const Exchange& d = *(workers_[w].channels.get()->*which);
+    while (d.done.load(std::memory_order_acquire) < generation[w]) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        return common::Unavailable("worker on lcore " + std::to_string(worker_info_[w].lcore) +
+        return common::Unavailable("worker on lcore " + std::to_string(workers_[w].info.lcore) +
                                    " did not copy out its " + what + " within " +
                                    std::to_string(timeout.count()) + " ms");
       }
@@ -743,10 +660,10 @@ common::Result<BypassDump> Dataplane::DumpBypass(size_t limit, std::chrono::mill
   std::lock_guard<std::mutex> lock(dump_mu_);
   const uint32_t per_worker = static_cast<uint32_t>(std::min<size_t>(limit, kMaxBypassDump));
   if (running_) {
-    RETURN_IF_ERROR(AwaitDumps(bypass_dumps_, per_worker, timeout, "bypass entries"));
+    RETURN_IF_ERROR(AwaitDumps(&WorkerChannels::bypass_dump, per_worker, timeout, "bypass entries"));
   }
-  for (size_t w = 0; w < bypass_dumps_.size(); ++w) {
-    const unsigned lcore = worker_info_[w].lcore;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    const unsigned lcore = workers_[w].info.lcore;
     auto add = [&](const aggregator::BypassKey& key, uint64_t expiry, uint64_t now) {
       BypassInfo& info = dump.entries.emplace_back();
       info.lcore = lcore;
@@ -756,7 +673,7 @@ common::Result<BypassDump> Dataplane::DumpBypass(size_t limit, std::chrono::mill
       info.ttl_seconds = expiry > now ? static_cast<double>(expiry - now) / static_cast<double>(tsc_hz_) : 0;
     };
     if (running_) {
-      const BypassDumpExchange& d = *bypass_dumps_[w];
+      const BypassDumpExchange& d = *workers_[w].channels->bypass_dump;
       dump.live += d.busy;
       for (uint32_t i = 0; i < d.n; ++i) add(d.entries[i].key, d.entries[i].expiry_tsc, d.now_tsc);
       dump.truncated |= d.busy > d.n;
@@ -766,7 +683,7 @@ common::Result<BypassDump> Dataplane::DumpBypass(size_t limit, std::chrono::mill
     const uint64_t now = rte_rdtsc();
     uint32_t cursor = 0;
     do {
-      cursor = bypass_tables_[w]->Dump(cursor, BypassDumpEntry::kScanPerPass, now,
+      cursor = workers_[w].bypass->Dump(cursor, BypassDumpEntry::kScanPerPass, now,
                                        [&](const aggregator::BypassKey& key, uint64_t expiry) {
                                          ++dump.live;
                                          add(key, expiry, now);
@@ -796,9 +713,10 @@ double Dataplane::TickSeconds() const {
 
 size_t Dataplane::ProcessNeighborReports(const std::function<void(const NeighborReport&)>& fn) {
   size_t handled = 0;
-  for (RingPtr& ring : neighbor_rings_) {
+  for (WorkerParts& w : workers_) {
+    if (w.channels->neighbors == nullptr) continue;
     NeighborReport reports[32];
-    const unsigned n = rte_ring_sc_dequeue_burst_elem(ring.get(), reports, sizeof(NeighborReport),
+    const unsigned n = rte_ring_sc_dequeue_burst_elem(w.channels->neighbors.get(), reports, sizeof(NeighborReport),
                                                       32, nullptr);
     for (unsigned i = 0; i < n; ++i) fn(reports[i]);
     handled += n;
@@ -808,13 +726,14 @@ size_t Dataplane::ProcessNeighborReports(const std::function<void(const Neighbor
 
 size_t Dataplane::ProcessOffsetSamples(const std::function<void(const OffsetSample&)>& fn) {
   size_t handled = 0;
-  for (size_t w = 0; w < samples_full_rings_.size(); ++w) {
+  for (WorkerParts& w : workers_) {
+    if (w.channels->samples_full == nullptr) continue;
     void* samples[16];
     const unsigned n =
-        rte_ring_sc_dequeue_burst(samples_full_rings_[w].get(), samples, 16, nullptr);
+        rte_ring_sc_dequeue_burst(w.channels->samples_full.get(), samples, 16, nullptr);
     for (unsigned i = 0; i < n; ++i) {
       fn(*static_cast<const OffsetSample*>(samples[i]));
-      (void)rte_ring_sp_enqueue(samples_free_rings_[w].get(), samples[i]);
+      (void)rte_ring_sp_enqueue(w.channels->samples_free.get(), samples[i]);
     }
     handled += n;
   }
@@ -834,11 +753,12 @@ rte_mbuf* Dataplane::CopyToMbuf(const uint8_t* bytes, uint32_t len) const {
 }
 
 bool Dataplane::SendFromSwitch(const uint8_t* frame, uint32_t len, uint16_t vlan) {
-  if (!control_tx_ring_) return false;
+  rte_ring* ring = workers_.empty() ? nullptr : workers_[0].channels->control_tx.get();
+  if (ring == nullptr) return false;
   rte_mbuf* m = CopyToMbuf(frame, len);
   if (m == nullptr) return false;
-  Upcall u{m, 0, vlan, kEtherHdrLen, 0, 0};
-  if (rte_ring_sp_enqueue_elem(control_tx_ring_.get(), &u, sizeof(Upcall)) != 0) {
+  FrameRef f{m, 0, vlan, kEtherHdrLen, 0, 0};
+  if (rte_ring_sp_enqueue_elem(ring, &f, sizeof(f)) != 0) {
     rte_pktmbuf_free(m);
     return false;
   }
@@ -847,10 +767,11 @@ bool Dataplane::SendFromSwitch(const uint8_t* frame, uint32_t len, uint16_t vlan
 
 size_t Dataplane::ProcessTanInput(const std::function<void(const uint8_t*, uint32_t)>& fn) {
   size_t handled = 0;
-  for (RingPtr& ring : tan_up_rings_) {
+  for (WorkerParts& w : workers_) {
+    if (w.channels->tan_up == nullptr) continue;
     rte_mbuf* pkts[32];
     const unsigned n =
-        rte_ring_sc_dequeue_burst(ring.get(), reinterpret_cast<void**>(pkts), 32, nullptr);
+        rte_ring_sc_dequeue_burst(w.channels->tan_up.get(), reinterpret_cast<void**>(pkts), 32, nullptr);
     for (unsigned i = 0; i < n; ++i) {
       fn(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]));
       rte_pktmbuf_free(pkts[i]);
@@ -862,14 +783,14 @@ size_t Dataplane::ProcessTanInput(const std::function<void(const uint8_t*, uint3
 
 bool Dataplane::SendTanResult(const uint8_t* datagram, uint32_t len) {
   aggregator::AggPacket pkt;
-  if (tan_down_rings_.empty() ||
+  if (jobs_ == nullptr ||
       aggregator::ParseAggregation(datagram, len, &pkt) != aggregator::WireError::kOk) {
     return false;
   }
   const aggregator::Job* job = jobs_->Find(pkt.header->job_id.host());
   if (job == nullptr) return false;
   const uint32_t slot = slot_regions_.Of(job->in_band(), job->slot_offset(), pkt.header->seq.host());
-  rte_ring* ring = tan_down_rings_[slot % n_agg_workers_].get();
+  rte_ring* ring = workers_[slot % n_agg_workers_].channels->tan_down.get();
   rte_mbuf* m = CopyToMbuf(datagram, len);
   if (m == nullptr) return false;
   // The control thread is the ring's only producer.

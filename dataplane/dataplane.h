@@ -41,20 +41,11 @@
 #include "dataplane/forwarding_plan.h"
 #include "dataplane/mac_table.h"
 #include "dataplane/port_stats.h"
+#include "dataplane/hold_buffers.h"
 #include "dataplane/worker.h"
+#include "dataplane/worker_channels.h"
 
 namespace aggswitch::dataplane {
-
-class Worker;
-
-struct MempoolDeleter {
-  void operator()(rte_mempool* mp) const { rte_mempool_free(mp); }
-};
-struct RingDeleter {
-  void operator()(rte_ring* r) const { rte_ring_free(r); }
-};
-using MempoolPtr = std::unique_ptr<rte_mempool, MempoolDeleter>;
-using RingPtr = std::unique_ptr<rte_ring, RingDeleter>;
 
 // MAC table events counted by the control thread.
 struct MacEventCounters {
@@ -107,11 +98,11 @@ class Dataplane {
   PortInfo GetPortInfo(size_t port_index) const;
   PortTotals GetPortTotals(size_t port_index) const;
   size_t worker_count() const { return workers_.size(); }
-  WorkerInfo GetWorkerInfo(size_t index) const;
-  const LcoreStats& worker_stats(size_t index) const;
+  WorkerInfo GetWorkerInfo(size_t index) const { return workers_[index].info; }
+  const LcoreStats& worker_stats(size_t index) const { return *workers_[index].stats; }
   // Worker `index`'s aggregation slots, or nullptr when aggregation is off. [any]
   const aggregator::SlotTable* worker_slots(size_t index) const {
-    return index < slot_tables_.size() ? slot_tables_[index].get() : nullptr;
+    return index < workers_.size() ? workers_[index].slots.get() : nullptr;
   }
 
   // --- Aggregation ---
@@ -164,7 +155,7 @@ class Dataplane {
   // Worker `index`'s bypass table, or nullptr when aggregation is off. [any:
   // only its relaxed gauges]
   const aggregator::BypassTable* worker_bypass(size_t index) const {
-    return index < bypass_tables_.size() ? bypass_tables_[index].get() : nullptr;
+    return index < workers_.size() ? workers_[index].bypass.get() : nullptr;
   }
 
   // A copy of up to `limit` live bypass entries of every worker, the way
@@ -208,49 +199,31 @@ class Dataplane {
   // held contributions can starve RX of mbufs (aggregation.hold).
   MempoolPtr hold_pool_;
   std::vector<Port> ports_;
-  std::vector<RingPtr> learn_rings_;
-  std::vector<RingPtr> handoff_rings_;  // one per worker: contributions for its slots
-  // One pair per worker when in-band registration is on: worker -> control
-  // (datagrams of unknown jobs with task info) and control -> worker (the
-  // same datagrams handed back), both single-producer single-consumer.
-  std::vector<RingPtr> upcall_rings_;
-  std::vector<RingPtr> reinject_rings_;
+  // Everything of one worker lcore; the Worker goes first (it refers to the rest).
+  struct WorkerParts {
+    WorkerInfo info;
+    std::unique_ptr<LcoreStats> stats;
+    std::unique_ptr<WorkerChannels> channels;
+    // Aggregation only:
+    std::unique_ptr<aggregator::SlotTable> slots;      // its share of the slots
+    std::unique_ptr<aggregator::BypassTable> bypass;   // its bypass entries
+    std::unique_ptr<HoldBuffers> holds;                // its view of the hold pool
+    std::unique_ptr<Worker> worker;
+  };
+  std::vector<WorkerParts> workers_;
   aggregator::JobTable* jobs_ = nullptr;
   Counter registrations_[kNumRegistrationResults];
-  std::vector<std::unique_ptr<SlotDumpExchange>> slot_dumps_;  // one per worker
   mutable std::mutex dump_mu_;  // serialises DumpSlots callers (never taken by a worker)
-  std::vector<std::unique_ptr<aggregator::SlotTable>> slot_tables_;
-  std::vector<std::unique_ptr<aggregator::BypassTable>> bypass_tables_;  // one per worker
-  std::vector<std::unique_ptr<BypassDumpExchange>> bypass_dumps_;         // one per worker
   // A fresh single-segment mbuf holding `len` bytes; nullptr when the pool is empty.
   rte_mbuf* CopyToMbuf(const uint8_t* bytes, uint32_t len) const;
-  // Asks every worker to copy out its part into `exchanges` and waits for
-  // all of them, up to `timeout`. [under dump_mu_]
+  // Asks every worker to copy out its part into its exchange (`which`) and
+  // waits for all of them, up to `timeout`. [under dump_mu_]
   template <typename Exchange>
-  common::Status AwaitDumps(const std::vector<std::unique_ptr<Exchange>>& exchanges,
-                            uint32_t per_worker, std::chrono::milliseconds timeout,
-                            const char* what) const;
-  // Per worker: to and from this switch's own TAN, ARP replies up; worker 0
-  // floods the control thread's frames (ARP requests).
-  std::vector<RingPtr> tan_up_rings_;
-  std::vector<RingPtr> tan_down_rings_;
-  std::vector<RingPtr> neighbor_rings_;
-  RingPtr control_tx_ring_;
-  struct OffsetSampleStorage {
-    OffsetSample sample{};
-    std::vector<uint32_t> offsets;
-  };
-  std::vector<std::unique_ptr<OffsetSampleStorage>> offset_samples_;
-  std::vector<RingPtr> samples_free_rings_;  // per worker: control -> worker
-  std::vector<RingPtr> samples_full_rings_;  // per worker: worker -> control
-  uint32_t total_slots_ = 0;
+  common::Status AwaitDumps(std::unique_ptr<Exchange> WorkerChannels::*which, uint32_t per_worker,
+                            std::chrono::milliseconds timeout, const char* what) const;
   uint16_t n_agg_workers_ = 0;
   aggregator::SlotRegions slot_regions_;
   uint32_t seen_shift_ = 21;
-  std::vector<std::unique_ptr<HoldBuffers>> holds_;  // one per worker
-  std::vector<std::unique_ptr<LcoreStats>> stats_;
-  std::vector<std::unique_ptr<Worker>> workers_;
-  std::vector<WorkerInfo> worker_info_;
   std::atomic<bool> quit_{false};
   bool running_ = false;
   uint64_t tsc_hz_ = 0;

@@ -155,9 +155,10 @@ class DataplaneTest : public ::testing::Test {
     ASSERT_EQ(rte_ring_enqueue(rx_[port], m), 0);
   }
 
-  // Runs one worker pass and lets the control thread learn.
+  // Runs worker passes until the worker has looked at its control rings
+  // once (Worker::kControlEvery), and lets the control thread learn.
   void Step() {
-    dp_->PollWorkerOnce(0);
+    for (uint32_t i = 0; i < Worker::kControlEvery; ++i) dp_->PollWorkerOnce(0);
     dp_->ProcessLearnRequests();
   }
 

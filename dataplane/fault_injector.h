@@ -28,6 +28,11 @@
 
 namespace aggswitch::dataplane {
 
+// The random stream of the injector of one lcore, port and direction. [any]
+constexpr uint64_t FaultStream(unsigned lcore, uint16_t port, bool tx) {
+  return ((uint64_t{lcore} << 16 | port) << 1) | (tx ? 1 : 0);
+}
+
 class FaultInjector {
  public:
   // Frames held back at most, per injector.

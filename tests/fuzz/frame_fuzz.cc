@@ -1,6 +1,6 @@
 // frame_fuzz: the dataplane's frame parsing and its ARP / ICMP echo responder
 // (dataplane/packet.h), and the aggregation path's frame check
-// (dataplane::ParseAggregationFrame, dataplane/worker.h), on arbitrary frames,
+// (dataplane::ParseAggregationFrame, dataplane/aggregation_stage.h), on arbitrary frames,
 // as a worker lcore meets them. No EAL: these are pure functions on buffers.
 //
 // Input: one byte choosing the ingress port (its index modulo the ports of
@@ -29,7 +29,7 @@
 
 #include "config/loader.h"
 #include "dataplane/packet.h"
-#include "dataplane/worker.h"
+#include "dataplane/aggregation_stage.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace aggswitch::dataplane {

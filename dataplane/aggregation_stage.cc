@@ -1,0 +1,583 @@
+#include "dataplane/aggregation_stage.h"
+
+#include <rte_cycles.h>
+#include <rte_prefetch.h>
+
+#include <optional>
+
+#include "dataplane/mac_table.h"
+
+namespace aggswitch::dataplane {
+namespace {
+
+// Timer expiries handled per call; the rest wait for the next poll.
+constexpr uint32_t kExpiriesPerPoll = 64;
+
+// What SlotReleasable needs to know: the jobs, and the members' clock.
+struct ReleaseContext {
+  const aggregator::JobTable* jobs;
+  uint32_t now;         // LcoreClock::SeenNow()
+  uint32_t gone_ticks;  // AggregationSetup::rebind_ticks
+};
+
+// A slot whose job registration is gone may give way at once; a complete one
+// also once every member acknowledged its result.
+bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq,
+                    bool complete) {
+  const auto& r = *static_cast<const ReleaseContext*>(ctx);
+  const aggregator::Job* job = r.jobs->Find(job_id);
+  if (job == nullptr || job->generation() != job_generation) return true;
+  if (!complete) {
+    // An aggregating chunk every current member has moved past is one its
+    // job no longer needs (its members say so; only their own job would
+    // suffer from a lie): it must not keep a slot from anybody else. So a
+    // job holds aggregating slots only within its quota (Job::SeqAllowed).
+    const std::optional<uint32_t> watermark = job->SlotWatermark(r.now, r.gone_ticks);
+    return watermark && aggregator::SeqBefore(seq, *watermark);
+  }
+  // A result stays until every member, gone or not, has it: a member
+  // presumed gone may yet retransmit.
+  const std::optional<uint32_t> min_ack = job->MinAck();
+  return min_ack && aggregator::SeqBefore(seq, *min_ack) &&
+         job->LearnedMembers() == job->members();
+}
+
+}  // namespace
+
+AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels& channels,
+                                   LcoreStats& stats, TxBuffers& tx, Answers& answers,
+                                   TreeStage& tree, const LcoreClock& clock)
+    : s_(setup), channels_(channels), stats_(stats), tx_(tx), answers_(answers), tree_(tree),
+      clock_(clock) {
+  const double hz = static_cast<double>(rte_get_tsc_hz());
+  for (size_t i = 0; i + 1 < kSlotLatencyBuckets; ++i) {
+    latency_bounds_[i] = static_cast<uint64_t>(kSlotLatencyBoundsSeconds[i] * hz);
+  }
+}
+
+void AggregationStage::Process(uint16_t in_port, const AggVector& v) {
+  Checked items[kBurstSize];
+  uint16_t n = 0;
+  for (uint16_t i = 0; i < v.n; ++i) {
+    if (Check(v.m[i], in_port, v.meta[i], Source::kRx, &items[n])) ++n;
+  }
+  if (n != 0) Dispatch(items, n);
+}
+
+bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source,
+                             Checked* out) {
+  using aggregator::NackReason;
+  using aggregator::Opcode;
+  AggregationCounters& c = stats_.lcore.agg;
+  const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
+  UdpInfo udp;
+  aggregator::AggPacket& pkt = out->pkt;
+  if (!ParseAggregationFrame(data, rte_pktmbuf_data_len(m), meta.l3_offset, &udp, &pkt)) {
+    c.malformed.Add(1);
+    tx_.Drop(in_port, DropReason::kAggMalformed, m);
+    return false;
+  }
+  const Opcode opcode = pkt.opcode;
+  switch (opcode) {
+    case Opcode::kContribution:
+    case Opcode::kPartial:
+    case Opcode::kLate:
+    case Opcode::kResult:
+    case Opcode::kAck:
+    case Opcode::kTaskInfo:
+      break;
+    default:
+      c.unsupported.Add(1);
+      tx_.Drop(in_port, DropReason::kAggUnsupported, m);
+      return false;
+  }
+  const aggregator::AggHeader& h = *pkt.header;
+  const auto header_offset =
+      static_cast<uint32_t>(reinterpret_cast<const uint8_t*>(pkt.header) - data);
+  // Where answers go. A hand-off was checked where it arrived; its answers
+  // (slot outcomes only) use the member's bound address instead.
+  const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(in_port), meta.vlan,
+                                      udp.src_ip, udp.src_port};
+  const aggregator::Job* job = s_.jobs->Find(h.job_id.host());
+  if (job == nullptr) {
+    if (opcode == Opcode::kLate || opcode == Opcode::kResult) {
+      c.unknown_jobs.Add(1);  // from a switch or a TAN: nobody to tell
+      tx_.Drop(in_port, DropReason::kAggUnknownJob, m);
+      return false;
+    }
+    HandleUnknownJob(m, pkt, sender, in_port, meta, source);
+    return false;
+  }
+  const bool from_member = opcode != Opcode::kLate && opcode != Opcode::kResult;
+  const int member = from_member ? job->LocalIndex(h.node_id.host()) : -1;
+  JobCounters& jc = s_.job_counters[job->index()];
+  if (source != Source::kHandoff) {
+    if (opcode == Opcode::kResult) {
+      // Only the job's upstream switch, or at the root its TAN, sends results
+      // here: from the address, MAC and port its hop was resolved to. Results
+      // carry no key (Answers::ChunkFields); where they come from is what
+      // counts, as for a member's binding.
+      aggregator::MemberAddr hop;
+      const bool from_hop =
+          job->GetHop(job->is_root() ? aggregator::Job::Hop::kTan : aggregator::Job::Hop::kUpstream,
+                      &hop) &&
+          udp.src_ip == hop.ip && udp.src_port == hop.udp_port && sender.mac48 == hop.mac48 &&
+          in_port == hop.port_index;
+      if (!from_hop) {
+        c.results_refused.Add(1);
+        tx_.Drop(in_port, DropReason::kAggResultRefused, m);
+        return false;
+      }
+    } else if (job->key() != h.job_key.host()) {
+      c.key_failures.Add(1);
+      jc.key_failures.Add(1);
+      answers_.Nack(m, h, NackReason::kKeyMismatch, sender);
+      return false;
+    }
+    if (opcode == Opcode::kLate) {
+      // Late data from below: forwarded unreduced (docs/stragglers.md).
+      tree_.ForwardLate(m, *job, header_offset, in_port);
+      return false;
+    }
+    if (opcode != Opcode::kResult) {
+      if (member < 0) {
+        c.rejected.Add(1);
+        answers_.Nack(m, h, NackReason::kMalformed, sender);
+        return false;
+      }
+      const bool task_info =
+          opcode == Opcode::kTaskInfo || (h.flags.host() & aggregator::flags::kTaskInfo);
+      if (task_info &&
+          (h.expected.host() != job->members() || h.node_count.host() != job->nodes())) {
+        c.task_info_conflicts.Add(1);
+        answers_.Nack(m, h, NackReason::kTaskInfoConflict, sender);
+        return false;
+      }
+      // The receiving lcore binds the member to where it sends from (or
+      // checks it against its binding), then records how far it got.
+      const auto index = static_cast<uint16_t>(member);
+      switch (job->BindMember(index, sender, clock_.SeenNow(), s_.rebind_ticks)) {
+        case aggregator::Job::Bind::kKnown:
+        case aggregator::Job::Bind::kBound:
+          break;
+        case aggregator::Job::Bind::kRebound:
+          c.member_rebinds.Add(1);
+          break;
+        case aggregator::Job::Bind::kRefused:
+          c.member_refused.Add(1);
+          jc.member_refused.Add(1);
+          answers_.Nack(m, h, NackReason::kMemberBound, sender);
+          return false;
+      }
+      (void)job->UpdateAck(index, h.ack_watermark.host());
+      if (opcode == Opcode::kAck) {
+        c.acks.Add(1);
+        if (!job->is_root()) {
+          tree_.RelayAck(m, *job, header_offset, in_port);
+        } else {
+          TxBuffers::Consumed(m);  // its watermark is recorded
+        }
+        return false;
+      }
+      if (opcode == Opcode::kTaskInfo) {
+        // Accepted (registered now, or known already): echoed so that the
+        // control unit can stop retransmitting it.
+        c.task_infos.Add(1);
+        answers_.Answer(m, h, Opcode::kTaskInfo, NackReason{0}, sender);
+        return false;
+      }
+      // A predicted straggler's data is never reduced here: it goes to the
+      // TAN, and the member is told to flag it (or to stop flagging it).
+      const bool flagged = (h.flags.host() & aggregator::flags::kBypass) != 0;
+      const bool excluded = job->Excluded(index);
+      if (flagged || excluded) {
+        c.late_self_flagged.Add(1);
+        if (flagged != excluded) {
+          answers_.SendNotice(*job, h,
+                              excluded ? aggregator::NoticeKind::kSelfFlag
+                                       : aggregator::NoticeKind::kStopFlag,
+                              sender);
+        }
+        tree_.ForwardLate(m, *job, header_offset, in_port);
+        return false;
+      }
+      // A chunk too far ahead of the job's slowest member would take more
+      // slots than the job may hold: refused until the watermark moves.
+      if (!job->SeqAllowed(h.seq.host(), clock_.SeenNow(), s_.rebind_ticks)) {
+        c.slot_quota_refused.Add(1);
+        jc.quota_refused.Add(1);
+        answers_.Nack(m, h, NackReason::kSlotQuota, sender);
+        return false;
+      }
+    }
+  }
+  const uint32_t slot = s_.regions.Of(job->in_band(), job->slot_offset(), h.seq.host());
+  if (source == Source::kHandoff) {
+    // Checked where it arrived; only the job may have changed meanwhile.
+    if (from_member && member < 0) {
+      c.rejected.Add(1);
+      tx_.Drop(in_port, DropReason::kAggRejected, m);
+      return false;
+    }
+    if (slot % s_.n_workers != s_.index) {  // placed elsewhere since: never handed on twice
+      c.unknown_jobs.Add(1);
+      tx_.Drop(in_port, DropReason::kAggUnknownJob, m);
+      return false;
+    }
+  }
+  out->m = m;
+  out->job = job;
+  out->header_offset = header_offset;
+  out->slot = slot;
+  out->member = member;
+  out->meta = meta;
+  out->in_port = in_port;
+  return true;
+}
+
+void AggregationStage::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
+                                        const aggregator::MemberAddr& sender, uint16_t in_port,
+                                        const FrameMeta& meta, Source source) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::AggHeader& h = *pkt.header;
+  if (source == Source::kHandoff) {
+    // Removed between the two lcores; the sender retransmits and is told then.
+    c.unknown_jobs.Add(1);
+    tx_.Drop(in_port, DropReason::kAggUnknownJob, m);
+    return;
+  }
+  const bool task_info = pkt.opcode == aggregator::Opcode::kTaskInfo ||
+                         (h.flags.host() & aggregator::flags::kTaskInfo);
+  // A reinjected datagram whose job is gone again is not sent up a second
+  // time: one trip per datagram keeps the path bounded.
+  if (task_info && channels_.upcall != nullptr && source == Source::kRx) {
+    FrameRef up{m, in_port, meta.vlan, meta.l3_offset, 0, 0};
+    if (rte_ring_sp_enqueue_elem(channels_.upcall.get(), &up, sizeof(up)) == 0) {
+      c.registration_upcalls.Add(1);
+    } else {
+      // More registrations than the control thread takes: "not now", like
+      // a registration over its rate.
+      c.registration_ring_full.Add(1);
+      answers_.Nack(m, h, aggregator::NackReason::kRateLimited, sender);
+    }
+    return;
+  }
+  c.unknown_jobs.Add(1);
+  answers_.Nack(m, h, aggregator::NackReason::kUnknownJob, sender);
+}
+
+void AggregationStage::Dispatch(Checked* items, uint16_t n) {
+  if (s_.n_workers == 1) {
+    Reduce(items, n);
+    return;
+  }
+  AggregationCounters& c = stats_.lcore.agg;
+  // This worker's own move to the front; the others wait for their owners.
+  FrameRef away[kBurstSize];
+  uint16_t owner[kBurstSize];
+  uint16_t n_away = 0, n_own = 0;
+  for (uint16_t i = 0; i < n; ++i) {
+    const auto o = static_cast<uint16_t>(items[i].slot % s_.n_workers);
+    if (o == s_.index) {
+      items[n_own++] = items[i];
+      continue;
+    }
+    const Checked& it = items[i];
+    away[n_away] = FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, 0, 0};
+    owner[n_away++] = o;
+  }
+  // One enqueue per owner.
+  bool sent[kBurstSize] = {};
+  for (uint16_t i = 0; i < n_away; ++i) {
+    if (sent[i]) continue;
+    FrameRef batch[kBurstSize];
+    uint16_t nb = 0;
+    for (uint16_t j = i; j < n_away; ++j) {
+      if (sent[j] || owner[j] != owner[i]) continue;
+      sent[j] = true;
+      batch[nb++] = away[j];
+    }
+    const unsigned queued = rte_ring_mp_enqueue_burst_elem(s_.handoff[owner[i]], batch,
+                                                           sizeof(FrameRef), nb, nullptr);
+    c.handoffs.Add(queued);
+    if (queued == nb) continue;
+    c.handoff_full.Add(nb - queued);
+    for (uint16_t k = static_cast<uint16_t>(queued); k < nb; ++k) {
+      tx_.Drop(batch[k].in_port, DropReason::kAggHandoffFull, batch[k].m);
+    }
+  }
+  if (n_own != 0) Reduce(items, n_own);
+}
+
+void AggregationStage::Reduce(Checked* items, uint16_t n) {
+  // Every slot of the vector is looked up, and its first line fetched,
+  // before the first reduce.
+  for (uint16_t i = 0; i < n; ++i) rte_prefetch0(&s_.slots->slot(LocalSlot(items[i].slot)));
+  for (uint16_t i = 0; i < n; ++i) {
+    const Checked& it = items[i];
+    if (it.pkt.opcode == aggregator::Opcode::kResult) {
+      tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port);
+    } else {
+      Contribute(it);
+    }
+  }
+}
+
+void AggregationStage::Contribute(const Checked& it) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::Job& job = *it.job;
+  const aggregator::AggPacket& pkt = it.pkt;
+  const aggregator::AggHeader& h = *pkt.header;
+  rte_mbuf* m = it.m;
+  const uint32_t seq = h.seq.host();
+  // Late data that a timeout left a bypass entry for: flagged and on to the TAN.
+  if (tree_.bypass_live() && tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
+    c.late_flagged.Add(1);
+    tree_.ForwardLate(m, job, it.header_offset, it.in_port);
+    return;
+  }
+  aggregator::Contribution contribution;
+  contribution.job_id = job.id();
+  contribution.job_generation = job.generation();
+  contribution.seq = seq;
+  contribution.node = static_cast<uint16_t>(it.member);
+  contribution.expected = job.members();
+  contribution.needed = static_cast<uint16_t>(job.members() - job.excluded_count());
+  contribution.ordered = job.batch() || (h.flags.host() & aggregator::flags::kOrdered);
+  contribution.dtype = pkt.dtype;
+  contribution.op = pkt.op;
+  contribution.scale = h.scale;
+  contribution.elem_count = h.elem_count.host();
+  contribution.elem_offset = h.aux.host();
+  contribution.payload = pkt.payload;
+  contribution.timeout_cycles = job.timeout_cycles();
+  if (pkt.opcode == aggregator::Opcode::kPartial) {
+    c.partials_received.Add(1);
+    contribution.missing = pkt.missing;
+    contribution.missing_count = h.missing_count;
+  }
+  JobCounters& jc = s_.job_counters[job.index()];
+  const uint32_t local = LocalSlot(it.slot);
+  // An ordered slot keeps its contributions until all are in: a copy in a
+  // hold buffer, never the mbuf, which RX needs back (hold_buffers.h). The
+  // one that completes the slot is reduced at once, from the mbuf.
+  contribution.handle = nullptr;
+  void* held = nullptr;
+  if (contribution.ordered && !s_.slots->CompletesWith(local, contribution)) {
+    HoldBuffers::Refusal why = HoldBuffers::Refusal::kNone;
+    if (job.HoldAllowed(seq, clock_.SeenNow(), s_.rebind_ticks)) {
+      held = s_.holds->Take(job, pkt.payload, pkt.payload_len, &why);
+    }
+    if (held == nullptr) {
+      c.hold_refused.Add(1);
+      jc.quota_refused.Add(1);
+      aggregator::MemberAddr addr;
+      if (job.GetMember(contribution.node, &addr)) {
+        answers_.Nack(m, h, aggregator::NackReason::kHoldQuota, addr);
+      } else {
+        tx_.Drop(it.in_port, DropReason::kAggRejected, m);
+      }
+      return;
+    }
+    contribution.payload = HoldBuffers::Data(held);
+    contribution.handle = held;
+  }
+  ReleaseContext release{s_.jobs, clock_.SeenNow(), s_.rebind_ticks};
+  const aggregator::SlotUpdate u =
+      s_.slots->Contribute(local, contribution, clock_.tsc, SlotReleasable, &release);
+  if (u.stale) c.stale_slots.Add(1);
+  for (uint16_t i = 0; i < u.n_evicted; ++i) s_.holds->Give(u.evicted[i]);
+  // Held now, or handed back among `released` at completion; else unused.
+  if (held != nullptr && u.outcome != aggregator::SlotOutcome::kHeld &&
+      u.outcome != aggregator::SlotOutcome::kCompleted) {
+    s_.holds->Give(held);
+  }
+  aggregator::NackReason refused{0};
+  switch (u.outcome) {
+    case aggregator::SlotOutcome::kHeld:
+    case aggregator::SlotOutcome::kAccumulated:
+      c.contributions.Add(1);
+      c.reduced_bytes.Add(pkt.payload_len);
+      jc.contributions.Add(1);
+      jc.reduced_bytes.Add(pkt.payload_len);
+      TxBuffers::Consumed(m);
+      return;
+    case aggregator::SlotOutcome::kCompleted:
+      c.contributions.Add(1);
+      c.reduced_bytes.Add(pkt.payload_len);
+      c.completions.Add(1);
+      jc.contributions.Add(1);
+      jc.reduced_bytes.Add(pkt.payload_len);
+      jc.completions.Add(1);
+      SampleOffsets(job, *u.slot, false);
+      {
+        // The slot is done with this contribution: it carries the result.
+        const bool carried = tree_.FinishSlot(job, local, *u.slot, false, m, it.header_offset);
+        RecordCompletion(*u.slot);
+        // An ordered slot returns every held contribution, this one included.
+        for (uint16_t i = 0; i < u.n_released; ++i) s_.holds->Give(u.released[i]);
+        if (!carried) TxBuffers::Consumed(m);
+      }
+      return;
+    case aggregator::SlotOutcome::kDuplicateCompleted:
+      c.duplicate_results.Add(1);
+      jc.duplicates.Add(1);
+      if (!answers_.SendResult(job, *u.slot, contribution.node, m, it.header_offset)) {
+        TxBuffers::Consumed(m);  // answered from a fresh mbuf, or counted as result_no_mbuf
+      }
+      return;
+    case aggregator::SlotOutcome::kForwardedAgain:
+      // A member that was counted retransmits: the partial (or first data)
+      // may have been lost on the way up. The parent answers a repeat with
+      // its cached result.
+      c.partials_resent.Add(1);
+      jc.duplicates.Add(1);
+      if (!tree_.FinishSlot(job, local, *u.slot, false, m, it.header_offset)) {
+        TxBuffers::Consumed(m);
+      }
+      return;
+    case aggregator::SlotOutcome::kLateForwarded:
+      c.late_no_entry.Add(1);
+      tree_.ForwardLate(m, job, it.header_offset, it.in_port);
+      return;
+    case aggregator::SlotOutcome::kDuplicate:
+      c.duplicates.Add(1);
+      jc.duplicates.Add(1);
+      tx_.Drop(it.in_port, DropReason::kAggDuplicate, m);
+      return;
+    case aggregator::SlotOutcome::kCollision:
+      c.collisions.Add(1);
+      jc.collisions.Add(1);
+      tx_.Drop(it.in_port, DropReason::kAggCollision, m);
+      return;
+    case aggregator::SlotOutcome::kMismatch:
+      c.rejected.Add(1);
+      refused = aggregator::NackReason::kTypeMismatch;
+      break;
+    case aggregator::SlotOutcome::kBadMember:
+    case aggregator::SlotOutcome::kTooLarge:
+      c.rejected.Add(1);
+      refused = aggregator::NackReason::kMalformed;
+      break;
+  }
+  aggregator::MemberAddr addr;
+  if (job.GetMember(contribution.node, &addr)) {
+    answers_.Nack(m, h, refused, addr);
+  } else {
+    tx_.Drop(it.in_port, DropReason::kAggRejected, m);
+  }
+}
+
+void AggregationStage::RecordCompletion(const aggregator::Slot& slot) {
+  LatencyHistogram& h = stats_.lcore.slot_latency;
+  const uint64_t cycles = rte_rdtsc() - slot.first_tsc();
+  size_t b = 0;
+  while (b < kSlotLatencyBuckets - 1 && cycles > latency_bounds_[b]) ++b;
+  h.buckets[b].Add(1);
+  h.sum_cycles.Add(cycles);
+  h.count.Add(1);
+}
+
+void AggregationStage::SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot,
+                                     bool expired) {
+  rte_ring* full = channels_.samples_full.get();
+  if (full == nullptr || (slot.seq() & (kOffsetSampleEvery - 1)) != 0) return;
+  void* free_sample = nullptr;
+  if (rte_ring_sc_dequeue(channels_.samples_free.get(), &free_sample) != 0) return;
+  auto* sample = static_cast<OffsetSample*>(free_sample);
+  sample->job_id = job.id();
+  sample->job_generation = job.generation();
+  sample->seq = slot.seq();
+  sample->members = slot.expected();
+  const uint64_t waited = (clock_.tsc - slot.first_tsc()) >> aggregator::Slot::kOffsetShift;
+  const uint32_t at_expiry = waited > UINT32_MAX ? UINT32_MAX - 1 : static_cast<uint32_t>(waited);
+  for (uint16_t i = 0; i < slot.expected(); ++i) {
+    if (slot.HasContributed(i)) {
+      sample->offsets[i] = slot.arrival_offset(i);
+    } else {
+      sample->offsets[i] = expired && !job.Excluded(i) ? at_expiry : kOffsetMissing;
+    }
+  }
+  // The ring holds more than the pool has samples: this cannot fail.
+  (void)rte_ring_sp_enqueue(full, sample);
+}
+
+void AggregationStage::DrainHandoffs() {
+  FrameRef refs[kBurstSize];
+  const unsigned n = rte_ring_sc_dequeue_burst_elem(channels_.handoff.get(), refs, sizeof(FrameRef),
+                                                    kBurstSize, nullptr);
+  Checked items[kBurstSize];
+  uint16_t k = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const FrameMeta meta{refs[i].vlan, false, refs[i].l3_offset};
+    if (Check(refs[i].m, refs[i].in_port, meta, Source::kHandoff, &items[k])) ++k;
+  }
+  if (k != 0) Reduce(items, k);
+}
+
+void AggregationStage::DrainReinjects() {
+  FrameRef back[kBurstSize];
+  const unsigned n = rte_ring_sc_dequeue_burst_elem(channels_.reinject.get(), back, sizeof(FrameRef),
+                                                    kBurstSize, nullptr);
+  if (n == 0) return;
+  stats_.lcore.agg.reinjected.Add(n);
+  Checked items[kBurstSize];
+  uint16_t k = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const FrameRef& u = back[i];
+    const FrameMeta meta{u.vlan, false, u.l3_offset};
+    if (u.verdict == 0) {
+      if (Check(u.m, u.in_port, meta, Source::kReinject, &items[k])) ++k;
+      continue;
+    }
+    // Refused: the datagram passed every check on the way up, so it parses.
+    const auto* data = rte_pktmbuf_mtod(u.m, const uint8_t*);
+    UdpInfo udp;
+    aggregator::AggPacket pkt;
+    if (!ParseAggregationFrame(data, rte_pktmbuf_data_len(u.m), u.l3_offset, &udp, &pkt)) {
+      tx_.Drop(u.in_port, DropReason::kAggMalformed, u.m);
+      continue;
+    }
+    const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(u.in_port), u.vlan,
+                                        udp.src_ip, udp.src_port};
+    answers_.Nack(u.m, *pkt.header, static_cast<aggregator::NackReason>(u.verdict), sender);
+  }
+  if (k != 0) Dispatch(items, k);
+}
+
+void AggregationStage::RunTimers() {
+  AggregationCounters& c = stats_.lcore.agg;
+  aggregator::SlotTable& slots = *s_.slots;
+  uint32_t expired[kExpiriesPerPoll];
+  const uint32_t n = slots.Expired(clock_.tsc, kExpiriesPerPoll, expired);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t local = expired[i];
+    aggregator::SlotUpdate u;
+    if (!slots.Expire(local, &u)) continue;
+    // The held contributions are reduced into the slot's result: give them back.
+    for (uint16_t k = 0; k < u.n_released; ++k) s_.holds->Give(u.released[k]);
+    const aggregator::Slot& slot = *u.slot;
+    const aggregator::Job* job = s_.jobs->Find(slot.job_id());
+    if (job == nullptr || job->generation() != slot.job_generation()) {
+      slots.Release(local);
+      continue;
+    }
+    c.timeouts.Add(1);
+    SampleOffsets(*job, slot, true);
+    (void)tree_.FinishSlot(*job, local, slot, true, nullptr, 0);
+  }
+}
+
+void AggregationStage::ContinueSlotDump(SlotDumpExchange& d) {
+  d.Begin();
+  const aggregator::SlotTable& slots = *s_.slots;
+  const uint32_t end = std::min(slots.size(), d.cursor + SlotDumpEntry::kScanPerPass);
+  for (uint32_t i = d.cursor; i < end; ++i) {
+    const aggregator::Slot& slot = slots.slot(i);
+    if (slot.state() != aggregator::Slot::State::kFree) (void)d.Add(SlotDumpEntry::Of(i, slot));
+  }
+  d.cursor = end;
+  if (end == slots.size()) d.Finish(rte_rdtsc());
+}
+
+}  // namespace aggswitch::dataplane

@@ -1,0 +1,142 @@
+// The aggregation path of one worker (docs/aggregation.md): checks each
+// datagram (job, key, member binding, quotas), hands the contributions for
+// another worker's slots to that worker, one ring enqueue per owner and
+// burst, and reduces its own into their slots. It runs the slots' timers and
+// passes finished slots to the tree stage.
+//
+// Per vector of datagrams:
+//   1. parse and check every one; answer (NACK) or drop the refused;
+//   2. hand off the rest by slot owner: one rte_ring_enqueue_burst per owner;
+//   3. look up and prefetch the slot of each of its own, then reduce them in
+//      order; a completed slot goes to the tree stage, which answers.
+//
+//   AggregationStage agg(setup, channels, pool, stats, tx, answers, tree, clock);
+//   agg.Process(in_port, burst.agg);   // received datagrams
+//   agg.DrainHandoffs();               // other workers' datagrams for this one's slots
+//   agg.RunTimers();
+//
+// Thread safety: one per worker, used by that worker's thread only.
+#pragma once
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_ring.h>
+
+#include <cstdint>
+
+#include "aggregator/job_table.h"
+#include "aggregator/slot_placement.h"
+#include "aggregator/slot_table.h"
+#include "aggregator/wire.h"
+#include "config/config.h"
+#include "dataplane/answers.h"
+#include "dataplane/classify.h"
+#include "dataplane/counters.h"
+#include "dataplane/hold_buffers.h"
+#include "dataplane/packet.h"
+#include "dataplane/tree_stage.h"
+#include "dataplane/tx_buffers.h"
+#include "dataplane/worker_channels.h"
+
+namespace aggswitch::dataplane {
+
+// Checks the IPv4/UDP headers at `l3_offset` and the aggregation header
+// behind them; false for anything that is not a valid aggregation datagram.
+// [any thread]
+inline bool ParseAggregationFrame(const uint8_t* frame, uint32_t len, uint32_t l3_offset, UdpInfo* udp,
+                                  aggregator::AggPacket* pkt) {
+  return ParseIpv4Udp(frame, len, l3_offset, udp) == UdpParse::kOk &&
+         aggregator::ParseAggregation(frame + udp->payload_offset, udp->payload_len, pkt) ==
+             aggregator::WireError::kOk;
+}
+
+// What one worker's aggregation path works with. jobs == nullptr: aggregation
+// is off and every frame is switched at L2.
+struct AggregationSetup {
+  aggregator::JobTable* jobs = nullptr;
+  aggregator::SlotTable* slots = nullptr;  // this worker's share of the slots
+  uint32_t reader_id = 0;                  // this worker's QSBR id in the job table
+  aggregator::SlotRegions regions;         // where each job's chunks live (slot_placement.h)
+  HoldBuffers* holds = nullptr;            // copies of the contributions ordered slots hold
+  aggregator::BypassTable* bypass = nullptr;  // this worker's bypass entries
+  JobCounters* job_counters = nullptr;     // JobTable::max_jobs() entries, by Job::index()
+  // Members are bound to the address they send from (Job::BindMember) on a
+  // clock of TSC >> seen_shift (about a millisecond a tick); a bound address
+  // silent for rebind_ticks is presumed gone: it may be replaced, and its
+  // watermark holds no slot of the job (Job::SlotWatermark; 0: never).
+  uint32_t seen_shift = 21;
+  uint32_t rebind_ticks = 0;
+  uint16_t n_workers = 1;
+  uint16_t index = 0;  // this worker's position; owns slots i % n_workers == index
+  rte_ring* handoff[config::kMaxWorkers] = {};  // each worker's hand-off ring (FrameRef, MP/SC)
+  uint32_t address = 0;        // aggregation IPv4 address (host order); 0: none
+  uint16_t udp_port = 0;
+  uint32_t result_src_ip = 0;  // source address of what the switch sends
+};
+
+class AggregationStage {
+ public:
+  AggregationStage(const AggregationSetup& setup, WorkerChannels& channels, LcoreStats& stats,
+                   TxBuffers& tx, Answers& answers, TreeStage& tree, const LcoreClock& clock);
+
+  // Datagrams received on `in_port`.
+  void Process(uint16_t in_port, const AggVector& v);
+  // Datagrams other workers handed to this one's slots.
+  void DrainHandoffs();
+  // Datagrams back from in-band registration, with the control side's verdict.
+  void DrainReinjects();
+  // Expires slots whose timer fired (a bounded number per call).
+  void RunTimers();
+  bool timers_armed() const { return s_.slots->armed_timers() != 0; }
+  // A bounded share of a slot dump (Dataplane::DumpSlots).
+  void ContinueSlotDump(SlotDumpExchange& d);
+
+ private:
+  // Where a datagram comes from: this worker's RX, another worker's hand-off
+  // (already checked and bound there), or the control thread after in-band
+  // registration.
+  enum class Source : uint8_t { kRx, kHandoff, kReinject };
+
+  // A datagram that passed its checks, bound for its slot's owner.
+  struct Checked {
+    rte_mbuf* m;
+    const aggregator::Job* job;
+    aggregator::AggPacket pkt;
+    uint32_t header_offset;
+    uint32_t slot;  // global slot index
+    int member;     // local member index; -1 for a RESULT from above
+    FrameMeta meta;
+    uint16_t in_port;
+  };
+
+  // Parses and checks one datagram. Returns true with `*out` filled when it
+  // goes on to its slot; otherwise it was answered or dropped.
+  bool Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source, Checked* out);
+  // A datagram for a job the table does not hold: up to the control thread
+  // when it carries task info and registration is on, else a NACK.
+  void HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
+                        const aggregator::MemberAddr& sender, uint16_t in_port,
+                        const FrameMeta& meta, Source source);
+  // Hands `items` [0, n) to their slots' owners, one enqueue per owner, and
+  // reduces this worker's own.
+  void Dispatch(Checked* items, uint16_t n);
+  void Reduce(Checked* items, uint16_t n);
+  void Contribute(const Checked& c);
+  // Every kOffsetSampleEvery-th chunk: its members' arrival offsets, up to
+  // the control thread, when a free sample is at hand.
+  void SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired);
+  void RecordCompletion(const aggregator::Slot& slot);
+  uint32_t LocalSlot(uint32_t global) const { return global / s_.n_workers; }
+
+  const AggregationSetup s_;
+  WorkerChannels& channels_;
+  LcoreStats& stats_;
+  TxBuffers& tx_;
+  Answers& answers_;
+  TreeStage& tree_;
+  const LcoreClock& clock_;
+  // Slot completion latency bucket bounds in TSC cycles (kSlotLatencyBoundsSeconds).
+  uint64_t latency_bounds_[kSlotLatencyBuckets - 1] = {};
+};
+
+}  // namespace aggswitch::dataplane

@@ -1,0 +1,247 @@
+#include "dataplane/answers.h"
+
+#include <rte_cycles.h>
+#include <rte_memcpy.h>
+
+#include <algorithm>
+
+#include "dataplane/packet.h"
+
+namespace aggswitch::dataplane {
+namespace {
+
+// NACKs answer refused datagrams; a flood of bad datagrams must not turn the
+// switch into a flood of NACKs. Per lcore: bursts of 64, 100 000 per second.
+constexpr uint64_t kNackBurst = 64;
+constexpr double kNacksPerSecond = 100000;
+// A missing list holds at most 255 ids (missing_count is one byte).
+constexpr uint32_t kMaxMissingIds = 255;
+
+void MacBytes(uint64_t mac48, uint8_t (&out)[6]) {
+  for (int i = 0; i < 6; ++i) out[i] = static_cast<uint8_t>(mac48 >> (40 - 8 * i));
+}
+
+}  // namespace
+
+Answers::Answers(const ForwardingPlan& plan, rte_mempool* pool, LcoreStats& stats, TxBuffers& tx,
+                 Source source, const LcoreClock& clock)
+    : plan_(plan), pool_(pool), stats_(stats), tx_(tx), source_(source), clock_(clock) {
+  token_cycles_ = static_cast<uint64_t>(static_cast<double>(rte_get_tsc_hz()) / kNacksPerSecond);
+  tokens_ = kNackBurst;
+}
+
+aggregator::AggFields Answers::ChunkFields(const aggregator::Job& job, const aggregator::Slot& slot) {
+  aggregator::AggFields f;
+  f.job_id = job.id();
+  f.seq = slot.seq();
+  // No job key: what goes to members carries none, so that a result that
+  // reaches somebody else (a diverted or flooded copy) gives the key away
+  // to nobody. What goes to another switch or the TAN adds it.
+  f.elem_count = slot.elem_count();
+  f.dtype = slot.dtype();
+  f.op = slot.op();
+  f.scale = slot.scale();
+  f.aux = slot.elem_offset();
+  return f;
+}
+
+void Answers::WriteResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
+                                 uint8_t* buf) {
+  aggregator::AggFields f = ChunkFields(job, slot);
+  f.opcode = aggregator::Opcode::kResult;
+  f.flags = slot.overflow() ? aggregator::flags::kOverflow : 0;
+  aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(buf));
+  rte_memcpy(buf + sizeof(aggregator::AggHeader), slot.result(), slot.result_len());
+}
+
+rte_mbuf* Answers::ResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
+                                 rte_mbuf* carrier, uint32_t header_offset) {
+  const uint32_t len = sizeof(aggregator::AggHeader) + slot.result_len();
+  // The contribution's own frame holds a header, the same number of elements
+  // and maybe a missing list: room enough, already in cache.
+  if (carrier != nullptr && RTE_MBUF_DIRECT(carrier) && carrier->nb_segs == 1 &&
+      rte_mbuf_refcnt_read(carrier) == 1 &&
+      header_offset + len <= static_cast<uint32_t>(rte_pktmbuf_data_len(carrier))) {
+    auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_adj(carrier, static_cast<uint16_t>(header_offset)));
+    WriteResultPayload(job, slot, buf);
+    carrier->data_len = static_cast<uint16_t>(len);
+    carrier->pkt_len = len;
+    return carrier;
+  }
+  rte_mbuf* payload = rte_pktmbuf_alloc(pool_);
+  if (payload == nullptr) return nullptr;
+  auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(payload, static_cast<uint16_t>(len)));
+  if (buf == nullptr) {
+    rte_pktmbuf_free(payload);
+    return nullptr;
+  }
+  WriteResultPayload(job, slot, buf);
+  return payload;
+}
+
+bool Answers::SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node,
+                         rte_mbuf* carrier, uint32_t header_offset) {
+  const uint16_t first = node < 0 ? 0 : static_cast<uint16_t>(node);
+  const uint16_t last = node < 0 ? job.members() : static_cast<uint16_t>(node + 1);
+  rte_mbuf* payload = ResultPayload(job, slot, carrier, header_offset);
+  if (payload == nullptr) {
+    stats_.lcore.agg.result_no_mbuf.Add(last - first);
+    return false;
+  }
+  Replicate(job, payload, first, last, static_cast<uint16_t>(slot.seq()));
+  return payload == carrier;
+}
+
+void Answers::Replicate(const aggregator::Job& job, rte_mbuf* payload, uint16_t first,
+                        uint16_t last, uint16_t ip_id) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const uint32_t payload_len = payload->pkt_len;
+  for (uint16_t batch = first; batch < last; batch += kBurstSize) {
+    const uint16_t n = static_cast<uint16_t>(std::min<uint32_t>(kBurstSize, last - batch));
+    rte_mbuf* hdrs[kBurstSize];
+    uint16_t out_ports[kBurstSize];
+    if (rte_pktmbuf_alloc_bulk(pool_, hdrs, n) != 0) {
+      c.result_no_mbuf.Add(n);
+      continue;
+    }
+    uint16_t k = 0;
+    for (uint16_t i = 0; i < n; ++i) {
+      aggregator::MemberAddr member;
+      if (!job.GetMember(static_cast<uint16_t>(batch + i), &member)) continue;
+      rte_mbuf* hdr = hdrs[k];
+      const bool tagged = plan_.EgressTagged(member.port_index, member.vlan);
+      const uint16_t hdr_len = tagged ? 46 : 42;
+      uint8_t dst[6];
+      MacBytes(member.mac48, dst);
+      WriteUdpHeaders(rte_pktmbuf_mtod(hdr, uint8_t*), dst, plan_.switch_mac().bytes.data(),
+                      tagged ? member.vlan : 0, source_.ip, member.ip, source_.udp_port,
+                      member.udp_port, ip_id, payload_len);
+      hdr->data_len = hdr_len;
+      hdr->pkt_len = hdr_len + payload_len;
+      hdr->nb_segs = 2;
+      hdr->next = payload;
+      out_ports[k++] = member.port_index;
+    }
+    // Referenced before any copy can reach a driver that frees it.
+    if (k > 0) rte_mbuf_refcnt_update(payload, static_cast<int16_t>(k));
+    for (uint16_t i = 0; i < k; ++i) tx_.Enqueue(out_ports[i], hdrs[i]);
+    if (k < n) rte_pktmbuf_free_bulk(hdrs + k, n - k);
+    c.results_sent.Add(k);
+  }
+  rte_pktmbuf_free(payload);  // the copies hold it from here
+}
+
+void Answers::SendIncomplete(const aggregator::Job& job, const aggregator::Slot& slot,
+                             const uint16_t* missing, uint32_t n_missing) {
+  AggregationCounters& c = stats_.lcore.agg;
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (m == nullptr) {
+    c.result_no_mbuf.Add(job.members());
+    return;
+  }
+  // No payload: a worker must not use it. The missing list says who was missing.
+  n_missing = std::min(n_missing, kMaxMissingIds);
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2 * n_missing;
+  auto* buf = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
+  aggregator::AggFields f = ChunkFields(job, slot);
+  f.opcode = aggregator::Opcode::kResult;
+  f.flags = aggregator::flags::kIncomplete;
+  f.elem_count = 0;
+  (void)aggregator::BuildAggregation(f, missing, static_cast<uint8_t>(n_missing), nullptr, 0, buf,
+                                     len);
+  c.incomplete_results.Add(1);
+  Replicate(job, m, 0, job.members(), static_cast<uint16_t>(slot.seq()));
+}
+
+bool Answers::AnswerAllowed() {
+  const uint64_t now = clock_.tsc;
+  if (tokens_ < kNackBurst) {
+    const uint64_t earned = (now - refill_tsc_) / token_cycles_;
+    if (earned > 0) {
+      tokens_ = std::min<uint64_t>(kNackBurst, tokens_ + earned);
+      refill_tsc_ = now;
+    }
+  } else {
+    refill_tsc_ = now;
+  }
+  if (tokens_ == 0) return false;
+  --tokens_;
+  return true;
+}
+
+void Answers::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::Opcode opcode,
+                     aggregator::NackReason reason, const aggregator::MemberAddr& to) {
+  AggregationCounters& c = stats_.lcore.agg;
+  if (opcode == aggregator::Opcode::kNack && !AnswerAllowed()) {
+    c.nacks_suppressed.Add(1);
+    tx_.Drop(to.port_index, DropReason::kNackLimited, m);
+    return;
+  }
+  // The request's header is read before the frame is overwritten. Answers
+  // carry no key (ChunkFields).
+  aggregator::AggFields f = aggregator::ReadAggFields(request);
+  f.job_key = 0;
+  f.opcode = opcode;
+  f.aux = static_cast<uint32_t>(reason);
+  f.elem_count = 0;
+  if (opcode == aggregator::Opcode::kNack) f.flags = 0;
+  if (SendHeaderOnly(m, f, to) && opcode == aggregator::Opcode::kNack) c.nacks_sent.Add(1);
+}
+
+bool Answers::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,
+                             const aggregator::MemberAddr& to) {
+  const bool tagged = plan_.EgressTagged(to.port_index, to.vlan);
+  const uint32_t hdr_len = tagged ? 46 : 42;
+  const uint32_t len = hdr_len + sizeof(aggregator::AggHeader);
+  if (m->nb_segs != 1 ||
+      len > static_cast<uint32_t>(rte_pktmbuf_data_len(m)) + rte_pktmbuf_tailroom(m)) {
+    tx_.Drop(to.port_index, DropReason::kNoHeadroom, m);
+    return false;
+  }
+  auto* out = rte_pktmbuf_mtod(m, uint8_t*);
+  uint8_t dst[6];
+  MacBytes(to.mac48, dst);
+  WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? to.vlan : 0, source_.ip,
+                  to.ip, source_.udp_port, to.udp_port, static_cast<uint16_t>(f.seq),
+                  sizeof(aggregator::AggHeader));
+  aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(out + hdr_len));
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = len;
+  tx_.Enqueue(to.port_index, m);
+  return true;
+}
+
+void Answers::SendNotice(const aggregator::Job& job, const aggregator::AggHeader& request,
+                         aggregator::NoticeKind kind, const aggregator::MemberAddr& to) {
+  AggregationCounters& c = stats_.lcore.agg;
+  if (!AnswerAllowed()) {
+    c.nacks_suppressed.Add(1);
+    return;
+  }
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (m == nullptr) return;
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kNotice;
+  f.node_id = request.node_id.host();
+  f.job_id = job.id();
+  f.seq = request.seq.host();
+  f.aux = static_cast<uint32_t>(kind);
+  if (SendHeaderOnly(m, f, to)) c.notices_sent.Add(1);
+}
+
+void Answers::SendTo(rte_mbuf* m, const aggregator::MemberAddr& to, uint16_t ip_id) {
+  const uint32_t udp_len = rte_pktmbuf_data_len(m);
+  const bool tagged = plan_.EgressTagged(to.port_index, to.vlan);
+  auto* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_prepend(m, tagged ? 46 : 42));
+  if (out == nullptr) {
+    tx_.Drop(to.port_index, DropReason::kNoHeadroom, m);
+    return;
+  }
+  uint8_t dst[6];
+  MacBytes(to.mac48, dst);
+  WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? to.vlan : 0, source_.ip,
+                  to.ip, source_.udp_port, to.udp_port, ip_id, udp_len);
+  tx_.Enqueue(to.port_index, m);
+}
+
+}  // namespace aggswitch::dataplane

@@ -1,0 +1,295 @@
+#include "dataplane/tree_stage.h"
+
+#include <algorithm>
+
+namespace aggswitch::dataplane {
+namespace {
+
+// The largest UDP payload a 1500-byte MTU carries.
+constexpr uint32_t kMaxUdpPayload = 1500 - 20 - 8;
+// A missing list holds at most 255 ids (missing_count is one byte).
+constexpr uint32_t kMaxMissingIds = 255;
+// The node id a root uses in its first data to the TAN.
+constexpr uint16_t kRootNodeId = 0xFFFE;
+// Expired bypass entries swept per sweep.
+constexpr uint32_t kBypassSweepBudget = 32;
+
+}  // namespace
+
+bool TreeStage::MatchBypass(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id) {
+  aggregator::BypassTable& bypass = *s_.bypass;
+  aggregator::BypassKey key{job.id(), job.generation(), seq, node_id};
+  bool matched = bypass.Match(key, clock_.tsc);
+  // A late child switch under variant 2 left entries for the nodes it covers.
+  if (member >= 0 && job.IsSwitch(static_cast<uint16_t>(member)) && job.bypass_covered_nodes()) {
+    for (const uint16_t covered : job.Covers(static_cast<uint16_t>(member))) {
+      key.node = covered;
+      matched |= bypass.Match(key, clock_.tsc);
+    }
+  }
+  if (matched) stats_.lcore.agg.bypass_matched.Add(1);
+  return matched;
+}
+
+void TreeStage::SweepBypass() {
+  if (!bypass_live()) return;
+  const uint32_t swept = s_.bypass->Sweep(clock_.tsc, kBypassSweepBudget);
+  if (swept != 0) stats_.lcore.agg.bypass_expired.Add(swept);
+}
+
+void TreeStage::ContinueBypassDump(BypassDumpExchange& d) {
+  d.Begin();
+  d.cursor = s_.bypass->Dump(
+      d.cursor, BypassDumpEntry::kScanPerPass, clock_.tsc,
+      [&](const aggregator::BypassKey& key, uint64_t expiry) { (void)d.Add({key, expiry}); });
+  if (d.cursor == 0) d.Finish(clock_.tsc);
+}
+
+uint32_t TreeStage::CollectMissing(const aggregator::Job& job, const aggregator::Slot& slot,
+                                   bool entries, uint16_t* out, uint32_t cap) {
+  AggregationCounters& c = stats_.lcore.agg;
+  uint32_t n = 0;
+  bool overflow = false;
+  auto add = [&](uint16_t node, bool entry) {
+    if (n == cap) {
+      overflow = true;
+      return;
+    }
+    out[n++] = node;
+    if (!entry || s_.bypass == nullptr) return;
+    switch (s_.bypass->Insert({job.id(), job.generation(), slot.seq(), node}, clock_.tsc)) {
+      case aggregator::BypassInsert::kCreated: c.bypass_created.Add(1); break;
+      case aggregator::BypassInsert::kRefreshed: break;
+      case aggregator::BypassInsert::kFull: c.bypass_full.Add(1); break;
+    }
+  };
+  if (slot.count() != slot.expected()) {
+    for (uint16_t i = 0; i < slot.expected(); ++i) {
+      if (slot.HasContributed(i)) continue;
+      // An excluded member flags its own data, and a member that runs the
+      // TAN keeps its own: listed, no entry needed.
+      const bool entry = entries && !job.Excluded(i) && job.NodeId(i) != job.tan_member();
+      if (job.IsSwitch(i) && job.bypass_covered_nodes()) {
+        for (const uint16_t covered : job.Covers(i)) add(covered, entry);
+      } else {
+        add(job.NodeId(i), entry);
+      }
+    }
+  }
+  for (uint16_t i = 0; i < slot.inherited_count(); ++i) add(slot.inherited(i), false);
+  return overflow || slot.inherited_overflow() ? UINT32_MAX : n;
+}
+
+bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
+                           bool expired, rte_mbuf* carrier, uint32_t header_offset) {
+  // The common case, a flat root with every member in, skips the scan. A
+  // parameter-server job's chunks all go to its TAN, complete or not.
+  const bool answer_here = job.is_root() && !job.parameter_server();
+  if (answer_here && slot.count() == slot.expected() && slot.inherited_count() == 0 &&
+      !slot.inherited_overflow()) {
+    return answers_.SendResult(job, slot, -1, carrier, header_offset);
+  }
+  uint16_t missing[kMaxMissingIds];
+  const uint32_t n = CollectMissing(job, slot, expired, missing, kMaxMissingIds);
+  bool consumed = false;
+  if (n == UINT32_MAX) {
+    stats_.lcore.agg.missing_list_overflow.Add(1);
+    answers_.SendIncomplete(job, slot, nullptr, 0);
+  } else if (n == 0 && answer_here) {
+    return answers_.SendResult(job, slot, -1, carrier, header_offset);
+  } else {
+    consumed = SendPartial(job, slot, missing, n, carrier, header_offset);
+  }
+  s_.slots->MarkForwarded(local);
+  return consumed;
+}
+
+bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
+                            const uint16_t* missing, uint32_t n_missing, rte_mbuf* carrier,
+                            uint32_t header_offset) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const bool root = job.is_root();
+  // (A parameter-server job's TAN is remote: the config and JobControl::Tan
+  // refuse `self` for it.)
+  if (root && job.tan() == aggregator::JobSpec::Tan::kNone) {
+    // Nobody can complete this chunk: the members learn it now.
+    answers_.SendIncomplete(job, slot, missing, n_missing);
+    return false;
+  }
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2 * n_missing + slot.result_len();
+  if (len > kMaxUdpPayload) {
+    c.missing_list_overflow.Add(1);
+    answers_.SendIncomplete(job, slot, nullptr, 0);
+    return false;
+  }
+  rte_mbuf* m = nullptr;
+  if (carrier != nullptr && RTE_MBUF_DIRECT(carrier) && carrier->nb_segs == 1 &&
+      rte_mbuf_refcnt_read(carrier) == 1 &&
+      header_offset + len <= static_cast<uint32_t>(rte_pktmbuf_data_len(carrier)) +
+                                 rte_pktmbuf_tailroom(carrier)) {
+    m = carrier;
+    rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  } else {
+    m = rte_pktmbuf_alloc(pool_);
+    if (m == nullptr || rte_pktmbuf_tailroom(m) < len) {
+      c.result_no_mbuf.Add(1);
+      if (m != nullptr) rte_pktmbuf_free(m);
+      return false;
+    }
+  }
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = len;
+  aggregator::AggFields f = Answers::ChunkFields(job, slot);
+  f.opcode = aggregator::Opcode::kPartial;
+  f.job_key = job.key();  // the parent switch, or the TAN, checks it
+  f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
+                                  (slot.ordered() ? aggregator::flags::kOrdered : 0));
+  f.node_id = root ? kRootNodeId : job.upstream().node;
+  // The parent frees its complete slots, and admits chunks under the slot
+  // quota, by its members' watermarks: ours is our slot watermark, the
+  // smallest of our current members' (a member presumed gone keeps only our
+  // own copy of the results it lacks).
+  f.ack_watermark = job.SlotWatermark(clock_.SeenNow(), s_.rebind_ticks).value_or(0);
+  (void)aggregator::BuildAggregation(f, missing, static_cast<uint8_t>(n_missing), slot.result(),
+                                     slot.result_len(), rte_pktmbuf_mtod(m, uint8_t*), len);
+  if (!root) {
+    c.partials_sent.Add(1);
+    SendToHop(m, job, aggregator::Job::Hop::kUpstream, kOwnFrame);
+  } else {
+    c.first_data_sent.Add(1);
+    if (job.tan() == aggregator::JobSpec::Tan::kSelf) {
+      if (s_.tan_up == nullptr || rte_ring_sp_enqueue(s_.tan_up, m) != 0) {
+        c.late_no_tan.Add(1);
+        tx_.Drop(kOwnFrame, DropReason::kAggNoTan, m);
+      }
+    } else {
+      SendToHop(m, job, aggregator::Job::Hop::kTan, kOwnFrame);
+    }
+  }
+  return m == carrier;
+}
+
+void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
+                         uint16_t in_port) {
+  // The parent frees this job's complete slots by our watermark, the
+  // smallest of our current members' (SendPartial); partials carry it, and
+  // the last chunks of a job, which no partial follows, learn it from here.
+  const std::optional<uint32_t> min_ack = job.SlotWatermark(clock_.SeenNow(), s_.rebind_ticks);
+  if (!min_ack || job.LearnedMembers() != job.members() || !job.TakeRelayedAck(*min_ack)) {
+    TxBuffers::Consumed(m);  // the ACK was read
+    return;
+  }
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kAck;
+  f.node_id = job.upstream().node;
+  f.job_id = job.id();
+  f.job_key = job.key();
+  f.seq = *min_ack;
+  f.ack_watermark = *min_ack;
+  // The ACK it answers is the same size: the relay is written over it.
+  rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  m->data_len = sizeof(aggregator::AggHeader);
+  m->pkt_len = sizeof(aggregator::AggHeader);
+  aggregator::WriteAggHeader(f, 0, rte_pktmbuf_mtod(m, aggregator::AggHeader*));
+  stats_.lcore.agg.acks_relayed.Add(1);
+  SendToHop(m, job, aggregator::Job::Hop::kUpstream, in_port);
+}
+
+void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
+                            uint16_t in_port) {
+  AggregationCounters& c = stats_.lcore.agg;
+  auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(m, uint8_t*) + header_offset);
+  h->opcode = static_cast<uint8_t>(aggregator::Opcode::kLate);
+  h->flags = common::be16_t::FromHost(h->flags.host() | aggregator::flags::kBypass);
+  // The datagram ends where its header says, whatever padding followed it.
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h->missing_count +
+                       h->elem_count.host() * static_cast<uint32_t>(aggregator::ElementSize(
+                                                  static_cast<aggregator::DType>(h->dtype)));
+  rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = len;
+  if (!job.is_root()) {
+    c.late_forwarded.Add(1);
+    SendToHop(m, job, aggregator::Job::Hop::kUpstream, in_port);
+    return;
+  }
+  switch (job.tan()) {
+    case aggregator::JobSpec::Tan::kRemote:
+      c.late_forwarded.Add(1);
+      SendToHop(m, job, aggregator::Job::Hop::kTan, in_port);
+      return;
+    case aggregator::JobSpec::Tan::kSelf:
+      if (s_.tan_up != nullptr && rte_ring_sp_enqueue(s_.tan_up, m) == 0) {
+        c.late_forwarded.Add(1);
+        return;
+      }
+      break;
+    case aggregator::JobSpec::Tan::kNone:
+      break;
+  }
+  c.late_no_tan.Add(1);
+  tx_.Drop(in_port, DropReason::kAggNoTan, m);
+}
+
+void TreeStage::SendToHop(rte_mbuf* m, const aggregator::Job& job, aggregator::Job::Hop hop,
+                          uint16_t in_port) {
+  aggregator::MemberAddr to;
+  if (!job.GetHop(hop, &to)) {
+    stats_.lcore.agg.unresolved_next_hop.Add(1);
+    tx_.Drop(in_port, DropReason::kAggUnresolvedHop, m);
+    return;
+  }
+  const auto* h = rte_pktmbuf_mtod(m, const aggregator::AggHeader*);
+  answers_.SendTo(m, to, static_cast<uint16_t>(h->seq.host()));
+}
+
+void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
+                                const aggregator::AggPacket& pkt, uint32_t header_offset,
+                                uint16_t in_port) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::AggHeader& h = *pkt.header;
+  if (m->nb_segs != 1) {
+    c.malformed.Add(1);
+    tx_.Drop(in_port, DropReason::kAggMalformed, m);
+    return;
+  }
+  c.results_down.Add(1);
+  const uint32_t seq = h.seq.host();
+  const uint16_t flags = h.flags.host();
+  if ((flags & aggregator::flags::kIncomplete) != 0) {
+    c.incomplete_results.Add(1);
+  } else {
+    // Kept for members that retransmit, while the slot still holds the chunk.
+    (void)s_.slots->CacheResult(LocalSlot(job, seq), job.id(), job.generation(), seq, pkt.payload,
+                                pkt.payload_len, (flags & aggregator::flags::kOverflow) != 0);
+  }
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h.missing_count + pkt.payload_len;
+  rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = len;
+  // Members get results without the job's key (Answers::ChunkFields).
+  rte_pktmbuf_mtod(m, aggregator::AggHeader*)->job_key = common::be64_t{};
+  answers_.Replicate(job, m, 0, job.members(), static_cast<uint16_t>(seq));
+}
+
+void TreeStage::DrainTanResults() {
+  // Results of this switch's own TAN: datagrams from the aggregation header on.
+  rte_mbuf* pkts[kBurstSize];
+  const unsigned n =
+      rte_ring_sc_dequeue_burst(s_.tan_down, reinterpret_cast<void**>(pkts), kBurstSize, nullptr);
+  for (unsigned i = 0; i < n; ++i) {
+    aggregator::AggPacket pkt;
+    const aggregator::Job* job = nullptr;
+    if (aggregator::ParseAggregation(rte_pktmbuf_mtod(pkts[i], const uint8_t*),
+                                     rte_pktmbuf_data_len(pkts[i]), &pkt) == aggregator::WireError::kOk) {
+      job = s_.jobs->Find(pkt.header->job_id.host());
+    }
+    if (job == nullptr || pkt.opcode != aggregator::Opcode::kResult) {
+      tx_.Drop(kOwnFrame, DropReason::kAggUnknownJob, pkts[i]);  // the job went meanwhile
+      continue;
+    }
+    ResultFromAbove(pkts[i], *job, pkt, 0, kOwnFrame);
+  }
+}
+
+}  // namespace aggswitch::dataplane

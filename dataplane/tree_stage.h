@@ -1,0 +1,115 @@
+// The job tree (docs/stragglers.md): what happens to a chunk past this
+// switch. A finished slot goes as far as this switch can take it: a partial
+// upstream, first data to the TAN, or at the root, with nothing missing, the
+// result to every member (Answers). Late data goes on unreduced towards the
+// TAN; results from above (the upstream switch or the TAN) are cached and
+// replicated down; members' ACKs are relayed upstream when their smallest
+// watermark moves. A timeout leaves bypass entries, which late data matches.
+//
+//   TreeStage tree(setup, channels, stats, tx, answers, clock, pool);
+//   bool consumed = tree.FinishSlot(job, local, slot, expired, carrier, header_offset);
+//   tree.ForwardLate(m, job, header_offset);
+//
+// Thread safety: one per worker, used by that worker's thread only.
+#pragma once
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_ring.h>
+
+#include <cstdint>
+
+#include "aggregator/bypass_table.h"
+#include "aggregator/job_table.h"
+#include "aggregator/slot_placement.h"
+#include "aggregator/slot_table.h"
+#include "aggregator/wire.h"
+#include "dataplane/answers.h"
+#include "dataplane/counters.h"
+#include "dataplane/tx_buffers.h"
+#include "dataplane/worker_messages.h"
+
+namespace aggswitch::dataplane {
+
+class TreeStage {
+ public:
+  struct Setup {
+    const aggregator::JobTable* jobs = nullptr;
+    aggregator::SlotTable* slots = nullptr;    // this worker's share
+    aggregator::BypassTable* bypass = nullptr;  // this worker's entries
+    aggregator::SlotRegions regions;
+    uint16_t n_workers = 1;
+    uint32_t rebind_ticks = 0;  // AggregationSetup::rebind_ticks
+    // A root that is its own TAN: first and late data up to the control
+    // thread's TAN engine, its results back down (mbufs from the
+    // aggregation header on).
+    rte_ring* tan_up = nullptr;
+    rte_ring* tan_down = nullptr;
+  };
+
+  TreeStage(const Setup& setup, rte_mempool* pool, LcoreStats& stats, TxBuffers& tx,
+            Answers& answers, const LcoreClock& clock)
+      : s_(setup), pool_(pool), stats_(stats), tx_(tx), answers_(answers), clock_(clock) {}
+
+  // The slot's result went as far as this switch can take it: a partial
+  // upstream, first data to the TAN, or (nothing missing at the root) the
+  // result to every member. `expired`: its timer fired (bypass entries are
+  // written for the missing). `carrier` as for Answers::SendResult. Returns
+  // whether the carrier was consumed.
+  bool FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
+                  bool expired, rte_mbuf* carrier, uint32_t header_offset);
+  // Turns a contribution (or partial) into a LATE datagram flagged BYPASS and
+  // sends it towards the TAN. Consumes `m`; a drop is charged to `in_port`
+  // (here and below: kOwnFrame for one the switch made).
+  void ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
+                   uint16_t in_port);
+  // An ACK from a member of a non-root job: when it moves the members'
+  // smallest watermark, an ACK with that watermark goes upstream (written
+  // over `m`). Consumes `m`.
+  void RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset, uint16_t in_port);
+  // A RESULT from upstream or the TAN: cached in a forwarded slot, replicated
+  // to every member. Consumes `m`.
+  void ResultFromAbove(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
+                       uint32_t header_offset, uint16_t in_port);
+  // Whether late data of member `member` (node `node_id`) for chunk `seq`
+  // matches a bypass entry (and deletes it).
+  bool MatchBypass(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id);
+  // Whether bypass entries are live (MatchBypass may match).
+  bool bypass_live() const { return s_.bypass != nullptr && s_.bypass->live() != 0; }
+  // Removes a bounded number of expired bypass entries.
+  void SweepBypass();
+  // Replicates the results this switch's own TAN sent down.
+  void DrainTanResults();
+  bool tan_results_waiting() const {
+    return s_.tan_down != nullptr && rte_ring_count(s_.tan_down) != 0;
+  }
+  // A bounded share of a bypass dump (Dataplane::DumpBypass).
+  void ContinueBypassDump(BypassDumpExchange& d);
+
+ private:
+  // Sends a partial (non-root) or first data (root) with `missing` node ids.
+  bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot, const uint16_t* missing,
+                   uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset);
+  // Sends `m` (from its aggregation header on) to the job's `hop`. Consumes `m`.
+  void SendToHop(rte_mbuf* m, const aggregator::Job& job, aggregator::Job::Hop hop, uint16_t in_port);
+  // The missing list of a slot at this switch: every member that did not
+  // contribute (a late child switch as itself or as the nodes it covers),
+  // then the ids the children's partials named. With `entries`, writes a
+  // bypass entry per missing non-excluded member. Returns the count, or
+  // UINT32_MAX when more than `cap` ids.
+  uint32_t CollectMissing(const aggregator::Job& job, const aggregator::Slot& slot, bool entries,
+                          uint16_t* out, uint32_t cap);
+  // The slot index of chunk `seq` of `job` in this worker's table.
+  uint32_t LocalSlot(const aggregator::Job& job, uint32_t seq) const {
+    return s_.regions.Of(job.in_band(), job.slot_offset(), seq) / s_.n_workers;
+  }
+
+  const Setup s_;
+  rte_mempool* const pool_;
+  LcoreStats& stats_;
+  TxBuffers& tx_;
+  Answers& answers_;
+  const LcoreClock& clock_;
+};
+
+}  // namespace aggswitch::dataplane

@@ -1,0 +1,224 @@
+// The tree stage alone: a leaf sends a finished chunk upstream as a partial
+// with the job key, its node id and the missing list (and a timeout leaves
+// bypass entries that late data then matches); a root without a TAN tells
+// its members a chunk is INCOMPLETE; late data with nowhere to go, or to an
+// unresolved hop, is dropped with its reason; results from above reach every
+// member without the key.
+#include "dataplane/tree_stage.h"
+
+#include <gtest/gtest.h>
+#include <rte_cycles.h>
+
+#include "dataplane/stage_test_fixture.h"
+
+namespace aggswitch::dataplane {
+namespace {
+
+using fixtures::Frames;
+using fixtures::kAggIp;
+using fixtures::StageTest;
+using testframes::Frame;
+
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new fixtures::EalEnvironment("tree_stage_test"));
+
+constexpr uint64_t kKey = 0x5eed;
+constexpr uint32_t kUpstreamIp = 0x0a000a01;  // 10.0.10.1
+
+bool Never(void*, uint32_t, uint32_t, uint32_t, bool) { return false; }
+
+class TreeStageTest : public StageTest {
+ protected:
+  void SetUp() override {
+    StageTest::SetUp();
+    auto jobs = aggregator::JobTable::Create(8, 16);
+    ASSERT_TRUE(jobs.ok());
+    jobs_ = std::move(jobs).value();
+    aggregator::SlotTableConfig sc;
+    sc.slots = 4;
+    sc.max_fan_in = 16;
+    slots_ = std::make_unique<aggregator::SlotTable>(sc);
+    bypass_ = std::make_unique<aggregator::BypassTable>(64, rte_get_tsc_hz());
+    clock_.tsc = rte_rdtsc();
+    answers_ = std::make_unique<Answers>(plan(), Pool(), stats(), tx(),
+                                         Answers::Source{kAggIp, aggregator::kAggUdpPort}, clock_);
+    TreeStage::Setup s;
+    s.jobs = jobs_.get();
+    s.slots = slots_.get();
+    s.bypass = bypass_.get();
+    s.regions = aggregator::SlotRegions::Make(4, 0);
+    tree_ = std::make_unique<TreeStage>(s, Pool(), stats(), tx(), *answers_, clock_);
+  }
+  void TearDown() override {
+    tree_.reset();
+    answers_.reset();
+    bypass_.reset();
+    slots_.reset();
+    jobs_.reset();
+    StageTest::TearDown();
+  }
+
+  // Job `id` with three members on ports a0, a1 and a0; a leaf (upstream
+  // resolved on port 1 unless `resolved` is false) or a root.
+  const aggregator::Job* AddJob(uint32_t id, bool leaf, bool resolved = true) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = kKey;
+    spec.members = 3;
+    if (leaf) {
+      spec.nodes = 2;
+      spec.upstream = aggregator::JobPeer{kUpstreamIp, aggregator::kAggUdpPort, 5, 0};
+    }
+    auto added = jobs_->Add(spec);
+    EXPECT_TRUE(added.ok());
+    const aggregator::Job* job = *added;
+    for (uint16_t m = 0; m < 3; ++m) {
+      const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), static_cast<uint8_t>(m % 2),
+                                        10, Frames::MemberIp(m), Frames::MemberPort(m)};
+      EXPECT_EQ(job->BindMember(m, addr, 1, 0), aggregator::Job::Bind::kBound);
+    }
+    if (leaf && resolved) {
+      job->SetHop(aggregator::Job::Hop::kUpstream,
+                  {0x0200000000aaULL, 1, 10, kUpstreamIp, aggregator::kAggUdpPort});
+    }
+    return job;
+  }
+  // Members [0, n) contribute value m + 1 to chunk `seq` of `job`, in slot 0.
+  const aggregator::Slot& Contribute(const aggregator::Job& job, uint32_t seq, uint16_t n) {
+    const aggregator::Slot* slot = nullptr;
+    for (uint16_t m = 0; m < n; ++m) {
+      const int32_t v = m + 1;
+      aggregator::Contribution c;
+      c.job_id = job.id();
+      c.job_generation = job.generation();
+      c.seq = seq;
+      c.node = m;
+      c.expected = 3;
+      c.elem_count = 1;
+      c.payload = reinterpret_cast<const uint8_t*>(&v);
+      slot = slots_->Contribute(0, c, clock_.tsc, Never, nullptr).slot;
+    }
+    return *slot;
+  }
+  static aggregator::AggPacket Parse(const Frame& f, UdpInfo* udp) {
+    L2Info l2;
+    EXPECT_EQ(ParseL2(f.data(), static_cast<uint32_t>(f.size()), &l2), ParseStatus::kOk);
+    EXPECT_EQ(ParseIpv4Udp(f.data(), static_cast<uint32_t>(f.size()), l2.l3_offset, udp), UdpParse::kOk);
+    aggregator::AggPacket pkt;
+    EXPECT_EQ(aggregator::ParseAggregation(f.data() + udp->payload_offset, udp->payload_len, &pkt),
+              aggregator::WireError::kOk);
+    return pkt;
+  }
+
+  std::unique_ptr<aggregator::JobTable> jobs_;
+  std::unique_ptr<aggregator::SlotTable> slots_;
+  std::unique_ptr<aggregator::BypassTable> bypass_;
+  LcoreClock clock_;
+  std::unique_ptr<Answers> answers_;
+  std::unique_ptr<TreeStage> tree_;
+};
+
+TEST_F(TreeStageTest, ALeafSendsItsFinishedChunkUpstreamAsAPartial) {
+  const aggregator::Job& job = *AddJob(3, true);
+  const aggregator::Slot& slot = Contribute(job, 4, 3);
+  EXPECT_FALSE(tree_->FinishSlot(job, 0, slot, false, nullptr, 0));
+  EXPECT_EQ(slot.state(), aggregator::Slot::State::kForwarded);
+  tx().Flush();
+  auto sent = Sent();
+  ASSERT_EQ(sent[1].size(), 1u);
+  UdpInfo udp;
+  const aggregator::AggPacket pkt = Parse(sent[1][0], &udp);
+  EXPECT_EQ(udp.dst_ip, kUpstreamIp);
+  EXPECT_EQ(pkt.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(pkt.header->job_key.host(), kKey) << "the parent checks the key";
+  EXPECT_EQ(pkt.header->node_id.host(), 5);
+  EXPECT_EQ(pkt.header->missing_count, 0);
+  EXPECT_EQ(pkt.payload_len, 4u);
+  int32_t sum;
+  std::memcpy(&sum, pkt.payload, 4);
+  EXPECT_EQ(sum, 6);
+  EXPECT_EQ(stats().lcore.agg.partials_sent.Get(), 1u);
+}
+
+TEST_F(TreeStageTest, ATimeoutNamesTheMissingAndLeavesABypassEntryForTheirLateData) {
+  const aggregator::Job& job = *AddJob(3, true);
+  const aggregator::Slot& slot = Contribute(job, 4, 2);
+  (void)tree_->FinishSlot(job, 0, slot, /*expired=*/true, nullptr, 0);
+  tx().Flush();
+  auto sent = Sent();
+  ASSERT_EQ(sent[1].size(), 1u);
+  UdpInfo udp;
+  const aggregator::AggPacket pkt = Parse(sent[1][0], &udp);
+  ASSERT_EQ(pkt.header->missing_count, 1);
+  EXPECT_EQ((pkt.missing[0] << 8) | pkt.missing[1], 2) << "node 2 missing";
+  EXPECT_EQ(stats().lcore.agg.bypass_created.Get(), 1u);
+  ASSERT_TRUE(tree_->bypass_live());
+  EXPECT_FALSE(tree_->MatchBypass(job, 4, 1, 1)) << "node 1 was in";
+  EXPECT_TRUE(tree_->MatchBypass(job, 4, 2, 2));
+  EXPECT_FALSE(tree_->MatchBypass(job, 4, 2, 2)) << "an entry matches once";
+}
+
+TEST_F(TreeStageTest, ARootWithoutATanTellsItsMembersTheChunkIsIncomplete) {
+  const aggregator::Job& job = *AddJob(8, false);
+  const aggregator::Slot& slot = Contribute(job, 1, 2);
+  (void)tree_->FinishSlot(job, 0, slot, true, nullptr, 0);
+  tx().Flush();
+  auto sent = Sent();
+  ASSERT_EQ(sent[0].size(), 2u) << "members 0 and 2";
+  ASSERT_EQ(sent[1].size(), 1u);
+  const Frames::Result r = Frames::ParseResult(sent[1][0]);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+  EXPECT_NE(r.fields.flags & aggregator::flags::kIncomplete, 0);
+  EXPECT_TRUE(r.payload.empty());
+}
+
+TEST_F(TreeStageTest, LateDataWithNowhereToGoIsDroppedWithItsReason) {
+  const aggregator::Job& root = *AddJob(8, false);
+  const aggregator::Job& unresolved = *AddJob(9, true, /*resolved=*/false);
+  aggregator::AggFields f;
+  f.job_id = 8;
+  f.job_key = kKey;
+  f.elem_count = 1;
+  const unsigned in_use = InUse();
+  tree_->ForwardLate(Mbuf(Frames::Datagram(f, Frames::Int32Payload({1}))), root, 42, 2);
+  f.job_id = 9;
+  tree_->ForwardLate(Mbuf(Frames::Datagram(f, Frames::Int32Payload({1}))), unresolved, 42, 0);
+  EXPECT_EQ(Drops(2, DropReason::kAggNoTan), 1u);
+  EXPECT_EQ(Drops(0, DropReason::kAggUnresolvedHop), 1u);
+  EXPECT_EQ(stats().lcore.agg.late_no_tan.Get(), 1u);
+  EXPECT_EQ(stats().lcore.agg.unresolved_next_hop.Get(), 1u);
+  EXPECT_EQ(InUse(), in_use);
+}
+
+TEST_F(TreeStageTest, AResultFromAboveReachesEveryMemberWithoutTheKey) {
+  const aggregator::Job& job = *AddJob(3, true);
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kResult;
+  f.job_id = 3;
+  f.job_key = kKey;
+  f.seq = 4;
+  f.elem_count = 1;
+  const Frame frame = Frames::DatagramFrom(f, Frames::Int32Payload({60}), Frames::MemberMac(9),
+                                           kUpstreamIp, aggregator::kAggUdpPort);
+  UdpInfo udp;
+  const aggregator::AggPacket pkt = Parse(frame, &udp);
+  rte_mbuf* m = Mbuf(frame);
+  const aggregator::AggPacket in_mbuf = [&] {
+    aggregator::AggPacket p;
+    EXPECT_EQ(aggregator::ParseAggregation(rte_pktmbuf_mtod_offset(m, const uint8_t*, 42),
+                                           pkt.payload_len + 48, &p),
+              aggregator::WireError::kOk);
+    return p;
+  }();
+  tree_->ResultFromAbove(m, job, in_mbuf, 42, 1);
+  tx().Flush();
+  auto sent = Sent();
+  ASSERT_EQ(sent[0].size(), 2u);
+  ASSERT_EQ(sent[1].size(), 1u);
+  const Frames::Result r = Frames::ParseResult(sent[1][0]);
+  EXPECT_EQ(r.fields.job_key, 0u);
+  EXPECT_EQ(r.payload, Frames::Int32Payload({60}));
+  EXPECT_EQ(stats().lcore.agg.results_down.Get(), 1u);
+}
+
+}  // namespace
+}  // namespace aggswitch::dataplane
