@@ -21,9 +21,7 @@ using testframes::Frame;
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new fixtures::EalEnvironment("answers_test"));
 
 constexpr uint32_t kJob = 7;
-constexpr uint64_t kKey = 0x5eed;
-
-bool Never(void*, uint32_t, uint32_t, uint32_t, bool) { return false; }
+constexpr uint64_t kKey = fixtures::kStageKey;
 
 class AnswersTest : public StageTest {
  protected:
@@ -63,22 +61,9 @@ class AnswersTest : public StageTest {
 
   // Completes chunk 9 with members' values 1, 2, 3 (one int32 each).
   const aggregator::Slot& Complete() {
-    const aggregator::Slot* slot = nullptr;
-    for (uint16_t m = 0; m < 3; ++m) {
-      const int32_t v = m + 1;
-      aggregator::Contribution c;
-      c.job_id = kJob;
-      c.job_generation = job_->generation();
-      c.seq = 9;
-      c.node = m;
-      c.expected = 3;
-      c.elem_count = 1;
-      c.payload = reinterpret_cast<const uint8_t*>(&v);
-      const aggregator::SlotUpdate u = slots_->Contribute(0, c, clock_.tsc, Never, nullptr);
-      slot = u.slot;
-    }
-    EXPECT_EQ(slot->state(), aggregator::Slot::State::kComplete);
-    return *slot;
+    const aggregator::Slot& slot = fixtures::ContributeInSlot0(*slots_, *job_, 9, 3, clock_.tsc);
+    EXPECT_EQ(slot.state(), aggregator::Slot::State::kComplete);
+    return slot;
   }
 
   std::unique_ptr<aggregator::JobTable> jobs_;
@@ -103,7 +88,9 @@ TEST_F(AnswersTest, AResultReachesEveryMemberAtItsAddressWithoutTheKey) {
     EXPECT_EQ(r.dst_ip, Frames::MemberIp(m));
     EXPECT_EQ(r.dst_port, Frames::MemberPort(m));
     EXPECT_EQ(r.tagged, m == 2);
-    if (m == 2) EXPECT_EQ(r.vid, 20);
+    if (m == 2) {
+      EXPECT_EQ(r.vid, 20);
+    }
     EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
     EXPECT_EQ(r.fields.job_key, 0u);
     EXPECT_EQ(r.fields.seq, 9u);

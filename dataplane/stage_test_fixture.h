@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/job_table.h"
+#include "aggregator/slot_table.h"
 #include "config/loader.h"
 #include "dataplane/counters.h"
 #include "dataplane/dataplane_test_fixture.h"
@@ -43,6 +45,33 @@ struct Frames : AggregationTest {
   using AggregationTest::Result;
   using DataplaneTest::DrainRing;
 };
+
+// The key of the stage tests' jobs.
+inline constexpr uint64_t kStageKey = 0x5eed;
+
+// A slot release check that keeps every slot: the stage tests release none.
+inline bool KeepSlots(void*, uint32_t, uint32_t, uint32_t, bool) { return false; }
+
+// Members [0, n) of `job` contribute the value m + 1 (one int32) to chunk
+// `seq` in slot 0 of `slots`; returns the slot.
+inline const aggregator::Slot& ContributeInSlot0(aggregator::SlotTable& slots,
+                                                 const aggregator::Job& job, uint32_t seq,
+                                                 uint16_t n, uint64_t tsc) {
+  const aggregator::Slot* slot = nullptr;
+  for (uint16_t m = 0; m < n; ++m) {
+    const int32_t v = m + 1;
+    aggregator::Contribution c;
+    c.job_id = job.id();
+    c.job_generation = job.generation();
+    c.seq = seq;
+    c.node = m;
+    c.expected = job.members();
+    c.elem_count = 1;
+    c.payload = reinterpret_cast<const uint8_t*>(&v);
+    slot = slots.Contribute(0, c, tsc, KeepSlots, nullptr).slot;
+  }
+  return *slot;
+}
 
 class StageTest : public ::testing::Test {
  protected:

@@ -21,10 +21,8 @@ using testframes::Frame;
 
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new fixtures::EalEnvironment("tree_stage_test"));
 
-constexpr uint64_t kKey = 0x5eed;
+constexpr uint64_t kKey = fixtures::kStageKey;
 constexpr uint32_t kUpstreamIp = 0x0a000a01;  // 10.0.10.1
-
-bool Never(void*, uint32_t, uint32_t, uint32_t, bool) { return false; }
 
 class TreeStageTest : public StageTest {
  protected:
@@ -82,22 +80,8 @@ class TreeStageTest : public StageTest {
     }
     return job;
   }
-  // Members [0, n) contribute value m + 1 to chunk `seq` of `job`, in slot 0.
   const aggregator::Slot& Contribute(const aggregator::Job& job, uint32_t seq, uint16_t n) {
-    const aggregator::Slot* slot = nullptr;
-    for (uint16_t m = 0; m < n; ++m) {
-      const int32_t v = m + 1;
-      aggregator::Contribution c;
-      c.job_id = job.id();
-      c.job_generation = job.generation();
-      c.seq = seq;
-      c.node = m;
-      c.expected = 3;
-      c.elem_count = 1;
-      c.payload = reinterpret_cast<const uint8_t*>(&v);
-      slot = slots_->Contribute(0, c, clock_.tsc, Never, nullptr).slot;
-    }
-    return *slot;
+    return fixtures::ContributeInSlot0(*slots_, job, seq, n, clock_.tsc);
   }
   static aggregator::AggPacket Parse(const Frame& f, UdpInfo* udp) {
     L2Info l2;
