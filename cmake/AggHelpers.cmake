@@ -3,6 +3,7 @@
 #   agg_library(NAME agg_config SRCS loader.cc DEPS agg_common yaml-cpp)
 #   agg_test(NAME config_test SRCS config_test.cc DEPS agg_config LABELS unit)
 #   agg_bench(NAME mac_table_bench SRCS mac_table_bench.cc DEPS agg_dataplane)
+#   agg_bench(NAME agg_path_bench SRCS aggregation_stage_bench.cc DEPS agg_dataplane OWN_MAIN)
 #
 # Test labels: "unit" needs nothing; "eal" starts DPDK in-process on virtual
 # devices; "system" builds network namespaces and needs root.
@@ -32,13 +33,18 @@ function(agg_test)
   endif()
 endfunction()
 
+# OWN_MAIN: the benchmark prints its own lines instead of Google Benchmark's.
 function(agg_bench)
-  cmake_parse_arguments(A "" "NAME" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(A "OWN_MAIN" "NAME" "SRCS;DEPS" ${ARGN})
   if(NOT AGG_BUILD_BENCH)
     return()
   endif()
   add_executable(${A_NAME} ${A_SRCS})
-  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} benchmark::benchmark benchmark::benchmark_main)
+  if(A_OWN_MAIN)
+    target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+  else()
+    target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} benchmark::benchmark benchmark::benchmark_main)
+  endif()
 endfunction()
 
 # A libFuzzer harness (tests/fuzz, configure with -DAGG_FUZZ=ON and clang): the
