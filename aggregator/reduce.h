@@ -71,6 +71,12 @@ void LoadFirst(DType dtype, const uint8_t* payload, uint32_t n, void* acc);
 // payload_out[0..n) = acc[0..n) converted to the wire type. [any]
 void StoreResult(DType dtype, const void* acc, uint32_t n, uint8_t* payload_out);
 
+// Whether `dtype` accumulates in its wire format (int32, float32), so that
+// StoreResult is a plain copy and the accumulator can serve as the result. [any]
+constexpr bool AccumulatesInWireFormat(DType dtype) {
+  return dtype == DType::kInt32 || dtype == DType::kFloat32;
+}
+
 // Kernel sets, widest last.
 enum class ReduceIsa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 

@@ -1,6 +1,7 @@
 #include "aggregator/slot_table.h"
 
 #include <cstring>
+#include <new>
 
 #include "aggregator/reduce.h"
 
@@ -10,27 +11,42 @@ SlotTable::SlotTable(const SlotTableConfig& config)
     : config_(config),
       bitmap_words_((config.max_fan_in + 63u) / 64u),
       timers_(config.slots, config.timer_buckets, config.timer_tick_shift, 0) {
+  using common::HugeRegion;
   const size_t n = config_.slots;
   const size_t fan_in = config_.max_fan_in;
-  slots_ = std::make_unique<Slot[]>(n);
-  bitmaps_ = std::make_unique<uint64_t[]>(n * bitmap_words_);
-  acc_arena_ = std::make_unique<uint8_t[]>(n * 2 * config_.max_payload);
-  result_arena_ = std::make_unique<uint8_t[]>(n * config_.max_payload);
-  held_payloads_ = std::make_unique<const uint8_t*[]>(n * fan_in);
-  held_handles_ = std::make_unique<void*[]>(n * fan_in);
+  // Every array in one region on huge pages: a contribution to a cold slot
+  // touches five of them.
+  memory_ = HugeRegion::Allocate(
+      HugeRegion::Footprint<Slot>(n) + HugeRegion::Footprint<uint64_t>(n * bitmap_words_) +
+      HugeRegion::Footprint<uint8_t>(n * 2 * config_.max_payload) +
+      HugeRegion::Footprint<uint8_t>(n * config_.max_payload) +
+      HugeRegion::Footprint<const uint8_t*>(n * fan_in) + HugeRegion::Footprint<void*>(n * fan_in) +
+      HugeRegion::Footprint<uint16_t>(n * config_.max_inherited) +
+      HugeRegion::Footprint<uint32_t>(n * fan_in));
+  slots_ = memory_.Carve<Slot>(n);
+  uint64_t* bitmaps = memory_.Carve<uint64_t>(n * bitmap_words_);
+  uint8_t* acc = memory_.Carve<uint8_t>(n * 2 * config_.max_payload);
+  uint8_t* results = memory_.Carve<uint8_t>(n * config_.max_payload);
+  const uint8_t** held_payloads = memory_.Carve<const uint8_t*>(n * fan_in);
+  void** held_handles = memory_.Carve<void*>(n * fan_in);
+  uint16_t* inherited = memory_.Carve<uint16_t>(n * config_.max_inherited);
+  uint32_t* offsets = memory_.Carve<uint32_t>(n * fan_in);
+  if (offsets == nullptr) throw std::bad_alloc();  // the table cannot exist without its memory
+  bitmaps_ = bitmaps;
+  acc_arena_ = acc;
+  offsets_arena_ = offsets;
   released_ = std::make_unique<void*[]>(fan_in);
   evicted_ = std::make_unique<void*[]>(fan_in);
-  inherited_arena_ = std::make_unique<uint16_t[]>(n * config_.max_inherited);
-  offsets_arena_ = std::make_unique<uint32_t[]>(n * fan_in);
   for (size_t i = 0; i < n; ++i) {
-    Slot& s = slots_[i];
-    s.bitmap_ = &bitmaps_[i * bitmap_words_];
-    s.acc_ = &acc_arena_[i * 2 * config_.max_payload];
-    s.result_ = &result_arena_[i * config_.max_payload];
-    s.held_payload_ = &held_payloads_[i * fan_in];
-    s.held_handle_ = &held_handles_[i * fan_in];
-    s.inherited_ = &inherited_arena_[i * config_.max_inherited];
-    s.offsets_ = &offsets_arena_[i * fan_in];
+    Slot& s = *new (&slots_[i]) Slot();
+    s.bitmap_ = &bitmaps[i * bitmap_words_];
+    s.acc_ = &acc[i * 2 * config_.max_payload];
+    s.result_ = &results[i * config_.max_payload];
+    s.result_view_ = s.result_;
+    s.held_payload_ = &held_payloads[i * fan_in];
+    s.held_handle_ = &held_handles[i * fan_in];
+    s.inherited_ = &inherited[i * config_.max_inherited];
+    s.offsets_ = &offsets[i * fan_in];
   }
 }
 
@@ -89,10 +105,19 @@ void SlotTable::ReduceHeld(Slot& s, SlotUpdate& u) {
   u.n_released = n;
 }
 
+void SlotTable::PublishResult(Slot& s) {
+  if (AccumulatesInWireFormat(s.dtype_)) {
+    s.result_view_ = s.acc_;
+  } else {
+    StoreResult(s.dtype_, s.acc_, s.elem_count_, s.result_);
+    s.result_view_ = s.result_;
+  }
+}
+
 void SlotTable::Complete(uint32_t local_index, Slot& s, SlotUpdate& u) {
   timers_.Cancel(local_index);
   if (s.ordered_) ReduceHeld(s, u);
-  StoreResult(s.dtype_, s.acc_, s.elem_count_, s.result_);
+  PublishResult(s);
   s.state_ = Slot::State::kComplete;
   complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   u.outcome = SlotOutcome::kCompleted;
@@ -109,7 +134,7 @@ bool SlotTable::Expire(uint32_t local_index, SlotUpdate* u) {
   timers_.Cancel(local_index);
   u->slot = &s;
   if (s.ordered_) ReduceHeld(s, *u);
-  StoreResult(s.dtype_, s.acc_, s.elem_count_, s.result_);
+  PublishResult(s);
   s.state_ = Slot::State::kForwarded;
   return true;
 }
@@ -129,6 +154,7 @@ bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_
     return false;
   }
   std::memcpy(s.result_, payload, len);
+  s.result_view_ = s.result_;
   s.overflow_ = overflow;
   s.state_ = Slot::State::kComplete;
   complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

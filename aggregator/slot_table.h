@@ -32,6 +32,7 @@
 #include <memory>
 
 #include "aggregator/timer_wheel.h"
+#include "common/huge_region.h"
 #include "aggregator/types.h"
 
 namespace aggswitch::aggregator {
@@ -134,7 +135,7 @@ class Slot {
   // When the slot times out (TSC); 0: never.
   uint64_t deadline_tsc() const { return deadline_tsc_; }
   // Complete slots: the result payload, elem_count elements of dtype, wire format.
-  const uint8_t* result() const { return result_; }
+  const uint8_t* result() const { return result_view_; }
   uint32_t result_len() const { return elem_count_ * static_cast<uint32_t>(ElementSize(dtype_)); }
   bool HasContributed(uint16_t node) const {
     return (bitmap_[node >> 6] >> (node & 63)) & 1;
@@ -171,6 +172,9 @@ class Slot {
   uint64_t* bitmap_ = nullptr;      // max_fan_in bits
   uint8_t* acc_ = nullptr;          // 2 x max_payload: 16-bit floats accumulate as float32
   uint8_t* result_ = nullptr;       // max_payload
+  // What result() shows: acc_ for the types that accumulate in their wire
+  // format (no copy at completion), else result_.
+  const uint8_t* result_view_ = nullptr;
   const uint8_t** held_payload_ = nullptr;  // ordered: per member
   void** held_handle_ = nullptr;            // ordered: per member
 };
@@ -242,6 +246,18 @@ class SlotTable {
   uint32_t armed_timers() const { return timers_.size(); }
 
   const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }
+  // Starts fetching what a contribution of `payload_len` bytes to slot
+  // `local_index` touches: the slot, its bitmap and arrival offsets, and
+  // (for writing) its accumulator. Addresses only; reads nothing. [owner lcore]
+  void Prefetch(uint32_t local_index, uint32_t payload_len) const {
+    const auto* slot = reinterpret_cast<const char*>(&slots_[local_index]);
+    __builtin_prefetch(slot, 1);
+    __builtin_prefetch(slot + sizeof(Slot) - 1, 1);
+    __builtin_prefetch(&bitmaps_[size_t{local_index} * bitmap_words_], 1);
+    __builtin_prefetch(&offsets_arena_[size_t{local_index} * config_.max_fan_in], 1);
+    const uint8_t* acc = &acc_arena_[size_t{local_index} * 2 * config_.max_payload];
+    for (uint32_t off = 0; off < payload_len; off += 64) __builtin_prefetch(acc + off, 1);
+  }
   uint32_t size() const { return config_.slots; }
   // Slots not Free, and of those Complete (holding a result). [any]
   uint32_t busy() const { return busy_.load(std::memory_order_relaxed); }
@@ -250,6 +266,8 @@ class SlotTable {
  private:
   void Claim(uint32_t local_index, Slot& s, const Contribution& c, uint64_t now_tsc);
   void Complete(uint32_t local_index, Slot& s, SlotUpdate& u);
+  // Makes the accumulator the slot's result (Slot::result).
+  static void PublishResult(Slot& s);
   // Ordered/batch slots: reduces the held contributions in member order and
   // hands their handles back in `u`.
   void ReduceHeld(Slot& s, SlotUpdate& u);
@@ -257,16 +275,13 @@ class SlotTable {
 
   SlotTableConfig config_;
   uint32_t bitmap_words_;
-  std::unique_ptr<Slot[]> slots_;
-  std::unique_ptr<uint64_t[]> bitmaps_;
-  std::unique_ptr<uint8_t[]> acc_arena_;
-  std::unique_ptr<uint8_t[]> result_arena_;
-  std::unique_ptr<const uint8_t*[]> held_payloads_;
-  std::unique_ptr<void*[]> held_handles_;
+  common::HugeRegion memory_;  // every per-slot array below but released_ and evicted_
+  Slot* slots_ = nullptr;
+  uint64_t* bitmaps_ = nullptr;
+  uint8_t* acc_arena_ = nullptr;
+  uint32_t* offsets_arena_ = nullptr;
   std::unique_ptr<void*[]> released_;  // max_fan_in handles, reused per call
   std::unique_ptr<void*[]> evicted_;   // the same, for an evicted slot's
-  std::unique_ptr<uint16_t[]> inherited_arena_;
-  std::unique_ptr<uint32_t[]> offsets_arena_;
   TimerWheel timers_;
   // Single writer (the owner); relaxed loads elsewhere for metrics.
   std::atomic<uint32_t> busy_{0};

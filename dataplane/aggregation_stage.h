@@ -7,8 +7,10 @@
 // Per vector of datagrams:
 //   1. parse and check every one; answer (NACK) or drop the refused;
 //   2. hand off the rest by slot owner: one rte_ring_enqueue_burst per owner;
-//   3. look up and prefetch the slot of each of its own, then reduce them in
-//      order; a completed slot goes to the tree stage, which answers.
+//   3. look up each of its own slots and prefetch what the contribution
+//      touches there (the slot, its bitmap, offsets and accumulator), then
+//      reduce them in order, each payload prefetched one ahead; a completed
+//      slot goes to the tree stage, which answers.
 //
 //   AggregationStage agg(setup, channels, pool, stats, tx, answers, tree, clock);
 //   agg.Process(in_port, burst.agg);   // received datagrams
