@@ -368,21 +368,6 @@ size_t JobTable::Reclaim() {
   return freed;
 }
 
-common::Result<const Job*> JobTable::AdmitInBand(const JobSpec& spec, bool policy_allows) {
-  if (!policy_allows) {
-    return common::NotFound(JobName(spec.id) +
-                            " is unknown and in-band registration is off "
-                            "(aggregation.in_band_registration)");
-  }
-  if (const Job* existing = Find(spec.id); existing != nullptr) {
-    if (existing->key() == spec.key) return existing;
-    return common::AlreadyExists(JobName(spec.id) + " already exists with another key");
-  }
-  JobSpec in_band = spec;
-  in_band.origin = JobSpec::Origin::kInBand;
-  return Add(in_band);
-}
-
 void JobTable::ForEach(const std::function<void(const Job&)>& fn) const {
   const std::atomic<Job*>* slots = current_.get();
   for (uint32_t i = 0; i <= mask_; ++i) {

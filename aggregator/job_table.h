@@ -3,8 +3,10 @@
 // A job is known to the switch in three ways (SPEC §3, seed 001): declared in
 // the YAML (aggregation.jobs), added through the control API (aggctl jobs
 // add), or registered in-band from the task info of a contribution or a
-// TASK_INFO packet (AdmitInBand). Whatever the origin, the control thread is
-// the only writer of the table; worker lcores look jobs up without locks.
+// TASK_INFO packet. Whatever the origin, a job enters through one admission
+// function on the control side (control/job_control.h, AdmitJob) and Add;
+// the control thread is the only writer of the table; worker lcores look
+// jobs up without locks.
 //
 // Layout: a power-of-two open-addressing array of std::atomic<Job*>, linear
 // probing, load (live jobs) at most 1/2. Removal leaves a tombstone that a
@@ -557,13 +559,6 @@ class JobTable {
   // can be given to a new job: the moment no reader can still count anything
   // for the old job, so per-index state (per-lcore counters) can be reset.
   void SetReclaimHook(std::function<void(uint16_t index)> hook) { reclaim_hook_ = std::move(hook); }
-  // The in-band registration policy (aggregation.in_band_registration), for
-  // the task info of a contribution or TASK_INFO packet that names an unknown
-  // job. `policy_allows` false: NotFound, nothing added. Otherwise the job is
-  // added with Origin::kInBand; a job with that id that already exists is
-  // returned when its key matches `spec.key` (two workers raced to register
-  // it) and is AlreadyExists otherwise. Other errors as Add().
-  common::Result<const Job*> AdmitInBand(const JobSpec& spec, bool policy_allows);
 
   // --- Inspection ---
 

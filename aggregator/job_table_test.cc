@@ -220,28 +220,10 @@ TEST(JobTableTest, ChurnKeepsEveryJobReachable) {
   for (uint16_t index : indices) EXPECT_LT(index, 64);
 }
 
-TEST(JobTableTest, InBandPolicy) {
-  auto table = MakeTable();
-  auto refused = table->AdmitInBand(Spec(5), /*policy_allows=*/false);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(refused.status().message().find("in_band_registration"), std::string::npos);
-  EXPECT_EQ(table->Find(5), nullptr);
-
-  JobSpec spec = Spec(5);
-  spec.origin = JobSpec::Origin::kApi;  // whatever the caller says, it is in-band
-  auto admitted = table->AdmitInBand(spec, true);
-  ASSERT_TRUE(admitted.ok());
-  EXPECT_EQ((*admitted)->origin(), JobSpec::Origin::kInBand);
-  EXPECT_EQ(OriginName((*admitted)->origin()), "in-band");
-
-  // A second registration of the same job (another worker raced) gets it back.
-  auto again = table->AdmitInBand(Spec(5), true);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, *admitted);
-  // Another key is not the same job.
-  EXPECT_EQ(table->AdmitInBand(Spec(5, 4, 1234), true).status().code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(table->size(), 1u);
+TEST(JobTableTest, OriginNames) {
+  EXPECT_EQ(OriginName(JobSpec::Origin::kConfig), "config");
+  EXPECT_EQ(OriginName(JobSpec::Origin::kApi), "api");
+  EXPECT_EQ(OriginName(JobSpec::Origin::kInBand), "in-band");
 }
 
 MemberAddr Addr(uint64_t mac48, uint8_t port, uint16_t vlan, uint32_t ip, uint16_t udp_port) {

@@ -72,6 +72,9 @@ enum class NackReason : uint32_t {
   kSlotQuota = 9,     // the chunk lies too far ahead of the job's slowest member
   kHoldQuota = 10,    // the job (or the switch) holds as many ordered contributions as it may
   kMemberBound = 11,  // the node id is bound to another address (docs/security.md)
+  // Ends the operation again: the task info says more than one node takes
+  // part and this switch has no upstream to send its partial to.
+  kNoUpstream = 12,
 };
 
 // What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).

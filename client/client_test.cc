@@ -403,6 +403,11 @@ TEST(ClientTest, RefusalsSurfaceWithTheirReason) {
   o.rank = 3;
   o.task_info = TaskInfoMode::kNone;
   ExpectRefusal(job7, o, StatusCode::kFailedPrecondition, "malformed (NACK 3)");
+
+  // Two nodes and no upper switch: never a partial sum as the result.
+  o = Options({}, 9, 2);
+  o.node_count = 2;
+  ExpectRefusal({}, o, StatusCode::kFailedPrecondition, "no upstream (NACK 12)");
 }
 
 // "Not now" refusals (a quota, a rate, a binding) are retried on the

@@ -207,6 +207,11 @@ void TestSwitch::Loop() {
         nack(NackReason::kMalformed);
         continue;
       }
+      // As aggswitch without aggregation.upstreams: its sum would be partial.
+      if (h.node_count.host() > 1) {
+        nack(NackReason::kNoUpstream);
+        continue;
+      }
       JobState job;
       job.key = h.job_key.host();
       job.members = h.expected.host();

@@ -57,9 +57,8 @@ void ControlLoop::Run() {
     dataplane_.AgeMacTable();
     if (jobs_ != nullptr) {
       const auto now = std::chrono::steady_clock::now();
-      dataplane_.ProcessRegistrations([&](const aggregator::JobSpec& spec, uint32_t src_ip) {
-        return admission_ != nullptr ? admission_->Admit({spec, src_ip}, now)
-                                     : dataplane::RegistrationResult::invalid;
+      dataplane_.ProcessRegistrations([&](const dataplane::RegistrationRequest& request) {
+        return jobs_->RegisterInBand(request, now);
       });
       if (admission_ != nullptr) admission_->ExpireIdle(now);
       jobs_->ProcessPending();

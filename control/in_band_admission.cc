@@ -30,8 +30,6 @@ InBandAdmission::Options InBandAdmission::OptionsFrom(const config::AggregationC
   Options o;
   o.enabled = agg.in_band_registration;
   o.max_jobs = agg.InBandMaxJobs();
-  o.slot_quota = agg.InBandSlotsPerJob();
-  o.hold_quota = agg.InBandHeldPerJob();
   o.idle_timeout_ms = agg.in_band.idle_timeout_ms;
   o.per_source = agg.in_band.per_source;
   o.total = agg.in_band.total;
@@ -65,38 +63,23 @@ void InBandAdmission::ForgetGone() {
   }
 }
 
-RegistrationResult InBandAdmission::Admit(const Request& request, Clock::time_point now) {
-  const aggregator::JobSpec& asked = request.spec;
-  if (const aggregator::Job* existing = table_.Find(asked.id); existing != nullptr) {
-    return existing->key() == asked.key ? RegistrationResult::existing
-                                        : RegistrationResult::key_mismatch;
-  }
+RegistrationResult InBandAdmission::Allow(uint32_t src_ip, Clock::time_point now) {
   if (!options_.enabled) return RegistrationResult::invalid;
   // The switch-wide bucket first: a flood from many sources costs one look each.
   if (!total_started_) {
     total_ = TokenBucket(options_.total.per_second, options_.total.burst, now);
     total_started_ = true;
   }
-  if (!total_.Take(now) || !SourceBucket(request.src_ip, now).Take(now)) {
+  if (!total_.Take(now) || !SourceBucket(src_ip, now).Take(now)) {
     return RegistrationResult::rate_limited;
   }
   if (admitted_.size() >= options_.max_jobs) ForgetGone();
   if (admitted_.size() >= options_.max_jobs) return RegistrationResult::in_band_full;
-
-  aggregator::JobSpec spec = asked;
-  spec.origin = aggregator::JobSpec::Origin::kInBand;
-  spec.slot_quota = options_.slot_quota;
-  spec.hold_quota = options_.hold_quota;
-  common::Result<const aggregator::Job*> added = table_.AdmitInBand(spec, true);
-  if (!added.ok()) {
-    return added.status().code() == common::StatusCode::kResourceExhausted
-               ? RegistrationResult::table_full
-               : RegistrationResult::invalid;
-  }
-  admitted_[spec.id] = Admitted{(*added)->generation(), now_ ? now_() : 0};
-  AGG_LOG(kInfo, "job %u registered in-band: %u members, %u nodes%s", spec.id, spec.members,
-          spec.nodes, spec.ordered ? ", ordered" : "");
   return RegistrationResult::admitted;
+}
+
+void InBandAdmission::Record(const aggregator::Job& job) {
+  admitted_[job.id()] = Admitted{job.generation(), now_ ? now_() : 0};
 }
 
 uint32_t InBandAdmission::LastActive(const aggregator::Job& job, const Admitted& admitted) const {

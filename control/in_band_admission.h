@@ -1,6 +1,7 @@
-// In-band registration on the control side: what a job that registers
-// itself from its task info may take of the switch, and when it goes
-// (docs/security.md, "In-band jobs").
+// In-band registration on the control side: the policy that bounds what a
+// job registering itself from its task info may take of the switch, and
+// when it goes (docs/security.md, "In-band jobs"). The job itself is
+// admitted by JobControl::RegisterInBand, the way config and API jobs are.
 //
 // Anyone who can send a datagram to the switch can register a job in-band,
 // so such jobs are bounded, and never at the cost of the jobs the operator
@@ -11,9 +12,8 @@
 //     NackReason::kRateLimited;
 //   - in-band jobs fill at most aggregation.in_band.max_jobs entries of the
 //     job table (NackReason::kInBandFull beyond);
-//   - each gets the in-band slot and hold quotas (JobSpec::slot_quota,
-//     hold_quota), and its chunks use the in-band slot region only
-//     (aggregator/slot_placement.h);
+//   - each gets the in-band slot and hold quotas (JobSpecFromConfig), and
+//     its chunks use the in-band slot region only (aggregator/slot_placement.h);
 //   - an in-band job no member has sent to for aggregation.in_band.
 //     idle_timeout_ms is removed, so that an id taken by one datagram is free
 //     again after that long;
@@ -22,7 +22,10 @@
 //
 //   InBandAdmission admission(table, InBandAdmission::OptionsFrom(cfg.aggregation));
 //   admission.SetClock([&dp] { return dp.SeenTick(); }, dp.MillisecondsToTicks(1000));
-//   dataplane.ProcessRegistrations([&](const RegistrationRequest& r) { return admission.Admit(r, now); });
+//   job_control.SetInBandAdmission(&admission);
+//   dataplane.ProcessRegistrations([&](const RegistrationRequest& r) {
+//     return job_control.RegisterInBand(r, now);   // Allow(), then Record() once added
+//   });
 //   admission.ExpireIdle(now);   // every control loop pass; it looks every 100 ms
 //
 // Thread safety: every method is [control] (the job table's writer thread).
@@ -64,19 +67,11 @@ class InBandAdmission {
   struct Options {
     bool enabled = false;  // aggregation.in_band_registration
     uint32_t max_jobs = 1;
-    uint32_t slot_quota = 0;  // JobSpec::slot_quota of every in-band job
-    uint32_t hold_quota = 0;  // JobSpec::hold_quota
     uint32_t idle_timeout_ms = 60000;
     config::RateConfig per_source;
     config::RateConfig total;
   };
   static Options OptionsFrom(const config::AggregationConfig& agg);
-
-  // A registration: the job its task info describes and who sent it.
-  struct Request {
-    aggregator::JobSpec spec;  // id, key, members, nodes, ordered
-    uint32_t src_ip = 0;       // host order
-  };
 
   InBandAdmission(aggregator::JobTable& table, Options options);
 
@@ -85,10 +80,14 @@ class InBandAdmission {
   // expires.
   void SetClock(std::function<uint32_t()> now, uint32_t ticks_per_second);
 
-  // Registers the job, or says why not. A job with the id that exists
-  // already is `existing` when the key matches (another member raced this
-  // one), `key_mismatch` otherwise.
-  dataplane::RegistrationResult Admit(const Request& request, Clock::time_point now);
+  // Whether a registration from `src_ip` (host order) may go on to the job
+  // table now: `admitted` when registration is on, both rates have a token
+  // and the in-band share has room; else invalid (off), rate_limited or
+  // in_band_full.
+  dataplane::RegistrationResult Allow(uint32_t src_ip, Clock::time_point now);
+  // Counts `job`, just admitted in-band, against the share, and starts its
+  // idle clock.
+  void Record(const aggregator::Job& job);
 
   // Removes the in-band jobs that no member sent to for idle_timeout_ms;
   // looks at most every 100 ms. Returns how many it removed.

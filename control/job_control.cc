@@ -213,14 +213,15 @@ TanLoad CountTanLoad(const aggregator::JobTable& table, uint32_t except_job) {
 }
 
 JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
-                          const config::AggregationConfig& agg, uint64_t tsc_hz, TanLoad& load) {
+                          const config::AggregationConfig& agg, uint64_t tsc_hz, TanLoad& load,
+                          JobSpec::Origin origin) {
   JobSpec spec;
   spec.id = job.id;
   spec.key = job.key;
   spec.members = job.members;
   spec.nodes = job.nodes;
   spec.ordered = job.ordered;
-  spec.origin = JobSpec::Origin::kConfig;
+  spec.origin = origin;
   if (!job.node_ids.empty() || !job.switches.empty()) {
     spec.member_nodes = job.MemberNodeIds();
     spec.covers.assign(spec.member_nodes.size(), {});
@@ -250,17 +251,46 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
   spec.tan_member = job.tan_member.value_or(aggregator::kNoNode);
   // Validate() made sure of a root job with a remote TAN.
   spec.parameter_server = job.parameter_server;
-  spec.slot_quota = agg.SlotsPerJob();
-  spec.hold_quota = agg.HoldPerJob();
+  const bool in_band = origin == JobSpec::Origin::kInBand;
+  spec.slot_quota = in_band ? agg.InBandSlotsPerJob() : agg.SlotsPerJob();
+  spec.hold_quota = in_band ? agg.InBandHeldPerJob() : agg.HoldPerJob();
   return spec;
+}
+
+common::Result<const Job*> AdmitJob(aggregator::JobTable& table,
+                                    const config::AggregationJobConfig& job,
+                                    const config::AggregationConfig& agg, JobSpec::Origin origin,
+                                    uint64_t tsc_hz, TanLoad& load) {
+  const JobSpec spec = JobSpecFromConfig(job, agg, tsc_hz, load, origin);
+  ASSIGN_OR_RETURN(const Job* added, table.Add(spec));
+  std::string upstream = "root";
+  if (spec.upstream.ip != 0) {
+    upstream = "upstream " + common::Ipv4Addr{spec.upstream.ip}.ToString() + ":" +
+               std::to_string(spec.upstream.udp_port);
+  }
+  const uint32_t timeout_ms = job.timeout_ms.value_or(agg.timeout_ms);
+  AGG_LOG(kInfo, "job %u added (%s): %u members, %u nodes, %s, timeout %u ms, %s trigger%s",
+          spec.id, std::string(aggregator::OriginName(origin)).c_str(), spec.members, spec.nodes, upstream.c_str(), timeout_ms,
+          spec.batch ? "batch" : "immediate", spec.ordered ? ", ordered" : "");
+  return added;
+}
+
+config::AggregationJobConfig InBandJobConfig(const dataplane::RegistrationRequest& request) {
+  config::AggregationJobConfig job;
+  job.id = request.job_id;
+  job.key = request.key;
+  job.members = request.expected;
+  job.nodes = request.node_count;
+  job.ordered = request.ordered;
+  return job;
 }
 
 common::Status AddConfigJobs(aggregator::JobTable& table, const config::AggregationConfig& agg,
                              uint64_t tsc_hz) {
   TanLoad load;
   for (size_t i = 0; i < agg.jobs.size(); ++i) {
-    const JobSpec spec = JobSpecFromConfig(agg.jobs[i], agg, tsc_hz, load);
-    common::Result<const Job*> added = table.Add(spec);
+    common::Result<const Job*> added =
+        AdmitJob(table, agg.jobs[i], agg, JobSpec::Origin::kConfig, tsc_hz, load);
     if (!added.ok()) {
       return common::Status(added.status().code(), "aggregation.jobs[" + std::to_string(i) +
                                                        "]: " + added.status().message());
@@ -458,14 +488,17 @@ void JobControl::Execute(Command& command) {
 }
 
 common::Result<const Job*> JobControl::AddOnControl(const JobRequest& request) {
-  TanLoad load = CountTanLoad(table_);
-  JobSpec spec = JobSpecFromConfig(request.job, base_.aggregation, options_.tsc_hz, load);
-  spec.origin = JobSpec::Origin::kApi;
+  const uint32_t id = request.job.id;
   if (admission_ != nullptr) {
-    const Job* existing = table_.Find(spec.id);
-    if (existing != nullptr && existing->in_band()) (void)admission_->Displace(spec.id);
+    const Job* existing = table_.Find(id);
+    if (existing != nullptr && existing->in_band()) (void)admission_->Displace(id);
   }
-  common::Result<const Job*> added = table_.Add(spec);
+  auto admit = [&] {
+    TanLoad load = CountTanLoad(table_);
+    return AdmitJob(table_, request.job, base_.aggregation, JobSpec::Origin::kApi,
+                    options_.tsc_hz, load);
+  };
+  common::Result<const Job*> added = admit();
   if (!added.ok() && added.status().code() == common::StatusCode::kResourceExhausted &&
       admission_ != nullptr && admission_->DisplaceIdlest()) {
     // The displaced job's index is free once the workers moved past it:
@@ -474,7 +507,7 @@ common::Result<const Job*> JobControl::AddOnControl(const JobRequest& request) {
     do {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
       table_.Reclaim();
-      added = table_.Add(spec);
+      added = admit();
     } while (!added.ok() && added.status().code() == common::StatusCode::kResourceExhausted &&
              std::chrono::steady_clock::now() < deadline);
   }
@@ -482,6 +515,40 @@ common::Result<const Job*> JobControl::AddOnControl(const JobRequest& request) {
   RecordBuiltChoice(*job, request.job, TanReport::Source::kApi);
   if (change_hook_) change_hook_();
   return job;
+}
+
+dataplane::RegistrationResult JobControl::RegisterInBand(
+    const dataplane::RegistrationRequest& request, std::chrono::steady_clock::time_point now) {
+  using dataplane::RegistrationResult;
+  if (const Job* existing = table_.Find(request.job_id); existing != nullptr) {
+    return existing->key() == request.key ? RegistrationResult::existing
+                                          : RegistrationResult::key_mismatch;
+  }
+  if (admission_ == nullptr) return RegistrationResult::invalid;
+  if (const RegistrationResult allowed = admission_->Allow(request.src_ip, now);
+      allowed != RegistrationResult::admitted) {
+    return allowed;
+  }
+  const config::AggregationJobConfig job = InBandJobConfig(request);
+  // A partial sum that stops here would be answered as the final result.
+  if (job.nodes > 1 && !job.upstream) return RegistrationResult::no_upstream;
+  if (common::Status checked = CheckAsConfigJob(base_, job, {}, ""); !checked.ok()) {
+    AGG_LOG(kDebug, "job %u: in-band registration from %s refused: %s", job.id,
+            common::Ipv4Addr{request.src_ip}.ToString().c_str(), checked.message().c_str());
+    return RegistrationResult::invalid;
+  }
+  TanLoad load = CountTanLoad(table_);
+  common::Result<const Job*> added =
+      AdmitJob(table_, job, base_.aggregation, JobSpec::Origin::kInBand, options_.tsc_hz, load);
+  if (!added.ok()) {
+    return added.status().code() == common::StatusCode::kResourceExhausted
+               ? RegistrationResult::table_full
+               : RegistrationResult::invalid;
+  }
+  admission_->Record(**added);
+  RecordBuiltChoice(**added, job, TanReport::Source::kConfig);
+  if (change_hook_) change_hook_();
+  return RegistrationResult::admitted;
 }
 
 void JobControl::RecordBuiltChoice(const Job& job, const config::AggregationJobConfig& cfg,

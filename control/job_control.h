@@ -48,10 +48,15 @@
 //   DataSource source = ...; jobs.Attach(source);     // the /api/v1/jobs routes
 //   while (running) { jobs.ProcessPending(); table->Reclaim(); ... }   // control loop
 //
+// In-band jobs take the same way: RegisterInBand turns a datagram's task
+// info into the job config it describes and admits it as an API job would
+// be, with the in-band quotas, within the in-band policy.
+//
 // Thread safety: Add/Remove/List/Tan/RunOnControl [any thread but the
-// control thread: they wait for it]; ProcessPending, Snapshot,
-// SetCounterReader, SetChangeHook and the constructor [control].
-// AddConfigJobs, CountTanLoad [control]; ChooseTan, JobSpecFromConfig [any].
+// control thread: they wait for it]; ProcessPending, RegisterInBand,
+// Snapshot, SetCounterReader, SetChangeHook and the constructor [control].
+// AdmitJob, AddConfigJobs, CountTanLoad [control]; ChooseTan,
+// JobSpecFromConfig, InBandJobConfig [any].
 #pragma once
 
 #include <chrono>
@@ -73,6 +78,7 @@
 #include "config/config.h"
 #include "control/api.h"
 #include "control/stats_snapshot.h"
+#include "dataplane/port_stats.h"
 
 namespace aggswitch::aggregator {
 class JobTable;
@@ -98,13 +104,33 @@ TanChoice ChooseTan(const config::TanConfig* tan, uint32_t job_id, const TanLoad
 // (the job being chosen for). [control]
 TanLoad CountTanLoad(const aggregator::JobTable& table, uint32_t except_job = 0);
 
-// The JobSpec of aggregation.jobs[i] (or of an API job, which then changes
-// the origin); `load` is updated with its TAN. [any]
+// The JobSpec of aggregation.jobs[i], an API job or an in-band job (by
+// `origin`): its own keys, else the switch-wide defaults of `agg` (timeout,
+// trigger, TAN, bypass entries), and the slot and hold quotas of its origin;
+// `load` is updated with its TAN. [any]
 aggregator::JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
                                       const config::AggregationConfig& agg, uint64_t tsc_hz,
-                                      TanLoad& load);
+                                      TanLoad& load,
+                                      aggregator::JobSpec::Origin origin =
+                                          aggregator::JobSpec::Origin::kConfig);
 
-// Adds every job of aggregation.jobs with Origin::kConfig (JobSpecFromConfig;
+// The one way into the job table, whatever a job's origin: config jobs at
+// start, API jobs and in-band registrations. Builds the job's JobSpec
+// (JobSpecFromConfig), adds it and logs "job <id> added (<origin>): ...".
+// `job` passed its checks already (config::Validate, CheckAsConfigJob).
+// The table's errors as JobTable::Add. [control]
+common::Result<const aggregator::Job*> AdmitJob(aggregator::JobTable& table,
+                                                const config::AggregationJobConfig& job,
+                                                const config::AggregationConfig& agg,
+                                                aggregator::JobSpec::Origin origin,
+                                                uint64_t tsc_hz, TanLoad& load);
+
+// The job an in-band registration asks for, as aggregation.jobs[i] would
+// hold it: id, key, `expected` members (node ids 0..expected-1), ordered;
+// nodes = node_count. [any]
+config::AggregationJobConfig InBandJobConfig(const dataplane::RegistrationRequest& request);
+
+// Adds every job of aggregation.jobs with Origin::kConfig (AdmitJob;
 // `tsc_hz` converts the timers); the first failure is returned naming its
 // key path ("aggregation.jobs[2]: job 7 already exists"). A validated config
 // does not fail. [control]
@@ -196,6 +222,17 @@ class JobControl {
 
   // Runs every queued command and wakes its caller. Returns how many ran. [control]
   size_t ProcessPending();
+  // In-band registration of the task info a datagram passed up
+  // (Dataplane::ProcessRegistrations): the job it describes
+  // (InBandJobConfig) gets the checks of an API job (CheckAsConfigJob, the
+  // running config's rules), the switch-wide defaults and AdmitJob, within
+  // the in-band policy (SetInBandAdmission: rates, the in-band share,
+  // quotas). existing / key_mismatch for an id the table holds; invalid
+  // when registration is off or the checks refuse the task info;
+  // no_upstream when node_count > 1 and the switch has no upstream; else the
+  // policy's or the table's answer. [control]
+  dataplane::RegistrationResult RegisterInBand(const dataplane::RegistrationRequest& request,
+                                               std::chrono::steady_clock::time_point now);
   // The table now, without the queue. [control]
   JobTableSnapshot Snapshot() const;
   aggregator::JobTable& table() { return table_; }  // [control]

@@ -266,9 +266,9 @@ class InBandTest : public AggregationTest {
   static constexpr uint64_t kKey = 0x5eed;
 
   // A contribution that carries its task info (variant A): `members` expected
-  // at this switch, one node.
+  // at this switch, `nodes` switches taking part.
   static Frame WithTaskInfo(uint32_t job, uint32_t seq, uint16_t node, uint16_t members, int32_t value,
-                            uint64_t key = kKey) {
+                            uint64_t key = kKey, uint16_t nodes = 1) {
     aggregator::AggFields f;
     f.flags = aggregator::flags::kTaskInfo;
     f.node_id = node;
@@ -276,7 +276,7 @@ class InBandTest : public AggregationTest {
     f.seq = seq;
     f.job_key = key;
     f.expected = members;
-    f.node_count = 1;
+    f.node_count = nodes;
     f.elem_count = 1;
     return Datagram(f, Int32Payload({value}));
   }
@@ -307,6 +307,29 @@ class InBandTest : public AggregationTest {
     return out;
   }
 };
+
+// Task info that says two nodes take part, at a switch with no upstream:
+// this switch's sum is only a partial one. No member gets a RESULT; each is
+// told why (NACK no_upstream), and no job is left behind.
+TEST_F(InBandTest, MultiNodeTaskInfoWithoutUpstreamGetsNoUpstreamNack) {
+  for (int round = 0; round < 2; ++round) {  // the retransmissions fare no better
+    for (uint16_t m = 0; m < 4; ++m) Inject(0, WithTaskInfo(23, 0, m, 4, m + 1, kKey, 2));
+    StepWithRegistration();
+    auto out = Drain();
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_EQ(out[0].size(), 4u) << "one answer per contribution";
+    std::set<uint16_t> told;
+    for (const Result& r : Results(out[0])) {
+      EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+      EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kNoUpstream));
+      told.insert(r.fields.node_id);
+    }
+    EXPECT_EQ(told.size(), 4u);
+  }
+  EXPECT_EQ(jobs_->Find(23), nullptr);
+  EXPECT_EQ(dp_->registrations(RegistrationResult::no_upstream), 8u);
+  EXPECT_EQ(dp_->registrations(RegistrationResult::admitted), 0u);
+}
 
 // T1: four members, task info in every contribution, no configuration: the
 // first datagrams register the job and are then counted like any other.

@@ -502,6 +502,8 @@ aggregator::NackReason VerdictOf(RegistrationResult result) {
       return NackReason::kRateLimited;
     case RegistrationResult::in_band_full:
       return NackReason::kInBandFull;
+    case RegistrationResult::no_upstream:
+      return NackReason::kNoUpstream;
     case RegistrationResult::kCount:
       break;
   }
@@ -536,13 +538,16 @@ size_t Dataplane::ProcessRegistrations(const Admission& admit) {
           continue;
         }
         const aggregator::AggHeader& h = *pkt.header;
-        aggregator::JobSpec spec;
-        spec.id = h.job_id.host();
-        spec.key = h.job_key.host();
-        spec.members = h.expected.host();
-        spec.nodes = h.node_count.host();
-        spec.ordered = (h.flags.host() & aggregator::flags::kOrdered) != 0;
-        const RegistrationResult result = admit(spec, udp.src_ip);
+        RegistrationRequest request;
+        request.job_id = h.job_id.host();
+        request.key = h.job_key.host();
+        request.expected = h.expected.host();
+        request.node_count = h.node_count.host();
+        request.ordered = (h.flags.host() & aggregator::flags::kOrdered) != 0;
+        request.addr_low = h.addr_low.host();
+        request.node_id = h.node_id.host();
+        request.src_ip = udp.src_ip;
+        const RegistrationResult result = admit(request);
         registrations_[static_cast<size_t>(result)].Add(1);
         u.verdict = static_cast<uint16_t>(VerdictOf(result));
         // Cannot fail: `room` was checked and the control thread is the only producer.

@@ -122,12 +122,12 @@ class Dataplane {
   // Hands the task info of each datagram the workers passed up (a
   // contribution with the TASK_INFO flag, or a TASK_INFO datagram, naming an
   // unknown job) to `admit`, the control side's admission
-  // (control/in_band_admission.h), with the sender's IPv4 address, and hands
-  // each datagram back to its worker: to be counted and answered when the
-  // job now exists, or refused with a NACK that says why (the result's
-  // NackReason). Returns the datagrams handled. [control]
-  using Admission =
-      std::function<RegistrationResult(const aggregator::JobSpec& spec, uint32_t src_ip)>;
+  // (JobControl::RegisterInBand), and hands each datagram back to its
+  // worker: to be counted and answered when the job now exists, or refused
+  // with a NACK that says why (the result's NackReason). The dataplane
+  // decides nothing about the job itself. Returns the datagrams handled.
+  // [control]
+  using Admission = std::function<RegistrationResult(const RegistrationRequest& request)>;
   size_t ProcessRegistrations(const Admission& admit);
   // A copy of up to `limit` busy slots of every worker. While the workers run,
   // each copies its own slots when asked (a few hundred per poll loop, so a

@@ -26,6 +26,7 @@
 #include "aggregator/wire.h"
 #include "config/loader.h"
 #include "control/in_band_admission.h"
+#include "control/job_control.h"
 #include "dataplane/dataplane.h"
 #include "dataplane/eal.h"
 #include "dataplane/test_frames.h"
@@ -214,19 +215,26 @@ class AggregationTest : public DataplaneTest {
     Build(DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024" + extra + "}\n"), 1024,
           jobs_.get());
     // In-band registration as the control thread runs it.
+    job_control_.reset();
     admission_ = std::make_unique<control::InBandAdmission>(
         *jobs_, control::InBandAdmission::OptionsFrom(config_.aggregation));
+    control::JobControl::Options options;
+    options.config = config_;
+    options.tsc_hz = rte_get_tsc_hz();
+    job_control_ = std::make_unique<control::JobControl>(*jobs_, options);
+    job_control_->SetInBandAdmission(admission_.get());
   }
   void TearDown() override {
     DataplaneTest::TearDown();
+    job_control_.reset();
     admission_.reset();
     jobs_.reset();
   }
 
   // The control thread's pass over the registrations the workers passed up.
   size_t Register() {
-    return dp_->ProcessRegistrations([this](const aggregator::JobSpec& spec, uint32_t src_ip) {
-      return admission_->Admit({spec, src_ip}, std::chrono::steady_clock::now());
+    return dp_->ProcessRegistrations([this](const RegistrationRequest& request) {
+      return job_control_->RegisterInBand(request, std::chrono::steady_clock::now());
     });
   }
 
@@ -338,6 +346,7 @@ class AggregationTest : public DataplaneTest {
 
   std::unique_ptr<aggregator::JobTable> jobs_;
   std::unique_ptr<control::InBandAdmission> admission_;
+  std::unique_ptr<control::JobControl> job_control_;
 };
 
 }  // namespace aggswitch::dataplane::fixtures

@@ -55,6 +55,19 @@ struct SlotLatencyTotals {
   double sum_seconds = 0;
 };
 
+// A datagram's task info, passed up for in-band registration: what the
+// sender says of its job. The control side decides (JobControl::RegisterInBand).
+struct RegistrationRequest {
+  uint32_t job_id = 0;
+  uint64_t key = 0;
+  uint16_t expected = 0;    // members at this switch
+  uint16_t node_count = 0;  // switches taking part
+  bool ordered = false;     // the ORDERED flag
+  uint32_t addr_low = 0;    // low bits of the sender's buffer address
+  uint16_t node_id = 0;     // the sender's node id
+  uint32_t src_ip = 0;      // the sender's IPv4 address, host order
+};
+
 // What in-band registration did (the control thread's counters), by outcome.
 #define AGG_REGISTRATION_RESULTS(X)                                                   \
   X(admitted, "a new job was added from task info")                                  \
@@ -63,7 +76,8 @@ struct SlotLatencyTotals {
   X(key_mismatch, "refused: a job with this id exists with another key")             \
   X(invalid, "refused: the task info is out of range, members or nodes")            \
   X(rate_limited, "refused: over the per-source or switch-wide registration rate")   \
-  X(in_band_full, "refused: in-band jobs fill aggregation.in_band.max_jobs")
+  X(in_band_full, "refused: in-band jobs fill aggregation.in_band.max_jobs")         \
+  X(no_upstream, "refused: the task info says more than one node and the switch has no upstream")
 
 enum class RegistrationResult : uint8_t {
 #define AGG_REGISTRATION_ENUM(name, help) name,

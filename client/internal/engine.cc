@@ -71,6 +71,11 @@ NackText DescribeNack(uint32_t reason) {
               "the switch has this rank bound to another address (another process sends as "
               "this rank, or this one restarted): it rebinds after "
               "aggregation.member_rebind_ms of silence from the old one, or through the API"};
+    case NackReason::kNoUpstream:
+      return {"no upstream",
+              "the task info says more than one node takes part, and this switch has no "
+              "upper-tier switch to send its partial sum to (aggregation.upstreams): run with "
+              "--nodes 1, or list the upper switches in the leaf's config"};
   }
   return {"unknown reason", "a NACK reason this client does not know"};
 }

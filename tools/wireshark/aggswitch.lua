@@ -43,6 +43,7 @@ local nack_reason_names = {
   [9] = "slot quota",
   [10] = "hold quota",
   [11] = "member bound to another address",
+  [12] = "no upstream for a multi-node job",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.
