@@ -133,6 +133,10 @@ json LcoreJson(const LcoreSnapshot& l) {
   agg["slots_complete"] = l.slots_complete;
   agg["slot_timers"] = l.slot_timers;
   agg["bypass_entries"] = l.bypass_entries;
+  json malformed = json::object();
+  for (size_t r = 0; r < dataplane::kNumMalformedReasons; ++r)
+    malformed[dataplane::kMalformedText[r].name] = l.malformed[r];
+  agg["malformed"] = std::move(malformed);
   j["aggregation"] = std::move(agg);
   return j;
 }

@@ -182,6 +182,19 @@ TEST(ApiTest, LcoresJsonHasCyclesPerPacket) {
   EXPECT_DOUBLE_EQ(j["lcores"][1]["busy_percent"].get<double>(), 0.0);
 }
 
+// Each lcore's aggregation object names every malformed reason, the wire
+// parser's among them, zeros included.
+TEST(ApiTest, LcoresJsonHasMalformedByReason) {
+  StatsSnapshot s = SyntheticSnapshot();
+  s.lcores[0].malformed[static_cast<size_t>(dataplane::MalformedReason::kCountMismatch)] = 5;
+  const json j = json::parse(LcoresJson(s));
+  const json& malformed = j["lcores"][0]["aggregation"]["malformed"];
+  ASSERT_EQ(malformed.size(), dataplane::kNumMalformedReasons);
+  EXPECT_EQ(malformed["count_mismatch"], 5);
+  EXPECT_EQ(malformed["bad_magic"], 0);
+  EXPECT_EQ(j["lcores"][1]["aggregation"]["malformed"]["count_mismatch"], 0);
+}
+
 TEST(ApiTest, CyclesPerPacketIsRounded) {
   StatsSnapshot s = SyntheticSnapshot();
   s.lcores[0].busy_cycles = 1000;

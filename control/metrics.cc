@@ -352,6 +352,20 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
       e.Sample(name, {{"lcore", std::to_string(l.lcore)}}, l.agg[a]);
     }
   }
+  {
+    constexpr const char* kMalformed = "aggswitch_aggregation_malformed_total";
+    std::string help = "Aggregation datagrams that failed their checks, summed over the lcores, by reason:";
+    for (const dataplane::AggCounterText& t : dataplane::kMalformedText) {
+      help += std::string(" ") + t.name + " (" + t.help + ");";
+    }
+    help.back() = '.';
+    e.Family(kMalformed, "counter", help);
+    for (size_t r = 0; r < dataplane::kNumMalformedReasons; ++r) {
+      uint64_t sum = 0;
+      for (const LcoreSnapshot& l : snap.lcores) sum += l.malformed[r];
+      e.Sample(kMalformed, {{"reason", dataplane::kMalformedText[r].name}}, sum);
+    }
+  }
   struct SlotGauge {
     const char* name;
     const char* help;

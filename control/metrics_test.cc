@@ -591,6 +591,33 @@ TEST(MetricsTest, RegistrationsByResult) {
   }
 }
 
+// Malformed aggregation datagrams: one series per reason of the dataplane's
+// list (the wire parser's among them), summed over the lcores.
+TEST(MetricsTest, MalformedByReasonSummedOverTheLcores) {
+  StatsSnapshot s = WithAggregation(SyntheticSnapshot());
+  s.lcores.push_back(s.lcores[0]);
+  s.lcores[1].lcore = s.lcores[0].lcore + 1;
+  using dataplane::MalformedReason;
+  s.lcores[0].malformed[static_cast<size_t>(MalformedReason::kBadMagic)] = 3;
+  s.lcores[1].malformed[static_cast<size_t>(MalformedReason::kBadMagic)] = 4;
+  s.lcores[1].malformed[static_cast<size_t>(MalformedReason::kFragment)] = 1;
+  const std::string text = RenderPrometheus(s);
+  EXPECT_TRUE(HasLine(text, "# TYPE aggswitch_aggregation_malformed_total counter"));
+  for (size_t r = 0; r < dataplane::kNumMalformedReasons; ++r) {
+    const auto reason = static_cast<MalformedReason>(r);
+    const std::string series = std::string(R"(aggswitch_aggregation_malformed_total{reason=")") +
+                               dataplane::kMalformedText[r].name + "\"}";
+    const uint64_t expected = reason == MalformedReason::kBadMagic   ? 7
+                              : reason == MalformedReason::kFragment ? 1
+                                                                     : 0;
+    EXPECT_EQ(SampleValue(text, series), std::to_string(expected)) << series;
+  }
+  for (const char* wire : {"truncated", "bad_magic", "bad_version", "unknown_opcode",
+                           "unknown_dtype", "unknown_op", "bad_type_op", "count_mismatch"}) {
+    EXPECT_NE(text.find(std::string(R"(reason=")") + wire + "\""), std::string::npos) << wire;
+  }
+}
+
 // The switch's own TAN: every counter, zeros included, and its pending gauge;
 // nothing of it without tree control.
 TEST(MetricsTest, OwnTanCountersAndPendingGauge) {

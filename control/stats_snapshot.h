@@ -73,6 +73,7 @@ struct PortSnapshot : dataplane::PortInfo, dataplane::PortTotals {
 // One worker lcore: what it polls and its counters (dataplane::LcoreCounters).
 struct LcoreSnapshot : dataplane::WorkerInfo {
   uint64_t agg[dataplane::kNumAggCounters] = {};  // indexed by dataplane::AggCounter
+  uint64_t malformed[dataplane::kNumMalformedReasons] = {};  // by dataplane::MalformedReason
   uint32_t slots = 0;           // aggregation slots this lcore owns (0: aggregation off)
   uint32_t slots_busy = 0;      // of those, aggregating or holding a result
   uint32_t slots_complete = 0;  // of those, holding a result

@@ -72,8 +72,9 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
   UdpInfo udp;
   aggregator::AggPacket& pkt = out->pkt;
-  if (!ParseAggregationFrame(data, rte_pktmbuf_data_len(m), meta.l3_offset, &udp, &pkt)) {
-    c.malformed.Add(1);
+  MalformedReason why;
+  if (!ParseAggregationFrame(data, rte_pktmbuf_data_len(m), meta.l3_offset, &udp, &pkt, &why)) {
+    stats_.lcore.malformed[static_cast<size_t>(why)].Add(1);
     tx_.Drop(in_port, DropReason::kAggMalformed, m);
     return false;
   }

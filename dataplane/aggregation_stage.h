@@ -43,13 +43,25 @@
 namespace aggswitch::dataplane {
 
 // Checks the IPv4/UDP headers at `l3_offset` and the aggregation header
-// behind them; false for anything that is not a valid aggregation datagram.
-// [any thread]
+// behind them; false for anything that is not a valid aggregation datagram,
+// with the reason in `*why` when given. [any thread]
 inline bool ParseAggregationFrame(const uint8_t* frame, uint32_t len, uint32_t l3_offset, UdpInfo* udp,
-                                  aggregator::AggPacket* pkt) {
-  return ParseIpv4Udp(frame, len, l3_offset, udp) == UdpParse::kOk &&
-         aggregator::ParseAggregation(frame + udp->payload_offset, udp->payload_len, pkt) ==
-             aggregator::WireError::kOk;
+                                  aggregator::AggPacket* pkt, MalformedReason* why = nullptr) {
+  MalformedReason reason;
+  switch (ParseIpv4Udp(frame, len, l3_offset, udp)) {
+    case UdpParse::kOk: {
+      const aggregator::WireError e =
+          aggregator::ParseAggregation(frame + udp->payload_offset, udp->payload_len, pkt);
+      if (e == aggregator::WireError::kOk) return true;
+      reason = MalformedFrom(e);
+      break;
+    }
+    case UdpParse::kNotUdp: reason = MalformedReason::kNotIpv4Udp; break;
+    case UdpParse::kMalformed: reason = MalformedReason::kBadIpv4Udp; break;
+    case UdpParse::kFragment: reason = MalformedReason::kFragment; break;
+  }
+  if (why != nullptr) *why = reason;
+  return false;
 }
 
 // What one worker's aggregation path works with. jobs == nullptr: aggregation

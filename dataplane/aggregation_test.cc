@@ -2,6 +2,8 @@
 // (dataplane_test_fixture.h): contributions in, results out, counted.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <functional>
 #include <cstring>
 #include <algorithm>
 #include <map>
@@ -178,7 +180,7 @@ TEST_F(AggregationTest, PortTriggerTakesWorkerTrafficAndSwitchesTransitTraffic) 
   EXPECT_EQ(Agg().results_refused.Get(), 0u);
   EXPECT_EQ(Agg().results_down.Get(), 0u);
   EXPECT_EQ(Agg().partials_received.Get(), 0u);
-  EXPECT_EQ(Agg().malformed.Get(), 0u);
+  EXPECT_EQ(Malformed(), 0u);
   // A worker's contribution to that host's aggregation port is the switch's to reduce.
   Inject(0, to_other(aggregator::Opcode::kContribution, 0));
   Step();
@@ -189,6 +191,43 @@ TEST_F(AggregationTest, PortTriggerTakesWorkerTrafficAndSwitchesTransitTraffic) 
   EXPECT_EQ(r.payload, Int32Payload({5}));
   EXPECT_EQ(out[1].size(), 0u);
   EXPECT_EQ(Agg().contributions.Get(), 1u);
+}
+
+// Each way a datagram to the aggregation address fails its checks is counted
+// under its own reason, dropped and charged to its port; nothing is answered.
+TEST_F(AggregationTest, MalformedDatagramsAreCountedByReason) {
+  AddJob(7, 2);
+  const Frame good = Contribution(7, 1, 0, Int32Payload({1}));
+  constexpr size_t kIp = 14, kAgg = 14 + 20 + 8;
+  auto reseal = [](Frame& f) {  // a valid IPv4 header checksum again
+    f[kIp + 10] = f[kIp + 11] = 0;
+    const uint16_t sum = InternetChecksum(&f[kIp], 20);
+    std::memcpy(&f[kIp + 10], &sum, 2);
+  };
+  struct Case {
+    MalformedReason why;
+    std::function<void(Frame&)> spoil;
+  };
+  const std::vector<Case> cases = {
+      {MalformedReason::kBadIpv4Udp, [](Frame& f) { f[kIp + 10] ^= 0xff; }},
+      {MalformedReason::kFragment, [&](Frame& f) { f[kIp + 6] |= 0x20; reseal(f); }},
+      {MalformedReason::kBadMagic, [](Frame& f) { f[kAgg] ^= 0xff; }},
+      {MalformedReason::kBadVersion, [](Frame& f) { f[kAgg + 2] = 9; }},
+      {MalformedReason::kUnknownOpcode, [](Frame& f) { f[kAgg + 3] = 99; }},
+      {MalformedReason::kUnknownDType, [](Frame& f) { f[kAgg + offsetof(aggregator::AggHeader, dtype)] = 200; }},
+  };
+  uint64_t dropped = 0;
+  for (const Case& c : cases) {
+    Frame f = good;
+    c.spoil(f);
+    Inject(0, f);
+    Step();
+    EXPECT_TRUE(Drain().empty()) << kMalformedText[static_cast<size_t>(c.why)].name;
+    EXPECT_EQ(Malformed(c.why), 1u) << kMalformedText[static_cast<size_t>(c.why)].name;
+    EXPECT_EQ(DropCount(0, DropReason::kAggMalformed), ++dropped);
+  }
+  EXPECT_EQ(Malformed(), cases.size());
+  EXPECT_EQ(Agg().contributions.Get(), 0u);
 }
 
 TEST_F(AggregationTest, TwoConcurrentJobsDoNotMix) {

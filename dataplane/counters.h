@@ -14,6 +14,7 @@
 #include <iterator>
 #include <memory>
 
+#include "aggregator/wire.h"
 #include "config/config.h"
 
 namespace aggswitch::dataplane {
@@ -124,7 +125,6 @@ struct PortCounters {
   X(rejected, "contributions whose member, type, op, scale or size did not fit")      \
   X(key_failures, "datagrams whose job key did not match")                            \
   X(unknown_jobs, "datagrams for a job not in the job table")                         \
-  X(malformed, "datagrams that failed the IPv4, UDP or aggregation header checks")    \
   X(unsupported, "datagrams with an opcode this switch does not handle yet")          \
   X(handoffs, "contributions handed to the lcore that owns their slot")               \
   X(handoff_full, "contributions dropped because the owner's hand-off ring was full") \
@@ -261,6 +261,37 @@ struct LatencyHistogram {
   Counter count;
 };
 
+// Why a datagram on the aggregation path is not a valid one: its IPv4 or UDP
+// header, then the aggregation header's checks (aggregator/wire.h). One
+// counter each per lcore, aggswitch_aggregation_malformed_total{reason}
+// summed over them. X(name, label, help).
+#define AGG_MALFORMED_REASONS(X)                                                       \
+  X(kNotIpv4Udp, "not_ipv4_udp", "not IPv4 carrying UDP")                              \
+  X(kBadIpv4Udp, "bad_ipv4_udp", "IPv4 or UDP version, lengths or header checksum wrong") \
+  X(kFragment, "fragment", "an IPv4 fragment")                                         \
+  X(kSegmented, "segmented", "a result from above in more than one mbuf segment")      \
+  AGG_WIRE_ERRORS(X)
+
+enum class MalformedReason : uint8_t {
+#define AGG_MALFORMED_ENUM(name, label, help) name,
+  AGG_MALFORMED_REASONS(AGG_MALFORMED_ENUM)
+#undef AGG_MALFORMED_ENUM
+      kCount
+};
+inline constexpr size_t kNumMalformedReasons = static_cast<size_t>(MalformedReason::kCount);
+inline constexpr AggCounterText kMalformedText[kNumMalformedReasons] = {
+#define AGG_MALFORMED_TEXT(name, label, help) {label, help},
+    AGG_MALFORMED_REASONS(AGG_MALFORMED_TEXT)
+#undef AGG_MALFORMED_TEXT
+};
+// The wire parser's reasons come last, in its order.
+inline constexpr MalformedReason MalformedFrom(aggregator::WireError e) {
+  return static_cast<MalformedReason>(static_cast<size_t>(MalformedReason::kTruncated) +
+                                      static_cast<size_t>(e) -
+                                      static_cast<size_t>(aggregator::WireError::kTruncated));
+}
+static_assert(MalformedFrom(aggregator::WireError::kCountMismatch) == MalformedReason::kCountMismatch);
+
 struct LcoreCounters {
   Counter busy_cycles;    // TSC cycles of polls that returned packets, incl. their processing
   Counter idle_cycles;    // TSC cycles of polls that returned nothing
@@ -271,6 +302,7 @@ struct LcoreCounters {
   Counter arp_replies;
   Counter icmp_replies;
   AggregationCounters agg;
+  Counter malformed[kNumMalformedReasons];  // aggregation datagrams refused, by MalformedReason
   LatencyHistogram slot_latency;
 };
 

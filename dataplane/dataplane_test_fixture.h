@@ -334,6 +334,15 @@ class AggregationTest : public DataplaneTest {
   }
 
   const AggregationCounters& Agg() { return dp_->worker_stats(0).lcore.agg; }
+  // Aggregation datagrams refused as malformed for `why`, and for any reason.
+  uint64_t Malformed(MalformedReason why) {
+    return dp_->worker_stats(0).lcore.malformed[static_cast<size_t>(why)].Get();
+  }
+  uint64_t Malformed() {
+    uint64_t sum = 0;
+    for (const Counter& c : dp_->worker_stats(0).lcore.malformed) sum += c.Get();
+    return sum;
+  }
 
   // Job `id`'s per-job counters summed over the lcores, indexed by JobCounter.
   std::array<uint64_t, kNumJobCounters> JobCounts(uint32_t id) {

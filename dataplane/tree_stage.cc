@@ -249,7 +249,7 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
   AggregationCounters& c = stats_.lcore.agg;
   const aggregator::AggHeader& h = *pkt.header;
   if (m->nb_segs != 1) {
-    c.malformed.Add(1);
+    stats_.lcore.malformed[static_cast<size_t>(MalformedReason::kSegmented)].Add(1);
     tx_.Drop(in_port, DropReason::kAggMalformed, m);
     return;
   }

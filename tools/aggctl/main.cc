@@ -450,6 +450,25 @@ void PrintStats(const json& j) {
   if (drops.empty()) std::cout << "  none\n";
   for (const auto& [name, reasons] : drops) std::cout << "  " << name << ": " << reasons << '\n';
 
+  // Summed over the lcores, in the daemon's order of reasons.
+  json malformed = json::object();
+  for (const json& l : j.at("lcores")) {
+    if (!l.contains("aggregation") || !l.at("aggregation").contains("malformed")) continue;
+    for (const auto& [reason, count] : l.at("aggregation").at("malformed").items()) {
+      malformed[reason] = malformed.value(reason, uint64_t{0}) + count.get<uint64_t>();
+    }
+  }
+  if (!malformed.empty()) {
+    std::string text;
+    for (const auto& [reason, count] : malformed.items()) {
+      if (count.get<uint64_t>() == 0) continue;
+      if (!text.empty()) text += ", ";
+      text += reason + " " + U64(count);
+    }
+    std::cout << "\nMalformed aggregation datagrams by reason\n  "
+              << (text.empty() ? "none" : text) << '\n';
+  }
+
   const json& m = j.at("mac_table");
   const json& ev = m.at("events");
   const uint64_t aging = m.at("aging_seconds").get<uint64_t>();
