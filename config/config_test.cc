@@ -283,6 +283,14 @@ TEST(ValidateTest, AggregationChecks) {
                          a.jobs[0].nodes = 0;
                        }),
                        "aggregation.jobs[0].nodes", "expected a node count 1..65535"));
+  // Several nodes, but no upstream to send the partial sum to and no child
+  // switches to sum: the members' sum would be answered as the result.
+  EXPECT_TRUE(OneError(with([&](auto& a) {
+                         a.jobs = {job(7, 2)};
+                         a.jobs[0].nodes = 2;
+                       }),
+                       "aggregation.jobs[0].nodes",
+                       "expected 1 for a job with neither an upstream nor child switches"));
   EXPECT_TRUE(ErrorsOf(with([&](auto& a) {
                 a.max_fan_in = 1024;
                 a.max_jobs = 2;

@@ -1064,6 +1064,7 @@ aggregation:
       members: 512
       nodes: 3
       ordered: true
+      upstream: {address: 10.0.20.1, node: 600}
 )yaml");
   ASSERT_TRUE(load.ok()) << Dump(load);
   const AggregationConfig& a = load.config.aggregation;
@@ -1089,6 +1090,8 @@ aggregation:
   EXPECT_EQ(a.jobs[1].members, 512);
   EXPECT_EQ(a.jobs[1].nodes, 3);
   EXPECT_TRUE(a.jobs[1].ordered);
+  ASSERT_TRUE(a.jobs[1].upstream);
+  EXPECT_EQ(a.jobs[1].upstream->node, 600);
   // The switch answers ARP and ping on the aggregation address.
   ASSERT_EQ(load.config.switch_.addresses.size(), 1u);
   EXPECT_TRUE(load.config.switch_.addresses[0].from_aggregation);

@@ -1634,6 +1634,10 @@ class JobControlFixture : public ::testing::Test {
     ASSERT_TRUE(AddConfigJobs(*table_, agg, 2000000000).ok());
     JobControl::Options options;
     options.port_names = {"p0", "p1"};
+    // An address to send partials from, for jobs with an upstream.
+    config::SwitchAddress address;
+    address.prefix = {common::Ipv4Addr{0x0a0000fd}, 32};
+    options.config.aggregation.address = address;
     jobs_ = std::make_unique<JobControl>(*table_, options);
     source_ = SyntheticSource();
     jobs_->Attach(source_);
@@ -1660,7 +1664,8 @@ TEST_F(JobControlFixture, AddShowRemoveThroughTheControlThread) {
   EXPECT_EQ(j["jobs"][0]["origin"], "config");
 
   r = HandleRequest("POST", "/api/v1/jobs", "",
-                    R"({"id": 9, "key": "0x99", "members": 3, "nodes": 2})", source_);
+                    R"({"id": 9, "key": "0x99", "members": 3, "nodes": 2,
+                        "upstream": {"address": "10.0.0.1", "node": 4}})", source_);
   ASSERT_EQ(r.status, 201) << r.body;
   j = json::parse(r.body);
   EXPECT_EQ(j["id"], 9);
