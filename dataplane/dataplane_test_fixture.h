@@ -37,15 +37,17 @@ using testframes::Frame;
 using aggregator::DType;
 using aggregator::ReduceOp;
 
-// Starts DPDK once per test binary, on virtual devices only:
+// Starts DPDK once per test binary, on virtual devices only, with the main
+// lcore alone or the `lcores` given (EAL's --lcores syntax):
 //   const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new EalEnvironment("my_test"));
 class EalEnvironment : public ::testing::Environment {
  public:
-  explicit EalEnvironment(std::string name) : name_(std::move(name)) {}
+  explicit EalEnvironment(std::string name, std::string lcores = "0")
+      : name_(std::move(name)), lcores_(std::move(lcores)) {}
   void SetUp() override {
     const std::string prefix = name_ + "_" + std::to_string(getpid());
     auto eal = EalSession::Init(name_.c_str(), {"--no-huge", "-m", "256", "--no-pci", "--no-shconf",
-                                                   "--no-telemetry", "--lcores", "0",
+                                                   "--no-telemetry", "--lcores", lcores_,
                                                    "--file-prefix", prefix, "--log-level", "lib.*:error"});
     ASSERT_TRUE(eal.ok()) << eal.status().ToString();
     eal_ = std::move(eal).value();
@@ -54,6 +56,7 @@ class EalEnvironment : public ::testing::Environment {
 
  private:
   std::string name_;
+  std::string lcores_;
   std::unique_ptr<EalSession> eal_;
 };
 

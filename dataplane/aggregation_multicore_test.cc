@@ -1,0 +1,365 @@
+// The aggregation path on 1, 2 and 3 worker lcores running at once
+// (Dataplane::Start), each polling its own RX queue of every port, as RSS
+// spreads the members' flows over a NIC's queues: a member's datagrams always
+// reach the same worker, and a chunk's slot belongs to one worker, so most
+// contributions cross to their slot's owner through its hand-off ring. On
+// this 2-CPU machine the lcores share CPUs (--lcores 0@0,1@1,2@1,3@0); the
+// test thread is the control thread (in-band registration) and the NIC: it
+// feeds the net_ring RX rings and reads every TX queue's ring.
+//
+// Checks: every result exact and sent once to each member, float sums in
+// member order bit for bit whichever lcore took each contribution, a
+// retransmission on another lcore counted once, in-band registration while
+// the workers run, and hand-off counters that show the cross-lcore traffic.
+#include <gtest/gtest.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_ring.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "dataplane/stage_test_fixture.h"
+
+namespace aggswitch::dataplane {
+namespace {
+
+using namespace fixtures;  // NOLINT(build/namespaces)
+using aggregator::DType;
+using aggregator::ReduceOp;
+
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(
+    new EalEnvironment("aggregation_multicore_test", "0@0,1@1,2@1,3@0"));
+
+constexpr int kPorts = 2;            // a0 and a1, access VLAN 10
+constexpr uint16_t kMembers = 4;     // members 0, 2 on a0; 1, 3 on a1
+constexpr uint32_t kChunks = 64;
+constexpr uint16_t kElems = 64;
+constexpr uint64_t kKey = 0x5eed;
+
+// The value member `m` contributes at element `e` of chunk `seq`.
+int32_t IntValue(uint16_t m, uint32_t seq, uint16_t e) {
+  return static_cast<int32_t>((m + 1) * 100000 + seq * 97 + e * 3);
+}
+// Float values whose sum depends on the order of the additions.
+float FloatValue(uint16_t m, uint32_t seq, uint16_t e) {
+  const float scale[kMembers] = {1e8f, 1.0f, -1e8f, 3.25f};
+  return scale[m] * (1.0f + static_cast<float>((seq * 31 + e) % 17) / 7.0f);
+}
+
+class MulticoreTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    workers_ = GetParam();
+    static int instance = 0;
+    ++instance;
+    std::string ports, workers;
+    for (int p = 0; p < kPorts; ++p) {
+      const std::string name = "mc" + std::to_string(instance) + "_" + std::to_string(p);
+      ports += "  - {name: a" + std::to_string(p) + ", devargs: net_ring_" + name + ", access: 10}\n";
+      std::vector<rte_ring*> rx, tx;
+      for (int q = 0; q < workers_; ++q) {
+        const std::string ring = name + "_" + std::to_string(q);
+        rx.push_back(rte_ring_create((ring + "_rx").c_str(), 1024, SOCKET_ID_ANY,
+                                     RING_F_SP_ENQ | RING_F_SC_DEQ));
+        tx.push_back(rte_ring_create((ring + "_tx").c_str(), 1024, SOCKET_ID_ANY,
+                                     RING_F_SP_ENQ | RING_F_SC_DEQ));
+        ASSERT_NE(rx.back(), nullptr);
+        ASSERT_NE(tx.back(), nullptr);
+      }
+      ASSERT_GE(rte_eth_from_rings(name.c_str(), rx.data(), static_cast<unsigned>(rx.size()),
+                                   tx.data(), static_cast<unsigned>(tx.size()), SOCKET_ID_ANY),
+                0);
+      rx_.push_back(std::move(rx));
+      tx_.push_back(std::move(tx));
+    }
+    for (int w = 0; w < workers_; ++w) {
+      const std::string q = std::to_string(w);
+      workers += "  - {lcore: " + std::to_string(w + 1) + ", rx: [\"a0:" + q + "\", \"a1:" + q + "\"]}\n";
+    }
+    const std::string yaml =
+        "eal: {lcores: \"0-3\"}\n"
+        "switch: {mac: 02:a9:9c:00:00:01, addresses: [10.0.10.254/24]}\n"
+        "ports:\n" + ports +
+        "workers:\n" + workers +
+        "mempool: {mbufs: 4095, cache: 0}\n"
+        "aggregation: {address: 10.0.10.253, slots: 1024}\n";
+    config::ConfigLoad load = config::LoadConfigText(yaml, "multicore.yaml");
+    ASSERT_TRUE(load.ok()) << load.FormatErrors();
+    config_ = load.config;
+    auto jobs = aggregator::JobTable::Create(16, 64);
+    ASSERT_TRUE(jobs.ok());
+    jobs_ = std::move(jobs).value();
+    auto dp = Dataplane::Create(config_, jobs_.get());
+    ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+    dp_ = std::move(dp).value();
+    admission_ = std::make_unique<control::InBandAdmission>(
+        *jobs_, control::InBandAdmission::OptionsFrom(config_.aggregation));
+    control::JobControl::Options options;
+    options.config = config_;
+    options.tsc_hz = rte_get_tsc_hz();
+    job_control_ = std::make_unique<control::JobControl>(*jobs_, options);
+    job_control_->SetInBandAdmission(admission_.get());
+    ASSERT_TRUE(dp_->Start().ok());
+  }
+
+  void TearDown() override {
+    if (dp_ != nullptr) dp_->Stop();
+    dp_.reset();
+    job_control_.reset();
+    admission_.reset();
+    jobs_.reset();
+    for (auto* rings : {&rx_, &tx_}) {
+      for (auto& per_port : *rings) {
+        for (rte_ring* r : per_port) Frames::DrainRing(r), rte_ring_free(r);
+      }
+      rings->clear();
+    }
+  }
+
+  void AddJob(uint32_t id, bool ordered = false) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = kKey;
+    spec.members = kMembers;
+    spec.ordered = ordered;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+  }
+
+  // Member m's port, and the RX queue (worker) its flow hashes to.
+  static int PortOf(uint16_t m) { return m % 2; }
+  int QueueOf(uint16_t m) const { return (m / 2) % workers_; }
+
+  void Inject(int port, int queue, const Frame& frame) {
+    // One pool for the injected frames, shared by every test of the process.
+    static rte_mempool* pool = rte_pktmbuf_pool_create("mc_test_pool", 4095, 0, 0,
+                                                       RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+    ASSERT_NE(pool, nullptr);
+    rte_mbuf* m = rte_pktmbuf_alloc(pool);
+    ASSERT_NE(m, nullptr);
+    char* data = rte_pktmbuf_append(m, static_cast<uint16_t>(frame.size()));
+    ASSERT_NE(data, nullptr);
+    std::memcpy(data, frame.data(), frame.size());
+    // The rings hold 1023: wait for the worker rather than fail.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (rte_ring_enqueue(rx_[port][queue], m) != 0) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "RX ring stays full";
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  // Every frame the switch sends until `count` arrived or 20 s passed, by
+  // port; runs in-band registration meanwhile, as the control loop would.
+  std::map<int, std::vector<Frame>> Collect(size_t count) {
+    std::map<int, std::vector<Frame>> out;
+    size_t got = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (got < count && std::chrono::steady_clock::now() < deadline) {
+      dp_->ProcessRegistrations([this](const RegistrationRequest& r) {
+        return job_control_->RegisterInBand(r, std::chrono::steady_clock::now());
+      });
+      bool any = false;
+      for (int p = 0; p < kPorts; ++p) {
+        for (rte_ring* r : tx_[p]) {
+          void* obj;
+          while (rte_ring_dequeue(r, &obj) == 0) {
+            auto* m = static_cast<rte_mbuf*>(obj);
+            Frame f(m->pkt_len);
+            const auto* d = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, m->pkt_len, f.data()));
+            if (d != f.data()) std::memcpy(f.data(), d, m->pkt_len);
+            rte_pktmbuf_free(m);
+            out[p].push_back(std::move(f));
+            ++got;
+            any = true;
+          }
+        }
+      }
+      if (!any) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return out;
+  }
+
+  // A counter summed over the workers, and each worker's.
+  uint64_t Total(Counter AggregationCounters::*c) const {
+    uint64_t sum = 0;
+    for (int w = 0; w < workers_; ++w) sum += (dp_->worker_stats(w).lcore.agg.*c).Get();
+    return sum;
+  }
+  uint64_t Of(int w, Counter AggregationCounters::*c) const {
+    return (dp_->worker_stats(w).lcore.agg.*c).Get();
+  }
+
+  // Checks that every member got exactly one result per chunk, from its own
+  // port, and returns them by (member, seq).
+  std::map<std::pair<uint16_t, uint32_t>, Frames::Result> ByMemberAndSeq(
+      const std::map<int, std::vector<Frame>>& out) {
+    std::map<std::pair<uint16_t, uint32_t>, Frames::Result> results;
+    for (const auto& [port, frames] : out) {
+      for (const Frame& f : frames) {
+        const Frames::Result r = Frames::ParseResult(f);
+        EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+        const auto member = static_cast<uint16_t>(r.dst_port - Frames::MemberPort(0));
+        EXPECT_LT(member, kMembers);
+        EXPECT_EQ(PortOf(member), port) << "member " << member << " is behind port a" << PortOf(member);
+        EXPECT_TRUE(results.emplace(std::pair{member, r.fields.seq}, r).second)
+            << "a second result for member " << member << ", seq " << r.fields.seq;
+      }
+    }
+    return results;
+  }
+
+  // The chunk contributions of every member, member-major per chunk.
+  template <typename Build>
+  void InjectChunks(Build build) {
+    for (uint32_t seq = 0; seq < kChunks; ++seq) {
+      for (uint16_t m = 0; m < kMembers; ++m) Inject(PortOf(m), QueueOf(m), build(seq, m));
+    }
+  }
+
+  void ExpectCrossLcoreTraffic() {
+    if (workers_ == 1) {
+      EXPECT_EQ(Total(&AggregationCounters::handoffs), 0u) << "one worker owns every slot";
+      return;
+    }
+    EXPECT_GT(Total(&AggregationCounters::handoffs), 0u);
+    EXPECT_EQ(Total(&AggregationCounters::handoff_full), 0u);
+    for (int w = 0; w < workers_; ++w) {
+      EXPECT_GT(Of(w, &AggregationCounters::completions), 0u) << "worker " << w << " owns slots";
+    }
+  }
+
+  int workers_ = 1;
+  config::Config config_;
+  std::vector<std::vector<rte_ring*>> rx_, tx_;  // [port][queue]
+  std::unique_ptr<aggregator::JobTable> jobs_;
+  std::unique_ptr<Dataplane> dp_;
+  std::unique_ptr<control::InBandAdmission> admission_;
+  std::unique_ptr<control::JobControl> job_control_;
+};
+
+TEST_P(MulticoreTest, Int32SumsAreExactOnEveryLcore) {
+  AddJob(7);
+  InjectChunks([](uint32_t seq, uint16_t m) {
+    std::vector<int32_t> v(kElems);
+    for (uint16_t e = 0; e < kElems; ++e) v[e] = IntValue(m, seq, e);
+    return Frames::Contribution(7, seq, m, Frames::Int32Payload(v), DType::kInt32, ReduceOp::kSum,
+                                kKey, -1, seq);
+  });
+  const auto results = ByMemberAndSeq(Collect(kMembers * kChunks));
+  ASSERT_EQ(results.size(), kMembers * kChunks);
+  for (const auto& [at, r] : results) {
+    std::vector<int32_t> want(kElems);
+    for (uint16_t e = 0; e < kElems; ++e) {
+      for (uint16_t m = 0; m < kMembers; ++m) want[e] += IntValue(m, at.second, e);
+    }
+    ASSERT_EQ(r.payload, Frames::Int32Payload(want)) << "member " << at.first << ", seq " << at.second;
+  }
+  EXPECT_EQ(Total(&AggregationCounters::contributions), kMembers * kChunks);
+  EXPECT_EQ(Total(&AggregationCounters::completions), kChunks);
+  ExpectCrossLcoreTraffic();
+}
+
+// Ordered float sums come out in member order, bit for bit, whichever worker
+// received each contribution and in whatever order they met.
+TEST_P(MulticoreTest, OrderedFloatSumsAreBitExactAcrossLcores) {
+  AddJob(8, /*ordered=*/true);
+  InjectChunks([](uint32_t seq, uint16_t m) {
+    std::vector<uint8_t> payload(kElems * 4);
+    for (uint16_t e = 0; e < kElems; ++e) {
+      const float v = FloatValue(m, seq, e);
+      std::memcpy(&payload[e * 4], &v, 4);
+    }
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kContribution;
+    f.flags = aggregator::flags::kOrdered;
+    f.node_id = m;
+    f.job_id = 8;
+    f.seq = seq;
+    f.job_key = kKey;
+    f.ack_watermark = seq;
+    f.dtype = DType::kFloat32;
+    f.elem_count = kElems;
+    return Frames::Datagram(f, payload);
+  });
+  const auto results = ByMemberAndSeq(Collect(kMembers * kChunks));
+  ASSERT_EQ(results.size(), kMembers * kChunks);
+  for (const auto& [at, r] : results) {
+    std::vector<uint8_t> want(kElems * 4);
+    for (uint16_t e = 0; e < kElems; ++e) {
+      // Each value rounded to float before it is added, as on the wire (no
+      // multiply-add fused across the two).
+      volatile float v[kMembers];
+      for (uint16_t m = 0; m < kMembers; ++m) v[m] = FloatValue(m, at.second, e);
+      float sum = v[0];
+      for (uint16_t m = 1; m < kMembers; ++m) sum += v[m];
+      std::memcpy(&want[e * 4], &sum, 4);
+    }
+    ASSERT_EQ(r.payload, want) << "member " << at.first << ", seq " << at.second;
+  }
+  ExpectCrossLcoreTraffic();
+}
+
+// A member's retransmission that RSS puts on another queue (its source port
+// changed, say) still counts once; the member gets the cached result again.
+TEST_P(MulticoreTest, ARetransmissionOnAnotherLcoreCountsOnce) {
+  AddJob(9);
+  auto chunk = [](uint32_t seq, uint16_t m) {
+    return Frames::Contribution(9, seq, m, Frames::Int32Payload({m + 1}), DType::kInt32,
+                                ReduceOp::kSum, kKey, -1, seq);
+  };
+  for (uint16_t m = 0; m < kMembers; ++m) Inject(PortOf(m), QueueOf(m), chunk(0, m));
+  auto first = ByMemberAndSeq(Collect(kMembers));
+  ASSERT_EQ(first.size(), kMembers);
+  Inject(PortOf(0), (QueueOf(0) + 1) % workers_, chunk(0, 0));
+  auto again = Collect(1);
+  ASSERT_EQ(again[PortOf(0)].size(), 1u);
+  const Frames::Result r = Frames::ParseResult(again[PortOf(0)][0]);
+  EXPECT_EQ(r.payload, Frames::Int32Payload({1 + 2 + 3 + 4}));
+  EXPECT_EQ(Total(&AggregationCounters::contributions), kMembers);
+  EXPECT_EQ(Total(&AggregationCounters::duplicate_results), 1u);
+}
+
+// Jobs that register themselves while every worker runs: the workers pass
+// the task info up from whichever lcore got it, the control thread admits
+// the job once, and every datagram comes back to be counted.
+TEST_P(MulticoreTest, InBandRegistrationWhileTheWorkersRun) {
+  InjectChunks([](uint32_t seq, uint16_t m) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kContribution;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = m;
+    f.job_id = 21;
+    f.seq = seq;
+    f.job_key = kKey;
+    f.ack_watermark = seq;
+    f.expected = kMembers;
+    f.node_count = 1;
+    f.elem_count = 1;
+    return Frames::Datagram(f, Frames::Int32Payload({static_cast<int32_t>(seq * 10 + m)}));
+  });
+  const auto results = ByMemberAndSeq(Collect(kMembers * kChunks));
+  ASSERT_EQ(results.size(), kMembers * kChunks);
+  for (const auto& [at, r] : results) {
+    const int32_t want = static_cast<int32_t>(at.second * 10 * kMembers + 0 + 1 + 2 + 3);
+    ASSERT_EQ(r.payload, Frames::Int32Payload({want})) << "seq " << at.second;
+  }
+  EXPECT_EQ(dp_->registrations(RegistrationResult::admitted), 1u);
+  const aggregator::Job* job = jobs_->Find(21);
+  ASSERT_NE(job, nullptr);
+  EXPECT_TRUE(job->in_band());
+  ExpectCrossLcoreTraffic();
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, MulticoreTest, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::to_string(info.param) + "_lcores";
+                         });
+
+}  // namespace
+}  // namespace aggswitch::dataplane
