@@ -158,4 +158,40 @@ job_metric_at_least() {
 check "metrics: the switch completed every chunk of job 102" job_metric_at_least completions 102 8841
 check "aggswitch is still running" kill -0 "$SWITCH_PID"
 
+# The same allreduce through a switch with two worker lcores, one on each
+# CPU. Every port has two RX queues (AF_PACKET fanout by flow hash, as a
+# NIC's RSS spreads flows), one polled by each worker; a chunk's slot belongs
+# to one worker, so contributions cross to their slot's owner through the
+# hand-off rings.
+kill -TERM "$SWITCH_PID" && wait "$SWITCH_PID"
+sed -e 's/lcores: "0,1"/lcores: "0@0,1@1,2@0"/' \
+    -e 's/iface=\(ar-p[0-3]\)"/iface=\1,qpairs=2"/' \
+    -e 's/  - {lcore: 1, rx: \[p0, p1, p2, p3\]}/  - {lcore: 1, rx: ["p0:0", "p1:0", "p2:0", "p3:0"]}\n  - {lcore: 2, rx: ["p0:1", "p1:1", "p2:1", "p3:1"]}/' \
+    "$WORK/switch.yaml" >"$WORK/switch2.yaml"
+two_workers_up() {
+  grep -E 'lcores|qpairs|lcore: 2' "$WORK/switch2.yaml"
+  run_switch "$AGGSWITCH" "$WORK/switch2.yaml" "$HTTP_PORT" "$WORK/aggswitch2.log"
+}
+check "aggswitch with two worker lcores comes up" two_workers_up
+check "two workers: int32 sum, 1 MiB x 3, job registered in band" \
+  allreduce int32w2 4 121 --dtype int32 --op sum --size 1M --iterations 3
+check "two workers: float32 sum in rank order, bit-exact" \
+  allreduce orderedw2 4 122 --dtype float32 --op sum --size 1M --float-mode ordered
+
+# lcore_total NAME: aggswitch_aggregation_NAME_total summed over the lcores.
+lcore_total() {
+  curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" |
+    awk -v m="aggswitch_aggregation_$1_total{lcore=" 'index($1, m) == 1 {s += $2} END {print s + 0}'
+}
+handed_off() {
+  local handoffs full completions
+  handoffs=$(lcore_total handoffs)
+  full=$(lcore_total handoff_full)
+  completions=$(lcore_total completions)
+  curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" | grep -E '^aggswitch_aggregation_(handoffs|completions)_total'
+  [ "$handoffs" -gt 0 ] && [ "$full" -eq 0 ] && [ "$completions" -gt 0 ]
+}
+check "two workers: contributions crossed to their slot's owner, none lost" handed_off
+check "aggswitch with two workers is still running" kill -0 "$SWITCH_PID"
+
 finish
