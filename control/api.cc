@@ -78,7 +78,11 @@ json PortJson(const PortSnapshot& p) {
   }
   json faults = json::object();
   for (size_t f = 0; f < dataplane::kNumFaults; ++f) faults[dataplane::kFaultText[f].label] = p.faults[f];
-  return {
+  json device = json::object();
+#define AGG_PORT_DEVICE_JSON(name, stat, help) device[#name] = p.dev_##name;
+  AGG_PORT_DEVICE_COUNTERS(AGG_PORT_DEVICE_JSON)
+#undef AGG_PORT_DEVICE_JSON
+  json j = {
       {"index", p.index},
       {"name", p.name},
       {"port_id", p.port_id},
@@ -90,20 +94,15 @@ json PortJson(const PortSnapshot& p) {
       {"rx_queues", p.rx_queues},
       {"tx_queues", p.tx_queues},
       {"vlan_mode", p.vlan_mode},
-      {"rx_packets", p.rx_packets},
-      {"rx_bytes", p.rx_bytes},
-      {"tx_packets", p.tx_packets},
-      {"tx_bytes", p.tx_bytes},
-      {"flooded_packets", p.flooded_packets},
-      {"dropped_packets", p.TotalDrops()},
-      {"drops", std::move(drops)},
-      {"faults", std::move(faults)},
-      {"device",
-       {{"missed_packets", p.dev_imissed},
-        {"rx_errors", p.dev_ierrors},
-        {"tx_errors", p.dev_oerrors},
-        {"rx_nombuf", p.dev_rx_nombuf}}},
   };
+#define AGG_PORT_JSON(name, help) j[#name] = p.name;
+  AGG_PORT_COUNTERS(AGG_PORT_JSON)
+#undef AGG_PORT_JSON
+  j["dropped_packets"] = p.TotalDrops();
+  j["drops"] = std::move(drops);
+  j["faults"] = std::move(faults);
+  j["device"] = std::move(device);
+  return j;
 }
 
 json LcoreJson(const LcoreSnapshot& l) {
@@ -113,17 +112,12 @@ json LcoreJson(const LcoreSnapshot& l) {
       {"lcore", l.lcore},
       {"tx_queue", l.tx_queue},
       {"rx", std::move(rx)},
-      {"busy_cycles", l.busy_cycles},
-      {"idle_cycles", l.idle_cycles},
-      {"busy_packets", l.busy_packets},
-      {"polls", l.polls},
-      {"learn_requests", l.learn_requests},
-      {"learn_ring_full", l.learn_ring_full},
-      {"arp_replies", l.arp_replies},
-      {"icmp_replies", l.icmp_replies},
-      {"cycles_per_packet", nullptr},
-      {"busy_percent", RoundTo(l.BusyPercent(), 2)},
   };
+#define AGG_LCORE_JSON(name, help) j[#name] = l.name;
+  AGG_LCORE_COUNTERS(AGG_LCORE_JSON)
+#undef AGG_LCORE_JSON
+  j["cycles_per_packet"] = nullptr;
+  j["busy_percent"] = RoundTo(l.BusyPercent(), 2);
   if (l.busy_packets != 0) j["cycles_per_packet"] = RoundTo(l.CyclesPerPacket(), 1);
   json agg = json::object();
   for (size_t a = 0; a < dataplane::kNumAggCounters; ++a)

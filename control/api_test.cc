@@ -55,7 +55,7 @@ StatsSnapshot SyntheticSnapshot() {
   p0.drops[static_cast<size_t>(DropReason::kHairpin)] = 5;
   p0.drops[static_cast<size_t>(DropReason::kTxFull)] = 7;
   p0.faults[static_cast<size_t>(dataplane::Fault::kReorder)] = 3;
-  p0.dev_imissed = 3;
+  p0.dev_missed_packets = 3;
   s.ports.push_back(p0);
 
   PortSnapshot p1;

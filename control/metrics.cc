@@ -66,29 +66,16 @@ struct PortCounterFamily {
 };
 
 constexpr PortCounterFamily kPortCounters[] = {
-    {"aggswitch_port_rx_packets_total", "Frames received on the port by the worker lcores.",
-     &PortSnapshot::rx_packets},
-    {"aggswitch_port_rx_bytes_total", "Bytes received on the port by the worker lcores.",
-     &PortSnapshot::rx_bytes},
-    {"aggswitch_port_tx_packets_total", "Frames transmitted on the port.",
-     &PortSnapshot::tx_packets},
-    {"aggswitch_port_tx_bytes_total", "Bytes transmitted on the port.", &PortSnapshot::tx_bytes},
-    {"aggswitch_port_flooded_packets_total",
-     "Frames received on the port and flooded (broadcast, multicast or unknown unicast).",
-     &PortSnapshot::flooded_packets},
+#define AGG_PORT_FAMILY(name, help) {"aggswitch_port_" #name "_total", help, &PortSnapshot::name},
+    AGG_PORT_COUNTERS(AGG_PORT_FAMILY)
+#undef AGG_PORT_FAMILY
 };
 
 constexpr PortCounterFamily kPortDeviceCounters[] = {
-    {"aggswitch_port_device_missed_packets_total",
-     "Frames the device dropped because its RX ring was full (rte_eth_stats imissed).",
-     &PortSnapshot::dev_imissed},
-    {"aggswitch_port_device_rx_errors_total",
-     "Erroneous frames the device received (rte_eth_stats ierrors).", &PortSnapshot::dev_ierrors},
-    {"aggswitch_port_device_tx_errors_total",
-     "Frames the device failed to transmit (rte_eth_stats oerrors).", &PortSnapshot::dev_oerrors},
-    {"aggswitch_port_device_rx_nombuf_total",
-     "RX mbuf allocation failures of the device (rte_eth_stats rx_nombuf).",
-     &PortSnapshot::dev_rx_nombuf},
+#define AGG_PORT_DEVICE_FAMILY(name, stat, help) \
+  {"aggswitch_port_device_" #name "_total", help, &PortSnapshot::dev_##name},
+    AGG_PORT_DEVICE_COUNTERS(AGG_PORT_DEVICE_FAMILY)
+#undef AGG_PORT_DEVICE_FAMILY
 };
 
 struct LcoreCounterFamily {
@@ -98,23 +85,9 @@ struct LcoreCounterFamily {
 };
 
 constexpr LcoreCounterFamily kLcoreCounters[] = {
-    {"aggswitch_lcore_busy_cycles_total",
-     "TSC cycles of polls that returned packets, including their processing.",
-     &LcoreSnapshot::busy_cycles},
-    {"aggswitch_lcore_idle_cycles_total", "TSC cycles of polls that returned no packets.",
-     &LcoreSnapshot::idle_cycles},
-    {"aggswitch_lcore_busy_packets_total", "Packets received in busy polls.",
-     &LcoreSnapshot::busy_packets},
-    {"aggswitch_lcore_polls_total", "Passes over the lcore's RX queues.", &LcoreSnapshot::polls},
-    {"aggswitch_lcore_learn_requests_total",
-     "MAC learn or move requests sent to the control thread.", &LcoreSnapshot::learn_requests},
-    {"aggswitch_lcore_learn_ring_full_total",
-     "MAC learn requests lost because the learn ring was full (the frame was still forwarded).",
-     &LcoreSnapshot::learn_ring_full},
-    {"aggswitch_lcore_arp_replies_total", "ARP replies sent for the switch's own addresses.",
-     &LcoreSnapshot::arp_replies},
-    {"aggswitch_lcore_icmp_replies_total", "ICMP echo replies sent for the switch's own addresses.",
-     &LcoreSnapshot::icmp_replies},
+#define AGG_LCORE_FAMILY(name, help) {"aggswitch_lcore_" #name "_total", help, &LcoreSnapshot::name},
+    AGG_LCORE_COUNTERS(AGG_LCORE_FAMILY)
+#undef AGG_LCORE_FAMILY
 };
 
 // The own TAN's counters (aggregator::TanCounters; docs/stragglers.md).

@@ -42,9 +42,9 @@ StatsSnapshot SyntheticSnapshot() {
   p0.drops[static_cast<size_t>(DropReason::kHairpin)] = 5;
   p0.drops[static_cast<size_t>(DropReason::kTxFull)] = 7;
   p0.faults[static_cast<size_t>(dataplane::Fault::kDuplicate)] = 4;
-  p0.dev_imissed = 3;
-  p0.dev_ierrors = 2;
-  p0.dev_oerrors = 1;
+  p0.dev_missed_packets = 3;
+  p0.dev_rx_errors = 2;
+  p0.dev_tx_errors = 1;
   p0.dev_rx_nombuf = 4;
   s.ports.push_back(p0);
 

@@ -93,14 +93,9 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
     if (const aggregator::BypassTable* bypass = dp.worker_bypass(i); bypass != nullptr) {
       l.bypass_entries = bypass->live();
     }
-    l.busy_cycles = c.busy_cycles.Get();
-    l.idle_cycles = c.idle_cycles.Get();
-    l.busy_packets = c.busy_packets.Get();
-    l.polls = c.polls.Get();
-    l.learn_requests = c.learn_requests.Get();
-    l.learn_ring_full = c.learn_ring_full.Get();
-    l.arp_replies = c.arp_replies.Get();
-    l.icmp_replies = c.icmp_replies.Get();
+#define AGG_LCORE_READ(name, help) l.name = c.name.Get();
+    AGG_LCORE_COUNTERS(AGG_LCORE_READ)
+#undef AGG_LCORE_READ
   }
 
   const dataplane::MacTable& table = dp.mac_table();

@@ -80,14 +80,9 @@ struct LcoreSnapshot : dataplane::WorkerInfo {
   uint32_t slot_timers = 0;     // slots whose timer is armed
   uint32_t bypass_entries = 0;  // live bypass entries (docs/stragglers.md)
 
-  uint64_t busy_cycles = 0;
-  uint64_t idle_cycles = 0;
-  uint64_t busy_packets = 0;
-  uint64_t polls = 0;
-  uint64_t learn_requests = 0;
-  uint64_t learn_ring_full = 0;
-  uint64_t arp_replies = 0;
-  uint64_t icmp_replies = 0;
+#define AGG_LCORE_SNAPSHOT_FIELD(name, help) uint64_t name = 0;
+  AGG_LCORE_COUNTERS(AGG_LCORE_SNAPSHOT_FIELD)
+#undef AGG_LCORE_SNAPSHOT_FIELD
 
   // busy_cycles / busy_packets; 0 before the first packet.
   double CyclesPerPacket() const {

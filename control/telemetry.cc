@@ -79,11 +79,9 @@ int PortStatsCommand(const char* /*cmd*/, const char* params, rte_tel_data* d) {
     rte_tel_data_add_dict_string(d, "name", info.name.c_str());
     rte_tel_data_add_dict_u64(d, "index", index);
     rte_tel_data_add_dict_u64(d, "link_up", info.link_up ? 1 : 0);
-    rte_tel_data_add_dict_u64(d, "rx_packets", t.rx_packets);
-    rte_tel_data_add_dict_u64(d, "rx_bytes", t.rx_bytes);
-    rte_tel_data_add_dict_u64(d, "tx_packets", t.tx_packets);
-    rte_tel_data_add_dict_u64(d, "tx_bytes", t.tx_bytes);
-    rte_tel_data_add_dict_u64(d, "flooded_packets", t.flooded_packets);
+#define AGG_PORT_TELEMETRY(name, help) rte_tel_data_add_dict_u64(d, #name, t.name);
+    AGG_PORT_COUNTERS(AGG_PORT_TELEMETRY)
+#undef AGG_PORT_TELEMETRY
     uint64_t dropped = 0;
     for (uint64_t n : t.drops) dropped += n;
     rte_tel_data_add_dict_u64(d, "dropped_packets", dropped);
@@ -92,10 +90,10 @@ int PortStatsCommand(const char* /*cmd*/, const char* params, rte_tel_data* d) {
           std::string("drop_") + dataplane::DropReasonLabel(static_cast<dataplane::DropReason>(r));
       rte_tel_data_add_dict_u64(d, key.c_str(), t.drops[r]);
     }
-    rte_tel_data_add_dict_u64(d, "device_missed_packets", t.dev_imissed);
-    rte_tel_data_add_dict_u64(d, "device_rx_errors", t.dev_ierrors);
-    rte_tel_data_add_dict_u64(d, "device_tx_errors", t.dev_oerrors);
-    rte_tel_data_add_dict_u64(d, "device_rx_nombuf", t.dev_rx_nombuf);
+#define AGG_PORT_DEVICE_TELEMETRY(name, stat, help) \
+  rte_tel_data_add_dict_u64(d, "device_" #name, t.dev_##name);
+    AGG_PORT_DEVICE_COUNTERS(AGG_PORT_DEVICE_TELEMETRY)
+#undef AGG_PORT_DEVICE_TELEMETRY
     return 0;
   });
 }
@@ -122,14 +120,10 @@ int LcoresCommand(const char* /*cmd*/, const char* /*params*/, rte_tel_data* d) 
     }
     if (rte_tel_data_add_dict_container(d, "rx", rx, /*keep=*/0) != 0) rte_tel_data_free(rx);
 
-    AddU64Column(d, "busy_cycles", n, [&](size_t i) { return ls[i].busy_cycles; });
-    AddU64Column(d, "idle_cycles", n, [&](size_t i) { return ls[i].idle_cycles; });
-    AddU64Column(d, "busy_packets", n, [&](size_t i) { return ls[i].busy_packets; });
-    AddU64Column(d, "polls", n, [&](size_t i) { return ls[i].polls; });
-    AddU64Column(d, "learn_requests", n, [&](size_t i) { return ls[i].learn_requests; });
-    AddU64Column(d, "learn_ring_full", n, [&](size_t i) { return ls[i].learn_ring_full; });
-    AddU64Column(d, "arp_replies", n, [&](size_t i) { return ls[i].arp_replies; });
-    AddU64Column(d, "icmp_replies", n, [&](size_t i) { return ls[i].icmp_replies; });
+#define AGG_LCORE_TELEMETRY(name, help) \
+  AddU64Column(d, #name, n, [&](size_t i) { return ls[i].name; });
+    AGG_LCORE_COUNTERS(AGG_LCORE_TELEMETRY)
+#undef AGG_LCORE_TELEMETRY
     AddU64Column(d, "cycles_per_packet", n, [&](size_t i) {
       return static_cast<uint64_t>(std::llround(ls[i].CyclesPerPacket()));
     });

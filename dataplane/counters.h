@@ -103,13 +103,45 @@ class Counter {
   std::atomic<uint64_t> v_{0};
 };
 
+// The counters every lcore keeps per port, summed over the lcores in
+// PortTotals. Each is written here once: the field, the API key and the
+// metric aggswitch_port_<name>_total, with its help. X(name, help).
+#define AGG_PORT_COUNTERS(X)                                                   \
+  X(rx_packets, "Frames received on the port by the worker lcores.")           \
+  X(rx_bytes, "Bytes received on the port by the worker lcores.")              \
+  X(tx_packets, "Frames transmitted on the port.")                             \
+  X(tx_bytes, "Bytes transmitted on the port.")                                \
+  X(flooded_packets,                                                           \
+    "Frames received on the port and flooded (broadcast, multicast or unknown unicast).")
+
+// The device's own counters (rte_eth_stats), read with the totals:
+// X(name, rte_eth_stats member, help); the field is dev_<name>, the API key
+// device.<name>, the metric aggswitch_port_device_<name>_total.
+#define AGG_PORT_DEVICE_COUNTERS(X)                                            \
+  X(missed_packets, imissed,                                                   \
+    "Frames the device dropped because its RX ring was full (rte_eth_stats imissed).") \
+  X(rx_errors, ierrors, "Erroneous frames the device received (rte_eth_stats ierrors).") \
+  X(tx_errors, oerrors, "Frames the device failed to transmit (rte_eth_stats oerrors).") \
+  X(rx_nombuf, rx_nombuf, "RX mbuf allocation failures of the device (rte_eth_stats rx_nombuf).")
+
+// What each worker lcore counts about itself: the field, the API key and the
+// metric aggswitch_lcore_<name>_total. X(name, help).
+#define AGG_LCORE_COUNTERS(X)                                                   \
+  X(busy_cycles, "TSC cycles of polls that returned packets, including their processing.") \
+  X(idle_cycles, "TSC cycles of polls that returned no packets.")               \
+  X(busy_packets, "Packets received in busy polls.")                            \
+  X(polls, "Passes over the lcore's RX queues.")                                \
+  X(learn_requests, "MAC learn or move requests sent to the control thread.")   \
+  X(learn_ring_full,                                                            \
+    "MAC learn requests lost because the learn ring was full (the frame was still forwarded).") \
+  X(arp_replies, "ARP replies sent for the switch's own addresses.")           \
+  X(icmp_replies, "ICMP echo replies sent for the switch's own addresses.")
+
 // One lcore's view of one port.
 struct PortCounters {
-  Counter rx_packets;
-  Counter rx_bytes;
-  Counter tx_packets;
-  Counter tx_bytes;
-  Counter flooded_packets;  // frames received here and flooded
+#define AGG_PORT_COUNTER_FIELD(name, help) Counter name;
+  AGG_PORT_COUNTERS(AGG_PORT_COUNTER_FIELD)
+#undef AGG_PORT_COUNTER_FIELD
   Counter drops[kNumDropReasons];
   Counter faults[kNumFaults];  // injected, in either direction
 };
@@ -293,14 +325,9 @@ inline constexpr MalformedReason MalformedFrom(aggregator::WireError e) {
 static_assert(MalformedFrom(aggregator::WireError::kCountMismatch) == MalformedReason::kCountMismatch);
 
 struct LcoreCounters {
-  Counter busy_cycles;    // TSC cycles of polls that returned packets, incl. their processing
-  Counter idle_cycles;    // TSC cycles of polls that returned nothing
-  Counter busy_packets;   // packets received in busy polls
-  Counter polls;
-  Counter learn_requests;     // learn/move requests sent to the control thread
-  Counter learn_ring_full;    // requests lost because the ring was full (frame still forwarded)
-  Counter arp_replies;
-  Counter icmp_replies;
+#define AGG_LCORE_COUNTER_FIELD(name, help) Counter name;
+  AGG_LCORE_COUNTERS(AGG_LCORE_COUNTER_FIELD)
+#undef AGG_LCORE_COUNTER_FIELD
   AggregationCounters agg;
   Counter malformed[kNumMalformedReasons];  // aggregation datagrams refused, by MalformedReason
   LatencyHistogram slot_latency;

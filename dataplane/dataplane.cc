@@ -454,20 +454,17 @@ PortTotals Dataplane::GetPortTotals(size_t port_index) const {
   PortTotals t;
   for (const WorkerParts& w : workers_) {
     const PortCounters& c = w.stats->ports[port_index];
-    t.rx_packets += c.rx_packets.Get();
-    t.rx_bytes += c.rx_bytes.Get();
-    t.tx_packets += c.tx_packets.Get();
-    t.tx_bytes += c.tx_bytes.Get();
-    t.flooded_packets += c.flooded_packets.Get();
+#define AGG_PORT_SUM(name, help) t.name += c.name.Get();
+    AGG_PORT_COUNTERS(AGG_PORT_SUM)
+#undef AGG_PORT_SUM
     for (size_t r = 0; r < kNumDropReasons; ++r) t.drops[r] += c.drops[r].Get();
     for (size_t f = 0; f < kNumFaults; ++f) t.faults[f] += c.faults[f].Get();
   }
   rte_eth_stats dev{};
   if (rte_eth_stats_get(ports_[port_index].port_id, &dev) == 0) {
-    t.dev_imissed = dev.imissed;
-    t.dev_ierrors = dev.ierrors;
-    t.dev_oerrors = dev.oerrors;
-    t.dev_rx_nombuf = dev.rx_nombuf;
+#define AGG_PORT_DEVICE_READ(name, stat, help) t.dev_##name = dev.stat;
+    AGG_PORT_DEVICE_COUNTERS(AGG_PORT_DEVICE_READ)
+#undef AGG_PORT_DEVICE_READ
   }
   return t;
 }

@@ -34,11 +34,15 @@ struct PortInfo {
 
 // Per-port totals summed over every worker lcore plus the device's own counters.
 struct PortTotals {
-  uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0, flooded_packets = 0;
+#define AGG_PORT_TOTAL_FIELD(name, help) uint64_t name = 0;
+  AGG_PORT_COUNTERS(AGG_PORT_TOTAL_FIELD)
+#undef AGG_PORT_TOTAL_FIELD
   uint64_t drops[kNumDropReasons] = {};
   uint64_t faults[kNumFaults] = {};  // injected on purpose (ports[].faults)
   // From rte_eth_stats_get: frames the device itself dropped or failed on.
-  uint64_t dev_imissed = 0, dev_ierrors = 0, dev_oerrors = 0, dev_rx_nombuf = 0;
+#define AGG_PORT_DEVICE_FIELD(name, stat, help) uint64_t dev_##name = 0;
+  AGG_PORT_DEVICE_COUNTERS(AGG_PORT_DEVICE_FIELD)
+#undef AGG_PORT_DEVICE_FIELD
 };
 
 // A buffer pool (rte_mempool) and how much of it is free now.

@@ -145,7 +145,7 @@ StatsSnapshot Snapshot() {
   p0.tx_bytes = 57600;
   p0.flooded_packets = 12;
   p0.drops[0] = 5;
-  p0.dev_imissed = 3;
+  p0.dev_missed_packets = 3;
   s.ports.push_back(p0);
   PortSnapshot p1;
   p1.index = 1;

@@ -53,6 +53,7 @@
 #include "common/job_key.h"
 #include "common/status.h"
 #include "common/version.h"
+#include "dataplane/counters.h"  // the port and lcore counters: the API's keys
 
 namespace aggswitch::tools {
 namespace {
@@ -376,25 +377,58 @@ std::string NonZeroDrops(const json& port) {
   return text;
 }
 
+// The right-aligned header of counter column `key`: "rx_packets" -> ">RX-PACKETS".
+std::string CounterHeader(std::string_view key) {
+  std::string h = ">";
+  for (char c : key) h += c == '_' ? '-' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return h;
+}
+
+// The per-port counters (AGG_PORT_COUNTERS), their headers and a port's values.
+std::vector<std::string> PortCounterHeaders() {
+  std::vector<std::string> h;
+#define AGG_PORT_HEADER(name, help) h.push_back(CounterHeader(#name));
+  AGG_PORT_COUNTERS(AGG_PORT_HEADER)
+#undef AGG_PORT_HEADER
+  return h;
+}
+void AddPortCounters(const json& p, std::vector<std::string>& row) {
+#define AGG_PORT_VALUE(name, help) row.push_back(U64(p.at(#name)));
+  AGG_PORT_COUNTERS(AGG_PORT_VALUE)
+#undef AGG_PORT_VALUE
+}
+
 void PrintPorts(const json& j) {
-  Table t({"PORT", "DRIVER", "LINK", "VLAN", ">RX-PKTS", ">TX-PKTS", ">FLOODED", ">DROPS"});
+  std::vector<std::string> headers = {"PORT", "DRIVER", "LINK", "VLAN"};
+  for (std::string& h : PortCounterHeaders()) headers.push_back(std::move(h));
+  headers.push_back(">DROPS");
+  Table t(std::move(headers));
   for (const json& p : j.at("ports")) {
-    t.AddRow({p.at("name").get<std::string>(), p.at("driver").get<std::string>(), LinkText(p),
-              p.at("vlan_mode").get<std::string>(), U64(p.at("rx_packets")),
-              U64(p.at("tx_packets")), U64(p.at("flooded_packets")), U64(p.at("dropped_packets"))});
+    std::vector<std::string> row = {p.at("name").get<std::string>(),
+                                    p.at("driver").get<std::string>(), LinkText(p),
+                                    p.at("vlan_mode").get<std::string>()};
+    AddPortCounters(p, row);
+    row.push_back(U64(p.at("dropped_packets")));
+    t.AddRow(std::move(row));
   }
   t.Print(std::cout);
 }
 
 void PrintLcoreTable(const json& lcores, const std::string& indent) {
-  Table t({">LCORE", "RX-QUEUES", ">BUSY%", ">POLLS", ">PACKETS", ">CYC/PKT", ">LEARN-REQ",
-           ">RING-FULL", ">ARP", ">ICMP"});
+  std::vector<std::string> headers = {">LCORE", "RX-QUEUES", ">BUSY%", ">CYC/PKT"};
+#define AGG_LCORE_HEADER(name, help) headers.push_back(CounterHeader(#name));
+  AGG_LCORE_COUNTERS(AGG_LCORE_HEADER)
+#undef AGG_LCORE_HEADER
+  Table t(std::move(headers));
   for (const json& l : lcores) {
     const json& cpp = l.at("cycles_per_packet");
-    t.AddRow({U64(l.at("lcore")), RxQueuesText(l), Fixed(l.at("busy_percent").get<double>(), 1),
-              U64(l.at("polls")), U64(l.at("busy_packets")),
-              cpp.is_null() ? "-" : Fixed(cpp.get<double>(), 1), U64(l.at("learn_requests")),
-              U64(l.at("learn_ring_full")), U64(l.at("arp_replies")), U64(l.at("icmp_replies"))});
+    std::vector<std::string> row = {U64(l.at("lcore")), RxQueuesText(l),
+                                    Fixed(l.at("busy_percent").get<double>(), 1),
+                                    cpp.is_null() ? "-" : Fixed(cpp.get<double>(), 1)};
+#define AGG_LCORE_VALUE(name, help) row.push_back(U64(l.at(#name)));
+    AGG_LCORE_COUNTERS(AGG_LCORE_VALUE)
+#undef AGG_LCORE_VALUE
+    t.AddRow(std::move(row));
   }
   t.Print(std::cout, indent);
 }
@@ -430,16 +464,24 @@ void PrintStats(const json& j) {
   std::cout << "aggswitch " << build.at("version").get<std::string>() << ", "
             << build.at("dpdk_version").get<std::string>() << "\n\n";
 
-  Table ports({"PORT", "LINK", ">RX-PKTS", ">RX-BYTES", ">TX-PKTS", ">TX-BYTES", ">FLOODED",
-               ">DROPS", ">DEV-MISSED", ">DEV-RX-ERR", ">DEV-TX-ERR", ">DEV-NOMBUF"});
+  std::vector<std::string> headers = {"PORT", "LINK"};
+  for (std::string& h : PortCounterHeaders()) headers.push_back(std::move(h));
+  headers.push_back(">DROPS");
+#define AGG_PORT_DEVICE_HEADER(name, stat, help) headers.push_back(CounterHeader("dev_" #name));
+  AGG_PORT_DEVICE_COUNTERS(AGG_PORT_DEVICE_HEADER)
+#undef AGG_PORT_DEVICE_HEADER
+  Table ports(std::move(headers));
   std::vector<std::pair<std::string, std::string>> drops;
   for (const json& p : j.at("ports")) {
     const json& dev = p.at("device");
     const std::string name = p.at("name").get<std::string>();
-    ports.AddRow({name, LinkText(p), U64(p.at("rx_packets")), U64(p.at("rx_bytes")),
-                  U64(p.at("tx_packets")), U64(p.at("tx_bytes")), U64(p.at("flooded_packets")),
-                  U64(p.at("dropped_packets")), U64(dev.at("missed_packets")),
-                  U64(dev.at("rx_errors")), U64(dev.at("tx_errors")), U64(dev.at("rx_nombuf"))});
+    std::vector<std::string> row = {name, LinkText(p)};
+    AddPortCounters(p, row);
+    row.push_back(U64(p.at("dropped_packets")));
+#define AGG_PORT_DEVICE_VALUE(name, stat, help) row.push_back(U64(dev.at(#name)));
+    AGG_PORT_DEVICE_COUNTERS(AGG_PORT_DEVICE_VALUE)
+#undef AGG_PORT_DEVICE_VALUE
+    ports.AddRow(std::move(row));
     const std::string reasons = NonZeroDrops(p);
     if (!reasons.empty()) drops.emplace_back(name, reasons);
   }
