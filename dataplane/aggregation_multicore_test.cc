@@ -43,6 +43,23 @@ constexpr uint32_t kChunks = 64;
 constexpr uint16_t kElems = 64;
 constexpr uint64_t kKey = 0x5eed;
 
+// The header of member `m`'s datagram for chunk `seq` of `job`: the ack
+// watermark says every earlier chunk's result arrived.
+aggregator::AggFields Fields(uint32_t job, uint32_t seq, uint16_t m, uint16_t flags, DType dtype,
+                             uint16_t elems) {
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kContribution;
+  f.flags = flags;
+  f.node_id = m;
+  f.job_id = job;
+  f.seq = seq;
+  f.job_key = kKey;
+  f.ack_watermark = seq;
+  f.dtype = dtype;
+  f.elem_count = elems;
+  return f;
+}
+
 // The value member `m` contributes at element `e` of chunk `seq`.
 int32_t IntValue(uint16_t m, uint32_t seq, uint16_t e) {
   return static_cast<int32_t>((m + 1) * 100000 + seq * 97 + e * 3);
@@ -99,21 +116,14 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
     auto dp = Dataplane::Create(config_, jobs_.get());
     ASSERT_TRUE(dp.ok()) << dp.status().ToString();
     dp_ = std::move(dp).value();
-    admission_ = std::make_unique<control::InBandAdmission>(
-        *jobs_, control::InBandAdmission::OptionsFrom(config_.aggregation));
-    control::JobControl::Options options;
-    options.config = config_;
-    options.tsc_hz = rte_get_tsc_hz();
-    job_control_ = std::make_unique<control::JobControl>(*jobs_, options);
-    job_control_->SetInBandAdmission(admission_.get());
+    in_band_ = std::make_unique<InBandControl>(*jobs_, config_);
     ASSERT_TRUE(dp_->Start().ok());
   }
 
   void TearDown() override {
     if (dp_ != nullptr) dp_->Stop();
     dp_.reset();
-    job_control_.reset();
-    admission_.reset();
+    in_band_.reset();
     jobs_.reset();
     for (auto* rings : {&rx_, &tx_}) {
       for (auto& per_port : *rings) {
@@ -161,9 +171,7 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
     size_t got = 0;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (got < count && std::chrono::steady_clock::now() < deadline) {
-      dp_->ProcessRegistrations([this](const RegistrationRequest& r) {
-        return job_control_->RegisterInBand(r, std::chrono::steady_clock::now());
-      });
+      in_band_->Register(*dp_);
       bool any = false;
       for (int p = 0; p < kPorts; ++p) {
         for (rte_ring* r : tx_[p]) {
@@ -239,8 +247,7 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
   std::vector<std::vector<rte_ring*>> rx_, tx_;  // [port][queue]
   std::unique_ptr<aggregator::JobTable> jobs_;
   std::unique_ptr<Dataplane> dp_;
-  std::unique_ptr<control::InBandAdmission> admission_;
-  std::unique_ptr<control::JobControl> job_control_;
+  std::unique_ptr<InBandControl> in_band_;
 };
 
 TEST_P(MulticoreTest, Int32SumsAreExactOnEveryLcore) {
@@ -275,17 +282,8 @@ TEST_P(MulticoreTest, OrderedFloatSumsAreBitExactAcrossLcores) {
       const float v = FloatValue(m, seq, e);
       std::memcpy(&payload[e * 4], &v, 4);
     }
-    aggregator::AggFields f;
-    f.opcode = aggregator::Opcode::kContribution;
-    f.flags = aggregator::flags::kOrdered;
-    f.node_id = m;
-    f.job_id = 8;
-    f.seq = seq;
-    f.job_key = kKey;
-    f.ack_watermark = seq;
-    f.dtype = DType::kFloat32;
-    f.elem_count = kElems;
-    return Frames::Datagram(f, payload);
+    return Frames::Datagram(Fields(8, seq, m, aggregator::flags::kOrdered, DType::kFloat32, kElems),
+                            payload);
   });
   const auto results = ByMemberAndSeq(Collect(kMembers * kChunks));
   ASSERT_EQ(results.size(), kMembers * kChunks);
@@ -330,17 +328,9 @@ TEST_P(MulticoreTest, ARetransmissionOnAnotherLcoreCountsOnce) {
 // the job once, and every datagram comes back to be counted.
 TEST_P(MulticoreTest, InBandRegistrationWhileTheWorkersRun) {
   InjectChunks([](uint32_t seq, uint16_t m) {
-    aggregator::AggFields f;
-    f.opcode = aggregator::Opcode::kContribution;
-    f.flags = aggregator::flags::kTaskInfo;
-    f.node_id = m;
-    f.job_id = 21;
-    f.seq = seq;
-    f.job_key = kKey;
-    f.ack_watermark = seq;
+    aggregator::AggFields f = Fields(21, seq, m, aggregator::flags::kTaskInfo, DType::kInt32, 1);
     f.expected = kMembers;
     f.node_count = 1;
-    f.elem_count = 1;
     return Frames::Datagram(f, Frames::Int32Payload({static_cast<int32_t>(seq * 10 + m)}));
   });
   const auto results = ByMemberAndSeq(Collect(kMembers * kChunks));

@@ -204,6 +204,31 @@ class DataplaneTest : public ::testing::Test {
 
 inline constexpr uint32_t kAggIp = 0x0a000afd;  // 10.0.10.253, the aggregation address
 
+// The control side of in-band registration, as the control loop runs it:
+// the in-band policy of `config` and JobControl's admission.
+struct InBandControl {
+  InBandControl(aggregator::JobTable& jobs, const config::Config& config)
+      : admission(jobs, control::InBandAdmission::OptionsFrom(config.aggregation)),
+        job_control(jobs, Options(config)) {
+    job_control.SetInBandAdmission(&admission);
+  }
+  // The control thread's pass over the registrations the workers passed up.
+  size_t Register(Dataplane& dp) {
+    return dp.ProcessRegistrations([this](const RegistrationRequest& request) {
+      return job_control.RegisterInBand(request, std::chrono::steady_clock::now());
+    });
+  }
+  static control::JobControl::Options Options(const config::Config& config) {
+    control::JobControl::Options options;
+    options.config = config;
+    options.tsc_hz = rte_get_tsc_hz();
+    return options;
+  }
+
+  control::InBandAdmission admission;
+  control::JobControl job_control;
+};
+
 class AggregationTest : public DataplaneTest {
  protected:
   void SetUp() override { BuildAggregation(); }
@@ -217,29 +242,16 @@ class AggregationTest : public DataplaneTest {
     jobs_ = std::move(jobs).value();
     Build(DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024" + extra + "}\n"), 1024,
           jobs_.get());
-    // In-band registration as the control thread runs it.
-    job_control_.reset();
-    admission_ = std::make_unique<control::InBandAdmission>(
-        *jobs_, control::InBandAdmission::OptionsFrom(config_.aggregation));
-    control::JobControl::Options options;
-    options.config = config_;
-    options.tsc_hz = rte_get_tsc_hz();
-    job_control_ = std::make_unique<control::JobControl>(*jobs_, options);
-    job_control_->SetInBandAdmission(admission_.get());
+    in_band_ = std::make_unique<InBandControl>(*jobs_, config_);
   }
   void TearDown() override {
     DataplaneTest::TearDown();
-    job_control_.reset();
-    admission_.reset();
+    in_band_.reset();
     jobs_.reset();
   }
 
   // The control thread's pass over the registrations the workers passed up.
-  size_t Register() {
-    return dp_->ProcessRegistrations([this](const RegistrationRequest& request) {
-      return job_control_->RegisterInBand(request, std::chrono::steady_clock::now());
-    });
-  }
+  size_t Register() { return in_band_->Register(*dp_); }
 
   void AddJob(uint32_t id, uint16_t members, bool ordered = false, uint64_t key = 0x5eed) {
     aggregator::JobSpec spec;
@@ -357,8 +369,7 @@ class AggregationTest : public DataplaneTest {
   }
 
   std::unique_ptr<aggregator::JobTable> jobs_;
-  std::unique_ptr<control::InBandAdmission> admission_;
-  std::unique_ptr<control::JobControl> job_control_;
+  std::unique_ptr<InBandControl> in_band_;
 };
 
 }  // namespace aggswitch::dataplane::fixtures
