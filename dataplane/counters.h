@@ -194,6 +194,7 @@ struct PortCounters {
   X(bypass_full, "bypass entries not written: the table was full")                      \
   X(control_tx, "frames the control thread sent through this lcore (ARP requests)")     \
   X(neighbor_reports, "ARP replies passed to the control thread")                        \
+  X(neighbor_ring_full, "ARP replies not passed up: the neighbor ring was full")          \
   X(member_rebinds, "members bound to a new address after the old one was silent for aggregation.member_rebind_ms") \
   X(member_refused, "datagrams claiming a member bound to another address, refused (NACK member_bound)") \
   X(slot_quota_refused, "chunks refused for lying too far ahead of their job's slowest member (NACK slot_quota)") \

@@ -59,6 +59,9 @@ bool OwnAddressStage::ReportNeighbor(uint16_t in_port, const uint8_t* data, uint
   NeighborReport report{Mac48(arp->sha), arp->spa.host(), in_port, meta.vlan};
   if (rte_ring_sp_enqueue_elem(neighbors_, &report, sizeof(report)) == 0) {
     stats_.lcore.agg.neighbor_reports.Add(1);
+  } else {
+    // The control thread resolves next hops again on its timer.
+    stats_.lcore.agg.neighbor_ring_full.Add(1);
   }
   return true;
 }

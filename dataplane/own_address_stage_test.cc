@@ -95,6 +95,20 @@ TEST_F(OwnAddressStageTest, ArpReplyToTheSwitchGoesUpToTheControlThread) {
   EXPECT_EQ(stats().lcore.agg.neighbor_reports.Get(), 1u);
 }
 
+// A neighbor ring the control thread does not drain: the replies past its
+// size are counted, and their mbufs still go back to the pool.
+TEST_F(OwnAddressStageTest, ArpRepliesBeyondAFullNeighborRingAreCounted) {
+  Frame reply = testframes::ArpRequest(kH0, "10.0.10.9", "10.0.10.254");
+  std::copy(kSwitchMac.bytes.begin(), kSwitchMac.bytes.end(), reply.begin());
+  reply[21] = 2;
+  const unsigned in_use = InUse();
+  const unsigned room = rte_ring_free_count(neighbors_);
+  for (unsigned i = 0; i < room + 3; ++i) EXPECT_TRUE(own_->Handle(1, Mbuf(reply), Meta(10), false));
+  EXPECT_EQ(InUse(), in_use);
+  EXPECT_EQ(stats().lcore.agg.neighbor_reports.Get(), room);
+  EXPECT_EQ(stats().lcore.agg.neighbor_ring_full.Get(), 3u);
+}
+
 TEST_F(OwnAddressStageTest, UnansweredFramesToTheSwitchAreDroppedWithTheirReason) {
   // An IPv6 frame to the switch's MAC: nothing answers it.
   EXPECT_TRUE(own_->Handle(0, Mbuf(testframes::EthernetFrame(kH0, kSwitchMac, 0x86dd, 46)), Meta(10),
