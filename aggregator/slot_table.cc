@@ -67,6 +67,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.scale_ = c.scale;
   s.elem_count_ = c.elem_count;
   s.elem_offset_ = c.elem_offset;
+  s.addr_low_ = c.addr_low;
   s.count_ = 0;
   s.overflow_ = false;
   s.first_tsc_ = now_tsc;
@@ -214,6 +215,9 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
              s.elem_count_ != c.elem_count || s.expected_ != c.expected ||
              s.ordered_ != c.ordered) {
     u.outcome = SlotOutcome::kMismatch;
+    return u;
+  } else if (s.addr_low_ != c.addr_low) {
+    u.outcome = SlotOutcome::kAddrLowMismatch;
     return u;
   }
   if (s.state_ == Slot::State::kForwarded) {

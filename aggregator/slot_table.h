@@ -85,6 +85,9 @@ struct Contribution {
   // The chunk's first element within its allreduce (`aux`; docs/protocol.md):
   // the first contribution's is carried on in the partial and the result.
   uint32_t elem_offset = 0;
+  // The low bits of the sender's buffer address (docs/protocol.md): every
+  // member of a chunk must carry the chunk's first contribution's.
+  uint32_t addr_low = 0;
   const uint8_t* payload = nullptr;  // elem_count elements of dtype
   // Ordered jobs only: the buffer holding `payload`, kept alive by the caller
   // until the slot completes and hands it back (SlotUpdate::released).
@@ -99,6 +102,7 @@ enum class SlotOutcome : uint8_t {
   kDuplicateCompleted,  // already complete: send the cached result to this member only
   kCollision,           // another chunk holds the slot and is still needed; drop it
   kMismatch,            // type, op, scale, length or ordering differ from the slot's first contribution
+  kAddrLowMismatch,     // addr_low differs from the slot's first contribution's
   kForwardedAgain,      // the slot's partial went upstream and this member was counted: resend it
                         // (a repeat within resend_gap_cycles of the last resend is kDuplicate)
   kLateForwarded,       // the slot's partial went upstream without this member: its data is late
@@ -164,6 +168,7 @@ class Slot {
   uint32_t* offsets_ = nullptr;     // max_fan_in arrival offsets
   uint16_t elem_count_ = 0;
   uint32_t elem_offset_ = 0;
+  uint32_t addr_low_ = 0;
   uint32_t job_id_ = 0;
   uint32_t seq_ = 0;
   uint64_t first_tsc_ = 0;

@@ -447,6 +447,23 @@ TEST(SlotTableTest, AStaleSlotGivesWayWhateverItsStateAndReturnsWhatItHeld) {
   EXPECT_EQ(table.busy(), 1u);
 }
 
+// Members of one chunk that disagree on addr_low (which switch they chose)
+// are refused, never counted: the chunk still waits for its own members.
+TEST(SlotTableTest, RefusesAMemberWithAnotherAddrLow) {
+  SlotTable table(SlotTableConfig{4, 8, 16});
+  const auto p = Payload(std::vector<int32_t>{1});
+  Contribution first = Make(1, 1, 0, 2, p);
+  first.addr_low = 0x40;
+  ASSERT_EQ(table.Contribute(0, first, 0, NeverRelease, nullptr).outcome, SlotOutcome::kAccumulated);
+  Contribution other = Make(1, 1, 1, 2, p);
+  other.addr_low = 0x41;
+  EXPECT_EQ(table.Contribute(0, other, 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAddrLowMismatch);
+  EXPECT_EQ(table.slot(0).count(), 1);
+  other.addr_low = 0x40;
+  EXPECT_EQ(table.Contribute(0, other, 0, NeverRelease, nullptr).outcome, SlotOutcome::kCompleted);
+}
+
 TEST(SlotTableTest, RejectsMismatchesBadMembersAndOversizedPayloads) {
   SlotTable table(SlotTableConfig{4, 8, 16});
   const auto p2 = Payload(std::vector<int32_t>{1, 2});

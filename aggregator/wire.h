@@ -75,6 +75,9 @@ enum class NackReason : uint32_t {
   // Ends the operation again: the task info says more than one node takes
   // part and this switch has no upstream to send its partial to.
   kNoUpstream = 12,
+  // The members of a chunk disagree on addr_low (the low bits of their
+  // buffers' addresses, which choose the switch): a misconfiguration.
+  kAddrLowMismatch = 13,
 };
 
 // What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).

@@ -408,6 +408,12 @@ TEST(ClientTest, RefusalsSurfaceWithTheirReason) {
   o = Options({}, 9, 2);
   o.node_count = 2;
   ExpectRefusal({}, o, StatusCode::kFailedPrecondition, "no upstream (NACK 12)");
+
+  TestSwitch::Options disagree;
+  disagree.refuse_first = -1;
+  disagree.refuse_with = aggregator::NackReason::kAddrLowMismatch;
+  ExpectRefusal(disagree, Options({}, 10, 2), StatusCode::kFailedPrecondition,
+                "addr_low mismatch (NACK 13)");
 }
 
 // "Not now" refusals (a quota, a rate, a binding) are retried on the

@@ -364,6 +364,7 @@ void AggregationStage::Contribute(const Checked& it) {
   contribution.scale = h.scale;
   contribution.elem_count = h.elem_count.host();
   contribution.elem_offset = h.aux.host();
+  contribution.addr_low = h.addr_low.host();
   contribution.payload = pkt.payload;
   contribution.timeout_cycles = job.timeout_cycles();
   if (pkt.opcode == aggregator::Opcode::kPartial) {
@@ -468,6 +469,10 @@ void AggregationStage::Contribute(const Checked& it) {
     case aggregator::SlotOutcome::kMismatch:
       c.rejected.Add(1);
       refused = aggregator::NackReason::kTypeMismatch;
+      break;
+    case aggregator::SlotOutcome::kAddrLowMismatch:
+      c.addr_low_mismatches.Add(1);
+      refused = aggregator::NackReason::kAddrLowMismatch;
       break;
     case aggregator::SlotOutcome::kBadMember:
     case aggregator::SlotOutcome::kTooLarge:

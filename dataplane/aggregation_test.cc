@@ -230,6 +230,41 @@ TEST_F(AggregationTest, MalformedDatagramsAreCountedByReason) {
   EXPECT_EQ(Agg().contributions.Get(), 0u);
 }
 
+// A member whose addr_low differs from its chunk's first contribution's chose
+// its switch by other bits than the rest: told so (NACK addr_low_mismatch),
+// not counted, and the chunk completes only with a contribution that agrees.
+TEST_F(AggregationTest, AMemberWithAnotherAddrLowIsRefused) {
+  AddJob(7, 3);
+  auto from = [](uint16_t node, uint32_t addr_low) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kContribution;
+    f.node_id = node;
+    f.job_id = 7;
+    f.seq = 1;
+    f.job_key = 0x5eed;
+    f.addr_low = addr_low;
+    f.elem_count = 1;
+    return Datagram(f, Int32Payload({node + 1}));
+  };
+  Inject(0, from(0, 0x1000));
+  Inject(0, from(1, 0x1000));
+  Inject(0, from(2, 0x2000));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u) << "only the NACK";
+  const Result nack = ParseResult(out[0][0]);
+  EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kAddrLowMismatch));
+  EXPECT_EQ(nack.dst_port, MemberPort(2));
+  EXPECT_EQ(Agg().addr_low_mismatches.Get(), 1u);
+  EXPECT_EQ(Agg().contributions.Get(), 2u);
+  Inject(0, from(2, 0x1000));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 3u);
+  for (const Frame& f : out[0]) EXPECT_EQ(ParseResult(f).payload, Int32Payload({1 + 2 + 3}));
+}
+
 TEST_F(AggregationTest, TwoConcurrentJobsDoNotMix) {
   AddJob(7, 2);
   AddJob(8, 2);

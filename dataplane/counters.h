@@ -155,6 +155,7 @@ struct PortCounters {
   X(collisions, "contributions dropped because another chunk held the slot")          \
   X(stale_slots, "slots taken over after aggregation.stale_slot_ms (a member died or its ACK was lost)") \
   X(rejected, "contributions whose member, type, op, scale or size did not fit")      \
+  X(addr_low_mismatches, "contributions whose addr_low differs from their chunk's first (NACK addr_low_mismatch)") \
   X(key_failures, "datagrams whose job key did not match")                            \
   X(unknown_jobs, "datagrams for a job not in the job table")                         \
   X(unsupported, "datagrams with an opcode this switch does not handle yet")          \

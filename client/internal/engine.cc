@@ -74,8 +74,13 @@ NackText DescribeNack(uint32_t reason) {
     case NackReason::kNoUpstream:
       return {"no upstream",
               "the task info says more than one node takes part, and this switch has no "
-              "upper-tier switch to send its partial sum to (aggregation.upstreams): run with "
-              "--nodes 1, or list the upper switches in the leaf's config"};
+              "upper-tier switch to send its partial sum to: run the job with node_count 1, or "
+              "declare it on the switches with an upstream (aggregation.jobs[].upstream)"};
+    case NackReason::kAddrLowMismatch:
+      return {"addr_low mismatch",
+              "the members of a chunk carry different addr_low values (the low bits of their "
+              "buffers' addresses, which choose the switch): every rank must pass the same "
+              "addr_low to the same allreduce"};
   }
   return {"unknown reason", "a NACK reason this client does not know"};
 }

@@ -35,7 +35,7 @@ FLAG_TASK_INFO, FLAG_ORDERED = 1 << 7, 1 << 8
 HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBI")  # 48 bytes, docs/protocol.md
 NACK_REASONS = {1: "unknown_job", 2: "key_mismatch", 3: "malformed", 4: "job_table_full",
                 5: "type_mismatch", 6: "task_info_conflict", 7: "rate_limited",
-                8: "in_band_full", 9: "slot_quota", 10: "hold_quota", 11: "member_bound", 12: "no_upstream"}
+                8: "in_band_full", 9: "slot_quota", 10: "hold_quota", 11: "member_bound", 12: "no_upstream", 13: "addr_low_mismatch"}
 
 
 def header(opcode, flags, node, job, seq, key, expected=0, node_count=0, elems=0, ack=0):

@@ -44,6 +44,7 @@ local nack_reason_names = {
   [10] = "hold quota",
   [11] = "member bound to another address",
   [12] = "no upstream for a multi-node job",
+  [13] = "addr_low differs within the chunk",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.
