@@ -177,7 +177,7 @@ class Bench {
     std::vector<uint8_t> from_host = Frame(any, 0, 0, true);
     std::memcpy(from_host.data(), kSwitchMac, 6);
     std::memcpy(from_host.data() + 6, kHostMac, 6);
-    Enqueue(1, {from_host});
+    if (!Enqueue(1, {from_host})) return false;
     Poll();
     dp_->ProcessLearnRequests();
     return true;
@@ -213,7 +213,7 @@ class Bench {
       }
       seq_ += chunks;
       const uint32_t n = static_cast<uint32_t>(round.size());
-      Enqueue(0, round);
+      if (!Enqueue(0, round)) return false;
       uint64_t t0 = rte_rdtsc_precise();
       const uint32_t results = Poll();
       uint64_t t1 = rte_rdtsc_precise();
@@ -229,9 +229,7 @@ class Bench {
         const uint16_t node = static_cast<uint16_t>(i % c.members);
         round[i] = Frame(c, seq_, node, true);
       }
-      std::vector<rte_mbuf*> held = Load(round);
-      const auto* enqueued = held.data();
-      rte_ring_enqueue_burst(rx_[0], reinterpret_cast<void* const*>(enqueued), n, nullptr);
+      if (!Enqueue(0, round)) return false;
       t0 = rte_rdtsc_precise();
       const uint32_t forwarded = Poll();
       t1 = rte_rdtsc_precise();
@@ -240,7 +238,8 @@ class Bench {
 
 
       // Plain read of each payload of the same frames.
-      held = Load(round);
+      std::vector<rte_mbuf*> held;
+      if (!Load(round, &held)) return false;
       const uint32_t payload_offset = 14 + 20 + 8 + sizeof(aggregator::AggHeader);
       t0 = rte_rdtsc_precise();
       uint32_t sink = 0;
@@ -267,24 +266,28 @@ class Bench {
     return false;
   }
 
-  // Fresh mbufs holding `frames`, in order.
-  std::vector<rte_mbuf*> Load(const std::vector<std::vector<uint8_t>>& frames) {
-    std::vector<rte_mbuf*> out(frames.size());
-    if (rte_pktmbuf_alloc_bulk(frames_, out.data(), static_cast<unsigned>(out.size())) != 0) {
-      std::fprintf(stderr, "agg_path_bench: frame pool exhausted\n");
-      std::exit(1);
+  // Fresh mbufs holding `frames`, in order; false when the pool has too few.
+  bool Load(const std::vector<std::vector<uint8_t>>& frames, std::vector<rte_mbuf*>* out) {
+    out->resize(frames.size());
+    if (rte_pktmbuf_alloc_bulk(frames_, out->data(), static_cast<unsigned>(out->size())) != 0) {
+      return Fail("the frame pool is exhausted");
     }
     for (size_t i = 0; i < frames.size(); ++i) {
-      char* d = rte_pktmbuf_append(out[i], static_cast<uint16_t>(frames[i].size()));
+      char* d = rte_pktmbuf_append((*out)[i], static_cast<uint16_t>(frames[i].size()));
       std::memcpy(d, frames[i].data(), frames[i].size());
     }
-    return out;
+    return true;
   }
 
-  void Enqueue(int port, const std::vector<std::vector<uint8_t>>& frames) {
-    std::vector<rte_mbuf*> m = Load(frames);
-    rte_ring_enqueue_burst(rx_[port], reinterpret_cast<void* const*>(m.data()),
-                           static_cast<unsigned>(m.size()), nullptr);
+  // `frames` onto port `port`'s RX ring, as its NIC would receive them.
+  bool Enqueue(int port, const std::vector<std::vector<uint8_t>>& frames) {
+    std::vector<rte_mbuf*> m;
+    if (!Load(frames, &m)) return false;
+    const unsigned n = static_cast<unsigned>(m.size());
+    if (rte_ring_enqueue_burst(rx_[port], reinterpret_cast<void* const*>(m.data()), n, nullptr) != n) {
+      return Fail("an RX ring is full");
+    }
+    return true;
   }
 
   // Polls until both RX rings are empty, freeing what each poll sent as a
