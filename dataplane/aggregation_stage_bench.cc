@@ -149,7 +149,7 @@ class Bench {
         "  - {name: host, devargs: net_ring_apb" + std::to_string(instance) + "_1, access: 10}\n"
         "workers: [{lcore: 1, rx: [members, host]}]\n"
         "mempool: {mbufs: 8191, cache: 256}\n"
-        "aggregation: {address: 10.0.10.253, slots: " + std::string(getenv("SLOTS") ? getenv("SLOTS") : "4096") + ", max_fan_in: 64}\n";
+        "aggregation: {address: 10.0.10.253, slots: 4096, max_fan_in: 64}\n";
     config::ConfigLoad load = config::LoadConfigText(yaml, "agg_path_bench.yaml");
     if (!load.ok()) return Fail(load.FormatErrors());
     for (int p = 0; p < 2; ++p) {
