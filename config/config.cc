@@ -617,9 +617,7 @@ class Validator {
       CheckJobMembers(job, path, fan_in_ok ? agg.max_fan_in : kMaxAggregationFanIn);
       if (job.nodes == 0) {
         Error(path + ".nodes", job.loc, "expected a node count 1..65535, got \"0\"");
-      } else if (job.nodes > 1 && !job.upstream && job.switches.empty()) {
-        // Neither a leaf nor the root of a tree: this switch's sum would be
-        // answered as the result, though it is a partial one.
+      } else if (job.PartialSumGoesNowhere()) {
         Error(path + ".nodes", job.loc,
               "expected 1 for a job with neither an upstream nor child switches (switches), got " +
                   QuoteNumber(job.nodes) + ": the sum of this switch's members would be a partial one");

@@ -386,6 +386,10 @@ struct AggregationJobConfig {
   // The node id of each member, by member index: node_ids, then each child
   // switch's node; 0..members-1 for a flat job.
   std::vector<uint16_t> MemberNodeIds() const;
+  // Several nodes take part, yet this switch is neither a leaf (an upstream)
+  // nor the root of a tree (child switches): its members' sum would be
+  // answered as the result, though it is only a partial one.
+  bool PartialSumGoesNowhere() const { return nodes > 1 && !upstream && switches.empty(); }
 
   friend bool operator==(const AggregationJobConfig&, const AggregationJobConfig&) = default;
 };

@@ -530,8 +530,8 @@ dataplane::RegistrationResult JobControl::RegisterInBand(
     return allowed;
   }
   const config::AggregationJobConfig job = InBandJobConfig(request);
-  // A partial sum that stops here would be answered as the final result.
-  if (job.nodes > 1 && !job.upstream) return RegistrationResult::no_upstream;
+  // Said apart from the other checks, so that the sender learns why.
+  if (job.PartialSumGoesNowhere()) return RegistrationResult::no_upstream;
   if (common::Status checked = CheckAsConfigJob(base_, job, {}, ""); !checked.ok()) {
     AGG_LOG(kDebug, "job %u: in-band registration from %s refused: %s", job.id,
             common::Ipv4Addr{request.src_ip}.ToString().c_str(), checked.message().c_str());

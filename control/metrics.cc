@@ -59,6 +59,16 @@ class Exposition {
   std::string out_;
 };
 
+// A labelled family's help: `intro`, then each label with its meaning,
+// "label (meaning);", the last ';' made a '.'.
+template <typename Text, size_t N>
+std::string ListHelp(std::string intro, const Text (&texts)[N], const char* Text::*label,
+                     const char* Text::*meaning) {
+  for (const Text& t : texts) intro += std::string(" ") + t.*label + " (" + t.*meaning + ");";
+  intro.back() = '.';
+  return intro;
+}
+
 struct PortCounterFamily {
   const char* name;
   const char* help;
@@ -248,10 +258,9 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
 
   // --- The HTTP server ---
   if (snap.http) {
-    std::string refused_help = "Requests the HTTP server refused before routing them, by reason:";
-    for (const RefusalText& t : kRefusalText) refused_help += std::string(" ") + t.label + " (" + t.message + ");";
-    refused_help.back() = '.';
-    e.Family("aggswitch_http_requests_refused_total", "counter", refused_help);
+    e.Family("aggswitch_http_requests_refused_total", "counter",
+             ListHelp("Requests the HTTP server refused before routing them, by reason:",
+                      kRefusalText, &RefusalText::label, &RefusalText::message));
     for (size_t r = 0; r < kNumRefusals; ++r) {
       e.Sample("aggswitch_http_requests_refused_total", {{"reason", kRefusalText[r].label}},
                snap.http->refused[r]);
@@ -276,28 +285,20 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     e.Family(f.name, "counter", f.help);
     for (const PortSnapshot& p : snap.ports) e.Sample(f.name, {{"port", p.name}}, p.*f.field);
   }
-  std::string drop_help =
-      "Frames the dataplane dropped, by reason; charged to the ingress port except tx_full, "
-      "which is charged to the egress port. Reasons:";
-  for (const DropReasonText& t : kDropReasonText) {
-    drop_help += std::string(" ") + t.label + " (" + t.help + ");";
-  }
-  drop_help.back() = '.';
-  e.Family("aggswitch_port_dropped_packets_total", "counter", drop_help);
+  e.Family("aggswitch_port_dropped_packets_total", "counter",
+           ListHelp("Frames the dataplane dropped, by reason; charged to the ingress port except "
+                    "tx_full, which is charged to the egress port. Reasons:",
+                    kDropReasonText, &DropReasonText::label, &DropReasonText::help));
   for (const PortSnapshot& p : snap.ports) {
     for (size_t r = 0; r < dataplane::kNumDropReasons; ++r) {
       e.Sample("aggswitch_port_dropped_packets_total",
                {{"port", p.name}, {"reason", kDropReasonText[r].label}}, p.drops[r]);
     }
   }
-  std::string fault_help =
-      "Faults the port's fault injection (ports[].faults, for tests) put on its frames, in "
-      "either direction. Faults:";
-  for (const DropReasonText& t : dataplane::kFaultText) {
-    fault_help += std::string(" ") + t.label + " (" + t.help + ");";
-  }
-  fault_help.back() = '.';
-  e.Family("aggswitch_port_injected_faults_total", "counter", fault_help);
+  e.Family("aggswitch_port_injected_faults_total", "counter",
+           ListHelp("Faults the port's fault injection (ports[].faults, for tests) put on its "
+                    "frames, in either direction. Faults:",
+                    dataplane::kFaultText, &DropReasonText::label, &DropReasonText::help));
   for (const PortSnapshot& p : snap.ports) {
     for (size_t f = 0; f < dataplane::kNumFaults; ++f) {
       e.Sample("aggswitch_port_injected_faults_total",
@@ -327,12 +328,11 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
   }
   {
     constexpr const char* kMalformed = "aggswitch_aggregation_malformed_total";
-    std::string help = "Aggregation datagrams that failed their checks, summed over the lcores, by reason:";
-    for (const dataplane::AggCounterText& t : dataplane::kMalformedText) {
-      help += std::string(" ") + t.name + " (" + t.help + ");";
-    }
-    help.back() = '.';
-    e.Family(kMalformed, "counter", help);
+    e.Family(kMalformed, "counter",
+             ListHelp("Aggregation datagrams that failed their checks, summed over the lcores, "
+                      "by reason:",
+                      dataplane::kMalformedText, &dataplane::AggCounterText::name,
+                      &dataplane::AggCounterText::help));
     for (size_t r = 0; r < dataplane::kNumMalformedReasons; ++r) {
       uint64_t sum = 0;
       for (const LcoreSnapshot& l : snap.lcores) sum += l.malformed[r];
@@ -390,12 +390,10 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     e.Sample(std::string(kLatency) + "_sum", {}, FormatFloat(a.slot_latency.sum_seconds));
     e.Sample(std::string(kLatency) + "_count", {}, cumulative);
 
-    std::string registration_help = "In-band job registrations by the control thread, by result:";
-    for (const dataplane::AggCounterText& t : dataplane::kRegistrationResultText) {
-      registration_help += std::string(" ") + t.name + " (" + t.help + ");";
-    }
-    registration_help.back() = '.';
-    e.Family("aggswitch_aggregation_registrations_total", "counter", registration_help);
+    e.Family("aggswitch_aggregation_registrations_total", "counter",
+             ListHelp("In-band job registrations by the control thread, by result:",
+                      dataplane::kRegistrationResultText, &dataplane::AggCounterText::name,
+                      &dataplane::AggCounterText::help));
     for (size_t r = 0; r < dataplane::kNumRegistrationResults; ++r) {
       e.Sample("aggswitch_aggregation_registrations_total",
                {{"result", dataplane::kRegistrationResultText[r].name}}, a.registrations[r]);
