@@ -58,11 +58,12 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       slot_quota_(spec.slot_quota),
       hold_quota_(spec.hold_quota),
       hold_window_(std::max<uint32_t>(1, spec.hold_quota / std::max<uint32_t>(1, spec.members - 1u))),
-      upstream_(spec.upstream),
+      upstreams_(spec.upstreams),
       timeout_cycles_(spec.timeout_cycles),
       batch_(spec.batch || spec.ordered),
       bypass_covered_nodes_(spec.bypass_covered_nodes),
       parameter_server_(spec.parameter_server),
+      hops_(new Member[1 + spec.upstreams.size()]),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
   for (uint16_t i = 0; i < spec.members; ++i) seen_[i].store(0, std::memory_order_relaxed);
@@ -97,8 +98,8 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
 
 Job::~Job() = default;
 
-void Job::SetHop(Hop hop, const MemberAddr& addr) const {
-  Member& m = hop_[static_cast<int>(hop)];
+void Job::SetHop(uint32_t hop, const MemberAddr& addr) const {
+  Member& m = hops_[hop];
   m.l3.store((uint64_t{addr.ip} << 32) | (uint64_t{addr.udp_port} << 16) |
                  (uint64_t{addr.vlan & 0xfffu} << 4) | kValid,
              std::memory_order_relaxed);
@@ -251,6 +252,16 @@ common::Result<const Job*> JobTable::Add(const JobSpec& spec) {
   }
   if (spec.covers.size() > spec.members) {
     return common::InvalidArgument(JobName(spec.id) + ": covers lists exceed the members");
+  }
+  if (spec.upstreams.size() > kMaxUpstreams) {
+    return common::InvalidArgument(JobName(spec.id) + ": at most " + std::to_string(kMaxUpstreams) +
+                                   " upstreams, got " + std::to_string(spec.upstreams.size()));
+  }
+  for (const JobPeer& up : spec.upstreams) {
+    if (up.ip == 0 || up.udp_port == 0 || up.node != spec.upstreams[0].node) {
+      return common::InvalidArgument(JobName(spec.id) +
+                                     ": each upstream needs an address and a port, and the same node");
+    }
   }
   if (spec.tan == JobSpec::Tan::kRemote && spec.tan_peer.ip == 0) {
     return common::InvalidArgument(JobName(spec.id) + ": a remote TAN needs an address");

@@ -74,15 +74,19 @@ inline constexpr uint32_t kMaxJobTableJobs = 65536;
 inline constexpr uint32_t kMaxJobReaders = 128;
 // Not a node id (node ids are 0..65534).
 inline constexpr uint16_t kNoNode = 0xFFFF;
+// Parent switches a job may choose among (JobSpec::upstreams).
+inline constexpr uint32_t kMaxUpstreams = 16;
 
-// A next hop of the job tree: the upstream switch's or the TAN's aggregation
+// A next hop of the job tree: a parent switch's or the TAN's aggregation
 // address (docs/stragglers.md). Its MAC, port and VLAN are resolved by the
 // control thread (ARP) and published in the Job.
 struct JobPeer {
   uint32_t ip = 0;  // host order; 0: none
   uint16_t udp_port = 0;
-  uint16_t node = 0;  // our node id at the upstream switch (upstream only)
+  uint16_t node = 0;  // our node id at the parent switch (upstreams only)
   uint16_t vlan = 0;  // VLAN to resolve it on; 0: the aggregation address's
+
+  friend bool operator==(const JobPeer&, const JobPeer&) = default;
 };
 
 // What the control side knows about a job when it creates it.
@@ -105,7 +109,14 @@ struct JobSpec {
   // Per member index: the node ids a child switch covers (variant 2 bypass
   // entries); empty for workers. Empty vector: no child switches.
   std::vector<std::vector<uint16_t>> covers;
-  JobPeer upstream;                // ip 0: this switch is the job's root
+  // The parent switches; empty: this switch is the job's root. A config or
+  // API job has one (aggregation.jobs[].upstream). An in-band job of several
+  // nodes has the switch's aggregation.upstreams, and chunk `seq` goes to
+  // the one its addr_low picks, upstreams[addr_low mod size]: every member's
+  // addr_low is the same (a member's that is not is refused), so every leaf
+  // of the job sends that chunk's partial to the same parent. 1..kMaxUpstreams
+  // entries, all with the same `node`.
+  std::vector<JobPeer> upstreams;
   Tan tan = Tan::kNone;            // root jobs: where first data goes
   JobPeer tan_peer;                // Tan::kRemote
   uint64_t timeout_cycles = 0;     // slot threshold (TSC); 0: no timers
@@ -333,8 +344,15 @@ class alignas(64) Job {
     if (covers_.empty() || !covers_[index]) return {};
     return *covers_[index];
   }
-  bool is_root() const { return upstream_.ip == 0; }
-  const JobPeer& upstream() const { return upstream_; }
+  bool is_root() const { return upstreams_.empty(); }
+  // The parent switches (JobSpec::upstreams); empty at the root.
+  std::span<const JobPeer> upstreams() const { return upstreams_; }
+  // This switch's node id at its parents (non-root jobs).
+  uint16_t upstream_node() const { return upstreams_.empty() ? 0 : upstreams_[0].node; }
+  // A non-root in-band job: its parents learn it from the task info its
+  // partials carry (expected = nodes(), node_count 1), as this switch learned
+  // it from its members'.
+  bool announces_upstream() const { return in_band() && !is_root(); }
   uint64_t timeout_cycles() const { return timeout_cycles_; }
   bool batch() const { return batch_; }
   bool bypass_covered_nodes() const { return bypass_covered_nodes_; }
@@ -362,21 +380,29 @@ class alignas(64) Job {
   void SetTan(JobSpec::Tan mode, const JobPeer& peer) const {
     const uint64_t ip = mode == JobSpec::Tan::kRemote ? peer.ip : 0;
     const uint64_t port = mode == JobSpec::Tan::kRemote ? peer.udp_port : 0;
-    hop_[static_cast<int>(Hop::kTan)].l2.store(0, std::memory_order_relaxed);
+    hops_[kTanHop].l2.store(0, std::memory_order_relaxed);
     tan_target_.store(ip << 32 | port << 16 | static_cast<uint64_t>(mode), std::memory_order_release);
   }
 
   // --- Next hops: where partials, late data and first data go ---
-  enum class Hop : uint8_t { kUpstream = 0, kTan = 1 };
-  // The resolved next hop; false while unresolved. [any]
-  bool GetHop(Hop hop, MemberAddr* out) const {
-    const Member& m = hop_[static_cast<int>(hop)];
-    return Read(m, out);
+  //
+  // Hop 0 is the TAN (root jobs), hops 1..upstreams().size() the parents.
+  static constexpr uint32_t kTanHop = 0;
+  uint32_t hop_count() const { return 1 + static_cast<uint32_t>(upstreams_.size()); }
+  // The parent of the chunks whose addr_low is `addr_low` (non-root jobs). [any]
+  uint32_t ParentHop(uint32_t addr_low) const {
+    return 1 + addr_low % static_cast<uint32_t>(upstreams_.size());
+  }
+  // The hop's address: the TAN's (tan_peer()) or a parent's. [any]
+  JobPeer HopPeer(uint32_t hop) const { return hop == kTanHop ? tan_peer() : upstreams_[hop - 1]; }
+  // The resolved next hop; false while unresolved (or `hop` out of range). [any]
+  bool GetHop(uint32_t hop, MemberAddr* out) const {
+    return hop < hop_count() && Read(hops_[hop], out);
   }
   // Publishes a resolution (ARP answered); `addr.ip`/`udp_port` must be the
   // hop's. [control]
-  void SetHop(Hop hop, const MemberAddr& addr) const;
-  void ClearHop(Hop hop) const { hop_[static_cast<int>(hop)].l2.store(0, std::memory_order_relaxed); }
+  void SetHop(uint32_t hop, const MemberAddr& addr) const;
+  void ClearHop(uint32_t hop) const { hops_[hop].l2.store(0, std::memory_order_relaxed); }
 
   // The ack watermark this switch last passed upstream (non-root jobs): an
   // ACK that moves the members' minimum past it is relayed, so the parent
@@ -481,7 +507,7 @@ class alignas(64) Job {
   std::unique_ptr<uint16_t[]> member_nodes_;      // else: node id by index
   std::unique_ptr<uint32_t[]> sorted_nodes_;      // and (node << 16 | index), sorted
   std::vector<std::optional<std::vector<uint16_t>>> covers_;  // by index; empty: no switches
-  const JobPeer upstream_;
+  const std::vector<JobPeer> upstreams_;
   const uint64_t timeout_cycles_;
   const bool batch_;
   const bool bypass_covered_nodes_;
@@ -489,7 +515,7 @@ class alignas(64) Job {
   mutable std::atomic<uint64_t> relayed_ack_{0};  // watermark (31..0) | valid (32)
   mutable std::atomic<uint16_t> tan_member_{kNoNode};
   mutable std::atomic<uint64_t> tan_target_{0};  // ip (63..32) | port (31..16) | JobSpec::Tan (7..0)
-  mutable Member hop_[2];                          // Hop::kUpstream, Hop::kTan
+  const std::unique_ptr<Member[]> hops_;            // kTanHop, then the parents
   std::unique_ptr<std::atomic<uint64_t>[]> excluded_;
   mutable std::atomic<uint16_t> excluded_count_{0};
 };

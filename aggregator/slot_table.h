@@ -134,6 +134,8 @@ class Slot {
   int8_t scale() const { return scale_; }
   uint16_t elem_count() const { return elem_count_; }
   uint32_t elem_offset() const { return elem_offset_; }
+  // The addr_low of its first contribution: every counted one carries the same.
+  uint32_t addr_low() const { return addr_low_; }
   bool overflow() const { return overflow_; }
   uint64_t first_tsc() const { return first_tsc_; }
   // When the slot times out (TSC); 0: never.

@@ -71,7 +71,11 @@ common::Status ValidateClientOptions(const ClientOptions& o) {
     return InvalidArgument("rank: 0.." + std::to_string(o.world - 1) + " expected (world " +
                            std::to_string(o.world) + "), got " + std::to_string(o.rank));
   }
-  if (o.node_count == 0) return InvalidArgument("node_count: at least 1 expected, got 0");
+  if (o.node_count == 0 || o.world % o.node_count != 0) {
+    return InvalidArgument("node_count: a divisor of world (" + std::to_string(o.world) +
+                           ") expected, got " + std::to_string(o.node_count) +
+                           ": every node holds world / node_count ranks");
+  }
   if (o.headroom && (*o.headroom < 0 || *o.headroom > kMaxHeadroom)) {
     return InvalidArgument("headroom: 0.." + std::to_string(kMaxHeadroom) + " bits expected, got " +
                            std::to_string(*o.headroom));

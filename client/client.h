@@ -189,13 +189,19 @@ struct ClientOptions {
   uint16_t bind_port = 0;
 
   // The job: id (> 0) and key, this process's rank (its node_id in the
-  // header) and the number of ranks, all at one switch (1..kMaxWorld).
+  // header) and the number of ranks in all (1..kMaxWorld).
   uint32_t job_id = 0;
   uint64_t job_key = 0;
   uint16_t rank = 0;
   uint16_t world = 0;
   TaskInfoMode task_info = TaskInfoMode::kInBand;
-  // Task info: switches taking part; 1 = each switch is the job's root.
+  // The nodes the ranks are spread over, each with its own switch:
+  // world / node_count ranks at each, node i holding the ranks from
+  // i * world / node_count on. 1: one switch, the job's root. With more, the
+  // task info says world / node_count members and node_count nodes; each
+  // switch sends its partial sum to the upper-tier switch that addr_low picks
+  // among its aggregation.upstreams (docs/aggregation.md, "Several nodes"),
+  // and every rank gets the sum over all. A divisor of world.
   uint16_t node_count = 1;
 
   FloatMode float_mode = FloatMode::kFixedPoint;

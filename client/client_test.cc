@@ -744,6 +744,8 @@ TEST(ClientTest, ArgumentsAndOptionsAreChecked) {
       {[](ClientOptions& o) { o.job_id = 0; }, "job_id"},
       {[](ClientOptions& o) { o.rank = 2; }, "rank: 0..1 expected"},
       {[](ClientOptions& o) { o.world = 0; }, "world"},
+      {[](ClientOptions& o) { o.node_count = 0; }, "node_count: a divisor of world (2)"},
+      {[](ClientOptions& o) { o.node_count = 3; }, "node_count: a divisor of world (2)"},
       {[](ClientOptions& o) { o.headroom = 30; }, "headroom"},
       {[](ClientOptions& o) { o.window = 0; }, "window"},
       {[](ClientOptions& o) { o.mtu = 9601; }, "mtu"},

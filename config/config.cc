@@ -626,6 +626,7 @@ class Validator {
     }
     CheckTimers(agg);
     CheckLimits(agg);
+    CheckUpstreamCandidates(agg);
   }
 
   // What one job, and in-band jobs together, may take (docs/security.md).
@@ -911,29 +912,60 @@ class Validator {
                      const NodeIdPlaces& members) {
     const UpstreamConfig& up = *job.upstream;
     const std::string up_path = path + ".upstream";
-    CheckPeerAddress(up_path + ".address", up.loc, up.address,
-                     "the parent switch's aggregation address");
-    // 0: resolved on the aggregation address's VLAN.
-    if (up.vlan != 0) {
-      if (!IsValidVlan(up.vlan)) {
-        Error(up_path + ".vlan", up.loc,
-              "expected 0 (the aggregation address's VLAN) or a VLAN id " +
-                  std::to_string(kMinVlan) + ".." + std::to_string(kMaxVlan) + ", got " +
-                  QuoteNumber(up.vlan));
-      } else if (AllPortVlansKnown() && !AnyPortCarries(up.vlan)) {
-        Error(up_path + ".vlan", up.loc,
-              "expected a VLAN that some port carries, got " + QuoteNumber(up.vlan));
-      }
-    }
-    if (up.port == 0) {
-      Error(up_path + ".port", up.loc, "expected a UDP port 1..65535, got \"0\"");
-    }
+    CheckParentSwitch(up_path, up.loc, up.address, up.port, up.vlan);
     if (CheckNodeId(up_path + ".node", up.loc, up.node)) {
       if (auto member = members.find(up.node); member != members.end()) {
         Error(up_path + ".node", up.loc,
               "expected this switch's node id in the parent, not one of this job's members, got " +
                   QuoteNumber(up.node) + " (also " +
                   Where(PathOf(path, member->second), member->second.fallback) + ")");
+      }
+    }
+  }
+
+  // A parent switch's aggregation address at `path` (address, port, vlan).
+  void CheckParentSwitch(const std::string& path, SourceLoc loc, common::Ipv4Addr address,
+                         uint16_t port, uint16_t vlan) {
+    CheckPeerAddress(path + ".address", loc, address, "the parent switch's aggregation address");
+    // 0: resolved on the aggregation address's VLAN.
+    if (vlan != 0) {
+      if (!IsValidVlan(vlan)) {
+        Error(path + ".vlan", loc,
+              "expected 0 (the aggregation address's VLAN) or a VLAN id " +
+                  std::to_string(kMinVlan) + ".." + std::to_string(kMaxVlan) + ", got " +
+                  QuoteNumber(vlan));
+      } else if (AllPortVlansKnown() && !AnyPortCarries(vlan)) {
+        Error(path + ".vlan", loc, "expected a VLAN that some port carries, got " + QuoteNumber(vlan));
+      }
+    }
+    if (port == 0) Error(path + ".port", loc, "expected a UDP port 1..65535, got \"0\"");
+  }
+
+  // aggregation.upstreams: parent switches, each once, at most
+  // kMaxUpstreamCandidates, and an aggregation address they can answer to.
+  void CheckUpstreamCandidates(const AggregationConfig& agg) {
+    const std::vector<UpstreamCandidateConfig>& ups = agg.upstreams;
+    if (ups.empty()) return;
+    if (ups.size() > kMaxUpstreamCandidates) {
+      Error("aggregation.upstreams", ups[kMaxUpstreamCandidates].loc,
+            "expected at most " + std::to_string(kMaxUpstreamCandidates) + " upper switches, got " +
+                std::to_string(ups.size()));
+    }
+    if (!agg.address) {
+      Error("aggregation.upstreams", ups[0].loc,
+            "expected aggregation.address to be set: the upper switches answer partials there");
+    }
+    for (size_t i = 0; i < ups.size(); ++i) {
+      const std::string path = Index("aggregation.upstreams", i);
+      CheckParentSwitch(path, ups[i].loc, ups[i].address, ups[i].port, ups[i].vlan);
+      for (size_t j = 0; j < i; ++j) {
+        if (ups[j].address == ups[i].address && ups[j].port == ups[i].port) {
+          Error(path, ups[i].loc,
+                "expected each upper switch once, got " +
+                    Quote(ups[i].address.ToString() + ":" + std::to_string(ups[i].port)) +
+                    " again (also " + Where(Index("aggregation.upstreams", j), ups[j].loc) + ")");
+          break;
+        }
       }
     }
   }

@@ -282,6 +282,19 @@ struct UpstreamConfig {
   friend bool operator==(const UpstreamConfig&, const UpstreamConfig&) = default;
 };
 
+// An upper-tier switch that in-band jobs of several nodes send their
+// partials to (aggregation.upstreams[]): its aggregation address.
+struct UpstreamCandidateConfig {
+  common::Ipv4Addr address;
+  uint16_t port = kDefaultAggregationUdpPort;  // its aggregation UDP port
+  uint16_t vlan = 0;  // VLAN to resolve the address on; 0: the aggregation address's
+  SourceLoc loc;
+
+  friend bool operator==(const UpstreamCandidateConfig&, const UpstreamCandidateConfig&) = default;
+};
+// aggregation.upstreams holds at most this many.
+inline constexpr size_t kMaxUpstreamCandidates = 16;
+
 // A child switch that is a member of a job here (aggregation.jobs[].switches[]).
 struct ChildSwitchConfig {
   uint16_t node = 0;             // the child's node id, as in its upstream.node
@@ -421,6 +434,12 @@ struct AggregationConfig {
   uint32_t give_up_ms = 5000;
   BypassConfig bypass;
   std::optional<TanConfig> tan;  // the default TAN choice for root jobs
+  // The upper-tier switches of in-band jobs whose task info says more than
+  // one node (docs/aggregation.md, "Several nodes"): chunk s of such a job
+  // goes, as one partial carrying task info, to upstreams[addr_low mod size]
+  // (addr_low: the chunk's). Empty: such jobs are refused (no_upstream).
+  // Needs aggregation.address, which the parents answer to.
+  std::vector<UpstreamCandidateConfig> upstreams;
   std::vector<AggregationJobConfig> jobs;
   // The secret of the slot placement ("0x" and 32 hex digits;
   // aggregator/slot_placement.h). Empty: a random one at every start. Set it

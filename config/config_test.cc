@@ -698,6 +698,51 @@ TEST(ValidateTest, ParameterServerJobs) {
   EXPECT_TRUE(ErrorsOf(with([](auto& a) { a.jobs[0].parameter_server = false; })).empty());
 }
 
+TEST(ValidateTest, UpstreamCandidates) {
+  auto with = [](std::vector<const char*> ips, auto change) {
+    Config config = TreeConfig(TreeJob(7, {0, 1}, {}));
+    for (const char* ip : ips) {
+      UpstreamCandidateConfig up;
+      up.address = *common::Ipv4Addr::Parse(ip);
+      config.aggregation.upstreams.push_back(up);
+    }
+    change(config);
+    return config;
+  };
+  auto none = [](Config&) {};
+  EXPECT_TRUE(ErrorsOf(with({"10.0.10.1", "10.0.10.2"}, none)).empty());
+  EXPECT_TRUE(OneError(with({"10.0.10.1", "10.0.10.2"},
+                            [](Config& c) {
+                              c.aggregation.address.reset();
+                              c.switch_.addresses.clear();
+                            }),
+                       "aggregation.upstreams",
+                       "expected aggregation.address to be set: the upper switches answer "
+                       "partials there"));
+  EXPECT_TRUE(OneError(with({"10.0.10.1", "10.0.10.1"}, none), "aggregation.upstreams[1]",
+                       "expected each upper switch once, got \"10.0.10.1:47000\" again (also "
+                       "aggregation.upstreams[0])"));
+  EXPECT_TRUE(ErrorsOf(with({"10.0.10.1", "10.0.10.1"},
+                            [](Config& c) { c.aggregation.upstreams[1].port = 47001; }))
+                  .empty())
+      << "another port is another switch";
+  EXPECT_TRUE(OneError(with({"10.0.10.250"}, none), "aggregation.upstreams[0].address",
+                       "got this switch's own aggregation address"));
+  EXPECT_TRUE(OneError(with({"10.0.10.1"}, [](Config& c) { c.aggregation.upstreams[0].port = 0; }),
+                       "aggregation.upstreams[0].port", "expected a UDP port 1..65535"));
+  EXPECT_TRUE(OneError(with({"10.0.10.1"}, [](Config& c) { c.aggregation.upstreams[0].vlan = 30; }),
+                       "aggregation.upstreams[0].vlan", "expected a VLAN that some port carries"));
+  std::vector<const char*> seventeen;
+  static const std::vector<std::string> kIps = [] {
+    std::vector<std::string> v;
+    for (int i = 1; i <= 17; ++i) v.push_back("10.0.10." + std::to_string(i));
+    return v;
+  }();
+  for (const std::string& ip : kIps) seventeen.push_back(ip.c_str());
+  EXPECT_TRUE(OneError(with(seventeen, none), "aggregation.upstreams",
+                       "expected at most 16 upper switches, got 17"));
+}
+
 TEST(ValidateTest, PartialsNeedTheAggregationAddress) {
   Config config = ValidConfig();
   config.aggregation.in_band_registration = false;

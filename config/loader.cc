@@ -711,6 +711,12 @@ class Loader {
                  }},
                 {"bypass", [&](auto& n, auto& p) { LoadBypass(n, p, agg.bypass); }},
                 {"tan", [&](auto& n, auto& p) { LoadTan(n, p, agg.tan.emplace()); }},
+                {"upstreams",
+                 [&](auto& n, auto& p) {
+                   LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                     LoadUpstreamCandidate(item, item_path, agg.upstreams.emplace_back());
+                   });
+                 }},
                 {"slot_secret", [&](auto& n, auto& p) { ReadString(n, p, agg.slot_secret); }},
                 {"slots_per_job",
                  [&](auto& n, auto& p) {
@@ -883,29 +889,44 @@ class Loader {
             });
   }
 
+  // The keys of a parent switch's aggregation address: address, port, vlan.
+  std::vector<Field> ParentSwitchFields(common::Ipv4Addr& address, uint16_t& port, uint16_t& vlan) {
+    // Pointers: the fields outlive this call.
+    return {
+        {"address", [this, a = &address](auto& n, auto& p) { ReadIpv4(n, p, *a); }, true},
+        {"port",
+         [this, o = &port](auto& n, auto& p) {
+           ReadUnsigned(n, p, *o, {}, "a UDP port 1..65535");
+         }},
+        {"vlan",
+         [this, v = &vlan](auto& n, auto& p) {
+           ReadUnsigned<uint16_t>(n, p, *v, kUnreadVlan,
+                                  "0 (the aggregation address's VLAN) or " + VlanRangeText());
+         }},
+    };
+  }
+
   // {address, port, node, vlan}: the parent switch, and this switch's node id there.
   void LoadUpstream(const YAML::Node& node, const std::string& path, UpstreamConfig& out) {
     out.loc = ItemLoc(node, path);
     // Replaced when "node" is read; a missing one must not pass for node 0.
     out.node = kUnreadNodeId;
     if (!IsMapItem(node, path)) return;
-    LoadMap(
-        node, path,
-        {
-            {"address", [&](auto& n, auto& p) { ReadIpv4(n, p, out.address); }, true},
-            {"port",
-             [&](auto& n, auto& p) { ReadUnsigned(n, p, out.port, {}, "a UDP port 1..65535"); }},
-            {"node",
-             [&](auto& n, auto& p) {
-               ReadUnsigned(n, p, out.node, {kUnreadNodeId}, NodeIdRangeText());
-             },
-             true},
-            {"vlan",
-             [&](auto& n, auto& p) {
-               ReadUnsigned<uint16_t>(n, p, out.vlan, kUnreadVlan,
-                                      "0 (the aggregation address's VLAN) or " + VlanRangeText());
-             }},
-        });
+    std::vector<Field> fields = ParentSwitchFields(out.address, out.port, out.vlan);
+    fields.insert(fields.begin() + 2, {"node",
+                      [&](auto& n, auto& p) {
+                        ReadUnsigned(n, p, out.node, {kUnreadNodeId}, NodeIdRangeText());
+                      },
+                      true});
+    LoadMap(node, path, fields);
+  }
+
+  // aggregation.upstreams[]: {address, port, vlan}.
+  void LoadUpstreamCandidate(const YAML::Node& node, const std::string& path,
+                             UpstreamCandidateConfig& out) {
+    out.loc = ItemLoc(node, path);
+    if (!IsMapItem(node, path)) return;
+    LoadMap(node, path, ParentSwitchFields(out.address, out.port, out.vlan));
   }
 
   // One item of a node id list: "N" or "A-B" (A <= B). False when it does not parse.

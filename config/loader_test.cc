@@ -1057,6 +1057,9 @@ aggregation:
   max_fan_in: 512
   max_jobs: 8
   stale_slot_ms: 2500
+  upstreams:
+    - {address: 10.0.20.1}
+    - {address: 10.0.20.2, port: 47002, vlan: 10}
   jobs:
     - {id: 7, key: 0x00c0ffee00000007, members: 4}
     - id: 4294967295
@@ -1084,7 +1087,14 @@ aggregation:
   EXPECT_EQ(a.jobs[0].members, 4);
   EXPECT_EQ(a.jobs[0].nodes, 1);
   EXPECT_FALSE(a.jobs[0].ordered);
-  EXPECT_EQ(a.jobs[0].loc.line, 11);
+  EXPECT_EQ(a.jobs[0].loc.line, 14);
+  ASSERT_EQ(a.upstreams.size(), 2u);
+  EXPECT_EQ(a.upstreams[0].address.ToString(), "10.0.20.1");
+  EXPECT_EQ(a.upstreams[0].port, kDefaultAggregationUdpPort);
+  EXPECT_EQ(a.upstreams[0].vlan, 0);
+  EXPECT_EQ(a.upstreams[1].port, 47002);
+  EXPECT_EQ(a.upstreams[1].vlan, 10);
+  EXPECT_EQ(a.upstreams[1].loc.line, 12);
   EXPECT_EQ(a.jobs[1].id, 4294967295u);
   EXPECT_EQ(a.jobs[1].key, 18446744073709551615ull);
   EXPECT_EQ(a.jobs[1].members, 512);

@@ -219,18 +219,20 @@ json JobObject(const JobSnapshot& job) {
   for (const JobChildSwitchSnapshot& child : job.switches) {
     switches.push_back({{"node", child.node}, {"covers", child.covers}});
   }
-  json upstream = nullptr;
-  if (job.upstream) {
-    const JobUpstreamSnapshot& up = *job.upstream;
-    upstream = {{"address", up.address.ToString()},
-                {"port", up.port},
-                {"node", up.node},
-                {"vlan", up.vlan},
-                {"resolved", up.resolved}};
+  json upstreams = json::array();
+  for (const JobUpstreamSnapshot& up : job.upstreams) {
+    upstreams.push_back({{"address", up.address.ToString()},
+                         {"port", up.port},
+                         {"node", up.node},
+                         {"vlan", up.vlan},
+                         {"resolved", up.resolved}});
   }
   j["node_ids"] = job.node_ids;
   j["switches"] = std::move(switches);
-  j["upstream"] = std::move(upstream);
+  // "upstream" as a job body gives it: the one parent; null at the root and
+  // for a job that chooses among several ("upstreams").
+  j["upstream"] = upstreams.size() == 1 ? upstreams[0] : json(nullptr);
+  j["upstreams"] = std::move(upstreams);
   j["timeout_ms"] = job.timeout_ms ? json(*job.timeout_ms) : json(nullptr);
   j["trigger"] = job.batch ? "batch" : "incremental";
   j["tan"] = TanStateJson(job.tan);

@@ -478,7 +478,7 @@ JobTableSnapshot SyntheticJobs() {
   b.ordered = true;
   // A leaf: workers only, an upstream not resolved yet, and the TAN run by a worker.
   b.node_ids = {4, 5, 6, 7};
-  b.upstream = JobUpstreamSnapshot{*common::Ipv4Addr::Parse("10.0.9.1"), 47001, 100, 10, false};
+  b.upstreams = {JobUpstreamSnapshot{*common::Ipv4Addr::Parse("10.0.9.1"), 47001, 100, 10, false}};
   b.batch = true;
   b.tan_member = 6;
   t.jobs = {a, b};
@@ -1912,7 +1912,7 @@ TEST(JobSpecFromConfigTest, BuildsTheTree) {
   EXPECT_EQ(spec.member_nodes, (std::vector<uint16_t>{100, 101}));
   ASSERT_EQ(spec.covers.size(), 2u);
   EXPECT_EQ(spec.covers[1], (std::vector<uint16_t>{4, 5, 6, 7}));
-  EXPECT_EQ(spec.upstream.ip, 0u) << "the root";
+  EXPECT_TRUE(spec.upstreams.empty()) << "the root";
   EXPECT_EQ(spec.tan, JobSpec::Tan::kRemote);
   EXPECT_EQ(spec.timeout_cycles, 20'000'000u);
   EXPECT_TRUE(spec.batch);
@@ -1936,9 +1936,8 @@ TEST(JobSpecFromConfigTest, BuildsTheTree) {
   leaf.upstream = up;
   spec = JobSpecFromConfig(leaf, agg, 1'000'000'000, load);
   EXPECT_EQ(spec.member_nodes, (std::vector<uint16_t>{4, 5, 6, 7}));
-  EXPECT_EQ(spec.upstream.ip, up.address.addr);
-  EXPECT_EQ(spec.upstream.node, 101);
-  EXPECT_EQ(spec.upstream.udp_port, 47000);
+  EXPECT_EQ(spec.upstreams,
+            (std::vector<aggregator::JobPeer>{{up.address.addr, 47000, 101, 0}}));
   EXPECT_EQ(spec.tan, JobSpec::Tan::kNone) << "only a root has a TAN";
   EXPECT_EQ(spec.timeout_cycles, 0u) << "the job's own timeout_ms wins";
 }
@@ -2167,10 +2166,8 @@ TEST_F(JobControlTreeTest, AddsALeafWithTheConfigDefaults) {
   EXPECT_EQ(job->LocalIndex(7), -1);
   EXPECT_FALSE(job->IsSwitch(0));
   EXPECT_FALSE(job->is_root());
-  EXPECT_EQ(job->upstream().ip, Ip("10.0.9.2"));
-  EXPECT_EQ(job->upstream().udp_port, 47001);
-  EXPECT_EQ(job->upstream().node, 102);
-  EXPECT_EQ(job->upstream().vlan, 10);
+  ASSERT_EQ(job->upstreams().size(), 1u);
+  EXPECT_EQ(job->upstreams()[0], (aggregator::JobPeer{Ip("10.0.9.2"), 47001, 102, 10}));
   EXPECT_EQ(job->tan(), JobSpec::Tan::kNone) << "a leaf has no TAN of its own";
   EXPECT_EQ(job->timeout_cycles(), 30'000'000u) << "aggregation.timeout_ms";
   EXPECT_FALSE(job->batch()) << "aggregation.trigger";
@@ -2185,7 +2182,7 @@ TEST_F(JobControlTreeTest, AddsALeafWithTheConfigDefaults) {
   EXPECT_EQ(j["trigger"], "incremental");
   EXPECT_EQ(j["tan"]["mode"], "none");
   // Once ARP answers (TreeControl publishes the hop), the API says so.
-  job->SetHop(aggregator::Job::Hop::kUpstream, {0x02a99c000902ull, 0, 10, Ip("10.0.9.2"), 47001});
+  job->SetHop(job->ParentHop(0), {0x02a99c000902ull, 0, 10, Ip("10.0.9.2"), 47001});
   EXPECT_EQ(Get("/api/v1/jobs/10")["upstream"]["resolved"], true);
   j = Get("/api/v1/jobs/10/tan");
   EXPECT_EQ(j["root"], false);
@@ -2469,7 +2466,7 @@ TEST_F(JobControlTreeTest, TanChoicesPickAsTheConfigDoesAndCountTheLoad) {
   // Once ARP resolves a remote TAN, the report says so.
   const aggregator::Job* job7 = table_->Find(7);
   const aggregator::JobPeer peer = job7->tan_peer();
-  job7->SetHop(aggregator::Job::Hop::kTan, {0x02a99c000950ull, 1, 10, peer.ip, peer.udp_port});
+  job7->SetHop(aggregator::Job::kTanHop, {0x02a99c000950ull, 1, 10, peer.ip, peer.udp_port});
   EXPECT_EQ(Get("/api/v1/jobs/7/tan")["resolved"], true);
 }
 

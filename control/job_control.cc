@@ -17,6 +17,9 @@ namespace {
 using aggregator::Job;
 using aggregator::JobSpec;
 
+static_assert(config::kMaxUpstreamCandidates == aggregator::kMaxUpstreams,
+              "every upper switch of aggregation.upstreams is a parent of its in-band jobs");
+
 JobTanSnapshot TanState(const Job& job) {
   JobTanSnapshot t;
   switch (job.tan()) {
@@ -29,7 +32,7 @@ JobTanSnapshot TanState(const Job& job) {
       t.address = common::Ipv4Addr{peer.ip};
       t.port = peer.udp_port;
       aggregator::MemberAddr hop;
-      t.resolved = job.GetHop(Job::Hop::kTan, &hop);
+      t.resolved = job.GetHop(Job::kTanHop, &hop);
       break;
     }
     case JobSpec::Tan::kSelf:
@@ -87,11 +90,11 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
       child.covers.assign(covers.begin(), covers.end());
     }
   }
-  if (!job.is_root()) {
-    const aggregator::JobPeer& up = job.upstream();
-    aggregator::MemberAddr hop;
-    s.upstream = JobUpstreamSnapshot{common::Ipv4Addr{up.ip}, up.udp_port, up.node, up.vlan,
-                                     job.GetHop(Job::Hop::kUpstream, &hop)};
+  for (uint32_t hop = 1; hop < job.hop_count(); ++hop) {
+    const aggregator::JobPeer up = job.HopPeer(hop);
+    aggregator::MemberAddr resolved;
+    s.upstreams.push_back(JobUpstreamSnapshot{common::Ipv4Addr{up.ip}, up.udp_port, up.node,
+                                              up.vlan, job.GetHop(hop, &resolved)});
   }
   if (job.timeout_cycles() == 0) {
     s.timeout_ms = 0;
@@ -233,10 +236,15 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
     }
   }
   if (job.upstream) {
-    spec.upstream.ip = job.upstream->address.addr;
-    spec.upstream.udp_port = job.upstream->port;
-    spec.upstream.node = job.upstream->node;
-    spec.upstream.vlan = job.upstream->vlan;
+    spec.upstreams.push_back(aggregator::JobPeer{job.upstream->address.addr, job.upstream->port,
+                                                 job.upstream->node, job.upstream->vlan});
+  } else if (origin == JobSpec::Origin::kInBand && job.nodes > 1) {
+    // Its ranks here are a block of the job's (InBandJobConfig), and the
+    // block's index is this switch's node id at its parents.
+    const auto leaf = static_cast<uint16_t>(job.node_ids.front() / job.members);
+    for (const config::UpstreamCandidateConfig& up : agg.upstreams) {
+      spec.upstreams.push_back(aggregator::JobPeer{up.address.addr, up.port, leaf, up.vlan});
+    }
   } else {
     const config::TanConfig* tan = job.tan ? &*job.tan : agg.tan ? &*agg.tan : nullptr;
     const TanChoice choice = ChooseTan(tan, job.id, load);
@@ -263,11 +271,14 @@ common::Result<const Job*> AdmitJob(aggregator::JobTable& table,
                                     uint64_t tsc_hz, TanLoad& load) {
   const JobSpec spec = JobSpecFromConfig(job, agg, tsc_hz, load, origin);
   ASSIGN_OR_RETURN(const Job* added, table.Add(spec));
-  std::string upstream = "root";
-  if (spec.upstream.ip != 0) {
-    upstream = "upstream " + common::Ipv4Addr{spec.upstream.ip}.ToString() + ":" +
-               std::to_string(spec.upstream.udp_port);
+  std::string upstream;
+  for (const aggregator::JobPeer& up : spec.upstreams) {
+    upstream += (upstream.empty() ? "" : ", ") + common::Ipv4Addr{up.ip}.ToString() + ":" +
+                std::to_string(up.udp_port);
   }
+  upstream = spec.upstreams.empty()     ? "root"
+             : spec.upstreams.size() == 1 ? "upstream " + upstream
+                                          : "upstreams " + upstream;
   const uint32_t timeout_ms = job.timeout_ms.value_or(agg.timeout_ms);
   AGG_LOG(kInfo, "job %u added (%s): %u members, %u nodes, %s, timeout %u ms, %s trigger%s",
           spec.id, std::string(aggregator::OriginName(origin)).c_str(), spec.members, spec.nodes, upstream.c_str(), timeout_ms,
@@ -282,6 +293,14 @@ config::AggregationJobConfig InBandJobConfig(const dataplane::RegistrationReques
   job.members = request.expected;
   job.nodes = request.node_count;
   job.ordered = request.ordered;
+  if (job.nodes > 1 && job.members != 0) {
+    // Node ids are the job's global ranks, a block of `members` of them at
+    // each switch: the sender's block.
+    const uint32_t first = request.node_id - request.node_id % job.members;
+    for (uint32_t n = first; n < first + job.members && n < aggregator::kNoNode; ++n) {
+      job.node_ids.push_back(static_cast<uint16_t>(n));
+    }
+  }
   return job;
 }
 
@@ -530,9 +549,19 @@ dataplane::RegistrationResult JobControl::RegisterInBand(
     return allowed;
   }
   const config::AggregationJobConfig job = InBandJobConfig(request);
-  // Said apart from the other checks, so that the sender learns why.
-  if (job.PartialSumGoesNowhere()) return RegistrationResult::no_upstream;
-  if (common::Status checked = CheckAsConfigJob(base_, job, {}, ""); !checked.ok()) {
+  // Its members' part is checked as a config job's; its parents are the
+  // switch's aggregation.upstreams. No upstream is said apart from the
+  // other refusals, so that the sender learns why.
+  config::AggregationJobConfig members_part = job;
+  if (job.nodes > 1) {
+    if (base_.aggregation.upstreams.empty()) return RegistrationResult::no_upstream;
+    // A block past the job's last node, or cut short by the node id range.
+    if (job.node_ids.size() != job.members || job.node_ids.front() / job.members >= job.nodes) {
+      return RegistrationResult::invalid;
+    }
+    members_part.nodes = 1;
+  }
+  if (common::Status checked = CheckAsConfigJob(base_, members_part, {}, ""); !checked.ok()) {
     AGG_LOG(kDebug, "job %u: in-band registration from %s refused: %s", job.id,
             common::Ipv4Addr{request.src_ip}.ToString().c_str(), checked.message().c_str());
     return RegistrationResult::invalid;
@@ -569,7 +598,7 @@ common::Result<TanReport> JobControl::TanOnControl(uint32_t id,
   const std::string name = "job " + std::to_string(id);
   if (job == nullptr) return common::NotFound(name + " does not exist");
   if (request && request->choice && !job->is_root()) {
-    const aggregator::JobPeer& up = job->upstream();
+    const aggregator::JobPeer& up = job->upstreams().front();
     return common::FailedPrecondition(
         name + " has an upstream here (" + common::Ipv4Addr{up.ip}.ToString() + ":" +
         std::to_string(up.udp_port) +

@@ -107,7 +107,8 @@ TanLoad CountTanLoad(const aggregator::JobTable& table, uint32_t except_job = 0)
 // The JobSpec of aggregation.jobs[i], an API job or an in-band job (by
 // `origin`): its own keys, else the switch-wide defaults of `agg` (timeout,
 // trigger, TAN, bypass entries), and the slot and hold quotas of its origin;
-// `load` is updated with its TAN. [any]
+// `load` is updated with its TAN. An in-band job of several nodes
+// (InBandJobConfig) has agg.upstreams as its parents. [any]
 aggregator::JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
                                       const config::AggregationConfig& agg, uint64_t tsc_hz,
                                       TanLoad& load,
@@ -126,8 +127,13 @@ common::Result<const aggregator::Job*> AdmitJob(aggregator::JobTable& table,
                                                 uint64_t tsc_hz, TanLoad& load);
 
 // The job an in-band registration asks for, as aggregation.jobs[i] would
-// hold it: id, key, `expected` members (node ids 0..expected-1), ordered;
-// nodes = node_count. [any]
+// hold it: id, key, `expected` members, ordered; nodes = node_count. With
+// one node its members are the nodes 0..expected-1. With several, node ids
+// are the job's global ranks, `expected` consecutive ones at each leaf
+// switch: its members are the sender's block, the node ids
+// [b * expected, (b + 1) * expected) for b = node_id / expected, and b is the
+// leaf's node id at its parent (JobSpecFromConfig; docs/aggregation.md,
+// "Several nodes"). [any]
 config::AggregationJobConfig InBandJobConfig(const dataplane::RegistrationRequest& request);
 
 // Adds every job of aggregation.jobs with Origin::kConfig (AdmitJob;
@@ -229,8 +235,9 @@ class JobControl {
   // the in-band policy (SetInBandAdmission: rates, the in-band share,
   // quotas). existing / key_mismatch for an id the table holds; invalid
   // when registration is off or the checks refuse the task info;
-  // no_upstream when node_count > 1 and the switch has no upstream; else the
-  // policy's or the table's answer. [control]
+  // no_upstream when node_count > 1 and the switch lists no
+  // aggregation.upstreams (invalid when the sender's block lies past the
+  // job's nodes); else the policy's or the table's answer. [control]
   dataplane::RegistrationResult RegisterInBand(const dataplane::RegistrationRequest& request,
                                                std::chrono::steady_clock::time_point now);
   // The table now, without the queue. [control]

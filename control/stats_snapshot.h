@@ -140,7 +140,9 @@ struct JobChildSwitchSnapshot {
   std::vector<uint16_t> covers;  // the node ids below it; empty when none were given
 };
 
-// The parent switch of a job that is not rooted here (aggregation.jobs[].upstream).
+// A parent switch of a job that is not rooted here: its one upstream
+// (aggregation.jobs[].upstream), or one of the switch's aggregation.upstreams
+// (an in-band job of several nodes).
 struct JobUpstreamSnapshot {
   common::Ipv4Addr address;
   uint16_t port = 0;
@@ -168,7 +170,9 @@ struct JobSnapshot {
   // The tree, under the names of the config's aggregation.jobs[] keys.
   std::vector<uint16_t> node_ids;                // the workers' node ids, by member index
   std::vector<JobChildSwitchSnapshot> switches;  // the child switches, by member index
-  std::optional<JobUpstreamSnapshot> upstream;   // nullopt: this switch is the job's root
+  // Its parents; empty: this switch is the job's root. Chunk s goes to
+  // upstreams[addr_low mod size], addr_low the chunk's.
+  std::vector<JobUpstreamSnapshot> upstreams;
   std::optional<uint32_t> timeout_ms;            // slot timer; nullopt: unknown TSC frequency
   bool batch = false;                            // trigger: batch (else incremental)
   JobTanSnapshot tan;                            // mode "none" unless rooted here

@@ -42,7 +42,7 @@ void TreeControl::SendArpRequest(uint32_t ip, uint16_t vlan) {
   }
 }
 
-void TreeControl::Resolve(const Job& job, Job::Hop hop, uint32_t ip, uint16_t udp_port,
+void TreeControl::Resolve(const Job& job, uint32_t hop, uint32_t ip, uint16_t udp_port,
                           uint16_t vlan, Clock::time_point now) {
   Neighbor& n = neighbors_[ip];
   if (n.resolved) {
@@ -78,11 +78,13 @@ void TreeControl::Poll(Clock::time_point now) {
     next_scan_ = now + std::chrono::milliseconds(200);
     table_.ForEach([&](const Job& job) {
       if (!job.is_root()) {
-        const aggregator::JobPeer& up = job.upstream();
-        Resolve(job, Job::Hop::kUpstream, up.ip, up.udp_port, up.vlan, now);
+        for (uint32_t hop = 1; hop < job.hop_count(); ++hop) {
+          const aggregator::JobPeer up = job.HopPeer(hop);
+          Resolve(job, hop, up.ip, up.udp_port, up.vlan, now);
+        }
       } else if (job.tan() == JobSpec::Tan::kRemote) {
         const aggregator::JobPeer tan = job.tan_peer();
-        Resolve(job, Job::Hop::kTan, tan.ip, tan.udp_port, 0, now);
+        Resolve(job, Job::kTanHop, tan.ip, tan.udp_port, 0, now);
       } else if (job.tan() == JobSpec::Tan::kSelf) {
         // The own TAN learns what each child switch covers (variant 2), once per job.
         auto [it, fresh] = covers_set_.try_emplace(job.id(), job.generation());

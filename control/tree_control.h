@@ -97,7 +97,7 @@ class TreeControl {
     std::chrono::steady_clock::time_point requested_at{};
     uint64_t requests = 0;
   };
-  void Resolve(const aggregator::Job& job, aggregator::Job::Hop hop, uint32_t ip, uint16_t udp_port,
+  void Resolve(const aggregator::Job& job, uint32_t hop, uint32_t ip, uint16_t udp_port,
                uint16_t vlan, std::chrono::steady_clock::time_point now);
   void SendArpRequest(uint32_t ip, uint16_t vlan);
 

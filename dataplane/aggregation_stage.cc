@@ -114,13 +114,15 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   JobCounters& jc = s_.job_counters[job->index()];
   if (source != Source::kHandoff) {
     if (opcode == Opcode::kResult) {
-      // Only the job's upstream switch, or at the root its TAN, sends results
-      // here: from the address, MAC and port its hop was resolved to. Results
-      // carry no key (Answers::ChunkFields); where they come from is what
-      // counts, as for a member's binding.
+      // Only the chunk's parent switch (the one its addr_low picked), or at
+      // the root the job's TAN, sends results here: from the address, MAC and
+      // port its hop was resolved to. Results carry no key
+      // (Answers::ChunkFields); where they come from is what counts, as for
+      // a member's binding.
       aggregator::MemberAddr hop;
       const bool from_hop =
-          job->GetHop(job->is_root() ? aggregator::Job::Hop::kTan : aggregator::Job::Hop::kUpstream,
+          job->GetHop(job->is_root() ? aggregator::Job::kTanHop
+                                     : job->ParentHop(h.addr_low.host()),
                       &hop) &&
           udp.src_ip == hop.ip && udp.src_port == hop.udp_port && sender.mac48 == hop.mac48 &&
           in_port == hop.port_index;
@@ -141,13 +143,17 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       return false;
     }
     if (opcode != Opcode::kResult) {
-      if (member < 0) {
-        c.rejected.Add(1);
-        answers_.Nack(m, h, NackReason::kMalformed, sender);
-        return false;
-      }
       const bool task_info =
           opcode == Opcode::kTaskInfo || (h.flags.host() & aggregator::flags::kTaskInfo);
+      if (member < 0) {
+        // With task info: a rank outside this switch's block of a job of
+        // several nodes (InBandJobConfig), so the ranks disagree on where
+        // they are.
+        (task_info ? c.task_info_conflicts : c.rejected).Add(1);
+        answers_.Nack(m, h, task_info ? NackReason::kTaskInfoConflict : NackReason::kMalformed,
+                      sender);
+        return false;
+      }
       if (task_info &&
           (h.expected.host() != job->members() || h.node_count.host() != job->nodes())) {
         c.task_info_conflicts.Add(1);

@@ -405,6 +405,134 @@ TEST_F(InBandTest, MultiNodeTaskInfoWithoutUpstreamGetsNoUpstreamNack) {
   EXPECT_EQ(dp_->registrations(RegistrationResult::admitted), 0u);
 }
 
+// Task info that says two nodes, at a leaf that lists two upper switches
+// (aggregation.upstreams): ranks 4-7 of a job of 8 register it as this
+// switch's block (node 1 at the parents). Each chunk leaves as one partial,
+// with task info for the parent (its members are the nodes, and it is the
+// root), to the upper switch its addr_low picks; the result comes back from
+// that parent only and goes to every member. A rank outside the block is
+// refused (task info conflict).
+TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
+  BuildAggregation(", upstreams: [{address: 10.0.20.1}, {address: 10.0.20.2, port: 47001}]");
+  const uint32_t parent_ip[2] = {0x0a001401, 0x0a001402};
+  const uint16_t parent_port[2] = {aggregator::kAggUdpPort, 47001};
+  const common::MacAddr parent_mac[2] = {common::MacAddr::FromU64(0x0200000014a1ULL),
+                                         common::MacAddr::FromU64(0x0200000014a2ULL)};
+  auto send = [&](uint32_t seq, uint16_t node, uint32_t addr_low) {
+    aggregator::AggFields f;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = node;
+    f.job_id = 31;
+    f.seq = seq;
+    f.job_key = kKey;
+    f.expected = 4;
+    f.node_count = 2;
+    f.addr_low = addr_low;
+    f.elem_count = 1;
+    Inject(0, Datagram(f, Int32Payload({node * 10 + static_cast<int32_t>(seq)})));
+  };
+  // Chunk 0 (addr_low 0): three ranks register the job and wait for the fourth.
+  for (uint16_t node = 4; node < 7; ++node) send(0, node, 0);
+  StepWithRegistration();
+  EXPECT_TRUE(Drain().empty());
+  const aggregator::Job* job = jobs_->Find(31);
+  ASSERT_NE(job, nullptr);
+  EXPECT_FALSE(job->is_root());
+  EXPECT_EQ(job->members(), 4);
+  EXPECT_EQ(job->nodes(), 2);
+  EXPECT_EQ(job->LocalIndex(4), 0);
+  EXPECT_EQ(job->LocalIndex(7), 3);
+  EXPECT_EQ(job->LocalIndex(3), -1);
+  ASSERT_EQ(job->upstreams().size(), 2u);
+  EXPECT_EQ(job->upstream_node(), 1) << "ranks 4-7 are the second block";
+  // The control thread's ARP resolution of both parents.
+  for (uint32_t p = 0; p < 2; ++p) {
+    job->SetHop(job->ParentHop(p), {parent_mac[p].ToU64(), 0, 0, parent_ip[p], parent_port[p]});
+  }
+
+  // The fourth rank completes chunk 0, then chunk 1 (addr_low 1) completes.
+  send(0, 7, 0);
+  for (uint16_t node = 4; node < 8; ++node) send(1, node, 1);
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 2u) << "one partial per chunk, nothing to the members yet";
+  for (uint32_t seq = 0; seq < 2; ++seq) {
+    const Result r = ParseResult(out[0][seq]);
+    EXPECT_EQ(r.dst_mac, parent_mac[seq]) << "chunk " << seq;
+    EXPECT_EQ(r.dst_ip, parent_ip[seq]);
+    EXPECT_EQ(r.dst_port, parent_port[seq]);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kPartial);
+    EXPECT_EQ(r.fields.seq, seq);
+    EXPECT_NE(r.fields.flags & aggregator::flags::kTaskInfo, 0);
+    EXPECT_EQ(r.fields.expected, 2) << "the parent's members: the nodes";
+    EXPECT_EQ(r.fields.node_count, 1) << "the parent is the root";
+    EXPECT_EQ(r.fields.node_id, 1);
+    EXPECT_EQ(r.fields.addr_low, seq);
+    EXPECT_EQ(r.fields.job_key, kKey);
+    EXPECT_EQ(r.payload, Int32Payload({40 + 50 + 60 + 70 + 4 * static_cast<int32_t>(seq)}));
+  }
+  EXPECT_EQ(Agg().partials_sent.Get(), 2u);
+
+  // The global sums come down: chunk 0's from its parent, chunk 1's first
+  // from the wrong one (refused), then from its own.
+  auto result = [&](uint32_t seq, uint32_t from, int32_t sum) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kResult;
+    f.job_id = 31;
+    f.seq = seq;
+    f.addr_low = seq;
+    f.elem_count = 1;
+    Inject(0, DatagramFrom(f, Int32Payload({sum}), parent_mac[from], parent_ip[from],
+                           parent_port[from]));
+  };
+  result(0, 0, 1000);
+  result(1, 0, 1001);
+  Step();
+  out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 4u);
+  std::set<uint16_t> got;
+  for (const Result& r : Results(out[0])) {
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.fields.seq, 0u);
+    EXPECT_EQ(r.payload, Int32Payload({1000}));
+    got.insert(static_cast<uint16_t>(r.dst_port - 40000));
+  }
+  EXPECT_EQ(got, (std::set<uint16_t>{4, 5, 6, 7}));
+  EXPECT_EQ(Agg().results_refused.Get(), 1u) << "chunk 1's result from chunk 0's parent";
+  result(1, 1, 1001);
+  Step();
+  out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].size(), 4u);
+
+  // Rank 2 belongs to the first block, not this switch's.
+  send(2, 2, 0);
+  Step();
+  out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result nack = ParseResult(out[0][0]);
+  EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kTaskInfoConflict));
+  EXPECT_EQ(Agg().task_info_conflicts.Get(), 1u);
+}
+
+// A rank whose block lies past the job's nodes (rank 9 of 4 per node, two
+// nodes) registers nothing.
+TEST_F(InBandTest, MultiNodeRankPastTheLastNodeIsRefused) {
+  BuildAggregation(", upstreams: [{address: 10.0.20.1}]");
+  Inject(0, WithTaskInfo(32, 0, 9, 4, 1, kKey, 2));
+  StepWithRegistration();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(jobs_->Find(32), nullptr);
+  EXPECT_EQ(dp_->registrations(RegistrationResult::invalid), 1u);
+}
+
 // T1: four members, task info in every contribution, no configuration: the
 // first datagrams register the job and are then counted like any other.
 TEST_F(InBandTest, TaskInfoInContributionsRegistersTheJob) {
@@ -672,7 +800,7 @@ TEST_F(AggregationTest, AParameterServerJobSendsEveryChunkToItsTan) {
   hop.port_index = 1;
   hop.ip = MemberIp(kTan);
   hop.udp_port = aggregator::kAggUdpPort;
-  job->SetHop(aggregator::Job::Hop::kTan, hop);
+  job->SetHop(aggregator::Job::kTanHop, hop);
 
   for (uint16_t m = 0; m < 2; ++m) {
     Frame f = Contribution(7, 9, m, Int32Payload({1 + m, 10}));

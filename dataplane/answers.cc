@@ -42,6 +42,8 @@ aggregator::AggFields Answers::ChunkFields(const aggregator::Job& job, const agg
   f.op = slot.op();
   f.scale = slot.scale();
   f.aux = slot.elem_offset();
+  // Which parent a chunk took (Job::ParentHop): its result comes back from it.
+  f.addr_low = slot.addr_low();
   return f;
 }
 

@@ -144,7 +144,14 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
   f.job_key = job.key();  // the parent switch, or the TAN, checks it
   f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
                                   (slot.ordered() ? aggregator::flags::kOrdered : 0));
-  f.node_id = root ? kRootNodeId : job.upstream().node;
+  if (job.announces_upstream()) {
+    // The parent knows the job from this: its members are the job's nodes,
+    // and it is the root.
+    f.flags |= aggregator::flags::kTaskInfo;
+    f.expected = job.nodes();
+    f.node_count = 1;
+  }
+  f.node_id = root ? kRootNodeId : job.upstream_node();
   // The parent frees its complete slots, and admits chunks under the slot
   // quota, by its members' watermarks: ours is our slot watermark, the
   // smallest of our current members' (a member presumed gone keeps only our
@@ -154,7 +161,7 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
                                      slot.result_len(), rte_pktmbuf_mtod(m, uint8_t*), len);
   if (!root) {
     c.partials_sent.Add(1);
-    SendToHop(m, job, aggregator::Job::Hop::kUpstream, kOwnFrame);
+    SendToHop(m, job, job.ParentHop(slot.addr_low()), kOwnFrame);
   } else {
     c.first_data_sent.Add(1);
     if (job.tan() == aggregator::JobSpec::Tan::kSelf) {
@@ -163,7 +170,7 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
         tx_.Drop(kOwnFrame, DropReason::kAggNoTan, m);
       }
     } else {
-      SendToHop(m, job, aggregator::Job::Hop::kTan, kOwnFrame);
+      SendToHop(m, job, aggregator::Job::kTanHop, kOwnFrame);
     }
   }
   return m == carrier;
@@ -179,20 +186,27 @@ void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t heade
     TxBuffers::Consumed(m);  // the ACK was read
     return;
   }
+  // To the parent of the allreduce it ends: the member's addr_low picks it,
+  // as it picked the parent of that allreduce's chunks.
+  const uint32_t addr_low =
+      reinterpret_cast<const aggregator::AggHeader*>(rte_pktmbuf_mtod(m, uint8_t*) + header_offset)
+          ->addr_low.host();
+  const uint32_t hop = job.ParentHop(addr_low);
   aggregator::AggFields f;
   f.opcode = aggregator::Opcode::kAck;
-  f.node_id = job.upstream().node;
+  f.node_id = job.upstream_node();
   f.job_id = job.id();
   f.job_key = job.key();
   f.seq = *min_ack;
   f.ack_watermark = *min_ack;
+  f.addr_low = addr_low;
   // The ACK it answers is the same size: the relay is written over it.
   rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
   m->data_len = sizeof(aggregator::AggHeader);
   m->pkt_len = sizeof(aggregator::AggHeader);
   aggregator::WriteAggHeader(f, 0, rte_pktmbuf_mtod(m, aggregator::AggHeader*));
   stats_.lcore.agg.acks_relayed.Add(1);
-  SendToHop(m, job, aggregator::Job::Hop::kUpstream, in_port);
+  SendToHop(m, job, hop, in_port);
 }
 
 void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
@@ -210,13 +224,13 @@ void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t he
   m->pkt_len = len;
   if (!job.is_root()) {
     c.late_forwarded.Add(1);
-    SendToHop(m, job, aggregator::Job::Hop::kUpstream, in_port);
+    SendToHop(m, job, job.ParentHop(h->addr_low.host()), in_port);
     return;
   }
   switch (job.tan()) {
     case aggregator::JobSpec::Tan::kRemote:
       c.late_forwarded.Add(1);
-      SendToHop(m, job, aggregator::Job::Hop::kTan, in_port);
+      SendToHop(m, job, aggregator::Job::kTanHop, in_port);
       return;
     case aggregator::JobSpec::Tan::kSelf:
       if (s_.tan_up != nullptr && rte_ring_sp_enqueue(s_.tan_up, m) == 0) {
@@ -231,7 +245,7 @@ void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t he
   tx_.Drop(in_port, DropReason::kAggNoTan, m);
 }
 
-void TreeStage::SendToHop(rte_mbuf* m, const aggregator::Job& job, aggregator::Job::Hop hop,
+void TreeStage::SendToHop(rte_mbuf* m, const aggregator::Job& job, uint32_t hop,
                           uint16_t in_port) {
   aggregator::MemberAddr to;
   if (!job.GetHop(hop, &to)) {

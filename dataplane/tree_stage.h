@@ -90,8 +90,9 @@ class TreeStage {
   // Sends a partial (non-root) or first data (root) with `missing` node ids.
   bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot, const uint16_t* missing,
                    uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset);
-  // Sends `m` (from its aggregation header on) to the job's `hop`. Consumes `m`.
-  void SendToHop(rte_mbuf* m, const aggregator::Job& job, aggregator::Job::Hop hop, uint16_t in_port);
+  // Sends `m` (from its aggregation header on) to the job's `hop`
+  // (Job::kTanHop or a ParentHop). Consumes `m`.
+  void SendToHop(rte_mbuf* m, const aggregator::Job& job, uint32_t hop, uint16_t in_port);
   // The missing list of a slot at this switch: every member that did not
   // contribute (a late child switch as itself or as the nodes it covers),
   // then the ids the children's partials named. With `entries`, writes a

@@ -64,7 +64,7 @@ class TreeStageTest : public StageTest {
     spec.members = 3;
     if (leaf) {
       spec.nodes = 2;
-      spec.upstream = aggregator::JobPeer{kUpstreamIp, aggregator::kAggUdpPort, 5, 0};
+      spec.upstreams = {aggregator::JobPeer{kUpstreamIp, aggregator::kAggUdpPort, 5, 0}};
     }
     auto added = jobs_->Add(spec);
     EXPECT_TRUE(added.ok());
@@ -75,7 +75,7 @@ class TreeStageTest : public StageTest {
       EXPECT_EQ(job->BindMember(m, addr, 1, 0), aggregator::Job::Bind::kBound);
     }
     if (leaf && resolved) {
-      job->SetHop(aggregator::Job::Hop::kUpstream,
+      job->SetHop(job->ParentHop(0),
                   {0x0200000000aaULL, 1, 10, kUpstreamIp, aggregator::kAggUdpPort});
     }
     return job;

@@ -47,7 +47,10 @@ NackText DescribeNack(uint32_t reason) {
               "new job id, or a first sequence number past the earlier run's)"};
     case NackReason::kTaskInfoConflict:
       return {"task info conflict",
-              "the switch knows the job with another member count or node count"};
+              "the switch knows the job with another member count or node count, or (several "
+              "nodes) with a block of ranks that does not hold this one: every rank must pass "
+              "the same world and node_count, and node i must hold ranks i*world/node_count "
+              "and up"};
     case NackReason::kRateLimited:
       return {"registration rate limited",
               "the switch takes in-band registrations from this host (or in all) at a bounded "
@@ -74,8 +77,9 @@ NackText DescribeNack(uint32_t reason) {
     case NackReason::kNoUpstream:
       return {"no upstream",
               "the task info says more than one node takes part, and this switch has no "
-              "upper-tier switch to send its partial sum to: run the job with node_count 1, or "
-              "declare it on the switches with an upstream (aggregation.jobs[].upstream)"};
+              "upper-tier switch to send its partial sum to: run the job with node_count 1, list "
+              "the upper switches in its aggregation.upstreams, or declare the job on the "
+              "switches with an upstream (aggregation.jobs[].upstream)"};
     case NackReason::kAddrLowMismatch:
       return {"addr_low mismatch",
               "the members of a chunk carry different addr_low values (the low bits of their "
@@ -83,6 +87,11 @@ NackText DescribeNack(uint32_t reason) {
               "addr_low to the same allreduce"};
   }
   return {"unknown reason", "a NACK reason this client does not know"};
+}
+
+// The ranks at each node's switch: the task info's `expected`.
+uint16_t RanksPerNode(const ClientOptions& o) {
+  return static_cast<uint16_t>(o.world / o.node_count);
 }
 
 bool IsFloat(DType t) {
@@ -325,7 +334,7 @@ uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) con
   if (phase.kind == Phase::Kind::kAnnounce) {
     f.opcode = Opcode::kTaskInfo;
     f.flags = flags::kTaskInfo;
-    f.expected = options_.world;
+    f.expected = RanksPerNode(options_);
     f.node_count = options_.node_count;
     aggregator::WriteAggHeader(f, 0, header);
     return sizeof(AggHeader);
@@ -334,7 +343,7 @@ uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) con
   f.opcode = Opcode::kContribution;
   f.flags = phase.flags | (in_band ? flags::kTaskInfo : 0) | (self_flag_ ? flags::kBypass : 0);
   if (in_band) {
-    f.expected = options_.world;
+    f.expected = RanksPerNode(options_);
     f.node_count = options_.node_count;
   }
   const uint32_t m = phase.chunk_map != nullptr ? phase.chunk_map[k] : k;

@@ -75,6 +75,9 @@ struct RunConfig {
   uint64_t bytes = 0;
   uint32_t iterations = 1;
   uint32_t delay_ms = 0;  // before each allreduce: a straggler
+  // The number that picks the switch, and the upper switch, of every
+  // allreduce; unset: the client's default, the allreduce's index.
+  std::optional<uint32_t> addr_low;
   bool verify = false;
   // Check the results as a parameter server's parameters (SgdCheck) with this
   // learning rate, instead of as sums.
@@ -245,7 +248,7 @@ int RunTyped(const RunConfig& cfg, client::Client& c, const RankVectors& vectors
     if (cfg.delay_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.delay_ms));
     const uint64_t results_before = c.stats().results;
     const Clock::time_point t0 = Clock::now();
-    const client::Pending p = c.Start(std::span<T>(buffer.get(), n), cfg.op);
+    const client::Pending p = c.Start(std::span<T>(buffer.get(), n), cfg.op, cfg.addr_low);
     while (!p.WaitFor(std::chrono::milliseconds(100))) {
       const double part = std::min(
           1.0, static_cast<double>(c.stats().results - results_before) / chunks_per_iteration);
@@ -398,13 +401,22 @@ int Main(int argc, char** argv) {
   CLI::App app{"agg-worker: one rank of an allreduce job through aggswitch (kernel UDP)"};
   // The job.
   app.add_option("--rank", o.rank, "This process's rank, 0..world-1")->required();
-  app.add_option("--world", o.world, "Ranks in the job")->required();
+  app.add_option("--world", o.world, "Ranks in the job, over every node")->required();
+  app.add_option("--nodes", o.node_count,
+                 "Nodes the ranks are spread over, world/nodes ranks behind each node's switch "
+                 "(node i: ranks i*world/nodes and up); the switches send their partial sums to "
+                 "an upper switch (their aggregation.upstreams)")
+      ->capture_default_str();
   app.add_option("--job", o.job_id, "Job id (1..4294967295)")->required();
   app.add_option("--key", text.key, "Job key (0x... or decimal)")->capture_default_str();
   app.add_option("--switch", text.switches,
                  "Switch aggregation address a.b.c.d[:port] (port 47000 by default); repeat for "
                  "several switches: allreduce i goes to switch i mod N")
       ->required();
+  app.add_option("--addr-low", cfg.addr_low,
+                 "The number that picks the switch (addr_low mod switches) and, with --nodes, the "
+                 "upper switch of every allreduce; the same on every rank (default: the "
+                 "allreduce's index)");
   app.add_option("--bind", text.bind, "Local IPv4 address to send from")->capture_default_str();
   app.add_option("--task-info", text.task_info,
                  "How the switch learns the job: none (configured there), inband (in every "

@@ -86,11 +86,19 @@ class AggctlTest : public ::testing::Test {
       table.max_fan_in = 16;
       JobSnapshot root = Leaf();  // a root whose TAN did not answer ARP yet
       root.id = 8;
-      root.upstream.reset();
+      root.upstreams.clear();
       root.tan = JobTanSnapshot{"remote", *common::Ipv4Addr::Parse("10.0.9.50"), 47000, false};
       root.tan_member.reset();
       root.parameter_server = true;
-      table.jobs = {Leaf(), root};
+      // An in-band leaf of a job of two nodes: its parent by addr_low, one of two.
+      JobSnapshot in_band = Leaf();
+      in_band.id = 9;
+      in_band.origin = "in-band";
+      in_band.switches.clear();
+      in_band.tan_member.reset();
+      in_band.upstreams.push_back(
+          JobUpstreamSnapshot{*common::Ipv4Addr::Parse("10.0.9.2"), 47001, 101, 0, false});
+      table.jobs = {Leaf(), root, in_band};
       return table;
     };
     source.add_job = [](const JobRequest& r) -> common::Result<JobSnapshot> {
@@ -100,7 +108,7 @@ class AggctlTest : public ::testing::Test {
       s.id = r.job.id;
       s.members = r.job.members;
       if (r.job.parameter_server) {  // a root, as the switch would show it
-        s.upstream.reset();
+        s.upstreams.clear();
         s.tan = JobTanSnapshot{"remote", *common::Ipv4Addr::Parse("10.0.9.50"), 47000, true};
         s.parameter_server = true;
       }
@@ -158,7 +166,7 @@ class AggctlTest : public ::testing::Test {
     s.nodes = 3;
     s.node_ids = {4, 5, 6, 7};
     s.switches = {{200, {20, 21, 22}}};
-    s.upstream = JobUpstreamSnapshot{*common::Ipv4Addr::Parse("10.0.9.1"), 47000, 101, 10, true};
+    s.upstreams = {JobUpstreamSnapshot{*common::Ipv4Addr::Parse("10.0.9.1"), 47000, 101, 10, true}};
     s.timeout_ms = 20;
     s.batch = true;
     s.tan_member = 5;
@@ -470,10 +478,20 @@ TEST_F(AggctlTest, JobsShowPrintsTheTree) {
   e = Aggctl({"jobs", "show"});
   EXPECT_EQ(e.code, 0) << e.err;
   EXPECT_NE(e.out.find("UPSTREAM"), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("  10.0.9.1:47000  -\n"), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("  root            10.0.9.50:47000? (ps)\n"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("  10.0.9.1:47000                  -\n"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("  root                            10.0.9.50:47000? (ps)\n"),
+            std::string::npos)
+      << e.out;
   EXPECT_NE(e.out.find("\n?: next hop not resolved by ARP yet\n"
                        "(ps): the TAN is the job's parameter server\n"),
+            std::string::npos)
+      << e.out;
+  EXPECT_NE(e.out.find("  10.0.9.1:47000,10.0.9.2:47001?  -\n"), std::string::npos) << e.out;
+  e = Aggctl({"jobs", "show", "9"});
+  EXPECT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("  upstream   one of, by the chunk's addr_low mod 2: 10.0.9.1:47000, as "
+                       "node 101 on VLAN 10 (resolved); 10.0.9.2:47001, as node 101 (not "
+                       "resolved yet)\n"),
             std::string::npos)
       << e.out;
   e = Aggctl({"jobs", "show", "8"});

@@ -556,14 +556,26 @@ std::string TanText(const json& tan) {
          (tan.at("resolved").get<bool>() ? "" : "?");
 }
 
-// A job's parent switch: "root" (none), or its address ("?": unresolved).
-// "-" from daemons that do not show the tree.
+// A job's parent switches (empty at the root). Daemons before "upstreams"
+// show the one parent only.
+json Upstreams(const json& job) {
+  if (job.contains("upstreams")) return job.at("upstreams");
+  const json& up = job.at("upstream");
+  return up.is_null() ? json::array() : json::array({up});
+}
+
+// A job's parent switches: "root" (none), or their addresses, ","-separated
+// ("?": unresolved). "-" from daemons that do not show the tree.
 std::string UpstreamText(const json& job) {
   if (!job.contains("upstream")) return "-";
-  const json& up = job.at("upstream");
-  if (up.is_null()) return "root";
-  return up.at("address").get<std::string>() + ":" + U64(up.at("port")) +
-         (up.at("resolved").get<bool>() ? "" : "?");
+  const json ups = Upstreams(job);
+  if (ups.empty()) return "root";
+  std::string text;
+  for (const json& up : ups) {
+    text += (text.empty() ? "" : ",") + up.at("address").get<std::string>() + ":" +
+            U64(up.at("port")) + (up.at("resolved").get<bool>() ? "" : "?");
+  }
+  return text;
 }
 
 // Whether the job's TAN is its parameter server (false from daemons that do
@@ -689,13 +701,14 @@ void PrintJobTree(const json& job) {
       std::cout << " (covers " << NodeIdsText(child.at("covers")) << ")";
   }
   std::cout << '\n';
-  const json& up = job.at("upstream");
+  const json ups = Upstreams(job);
   std::cout << "  upstream   ";
-  if (up.is_null()) {
-    std::cout << "none (this switch is the root)";
-  } else {
-    std::cout << up.at("address").get<std::string>() << ':' << U64(up.at("port")) << ", as node "
-              << U64(up.at("node"));
+  if (ups.empty()) std::cout << "none (this switch is the root)";
+  if (ups.size() > 1) std::cout << "one of, by the chunk's addr_low mod " << ups.size() << ": ";
+  for (size_t i = 0; i < ups.size(); ++i) {
+    const json& up = ups[i];
+    std::cout << (i > 0 ? "; " : "") << up.at("address").get<std::string>() << ':'
+              << U64(up.at("port")) << ", as node " << U64(up.at("node"));
     if (up.at("vlan").get<uint64_t>() != 0) std::cout << " on VLAN " << U64(up.at("vlan"));
     std::cout << (up.at("resolved").get<bool>() ? " (resolved)" : " (not resolved yet)");
   }
@@ -715,7 +728,7 @@ void PrintJobTree(const json& job) {
   } else if (mode == "self") {
     std::cout << "this switch";
   } else {
-    std::cout << (up.is_null() ? "none" : "chosen by the root");
+    std::cout << (ups.empty() ? "none" : "chosen by the root");
   }
   if (ParameterServer(job)) std::cout << ", the job's parameter server";
   const json& member = job.at("tan_member");
