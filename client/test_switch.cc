@@ -269,6 +269,7 @@ void TestSwitch::Loop() {
     c.scale = h.scale;
     c.elem_count = h.elem_count.host();
     c.elem_offset = h.aux.host();
+    c.addr_low = h.addr_low.host();
     c.payload = copy.get() + (pkt.payload - buf);
     c.handle = copy.get();
     // The switch's placement, under a zero secret.
@@ -309,6 +310,9 @@ void TestSwitch::Loop() {
         break;
       case aggregator::SlotOutcome::kMismatch:
         nack(NackReason::kTypeMismatch);
+        break;
+      case aggregator::SlotOutcome::kAddrLowMismatch:
+        nack(NackReason::kAddrLowMismatch);
         break;
       case aggregator::SlotOutcome::kBadMember:
       case aggregator::SlotOutcome::kTooLarge:

@@ -45,6 +45,8 @@ source "$HERE/../lib/topology.sh"
 source "$HERE/../lib/tree.sh"
 # shellcheck source=tests/lib/check.sh
 source "$HERE/../lib/check.sh"
+# shellcheck source=tests/lib/switch_counters.sh
+source "$HERE/../lib/switch_counters.sh"
 CHECK_TAIL_LINES=40
 
 WORK=$(mktemp -d /tmp/aggswitch-mn.XXXXXX)
@@ -147,17 +149,7 @@ for s in "${SWITCHES[@]}"; do
   fi
 done
 
-# --- Counters.
-# metric SWITCH NAME: aggswitch_aggregation_NAME_total summed over the lcores.
-metric() {
-  sw_curl "$1" /metrics | awk -v a="aggswitch_aggregation_$2_total" '
-    { n = $1; sub(/\{.*/, "", n) } n == a { s += $2 } END { print s + 0 }'
-}
-# job_metric SWITCH NAME JOB: aggswitch_aggregation_job_NAME_total{job="JOB"}.
-job_metric() {
-  sw_curl "$1" /metrics |
-    awk -v m="aggswitch_aggregation_job_$2_total{job=\"$3\"}" '$1 == m { s += $2 } END { print s + 0 }'
-}
+# --- Counters (tests/lib/switch_counters.sh).
 # job_field SWITCH JOB FIELD: a field of /api/v1/jobs/JOB ("absent" when the
 # switch has no such job).
 job_field() {
@@ -167,32 +159,12 @@ job_field() {
 }
 COUNTERS=(contributions completions partials_sent partials_resent partials_received
   results_down results_refused unresolved_next_hop addr_low_mismatches task_info_conflicts)
-declare -A SNAP=()
-snapshot() {
-  local s c
-  for s in "${SWITCHES[@]}"; do
-    for c in "${COUNTERS[@]}"; do SNAP[$s.$c]=$(metric "$s" "$c"); done
-  done
-}
-delta() { echo $(($(metric "$1" "$2") - ${SNAP[$1.$2]:-0})); }
 show_deltas() {
-  local s c d line
+  local s line
   for s in "${SWITCHES[@]}"; do
-    line=""
-    for c in "${COUNTERS[@]}"; do
-      d=$(delta "$s" "$c")
-      [ "$d" -ne 0 ] && line+=" $c=$d"
-    done
+    line=$(moved "$s")
     echo "$s:${line:- nothing}"
   done
-}
-# expect_value WHAT VALUE OP WANT
-expect_value() {
-  if test "$2" "$3" "$4"; then
-    echo "ok:  $1 = $2 ($3 $4)"
-  else
-    echo "NOT: $1 = $2, expected $3 $4"; return 1
-  fi
 }
 
 # --- Runs.
@@ -220,21 +192,6 @@ launch() {
   done
   RANK_PIDS[$name]="${pids[*]}"
   RANK_LIST[$name]="$ranks"
-}
-# collect NAME: passes when every rank of NAME exited 0; shows a failed one's output.
-collect() {
-  local name="$1" code rc=0 pids ranks i
-  read -r -a pids <<<"${RANK_PIDS[$name]}"
-  read -r -a ranks <<<"${RANK_LIST[$name]}"
-  for i in "${!pids[@]}"; do
-    wait "${pids[$i]}"
-    code=$?
-    if [ "$code" -ne 0 ]; then
-      rc=1
-      sed "s/^/[$name rank ${ranks[$i]}, exit $code] /" "$WORK/$name.${ranks[$i]}.out" | tail -6
-    fi
-  done
-  return $rc
 }
 # chunks NAME RANK: chunks that rank sent in run NAME (its summary).
 chunks() {

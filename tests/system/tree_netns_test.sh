@@ -88,6 +88,8 @@ source "$HERE/../lib/topology.sh"
 source "$HERE/../lib/tree.sh"
 # shellcheck source=tests/lib/check.sh
 source "$HERE/../lib/check.sh"
+# shellcheck source=tests/lib/switch_counters.sh
+source "$HERE/../lib/switch_counters.sh"
 CHECK_TAIL_LINES=60
 
 WORK=$(mktemp -d /tmp/aggswitch-tr.XXXXXX)
@@ -319,60 +321,20 @@ done
 if ! start_ps; then fail "agg-ps came up"; finish; exit 1; fi
 
 # --- Counters.
-# metric SWITCH NAME: aggswitch_aggregation_NAME_total (or the gauge
-# aggswitch_aggregation_NAME), summed over the lcores.
-metric() {
-  sw_curl "$1" /metrics | awk -v a="aggswitch_aggregation_$2_total" -v b="aggswitch_aggregation_$2" '
-    { n = $1; sub(/\{.*/, "", n) } n == a || n == b { s += $2 } END { print s + 0 }'
-}
-# job_metric SWITCH NAME JOB: aggswitch_aggregation_job_NAME_total{job="JOB"}.
-job_metric() {
-  sw_curl "$1" /metrics |
-    awk -v m="aggswitch_aggregation_job_$2_total{job=\"$3\"}" '$1 == m { s += $2 } END { print s + 0 }'
-}
 COUNTERS=(contributions completions partials_sent partials_received partials_resent
   first_data_sent timeouts late_flagged late_no_entry late_self_flagged late_forwarded late_no_tan
   results_down results_refused unresolved_next_hop missing_list_overflow bypass_created
   bypass_matched bypass_expired bypass_full collisions nacks_sent notices_sent acks_relayed acks
   key_failures member_refused member_rebinds slot_quota_refused hold_refused)
-declare -A SNAP=()
-# snapshot: every counter of every switch, for delta.
-snapshot() {
-  local s c v
-  for s in "${SWITCHES[@]}"; do
-    sw_curl "$s" /metrics >"$WORK/metrics.$s"
-    for c in "${COUNTERS[@]}"; do
-      v=$(awk -v a="aggswitch_aggregation_${c}_total" '
-        { n = $1; sub(/\{.*/, "", n) } n == a { s += $2 } END { print s + 0 }' "$WORK/metrics.$s")
-      SNAP[$s.$c]=$v
-    done
-  done
-}
-# delta SWITCH NAME: how much the counter grew since the last snapshot.
-delta() { echo $(($(metric "$1" "$2") - ${SNAP[$1.$2]:-0})); }
 # show_deltas: the counters that moved since the snapshot, the live bypass
 # entries, and agg-ps's counters.
 show_deltas() {
-  local s c d line
+  local s line
   for s in "${SWITCHES[@]}"; do
-    line=""
-    for c in "${COUNTERS[@]}"; do
-      d=$(delta "$s" "$c")
-      [ "$d" -ne 0 ] && line+=" $c=$d"
-    done
+    line=$(moved "$s")
     echo "$s:${line:- nothing} (bypass_entries now $(metric "$s" bypass_entries))"
   done
   echo "agg-ps: $(tr -d '\n' <"$PS_STATS")"
-}
-# expect SWITCH NAME OP VALUE: the counter's delta compares to VALUE (-gt, -eq, ...).
-expect() {
-  local d
-  d=$(delta "$1" "$2")
-  if test "$d" "$3" "$4"; then
-    echo "ok:  $1 $2 +$d ($3 $4)"
-  else
-    echo "NOT: $1 $2 +$d, expected $3 $4"; return 1
-  fi
 }
 # expect_gauge SWITCH NAME OP VALUE: the gauge (or counter) now.
 expect_gauge() {
@@ -395,14 +357,6 @@ expect_ps() {
   fi
 }
 
-# expect_value WHAT VALUE OP WANT: one line, and whether VALUE OP WANT.
-expect_value() {
-  if test "$2" "$3" "$4"; then
-    echo "ok:  $1 = $2 ($3 $4)"
-  else
-    echo "NOT: $1 = $2, expected $3 $4"; return 1
-  fi
-}
 # own_tan_metric NAME: the spine's aggswitch_tan_NAME (its own TAN).
 own_tan_metric() {
   sw_curl spine /metrics | awk -v a="aggswitch_tan_$1" '$1 == a { print $2 }'
@@ -459,23 +413,6 @@ launch() {
   exec 8>&-
   RANK_PIDS[$name]="${pids[*]}"
   RANK_LIST[$name]="$ranks"
-}
-
-# collect NAME: waits for NAME's ranks; passes when every one exited 0. Shows
-# a failed rank's output.
-collect() {
-  local name="$1" code rc=0 pids ranks i
-  read -r -a pids <<<"${RANK_PIDS[$name]}"
-  read -r -a ranks <<<"${RANK_LIST[$name]}"
-  for i in "${!pids[@]}"; do
-    wait "${pids[$i]}"
-    code=$?
-    if [ "$code" -ne 0 ]; then
-      rc=1
-      sed "s/^/[$name rank ${ranks[$i]}, exit $code] /" "$WORK/$name.${ranks[$i]}.out" | tail -6
-    fi
-  done
-  return $rc
 }
 
 # allreduce NAME JOB [AGG-WORKER OPTIONS]: all eight ranks, every one verified.
