@@ -102,7 +102,7 @@ JobSnapshot TreeJob() {
   j.ordered = true;
   j.node_ids = {4, 5};
   j.switches = {{100, {0, 1, 2, 3}}};
-  j.upstream = JobUpstreamSnapshot{Ip("10.0.9.1"), 47000, 200, 0, true};
+  j.upstreams = {JobUpstreamSnapshot{Ip("10.0.9.1"), 47000, 200, 0, true}};
   j.timeout_ms = 20;
   j.batch = true;
   j.tan.mode = "remote";

@@ -45,8 +45,8 @@ source "$HERE/../lib/topology.sh"
 source "$HERE/../lib/tree.sh"
 # shellcheck source=tests/lib/check.sh
 source "$HERE/../lib/check.sh"
-# shellcheck source=tests/lib/switch_counters.sh
-source "$HERE/../lib/switch_counters.sh"
+# shellcheck source=tests/lib/switches.sh
+source "$HERE/../lib/switches.sh"
 CHECK_TAIL_LINES=40
 
 WORK=$(mktemp -d /tmp/aggswitch-mn.XXXXXX)
@@ -132,22 +132,8 @@ switch_config up1 02:a9:9c:00:48:02 >"$WORK/up1.yaml"
 switch_config leafa 02:a9:9c:00:48:11 0 >"$WORK/leafa.yaml"
 switch_config leafb 02:a9:9c:00:48:12 1 >"$WORK/leafb.yaml"
 
-# --- Processes.
-sw_curl() { topo_exec "$1" curl -fsS -m 2 "http://127.0.0.1:${HTTP[$1]}$2"; }
-start_switch() {
-  ip netns exec "$(topo_ns "$1")" "$AGGSWITCH" --config "$WORK/$1.yaml" --log-level info \
-    >"$WORK/$1.log" 2>&1 &
-  SWITCH_PID[$1]=$!
-  topo_track_pid $!
-}
-switch_up() { topo_exec "$1" bash -c "source '$HERE/../lib/topology.sh'; wait_switch ${SWITCH_PID[$1]} http://127.0.0.1:${HTTP[$1]} 30"; }
-for s in "${SWITCHES[@]}"; do start_switch "$s"; done
-for s in "${SWITCHES[@]}"; do
-  if ! switch_up "$s"; then
-    fail "aggswitch $s came up; its log:"; cat "$WORK/$s.log"
-    finish; exit 1
-  fi
-done
+# --- Processes (tests/lib/switches.sh).
+start_switches || { finish; exit 1; }
 
 # --- Counters (tests/lib/switch_counters.sh).
 # job_field SWITCH JOB FIELD: a field of /api/v1/jobs/JOB ("absent" when the

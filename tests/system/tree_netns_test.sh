@@ -88,8 +88,8 @@ source "$HERE/../lib/topology.sh"
 source "$HERE/../lib/tree.sh"
 # shellcheck source=tests/lib/check.sh
 source "$HERE/../lib/check.sh"
-# shellcheck source=tests/lib/switch_counters.sh
-source "$HERE/../lib/switch_counters.sh"
+# shellcheck source=tests/lib/switches.sh
+source "$HERE/../lib/switches.sh"
 CHECK_TAIL_LINES=60
 
 WORK=$(mktemp -d /tmp/aggswitch-tr.XXXXXX)
@@ -261,21 +261,6 @@ leaf_config 1 >"$WORK/leafb.yaml"
 spine_config >"$WORK/spine.yaml"
 
 # --- Processes.
-# sw_curl SWITCH PATH: GET from the switch's HTTP API (in its namespace).
-sw_curl() { topo_exec "$1" curl -fsS -m 2 "http://127.0.0.1:${HTTP[$1]}$2"; }
-
-# start_switch NAME: aggswitch with WORK/NAME.yaml in namespace tr-NAME, its
-# log in WORK/NAME.log. Not through topo_exec: $! must be aggswitch itself (ip
-# netns exec execs it), not a subshell, for the cleanup to stop it.
-start_switch() {
-  ip netns exec "$(topo_ns "$1")" "$AGGSWITCH" --config "$WORK/$1.yaml" --log-level info \
-    >"$WORK/$1.log" 2>&1 &
-  SWITCH_PID[$1]=$!
-  topo_track_pid $!
-}
-# switch_up NAME: the switch started last under NAME answers on its HTTP
-# port, in its namespace (wait_switch).
-switch_up() { topo_exec "$1" bash -c "source '$HERE/../lib/topology.sh'; wait_switch ${SWITCH_PID[$1]} http://127.0.0.1:${HTTP[$1]} 30"; }
 # aggctl's changes (jobs add, tan, stragglers --apply) carry the token the
 # switches share (the first one to start creates it).
 export AGGCTL_TOKEN_FILE="$WORK/api.token"
@@ -311,13 +296,7 @@ ps_stat() {
 }
 ps_fresh() { sleep 0.7; }
 
-for s in "${SWITCHES[@]}"; do start_switch "$s"; done
-for s in "${SWITCHES[@]}"; do
-  if ! switch_up "$s"; then
-    fail "aggswitch $s came up; its log:"; cat "$WORK/$s.log"
-    finish; exit 1
-  fi
-done
+start_switches || { finish; exit 1; }
 if ! start_ps; then fail "agg-ps came up"; finish; exit 1; fi
 
 # --- Counters.

@@ -1,16 +1,49 @@
 # shellcheck shell=bash
-# Counters of several aggswitch processes and the ranks' exits, for the system
-# tests of trees (tests/system/tree_netns_test.sh, multinode_netns_test.sh).
-# Sourced after the test defines:
+# Several aggswitch processes, each in a namespace of its own (tests/lib/tree.sh
+# says why), and the ranks of jobs through them, for the system tests of trees
+# (tests/system/tree_netns_test.sh, multinode_netns_test.sh): start, wait,
+# query, counters, the ranks' exits. Sourced after tests/lib/topology.sh, by
+# a test that defines:
 #
-#   sw_curl SWITCH PATH   GET from that switch's HTTP API
+#   AGGSWITCH, HERE       the binary, and the test's directory
+#   HTTP=([NAME]=PORT)    each switch's HTTP port (127.0.0.1 in its namespace)
+#   SWITCH_PID=()         filled by start_switch
 #   SWITCHES=(...)        the switches' names
 #   COUNTERS=(...)        the aggregation counters snapshot/delta follow
-#   WORK                  the test's directory (ranks' NAME.RANK.out files)
+#   WORK                  the test's directory: NAME.yaml, NAME.log, and the
+#                         ranks' NAME.RANK.out files
 #   RANK_PIDS, RANK_LIST  per run NAME: the ranks' pids and rank numbers
 #
+#   start_switch leafa; switch_up leafa
 #   snapshot; ...; expect leafa partials_sent -eq 12
 #   collect run1 || show ...
+
+# sw_curl SWITCH PATH: GET from the switch's HTTP API (in its namespace).
+sw_curl() { topo_exec "$1" curl -fsS -m 2 "http://127.0.0.1:${HTTP[$1]}$2"; }
+
+# start_switch NAME: aggswitch with WORK/NAME.yaml in namespace P-NAME, its
+# log in WORK/NAME.log. Not through topo_exec: $! must be aggswitch itself (ip
+# netns exec execs it), not a subshell, for the cleanup to stop it.
+start_switch() {
+  ip netns exec "$(topo_ns "$1")" "$AGGSWITCH" --config "$WORK/$1.yaml" --log-level info \
+    >"$WORK/$1.log" 2>&1 &
+  SWITCH_PID[$1]=$!
+  topo_track_pid $!
+}
+# switch_up NAME: the switch started last under NAME answers on its HTTP
+# port, in its namespace (wait_switch).
+switch_up() { topo_exec "$1" bash -c "source '$HERE/../lib/topology.sh'; wait_switch ${SWITCH_PID[$1]} http://127.0.0.1:${HTTP[$1]} 30"; }
+# start_switches: every switch of SWITCHES, then waits for each; a FAIL
+# with the log of the first that does not come up, and status 1.
+start_switches() {
+  local s
+  for s in "${SWITCHES[@]}"; do start_switch "$s"; done
+  for s in "${SWITCHES[@]}"; do
+    switch_up "$s" && continue
+    fail "aggswitch $s came up; its log:"; cat "$WORK/$s.log"
+    return 1
+  done
+}
 
 # metric SWITCH NAME: aggswitch_aggregation_NAME_total (or the gauge
 # aggswitch_aggregation_NAME), summed over the lcores.
