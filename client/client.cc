@@ -99,9 +99,6 @@ common::Status ValidateClientOptions(const ClientOptions& o) {
   if (o.retransmit_timeout.count() <= 0) {
     return InvalidArgument("retransmit_timeout: more than 0 expected");
   }
-  if (o.min_retransmit_timeout.count() <= 0) {
-    return InvalidArgument("min_retransmit_timeout: more than 0 expected");
-  }
   if (o.max_retransmit_timeout < o.retransmit_timeout) {
     return InvalidArgument("max_retransmit_timeout: at least retransmit_timeout expected");
   }
@@ -144,13 +141,7 @@ struct Client::Impl {
       std::shared_ptr<internal::Operation> op;
       {
         std::unique_lock lock(mu);
-        // Idle: the last allreduce's ACK repeats go out on their timer.
-        while (!queue_cv.wait_until(lock, engine->NextAckRepeat(),
-                                    [this] { return stopping || !queue.empty(); })) {
-          lock.unlock();
-          engine->RepeatAck(std::chrono::steady_clock::now());
-          lock.lock();
-        }
+        queue_cv.wait(lock, [this] { return stopping || !queue.empty(); });
         if (stopping) break;
         op = std::move(queue.front());
         queue.pop_front();

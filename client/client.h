@@ -25,12 +25,8 @@
 // On the wire (docs/protocol.md): chunk k of an allreduce is one CONTRIBUTION
 // datagram with the next sequence number of this client (chunking.h); at most
 // `window` chunks are unanswered at a time. A chunk unanswered for its
-// retransmission timeout (from the measured round trips to its switch, as
-// TCP's: RFC 6298) is sent again with the RETRANSMISSION flag; while no new
-// result arrives the timeout grows by `backoff` up to
-// `max_retransmit_timeout`, and the next result resets it. A chunk still
-// unanswered when three chunks sent after it are answered is resent at once
-// (fast retransmit, once per chunk). The switch
+// retransmission timeout is sent again with the RETRANSMISSION flag, and its
+// timeout grows by `backoff` up to `max_retransmit_timeout`; the switch
 // answers a retransmitted chunk from its retained result. Every contribution
 // carries the ack watermark (every result below it has arrived), and an ACK
 // datagram after the last result of each allreduce lets the switch free the
@@ -228,16 +224,9 @@ struct ClientOptions {
   // (docs/stragglers.md); 0..255. 0 suits a single switch with no timers.
   uint32_t reserve_missing_ids = 32;
 
-  // Retransmission (RFC 6298, per switch): a chunk unanswered for the
-  // smoothed round trip of its switch's chunks plus four times their
-  // variation is resent. `retransmit_timeout` is the timeout before the
-  // first round trip is measured; every timeout stays between the floor
-  // (`min_retransmit_timeout`, or `retransmit_timeout` when smaller) and
-  // `max_retransmit_timeout`. Each expiry
-  // without a new result in between multiplies it by `backoff` (>= 1); the
-  // next result clears that.
+  // Retransmission: first timeout, growth factor per retransmission (>= 1),
+  // and the largest timeout.
   std::chrono::microseconds retransmit_timeout{20'000};
-  std::chrono::microseconds min_retransmit_timeout{5'000};
   double backoff = 2.0;
   std::chrono::microseconds max_retransmit_timeout{1'000'000};
   // An allreduce fails when no result arrives for this long.
@@ -286,10 +275,6 @@ struct ClientStats {
   uint64_t saturated_chunks = 0;   // int32 results that came back saturated
   uint64_t notices = 0;            // NOTICEs: start or stop flagging contributions BYPASS
   uint64_t kept_local = 0;         // contributions offer_to_local_tan took (not sent)
-  // The switch of the last allreduce: its chunks' smoothed round trip (0
-  // before the first measurement) and the retransmission timeout it gives.
-  uint64_t round_trip_us = 0;
-  uint64_t retransmit_timeout_us = 0;
 };
 
 // One allreduce started with Client::Start.

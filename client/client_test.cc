@@ -757,7 +757,6 @@ TEST(ClientTest, ArgumentsAndOptionsAreChecked) {
        "leave no room"},
       {[](ClientOptions& o) { o.backoff = 0.5; }, "backoff"},
       {[](ClientOptions& o) { o.max_retransmit_timeout = milliseconds(1); }, "max_retransmit"},
-      {[](ClientOptions& o) { o.min_retransmit_timeout = milliseconds(0); }, "min_retransmit"},
       {[](ClientOptions& o) { o.progress_timeout = milliseconds(0); }, "progress_timeout"},
   };
   for (const auto& [mutate, what] : bad) {

@@ -119,20 +119,18 @@ Engine::Engine(const ClientOptions& options, UdpSocket socket)
     local_tan_.sin_addr.s_addr = htonl(options.local_tan->ip.addr);
     local_tan_.sin_port = htons(options.local_tan->port);
   }
-  RetransmitTimer::Params timer;
-  timer.initial = options.retransmit_timeout;
-  timer.min = std::min<Clock::duration>(options.min_retransmit_timeout, options.retransmit_timeout);
-  timer.max = options.max_retransmit_timeout;
-  timer.backoff = options.backoff;
   for (const SwitchAddress& s : options.switches) {
     Lane lane;
-    lane.timer = RetransmitTimer(timer);
     lane.addr.sin_family = AF_INET;
     lane.addr.sin_addr.s_addr = htonl(s.ip.addr);
     lane.addr.sin_port = htons(s.port);
     lane.name = s.ip.ToString() + ":" + std::to_string(s.port);
     lanes_.push_back(std::move(lane));
   }
+  window_params_.window = options.window;
+  window_params_.timeout = options.retransmit_timeout;
+  window_params_.max_timeout = options.max_retransmit_timeout;
+  window_params_.backoff = options.backoff;
   const uint32_t capacity = std::bit_ceil(options.window);
   send_mask_ = capacity - 1;
   stride_ = (options.mtu - kIpv4UdpHeaderBytes + 63u) & ~63u;
@@ -160,8 +158,6 @@ ClientStats Engine::Stats() const {
   s.saturated_chunks = get(counters_.saturated_chunks);
   s.notices = get(counters_.notices);
   s.kept_local = get(counters_.kept_local);
-  s.round_trip_us = get(counters_.round_trip_us);
-  s.retransmit_timeout_us = get(counters_.retransmit_timeout_us);
   return s;
 }
 
@@ -169,7 +165,6 @@ common::Status Engine::Run(const Request& r) {
   op_deadline_ =
       options_.deadline.count() > 0 ? Clock::now() + options_.deadline : Clock::time_point::max();
   addr_low_ = r.addr_low;
-  ack_repeats_left_ = 0;  // this allreduce's datagrams carry the watermark
   Lane& lane = lanes_[SwitchIndex(r.addr_low, lanes_.size())];
   if (options_.task_info == TaskInfoMode::kControlUnit && options_.rank == 0 && !lane.announced) {
     Phase announce;
@@ -196,12 +191,6 @@ common::Status Engine::Run(const Request& r) {
   }
   SendAck(lane);
   Bump(counters_.allreduces);
-  using std::chrono::duration_cast;
-  using std::chrono::microseconds;
-  counters_.round_trip_us.store(duration_cast<microseconds>(lane.timer.srtt()).count(),
-                                std::memory_order_relaxed);
-  counters_.retransmit_timeout_us.store(duration_cast<microseconds>(lane.timer.timeout()).count(),
-                                        std::memory_order_relaxed);
   return common::Status::Ok();
 }
 
@@ -258,7 +247,7 @@ uint32_t Engine::ChunkLength(const Phase& phase, uint32_t m) {
 }
 
 common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
-  window_.Reset(next_seq_, phase.chunks, {.window = options_.window});
+  window_.Reset(next_seq_, phase.chunks, window_params_);
   if (phase.kind != Phase::Kind::kAnnounce) next_seq_ += phase.chunks;
   out_first_ = 0;
   out_n_ = 0;
@@ -301,8 +290,7 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
 }
 
 void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
-  uint32_t n = window_.TakeDue(now, lane.timer.timeout(), due_, UdpSocket::kBatch);
-  if (n != 0) lane.timer.Expired(now);
+  uint32_t n = window_.TakeDue(now, due_, UdpSocket::kBatch);
   Bump(counters_.retransmissions, n);
   const uint32_t ack = window_.ack_watermark();
   for (uint32_t i = 0; i < n; ++i) {
@@ -313,7 +301,7 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
     out_[i] = OutDatagram{&lane.addr, buf, DatagramBytes(phase.dtype, h->elem_count.host())};
   }
   while (n < UdpSocket::kBatch && window_.CanSend()) {
-    const uint32_t k = window_.MarkSent(now, lane.timer.timeout());
+    const uint32_t k = window_.MarkSent(now);
     uint8_t* buf = WindowBuffer(k);
     out_[n++] = OutDatagram{&lane.addr, buf, BuildDatagram(phase, k, buf)};
     if (phase.kind != Phase::Kind::kAnnounce) Bump(counters_.chunks);
@@ -397,16 +385,13 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
   if (h.job_id.host() == options_.job_id && (from_switch || from_own_tan)) {
     switch (pkt.opcode) {
       case Opcode::kResult:
-        if (phase.kind != Phase::Kind::kAnnounce) return OnResult(lane, phase, pkt);
+        if (phase.kind != Phase::Kind::kAnnounce) return OnResult(phase, pkt);
         break;
       case Opcode::kTaskInfo: {
         uint32_t k;
-        Clock::duration rtt;
-        const Clock::time_point now = Clock::now();
         if (phase.kind == Phase::Kind::kAnnounce && h.node_id.host() == options_.rank &&
-            window_.Complete(h.seq.host(), now, &k, &rtt) == SendWindow::Match::kNew) {
-          lane.timer.OnResult(rtt);
-          last_progress_ = now;
+            window_.Complete(h.seq.host(), &k) == SendWindow::Match::kNew) {
+          last_progress_ = Clock::now();
           return common::Status::Ok();
         }
         break;
@@ -430,12 +415,10 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
   return common::Status::Ok();
 }
 
-common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator::AggPacket& pkt) {
+common::Status Engine::OnResult(const Phase& phase, const aggregator::AggPacket& pkt) {
   const AggHeader& h = *pkt.header;
   uint32_t k = 0;
-  Clock::duration rtt;
-  const Clock::time_point now = Clock::now();
-  switch (window_.Complete(h.seq.host(), now, &k, &rtt)) {
+  switch (window_.Complete(h.seq.host(), &k)) {
     case SendWindow::Match::kNew:
       break;
     case SendWindow::Match::kDuplicate:
@@ -447,24 +430,21 @@ common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator
       return common::Status::Ok();
   }
   Bump(counters_.results);
-  lane.timer.OnResult(rtt);
-  last_progress_ = now;
+  last_progress_ = Clock::now();
   last_transient_nack_ = 0;
   const uint32_t m = phase.chunk_map != nullptr ? phase.chunk_map[k] : k;
   const uint32_t n = ChunkLength(phase, m);
   const uint16_t result_flags = h.flags.host();
-  // Named only in an error: no string per result.
-  const auto chunk = [&] {
-    return "chunk seq " + std::to_string(h.seq.host()) + " of job " + std::to_string(options_.job_id);
-  };
+  const std::string chunk =
+      "chunk seq " + std::to_string(h.seq.host()) + " of job " + std::to_string(options_.job_id);
   if ((result_flags & flags::kIncomplete) != 0 || h.missing_count != 0) {
-    return common::Unavailable("the switch returned " + chunk() + " without the contributions of " +
+    return common::Unavailable("the switch returned " + chunk + " without the contributions of " +
                                std::to_string(h.missing_count) + " members");
   }
   if (pkt.dtype != phase.dtype || pkt.op != phase.op || h.scale != phase.scale ||
       h.elem_count.host() != n) {
     return common::FailedPrecondition(
-        "the result of " + chunk() + " is not a reduction of what this rank sent (" +
+        "the result of " + chunk + " is not a reduction of what this rank sent (" +
         std::to_string(h.elem_count.host()) + " " + std::string(DTypeName(pkt.dtype)) + " " +
         std::string(ReduceOpName(pkt.op)) + " scale " + std::to_string(h.scale) + ", sent " +
         std::to_string(n) + " " + std::string(DTypeName(phase.dtype)) + " " +
@@ -523,20 +503,6 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
 }
 
 void Engine::SendAck(Lane& lane) {
-  WriteAndSendAck(lane);
-  ack_lane_ = &lane;
-  ack_repeats_left_ = kAckRepeats;
-  ack_due_ = Clock::now() + lane.timer.timeout();
-}
-
-void Engine::RepeatAck(Clock::time_point now) {
-  if (ack_repeats_left_ == 0 || now < ack_due_) return;
-  WriteAndSendAck(*ack_lane_);
-  --ack_repeats_left_;
-  ack_due_ = now + ack_lane_->timer.timeout();
-}
-
-void Engine::WriteAndSendAck(Lane& lane) {
   AggFields f;
   f.opcode = Opcode::kAck;
   f.node_id = options_.rank;
@@ -548,8 +514,8 @@ void Engine::WriteAndSendAck(Lane& lane) {
   uint8_t buf[sizeof(AggHeader)];
   aggregator::WriteAggHeader(f, 0, reinterpret_cast<AggHeader*>(buf));
   const OutDatagram ack{&lane.addr, buf, sizeof(buf)};
-  // Best effort, and repeated: a lost ACK only delays the release until a
-  // repeat or the job's next contributions, which carry the same watermark.
+  // Best effort: a lost ACK only delays the release until the job's next
+  // contributions, which carry the same watermark.
   (void)socket_.Send(&ack, 1);
 }
 

@@ -13,15 +13,8 @@
 //   Status s = engine->Run({.dtype = DType::kFloat32, .op = ReduceOp::kSum,
 //                           .data = grad.data(), .count = grad.size(), .addr_low = 0});
 //
-// After an allreduce the engine ACKs its last result to the switch, and
-// repeats the ACK kAckRepeats times, one retransmission timeout apart, while
-// no next allreduce has started (whose datagrams carry the watermark): a lost
-// ACK would otherwise hold the job's last slots until the switch's
-// stale_slot_ms. The I/O thread sends the repeats when it is idle
-// (NextAckRepeat, RepeatAck).
-//
-// Thread safety: Run, NextAckRepeat and RepeatAck are [I/O thread] (the one
-// thread that owns the engine). Stop, Stats and local_port are [any].
+// Thread safety: Run is [I/O thread] (the one thread that owns the engine).
+// Stop, Stats and local_port are [any].
 #pragma once
 
 #include <netinet/in.h>
@@ -37,7 +30,6 @@
 #include "aggregator/wire.h"
 #include "client/chunking.h"
 #include "client/client.h"
-#include "client/internal/retransmit_timer.h"
 #include "client/internal/send_window.h"
 #include "client/internal/udp_socket.h"
 #include "common/status.h"
@@ -71,12 +63,6 @@ class Engine {
   // status says why not. count > 0 and (dtype, op) valid. [I/O thread]
   common::Status Run(const Request& request);
 
-  // When the last allreduce's ACK is due again; time_point::max() when no
-  // repeat is left. [I/O thread]
-  Clock::time_point NextAckRepeat() const { return ack_repeats_left_ == 0 ? Clock::time_point::max() : ack_due_; }
-  // Sends the ACK again if it is due at `now`. [I/O thread]
-  void RepeatAck(Clock::time_point now);
-
   // Makes the running (or next) Run return kFailedPrecondition. [any]
   void Stop();
 
@@ -84,12 +70,10 @@ class Engine {
   uint16_t local_port() const { return socket_.local_port(); }  // [any]
 
  private:
-  // One switch: its address, and the round trips measured to it.
   struct Lane {
     sockaddr_in addr{};
     std::string name;  // "10.0.10.253:47000"
     bool announced = false;
-    RetransmitTimer timer;
   };
 
   // How the chunks of one transfer are encoded and their results used.
@@ -116,8 +100,7 @@ class Engine {
   struct Counters {
     std::atomic<uint64_t> allreduces{0}, chunks{0}, retransmissions{0}, results{0},
         duplicate_results{0}, stray_datagrams{0}, transient_nacks{0}, scale_exchanges{0},
-        float_fallbacks{0}, overflow_redos{0}, saturated_chunks{0}, notices{0}, kept_local{0},
-        round_trip_us{0}, retransmit_timeout_us{0};
+        float_fallbacks{0}, overflow_redos{0}, saturated_chunks{0}, notices{0}, kept_local{0};
   };
   // The single writer's increment: a plain load and store, no locked instruction.
   static void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
@@ -137,12 +120,9 @@ class Engine {
   uint32_t BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) const;
   common::Status OnDatagram(Lane& lane, const Phase& phase, const sockaddr_in& from,
                             const uint8_t* data, uint32_t len);
-  common::Status OnResult(Lane& lane, const Phase& phase, const aggregator::AggPacket& pkt);
+  common::Status OnResult(const Phase& phase, const aggregator::AggPacket& pkt);
   common::Status OnNack(const Lane& lane, const aggregator::AggHeader& h);
-  // ACKs the last allreduce to `lane`'s switch (not a repeat: schedules them).
   void SendAck(Lane& lane);
-  void WriteAndSendAck(Lane& lane);
-  static constexpr uint32_t kAckRepeats = 2;
 
   // Data chunk m of a phase: its first element and element count.
   static size_t ChunkStart(const Phase& phase, uint32_t m) { return size_t{m} * phase.per_chunk; }
@@ -159,6 +139,7 @@ class Engine {
   sockaddr_in local_tan_{};  // ClientOptions::local_tan; port 0: none
   uint32_t last_transient_nack_ = 0;  // the reason of the last "not now" NACK (StallMessage)
   SendWindow window_;
+  SendWindow::Params window_params_;
   std::unique_ptr<uint8_t[]> send_buffers_;  // one datagram per window entry
   uint32_t send_mask_ = 0;
   uint32_t stride_ = 0;
@@ -168,10 +149,6 @@ class Engine {
   uint32_t due_[UdpSocket::kBatch];
   uint32_t next_seq_;
   uint32_t addr_low_ = 0;
-  // The last allreduce's ACK: repeats left, when the next is due, and where.
-  uint32_t ack_repeats_left_ = 0;
-  Clock::time_point ack_due_;
-  Lane* ack_lane_ = nullptr;
   int32_t exponent_ = 0;        // the fixed-point exponent exchange's element
   std::vector<uint32_t> redo_;  // data chunks whose fixed-point result overflowed
   Clock::time_point last_progress_;

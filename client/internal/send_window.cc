@@ -17,24 +17,21 @@ void SendWindow::Reset(uint32_t base, uint32_t chunks, const Params& params) {
   chunks_ = chunks;
   sent_ = 0;
   acked_ = 0;
-  fast_checked_ = 0;
   next_due_ = Clock::time_point::max();
 }
 
-uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
+uint32_t SendWindow::MarkSent(Clock::time_point now) {
   const uint32_t k = sent_++;
   Entry& e = entries_[k & mask_];
-  e.sent = now;
-  e.due = now + timeout;
+  e.timeout = params_.timeout;
+  e.due = now + e.timeout;
   e.resends = 0;
   e.answered = false;
-  e.fast = false;
   next_due_ = std::min(next_due_, e.due);
   return k;
 }
 
-SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint32_t* chunk,
-                                       Clock::duration* rtt) {
+SendWindow::Match SendWindow::Complete(uint32_t seq, uint32_t* chunk) {
   const uint32_t k = seq - base_;  // wraps like the sequence numbers
   if (k >= chunks_) return Match::kForeign;
   if (k >= sent_) return Match::kNotSent;
@@ -43,28 +40,12 @@ SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint
   if (e.answered) return Match::kDuplicate;
   e.answered = true;
   while (acked_ != sent_ && entries_[acked_ & mask_].answered) ++acked_;
-  if (acked_ == sent_) {
-    next_due_ = Clock::time_point::max();
-  } else if (k >= kFastThreshold) {
-    // Each chunk is checked once, when the first chunk kFastThreshold past
-    // it is answered.
-    const uint32_t last = k - kFastThreshold;
-    for (uint32_t c = std::max(fast_checked_, acked_); c <= last; ++c) {
-      Entry& u = entries_[c & mask_];
-      if (u.answered || u.fast) continue;
-      u.fast = true;
-      u.due = std::min(u.due, now);
-      next_due_ = std::min(next_due_, u.due);
-    }
-    fast_checked_ = std::max(fast_checked_, last + 1);
-  }
+  if (acked_ == sent_) next_due_ = Clock::time_point::max();
   *chunk = k;
-  *rtt = e.resends == 0 ? now - e.sent : Clock::duration::zero();
   return Match::kNew;
 }
 
-uint32_t SendWindow::TakeDue(Clock::time_point now, Clock::duration timeout, uint32_t* out,
-                             uint32_t max) {
+uint32_t SendWindow::TakeDue(Clock::time_point now, uint32_t* out, uint32_t max) {
   if (now < next_due_) return 0;
   uint32_t n = 0;
   Clock::time_point next = Clock::time_point::max();
@@ -74,7 +55,10 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Clock::duration timeout, uin
     if (e.due <= now && n < max) {
       out[n++] = k;
       ++e.resends;
-      e.due = now + timeout;
+      const auto backed_off = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double, Clock::period>(e.timeout.count() * params_.backoff));
+      e.timeout = std::min(backed_off, params_.max_timeout);
+      e.due = now + e.timeout;
     }
     // A due chunk beyond `max` keeps its deadline, so the next call is due at once.
     next = std::min(next, e.due);

@@ -8,24 +8,16 @@
 // number of leading chunks whose results have arrived, so base + acked() is
 // the sender's ack watermark; sent() is the number sent so far. At most
 // `window` chunks, [acked, sent), are outstanding: CanSend() says whether the
-// next one may go. A chunk still unanswered the timeout it was sent with
-// after its last send is due; TakeDue() hands it out for retransmission with
-// the timeout of that moment (RetransmitTimer says which). A result tells the
-// chunk's round trip when the chunk was sent once.
-//
-// Fast retransmit (as TCP's): a chunk still unanswered when kFastThreshold
-// chunks sent after it have their results was most likely lost, its
-// contribution or its result; it comes due at once, one time per transfer,
-// instead of waiting out its timeout. Results overtaking each other by fewer
-// chunks than that (reordering) do not trigger it.
+// next one may go. A chunk still unanswered `timeout` after its last send is
+// due; TakeDue() hands it out for retransmission and multiplies its timeout by
+// `backoff`, up to `max_timeout`.
 //
 //   SendWindow w;
-//   w.Reset(base, chunks, {.window = 128});
-//   while (w.CanSend()) send(w.MarkSent(now, timeout));  // chunk index
+//   w.Reset(base, chunks, {.window = 128, .timeout = 20ms, .max_timeout = 1s, .backoff = 2});
+//   while (w.CanSend()) send(w.MarkSent(now));          // chunk index
 //   uint32_t k;
-//   Clock::duration rtt;
-//   if (w.Complete(seq, now, &k, &rtt) == SendWindow::Match::kNew) use the result of chunk k;
-//   uint32_t n = w.TakeDue(now, timeout, due, 64);        // resend due[0..n)
+//   if (w.Match(seq, &k) == SendWindow::Match::kNew) use the result of chunk k;
+//   uint32_t n = w.TakeDue(now, due, 64);                // resend due[0..n)
 //   sleep until w.NextDue() or a datagram arrives;
 //
 // Thread safety: not thread-safe; the client's I/O thread owns it. Reset may
@@ -45,6 +37,9 @@ class SendWindow {
 
   struct Params {
     uint32_t window = 128;  // chunks outstanding at most, > 0
+    Clock::duration timeout = std::chrono::milliseconds(20);
+    Clock::duration max_timeout = std::chrono::seconds(1);
+    double backoff = 2.0;  // >= 1
   };
 
   // What a result's sequence number is to this transfer.
@@ -59,8 +54,6 @@ class SendWindow {
   // allocated so far. [owner]
   void Reset(uint32_t base, uint32_t chunks, const Params& params);
 
-  static constexpr uint32_t kFastThreshold = 3;
-
   bool CanSend() const { return sent_ < chunks_ && sent_ - acked_ < params_.window; }
   bool Done() const { return acked_ == chunks_; }
   uint32_t base() const { return base_; }
@@ -70,24 +63,24 @@ class SendWindow {
   uint32_t ack_watermark() const { return base_ + acked_; }
   uint32_t Seq(uint32_t chunk) const { return base_ + chunk; }
 
-  // Sends chunk sent(), due `timeout` from `now`: the caller checked
-  // CanSend(). Returns its index.
-  uint32_t MarkSent(Clock::time_point now, Clock::duration timeout);
+  // Sends chunk sent(): the caller checked CanSend(). Returns its index.
+  uint32_t MarkSent(Clock::time_point now);
 
-  // Matches a result that arrived at `now`; on kNew marks the chunk
-  // answered, advances acked() past every leading answered chunk, stores the
-  // chunk's index in *chunk and its round trip in *rtt (zero when it was
-  // resent: the result may answer any of its sends), and makes the chunks
-  // it shows lost due now (fast retransmit).
-  Match Complete(uint32_t seq, Clock::time_point now, uint32_t* chunk, Clock::duration* rtt);
+  // Matches a result; on kNew marks the chunk answered, advances acked() past
+  // every leading answered chunk and stores the chunk's index in *chunk.
+  Match Complete(uint32_t seq, uint32_t* chunk);
 
   // Writes up to `max` chunks whose timeout passed into `out` and re-arms each
-  // due `timeout` from `now`, lowest index first. Returns how many.
-  uint32_t TakeDue(Clock::time_point now, Clock::duration timeout, uint32_t* out, uint32_t max);
+  // with its backed-off timeout, lowest index first. Returns how many.
+  uint32_t TakeDue(Clock::time_point now, uint32_t* out, uint32_t max);
 
   // No unanswered chunk is due before this; time_point::max() when none is
   // outstanding. May be early (after answers), never late.
   Clock::time_point NextDue() const { return next_due_; }
+
+  // Chunk k's current timeout (the initial one until it is resent). k must be
+  // outstanding.
+  Clock::duration TimeoutOf(uint32_t chunk) const { return entries_[chunk & mask_].timeout; }
 
   // Times chunk k was resent. k must be outstanding.
   uint32_t ResendsOf(uint32_t chunk) const { return entries_[chunk & mask_].resends; }
@@ -95,10 +88,9 @@ class SendWindow {
  private:
   struct Entry {
     Clock::time_point due;
-    Clock::time_point sent;  // its first send
+    Clock::duration timeout;
     uint32_t resends = 0;
     bool answered = false;
-    bool fast = false;  // came due early once (fast retransmit)
   };
 
   Params params_;
@@ -109,7 +101,6 @@ class SendWindow {
   uint32_t chunks_ = 0;
   uint32_t sent_ = 0;
   uint32_t acked_ = 0;
-  uint32_t fast_checked_ = 0;  // chunks below it were checked for a fast retransmit
   Clock::time_point next_due_ = Clock::time_point::max();
 };
 

@@ -465,10 +465,7 @@ int Main(int argc, char** argv) {
   app.add_option("--window", o.window, "Chunks in flight")->capture_default_str();
   app.add_option("--mtu", o.mtu, "Path MTU: each chunk fills one packet of this size")
       ->capture_default_str();
-  app.add_option("--rto-ms", text.rto_ms,
-                 "Retransmission timeout until the round trip to the switch is measured, ms "
-                 "(then the smoothed round trip plus four times its variation, at least 5 ms or "
-                 "this, whichever is less)")
+  app.add_option("--rto-ms", text.rto_ms, "First retransmission timeout, ms")
       ->capture_default_str();
   app.add_option("--timeout-ms", text.timeout_ms,
                  "Fail an allreduce when no result arrives for this long, ms")

@@ -113,12 +113,8 @@ void PrintSummary(FILE* out, const RunSummary& s) {
                  s.AlgorithmBandwidth() / 1e6, s.AlgorithmBandwidth() * 8 / 1e9);
   }
   const client::ClientStats& c = s.stats;
-  std::fprintf(out,
-               "  chunks %llu, retransmissions %llu, duplicate results %llu, stray %llu; round "
-               "trip %.3f ms, retransmission timeout %.3f ms\n",
-               U(c.chunks), U(c.retransmissions), U(c.duplicate_results), U(c.stray_datagrams),
-               static_cast<double>(c.round_trip_us) / 1e3,
-               static_cast<double>(c.retransmit_timeout_us) / 1e3);
+  std::fprintf(out, "  chunks %llu, retransmissions %llu, duplicate results %llu, stray %llu\n",
+               U(c.chunks), U(c.retransmissions), U(c.duplicate_results), U(c.stray_datagrams));
   if (c.scale_exchanges + c.overflow_redos + c.float_fallbacks + c.saturated_chunks +
           c.transient_nacks >
       0) {
@@ -184,9 +180,7 @@ common::Status WriteJsonSummary(const std::string& path, const RunSummary& s) {
         {"overflow_redos", c.overflow_redos},
         {"saturated_chunks", c.saturated_chunks},
         {"notices", c.notices},
-        {"kept_local", c.kept_local},
-        {"round_trip_us", c.round_trip_us},
-        {"retransmit_timeout_us", c.retransmit_timeout_us}}},
+        {"kept_local", c.kept_local}}},
   };
   std::ofstream f(path);
   f << doc.dump(1) << "\n";
