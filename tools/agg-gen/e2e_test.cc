@@ -35,6 +35,11 @@ constexpr char kAggGen[] = AGG_GEN_BIN;
 constexpr char kAggswitch[] = AGGSWITCH_BIN;
 constexpr char kSwitchMac[] = "02:a9:9c:00:00:e2";
 constexpr char kKey[] = "0x5eed0000000000e2";
+// The switch's aggregation.slot_secret, and agg-gen's --slot-secret for the
+// run of two jobs: agg-gen refuses a secret that starts jobs 1 and 2 within
+// 2 * window slots of each other, where one's chunks would wait on the
+// other's ACKs (a random secret does so about one run in 25).
+constexpr char kSlotSecret[] = "0x5eed00000000000000000000000000e2";
 
 class AggGenE2eTest : public ::testing::Test {
  protected:
@@ -83,6 +88,7 @@ http:
 aggregation:
   address: 10.0.10.253
   in_band_registration: false
+  slot_secret: "@SECRET@"
   slots: 4096
   max_fan_in: 16
   max_jobs: 8
@@ -96,7 +102,8 @@ aggregation:
                                    {"@MAC@", kSwitchMac},
                                    {"@DIR@", dir_},
                                    {"@HTTP@", http_},
-                                   {"@KEY@", kKey}}) {
+                                   {"@KEY@", kKey},
+                                   {"@SECRET@", kSlotSecret}}) {
       for (size_t at; (at = yaml.find(from)) != std::string::npos;) {
         yaml.replace(at, from.size(), to);
       }
@@ -179,7 +186,9 @@ aggregation:
 TEST_F(AggGenE2eTest, EveryChunkOfTwoJobsIsAnsweredCorrectly) {
   ASSERT_NO_FATAL_FAILURE(StartSwitch());
   ASSERT_NO_FATAL_FAILURE(
-      RunGen({"--workers", "4", "--jobs", "2", "--job-base", "1", "--chunks", "2000"}, 60));
+      RunGen({"--workers", "4", "--jobs", "2", "--job-base", "1", "--chunks", "2000",
+              "--slot-secret", kSlotSecret},
+             60));
   const json sw = SwitchCounters();
   EXPECT_EQ(StopBoth(), 0);
   const json r = GenReport();

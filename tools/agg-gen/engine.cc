@@ -41,8 +41,24 @@ GenEngine::GenEngine(const GenConfig& cfg, const FrameFactory& frames, uint64_t 
       op_(cfg.op),
       timeout_tsc_(std::max<uint64_t>(1, tsc_hz / 1000 * cfg.timeout_ms)),
       scan_interval_tsc_(std::max<uint64_t>(1, timeout_tsc_ / 4)),
-      pairs_(size_t{cfg.jobs} * cfg.workers) {
+      pairs_(size_t{cfg.jobs} * cfg.workers),
+      final_ack_(pairs_.size(), FinalAck::kNotYet) {
   for (ChunkWindow& w : pairs_) w.Init(cfg.window);
+  acks_due_.reserve(pairs_.size());
+}
+
+void GenEngine::StopSending() {
+  if (!sending_) return;
+  sending_ = false;
+  for (uint32_t p = 0; p < pairs_.size(); ++p) MaybeFinish(p);
+}
+
+void GenEngine::MaybeFinish(uint32_t p) {
+  const ChunkWindow& w = pairs_[p];
+  const bool nothing_more = !sending_ || (chunk_limit_ != 0 && w.next() == chunk_limit_);
+  if (final_ack_[p] != FinalAck::kNotYet || w.ack() != w.next() || !nothing_more) return;
+  final_ack_[p] = FinalAck::kDue;
+  acks_due_.push_back(p);  // at most once per pair: within the reserved capacity
 }
 
 void GenEngine::Start(uint64_t now) {
@@ -88,6 +104,16 @@ uint32_t GenEngine::PlanRetransmits(uint64_t now, SendOp* ops, uint32_t max) {
 
 uint32_t GenEngine::PlanSends(uint64_t now, SendOp* ops, uint32_t max) {
   if (floor_dirty_) UpdateFloor(now);
+  uint32_t n_acks = 0;
+  for (; n_acks < max && acks_due_head_ < acks_due_.size(); ++n_acks) {
+    const uint32_t p = acks_due_[acks_due_head_++];
+    final_ack_[p] = FinalAck::kPlanned;
+    const ChunkWindow& w = pairs_[p];
+    ops[n_acks] = SendOp{p / workers_, static_cast<uint16_t>(p % workers_), false, w.next() - 1,
+                         w.ack(), true};
+  }
+  ops += n_acks;
+  max -= n_acks;
   uint32_t n = 0;
   if (now >= next_scan_tsc_) n = PlanRetransmits(now, ops, max);
   counters_.retransmits += n;
@@ -107,7 +133,7 @@ uint32_t GenEngine::PlanSends(uint64_t now, SendOp* ops, uint32_t max) {
     if (w.next() == chunk_limit_) ++pairs_at_limit_;
   }
   counters_.sent += n;
-  return n;
+  return n_acks + n;
 }
 
 void GenEngine::OnFrame(const uint8_t* frame, uint32_t len) {
@@ -144,17 +170,19 @@ void GenEngine::OnAnswer(const Reply& r) {
     return;
   }
   const uint32_t seq = h.seq.host();
-  switch (pairs_[job * workers_ + r.worker].Complete(seq)) {
+  const uint32_t p = job * workers_ + r.worker;
+  switch (pairs_[p].Complete(seq)) {
     case ChunkWindow::kNew:
       ++counters_.completed;
       --unanswered_;
       floor_dirty_ = true;
+      MaybeFinish(p);
       break;
     case ChunkWindow::kDuplicate:
       ++counters_.duplicates;
       break;
     case ChunkWindow::kNeverSent:
-      Fail(GenError::kStray, r, "seq", -1, seq, pairs_[job * workers_ + r.worker].next());
+      Fail(GenError::kStray, r, "seq", -1, seq, pairs_[p].next());
       return;
   }
   ++counters_.answers;

@@ -23,6 +23,12 @@
 // (chunk_values.h). With Expect::kEcho the worker's own contribution coming
 // back answers it, unchecked.
 //
+// A worker whose chunks of a job are all answered, with nothing more to send
+// (the chunk limit reached, or StopSending), sends that job an ACK at once,
+// as a client does at the end of an allreduce: until the switch has it, the
+// worker's last window of the job's slots stays held, and another job whose
+// chunks land there cannot complete.
+//
 // Thread safety: one thread (the generator lcore) owns an engine; not
 // thread-safe. The constructor is [control]; every other method is hot-path
 // safe: no allocation, locks or syscalls.
@@ -88,13 +94,15 @@ struct ErrorDetail {
 };
 inline constexpr uint32_t kMaxErrorDetails = 8;
 
-// One chunk to send: write it with FrameFactory::WriteContribution.
+// One datagram to send: a chunk (write it with FrameFactory::WriteContribution)
+// or, with final_ack, the worker's last ACK of the job (FrameFactory::WriteAck).
 struct SendOp {
   uint32_t job = 0;  // index, 0-based
   uint16_t worker = 0;
   bool retransmission = false;
   uint32_t seq = 0;
   uint32_t ack = 0;  // the worker's ack watermark for the job
+  bool final_ack = false;
 };
 
 class GenEngine {
@@ -106,9 +114,10 @@ class GenEngine {
   // Starts the give-up clock. [owner]
   void Start(uint64_t now);
 
-  // Fills ops[0..n) with up to `max` chunks to send now and marks them sent:
-  // timed-out chunks first, then new ones, one per (job, worker) in turn so
-  // that chunk s goes out for every worker of every job before s + 1. [owner]
+  // Fills ops[0..n) with up to `max` datagrams to send now and marks them
+  // sent: the final ACKs of workers that just finished a job first, then
+  // timed-out chunks, then new ones, one per (job, worker) in turn so that
+  // chunk s goes out for every worker of every job before s + 1. [owner]
   uint32_t PlanSends(uint64_t now, SendOp* ops, uint32_t max);
 
   // Handles one received frame. [owner]
@@ -116,7 +125,7 @@ class GenEngine {
 
   // No new chunks from now on; chunks in flight are still retransmitted until
   // answered. [owner]
-  void StopSending() { sending_ = false; }
+  void StopSending();
 
   // Nothing is in flight and nothing more will be sent (the chunk limit is
   // reached, or StopSending was called). [owner]
@@ -127,6 +136,12 @@ class GenEngine {
 
   // Worker's ack watermark for job index `job`. [owner]
   uint32_t Ack(uint32_t job, uint16_t worker) const { return pair(job, worker).ack(); }
+
+  // Whether PlanSends has handed out the worker's final ACK of the job; the
+  // end of a run sends the others. [owner]
+  bool FinalAckPlanned(uint32_t job, uint16_t worker) const {
+    return final_ack_[job * workers_ + worker] == FinalAck::kPlanned;
+  }
 
   // Chunks sent but never answered, summed over workers and jobs. [owner]
   uint64_t Unanswered() const { return unanswered_; }
@@ -139,7 +154,11 @@ class GenEngine {
   const ChunkWindow& pair(uint32_t job, uint16_t worker) const {
     return pairs_[job * workers_ + worker];
   }
+  enum class FinalAck : uint8_t { kNotYet, kDue, kPlanned };
+
   bool CanSend(const ChunkWindow& w) const;
+  // Queues pair p's final ACK if it has nothing in flight and nothing more to send.
+  void MaybeFinish(uint32_t p);
   uint32_t PlanRetransmits(uint64_t now, SendOp* ops, uint32_t max);
   void UpdateFloor(uint64_t now);
   void OnAnswer(const Reply& r);
@@ -161,6 +180,9 @@ class GenEngine {
   const uint64_t scan_interval_tsc_;
 
   std::vector<ChunkWindow> pairs_;  // job-major: pairs_[job * workers + worker]
+  std::vector<FinalAck> final_ack_;  // per pair
+  std::vector<uint32_t> acks_due_;   // pairs whose final ACK is kDue, in order; each once
+  uint32_t acks_due_head_ = 0;       // acks_due_[head..) are still to plan
   uint32_t rr_ = 0;                 // next pair to offer a new chunk
   uint32_t pairs_at_limit_ = 0;     // pairs that sent their last chunk (chunk_limit_)
   uint32_t floor_ = 0;

@@ -151,6 +151,10 @@ void PortRunner::Receive() {
 void PortRunner::Flush() {
   if (tx_n_ == 0) return;
   const uint16_t sent = rte_eth_tx_burst(port_id_, 0, tx_, tx_n_);
+  // rte_eth_tx_burst has not freed them yet; ACKs are the only frames of their length.
+  for (uint16_t i = 0; i < sent; ++i) {
+    if (rte_pktmbuf_data_len(tx_[i]) == frames_.ack_len()) ++port_stats_.acks_sent;
+  }
   if (sent < tx_n_) {
     // Kept, in order, for the next pass.
     std::memmove(tx_, tx_ + sent, (tx_n_ - sent) * sizeof(tx_[0]));
@@ -172,12 +176,17 @@ bool PortRunner::RefillStash() {
 void PortRunner::SendChunks(uint64_t now) {
   if (tx_n_ != 0 || !RefillStash()) return;  // the previous burst goes first
   const uint32_t n = engine_.PlanSends(now, ops_, stash_n_);
-  const uint16_t len = static_cast<uint16_t>(frames_.contribution_len());
   for (uint32_t i = 0; i < n; ++i) {
     const SendOp& op = ops_[i];
     rte_mbuf* m = stash_[--stash_n_];
-    frames_.WriteContribution(op.job, op.worker, op.seq, op.ack, op.retransmission,
-                              rte_pktmbuf_mtod(m, uint8_t*));
+    uint8_t* out = rte_pktmbuf_mtod(m, uint8_t*);
+    if (op.final_ack) {
+      frames_.WriteAck(op.job, op.worker, op.ack, out);
+    } else {
+      frames_.WriteContribution(op.job, op.worker, op.seq, op.ack, op.retransmission, out);
+    }
+    const auto len = static_cast<uint16_t>(op.final_ack ? frames_.ack_len()
+                                                         : frames_.contribution_len());
     m->data_len = len;
     m->pkt_len = len;
     tx_[tx_n_++] = m;
@@ -186,9 +195,9 @@ void PortRunner::SendChunks(uint64_t now) {
 }
 
 void PortRunner::SendFinalAcks() {
-  // Contributions still queued (a stalled run) no longer matter.
-  rte_pktmbuf_free_bulk(tx_, tx_n_);
-  tx_n_ = 0;
+  // What is queued goes first (it may hold final ACKs), then the final ACK of
+  // every worker and job that has not sent it: all of them after a stalled or
+  // interrupted run, else the workers that finished last.
   const uint64_t hz = rte_get_tsc_hz();
   const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(kFinalAckSeconds * hz);
   const uint16_t len = static_cast<uint16_t>(frames_.ack_len());
@@ -197,20 +206,18 @@ void PortRunner::SendFinalAcks() {
   while ((pair < pairs || tx_n_ != 0) && rte_rdtsc() < deadline) {
     Receive();
     if (tx_n_ == 0 && pair < pairs && RefillStash()) {
-      while (stash_n_ > 0 && pair < pairs) {
+      for (; stash_n_ > 0 && pair < pairs; ++pair) {
         const uint32_t job = pair / cfg_.workers;
         const uint16_t worker = static_cast<uint16_t>(pair % cfg_.workers);
+        if (engine_.FinalAckPlanned(job, worker)) continue;
         rte_mbuf* m = stash_[--stash_n_];
         frames_.WriteAck(job, worker, engine_.Ack(job, worker), rte_pktmbuf_mtod(m, uint8_t*));
         m->data_len = len;
         m->pkt_len = len;
         tx_[tx_n_++] = m;
-        ++pair;
       }
     }
-    const uint16_t queued = tx_n_;
     Flush();
-    port_stats_.acks_sent += queued - tx_n_;
   }
   const uint64_t drain_end = rte_rdtsc() + static_cast<uint64_t>(kDrainSeconds * hz);
   while (rte_rdtsc() < drain_end) Receive();

@@ -13,8 +13,9 @@
 // bulk; counters published for the main thread once a millisecond. It ends
 // when the engine is done, or after --give-up-ms without progress; after
 // --duration or a stop request it stops sending new chunks and waits for the
-// ones in flight. Then it sends every worker's final ACK and keeps receiving
-// for 20 ms so the peer can take them. The pass never allocates (beyond the
+// ones in flight. A worker that has finished a job sends its final ACK of it
+// at once (GenEngine); at the end, the workers that have not send theirs,
+// and the loop keeps receiving for 20 ms so the peer can take them. The pass never allocates (beyond the
 // mempool), locks, logs or makes a syscall.
 //
 // Thread safety: Create, the destructor, engine(), port_stats(), stalled(),

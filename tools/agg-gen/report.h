@@ -41,7 +41,7 @@ struct RateSample {
 struct PortStats {
   uint64_t tx_full = 0;    // TX bursts the port did not take in full (retried)
   uint64_t no_mbuf = 0;    // mbuf allocations that failed (retried)
-  uint64_t acks_sent = 0;  // final ACKs
+  uint64_t acks_sent = 0;  // final ACKs transmitted (one per worker and job in a good run)
 };
 
 struct RunReport {
