@@ -1,8 +1,6 @@
 // The scalar reference kernels (the specification) and the run-time dispatch.
 #include "aggregator/reduce.h"
 
-#include <cpuid.h>
-
 #include <atomic>
 #include <bit>
 #include <climits>
@@ -172,13 +170,7 @@ constexpr KernelSet kKernelSets[] = {
 std::atomic<const KernelSet*> g_active{nullptr};
 
 const KernelSet* PickBest() {
-  ReduceIsa best = ReduceIsa::kScalar;
-  if (ReduceIsaSupported(ReduceIsa::kAvx512)) {
-    best = ReduceIsa::kAvx512;
-  } else if (ReduceIsaSupported(ReduceIsa::kAvx2)) {
-    best = ReduceIsa::kAvx2;
-  }
-  return &kKernelSets[static_cast<size_t>(best)];
+  return &kKernelSets[static_cast<size_t>(common::BestSimdIsa())];
 }
 
 const KernelSet* Active() {
@@ -288,40 +280,11 @@ const char* ActiveReduceIsa() {
 }
 
 const char* ReduceIsaName(ReduceIsa isa) {
-  switch (isa) {
-    case ReduceIsa::kScalar:
-      return "scalar";
-    case ReduceIsa::kAvx2:
-      return "avx2";
-    case ReduceIsa::kAvx512:
-      return "avx512";
-  }
-  return "unknown";
+  return common::SimdIsaName(isa);
 }
-
-namespace {
-// F16C from CPUID leaf 1 (ECX bit 29): clang before 16 does not know "f16c"
-// in __builtin_cpu_supports. The OS saving YMM state is covered by "avx2".
-bool HasF16c() {
-  unsigned eax, ebx, ecx, edx;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-}
-}  // namespace
 
 bool ReduceIsaSupported(ReduceIsa isa) {
-  // libgcc's probe also checks that the OS saves YMM/ZMM state (XGETBV). The explicit
-  // init makes this safe even from a static constructor that runs before libgcc's.
-  __builtin_cpu_init();
-  switch (isa) {
-    case ReduceIsa::kScalar:
-      return true;
-    case ReduceIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && HasF16c();
-    case ReduceIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl");
-  }
-  return false;
+  return common::SimdIsaSupported(isa);
 }
 
 bool ForceReduceIsa(ReduceIsa isa) {

@@ -50,6 +50,7 @@
 #include <cstdint>
 
 #include "aggregator/types.h"
+#include "common/simd_isa.h"
 
 namespace aggswitch::aggregator {
 
@@ -77,8 +78,8 @@ constexpr bool AccumulatesInWireFormat(DType dtype) {
   return dtype == DType::kInt32 || dtype == DType::kFloat32;
 }
 
-// Kernel sets, widest last.
-enum class ReduceIsa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// Kernel sets, widest last (common/simd_isa.h says what each needs).
+using ReduceIsa = common::SimdIsa;
 
 // Picks the widest kernel set this CPU supports, undoing any ForceReduceIsa. Optional:
 // the first reduce call picks the same; calling it at startup keeps the one-time CPUID

@@ -1,15 +1,18 @@
 #include "client/fixed_point.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
+
+#include "client/internal/fixed_point_kernels.h"
 
 namespace aggswitch::client {
 
 namespace {
 
-inline constexpr uint32_t kAbsMask = 0x7FFFFFFFu;
+inline constexpr uint32_t kMagnitudeMask = 0x7FFFFFFFu;
 inline constexpr uint32_t kInfBits = 0x7F800000u;
 
 // 2^k as a double; |k| <= 128 + kMaxHeadroom here, far inside double's range.
@@ -18,19 +21,81 @@ double Pow2(int k) {
 }
 
 // x * 2^-scale is exact in double (a float has 24 significant bits and the
-// product stays normal), so the only rounding is nearbyint's.
+// product stays normal), so the only rounding is nearbyint's. Clamped with
+// max(lo, r) first, so NaN (never encoded: it makes the allreduce go as
+// float32) comes out as INT32_MIN, as the SIMD kernels' max does.
 int32_t Quantize(double scaled) {
   const double r = std::nearbyint(scaled);
-  return static_cast<int32_t>(std::clamp(r, double{INT32_MIN}, double{INT32_MAX}));
+  return static_cast<int32_t>(std::min(std::max(double{INT32_MIN}, r), double{INT32_MAX}));
+}
+
+constexpr internal::FixedPointKernels kKernelSets[] = {
+    {common::SimdIsa::kScalar, internal::MaxMagnitudeBitsScalar, internal::EncodeScalar,
+     internal::DecodeScalar},
+    {common::SimdIsa::kAvx2, internal::MaxMagnitudeBitsAvx2, internal::EncodeAvx2,
+     internal::DecodeAvx2},
+    {common::SimdIsa::kAvx512, internal::MaxMagnitudeBitsAvx512, internal::EncodeAvx512,
+     internal::DecodeAvx512},
+};
+
+// Null until the first conversion picks the widest set; it only ever points
+// into the constant kKernelSets, so relaxed ordering is enough.
+std::atomic<const internal::FixedPointKernels*> g_active{nullptr};
+
+const internal::FixedPointKernels& Active() {
+  const internal::FixedPointKernels* k = g_active.load(std::memory_order_relaxed);
+  if (k != nullptr) [[likely]]
+    return *k;
+  // Racing first callers all pick the same set; whichever store lands is fine.
+  k = &kKernelSets[static_cast<size_t>(common::BestSimdIsa())];
+  g_active.store(k, std::memory_order_relaxed);
+  return *k;
 }
 
 }  // namespace
 
+namespace internal {
+
+uint32_t MaxMagnitudeBitsScalar(const float* in, size_t n) {
+  // One pass, no branches.
+  uint32_t max_bits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    max_bits = std::max(max_bits, std::bit_cast<uint32_t>(in[i]) & kMagnitudeMask);
+  }
+  return max_bits;
+}
+
+void EncodeScalar(const float* in, size_t n, double factor, uint8_t* wire) {
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t q = Quantize(static_cast<double>(in[i]) * factor);
+    std::memcpy(wire + 4 * i, &q, 4);
+  }
+}
+
+void DecodeScalar(const uint8_t* wire, size_t n, double factor, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    int32_t q;
+    std::memcpy(&q, wire + 4 * i, 4);
+    out[i] = static_cast<float>(static_cast<double>(q) * factor);
+  }
+}
+
+}  // namespace internal
+
+common::SimdIsa ActiveFixedPointIsa() {
+  return Active().isa;
+}
+
+bool ForceFixedPointIsa(common::SimdIsa isa) {
+  if (!common::SimdIsaSupported(isa)) return false;
+  g_active.store(&kKernelSets[static_cast<size_t>(isa)], std::memory_order_relaxed);
+  return true;
+}
+
 int32_t MaxExponent(std::span<const float> data) {
   // The largest |x| is the largest magnitude bit pattern; NaN and Inf are the
-  // patterns at or above kInfBits. One pass, no branches: it vectorizes.
-  uint32_t max_bits = 0;
-  for (const float x : data) max_bits = std::max(max_bits, std::bit_cast<uint32_t>(x) & kAbsMask);
+  // patterns at or above kInfBits.
+  const uint32_t max_bits = Active().max_magnitude_bits(data.data(), data.size());
   if (max_bits >= kInfBits) return kExponentNonFinite;
   if (max_bits == 0) return kExponentOfZero;
   int e = 0;
@@ -60,22 +125,11 @@ float FromFixed(int32_t q, int8_t scale) {
 }
 
 void EncodeFixed(std::span<const float> in, int8_t scale, uint8_t* wire) {
-  const double factor = Pow2(-scale);
-  const size_t n = in.size();
-  for (size_t i = 0; i < n; ++i) {
-    const int32_t q = Quantize(static_cast<double>(in[i]) * factor);
-    std::memcpy(wire + 4 * i, &q, 4);
-  }
+  Active().encode(in.data(), in.size(), Pow2(-scale), wire);
 }
 
 void DecodeFixed(const uint8_t* wire, int8_t scale, std::span<float> out) {
-  const double factor = Pow2(scale);
-  const size_t n = out.size();
-  for (size_t i = 0; i < n; ++i) {
-    int32_t q;
-    std::memcpy(&q, wire + 4 * i, 4);
-    out[i] = static_cast<float>(static_cast<double>(q) * factor);
-  }
+  Active().decode(wire, out.size(), Pow2(scale), out.data());
 }
 
 }  // namespace aggswitch::client

@@ -42,13 +42,20 @@
 // round-to-nearest-even unless the program calls fesetround; ranks must not
 // change it.
 //
+// MaxExponent, EncodeFixed and DecodeFixed run AVX-512 or AVX2 kernels where
+// the CPU has them (picked at the first call), bit-identical to the scalar
+// code (internal/fixed_point_kernels.h); fixed_point_bench.cc measures them.
+//
 // Thread safety: pure functions on the caller's memory; any thread.
+// ForceFixedPointIsa only while no other thread converts.
 #pragma once
 
 #include <climits>
 #include <cstdint>
 #include <optional>
 #include <span>
+
+#include "common/simd_isa.h"
 
 namespace aggswitch::client {
 
@@ -83,5 +90,12 @@ void EncodeFixed(std::span<const float> in, int8_t scale, uint8_t* wire);
 
 // out.size() little-endian int32s at `wire` (any alignment) back to floats. [any]
 void DecodeFixed(const uint8_t* wire, int8_t scale, std::span<float> out);
+
+// The kernel set the three above run (the widest this CPU has, unless forced). [any]
+common::SimdIsa ActiveFixedPointIsa();
+
+// Runs `isa` from now on; false (and no change) if this CPU cannot. For tests
+// and benchmarks. [any thread, while no other converts]
+bool ForceFixedPointIsa(common::SimdIsa isa);
 
 }  // namespace aggswitch::client

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cstring>
+#include <string>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -142,6 +144,126 @@ TEST(FixedPointScaleTest, LessHeadroomThanDefaultCanOverflow) {
   const int8_t scale = *FixedPointScale(0, 0);
   EXPECT_GT(4 * int64_t{ToFixed(0.9f, scale)}, int64_t{INT32_MAX});
 }
+
+// Every kernel set against the scalar reference, bit for bit: the set
+// under test is forced, the reference is the scalar one (ToFixed, FromFixed
+// and a scalar MaxExponent), over every length up to a few vectors (tails)
+// and at every byte misalignment of the wire.
+class FixedPointIsaTest : public testing::TestWithParam<common::SimdIsa> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(ForceFixedPointIsa(GetParam())); }
+  void TearDown() override { ForceFixedPointIsa(common::BestSimdIsa()); }
+};
+
+std::vector<common::SimdIsa> AvailableIsas() {
+  std::vector<common::SimdIsa> isas;
+  for (common::SimdIsa isa :
+       {common::SimdIsa::kScalar, common::SimdIsa::kAvx2, common::SimdIsa::kAvx512}) {
+    if (common::SimdIsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Values that stress the rounding at `scale`: exact ties, values with
+// fraction bits, signed zeros, denormals, and values past the int32 range
+// (clamped).
+std::vector<float> HardValues(std::mt19937& rng, size_t n, int scale) {
+  std::uniform_real_distribution<float> mag(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 9);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    switch (pick(rng)) {
+      case 0:
+        x = std::ldexp(std::round(mag(rng) * 1000.0f) + 0.5f, scale);  // k + 1/2 once scaled
+        break;
+      case 1:
+        x = -0.0f;
+        break;
+      case 2:
+        x = std::numeric_limits<float>::denorm_min() * static_cast<float>(pick(rng));
+        break;
+      case 3:
+        x = std::ldexp(mag(rng), scale + 33);  // up to 2^33 once scaled
+        break;
+      default:
+        x = std::ldexp(mag(rng), scale + 20);  // 20 integer and ~4 fraction bits once scaled
+    }
+  }
+  return v;
+}
+
+TEST_P(FixedPointIsaTest, EncodeAndDecodeAreBitExactWithTheScalarConversions) {
+  std::mt19937 rng(17);
+  for (int8_t scale : {int8_t{-128}, int8_t{-40}, int8_t{-28}, int8_t{0}, int8_t{9}, int8_t{100}}) {
+    for (size_t n = 0; n <= 70; ++n) {
+      const std::vector<float> in = HardValues(rng, n, scale);
+      for (size_t misalign : {0, 1, 3}) {
+        std::vector<uint8_t> wire(4 * n + misalign, 0xEE);
+        EncodeFixed(in, scale, wire.data() + misalign);
+        std::vector<float> out(n, 1.0f);
+        DecodeFixed(wire.data() + misalign, scale, out);
+        for (size_t i = 0; i < n; ++i) {
+          int32_t q;
+          std::memcpy(&q, wire.data() + misalign + 4 * i, 4);
+          ASSERT_EQ(q, ToFixed(in[i], scale))
+              << common::SimdIsaName(GetParam()) << " x=" << in[i] << " scale " << int{scale}
+              << " n " << n << " i " << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(FromFixed(q, scale)))
+              << common::SimdIsaName(GetParam()) << " q=" << q << " scale " << int{scale};
+        }
+      }
+    }
+  }
+}
+
+TEST_P(FixedPointIsaTest, EncodeClampsInfinitiesAndDecodeCoversTheInt32Range) {
+  const std::vector<float> in = {std::numeric_limits<float>::infinity(),
+                                 -std::numeric_limits<float>::infinity(),
+                                 3e38f, -3e38f, 1.0f, -1.0f, 0.5f, -0.5f,
+                                 1.5f, 2.5f, -2.5f, 2147483520.0f, -2147483648.0f, 0.0f, 7.0f, 8.0f,
+                                 std::numeric_limits<float>::max()};
+  std::vector<uint8_t> wire(4 * in.size());
+  EncodeFixed(in, 0, wire.data());
+  for (size_t i = 0; i < in.size(); ++i) {
+    int32_t q;
+    std::memcpy(&q, wire.data() + 4 * i, 4);
+    EXPECT_EQ(q, ToFixed(in[i], 0)) << in[i];
+  }
+  const int32_t qs[] = {INT32_MIN, INT32_MAX, -1, 0, 1, 16777217, -16777217, 123456789,
+                        INT32_MIN + 1, INT32_MAX - 1, 2, 3, 4, 5, 6, 7, 8};
+  std::memcpy(wire.data(), qs, sizeof(qs));
+  for (int8_t scale : {int8_t{-128}, int8_t{0}, int8_t{96}, int8_t{127}}) {
+    std::vector<float> out(std::size(qs));
+    DecodeFixed(wire.data(), scale, out);
+    for (size_t i = 0; i < std::size(qs); ++i) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(FromFixed(qs[i], scale)))
+          << qs[i] << " scale " << int{scale};
+    }
+  }
+}
+
+TEST_P(FixedPointIsaTest, MaxExponentFindsTheLargestMagnitudeAtAnyPosition) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> small(-1.0f, 1.0f);
+  for (size_t n = 1; n <= 70; ++n) {
+    for (size_t at = 0; at < n; ++at) {
+      std::vector<float> v(n);
+      for (float& x : v) x = small(rng);
+      v[at] = (at % 2 == 0) ? -1000.0f : 1000.0f;  // exponent 10
+      ASSERT_EQ(MaxExponent(v), 10) << common::SimdIsaName(GetParam()) << " n " << n << " at " << at;
+      v[at] = std::numeric_limits<float>::quiet_NaN();
+      ASSERT_EQ(MaxExponent(v), kExponentNonFinite) << "n " << n << " at " << at;
+      v[at] = -std::numeric_limits<float>::infinity();
+      ASSERT_EQ(MaxExponent(v), kExponentNonFinite) << "n " << n << " at " << at;
+    }
+    EXPECT_EQ(MaxExponent(std::vector<float>(n, -0.0f)), kExponentOfZero);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AvailableIsas, FixedPointIsaTest, testing::ValuesIn(AvailableIsas()),
+                         [](const testing::TestParamInfo<common::SimdIsa>& info) {
+                           return std::string(common::SimdIsaName(info.param));
+                         });
 
 }  // namespace
 }  // namespace aggswitch::client
