@@ -141,7 +141,13 @@ struct Client::Impl {
       std::shared_ptr<internal::Operation> op;
       {
         std::unique_lock lock(mu);
-        queue_cv.wait(lock, [this] { return stopping || !queue.empty(); });
+        // Idle: the last allreduce's ACK repeats go out on their timer.
+        while (!queue_cv.wait_until(lock, engine->NextAckRepeat(),
+                                    [this] { return stopping || !queue.empty(); })) {
+          lock.unlock();
+          engine->RepeatAck(std::chrono::steady_clock::now());
+          lock.lock();
+        }
         if (stopping) break;
         op = std::move(queue.front());
         queue.pop_front();

@@ -30,7 +30,8 @@
 // answers a retransmitted chunk from its retained result. Every contribution
 // carries the ack watermark (every result below it has arrived), and an ACK
 // datagram after the last result of each allreduce lets the switch free the
-// job's slots. Results carry no job key: they are matched by job, sequence
+// job's slots (repeated twice, a retransmission timeout apart, while no next
+// allreduce starts: slots it leaves held may be another job's). Results carry no job key: they are matched by job, sequence
 // number and sender (the switch this rank sends to, or local_tan); duplicate
 // results are ignored.
 //

@@ -165,6 +165,7 @@ common::Status Engine::Run(const Request& r) {
   op_deadline_ =
       options_.deadline.count() > 0 ? Clock::now() + options_.deadline : Clock::time_point::max();
   addr_low_ = r.addr_low;
+  ack_repeats_left_ = 0;  // this allreduce's datagrams carry the watermark
   Lane& lane = lanes_[SwitchIndex(r.addr_low, lanes_.size())];
   if (options_.task_info == TaskInfoMode::kControlUnit && options_.rank == 0 && !lane.announced) {
     Phase announce;
@@ -503,6 +504,20 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
 }
 
 void Engine::SendAck(Lane& lane) {
+  WriteAndSendAck(lane);
+  ack_lane_ = &lane;
+  ack_repeats_left_ = kAckRepeats;
+  ack_due_ = Clock::now() + options_.retransmit_timeout;
+}
+
+void Engine::RepeatAck(Clock::time_point now) {
+  if (ack_repeats_left_ == 0 || now < ack_due_) return;
+  WriteAndSendAck(*ack_lane_);
+  --ack_repeats_left_;
+  ack_due_ = now + options_.retransmit_timeout;
+}
+
+void Engine::WriteAndSendAck(const Lane& lane) {
   AggFields f;
   f.opcode = Opcode::kAck;
   f.node_id = options_.rank;
@@ -514,8 +529,8 @@ void Engine::SendAck(Lane& lane) {
   uint8_t buf[sizeof(AggHeader)];
   aggregator::WriteAggHeader(f, 0, reinterpret_cast<AggHeader*>(buf));
   const OutDatagram ack{&lane.addr, buf, sizeof(buf)};
-  // Best effort: a lost ACK only delays the release until the job's next
-  // contributions, which carry the same watermark.
+  // Best effort, and repeated: a lost ACK only delays the release until a
+  // repeat or the job's next contributions, which carry the same watermark.
   (void)socket_.Send(&ack, 1);
 }
 

@@ -13,8 +13,15 @@
 //   Status s = engine->Run({.dtype = DType::kFloat32, .op = ReduceOp::kSum,
 //                           .data = grad.data(), .count = grad.size(), .addr_low = 0});
 //
-// Thread safety: Run is [I/O thread] (the one thread that owns the engine).
-// Stop, Stats and local_port are [any].
+// After an allreduce the engine ACKs its last result to the switch, and
+// repeats the ACK kAckRepeats times, one retransmission timeout apart, while
+// no next allreduce has started (whose datagrams carry the watermark): a lost
+// ACK would otherwise hold the job's last slots, which another job's chunks
+// may need, until the switch's stale_slot_ms. The I/O thread sends the
+// repeats while it is idle (NextAckRepeat, RepeatAck).
+//
+// Thread safety: Run, NextAckRepeat and RepeatAck are [I/O thread] (the one
+// thread that owns the engine). Stop, Stats and local_port are [any].
 #pragma once
 
 #include <netinet/in.h>
@@ -65,6 +72,14 @@ class Engine {
 
   // Makes the running (or next) Run return kFailedPrecondition. [any]
   void Stop();
+
+  // When the last allreduce's ACK is due again; time_point::max() when no
+  // repeat is left. [I/O thread]
+  Clock::time_point NextAckRepeat() const {
+    return ack_repeats_left_ == 0 ? Clock::time_point::max() : ack_due_;
+  }
+  // Sends the ACK again if it is due at `now`. [I/O thread]
+  void RepeatAck(Clock::time_point now);
 
   ClientStats Stats() const;                                    // [any]
   uint16_t local_port() const { return socket_.local_port(); }  // [any]
@@ -122,7 +137,10 @@ class Engine {
                             const uint8_t* data, uint32_t len);
   common::Status OnResult(const Phase& phase, const aggregator::AggPacket& pkt);
   common::Status OnNack(const Lane& lane, const aggregator::AggHeader& h);
+  // ACKs the last allreduce to `lane`'s switch and schedules the repeats.
   void SendAck(Lane& lane);
+  void WriteAndSendAck(const Lane& lane);
+  static constexpr uint32_t kAckRepeats = 2;
 
   // Data chunk m of a phase: its first element and element count.
   static size_t ChunkStart(const Phase& phase, uint32_t m) { return size_t{m} * phase.per_chunk; }
@@ -149,6 +167,10 @@ class Engine {
   uint32_t due_[UdpSocket::kBatch];
   uint32_t next_seq_;
   uint32_t addr_low_ = 0;
+  // The last allreduce's ACK: repeats left, when the next is due, and where.
+  uint32_t ack_repeats_left_ = 0;
+  Clock::time_point ack_due_;
+  const Lane* ack_lane_ = nullptr;
   int32_t exponent_ = 0;        // the fixed-point exponent exchange's element
   std::vector<uint32_t> redo_;  // data chunks whose fixed-point result overflowed
   Clock::time_point last_progress_;
