@@ -6,8 +6,20 @@
 //
 //   fixed_point_bench --benchmark_filter='Encode/.*'
 //
-// Measured on the 2-core dev VM (AVX-512, GCC 12 -O3 -march=native), GB/s of
-// float32, median of 3 runs, 356 / 1 Mi elements: see MEASURED below.
+// Measured on the 2-core dev VM (AMD, AVX-512, GCC 12 -O3), GiB/s of float32
+// at 1 Mi elements, the two builds run back to back (356 elements: within
+// 15%). "portable" is the scalar code built with -march=x86-64:
+//
+//                 scalar(native)   avx2   avx512   scalar(portable)
+//   Encode              13          20      35          2.0
+//   Decode              38          28      37         21
+//   MaxExponent         69          50      71          6.3
+//
+// With -march=native GCC vectorises the scalar decode and exponent loops for
+// AVX-512 by itself; the kernels earn their place on encode (round and clamp
+// do not auto-vectorise: 2.6x) and on every conversion of a portable build
+// (encode 16x, exponent 11x, decode 1.9x). A 4 MiB gradient then costs about
+// 0.3 ms of conversions per allreduce instead of 2.3 ms (portable, scalar).
 #include <benchmark/benchmark.h>
 
 #include <random>
