@@ -164,6 +164,7 @@ struct Client::Impl {
       }
       op->Finish(std::move(s));
     }
+    engine->FlushAckRepeats();  // the client goes: no waiting for their timer
     std::lock_guard lock(mu);
     for (const auto& op : queue) {
       op->Finish(common::FailedPrecondition("the client was destroyed before the allreduce ran"));

@@ -517,6 +517,10 @@ void Engine::RepeatAck(Clock::time_point now) {
   ack_due_ = now + options_.retransmit_timeout;
 }
 
+void Engine::FlushAckRepeats() {
+  for (; ack_repeats_left_ > 0; --ack_repeats_left_) WriteAndSendAck(*ack_lane_);
+}
+
 void Engine::WriteAndSendAck(const Lane& lane) {
   AggFields f;
   f.opcode = Opcode::kAck;

@@ -18,7 +18,8 @@
 // no next allreduce has started (whose datagrams carry the watermark): a lost
 // ACK would otherwise hold the job's last slots, which another job's chunks
 // may need, until the switch's stale_slot_ms. The I/O thread sends the
-// repeats while it is idle (NextAckRepeat, RepeatAck).
+// repeats while it is idle (NextAckRepeat, RepeatAck), and those left at once
+// when the client is destroyed (FlushAckRepeats).
 //
 // Thread safety: Run, NextAckRepeat and RepeatAck are [I/O thread] (the one
 // thread that owns the engine). Stop, Stats and local_port are [any].
@@ -80,6 +81,8 @@ class Engine {
   }
   // Sends the ACK again if it is due at `now`. [I/O thread]
   void RepeatAck(Clock::time_point now);
+  // Sends the repeats left at once (the client is being destroyed). [I/O thread]
+  void FlushAckRepeats();
 
   ClientStats Stats() const;                                    // [any]
   uint16_t local_port() const { return socket_.local_port(); }  // [any]
