@@ -150,11 +150,16 @@ void PortRunner::Receive() {
 
 void PortRunner::Flush() {
   if (tx_n_ == 0) return;
-  const uint16_t sent = rte_eth_tx_burst(port_id_, 0, tx_, tx_n_);
-  // rte_eth_tx_burst has not freed them yet; ACKs are the only frames of their length.
-  for (uint16_t i = 0; i < sent; ++i) {
-    if (rte_pktmbuf_data_len(tx_[i]) == frames_.ack_len()) ++port_stats_.acks_sent;
+  // Which are ACKs (the only frames of their length), read before the driver
+  // may free the frames it takes.
+  static_assert(kBurst < 64);
+  uint64_t acks = 0;
+  for (uint16_t i = 0; i < tx_n_; ++i) {
+    if (rte_pktmbuf_data_len(tx_[i]) == frames_.ack_len()) acks |= uint64_t{1} << i;
   }
+  const uint16_t sent = rte_eth_tx_burst(port_id_, 0, tx_, tx_n_);
+  port_stats_.acks_sent +=
+      static_cast<uint64_t>(__builtin_popcountll(acks & ((uint64_t{1} << sent) - 1)));
   if (sent < tx_n_) {
     // Kept, in order, for the next pass.
     std::memmove(tx_, tx_ + sent, (tx_n_ - sent) * sizeof(tx_[0]));
