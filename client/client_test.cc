@@ -214,10 +214,12 @@ TEST(ClientTest, Int32OpsAreExactAndSequenceNumbersContinueAcrossCalls) {
     }
   }
   EXPECT_EQ(sw.CompletedOffsets(11), want_offsets);
-  // An ACK per rank after each call, the last call's repeated twice (the
-  // next test).
-  EXPECT_TRUE(Eventually([&] { return sw.acks() == world * (std::size(calls) + 2); }))
+  // An ACK per rank after each call, and the last call's two repeats (the
+  // next tests); a call whose next one starts a retransmission timeout or
+  // more later (a slow machine) has its repeats too.
+  EXPECT_TRUE(Eventually([&] { return sw.acks() >= world * (std::size(calls) + 2); }))
       << sw.acks();
+  EXPECT_LE(sw.acks(), world * 3 * std::size(calls));
 }
 
 TEST(ClientTest, TheLastAckIsRepeatedTwiceWhileTheClientIsIdle) {
