@@ -46,10 +46,13 @@ const internal::FixedPointKernels& Active() {
   const internal::FixedPointKernels* k = g_active.load(std::memory_order_relaxed);
   if (k != nullptr) [[likely]]
     return *k;
-  // Racing first callers all pick the same set; whichever store lands is fine.
-  k = &kKernelSets[static_cast<size_t>(common::BestSimdIsa())];
-  g_active.store(k, std::memory_order_relaxed);
-  return *k;
+  // Racing first callers all pick the same set, and none overrides a set
+  // ForceFixedPointIsa chose meanwhile.
+  const internal::FixedPointKernels* expected = nullptr;
+  g_active.compare_exchange_strong(expected,
+                                   &kKernelSets[static_cast<size_t>(common::BestSimdIsa())],
+                                   std::memory_order_relaxed);
+  return *g_active.load(std::memory_order_relaxed);
 }
 
 }  // namespace
