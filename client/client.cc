@@ -88,6 +88,21 @@ common::Status ValidateClientOptions(const ClientOptions& o) {
     return InvalidArgument("mtu: " + std::to_string(kMinMtu) + ".." + std::to_string(kMaxMtu) +
                            " expected, got " + std::to_string(o.mtu));
   }
+  if (o.transport == TransportKind::kAfXdp) {
+    if (o.interface.empty()) {
+      return InvalidArgument("interface: the af_xdp transport needs the interface that reaches "
+                             "the switch");
+    }
+    if (o.mtu > kMaxAfXdpMtu) {
+      return InvalidArgument("mtu: at most " + std::to_string(kMaxAfXdpMtu) +
+                             " with the af_xdp transport (a 4 KiB frame), got " +
+                             std::to_string(o.mtu));
+    }
+    if (o.local_tan) {
+      return InvalidArgument("local_tan: a TAN in this process answers through the kernel's "
+                             "loopback, which AF_XDP does not see: use the udp transport");
+    }
+  }
   if (o.reserve_missing_ids > 255) {
     return InvalidArgument("reserve_missing_ids: 0..255 expected, got " +
                            std::to_string(o.reserve_missing_ids));
@@ -232,6 +247,10 @@ uint32_t Client::ChunkElements(aggregator::DType dtype) const {
 
 uint16_t Client::local_port() const {
   return impl_->engine->local_port();
+}
+
+const std::string& Client::transport_description() const {
+  return impl_->engine->transport_description();
 }
 
 const ClientOptions& Client::options() const {

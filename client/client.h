@@ -94,6 +94,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "aggregator/types.h"
@@ -181,13 +182,32 @@ enum class FloatMode : uint8_t {
   kFloatOrdered,
 };
 
+// How datagrams travel between the client and the switch.
+enum class TransportKind : uint8_t {
+  // Kernel UDP sockets: works unprivileged, on any interface and route.
+  kUdp,
+  // An AF_XDP socket on one interface queue, with the client's XDP program
+  // on the interface: the switch's answers skip the kernel's network stack,
+  // and chunks are built straight into the socket's frames. Needs root (or
+  // CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF), an interface that reaches the
+  // switches directly or through one gateway, and one queue per client.
+  kAfXdp,
+};
+
 struct ClientOptions {
   // Where allreduces go: allreduce i goes to switches[SwitchIndex(addr_low,
   // switches.size())] (chunking.h). 1..kMaxSwitches entries.
   std::vector<SwitchAddress> switches;
-  // The local address and port of the client's socket (0: any, ephemeral).
+  // The local address and port of the client's socket (0: any, ephemeral;
+  // AF_XDP: the kernel's source address toward switches[0]).
   common::Ipv4Addr bind_ip;
   uint16_t bind_port = 0;
+
+  TransportKind transport = TransportKind::kUdp;
+  // AF_XDP: the interface that reaches the switches and its queue (the
+  // switch's answers must arrive on that queue: one queue, or steered there).
+  std::string interface;
+  uint32_t queue = 0;
 
   // The job: id (> 0) and key, this process's rank (its node_id in the
   // header) and the number of ranks in all (1..kMaxWorld).
@@ -216,7 +236,8 @@ struct ClientOptions {
   // switch's aggregation.slots.
   uint32_t window = 128;
   // The path MTU (kMinMtu..kMaxMtu; chunking.h): a contribution fills an IPv4
-  // packet of this size.
+  // packet of this size. AF_XDP: at most the interface's MTU and
+  // kMaxAfXdpMtu (a 4 KiB frame).
   uint32_t mtu = 1500;
   // At most this many elements per chunk; 0: as many as the MTU holds.
   uint32_t max_chunk_elements = 0;
@@ -257,6 +278,7 @@ struct ClientOptions {
 inline constexpr size_t kMaxSwitches = 64;
 inline constexpr uint16_t kMaxWorld = 1024;
 inline constexpr uint32_t kMaxWindow = 2048;
+inline constexpr uint32_t kMaxAfXdpMtu = 3826;
 
 // Every range and cross-field check of the options. [any]
 common::Status ValidateClientOptions(const ClientOptions& options);
@@ -276,6 +298,10 @@ struct ClientStats {
   uint64_t saturated_chunks = 0;   // int32 results that came back saturated
   uint64_t notices = 0;            // NOTICEs: start or stop flagging contributions BYPASS
   uint64_t kept_local = 0;         // contributions offer_to_local_tan took (not sent)
+  // Datagrams for this client that were dropped before it read them: the
+  // kernel's socket buffer was full (UDP), or the AF_XDP socket's receive
+  // ring was full or its fill ring empty.
+  uint64_t receive_drops = 0;
 };
 
 // One allreduce started with Client::Start.
@@ -326,6 +352,9 @@ class Client {
   uint32_t ChunkElements(aggregator::DType dtype) const;
   // The local UDP port the client sends from and receives on. [any]
   uint16_t local_port() const;
+  // How datagrams travel: "udp", or "af_xdp veth0 queue 0, copy mode, native
+  // XDP". [any]
+  const std::string& transport_description() const;
   const ClientOptions& options() const;
   ClientStats stats() const;
 

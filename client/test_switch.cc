@@ -108,7 +108,8 @@ struct TestSwitch::State {
   }
 };
 
-TestSwitch::TestSwitch(const Options& options) : state_(std::make_unique<State>(options)) {
+TestSwitch::TestSwitch(const Options& options)
+    : state_(std::make_unique<State>(options)), bind_ip_(options.bind_ip) {
   for (const Job& j : options.jobs) {
     JobState& s = state_->jobs[j.id];
     s.key = j.key;
@@ -125,7 +126,7 @@ TestSwitch::TestSwitch(const Options& options) : state_(std::make_unique<State>(
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof(buffer));
   sockaddr_in local{};
   local.sin_family = AF_INET;
-  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  local.sin_addr.s_addr = htonl(options.bind_ip.addr);
   if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) return;
   socklen_t len = sizeof(local);
   getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
@@ -140,7 +141,7 @@ TestSwitch::~TestSwitch() {
 }
 
 SwitchAddress TestSwitch::address() const {
-  return SwitchAddress{common::Ipv4Addr{INADDR_LOOPBACK}, port_};
+  return SwitchAddress{bind_ip_, port_};
 }
 
 std::vector<uint32_t> TestSwitch::CompletedSeqs(uint32_t job) const {

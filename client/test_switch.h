@@ -1,5 +1,5 @@
 // An aggregation switch for the client's tests: one thread and one UDP socket
-// on 127.0.0.1, reducing with the switch's own slot table and kernels
+// on 127.0.0.1 (or bind_ip), reducing with the switch's own slot table and kernels
 // (aggregator/slot_table.h, aggregator/reduce.h) and following its rules for
 // jobs, task info, ACKs and NACKs (docs/aggregation.md): results go to each
 // member's learned address, a retransmission after completion gets the
@@ -39,6 +39,9 @@ class TestSwitch {
   };
   struct Options {
     std::vector<Job> jobs;  // known from the start, like the config's
+    // The socket's address, in the network namespace of the thread that
+    // constructs the switch.
+    common::Ipv4Addr bind_ip{0x7f000001};
     bool in_band_registration = true;
     uint32_t slots = 1024;
     double drop_in = 0;        // probability that a received datagram is lost
@@ -87,6 +90,7 @@ class TestSwitch {
   void Loop();
 
   std::unique_ptr<State> state_;
+  common::Ipv4Addr bind_ip_;
   uint16_t port_ = 0;
   uint64_t refused_ = 0;  // Options::refuse_first so far [the switch's thread]
   std::atomic<bool> stop_{false};

@@ -15,7 +15,8 @@ PACKAGES=(
   iproute2 iputils-ping ethtool curl procps # system tests and the demo
   prometheus                                # promtool and a real scrape in the system test
   tshark                                    # the Wireshark dissector test
-  clang libclang-rt-14-dev llvm-14          # tests/fuzz: clang, libFuzzer, llvm-symbolizer
+  clang libclang-rt-14-dev llvm-14          # tests/fuzz (libFuzzer, llvm-symbolizer); the XDP program
+  libxdp-dev libbpf-dev                     # the client's AF_XDP transport
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)

@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "client/fixed_point.h"
+#include "client/internal/udp_socket.h"
+#include "client/internal/xdp_socket.h"
 
 namespace aggswitch::client::internal {
 
@@ -101,18 +103,40 @@ bool IsFloat(DType t) {
 }  // namespace
 
 common::Result<std::unique_ptr<Engine>> Engine::Create(const ClientOptions& options) {
-  UdpSocket::Options socket_options;
-  socket_options.bind_ip = options.bind_ip;
-  socket_options.bind_port = options.bind_port;
-  socket_options.mtu = options.mtu;
-  ASSIGN_OR_RETURN(UdpSocket socket, UdpSocket::Open(socket_options));
-  return std::unique_ptr<Engine>(new Engine(options, std::move(socket)));
+  // One send buffer per window entry, and one for ACKs.
+  const uint32_t send_buffers = std::bit_ceil(options.window) + 1;
+  std::unique_ptr<Transport> transport;
+  std::string description = "udp";
+  if (options.transport == TransportKind::kAfXdp) {
+    XdpSocket::Options o;
+    o.interface = options.interface;
+    o.queue = options.queue;
+    o.bind_ip = options.bind_ip;
+    o.bind_port = options.bind_port;
+    o.mtu = options.mtu;
+    o.send_buffers = send_buffers;
+    for (const SwitchAddress& s : options.switches) o.destinations.push_back(s.ip);
+    ASSIGN_OR_RETURN(std::unique_ptr<XdpSocket> socket, XdpSocket::Open(o));
+    description = socket->description();
+    transport = std::move(socket);
+  } else {
+    UdpSocket::Options o;
+    o.bind_ip = options.bind_ip;
+    o.bind_port = options.bind_port;
+    o.mtu = options.mtu;
+    o.send_buffers = send_buffers;
+    ASSIGN_OR_RETURN(transport, UdpSocket::Open(o));
+  }
+  return std::unique_ptr<Engine>(
+      new Engine(options, std::move(transport), std::move(description)));
 }
 
-Engine::Engine(const ClientOptions& options, UdpSocket socket)
+Engine::Engine(const ClientOptions& options, std::unique_ptr<Transport> transport,
+               std::string transport_description)
     : options_(options),
       headroom_(options.headroom.value_or(DefaultHeadroom(options.world))),
-      socket_(std::move(socket)),
+      transport_(std::move(transport)),
+      transport_description_(std::move(transport_description)),
       next_seq_(options.first_seq) {
   if (options.local_tan) {
     local_tan_.sin_family = AF_INET;
@@ -131,15 +155,12 @@ Engine::Engine(const ClientOptions& options, UdpSocket socket)
   window_params_.timeout = options.retransmit_timeout;
   window_params_.max_timeout = options.max_retransmit_timeout;
   window_params_.backoff = options.backoff;
-  const uint32_t capacity = std::bit_ceil(options.window);
-  send_mask_ = capacity - 1;
-  stride_ = (options.mtu - kIpv4UdpHeaderBytes + 63u) & ~63u;
-  send_buffers_ = std::make_unique<uint8_t[]>(size_t{capacity} * stride_);
+  send_mask_ = std::bit_ceil(options.window) - 1;
 }
 
 void Engine::Stop() {
   stop_.store(true, std::memory_order_relaxed);
-  socket_.Wake();
+  transport_->Wake();
 }
 
 ClientStats Engine::Stats() const {
@@ -158,6 +179,7 @@ ClientStats Engine::Stats() const {
   s.saturated_chunks = get(counters_.saturated_chunks);
   s.notices = get(counters_.notices);
   s.kept_local = get(counters_.kept_local);
+  s.receive_drops = transport_->stats().rx_dropped;
   return s;
 }
 
@@ -256,12 +278,11 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
   for (;;) {
     // Take in everything waiting first: results make room in the window.
     for (;;) {
-      ASSIGN_OR_RETURN(const uint32_t n, socket_.Receive());
-      for (uint32_t i = 0; i < n; ++i) {
-        RETURN_IF_ERROR(
-            OnDatagram(lane, phase, socket_.from(i), socket_.data(i), socket_.length(i)));
+      ASSIGN_OR_RETURN(const std::span<const InDatagram> in, transport_->Receive());
+      for (const InDatagram& d : in) {
+        RETURN_IF_ERROR(OnDatagram(lane, phase, d.from, d.data, d.length));
       }
-      if (n < UdpSocket::kBatch) break;
+      if (in.size() < Transport::kBatch) break;
     }
     if (window_.Done()) return common::Status::Ok();
     if (stop_.load(std::memory_order_relaxed)) {
@@ -279,19 +300,20 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
     }
     if (out_n_ == 0) PlanSends(lane, phase, now);
     if (out_n_ > 0) {
-      ASSIGN_OR_RETURN(const uint32_t taken, socket_.Send(out_ + out_first_, out_n_));
+      ASSIGN_OR_RETURN(const uint32_t taken, transport_->Send(out_ + out_first_, out_n_));
       out_first_ += taken;
       out_n_ -= taken;
       if (out_n_ == 0) continue;  // all sent: there may be more to send at once
     }
-    // The window is full and nothing is due, or the socket's buffer is full.
+    // The window is full and nothing is due, the transport's queue is full,
+    // or the next chunk's buffer is still being sent.
     const Clock::time_point wake = std::min({window_.NextDue(), stalled, op_deadline_});
-    RETURN_IF_ERROR(socket_.Wait(wake, out_n_ > 0));
+    RETURN_IF_ERROR(transport_->Wait(wake, out_n_ > 0));
   }
 }
 
 void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
-  uint32_t n = window_.TakeDue(now, due_, UdpSocket::kBatch);
+  uint32_t n = window_.TakeDue(now, due_, Transport::kBatch);
   Bump(counters_.retransmissions, n);
   const uint32_t ack = window_.ack_watermark();
   for (uint32_t i = 0; i < n; ++i) {
@@ -301,7 +323,8 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
     h->ack_watermark = common::be32_t::FromHost(ack);
     out_[i] = OutDatagram{&lane.addr, buf, DatagramBytes(phase.dtype, h->elem_count.host())};
   }
-  while (n < UdpSocket::kBatch && window_.CanSend()) {
+  while (n < Transport::kBatch && window_.CanSend() &&
+         transport_->SendBufferFree(window_.sent() & send_mask_)) {
     const uint32_t k = window_.MarkSent(now);
     uint8_t* buf = WindowBuffer(k);
     out_[n++] = OutDatagram{&lane.addr, buf, BuildDatagram(phase, k, buf)};
@@ -530,12 +553,14 @@ void Engine::WriteAndSendAck(const Lane& lane) {
   f.job_key = options_.job_key;
   f.ack_watermark = next_seq_;
   f.addr_low = addr_low_;
-  uint8_t buf[sizeof(AggHeader)];
+  // A repeat waits for the last one to leave (AF_XDP zero-copy).
+  if (!transport_->SendBufferFree(send_mask_ + 1)) return;
+  uint8_t* buf = AckBuffer();
   aggregator::WriteAggHeader(f, 0, reinterpret_cast<AggHeader*>(buf));
-  const OutDatagram ack{&lane.addr, buf, sizeof(buf)};
+  const OutDatagram ack{&lane.addr, buf, sizeof(AggHeader)};
   // Best effort, and repeated: a lost ACK only delays the release until a
   // repeat or the job's next contributions, which carry the same watermark.
-  (void)socket_.Send(&ack, 1);
+  (void)transport_->Send(&ack, 1);
 }
 
 std::string Engine::StallMessage(const Lane& lane, const Phase& phase) const {

@@ -1,5 +1,6 @@
-// The client's protocol engine: runs one allreduce at a time over the UDP
-// socket, as a sequence of transfers (client.h describes the behaviour).
+// The client's protocol engine: runs one allreduce at a time over its
+// transport (transport.h: kernel UDP or AF_XDP), as a sequence of transfers
+// (client.h describes the behaviour).
 //
 // A transfer is a run of chunks with consecutive sequence numbers, sent
 // through a SendWindow and answered by results. An allreduce is one transfer,
@@ -21,8 +22,13 @@
 // repeats while it is idle (NextAckRepeat, RepeatAck), and those left at once
 // when the client is destroyed (FlushAckRepeats).
 //
+// Every datagram is built in place in one of the transport's send buffers:
+// one per window entry (a retransmission sends the same buffer again), and
+// one for ACKs.
+//
 // Thread safety: Run, NextAckRepeat and RepeatAck are [I/O thread] (the one
-// thread that owns the engine). Stop, Stats and local_port are [any].
+// thread that owns the engine). Stop, Stats, local_port and
+// transport_description are [any].
 #pragma once
 
 #include <netinet/in.h>
@@ -39,7 +45,7 @@
 #include "client/chunking.h"
 #include "client/client.h"
 #include "client/internal/send_window.h"
-#include "client/internal/udp_socket.h"
+#include "client/internal/transport.h"
 #include "common/status.h"
 
 namespace aggswitch::client::internal {
@@ -63,7 +69,7 @@ class Engine {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Opens the socket and allocates every buffer. `options` must be valid
+  // Opens the transport and allocates every buffer. `options` must be valid
   // (ValidateClientOptions). [any]
   static common::Result<std::unique_ptr<Engine>> Create(const ClientOptions& options);
 
@@ -84,8 +90,9 @@ class Engine {
   // Sends the repeats left at once (the client is being destroyed). [I/O thread]
   void FlushAckRepeats();
 
-  ClientStats Stats() const;                                    // [any]
-  uint16_t local_port() const { return socket_.local_port(); }  // [any]
+  ClientStats Stats() const;                                         // [any]
+  uint16_t local_port() const { return transport_->local_port(); }  // [any]
+  const std::string& transport_description() const { return transport_description_; }
 
  private:
   struct Lane {
@@ -125,7 +132,8 @@ class Engine {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
 
-  Engine(const ClientOptions& options, UdpSocket socket);
+  Engine(const ClientOptions& options, std::unique_ptr<Transport> transport,
+         std::string transport_description);
   // Set by a NOTICE from the switch: this rank is a predicted straggler and
   // flags its contributions BYPASS (docs/stragglers.md). [I/O thread]
   bool self_flag_ = false;
@@ -148,26 +156,25 @@ class Engine {
   // Data chunk m of a phase: its first element and element count.
   static size_t ChunkStart(const Phase& phase, uint32_t m) { return size_t{m} * phase.per_chunk; }
   static uint32_t ChunkLength(const Phase& phase, uint32_t m);
-  uint8_t* WindowBuffer(uint32_t k) {
-    return send_buffers_.get() + size_t{k & send_mask_} * stride_;
-  }
+  uint8_t* WindowBuffer(uint32_t k) { return transport_->send_buffer(k & send_mask_); }
+  // The send buffer after the window's: ACKs.
+  uint8_t* AckBuffer() { return transport_->send_buffer(send_mask_ + 1); }
   std::string StallMessage(const Lane& lane, const Phase& phase) const;
 
   const ClientOptions options_;
   const int headroom_;
-  UdpSocket socket_;
+  std::unique_ptr<Transport> transport_;
+  const std::string transport_description_;
   std::vector<Lane> lanes_;
   sockaddr_in local_tan_{};  // ClientOptions::local_tan; port 0: none
   uint32_t last_transient_nack_ = 0;  // the reason of the last "not now" NACK (StallMessage)
   SendWindow window_;
   SendWindow::Params window_params_;
-  std::unique_ptr<uint8_t[]> send_buffers_;  // one datagram per window entry
-  uint32_t send_mask_ = 0;
-  uint32_t stride_ = 0;
-  OutDatagram out_[UdpSocket::kBatch];
+  uint32_t send_mask_ = 0;  // window buffer of chunk k: k & send_mask_
+  OutDatagram out_[Transport::kBatch];
   uint32_t out_first_ = 0;  // out_[out_first_, out_first_ + out_n_) still to send
   uint32_t out_n_ = 0;
-  uint32_t due_[UdpSocket::kBatch];
+  uint32_t due_[Transport::kBatch];
   uint32_t next_seq_;
   uint32_t addr_low_ = 0;
   // The last allreduce's ACK: repeats left, when the next is due, and where.

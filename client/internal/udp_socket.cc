@@ -19,23 +19,14 @@ std::string ErrnoText(const char* what) {
   return std::string(what) + ": " + std::strerror(errno);
 }
 
+// Room for one SO_RXQ_OVFL control message.
+constexpr size_t kControlBytes = CMSG_SPACE(sizeof(uint32_t));
+
 }  // namespace
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-UniqueFd::~UniqueFd() {
-  if (fd_ >= 0) close(fd_);
-}
-
-common::Result<UdpSocket> UdpSocket::Open(const Options& options) {
-  UdpSocket s;
+common::Result<std::unique_ptr<UdpSocket>> UdpSocket::Open(const Options& options) {
+  std::unique_ptr<UdpSocket> owned(new UdpSocket());
+  UdpSocket& s = *owned;
   s.fd_ = UniqueFd(socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (s.fd_.get() < 0) return common::Unavailable(ErrnoText("socket(AF_INET, SOCK_DGRAM)"));
   const int fd = s.fd_.get();
@@ -43,6 +34,10 @@ common::Result<UdpSocket> UdpSocket::Open(const Options& options) {
   // and a smaller buffer only means more retransmissions under load.
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &options.buffer_bytes, sizeof(options.buffer_bytes));
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &options.buffer_bytes, sizeof(options.buffer_bytes));
+  // Every received batch says how many datagrams the kernel dropped for a
+  // full receive buffer so far.
+  const int on = 1;
+  setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &on, sizeof(on));
   const int pmtu = IP_PMTUDISC_DO;
   if (setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu)) != 0) {
     return common::Unavailable(ErrnoText("setsockopt(IP_MTU_DISCOVER)"));
@@ -63,13 +58,23 @@ common::Result<UdpSocket> UdpSocket::Open(const Options& options) {
   if (s.wake_fd_.get() < 0) return common::Unavailable(ErrnoText("eventfd"));
 
   s.buffer_bytes_ = options.mtu - 28;
+  s.send_buffers_ = std::make_unique<uint8_t[]>(size_t{options.send_buffers} * s.buffer_bytes_);
   s.buffers_ = std::make_unique<uint8_t[]>(size_t{kBatch} * s.buffer_bytes_);
   s.in_msgs_ = std::make_unique<mmsghdr[]>(kBatch);
   s.in_iov_ = std::make_unique<iovec[]>(kBatch);
   s.in_from_ = std::make_unique<sockaddr_in[]>(kBatch);
+  s.in_control_ = std::make_unique<uint8_t[]>(kBatch * kControlBytes);
+  s.in_ = std::make_unique<InDatagram[]>(kBatch);
   s.out_msgs_ = std::make_unique<mmsghdr[]>(kBatch);
   s.out_iov_ = std::make_unique<iovec[]>(kBatch);
-  return s;
+  return owned;
+}
+
+TransportStats UdpSocket::stats() const {
+  TransportStats t;
+  t.rx_dropped = rx_dropped_.load(std::memory_order_relaxed);
+  t.truncated = truncated_.load(std::memory_order_relaxed);
+  return t;
 }
 
 common::Result<uint32_t> UdpSocket::Send(const OutDatagram* datagrams, uint32_t n) {
@@ -103,7 +108,7 @@ common::Result<uint32_t> UdpSocket::Send(const OutDatagram* datagrams, uint32_t 
   return taken;
 }
 
-common::Result<uint32_t> UdpSocket::Receive() {
+common::Result<std::span<const InDatagram>> UdpSocket::Receive() {
   for (uint32_t i = 0; i < kBatch; ++i) {
     in_iov_[i] = iovec{buffers_.get() + size_t{i} * buffer_bytes_, buffer_bytes_};
     msghdr& h = in_msgs_[i].msg_hdr;
@@ -112,23 +117,38 @@ common::Result<uint32_t> UdpSocket::Receive() {
     h.msg_namelen = sizeof(sockaddr_in);
     h.msg_iov = &in_iov_[i];
     h.msg_iovlen = 1;
+    h.msg_control = in_control_.get() + i * kControlBytes;
+    h.msg_controllen = kControlBytes;
   }
   int r;
   do {
     r = recvmmsg(fd_.get(), in_msgs_.get(), kBatch, MSG_DONTWAIT, nullptr);
   } while (r < 0 && errno == EINTR);
   if (r < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0u;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return std::span<const InDatagram>();
     return common::Unavailable(ErrnoText("recvmmsg"));
   }
-  // A truncated datagram is not the one that was sent: it reads as empty.
   for (int i = 0; i < r; ++i) {
-    if (in_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) {
-      in_msgs_[i].msg_len = 0;
-      ++truncated_;
+    const msghdr& h = in_msgs_[i].msg_hdr;
+    InDatagram& d = in_[i];
+    d.data = static_cast<const uint8_t*>(h.msg_iov->iov_base);
+    d.length = in_msgs_[i].msg_len;
+    d.from = in_from_[i];
+    // A truncated datagram is not the one that was sent: it reads as empty.
+    if (h.msg_flags & MSG_TRUNC) {
+      d.length = 0;
+      truncated_.store(truncated_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+    for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr;
+         c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+        uint32_t dropped;  // the socket's drops since it was opened
+        std::memcpy(&dropped, CMSG_DATA(c), sizeof(dropped));
+        rx_dropped_.store(dropped, std::memory_order_relaxed);
+      }
     }
   }
-  return static_cast<uint32_t>(r);
+  return std::span<const InDatagram>(in_.get(), static_cast<size_t>(r));
 }
 
 common::Status UdpSocket::Wait(Clock::time_point deadline, bool want_write) {

@@ -54,6 +54,7 @@ constexpr int kExitFailed = 3;
 struct CliText {
   std::vector<std::string> switches;
   std::string bind = "0.0.0.0";
+  std::string transport = "udp";
   std::string key = "0x5eed";
   std::string size = "1M";
   std::string dtype = "float32";
@@ -138,6 +139,7 @@ common::Status ApplyText(const CliText& t, RunConfig& cfg) {
   const auto bind = common::Ipv4Addr::Parse(t.bind);
   if (!bind) return common::InvalidArgument("--bind: expected a.b.c.d, got \"" + t.bind + "\"");
   o.bind_ip = *bind;
+  o.transport = t.transport == "af_xdp" ? client::TransportKind::kAfXdp : client::TransportKind::kUdp;
   ASSIGN_OR_RETURN(o.job_key, common::ParseJobKeyOption("--key", t.key));
   if (!t.tan_listen.empty()) {
     ASSIGN_OR_RETURN(cfg.tan.listen, ParseListen(t.tan_listen));
@@ -356,6 +358,7 @@ int Run(const RunConfig& cfg, const CliText& text) {
   summary.dtype = text.dtype;
   summary.op = text.op;
   summary.float_mode = text.float_mode;
+  summary.transport = (*c)->transport_description();
   for (const std::string& s : text.switches) {
     summary.switches += (summary.switches.empty() ? "" : ",") + s;
   }
@@ -398,7 +401,7 @@ int Main(int argc, char** argv) {
   RunConfig cfg;
   CliText text;
   client::ClientOptions& o = cfg.client;
-  CLI::App app{"agg-worker: one rank of an allreduce job through aggswitch (kernel UDP)"};
+  CLI::App app{"agg-worker: one rank of an allreduce job through aggswitch (kernel UDP or AF_XDP)"};
   // The job.
   app.add_option("--rank", o.rank, "This process's rank, 0..world-1")->required();
   app.add_option("--world", o.world, "Ranks in the job, over every node")->required();
@@ -418,6 +421,14 @@ int Main(int argc, char** argv) {
                  "upper switch of every allreduce; the same on every rank (default: the "
                  "allreduce's index)");
   app.add_option("--bind", text.bind, "Local IPv4 address to send from")->capture_default_str();
+  app.add_option("--transport", text.transport,
+                 "udp: kernel UDP sockets, unprivileged; af_xdp: an AF_XDP socket on --iface, "
+                 "with the client's XDP program there (root)")
+      ->check(CLI::IsMember({"udp", "af_xdp"}))
+      ->capture_default_str();
+  app.add_option("--iface", o.interface, "af_xdp: the interface that reaches the switch");
+  app.add_option("--queue", o.queue, "af_xdp: the interface's queue the answers arrive on")
+      ->capture_default_str();
   app.add_option("--task-info", text.task_info,
                  "How the switch learns the job: none (configured there), inband (in every "
                  "contribution), announce (rank 0 sends TASK_INFO first)")

@@ -98,8 +98,8 @@ LatencySummary Summarize(std::vector<double> seconds) {
 }
 
 void PrintSummary(FILE* out, const RunSummary& s) {
-  std::fprintf(out, "agg-worker rank %u of %u, job %u via %s\n", s.rank, s.world, s.job,
-               s.switches.c_str());
+  std::fprintf(out, "agg-worker rank %u of %u, job %u via %s over %s\n", s.rank, s.world, s.job,
+               s.switches.c_str(), s.transport.c_str());
   std::fprintf(out, "  %s %s of %llu elements (%s), %s mode: %u of %u iterations done\n",
                s.dtype.c_str(), s.op.c_str(), U(s.elements), FormatBytes(s.bytes).c_str(),
                s.float_mode.c_str(), s.completed, s.iterations);
@@ -113,8 +113,11 @@ void PrintSummary(FILE* out, const RunSummary& s) {
                  s.AlgorithmBandwidth() / 1e6, s.AlgorithmBandwidth() * 8 / 1e9);
   }
   const client::ClientStats& c = s.stats;
-  std::fprintf(out, "  chunks %llu, retransmissions %llu, duplicate results %llu, stray %llu\n",
-               U(c.chunks), U(c.retransmissions), U(c.duplicate_results), U(c.stray_datagrams));
+  std::fprintf(out,
+               "  chunks %llu, retransmissions %llu, duplicate results %llu, stray %llu, receive "
+               "drops %llu\n",
+               U(c.chunks), U(c.retransmissions), U(c.duplicate_results), U(c.stray_datagrams),
+               U(c.receive_drops));
   if (c.scale_exchanges + c.overflow_redos + c.float_fallbacks + c.saturated_chunks +
           c.transient_nacks >
       0) {
@@ -148,6 +151,7 @@ common::Status WriteJsonSummary(const std::string& path, const RunSummary& s) {
       {"world", s.world},
       {"job", s.job},
       {"switches", s.switches},
+      {"transport", s.transport},
       {"dtype", s.dtype},
       {"op", s.op},
       {"float_mode", s.float_mode},
@@ -180,7 +184,8 @@ common::Status WriteJsonSummary(const std::string& path, const RunSummary& s) {
         {"overflow_redos", c.overflow_redos},
         {"saturated_chunks", c.saturated_chunks},
         {"notices", c.notices},
-        {"kept_local", c.kept_local}}},
+        {"kept_local", c.kept_local},
+        {"receive_drops", c.receive_drops}}},
   };
   std::ofstream f(path);
   f << doc.dump(1) << "\n";

@@ -47,7 +47,8 @@ struct RunSummary {
   std::string dtype;
   std::string op;
   std::string float_mode;
-  std::string switches;  // "10.0.10.253:47000,..."
+  std::string switches;   // "10.0.10.253:47000,..."
+  std::string transport;  // Client::transport_description()
   uint64_t elements = 0;
   uint64_t bytes = 0;
   uint32_t iterations = 0;  // asked for
