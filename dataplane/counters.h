@@ -20,7 +20,8 @@
 namespace aggswitch::dataplane {
 
 // Every reason the dataplane drops a frame: enum name, metric label, meaning.
-// Drops are charged to the ingress port, except tx_full (egress port); a
+// Drops are charged to the ingress port, except tx_full and no_tailroom
+// (egress port); a
 // frame the switch made itself is charged to no port (TxBuffers::Drop).
 #define AGG_DROP_REASONS(X)                                                                   \
   X(kRunt, "runt", "frame shorter than an Ethernet header")                                   \
@@ -36,6 +37,8 @@ namespace aggswitch::dataplane {
   X(kNoMbuf, "no_mbuf", "mempool empty when copying a flooded frame")                         \
   X(kNoHeadroom, "no_headroom", "no headroom to push an 802.1Q tag")                          \
   X(kTxFull, "tx_full", "egress queue full")                                                  \
+  X(kNoTailroom, "no_tailroom",                                                               \
+    "a chained frame does not fit one buffer, and the egress port sends only single buffers")  \
   X(kAggMalformed, "agg_malformed",                                                           \
     "aggregation datagram failed its IPv4, UDP or header checks (by reason: aggswitch_aggregation_malformed_total)") \
   X(kAggUnsupported, "agg_unsupported", "aggregation opcode this switch does not take")       \

@@ -138,6 +138,15 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
   if (fast_free && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE)) {
     conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
   }
+  // Results are chained mbufs (headers, then a payload the copies share).
+  // A driver that sends chains is asked to; one that cannot (net_af_xdp)
+  // gets them copied flat by TxBuffers. net_ring passes mbufs through as
+  // they are, chains included, without saying so.
+  const bool tx_chains = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0 ||
+                         std::string_view(info.driver_name) == "net_ring";
+  if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
+    conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  }
   if (int rc = rte_eth_dev_configure(port_id, rx_queues, tx_queues, &conf); rc != 0) {
     return common::Internal("port " + pc.name + ": configure: " + Errno(rc));
   }
@@ -197,10 +206,11 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
               static_cast<unsigned long long>(discarded));
     }
   }
-  ports_.push_back(Port{pc, port_id, rx_queues, tx_queues, true});
-  AGG_LOG(kInfo, "port %s: %s (ethdev %u, %s), %u rx / %u tx queues, %s", pc.name.c_str(),
+  ports_.push_back(Port{pc, port_id, rx_queues, tx_queues, true, tx_chains});
+  AGG_LOG(kInfo, "port %s: %s (ethdev %u, %s), %u rx / %u tx queues, %s%s", pc.name.c_str(),
           pc.devargs.c_str(), port_id, info.driver_name, rx_queues, tx_queues,
-          VlanModeText(pc).c_str());
+          VlanModeText(pc).c_str(),
+          tx_chains ? "" : "; sends single-buffer frames: results are copied flat for it");
   if (pc.faults) {
     static constexpr const char* kDirection[] = {"received", "sent", "received and sent"};
     AGG_LOG(kWarning,
@@ -319,6 +329,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     for (size_t p = 0; p < ports_.size(); ++p) {
       setup.port_ids[p] = ports_[p].port_id;
       if (config.ports[p].faults) setup.faults[p] = &*config.ports[p].faults;
+      if (!ports_[p].tx_chains) setup.linear_tx_ports |= uint64_t{1} << p;
     }
     parts.info = WorkerInfo{wc.lcore, setup.tx_queue, {}};
     for (const config::RxQueueRef& rx : wc.rx) {

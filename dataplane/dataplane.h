@@ -180,6 +180,7 @@ class Dataplane {
     uint16_t rx_queues = 0;
     uint16_t tx_queues = 0;
     bool started = false;
+    bool tx_chains = true;  // the driver sends chained mbufs (RTE_ETH_TX_OFFLOAD_MULTI_SEGS)
   };
 
   Dataplane() = default;

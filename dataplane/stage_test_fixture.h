@@ -81,7 +81,8 @@ class StageTest : public ::testing::Test {
 
   // The switch of DataplaneTest with `extra` config (aggregation: ...) and
   // ports[].faults where `faults` names them.
-  void Build(const std::string& extra, unsigned tx_ring_size = 256) {
+  // `linear_ports`: ports TxBuffers treats as sending single buffers only.
+  void Build(const std::string& extra, unsigned tx_ring_size = 256, uint64_t linear_ports = 0) {
     TearDown();
     static int instance = 0;
     ++instance;
@@ -129,7 +130,7 @@ class StageTest : public ::testing::Test {
     for (size_t p = 0; p < config_.ports.size(); ++p) {
       if (config_.ports[p].faults) faults[p] = &*config_.ports[p].faults;
     }
-    tx_ = std::make_unique<TxBuffers>(port_ids_, 0, Pool(), *stats_, faults, 1);
+    tx_ = std::make_unique<TxBuffers>(port_ids_, 0, Pool(), *stats_, faults, 1, linear_ports);
   }
 
   void TearDown() override {
@@ -164,7 +165,10 @@ class StageTest : public ::testing::Test {
   }
 
   // Everything that left each port (its TX ring) since the last call.
-  std::map<int, std::vector<testframes::Frame>> Sent() {
+  // The frames each port sent, their bytes; with the buffer count of each
+  // in `segments` when given.
+  std::map<int, std::vector<testframes::Frame>> Sent(
+      std::map<int, std::vector<uint16_t>>* segments = nullptr) {
     std::map<int, std::vector<testframes::Frame>> out;
     for (int p = 0; p < static_cast<int>(tx_rings_.size()); ++p) {
       void* obj;
@@ -174,6 +178,7 @@ class StageTest : public ::testing::Test {
         const auto* d = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, m->pkt_len, f.data()));
         if (d != f.data()) std::memcpy(f.data(), d, m->pkt_len);
         out[p].push_back(std::move(f));
+        if (segments != nullptr) (*segments)[p].push_back(m->nb_segs);
         rte_pktmbuf_free(m);
       }
     }

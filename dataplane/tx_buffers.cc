@@ -8,8 +8,9 @@ namespace aggswitch::dataplane {
 
 TxBuffers::TxBuffers(const uint16_t (&port_ids)[config::kMaxPorts], uint16_t tx_queue,
                      rte_mempool* pool, LcoreStats& stats,
-                     const config::FaultConfig* const (&faults)[config::kMaxPorts], unsigned lcore)
-    : tx_queue_(tx_queue), pool_(pool), stats_(stats) {
+                     const config::FaultConfig* const (&faults)[config::kMaxPorts], unsigned lcore,
+                     uint64_t linear_ports)
+    : tx_queue_(tx_queue), pool_(pool), stats_(stats), linear_ports_(linear_ports) {
   std::copy(std::begin(port_ids), std::end(port_ids), port_ids_);
   for (uint16_t p = 0; p < config::kMaxPorts; ++p) {
     const config::FaultConfig* f = faults[p];

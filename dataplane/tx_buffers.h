@@ -8,7 +8,10 @@
 //   tx.Flush();                                 // end of a burst: one tx_burst per port
 //
 // A full buffer is flushed before it takes another frame (a result goes to
-// many members). Ports with fault injection (ports[].faults) pass their
+// many members). A chained frame (a result: its own headers, then the payload
+// every member's copy shares) bound for a port whose driver sends only
+// single-buffer frames (`linear_ports`, e.g. net_af_xdp) is first copied into
+// its header buffer. Ports with fault injection (ports[].faults) pass their
 // frames through their injector, which may hold some back: Release() sends
 // those even when nothing else goes out.
 //
@@ -36,13 +39,19 @@ class TxBuffers {
  public:
   // `port_ids` maps port index -> DPDK port id; `faults` holds ports[].faults
   // by port index (null: none), read by the constructor only, which seeds
-  // each injector with FaultStream(lcore, port, true).
+  // each injector with FaultStream(lcore, port, true). `linear_ports`: bit p
+  // set when port p's driver cannot send chained mbufs.
   TxBuffers(const uint16_t (&port_ids)[config::kMaxPorts], uint16_t tx_queue, rte_mempool* pool,
             LcoreStats& stats, const config::FaultConfig* const (&faults)[config::kMaxPorts],
-            unsigned lcore);
+            unsigned lcore, uint64_t linear_ports = 0);
 
   // Queues `m` for `out_port`.
   void Enqueue(uint16_t out_port, rte_mbuf* m) {
+    if (__builtin_expect(((linear_ports_ >> out_port) & 1) != 0 && m->nb_segs > 1, 0) &&
+        rte_pktmbuf_linearize(m) != 0) {
+      Drop(out_port, DropReason::kNoTailroom, m);
+      return;
+    }
     if (__builtin_expect(count_[out_port] == kBurstSize, 0)) FlushPort(out_port);
     frames_[out_port][count_[out_port]++] = m;
     bytes_[out_port] += m->pkt_len;
@@ -82,6 +91,7 @@ class TxBuffers {
   uint64_t dirty_ = 0;
   std::unique_ptr<FaultInjector> faults_[config::kMaxPorts];
   uint64_t fault_ports_ = 0;  // ports with a TX injector
+  const uint64_t linear_ports_;
 };
 
 }  // namespace aggswitch::dataplane

@@ -2,10 +2,14 @@
 // flushed, a full buffer flushes itself, a full TX ring is counted as
 // tx_full on the egress port, drops are counted on the port they are charged
 // to (none for the switch's own frames), and a TX fault injector's held
-// frames go out on Release().
+// frames go out on Release(), and a chained frame for a port that sends
+// single buffers only is copied flat (or dropped, counted, when it cannot be).
 #include "dataplane/tx_buffers.h"
 
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
 
 #include "dataplane/stage_test_fixture.h"
 
@@ -22,7 +26,28 @@ testframes::Frame Frame(uint8_t tag) {
   return f;
 }
 
-class TxBuffersTest : public StageTest {};
+class TxBuffersTest : public StageTest {
+ protected:
+  // A result as Answers builds it: `copies` header buffers chained to one
+  // payload buffer they share.
+  static std::vector<rte_mbuf*> SharedPayloadFrames(int copies, uint16_t payload_len) {
+    rte_mbuf* payload = rte_pktmbuf_alloc(Pool());
+    auto* bytes = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(payload, payload_len));
+    for (uint16_t i = 0; i < payload_len; ++i) bytes[i] = static_cast<uint8_t>(i * 7);
+    std::vector<rte_mbuf*> out;
+    for (int c = 0; c < copies; ++c) {
+      rte_mbuf* hdr = rte_pktmbuf_alloc(Pool());
+      auto* h = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(hdr, 14));
+      std::memset(h, 0xa0 + c, 14);
+      hdr->next = payload;
+      hdr->nb_segs = 2;
+      hdr->pkt_len = 14u + payload_len;
+      out.push_back(hdr);
+    }
+    rte_mbuf_refcnt_update(payload, static_cast<int16_t>(copies - 1));
+    return out;
+  }
+};
 
 TEST_F(TxBuffersTest, FramesLeaveOnFlushInOrderAndAreCounted) {
   const unsigned in_use = InUse();
@@ -70,6 +95,44 @@ TEST_F(TxBuffersTest, DropsAreChargedToTheirPortAndOwnFramesToNone) {
   for (int p = 0; p < kPorts; ++p) EXPECT_EQ(Drops(p, DropReason::kAggNoTan), 0u) << p;
   EXPECT_EQ(InUse(), in_use);
   EXPECT_TRUE(Sent().empty());
+}
+
+TEST_F(TxBuffersTest, AChainedFrameForASingleBufferPortIsCopiedFlat) {
+  Build("", 256, /*linear_ports=*/uint64_t{1} << 1);
+  const unsigned in_use = InUse();
+  std::vector<rte_mbuf*> frames = SharedPayloadFrames(3, 1400);
+  tx().Enqueue(1, frames[0]);
+  tx().Enqueue(1, frames[1]);
+  tx().Enqueue(3, frames[2]);  // a port that sends chains
+  tx().Flush();
+  std::map<int, std::vector<uint16_t>> segments;
+  auto sent = Sent(&segments);
+  ASSERT_EQ(sent[1].size(), 2u);
+  ASSERT_EQ(sent[3].size(), 1u);
+  EXPECT_EQ(segments[1], (std::vector<uint16_t>{1, 1})) << "flat for the single-buffer port";
+  EXPECT_EQ(segments[3], (std::vector<uint16_t>{2})) << "left chained where chains go";
+  for (const auto& [port, list] : sent) {
+    for (const testframes::Frame& f : list) {
+      ASSERT_EQ(f.size(), 14u + 1400);
+      for (uint16_t i = 0; i < 1400; ++i) ASSERT_EQ(f[14 + i], static_cast<uint8_t>(i * 7)) << i;
+    }
+  }
+  EXPECT_EQ(sent[1][0][0], 0xa0);
+  EXPECT_EQ(sent[1][1][0], 0xa1);
+  EXPECT_EQ(stats().ports[1].tx_bytes.Get(), 2u * (14 + 1400));
+  EXPECT_EQ(InUse(), in_use) << "the shared payload is freed once every copy let go of it";
+}
+
+TEST_F(TxBuffersTest, AChainedFrameTooLargeForOneBufferIsDroppedOnTheEgressPort) {
+  Build("", 256, /*linear_ports=*/uint64_t{1} << 2);
+  const unsigned in_use = InUse();
+  const uint16_t too_long = static_cast<uint16_t>(RTE_MBUF_DEFAULT_DATAROOM - 14 + 1);
+  std::vector<rte_mbuf*> frames = SharedPayloadFrames(1, too_long);
+  tx().Enqueue(2, frames[0]);
+  tx().Flush();
+  EXPECT_TRUE(Sent()[2].empty());
+  EXPECT_EQ(Drops(2, DropReason::kNoTailroom), 1u);
+  EXPECT_EQ(InUse(), in_use);
 }
 
 TEST_F(TxBuffersTest, HeldFramesOfATxInjectorLeaveOnRelease) {

@@ -60,6 +60,9 @@ struct WorkerSetup {
   // ports[].faults by port index, null for none. Read by the Worker
   // constructor only, which builds its own injectors from them.
   const config::FaultConfig* faults[config::kMaxPorts] = {};
+  // Bit p: port p's driver sends only single-buffer frames (no
+  // RTE_ETH_TX_OFFLOAD_MULTI_SEGS), so chained results are copied flat first.
+  uint64_t linear_tx_ports = 0;
 };
 
 class alignas(64) Worker {

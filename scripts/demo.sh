@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The quick-start demo: aggswitch on the embedded default config, with four
-# hosts in network namespaces on af_packet/veth ports. It checks that the
-# switch switches (pings across access and trunk ports, and to the switch),
-# then runs the main job: the four hosts allreduce a few MB of float32 through
-# the switch with agg-worker, every rank verifying the result bit for bit.
+# hosts in network namespaces on veth pairs. The switch's ports are AF_XDP
+# sockets (net_af_xdp) where the machine allows, else af_packet; it says
+# which. It checks that the switch switches (pings across access and trunk
+# ports, and to the switch), then runs the main job: the four hosts allreduce
+# a few MB of float32 through the switch with agg-worker, every rank
+# verifying the result bit for bit. With AF_XDP ports the workers on access
+# ports send over AF_XDP too; h2's VLAN interface is a relay, so it uses UDP.
 #
 #   demo-h0 (access 10)  10.0.10.1  ── agg-sw0 ┐
 #   demo-h1 (access 10)  10.0.10.2  ── agg-sw1 │
@@ -60,11 +63,31 @@ LOG=/tmp/aggswitch-demo.log
 if ! http_port_free 9477; then
   echo "demo: stop whatever holds port 9477 (an aggswitch still running?) and try again"; exit 1
 fi
-"$AGGSWITCH" >"$LOG" 2>&1 &
-SWITCH_PID=$!
-topo_track_pid "$SWITCH_PID"
-if ! wait_switch "$SWITCH_PID" "http://127.0.0.1:9477" 30; then
-  echo "demo: aggswitch did not start; log:"; cat "$LOG"; exit 1
+choose_port_driver
+# start_demo_switch: the embedded default, or with AF_XDP ports the same
+# config with net_af_xdp devargs and room in the pool for their fill rings.
+start_demo_switch() {
+  local args=()
+  if [ "$AGG_PORT_DRIVER" = net_af_xdp ]; then
+    sed -E -e 's/net_af_packet([0-9]),iface=/net_af_xdp\1,iface=/' -e 's/^  mbufs: [0-9]+$/  mbufs: 32767/' \
+      "$ROOT/config/examples/default.yaml" >"$WORK/switch.yaml"
+    args=(--config "$WORK/switch.yaml")
+  fi
+  "$AGGSWITCH" "${args[@]}" >"$LOG" 2>&1 &
+  SWITCH_PID=$!
+  topo_track_pid "$SWITCH_PID"
+  wait_switch "$SWITCH_PID" "http://127.0.0.1:9477" 30
+}
+if ! start_demo_switch; then
+  if [ "$AGG_PORT_DRIVER" != net_af_xdp ]; then
+    echo "demo: aggswitch did not start; log:"; cat "$LOG"; exit 1
+  fi
+  echo "demo: aggswitch did not start on AF_XDP ports; falling back to af_packet. Its log:"
+  grep -v '^libbpf: elf: skipping' "$LOG" | tail -5 | sed 's/^/  /'
+  kill "$SWITCH_PID" 2>/dev/null; wait "$SWITCH_PID" 2>/dev/null
+  AGG_PORT_DRIVER=net_af_packet
+  echo "ports: net_af_packet (fallback)"
+  if ! start_demo_switch; then echo "demo: aggswitch did not start; log:"; cat "$LOG"; exit 1; fi
 fi
 echo "aggswitch is up (log: $LOG); metrics at $METRICS"
 echo
@@ -89,13 +112,17 @@ echo
 
 # --- The main job: a verified allreduce among the four hosts -----------------
 HOSTS=(h0 h1 h2 h3)
+TRANSPORTS=(udp udp udp udp)
+if [ "$AGG_PORT_DRIVER" = net_af_xdp ]; then TRANSPORTS=(af_xdp af_xdp udp af_xdp); fi
 echo "Allreduce: 4 ranks (h0, h1, h2 over the trunk, h3), $SIZE of float32 each,"
 echo "sum, $ITERATIONS iterations, through the switch at 10.0.10.254 (job 1, registered in-band):"
 pids=()
 for rank in 0 1 2 3; do
+  transport=(--transport "${TRANSPORTS[$rank]}")
+  [ "${TRANSPORTS[$rank]}" = af_xdp ] && transport+=(--iface eth0)
   topo_exec "${HOSTS[$rank]}" "$AGG_WORKER" --rank "$rank" --world 4 --job 1 --key 0xdec0 \
     --switch 10.0.10.254 --size "$SIZE" --dtype float32 --op sum --iterations "$ITERATIONS" \
-    --verify --quiet --json "$WORK/rank$rank.json" >"$WORK/rank$rank.log" 2>&1 &
+    "${transport[@]}" --verify --quiet --json "$WORK/rank$rank.json" >"$WORK/rank$rank.log" 2>&1 &
   pids+=($!)
 done
 verified=0
@@ -112,7 +139,7 @@ EOF
   )
   if [ "$code" -eq 0 ]; then
     verified=$((verified + 1))
-    printf '  rank %d (%s): verified   %s\n' "$rank" "${HOSTS[$rank]}" "$summary"
+    printf '  rank %d (%s, %s): verified   %s\n' "$rank" "${HOSTS[$rank]}" "${TRANSPORTS[$rank]}" "$summary"
   else
     printf '  rank %d (%s): FAILED (exit %d); its output:\n' "$rank" "${HOSTS[$rank]}" "$code"
     sed 's/^/      /' "$WORK/rank$rank.log" | tail -15

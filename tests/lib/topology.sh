@@ -160,6 +160,39 @@ p = json.load(sys.stdin)["placement"]
 print(p["first"], p["size"], p["base"])'
 }
 
+# choose_port_driver: picks how switches reach their veths and how workers
+# send, and says which and why. Sets AGG_PORT_DRIVER to net_af_xdp (the
+# switch's ports are AF_XDP sockets, and workers may use --transport af_xdp)
+# when this is root, the kernel has AF_XDP sockets, DPDK has the net_af_xdp
+# driver and bpffs is mounted (libxdp keeps its programs there; mounted here
+# when missing); else to net_af_packet. AGG_PORT_DRIVER=net_af_packet in the
+# environment keeps af_packet.
+choose_port_driver() {
+  local why=""
+  if [ "${AGG_PORT_DRIVER:-}" = net_af_packet ]; then
+    why="AGG_PORT_DRIVER=net_af_packet"
+  elif [ "$(id -u)" -ne 0 ]; then
+    why="not root"
+  elif ! ls "$(pkg-config --variable=libdir libdpdk 2>/dev/null || echo /usr/lib)"/librte_net_af_xdp.so* >/dev/null 2>&1; then
+    why="DPDK has no net_af_xdp driver"
+  elif ! python3 -c 'import socket; socket.socket(44, socket.SOCK_RAW)' 2>/dev/null; then
+    why="the kernel has no AF_XDP sockets"
+  elif ! mountpoint -q /sys/fs/bpf && ! mount -t bpf bpf /sys/fs/bpf 2>/dev/null; then
+    why="bpffs is not mounted and cannot be"
+  fi
+  if [ -z "$why" ]; then
+    AGG_PORT_DRIVER=net_af_xdp
+    echo "ports: net_af_xdp (AF_XDP sockets on the veths)"
+  else
+    AGG_PORT_DRIVER=net_af_packet
+    echo "ports: net_af_packet ($why)"
+  fi
+}
+
+# port_devargs NAME IFACE: the DPDK devargs of a switch port on IFACE with the
+# driver choose_port_driver picked.
+port_devargs() { echo "${AGG_PORT_DRIVER:-net_af_packet}_$1,iface=$2"; }
+
 # wait_http URL [SECONDS]: polls until URL answers 200.
 wait_http() {
   local url="$1" limit="${2:-30}" i
