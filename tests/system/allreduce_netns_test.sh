@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # System test: allreduce through a running aggswitch with the client library.
-# Four worker namespaces run agg-worker over kernel UDP sockets, every result
-# checked bit for bit against the local reduction (--verify).
+# Four worker namespaces run agg-worker over kernel UDP sockets, then over
+# AF_XDP, every result checked bit for bit against the local reduction
+# (--verify). The switch's ports are AF_XDP sockets where the machine allows
+# (choose_port_driver), else af_packet.
 #
 #   w0 10.0.10.1 ── ar-p0 ┐
 #   w1 10.0.10.2 ── ar-p1 ├─ aggswitch (10.0.10.254; aggregation address 10.0.10.253)
@@ -26,6 +28,7 @@ AGG_IP=10.0.10.253
 topo_init ar
 cleanup_all() { topo_cleanup; rm -rf "$WORK"; }
 trap cleanup_all EXIT
+choose_port_driver
 
 for w in 0 1 2 3; do
   topo_host "w$w" "ar-p$w"
@@ -42,18 +45,18 @@ switch:
   mac: 02:a9:9c:00:00:01
   addresses: [10.0.10.254/24]
 ports:
-  - {name: p0, devargs: "net_af_packet_ar0,iface=ar-p0", access: 10}
-  - {name: p1, devargs: "net_af_packet_ar1,iface=ar-p1", access: 10}
-  - {name: p2, devargs: "net_af_packet_ar2,iface=ar-p2", access: 10}
-  - {name: p3, devargs: "net_af_packet_ar3,iface=ar-p3", access: 10}
+  - {name: p0, devargs: "$(port_devargs ar0 ar-p0)", access: 10}
+  - {name: p1, devargs: "$(port_devargs ar1 ar-p1)", access: 10}
+  - {name: p2, devargs: "$(port_devargs ar2 ar-p2)", access: 10}
+  - {name: p3, devargs: "$(port_devargs ar3 ar-p3)", access: 10}
 workers:
   - {lcore: 1, rx: [p0, p1, p2, p3]}
-mempool: {mbufs: 16383}
+mempool: {mbufs: 32767}
 http: {listen: "127.0.0.1:$HTTP_PORT"}
 aggregation:
   address: $AGG_IP
   in_band_registration: true
-  jobs: [{id: 5, key: "0x5eed", members: 4}]
+  jobs: [{id: 5, key: "0x5eed", members: 4}, {id: 6, key: "0x5eed", members: 4}]
 EOF
 
 if ! run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/aggswitch.log"; then
@@ -94,24 +97,40 @@ v = d["client"][sys.argv[2]]; print(sys.argv[2], "=", v); sys.exit(0 if v >= int
     "$WORK/$1.$2.json" "$3" "$4"
 }
 
-check "int32 sum, 1 MiB x 3, job registered in band" \
-  allreduce int32 4 101 --dtype int32 --op sum --size 1M --iterations 3
-check "float32 sum as fixed point, 4 MiB x 3, bit-exact" \
-  allreduce fixed 4 102 --dtype float32 --op sum --size 4M --iterations 3
-check "float32 fixed point without headroom: overflowed chunks redone as float32" \
-  allreduce redo 4 103 --dtype float32 --op sum --size 256K --headroom 0
-check "  ... and chunks were redone" json_at_least redo 0 overflow_redos 1
-check "float16 sum (ordered), job announced by rank 0 (control unit)" \
-  allreduce announce 4 104 --dtype float16 --op sum --size 1M --task-info announce
-check "bfloat16 max on the job from the switch's config, no task info" \
-  allreduce config 4 5 --dtype bfloat16 --op max --size 512K --task-info none
-check "float32 sum in rank order (ORDERED flag), bit-exact" \
-  allreduce ordered 4 106 --dtype float32 --op sum --size 1M --float-mode ordered
-check "float32 sum in arrival order, within rounding" \
-  allreduce float 4 107 --dtype float32 --op sum --size 1M --float-mode float
-check "bool and / int32 or on two ranks" \
-  allreduce bool 2 108 --dtype bool --op and --size 64K --iterations 2
-check "int32 or, two ranks" allreduce or 2 109 --dtype int32 --op or --size 64K
+# matrix LABEL BASE CONFIG_JOB [AGG-WORKER OPTIONS]: every dtype and op, both
+# task-info modes and the job from the config (CONFIG_JOB), every float mode;
+# jobs BASE+1.., result files named after LABEL.
+matrix() {
+  local label="$1" base="$2" config_job="$3"; shift 3
+  local t="${label:+$label: }" n="${label:-}"
+  check "${t}int32 sum, 1 MiB x 3, job registered in band" \
+    allreduce "int32$n" 4 $((base + 1)) --dtype int32 --op sum --size 1M --iterations 3 "$@"
+  check "${t}float32 sum as fixed point, 4 MiB x 3, bit-exact" \
+    allreduce "fixed$n" 4 $((base + 2)) --dtype float32 --op sum --size 4M --iterations 3 "$@"
+  check "${t}float32 fixed point without headroom: overflowed chunks redone as float32" \
+    allreduce "redo$n" 4 $((base + 3)) --dtype float32 --op sum --size 256K --headroom 0 "$@"
+  check "${t}  ... and chunks were redone" json_at_least "redo$n" 0 overflow_redos 1
+  check "${t}float16 sum (ordered), job announced by rank 0 (control unit)" \
+    allreduce "announce$n" 4 $((base + 4)) --dtype float16 --op sum --size 1M --task-info announce "$@"
+  check "${t}bfloat16 max on the job from the switch's config, no task info" \
+    allreduce "config$n" 4 "$config_job" --dtype bfloat16 --op max --size 512K --task-info none "$@"
+  check "${t}float32 sum in rank order (ORDERED flag), bit-exact" \
+    allreduce "ordered$n" 4 $((base + 6)) --dtype float32 --op sum --size 1M --float-mode ordered "$@"
+  check "${t}float32 sum in arrival order, within rounding" \
+    allreduce "float$n" 4 $((base + 7)) --dtype float32 --op sum --size 1M --float-mode float "$@"
+  check "${t}bool and / int32 or on two ranks" \
+    allreduce "bool$n" 2 $((base + 8)) --dtype bool --op and --size 64K --iterations 2 "$@"
+  check "${t}int32 or, two ranks" allreduce "or$n" 2 $((base + 9)) --dtype int32 --op or --size 64K "$@"
+}
+matrix "" 100 5
+# The same over AF_XDP workers, each on its namespace's veth (the switch's
+# ports are whatever choose_port_driver picked).
+if [ "$AGG_PORT_DRIVER" = net_af_xdp ]; then
+  matrix af_xdp 200 6 --transport af_xdp --iface eth0
+  check "af_xdp: the ranks really ran over AF_XDP" grep -q "over af_xdp eth0 queue 0" "$WORK/int32af_xdp.0.out"
+else
+  echo "SKIP af_xdp workers: this machine has no AF_XDP (see ports: above)"
+fi
 
 # A member that never comes: the others fail with a clear error once nothing
 # has been answered for --timeout-ms, and exit 3.
@@ -159,13 +178,13 @@ check "metrics: the switch completed every chunk of job 102" job_metric_at_least
 check "aggswitch is still running" kill -0 "$SWITCH_PID"
 
 # The same allreduce through a switch with two worker lcores, one on each
-# CPU. Every port has two RX queues (AF_PACKET fanout by flow hash, as a
+# CPU, on af_packet ports. Every port has two RX queues (AF_PACKET fanout by flow hash, as a
 # NIC's RSS spreads flows), one polled by each worker; a chunk's slot belongs
 # to one worker, so contributions cross to their slot's owner through the
 # hand-off rings.
 kill -TERM "$SWITCH_PID" && wait "$SWITCH_PID"
 sed -e 's/lcores: "0,1"/lcores: "0@0,1@1,2@0"/' \
-    -e 's/iface=\(ar-p[0-3]\)"/iface=\1,qpairs=2"/' \
+    -e 's/net_af_xdp_/net_af_packet_/' -e 's/iface=\(ar-p[0-3]\)"/iface=\1,qpairs=2"/' \
     -e 's/  - {lcore: 1, rx: \[p0, p1, p2, p3\]}/  - {lcore: 1, rx: ["p0:0", "p1:0", "p2:0", "p3:0"]}\n  - {lcore: 2, rx: ["p0:1", "p1:1", "p2:1", "p3:1"]}/' \
     "$WORK/switch.yaml" >"$WORK/switch2.yaml"
 two_workers_up() {
