@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # An allreduce of 1, 16 and 64 MiB of float32 among 4 workers on this machine,
-# three ways, interleaved in one run: through aggswitch, with Gloo's ring over
-# TCP loopback, and with Open MPI's MPI_Allreduce over its TCP BTL.
+# five ways, interleaved in one run: through aggswitch with kernel UDP workers,
+# with AF_XDP workers at a 1500-byte MTU and at the largest frame (3400), with
+# Gloo's ring over TCP loopback, and with Open MPI's MPI_Allreduce over its
+# TCP BTL.
 #
 # Run it as root on an otherwise idle machine (about 5 minutes with the
 # defaults, plus 1 of profiling when aggswitch misses the target; each wait
@@ -9,30 +11,31 @@
 #
 #   scripts/install-deps.sh --bench      # libgloo-dev, libopenmpi-dev, openmpi-bin, perf
 #   scripts/build.sh                     # aggswitch, agg-worker, bench/allreduce/{gloo,mpi}_allreduce
-#   sudo bench/allreduce.sh [--repeats 3] [--sizes "1M 16M 64M"] [--methods aggswitch,gloo,mpi]
-#                           [--iterations N] [--window 128] [--mtu 1500] [--retries 2]
-#                           [--no-profile] [--build-dir build]
+#   sudo bench/allreduce.sh [--repeats 3] [--sizes "1M 16M 64M"]
+#                           [--methods udp,af_xdp,af_xdp_large,gloo,mpi]
+#                           [--iterations N] [--window 128] [--mtu 1500] [--large-mtu 3400]
+#                           [--retries 2] [--no-profile] [--build-dir build] [--quick]
 #                           [--out bench/results/allreduce-latest.txt] [--keep-logs]
 #
-#   quick check:  sudo bench/allreduce.sh --sizes 1M --repeats 1 --no-profile
+#   --quick: only 16 and 64 MiB, one repeat.
 #
-# What it does, for each repeat, size and method, in the order aggswitch,
-# Gloo, MPI (A B C A B C A B C):
-#   - aggswitch: starts aggswitch on four net_af_packet ports, the root ends
-#     of veth pairs into network namespaces ab-w0..ab-w3 (10.0.40.1-4/24;
-#     aggregation address 10.0.40.253), its control and worker lcores both on
-#     CPU 1 (--lcores 0@1,1@1). One agg-worker per namespace (kernel UDP
-#     sockets) first allreduces once with --verify (a job of its own), then
-#     runs the timed job: --iterations allreduces, float32 sum as int32 fixed
-#     point (the client's default), the job registered in band, --window
-#     chunks in flight per worker at --mtu. The defaults: window 128, the
-#     client's own (windows of 32 to 256 measured within 10% of each other
-#     here, as the run is CPU-bound; 256 and more retransmit more under
-#     load), and mtu 1500, the largest an af_packet port takes. Its input is
-#     a file per rank (--input; seeded integers as float32, written once per
-#     size), copied into the buffer before each allreduce as the baselines
-#     do. Then the switch stops, so that the other methods get the whole
-#     machine.
+# What it does, for each repeat, size and method, in the order udp, af_xdp,
+# af_xdp_large, Gloo, MPI (A B C D E A B C D E ...):
+#   - udp, af_xdp, af_xdp_large (aggswitch): starts aggswitch on four
+#     net_af_xdp ports (net_af_packet where the machine has no AF_XDP; it
+#     says which), the root ends of veth pairs into network namespaces
+#     ab-w0..ab-w3 (10.0.40.1-4/24; aggregation address 10.0.40.253), its
+#     control and worker lcores both on CPU 1 (--lcores 0@1,1@1). One
+#     agg-worker per namespace, over kernel UDP sockets (udp, at --mtu) or
+#     over AF_XDP on its eth0 (af_xdp at --mtu, af_xdp_large at --large-mtu;
+#     the veths carry --large-mtu), first allreduces once with --verify (a job
+#     of its own), then runs the timed job: --iterations allreduces, float32
+#     sum as int32 fixed point (the client's default), the job registered in
+#     band, --window chunks in flight per worker. Its input is a file per rank
+#     (--input; seeded integers as float32, written once per size), copied
+#     into the buffer before each allreduce as the baselines do. Then the
+#     switch stops, so that the other methods get the whole machine.
+#     af_xdp_large needs AF_XDP ports (af_packet ports take 1500 at most).
 #   - Gloo: four gloo_allreduce processes (bench/allreduce/) meet through a
 #     FileStore and connect over TCP on 127.0.0.1; gloo::allreduce with the
 #     ring algorithm, float32 sum, Gloo's own reduce function.
@@ -49,10 +52,12 @@
 #   - The CPU time of every process that is not ours (nor ksoftirqd) is taken
 #     from /proc over each run; a run in which it exceeds 10% of the two CPUs
 #     was disturbed and runs again (up to --retries times) once the machine
-#     is idle.
-# When aggswitch misses the target, one more 64 MiB aggswitch run goes under
-# `perf record -a -g` with per-process CPU accounting, and the summary says
-# where the two CPUs' time goes.
+#     is idle. The CPU seconds of each party over the timed allreduces, from
+#     /proc, are in the summary per allreduce: the switch process, and the
+#     sum of the ranks (with mpirun for MPI).
+# When AF_XDP (af_xdp_large) misses the target, one more 64 MiB run of it goes
+# under `perf record -a -g` with per-process CPU accounting, and the summary
+# says where the two CPUs' time goes.
 #
 # How to read the summary (also written to --out; raw samples in the .tsv
 # beside it: size method repeat metric value):
@@ -64,11 +69,13 @@
 #     (barrier) and differ little; the per-rank spread is in the .tsv.
 #   - "algbw" is algorithm bandwidth as nccl-tests defines it: bytes / time
 #     (MB = 10^6 bytes; sizes are MiB).
-#   - "aggswitch / Gloo" and "aggswitch / MPI" are ratios of algbw.
-#   - PASS/MISS is the issue's target: aggswitch >= 1.0 x Gloo's algbw at
-#     64 MiB. All three share the two CPUs of this machine: here aggswitch's
-#     switch busy-polls one of them, which in a real deployment is a separate
-#     box.
+#   - "/ Gloo" and "/ MPI" are ratios of algbw, per aggswitch transport; the
+#     summary ends with one line per size and transport:
+#       ratio_vs_gloo size=64M transport=af_xdp mtu=3500 ratio=1.23
+#   - PASS/MISS are the targets: AF_XDP workers (at the largest frame) >= 1.0
+#     x Gloo's algbw at 16 and 64 MiB, kernel UDP workers >= 0.4 x. All
+#     share the two CPUs of this machine: here aggswitch's switch busy-polls
+#     one of them, which in a real deployment is a separate box.
 set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -80,10 +87,11 @@ source "$ROOT/tests/lib/topology.sh"
 
 REPEATS=3
 SIZES="1M 16M 64M"
-METHODS="aggswitch,gloo,mpi"
+METHODS="udp,af_xdp,af_xdp_large,gloo,mpi"
 ITERATIONS=""  # empty: per size, see iterations_for
 WINDOW=128
 MTU=1500
+LARGE_MTU=3400
 RETRIES=2
 PROFILE=1
 BUILD_DIR="$ROOT/build"
@@ -98,8 +106,10 @@ AGG_IP=$SUBNET.253
 SWITCH_CPU=1                  # aggswitch's lcores 0 (control) and 1 (worker) both run here
 MAX_OTHER_SHARE=0.10          # of the 2 CPUs, used by processes not ours during a run
 RUN_TIMEOUT=600               # seconds for one method's run, whatever happens
+PORT_MTU=1500                 # the switch ports' MTU (LARGE_MTU with AF_XDP ports)
 TARGET_SIZE=64M
-TARGET_RATIO=1.0
+TARGET_RATIO=1.0              # af_xdp_large vs Gloo at 16 and 64 MiB
+UDP_TARGET_RATIO=0.4          # udp vs Gloo
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -109,6 +119,8 @@ while [ $# -gt 0 ]; do
     --iterations) ITERATIONS="$2"; shift 2 ;;
     --window) WINDOW="$2"; shift 2 ;;
     --mtu) MTU="$2"; shift 2 ;;
+    --large-mtu) LARGE_MTU="$2"; shift 2 ;;
+    --quick) SIZES="16M 64M"; REPEATS=1; shift ;;
     --retries) RETRIES="$2"; shift 2 ;;
     --no-profile) PROFILE=0; shift ;;
     --build-dir) BUILD_DIR=$(realpath -m "$2"); shift 2 ;;
@@ -124,18 +136,33 @@ done
   bench_die "--iterations wants a positive integer"
 [[ "$WINDOW" =~ ^[1-9][0-9]*$ ]] || bench_die "--window wants a chunk count"
 # DPDK 22.11's af_packet PMD reports a 1518-byte maximum frame, so the switch
-# cannot give its ports a larger MTU (rte_eth_dev_set_mtu fails).
+# cannot give its ports a larger MTU (rte_eth_dev_set_mtu fails); a net_af_xdp
+# port takes up to 3442 (one 4 KiB UMEM chunk per frame).
 if ! [[ "$MTU" =~ ^[0-9]+$ ]] || [ "$MTU" -lt 128 ] || [ "$MTU" -gt 1500 ]; then
   bench_die "--mtu: 128..1500 (af_packet ports take no larger frames)"
+fi
+if ! [[ "$LARGE_MTU" =~ ^[0-9]+$ ]] || [ "$LARGE_MTU" -lt "$MTU" ] || [ "$LARGE_MTU" -gt 3442 ]; then
+  bench_die "--large-mtu: --mtu..3442 (a net_af_xdp port of the switch takes no more)"
 fi
 for s in $SIZES; do
   [[ "$s" =~ ^[1-9][0-9]*[KM]$ ]] || bench_die "--sizes: $s is not a size such as 512K or 16M"
 done
 IFS=, read -r -a METHOD_LIST <<<"$METHODS"
 for m in "${METHOD_LIST[@]}"; do
-  case "$m" in aggswitch | gloo | mpi) ;; *) bench_die "--methods: unknown method $m" ;; esac
+  case "$m" in udp | af_xdp | af_xdp_large | gloo | mpi) ;; *) bench_die "--methods: unknown method $m" ;; esac
 done
 has_method() { [[ ",$METHODS," == *",$1,"* ]]; }
+# Whether any method runs aggswitch.
+has_aggswitch() { has_method udp || has_method af_xdp || has_method af_xdp_large; }
+# The agg-worker options of an aggswitch method, and its MTU.
+method_mtu() { if [ "$1" = af_xdp_large ]; then echo "$LARGE_MTU"; else echo "$MTU"; fi; }
+method_worker_options() {
+  case "$1" in
+    udp) echo "--transport udp --mtu $MTU" ;;
+    af_xdp) echo "--transport af_xdp --iface eth0 --mtu $MTU" ;;
+    af_xdp_large) echo "--transport af_xdp --iface eth0 --mtu $LARGE_MTU" ;;
+  esac
+}
 
 WORK=""       # temp dir: binaries, configs, logs of every run
 BIN=""        # $WORK/bin: the binaries, copied so that a rebuild cannot change them mid-run
@@ -190,10 +217,12 @@ live_cpu_seconds() {
   awk -v t="$(bench_cpu_ticks "$@")" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.3f", t / hz }'
 }
 
-CPU_T0="" CPU_SYS0="" CPU_CHILD0="" CPU_LIVE0="" CPU_LIVE_PIDS=()
+CPU_T0="" CPU_SYS0="" CPU_CHILD0="" CPU_LIVE0="" CPU_LIVE_PIDS=() CPU_SWITCH_PIDS=() CPU_SWITCH0=0
 # cpu_begin PID...: start of a run; the PIDs are our processes that will still
 # be running at cpu_end (the switch).
 cpu_begin() {
+  CPU_SWITCH_PIDS=("$@")
+  CPU_SWITCH0=$(live_cpu_seconds "$@")
   read -r -a CPU_LIVE_PIDS <<<"$* $(ksoftirqd_pids | paste -sd' ')"
   CPU_LIVE0=$(live_cpu_seconds "${CPU_LIVE_PIDS[@]}")
   times >"$WORK/times"
@@ -201,9 +230,11 @@ cpu_begin() {
   CPU_SYS0=$(system_task_seconds)
   CPU_T0=$(bench_now)
 }
-# Sets OTHER_SHARE, and records it with our processes' share.
+# cpu_end ITERATIONS: sets OTHER_SHARE, and records it with our processes'
+# share, and the CPU seconds per allreduce of the switch (the PIDs given to
+# cpu_begin) and of the ranks (this shell's children reaped meanwhile).
 cpu_end() {
-  local t1 sys1 child1 live1 ours
+  local iterations="$1" t1 sys1 child1 live1 ours switch1
   sys1=$(system_task_seconds)
   t1=$(bench_now)
   times >"$WORK/times"
@@ -216,6 +247,11 @@ cpu_end() {
       printf "%.3f %.3f", other / wall, ours / wall }')"
   record other_cpu_share "$OTHER_SHARE"
   record our_cpu_share "$ours"
+  switch1=$(live_cpu_seconds "${CPU_SWITCH_PIDS[@]}")
+  record switch_cpu_s_per_op "$(awk -v a="$CPU_SWITCH0" -v b="$switch1" -v n="$iterations" \
+    'BEGIN { printf "%.6f", (b - a) / n }')"
+  record ranks_cpu_s_per_op "$(awk -v a="$CPU_CHILD0" -v b="$child1" -v n="$iterations" \
+    'BEGIN { printf "%.6f", (b - a) / n }')"
 }
 
 # --- the topology and the switch -------------------------------------------------
@@ -228,6 +264,10 @@ topology_up() {
   for w in $(seq 0 $((WORLD - 1))); do
     topo_host "w$w" "$NS-p$w"
     topo_addr "w$w" eth0 "$SUBNET.$((w + 1))/24"
+    if [ "$AGG_PORT_DRIVER" = net_af_xdp ]; then
+      ip link set "$NS-p$w" mtu "$LARGE_MTU"
+      topo_exec "w$w" ip link set eth0 mtu "$LARGE_MTU"
+    fi
   done
   TOPO_UP=1
 }
@@ -235,7 +275,7 @@ topology_up() {
 aggswitch_config() {
   local w
   cat <<EOF
-# bench/allreduce.sh: $WORLD af_packet ports, one worker lcore; both lcores on CPU $SWITCH_CPU.
+# bench/allreduce.sh: $WORLD $AGG_PORT_DRIVER ports, one worker lcore; both lcores on CPU $SWITCH_CPU.
 eal:
   lcores: "0@$SWITCH_CPU,1@$SWITCH_CPU"
   main_lcore: 0
@@ -247,12 +287,12 @@ switch:
 ports:
 EOF
   for w in $(seq 0 $((WORLD - 1))); do
-    echo "  - {name: p$w, devargs: \"net_af_packet_$NS$w,iface=$NS-p$w\", access: 10, mtu: $MTU}"
+    echo "  - {name: p$w, devargs: \"$(port_devargs "$NS$w" "$NS-p$w")\", access: 10, mtu: $PORT_MTU}"
   done
   cat <<EOF
 workers:
   - {lcore: 1, rx: [$(seq -s ', ' -f 'p%g' 0 $((WORLD - 1)))]}
-mempool: {mbufs: 16383}
+mempool: {mbufs: 32767}
 http: {listen: "$HTTP"}
 aggregation:
   address: $AGG_IP
@@ -306,8 +346,7 @@ agg_workers_start() {
     bench_spawn "$RUN/$name.$w.log" timeout "$RUN_TIMEOUT" ip netns exec "$NS-w$w" \
       "$BIN/agg-worker" --rank "$w" --world "$WORLD" --job "$JOB" --key 0xab5eed \
       --switch "$AGG_IP" --input "$WORK/input/$size.{rank}.f32" --dtype float32 --op sum \
-      --iterations "$iterations" --window "$WINDOW" --mtu "$MTU" --quiet \
-      --json "$RUN/$name.$w.json" "$@"
+      --iterations "$iterations" --window "$WINDOW" --quiet --json "$RUN/$name.$w.json" "$@"
     WORKER_PIDS+=("$BENCH_LAST_PID")
   done
 }
@@ -343,20 +382,25 @@ PY
   done
 }
 
+# aggswitch_run METHOD SIZE ITERATIONS: the switch, and workers as METHOD says.
 aggswitch_run() {
-  local size="$1" iterations="$2"
+  local method="$1" size="$2" iterations="$3" options
+  read -r -a options <<<"$(method_worker_options "$method")"
   switch_start
-  if ! agg_workers verify "$size" 1 --verify; then
+  if ! agg_workers verify "$size" 1 --verify "${options[@]}"; then
     method_failed "the verified allreduce failed" "$RUN"/verify.*.log
     switch_stop
     return
   fi
   cpu_begin "$SWITCH_PID"
-  agg_workers timed "$size" "$iterations" || true
-  cpu_end
+  agg_workers timed "$size" "$iterations" "${options[@]}" || true
+  cpu_end "$iterations"
   switch_stop
-  run_results aggswitch "$RUN"/timed.*.json --checks "$RUN"/verify.*.json
+  run_results "$method" "$RUN"/timed.*.json --checks "$RUN"/verify.*.json
 }
+udp_run() { aggswitch_run udp "$@"; }
+af_xdp_run() { aggswitch_run af_xdp "$@"; }
+af_xdp_large_run() { aggswitch_run af_xdp_large "$@"; }
 
 gloo_run() {
   local size="$1" iterations="$2" w pids=()
@@ -369,7 +413,7 @@ gloo_run() {
     pids+=("$BENCH_LAST_PID")
   done
   for w in "${!pids[@]}"; do reap "${pids[$w]}" || true; done
-  cpu_end
+  cpu_end "$iterations"
   run_results gloo "$RUN"/gloo.*.json
 }
 
@@ -381,7 +425,7 @@ mpi_run() {
     "$BIN/mpi_allreduce" --size "$size" --iterations "$iterations" --seed "$SEED" \
     --json "$RUN/mpi.{rank}.json"
   reap "$BENCH_LAST_PID" || true
-  cpu_end
+  cpu_end "$iterations"
   run_results mpi "$RUN"/mpi.*.json
 }
 
@@ -441,23 +485,26 @@ run_once() {
 # One more aggswitch run of the target size under perf, with every process's
 # CPU time; parse_stats.py allreduce-profile turns it into the explanation.
 
+# profile_aggswitch METHOD
 profile_aggswitch() {
-  local size="$TARGET_SIZE" iterations
+  local method="$1" size="$TARGET_SIZE" iterations options
   iterations=$(iterations_for "$size")
-  RUN_METHOD=aggswitch RUN_SIZE=$size RUN_REPEAT=0
+  read -r -a options <<<"$(method_worker_options "$method")"
+  RUN_METHOD=$method RUN_SIZE=$size RUN_REPEAT=0
   RUN="$WORK/profile"
   mkdir -p "$RUN"
   : >"$RUN/results.tsv"
-  bench_log "profile: one more $size aggswitch run under perf record -a -g"
+  bench_log "profile: one more $size $method run under perf record -a -g"
   bench_wait_for_idle 120
   switch_start
-  agg_workers verify "$size" 1 --verify || bench_log "warning: the profile's verify run failed"
+  agg_workers verify "$size" 1 --verify "${options[@]}" ||
+    bench_log "warning: the profile's verify run failed"
   curl -sf --max-time 2 -o "$RUN/lcores-begin.json" "http://$HTTP/api/v1/lcores"
   grep -E '^aggswitch_(port|aggregation)_[a-z_]+_total' <(curl -sf --max-time 2 "http://$HTTP/metrics") \
     >"$RUN/metrics-begin.txt" || true
   local t0 t1 perf_pid
   t0=$(bench_now)
-  agg_workers_start timed "$size" "$iterations"
+  agg_workers_start timed "$size" "$iterations" "${options[@]}"
   perf record -a -g -F 499 -o "$RUN/perf.data" -- sleep "$RUN_TIMEOUT" >"$RUN/perf.log" 2>&1 &
   perf_pid=$!
   BENCH_PIDS+=("$perf_pid")
@@ -474,7 +521,9 @@ profile_aggswitch() {
     --percent-limit 0.05 >"$RUN/perf-report.txt" 2>/dev/null ||
     bench_log "warning: perf report failed (see $RUN/perf.log)"
   bench_parse allreduce-profile --run-dir "$RUN" --t0 "$t0" --t1 "$t1" --world "$WORLD" \
-    --bytes "$(size_bytes "$size")" --mtu "$MTU" --iterations "$iterations" >"$WORK/profile.txt" ||
+    --bytes "$(size_bytes "$size")" --mtu "$(method_mtu "$method")" --large-mtu "$LARGE_MTU" \
+    --iterations "$iterations" \
+    --method "$method" >"$WORK/profile.txt" ||
     bench_log "warning: the profile could not be summarized (logs: $RUN)"
 }
 
@@ -504,7 +553,7 @@ main() {
   trap 'printf "\ninterrupted\n" >&2; exit 130' INT TERM
   trap 'bench_log "error: line $LINENO: \"$BASH_COMMAND\" failed (logs: $WORK)"' ERR
   local need=()
-  has_method aggswitch && need+=(tools/aggswitch/aggswitch tools/agg-worker/agg-worker)
+  has_aggswitch && need+=(tools/aggswitch/aggswitch tools/agg-worker/agg-worker)
   has_method gloo && need+=(bench/allreduce/gloo_allreduce)
   has_method mpi && need+=(bench/allreduce/mpi_allreduce)
   for tool in "${need[@]}"; do
@@ -514,7 +563,7 @@ main() {
   if has_method mpi; then
     command -v mpirun >/dev/null || bench_die "mpirun is missing: scripts/install-deps.sh --bench"
   fi
-  if [ "$PROFILE" -eq 1 ] && has_method aggswitch && ! command -v perf >/dev/null; then
+  if [ "$PROFILE" -eq 1 ] && has_aggswitch && ! command -v perf >/dev/null; then
     bench_log "warning: perf is missing: no profile if aggswitch misses (apt-get install linux-perf)"
     PROFILE=0
   fi
@@ -530,7 +579,20 @@ main() {
 
   RESULTS="$WORK/results.tsv"
   : >"$RESULTS"
-  if has_method aggswitch; then
+  if has_aggswitch; then
+    choose_port_driver >&2
+    PORT_MTU=$MTU
+    if [ "$AGG_PORT_DRIVER" = net_af_xdp ]; then
+      PORT_MTU=$LARGE_MTU
+    else
+      # Without AF_XDP the switch has af_packet ports and the workers UDP.
+      local kept=()
+      for m in "${METHOD_LIST[@]}"; do
+        case "$m" in af_xdp | af_xdp_large) bench_log "skipping $m: no AF_XDP here" ;; *) kept+=("$m") ;; esac
+      done
+      METHOD_LIST=("${kept[@]}")
+      METHODS=$(IFS=,; echo "${METHOD_LIST[*]}")
+    fi
     local rmem
     rmem=$(sysctl -n net.core.rmem_max)
     [ "$rmem" -ge $((4 << 20)) ] ||
@@ -548,19 +610,20 @@ main() {
   [ "$busy" -lt 10 ] || bench_log "warning: the CPUs were ${busy}% busy before the start: expect retries"
 
   local started=$SECONDS rep size method
-  bench_log "allreduce: $WORLD ranks, float32 sum of $SIZES, $REPEATS repeats of ${METHOD_LIST[*]}; aggswitch: window $WINDOW, mtu $MTU"
+  bench_log "allreduce: $WORLD ranks, float32 sum of $SIZES, $REPEATS repeats of ${METHOD_LIST[*]}; aggswitch: window $WINDOW, mtu $MTU (large $LARGE_MTU), ports ${AGG_PORT_DRIVER:-none}"
   for ((rep = 1; rep <= REPEATS; rep++)); do
     for size in $SIZES; do
       for method in "${METHOD_LIST[@]}"; do bench_run_measured_alone run_once "$method" "$size" "$rep"; done
     done
   done
 
-  local verdict=""
-  if has_method aggswitch && has_method gloo && [[ " $SIZES " == *" $TARGET_SIZE "* ]]; then
+  local verdict="" profiled=""
+  for m in af_xdp_large af_xdp udp; do has_method "$m" && { profiled=$m; break; }; done
+  if [ -n "$profiled" ] && has_method gloo && [[ " $SIZES " == *" $TARGET_SIZE "* ]]; then
     verdict=$(bench_parse allreduce-verdict "$RESULTS" --size "$(size_bytes "$TARGET_SIZE")" \
-      --ratio "$TARGET_RATIO")
+      --method "$profiled" --ratio "$([ "$profiled" = udp ] && echo "$UDP_TARGET_RATIO" || echo "$TARGET_RATIO")")
   fi
-  if [ "$PROFILE" -eq 1 ] && [ "$verdict" = MISS ]; then profile_aggswitch; fi
+  if [ "$PROFILE" -eq 1 ] && [ "$verdict" = MISS ]; then profile_aggswitch "$profiled"; fi
   local took=$((SECONDS - started))
 
   local version cores
@@ -569,8 +632,9 @@ main() {
   cores="$(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo))"
   mkdir -p "$(dirname "$OUT")"
   bench_parse allreduce-summary "$RESULTS" --methods "$METHODS" --repeats "$REPEATS" \
-    --world "$WORLD" --window "$WINDOW" --mtu "$MTU" --target-size "$(size_bytes "$TARGET_SIZE")" \
-    --target-ratio "$TARGET_RATIO" --profile "$WORK/profile.txt" \
+    --world "$WORLD" --window "$WINDOW" --mtu "$MTU" --large-mtu "$LARGE_MTU" \
+    --ports "${AGG_PORT_DRIVER:-none}" --target-ratio "$TARGET_RATIO" \
+    --udp-target-ratio "$UDP_TARGET_RATIO" --profile "$WORK/profile.txt" \
     --header "$(date '+%Y-%m-%d %H:%M'), took $((took / 60))m$((took % 60))s; $cores; $version" |
     tee "$OUT"
   cp "$RESULTS" "${OUT%.txt}.tsv"

@@ -27,7 +27,7 @@ bench/aggregation.sh (cycles testpmd LOG as above):
 bench/allreduce.sh:
   parse_stats.py allreduce-run METHOD WORLD RANK.json... [--checks CHECK.json...]
                                                 one run's "metric value" lines from its ranks
-  parse_stats.py allreduce-verdict RESULTS.tsv --size B --ratio R    PASS, MISS or n/a
+  parse_stats.py allreduce-verdict RESULTS.tsv --size B --method M --ratio R   PASS, MISS or n/a
   parse_stats.py allreduce-profile --run-dir DIR [...]   where an aggswitch run's CPU time went
   parse_stats.py allreduce-summary RESULTS.tsv [...]     the human summary
 """
@@ -557,7 +557,10 @@ def main():
 
 # --- bench/allreduce.sh -------------------------------------------------------
 
-ALLREDUCE_LABELS = {"aggswitch": "aggswitch", "gloo": "Gloo ring", "mpi": "Open MPI"}
+ALLREDUCE_LABELS = {"udp": "aggswitch UDP", "af_xdp": "aggswitch AF_XDP",
+                    "af_xdp_large": "aggswitch AF_XDP", "gloo": "Gloo ring", "mpi": "Open MPI"}
+# The aggswitch methods: the workers' transport (as the ratio lines name it).
+ALLREDUCE_TRANSPORTS = {"udp": "udp", "af_xdp": "af_xdp", "af_xdp_large": "af_xdp"}
 ALLREDUCE_MAX_OTHER_SHARE = 0.10  # of the 2 CPUs used by other processes: a disturbed run
 
 
@@ -584,7 +587,7 @@ def allreduce_run(method, world, ranks, checks):
     out = [("ok", 1), ("time_s", f"{t:.6f}"), ("algbw_bytes_per_s", f"{docs[0]['bytes'] / t:.0f}"),
            ("iterations", docs[0]["iterations"])]
     out += [("rank_time_s", f"{v:.6f}") for v in times]
-    if method == "aggswitch":
+    if method in ALLREDUCE_TRANSPORTS:
         out.append(("retransmissions", sum(d["client"]["retransmissions"] for d in docs)))
         out.append(("chunks", sum(d["client"]["chunks"] for d in docs)))
     return out
@@ -599,9 +602,9 @@ def allreduce_medians(d, method):
     return median_or_none(times), marked
 
 
-def allreduce_verdict(results, size, ratio):
+def allreduce_verdict(results, size, method, ratio):
     data = load_results(results).get(size, {})
-    agg, _ = allreduce_medians(data, "aggswitch")
+    agg, _ = allreduce_medians(data, method)
     gloo, _ = allreduce_medians(data, "gloo")
     if gloo is None:
         return "n/a"
@@ -612,11 +615,21 @@ def fmt_bytes(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 and b % (1 << 20) == 0 else f"{b >> 10} KiB"
 
 
+def method_mtu(m, args):
+    return args.large_mtu if m == "af_xdp_large" else args.mtu
+
+
+def method_label(m, args):
+    if m in ALLREDUCE_TRANSPORTS:
+        return f"{ALLREDUCE_LABELS[m]} {method_mtu(m, args)}"
+    return ALLREDUCE_LABELS[m]
+
+
 def allreduce_size(size, d, methods, args):
     out = [f"{fmt_bytes(size)} per rank ({size // 4} float32)"]
-    row = "  {:<10} {:>15}  {:<27} {:>10} {:>6} {:>8} {:>11}"
-    out.append(row.format("method", "time/allreduce", "(per repeat, ms)", "algbw MB/s", "iters",
-                          "checked", "rank spread"))
+    row = "  {:<22} {:>12}  {:<25} {:>10} {:>5} {:>7} {:>7} {:>13} {:>12}"
+    out.append(row.format("method", "time/op", "(per repeat, ms)", "algbw MB/s", "iters",
+                          "checked", "spread", "switch CPU/op", "ranks CPU/op"))
     bw = {}
     for m in methods:
         t, marked = allreduce_medians(d, m)
@@ -625,25 +638,31 @@ def allreduce_size(size, d, methods, args):
         iters = pooled(d, m, "iterations")
         ranks = d.get(m, {}).get("rank_time_s", {})
         spreads = [max(v) / min(v) - 1 for v in ranks.values() if v and min(v) > 0]
+        switch_cpu = median_or_none(per_rep(d, m, "switch_cpu_s_per_op"))
+        ranks_cpu = median_or_none(per_rep(d, m, "ranks_cpu_s_per_op"))
         out.append(row.format(
-            ALLREDUCE_LABELS[m], "n/a" if t is None else f"{t * 1e3:.2f} ms",
+            method_label(m, args), "n/a" if t is None else f"{t * 1e3:.2f} ms",
             " ".join(f"{v * 1e3:.1f}" + ("*" if dist else "") for v, dist in marked),
             fmt(None if bw[m] is None else bw[m] / 1e6, ".1f"),
             f"{int(iters[0])}" if iters else "n/a", f"{int(sum(ok))} of {len(ok)}",
-            fmt(median_or_none(spreads), "+.0%")))
-    ratios = []
-    for base in ("gloo", "mpi"):
-        if "aggswitch" in methods and base in methods:
-            r = bw["aggswitch"] / bw[base] if bw.get("aggswitch") and bw.get(base) else None
-            ratios.append(f"aggswitch / {ALLREDUCE_LABELS[base]} algbw: {fmt(r, '.2f')}")
-    if ratios:
-        out.append("  " + "    ".join(ratios))
-    if "aggswitch" in methods:
-        retx = per_rep(d, "aggswitch", "retransmissions", sum)
-        chunks = per_rep(d, "aggswitch", "chunks", sum)
+            fmt(median_or_none(spreads), "+.0%"),
+            "-" if m not in ALLREDUCE_TRANSPORTS else fmt(
+                None if switch_cpu is None else switch_cpu * 1e3, ".1f") + " ms",
+            fmt(None if ranks_cpu is None else ranks_cpu * 1e3, ".1f") + " ms"))
+    for m in methods:
+        if m not in ALLREDUCE_TRANSPORTS:
+            continue
+        ratios = []
+        for base in ("gloo", "mpi"):
+            if base in methods:
+                r = bw[m] / bw[base] if bw.get(m) and bw.get(base) else None
+                ratios.append(f"/ {ALLREDUCE_LABELS[base]} {fmt(r, '.2f')}")
+        retx = per_rep(d, m, "retransmissions", sum)
+        chunks = per_rep(d, m, "chunks", sum)
         if retx and chunks:
-            out.append(f"  aggswitch retransmissions per run (all ranks): "
-                       f"{', '.join(f'{r:.0f}' for r in retx)} of {chunks[0]:.0f} chunks")
+            ratios.append(f"retransmissions per run (all ranks) "
+                          f"{', '.join(f'{r:.0f}' for r in retx)} of {chunks[0]:.0f} chunks")
+        out.append(f"  {method_label(m, args)}: " + "    ".join(ratios))
     failed = [m for m in methods if 0 in pooled(d, m, "ok")]
     for m in failed:
         out.append(f"  FAIL   {ALLREDUCE_LABELS[m]}: a run failed or its result did not check out; "
@@ -654,40 +673,59 @@ def allreduce_size(size, d, methods, args):
 def allreduce_summary(args):
     data = load_results(args.results)
     methods = args.methods.split(",")
-    chunk = (args.mtu - 28 - 48) // 4
+    chunks = {m: (method_mtu(m, args) - 28 - 48 - 64) // 4 for m in ALLREDUCE_TRANSPORTS}
     out = [
         f"float32 sum allreduce among {args.world} ranks on one machine (bench/allreduce.sh)",
-        f"  aggswitch: aggswitch on {args.world} net_af_packet ports (veth pairs into {args.world} "
+        f"  aggswitch: aggswitch on {args.world} {args.ports} ports (veth pairs into {args.world} "
         "namespaces), both lcores on CPU 1;",
-        f"             agg-worker per namespace over kernel UDP, float32 as int32 fixed point, "
-        f"job in band, window {args.window},",
-        f"             mtu {args.mtu} ({chunk} float32 per datagram)",
+        f"             agg-worker per namespace over kernel UDP (mtu {args.mtu}, {chunks['udp']} "
+        f"float32 per datagram) or AF_XDP (mtu {args.mtu},",
+        f"             and {args.large_mtu}: {chunks['af_xdp_large']} float32), float32 as int32 "
+        f"fixed point, job in band, window {args.window}",
         "  Gloo ring:  gloo::allreduce, ring algorithm, TCP on 127.0.0.1, FileStore rendezvous",
         "  Open MPI:   MPI_Allreduce, --mca pml ob1 --mca btl tcp,self (lo), --oversubscribe "
         "--bind-to none",
         f"  {args.repeats} repeats interleaved ({', '.join(ALLREDUCE_LABELS[m] for m in methods)}); "
         "every run's result checked once, bit for bit",
-        "  time/allreduce: median over the repeats of each run's fastest rank's median iteration;",
+        "  time/op: median over the repeats of each run's fastest rank's median iteration;",
         "  algbw = bytes / time (MB = 10^6 B). * = disturbed: other processes used more than "
         f"{ALLREDUCE_MAX_OTHER_SHARE:.0%} of the CPUs",
+        "  CPU/op: CPU seconds per allreduce over the timed run (/proc): the switch process, and "
+        "the ranks summed (with mpirun)",
         f"  {args.header}",
         "",
     ]
-    verdict_bw = None
+    bws = {}
     for size in sorted(data):
-        lines, bw = allreduce_size(size, data[size], methods, args)
+        lines, bws[size] = allreduce_size(size, data[size], methods, args)
         out += lines + [""]
-        if size == args.target_size:
-            verdict_bw = bw
-    if verdict_bw is not None and "aggswitch" in methods and "gloo" in methods:
-        a, g = verdict_bw.get("aggswitch"), verdict_bw.get("gloo")
-        r = a / g if a and g else None
-        ok = None if g is None else (r is not None and r >= args.target_ratio)
-        verdict = "n/a " if ok is None else ("PASS" if ok else "MISS")
-        out.append(f"{verdict}  aggswitch algbw >= {args.target_ratio:g} x Gloo ring's at "
-                   f"{fmt_bytes(args.target_size)} ({fmt(r, '.2f')}: "
-                   f"{fmt(None if a is None else a / 1e6, '.1f')} vs "
-                   f"{fmt(None if g is None else g / 1e6, '.1f')} MB/s)")
+    # The targets: AF_XDP at its largest frame, and UDP, against Gloo at 16
+    # and 64 MiB.
+    xdp = "af_xdp_large" if "af_xdp_large" in methods else "af_xdp"
+    for m, target in ((xdp, args.target_ratio), ("udp", args.udp_target_ratio)):
+        if m not in methods or "gloo" not in methods:
+            continue
+        for size in (16 << 20, 64 << 20):
+            if size not in bws:
+                continue
+            a, g = bws[size].get(m), bws[size].get("gloo")
+            r = a / g if a and g else None
+            ok = None if g is None else (r is not None and r >= target)
+            verdict = "n/a " if ok is None else ("PASS" if ok else "MISS")
+            out.append(f"{verdict}  {method_label(m, args)} algbw >= {target:g} x Gloo ring's at "
+                       f"{fmt_bytes(size)} ({fmt(r, '.2f')}: "
+                       f"{fmt(None if a is None else a / 1e6, '.1f')} vs "
+                       f"{fmt(None if g is None else g / 1e6, '.1f')} MB/s)")
+    if "gloo" in methods:
+        out.append("")
+        for size in sorted(bws):
+            for m in methods:
+                if m not in ALLREDUCE_TRANSPORTS:
+                    continue
+                a, g = bws[size].get(m), bws[size].get("gloo")
+                label = f"{size >> 20}M" if size % (1 << 20) == 0 else f"{size >> 10}K"
+                out.append(f"ratio_vs_gloo size={label} transport={ALLREDUCE_TRANSPORTS[m]} "
+                           f"mtu={method_mtu(m, args)} ratio={fmt(a / g if a and g else None, '.2f')}")
     try:
         profile = open(args.profile).read().rstrip()
     except OSError:
@@ -790,7 +828,8 @@ def allreduce_profile(args):
     roles = ("switch", "workers", "other")
     whats = sorted({w for (r, w) in share if r != "idle"},
                    key=lambda w: (not w.startswith("user"), -sum(share.get((r, w), 0) for r in roles)))
-    out = [f"Where the time goes: one more {fmt_bytes(args.bytes)} aggswitch run, {args.iterations} "
+    out = [f"Where the time goes: one more {fmt_bytes(args.bytes)} {method_label(args.method, args)} run, "
+           f"{args.iterations} "
            f"allreduces under perf record -a -g (both CPUs, {window:.1f} s)",
            f"  time per allreduce {t_allreduce * 1e3:.0f} ms (fastest rank); the two CPUs were "
            f"{1 - idle_share:.0%} busy"
@@ -861,6 +900,7 @@ def allreduce_main():
     s = sub.add_parser("allreduce-verdict")
     s.add_argument("results")
     s.add_argument("--size", type=int, required=True)
+    s.add_argument("--method", choices=sorted(ALLREDUCE_TRANSPORTS), required=True)
     s.add_argument("--ratio", type=float, required=True)
     s = sub.add_parser("allreduce-profile")
     s.add_argument("--run-dir", required=True)
@@ -869,16 +909,20 @@ def allreduce_main():
     s.add_argument("--world", type=int, required=True)
     s.add_argument("--bytes", type=int, required=True)
     s.add_argument("--mtu", type=int, required=True)
+    s.add_argument("--large-mtu", type=int, default=0)
+    s.add_argument("--method", choices=sorted(ALLREDUCE_TRANSPORTS), required=True)
     s.add_argument("--iterations", type=int, required=True)
     s = sub.add_parser("allreduce-summary")
     s.add_argument("results")
-    s.add_argument("--methods", default="aggswitch,gloo,mpi")
+    s.add_argument("--methods", default="udp,af_xdp,af_xdp_large,gloo,mpi")
     s.add_argument("--repeats", type=int, required=True)
     s.add_argument("--world", type=int, required=True)
     s.add_argument("--window", type=int, required=True)
     s.add_argument("--mtu", type=int, required=True)
-    s.add_argument("--target-size", type=int, required=True)
+    s.add_argument("--large-mtu", type=int, required=True)
+    s.add_argument("--ports", default="net_af_xdp")
     s.add_argument("--target-ratio", type=float, required=True)
+    s.add_argument("--udp-target-ratio", type=float, required=True)
     s.add_argument("--profile", default="")
     s.add_argument("--header", default="")
     args = p.parse_args()
@@ -887,7 +931,7 @@ def allreduce_main():
             for name, value in allreduce_run(args.method, args.world, args.ranks, args.checks):
                 print(name, value)
         elif args.cmd == "allreduce-verdict":
-            print(allreduce_verdict(args.results, args.size, args.ratio))
+            print(allreduce_verdict(args.results, args.size, args.method, args.ratio))
         elif args.cmd == "allreduce-profile":
             print(allreduce_profile(args))
         elif args.cmd == "allreduce-summary":

@@ -81,13 +81,46 @@ Dataplane::~Dataplane() {
   }
 }
 
+namespace {
+
+constexpr uint32_t kXdpPacketHeadroom = 256;  // XDP_PACKET_HEADROOM
+
+bool AnyAfXdpPort(const config::Config& config) {
+  return std::any_of(config.ports.begin(), config.ports.end(),
+                     [](const config::PortConfig& pc) { return pc.devargs.rfind("net_af_xdp", 0) == 0; });
+}
+
+// The largest mbuf data room whose mempool object fits one 4 KiB UMEM chunk.
+uint32_t MaxAfXdpDataRoom() {
+  uint32_t room = 4096 - sizeof(rte_mbuf);
+  while (room > RTE_MBUF_DEFAULT_BUF_SIZE &&
+         rte_mempool_calc_obj_size(sizeof(rte_mbuf) + room, 0, nullptr) > 4096) {
+    room -= RTE_CACHE_LINE_SIZE;
+  }
+  return room;
+}
+
+}  // namespace
+
+uint16_t Dataplane::MaxAfXdpMtu() {
+  return static_cast<uint16_t>(MaxAfXdpDataRoom() - RTE_PKTMBUF_HEADROOM - kXdpPacketHeadroom -
+                               kEtherHdrLen);
+}
+
 Status Dataplane::CreateMempool(const config::Config& config) {
   uint16_t max_mtu = 1500;
   for (const config::PortConfig& pc : config.ports) max_mtu = std::max(max_mtu, pc.mtu);
   // Room for the largest frame plus one pushed 802.1Q tag.
   const uint32_t frame = max_mtu + kEtherHdrLen + kVlanHdrLen + 4;
-  const uint16_t data_room = static_cast<uint16_t>(
-      std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE, RTE_PKTMBUF_HEADROOM + frame));
+  uint32_t room = std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE, RTE_PKTMBUF_HEADROOM + frame);
+  // net_af_xdp receives straight into the pool's mbufs, each one UMEM chunk:
+  // the kernel keeps XDP_PACKET_HEADROOM of it, and a chunk (the whole
+  // mempool object, as the mempool pads it) may not exceed a 4 KiB page.
+  if (AnyAfXdpPort(config)) {
+    room = std::max<uint32_t>(room, RTE_PKTMBUF_HEADROOM + kXdpPacketHeadroom + frame);
+    room = std::min(room, MaxAfXdpDataRoom());
+  }
+  const auto data_room = static_cast<uint16_t>(room);
   const std::string name = "agg_mbuf_" + std::to_string(g_instance.fetch_add(1));
   pool_.reset(rte_pktmbuf_pool_create(name.c_str(), config.mempool.mbufs, config.mempool.cache, 0,
                                       data_room, static_cast<int>(rte_socket_id())));
@@ -117,6 +150,12 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(port_id, &info); rc != 0) {
     return common::Internal("port " + pc.name + ": dev_info_get: " + Errno(rc));
+  }
+  if (std::string_view(info.driver_name) == "net_af_xdp" && pc.mtu > MaxAfXdpMtu()) {
+    return common::InvalidArgument("port " + pc.name + ": mtu " + std::to_string(pc.mtu) +
+                                   ": a net_af_xdp port takes at most " +
+                                   std::to_string(MaxAfXdpMtu()) +
+                                   " (each frame is received into one 4 KiB UMEM chunk)");
   }
   if (rx_queues > info.max_rx_queues || tx_queues > info.max_tx_queues) {
     return common::InvalidArgument(

@@ -61,6 +61,10 @@ class Dataplane {
   // Builds everything but launches nothing. EAL must be initialised. With a
   // job table, the workers also run the aggregation path; the table must
   // outlive the dataplane. [control]
+  // The largest MTU a net_af_xdp port takes: its frames are received into
+  // mbufs, each one 4 KiB UMEM chunk. [after EAL init]
+  static uint16_t MaxAfXdpMtu();
+
   static common::Result<std::unique_ptr<Dataplane>> Create(const config::Config& config,
                                                           aggregator::JobTable* jobs = nullptr);
   ~Dataplane();

@@ -413,3 +413,19 @@ TEST_F(FaultInjectionTest, TheSameSeedGivesTheSameFaults) {
 
 }  // namespace
 }  // namespace aggswitch::dataplane
+
+namespace aggswitch::dataplane {
+namespace {
+
+// A net_af_xdp port receives each frame into one mbuf that is one 4 KiB UMEM
+// chunk, after the mbuf's headroom and the kernel's XDP headroom: the MTU the
+// switch allows such a port must fit, and be worth having.
+TEST(AfXdpMtuTest, TheLargestAfXdpFrameFitsOneUmemChunk) {
+  const uint16_t mtu = Dataplane::MaxAfXdpMtu();
+  EXPECT_GE(mtu, 3400) << "about 3.5 KB frames are the point of AF_XDP here";
+  const uint32_t room = RTE_PKTMBUF_HEADROOM + 256 + mtu + 14;
+  EXPECT_LE(rte_mempool_calc_obj_size(sizeof(rte_mbuf) + room, 0, nullptr), 4096u);
+}
+
+}  // namespace
+}  // namespace aggswitch::dataplane
