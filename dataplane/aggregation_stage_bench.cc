@@ -22,6 +22,7 @@
 // Each figure is the median over the measured rounds of cycles / contributions.
 //
 //   build/dataplane/agg_path_bench [--rounds 40] [--members 4,8,16,64] [--elems 64,256,356]
+//                                  (up to 831: a 3400-byte packet)
 //                                  [--dtypes int32,float32] [--huge]
 //
 // --huge takes EAL's memory from hugepages (echo 256 > /proc/sys/vm/nr_hugepages)
@@ -69,6 +70,10 @@ constexpr uint32_t kRoundContributions = 512;
 constexpr unsigned kRingSize = 4096;
 // 1500-byte MTU: IPv4 20 + UDP 8 + aggregation header 48, 4-byte elements.
 constexpr uint32_t kMtuElems = (1500 - 20 - 8 - sizeof(aggregator::AggHeader)) / 4;
+// The largest chunk: a 3400-byte packet, the largest frame of the AF_XDP
+// transport here (the switch's ports take it).
+constexpr uint32_t kLargeMtu = 3400;
+constexpr uint32_t kMaxElems = (kLargeMtu - 20 - 8 - sizeof(aggregator::AggHeader)) / 4;
 
 struct Case {
   uint16_t members;
@@ -113,7 +118,7 @@ std::vector<uint8_t> Frame(const Case& c, uint32_t seq, uint16_t node, bool l2) 
       std::memcpy(&payload[e * 4], &v, 4);
     }
   }
-  std::vector<uint8_t> agg(2048);
+  std::vector<uint8_t> agg(kLargeMtu);
   const uint32_t n = aggregator::BuildAggregation(f, nullptr, 0, payload.data(),
                                                  static_cast<uint32_t>(payload.size()), agg.data(),
                                                  static_cast<uint32_t>(agg.size()));
@@ -145,8 +150,10 @@ class Bench {
         "eal: {lcores: \"0,1\"}\n"
         "switch: {mac: 02:a9:9c:00:00:01, addresses: [10.0.10.254/24]}\n"
         "ports:\n"
-        "  - {name: members, devargs: net_ring_apb" + std::to_string(instance) + "_0, access: 10}\n"
-        "  - {name: host, devargs: net_ring_apb" + std::to_string(instance) + "_1, access: 10}\n"
+        "  - {name: members, devargs: net_ring_apb" + std::to_string(instance) + "_0, access: 10, mtu: " +
+        std::to_string(kLargeMtu) + "}\n"
+        "  - {name: host, devargs: net_ring_apb" + std::to_string(instance) + "_1, access: 10, mtu: " +
+        std::to_string(kLargeMtu) + "}\n"
         "workers: [{lcore: 1, rx: [members, host]}]\n"
         "mempool: {mbufs: 8191, cache: 256}\n"
         "aggregation: {address: 10.0.10.253, slots: 4096, max_fan_in: 64}\n";
@@ -169,8 +176,8 @@ class Bench {
     auto dp = Dataplane::Create(load.config, jobs_.get());
     if (!dp.ok()) return Fail(dp.status().ToString());
     dp_ = std::move(dp).value();
-    frames_ = rte_pktmbuf_pool_create("apb_frames", 2047, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
-                                      SOCKET_ID_ANY);
+    frames_ = rte_pktmbuf_pool_create("apb_frames", 2047, 256, 0,
+                                      RTE_PKTMBUF_HEADROOM + kLargeMtu + 18, SOCKET_ID_ANY);
     if (frames_ == nullptr) return Fail("frame pool");
     // The L2 baseline's destination, learned on port 1.
     Case any{1, 1, DType::kInt32};
@@ -344,7 +351,7 @@ uint16_t ParseMembers(const std::string& s, bool* ok) {
 }
 uint32_t ParseElems(const std::string& s, bool* ok) {
   const long v = std::strtol(s.c_str(), nullptr, 10);
-  *ok = v >= 1 && v <= static_cast<long>(kMtuElems);
+  *ok = v >= 1 && v <= static_cast<long>(kMaxElems);
   return static_cast<uint32_t>(v);
 }
 DType ParseDType(const std::string& s, bool* ok) {
@@ -374,8 +381,8 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: agg_path_bench [--rounds N] [--members 4,8,16,64] "
-                   "[--elems 64,256,%u] [--dtypes int32,float32] [--huge]\n",
-                   kMtuElems);
+                   "[--elems 64,256,%u (at most %u)] [--dtypes int32,float32] [--huge]\n",
+                   kMtuElems, kMaxElems);
       return a == "--help" ? 0 : 2;
     }
     if (!ok) {

@@ -210,7 +210,9 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
     }
   }
   if (pc.mtu != 1500) {
-    if (int rc = rte_eth_dev_set_mtu(port_id, pc.mtu); rc != 0) {
+    // net_ring passes mbufs of any size and has no MTU to set.
+    const int rc = rte_eth_dev_set_mtu(port_id, pc.mtu);
+    if (rc != 0 && !(rc == -ENOTSUP && std::string_view(info.driver_name) == "net_ring")) {
       return common::InvalidArgument("port " + pc.name + ": cannot set mtu " + std::to_string(pc.mtu) +
                                      ": " + Errno(rc));
     }
