@@ -61,7 +61,8 @@
 //                        allreduce exceeded `deadline`, or a socket error.
 // NACKs that mean "not now" are retried rather than reported: the chunk is
 // retransmitted on its timer until the switch takes it or progress_timeout
-// passes (the stall message then names the last one). They are "unknown job"
+// passes (the stall message then names the last one); after a "slot quota"
+// or "hold quota" refusal it goes again within 2 ms, without backing off. They are "unknown job"
 // at a rank other than 0 in TaskInfoMode::kControlUnit (rank 0's
 // announcement may not have reached the switch yet), "rate limited" (in-band
 // registrations over the switch's rate), "slot quota" and "hold quota" (the

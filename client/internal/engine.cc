@@ -514,6 +514,13 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
   if (transient) {
     Bump(counters_.transient_nacks);
     last_transient_nack_ = reason;
+    // A quota frees up as the slowest member's results come back, which
+    // takes about a round trip, not a retransmission timeout: the chunk goes
+    // again soon, and without backing off (nothing was lost).
+    if (why == NackReason::kSlotQuota || why == NackReason::kHoldQuota) {
+      window_.Refused(seq, Clock::now() + std::min<Clock::duration>(options_.retransmit_timeout,
+                                                                    kQuotaRetry));
+    }
     return common::Status::Ok();
   }
   const NackText text = DescribeNack(reason);

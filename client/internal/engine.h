@@ -152,6 +152,8 @@ class Engine {
   void SendAck(Lane& lane);
   void WriteAndSendAck(const Lane& lane);
   static constexpr uint32_t kAckRepeats = 2;
+  // How soon a chunk refused for a slot or hold quota goes again.
+  static constexpr std::chrono::microseconds kQuotaRetry{2000};
 
   // Data chunk m of a phase: its first element and element count.
   static size_t ChunkStart(const Phase& phase, uint32_t m) { return size_t{m} * phase.per_chunk; }

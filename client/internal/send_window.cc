@@ -27,6 +27,7 @@ uint32_t SendWindow::MarkSent(Clock::time_point now) {
   e.due = now + e.timeout;
   e.resends = 0;
   e.answered = false;
+  e.refused = false;
   next_due_ = std::min(next_due_, e.due);
   return k;
 }
@@ -45,6 +46,17 @@ SendWindow::Match SendWindow::Complete(uint32_t seq, uint32_t* chunk) {
   return Match::kNew;
 }
 
+bool SendWindow::Refused(uint32_t seq, Clock::time_point when) {
+  const uint32_t k = seq - base_;
+  if (k >= sent_ || k < acked_) return false;
+  Entry& e = entries_[k & mask_];
+  if (e.answered) return false;
+  e.refused = true;
+  e.due = std::min(e.due, when);
+  next_due_ = std::min(next_due_, e.due);
+  return true;
+}
+
 uint32_t SendWindow::TakeDue(Clock::time_point now, uint32_t* out, uint32_t max) {
   if (now < next_due_) return 0;
   uint32_t n = 0;
@@ -55,9 +67,13 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, uint32_t* out, uint32_t max)
     if (e.due <= now && n < max) {
       out[n++] = k;
       ++e.resends;
-      const auto backed_off = std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double, Clock::period>(e.timeout.count() * params_.backoff));
-      e.timeout = std::min(backed_off, params_.max_timeout);
+      if (e.refused) {
+        e.refused = false;
+      } else {
+        const auto backed_off = std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double, Clock::period>(e.timeout.count() * params_.backoff));
+        e.timeout = std::min(backed_off, params_.max_timeout);
+      }
       e.due = now + e.timeout;
     }
     // A due chunk beyond `max` keeps its deadline, so the next call is due at once.

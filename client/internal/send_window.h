@@ -74,6 +74,12 @@ class SendWindow {
   // with its backed-off timeout, lowest index first. Returns how many.
   uint32_t TakeDue(Clock::time_point now, uint32_t* out, uint32_t max);
 
+  // The switch refused chunk `seq` for now (a NACK such as "slot quota"):
+  // it is due again at `when` if that is sooner than its timer, and that
+  // resend keeps its timeout as it is, since the switch answered and nothing
+  // was lost. False (and nothing changes) when `seq` is not outstanding.
+  bool Refused(uint32_t seq, Clock::time_point when);
+
   // No unanswered chunk is due before this; time_point::max() when none is
   // outstanding. May be early (after answers), never late.
   Clock::time_point NextDue() const { return next_due_; }
@@ -91,6 +97,7 @@ class SendWindow {
     Clock::duration timeout;
     uint32_t resends = 0;
     bool answered = false;
+    bool refused = false;  // the next resend answers a refusal: no backoff
   };
 
   Params params_;

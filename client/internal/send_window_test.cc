@@ -105,6 +105,40 @@ TEST(SendWindowTest, RetransmissionsBackOffUpToTheLimit) {
   EXPECT_EQ(w.TakeDue(t0 + milliseconds(1000), due, 4), 0u);  // answered chunks never come due
 }
 
+TEST(SendWindowTest, ARefusedChunkIsDueSoonAndItsResendDoesNotBackOff) {
+  SendWindow w;
+  w.Reset(100, 3, Params(3));
+  const Clock::time_point t0{};
+  w.MarkSent(t0);  // chunks 0..2 (seq 100..102), due at 10 ms
+  w.MarkSent(t0);
+  w.MarkSent(t0);
+  EXPECT_TRUE(w.Refused(101, t0 + milliseconds(2)));
+  EXPECT_EQ(w.NextDue(), t0 + milliseconds(2));
+  uint32_t due[4];
+  EXPECT_EQ(w.TakeDue(t0 + milliseconds(1), due, 4), 0u);
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(2), due, 4), 1u);
+  EXPECT_EQ(due[0], 1u);
+  EXPECT_EQ(w.TimeoutOf(1), milliseconds(10)) << "the switch answered: nothing to back off from";
+  EXPECT_EQ(w.NextDue(), t0 + milliseconds(10));
+  // A later refusal never delays a chunk past its timer.
+  EXPECT_TRUE(w.Refused(102, t0 + milliseconds(50)));
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(10), due, 4), 2u);  // chunks 0 and 2
+  EXPECT_EQ(w.TimeoutOf(0), milliseconds(20));
+  EXPECT_EQ(w.TimeoutOf(2), milliseconds(10));
+  // The resends after those back off again (chunk 1 was due at 12).
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(20), due, 4), 2u);
+  EXPECT_EQ(due[0], 1u);
+  EXPECT_EQ(due[1], 2u);
+  EXPECT_EQ(w.TimeoutOf(1), milliseconds(20));
+  EXPECT_EQ(w.TimeoutOf(2), milliseconds(20));
+  // Refusals of chunks that are not outstanding change nothing.
+  uint32_t k;
+  ASSERT_EQ(w.Complete(101, &k), Match::kNew);
+  EXPECT_FALSE(w.Refused(101, t0)) << "answered";
+  EXPECT_FALSE(w.Refused(99, t0)) << "another transfer's";
+  EXPECT_FALSE(w.Refused(103, t0)) << "not of this transfer";
+}
+
 TEST(SendWindowTest, TakeDueHandsOutAtMostMaxAndKeepsTheRestDue) {
   SendWindow w;
   w.Reset(0, 5, Params(5));
