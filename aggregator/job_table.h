@@ -262,10 +262,20 @@ class alignas(64) Job {
   // serial order on 32 bits): the first watermark is taken as is, a later one
   // only when it comes after the current one. Racing writers of one member
   // converge on the latest value (compare-and-swap). Returns whether the
-  // watermark moved; a repeat costs one load.
+  // watermark moved; a repeat costs one load. A member that may have held
+  // the cached slot watermark (see SeqAllowed) marks it stale.
   bool UpdateAck(uint16_t node, uint32_t watermark) const {
     if (node >= members_) return false;
-    return AdvanceWatermark(member_[node].ack, watermark);
+    uint64_t old = 0;
+    if (!AdvanceWatermark(member_[node].ack, watermark, &old)) return false;
+    const uint64_t cached = min_ack_cache_.load(std::memory_order_relaxed);
+    if ((old & kAckValid) == 0 || (cached & kAckValid) == 0 ||
+        !SeqBefore(static_cast<uint32_t>(cached), static_cast<uint32_t>(old))) {
+      if (!min_ack_stale_.load(std::memory_order_relaxed)) {
+        min_ack_stale_.store(true, std::memory_order_release);
+      }
+    }
+    return true;
   }
 
   // Member `node`'s watermark; nullopt before its first one.
@@ -294,8 +304,12 @@ class alignas(64) Job {
   // Whether chunk `seq` may take a slot under the job's slot quota: it lies
   // before the job's slot watermark (late data, retransmissions), or fewer
   // than slot_quota() chunks after it. The watermark is cached and refreshed
-  // (O(members)) at most once per tick of `now`, when a chunk seems to lie
-  // beyond the quota. `now` and `gone_ticks` as SlotWatermark. [any]
+  // (O(members)) when a chunk seems to lie beyond the quota: once per tick of
+  // `now` (members come and go with the clock), and again within the tick
+  // whenever a member that may have held it moved its watermark on (a job
+  // may get more than a quota of results a tick; refusing it until the next
+  // tick would stall it for a retransmission timeout). A member ahead of the
+  // slowest costs no refresh. `now` and `gone_ticks` as SlotWatermark. [any]
   bool SeqAllowed(uint32_t seq, uint32_t now, uint32_t gone_ticks) const {
     if (slot_quota_ == 0) return true;
     return InWindow(seq, now, gone_ticks, slot_quota_, /*before_is_in=*/true);
@@ -452,10 +466,17 @@ class alignas(64) Job {
         Within(seq, static_cast<uint32_t>(cached), window, before_is_in)) {
       return true;
     }
-    if (min_ack_refreshed_.load(std::memory_order_relaxed) == now && (cached & kAckValid) != 0) {
+    if (min_ack_refreshed_.load(std::memory_order_relaxed) == now && (cached & kAckValid) != 0 &&
+        !min_ack_stale_.load(std::memory_order_relaxed)) {
       return false;
     }
     min_ack_refreshed_.store(now, std::memory_order_relaxed);
+    // Cleared before the members are read: a watermark that moves during
+    // the read marks the cache stale again. Acquire: the moves that marked
+    // it are seen.
+    if (min_ack_stale_.load(std::memory_order_relaxed)) {
+      (void)min_ack_stale_.exchange(false, std::memory_order_acquire);
+    }
     const std::optional<uint32_t> min = SlotWatermark(now, gone_ticks);
     if (!min) return true;  // nobody has sent a watermark yet
     min_ack_cache_.store(kAckValid | *min, std::memory_order_relaxed);
@@ -463,12 +484,17 @@ class alignas(64) Job {
   }
   // Moves a watermark (31..0) | valid (32) forward to `watermark` in serial
   // order: the first one is taken as is, a later one only when it comes
-  // after. Racing writers converge on the latest (compare-and-swap).
-  static bool AdvanceWatermark(std::atomic<uint64_t>& ack, uint32_t watermark) {
+  // after. Racing writers converge on the latest (compare-and-swap). When it
+  // moves, the value it replaced goes to *old (when not null).
+  static bool AdvanceWatermark(std::atomic<uint64_t>& ack, uint32_t watermark,
+                               uint64_t* old = nullptr) {
     const uint64_t next = kAckValid | watermark;
     uint64_t cur = ack.load(std::memory_order_relaxed);
     while ((cur & kAckValid) == 0 || SeqBefore(static_cast<uint32_t>(cur), watermark)) {
-      if (ack.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
+      if (ack.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+        if (old != nullptr) *old = cur;
+        return true;
+      }
     }
     return false;
   }
@@ -502,6 +528,11 @@ class alignas(64) Job {
   const uint32_t hold_window_;  // hold_quota / (members - 1) chunks, at least 1
   mutable std::atomic<uint64_t> min_ack_cache_{0};    // SlotWatermark() (31..0) | valid (32)
   mutable std::atomic<uint32_t> min_ack_refreshed_{0};  // the tick of its last refresh
+  // A member at or before the cached watermark moved on since its refresh.
+  // A move that races a refresh on another lcore (between its read of the
+  // members and its store of the cache) may go unmarked: the next tick's
+  // refresh catches it.
+  mutable std::atomic<bool> min_ack_stale_{false};
   // The tree.
   uint16_t node_base_ = 0;                        // contiguous ids: node = base + index
   std::unique_ptr<uint16_t[]> member_nodes_;      // else: node id by index

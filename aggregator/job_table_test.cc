@@ -322,12 +322,18 @@ TEST(JobTest, SlotQuotaBoundsTheChunksAheadOfTheSlowestMember) {
   EXPECT_TRUE(job->SeqAllowed(107, 2, 0));
   EXPECT_FALSE(job->SeqAllowed(108, 3, 0));
   EXPECT_TRUE(job->SeqAllowed(99, 3, 0)) << "before the watermark";
-  // The slowest member moves on; within the same tick the cache stands.
-  job->UpdateAck(0, 110);
+  // A member ahead of the slowest moves on: the cache stands within the tick.
+  job->UpdateAck(1, 106);
   EXPECT_FALSE(job->SeqAllowed(108, 3, 0));
+  job->UpdateAck(1, 104);  // a reordered, older one: no move
+  // The slowest member moves on: the quota follows within the same tick.
+  job->UpdateAck(0, 110);
+  EXPECT_TRUE(job->SeqAllowed(108, 3, 0));
+  EXPECT_FALSE(job->SeqAllowed(114, 3, 0));
   EXPECT_TRUE(job->SeqAllowed(108, 4, 0));
   EXPECT_TRUE(job->SeqAllowed(111, 4, 0));
-  EXPECT_FALSE(job->SeqAllowed(112, 4, 0)) << "member 1's 104 is the smallest now";
+  EXPECT_TRUE(job->SeqAllowed(113, 4, 0));
+  EXPECT_FALSE(job->SeqAllowed(114, 4, 0)) << "member 1's 106 is the smallest now";
   // Across the 32-bit wrap.
   job->UpdateAck(0, 0xfffffffc);
   job->UpdateAck(1, 0xfffffffe);
@@ -341,6 +347,36 @@ TEST(JobTest, SlotQuotaBoundsTheChunksAheadOfTheSlowestMember) {
   const Job* free_job = *table->Add(Spec(3, 1));
   free_job->UpdateAck(0, 5);
   EXPECT_TRUE(free_job->SeqAllowed(5000000, 1, 0));
+}
+
+// A rank that gets more than a quota of results a tick: each refresh of the
+// cached watermark lets it (quota - window) chunks further, and it must not
+// wait for the next tick for the one after. A refused chunk stalls its
+// window until a retransmission timeout.
+TEST(JobTest, SlotQuotaFollowsTheSlowestWatermarkWithinATick) {
+  auto table = MakeTable();
+  JobSpec spec = Spec(1, 1);
+  spec.slot_quota = 256;
+  const Job* job = *table->Add(spec);
+  constexpr uint32_t kWindow = 32;
+  constexpr uint32_t kTick = 7;
+  // 1000 chunks in one tick, each sent when the one kWindow before it was
+  // answered, carrying that watermark.
+  for (uint32_t seq = 0; seq < 1000; ++seq) {
+    job->UpdateAck(0, seq < kWindow ? 0 : seq - kWindow + 1);
+    ASSERT_TRUE(job->SeqAllowed(seq, kTick, 0)) << "seq " << seq;
+  }
+  // Beyond the quota of the latest watermark: still refused.
+  EXPECT_FALSE(job->SeqAllowed(968 + 256, kTick, 0));
+  EXPECT_TRUE(job->SeqAllowed(968 + 255, kTick, 0));
+  // Hold windows follow the same cache.
+  JobSpec ordered = Spec(2, 3);
+  ordered.hold_quota = 16;  // a window of 8 chunks
+  const Job* o = *table->Add(ordered);
+  for (uint16_t m = 0; m < 3; ++m) o->UpdateAck(m, 100);
+  EXPECT_FALSE(o->HoldAllowed(108, kTick, 0));
+  for (uint16_t m = 0; m < 3; ++m) o->UpdateAck(m, 101);
+  EXPECT_TRUE(o->HoldAllowed(108, kTick, 0));
 }
 
 // The watermark a rank's previous process left behind holds nothing back:

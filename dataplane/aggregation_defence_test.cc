@@ -232,6 +232,28 @@ TEST_F(DefenceTest, ChunksBeyondTheSlotQuotaAreRefused) {
   EXPECT_EQ(Agg().slot_quota_refused.Get(), 1u);
 }
 
+// A rank may get more than a quota of results in one tick of the members'
+// clock (a 4 MiB allreduce of one rank: about 240 chunks a millisecond, with
+// 256 in-band slots a job). The watermarks its chunks carry move the quota
+// on at once: a chunk refused until the next tick would stall its window for
+// a retransmission timeout.
+TEST_F(DefenceTest, TheSlotQuotaFollowsTheWatermarkWithinATick) {
+  AddLimitedJob(7, 1, false, /*slot_quota=*/8, 0);
+  // One poll, so one tick: chunk s is sent once chunk s - 4 was answered.
+  for (uint32_t seq = 0; seq < 24; ++seq) {
+    Inject(0, Contribution(7, seq, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                           -1, seq < 4 ? 0 : seq - 3));
+  }
+  Step();
+  EXPECT_TRUE(NackReasons(Drain()[0]).empty());
+  EXPECT_EQ(Agg().slot_quota_refused.Get(), 0u);
+  // Beyond the latest watermark's quota: refused still.
+  Inject(0, Contribution(7, 28, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1,
+                         20));
+  Step();
+  EXPECT_EQ(NackReasons(Drain()[0]), std::vector<uint32_t>{static_cast<uint32_t>(NackReason::kSlotQuota)});
+}
+
 // A new run of a job starts far past the last one; a rank that is late to
 // it still has the old run's watermark, but silent for member_rebind_ms it
 // is presumed gone and holds nobody back. Before, every rank was refused
