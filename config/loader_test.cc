@@ -74,6 +74,7 @@ TEST(EmbeddedDefaultTest, LoadsAndValidatesWithoutErrors) {
   EXPECT_EQ(c.ports[1].access_vlan, 10);
   EXPECT_EQ(c.ports[2].mode, VlanMode::kTrunk);
   EXPECT_EQ(c.ports[2].trunk_vlans, std::vector<uint16_t>({10, 20}));
+  EXPECT_EQ(c.ports[2].native_vlan, 10);
   ASSERT_EQ(c.switch_.addresses.size(), 2u);
   EXPECT_EQ(c.switch_.addresses[1].vlan, 20);
   ASSERT_EQ(c.workers.size(), 1u);

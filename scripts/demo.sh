@@ -5,12 +5,12 @@
 # which. It checks that the switch switches (pings across access and trunk
 # ports, and to the switch), then runs the main job: the four hosts allreduce
 # a few MB of float32 through the switch with agg-worker, every rank
-# verifying the result bit for bit. With AF_XDP ports the workers on access
-# ports send over AF_XDP too; h2's VLAN interface is a relay, so it uses UDP.
+# verifying the result bit for bit. With AF_XDP ports the workers send over
+# AF_XDP too.
 #
 #   demo-h0 (access 10)  10.0.10.1  ── agg-sw0 ┐
 #   demo-h1 (access 10)  10.0.10.2  ── agg-sw1 │
-#   demo-h2 (trunk 10,20) eth0.10 10.0.10.3,   ├─ aggswitch  10.0.10.254 (also the
+#   demo-h2 (trunk 20, native 10) eth0 10.0.10.3, ├─ aggswitch  10.0.10.254 (also the
 #                         eth0.20 10.0.20.3 ── agg-sw2 │   aggregation address), 10.0.20.254
 #   demo-h3 (access 10)  10.0.10.4  ── agg-sw3 ┘   (VLAN 20)
 #
@@ -55,7 +55,7 @@ topo_host h2 agg-sw2
 topo_host h3 agg-sw3
 topo_addr h0 eth0 10.0.10.1/24
 topo_addr h1 eth0 10.0.10.2/24
-topo_vlan h2 10 10.0.10.3/24
+topo_addr h2 eth0 10.0.10.3/24   # VLAN 10 is the trunk's native VLAN: untagged
 topo_vlan h2 20 10.0.20.3/24
 topo_addr h3 eth0 10.0.10.4/24
 
@@ -97,23 +97,23 @@ ping_from() {
   local host="$1" dst="$2" what="$3"
   total=$((total + 1))
   if topo_exec "$host" ping -c 3 -i 0.2 -W 1 -q "$dst" >/dev/null 2>&1; then
-    ok=$((ok + 1)); printf '  %-40s %s\n' "$what" "ok"
+    ok=$((ok + 1)); printf '  %-48s %s\n' "$what" "ok"
   else
-    printf '  %-40s %s\n' "$what" "NO REPLY"
+    printf '  %-48s %s\n' "$what" "NO REPLY"
   fi
 }
 echo "Pings through the switch:"
 ping_from h0 10.0.10.2 "h0 -> h1        (access -> access)"
-ping_from h0 10.0.10.3 "h0 -> h2.10     (access -> trunk)"
-ping_from h2 10.0.10.4 "h2.10 -> h3     (trunk -> access)"
+ping_from h0 10.0.10.3 "h0 -> h2        (access -> trunk, native)"
+ping_from h2 10.0.10.4 "h2 -> h3        (trunk, native -> access)"
 ping_from h3 10.0.10.254 "h3 -> switch    (10.0.10.254)"
-ping_from h2 10.0.20.254 "h2.20 -> switch (10.0.20.254, VLAN 20)"
+ping_from h2 10.0.20.254 "h2.20 -> switch (10.0.20.254, VLAN 20 tagged)"
 echo
 
 # --- The main job: a verified allreduce among the four hosts -----------------
 HOSTS=(h0 h1 h2 h3)
 TRANSPORTS=(udp udp udp udp)
-if [ "$AGG_PORT_DRIVER" = net_af_xdp ]; then TRANSPORTS=(af_xdp af_xdp udp af_xdp); fi
+if [ "$AGG_PORT_DRIVER" = net_af_xdp ]; then TRANSPORTS=(af_xdp af_xdp af_xdp af_xdp); fi
 echo "Allreduce: 4 ranks (h0, h1, h2 over the trunk, h3), $SIZE of float32 each,"
 echo "sum, $ITERATIONS iterations, through the switch at 10.0.10.254 (job 1, registered in-band):"
 pids=()
