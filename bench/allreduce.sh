@@ -523,7 +523,7 @@ profile_aggswitch() {
   bench_parse allreduce-profile --run-dir "$RUN" --t0 "$t0" --t1 "$t1" --world "$WORLD" \
     --bytes "$(size_bytes "$size")" --mtu "$(method_mtu "$method")" --large-mtu "$LARGE_MTU" \
     --iterations "$iterations" \
-    --method "$method" >"$WORK/profile.txt" ||
+    --method "$method" --ports "$AGG_PORT_DRIVER" >"$WORK/profile.txt" ||
     bench_log "warning: the profile could not be summarized (logs: $RUN)"
 }
 
