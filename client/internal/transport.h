@@ -43,6 +43,21 @@ class UniqueFd {
   int fd_ = -1;
 };
 
+// How a transport's owner sleeps: on its socket and on an eventfd that any
+// thread may write to wake it. Both transports use one.
+class Waker {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static common::Result<Waker> Create();
+  // Blocks until `fd` has one of `events`, Wake() was called, or `deadline`
+  // passes (time_point::max(): none). Consumes the wake-up. [owner]
+  common::Status Wait(int fd, short events, Clock::time_point deadline) const;
+  void Wake() const;  // [any thread]
+
+ private:
+  UniqueFd fd_;
+};
+
 // One datagram to send: a UDP payload in one of the transport's send buffers,
 // and its destination.
 struct OutDatagram {

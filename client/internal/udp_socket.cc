@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,8 +53,7 @@ common::Result<std::unique_ptr<UdpSocket>> UdpSocket::Open(const Options& option
   getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
   s.local_port_ = ntohs(local.sin_port);
 
-  s.wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (s.wake_fd_.get() < 0) return common::Unavailable(ErrnoText("eventfd"));
+  ASSIGN_OR_RETURN(s.waker_, Waker::Create());
 
   s.buffer_bytes_ = options.mtu - 28;
   s.send_buffers_ = std::make_unique<uint8_t[]>(size_t{options.send_buffers} * s.buffer_bytes_);
@@ -152,27 +150,11 @@ common::Result<std::span<const InDatagram>> UdpSocket::Receive() {
 }
 
 common::Status UdpSocket::Wait(Clock::time_point deadline, bool want_write) {
-  pollfd fds[2] = {
-      {fd_.get(), static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0},
-      {wake_fd_.get(), POLLIN, 0},
-  };
-  const auto left = std::max(deadline - Clock::now(), Clock::duration::zero());
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-  const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-  const int r = ppoll(fds, 2, deadline == Clock::time_point::max() ? nullptr : &ts, nullptr);
-  if (r < 0 && errno != EINTR) return common::Unavailable(ErrnoText("ppoll"));
-  if (r > 0 && (fds[1].revents & POLLIN) != 0) {
-    uint64_t count;
-    const ssize_t ignored = read(wake_fd_.get(), &count, sizeof(count));
-    (void)ignored;
-  }
-  return common::Status::Ok();
+  return waker_.Wait(fd_.get(), static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), deadline);
 }
 
 void UdpSocket::Wake() const {
-  const uint64_t one = 1;
-  const ssize_t ignored = write(wake_fd_.get(), &one, sizeof(one));
-  (void)ignored;
+  waker_.Wake();
 }
 
 }  // namespace aggswitch::client::internal

@@ -53,7 +53,7 @@ class UdpSocket final : public Transport {
   UdpSocket() = default;
 
   UniqueFd fd_;
-  UniqueFd wake_fd_;
+  Waker waker_;
   uint16_t local_port_ = 0;
   uint32_t buffer_bytes_ = 0;
   // Single writer (the owner), read by stats() from any thread.

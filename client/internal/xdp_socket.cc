@@ -7,7 +7,6 @@
 #include <linux/if_xdp.h>
 #include <net/if.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -214,8 +213,7 @@ common::Status XdpSocket::Setup(const Options& o) {
   getsockname(port_fd_.get(), reinterpret_cast<sockaddr*>(&local), &len);
   local_port_ = ntohs(local.sin_port);
 
-  wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (wake_fd_.get() < 0) return common::Unavailable(where + ": eventfd: " + ErrnoText(errno));
+  ASSIGN_OR_RETURN(waker_, Waker::Create());
 
   // The UMEM: the send frames, then the receive frames.
   send_frames_ = o.send_buffers;
@@ -493,27 +491,12 @@ common::Status XdpSocket::Wait(Clock::time_point deadline, bool want_write) {
       deadline = std::min(deadline, Clock::now() + std::chrono::microseconds(50));
     }
   }
-  pollfd fds[2] = {
-      {rings_->fd, static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0},
-      {wake_fd_.get(), POLLIN, 0},
-  };
-  const auto left = std::max(deadline - Clock::now(), Clock::duration::zero());
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-  const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-  const int r = ppoll(fds, 2, deadline == Clock::time_point::max() ? nullptr : &ts, nullptr);
-  if (r < 0 && errno != EINTR) return common::Unavailable("af_xdp: ppoll: " + ErrnoText(errno));
-  if (r > 0 && (fds[1].revents & POLLIN) != 0) {
-    uint64_t count;
-    const ssize_t ignored = read(wake_fd_.get(), &count, sizeof(count));
-    (void)ignored;
-  }
-  return common::Status::Ok();
+  return waker_.Wait(rings_->fd, static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)),
+                     deadline);
 }
 
 void XdpSocket::Wake() const {
-  const uint64_t one = 1;
-  const ssize_t ignored = write(wake_fd_.get(), &one, sizeof(one));
-  (void)ignored;
+  waker_.Wake();
 }
 
 TransportStats XdpSocket::stats() const {

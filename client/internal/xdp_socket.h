@@ -119,7 +119,7 @@ class XdpSocket final : public Transport {
   bool zero_copy_ = false;
   std::string description_;
   UniqueFd port_fd_;  // the kernel UDP socket that reserves local_port_
-  UniqueFd wake_fd_;
+  Waker waker_;
   std::atomic<uint64_t> malformed_{0};
 };
 
