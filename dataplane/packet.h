@@ -13,6 +13,7 @@
 
 #include "dataplane/forwarding_plan.h"
 #include "dataplane/net_headers.h"
+#include "dataplane/udp_headers.h"
 
 namespace aggswitch::dataplane {
 
@@ -76,17 +77,6 @@ enum class UdpParse : uint8_t {
 // version, header length, total length against the frame, the header checksum
 // and the UDP length. Options are skipped. [any thread]
 UdpParse ParseIpv4Udp(const uint8_t* frame, uint32_t len, uint32_t l3_offset, UdpInfo* out);
-
-// Writes Ethernet, an optional 802.1Q tag (vlan_tag != 0), IPv4 (DF, TTL 64,
-// header checksum) and UDP (checksum 0) headers for a datagram of `udp_payload_len`
-// bytes. Returns the header length (42, or 46 tagged). `out` must have room.
-// [any thread]
-uint32_t WriteUdpHeaders(uint8_t* out, const uint8_t dst_mac[6], const uint8_t src_mac[6],
-                         uint16_t vlan_tag, uint32_t src_ip, uint32_t dst_ip, uint16_t src_port,
-                         uint16_t dst_port, uint16_t ip_id, uint32_t udp_payload_len);
-
-// Ones' complement Internet checksum over `len` bytes, ready to store as-is.
-uint16_t InternetChecksum(const void* data, uint32_t len);
 
 // An ARP frame that is broadcast or unicast to the switch MAC (`to_switch_mac`).
 // A request for one of the switch's addresses on `vlan` is rewritten in place

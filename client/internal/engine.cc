@@ -171,7 +171,8 @@ ClientStats Engine::Stats() const {
   s.retransmissions = get(counters_.retransmissions);
   s.results = get(counters_.results);
   s.duplicate_results = get(counters_.duplicate_results);
-  s.stray_datagrams = get(counters_.stray_datagrams);
+  const TransportStats transport = transport_->stats();
+  s.stray_datagrams = get(counters_.stray_datagrams) + transport.malformed;
   s.transient_nacks = get(counters_.transient_nacks);
   s.scale_exchanges = get(counters_.scale_exchanges);
   s.float_fallbacks = get(counters_.float_fallbacks);
@@ -179,7 +180,7 @@ ClientStats Engine::Stats() const {
   s.saturated_chunks = get(counters_.saturated_chunks);
   s.notices = get(counters_.notices);
   s.kept_local = get(counters_.kept_local);
-  s.receive_drops = transport_->stats().rx_dropped;
+  s.receive_drops = transport.rx_dropped;
   return s;
 }
 

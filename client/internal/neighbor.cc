@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "client/internal/transport.h"
+#include "dataplane/udp_headers.h"
 
 namespace aggswitch::client::internal {
 
@@ -39,14 +40,6 @@ constexpr unsigned kRouteUp = 0x1;       // RTF_UP
 constexpr unsigned kRouteGateway = 0x2;  // RTF_GATEWAY
 constexpr unsigned kArpComplete = 0x2;   // ATF_COM
 
-uint16_t InternetChecksum(const uint8_t* data, size_t len) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i + 1 < len; i += 2) sum += uint32_t{data[i]} << 8 | data[i + 1];
-  if (len % 2 != 0) sum += uint32_t{data[len - 1]} << 8;
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
 // One ICMP echo to `ip` through the kernel: the kernel resolves the next hop
 // with ARP to send it. Best effort: without CAP_NET_RAW a UDP datagram to the
 // discard port does the same.
@@ -57,9 +50,8 @@ void Probe(common::Ipv4Addr ip) {
   UniqueFd raw(socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP));
   if (raw.get() >= 0) {
     uint8_t echo[8] = {ICMP_ECHO, 0, 0, 0, 0x61, 0x67, 0, 1};
-    const uint16_t sum = InternetChecksum(echo, sizeof(echo));
-    echo[2] = static_cast<uint8_t>(sum >> 8);
-    echo[3] = static_cast<uint8_t>(sum);
+    const uint16_t sum = dataplane::InternetChecksum(echo, sizeof(echo));
+    std::memcpy(echo + 2, &sum, sizeof(sum));
     (void)sendto(raw.get(), echo, sizeof(echo), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&to),
                  sizeof(to));
     return;

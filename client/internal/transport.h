@@ -78,10 +78,8 @@ struct TransportStats {
   // Datagrams that arrived for the client and were dropped before it read
   // them: a full socket buffer (UDP), a full RX or empty fill ring (AF_XDP).
   uint64_t rx_dropped = 0;
-  // Received datagrams longer than the receive buffers, read as empty.
-  uint64_t truncated = 0;
-  // Frames addressed to the client that were not UDP/IPv4 it can read
-  // (AF_XDP: the XDP program passed a bad frame on; counted and dropped).
+  // Frames addressed to the client whose IPv4 or UDP lengths do not add up
+  // (AF_XDP); dropped. The engine counts them with its stray datagrams.
   uint64_t malformed = 0;
 };
 

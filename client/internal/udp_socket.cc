@@ -71,7 +71,6 @@ common::Result<std::unique_ptr<UdpSocket>> UdpSocket::Open(const Options& option
 TransportStats UdpSocket::stats() const {
   TransportStats t;
   t.rx_dropped = rx_dropped_.load(std::memory_order_relaxed);
-  t.truncated = truncated_.load(std::memory_order_relaxed);
   return t;
 }
 
@@ -132,11 +131,9 @@ common::Result<std::span<const InDatagram>> UdpSocket::Receive() {
     d.data = static_cast<const uint8_t*>(h.msg_iov->iov_base);
     d.length = in_msgs_[i].msg_len;
     d.from = in_from_[i];
-    // A truncated datagram is not the one that was sent: it reads as empty.
-    if (h.msg_flags & MSG_TRUNC) {
-      d.length = 0;
-      truncated_.store(truncated_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    }
+    // A truncated datagram is not the one that was sent: it reads as empty
+    // (and the engine counts it as stray).
+    if (h.msg_flags & MSG_TRUNC) d.length = 0;
     for (const cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr;
          c = CMSG_NXTHDR(const_cast<msghdr*>(&h), const_cast<cmsghdr*>(c))) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {

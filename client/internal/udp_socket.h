@@ -57,7 +57,6 @@ class UdpSocket final : public Transport {
   uint16_t local_port_ = 0;
   uint32_t buffer_bytes_ = 0;
   // Single writer (the owner), read by stats() from any thread.
-  std::atomic<uint64_t> truncated_{0};
   std::atomic<uint64_t> rx_dropped_{0};
   std::unique_ptr<uint8_t[]> send_buffers_;
   std::unique_ptr<uint8_t[]> buffers_;  // kBatch receive buffers

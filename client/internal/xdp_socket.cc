@@ -22,6 +22,7 @@
 #include "client/client.h"
 #include "client/internal/answer_redirect_bpf.h"
 #include "client/internal/neighbor.h"
+#include "dataplane/udp_headers.h"
 
 namespace aggswitch::client::internal {
 
@@ -56,18 +57,6 @@ struct AnswerTo {
 
 std::string ErrnoText(int err) {
   return std::strerror(err);
-}
-
-uint16_t HeaderChecksum(const uint8_t* h, size_t len) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i < len; i += 2) sum += uint32_t{h[i]} << 8 | h[i + 1];
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
 }
 
 uint16_t Get16(const uint8_t* p) {
@@ -373,36 +362,12 @@ void XdpSocket::Kick(uint32_t queued) {
 
 bool XdpSocket::WriteHeaders(const OutDatagram& d, uint8_t* payload) {
   const uint32_t to_ip = ntohl(d.to->sin_addr.s_addr);
-  const Neighbor* n = nullptr;
-  for (const Neighbor& e : neighbors_) {
-    if (e.ip == to_ip) {
-      n = &e;
-      break;
-    }
-  }
-  if (n == nullptr) return false;
-  uint8_t* eth = payload - kHeaderBytes;
-  std::memcpy(eth, n->mac.bytes.data(), 6);
-  std::memcpy(eth + 6, own_mac_.bytes.data(), 6);
-  Put16(eth + 12, ETH_P_IP);
-  uint8_t* ip = eth + 14;
-  ip[0] = 0x45;
-  ip[1] = 0;
-  Put16(ip + 2, static_cast<uint16_t>(28 + d.length));
-  Put16(ip + 4, ip_id_++);
-  Put16(ip + 6, 0x4000);  // DF
-  ip[8] = 64;
-  ip[9] = IPPROTO_UDP;
-  Put16(ip + 10, 0);
-  const uint32_t src = htonl(own_ip_);
-  std::memcpy(ip + 12, &src, 4);
-  std::memcpy(ip + 16, &d.to->sin_addr.s_addr, 4);
-  Put16(ip + 10, HeaderChecksum(ip, 20));
-  uint8_t* udp = ip + 20;
-  Put16(udp, local_port_);
-  std::memcpy(udp + 2, &d.to->sin_port, 2);
-  Put16(udp + 4, static_cast<uint16_t>(8 + d.length));
-  Put16(udp + 6, 0);  // no checksum
+  const auto n = std::find_if(neighbors_.begin(), neighbors_.end(),
+                              [to_ip](const Neighbor& e) { return e.ip == to_ip; });
+  if (n == neighbors_.end()) return false;
+  dataplane::WriteUdpHeaders(payload - kHeaderBytes, n->mac.bytes.data(), own_mac_.bytes.data(), 0,
+                             own_ip_, to_ip, local_port_, ntohs(d.to->sin_port), ip_id_++,
+                             d.length);
   return true;
 }
 

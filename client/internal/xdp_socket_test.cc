@@ -3,15 +3,21 @@
 // over AF_XDP and one over kernel UDP on the same interface (whose answers
 // the XDP program must pass to the kernel), and Open's errors are the clear
 // ones. Needs root: the test builds its namespaces (label "system").
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -148,6 +154,67 @@ TEST_F(AfXdpTest, AnAfXdpRankAndAUdpRankOnTheSameInterfaceGetExactSums) {
   EXPECT_TRUE(Sh(std::string("ping -c 1 -W 2 ") + kSwitchIp));
   xdp->reset();
   EXPECT_FALSE(XdpAttached()) << "the program goes with the client";
+}
+
+// Frames the XDP program hands over because of their addresses alone, with
+// lengths that do not add up or no aggregation header, sent raw from the
+// peer namespace: each is counted as stray and dropped, and the client goes on.
+TEST_F(AfXdpTest, MalformedFramesToTheClientArePassedOverAndCounted) {
+  auto sw = SwitchInPeer({.jobs = {{.id = 7, .key = 0x5eed, .members = 1}}});
+  ASSERT_TRUE(sw && sw->ok());
+  auto c = Client::Create(AfXdp(Options(*sw, 0, 1)));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const uint16_t port = (*c)->local_port();
+  // Ethernet (broadcast), IPv4 (total length `ip_len`), UDP (length
+  // `udp_len`) to the client's address and port, then `payload` bytes.
+  const auto frame = [port](uint16_t ip_len, uint16_t udp_len, size_t payload) {
+    std::vector<uint8_t> f(14 + 20 + 8 + payload, 0xab);
+    std::memset(f.data(), 0xff, 6);
+    f[12] = 0x08, f[13] = 0x00;
+    uint8_t* ip = f.data() + 14;
+    std::memset(ip, 0, 20);
+    ip[0] = 0x45, ip[2] = static_cast<uint8_t>(ip_len >> 8), ip[3] = static_cast<uint8_t>(ip_len);
+    ip[6] = 0x40, ip[8] = 64, ip[9] = 17;
+    inet_pton(AF_INET, kSwitchIp, ip + 12);
+    inet_pton(AF_INET, kWorkerIp, ip + 16);
+    uint8_t* udp = ip + 20;
+    udp[0] = 0xb7, udp[1] = 0x98;  // 47000
+    udp[2] = static_cast<uint8_t>(port >> 8), udp[3] = static_cast<uint8_t>(port);
+    udp[4] = static_cast<uint8_t>(udp_len >> 8), udp[5] = static_cast<uint8_t>(udp_len);
+    udp[6] = udp[7] = 0;
+    return f;
+  };
+  const std::vector<std::vector<uint8_t>> bad = {
+      frame(20 + 2000, 2000, 100),  // UDP longer than the frame
+      frame(20 + 8 + 50, 8 + 60, 60),  // IPv4 and UDP lengths disagree
+      frame(20 + 4, 4, 0),  // a UDP length below its own header
+      frame(20 + 8 + 30, 8 + 30, 30),  // lengths right, no aggregation header
+  };
+  bool sent = false;
+  std::thread([&] {
+    if (!EnterNetns(kSwitchNs)) return;
+    const int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    sockaddr_ll to{};
+    to.sll_family = AF_PACKET;
+    to.sll_ifindex = static_cast<int>(if_nametoindex(kPeer.c_str()));
+    to.sll_halen = 6;
+    std::memset(to.sll_addr, 0xff, 6);
+    sent = true;
+    for (const auto& f : bad) {
+      sent &= sendto(fd, f.data(), f.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)) ==
+              static_cast<ssize_t>(f.size());
+    }
+    close(fd);
+  }).join();
+  ASSERT_TRUE(sent);
+  std::vector<int32_t> v(5000, 3);
+  ASSERT_TRUE((*c)->AllReduce(std::span<int32_t>(v), aggregator::ReduceOp::kSum).ok());
+  for (int32_t x : v) ASSERT_EQ(x, 3);
+  for (int i = 0; i < 100 && (*c)->stats().stray_datagrams < bad.size(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ((*c)->stats().stray_datagrams, bad.size());
 }
 
 TEST_F(AfXdpTest, LargerFramesCarryLargerChunks) {
