@@ -233,7 +233,7 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   }
   if (s.HasContributed(c.node)) {
     u.outcome = s.state_ == Slot::State::kComplete ? SlotOutcome::kDuplicateCompleted
-                                                   : SlotOutcome::kDuplicate;
+                                                   : SlotOutcome::kWaiting;
     return u;
   }
   if (s.state_ == Slot::State::kComplete) {

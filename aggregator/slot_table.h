@@ -99,6 +99,7 @@ enum class SlotOutcome : uint8_t {
   kHeld,                // ordered job: counted, `handle` now belongs to the slot
   kCompleted,           // this contribution completed the slot: send the result to every member
   kDuplicate,           // this member was already counted; drop it
+  kWaiting,             // this member was already counted and the slot still waits for others
   kDuplicateCompleted,  // already complete: send the cached result to this member only
   kCollision,           // another chunk holds the slot and is still needed; drop it
   kMismatch,            // type, op, scale, length or ordering differ from the slot's first contribution

@@ -324,7 +324,8 @@ TEST(SlotTableTest, DuplicatesNeverCountTwice) {
   EXPECT_EQ(table.Contribute(0, Make(1, 1, 0, 3, p), 0, NeverRelease, nullptr).outcome,
             SlotOutcome::kAccumulated);
   EXPECT_EQ(table.Contribute(0, Make(1, 1, 0, 3, p), 0, NeverRelease, nullptr).outcome,
-            SlotOutcome::kDuplicate);
+            SlotOutcome::kWaiting)
+      << "counted already, and the slot waits for the others";
   EXPECT_EQ(table.slot(0).count(), 1);
   EXPECT_EQ(table.Contribute(0, Make(1, 1, 1, 3, p), 0, NeverRelease, nullptr).outcome,
             SlotOutcome::kAccumulated);

@@ -84,6 +84,12 @@ enum class NackReason : uint32_t {
 enum class NoticeKind : uint32_t {
   kSelfFlag = 1,   // you are a predicted straggler: set BYPASS on this job's data
   kStopFlag = 2,   // you take part again: stop setting BYPASS
+  // Your contribution to `seq` is counted and the chunk waits for
+  // `expected` more members: the answer to a
+  // retransmission that reached the switch before the chunk was complete.
+  // The result comes when the others' contributions do; resending will not
+  // make it come sooner.
+  kHeld = 3,
 };
 
 struct [[gnu::packed]] AggHeader {

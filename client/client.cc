@@ -114,6 +114,9 @@ common::Status ValidateClientOptions(const ClientOptions& o) {
   if (o.retransmit_timeout.count() <= 0) {
     return InvalidArgument("retransmit_timeout: more than 0 expected");
   }
+  if (o.min_retransmit_timeout.count() <= 0) {
+    return InvalidArgument("min_retransmit_timeout: more than 0 expected");
+  }
   if (o.max_retransmit_timeout < o.retransmit_timeout) {
     return InvalidArgument("max_retransmit_timeout: at least retransmit_timeout expected");
   }

@@ -25,9 +25,14 @@
 // On the wire (docs/protocol.md): chunk k of an allreduce is one CONTRIBUTION
 // datagram with the next sequence number of this client (chunking.h); at most
 // `window` chunks are unanswered at a time. A chunk unanswered for its
-// retransmission timeout is sent again with the RETRANSMISSION flag, and its
-// timeout grows by `backoff` up to `max_retransmit_timeout`; the switch
-// answers a retransmitted chunk from its retained result. Every contribution
+// retransmission timeout (from the measured round trips to its switch, as
+// TCP's: RFC 6298) is sent again with the RETRANSMISSION flag, and its own
+// timeout grows by `backoff` up to `max_retransmit_timeout`; a chunk still
+// unanswered when three chunks sent after it are answered is resent at once
+// (fast retransmit, once per chunk). The switch answers a retransmitted
+// chunk from its retained result, or, while the chunk still waits for other
+// members, with a NOTICE "held": the chunk then waits a timeout before it
+// goes again, and only to recover a lost result. Every contribution
 // carries the ack watermark (every result below it has arrived), and an ACK
 // datagram after the last result of each allreduce lets the switch free the
 // job's slots (repeated twice, a retransmission timeout apart, while no next
@@ -247,9 +252,20 @@ struct ClientOptions {
   // (docs/stragglers.md); 0..255. 0 suits a single switch with no timers.
   uint32_t reserve_missing_ids = 32;
 
-  // Retransmission: first timeout, growth factor per retransmission (>= 1),
-  // and the largest timeout.
+  // Retransmission (RFC 6298, per switch): a chunk unanswered for the
+  // smoothed round trip of its switch's chunks plus four times their
+  // variation is resent. `retransmit_timeout` is the timeout before the
+  // first round trip is measured; every timeout stays between the floor
+  // (`min_retransmit_timeout`, or `retransmit_timeout` when smaller) and
+  // `max_retransmit_timeout`. Each resend of a chunk multiplies its own
+  // timeout by `backoff` (>= 1) until the next new result, which undoes it.
+  // Most losses are resent on three later results, without a timeout; the
+  // floor is what a loss at the head of the window costs when that cannot
+  // happen. 20 ms keeps hosts that share their cores with the switch and the
+  // other ranks free of spurious resends; on dedicated cores and NICs a few
+  // ms recovers sooner.
   std::chrono::microseconds retransmit_timeout{20'000};
+  std::chrono::microseconds min_retransmit_timeout{20'000};
   double backoff = 2.0;
   std::chrono::microseconds max_retransmit_timeout{1'000'000};
   // An allreduce fails when no result arrives for this long.
@@ -303,6 +319,13 @@ struct ClientStats {
   // kernel's socket buffer was full (UDP), or the AF_XDP socket's receive
   // ring was full or its fill ring empty.
   uint64_t receive_drops = 0;
+  // Retransmissions the switch answered with NOTICE "held": the chunk had
+  // arrived and its slot waited for other members.
+  uint64_t held_notices = 0;
+  // The switch of the last allreduce: its chunks' smoothed round trip (0
+  // before the first measurement) and the retransmission timeout it gives.
+  uint64_t round_trip_us = 0;
+  uint64_t retransmit_timeout_us = 0;
 };
 
 // One allreduce started with Client::Start.

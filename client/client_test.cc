@@ -548,11 +548,47 @@ TEST(ClientTest, AMissingMemberFailsTheOthersWithinTheProgressTimeout) {
     EXPECT_EQ(status[i].code(), StatusCode::kUnavailable);
     EXPECT_NE(status[i].message().find("a member of the job stopped sending"), std::string::npos)
         << status[i].message();
+    // The switch said so when the rank's chunk went again.
+    EXPECT_NE(status[i].message().find("holds this rank's contribution and waits for 1 more "
+                                       "members"),
+              std::string::npos)
+        << status[i].message();
     // Sequence numbers may disagree after a failure: the client refuses to go on.
     EXPECT_EQ(second[i].code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(second[i].message().find("an earlier allreduce of this client failed"),
               std::string::npos);
   }
+}
+
+// A rank whose partner starts late resends its first chunk; the switch
+// answers that it holds it and waits, and the allreduce completes when the
+// partner comes.
+TEST(ClientTest, ARankWaitingForALateOneIsToldThatItsChunkIsHeld) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  const ClientOptions o = Options({sw.address()}, 17, 2);
+  std::vector<ClientStats> stats(2);
+  std::vector<std::vector<int32_t>> got(2);
+  const auto status = RunRanks(o, {0, 1}, [&](Client& c) {
+    const uint16_t r = c.options().rank;
+    if (r == 1) std::this_thread::sleep_for(milliseconds(150));
+    std::vector<int32_t> v = RandomInts(r, 3000, 1000);
+    RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum));
+    got[r] = std::move(v);
+    stats[r] = c.stats();
+    return common::Status::Ok();
+  });
+  ExpectAllOk(status);
+  std::vector<int32_t> want = RandomInts(0, 3000, 1000);
+  const std::vector<int32_t> one = RandomInts(1, 3000, 1000);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += one[i];
+  EXPECT_EQ(got[0], want);
+  EXPECT_EQ(got[1], want);
+  EXPECT_GT(stats[0].retransmissions, 0u) << "the early rank's timer fired while it waited";
+  EXPECT_GT(stats[0].held_notices, 0u);
+  EXPECT_LE(stats[0].held_notices, stats[0].retransmissions) << "one answer per resend at most";
+  EXPECT_EQ(stats[0].stray_datagrams, 0u) << "every notice matched a chunk in flight";
+  EXPECT_EQ(sw.held_notices(), stats[0].held_notices + stats[1].held_notices);
 }
 
 TEST(ClientTest, AnUnreachableSwitchFailsWithinTheProgressTimeout) {

@@ -85,6 +85,20 @@ struct TestSwitch::State {
     SendTo(to, buf, sizeof(buf));
   }
 
+  // As aggswitch answers a retransmission its slot has counted already.
+  void Held(const AggHeader& request, uint32_t missing, const sockaddr_in& to) {
+    AggFields f = aggregator::ReadAggFields(request);
+    f.job_key = 0;
+    f.opcode = Opcode::kNotice;
+    f.flags = 0;
+    f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
+    f.expected = static_cast<uint16_t>(missing);
+    f.elem_count = 0;
+    uint8_t buf[sizeof(AggHeader)];
+    aggregator::WriteAggHeader(f, 0, reinterpret_cast<AggHeader*>(buf));
+    SendTo(to, buf, sizeof(buf));
+  }
+
   void SendResult(uint32_t job_id, const JobState& job, const aggregator::Slot& slot, int node) {
     AggFields f;
     f.opcode = Opcode::kResult;
@@ -318,6 +332,10 @@ void TestSwitch::Loop() {
       case aggregator::SlotOutcome::kBadMember:
       case aggregator::SlotOutcome::kTooLarge:
         nack(NackReason::kMalformed);
+        break;
+      case aggregator::SlotOutcome::kWaiting:
+        ++held_notices_;
+        s.Held(h, u.slot->needed() - u.slot->count(), from);
         break;
       case aggregator::SlotOutcome::kDuplicate:
       case aggregator::SlotOutcome::kCollision:

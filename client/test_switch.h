@@ -78,6 +78,8 @@ class TestSwitch {
   uint64_t ordered_flags() const { return ordered_flags_.load(); }
   uint64_t bypass_flags() const { return bypass_flags_.load(); }
   uint64_t notices() const { return notices_.load(); }
+  // Retransmissions answered with a NOTICE "held": their slot waits for others.
+  uint64_t held_notices() const { return held_notices_.load(); }
   // Contributions received with the RETRANSMISSION flag, counted or not.
   uint64_t retransmissions() const { return retransmissions_.load(); }
   // Sequence numbers of the completed chunks of `job`, in completion order.
@@ -96,7 +98,7 @@ class TestSwitch {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> contributions_{0}, completed_{0}, registrations_{0}, task_infos_{0},
       acks_{0}, nacks_{0}, task_info_flags_{0}, ordered_flags_{0}, retransmissions_{0},
-      bypass_flags_{0}, notices_{0};
+      bypass_flags_{0}, notices_{0}, held_notices_{0};
   mutable std::mutex log_mu_;
   struct Completed {
     uint32_t job = 0;

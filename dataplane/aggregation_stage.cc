@@ -467,6 +467,20 @@ void AggregationStage::Contribute(const Checked& it) {
       jc.duplicates.Add(1);
       tx_.Drop(it.in_port, DropReason::kAggDuplicate, m);
       return;
+    case aggregator::SlotOutcome::kWaiting: {
+      // The member resent a chunk this slot has counted: its data arrived,
+      // and the result waits for the others. Telling it so stops it resending
+      // on a timer that cannot help.
+      c.duplicates.Add(1);
+      jc.duplicates.Add(1);
+      aggregator::MemberAddr addr;
+      if (job.GetMember(contribution.node, &addr)) {
+        answers_.Held(m, h, u.slot->needed() - u.slot->count(), addr);
+      } else {
+        tx_.Drop(it.in_port, DropReason::kAggDuplicate, m);
+      }
+      return;
+    }
     case aggregator::SlotOutcome::kCollision:
       c.collisions.Add(1);
       jc.collisions.Add(1);

@@ -81,28 +81,52 @@ TEST_P(AggregationFanInTest, EveryMemberGetsTheExactSumOnce) {
 
 INSTANTIATE_TEST_SUITE_P(Members, AggregationFanInTest, ::testing::Values(1, 2, 3, 8, 64, 256));
 
+// A retransmission before completion counts once and is told that its slot
+// waits (NOTICE held, with how many members it waits for); one after
+// completion gets the cached result.
 TEST_F(AggregationTest, DuplicatesCountOnceAndLateOnesGetTheCachedResult) {
-  AddJob(7, 2);
+  AddJob(7, 3);
   const Frame a = Contribution(7, 1, 0, Int32Payload({1, 2}));
   Inject(0, a);
   Inject(0, a);  // retransmission before completion
   Step();
-  EXPECT_TRUE(Drain().empty());
-  EXPECT_EQ(Agg().duplicates.Get(), 1u);
-  Inject(0, Contribution(7, 1, 1, Int32Payload({10, 20})));
-  Step();
   auto out = Drain();
-  ASSERT_EQ(out[0].size(), 2u);
-  EXPECT_EQ(ParseResult(out[0][0]).payload, Int32Payload({11, 22}));
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result held = ParseResult(out[0][0]);
+  EXPECT_EQ(held.fields.opcode, aggregator::Opcode::kNotice);
+  EXPECT_EQ(held.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kHeld));
+  EXPECT_EQ(held.fields.expected, 2u) << "members still awaited";
+  EXPECT_EQ(held.fields.seq, 1u);
+  EXPECT_EQ(held.fields.node_id, 0u);
+  EXPECT_EQ(held.fields.job_key, 0u) << "answers carry no key";
+  EXPECT_EQ(held.dst_ip, MemberIp(0));
+  EXPECT_EQ(held.dst_port, MemberPort(0));
+  EXPECT_TRUE(held.payload.empty());
+  EXPECT_EQ(Agg().duplicates.Get(), 1u);
+  EXPECT_EQ(Agg().held_notices.Get(), 1u);
+  Inject(0, Contribution(7, 1, 1, Int32Payload({10, 20})));
+  Inject(0, a);
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).fields.expected, 1u) << "one member still awaited";
+  EXPECT_EQ(Agg().contributions.Get(), 2u) << "the repeats counted once";
+  Inject(0, Contribution(7, 1, 2, Int32Payload({100, 200})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 3u);
+  EXPECT_EQ(ParseResult(out[0][0]).payload, Int32Payload({111, 222}));
   Inject(0, a);  // node 0 lost its result and asks again
   Step();
   out = Drain();
   ASSERT_EQ(out[0].size(), 1u);
   const Result r = ParseResult(out[0][0]);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
   EXPECT_EQ(r.dst_ip, MemberIp(0));
-  EXPECT_EQ(r.payload, Int32Payload({11, 22}));
+  EXPECT_EQ(r.payload, Int32Payload({111, 222}));
   EXPECT_EQ(Agg().duplicate_results.Get(), 1u);
-  EXPECT_EQ(Agg().contributions.Get(), 2u);
+  EXPECT_EQ(Agg().held_notices.Get(), 2u);
+  EXPECT_EQ(Agg().contributions.Get(), 3u);
 }
 
 // Refused datagrams are answered with a NACK that names the reason, sent

@@ -190,6 +190,24 @@ void Answers::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregat
   if (SendHeaderOnly(m, f, to) && opcode == aggregator::Opcode::kNack) c.nacks_sent.Add(1);
 }
 
+void Answers::Held(rte_mbuf* m, const aggregator::AggHeader& request, uint32_t missing,
+                   const aggregator::MemberAddr& to) {
+  AggregationCounters& c = stats_.lcore.agg;
+  if (!AnswerAllowed()) {
+    c.nacks_suppressed.Add(1);
+    tx_.Drop(to.port_index, DropReason::kNackLimited, m);
+    return;
+  }
+  aggregator::AggFields f = aggregator::ReadAggFields(request);
+  f.job_key = 0;
+  f.opcode = aggregator::Opcode::kNotice;
+  f.flags = 0;
+  f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
+  f.expected = static_cast<uint16_t>(std::min<uint32_t>(missing, UINT16_MAX));
+  f.elem_count = 0;
+  if (SendHeaderOnly(m, f, to)) c.held_notices.Add(1);
+}
+
 bool Answers::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,
                              const aggregator::MemberAddr& to) {
   const bool tagged = plan_.EgressTagged(to.port_index, to.vlan);

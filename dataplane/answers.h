@@ -69,6 +69,11 @@ class Answers {
             const aggregator::MemberAddr& to) {
     Answer(m, request, aggregator::Opcode::kNack, reason, to);
   }
+  // Turns `m`, a retransmitted contribution to a slot that still waits for
+  // other members, into a NOTICE "held, waiting for `missing` members" to
+  // its sender (in `expected`), in place, rate limited like NACKs. Consumes `m`.
+  void Held(rte_mbuf* m, const aggregator::AggHeader& request, uint32_t missing,
+            const aggregator::MemberAddr& to);
   // Tells a member to start or stop flagging its data (rate limited like NACKs).
   void SendNotice(const aggregator::Job& job, const aggregator::AggHeader& request,
                   aggregator::NoticeKind kind, const aggregator::MemberAddr& to);

@@ -143,8 +143,13 @@ Engine::Engine(const ClientOptions& options, std::unique_ptr<Transport> transpor
     local_tan_.sin_addr.s_addr = htonl(options.local_tan->ip.addr);
     local_tan_.sin_port = htons(options.local_tan->port);
   }
+  RetransmitTimer::Params timer;
+  timer.initial = options.retransmit_timeout;
+  timer.min = std::min<Clock::duration>(options.min_retransmit_timeout, options.retransmit_timeout);
+  timer.max = options.max_retransmit_timeout;
   for (const SwitchAddress& s : options.switches) {
     Lane lane;
+    lane.timer = RetransmitTimer(timer);
     lane.addr.sin_family = AF_INET;
     lane.addr.sin_addr.s_addr = htonl(s.ip.addr);
     lane.addr.sin_port = htons(s.port);
@@ -152,7 +157,6 @@ Engine::Engine(const ClientOptions& options, std::unique_ptr<Transport> transpor
     lanes_.push_back(std::move(lane));
   }
   window_params_.window = options.window;
-  window_params_.timeout = options.retransmit_timeout;
   window_params_.max_timeout = options.max_retransmit_timeout;
   window_params_.backoff = options.backoff;
   send_mask_ = std::bit_ceil(options.window) - 1;
@@ -181,6 +185,9 @@ ClientStats Engine::Stats() const {
   s.notices = get(counters_.notices);
   s.kept_local = get(counters_.kept_local);
   s.receive_drops = transport.rx_dropped;
+  s.held_notices = get(counters_.held_notices);
+  s.round_trip_us = get(counters_.round_trip_us);
+  s.retransmit_timeout_us = get(counters_.retransmit_timeout_us);
   return s;
 }
 
@@ -215,6 +222,12 @@ common::Status Engine::Run(const Request& r) {
   }
   SendAck(lane);
   Bump(counters_.allreduces);
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
+  counters_.round_trip_us.store(duration_cast<microseconds>(lane.timer.srtt()).count(),
+                                std::memory_order_relaxed);
+  counters_.retransmit_timeout_us.store(duration_cast<microseconds>(lane.timer.timeout()).count(),
+                                        std::memory_order_relaxed);
   return common::Status::Ok();
 }
 
@@ -275,6 +288,7 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
   if (phase.kind != Phase::Kind::kAnnounce) next_seq_ += phase.chunks;
   out_first_ = 0;
   out_n_ = 0;
+  held_known_ = false;
   last_progress_ = Clock::now();
   for (;;) {
     // Take in everything waiting first: results make room in the window.
@@ -326,7 +340,7 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
   }
   while (n < Transport::kBatch && window_.CanSend() &&
          transport_->SendBufferFree(window_.sent() & send_mask_)) {
-    const uint32_t k = window_.MarkSent(now);
+    const uint32_t k = window_.MarkSent(now, lane.timer.timeout());
     uint8_t* buf = WindowBuffer(k);
     out_[n++] = OutDatagram{&lane.addr, buf, BuildDatagram(phase, k, buf)};
     if (phase.kind != Phase::Kind::kAnnounce) Bump(counters_.chunks);
@@ -410,13 +424,16 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
   if (h.job_id.host() == options_.job_id && (from_switch || from_own_tan)) {
     switch (pkt.opcode) {
       case Opcode::kResult:
-        if (phase.kind != Phase::Kind::kAnnounce) return OnResult(phase, pkt);
+        if (phase.kind != Phase::Kind::kAnnounce) return OnResult(lane, phase, pkt);
         break;
       case Opcode::kTaskInfo: {
         uint32_t k;
+        Clock::duration rtt;
+        const Clock::time_point now = Clock::now();
         if (phase.kind == Phase::Kind::kAnnounce && h.node_id.host() == options_.rank &&
-            window_.Complete(h.seq.host(), &k) == SendWindow::Match::kNew) {
-          last_progress_ = Clock::now();
+            window_.Complete(h.seq.host(), now, &k, &rtt) == SendWindow::Match::kNew) {
+          lane.timer.OnResult(rtt);
+          last_progress_ = now;
           return common::Status::Ok();
         }
         break;
@@ -425,10 +442,8 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
         if (h.node_id.host() == options_.rank) return OnNack(lane, h);
         break;
       case Opcode::kNotice:
-        // A predicted straggler flags its data, so that no switch waits for it.
         if (h.node_id.host() == options_.rank) {
-          self_flag_ = h.aux.host() == static_cast<uint32_t>(aggregator::NoticeKind::kSelfFlag);
-          Bump(counters_.notices);
+          OnNotice(h);
           return common::Status::Ok();
         }
         break;
@@ -440,10 +455,35 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
   return common::Status::Ok();
 }
 
-common::Status Engine::OnResult(const Phase& phase, const aggregator::AggPacket& pkt) {
+void Engine::OnNotice(const AggHeader& h) {
+  switch (static_cast<aggregator::NoticeKind>(h.aux.host())) {
+    case aggregator::NoticeKind::kHeld:
+      // The switch has this chunk and waits for other members: resending it
+      // cannot make the result come sooner.
+      if (window_.Held(h.seq.host(), Clock::now())) {
+        Bump(counters_.held_notices);
+        held_known_ = true;
+        held_seq_ = h.seq.host();
+        held_missing_ = h.expected.host();
+        return;
+      }
+      break;
+    case aggregator::NoticeKind::kSelfFlag:
+    case aggregator::NoticeKind::kStopFlag:
+      // A predicted straggler flags its data, so that no switch waits for it.
+      self_flag_ = h.aux.host() == static_cast<uint32_t>(aggregator::NoticeKind::kSelfFlag);
+      Bump(counters_.notices);
+      return;
+  }
+  Bump(counters_.stray_datagrams);
+}
+
+common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator::AggPacket& pkt) {
   const AggHeader& h = *pkt.header;
   uint32_t k = 0;
-  switch (window_.Complete(h.seq.host(), &k)) {
+  Clock::duration rtt;
+  const Clock::time_point now = Clock::now();
+  switch (window_.Complete(h.seq.host(), now, &k, &rtt)) {
     case SendWindow::Match::kNew:
       break;
     case SendWindow::Match::kDuplicate:
@@ -455,21 +495,24 @@ common::Status Engine::OnResult(const Phase& phase, const aggregator::AggPacket&
       return common::Status::Ok();
   }
   Bump(counters_.results);
-  last_progress_ = Clock::now();
+  lane.timer.OnResult(rtt);
+  last_progress_ = now;
   last_transient_nack_ = 0;
   const uint32_t m = phase.chunk_map != nullptr ? phase.chunk_map[k] : k;
   const uint32_t n = ChunkLength(phase, m);
   const uint16_t result_flags = h.flags.host();
-  const std::string chunk =
-      "chunk seq " + std::to_string(h.seq.host()) + " of job " + std::to_string(options_.job_id);
+  // Named only in an error: no string per result.
+  const auto chunk = [&] {
+    return "chunk seq " + std::to_string(h.seq.host()) + " of job " + std::to_string(options_.job_id);
+  };
   if ((result_flags & flags::kIncomplete) != 0 || h.missing_count != 0) {
-    return common::Unavailable("the switch returned " + chunk + " without the contributions of " +
+    return common::Unavailable("the switch returned " + chunk() + " without the contributions of " +
                                std::to_string(h.missing_count) + " members");
   }
   if (pkt.dtype != phase.dtype || pkt.op != phase.op || h.scale != phase.scale ||
       h.elem_count.host() != n) {
     return common::FailedPrecondition(
-        "the result of " + chunk + " is not a reduction of what this rank sent (" +
+        "the result of " + chunk() + " is not a reduction of what this rank sent (" +
         std::to_string(h.elem_count.host()) + " " + std::string(DTypeName(pkt.dtype)) + " " +
         std::string(ReduceOpName(pkt.op)) + " scale " + std::to_string(h.scale) + ", sent " +
         std::to_string(n) + " " + std::string(DTypeName(phase.dtype)) + " " +
@@ -538,14 +581,14 @@ void Engine::SendAck(Lane& lane) {
   WriteAndSendAck(lane);
   ack_lane_ = &lane;
   ack_repeats_left_ = kAckRepeats;
-  ack_due_ = Clock::now() + options_.retransmit_timeout;
+  ack_due_ = Clock::now() + lane.timer.timeout();
 }
 
 void Engine::RepeatAck(Clock::time_point now) {
   if (ack_repeats_left_ == 0 || now < ack_due_) return;
   WriteAndSendAck(*ack_lane_);
   --ack_repeats_left_;
-  ack_due_ = now + options_.retransmit_timeout;
+  ack_due_ = now + ack_lane_->timer.timeout();
 }
 
 void Engine::FlushAckRepeats() {
@@ -582,7 +625,10 @@ std::string Engine::StallMessage(const Lane& lane, const Phase& phase) const {
            " retransmissions): the switch is unreachable, or its in-band registration is off";
   }
   std::string why = "the switch is unreachable, or a member of the job stopped sending";
-  if (last_transient_nack_ != 0) {
+  if (held_known_ && held_seq_ == window_.Seq(k)) {
+    why = "the switch holds this rank's contribution and waits for " +
+          std::to_string(held_missing_) + " more members: a member of the job stopped sending";
+  } else if (last_transient_nack_ != 0) {
     const NackText text = DescribeNack(last_transient_nack_);
     why = std::string("the switch last refused a chunk: ") + text.name + " (NACK " +
           std::to_string(last_transient_nack_) + "): " + text.hint;

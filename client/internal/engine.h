@@ -44,6 +44,7 @@
 #include "aggregator/wire.h"
 #include "client/chunking.h"
 #include "client/client.h"
+#include "client/internal/retransmit_timer.h"
 #include "client/internal/send_window.h"
 #include "client/internal/transport.h"
 #include "common/status.h"
@@ -95,10 +96,12 @@ class Engine {
   const std::string& transport_description() const { return transport_description_; }
 
  private:
+  // One switch: its address, and the round trips measured to it.
   struct Lane {
     sockaddr_in addr{};
     std::string name;  // "10.0.10.253:47000"
     bool announced = false;
+    RetransmitTimer timer;
   };
 
   // How the chunks of one transfer are encoded and their results used.
@@ -125,7 +128,8 @@ class Engine {
   struct Counters {
     std::atomic<uint64_t> allreduces{0}, chunks{0}, retransmissions{0}, results{0},
         duplicate_results{0}, stray_datagrams{0}, transient_nacks{0}, scale_exchanges{0},
-        float_fallbacks{0}, overflow_redos{0}, saturated_chunks{0}, notices{0}, kept_local{0};
+        float_fallbacks{0}, overflow_redos{0}, saturated_chunks{0}, notices{0}, kept_local{0},
+        held_notices{0}, round_trip_us{0}, retransmit_timeout_us{0};
   };
   // The single writer's increment: a plain load and store, no locked instruction.
   static void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
@@ -146,8 +150,9 @@ class Engine {
   uint32_t BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) const;
   common::Status OnDatagram(Lane& lane, const Phase& phase, const sockaddr_in& from,
                             const uint8_t* data, uint32_t len);
-  common::Status OnResult(const Phase& phase, const aggregator::AggPacket& pkt);
+  common::Status OnResult(Lane& lane, const Phase& phase, const aggregator::AggPacket& pkt);
   common::Status OnNack(const Lane& lane, const aggregator::AggHeader& h);
+  void OnNotice(const aggregator::AggHeader& h);
   // ACKs the last allreduce to `lane`'s switch and schedules the repeats.
   void SendAck(Lane& lane);
   void WriteAndSendAck(const Lane& lane);
@@ -170,6 +175,10 @@ class Engine {
   std::vector<Lane> lanes_;
   sockaddr_in local_tan_{};  // ClientOptions::local_tan; port 0: none
   uint32_t last_transient_nack_ = 0;  // the reason of the last "not now" NACK (StallMessage)
+  // The last NOTICE held (StallMessage): its chunk and the members its slot awaited.
+  uint32_t held_seq_ = 0;
+  uint32_t held_missing_ = 0;
+  bool held_known_ = false;
   SendWindow window_;
   SendWindow::Params window_params_;
   uint32_t send_mask_ = 0;  // window buffer of chunk k: k & send_mask_

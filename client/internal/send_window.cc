@@ -17,22 +17,28 @@ void SendWindow::Reset(uint32_t base, uint32_t chunks, const Params& params) {
   chunks_ = chunks;
   sent_ = 0;
   acked_ = 0;
+  fast_checked_ = 0;
+  backed_off_ = false;
   next_due_ = Clock::time_point::max();
 }
 
-uint32_t SendWindow::MarkSent(Clock::time_point now) {
+uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   const uint32_t k = sent_++;
   Entry& e = entries_[k & mask_];
-  e.timeout = params_.timeout;
-  e.due = now + e.timeout;
+  e.sent = now;
+  e.timeout = timeout;
+  e.initial = timeout;
+  e.due = now + timeout;
   e.resends = 0;
   e.answered = false;
   e.refused = false;
+  e.fast = false;
   next_due_ = std::min(next_due_, e.due);
   return k;
 }
 
-SendWindow::Match SendWindow::Complete(uint32_t seq, uint32_t* chunk) {
+SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint32_t* chunk,
+                                       Clock::duration* rtt) {
   const uint32_t k = seq - base_;  // wraps like the sequence numbers
   if (k >= chunks_) return Match::kForeign;
   if (k >= sent_) return Match::kNotSent;
@@ -41,19 +47,64 @@ SendWindow::Match SendWindow::Complete(uint32_t seq, uint32_t* chunk) {
   if (e.answered) return Match::kDuplicate;
   e.answered = true;
   while (acked_ != sent_ && entries_[acked_ & mask_].answered) ++acked_;
-  if (acked_ == sent_) next_due_ = Clock::time_point::max();
+  if (acked_ == sent_) {
+    next_due_ = Clock::time_point::max();
+    backed_off_ = false;
+  } else if (backed_off_) {
+    // The job moves: no outstanding chunk waits longer than the timeout it
+    // was sent with.
+    backed_off_ = false;
+    for (uint32_t c = acked_; c != sent_; ++c) {
+      Entry& u = entries_[c & mask_];
+      if (u.answered || u.timeout == u.initial) continue;
+      u.timeout = u.initial;
+      u.due = std::min(u.due, now + u.initial);
+      next_due_ = std::min(next_due_, u.due);
+    }
+  }
+  if (acked_ != sent_ && k >= kFastThreshold) {
+    // Each chunk is checked once, when the first chunk kFastThreshold past
+    // it is answered: over a transfer, O(1) per result.
+    const uint32_t last = k - kFastThreshold;
+    for (uint32_t c = std::max(fast_checked_, acked_); c <= last; ++c) {
+      Entry& u = entries_[c & mask_];
+      if (u.answered || u.fast) continue;
+      u.fast = true;
+      u.due = std::min(u.due, now);
+      next_due_ = std::min(next_due_, u.due);
+    }
+    fast_checked_ = std::max(fast_checked_, last + 1);
+  }
   *chunk = k;
+  *rtt = e.resends == 0 ? now - e.sent : Clock::duration::zero();
   return Match::kNew;
 }
 
-bool SendWindow::Refused(uint32_t seq, Clock::time_point when) {
+SendWindow::Entry* SendWindow::Outstanding(uint32_t seq) {
   const uint32_t k = seq - base_;
-  if (k >= sent_ || k < acked_) return false;
+  if (k >= sent_ || k < acked_) return nullptr;
   Entry& e = entries_[k & mask_];
-  if (e.answered) return false;
+  return e.answered ? nullptr : &e;
+}
+
+bool SendWindow::Refused(uint32_t seq, Clock::time_point when) {
+  Entry* found = Outstanding(seq);
+  if (found == nullptr) return false;
+  Entry& e = *found;
   e.refused = true;
   e.due = std::min(e.due, when);
   next_due_ = std::min(next_due_, e.due);
+  return true;
+}
+
+bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
+  Entry* found = Outstanding(seq);
+  if (found == nullptr) return false;
+  Entry& e = *found;
+  e.fast = true;
+  e.refused = false;
+  e.due = now + e.timeout;
+  // next_due_ may now be early, which it is allowed to be.
   return true;
 }
 
@@ -72,7 +123,8 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, uint32_t* out, uint32_t max)
       } else {
         const auto backed_off = std::chrono::duration_cast<Clock::duration>(
             std::chrono::duration<double, Clock::period>(e.timeout.count() * params_.backoff));
-        e.timeout = std::min(backed_off, params_.max_timeout);
+        e.timeout = std::max(e.timeout, std::min(backed_off, params_.max_timeout));
+        backed_off_ = backed_off_ || e.timeout != e.initial;
       }
       e.due = now + e.timeout;
     }

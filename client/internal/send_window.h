@@ -8,21 +8,43 @@
 // number of leading chunks whose results have arrived, so base + acked() is
 // the sender's ack watermark; sent() is the number sent so far. At most
 // `window` chunks, [acked, sent), are outstanding: CanSend() says whether the
-// next one may go. A chunk still unanswered `timeout` after its last send is
-// due; TakeDue() hands it out for retransmission and multiplies its timeout by
-// `backoff`, up to `max_timeout`.
+// next one may go.
+//
+// Each chunk is sent with the retransmission timeout of that moment
+// (RetransmitTimer says which). Still unanswered that long after its last
+// send, it is due: TakeDue() hands it out for retransmission and multiplies
+// its own timeout by `backoff`, up to `max_timeout`. So while nothing moves
+// (a dead member, an unreachable switch) the resends thin out. The next new
+// result shows that the job moves again: every outstanding chunk gets back
+// the timeout it was sent with and is due within it, so a result lost while
+// the job stood still is recovered about one timeout after the job moves
+// on, not a backed-off second later. A result tells the chunk's round trip
+// when the chunk was sent once (Karn's rule).
+//
+// Fast retransmit, as TCP's: a chunk still unanswered when kFastThreshold
+// chunks sent after it have their results was most likely lost (its
+// contribution or its result); it comes due at once, one time, instead of
+// waiting out its timeout. Results overtaking each other by fewer chunks
+// than that (reordering) do not trigger it.
+//
+// What the switch says about a chunk moves its timer: a refusal for now
+// (Refused: a quota) makes it due soon without backing off; "held" (Held:
+// its contribution is counted and its slot waits for other members) rules
+// out a fast retransmit and leaves one resend per timeout, to recover the
+// result if it is lost.
 //
 //   SendWindow w;
-//   w.Reset(base, chunks, {.window = 128, .timeout = 20ms, .max_timeout = 1s, .backoff = 2});
-//   while (w.CanSend()) send(w.MarkSent(now));          // chunk index
+//   w.Reset(base, chunks, {.window = 128, .max_timeout = 1s, .backoff = 2});
+//   while (w.CanSend()) send(w.MarkSent(now, timeout));  // chunk index
 //   uint32_t k;
-//   if (w.Match(seq, &k) == SendWindow::Match::kNew) use the result of chunk k;
-//   uint32_t n = w.TakeDue(now, due, 64);                // resend due[0..n)
+//   Clock::duration rtt;
+//   if (w.Complete(seq, now, &k, &rtt) == SendWindow::Match::kNew) use the result of chunk k;
+//   uint32_t n = w.TakeDue(now, due, 64);                 // resend due[0..n)
 //   sleep until w.NextDue() or a datagram arrives;
 //
 // Thread safety: not thread-safe; the client's I/O thread owns it. Reset may
-// allocate; every other method is O(1) except TakeDue (O(window) when a
-// deadline has passed, O(1) before).
+// allocate; every other method is O(1) amortized except TakeDue (O(window)
+// when a deadline has passed, O(1) before).
 #pragma once
 
 #include <chrono>
@@ -37,10 +59,12 @@ class SendWindow {
 
   struct Params {
     uint32_t window = 128;  // chunks outstanding at most, > 0
-    Clock::duration timeout = std::chrono::milliseconds(20);
     Clock::duration max_timeout = std::chrono::seconds(1);
     double backoff = 2.0;  // >= 1
   };
+
+  // Later chunks answered before a chunk is deemed lost (fast retransmit).
+  static constexpr uint32_t kFastThreshold = 3;
 
   // What a result's sequence number is to this transfer.
   enum class Match : uint8_t {
@@ -63,12 +87,17 @@ class SendWindow {
   uint32_t ack_watermark() const { return base_ + acked_; }
   uint32_t Seq(uint32_t chunk) const { return base_ + chunk; }
 
-  // Sends chunk sent(): the caller checked CanSend(). Returns its index.
-  uint32_t MarkSent(Clock::time_point now);
+  // Sends chunk sent(), due `timeout` from `now`: the caller checked
+  // CanSend(). Returns its index.
+  uint32_t MarkSent(Clock::time_point now, Clock::duration timeout);
 
-  // Matches a result; on kNew marks the chunk answered, advances acked() past
-  // every leading answered chunk and stores the chunk's index in *chunk.
-  Match Complete(uint32_t seq, uint32_t* chunk);
+  // Matches a result that arrived at `now`; on kNew marks the chunk
+  // answered, advances acked() past every leading answered chunk, stores the
+  // chunk's index in *chunk and its round trip in *rtt (zero when it was
+  // resent: the result may answer any of its sends), makes the chunks it
+  // shows lost due now (fast retransmit), and undoes every backoff (O(window)
+  // when a timeout had grown).
+  Match Complete(uint32_t seq, Clock::time_point now, uint32_t* chunk, Clock::duration* rtt);
 
   // Writes up to `max` chunks whose timeout passed into `out` and re-arms each
   // with its backed-off timeout, lowest index first. Returns how many.
@@ -80,12 +109,19 @@ class SendWindow {
   // was lost. False (and nothing changes) when `seq` is not outstanding.
   bool Refused(uint32_t seq, Clock::time_point when);
 
+  // The switch holds chunk `seq`'s contribution and its slot waits for other
+  // members (NOTICE held, the answer to a resend): no fast retransmit for it,
+  // and its next resend, which only recovers a lost result, is due its
+  // current timeout after `now`. False (and nothing changes) when `seq` is
+  // not outstanding.
+  bool Held(uint32_t seq, Clock::time_point now);
+
   // No unanswered chunk is due before this; time_point::max() when none is
   // outstanding. May be early (after answers), never late.
   Clock::time_point NextDue() const { return next_due_; }
 
-  // Chunk k's current timeout (the initial one until it is resent). k must be
-  // outstanding.
+  // Chunk k's current timeout (the one it was sent with until it is resent).
+  // k must be outstanding.
   Clock::duration TimeoutOf(uint32_t chunk) const { return entries_[chunk & mask_].timeout; }
 
   // Times chunk k was resent. k must be outstanding.
@@ -94,11 +130,17 @@ class SendWindow {
  private:
   struct Entry {
     Clock::time_point due;
+    Clock::time_point sent;  // its first send
     Clock::duration timeout;
+    Clock::duration initial;  // the timeout it was sent with
     uint32_t resends = 0;
     bool answered = false;
     bool refused = false;  // the next resend answers a refusal: no backoff
+    bool fast = false;     // came due early once (fast retransmit), or was held
   };
+
+  // Chunk `seq`'s entry when it is sent and unanswered; else null.
+  Entry* Outstanding(uint32_t seq);
 
   Params params_;
   std::unique_ptr<Entry[]> entries_;  // indexed by chunk & mask_
@@ -108,6 +150,8 @@ class SendWindow {
   uint32_t chunks_ = 0;
   uint32_t sent_ = 0;
   uint32_t acked_ = 0;
+  uint32_t fast_checked_ = 0;  // chunks below it were checked for a fast retransmit
+  bool backed_off_ = false;    // an outstanding chunk's timeout grew since the last result
   Clock::time_point next_due_ = Clock::time_point::max();
 };
 

@@ -10,27 +10,29 @@ using Match = SendWindow::Match;
 using Clock = SendWindow::Clock;
 
 SendWindow::Params Params(uint32_t window) {
-  SendWindow::Params p;
-  p.window = window;
-  p.timeout = milliseconds(10);
-  p.max_timeout = milliseconds(35);
-  p.backoff = 2.0;
-  return p;
+  return {.window = window, .max_timeout = milliseconds(35), .backoff = 2.0};
+}
+constexpr milliseconds kTimeout{10};
+
+// Complete() at time zero, the round trip ignored.
+Match Complete(SendWindow& w, uint32_t seq, uint32_t* k) {
+  Clock::duration rtt;
+  return w.Complete(seq, Clock::time_point{}, k, &rtt);
 }
 
 TEST(SendWindowTest, AtMostWindowChunksAreOutstanding) {
   SendWindow w;
   w.Reset(100, 10, Params(3));
   const Clock::time_point t0{};
-  EXPECT_EQ(w.MarkSent(t0), 0u);
-  EXPECT_EQ(w.MarkSent(t0), 1u);
-  EXPECT_EQ(w.MarkSent(t0), 2u);
+  EXPECT_EQ(w.MarkSent(t0, kTimeout), 0u);
+  EXPECT_EQ(w.MarkSent(t0, kTimeout), 1u);
+  EXPECT_EQ(w.MarkSent(t0, kTimeout), 2u);
   EXPECT_FALSE(w.CanSend());
   uint32_t k = 99;
-  EXPECT_EQ(w.Complete(101, &k), Match::kNew);  // answered, but chunk 0 still holds the window
+  EXPECT_EQ(Complete(w, 101, &k), Match::kNew);  // answered, but chunk 0 still holds the window
   EXPECT_EQ(k, 1u);
   EXPECT_FALSE(w.CanSend());
-  EXPECT_EQ(w.Complete(100, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 100, &k), Match::kNew);
   EXPECT_EQ(w.acked(), 2u);
   EXPECT_EQ(w.ack_watermark(), 102u);
   EXPECT_TRUE(w.CanSend());
@@ -40,22 +42,22 @@ TEST(SendWindowTest, MatchesResultsBySequenceNumber) {
   SendWindow w;
   w.Reset(500, 4, Params(8));
   const Clock::time_point t0{};
-  w.MarkSent(t0);
-  w.MarkSent(t0);
+  w.MarkSent(t0, kTimeout);
+  w.MarkSent(t0, kTimeout);
   uint32_t k = 0;
-  EXPECT_EQ(w.Complete(501, &k), Match::kNew);
-  EXPECT_EQ(w.Complete(501, &k), Match::kDuplicate);  // answered, above the watermark
-  EXPECT_EQ(w.Complete(502, &k), Match::kNotSent);    // ours, not sent yet
-  EXPECT_EQ(w.Complete(504, &k), Match::kForeign);    // past the transfer
-  EXPECT_EQ(w.Complete(499, &k), Match::kForeign);    // an earlier transfer's
-  EXPECT_EQ(w.Complete(500, &k), Match::kNew);
-  EXPECT_EQ(w.Complete(500, &k), Match::kDuplicate);  // below the watermark
+  EXPECT_EQ(Complete(w, 501, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 501, &k), Match::kDuplicate);  // answered, above the watermark
+  EXPECT_EQ(Complete(w, 502, &k), Match::kNotSent);    // ours, not sent yet
+  EXPECT_EQ(Complete(w, 504, &k), Match::kForeign);    // past the transfer
+  EXPECT_EQ(Complete(w, 499, &k), Match::kForeign);    // an earlier transfer's
+  EXPECT_EQ(Complete(w, 500, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 500, &k), Match::kDuplicate);  // below the watermark
   EXPECT_EQ(w.acked(), 2u);
-  w.MarkSent(t0);
-  w.MarkSent(t0);
+  w.MarkSent(t0, kTimeout);
+  w.MarkSent(t0, kTimeout);
   EXPECT_FALSE(w.CanSend());  // all four sent
-  EXPECT_EQ(w.Complete(503, &k), Match::kNew);
-  EXPECT_EQ(w.Complete(502, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 503, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 502, &k), Match::kNew);
   EXPECT_TRUE(w.Done());
 }
 
@@ -63,55 +65,127 @@ TEST(SendWindowTest, SequenceNumbersWrapAround) {
   SendWindow w;
   w.Reset(0xFFFFFFFEu, 4, Params(4));
   const Clock::time_point t0{};
-  for (int i = 0; i < 4; ++i) w.MarkSent(t0);
+  for (int i = 0; i < 4; ++i) w.MarkSent(t0, kTimeout);
   EXPECT_EQ(w.Seq(3), 1u);
   uint32_t k = 0;
-  EXPECT_EQ(w.Complete(1u, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 1u, &k), Match::kNew);
   EXPECT_EQ(k, 3u);
-  EXPECT_EQ(w.Complete(0xFFFFFFFDu, &k), Match::kForeign);
-  EXPECT_EQ(w.Complete(0xFFFFFFFEu, &k), Match::kNew);
-  EXPECT_EQ(w.Complete(0xFFFFFFFFu, &k), Match::kNew);
-  EXPECT_EQ(w.Complete(0u, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 0xFFFFFFFDu, &k), Match::kForeign);
+  EXPECT_EQ(Complete(w, 0xFFFFFFFEu, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 0xFFFFFFFFu, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 0u, &k), Match::kNew);
   EXPECT_EQ(w.ack_watermark(), 2u);
   EXPECT_TRUE(w.Done());
 }
 
-TEST(SendWindowTest, RetransmissionsBackOffUpToTheLimit) {
+TEST(SendWindowTest, EachChunkBacksOffFromItsFirstTimeoutUpToTheLimit) {
   SendWindow w;
   w.Reset(0, 2, Params(2));
   const Clock::time_point t0{};
-  w.MarkSent(t0);                    // chunk 0, due at 10 ms
-  w.MarkSent(t0 + milliseconds(4));  // chunk 1, due at 14 ms
+  w.MarkSent(t0, kTimeout);                            // chunk 0, due at 10 ms
+  w.MarkSent(t0 + milliseconds(4), milliseconds(12));  // chunk 1, due at 16 ms
   EXPECT_EQ(w.NextDue(), t0 + milliseconds(10));
   uint32_t due[4];
   EXPECT_EQ(w.TakeDue(t0 + milliseconds(9), due, 4), 0u);
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(10), due, 4), 1u);
   EXPECT_EQ(due[0], 0u);
   EXPECT_EQ(w.TimeoutOf(0), milliseconds(20));  // doubled
-  EXPECT_EQ(w.NextDue(), t0 + milliseconds(14));
+  EXPECT_EQ(w.TimeoutOf(1), milliseconds(12));  // not chunk 1's
+  EXPECT_EQ(w.NextDue(), t0 + milliseconds(16));
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(30), due, 4), 2u);  // both due now
   EXPECT_EQ(due[0], 0u);
   EXPECT_EQ(due[1], 1u);
   EXPECT_EQ(w.TimeoutOf(0), milliseconds(35));  // 40 capped at 35
+  EXPECT_EQ(w.TimeoutOf(1), milliseconds(24));
   EXPECT_EQ(w.ResendsOf(0), 2u);
   EXPECT_EQ(w.ResendsOf(1), 1u);
-  ASSERT_EQ(w.TakeDue(t0 + milliseconds(65), due, 4), 2u);  // 0 at 65, 1 at 50
-  EXPECT_EQ(w.TimeoutOf(0), milliseconds(35));              // stays capped
-  EXPECT_EQ(w.TimeoutOf(1), milliseconds(35));
+  // A resent chunk tells no round trip; one sent once does.
   uint32_t k;
-  ASSERT_EQ(w.Complete(0, &k), Match::kNew);
-  ASSERT_EQ(w.Complete(1, &k), Match::kNew);
+  Clock::duration rtt;
+  ASSERT_EQ(w.Complete(0, t0 + milliseconds(31), &k, &rtt), Match::kNew);
+  EXPECT_EQ(rtt, Clock::duration::zero());
+  w.Reset(2, 1, Params(2));
+  w.MarkSent(t0, kTimeout);
+  ASSERT_EQ(w.Complete(2, t0 + milliseconds(3), &k, &rtt), Match::kNew);
+  EXPECT_EQ(rtt, milliseconds(3));
   EXPECT_EQ(w.NextDue(), Clock::time_point::max());
   EXPECT_EQ(w.TakeDue(t0 + milliseconds(1000), due, 4), 0u);  // answered chunks never come due
+}
+
+// A chunk still unanswered when three chunks sent after it are answered
+// comes due at once, one time; reordering by fewer leaves it alone.
+TEST(SendWindowTest, ThreeLaterResultsMakeAChunkDueAtOnceOnce) {
+  SendWindow w;
+  w.Reset(0, 8, Params(8));
+  const Clock::time_point t0{};
+  for (int i = 0; i < 8; ++i) w.MarkSent(t0, kTimeout);
+  const Clock::time_point t = t0 + milliseconds(1);
+  uint32_t k;
+  Clock::duration rtt;
+  uint32_t due[8];
+  ASSERT_EQ(w.Complete(1, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.Complete(2, t, &k, &rtt), Match::kNew);
+  EXPECT_EQ(w.TakeDue(t, due, 8), 0u) << "two later results: reordering, maybe";
+  ASSERT_EQ(w.Complete(3, t, &k, &rtt), Match::kNew);
+  EXPECT_EQ(w.NextDue(), t);
+  ASSERT_EQ(w.TakeDue(t, due, 8), 1u);
+  EXPECT_EQ(due[0], 0u);
+  // Chunk 4 lost too: chunk 7's result shows it; chunk 0 is not due again
+  // before its timeout.
+  ASSERT_EQ(w.Complete(5, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.Complete(6, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.Complete(7, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.TakeDue(t, due, 8), 1u);
+  EXPECT_EQ(due[0], 4u);
+  // A resend doubles the chunk's own timeout, a fast one too, until the
+  // next new result (chunk 0's came after it); past its timeout a chunk goes
+  // again, as any chunk does.
+  EXPECT_EQ(w.TimeoutOf(0), kTimeout);
+  EXPECT_EQ(w.TimeoutOf(4), 2 * kTimeout);
+  EXPECT_EQ(w.NextDue(), t + kTimeout);
+  ASSERT_EQ(w.TakeDue(t + kTimeout, due, 8), 1u);
+  EXPECT_EQ(due[0], 0u);
+  EXPECT_EQ(w.ResendsOf(0), 2u);
+  ASSERT_EQ(w.TakeDue(t + 2 * kTimeout, due, 8), 1u);
+  EXPECT_EQ(due[0], 4u);
+}
+
+// Timeouts grow while nothing is answered (a dead member, an unreachable
+// switch); the next new result undoes that: every outstanding chunk is due
+// within the timeout it was sent with, so a result lost while the job stood
+// still is recovered soon after the job moves on.
+TEST(SendWindowTest, TheNextResultUndoesTheBackoff) {
+  SendWindow w;
+  w.Reset(0, 4, {.window = 4, .max_timeout = milliseconds(1000), .backoff = 2.0});
+  const Clock::time_point t0{};
+  for (int i = 0; i < 4; ++i) w.MarkSent(t0, kTimeout);
+  uint32_t due[4];
+  Clock::time_point t = t0;
+  for (int i = 0; i < 5; ++i) {  // resent at 10, 30, 70, 150, 310 ms
+    t = w.NextDue();
+    ASSERT_EQ(w.TakeDue(t, due, 4), 4u);
+  }
+  EXPECT_EQ(t, t0 + milliseconds(310));
+  EXPECT_EQ(w.TimeoutOf(3), milliseconds(320));
+  EXPECT_EQ(w.NextDue(), t + milliseconds(320));
+  EXPECT_TRUE(w.Held(2, t + milliseconds(1)));  // the switch has chunk 2: it waits
+  uint32_t k;
+  Clock::duration rtt;
+  const Clock::time_point moved = t + milliseconds(5);
+  ASSERT_EQ(w.Complete(1, moved, &k, &rtt), Match::kNew);
+  for (uint32_t c : {0u, 2u, 3u}) EXPECT_EQ(w.TimeoutOf(c), kTimeout) << c;
+  EXPECT_EQ(w.NextDue(), moved + kTimeout);
+  ASSERT_EQ(w.TakeDue(moved + kTimeout, due, 4), 3u);
+  EXPECT_EQ(w.TimeoutOf(0), 2 * kTimeout) << "and backs off again while nothing moves";
 }
 
 TEST(SendWindowTest, ARefusedChunkIsDueSoonAndItsResendDoesNotBackOff) {
   SendWindow w;
   w.Reset(100, 3, Params(3));
   const Clock::time_point t0{};
-  w.MarkSent(t0);  // chunks 0..2 (seq 100..102), due at 10 ms
-  w.MarkSent(t0);
-  w.MarkSent(t0);
+  w.MarkSent(t0, kTimeout);  // chunks 0..2 (seq 100..102), due at 10 ms
+  w.MarkSent(t0, kTimeout);
+  w.MarkSent(t0, kTimeout);
   EXPECT_TRUE(w.Refused(101, t0 + milliseconds(2)));
   EXPECT_EQ(w.NextDue(), t0 + milliseconds(2));
   uint32_t due[4];
@@ -133,21 +207,54 @@ TEST(SendWindowTest, ARefusedChunkIsDueSoonAndItsResendDoesNotBackOff) {
   EXPECT_EQ(w.TimeoutOf(2), milliseconds(20));
   // Refusals of chunks that are not outstanding change nothing.
   uint32_t k;
-  ASSERT_EQ(w.Complete(101, &k), Match::kNew);
+  ASSERT_EQ(Complete(w, 101, &k), Match::kNew);
   EXPECT_FALSE(w.Refused(101, t0)) << "answered";
   EXPECT_FALSE(w.Refused(99, t0)) << "another transfer's";
   EXPECT_FALSE(w.Refused(103, t0)) << "not of this transfer";
+}
+
+// NOTICE held: the switch has the chunk and waits for other members. It
+// is not fast-retransmitted, and goes again only after its timeout, counted
+// from the notice.
+TEST(SendWindowTest, AHeldChunkWaitsItsTimeoutFromTheNoticeAndIsNeverFastRetransmitted) {
+  SendWindow w;
+  w.Reset(0, 5, Params(8));
+  const Clock::time_point t0{};
+  w.MarkSent(t0, kTimeout);  // chunk 0, due at 10 ms
+  for (int i = 0; i < 4; ++i) w.MarkSent(t0 + milliseconds(8), kTimeout);  // due at 18 ms
+  uint32_t due[8];
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(10), due, 8), 1u);
+  EXPECT_EQ(due[0], 0u);
+  EXPECT_EQ(w.TimeoutOf(0), milliseconds(20));
+  EXPECT_TRUE(w.Held(0, t0 + milliseconds(11)));  // due at 31 ms now
+  EXPECT_EQ(w.TakeDue(t0 + milliseconds(11), due, 8), 0u);
+  uint32_t k;
+  Clock::duration rtt;
+  const Clock::time_point t = t0 + milliseconds(12);
+  for (uint32_t seq = 1; seq <= 3; ++seq) ASSERT_EQ(w.Complete(seq, t, &k, &rtt), Match::kNew);
+  // The results undo chunk 0's backoff: due by 12 + 10 ms, not 31.
+  EXPECT_EQ(w.TakeDue(t, due, 8), 0u) << "three later results, but the switch has it";
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(18), due, 8), 1u);
+  EXPECT_EQ(due[0], 4u);
+  EXPECT_EQ(w.TakeDue(t0 + milliseconds(21), due, 8), 0u);
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(22), due, 8), 1u);
+  EXPECT_EQ(due[0], 0u) << "its result may be lost: one resend per timeout";
+  EXPECT_EQ(w.TimeoutOf(0), milliseconds(20));
+  // Notices for chunks that are not outstanding change nothing.
+  EXPECT_FALSE(w.Held(1, t)) << "answered";
+  EXPECT_FALSE(w.Held(5, t)) << "not of this transfer";
+  EXPECT_FALSE(w.Held(0xFFFFFFFFu, t)) << "an earlier transfer's";
 }
 
 TEST(SendWindowTest, TakeDueHandsOutAtMostMaxAndKeepsTheRestDue) {
   SendWindow w;
   w.Reset(0, 5, Params(5));
   const Clock::time_point t0{};
-  for (int i = 0; i < 5; ++i) w.MarkSent(t0);
+  for (int i = 0; i < 5; ++i) w.MarkSent(t0, kTimeout);
   uint32_t k;
-  ASSERT_EQ(w.Complete(1, &k), Match::kNew);
+  ASSERT_EQ(Complete(w, 1, &k), Match::kNew);
   uint32_t due[2];
-  const Clock::time_point t = t0 + milliseconds(10);
+  const Clock::time_point t = t0 + kTimeout;
   ASSERT_EQ(w.TakeDue(t, due, 2), 2u);
   EXPECT_EQ(due[0], 0u);
   EXPECT_EQ(due[1], 2u);      // 1 was answered
@@ -161,15 +268,15 @@ TEST(SendWindowTest, TakeDueHandsOutAtMostMaxAndKeepsTheRestDue) {
 TEST(SendWindowTest, ResetStartsAFreshTransfer) {
   SendWindow w;
   w.Reset(0, 3, Params(2));
-  w.MarkSent(Clock::time_point{});
+  w.MarkSent(Clock::time_point{}, kTimeout);
   w.Reset(3, 1, Params(16));  // a larger window reallocates
   EXPECT_EQ(w.sent(), 0u);
   EXPECT_EQ(w.acked(), 0u);
   EXPECT_EQ(w.NextDue(), Clock::time_point::max());
   uint32_t k;
-  EXPECT_EQ(w.Complete(0, &k), Match::kForeign);  // the earlier transfer's chunk
-  EXPECT_EQ(w.MarkSent(Clock::time_point{}), 0u);
-  EXPECT_EQ(w.Complete(3, &k), Match::kNew);
+  EXPECT_EQ(Complete(w, 0, &k), Match::kForeign);  // the earlier transfer's chunk
+  EXPECT_EQ(w.MarkSent(Clock::time_point{}, kTimeout), 0u);
+  EXPECT_EQ(Complete(w, 3, &k), Match::kNew);
   EXPECT_TRUE(w.Done());
 }
 

@@ -15,9 +15,11 @@
 # a fresh job.
 # 1% and 5% faults: loss, duplication and reordering at that rate each, in
 # both directions on every port; thousands of chunks per level, all
-# bit-exact. /metrics must show every kind of fault injected, and the clients'
-# JSON summaries retransmissions. ports[].faults is read at start-up, and a
-# job whose last ACK is lost keeps its slots on the switch, so each fault
+# bit-exact, and one allreduce timed against the same one on the clean
+# switch (loss recovery within RECOVERY_BOUND times the clean time).
+# /metrics must show every kind of fault injected, and the clients' JSON
+# summaries retransmissions and NOTICEs "held". ports[].faults is read at
+# start-up, and a job whose last ACK is lost keeps its slots on the switch, so each fault
 # scenario gets a switch of its own.
 #
 # The subnet and UDP port are the test's own: DPDK 22.11's af_packet PMD sets
@@ -226,6 +228,40 @@ print(sum(json.load(open(f))["client"][sys.argv[1]] for f in sys.argv[2:] if os.
     "$field" "${files[@]}"
 }
 
+# iteration_ms NAME: the time of one allreduce in run NAME, the median over
+# its iterations at its fastest rank (the others started later and waited
+# for it), in ms.
+iteration_ms() {
+  python3 -c 'import glob, json, sys
+print("%.1f" % (1e3 * min(json.load(open(f))["latency_s"]["median"] for f in glob.glob(sys.argv[1] + ".*.json"))))' \
+    "$WORK/$1"
+}
+# Loss recovery: the same allreduce (N=4, float32, 4 MiB x 5) on the clean
+# switch and under 1% and 5% faults; each faulty time may be at most
+# RECOVERY_BOUND[level] times the clean one. The ranks run with a 5 ms floor
+# under their retransmission timeout (--min-rto-ms), as on a path known to
+# lose: the default 20 ms keeps loaded hosts free of spurious resends, and
+# makes each loss that three later results cannot reveal cost 20 ms. On an
+# idle machine 1% cost 1.5x and 5% 4.6x (3.0x and 14.5x at the default
+# floor); the bounds leave CI room.
+TIMED_ARGS=(--dtype float32 --op sum --size 4M --iterations 5 --min-rto-ms 5)
+declare -A RECOVERY_BOUND=([1]=4 [5]=10)
+CLEAN_MS=""
+# recovery LEVEL NAME JOB: the timed allreduce under LEVEL% faults, against
+# CLEAN_MS.
+recovery() {
+  allreduce "$2" 4 "$3" "${TIMED_ARGS[@]}" || return 1
+  local ms
+  ms=$(iteration_ms "$2")
+  python3 -c 'import sys
+clean, ms, bound = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+print("%s ms per allreduce against %s ms clean: %.2fx (at most %gx)" % (ms, clean, ms / clean, bound))
+sys.exit(0 if ms <= bound * clean else 1)' "$CLEAN_MS" "$ms" "${RECOVERY_BOUND[$1]}" >"$WORK/recovery"
+  local rc=$?
+  report "$(cat "$WORK/recovery")"
+  return $rc
+}
+
 # injected FAULT: aggswitch_port_injected_faults_total{fault=FAULT} summed over the ports.
 injected() {
   curl -fsS -m 2 "$METRICS" | awk -v f="fault=\"$1\"" '
@@ -322,6 +358,12 @@ check "two jobs at once: float32 fixed point on w0-w3, bfloat16 sum on w4-w7" \
 check "two jobs at once on the same hosts: int32 on 8 ranks, float16 on 4" \
   two_jobs share-a 8 212 "--dtype int32 --op sum --size 2M --iterations 2" \
            share-b 4 213 "--dtype float16 --op sum --size 1M --iterations 3"
+clean_time() {
+  allreduce clean-timed 4 209 "${TIMED_ARGS[@]}" || return 1
+  CLEAN_MS=$(iteration_ms clean-timed)
+  report "$CLEAN_MS ms per allreduce"
+}
+check "N=4: float32 4 MiB x 5, the time of a clean allreduce" clean_time
 check "a rank killed mid-run: the others fail with exit 3 within the timeout" killed_member 220 &&
   show_notes
 rm -f "$WORK/NOTES"
@@ -386,7 +428,7 @@ tally_positive() {
 # faulty_level PERCENT PROBABILITY SIZE: five scenarios, SIZE per vector in
 # the bigger ones.
 faulty_level() {
-  local p="$1" prob="$2" size="$3" runs retx
+  local p="$1" prob="$2" size="$3" runs retx held
   local job=$((300 + 100 * p))
   scenario "$p" "$prob" "f$p-fixed" "N=4: float32 fixed point, $size x 3" \
     allreduce "f$p-fixed" 4 $((job + 1)) --dtype float32 --op sum --size "$size" --iterations 3
@@ -399,14 +441,19 @@ faulty_level() {
                    "f$p-bf16" 4 $((job + 5)) "--dtype bfloat16 --op sum --size $size --iterations 2"
   scenario "$p" "$prob" "f$p-bool" "N=8: bool and, 256 KiB x 2" \
     allreduce "f$p-bool" 8 $((job + 6)) --dtype bool --op and --size 256K --iterations 2
+  scenario "$p" "$prob" "f$p-timed" "N=4: float32 4 MiB x 5, within ${RECOVERY_BOUND[$p]}x the clean time" \
+    recovery "$p" "f$p-timed" $((job + 7))
   runs=("f$p-fixed" "f$p-int32" "f$p-half" "f$p-ordered" "f$p-bf16" "f$p-bool")
   check "$p% faults: the switch dropped, duplicated and reordered frames" \
     tally_positive "$p" drop duplicate reorder
   retx=$(json_sum retransmissions "${runs[@]}")
   check "$p% faults: the clients retransmitted" test "$retx" -gt 0
+  held=$(json_sum held_notices "${runs[@]}")
+  check "$p% faults: the switch told ranks that resent a chunk it held so (NOTICE held)" \
+    test "$held" -gt 0
   note "[$p%] injected: drop ${TALLY[$p.drop]:-0}, duplicate ${TALLY[$p.duplicate]:-0}," \
     "reorder ${TALLY[$p.reorder]:-0}; clients: chunks $(json_sum chunks "${runs[@]}")," \
-    "retransmissions $retx, duplicate results $(json_sum duplicate_results "${runs[@]}")"
+    "retransmissions $retx, held $held, duplicate results $(json_sum duplicate_results "${runs[@]}")"
   elapsed
 }
 faulty_level 1 0.01 2M

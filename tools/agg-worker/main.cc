@@ -62,6 +62,7 @@ struct CliText {
   std::string task_info = "inband";
   std::string float_mode = "fixed";
   double rto_ms = 20;
+  double min_rto_ms = 20;
   uint32_t timeout_ms = 10000;
   uint32_t deadline_ms = 0;
   std::string tan_listen;  // empty: this process runs no TAN
@@ -171,9 +172,11 @@ common::Status ApplyText(const CliText& t, RunConfig& cfg) {
                  : t.float_mode == "ordered" ? client::FloatMode::kFloatOrdered
                                              : client::FloatMode::kFixedPoint;
   if (!(t.rto_ms > 0)) return common::InvalidArgument("--rto-ms: more than 0 expected");
+  if (!(t.min_rto_ms > 0)) return common::InvalidArgument("--min-rto-ms: more than 0 expected");
   o.progress_timeout = std::chrono::milliseconds(t.timeout_ms);
   o.deadline = std::chrono::milliseconds(t.deadline_ms);
   o.retransmit_timeout = std::chrono::microseconds(static_cast<int64_t>(t.rto_ms * 1000));
+  o.min_retransmit_timeout = std::chrono::microseconds(static_cast<int64_t>(t.min_rto_ms * 1000));
   if (o.max_retransmit_timeout < o.retransmit_timeout) {
     o.max_retransmit_timeout = o.retransmit_timeout;
   }
@@ -476,7 +479,13 @@ int Main(int argc, char** argv) {
   app.add_option("--window", o.window, "Chunks in flight")->capture_default_str();
   app.add_option("--mtu", o.mtu, "Path MTU: each chunk fills one packet of this size")
       ->capture_default_str();
-  app.add_option("--rto-ms", text.rto_ms, "First retransmission timeout, ms")
+  app.add_option("--rto-ms", text.rto_ms,
+                 "Retransmission timeout until the round trip to the switch is measured, ms "
+                 "(then the smoothed round trip plus four times its variation)")
+      ->capture_default_str();
+  app.add_option("--min-rto-ms", text.min_rto_ms,
+                 "The least retransmission timeout, ms (--rto-ms when that is less): lower "
+                 "recovers losses sooner, and resends more where round trips vary")
       ->capture_default_str();
   app.add_option("--timeout-ms", text.timeout_ms,
                  "Fail an allreduce when no result arrives for this long, ms")

@@ -55,6 +55,8 @@ TEST(RunSummaryTest, VerdictBandwidthAndJson) {
   s.latency = Summarize({0.004, 0.002});
   s.stats.notices = 3;
   s.stats.kept_local = 4;
+  s.stats.held_notices = 5;
+  s.stats.round_trip_us = 1250;
   EXPECT_TRUE(s.ok());
   EXPECT_DOUBLE_EQ(s.AlgorithmBandwidth(), (4 << 20) / 0.002);
   s.mismatches = 3;
@@ -75,6 +77,8 @@ TEST(RunSummaryTest, VerdictBandwidthAndJson) {
   EXPECT_TRUE(doc["client"].contains("retransmissions"));
   EXPECT_EQ(doc["client"]["notices"], 3) << "told to flag its data for bypass";
   EXPECT_EQ(doc["client"]["kept_local"], 4) << "given to the TAN in its own process";
+  EXPECT_EQ(doc["client"]["held_notices"], 5);
+  EXPECT_EQ(doc["client"]["round_trip_us"], 1250);
   std::remove(path.c_str());
 
   char* text = nullptr;
