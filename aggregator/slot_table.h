@@ -254,6 +254,15 @@ class SlotTable {
   uint32_t armed_timers() const { return timers_.size(); }
 
   const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }
+  // Slot `local_index` when it holds chunk (job_id, job_generation, seq);
+  // else null. [owner lcore]
+  const Slot* Holding(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
+                      uint32_t seq) const {
+    const Slot& s = slots_[local_index];
+    const bool same = s.state_ != Slot::State::kFree && s.job_id_ == job_id &&
+                      s.job_generation_ == job_generation && s.seq_ == seq;
+    return same ? &s : nullptr;
+  }
   // Starts fetching what a contribution of `payload_len` bytes to slot
   // `local_index` touches: the slot, its bitmap and arrival offsets, and
   // (for writing) its accumulator. Addresses only; reads nothing. [owner lcore]

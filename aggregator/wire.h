@@ -42,8 +42,11 @@ enum class Opcode : uint8_t {
   kAck = 8,
   kNack = 9,
   kNotice = 10,
+  // A member asks after a chunk it sent (header only): the switch answers
+  // with the cached result, a NOTICE held, or a NOTICE missing.
+  kQuery = 11,
 };
-inline constexpr uint8_t kMaxOpcode = 10;
+inline constexpr uint8_t kMaxOpcode = 11;
 
 // Bits of the header's flags field.
 namespace flags {
@@ -90,6 +93,9 @@ enum class NoticeKind : uint32_t {
   // The result comes when the others' contributions do; resending will not
   // make it come sooner.
   kHeld = 3,
+  // The answer to a QUERY for `seq` when the switch holds no contribution of
+  // the sender to that chunk (lost on the way, or the job unknown): send it.
+  kMissing = 4,
 };
 
 struct [[gnu::packed]] AggHeader {
@@ -135,7 +141,7 @@ struct AggPacket {
   X(kTruncated, "truncated", "shorter than the 48-byte header")               \
   X(kBadMagic, "bad_magic", "magic is not 0xA65C")                            \
   X(kBadVersion, "bad_version", "version is not 1")                           \
-  X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..10")                  \
+  X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..11")                  \
   X(kUnknownDType, "unknown_dtype", "dtype outside the table")                \
   X(kUnknownOp, "unknown_op", "op outside the table")                         \
   X(kBadTypeOp, "bad_type_op", "the dtype does not allow the op")             \

@@ -24,21 +24,23 @@
 //
 // On the wire (docs/protocol.md): chunk k of an allreduce is one CONTRIBUTION
 // datagram with the next sequence number of this client (chunking.h); at most
-// `window` chunks are unanswered at a time. A chunk unanswered for its
-// retransmission timeout (from the measured round trips to its switch, as
-// TCP's: RFC 6298) is sent again with the RETRANSMISSION flag, and its own
-// timeout grows by `backoff` up to `max_retransmit_timeout`; a chunk still
-// unanswered when three chunks sent after it are answered is resent at once
-// (fast retransmit, once per chunk). The switch answers a retransmitted
-// chunk from its retained result, or, while the chunk still waits for other
-// members, with a NOTICE "held": the chunk then waits a timeout before it
-// goes again, and only to recover a lost result. Every contribution
+// `window` chunks are unanswered at a time. A chunk still unanswered when
+// three chunks sent after it are answered is resent at once with the
+// RETRANSMISSION flag (fast retransmit, once per chunk). A chunk unanswered
+// for its retransmission timeout (from the measured round trips to its
+// switch, as TCP's: RFC 6298) is asked after with a QUERY, a header: the
+// switch answers with the chunk's retained result, with a NOTICE "held" while
+// the chunk waits for other members (the chunk then waits another timeout,
+// only to recover a lost result), or with a NOTICE "missing", upon which the
+// chunk is resent. A query unanswered for a timeout makes the chunk go again
+// too. Each timeout of a chunk grows by `backoff` up to
+// `max_retransmit_timeout` until the next new result. Every contribution
 // carries the ack watermark (every result below it has arrived), and an ACK
 // datagram after the last result of each allreduce lets the switch free the
 // job's slots (repeated twice, a retransmission timeout apart, while no next
-// allreduce starts: slots it leaves held may be another job's). Results carry no job key: they are matched by job, sequence
-// number and sender (the switch this rank sends to, or local_tan); duplicate
-// results are ignored.
+// allreduce starts: slots it leaves held may be another job's). Results carry
+// no job key: they are matched by job, sequence number and sender (the switch
+// this rank sends to, or local_tan); duplicate results are ignored.
 //
 // float32 sums travel as int32 fixed point by default (fixed_point.h says how
 // the scale is chosen): one extra one-element exchange per allreduce, and
@@ -261,11 +263,9 @@ struct ClientOptions {
   // timeout by `backoff` (>= 1) until the next new result, which undoes it.
   // Most losses are resent on three later results, without a timeout; the
   // floor is what a loss at the head of the window costs when that cannot
-  // happen. 20 ms keeps hosts that share their cores with the switch and the
-  // other ranks free of spurious resends; on dedicated cores and NICs a few
-  // ms recovers sooner.
+  // happen. A timeout too early costs a QUERY (a header), not a resend.
   std::chrono::microseconds retransmit_timeout{20'000};
-  std::chrono::microseconds min_retransmit_timeout{20'000};
+  std::chrono::microseconds min_retransmit_timeout{5'000};
   double backoff = 2.0;
   std::chrono::microseconds max_retransmit_timeout{1'000'000};
   // An allreduce fails when no result arrives for this long.
@@ -319,9 +319,13 @@ struct ClientStats {
   // kernel's socket buffer was full (UDP), or the AF_XDP socket's receive
   // ring was full or its fill ring empty.
   uint64_t receive_drops = 0;
-  // Retransmissions the switch answered with NOTICE "held": the chunk had
-  // arrived and its slot waited for other members.
+  // Retransmissions and QUERYs the switch answered with NOTICE "held": the
+  // chunk had arrived and its slot waited for other members.
   uint64_t held_notices = 0;
+  // QUERYs: a chunk's timeout asks the switch about it (a header) before its
+  // data goes again; and the answers that the switch lacked it.
+  uint64_t queries = 0;
+  uint64_t missing_notices = 0;
   // The switch of the last allreduce: its chunks' smoothed round trip (0
   // before the first measurement) and the retransmission timeout it gives.
   uint64_t round_trip_us = 0;

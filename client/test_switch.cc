@@ -85,14 +85,18 @@ struct TestSwitch::State {
     SendTo(to, buf, sizeof(buf));
   }
 
-  // As aggswitch answers a retransmission its slot has counted already.
-  void Held(const AggHeader& request, uint32_t missing, const sockaddr_in& to) {
+  // As aggswitch answers a retransmission or a QUERY about a chunk (kHeld:
+  // its slot waits for `awaited` more members; kMissing: the chunk's
+  // contribution is not here).
+  void Notice(const AggHeader& request, aggregator::NoticeKind kind, uint32_t awaited,
+              const sockaddr_in& to) {
     AggFields f = aggregator::ReadAggFields(request);
     f.job_key = 0;
     f.opcode = Opcode::kNotice;
     f.flags = 0;
-    f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
-    f.expected = static_cast<uint16_t>(missing);
+    f.aux = static_cast<uint32_t>(kind);
+    f.expected = static_cast<uint16_t>(awaited);
+    f.node_count = 0;
     f.elem_count = 0;
     uint8_t buf[sizeof(AggHeader)];
     aggregator::WriteAggHeader(f, 0, reinterpret_cast<AggHeader*>(buf));
@@ -201,8 +205,12 @@ void TestSwitch::Loop() {
       continue;
     }
     const AggHeader& h = *pkt.header;
+    if (pkt.opcode == Opcode::kContribution && lost_ < static_cast<uint64_t>(s.options.lose_first)) {
+      ++lost_;
+      continue;
+    }
     if (pkt.opcode != Opcode::kContribution && pkt.opcode != Opcode::kAck &&
-        pkt.opcode != Opcode::kTaskInfo) {
+        pkt.opcode != Opcode::kTaskInfo && pkt.opcode != Opcode::kQuery) {
       continue;
     }
     const uint16_t hflags = h.flags.host();
@@ -213,6 +221,11 @@ void TestSwitch::Loop() {
       s.Answer(h, Opcode::kNack, static_cast<uint32_t>(r), from);
     };
     auto it = s.jobs.find(job_id);
+    if (it == s.jobs.end() && pkt.opcode == Opcode::kQuery) {
+      ++queries_;
+      s.Notice(h, aggregator::NoticeKind::kMissing, 0, from);
+      continue;
+    }
     if (it == s.jobs.end()) {
       if (!task_info || !s.options.in_band_registration) {
         nack(NackReason::kUnknownJob);
@@ -263,6 +276,26 @@ void TestSwitch::Loop() {
       s.Answer(h, Opcode::kTaskInfo, 0, from);
       continue;
     }
+    // The switch's placement, under a zero secret.
+    const uint32_t index = aggregator::SlotRegion::Make(0, s.options.slots)
+                               .Of(aggregator::SlotOffset(common::SipKey{}, job_id), h.seq.host());
+    if (pkt.opcode == Opcode::kQuery) {
+      // As aggswitch answers a member asking after a chunk it sent.
+      ++queries_;
+      const aggregator::Slot* slot =
+          s.slots.Holding(index, job_id, job.generation, h.seq.host());
+      if (slot != nullptr && slot->HasContributed(node) &&
+          slot->state() == aggregator::Slot::State::kComplete) {
+        s.SendResult(job_id, job, *slot, node);
+      } else if (slot != nullptr && slot->HasContributed(node) &&
+                 slot->state() == aggregator::Slot::State::kAggregating) {
+        ++held_notices_;
+        s.Notice(h, aggregator::NoticeKind::kHeld, slot->needed() - slot->count(), from);
+      } else {
+        s.Notice(h, aggregator::NoticeKind::kMissing, 0, from);
+      }
+      continue;
+    }
     if (hflags & flags::kRetransmission) ++retransmissions_;
     if (s.options.refuse_first < 0 || refused_ < static_cast<uint64_t>(s.options.refuse_first)) {
       ++refused_;
@@ -287,9 +320,6 @@ void TestSwitch::Loop() {
     c.addr_low = h.addr_low.host();
     c.payload = copy.get() + (pkt.payload - buf);
     c.handle = copy.get();
-    // The switch's placement, under a zero secret.
-    const uint32_t index = aggregator::SlotRegion::Make(0, s.options.slots)
-                               .Of(aggregator::SlotOffset(common::SipKey{}, job_id), c.seq);
     const aggregator::SlotUpdate u = s.slots.Contribute(index, c, 0, State::Releasable, &s.jobs);
     const bool counted = u.outcome == aggregator::SlotOutcome::kHeld ||
                          u.outcome == aggregator::SlotOutcome::kAccumulated ||
@@ -335,7 +365,7 @@ void TestSwitch::Loop() {
         break;
       case aggregator::SlotOutcome::kWaiting:
         ++held_notices_;
-        s.Held(h, u.slot->needed() - u.slot->count(), from);
+        s.Notice(h, aggregator::NoticeKind::kHeld, u.slot->needed() - u.slot->count(), from);
         break;
       case aggregator::SlotOutcome::kDuplicate:
       case aggregator::SlotOutcome::kCollision:

@@ -56,6 +56,9 @@ class TestSwitch {
     // NACK `refuse_with`, as the switch refuses chunks over a quota.
     int refuse_first = 0;
     aggregator::NackReason refuse_with = aggregator::NackReason::kSlotQuota;
+    // Loses the first `lose_first` contributions it receives, as a network
+    // would, before anything else looks at them.
+    int lose_first = 0;
   };
 
   explicit TestSwitch(const Options& options);
@@ -78,8 +81,10 @@ class TestSwitch {
   uint64_t ordered_flags() const { return ordered_flags_.load(); }
   uint64_t bypass_flags() const { return bypass_flags_.load(); }
   uint64_t notices() const { return notices_.load(); }
-  // Retransmissions answered with a NOTICE "held": their slot waits for others.
+  // Retransmissions and QUERYs answered with a NOTICE "held": their slot
+  // waits for others.
   uint64_t held_notices() const { return held_notices_.load(); }
+  uint64_t queries() const { return queries_.load(); }  // QUERYs answered
   // Contributions received with the RETRANSMISSION flag, counted or not.
   uint64_t retransmissions() const { return retransmissions_.load(); }
   // Sequence numbers of the completed chunks of `job`, in completion order.
@@ -95,10 +100,11 @@ class TestSwitch {
   common::Ipv4Addr bind_ip_;
   uint16_t port_ = 0;
   uint64_t refused_ = 0;  // Options::refuse_first so far [the switch's thread]
+  uint64_t lost_ = 0;     // Options::lose_first so far [the switch's thread]
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> contributions_{0}, completed_{0}, registrations_{0}, task_infos_{0},
       acks_{0}, nacks_{0}, task_info_flags_{0}, ordered_flags_{0}, retransmissions_{0},
-      bypass_flags_{0}, notices_{0}, held_notices_{0};
+      bypass_flags_{0}, notices_{0}, held_notices_{0}, queries_{0};
   mutable std::mutex log_mu_;
   struct Completed {
     uint32_t job = 0;

@@ -86,6 +86,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     case Opcode::kResult:
     case Opcode::kAck:
     case Opcode::kTaskInfo:
+    case Opcode::kQuery:
       break;
     default:
       c.unsupported.Add(1);
@@ -194,10 +195,11 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
         return false;
       }
       // A predicted straggler's data is never reduced here: it goes to the
-      // TAN, and the member is told to flag it (or to stop flagging it).
+      // TAN, and the member is told to flag it (or to stop flagging it). A
+      // QUERY carries no data: it is answered where its chunk's slot is.
       const bool flagged = (h.flags.host() & aggregator::flags::kBypass) != 0;
       const bool excluded = job->Excluded(index);
-      if (flagged || excluded) {
+      if (opcode != Opcode::kQuery && (flagged || excluded)) {
         c.late_self_flagged.Add(1);
         if (flagged != excluded) {
           answers_.SendNotice(*job, h,
@@ -210,7 +212,8 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       }
       // A chunk too far ahead of the job's slowest member would take more
       // slots than the job may hold: refused until the watermark moves.
-      if (!job->SeqAllowed(h.seq.host(), clock_.SeenNow(), s_.rebind_ticks)) {
+      if (opcode != Opcode::kQuery &&
+          !job->SeqAllowed(h.seq.host(), clock_.SeenNow(), s_.rebind_ticks)) {
         c.slot_quota_refused.Add(1);
         jc.quota_refused.Add(1);
         answers_.Nack(m, h, NackReason::kSlotQuota, sender);
@@ -251,6 +254,13 @@ void AggregationStage::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket
     // Removed between the two lcores; the sender retransmits and is told then.
     c.unknown_jobs.Add(1);
     tx_.Drop(in_port, DropReason::kAggUnknownJob, m);
+    return;
+  }
+  if (pkt.opcode == aggregator::Opcode::kQuery) {
+    // Nothing of the job here: the member's contribution (which would have
+    // registered an in-band job) is missing. Its resend says the rest.
+    c.queries.Add(1);
+    answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, sender);
     return;
   }
   const bool task_info = pkt.opcode == aggregator::Opcode::kTaskInfo ||
@@ -351,6 +361,10 @@ void AggregationStage::Contribute(const Checked& it) {
   const aggregator::AggHeader& h = *pkt.header;
   rte_mbuf* m = it.m;
   const uint32_t seq = h.seq.host();
+  if (pkt.opcode == aggregator::Opcode::kQuery) {
+    AnswerQuery(it);
+    return;
+  }
   // Late data that a timeout left a bypass entry for: flagged and on to the TAN.
   if (tree_.bypass_live() && tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
     c.late_flagged.Add(1);
@@ -475,7 +489,8 @@ void AggregationStage::Contribute(const Checked& it) {
       jc.duplicates.Add(1);
       aggregator::MemberAddr addr;
       if (job.GetMember(contribution.node, &addr)) {
-        answers_.Held(m, h, u.slot->needed() - u.slot->count(), addr);
+        answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
+                               u.slot->needed() - u.slot->count(), addr);
       } else {
         tx_.Drop(it.in_port, DropReason::kAggDuplicate, m);
       }
@@ -506,6 +521,38 @@ void AggregationStage::Contribute(const Checked& it) {
   } else {
     tx_.Drop(it.in_port, DropReason::kAggRejected, m);
   }
+}
+
+void AggregationStage::AnswerQuery(const Checked& it) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::Job& job = *it.job;
+  const aggregator::AggHeader& h = *it.pkt.header;
+  rte_mbuf* m = it.m;
+  c.queries.Add(1);
+  const auto node = static_cast<uint16_t>(it.member);
+  aggregator::MemberAddr addr;
+  if (!job.GetMember(node, &addr)) {
+    tx_.Drop(it.in_port, DropReason::kAggRejected, m);
+    return;
+  }
+  const aggregator::Slot* slot =
+      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), h.seq.host());
+  if (slot != nullptr && slot->HasContributed(node)) {
+    if (slot->state() == aggregator::Slot::State::kComplete) {
+      // Its result was lost on the way: sent again, to it alone.
+      c.duplicate_results.Add(1);
+      if (!answers_.SendResult(job, *slot, node, m, it.header_offset)) TxBuffers::Consumed(m);
+      return;
+    }
+    if (slot->state() == aggregator::Slot::State::kAggregating) {
+      answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
+                             slot->needed() - slot->count(), addr);
+      return;
+    }
+    // kForwarded: its partial went up. The member's resend makes this switch
+    // send the partial again (SlotOutcome::kForwardedAgain).
+  }
+  answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr);
 }
 
 void AggregationStage::RecordCompletion(const aggregator::Slot& slot) {

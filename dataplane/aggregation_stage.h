@@ -136,6 +136,10 @@ class AggregationStage {
   void Dispatch(Checked* items, uint16_t n);
   void Reduce(Checked* items, uint16_t n);
   void Contribute(const Checked& c);
+  // A member's QUERY about a chunk it sent: the cached result when its slot
+  // is complete, NOTICE held while the slot waits for others, else NOTICE
+  // missing (send it again).
+  void AnswerQuery(const Checked& c);
   // Every kOffsetSampleEvery-th chunk: its members' arrival offsets, up to
   // the control thread, when a free sample is at hand.
   void SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired);

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dataplane/dataplane_test_fixture.h"
@@ -126,6 +127,84 @@ TEST_F(AggregationTest, DuplicatesCountOnceAndLateOnesGetTheCachedResult) {
   EXPECT_EQ(r.payload, Int32Payload({111, 222}));
   EXPECT_EQ(Agg().duplicate_results.Get(), 1u);
   EXPECT_EQ(Agg().held_notices.Get(), 2u);
+  EXPECT_EQ(Agg().contributions.Get(), 3u);
+}
+
+// A member's QUERY about a chunk it sent (a header, no data) is answered
+// from the chunk's slot: NOTICE held while the slot waits for others,
+// NOTICE missing when the switch lacks its contribution (or the job), its
+// result again once the slot is complete. A QUERY is never counted into a
+// slot, and carries the key like any datagram from a member.
+TEST_F(AggregationTest, QueriesAreAnsweredFromTheChunksSlot) {
+  AddJob(7, 3);
+  const auto query = [](uint32_t job, uint32_t seq, uint16_t node, uint64_t key = 0x5eed) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kQuery;
+    f.node_id = node;
+    f.job_id = job;
+    f.seq = seq;
+    f.job_key = key;
+    return Datagram(f);
+  };
+  const auto notice = [](const Frame& f) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNotice);
+    EXPECT_TRUE(r.payload.empty());
+    return r;
+  };
+  Inject(0, Contribution(7, 1, 0, Int32Payload({1, 2})));
+  Inject(0, query(7, 1, 0));  // node 0 contributed: held, 2 members awaited
+  Inject(0, query(7, 1, 1));  // node 1 did not: missing
+  Inject(0, query(7, 2, 0));  // a chunk nobody sent: missing
+  Inject(0, query(9, 1, 0));  // a job the switch does not know: missing
+  Step();
+  auto out = Drain();
+  // Answers leave in the order the stages make them: each one by its chunk.
+  ASSERT_EQ(out[0].size(), 4u);
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t>, Result> answers;  // job, seq, member IP
+  for (const Frame& f : out[0]) {
+    const Result r = notice(f);
+    EXPECT_EQ(r.fields.job_key, 0u) << "answers carry no key";
+    answers[{r.fields.job_id, r.fields.seq, r.dst_ip}] = r;
+  }
+  const auto kind = [&](uint32_t job, uint32_t seq, uint16_t node) {
+    const auto it = answers.find({job, seq, MemberIp(node)});
+    return it == answers.end() ? 0u : it->second.fields.aux;
+  };
+  const auto held = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
+  const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+  EXPECT_EQ(kind(7, 1, 0), held);
+  const Result& held_one = answers[std::make_tuple(7u, 1u, MemberIp(0))];
+  EXPECT_EQ(held_one.fields.expected, 2u) << "members still awaited";
+  EXPECT_EQ(kind(7, 1, 1), missing);
+  EXPECT_EQ(kind(7, 2, 0), missing);
+  EXPECT_EQ(kind(9, 1, 0), missing);
+  EXPECT_EQ(Agg().queries.Get(), 4u);
+  EXPECT_EQ(Agg().held_notices.Get(), 1u);
+  EXPECT_EQ(Agg().missing_notices.Get(), 3u);
+  EXPECT_EQ(Agg().contributions.Get(), 1u) << "a query counts for nothing";
+  EXPECT_EQ(Agg().unknown_jobs.Get(), 0u) << "a query for an unknown job is answered, not refused";
+
+  Inject(0, Contribution(7, 1, 1, Int32Payload({10, 20})));
+  Inject(0, Contribution(7, 1, 2, Int32Payload({100, 200})));
+  Step();
+  ASSERT_EQ(Drain()[0].size(), 3u);
+  Inject(0, query(7, 1, 2));  // its result was lost: sent again, to it alone
+  Inject(0, query(7, 1, 0, /*key=*/0xbad));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  Result again{}, refused{};
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    (r.fields.opcode == aggregator::Opcode::kResult ? again : refused) = r;
+  }
+  EXPECT_EQ(again.fields.opcode, aggregator::Opcode::kResult);
+  EXPECT_EQ(again.dst_ip, MemberIp(2));
+  EXPECT_EQ(again.payload, Int32Payload({111, 222}));
+  EXPECT_EQ(refused.fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(refused.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kKeyMismatch));
+  EXPECT_EQ(Agg().duplicate_results.Get(), 1u);
   EXPECT_EQ(Agg().contributions.Get(), 3u);
 }
 

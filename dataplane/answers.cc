@@ -190,8 +190,9 @@ void Answers::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregat
   if (SendHeaderOnly(m, f, to) && opcode == aggregator::Opcode::kNack) c.nacks_sent.Add(1);
 }
 
-void Answers::Held(rte_mbuf* m, const aggregator::AggHeader& request, uint32_t missing,
-                   const aggregator::MemberAddr& to) {
+void Answers::NoticeInPlace(rte_mbuf* m, const aggregator::AggHeader& request,
+                            aggregator::NoticeKind kind, uint32_t awaited,
+                            const aggregator::MemberAddr& to) {
   AggregationCounters& c = stats_.lcore.agg;
   if (!AnswerAllowed()) {
     c.nacks_suppressed.Add(1);
@@ -202,10 +203,13 @@ void Answers::Held(rte_mbuf* m, const aggregator::AggHeader& request, uint32_t m
   f.job_key = 0;
   f.opcode = aggregator::Opcode::kNotice;
   f.flags = 0;
-  f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
-  f.expected = static_cast<uint16_t>(std::min<uint32_t>(missing, UINT16_MAX));
+  f.aux = static_cast<uint32_t>(kind);
+  f.expected = static_cast<uint16_t>(std::min<uint32_t>(awaited, UINT16_MAX));
+  f.node_count = 0;
   f.elem_count = 0;
-  if (SendHeaderOnly(m, f, to)) c.held_notices.Add(1);
+  if (SendHeaderOnly(m, f, to)) {
+    (kind == aggregator::NoticeKind::kHeld ? c.held_notices : c.missing_notices).Add(1);
+  }
 }
 
 bool Answers::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,

@@ -69,11 +69,13 @@ class Answers {
             const aggregator::MemberAddr& to) {
     Answer(m, request, aggregator::Opcode::kNack, reason, to);
   }
-  // Turns `m`, a retransmitted contribution to a slot that still waits for
-  // other members, into a NOTICE "held, waiting for `missing` members" to
-  // its sender (in `expected`), in place, rate limited like NACKs. Consumes `m`.
-  void Held(rte_mbuf* m, const aggregator::AggHeader& request, uint32_t missing,
-            const aggregator::MemberAddr& to);
+  // Turns `m`, a member's retransmission or QUERY, into a NOTICE about the
+  // chunk to `to`, in place, rate limited like NACKs: kHeld (its slot waits
+  // for `awaited` more members, sent in `expected`) or kMissing (the switch
+  // holds no contribution of the member's to it). Consumes `m`.
+  void NoticeInPlace(rte_mbuf* m, const aggregator::AggHeader& request,
+                     aggregator::NoticeKind kind, uint32_t awaited,
+                     const aggregator::MemberAddr& to);
   // Tells a member to start or stop flagging its data (rate limited like NACKs).
   void SendNotice(const aggregator::Job& job, const aggregator::AggHeader& request,
                   aggregator::NoticeKind kind, const aggregator::MemberAddr& to);

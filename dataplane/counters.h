@@ -176,7 +176,9 @@ struct PortCounters {
   X(reinjected, "datagrams handed back by the control thread after registration")     \
   X(nacks_sent, "NACKs sent to the sender of a refused datagram")                     \
   X(nacks_suppressed, "NACKs and NOTICEs held not sent: over the per-lcore answer rate limit") \
-  X(held_notices, "retransmissions answered with a NOTICE that their slot waits for other members") \
+  X(held_notices, "retransmissions and QUERYs answered with a NOTICE that their slot waits for other members") \
+  X(queries, "QUERYs: members asking after a chunk they sent")                         \
+  X(missing_notices, "QUERYs answered with a NOTICE that the switch lacks the member's contribution") \
   X(partials_received, "partials from child switches counted into a slot")             \
   X(partials_sent, "partials sent to the upstream switch")                              \
   X(partials_resent, "partials sent again because a counted member retransmitted")     \

@@ -103,8 +103,9 @@ bool IsFloat(DType t) {
 }  // namespace
 
 common::Result<std::unique_ptr<Engine>> Engine::Create(const ClientOptions& options) {
-  // One send buffer per window entry, and one for ACKs.
-  const uint32_t send_buffers = std::bit_ceil(options.window) + 1;
+  // One send buffer per window entry, one for ACKs, and kQueryBuffers for
+  // QUERYs.
+  const uint32_t send_buffers = std::bit_ceil(options.window) + 1 + kQueryBuffers;
   std::unique_ptr<Transport> transport;
   std::string description = "udp";
   if (options.transport == TransportKind::kAfXdp) {
@@ -157,6 +158,7 @@ Engine::Engine(const ClientOptions& options, std::unique_ptr<Transport> transpor
     lanes_.push_back(std::move(lane));
   }
   window_params_.window = options.window;
+  window_params_.query = true;
   window_params_.max_timeout = options.max_retransmit_timeout;
   window_params_.backoff = options.backoff;
   send_mask_ = std::bit_ceil(options.window) - 1;
@@ -186,6 +188,8 @@ ClientStats Engine::Stats() const {
   s.kept_local = get(counters_.kept_local);
   s.receive_drops = transport.rx_dropped;
   s.held_notices = get(counters_.held_notices);
+  s.queries = get(counters_.queries);
+  s.missing_notices = get(counters_.missing_notices);
   s.round_trip_us = get(counters_.round_trip_us);
   s.retransmit_timeout_us = get(counters_.retransmit_timeout_us);
   return s;
@@ -284,7 +288,9 @@ uint32_t Engine::ChunkLength(const Phase& phase, uint32_t m) {
 }
 
 common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
-  window_.Reset(next_seq_, phase.chunks, window_params_);
+  SendWindow::Params params = window_params_;
+  params.query = phase.kind != Phase::Kind::kAnnounce;  // its echo is its answer
+  window_.Reset(next_seq_, phase.chunks, params);
   if (phase.kind != Phase::Kind::kAnnounce) next_seq_ += phase.chunks;
   out_first_ = 0;
   out_n_ = 0;
@@ -329,14 +335,26 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
 
 void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
   uint32_t n = window_.TakeDue(now, due_, Transport::kBatch);
-  Bump(counters_.retransmissions, n);
   const uint32_t ack = window_.ack_watermark();
   for (uint32_t i = 0; i < n; ++i) {
-    uint8_t* buf = WindowBuffer(due_[i]);
+    uint8_t* buf = WindowBuffer(due_[i].chunk);
     auto* h = reinterpret_cast<AggHeader*>(buf);
-    h->flags = common::be16_t::FromHost(h->flags.host() | flags::kRetransmission);
     h->ack_watermark = common::be32_t::FromHost(ack);
+    uint8_t* query = due_[i].query ? QueryBuffer() : nullptr;
+    if (query != nullptr) {
+      // The chunk's header without its data, as a QUERY.
+      std::memcpy(query, buf, sizeof(AggHeader));
+      auto* q = reinterpret_cast<AggHeader*>(query);
+      q->opcode = static_cast<uint8_t>(Opcode::kQuery);
+      q->elem_count = common::be16_t::FromHost(0);
+      q->missing_count = 0;
+      out_[i] = OutDatagram{&lane.addr, query, sizeof(AggHeader)};
+      Bump(counters_.queries);
+      continue;
+    }
+    h->flags = common::be16_t::FromHost(h->flags.host() | flags::kRetransmission);
     out_[i] = OutDatagram{&lane.addr, buf, DatagramBytes(phase.dtype, h->elem_count.host())};
+    Bump(counters_.retransmissions);
   }
   while (n < Transport::kBatch && window_.CanSend() &&
          transport_->SendBufferFree(window_.sent() & send_mask_)) {
@@ -346,10 +364,13 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
     if (phase.kind != Phase::Kind::kAnnounce) Bump(counters_.chunks);
   }
   if (options_.offer_to_local_tan && phase.kind != Phase::Kind::kAnnounce) {
-    // The TAN in this process takes what it is waiting for; the rest goes out.
+    // The TAN in this process takes the data it is waiting for; the rest,
+    // and every QUERY, goes out.
     uint32_t kept = 0;
     for (uint32_t i = 0; i < n; ++i) {
-      if (options_.offer_to_local_tan(out_[i].data, out_[i].length)) {
+      const auto opcode = static_cast<Opcode>(reinterpret_cast<const AggHeader*>(out_[i].data)->opcode);
+      if (opcode == Opcode::kContribution &&
+          options_.offer_to_local_tan(out_[i].data, out_[i].length)) {
         Bump(counters_.kept_local);
       } else {
         out_[kept++] = out_[i];
@@ -465,6 +486,13 @@ void Engine::OnNotice(const AggHeader& h) {
         held_known_ = true;
         held_seq_ = h.seq.host();
         held_missing_ = h.expected.host();
+        return;
+      }
+      break;
+    case aggregator::NoticeKind::kMissing:
+      // The answer to a query: the contribution was lost on its way.
+      if (window_.Missing(h.seq.host(), Clock::now())) {
+        Bump(counters_.missing_notices);
         return;
       }
       break;

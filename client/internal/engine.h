@@ -129,7 +129,8 @@ class Engine {
     std::atomic<uint64_t> allreduces{0}, chunks{0}, retransmissions{0}, results{0},
         duplicate_results{0}, stray_datagrams{0}, transient_nacks{0}, scale_exchanges{0},
         float_fallbacks{0}, overflow_redos{0}, saturated_chunks{0}, notices{0}, kept_local{0},
-        held_notices{0}, round_trip_us{0}, retransmit_timeout_us{0};
+        held_notices{0}, queries{0}, missing_notices{0}, round_trip_us{0},
+        retransmit_timeout_us{0};
   };
   // The single writer's increment: a plain load and store, no locked instruction.
   static void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
@@ -166,6 +167,15 @@ class Engine {
   uint8_t* WindowBuffer(uint32_t k) { return transport_->send_buffer(k & send_mask_); }
   // The send buffer after the window's: ACKs.
   uint8_t* AckBuffer() { return transport_->send_buffer(send_mask_ + 1); }
+  // The next of the kQueryBuffers after the ACK's, when its last QUERY has
+  // left (AF_XDP zero-copy); else null (the chunk's data goes instead).
+  uint8_t* QueryBuffer() {
+    const uint32_t i = send_mask_ + 2 + next_query_buffer_;
+    if (!transport_->SendBufferFree(i)) return nullptr;
+    next_query_buffer_ = (next_query_buffer_ + 1) % kQueryBuffers;
+    return transport_->send_buffer(i);
+  }
+  static constexpr uint32_t kQueryBuffers = Transport::kBatch;
   std::string StallMessage(const Lane& lane, const Phase& phase) const;
 
   const ClientOptions options_;
@@ -185,7 +195,8 @@ class Engine {
   OutDatagram out_[Transport::kBatch];
   uint32_t out_first_ = 0;  // out_[out_first_, out_first_ + out_n_) still to send
   uint32_t out_n_ = 0;
-  uint32_t due_[Transport::kBatch];
+  SendWindow::Due due_[Transport::kBatch];
+  uint32_t next_query_buffer_ = 0;
   uint32_t next_seq_;
   uint32_t addr_low_ = 0;
   // The last allreduce's ACK: repeats left, when the next is due, and where.

@@ -30,9 +30,10 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   e.initial = timeout;
   e.due = now + timeout;
   e.resends = 0;
+  e.why = Entry::Why::kTimer;
   e.answered = false;
-  e.refused = false;
   e.fast = false;
+  e.queried = 0;
   next_due_ = std::min(next_due_, e.due);
   return k;
 }
@@ -70,6 +71,7 @@ SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint
       Entry& u = entries_[c & mask_];
       if (u.answered || u.fast) continue;
       u.fast = true;
+      u.why = Entry::Why::kFast;
       u.due = std::min(u.due, now);
       next_due_ = std::min(next_due_, u.due);
     }
@@ -91,7 +93,7 @@ bool SendWindow::Refused(uint32_t seq, Clock::time_point when) {
   Entry* found = Outstanding(seq);
   if (found == nullptr) return false;
   Entry& e = *found;
-  e.refused = true;
+  e.why = Entry::Why::kRefused;
   e.due = std::min(e.due, when);
   next_due_ = std::min(next_due_, e.due);
   return true;
@@ -102,13 +104,25 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
   if (found == nullptr) return false;
   Entry& e = *found;
   e.fast = true;
-  e.refused = false;
+  e.queried = 0;
+  e.why = Entry::Why::kTimer;
   e.due = now + e.timeout;
   // next_due_ may now be early, which it is allowed to be.
   return true;
 }
 
-uint32_t SendWindow::TakeDue(Clock::time_point now, uint32_t* out, uint32_t max) {
+bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
+  Entry* found = Outstanding(seq);
+  if (found == nullptr) return false;
+  Entry& e = *found;
+  e.queried = 0;
+  e.why = Entry::Why::kMissing;
+  e.due = now;
+  next_due_ = std::min(next_due_, now);
+  return true;
+}
+
+uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
   if (now < next_due_) return 0;
   uint32_t n = 0;
   Clock::time_point next = Clock::time_point::max();
@@ -116,11 +130,15 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, uint32_t* out, uint32_t max)
     Entry& e = entries_[k & mask_];
     if (e.answered) continue;
     if (e.due <= now && n < max) {
-      out[n++] = k;
+      // A timeout asks first, unless its last questions went unanswered.
+      const bool query =
+          params_.query && e.why == Entry::Why::kTimer && e.queried < kUnansweredQueries;
+      out[n++] = Due{k, query};
+      e.queried = query ? static_cast<uint8_t>(e.queried + 1) : 0;
       ++e.resends;
-      if (e.refused) {
-        e.refused = false;
-      } else {
+      const Entry::Why why = e.why;
+      e.why = Entry::Why::kTimer;
+      if (why != Entry::Why::kRefused && why != Entry::Why::kMissing) {
         const auto backed_off = std::chrono::duration_cast<Clock::duration>(
             std::chrono::duration<double, Clock::period>(e.timeout.count() * params_.backoff));
         e.timeout = std::max(e.timeout, std::min(backed_off, params_.max_timeout));

@@ -12,8 +12,12 @@
 //
 // Each chunk is sent with the retransmission timeout of that moment
 // (RetransmitTimer says which). Still unanswered that long after its last
-// send, it is due: TakeDue() hands it out for retransmission and multiplies
-// its own timeout by `backoff`, up to `max_timeout`. So while nothing moves
+// send, it is due: TakeDue() hands it out and multiplies its own timeout by
+// `backoff`, up to `max_timeout`. With `query` set, a timeout first asks
+// the switch about the chunk (a QUERY, header only) and the data goes again
+// only when the switch says it lacks it (Missing) or kUnansweredQueries
+// queries in a row go unanswered; a chunk that merely waits for other members, or
+// whose result is on its way, costs a header, not a resend. So while nothing moves
 // (a dead member, an unreachable switch) the resends thin out. The next new
 // result shows that the job moves again: every outstanding chunk gets back
 // the timeout it was sent with and is due within it, so a result lost while
@@ -28,10 +32,11 @@
 // than that (reordering) do not trigger it.
 //
 // What the switch says about a chunk moves its timer: a refusal for now
-// (Refused: a quota) makes it due soon without backing off; "held" (Held:
-// its contribution is counted and its slot waits for other members) rules
-// out a fast retransmit and leaves one resend per timeout, to recover the
-// result if it is lost.
+// (Refused: a quota) makes its data due soon without backing off; "held"
+// (Held: its contribution is counted and its slot waits for other members)
+// rules out a fast retransmit and leaves one query per timeout, to recover
+// the result if it is lost; "missing" (the answer to a query) makes its data
+// due at once.
 //
 //   SendWindow w;
 //   w.Reset(base, chunks, {.window = 128, .max_timeout = 1s, .backoff = 2});
@@ -39,7 +44,7 @@
 //   uint32_t k;
 //   Clock::duration rtt;
 //   if (w.Complete(seq, now, &k, &rtt) == SendWindow::Match::kNew) use the result of chunk k;
-//   uint32_t n = w.TakeDue(now, due, 64);                 // resend due[0..n)
+//   uint32_t n = w.TakeDue(now, due, 64);  // due[0..n): query or resend due[i].chunk
 //   sleep until w.NextDue() or a datagram arrives;
 //
 // Thread safety: not thread-safe; the client's I/O thread owns it. Reset may
@@ -61,10 +66,21 @@ class SendWindow {
     uint32_t window = 128;  // chunks outstanding at most, > 0
     Clock::duration max_timeout = std::chrono::seconds(1);
     double backoff = 2.0;  // >= 1
+    bool query = true;     // a timeout queries before it resends
+  };
+
+  // A chunk TakeDue hands out, and what to send for it.
+  struct Due {
+    uint32_t chunk;
+    bool query;  // a QUERY about it; else its data again
   };
 
   // Later chunks answered before a chunk is deemed lost (fast retransmit).
   static constexpr uint32_t kFastThreshold = 3;
+  // Queries about a chunk left unanswered, each for a timeout, before its
+  // data goes anyway (the switch or the way to it may be gone). More than
+  // one: an answer held up for a timeout on a loaded host is no loss.
+  static constexpr uint8_t kUnansweredQueries = 2;
 
   // What a result's sequence number is to this transfer.
   enum class Match : uint8_t {
@@ -99,9 +115,10 @@ class SendWindow {
   // when a timeout had grown).
   Match Complete(uint32_t seq, Clock::time_point now, uint32_t* chunk, Clock::duration* rtt);
 
-  // Writes up to `max` chunks whose timeout passed into `out` and re-arms each
-  // with its backed-off timeout, lowest index first. Returns how many.
-  uint32_t TakeDue(Clock::time_point now, uint32_t* out, uint32_t max);
+  // Writes up to `max` chunks that are due into `out`, lowest index first,
+  // each with what to send, and re-arms each (with its backed-off timeout
+  // when a timeout made it due). Returns how many.
+  uint32_t TakeDue(Clock::time_point now, Due* out, uint32_t max);
 
   // The switch refused chunk `seq` for now (a NACK such as "slot quota"):
   // it is due again at `when` if that is sooner than its timer, and that
@@ -110,11 +127,16 @@ class SendWindow {
   bool Refused(uint32_t seq, Clock::time_point when);
 
   // The switch holds chunk `seq`'s contribution and its slot waits for other
-  // members (NOTICE held, the answer to a resend): no fast retransmit for it,
-  // and its next resend, which only recovers a lost result, is due its
-  // current timeout after `now`. False (and nothing changes) when `seq` is
-  // not outstanding.
+  // members (NOTICE held, the answer to a resend or a query): no fast
+  // retransmit for it, and its next query, which only recovers a lost
+  // result, is due its current timeout after `now`. False (and nothing
+  // changes) when `seq` is not outstanding.
   bool Held(uint32_t seq, Clock::time_point now);
+
+  // The switch lacks chunk `seq`'s contribution (NOTICE missing, the answer
+  // to a query): its data is due at `now`. False (and nothing changes) when
+  // `seq` is not outstanding.
+  bool Missing(uint32_t seq, Clock::time_point now);
 
   // No unanswered chunk is due before this; time_point::max() when none is
   // outstanding. May be early (after answers), never late.
@@ -124,7 +146,7 @@ class SendWindow {
   // k must be outstanding.
   Clock::duration TimeoutOf(uint32_t chunk) const { return entries_[chunk & mask_].timeout; }
 
-  // Times chunk k was resent. k must be outstanding.
+  // Times chunk k was resent or queried. k must be outstanding.
   uint32_t ResendsOf(uint32_t chunk) const { return entries_[chunk & mask_].resends; }
 
  private:
@@ -133,10 +155,13 @@ class SendWindow {
     Clock::time_point sent;  // its first send
     Clock::duration timeout;
     Clock::duration initial;  // the timeout it was sent with
-    uint32_t resends = 0;
+    uint32_t resends = 0;  // resends and queries
+    // Why it is due next: its timer, or (data, no backoff) a refusal or a
+    // "missing", or (data) a fast retransmit.
+    enum class Why : uint8_t { kTimer, kRefused, kMissing, kFast } why = Why::kTimer;
     bool answered = false;
-    bool refused = false;  // the next resend answers a refusal: no backoff
     bool fast = false;     // came due early once (fast retransmit), or was held
+    uint8_t queried = 0;   // QUERYs sent since its last send or answer
   };
 
   // Chunk `seq`'s entry when it is sent and unanswered; else null.

@@ -9,8 +9,9 @@ using std::chrono::milliseconds;
 using Match = SendWindow::Match;
 using Clock = SendWindow::Clock;
 
+// Timeouts resend the data (no queries), unless a test says otherwise.
 SendWindow::Params Params(uint32_t window) {
-  return {.window = window, .max_timeout = milliseconds(35), .backoff = 2.0};
+  return {.window = window, .max_timeout = milliseconds(35), .backoff = 2.0, .query = false};
 }
 constexpr milliseconds kTimeout{10};
 
@@ -85,16 +86,16 @@ TEST(SendWindowTest, EachChunkBacksOffFromItsFirstTimeoutUpToTheLimit) {
   w.MarkSent(t0, kTimeout);                            // chunk 0, due at 10 ms
   w.MarkSent(t0 + milliseconds(4), milliseconds(12));  // chunk 1, due at 16 ms
   EXPECT_EQ(w.NextDue(), t0 + milliseconds(10));
-  uint32_t due[4];
+  SendWindow::Due due[4];
   EXPECT_EQ(w.TakeDue(t0 + milliseconds(9), due, 4), 0u);
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(10), due, 4), 1u);
-  EXPECT_EQ(due[0], 0u);
+  EXPECT_EQ(due[0].chunk, 0u);
   EXPECT_EQ(w.TimeoutOf(0), milliseconds(20));  // doubled
   EXPECT_EQ(w.TimeoutOf(1), milliseconds(12));  // not chunk 1's
   EXPECT_EQ(w.NextDue(), t0 + milliseconds(16));
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(30), due, 4), 2u);  // both due now
-  EXPECT_EQ(due[0], 0u);
-  EXPECT_EQ(due[1], 1u);
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_EQ(due[1].chunk, 1u);
   EXPECT_EQ(w.TimeoutOf(0), milliseconds(35));  // 40 capped at 35
   EXPECT_EQ(w.TimeoutOf(1), milliseconds(24));
   EXPECT_EQ(w.ResendsOf(0), 2u);
@@ -122,21 +123,21 @@ TEST(SendWindowTest, ThreeLaterResultsMakeAChunkDueAtOnceOnce) {
   const Clock::time_point t = t0 + milliseconds(1);
   uint32_t k;
   Clock::duration rtt;
-  uint32_t due[8];
+  SendWindow::Due due[8];
   ASSERT_EQ(w.Complete(1, t, &k, &rtt), Match::kNew);
   ASSERT_EQ(w.Complete(2, t, &k, &rtt), Match::kNew);
   EXPECT_EQ(w.TakeDue(t, due, 8), 0u) << "two later results: reordering, maybe";
   ASSERT_EQ(w.Complete(3, t, &k, &rtt), Match::kNew);
   EXPECT_EQ(w.NextDue(), t);
   ASSERT_EQ(w.TakeDue(t, due, 8), 1u);
-  EXPECT_EQ(due[0], 0u);
+  EXPECT_EQ(due[0].chunk, 0u);
   // Chunk 4 lost too: chunk 7's result shows it; chunk 0 is not due again
   // before its timeout.
   ASSERT_EQ(w.Complete(5, t, &k, &rtt), Match::kNew);
   ASSERT_EQ(w.Complete(6, t, &k, &rtt), Match::kNew);
   ASSERT_EQ(w.Complete(7, t, &k, &rtt), Match::kNew);
   ASSERT_EQ(w.TakeDue(t, due, 8), 1u);
-  EXPECT_EQ(due[0], 4u);
+  EXPECT_EQ(due[0].chunk, 4u);
   // A resend doubles the chunk's own timeout, a fast one too, until the
   // next new result (chunk 0's came after it); past its timeout a chunk goes
   // again, as any chunk does.
@@ -144,10 +145,10 @@ TEST(SendWindowTest, ThreeLaterResultsMakeAChunkDueAtOnceOnce) {
   EXPECT_EQ(w.TimeoutOf(4), 2 * kTimeout);
   EXPECT_EQ(w.NextDue(), t + kTimeout);
   ASSERT_EQ(w.TakeDue(t + kTimeout, due, 8), 1u);
-  EXPECT_EQ(due[0], 0u);
+  EXPECT_EQ(due[0].chunk, 0u);
   EXPECT_EQ(w.ResendsOf(0), 2u);
   ASSERT_EQ(w.TakeDue(t + 2 * kTimeout, due, 8), 1u);
-  EXPECT_EQ(due[0], 4u);
+  EXPECT_EQ(due[0].chunk, 4u);
 }
 
 // Timeouts grow while nothing is answered (a dead member, an unreachable
@@ -156,10 +157,10 @@ TEST(SendWindowTest, ThreeLaterResultsMakeAChunkDueAtOnceOnce) {
 // still is recovered soon after the job moves on.
 TEST(SendWindowTest, TheNextResultUndoesTheBackoff) {
   SendWindow w;
-  w.Reset(0, 4, {.window = 4, .max_timeout = milliseconds(1000), .backoff = 2.0});
+  w.Reset(0, 4, {.window = 4, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = false});
   const Clock::time_point t0{};
   for (int i = 0; i < 4; ++i) w.MarkSent(t0, kTimeout);
-  uint32_t due[4];
+  SendWindow::Due due[4];
   Clock::time_point t = t0;
   for (int i = 0; i < 5; ++i) {  // resent at 10, 30, 70, 150, 310 ms
     t = w.NextDue();
@@ -188,10 +189,10 @@ TEST(SendWindowTest, ARefusedChunkIsDueSoonAndItsResendDoesNotBackOff) {
   w.MarkSent(t0, kTimeout);
   EXPECT_TRUE(w.Refused(101, t0 + milliseconds(2)));
   EXPECT_EQ(w.NextDue(), t0 + milliseconds(2));
-  uint32_t due[4];
+  SendWindow::Due due[4];
   EXPECT_EQ(w.TakeDue(t0 + milliseconds(1), due, 4), 0u);
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(2), due, 4), 1u);
-  EXPECT_EQ(due[0], 1u);
+  EXPECT_EQ(due[0].chunk, 1u);
   EXPECT_EQ(w.TimeoutOf(1), milliseconds(10)) << "the switch answered: nothing to back off from";
   EXPECT_EQ(w.NextDue(), t0 + milliseconds(10));
   // A later refusal never delays a chunk past its timer.
@@ -201,8 +202,8 @@ TEST(SendWindowTest, ARefusedChunkIsDueSoonAndItsResendDoesNotBackOff) {
   EXPECT_EQ(w.TimeoutOf(2), milliseconds(10));
   // The resends after those back off again (chunk 1 was due at 12).
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(20), due, 4), 2u);
-  EXPECT_EQ(due[0], 1u);
-  EXPECT_EQ(due[1], 2u);
+  EXPECT_EQ(due[0].chunk, 1u);
+  EXPECT_EQ(due[1].chunk, 2u);
   EXPECT_EQ(w.TimeoutOf(1), milliseconds(20));
   EXPECT_EQ(w.TimeoutOf(2), milliseconds(20));
   // Refusals of chunks that are not outstanding change nothing.
@@ -222,9 +223,9 @@ TEST(SendWindowTest, AHeldChunkWaitsItsTimeoutFromTheNoticeAndIsNeverFastRetrans
   const Clock::time_point t0{};
   w.MarkSent(t0, kTimeout);  // chunk 0, due at 10 ms
   for (int i = 0; i < 4; ++i) w.MarkSent(t0 + milliseconds(8), kTimeout);  // due at 18 ms
-  uint32_t due[8];
+  SendWindow::Due due[8];
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(10), due, 8), 1u);
-  EXPECT_EQ(due[0], 0u);
+  EXPECT_EQ(due[0].chunk, 0u);
   EXPECT_EQ(w.TimeoutOf(0), milliseconds(20));
   EXPECT_TRUE(w.Held(0, t0 + milliseconds(11)));  // due at 31 ms now
   EXPECT_EQ(w.TakeDue(t0 + milliseconds(11), due, 8), 0u);
@@ -235,15 +236,62 @@ TEST(SendWindowTest, AHeldChunkWaitsItsTimeoutFromTheNoticeAndIsNeverFastRetrans
   // The results undo chunk 0's backoff: due by 12 + 10 ms, not 31.
   EXPECT_EQ(w.TakeDue(t, due, 8), 0u) << "three later results, but the switch has it";
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(18), due, 8), 1u);
-  EXPECT_EQ(due[0], 4u);
+  EXPECT_EQ(due[0].chunk, 4u);
   EXPECT_EQ(w.TakeDue(t0 + milliseconds(21), due, 8), 0u);
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(22), due, 8), 1u);
-  EXPECT_EQ(due[0], 0u) << "its result may be lost: one resend per timeout";
+  EXPECT_EQ(due[0].chunk, 0u) << "its result may be lost: one resend per timeout";
   EXPECT_EQ(w.TimeoutOf(0), milliseconds(20));
   // Notices for chunks that are not outstanding change nothing.
   EXPECT_FALSE(w.Held(1, t)) << "answered";
   EXPECT_FALSE(w.Held(5, t)) << "not of this transfer";
   EXPECT_FALSE(w.Held(0xFFFFFFFFu, t)) << "an earlier transfer's";
+}
+
+// With queries: a timeout asks first; "held" answers it (the next timeout
+// asks again), "missing" makes the data due at once without backing off,
+// and two questions in a row left unanswered send the data. A fast
+// retransmit and a refusal send the data.
+TEST(SendWindowTest, ATimeoutQueriesFirstAndTheAnswerSaysWhetherTheDataGoes) {
+  SendWindow w;
+  w.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  const Clock::time_point t0{};
+  for (int i = 0; i < 4; ++i) w.MarkSent(t0, kTimeout);
+  SendWindow::Due due[8];
+  Clock::time_point t = t0 + kTimeout;
+  ASSERT_EQ(w.TakeDue(t, due, 8), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(due[i].query) << i;
+  EXPECT_TRUE(w.Held(0, t + milliseconds(1)));     // held: asks again after its timeout
+  EXPECT_TRUE(w.Missing(1, t + milliseconds(1)));  // missing: its data at once
+  EXPECT_TRUE(w.Refused(2, t + milliseconds(1)));  // refused: its data soon
+  // Chunk 3's question goes unanswered.
+  ASSERT_EQ(w.TakeDue(t + milliseconds(1), due, 8), 2u);
+  EXPECT_EQ(due[0].chunk, 1u);
+  EXPECT_FALSE(due[0].query);
+  EXPECT_EQ(w.TimeoutOf(1), 2 * kTimeout) << "the query backed off, the resend did not";
+  EXPECT_EQ(due[1].chunk, 2u);
+  EXPECT_FALSE(due[1].query);
+  t += 2 * kTimeout;  // every chunk's 20 ms timeout has passed
+  ASSERT_EQ(w.TakeDue(t + milliseconds(1), due, 8), 4u);
+  EXPECT_TRUE(due[0].query) << "held: its result may be lost, so it asks again";
+  EXPECT_TRUE(due[1].query) << "resent: asks before it resends again";
+  EXPECT_TRUE(due[2].query);
+  EXPECT_EQ(due[3].chunk, 3u);
+  EXPECT_TRUE(due[3].query) << "one question unanswered: asks again";
+  t += 4 * kTimeout;
+  ASSERT_EQ(w.TakeDue(t + milliseconds(1), due, 8), 4u);
+  EXPECT_EQ(due[3].chunk, 3u);
+  EXPECT_FALSE(due[3].query) << "two questions unanswered: the data goes";
+  // A fast retransmit sends the data: chunks 0..3 sent, 1..3 answered.
+  w.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  for (int i = 0; i < 4; ++i) w.MarkSent(t, kTimeout);
+  uint32_t k;
+  Clock::duration rtt;
+  for (uint32_t seq = 1; seq <= 3; ++seq) ASSERT_EQ(w.Complete(seq, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.TakeDue(t + milliseconds(1), due, 8), 1u);
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_FALSE(due[0].query);
+  EXPECT_FALSE(w.Missing(1, t)) << "answered";
+  EXPECT_FALSE(w.Missing(8, t)) << "not of this transfer";
 }
 
 TEST(SendWindowTest, TakeDueHandsOutAtMostMaxAndKeepsTheRestDue) {
@@ -253,15 +301,15 @@ TEST(SendWindowTest, TakeDueHandsOutAtMostMaxAndKeepsTheRestDue) {
   for (int i = 0; i < 5; ++i) w.MarkSent(t0, kTimeout);
   uint32_t k;
   ASSERT_EQ(Complete(w, 1, &k), Match::kNew);
-  uint32_t due[2];
+  SendWindow::Due due[2];
   const Clock::time_point t = t0 + kTimeout;
   ASSERT_EQ(w.TakeDue(t, due, 2), 2u);
-  EXPECT_EQ(due[0], 0u);
-  EXPECT_EQ(due[1], 2u);      // 1 was answered
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_EQ(due[1].chunk, 2u);      // 1 was answered
   EXPECT_EQ(w.NextDue(), t);  // 3 and 4 are still due
   ASSERT_EQ(w.TakeDue(t, due, 2), 2u);
-  EXPECT_EQ(due[0], 3u);
-  EXPECT_EQ(due[1], 4u);
+  EXPECT_EQ(due[0].chunk, 3u);
+  EXPECT_EQ(due[1].chunk, 4u);
   EXPECT_EQ(w.NextDue(), t + milliseconds(20));
 }
 

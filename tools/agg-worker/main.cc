@@ -62,7 +62,7 @@ struct CliText {
   std::string task_info = "inband";
   std::string float_mode = "fixed";
   double rto_ms = 20;
-  double min_rto_ms = 20;
+  double min_rto_ms = 5;
   uint32_t timeout_ms = 10000;
   uint32_t deadline_ms = 0;
   std::string tan_listen;  // empty: this process runs no TAN
@@ -485,7 +485,7 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--min-rto-ms", text.min_rto_ms,
                  "The least retransmission timeout, ms (--rto-ms when that is less): lower "
-                 "recovers losses sooner, and resends more where round trips vary")
+                 "recovers losses sooner, and asks after more chunks where round trips vary")
       ->capture_default_str();
   app.add_option("--timeout-ms", text.timeout_ms,
                  "Fail an allreduce when no result arrives for this long, ms")

@@ -119,9 +119,11 @@ void PrintSummary(FILE* out, const RunSummary& s) {
                U(c.chunks), U(c.retransmissions), U(c.duplicate_results), U(c.stray_datagrams),
                U(c.receive_drops));
   std::fprintf(out,
-               "  round trip %.3f ms, retransmission timeout %.3f ms, held notices %llu\n",
+               "  round trip %.3f ms, retransmission timeout %.3f ms; queries %llu, answered held "
+               "%llu, missing %llu\n",
                static_cast<double>(c.round_trip_us) / 1e3,
-               static_cast<double>(c.retransmit_timeout_us) / 1e3, U(c.held_notices));
+               static_cast<double>(c.retransmit_timeout_us) / 1e3, U(c.queries),
+               U(c.held_notices), U(c.missing_notices));
   if (c.scale_exchanges + c.overflow_redos + c.float_fallbacks + c.saturated_chunks +
           c.transient_nacks >
       0) {
@@ -191,6 +193,8 @@ common::Status WriteJsonSummary(const std::string& path, const RunSummary& s) {
         {"kept_local", c.kept_local},
         {"receive_drops", c.receive_drops},
         {"held_notices", c.held_notices},
+        {"queries", c.queries},
+        {"missing_notices", c.missing_notices},
         {"round_trip_us", c.round_trip_us},
         {"retransmit_timeout_us", c.retransmit_timeout_us}}},
   };

@@ -22,13 +22,15 @@ local aggswitch = Proto("aggswitch", "aggswitch In-Network Aggregation Protocol"
 
 local OPCODE = { CONTRIBUTION = 1, PARTIAL = 2, RESULT = 3, LATE = 4, VERIFY = 5,
                  EXCEPTION_RETRANSMIT = 6, TASK_INFO = 7, ACK = 8, NACK = 9,
-                 NOTICE = 10 }
+                 NOTICE = 10, QUERY = 11 }
 local opcode_names = {}
 for name, value in pairs(OPCODE) do opcode_names[value] = name end
 
 local notice_names = {
   [1] = "flag your data for bypass",
   [2] = "stop flagging your data",
+  [3] = "held, waiting for other members",
+  [4] = "missing: send it",
 }
 
 local nack_reason_names = {
@@ -289,7 +291,7 @@ local function dissect(tvb, pinfo, tree)
     return malformed(version_item, pinfo, len, string.format("version %d is not 1", version))
   end
   if not opcode_names[opcode] then
-    return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..10", opcode))
+    return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..11", opcode))
   end
   if not dt then
     return malformed(dtype_item, pinfo, len, string.format("dtype %d outside the table", dtype))

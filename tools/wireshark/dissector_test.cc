@@ -581,7 +581,7 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
   };
   corrupt(2, 0);     // version 0
   corrupt(3, 0);     // opcode 0
-  corrupt(3, 11);    // opcode 11
+  corrupt(3, 12);    // opcode 12
   corrupt(40, 5);    // dtype 5
   corrupt(41, 5);    // op 5
   corrupt(41, 3);    // float32 with and
@@ -600,8 +600,8 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
            "45 bytes, shorter than the 48-byte header",
            "missing list and payload need 62 bytes, the datagram has 60",
            "version 0 is not 1",
-           "opcode 0 outside 1..10",
-           "opcode 11 outside 1..10",
+           "opcode 0 outside 1..11",
+           "opcode 12 outside 1..11",
            "dtype 5 outside the table",
            "op 5 outside the table",
            "dtype float32 does not allow op and",
