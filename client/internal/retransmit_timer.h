@@ -3,13 +3,13 @@
 // variation RTTVAR, and RTO = SRTT + 4 * RTTVAR, held between a floor and a
 // ceiling. A round trip here runs from a chunk's send to its result, so it
 // includes the wait for the other members' contributions: a job whose ranks
-// send spread out gets a longer timeout rather than resending chunks that
-// merely wait. Karn's rule: a chunk that was resent is not sampled (which of
-// its sends did the result answer?).
+// send spread out gets a longer timeout rather than asking after chunks that
+// merely wait. Karn's rule: a chunk that was resent or queried is not sampled
+// (which of its sends did the result answer?).
 //
-// A chunk that goes unanswered backs off on its own (SendWindow), so a
-// stalled job (a dead member, an unreachable switch) backs off while the
-// others keep this timeout.
+// A chunk that goes unanswered backs off on its own (SendWindow) until the
+// job moves again, so a stalled job (a dead member, an unreachable switch)
+// backs off while the others keep this timeout.
 //
 //   RetransmitTimer timer({.initial = 20ms, .min = 5ms, .max = 1s});
 //   window.MarkSent(now, timer.timeout());
