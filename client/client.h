@@ -25,16 +25,19 @@
 // On the wire (docs/protocol.md): chunk k of an allreduce is one CONTRIBUTION
 // datagram with the next sequence number of this client (chunking.h); at most
 // `window` chunks are unanswered at a time. A chunk still unanswered when
-// three chunks sent after it are answered is resent at once with the
-// RETRANSMISSION flag (fast retransmit, once per chunk). A chunk unanswered
-// for its retransmission timeout (from the measured round trips to its
-// switch, as TCP's: RFC 6298) is asked after with a QUERY, a header: the
+// three chunks sent after it are answered (fast retransmit, once per chunk),
+// or for its retransmission timeout (from the measured round trips to its
+// switch, as TCP's: RFC 6298), is asked after with a QUERY, a header: the
 // switch answers with the chunk's retained result, with a NOTICE "held" while
-// the chunk waits for other members (the chunk then waits another timeout,
-// only to recover a lost result), or with a NOTICE "missing", upon which the
-// chunk is resent. A query unanswered for a timeout makes the chunk go again
-// too. Each timeout of a chunk grows by `backoff` up to
-// `max_retransmit_timeout` until the next new result. Every contribution
+// the chunk waits for other members (the chunk asks again two round trips
+// later, only to recover a result lost once the slot completes), or with a
+// NOTICE "missing", upon which the chunk is resent with the RETRANSMISSION
+// flag. The switch also says "missing" unasked when a later chunk of this
+// rank arrives while an earlier one's slot still lacks it. A question (or a
+// resend) left unanswered for two round trips is asked again; two questions
+// in a row left unanswered make the chunk go again. Each timeout of a chunk
+// grows by `backoff` up to `max_retransmit_timeout` until the next new
+// result. Every contribution
 // carries the ack watermark (every result below it has arrived), and an ACK
 // datagram after the last result of each allreduce lets the switch free the
 // job's slots (repeated twice, a retransmission timeout apart, while no next

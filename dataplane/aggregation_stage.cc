@@ -47,8 +47,9 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
 AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels& channels,
                                    LcoreStats& stats, TxBuffers& tx, Answers& answers,
                                    TreeStage& tree, const LcoreClock& clock)
-    : s_(setup), channels_(channels), stats_(stats), tx_(tx), answers_(answers), tree_(tree),
-      clock_(clock) {
+    : s_(setup),
+      gap_distance_((kGapChunks + setup.n_workers - 1) / setup.n_workers * setup.n_workers),
+      channels_(channels), stats_(stats), tx_(tx), answers_(answers), tree_(tree), clock_(clock) {
   const double hz = static_cast<double>(rte_get_tsc_hz());
   for (size_t i = 0; i + 1 < kSlotLatencyBuckets; ++i) {
     latency_bounds_[i] = static_cast<uint64_t>(kSlotLatencyBoundsSeconds[i] * hz);
@@ -202,7 +203,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       if (opcode != Opcode::kQuery && (flagged || excluded)) {
         c.late_self_flagged.Add(1);
         if (flagged != excluded) {
-          answers_.SendNotice(*job, h,
+          answers_.SendNotice(*job, h.node_id.host(), h.seq.host(),
                               excluded ? aggregator::NoticeKind::kSelfFlag
                                        : aggregator::NoticeKind::kStopFlag,
                               sender);
@@ -260,7 +261,8 @@ void AggregationStage::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket
     // Nothing of the job here: the member's contribution (which would have
     // registered an in-band job) is missing. Its resend says the rest.
     c.queries.Add(1);
-    answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, sender);
+    answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, sender,
+                           Answers::To::kUnverified);
     return;
   }
   const bool task_info = pkt.opcode == aggregator::Opcode::kTaskInfo ||
@@ -370,6 +372,10 @@ void AggregationStage::Contribute(const Checked& it) {
     c.late_flagged.Add(1);
     tree_.ForwardLate(m, job, it.header_offset, it.in_port);
     return;
+  }
+  if (pkt.opcode == aggregator::Opcode::kContribution &&
+      (h.flags.host() & aggregator::flags::kRetransmission) == 0) {
+    NoticeGap(job, seq, static_cast<uint16_t>(it.member));
   }
   aggregator::Contribution contribution;
   contribution.job_id = job.id();
@@ -490,7 +496,7 @@ void AggregationStage::Contribute(const Checked& it) {
       aggregator::MemberAddr addr;
       if (job.GetMember(contribution.node, &addr)) {
         answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
-                               u.slot->needed() - u.slot->count(), addr);
+                               u.slot->needed() - u.slot->count(), addr, Answers::To::kBoundMember);
       } else {
         tx_.Drop(it.in_port, DropReason::kAggDuplicate, m);
       }
@@ -546,13 +552,32 @@ void AggregationStage::AnswerQuery(const Checked& it) {
     }
     if (slot->state() == aggregator::Slot::State::kAggregating) {
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
-                             slot->needed() - slot->count(), addr);
+                             slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
       return;
     }
     // kForwarded: its partial went up. The member's resend makes this switch
     // send the partial again (SlotOutcome::kForwardedAgain).
   }
-  answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr);
+  answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
+                         Answers::To::kBoundMember);
+}
+
+void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node) {
+  const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
+  if (region.size <= gap_distance_) return;
+  const uint32_t earlier = seq - gap_distance_;
+  const uint32_t slot = region.Of(job.slot_offset(), earlier);
+  if (slot % s_.n_workers != s_.index) return;  // the region wrapped onto another worker's slot
+  const aggregator::Slot* s =
+      s_.slots->Holding(LocalSlot(slot), job.id(), job.generation(), earlier);
+  if (s == nullptr || s->state() != aggregator::Slot::State::kAggregating ||
+      s->HasContributed(node) || job.Excluded(node)) {
+    return;
+  }
+  aggregator::MemberAddr addr;
+  if (job.GetMember(node, &addr)) {
+    answers_.SendNotice(job, node, earlier, aggregator::NoticeKind::kMissing, addr);
+  }
 }
 
 void AggregationStage::RecordCompletion(const aggregator::Slot& slot) {

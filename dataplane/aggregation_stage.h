@@ -140,13 +140,26 @@ class AggregationStage {
   // is complete, NOTICE held while the slot waits for others, else NOTICE
   // missing (send it again).
   void AnswerQuery(const Checked& c);
+  // A member sends its chunks in order, so when its first transmission of
+  // chunk `seq` arrives while the slot of chunk seq - gap_distance_ still
+  // waits without it, that earlier contribution was lost: the member is told
+  // at once (NOTICE missing, unasked) and resends it about a round trip
+  // before its own loss detection, which needs later results, would.
+  void NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node);
   // Every kOffsetSampleEvery-th chunk: its members' arrival offsets, up to
   // the control thread, when a free sample is at hand.
   void SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired);
   void RecordCompletion(const aggregator::Slot& slot);
   uint32_t LocalSlot(uint32_t global) const { return global / s_.n_workers; }
 
+  // How far a member's chunks may arrive out of order before a gap counts
+  // as a loss (NoticeGap): like TCP's three duplicate ACKs.
+  static constexpr uint32_t kGapChunks = 3;
+
   const AggregationSetup s_;
+  // kGapChunks rounded up to a multiple of n_workers: chunk seq - gap_distance_
+  // then lies in this worker's slots too (unless the region wraps there).
+  const uint32_t gap_distance_;
   WorkerChannels& channels_;
   LcoreStats& stats_;
   TxBuffers& tx_;

@@ -130,6 +130,51 @@ TEST_F(AggregationTest, DuplicatesCountOnceAndLateOnesGetTheCachedResult) {
   EXPECT_EQ(Agg().contributions.Get(), 3u);
 }
 
+// A member sends its chunks in order. When its chunk seq arrives and the
+// slot of chunk seq - 3 still waits without it, that contribution was lost:
+// the switch tells the member at once, NOTICE missing, unasked. Nothing is
+// said about a slot the member counts in, a complete slot, or on a
+// retransmission (those come out of order).
+TEST_F(AggregationTest, ALaterChunkRevealsAMembersLostContribution) {
+  AddJob(7, 2);
+  const std::vector<uint8_t> one = Int32Payload({1});
+  Inject(0, Contribution(7, 10, 1, one));  // node 0's chunk 10 is lost
+  Inject(0, Contribution(7, 20, 0, one));  // and its 20 complete...
+  Inject(0, Contribution(7, 20, 1, one));
+  for (uint32_t seq = 11; seq <= 13; ++seq) Inject(0, Contribution(7, seq, 0, one));
+  Frame resent = Contribution(7, 23, 0, one);  // a retransmission: no conclusion
+  HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, resent);
+  Inject(0, Contribution(7, 23, 1, one));  // ...so chunk 23 says nothing of 20
+  Step();
+  auto out = Drain();
+  std::vector<Result> notices;
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    if (r.fields.opcode == aggregator::Opcode::kNotice) notices.push_back(r);
+  }
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].dst_ip, MemberIp(0));
+  EXPECT_EQ(notices[0].fields.seq, 10u);
+  EXPECT_EQ(notices[0].fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kMissing));
+  EXPECT_EQ(notices[0].fields.job_key, 0u);
+  EXPECT_EQ(Agg().gap_notices.Get(), 1u);
+  // Node 1 moves on past chunks 11..13, which it never sent: three notices.
+  for (uint32_t seq = 14; seq <= 16; ++seq) Inject(0, Contribution(7, seq, 1, one));
+  Step();
+  out = Drain();
+  std::set<uint32_t> told;
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    if (r.fields.opcode != aggregator::Opcode::kNotice) continue;
+    EXPECT_EQ(r.dst_ip, MemberIp(1));
+    told.insert(r.fields.seq);
+  }
+  EXPECT_EQ(told, (std::set<uint32_t>{11, 12, 13}));
+  EXPECT_EQ(Agg().gap_notices.Get(), 4u);
+  EXPECT_EQ(Agg().nacks_suppressed.Get(), 0u);
+}
+
 // A member's QUERY about a chunk it sent (a header, no data) is answered
 // from the chunk's slot: NOTICE held while the slot waits for others,
 // NOTICE missing when the switch lacks its contribution (or the job), its

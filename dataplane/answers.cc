@@ -192,9 +192,9 @@ void Answers::Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregat
 
 void Answers::NoticeInPlace(rte_mbuf* m, const aggregator::AggHeader& request,
                             aggregator::NoticeKind kind, uint32_t awaited,
-                            const aggregator::MemberAddr& to) {
+                            const aggregator::MemberAddr& to, To who) {
   AggregationCounters& c = stats_.lcore.agg;
-  if (!AnswerAllowed()) {
+  if (who == To::kUnverified && !AnswerAllowed()) {
     c.nacks_suppressed.Add(1);
     tx_.Drop(to.port_index, DropReason::kNackLimited, m);
     return;
@@ -235,10 +235,10 @@ bool Answers::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,
   return true;
 }
 
-void Answers::SendNotice(const aggregator::Job& job, const aggregator::AggHeader& request,
+void Answers::SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t seq,
                          aggregator::NoticeKind kind, const aggregator::MemberAddr& to) {
   AggregationCounters& c = stats_.lcore.agg;
-  if (!AnswerAllowed()) {
+  if (kind != aggregator::NoticeKind::kMissing && !AnswerAllowed()) {
     c.nacks_suppressed.Add(1);
     return;
   }
@@ -246,11 +246,13 @@ void Answers::SendNotice(const aggregator::Job& job, const aggregator::AggHeader
   if (m == nullptr) return;
   aggregator::AggFields f;
   f.opcode = aggregator::Opcode::kNotice;
-  f.node_id = request.node_id.host();
+  f.node_id = node_id;
   f.job_id = job.id();
-  f.seq = request.seq.host();
+  f.seq = seq;
   f.aux = static_cast<uint32_t>(kind);
-  if (SendHeaderOnly(m, f, to)) c.notices_sent.Add(1);
+  if (SendHeaderOnly(m, f, to)) {
+    (kind == aggregator::NoticeKind::kMissing ? c.gap_notices : c.notices_sent).Add(1);
+  }
 }
 
 void Answers::SendTo(rte_mbuf* m, const aggregator::MemberAddr& to, uint16_t ip_id) {

@@ -69,15 +69,24 @@ class Answers {
             const aggregator::MemberAddr& to) {
     Answer(m, request, aggregator::Opcode::kNack, reason, to);
   }
+  // Who a NOTICE goes to. A member bound to its job (key checked, address
+  // bound) gets at most one NOTICE per datagram it sent, no larger, at the
+  // address it is bound to: no rate limit, since losses come in bursts and
+  // each unanswered question costs the member a timeout. Anyone else (a
+  // QUERY for a job the switch does not hold) is rate limited like NACKs.
+  enum class To : uint8_t { kBoundMember, kUnverified };
   // Turns `m`, a member's retransmission or QUERY, into a NOTICE about the
-  // chunk to `to`, in place, rate limited like NACKs: kHeld (its slot waits
-  // for `awaited` more members, sent in `expected`) or kMissing (the switch
-  // holds no contribution of the member's to it). Consumes `m`.
+  // chunk to `to`, in place: kHeld (its slot waits for `awaited` more
+  // members, sent in `expected`) or kMissing (the switch holds no
+  // contribution of the member's to it). Consumes `m`.
   void NoticeInPlace(rte_mbuf* m, const aggregator::AggHeader& request,
                      aggregator::NoticeKind kind, uint32_t awaited,
-                     const aggregator::MemberAddr& to);
-  // Tells a member to start or stop flagging its data (rate limited like NACKs).
-  void SendNotice(const aggregator::Job& job, const aggregator::AggHeader& request,
+                     const aggregator::MemberAddr& to, To who);
+  // Sends member `node_id` a NOTICE of `kind` about chunk `seq` of `job`, in
+  // a fresh mbuf: start or stop flagging its data (rate limited like NACKs;
+  // counted in notices_sent), or, unasked, that the switch lacks its
+  // contribution to `seq` (kMissing; counted in gap_notices).
+  void SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t seq,
                   aggregator::NoticeKind kind, const aggregator::MemberAddr& to);
   // Puts Ethernet, 802.1Q (as `to`'s port wants) and IPv4/UDP headers in
   // front of `m`'s data, a UDP payload, and queues it for `to` (a drop

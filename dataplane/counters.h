@@ -51,7 +51,7 @@ namespace aggswitch::dataplane {
   X(kAggHandoffFull, "agg_handoff_full", "the slot owner's hand-off ring was full")           \
   X(kAggNoTan, "agg_no_tan", "late data for a root job without a TAN")                        \
   X(kAggUnresolvedHop, "agg_unresolved_hop", "the job's upstream or TAN address is not resolved yet") \
-  X(kNackLimited, "nack_limited", "datagram not answered (NACK, NOTICE held): over the lcore's answer rate")
+  X(kNackLimited, "nack_limited", "datagram not answered (a NACK, or a NOTICE to an unverified sender): over the lcore's answer rate")
 
 enum class DropReason : uint8_t {
 #define AGG_DROP_ENUM(name, label, help) name,
@@ -175,10 +175,11 @@ struct PortCounters {
   X(registration_ring_full, "registrations refused (NACK rate_limited): the control thread's ring was full") \
   X(reinjected, "datagrams handed back by the control thread after registration")     \
   X(nacks_sent, "NACKs sent to the sender of a refused datagram")                     \
-  X(nacks_suppressed, "NACKs and NOTICEs held not sent: over the per-lcore answer rate limit") \
+  X(nacks_suppressed, "NACKs and NOTICEs not sent: over the per-lcore answer rate limit") \
   X(held_notices, "retransmissions and QUERYs answered with a NOTICE that their slot waits for other members") \
   X(queries, "QUERYs: members asking after a chunk they sent")                         \
   X(missing_notices, "QUERYs answered with a NOTICE that the switch lacks the member's contribution") \
+  X(gap_notices, "NOTICEs missing sent unasked: a member's later chunk arrived while an earlier chunk's slot still lacked it") \
   X(partials_received, "partials from child switches counted into a slot")             \
   X(partials_sent, "partials sent to the upstream switch")                              \
   X(partials_resent, "partials sent again because a counted member retransmitted")     \

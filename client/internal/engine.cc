@@ -291,6 +291,7 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
   SendWindow::Params params = window_params_;
   params.query = phase.kind != Phase::Kind::kAnnounce;  // its echo is its answer
   window_.Reset(next_seq_, phase.chunks, params);
+  window_.SetProbe(lane.timer.probe());
   if (phase.kind != Phase::Kind::kAnnounce) next_seq_ += phase.chunks;
   out_first_ = 0;
   out_n_ = 0;
@@ -477,11 +478,12 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
 }
 
 void Engine::OnNotice(const AggHeader& h) {
+  const Clock::time_point now = Clock::now();
   switch (static_cast<aggregator::NoticeKind>(h.aux.host())) {
     case aggregator::NoticeKind::kHeld:
       // The switch has this chunk and waits for other members: resending it
       // cannot make the result come sooner.
-      if (window_.Held(h.seq.host(), Clock::now())) {
+      if (window_.Held(h.seq.host(), now)) {
         Bump(counters_.held_notices);
         held_known_ = true;
         held_seq_ = h.seq.host();
@@ -490,8 +492,9 @@ void Engine::OnNotice(const AggHeader& h) {
       }
       break;
     case aggregator::NoticeKind::kMissing:
-      // The answer to a query: the contribution was lost on its way.
-      if (window_.Missing(h.seq.host(), Clock::now())) {
+      // The answer to a query, or the switch saw a later chunk of this rank
+      // first: the contribution was lost on its way.
+      if (window_.Missing(h.seq.host(), now)) {
         Bump(counters_.missing_notices);
         return;
       }
@@ -503,6 +506,8 @@ void Engine::OnNotice(const AggHeader& h) {
       Bump(counters_.notices);
       return;
   }
+  // About a chunk of this transfer whose result came meanwhile: late, not stray.
+  if (h.seq.host() - window_.base() < window_.sent()) return;
   Bump(counters_.stray_datagrams);
 }
 
@@ -524,6 +529,7 @@ common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator
   }
   Bump(counters_.results);
   lane.timer.OnResult(rtt);
+  window_.SetProbe(lane.timer.probe());
   last_progress_ = now;
   last_transient_nack_ = 0;
   const uint32_t m = phase.chunk_map != nullptr ? phase.chunk_map[k] : k;

@@ -32,4 +32,8 @@ RetransmitTimer::Clock::duration RetransmitTimer::timeout() const {
   return std::clamp(rto, p_.min, p_.max);
 }
 
+RetransmitTimer::Clock::duration RetransmitTimer::probe() const {
+  return sampled_ ? std::min(timeout(), 2 * srtt_) : timeout();
+}
+
 }  // namespace aggswitch::client::internal

@@ -41,6 +41,13 @@ class RetransmitTimer {
 
   // The timeout of a chunk sent now.
   Clock::duration timeout() const;
+  // How long the answer to a question about a chunk (a QUERY, or a resend
+  // on a loss signal) may take before the chunk is asked after again
+  // (SendWindow::SetProbe): two smoothed round trips, no more than
+  // timeout(). Unlike a first timeout it has no floor: a question costs a
+  // header, and losses come in bursts, each step of a recovery lost again
+  // would otherwise cost a whole timeout.
+  Clock::duration probe() const;
   bool sampled() const { return sampled_; }
   Clock::duration srtt() const { return srtt_; }
   Clock::duration rttvar() const { return rttvar_; }

@@ -49,5 +49,18 @@ TEST(RetransmitTimerTest, NeverAboveTheCeiling) {
   EXPECT_EQ(t.timeout(), milliseconds(500));
 }
 
+// The follow-up to a question about a chunk: two round trips, below the
+// floor when the round trip is short, never past the timeout.
+TEST(RetransmitTimerTest, TheProbeIsTwoRoundTripsWithoutTheFloorAndAtMostTheTimeout) {
+  RetransmitTimer t(Params());
+  EXPECT_EQ(t.probe(), milliseconds(20)) << "unmeasured: the timeout";
+  for (int i = 0; i < 200; ++i) t.OnResult(microseconds(300));
+  EXPECT_EQ(t.probe(), microseconds(600));
+  EXPECT_EQ(t.timeout(), milliseconds(2));
+  RetransmitTimer slow(Params());
+  slow.OnResult(milliseconds(300));  // RTO 300 + 4 * 150, cut to 500
+  EXPECT_EQ(slow.probe(), milliseconds(500));
+}
+
 }  // namespace
 }  // namespace aggswitch::client::internal

@@ -28,7 +28,10 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   e.sent = now;
   e.timeout = timeout;
   e.initial = timeout;
-  e.due = now + timeout;
+  // The last kFastThreshold chunks of a transfer have too few chunks after
+  // them for a fast retransmit to reveal their loss: they are asked after
+  // one probe interval, not a timeout (TCP's tail loss probe).
+  e.due = now + (chunks_ - k <= kFastThreshold ? std::min(timeout, probe_) : timeout);
   e.resends = 0;
   e.why = Entry::Why::kTimer;
   e.answered = false;
@@ -71,6 +74,8 @@ SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint
       Entry& u = entries_[c & mask_];
       if (u.answered || u.fast) continue;
       u.fast = true;
+      // Already due at once for its data ("missing"), or soon (a refusal).
+      if (u.why == Entry::Why::kMissing || u.why == Entry::Why::kRefused) continue;
       u.why = Entry::Why::kFast;
       u.due = std::min(u.due, now);
       next_due_ = std::min(next_due_, u.due);
@@ -106,8 +111,8 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
   e.fast = true;
   e.queried = 0;
   e.why = Entry::Why::kTimer;
-  e.due = now + e.timeout;
-  // next_due_ may now be early, which it is allowed to be.
+  e.due = now + std::min(e.timeout, probe_);
+  next_due_ = std::min(next_due_, e.due);
   return true;
 }
 
@@ -130,9 +135,13 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
     Entry& e = entries_[k & mask_];
     if (e.answered) continue;
     if (e.due <= now && n < max) {
-      // A timeout asks first, unless its last questions went unanswered.
-      const bool query =
-          params_.query && e.why == Entry::Why::kTimer && e.queried < kUnansweredQueries;
+      // A timeout or a fast retransmit asks first, unless its last questions
+      // went unanswered: the chunk may merely wait for another member, or its
+      // result alone may be lost, and a lost contribution the switch reports
+      // unasked (a gap in this sender's chunks).
+      const bool query = params_.query &&
+                         (e.why == Entry::Why::kTimer || e.why == Entry::Why::kFast) &&
+                         e.queried < kUnansweredQueries;
       out[n++] = Due{k, query};
       e.queried = query ? static_cast<uint8_t>(e.queried + 1) : 0;
       ++e.resends;
@@ -144,7 +153,10 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
         e.timeout = std::max(e.timeout, std::min(backed_off, params_.max_timeout));
         backed_off_ = backed_off_ || e.timeout != e.initial;
       }
-      e.due = now + e.timeout;
+      // A question, or data sent on a loss signal, should be answered within
+      // a probe interval; without an answer the chunk is asked after again.
+      const bool answer_soon = query || why == Entry::Why::kFast || why == Entry::Why::kMissing;
+      e.due = now + (answer_soon ? std::min(e.timeout, probe_) : e.timeout);
     }
     // A due chunk beyond `max` keeps its deadline, so the next call is due at once.
     next = std::min(next, e.due);

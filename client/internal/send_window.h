@@ -27,16 +27,28 @@
 //
 // Fast retransmit, as TCP's: a chunk still unanswered when kFastThreshold
 // chunks sent after it have their results was most likely lost (its
-// contribution or its result); it comes due at once, one time, instead of
-// waiting out its timeout. Results overtaking each other by fewer chunks
-// than that (reordering) do not trigger it.
+// contribution, its result, or another member's contribution); it comes
+// due at once, one time, instead of waiting out its timeout, and asks the
+// switch (with `query`). Results overtaking each other by fewer chunks than
+// that (reordering) do not trigger it.
 //
 // What the switch says about a chunk moves its timer: a refusal for now
 // (Refused: a quota) makes its data due soon without backing off; "held"
 // (Held: its contribution is counted and its slot waits for other members)
-// rules out a fast retransmit and leaves one query per timeout, to recover
-// the result if it is lost; "missing" (the answer to a query) makes its data
-// due at once.
+// rules out a fast retransmit and leaves one query per probe interval, to
+// recover the result if it is lost once the slot completes; "missing" (the
+// answer to a query, or the switch's word when a later chunk of this sender
+// arrived first) makes its data due at once.
+//
+// The last kFastThreshold chunks of a transfer (all of a one-chunk one) have
+// no later chunks to reveal their loss: they are first asked after once a
+// probe interval has passed, not a timeout.
+//
+// Once a chunk is in recovery, each step is followed up after the probe
+// interval (SetProbe: about two round trips), not its timeout: a query, or
+// data resent on a loss signal, left unanswered that long is asked after
+// again. A step lost again then costs a probe interval, where a timeout
+// floor of several round trips would leave the window standing.
 //
 //   SendWindow w;
 //   w.Reset(base, chunks, {.window = 128, .max_timeout = 1s, .backoff = 2});
@@ -128,15 +140,22 @@ class SendWindow {
 
   // The switch holds chunk `seq`'s contribution and its slot waits for other
   // members (NOTICE held, the answer to a resend or a query): no fast
-  // retransmit for it, and its next query, which only recovers a lost
-  // result, is due its current timeout after `now`. False (and nothing
-  // changes) when `seq` is not outstanding.
+  // retransmit for it, and its next query, which only recovers a result
+  // lost once the slot completes, is due a probe interval after `now`.
+  // False (and nothing changes) when `seq` is not outstanding.
   bool Held(uint32_t seq, Clock::time_point now);
 
   // The switch lacks chunk `seq`'s contribution (NOTICE missing, the answer
   // to a query): its data is due at `now`. False (and nothing changes) when
   // `seq` is not outstanding.
   bool Missing(uint32_t seq, Clock::time_point now);
+
+  // How long an answer to a question about a chunk may take (a QUERY, or
+  // data resent on a loss signal: a fast retransmit or "missing"): the
+  // chunk is asked after again that long after it, or after its timeout
+  // if that is sooner. Also the wait between questions about a held chunk.
+  // Until set: no limit (the timeout). [owner]
+  void SetProbe(Clock::duration probe) { probe_ = probe; }
 
   // No unanswered chunk is due before this; time_point::max() when none is
   // outstanding. May be early (after answers), never late.
@@ -175,6 +194,7 @@ class SendWindow {
   uint32_t chunks_ = 0;
   uint32_t sent_ = 0;
   uint32_t acked_ = 0;
+  Clock::duration probe_ = Clock::duration::max();
   uint32_t fast_checked_ = 0;  // chunks below it were checked for a fast retransmit
   bool backed_off_ = false;    // an outstanding chunk's timeout grew since the last result
   Clock::time_point next_due_ = Clock::time_point::max();

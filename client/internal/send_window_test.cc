@@ -250,7 +250,7 @@ TEST(SendWindowTest, AHeldChunkWaitsItsTimeoutFromTheNoticeAndIsNeverFastRetrans
 // With queries: a timeout asks first; "held" answers it (the next timeout
 // asks again), "missing" makes the data due at once without backing off,
 // and two questions in a row left unanswered send the data. A fast
-// retransmit and a refusal send the data.
+// retransmit asks too; a refusal sends the data.
 TEST(SendWindowTest, ATimeoutQueriesFirstAndTheAnswerSaysWhetherTheDataGoes) {
   SendWindow w;
   w.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
@@ -281,7 +281,8 @@ TEST(SendWindowTest, ATimeoutQueriesFirstAndTheAnswerSaysWhetherTheDataGoes) {
   ASSERT_EQ(w.TakeDue(t + milliseconds(1), due, 8), 4u);
   EXPECT_EQ(due[3].chunk, 3u);
   EXPECT_FALSE(due[3].query) << "two questions unanswered: the data goes";
-  // A fast retransmit sends the data: chunks 0..3 sent, 1..3 answered.
+  // A fast retransmit asks too (the chunk may wait for another member, or
+  // only its result may be lost): chunks 0..3 sent, 1..3 answered.
   w.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
   for (int i = 0; i < 4; ++i) w.MarkSent(t, kTimeout);
   uint32_t k;
@@ -289,9 +290,102 @@ TEST(SendWindowTest, ATimeoutQueriesFirstAndTheAnswerSaysWhetherTheDataGoes) {
   for (uint32_t seq = 1; seq <= 3; ++seq) ASSERT_EQ(w.Complete(seq, t, &k, &rtt), Match::kNew);
   ASSERT_EQ(w.TakeDue(t + milliseconds(1), due, 8), 1u);
   EXPECT_EQ(due[0].chunk, 0u);
-  EXPECT_FALSE(due[0].query);
+  EXPECT_TRUE(due[0].query);
   EXPECT_FALSE(w.Missing(1, t)) << "answered";
   EXPECT_FALSE(w.Missing(8, t)) << "not of this transfer";
+}
+
+// Once a chunk is in recovery, every question about it (a QUERY, data resent
+// on "missing" or a fast retransmit, the wait after "held") is followed up
+// after the probe interval, not after the chunk's timeout: a recovery step
+// lost again costs a probe interval.
+TEST(SendWindowTest, QuestionsAboutAChunkAreFollowedUpAfterTheProbeInterval) {
+  SendWindow w;
+  w.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(milliseconds(2));
+  const Clock::time_point t0{};
+  for (int i = 0; i < 5; ++i) w.MarkSent(t0, kTimeout);  // due at 10 ms
+  SendWindow::Due due[8];
+  EXPECT_EQ(w.TakeDue(t0 + milliseconds(9), due, 8), 0u) << "the first timeout keeps its length";
+  // Chunk 0's contribution was lost: the switch says so unasked (a gap).
+  EXPECT_TRUE(w.Missing(0, t0 + milliseconds(1)));
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(1), due, 8), 1u);
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_FALSE(due[0].query) << "missing: the data";
+  // Chunks 2..4 answered: chunks 0 (its resend may be lost too) and 1 are
+  // behind, and asked after.
+  uint32_t k;
+  Clock::duration rtt;
+  for (uint32_t seq = 2; seq <= 4; ++seq) {
+    ASSERT_EQ(w.Complete(seq, t0 + milliseconds(2), &k, &rtt), Match::kNew);
+  }
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(2), due, 8), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(due[i].chunk, static_cast<uint32_t>(i));
+    EXPECT_TRUE(due[i].query) << "fast: asks";
+  }
+  // Both questions go unanswered: asked again one probe later, not at 10 ms.
+  EXPECT_EQ(w.TakeDue(t0 + milliseconds(3), due, 8), 0u);
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(4), due, 8), 2u);
+  EXPECT_TRUE(due[0].query);
+  EXPECT_TRUE(due[1].query);
+  // Chunk 1 is held: it waits one probe, and asks again. Chunk 0's second
+  // question went unanswered too: its data goes.
+  EXPECT_TRUE(w.Held(1, t0 + milliseconds(4)));
+  EXPECT_EQ(w.TakeDue(t0 + milliseconds(5), due, 8), 0u);
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(6), due, 8), 2u);
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_FALSE(due[0].query) << "two questions unanswered: the data";
+  EXPECT_EQ(due[1].chunk, 1u);
+  EXPECT_TRUE(due[1].query) << "held: asks after a probe, not a timeout";
+  // A probe longer than the chunk's timeout is cut to it.
+  w.SetProbe(milliseconds(500));
+  EXPECT_TRUE(w.Held(1, t0 + milliseconds(6)));
+  const Clock::time_point timeout = t0 + milliseconds(6) + w.TimeoutOf(1);
+  EXPECT_EQ(w.TakeDue(timeout - milliseconds(1), due, 8), 0u);
+  ASSERT_EQ(w.TakeDue(timeout, due, 8), 2u);  // chunk 0's data was sent with the same timeout
+}
+
+// The last three chunks of a transfer have too few after them for a fast
+// retransmit: they are asked after one probe interval from their send, the
+// others after their timeout. A one-chunk transfer is all tail.
+TEST(SendWindowTest, TheTailOfATransferIsAskedAfterOneProbe) {
+  SendWindow w;
+  w.Reset(0, 5, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(milliseconds(2));
+  const Clock::time_point t0{};
+  for (int i = 0; i < 5; ++i) w.MarkSent(t0, kTimeout);
+  SendWindow::Due due[8];
+  EXPECT_EQ(w.TakeDue(t0 + milliseconds(1), due, 8), 0u);
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(2), due, 8), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(due[i].chunk, 2 + i);
+    EXPECT_TRUE(due[i].query);
+  }
+  EXPECT_EQ(w.TakeDue(t0 + kTimeout - milliseconds(1), due, 8), 3u) << "their questions unanswered";
+  ASSERT_EQ(w.TakeDue(t0 + kTimeout, due, 8), 2u);
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_EQ(due[1].chunk, 1u);
+  w.Reset(7, 1, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.MarkSent(t0, kTimeout);
+  EXPECT_EQ(w.NextDue(), t0 + milliseconds(2));
+}
+
+// "missing" makes the data due at once; three later results do not turn it
+// back into a question.
+TEST(SendWindowTest, AFastRetransmitLeavesAMissingChunksDataDue) {
+  SendWindow w;
+  w.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  const Clock::time_point t0{};
+  for (int i = 0; i < 4; ++i) w.MarkSent(t0, kTimeout);
+  EXPECT_TRUE(w.Missing(0, t0));
+  uint32_t k;
+  Clock::duration rtt;
+  for (uint32_t seq = 1; seq <= 3; ++seq) ASSERT_EQ(w.Complete(seq, t0, &k, &rtt), Match::kNew);
+  SendWindow::Due due[8];
+  ASSERT_EQ(w.TakeDue(t0, due, 8), 1u);
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_FALSE(due[0].query);
 }
 
 TEST(SendWindowTest, TakeDueHandsOutAtMostMaxAndKeepsTheRestDue) {

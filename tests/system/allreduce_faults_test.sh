@@ -392,7 +392,8 @@ declare -A TALLY=()
 SEED=0
 # scenario LEVEL PROBABILITY NAME WHAT COMMAND...: COMMAND on a switch of its
 # own whose ports lose, duplicate and reorder frames with PROBABILITY each;
-# the switch's fault counters are added to TALLY[LEVEL.<fault>].
+# the switch's fault counters are added to TALLY[LEVEL.<fault>], its NOTICEs
+# missing sent unasked to TALLY[LEVEL.gap_notices].
 scenario() {
   local level="$1" p="$2" name="$3" what="$4" f v
   shift 4
@@ -407,6 +408,8 @@ scenario() {
     v=$(injected "$f")
     TALLY[$level.$f]=$((${TALLY[$level.$f]:-0} + v))
   done
+  v=$(curl -fsS -m 2 "$METRICS" | awk '$1 ~ /^aggswitch_aggregation_gap_notices_total/ { n += $2 } END { print n + 0 }')
+  TALLY[$level.gap_notices]=$((${TALLY[$level.gap_notices]:-0} + v))
   stop_switch >/dev/null || fail "$level% faults, $what: aggswitch stops with exit 0"
 }
 
@@ -424,7 +427,7 @@ tally_positive() {
 # faulty_level PERCENT PROBABILITY SIZE: five scenarios, SIZE per vector in
 # the bigger ones.
 faulty_level() {
-  local p="$1" prob="$2" size="$3" runs retx held
+  local p="$1" prob="$2" size="$3" runs retx held missing
   local job=$((300 + 100 * p))
   scenario "$p" "$prob" "f$p-fixed" "N=4: float32 fixed point, $size x 3" \
     allreduce "f$p-fixed" 4 $((job + 1)) --dtype float32 --op sum --size "$size" --iterations 3
@@ -447,9 +450,14 @@ faulty_level() {
   held=$(json_sum held_notices "${runs[@]}")
   check "$p% faults: the switch told ranks that resent a chunk it held so (NOTICE held)" \
     test "$held" -gt 0
+  check "$p% faults: the switch told ranks unasked which lost contribution a later chunk revealed (NOTICE missing)" \
+    tally_positive "$p" gap_notices
+  missing=$(json_sum missing_notices "${runs[@]}")
+  check "$p% faults: the ranks resent what the switch said it lacked" test "$missing" -gt 0
   note "[$p%] injected: drop ${TALLY[$p.drop]:-0}, duplicate ${TALLY[$p.duplicate]:-0}," \
     "reorder ${TALLY[$p.reorder]:-0}; clients: chunks $(json_sum chunks "${runs[@]}")," \
-    "retransmissions $retx, held $held, duplicate results $(json_sum duplicate_results "${runs[@]}")"
+    "retransmissions $retx, held $held, missing $missing (switch: ${TALLY[$p.gap_notices]:-0} unasked)," \
+    "duplicate results $(json_sum duplicate_results "${runs[@]}")"
   elapsed
 }
 faulty_level 1 0.01 2M
