@@ -182,9 +182,18 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
             const auto* d = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, m->pkt_len, f.data()));
             if (d != f.data()) std::memcpy(f.data(), d, m->pkt_len);
             rte_pktmbuf_free(m);
+            any = true;
+            // While an in-band job registers, its first contributions wait in
+            // the control thread's ring and later ones pass them: the switch
+            // may take that for a loss and say NOTICE missing, which a member
+            // would answer with a resend. These tests resend nothing.
+            const Frames::Result r = Frames::ParseResult(f);
+            if (r.fields.opcode == aggregator::Opcode::kNotice &&
+                r.fields.aux == static_cast<uint32_t>(aggregator::NoticeKind::kMissing)) {
+              continue;
+            }
             out[p].push_back(std::move(f));
             ++got;
-            any = true;
           }
         }
       }
