@@ -55,8 +55,14 @@
 // receives the same flags, so every rank redoes the same chunks under the
 // same sequence numbers.
 //
-// An int32 sum that saturates comes back saturated (INT32_MIN or INT32_MAX),
-// as the protocol defines it; stats().saturated_chunks counts such chunks.
+// An int32 sum that overflows is never returned as if it were right: the
+// switch clamps it to INT32_MAX or INT32_MIN (the protocol's saturation,
+// flagged OVERFLOW), and the allreduce fails with kOutOfRange, naming the
+// first such chunk and its elements, once every chunk has its result (the
+// buffer then holds the clamped values there). stats().saturated_chunks
+// counts such chunks, and the switch's aggswitch_aggregation_saturated_sums_total
+// the contributions that saturated. A sum of exactly INT32_MAX or INT32_MIN
+// is no overflow.
 //
 // Errors are values. An allreduce fails with:
 //   kInvalidArgument     a bad argument (nothing was sent);
@@ -68,7 +74,8 @@
 //   kResourceExhausted   the switch's job table is full;
 //   kUnavailable         no result arrived for `progress_timeout` (a member of
 //                        the job stopped, or the switch is unreachable), the
-//                        allreduce exceeded `deadline`, or a socket error.
+//                        allreduce exceeded `deadline`, or a socket error;
+//   kOutOfRange          an int32 sum overflowed (above); the client goes on.
 // NACKs that mean "not now" are retried rather than reported: the chunk is
 // retransmitted on its timer until the switch takes it or progress_timeout
 // passes (the stall message then names the last one); after a "slot quota"

@@ -222,6 +222,53 @@ TEST(ClientTest, Int32OpsAreExactAndSequenceNumbersContinueAcrossCalls) {
   EXPECT_LE(sw.acks(), world * 3 * std::size(calls));
 }
 
+// An int32 sum of exactly INT32_MAX or INT32_MIN is exact. One past either
+// end saturates at the switch: the allreduce completes, then fails with
+// kOutOfRange naming the first overflowed chunk and its elements (the
+// buffer holds the clamped values), and the client goes on.
+TEST(ClientTest, AnInt32SumThatOverflowsFailsNamingTheChunkAndTheClientGoesOn) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  const uint16_t world = 2;
+  const size_t n = kFullChunk + 10;  // two chunks
+  std::vector<common::Status> overflowed(world);
+  std::vector<ClientStats> stats(world);
+  const auto status = RunRanks(Options({sw.address()}, 21, world), AllRanks(world), [&](Client& c) {
+    const uint16_t r = c.options().rank;
+    std::vector<int32_t> v(n, 1);
+    v[0] = r == 0 ? INT32_MAX - 1 : 1;
+    v[1] = r == 0 ? INT32_MIN + 1 : -1;
+    RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum));
+    if (v[0] != INT32_MAX || v[1] != INT32_MIN || v[n - 1] != 2) {
+      return common::Internal("the boundary sums are " + std::to_string(v[0]) + " and " +
+                              std::to_string(v[1]));
+    }
+    std::vector<int32_t> w(n, 1);
+    w[kFullChunk + 3] = r == 0 ? INT32_MAX : 1;   // one past the top, in the second chunk
+    w[kFullChunk + 4] = r == 0 ? INT32_MIN : -1;  // one past the bottom
+    overflowed[r] = c.AllReduce(std::span<int32_t>(w), ReduceOp::kSum);
+    if (w[kFullChunk + 3] != INT32_MAX || w[kFullChunk + 4] != INT32_MIN || w[0] != 2) {
+      return common::Internal("not the clamped sums");
+    }
+    std::vector<int32_t> x(n, 3);
+    RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(x), ReduceOp::kSum));
+    if (x[n - 1] != 6) return common::Internal("the allreduce after the overflow is wrong");
+    stats[r] = c.stats();
+    return common::Status::Ok();
+  });
+  ExpectAllOk(status);
+  for (uint16_t r = 0; r < world; ++r) {
+    EXPECT_EQ(overflowed[r].code(), common::StatusCode::kOutOfRange) << overflowed[r].ToString();
+    const std::string& m = overflowed[r].message();
+    EXPECT_NE(m.find("overflowed in 1 of 2 chunks"), std::string::npos) << m;
+    EXPECT_NE(m.find("elements " + std::to_string(kFullChunk) + ".." + std::to_string(n - 1)),
+              std::string::npos)
+        << m;
+    EXPECT_EQ(stats[r].saturated_chunks, 1u);
+    EXPECT_EQ(stats[r].allreduces, 3u);
+  }
+}
+
 TEST(ClientTest, TheLastAckIsRepeatedTwiceWhileTheClientIsIdle) {
   TestSwitch sw({});
   ASSERT_TRUE(sw.ok());

@@ -27,6 +27,7 @@ enum class StatusCode {
   kFailedPrecondition,
   kUnavailable,
   kInternal,
+  kOutOfRange,  // a result that does not fit its type (an int32 sum that overflowed)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -56,6 +57,7 @@ inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceEx
 inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <typename T>

@@ -1231,6 +1231,7 @@ int HttpStatusOf(common::StatusCode code) {
     case common::StatusCode::kOk:
       return 200;
     case common::StatusCode::kInvalidArgument:
+    case common::StatusCode::kOutOfRange:
       return 400;
     case common::StatusCode::kNotFound:
       return 404;

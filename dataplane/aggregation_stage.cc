@@ -448,6 +448,7 @@ void AggregationStage::Contribute(const Checked& it) {
       c.contributions.Add(1);
       c.reduced_bytes.Add(pkt.payload_len);
       c.completions.Add(1);
+      if (u.slot->overflow()) c.saturated_sums.Add(1);
       jc.contributions.Add(1);
       jc.reduced_bytes.Add(pkt.payload_len);
       jc.completions.Add(1);

@@ -7,7 +7,8 @@
 //   * nothing leaves the switch before the last contribution; then every member
 //     gets exactly one result, out of its own port, addressed to it;
 //   * the result header carries the job, seq, dtype, op, scale and elem_count,
-//     and OVERFLOW exactly when an int32 sum saturated;
+//     and OVERFLOW exactly when an int32 sum saturated (also counted in
+//     saturated_sums);
 //   * the payload is byte-for-byte the scalar reference kernels
 //     (aggregator::reference) folded in the order the switch folds: arrival
 //     order for a plain job, member order for an ordered one. Ordered results
@@ -623,11 +624,13 @@ TEST_P(AggregationTypesTest, EveryMemberGetsTheBitExactReduction) {
 
       const uint64_t contributions = Agg().contributions.Get();
       const uint64_t completions = Agg().completions.Get();
+      const uint64_t saturated = Agg().saturated_sums.Get();
       const uint64_t results_sent = Agg().results_sent.Get();
       const std::map<uint16_t, Result> results = RunChunk(c, seq, scale, in.payloads, order);
       ASSERT_EQ(results.size(), members) << "one result per member";
       EXPECT_EQ(Agg().contributions.Get() - contributions, members);
       EXPECT_EQ(Agg().completions.Get() - completions, 1u);
+      EXPECT_EQ(Agg().saturated_sums.Get() - saturated, in.saturates ? 1u : 0u);
       EXPECT_EQ(Agg().results_sent.Get() - results_sent, members);
       EXPECT_EQ(Agg().collisions.Get() + Agg().rejected.Get() + Agg().duplicates.Get(), 0u);
 

@@ -153,6 +153,7 @@ struct PortCounters {
 #define AGG_AGGREGATION_COUNTERS(X)                                                    \
   X(contributions, "contributions counted into a slot")                                \
   X(completions, "slots completed by this lcore")                                     \
+  X(saturated_sums, "slots completed by this lcore whose int32 sum saturated (result flagged OVERFLOW)") \
   X(duplicates, "contributions from a member already counted")                        \
   X(duplicate_results, "duplicates answered from a completed slot's cached result")   \
   X(collisions, "contributions dropped because another chunk held the slot")          \

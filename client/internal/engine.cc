@@ -222,6 +222,7 @@ common::Status Engine::Run(const Request& r) {
     p.count = r.count;
     p.per_chunk = per_chunk;
     p.chunks = static_cast<uint32_t>(ChunkCount(r.count, per_chunk));
+    saturated_ = 0;
     RETURN_IF_ERROR(Transfer(lane, p));
   }
   SendAck(lane);
@@ -232,6 +233,19 @@ common::Status Engine::Run(const Request& r) {
                                 std::memory_order_relaxed);
   counters_.retransmit_timeout_us.store(duration_cast<microseconds>(lane.timer.timeout()).count(),
                                         std::memory_order_relaxed);
+  if (saturated_ != 0) {
+    // Every rank got the same flags: the allreduce is complete everywhere,
+    // and the sums it returns are wrong where they saturated.
+    const size_t first = size_t{first_saturated_chunk_} * per_chunk;
+    return common::OutOfRange(
+        "the int32 sum overflowed in " + std::to_string(saturated_) + " of " +
+        std::to_string(ChunkCount(r.count, per_chunk)) + " chunks (the first: chunk seq " +
+        std::to_string(first_saturated_seq_) + " of job " + std::to_string(options_.job_id) +
+        ", elements " + std::to_string(first) + ".." +
+        std::to_string(std::min(first + per_chunk, r.count) - 1) +
+        "): the switch clamps an int32 sum beyond its range to INT32_MAX or INT32_MIN, so "
+        "those elements hold clamped values, not the sum; reduce smaller integers, or floats");
+  }
   return common::Status::Ok();
 }
 
@@ -564,7 +578,13 @@ common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator
                 {reinterpret_cast<float*>(phase.data) + ChunkStart(phase, m), n});
     return common::Status::Ok();
   }
-  if (overflow) Bump(counters_.saturated_chunks);
+  if (overflow) {
+    Bump(counters_.saturated_chunks);
+    if (saturated_++ == 0) {
+      first_saturated_seq_ = h.seq.host();
+      first_saturated_chunk_ = m;
+    }
+  }
   const size_t size = aggregator::ElementSize(phase.dtype);
   std::memcpy(phase.data + ChunkStart(phase, m) * size, pkt.payload, n * size);
   return common::Status::Ok();

@@ -205,6 +205,10 @@ class Engine {
   const Lane* ack_lane_ = nullptr;
   int32_t exponent_ = 0;        // the fixed-point exponent exchange's element
   std::vector<uint32_t> redo_;  // data chunks whose fixed-point result overflowed
+  // Chunks of the running int32 sum that came back saturated, and the first.
+  uint32_t saturated_ = 0;
+  uint32_t first_saturated_seq_ = 0;
+  uint32_t first_saturated_chunk_ = 0;
   Clock::time_point last_progress_;
   Clock::time_point op_deadline_;
   std::atomic<bool> stop_{false};
