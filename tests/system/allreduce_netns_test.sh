@@ -207,7 +207,7 @@ handed_off() {
   handoffs=$(lcore_total handoffs)
   full=$(lcore_total handoff_full)
   completions=$(lcore_total completions)
-  curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" | grep -E '^aggswitch_aggregation_(handoffs|completions)_total'
+  curl -fsS "http://127.0.0.1:$HTTP_PORT/metrics" | grep -E '^aggswitch_aggregation_(handoffs|handoff_full|completions)_total'
   [ "$handoffs" -gt 0 ] && [ "$full" -eq 0 ] && [ "$completions" -gt 0 ]
 }
 check "two workers: contributions crossed to their slot's owner, none lost" handed_off
