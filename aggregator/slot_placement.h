@@ -1,11 +1,17 @@
 // Where a job's chunks live in the slot table.
 //
-// The table (aggregation.slots) is split into two regions, so that jobs
+// The table (aggregation.slots) is split into three regions, so that jobs
 // anyone can register (in-band) never hold a slot that a job the operator
-// provisioned (config, API) needs:
+// provisioned (config, API) needs, and a chunk whose slot another chunk
+// holds has somewhere to go:
 //
 //   [0, provisioned)                       config and API jobs
 //   [provisioned, provisioned + in_band)   in-band jobs (aggregation.in_band.slots)
+//   [.., slots)                            spare slots (aggregation.spare_slots)
+//
+// Spare slots are placed by no formula: the control thread leases one to a
+// chunk that collided in its own region (spare_slots.h), and the chunk's
+// members then address it by its index in the region, the slot hint.
 //
 // Within its region a job's chunk `seq` lives at
 //
@@ -58,11 +64,21 @@ struct SlotRegion {
 struct SlotRegions {
   SlotRegion provisioned;  // config and API jobs
   SlotRegion in_band;      // in-band jobs
+  SlotRegion spare;        // leased to chunks that collided; size <= kMaxSpareSlots
 
-  // `total` slots, the last `in_band` of them for in-band jobs.
-  static SlotRegions Make(uint32_t total, uint32_t in_band) {
-    return SlotRegions{SlotRegion::Make(0, total - in_band), SlotRegion::Make(total - in_band, in_band)};
+  // Spare slots at most: a slot hint is 16 bits, and 0xFFFF means none.
+  static constexpr uint32_t kMaxSpareSlots = 0xFFFF;
+
+  // `total` slots: the last `spare` of them spare, the `in_band` before
+  // those for in-band jobs, the rest for config and API jobs.
+  static SlotRegions Make(uint32_t total, uint32_t in_band, uint32_t spare = 0) {
+    const uint32_t provisioned = total - in_band - spare;
+    return SlotRegions{SlotRegion::Make(0, provisioned), SlotRegion::Make(provisioned, in_band),
+                       SlotRegion::Make(provisioned + in_band, spare)};
   }
+  // The global slot of spare slot `hint`; hint < spare.size.
+  uint32_t Spare(uint16_t hint) const { return spare.first + hint; }
+  bool IsSpare(uint32_t slot) const { return slot >= spare.first && slot - spare.first < spare.size; }
   const SlotRegion& For(bool in_band_job) const { return in_band_job ? in_band : provisioned; }
   uint32_t Of(bool in_band_job, uint32_t offset, uint32_t seq) const {
     return For(in_band_job).Of(offset, seq);

@@ -81,6 +81,9 @@ enum class NackReason : uint32_t {
   // The members of a chunk disagree on addr_low (the low bits of their
   // buffers' addresses, which choose the switch): a misconfiguration.
   kAddrLowMismatch = 13,
+  // "Not now": the chunk's slot holds another chunk and no spare slot is
+  // free to move it to (docs/aggregation.md, "Collisions").
+  kSlotBusy = 14,
 };
 
 // What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).
@@ -96,6 +99,10 @@ enum class NoticeKind : uint32_t {
   // The answer to a QUERY for `seq` when the switch holds no contribution of
   // the sender to that chunk (lost on the way, or the job unknown): send it.
   kMissing = 4,
+  // Chunk `seq` was moved off its slot, which another chunk holds, to spare
+  // slot `slot_hint`: the member's later datagrams about `seq` carry that
+  // hint and go there straight.
+  kRelocated = 5,
 };
 
 struct [[gnu::packed]] AggHeader {

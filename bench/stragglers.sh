@@ -37,8 +37,8 @@
 # timers off (timeout_ms 0), 21 and 22 with timers on (--leaf-timeout-ms at
 # the leaves, --spine-timeout-ms at the spine). Each phase reuses its mode's
 # jobs with new sequence numbers, chosen so that the delayed job always
-# starts at slot 0 and the companion at slot --slots/2: on and off runs see
-# the same slot layout. aggregation.stale_slot_ms is max(1000, 2 x the
+# starts at the first slot of its region (the table less its spare slots) and
+# the companion half way round it: on and off runs see the same slot layout. aggregation.stale_slot_ms is max(1000, 2 x the
 # largest delay + 500) ms: no slot that waits for the straggler is taken over.
 #
 # One run (delay X, timers off or on), every rank's result verified:
@@ -75,9 +75,10 @@
 #     time / chunks sent, i.e. how long each chunk kept a slot aggregating,
 #     summed over the switches it passed.
 #   - "timeouts/it": slot timer expiries on the three switches per allreduce
-#     in phase A. "companion collisions/it": the companion's datagrams dropped
-#     because another chunk held the slot they hash to, per allreduce (its
-#     per-job counter, summed over the switches).
+#     in phase A. "companion collisions/it": the companion's datagrams whose
+#     slot another chunk held, per allreduce (its per-job counter, summed over
+#     the switches): each was moved to a spare slot, or refused with NACK
+#     slot_busy when none was free (docs/aggregation.md, "Collisions").
 #   - --slots 128 is small on purpose: the two jobs meet in the slot table
 #     (the companion, 64 slots ahead and faster, catches up with the delayed
 #     job), which is what (b) is about; with a table so large that they never
@@ -381,17 +382,29 @@ check_alive() {
 
 # --- one run -----------------------------------------------------------------------------
 
-# slot_of JOB SEQ: the slot of JOB's chunk SEQ, from leaf A's placement of
-# the job (GET /api/v1/jobs/JOB); the switches share aggregation.slot_secret,
-# so it is the same on each. The jobs are config jobs: their region is the
-# whole table.
-slot_of() {
-  local base
-  base=$(sw_get leafa "/api/v1/jobs/$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["placement"]["base"])')
-  echo $(((base + $2) % SLOTS))
+# placement JOB: "FIRST SIZE BASE" of JOB's slot region, from leaf A
+# (GET /api/v1/jobs/JOB); the switches share aggregation.slot_secret and
+# their table layout, so it is the same on each. The jobs are config jobs:
+# their region is the table less its spare slots.
+placement() {
+  sw_get leafa "/api/v1/jobs/$1" | python3 -c 'import json, sys
+p = json.load(sys.stdin)["placement"]
+print(p["first"], p["size"], p["base"])'
 }
-# first_seq JOB BASE SLOT: the first sequence number at or after BASE whose chunk lands on SLOT.
-first_seq() { echo $(($2 + (($3 - $(slot_of "$1" "$2") + SLOTS) % SLOTS))); }
+# slot_of JOB SEQ: the slot of JOB's chunk SEQ (its index in the region).
+slot_of() {
+  local first size base
+  read -r first size base <<<"$(placement "$1")"
+  echo $(((base + $2) % size))
+}
+# first_seq JOB BASE AT: the first sequence number at or after BASE whose
+# chunk lands AT (a fraction of the region: 0 its start, 0.5 its middle).
+first_seq() {
+  local first size base at
+  read -r first size base <<<"$(placement "$1")"
+  at=$(python3 -c "print(int($size * $3))")
+  echo $(($2 + ((at - (base + $2) % size + size) % size)))
+}
 
 # launch NAME JOB FIRST_SEQ ITERATIONS DELAY: the job's 8 ranks; pids in PIDS_<NAME>.
 launch() {
@@ -498,7 +511,7 @@ run_once() {
   bench_cpu_window_begin "${SWITCH_PID[@]}" "$PS_PID" "${SAMPLER_PIDS[@]}"
   tb0=$(bench_now)
   launch background "$j1" "$(first_seq "$j1" "$NEXT_BASE" 0)" $((ITERATIONS * 1000)) "$RUN_DELAY"
-  launch companion "$j2" "$(first_seq "$j2" "$NEXT_BASE" $((SLOTS / 2)))" "$ITERATIONS" 0
+  launch companion "$j2" "$(first_seq "$j2" "$NEXT_BASE" 0.5)" "$ITERATIONS" 0
   for pid in "${PIDS_companion[@]}"; do reap "$pid" || rc=1; done
   tb1=$(bench_now)
   for pid in "${PIDS_background[@]}"; do bench_alive "$pid" || overlap=0; done
@@ -871,7 +884,7 @@ main() {
     new_seqs
     launch delayed "${JOB_DELAYED[$mode]}" "$(first_seq "${JOB_DELAYED[$mode]}" "$NEXT_BASE" 0)" 3 0
     launch companion "${JOB_COMPANION[$mode]}" \
-      "$(first_seq "${JOB_COMPANION[$mode]}" "$NEXT_BASE" $((SLOTS / 2)))" 3 0
+      "$(first_seq "${JOB_COMPANION[$mode]}" "$NEXT_BASE" 0.5)" 3 0
     rc=0
     for pid in "${PIDS_delayed[@]}" "${PIDS_companion[@]}"; do reap "$pid" || rc=1; done
     LAST_PHASE_END=$(bench_now)

@@ -336,6 +336,9 @@ struct ClientStats {
   // data goes again; and the answers that the switch lacked it.
   uint64_t queries = 0;
   uint64_t missing_notices = 0;
+  // NOTICEs relocated: a chunk's slot held another chunk and the switch
+  // moved it to a spare slot, whose hint its later datagrams carry.
+  uint64_t relocated_notices = 0;
   // The switch of the last allreduce: its chunks' smoothed round trip (0
   // before the first measurement) and the retransmission timeout it gives.
   uint64_t round_trip_us = 0;

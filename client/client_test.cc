@@ -250,6 +250,9 @@ TEST(ClientTest, AnInt32SumThatOverflowsFailsNamingTheChunkAndTheClientGoesOn) {
     if (w[kFullChunk + 3] != INT32_MAX || w[kFullChunk + 4] != INT32_MIN || w[0] != 2) {
       return common::Internal("not the clamped sums");
     }
+    std::vector<float> y(n, 0.5f);  // a fixed-point sum: its own saturation state
+    RETURN_IF_ERROR(c.AllReduce(std::span<float>(y), ReduceOp::kSum));
+    if (y[n - 1] != 1.0f) return common::Internal("the float sum after the overflow is wrong");
     std::vector<int32_t> x(n, 3);
     RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(x), ReduceOp::kSum));
     if (x[n - 1] != 6) return common::Internal("the allreduce after the overflow is wrong");
@@ -265,7 +268,7 @@ TEST(ClientTest, AnInt32SumThatOverflowsFailsNamingTheChunkAndTheClientGoesOn) {
               std::string::npos)
         << m;
     EXPECT_EQ(stats[r].saturated_chunks, 1u);
-    EXPECT_EQ(stats[r].allreduces, 3u);
+    EXPECT_EQ(stats[r].allreduces, 4u);
   }
 }
 
@@ -515,6 +518,7 @@ TEST(ClientTest, TransientRefusalsAreRetriedAndNamedWhenTheyLast) {
   for (const auto& [reason, text] :
        {std::pair{aggregator::NackReason::kSlotQuota, "slot quota (NACK 9)"},
         std::pair{aggregator::NackReason::kMemberBound, "member bound elsewhere (NACK 11)"},
+        std::pair{aggregator::NackReason::kSlotBusy, "slot busy (NACK 14)"},
         std::pair{aggregator::NackReason::kRateLimited, "registration rate limited (NACK 7)"}}) {
     TestSwitch::Options always;
     always.refuse_first = -1;
@@ -532,6 +536,34 @@ TEST(ClientTest, TransientRefusalsAreRetriedAndNamedWhenTheyLast) {
               std::string::npos)
         << status.message();
   }
+}
+
+// A chunk the switch moved to a spare slot (NOTICE relocated) is asked
+// after and resent with that slot's hint; its first transmission never
+// carries one.
+TEST(ClientTest, AChunkMovedToASpareSlotIsAskedAfterWithItsHint) {
+  TestSwitch::Options moved;
+  moved.relocate_hint = 3;
+  moved.drop_out = 0.2;  // lost results make the members ask after their chunks
+  moved.seed = 11;
+  TestSwitch sw(moved);
+  ASSERT_TRUE(sw.ok());
+  const uint16_t world = 2;
+  std::vector<ClientStats> stats(world);
+  const auto status = RunRanks(Options({sw.address()}, 43, world), AllRanks(world), [&](Client& c) {
+    std::vector<int32_t> v(kFullChunk * 40, 1);
+    for (int i = 0; i < 3; ++i) {
+      RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum));
+      std::fill(v.begin(), v.end(), 1);
+    }
+    stats[c.options().rank] = c.stats();
+    return common::Status::Ok();
+  });
+  ExpectAllOk(status);
+  EXPECT_EQ(sw.first_sends_hinted(), 0u);
+  EXPECT_GT(sw.hinted(), 0u);
+  EXPECT_LE(sw.hinted(), sw.queries() + sw.retransmissions());
+  EXPECT_EQ(stats[0].relocated_notices + stats[1].relocated_notices, sw.relocated_notices());
 }
 
 // Answers carry no job key; what makes one this rank's is that the switch

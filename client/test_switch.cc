@@ -89,8 +89,9 @@ struct TestSwitch::State {
   // its slot waits for `awaited` more members; kMissing: the chunk's
   // contribution is not here).
   void Notice(const AggHeader& request, aggregator::NoticeKind kind, uint32_t awaited,
-              const sockaddr_in& to) {
+              const sockaddr_in& to, uint16_t slot_hint = aggregator::kNoSlotHint) {
     AggFields f = aggregator::ReadAggFields(request);
+    if (kind == aggregator::NoticeKind::kRelocated) f.slot_hint = slot_hint;
     f.job_key = 0;
     f.opcode = Opcode::kNotice;
     f.flags = 0;
@@ -279,6 +280,13 @@ void TestSwitch::Loop() {
     // The switch's placement, under a zero secret.
     const uint32_t index = aggregator::SlotRegion::Make(0, s.options.slots)
                                .Of(aggregator::SlotOffset(common::SipKey{}, job_id), h.seq.host());
+    const uint16_t relocate_hint = s.options.relocate_hint;
+    const bool hinted = relocate_hint != aggregator::kNoSlotHint &&
+                        h.slot_hint.host() == relocate_hint;
+    if (hinted) ++hinted_;
+    if (hinted && pkt.opcode == Opcode::kContribution && !(hflags & flags::kRetransmission)) {
+      ++first_sends_hinted_;
+    }
     if (pkt.opcode == Opcode::kQuery) {
       // As aggswitch answers a member asking after a chunk it sent.
       ++queries_;
@@ -327,6 +335,12 @@ void TestSwitch::Loop() {
     if (counted && (hflags & flags::kTaskInfo)) ++task_info_flags_;
     if (counted && (hflags & flags::kOrdered)) ++ordered_flags_;
     if (counted && (hflags & flags::kBypass)) ++bypass_flags_;
+    if (relocate_hint != aggregator::kNoSlotHint && !hinted &&
+        (u.outcome == aggregator::SlotOutcome::kAccumulated ||
+         u.outcome == aggregator::SlotOutcome::kHeld)) {
+      ++relocated_notices_;
+      s.Notice(h, aggregator::NoticeKind::kRelocated, 0, from, relocate_hint);
+    }
     if (static_cast<int>(h.node_id.host()) == s.options.notice_node && !(hflags & flags::kBypass)) {
       ++notices_;
       s.Answer(h, Opcode::kNotice, static_cast<uint32_t>(aggregator::NoticeKind::kSelfFlag), from);
@@ -367,8 +381,11 @@ void TestSwitch::Loop() {
         ++held_notices_;
         s.Notice(h, aggregator::NoticeKind::kHeld, u.slot->needed() - u.slot->count(), from);
         break;
-      case aggregator::SlotOutcome::kDuplicate:
       case aggregator::SlotOutcome::kCollision:
+        // As aggswitch with no spare slot free: "not now".
+        nack(NackReason::kSlotBusy);
+        break;
+      case aggregator::SlotOutcome::kDuplicate:
         break;
       case aggregator::SlotOutcome::kForwardedAgain:
       case aggregator::SlotOutcome::kLateForwarded:

@@ -59,6 +59,11 @@ class TestSwitch {
     // Loses the first `lose_first` contributions it receives, as a network
     // would, before anything else looks at them.
     int lose_first = 0;
+    // Tells each member whose contribution it counts that its chunk moved
+    // to spare slot `relocate_hint` (NOTICE relocated), as aggswitch does
+    // after a collision, and counts the datagrams that carry the hint.
+    // kNoSlotHint: never.
+    uint16_t relocate_hint = aggregator::kNoSlotHint;
   };
 
   explicit TestSwitch(const Options& options);
@@ -87,6 +92,12 @@ class TestSwitch {
   uint64_t queries() const { return queries_.load(); }  // QUERYs answered
   // Contributions received with the RETRANSMISSION flag, counted or not.
   uint64_t retransmissions() const { return retransmissions_.load(); }
+  // With relocate_hint: NOTICEs relocated sent; contributions and QUERYs
+  // that carried the hint; first transmissions (no RETRANSMISSION flag)
+  // among the contributions that did.
+  uint64_t relocated_notices() const { return relocated_notices_.load(); }
+  uint64_t hinted() const { return hinted_.load(); }
+  uint64_t first_sends_hinted() const { return first_sends_hinted_.load(); }
   // Sequence numbers of the completed chunks of `job`, in completion order.
   std::vector<uint32_t> CompletedSeqs(uint32_t job) const;
   // The offset (aux) each completed chunk of `job` carried, by sequence number.
@@ -104,7 +115,8 @@ class TestSwitch {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> contributions_{0}, completed_{0}, registrations_{0}, task_infos_{0},
       acks_{0}, nacks_{0}, task_info_flags_{0}, ordered_flags_{0}, retransmissions_{0},
-      bypass_flags_{0}, notices_{0}, held_notices_{0}, queries_{0};
+      bypass_flags_{0}, notices_{0}, held_notices_{0}, queries_{0}, relocated_notices_{0},
+      hinted_{0}, first_sends_hinted_{0};
   mutable std::mutex log_mu_;
   struct Completed {
     uint32_t job = 0;

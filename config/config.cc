@@ -657,9 +657,20 @@ class Validator {
               in_band_slots, "chunks (aggregation.in_band.slots at most)");
       }
     }
+    bool spare_ok = true;
     if (slots_ok && in_band_ok) {
-      range("aggregation.slots_per_job", agg.loc, agg.SlotsPerJob(), 1, agg.slots - in_band_slots,
-            "chunks (the slots config and API jobs have: aggregation.slots - in_band.slots)");
+      // A slot hint is 16 bits, 0xFFFF meaning none; config and API jobs
+      // keep at least a quarter of the table.
+      spare_ok = range("aggregation.spare_slots", agg.loc, agg.SpareSlots(), 0,
+                       std::min<uint32_t>(65535, agg.slots - in_band_slots - agg.slots / 4),
+                       "slots (at most 65535, and at most what leaves config and API jobs a "
+                       "quarter of aggregation.slots after in_band.slots)");
+    }
+    if (slots_ok && in_band_ok && spare_ok) {
+      range("aggregation.slots_per_job", agg.loc, agg.SlotsPerJob(), 1,
+            agg.slots - in_band_slots - agg.SpareSlots(),
+            "chunks (the slots config and API jobs have: aggregation.slots - in_band.slots - "
+            "spare_slots)");
     }
     const HoldConfig& hold = agg.hold;
     const bool buffers_ok = range("aggregation.hold.buffers", hold.loc, hold.buffers,
@@ -1295,8 +1306,13 @@ uint32_t AggregationConfig::InBandSlots() const {
   return in_band.slots.value_or(slots / 4);
 }
 
+uint32_t AggregationConfig::SpareSlots() const {
+  return spare_slots.value_or(std::min<uint32_t>(65535, slots / 16));
+}
+
 uint32_t AggregationConfig::SlotsPerJob() const {
-  return slots_per_job.value_or(std::min<uint32_t>(1024, slots - std::min(slots, InBandSlots())));
+  const uint32_t taken = InBandSlots() + SpareSlots();
+  return slots_per_job.value_or(std::min<uint32_t>(1024, slots - std::min(slots, taken)));
 }
 
 uint32_t AggregationConfig::InBandSlotsPerJob() const {

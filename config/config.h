@@ -448,6 +448,11 @@ struct AggregationConfig {
   // Chunks one config or API job keeps in flight (its slot quota). Default:
   // 1024, or the slots they have when fewer.
   std::optional<uint32_t> slots_per_job;
+  // The last slots of the table, which the control thread leases to a chunk
+  // whose own slot holds another chunk (docs/aggregation.md, "Collisions").
+  // Default: a sixteenth of the slots; 0: a collision is refused (NACK
+  // slot_busy) and the member retries.
+  std::optional<uint32_t> spare_slots;
   HoldConfig hold;
   // A member sending from another address than it is bound to is refused
   // until the bound address has been silent this long; 0: only the API
@@ -461,6 +466,8 @@ struct AggregationConfig {
   // (in_band.max_jobs, or a quarter of max_jobs, at least 1).
   uint32_t InBandSlots() const;
   uint32_t InBandMaxJobs() const;
+  // spare_slots, defaults resolved as above.
+  uint32_t SpareSlots() const;
   // The slot quotas, defaults resolved as above.
   uint32_t SlotsPerJob() const;
   uint32_t InBandSlotsPerJob() const;

@@ -722,6 +722,10 @@ class Loader {
                  [&](auto& n, auto& p) {
                    ReadUnsigned(n, p, agg.slots_per_job.emplace(), {}, "chunks");
                  }},
+                {"spare_slots",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.spare_slots.emplace(), {}, "slots");
+                 }},
                 {"hold", [&](auto& n, auto& p) { LoadHold(n, p, agg.hold); }},
                 {"member_rebind_ms",
                  [&](auto& n, auto& p) {

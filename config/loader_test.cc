@@ -1279,7 +1279,11 @@ TEST(LimitsLoaderTest, ReadsEveryFieldAndDerivesTheDefaults) {
   load = Load(ports + "aggregation:\n  slots: 64\n  in_band_registration: false\n");
   ASSERT_TRUE(load.ok()) << Dump(load);
   EXPECT_EQ(load.config.aggregation.InBandSlots(), 0u);
-  EXPECT_EQ(load.config.aggregation.SlotsPerJob(), 64u);
+  EXPECT_EQ(load.config.aggregation.SpareSlots(), 4u) << "a sixteenth";
+  EXPECT_EQ(load.config.aggregation.SlotsPerJob(), 60u);
+  load = Load(ports + "aggregation:\n  slots: 64\n  spare_slots: 0\n");
+  ASSERT_TRUE(load.ok()) << Dump(load);
+  EXPECT_EQ(load.config.aggregation.SpareSlots(), 0u);
 }
 
 TEST(LimitsLoaderTest, Errors) {
@@ -1287,7 +1291,14 @@ TEST(LimitsLoaderTest, Errors) {
   EXPECT_TRUE(OneError(Load(agg + "  slot_secret: \"0x1234\"\n"), "aggregation.slot_secret", 3,
                        "expected \"0x\" and 32 hex digits"));
   EXPECT_TRUE(OneError(Load(agg + "  slots_per_job: 4000\n"), "aggregation.slots_per_job", 3,
-                       "expected 1..3072 chunks"));
+                       "expected 1..2816 chunks (the slots config and API jobs have: "
+                       "aggregation.slots - in_band.slots - spare_slots)"));
+  // Config and API jobs keep a quarter of the table: 4096 - 1024 - 1024.
+  EXPECT_TRUE(OneError(Load(agg + "  spare_slots: 2049\n"), "aggregation.spare_slots", 3,
+                       "expected 0..2048 slots"));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\naggregation:\n  slots: 1048576\n"
+                            "  spare_slots: 65536\n"),
+                       "aggregation.spare_slots", 4, "expected 0..65535 slots"));
   EXPECT_TRUE(OneError(Load(agg + "  hold: {buffers: 10}\n"), "aggregation.hold.buffers", 3,
                        "expected 64..1048576 buffers, got \"10\""));
   EXPECT_TRUE(OneError(Load(agg + "  hold: {per_job: 20000}\n"), "aggregation.hold.per_job", 3,

@@ -60,6 +60,7 @@ void ControlLoop::Run() {
       dataplane_.ProcessRegistrations([&](const dataplane::RegistrationRequest& request) {
         return jobs_->RegisterInBand(request, now);
       });
+      dataplane_.ProcessEscalations(now);
       if (admission_ != nullptr) admission_->ExpireIdle(now);
       jobs_->ProcessPending();
       jobs_->table().Reclaim();

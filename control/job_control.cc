@@ -340,7 +340,8 @@ JobControl::JobControl(aggregator::JobTable& table, Options options)
     : table_(table),
       base_(std::move(options.config)),
       options_(std::move(options)),
-      regions_(aggregator::SlotRegions::Make(base_.aggregation.slots, base_.aggregation.InBandSlots())) {
+      regions_(aggregator::SlotRegions::Make(base_.aggregation.slots, base_.aggregation.InBandSlots(),
+                                             base_.aggregation.SpareSlots())) {
   // The choices the config jobs were built with (AddConfigJobs), for GET /tan.
   for (const config::AggregationJobConfig& cfg : base_.aggregation.jobs) {
     const Job* job = table_.Find(cfg.id);

@@ -399,6 +399,21 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
                {{"result", dataplane::kRegistrationResultText[r].name}}, a.registrations[r]);
     }
 
+    // Collisions moved to spare slots (docs/aggregation.md, "Collisions").
+    e.Family("aggswitch_aggregation_spare_slots", "gauge",
+             "Spare slots: the slots the control thread leases to chunks whose own slot holds "
+             "another chunk (aggregation.spare_slots).");
+    e.Sample("aggswitch_aggregation_spare_slots", {}, a.spare.slots);
+    e.Family("aggswitch_aggregation_spare_slots_leased", "gauge",
+             "Spare slots leased to a chunk (some leases may be over and not yet reclaimed).");
+    e.Sample("aggswitch_aggregation_spare_slots_leased", {}, a.spare.leased);
+    e.Family("aggswitch_aggregation_relocations_total", "counter",
+             "Chunks the control thread moved to a spare slot (leases granted).");
+    e.Sample("aggswitch_aggregation_relocations_total", {}, a.spare.granted);
+    e.Family("aggswitch_aggregation_relocations_refused_total", "counter",
+             "Escalated contributions refused with NACK slot_busy: every spare slot was leased.");
+    e.Sample("aggswitch_aggregation_relocations_refused_total", {}, a.spare.refused);
+
     // The switch's own TAN (a root with tan: {strategy: self}).
     if (a.tan) {
       const aggregator::TanCounters& t = a.tan->counters;

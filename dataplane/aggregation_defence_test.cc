@@ -403,8 +403,10 @@ TEST_F(DefenceTest, FramesImpersonatingTheSwitchAreDropped) {
 // In-band jobs and provisioned jobs never share a slot.
 TEST_F(DefenceTest, InBandAndProvisionedJobsUseSeparateSlotRegions) {
   const aggregator::SlotRegions& regions = dp_->slot_regions();
-  EXPECT_EQ(regions.provisioned.size + regions.in_band.size, 1024u);
+  EXPECT_EQ(regions.provisioned.size + regions.in_band.size + regions.spare.size, 1024u);
   EXPECT_EQ(regions.in_band.size, 256u) << "a quarter by default";
+  EXPECT_EQ(regions.spare.size, 64u) << "a sixteenth by default";
+  EXPECT_EQ(regions.spare.first, regions.in_band.first + regions.in_band.size) << "the last slots";
   AddJob(7, 2);
   aggregator::AggFields f;
   f.node_id = 0;

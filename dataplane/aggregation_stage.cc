@@ -66,7 +66,7 @@ void AggregationStage::Process(uint16_t in_port, const AggVector& v) {
 }
 
 bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source,
-                             Checked* out) {
+                             Checked* out, uint16_t spare) {
   using aggregator::NackReason;
   using aggregator::Opcode;
   AggregationCounters& c = stats_.lcore.agg;
@@ -222,7 +222,18 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       }
     }
   }
-  const uint32_t slot = s_.regions.Of(job->in_band(), job->slot_offset(), h.seq.host());
+  // Where the chunk is: its placed slot, or the spare slot it was moved to,
+  // as the switch (a hand-off) or the member (its slot hint) says.
+  uint32_t slot = s_.regions.Of(job->in_band(), job->slot_offset(), h.seq.host());
+  bool claim = false;
+  const uint16_t hint = h.slot_hint.host();
+  if (spare != aggregator::RelocationMap::kNone) {
+    slot = s_.regions.Spare(spare);
+    claim = true;
+  } else if (hint < s_.regions.spare.size &&
+             (opcode == Opcode::kContribution || opcode == Opcode::kQuery)) {
+    slot = s_.regions.Spare(hint);
+  }
   if (source == Source::kHandoff) {
     // Checked where it arrived; only the job may have changed meanwhile.
     if (from_member && member < 0) {
@@ -240,6 +251,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   out->job = job;
   out->header_offset = header_offset;
   out->slot = slot;
+  out->claim = claim;
   out->member = member;
   out->meta = meta;
   out->in_port = in_port;
@@ -302,7 +314,9 @@ void AggregationStage::Dispatch(Checked* items, uint16_t n) {
       continue;
     }
     const Checked& it = items[i];
-    away[n_away] = FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, 0, 0};
+    const uint16_t spare = it.claim ? static_cast<uint16_t>(it.slot - s_.regions.spare.first)
+                                    : aggregator::RelocationMap::kNone;
+    away[n_away] = FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, 0, spare};
     owner[n_away++] = o;
   }
   // One enqueue per owner.
@@ -363,6 +377,7 @@ void AggregationStage::Contribute(const Checked& it) {
   const aggregator::AggHeader& h = *pkt.header;
   rte_mbuf* m = it.m;
   const uint32_t seq = h.seq.host();
+  if (Redirect(it)) return;
   if (pkt.opcode == aggregator::Opcode::kQuery) {
     AnswerQuery(it);
     return;
@@ -435,6 +450,18 @@ void AggregationStage::Contribute(const Checked& it) {
     s_.holds->Give(held);
   }
   aggregator::NackReason refused{0};
+  if ((u.outcome == aggregator::SlotOutcome::kHeld ||
+       u.outcome == aggregator::SlotOutcome::kAccumulated) &&
+      s_.regions.IsSpare(it.slot)) {
+    // The member learns where its chunk went: its later datagrams about it
+    // come here straight, not by way of the control thread or the map.
+    const auto moved_to = static_cast<uint16_t>(it.slot - s_.regions.spare.first);
+    aggregator::MemberAddr addr;
+    if (h.slot_hint.host() != moved_to && job.GetMember(contribution.node, &addr)) {
+      answers_.SendNotice(job, h.node_id.host(), seq, aggregator::NoticeKind::kRelocated, addr,
+                          moved_to);
+    }
+  }
   switch (u.outcome) {
     case aggregator::SlotOutcome::kHeld:
     case aggregator::SlotOutcome::kAccumulated:
@@ -506,7 +533,13 @@ void AggregationStage::Contribute(const Checked& it) {
     case aggregator::SlotOutcome::kCollision:
       c.collisions.Add(1);
       jc.collisions.Add(1);
-      tx_.Drop(it.in_port, DropReason::kAggCollision, m);
+      if (s_.regions.IsSpare(it.slot)) {
+        // The spare slot leased to this chunk still holds the chunk it was
+        // leased to before: no second move.
+        RefuseSlotBusy(m, job, h, it.member, it.in_port);
+      } else {
+        Escalate(it);
+      }
       return;
     case aggregator::SlotOutcome::kMismatch:
       c.rejected.Add(1);
@@ -528,6 +561,110 @@ void AggregationStage::Contribute(const Checked& it) {
   } else {
     tx_.Drop(it.in_port, DropReason::kAggRejected, m);
   }
+}
+
+bool AggregationStage::Redirect(const Checked& it) {
+  const bool spare = s_.regions.IsSpare(it.slot);
+  if (!spare && (s_.relocations == nullptr || s_.relocations->empty())) return false;
+  const aggregator::Job& job = *it.job;
+  const aggregator::AggHeader& h = *it.pkt.header;
+  const uint32_t seq = h.seq.host();
+  if (s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr) {
+    return false;
+  }
+  AggregationCounters& c = stats_.lcore.agg;
+  if (spare) {
+    if (it.claim) return false;  // moved here by the switch: it may take the slot
+    // A hint from an earlier run of the switch, or made up: the member sends
+    // to the chunk's placed slot again.
+    c.hint_refused.Add(1);
+    aggregator::MemberAddr addr;
+    if (it.member >= 0 && job.GetMember(static_cast<uint16_t>(it.member), &addr)) {
+      answers_.SendNotice(job, h.node_id.host(), seq, aggregator::NoticeKind::kRelocated, addr,
+                          aggregator::kNoSlotHint);
+    }
+    tx_.Drop(it.in_port, DropReason::kAggHintRefused, it.m);
+    return true;
+  }
+  const uint16_t hint = s_.relocations->Find({job.id(), job.generation(), seq});
+  if (hint == aggregator::RelocationMap::kNone) return false;
+  c.relocated.Add(1);
+  Checked moved = it;
+  moved.slot = s_.regions.Spare(hint);
+  moved.claim = true;
+  const auto owner = static_cast<uint16_t>(moved.slot % s_.n_workers);
+  if (owner == s_.index) {
+    Contribute(moved);  // at a spare slot, with a claim: not redirected again
+    return true;
+  }
+  FrameRef ref{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, 0, hint};
+  if (rte_ring_mp_enqueue_elem(s_.handoff[owner], &ref, sizeof(ref)) == 0) {
+    c.handoffs.Add(1);
+  } else {
+    c.handoff_full.Add(1);
+    tx_.Drop(it.in_port, DropReason::kAggHandoffFull, it.m);
+  }
+  return true;
+}
+
+void AggregationStage::Escalate(const Checked& it) {
+  const aggregator::Job& job = *it.job;
+  const aggregator::AggHeader& h = *it.pkt.header;
+  if (channels_.escalate != nullptr) {
+    Escalation e{FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, 0,
+                                aggregator::RelocationMap::kNone},
+                       job.id(), job.generation(), h.seq.host(), it.slot};
+    if (rte_ring_sp_enqueue_elem(channels_.escalate.get(), &e, sizeof(e)) == 0) {
+      stats_.lcore.agg.escalations.Add(1);
+      return;
+    }
+  }
+  RefuseSlotBusy(it.m, job, h, it.member, it.in_port);
+}
+
+void AggregationStage::RefuseSlotBusy(rte_mbuf* m, const aggregator::Job& job,
+                                      const aggregator::AggHeader& h, int member,
+                                      uint16_t in_port) {
+  stats_.lcore.agg.slot_busy.Add(1);
+  aggregator::MemberAddr addr;
+  if (member >= 0 && job.GetMember(static_cast<uint16_t>(member), &addr)) {
+    answers_.Nack(m, h, aggregator::NackReason::kSlotBusy, addr);
+  } else {
+    tx_.Drop(in_port, DropReason::kAggCollision, m);
+  }
+}
+
+void AggregationStage::DrainRelocations() {
+  if (channels_.relocate == nullptr) return;
+  Relocation moves[kBurstSize];
+  const unsigned n = rte_ring_sc_dequeue_burst_elem(channels_.relocate.get(), moves,
+                                                    sizeof(Relocation), kBurstSize, nullptr);
+  Checked items[kBurstSize];
+  uint16_t k = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    const Relocation& r = moves[i];
+    const aggregator::ChunkKey key{r.job_id, r.job_generation, r.seq};
+    if (r.kind == Relocation::Kind::kForget) {
+      s_.relocations->Erase(key, r.hint);
+      continue;
+    }
+    const FrameMeta meta{r.frame.vlan, false, r.frame.l3_offset};
+    // Cannot fail: the control thread leases at most as many spare slots as
+    // the map holds.
+    if (r.kind == Relocation::Kind::kPlace) (void)s_.relocations->Insert(key, r.hint);
+    // Checked again (the job may have changed meanwhile); its placed slot,
+    // this worker's, now sends it on to the spare slot, or, refused, it is
+    // answered there.
+    if (!Check(r.frame.m, r.frame.in_port, meta, Source::kReinject, &items[k])) continue;
+    const Checked& it = items[k];
+    const aggregator::ChunkKey now{it.job->id(), it.job->generation(), it.pkt.header->seq.host()};
+    if (r.kind == Relocation::Kind::kRefuse || s_.relocations->Find(now) == aggregator::RelocationMap::kNone) {
+      RefuseSlotBusy(it.m, *it.job, *it.pkt.header, it.member, it.in_port);
+      continue;
+    }
+    ++k;
+  }
+  if (k != 0) Dispatch(items, k);
 }
 
 void AggregationStage::AnswerQuery(const Checked& it) {
@@ -623,7 +760,10 @@ void AggregationStage::DrainHandoffs() {
   uint16_t k = 0;
   for (unsigned i = 0; i < n; ++i) {
     const FrameMeta meta{refs[i].vlan, false, refs[i].l3_offset};
-    if (Check(refs[i].m, refs[i].in_port, meta, Source::kHandoff, &items[k])) ++k;
+    if (Check(refs[i].m, refs[i].in_port, meta, Source::kHandoff, &items[k],
+              refs[i].verdict_or_spare)) {
+      ++k;
+    }
   }
   if (k != 0) Reduce(items, k);
 }
@@ -639,7 +779,7 @@ void AggregationStage::DrainReinjects() {
   for (unsigned i = 0; i < n; ++i) {
     const FrameRef& u = back[i];
     const FrameMeta meta{u.vlan, false, u.l3_offset};
-    if (u.verdict == 0) {
+    if (u.verdict_or_spare == 0) {
       if (Check(u.m, u.in_port, meta, Source::kReinject, &items[k])) ++k;
       continue;
     }
@@ -653,7 +793,7 @@ void AggregationStage::DrainReinjects() {
     }
     const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(u.in_port), u.vlan,
                                         udp.src_ip, udp.src_port};
-    answers_.Nack(u.m, *pkt.header, static_cast<aggregator::NackReason>(u.verdict), sender);
+    answers_.Nack(u.m, *pkt.header, static_cast<aggregator::NackReason>(u.verdict_or_spare), sender);
   }
   if (k != 0) Dispatch(items, k);
 }

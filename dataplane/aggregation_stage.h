@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "aggregator/job_table.h"
+#include "aggregator/relocation_map.h"
 #include "aggregator/slot_placement.h"
 #include "aggregator/slot_table.h"
 #include "aggregator/wire.h"
@@ -74,6 +75,9 @@ struct AggregationSetup {
   HoldBuffers* holds = nullptr;            // copies of the contributions ordered slots hold
   aggregator::BypassTable* bypass = nullptr;  // this worker's bypass entries
   JobCounters* job_counters = nullptr;     // JobTable::max_jobs() entries, by Job::index()
+  // The chunks whose placed slot this worker owns that were moved to a spare
+  // slot; null without spare slots (a collision is then refused at once).
+  aggregator::RelocationMap* relocations = nullptr;
   // Members are bound to the address they send from (Job::BindMember) on a
   // clock of TSC >> seen_shift (about a millisecond a tick); a bound address
   // silent for rebind_ticks is presumed gone: it may be replaced, and its
@@ -99,6 +103,8 @@ class AggregationStage {
   void DrainHandoffs();
   // Datagrams back from in-band registration, with the control side's verdict.
   void DrainReinjects();
+  // The control thread's answers to escalated collisions (Relocation).
+  void DrainRelocations();
   // Expires slots whose timer fired (a bounded number per call).
   void RunTimers();
   bool timers_armed() const { return s_.slots->armed_timers() != 0; }
@@ -118,14 +124,19 @@ class AggregationStage {
     aggregator::AggPacket pkt;
     uint32_t header_offset;
     uint32_t slot;  // global slot index
+    // Sent to a spare slot by the switch (the relocation map or the control
+    // thread), so it may claim the slot; a member's slot hint may not.
+    bool claim;
     int member;     // local member index; -1 for a RESULT from above
     FrameMeta meta;
     uint16_t in_port;
   };
 
   // Parses and checks one datagram. Returns true with `*out` filled when it
-  // goes on to its slot; otherwise it was answered or dropped.
-  bool Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source, Checked* out);
+  // goes on to its slot; otherwise it was answered or dropped. `spare`: the
+  // spare slot a hand-off was sent on to (FrameRef::verdict_or_spare).
+  bool Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source, Checked* out,
+             uint16_t spare = aggregator::RelocationMap::kNone);
   // A datagram for a job the table does not hold: up to the control thread
   // when it carries task info and registration is on, else a NACK.
   void HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
@@ -136,6 +147,17 @@ class AggregationStage {
   void Dispatch(Checked* items, uint16_t n);
   void Reduce(Checked* items, uint16_t n);
   void Contribute(const Checked& c);
+  // A datagram at a slot that does not hold its chunk: sent on to the
+  // chunk's spare slot when the chunk was moved there; when its own slot hint
+  // names a spare slot that does not hold the chunk, dropped, and the member
+  // told to forget the hint. Returns true when the datagram was dealt with.
+  bool Redirect(const Checked& c);
+  // A contribution whose placed slot holds another chunk: up to the control
+  // thread, which moves the chunk to a spare slot (DrainRelocations).
+  void Escalate(const Checked& c);
+  // NACK slot_busy: no spare slot for the chunk now.
+  void RefuseSlotBusy(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggHeader& h,
+                      int member, uint16_t in_port);
   // A member's QUERY about a chunk it sent: the cached result when its slot
   // is complete, NOTICE held while the slot waits for others, else NOTICE
   // missing (send it again).

@@ -429,6 +429,126 @@ TEST_F(AggregationTest, TwoConcurrentJobsDoNotMix) {
   }
 }
 
+// Chunk seqs of jobs `a` and `b` whose placed slots are the same: b's chunk
+// finds a's holding it (a collision). Provisioned jobs, this switch's regions.
+std::pair<uint32_t, uint32_t> CollidingSeqs(const aggregator::JobTable& jobs,
+                                            const config::Config& config, uint32_t a, uint32_t b) {
+  const aggregator::SlotRegions regions = aggregator::SlotRegions::Make(
+      config.aggregation.slots, config.aggregation.InBandSlots(), config.aggregation.SpareSlots());
+  const uint32_t slot = regions.Of(false, jobs.Find(a)->slot_offset(), 0);
+  for (uint32_t seq = 0;; ++seq) {
+    if (regions.Of(false, jobs.Find(b)->slot_offset(), seq) == slot) return {0, seq};
+  }
+}
+
+// Two jobs whose chunks need the same slot: the second chunk is escalated to
+// the control thread, which moves it to a spare slot. Its members' datagrams
+// meet there, by the relocation map or by the hint the first was told; both
+// jobs get exact sums, and nothing is dropped.
+TEST_F(AggregationTest, AChunkWhoseSlotIsTakenMovesToASpareSlot) {
+  BuildAggregation(", spare_slots: 4");
+  AddJob(7, 2);
+  AddJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
+  Step();
+  EXPECT_TRUE(Drain().empty()) << "the collided contribution waits for the control thread";
+  EXPECT_EQ(Agg().collisions.Get(), 1u);
+  EXPECT_EQ(Agg().escalations.Get(), 1u);
+  EXPECT_EQ(dp_->ProcessEscalations(std::chrono::steady_clock::now()), 1u);
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result moved = ParseResult(out[0][0]);
+  EXPECT_EQ(moved.fields.opcode, aggregator::Opcode::kNotice);
+  EXPECT_EQ(moved.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kRelocated));
+  EXPECT_EQ(moved.fields.job_id, 8u);
+  EXPECT_EQ(moved.fields.seq, s8);
+  EXPECT_EQ(moved.dst_port, MemberPort(0));
+  const uint16_t hint = moved.fields.slot_hint;
+  EXPECT_LT(hint, 4u);
+  EXPECT_EQ(dp_->spare_slot_stats().leased, 1u);
+  EXPECT_EQ(dp_->spare_slot_stats().granted, 1u);
+  // Member 1 knows no hint: its placed slot still holds job 7's chunk, and
+  // the relocation map sends it on.
+  Inject(0, Contribution(8, s8, 1, Int32Payload({200})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.fields.job_id, 8u);
+    EXPECT_EQ(r.payload, Int32Payload({300}));
+  }
+  EXPECT_EQ(Agg().relocated.Get(), 2u) << "the escalated contribution and member 1's, by the map";
+  EXPECT_EQ(Agg().escalations.Get(), 1u) << "one trip to the control thread per chunk";
+  Inject(0, Contribution(7, s7, 1, Int32Payload({2})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) EXPECT_EQ(ParseResult(f).payload, Int32Payload({3}));
+  // A resend with the hint goes to the spare slot straight: the cached result.
+  Frame again = Contribution(8, s8, 0, Int32Payload({100}));
+  HeaderOf(again)->slot_hint = common::be16_t::FromHost(hint);
+  Inject(0, again);
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).payload, Int32Payload({300}));
+  EXPECT_EQ(Agg().relocated.Get(), 2u) << "not by the map";
+  // A hint naming a spare slot that does not hold the chunk is refused, and
+  // the member told to forget it.
+  Frame stale = Contribution(8, s8 + 1, 0, Int32Payload({5}));
+  HeaderOf(stale)->slot_hint = common::be16_t::FromHost(hint);
+  Inject(0, stale);
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result forget = ParseResult(out[0][0]);
+  EXPECT_EQ(forget.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kRelocated));
+  EXPECT_EQ(forget.fields.slot_hint, aggregator::kNoSlotHint);
+  EXPECT_EQ(Agg().hint_refused.Get(), 1u);
+  EXPECT_EQ(DropCount(0, DropReason::kAggHintRefused), 1u);
+  EXPECT_EQ(Agg().slot_busy.Get(), 0u);
+}
+
+// Without a free spare slot a collided contribution gets a defined answer,
+// NACK slot_busy ("not now"), never silence.
+TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
+  for (const bool none : {true, false}) {
+    SCOPED_TRACE(none ? "spare_slots: 0" : "the one spare slot leased");
+    BuildAggregation(none ? ", spare_slots: 0" : ", spare_slots: 1");
+    AddJob(7, 2);
+    AddJob(8, 2);
+    AddJob(9, 2);
+    const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+    const uint32_t s9 = CollidingSeqs(*jobs_, config_, 7, 9).second;
+    Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
+    Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
+    Inject(0, Contribution(9, s9, 0, Int32Payload({1000})));
+    Step();
+    dp_->ProcessEscalations(std::chrono::steady_clock::now());
+    Step();
+    auto out = Drain();
+    std::vector<Result> nacks;
+    for (const Frame& f : out[0]) {
+      const Result r = ParseResult(f);
+      if (r.fields.opcode == aggregator::Opcode::kNack) nacks.push_back(r);
+    }
+    // With one spare slot, job 8's chunk takes it and job 9's is refused.
+    ASSERT_EQ(nacks.size(), none ? 2u : 1u);
+    for (const Result& r : nacks) {
+      EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kSlotBusy));
+      EXPECT_EQ(r.fields.job_id, none ? r.fields.job_id : 9u);
+    }
+    EXPECT_EQ(Agg().collisions.Get(), 2u);
+    EXPECT_EQ(Agg().slot_busy.Get(), none ? 2u : 1u);
+    EXPECT_EQ(dp_->spare_slot_stats().refused, none ? 0u : 1u);
+  }
+}
+
 TEST_F(AggregationTest, TrunkMembersGetTaggedResults) {
   AddJob(7, 2);
   Inject(0, Contribution(7, 1, 0, Int32Payload({1})));

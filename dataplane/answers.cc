@@ -236,12 +236,9 @@ bool Answers::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,
 }
 
 void Answers::SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t seq,
-                         aggregator::NoticeKind kind, const aggregator::MemberAddr& to) {
+                         aggregator::NoticeKind kind, const aggregator::MemberAddr& to,
+                         uint16_t slot_hint) {
   AggregationCounters& c = stats_.lcore.agg;
-  if (kind != aggregator::NoticeKind::kMissing && !AnswerAllowed()) {
-    c.nacks_suppressed.Add(1);
-    return;
-  }
   rte_mbuf* m = rte_pktmbuf_alloc(pool_);
   if (m == nullptr) return;
   aggregator::AggFields f;
@@ -250,8 +247,13 @@ void Answers::SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t 
   f.job_id = job.id();
   f.seq = seq;
   f.aux = static_cast<uint32_t>(kind);
+  f.slot_hint = slot_hint;
   if (SendHeaderOnly(m, f, to)) {
-    (kind == aggregator::NoticeKind::kMissing ? c.gap_notices : c.notices_sent).Add(1);
+    switch (kind) {
+      case aggregator::NoticeKind::kMissing: c.gap_notices.Add(1); break;
+      case aggregator::NoticeKind::kRelocated: c.hints_issued.Add(1); break;
+      default: c.notices_sent.Add(1); break;
+    }
   }
 }
 

@@ -82,12 +82,14 @@ class Answers {
   void NoticeInPlace(rte_mbuf* m, const aggregator::AggHeader& request,
                      aggregator::NoticeKind kind, uint32_t awaited,
                      const aggregator::MemberAddr& to, To who);
-  // Sends member `node_id` a NOTICE of `kind` about chunk `seq` of `job`, in
-  // a fresh mbuf: start or stop flagging its data (rate limited like NACKs;
-  // counted in notices_sent), or, unasked, that the switch lacks its
-  // contribution to `seq` (kMissing; counted in gap_notices).
+  // Sends member `node_id`, bound at `to`, a NOTICE of `kind` about chunk
+  // `seq` of `job`, in a fresh mbuf (To::kBoundMember: no rate limit): start
+  // or stop flagging its data (counted in notices_sent), or, unasked, that
+  // the switch lacks its contribution to `seq` (kMissing; gap_notices), or
+  // that `seq` moved to spare slot `slot_hint` (kRelocated; hints_issued).
   void SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t seq,
-                  aggregator::NoticeKind kind, const aggregator::MemberAddr& to);
+                  aggregator::NoticeKind kind, const aggregator::MemberAddr& to,
+                  uint16_t slot_hint = aggregator::kNoSlotHint);
   // Puts Ethernet, 802.1Q (as `to`'s port wants) and IPv4/UDP headers in
   // front of `m`'s data, a UDP payload, and queues it for `to` (a drop
   // on `to`'s port when there is no headroom). Consumes `m`.

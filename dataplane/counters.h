@@ -47,7 +47,8 @@ namespace aggswitch::dataplane {
   X(kAggResultRefused, "agg_result_refused", "result not from the job's upstream switch or TAN") \
   X(kAggRejected, "agg_rejected", "contribution that does not fit its job, with no member address to answer") \
   X(kAggDuplicate, "agg_duplicate", "contribution from a member already counted")             \
-  X(kAggCollision, "agg_collision", "contribution whose slot holds another chunk")            \
+  X(kAggCollision, "agg_collision", "contribution whose slot holds another chunk, refused with nobody to answer") \
+  X(kAggHintRefused, "agg_hint_refused", "datagram whose slot hint names a spare slot that does not hold its chunk") \
   X(kAggHandoffFull, "agg_handoff_full", "the slot owner's hand-off ring was full")           \
   X(kAggNoTan, "agg_no_tan", "late data for a root job without a TAN")                        \
   X(kAggUnresolvedHop, "agg_unresolved_hop", "the job's upstream or TAN address is not resolved yet") \
@@ -156,7 +157,12 @@ struct PortCounters {
   X(saturated_sums, "slots completed by this lcore whose int32 sum saturated (result flagged OVERFLOW)") \
   X(duplicates, "contributions from a member already counted")                        \
   X(duplicate_results, "duplicates answered from a completed slot's cached result")   \
-  X(collisions, "contributions dropped because another chunk held the slot")          \
+  X(collisions, "contributions whose slot held another chunk: escalated to the control thread, or refused (NACK slot_busy)") \
+  X(escalations, "collided contributions passed to the control thread to move their chunk to a spare slot") \
+  X(relocated, "datagrams sent on to their chunk's spare slot, by their slot hint or the relocation map") \
+  X(hints_issued, "NOTICEs relocated telling a member the spare slot of its chunk (the slot hint)") \
+  X(hint_refused, "datagrams whose slot hint names a spare slot that does not hold their chunk (dropped)") \
+  X(slot_busy, "contributions refused with NACK slot_busy: no spare slot free, or the escalation ring full") \
   X(stale_slots, "slots taken over after aggregation.stale_slot_ms (a member died or its ACK was lost)") \
   X(rejected, "contributions whose member, type, op, scale or size did not fit")      \
   X(addr_low_mismatches, "contributions whose addr_low differs from their chunk's first (NACK addr_low_mismatch)") \
@@ -249,7 +255,7 @@ struct AggregationCounters {
   X(contributions, "contributions counted into a slot")                                 \
   X(completions, "chunks completed and sent to every member")                           \
   X(duplicates, "contributions from a member already counted, answered or dropped")    \
-  X(collisions, "contributions dropped because another chunk held the slot")           \
+  X(collisions, "contributions whose slot held another chunk (escalated, or refused with NACK slot_busy)") \
   X(key_failures, "datagrams with the job's id and the wrong key")                      \
   X(reduced_bytes, "payload bytes reduced")                                              \
   X(member_refused, "datagrams claiming a member bound to another address")              \

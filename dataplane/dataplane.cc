@@ -285,7 +285,12 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     slots.slots = (total_slots + n_workers - 1) / n_workers;
     slots.max_fan_in = config.aggregation.max_fan_in;
     slots.max_payload = max_mtu - 20u - 8u - static_cast<uint32_t>(sizeof(aggregator::AggHeader));
-    slot_regions_ = aggregator::SlotRegions::Make(total_slots, config.aggregation.InBandSlots());
+    slot_regions_ = aggregator::SlotRegions::Make(total_slots, config.aggregation.InBandSlots(),
+                                                  config.aggregation.SpareSlots());
+    if (slot_regions_.spare.size != 0) {
+      spare_ = std::make_unique<aggregator::SpareSlots>(slot_regions_.spare.size);
+    }
+    stale_slot_ = std::chrono::milliseconds(config.aggregation.stale_slot_ms);
     agg.regions = slot_regions_;
     // Member bindings and slot quotas count in ticks of about a millisecond:
     // 2^k cycles with k = floor(log2(hz / 1000)).
@@ -337,6 +342,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     options.handoff = aggregation && n_workers > 1;
     options.in_band = aggregation && config.aggregation.in_band_registration;
     options.control_tx = aggregation && w == 0;
+    options.spare_slots = aggregation && slot_regions_.spare.size != 0;
     options.max_fan_in = config.aggregation.max_fan_in;
     options.slot_dump_capacity = std::min<uint32_t>(slots.slots, kMaxSlotDump);
     options.bypass_dump_capacity = std::min<uint32_t>(bypass_entries, kMaxBypassDump);
@@ -349,6 +355,10 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     const uint32_t in_band_budget = (config.aggregation.InBandHeldTotal() + n_workers - 1) / n_workers;
     parts.holds = std::make_unique<HoldBuffers>(hold_pool_.get(), in_band_budget, slots.max_payload);
     parts.bypass = std::make_unique<aggregator::BypassTable>(bypass_entries, bypass_ttl);
+    if (spare_) {
+      // Every lease may be of a chunk whose placed slot this worker owns.
+      parts.relocations = std::make_unique<aggregator::RelocationMap>(slot_regions_.spare.size);
+    }
     agg.handoff[w] = parts.channels->handoff.get();
   }
   for (uint16_t w = 0; w < n_workers; ++w) {
@@ -365,6 +375,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       setup.agg.holds = parts.holds.get();
       setup.agg.bypass = parts.bypass.get();
       setup.agg.job_counters = parts.stats->jobs.get();
+      setup.agg.relocations = parts.relocations.get();
       ASSIGN_OR_RETURN(setup.agg.reader_id, jobs->RegisterReader());
     }
     for (size_t p = 0; p < ports_.size(); ++p) {
@@ -598,13 +609,71 @@ size_t Dataplane::ProcessRegistrations(const Admission& admit) {
         request.src_ip = udp.src_ip;
         const RegistrationResult result = admit(request);
         registrations_[static_cast<size_t>(result)].Add(1);
-        u.verdict = static_cast<uint16_t>(VerdictOf(result));
+        u.verdict_or_spare = static_cast<uint16_t>(VerdictOf(result));
         // Cannot fail: `room` was checked and the control thread is the only producer.
         (void)rte_ring_sp_enqueue_elem(down, &u, sizeof(FrameRef));
         ++handled;
       }
     }
   }
+  return handled;
+}
+
+bool Dataplane::LeaseOver(const aggregator::SpareSlots::Lease& lease,
+                          std::chrono::steady_clock::time_point now) const {
+  // The rules by which the spare slot's worker lets the chunk go
+  // (SlotReleasable): its job is gone, or every member has its result; or it
+  // is older than aggregation.stale_slot_ms.
+  const aggregator::Job* job = jobs_->Find(lease.key.job_id);
+  if (job == nullptr || job->generation() != lease.key.job_generation) return true;
+  const std::optional<uint32_t> min_ack = job->MinAck();
+  if (min_ack && aggregator::SeqBefore(lease.key.seq, *min_ack) &&
+      job->LearnedMembers() == job->members()) {
+    return true;
+  }
+  return now - lease.since >= stale_slot_;
+}
+
+size_t Dataplane::ProcessEscalations(std::chrono::steady_clock::time_point now) {
+  if (!spare_) return 0;
+  const auto over = [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); };
+  // An escalation sends at most two answers: its own, and the word to forget
+  // a lease that ended, to any worker. Handled only while every ring has
+  // room for both, so none is ever lost; bounded by the ring size per call.
+  const auto room = [&] {
+    for (const WorkerParts& w : workers_) {
+      if (rte_ring_free_count(w.channels->relocate.get()) < 2) return false;
+    }
+    return true;
+  };
+  size_t handled = 0;
+  for (WorkerParts& w : workers_) {
+    rte_ring* up = w.channels->escalate.get();
+    for (unsigned budget = WorkerChannels::kEscalateRingSize; budget > 0 && room(); --budget) {
+      Escalation e;
+      if (rte_ring_sc_dequeue_elem(up, &e, sizeof(e)) != 0) break;
+      const aggregator::ChunkKey key{e.job_id, e.job_generation, e.seq};
+      const aggregator::SpareSlots::Grant g = spare_->Acquire(key, e.placed_slot, now, over);
+      if (g.ended) {
+        Relocation forget{FrameRef{nullptr, 0, 0, 0, 0, 0}, g.ended->key.job_id,
+                                g.ended->key.job_generation, g.ended->key.seq, g.hint,
+                                Relocation::Kind::kForget};
+        WorkerParts& owner = workers_[g.ended->placed_slot % n_agg_workers_];
+        (void)rte_ring_sp_enqueue_elem(owner.channels->relocate.get(), &forget, sizeof(forget));
+      }
+      Relocation answer{e.frame, e.job_id, e.job_generation, e.seq, g.hint,
+                        Relocation::Kind::kPlace};
+      if (g.hint == aggregator::SpareSlots::kNone) {
+        answer.kind = Relocation::Kind::kRefuse;
+        spare_refused_.fetch_add(1, std::memory_order_relaxed);
+      }
+      // The escalating worker owns the chunk's placed slot.
+      (void)rte_ring_sp_enqueue_elem(w.channels->relocate.get(), &answer, sizeof(answer));
+      ++handled;
+    }
+  }
+  spare_leased_.store(spare_->leased(), std::memory_order_relaxed);
+  spare_granted_.store(spare_->granted(), std::memory_order_relaxed);
   return handled;
 }
 

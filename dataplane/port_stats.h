@@ -59,6 +59,16 @@ struct SlotLatencyTotals {
   double sum_seconds = 0;
 };
 
+// The spare slots the control thread leases to collided chunks
+// (docs/aggregation.md, "Collisions"): the region's size, the slots leased
+// now, leases granted and escalations refused since the start.
+struct SpareSlotStats {
+  uint32_t slots = 0;
+  uint32_t leased = 0;
+  uint64_t granted = 0;
+  uint64_t refused = 0;
+};
+
 // A datagram's task info, passed up for in-band registration: what the
 // sender says of its job. The control side decides (JobControl::RegisterInBand).
 struct RegistrationRequest {

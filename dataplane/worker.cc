@@ -132,6 +132,7 @@ void Worker::ServeControl() {
     return;
   }
   if (channels_.reinject != nullptr) agg_.DrainReinjects();
+  if (channels_.relocate != nullptr) agg_.DrainRelocations();
   if (tree_.tan_results_waiting()) tree_.DrainTanResults();
   tx_.Flush();
   setup_.agg.jobs->Quiescent(setup_.agg.reader_id);

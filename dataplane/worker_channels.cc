@@ -49,6 +49,11 @@ common::Result<std::unique_ptr<WorkerChannels>> WorkerChannels::Create(const Opt
     c->reinject = MakeRing("agg_reinject_" + o.suffix, sizeof(FrameRef), kUpcallRingSize, kSpSc);
     if (!c->upcall || !c->reinject) return failed("registration");
   }
+  if (o.spare_slots) {
+    c->escalate = MakeRing("agg_escalate_" + o.suffix, sizeof(Escalation), kEscalateRingSize, kSpSc);
+    c->relocate = MakeRing("agg_relocate_" + o.suffix, sizeof(Relocation), kEscalateRingSize, kSpSc);
+    if (!c->escalate || !c->relocate) return failed("escalation");
+  }
   if (o.handoff) {
     // Every worker produces, this one consumes.
     c->handoff = MakeRing("agg_handoff_" + o.suffix, sizeof(FrameRef), kHandoffRingSize, RING_F_SC_DEQ);
@@ -64,6 +69,16 @@ WorkerChannels::~WorkerChannels() {
     if (ring == nullptr) continue;
     FrameRef f;
     while (rte_ring_sc_dequeue_elem(ring, &f, sizeof(f)) == 0) rte_pktmbuf_free(f.m);
+  }
+  if (escalate) {
+    Escalation e;
+    while (rte_ring_sc_dequeue_elem(escalate.get(), &e, sizeof(e)) == 0) rte_pktmbuf_free(e.frame.m);
+  }
+  if (relocate) {
+    Relocation r;
+    while (rte_ring_sc_dequeue_elem(relocate.get(), &r, sizeof(r)) == 0) {
+      if (r.frame.m != nullptr) rte_pktmbuf_free(r.frame.m);
+    }
   }
   for (rte_ring* ring : {tan_up.get(), tan_down.get()}) {
     if (ring == nullptr) continue;

@@ -8,9 +8,13 @@
 //                       (FrameRef, worker 0 only), samples_free (OffsetSample*)
 //   worker -> worker    handoff: contributions for this worker's slots (FrameRef),
 //                       one producer per worker, this worker consumes
+//   worker -> control   escalate: contributions whose slot holds another chunk
+//                       (Escalation)
+//   control -> worker   relocate: where those chunks moved (Relocation)
 //
 // A ring the config does not need is null: no aggregation, no hand-off with
-// one worker, no upcall/reinject without in-band registration. Every ring but
+// one worker, no upcall/reinject without in-band registration, no
+// escalate/relocate without spare slots. Every ring but
 // the hand-off has one producer and one consumer.
 //
 // Thread safety: Create and the destructor [control, workers stopped]; each
@@ -45,6 +49,7 @@ struct WorkerChannels {
     bool aggregation = false;        // the aggregation path's rings
     bool handoff = false;            // more than one worker aggregates
     bool in_band = false;            // upcall and reinject
+    bool spare_slots = false;        // escalate and relocate
     bool control_tx = false;         // worker 0
     uint32_t max_fan_in = 0;         // offsets per OffsetSample
     uint32_t slot_dump_capacity = 0;
@@ -53,11 +58,18 @@ struct WorkerChannels {
 
   // Ring sizes (elements).
   static constexpr unsigned kLearnRingSize = 4096;
-  static constexpr unsigned kHandoffRingSize = 1024;
+  // Contributions for a worker's slots wait here while it is descheduled or
+  // busy: the members' windows toward its slots, and the queries and resends
+  // with which they recover what looks lost meanwhile (about three datagrams
+  // per chunk before the timeouts back off), fit with room to spare.
+  static constexpr unsigned kHandoffRingSize = 4096;
   // In-band registrations waiting for the control thread, which drains them
   // every millisecond: a job's first datagrams from all its members fit many
   // times over.
   static constexpr unsigned kUpcallRingSize = 1024;
+  // Collided contributions waiting for the control thread, which drains them
+  // every millisecond, and its answers.
+  static constexpr unsigned kEscalateRingSize = 1024;
   // To and from this switch's own TAN (rare: only timed-out chunks), ARP
   // replies and requests.
   static constexpr unsigned kTanRingSize = 1024;
@@ -77,6 +89,8 @@ struct WorkerChannels {
   RingPtr handoff;
   RingPtr upcall;
   RingPtr reinject;
+  RingPtr escalate;
+  RingPtr relocate;
   RingPtr tan_up;
   RingPtr tan_down;
   RingPtr neighbors;

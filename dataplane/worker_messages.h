@@ -36,17 +36,50 @@ static_assert(sizeof(LearnRequest) == 16);
 //     aggregation datagram that passed its checks where it arrived;
 //   - upcall (worker -> control) and reinject (control -> the same worker):
 //     a datagram that registers a job in-band, and back with the verdict;
-//   - control TX (control -> worker 0): a frame the switch floods on `vlan`.
+//   - control TX (control -> worker 0): a frame the switch floods on `vlan`;
+//   - escalation (worker -> control) and relocation (control -> the same
+//     worker): a contribution whose slot holds another chunk, and back with
+//     the spare slot its chunk moves to (Escalation, Relocation).
 struct FrameRef {
   rte_mbuf* m;
   uint16_t in_port;   // ingress port index (control TX: unused)
   uint16_t vlan;      // VLAN it arrived on, or to flood on
   uint8_t l3_offset;  // of the IPv4 header in the frame
   uint8_t pad;
-  // Reinject only: 0 when the job exists now; otherwise the NackReason to answer with.
-  uint16_t verdict;
+  // Reinject: 0 when the job exists now; otherwise the NackReason to answer
+  // with. Hand-off: the spare slot (its hint) the datagram's chunk was moved
+  // to, or RelocationMap::kNone for its placed slot.
+  uint16_t verdict_or_spare;
 };
 static_assert(sizeof(FrameRef) == 16);
+
+// A contribution whose placed slot holds another chunk (worker -> control).
+struct Escalation {
+  FrameRef frame;
+  uint32_t job_id;
+  uint32_t job_generation;
+  uint32_t seq;
+  uint32_t placed_slot;  // global
+};
+static_assert(sizeof(Escalation) == 32);
+
+// The control thread's answer to an escalation, or its word that a chunk
+// moved earlier has lost its spare slot (control -> the worker that owns the
+// chunk's placed slot).
+struct Relocation {
+  enum class Kind : uint16_t {
+    kPlace,   // the chunk moves to spare slot `hint`; `frame` goes there
+    kRefuse,  // no spare slot is free: answer `frame` with NACK slot_busy
+    kForget,  // the chunk's lease on `hint` ended: erase it (no frame)
+  };
+  FrameRef frame;  // m == nullptr for kForget
+  uint32_t job_id;
+  uint32_t job_generation;
+  uint32_t seq;
+  uint16_t hint;
+  Kind kind;
+};
+static_assert(sizeof(Relocation) == 32);
 
 // An ARP reply to the switch (worker -> control): neighbor resolution of the
 // job trees' next hops (docs/stragglers.md).

@@ -82,6 +82,10 @@ NackText DescribeNack(uint32_t reason) {
               "upper-tier switch to send its partial sum to: run the job with node_count 1, list "
               "the upper switches in its aggregation.upstreams, or declare the job on the "
               "switches with an upstream (aggregation.jobs[].upstream)"};
+    case NackReason::kSlotBusy:
+      return {"slot busy",
+              "the chunk's slot holds another job's chunk and every spare slot is leased "
+              "(aggregation.spare_slots): too many jobs share too few slots"};
     case NackReason::kAddrLowMismatch:
       return {"addr_low mismatch",
               "the members of a chunk carry different addr_low values (the low bits of their "
@@ -190,6 +194,7 @@ ClientStats Engine::Stats() const {
   s.held_notices = get(counters_.held_notices);
   s.queries = get(counters_.queries);
   s.missing_notices = get(counters_.missing_notices);
+  s.relocated_notices = get(counters_.relocated_notices);
   s.round_trip_us = get(counters_.round_trip_us);
   s.retransmit_timeout_us = get(counters_.retransmit_timeout_us);
   return s;
@@ -208,6 +213,7 @@ common::Status Engine::Run(const Request& r) {
     lane.announced = true;
   }
   const uint32_t per_chunk = ChunkElementsFor(options_, r.dtype);
+  saturated_ = 0;
   if (r.dtype == DType::kFloat32 && r.op == ReduceOp::kSum &&
       options_.float_mode == FloatMode::kFixedPoint) {
     RETURN_IF_ERROR(RunFixedPointSum(lane, r, per_chunk));
@@ -222,7 +228,6 @@ common::Status Engine::Run(const Request& r) {
     p.count = r.count;
     p.per_chunk = per_chunk;
     p.chunks = static_cast<uint32_t>(ChunkCount(r.count, per_chunk));
-    saturated_ = 0;
     RETURN_IF_ERROR(Transfer(lane, p));
   }
   SendAck(lane);
@@ -513,6 +518,21 @@ void Engine::OnNotice(const AggHeader& h) {
         return;
       }
       break;
+    case aggregator::NoticeKind::kRelocated: {
+      // The chunk's slot held another chunk, and the switch moved it to a
+      // spare slot: its resends and queries, built from its buffer, carry
+      // the hint and go there straight. No hint: the one it carried names a
+      // slot that does not hold it (the switch restarted); the data goes
+      // again, to its own slot.
+      const uint32_t k = h.seq.host() - window_.base();
+      if (k >= window_.acked() && k < window_.sent()) {
+        reinterpret_cast<AggHeader*>(WindowBuffer(k))->slot_hint = h.slot_hint;
+        if (h.slot_hint.host() == aggregator::kNoSlotHint) (void)window_.Missing(h.seq.host(), now);
+        Bump(counters_.relocated_notices);
+        return;
+      }
+      break;
+    }
     case aggregator::NoticeKind::kSelfFlag:
     case aggregator::NoticeKind::kStopFlag:
       // A predicted straggler flags its data, so that no switch waits for it.
@@ -601,21 +621,24 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
   const uint32_t reason = h.aux.host();
   const auto why = static_cast<NackReason>(reason);
   // "Not now": rank 0's announcement has not registered the job yet, or the
-  // switch refuses this chunk for the moment (a rate, a quota, a binding).
+  // switch refuses this chunk for the moment (a rate, a quota, a binding, a
+  // busy slot).
   // The chunk goes again on its retransmission timer; if nothing moves, the
   // stall message says why.
   const bool transient =
       (why == NackReason::kUnknownJob && options_.task_info == TaskInfoMode::kControlUnit &&
        options_.rank != 0) ||
       why == NackReason::kRateLimited || why == NackReason::kSlotQuota ||
-      why == NackReason::kHoldQuota || why == NackReason::kMemberBound;
+      why == NackReason::kHoldQuota || why == NackReason::kMemberBound ||
+      why == NackReason::kSlotBusy;
   if (transient) {
     Bump(counters_.transient_nacks);
     last_transient_nack_ = reason;
     // A quota frees up as the slowest member's results come back, which
     // takes about a round trip, not a retransmission timeout: the chunk goes
     // again soon, and without backing off (nothing was lost).
-    if (why == NackReason::kSlotQuota || why == NackReason::kHoldQuota) {
+    if (why == NackReason::kSlotQuota || why == NackReason::kHoldQuota ||
+        why == NackReason::kSlotBusy) {
       window_.Refused(seq, Clock::now() + std::min<Clock::duration>(options_.retransmit_timeout,
                                                                     kQuotaRetry));
     }

@@ -129,7 +129,7 @@ class Engine {
     std::atomic<uint64_t> allreduces{0}, chunks{0}, retransmissions{0}, results{0},
         duplicate_results{0}, stray_datagrams{0}, transient_nacks{0}, scale_exchanges{0},
         float_fallbacks{0}, overflow_redos{0}, saturated_chunks{0}, notices{0}, kept_local{0},
-        held_notices{0}, queries{0}, missing_notices{0}, round_trip_us{0},
+        held_notices{0}, queries{0}, missing_notices{0}, relocated_notices{0}, round_trip_us{0},
         retransmit_timeout_us{0};
   };
   // The single writer's increment: a plain load and store, no locked instruction.

@@ -303,7 +303,8 @@ if ! start_ps; then fail "agg-ps came up"; finish; exit 1; fi
 COUNTERS=(contributions completions partials_sent partials_received partials_resent
   first_data_sent timeouts late_flagged late_no_entry late_self_flagged late_forwarded late_no_tan
   results_down results_refused unresolved_next_hop missing_list_overflow bypass_created
-  bypass_matched bypass_expired bypass_full collisions nacks_sent notices_sent acks_relayed acks
+  bypass_matched bypass_expired bypass_full collisions escalations relocated hints_issued
+  slot_busy nacks_sent notices_sent acks_relayed acks
   key_failures member_refused member_rebinds slot_quota_refused hold_refused)
 # show_deltas: the counters that moved since the snapshot, the live bypass
 # entries, and agg-ps's counters.

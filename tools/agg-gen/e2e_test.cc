@@ -90,6 +90,7 @@ aggregation:
   in_band_registration: false
   slot_secret: "@SECRET@"
   slots: 4096
+  spare_slots: 0
   max_fan_in: 16
   max_jobs: 8
   jobs:

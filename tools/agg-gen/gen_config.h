@@ -56,8 +56,9 @@ struct GenConfig {
   uint32_t timeout_ms = 50;    // retransmit a chunk whose answer is this late
   uint32_t give_up_ms = 3000;  // end the run as failed when no chunk completes for this long
   // The slots of the switch's region the jobs' chunks use (collision check):
-  // aggregation.slots with in-band registration off, else aggregation.slots
-  // minus aggregation.in_band.slots (aggregator/slot_placement.h).
+  // aggregation.slots minus aggregation.spare_slots, and minus
+  // aggregation.in_band.slots with in-band registration on
+  // (aggregator/slot_placement.h).
   uint32_t slots = 4096;
   // The switch's aggregation.slot_secret: with it, the check also knows
   // where each job starts; without it, only how much the jobs take.

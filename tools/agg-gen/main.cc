@@ -277,8 +277,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--slots", cfg.slots,
                  "Slots of the switch's region the jobs use (aggregation.slots, minus "
-                 "aggregation.in_band.slots with in-band registration on), to check that the "
-                 "jobs' chunks cannot collide")
+                 "aggregation.in_band.slots with in-band registration on, minus "
+                 "aggregation.spare_slots), to check that the jobs' chunks cannot collide")
       ->capture_default_str();
   app.add_option("--slot-secret", text.slot_secret,
                  "The switch's aggregation.slot_secret: the check then also knows where each job "

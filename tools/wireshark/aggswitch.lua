@@ -31,6 +31,7 @@ local notice_names = {
   [2] = "stop flagging your data",
   [3] = "held, waiting for other members",
   [4] = "missing: send it",
+  [5] = "relocated to the spare slot in slot_hint",
 }
 
 local nack_reason_names = {
@@ -47,6 +48,7 @@ local nack_reason_names = {
   [11] = "member bound to another address",
   [12] = "no upstream for a multi-node job",
   [13] = "addr_low differs within the chunk",
+  [14] = "slot busy, no spare slot free",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.
