@@ -359,6 +359,8 @@ class alignas(64) Job {
     return *covers_[index];
   }
   bool is_root() const { return upstreams_.empty(); }
+  // Whether some member is a child switch (the job is a tree's inner node).
+  bool has_child_switches() const { return !covers_.empty(); }
   // The parent switches (JobSpec::upstreams); empty at the root.
   std::span<const JobPeer> upstreams() const { return upstreams_; }
   // This switch's node id at its parents (non-root jobs).

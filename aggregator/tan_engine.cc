@@ -181,6 +181,23 @@ TanEngine::Late TanEngine::CopyLate(const AggPacket& pkt, uint64_t now_ns) {
   return late;
 }
 
+TanEngine::ChunkPhase TanEngine::PhaseOf(uint32_t job_id, uint32_t seq) const {
+  const auto it = chunks_.find(ChunkId{job_id, seq});
+  if (it == chunks_.end()) return ChunkPhase::kNone;
+  switch (it->second.phase) {
+    case Phase::kAwaitingFirst: return ChunkPhase::kAwaitingFirst;
+    case Phase::kOpen: return ChunkPhase::kOpen;
+    case Phase::kDone: break;
+  }
+  return ChunkPhase::kDone;
+}
+
+const std::vector<uint8_t>* TanEngine::ResultOf(uint32_t job_id, uint32_t seq) const {
+  const auto it = chunks_.find(ChunkId{job_id, seq});
+  if (it == chunks_.end() || it->second.phase != Phase::kDone) return nullptr;
+  return &it->second.result;
+}
+
 void TanEngine::SetOwnWorker(const TanPeer& worker) {
   own_worker_ = worker;
 }

@@ -185,6 +185,15 @@ class TanEngine {
   // forgets results kept longer than that. Call every few milliseconds.
   void Expire(uint64_t now_ns, std::vector<TanOutput>* out);
 
+  // Where chunk (job_id, seq) stands here: unknown, late data waiting for
+  // its first data, open (first data in, ids outstanding), or finished with
+  // its result kept.
+  enum class ChunkPhase : uint8_t { kNone, kAwaitingFirst, kOpen, kDone };
+  ChunkPhase PhaseOf(uint32_t job_id, uint32_t seq) const;
+  // The RESULT datagram of a finished chunk whose result is kept; else null.
+  // Valid until the next call into the engine.
+  const std::vector<uint8_t>* ResultOf(uint32_t job_id, uint32_t seq) const;
+
   const TanCounters& counters() const { return counters_; }
   // Unfinished chunks: waiting for late data, or for their first data.
   size_t pending() const { return pending_; }

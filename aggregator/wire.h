@@ -84,6 +84,9 @@ enum class NackReason : uint32_t {
   // "Not now": the chunk's slot holds another chunk and no spare slot is
   // free to move it to (docs/aggregation.md, "Collisions").
   kSlotBusy = 14,
+  // A contribution with AGGREGATE_AT_PS for a job whose root has no
+  // parameter node (a remote TAN) to aggregate it (docs/parameter-node.md).
+  kNoParameterNode = 15,
 };
 
 // What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).

@@ -278,6 +278,13 @@ struct ClientOptions {
   std::chrono::microseconds min_retransmit_timeout{5'000};
   double backoff = 2.0;
   std::chrono::microseconds max_retransmit_timeout{1'000'000};
+  // The job's root switch has a parameter node (its TAN is an agg-ps;
+  // docs/parameter-node.md): data resent after a loss is marked
+  // AGGREGATE_AT_PS (and RETRANSMISSION), so no switch reduces it. A chunk
+  // the switch holds part of is then released to the parameter node, which
+  // completes it from the switch's partial and the resends. A job whose root
+  // has no parameter node refuses such data (NACK no_parameter_node).
+  bool resend_to_parameter_node = false;
   // An allreduce fails when no result arrives for this long.
   std::chrono::milliseconds progress_timeout{10'000};
   // An allreduce fails when it takes longer than this; 0: no limit.

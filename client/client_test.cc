@@ -694,6 +694,27 @@ TEST(ClientTest, ALostLoneChunkIsAskedAfterAndResentWhenTheSwitchLacksIt) {
   EXPECT_EQ(sw.queries(), s.queries);
 }
 
+// With a parameter node, what is resent after a loss is marked for it, with
+// the allreduce's rank count; first transmissions are not.
+TEST(ClientTest, AResendIsMarkedForTheParameterNodeWhenTheJobHasOne) {
+  TestSwitch::Options so;
+  so.lose_first = 1;
+  TestSwitch sw(so);
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 18, 1);
+  o.resend_to_parameter_node = true;
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::vector<int32_t> v(3000, 2);
+  ASSERT_TRUE((*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum).ok());
+  EXPECT_EQ(v, std::vector<int32_t>(3000, 2));
+  const ClientStats s = (*client)->stats();
+  EXPECT_GE(s.retransmissions, 1u);
+  EXPECT_EQ(sw.for_parameter_node(), sw.retransmissions());
+  EXPECT_GE(sw.for_parameter_node(), 1u);
+  EXPECT_EQ(sw.for_parameter_node_malformed(), 0u);
+}
+
 TEST(ClientTest, AnUnreachableSwitchFailsWithinTheProgressTimeout) {
   // A port nobody listens on.
   uint16_t port;

@@ -305,6 +305,13 @@ void TestSwitch::Loop() {
       continue;
     }
     if (hflags & flags::kRetransmission) ++retransmissions_;
+    if (hflags & flags::kAggregateAtPs) {
+      ++for_parameter_node_;
+      if (!(hflags & flags::kRetransmission) || (hflags & flags::kTaskInfo) ||
+          h.expected.host() != job.members) {
+        ++for_parameter_node_malformed_;
+      }
+    }
     if (s.options.refuse_first < 0 || refused_ < static_cast<uint64_t>(s.options.refuse_first)) {
       ++refused_;
       nack(s.options.refuse_with);

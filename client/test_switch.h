@@ -92,6 +92,11 @@ class TestSwitch {
   uint64_t queries() const { return queries_.load(); }  // QUERYs answered
   // Contributions received with the RETRANSMISSION flag, counted or not.
   uint64_t retransmissions() const { return retransmissions_.load(); }
+  // Contributions received marked AGGREGATE_AT_PS (taken like any other
+  // here), and those of them that lacked RETRANSMISSION, carried task info,
+  // or whose `expected` was not the job's member count.
+  uint64_t for_parameter_node() const { return for_parameter_node_.load(); }
+  uint64_t for_parameter_node_malformed() const { return for_parameter_node_malformed_.load(); }
   // With relocate_hint: NOTICEs relocated sent; contributions and QUERYs
   // that carried the hint; first transmissions (no RETRANSMISSION flag)
   // among the contributions that did.
@@ -116,7 +121,7 @@ class TestSwitch {
   std::atomic<uint64_t> contributions_{0}, completed_{0}, registrations_{0}, task_infos_{0},
       acks_{0}, nacks_{0}, task_info_flags_{0}, ordered_flags_{0}, retransmissions_{0},
       bypass_flags_{0}, notices_{0}, held_notices_{0}, queries_{0}, relocated_notices_{0},
-      hinted_{0}, first_sends_hinted_{0};
+      hinted_{0}, first_sends_hinted_{0}, for_parameter_node_{0}, for_parameter_node_malformed_{0};
   mutable std::mutex log_mu_;
   struct Completed {
     uint32_t job = 0;

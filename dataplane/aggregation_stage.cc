@@ -73,7 +73,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   const auto* data = rte_pktmbuf_mtod(m, const uint8_t*);
   UdpInfo udp;
   aggregator::AggPacket& pkt = out->pkt;
-  MalformedReason why;
+  MalformedReason why = MalformedReason::kBadIpv4Udp;
   if (!ParseAggregationFrame(data, rte_pktmbuf_data_len(m), meta.l3_offset, &udp, &pkt, &why)) {
     stats_.lcore.malformed[static_cast<size_t>(why)].Add(1);
     tx_.Drop(in_port, DropReason::kAggMalformed, m);
@@ -112,6 +112,9 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     return false;
   }
   const bool from_member = opcode != Opcode::kLate && opcode != Opcode::kResult;
+  // Data for the parameter node: it never takes a slot (docs/parameter-node.md).
+  const bool at_ps =
+      opcode == Opcode::kContribution && (h.flags.host() & aggregator::flags::kAggregateAtPs) != 0;
   const int member = from_member ? job->LocalIndex(h.node_id.host()) : -1;
   JobCounters& jc = s_.job_counters[job->index()];
   if (source != Source::kHandoff) {
@@ -142,6 +145,12 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     if (opcode == Opcode::kLate) {
       // Late data from below: forwarded unreduced (docs/stragglers.md).
       tree_.ForwardLate(m, *job, header_offset, in_port);
+      return false;
+    }
+    if (at_ps && member < 0 && job->has_child_switches()) {
+      // A member's data for the parameter node, from a child switch: on
+      // towards it unreduced (docs/parameter-node.md).
+      tree_.ForwardToPs(m, *job, header_offset, in_port, 0);
       return false;
     }
     if (opcode != Opcode::kResult) {
@@ -195,12 +204,18 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
         answers_.Answer(m, h, Opcode::kTaskInfo, NackReason{0}, sender);
         return false;
       }
+      if (at_ps && job->is_root() && job->tan() != aggregator::JobSpec::Tan::kRemote) {
+        c.no_parameter_node.Add(1);
+        answers_.Nack(m, h, NackReason::kNoParameterNode, sender);
+        return false;
+      }
       // A predicted straggler's data is never reduced here: it goes to the
       // TAN, and the member is told to flag it (or to stop flagging it). A
       // QUERY carries no data: it is answered where its chunk's slot is.
+      // Data for the parameter node goes there whoever sends it.
       const bool flagged = (h.flags.host() & aggregator::flags::kBypass) != 0;
       const bool excluded = job->Excluded(index);
-      if (opcode != Opcode::kQuery && (flagged || excluded)) {
+      if (opcode != Opcode::kQuery && !at_ps && (flagged || excluded)) {
         c.late_self_flagged.Add(1);
         if (flagged != excluded) {
           answers_.SendNotice(*job, h.node_id.host(), h.seq.host(),
@@ -213,7 +228,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       }
       // A chunk too far ahead of the job's slowest member would take more
       // slots than the job may hold: refused until the watermark moves.
-      if (opcode != Opcode::kQuery &&
+      if (opcode != Opcode::kQuery && !at_ps &&
           !job->SeqAllowed(h.seq.host(), clock_.SeenNow(), s_.rebind_ticks)) {
         c.slot_quota_refused.Add(1);
         jc.quota_refused.Add(1);
@@ -388,7 +403,9 @@ void AggregationStage::Contribute(const Checked& it) {
     tree_.ForwardLate(m, job, it.header_offset, it.in_port);
     return;
   }
-  if (pkt.opcode == aggregator::Opcode::kContribution &&
+  const bool at_ps = IsForPs(pkt);
+  if (at_ps && ToParameterNode(it)) return;
+  if (pkt.opcode == aggregator::Opcode::kContribution && !at_ps &&
       (h.flags.host() & aggregator::flags::kRetransmission) == 0) {
     NoticeGap(job, seq, static_cast<uint16_t>(it.member));
   }
@@ -507,6 +524,17 @@ void AggregationStage::Contribute(const Checked& it) {
       }
       return;
     case aggregator::SlotOutcome::kLateForwarded:
+      if (u.slot->state() == aggregator::Slot::State::kComplete) {
+        // The final result came down while this member's data went around
+        // the slot (as late data, or to the parameter node): it needs the
+        // result, not another trip for its data.
+        c.duplicate_results.Add(1);
+        jc.duplicates.Add(1);
+        if (!answers_.SendResult(job, *u.slot, contribution.node, m, it.header_offset)) {
+          TxBuffers::Consumed(m);
+        }
+        return;
+      }
       c.late_no_entry.Add(1);
       tree_.ForwardLate(m, job, it.header_offset, it.in_port);
       return;
@@ -536,7 +564,7 @@ void AggregationStage::Contribute(const Checked& it) {
       if (s_.regions.IsSpare(it.slot)) {
         // The spare slot leased to this chunk still holds the chunk it was
         // leased to before: no second move.
-        RefuseSlotBusy(m, job, h, it.member, it.in_port);
+        RefuseSlotBusy(it);
       } else {
         Escalate(it);
       }
@@ -575,6 +603,7 @@ bool AggregationStage::Redirect(const Checked& it) {
   AggregationCounters& c = stats_.lcore.agg;
   if (spare) {
     if (it.claim) return false;  // moved here by the switch: it may take the slot
+    if (IsForPs(it.pkt)) return false;  // it takes no slot: on to the parameter node
     // A hint from an earlier run of the switch, or made up: the member sends
     // to the chunk's placed slot again.
     c.hint_refused.Add(1);
@@ -619,19 +648,63 @@ void AggregationStage::Escalate(const Checked& it) {
       return;
     }
   }
-  RefuseSlotBusy(it.m, job, h, it.member, it.in_port);
+  RefuseSlotBusy(it);
 }
 
-void AggregationStage::RefuseSlotBusy(rte_mbuf* m, const aggregator::Job& job,
-                                      const aggregator::AggHeader& h, int member,
-                                      uint16_t in_port) {
-  stats_.lcore.agg.slot_busy.Add(1);
-  aggregator::MemberAddr addr;
-  if (member >= 0 && job.GetMember(static_cast<uint16_t>(member), &addr)) {
-    answers_.Nack(m, h, aggregator::NackReason::kSlotBusy, addr);
-  } else {
-    tx_.Drop(in_port, DropReason::kAggCollision, m);
+void AggregationStage::RefuseSlotBusy(const Checked& it) {
+  const aggregator::Job& job = *it.job;
+  AggregationCounters& c = stats_.lcore.agg;
+  if (it.pkt.opcode == aggregator::Opcode::kContribution && job.is_root() &&
+      !job.has_child_switches() && job.tan() == aggregator::JobSpec::Tan::kRemote) {
+    // The parameter node aggregates the chunk instead: every member's
+    // contribution that finds no slot goes there, and it knows from
+    // `expected` when all are in (docs/parameter-node.md).
+    auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(it.m, uint8_t*) +
+                                                       it.header_offset);
+    h->expected = common::be16_t::FromHost(job.members());
+    c.conflicts_to_ps.Add(1);
+    tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port,
+                      aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
+    return;
   }
+  c.slot_busy.Add(1);
+  aggregator::MemberAddr addr;
+  if (it.member >= 0 && job.GetMember(static_cast<uint16_t>(it.member), &addr)) {
+    answers_.Nack(it.m, *it.pkt.header, aggregator::NackReason::kSlotBusy, addr);
+  } else {
+    tx_.Drop(it.in_port, DropReason::kAggCollision, it.m);
+  }
+}
+
+bool AggregationStage::ToParameterNode(const Checked& it) {
+  const aggregator::Job& job = *it.job;
+  const uint32_t seq = it.pkt.header->seq.host();
+  const uint32_t local = LocalSlot(it.slot);
+  const aggregator::Slot* slot = s_.slots->Holding(local, job.id(), job.generation(), seq);
+  if (slot == nullptr) {
+    // Nothing of the chunk here: on to the parameter node, unreduced.
+    tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port, 0);
+    return true;
+  }
+  // A complete or forwarded slot answers it as any repeat: the cached
+  // result, the partial again, or (not counted) its data on as late data.
+  if (slot->state() != aggregator::Slot::State::kAggregating) return false;
+  // The chunk is partly here: its partial goes on now, as on a timeout
+  // (bypass entries for the members it lacks), and this member's data after
+  // it as late data, unless the partial holds it already.
+  AggregationCounters& c = stats_.lcore.agg;
+  const auto node = static_cast<uint16_t>(it.member);
+  const bool counted = slot->HasContributed(node);
+  (void)ExpireSlot(local, false);
+  c.released_to_ps.Add(1);
+  if (counted) {
+    c.duplicates.Add(1);
+    tx_.Drop(it.in_port, DropReason::kAggDuplicate, it.m);
+    return true;
+  }
+  (void)tree_.MatchBypass(job, seq, it.member, it.pkt.header->node_id.host());
+  tree_.ForwardLate(it.m, job, it.header_offset, it.in_port);
+  return true;
 }
 
 void AggregationStage::DrainRelocations() {
@@ -659,7 +732,7 @@ void AggregationStage::DrainRelocations() {
     const Checked& it = items[k];
     const aggregator::ChunkKey now{it.job->id(), it.job->generation(), it.pkt.header->seq.host()};
     if (r.kind == Relocation::Kind::kRefuse || s_.relocations->Find(now) == aggregator::RelocationMap::kNone) {
-      RefuseSlotBusy(it.m, *it.job, *it.pkt.header, it.member, it.in_port);
+      RefuseSlotBusy(it);
       continue;
     }
     ++k;
@@ -681,13 +754,15 @@ void AggregationStage::AnswerQuery(const Checked& it) {
   }
   const aggregator::Slot* slot =
       s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), h.seq.host());
+  if (slot != nullptr && slot->state() == aggregator::Slot::State::kComplete) {
+    // Its result was lost on the way: sent again, to it alone. A member the
+    // slot did not count gets it too: its data reached the result another
+    // way (late data, the parameter node).
+    c.duplicate_results.Add(1);
+    if (!answers_.SendResult(job, *slot, node, m, it.header_offset)) TxBuffers::Consumed(m);
+    return;
+  }
   if (slot != nullptr && slot->HasContributed(node)) {
-    if (slot->state() == aggregator::Slot::State::kComplete) {
-      // Its result was lost on the way: sent again, to it alone.
-      c.duplicate_results.Add(1);
-      if (!answers_.SendResult(job, *slot, node, m, it.header_offset)) TxBuffers::Consumed(m);
-      return;
-    }
     if (slot->state() == aggregator::Slot::State::kAggregating) {
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
                              slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
@@ -799,26 +874,29 @@ void AggregationStage::DrainReinjects() {
 }
 
 void AggregationStage::RunTimers() {
-  AggregationCounters& c = stats_.lcore.agg;
-  aggregator::SlotTable& slots = *s_.slots;
   uint32_t expired[kExpiriesPerPoll];
-  const uint32_t n = slots.Expired(clock_.tsc, kExpiriesPerPoll, expired);
+  const uint32_t n = s_.slots->Expired(clock_.tsc, kExpiriesPerPoll, expired);
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t local = expired[i];
-    aggregator::SlotUpdate u;
-    if (!slots.Expire(local, &u)) continue;
-    // The held contributions are reduced into the slot's result: give them back.
-    for (uint16_t k = 0; k < u.n_released; ++k) s_.holds->Give(u.released[k]);
-    const aggregator::Slot& slot = *u.slot;
-    const aggregator::Job* job = s_.jobs->Find(slot.job_id());
-    if (job == nullptr || job->generation() != slot.job_generation()) {
-      slots.Release(local);
-      continue;
-    }
-    c.timeouts.Add(1);
-    SampleOffsets(*job, slot, true);
-    (void)tree_.FinishSlot(*job, local, slot, true, nullptr, 0);
+    if (ExpireSlot(expired[i], true)) stats_.lcore.agg.timeouts.Add(1);
   }
+}
+
+bool AggregationStage::ExpireSlot(uint32_t local, bool timer) {
+  aggregator::SlotTable& slots = *s_.slots;
+  aggregator::SlotUpdate u;
+  if (!slots.Expire(local, &u)) return false;
+  // The held contributions are reduced into the slot's result: give them back.
+  for (uint16_t k = 0; k < u.n_released; ++k) s_.holds->Give(u.released[k]);
+  const aggregator::Slot& slot = *u.slot;
+  const aggregator::Job* job = s_.jobs->Find(slot.job_id());
+  if (job == nullptr || job->generation() != slot.job_generation()) {
+    slots.Release(local);
+    return false;
+  }
+  // Only a timer says how late the missing members are.
+  if (timer) SampleOffsets(*job, slot, true);
+  (void)tree_.FinishSlot(*job, local, slot, true, nullptr, 0);
+  return true;
 }
 
 void AggregationStage::ContinueSlotDump(SlotDumpExchange& d) {

@@ -48,7 +48,7 @@ namespace aggswitch::dataplane {
 // with the reason in `*why` when given. [any thread]
 inline bool ParseAggregationFrame(const uint8_t* frame, uint32_t len, uint32_t l3_offset, UdpInfo* udp,
                                   aggregator::AggPacket* pkt, MalformedReason* why = nullptr) {
-  MalformedReason reason;
+  MalformedReason reason = MalformedReason::kNotIpv4Udp;
   switch (ParseIpv4Udp(frame, len, l3_offset, udp)) {
     case UdpParse::kOk: {
       const aggregator::WireError e =
@@ -155,9 +155,25 @@ class AggregationStage {
   // A contribution whose placed slot holds another chunk: up to the control
   // thread, which moves the chunk to a spare slot (DrainRelocations).
   void Escalate(const Checked& c);
-  // NACK slot_busy: no spare slot for the chunk now.
-  void RefuseSlotBusy(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggHeader& h,
-                      int member, uint16_t in_port);
+  // No spare slot for the chunk now: at the root of a flat job with a
+  // parameter node, the contribution goes there marked CONFLICT; else NACK
+  // slot_busy.
+  void RefuseSlotBusy(const Checked& c);
+  // A contribution marked AGGREGATE_AT_PS at its chunk's slot (release at a
+  // retransmission): with nothing of the chunk here it goes on to the
+  // parameter node; a slot aggregating the chunk sends its partial on at
+  // once and the contribution after it as late data. Returns false when the
+  // slot holds the chunk complete or forwarded: the usual path answers it.
+  bool ToParameterNode(const Checked& c);
+  // Sends an aggregating slot's partial on as its timer would (`timer`:
+  // it did; else its arrival offsets are not sampled). False when the slot
+  // was not aggregating, or its job is gone (the slot is freed).
+  bool ExpireSlot(uint32_t local, bool timer);
+  // A contribution for the parameter node (docs/parameter-node.md).
+  static bool IsForPs(const aggregator::AggPacket& pkt) {
+    return pkt.opcode == aggregator::Opcode::kContribution &&
+           (pkt.header->flags.host() & aggregator::flags::kAggregateAtPs) != 0;
+  }
   // A member's QUERY about a chunk it sent: the cached result when its slot
   // is complete, NOTICE held while the slot waits for others, else NOTICE
   // missing (send it again).

@@ -14,7 +14,9 @@
 #include <tuple>
 #include <vector>
 
+#include "aggregator/ps_engine.h"
 #include "dataplane/dataplane_test_fixture.h"
+#include "dataplane/udp_headers.h"
 
 namespace aggswitch::dataplane {
 namespace {
@@ -1122,6 +1124,230 @@ TEST_F(AggregationTest, AParameterServerJobSendsEveryChunkToItsTan) {
     EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
     EXPECT_TRUE(r.fields.flags & aggregator::flags::kIncomplete);
   }
+}
+
+// The parameter node (docs/parameter-node.md) in process: a PsEngine at
+// node 50's addresses, on port 1. What the switch sends there goes into it,
+// and what it answers comes back from there.
+class ParameterNodeTest : public AggregationTest {
+ protected:
+  static constexpr uint16_t kPs = 50;
+
+  // Job `id` of `members` members, a root whose TAN (resolved) is node 50.
+  void AddJobWithPs(uint32_t id, uint16_t members) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = members;
+    spec.tan = aggregator::JobSpec::Tan::kRemote;
+    spec.tan_peer.ip = MemberIp(kPs);
+    spec.tan_peer.udp_port = aggregator::kAggUdpPort;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+    aggregator::MemberAddr hop;
+    hop.mac48 = MemberMac(kPs).ToU64();
+    hop.port_index = 1;
+    hop.ip = MemberIp(kPs);
+    hop.udp_port = aggregator::kAggUdpPort;
+    jobs_->Find(id)->SetHop(aggregator::Job::kTanHop, hop);
+  }
+
+  // Hands what the switch sent the parameter node to it, injects its
+  // answers back, and returns what the switch had sent, parsed.
+  std::vector<Result> ThroughPs(const std::vector<Frame>& frames) {
+    std::vector<Result> sent;
+    std::vector<aggregator::TanOutput> answers;
+    for (const Frame& f : frames) {
+      const Result r = ParseResult(f);
+      EXPECT_EQ(r.dst_ip, MemberIp(kPs));
+      sent.push_back(r);
+      L2Info l2;
+      EXPECT_EQ(ParseL2(f.data(), static_cast<uint32_t>(f.size()), &l2), ParseStatus::kOk);
+      UdpInfo u;
+      EXPECT_EQ(ParseIpv4Udp(f.data(), static_cast<uint32_t>(f.size()), l2.l3_offset, &u),
+                UdpParse::kOk);
+      aggregator::AggPacket pkt;
+      EXPECT_EQ(aggregator::ParseAggregation(f.data() + u.payload_offset, u.payload_len, &pkt),
+                aggregator::WireError::kOk);
+      ps_.OnDatagram(pkt, {kAggIp, aggregator::kAggUdpPort}, ++now_ns_, &answers);
+    }
+    for (const aggregator::TanOutput& o : answers) {
+      EXPECT_EQ(o.to.ip, kAggIp);
+      Frame frame(46 + o.datagram.size());
+      const uint32_t hdr = WriteUdpHeaders(
+          frame.data(), kSwitchMac.bytes.data(), MemberMac(kPs).bytes.data(), 0, MemberIp(kPs),
+          kAggIp, aggregator::kAggUdpPort, aggregator::kAggUdpPort, 1,
+          static_cast<uint32_t>(o.datagram.size()));
+      frame.resize(hdr + o.datagram.size());
+      std::memcpy(frame.data() + hdr, o.datagram.data(), o.datagram.size());
+      Inject(1, frame);
+    }
+    if (!answers.empty()) Step();
+    return sent;
+  }
+
+  static Frame ForPs(uint32_t job, uint32_t seq, uint16_t node, uint16_t world,
+                     const std::vector<int32_t>& values) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kContribution;
+    f.flags = aggregator::flags::kAggregateAtPs | aggregator::flags::kRetransmission;
+    f.node_id = node;
+    f.job_id = job;
+    f.seq = seq;
+    f.job_key = 0x5eed;
+    f.expected = world;
+    f.elem_count = static_cast<uint16_t>(values.size());
+    return Datagram(f, Int32Payload(values));
+  }
+
+  aggregator::PsEngine ps_{aggregator::PsOptions{}};
+  uint64_t now_ns_ = 1;
+};
+
+// Data marked AGGREGATE_AT_PS never takes a slot: the switch forwards every
+// member's to the parameter node unreduced, which sums them (the members'
+// node bits fill in 0001, 0101, 0111, 1111) and returns one VERIFIED result
+// that the switch gives every member.
+TEST_F(ParameterNodeTest, DataForTheParameterNodeIsSummedThereAndReachesEveryMember) {
+  AddJobWithPs(7, 4);
+  for (const uint16_t m : {0, 2, 1, 3}) {
+    Inject(0, ForPs(7, 3, m, 4, {1 << m, 10 * m}));
+  }
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 4u);
+  EXPECT_EQ(out.count(0), 0u) << "no member is answered before the parameter node";
+  EXPECT_EQ(Agg().contributions.Get(), 0u);
+  EXPECT_EQ(Agg().at_ps_forwarded.Get(), 4u);
+  for (const Result& r : ThroughPs(out[1])) {
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kContribution);
+    EXPECT_TRUE(r.fields.flags & aggregator::flags::kAggregateAtPs);
+    EXPECT_EQ(r.fields.expected, 4u);
+  }
+  EXPECT_EQ(ps_.counters().reduced, 1u);
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 4u);
+  std::set<uint32_t> to;
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.fields.flags, aggregator::flags::kVerified);
+    EXPECT_EQ(r.payload, Int32Payload({15, 60}));
+    to.insert(r.dst_ip);
+  }
+  EXPECT_EQ(to.size(), 4u);
+  EXPECT_EQ(Agg().results_down.Get(), 1u);
+}
+
+// A retransmission marked AGGREGATE_AT_PS that finds its chunk partly
+// aggregated releases the slot at once: the partial goes to the parameter
+// node listing the members it lacks, the retransmission after it as late
+// data, and the last member's data follows by its bypass entry. Every member
+// gets the full sum once.
+TEST_F(ParameterNodeTest, ARetransmissionReleasesAPartlyFilledSlotToTheParameterNode) {
+  AddJobWithPs(7, 4);
+  Inject(0, Contribution(7, 4, 0, Int32Payload({1})));
+  Inject(0, Contribution(7, 4, 1, Int32Payload({2})));
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  Inject(0, ForPs(7, 4, 2, 4, {4}));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 2u);
+  const std::vector<Result> sent = ThroughPs(out[1]);
+  EXPECT_EQ(sent[0].fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(MissingCount(out[1][0]), 2);
+  EXPECT_EQ(sent[0].payload, Int32Payload({3}));
+  EXPECT_EQ(sent[1].fields.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(sent[1].fields.node_id, 2u);
+  EXPECT_EQ(Agg().released_to_ps.Get(), 1u);
+  EXPECT_TRUE(Drain().empty()) << "member 3 is still missing";
+  // Member 3's data, sent as usual, meets its bypass entry and follows as
+  // late data.
+  Inject(0, Contribution(7, 4, 3, Int32Payload({8})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(ThroughPs(out[1])[0].fields.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(Agg().late_flagged.Get(), 1u);
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 4u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.payload, Int32Payload({15}));
+  }
+  EXPECT_EQ(ps_.tan().counters().completed, 1u);
+  // Member 2's result was lost: the slot did not count it (its data went
+  // around as late data), yet its query and its resend get the result,
+  // not another trip to the parameter node.
+  aggregator::AggFields q;
+  q.opcode = aggregator::Opcode::kQuery;
+  q.node_id = 2;
+  q.job_id = 7;
+  q.seq = 4;
+  q.job_key = 0x5eed;
+  Inject(0, Datagram(q));
+  Inject(0, ForPs(7, 4, 2, 4, {4}));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  EXPECT_EQ(out.count(1), 0u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.dst_ip, MemberIp(2));
+    EXPECT_EQ(r.payload, Int32Payload({15}));
+  }
+}
+
+// At the root of a job without a parameter node, data for one is refused
+// with a reason that ends the operation.
+TEST_F(ParameterNodeTest, WithoutAParameterNodeDataForItIsRefused) {
+  AddJob(8, 2);
+  Inject(0, ForPs(8, 1, 0, 2, {1}));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result r = ParseResult(out[0][0]);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kNoParameterNode));
+  EXPECT_EQ(Agg().no_parameter_node.Get(), 1u);
+}
+
+// With no spare slot, a chunk whose slot holds another job's goes to the
+// parameter node marked CONFLICT, with the job's member count: both jobs get
+// exact sums and nobody is refused.
+TEST_F(ParameterNodeTest, ACollisionWithNoSpareSlotGoesToTheParameterNode) {
+  BuildAggregation(", spare_slots: 0");
+  AddJobWithPs(7, 2);
+  AddJobWithPs(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
+  Inject(0, Contribution(8, s8, 1, Int32Payload({200})));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 2u);
+  for (const Result& r : ThroughPs(out[1])) {
+    EXPECT_EQ(r.fields.flags,
+              aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
+    EXPECT_EQ(r.fields.expected, 2u);
+  }
+  EXPECT_EQ(Agg().conflicts_to_ps.Get(), 2u);
+  EXPECT_EQ(Agg().slot_busy.Get(), 0u);
+  EXPECT_EQ(ps_.counters().conflicts, 2u);
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.job_id, 8u);
+    EXPECT_EQ(r.payload, Int32Payload({300}));
+  }
+  Inject(0, Contribution(7, s7, 1, Int32Payload({2})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) EXPECT_EQ(ParseResult(f).payload, Int32Payload({3}));
 }
 
 TEST_F(AggregationTest, SlotDumpShowsBusySlotsUntilReleased) {

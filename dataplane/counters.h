@@ -50,7 +50,7 @@ namespace aggswitch::dataplane {
   X(kAggCollision, "agg_collision", "contribution whose slot holds another chunk, refused with nobody to answer") \
   X(kAggHintRefused, "agg_hint_refused", "datagram whose slot hint names a spare slot that does not hold its chunk") \
   X(kAggHandoffFull, "agg_handoff_full", "the slot owner's hand-off ring was full")           \
-  X(kAggNoTan, "agg_no_tan", "late data for a root job without a TAN")                        \
+  X(kAggNoTan, "agg_no_tan", "late data, or data for the parameter node, at a root job without a TAN") \
   X(kAggUnresolvedHop, "agg_unresolved_hop", "the job's upstream or TAN address is not resolved yet") \
   X(kNackLimited, "nack_limited", "datagram not answered (a NACK, or a NOTICE to an unverified sender): over the lcore's answer rate")
 
@@ -163,6 +163,7 @@ struct PortCounters {
   X(hints_issued, "NOTICEs relocated telling a member the spare slot of its chunk (the slot hint)") \
   X(hint_refused, "datagrams whose slot hint names a spare slot that does not hold their chunk (dropped)") \
   X(slot_busy, "contributions refused with NACK slot_busy: no spare slot free, or the escalation ring full") \
+  X(conflicts_to_ps, "collided contributions with no spare slot sent to the job's parameter node marked CONFLICT") \
   X(stale_slots, "slots taken over after aggregation.stale_slot_ms (a member died or its ACK was lost)") \
   X(rejected, "contributions whose member, type, op, scale or size did not fit")      \
   X(addr_low_mismatches, "contributions whose addr_low differs from their chunk's first (NACK addr_low_mismatch)") \
@@ -197,6 +198,9 @@ struct PortCounters {
   X(late_self_flagged, "contributions their sender flagged for bypass, or from an excluded member") \
   X(late_forwarded, "late datagrams forwarded towards the TAN unreduced")              \
   X(late_no_tan, "late datagrams dropped at the root: the job has no TAN")             \
+  X(at_ps_forwarded, "contributions marked AGGREGATE_AT_PS or CONFLICT forwarded towards the parameter node unreduced") \
+  X(released_to_ps, "slots given up early: a contribution marked AGGREGATE_AT_PS found its chunk partly aggregated, whose partial went on") \
+  X(no_parameter_node, "contributions marked AGGREGATE_AT_PS refused or dropped: the job's root has no parameter node") \
   X(results_down, "results received from upstream or the TAN and replicated to members") \
   X(results_refused, "results not from the job's upstream or TAN")                     \
   X(unresolved_next_hop, "datagrams dropped: the upstream or TAN address is not resolved yet") \

@@ -209,19 +209,42 @@ void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t heade
   SendToHop(m, job, hop, in_port);
 }
 
-void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
-                            uint16_t in_port) {
-  AggregationCounters& c = stats_.lcore.agg;
+aggregator::AggHeader* TreeStage::TrimToDatagram(rte_mbuf* m, uint32_t header_offset,
+                                                 uint16_t add_flags) {
   auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(m, uint8_t*) + header_offset);
-  h->opcode = static_cast<uint8_t>(aggregator::Opcode::kLate);
-  h->flags = common::be16_t::FromHost(h->flags.host() | aggregator::flags::kBypass);
-  // The datagram ends where its header says, whatever padding followed it.
+  h->flags = common::be16_t::FromHost(static_cast<uint16_t>(h->flags.host() | add_flags));
   const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h->missing_count +
                        h->elem_count.host() * static_cast<uint32_t>(aggregator::ElementSize(
                                                   static_cast<aggregator::DType>(h->dtype)));
   rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
+  return h;
+}
+
+void TreeStage::ForwardToPs(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
+                            uint16_t in_port, uint16_t add_flags) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::AggHeader* h = TrimToDatagram(m, header_offset, add_flags);
+  if (!job.is_root()) {
+    c.at_ps_forwarded.Add(1);
+    SendToHop(m, job, job.ParentHop(h->addr_low.host()), in_port);
+    return;
+  }
+  if (job.tan() == aggregator::JobSpec::Tan::kRemote) {
+    c.at_ps_forwarded.Add(1);
+    SendToHop(m, job, aggregator::Job::kTanHop, in_port);
+    return;
+  }
+  c.no_parameter_node.Add(1);
+  tx_.Drop(in_port, DropReason::kAggNoTan, m);
+}
+
+void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
+                            uint16_t in_port) {
+  AggregationCounters& c = stats_.lcore.agg;
+  auto* h = TrimToDatagram(m, header_offset, aggregator::flags::kBypass);
+  h->opcode = static_cast<uint8_t>(aggregator::Opcode::kLate);
   if (!job.is_root()) {
     c.late_forwarded.Add(1);
     SendToHop(m, job, job.ParentHop(h->addr_low.host()), in_port);

@@ -63,6 +63,13 @@ class TreeStage {
   // (here and below: kOwnFrame for one the switch made).
   void ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
                    uint16_t in_port);
+  // A contribution for the job's parameter node (docs/parameter-node.md),
+  // `add_flags` added to its flags (AGGREGATE_AT_PS, CONFLICT): on towards
+  // the parameter node unreduced, through the parent switch, or from the root
+  // to its remote TAN; dropped (no_parameter_node) at a root without one.
+  // Consumes `m`.
+  void ForwardToPs(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
+                   uint16_t in_port, uint16_t add_flags);
   // An ACK from a member of a non-root job: when it moves the members'
   // smallest watermark, an ACK with that watermark goes upstream (written
   // over `m`). Consumes `m`.
@@ -90,6 +97,11 @@ class TreeStage {
   // Sends a partial (non-root) or first data (root) with `missing` node ids.
   bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot, const uint16_t* missing,
                    uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset);
+  // Cuts `m` to its datagram, from the aggregation header at `header_offset`
+  // to where the header says it ends (whatever padding followed), with
+  // `add_flags` added; returns the header.
+  static aggregator::AggHeader* TrimToDatagram(rte_mbuf* m, uint32_t header_offset,
+                                               uint16_t add_flags);
   // Sends `m` (from its aggregation header on) to the job's `hop`
   // (Job::kTanHop or a ParentHop). Consumes `m`.
   void SendToHop(rte_mbuf* m, const aggregator::Job& job, uint32_t hop, uint16_t in_port);

@@ -86,6 +86,11 @@ NackText DescribeNack(uint32_t reason) {
       return {"slot busy",
               "the chunk's slot holds another job's chunk and every spare slot is leased "
               "(aggregation.spare_slots): too many jobs share too few slots"};
+    case NackReason::kNoParameterNode:
+      return {"no parameter node",
+              "data marked for aggregation at the parameter node reached the root switch of a "
+              "job without one: give the job a remote TAN (aggregation.jobs[].tan, an agg-ps) "
+              "or do not mark its data"};
     case NackReason::kAddrLowMismatch:
       return {"addr_low mismatch",
               "the members of a chunk carry different addr_low values (the low bits of their "
@@ -372,7 +377,16 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
       Bump(counters_.queries);
       continue;
     }
-    h->flags = common::be16_t::FromHost(h->flags.host() | flags::kRetransmission);
+    uint16_t resend_flags = h->flags.host() | flags::kRetransmission;
+    if (options_.resend_to_parameter_node) {
+      // For the parameter node: how many ranks the whole allreduce has, in
+      // place of the task info (the switch knows the job by now).
+      resend_flags = static_cast<uint16_t>((resend_flags | flags::kAggregateAtPs) &
+                                           ~flags::kTaskInfo);
+      h->expected = common::be16_t::FromHost(options_.world);
+      h->node_count = common::be16_t::FromHost(0);
+    }
+    h->flags = common::be16_t::FromHost(resend_flags);
     out_[i] = OutDatagram{&lane.addr, buf, DatagramBytes(phase.dtype, h->elem_count.host())};
     Bump(counters_.retransmissions);
   }

@@ -1,6 +1,7 @@
 // tan_fuzz: agg-ps's datagram handling (tools::HandleDatagram, the step its
-// poll loop runs for every datagram it receives) and the timeout aggregation
-// node's engine behind it (aggregator/tan_engine.h), on sequences of
+// poll loop runs for every datagram it receives) and the parameter node's
+// engine behind it (aggregator/ps_engine.h: the timeout aggregation node and
+// the aggregation of direct contributions), on sequences of
 // datagrams from several peers with a simulated clock, so that give-ups,
 // held lates and forgotten results all happen.
 //
@@ -24,14 +25,17 @@
 //
 // Invariants, each a finding when broken:
 //   * every datagram sent parses, is a RESULT from the TAN's node id with
-//     only OVERFLOW, ORDERED and INCOMPLETE flags, a sorted missing list only
-//     when INCOMPLETE, and the job key, elem_count, dtype, op, scale and aux
-//     of a first data of its chunk;
-//   * it goes to a sender of that chunk's first data, or to the own worker;
+//     only OVERFLOW, ORDERED, INCOMPLETE and VERIFIED flags, a sorted missing
+//     list only when INCOMPLETE, and the job key, elem_count, dtype, op,
+//     scale and aux of a first data or direct contribution of its chunk;
+//   * it goes to a sender of that chunk's first data or direct data, or to
+//     the own worker;
 //   * it is no longer than max(that first data, 1472 bytes);
-//   * the engine stays within max_pending chunks (open and finished) and
-//     max_held_lates held payloads, and its counters add up: every datagram
-//     handled is counted once, as first data, late or ignored;
+//   * the engine stays within max_pending chunks (open and finished, of the
+//     TAN and of direct data) and max_held_lates held payloads (each), and
+//     its counters add up: every datagram handled is counted once, as first
+//     data, late, ignored or direct (direct data passed on to the TAN is
+//     counted late there too, and to_tan here);
 //   * once give_up_ns has passed with no traffic every chunk is given up or
 //     forgotten, and after another give_up_ns every result too.
 #include <algorithm>
@@ -40,7 +44,7 @@
 #include <utility>
 #include <vector>
 
-#include "aggregator/tan_engine.h"
+#include "aggregator/ps_engine.h"
 #include "common/log.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tools/agg-ps/server.h"
@@ -65,7 +69,7 @@ const TanPeer kPeers[] = {
     {0x0a000901, 47000}, {0x0a000902, 47000}, {0x0a000a0a, 40000}, {0x0a000a01, 47000}};
 const TanPeer kOwnWorker{0x0a000063, 40099};
 
-// What the harness saw of a chunk's first data.
+// What the harness saw of a chunk's first data or direct data.
 struct FirstData {
   uint64_t key;
   uint16_t elem_count;
@@ -75,7 +79,7 @@ struct FirstData {
   TanPeer from;
 };
 struct Seen {
-  std::vector<FirstData> firsts;
+  std::vector<FirstData> firsts;  // and direct contributions
   uint32_t max_len = 0;  // the longest first data (header, missing list, payload)
 };
 using ChunkKey = std::pair<uint32_t, uint32_t>;
@@ -107,8 +111,8 @@ class Harness {
   explicit Harness(uint8_t opt)
       : sgd_(kSgdMaxElems),
         engine_(Options(opt)),
-        max_pending_(Options(opt).max_pending),
-        max_held_(Options(opt).max_held_lates) {
+        max_pending_(Options(opt).tan.max_pending),
+        max_held_(Options(opt).tan.max_held_lates) {
     if (opt & 0x02) FUZZ_CHECK(sgd_.AddJob(*ParseSgd("7=0.5")).ok());
     if (opt & 0x04) {
       const common::Result<CoverSpec> c = ParseCovers("7:100=0-3");
@@ -143,17 +147,19 @@ class Harness {
   void Drain() {
     Advance(kGiveUpNs + 1);
     Expire();
-    FUZZ_CHECK(engine_.pending() == 0 && engine_.held_lates() == 0);
+    FUZZ_CHECK(engine_.tan().pending() == 0 && engine_.tan().held_lates() == 0);
+    FUZZ_CHECK(engine_.pending() == 0 && engine_.kept() == 0);
     Advance(kGiveUpNs + 1);
     Expire();
-    FUZZ_CHECK(engine_.finished() == 0);
+    FUZZ_CHECK(engine_.tan().finished() == 0 && engine_.finished() == 0);
   }
 
  private:
-  aggregator::TanOptions Options(uint8_t opt) {
+  aggregator::PsOptions Options(uint8_t opt) {
     static constexpr size_t kPending[] = {4096, 64, 8, 2};
     static constexpr size_t kHeld[] = {16384, 32, 4, 1};
-    aggregator::TanOptions o;
+    aggregator::PsOptions ps;
+    aggregator::TanOptions& o = ps.tan;
     o.give_up_ns = kGiveUpNs;
     o.trigger = opt & 0x01 ? aggregator::TanTrigger::kBatch : aggregator::TanTrigger::kIncremental;
     o.max_pending = kPending[(opt >> 3) & 3];
@@ -163,7 +169,7 @@ class Harness {
         return sgd_.Apply(f, payload);
       };
     }
-    return o;
+    return ps;
   }
 
   void Advance(uint64_t ns) {
@@ -183,15 +189,19 @@ class Harness {
     const bool ok = aggregator::ParseAggregation(d.data(), static_cast<uint32_t>(d.size()), &pkt) ==
                     WireError::kOk;
     if (ok) Record(pkt, from);
-    const aggregator::TanCounters before = engine_.counters();
+    const aggregator::TanCounters before = engine_.tan().counters();
+    const aggregator::PsCounters ps_before = engine_.counters();
     const PsSocketCounters socket_before = socket_;
     std::vector<TanOutput> out;
     HandleDatagram(d.data(), static_cast<uint32_t>(d.size()), from, now_, engine_, socket_, &out);
     FUZZ_CHECK(socket_.rx_datagrams == socket_before.rx_datagrams + 1);
     FUZZ_CHECK(socket_.parse_errors == socket_before.parse_errors + (ok ? 0 : 1));
-    const aggregator::TanCounters& after = engine_.counters();
+    const aggregator::TanCounters& after = engine_.tan().counters();
+    const aggregator::PsCounters& ps_after = engine_.counters();
     const uint64_t classified = (after.first_data - before.first_data) +
-                                (after.late - before.late) + (after.ignored - before.ignored);
+                                (after.late - before.late) + (after.ignored - before.ignored) +
+                                (ps_after.direct - ps_before.direct) -
+                                (ps_after.to_tan - ps_before.to_tan);
     FUZZ_CHECK(classified == (ok ? 1u : 0u));
     Check(out);
   }
@@ -209,7 +219,11 @@ class Harness {
   }
 
   void Record(const AggPacket& pkt, const TanPeer& from) {
-    if (pkt.opcode != aggregator::Opcode::kPartial) return;
+    const bool direct =
+        pkt.opcode == aggregator::Opcode::kContribution &&
+        (pkt.header->flags.host() &
+         (aggregator::flags::kAggregateAtPs | aggregator::flags::kConflict)) != 0;
+    if (pkt.opcode != aggregator::Opcode::kPartial && !direct) return;
     const AggHeader& h = *pkt.header;
     Seen& s = seen_[{h.job_id.host(), h.seq.host()}];
     s.firsts.push_back(
@@ -221,10 +235,15 @@ class Harness {
 
   void Check(const std::vector<TanOutput>& out) {
     for (const TanOutput& o : out) CheckResult(o);
+    const aggregator::TanEngine& tan = engine_.tan();
+    FUZZ_CHECK(tan.pending() <= max_pending_ && tan.finished() <= max_pending_);
+    FUZZ_CHECK(tan.held_lates() <= max_held_);
     FUZZ_CHECK(engine_.pending() <= max_pending_ && engine_.finished() <= max_pending_);
-    FUZZ_CHECK(engine_.held_lates() <= max_held_);
-    const aggregator::TanCounters& c = engine_.counters();
+    FUZZ_CHECK(engine_.kept() <= max_held_);
+    const aggregator::TanCounters& c = tan.counters();
     FUZZ_CHECK(c.completed + c.gave_up + c.completion_refused <= c.first_data);
+    const aggregator::PsCounters& p = engine_.counters();
+    FUZZ_CHECK(p.reduced + p.gave_up <= p.direct && p.to_tan <= p.direct);
     FUZZ_CHECK(sgd_.Parameters(7).size() <= kSgdMaxElems);
   }
 
@@ -237,7 +256,8 @@ class Harness {
     FUZZ_CHECK(pkt.opcode == aggregator::Opcode::kResult && h.node_id.host() == kTanNode);
     const uint16_t fl = h.flags.host();
     namespace flags = aggregator::flags;
-    FUZZ_CHECK((fl & ~(flags::kOverflow | flags::kOrdered | flags::kIncomplete)) == 0);
+    FUZZ_CHECK((fl & ~(flags::kOverflow | flags::kOrdered | flags::kIncomplete |
+                       flags::kVerified)) == 0);
     FUZZ_CHECK(h.missing_count == 0 || (fl & flags::kIncomplete) != 0);
     for (uint32_t i = 1; i < h.missing_count; ++i) {
       FUZZ_CHECK(pkt.MissingNode(i - 1) < pkt.MissingNode(i));
@@ -260,7 +280,7 @@ class Harness {
   }
 
   SgdModel sgd_;  // before engine_: its hook points here
-  aggregator::TanEngine engine_;
+  aggregator::PsEngine engine_;
   PsSocketCounters socket_;
   const size_t max_pending_;
   const size_t max_held_;

@@ -155,10 +155,13 @@ int Main(int argc, char** argv) {
     AGG_LOG(kError, "%s", status.message().c_str());
     return kExitFailed;
   }
-  const aggregator::TanCounters& c = (*server)->engine().counters();
-  AGG_LOG(kInfo, "agg-ps stopped: %lu completed, %lu gave up, %zu pending, %lu sgd updates",
+  const aggregator::TanCounters& c = (*server)->engine().tan().counters();
+  AGG_LOG(kInfo,
+          "agg-ps stopped: %lu completed, %lu gave up, %zu pending, %lu reduced from direct "
+          "data, %lu sgd updates",
           static_cast<unsigned long>(c.completed), static_cast<unsigned long>(c.gave_up),
-          (*server)->engine().pending(),
+          (*server)->engine().tan().pending(),
+          static_cast<unsigned long>((*server)->engine().counters().reduced),
           static_cast<unsigned long>((*server)->sgd().counters().updates));
   return 0;
 }

@@ -167,15 +167,16 @@ PsServer::PsServer(const PsServerOptions& options, SgdModel sgd, int fd, uint16_
   for (const CoverSpec& c : options_.covers) engine_.SetCovers(c.job_id, c.switch_node, c.ids);
 }
 
-aggregator::TanOptions PsServer::EngineOptions(const PsServerOptions& options) {
-  aggregator::TanOptions tan = options.tan;
-  if (options.sgd.empty()) return tan;
+aggregator::PsOptions PsServer::EngineOptions(const PsServerOptions& options) {
+  aggregator::PsOptions ps;
+  ps.tan = options.tan;
+  if (options.sgd.empty()) return ps;
   // The engine calls it with mu_ held (the loop, or OfferOwn), so the model
   // is only ever used under mu_.
-  tan.on_complete = [this](const aggregator::AggFields& f, std::span<uint8_t> payload) {
+  ps.tan.on_complete = [this](const aggregator::AggFields& f, std::span<uint8_t> payload) {
     return sgd_.Apply(f, payload);
   };
-  return tan;
+  return ps;
 }
 
 PsServer::~PsServer() {
@@ -224,7 +225,7 @@ common::Result<uint32_t> PsServer::ReceiveBatch(std::vector<TanOutput>* out) {
 }
 
 void HandleDatagram(const uint8_t* data, uint32_t length, const aggregator::TanPeer& from,
-                    uint64_t now_ns, aggregator::TanEngine& engine, PsSocketCounters& counters,
+                    uint64_t now_ns, aggregator::PsEngine& engine, PsSocketCounters& counters,
                     std::vector<TanOutput>* out) {
   ++counters.rx_datagrams;
   aggregator::AggPacket pkt;
@@ -343,7 +344,8 @@ common::Status PsServer::WriteStats() {
 }
 
 std::string PsServer::StatsJsonLocked() const {
-  const aggregator::TanCounters& t = engine_.counters();
+  const aggregator::TanCounters& t = engine_.tan().counters();
+  const aggregator::PsCounters& p = engine_.counters();
   const std::pair<const char*, uint64_t> fields[] = {
       {"first_data", t.first_data},
       {"late", t.late},
@@ -361,9 +363,22 @@ std::string PsServer::StatsJsonLocked() const {
       {"ignored", t.ignored},
       {"own_data", t.own_data},
       {"own_repeats", t.own_repeats},
-      {"pending", engine_.pending()},
-      {"finished", engine_.finished()},
-      {"held_lates", engine_.held_lates()},
+      {"pending", engine_.tan().pending()},
+      {"finished", engine_.tan().finished()},
+      {"held_lates", engine_.tan().held_lates()},
+      {"direct", p.direct},
+      {"conflicts", p.conflicts},
+      {"direct_to_tan", p.to_tan},
+      {"direct_reduced", p.reduced},
+      {"direct_gave_up", p.gave_up},
+      {"direct_duplicates", p.duplicates},
+      {"results_again", p.results_again},
+      {"direct_key_mismatch", p.key_mismatch},
+      {"direct_malformed", p.malformed},
+      {"direct_refused_full", p.refused_full},
+      {"direct_pending", engine_.pending()},
+      {"direct_kept", engine_.kept()},
+      {"direct_finished", engine_.finished()},
       {"sgd_updates", sgd_.counters().updates},
       {"sgd_elements", sgd_.counters().elements},
       {"sgd_passed", sgd_.counters().passed},

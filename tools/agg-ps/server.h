@@ -1,11 +1,13 @@
-// agg-ps's server: the parameter node's timeout aggregation node (TAN) role
-// on one UDP socket (docs/stragglers.md, "The timeout aggregation node"),
-// and for --sgd jobs its parameter-server role: the engine's completion hook
+// agg-ps's server: the parameter node on one UDP socket: its timeout
+// aggregation node (TAN) role (docs/stragglers.md, "The timeout aggregation
+// node"), the aggregation of contributions no switch reduced
+// (aggregator/ps_engine.h, docs/parameter-node.md), and for --sgd jobs its
+// parameter-server role: the TAN's completion hook
 // runs an SgdModel (tools/agg-ps/sgd.h), so those jobs' RESULTs carry the
 // updated parameters instead of the gradient sum.
 //
 // A single-threaded poll loop: it receives datagrams in batches (recvmmsg),
-// parses them (aggregator/wire.h), feeds them to an aggregator::TanEngine,
+// parses them (aggregator/wire.h), feeds them to an aggregator::PsEngine,
 // calls its Expire about every 10 ms, and sends what the engine returns to
 // where the engine says (the first data's source). With a stats path it
 // writes the counters as one JSON object, atomically (a temporary file
@@ -38,7 +40,7 @@
 #include <string_view>
 #include <vector>
 
-#include "aggregator/tan_engine.h"
+#include "aggregator/ps_engine.h"
 #include "common/net_addr.h"
 #include "common/status.h"
 #include "tools/agg-ps/sgd.h"
@@ -95,7 +97,7 @@ struct PsSocketCounters {
 // batch; tests/fuzz/tan_fuzz.cc calls it without a socket, on a simulated
 // clock. [one thread: the caller guards `engine` and `counters`]
 void HandleDatagram(const uint8_t* data, uint32_t length, const aggregator::TanPeer& from,
-                    uint64_t now_ns, aggregator::TanEngine& engine, PsSocketCounters& counters,
+                    uint64_t now_ns, aggregator::PsEngine& engine, PsSocketCounters& counters,
                     std::vector<aggregator::TanOutput>* out);
 
 class PsServer {
@@ -129,14 +131,14 @@ class PsServer {
   std::string StatsJson() const;
   common::Status WriteStats();
 
-  const aggregator::TanEngine& engine() const { return engine_; }
+  const aggregator::PsEngine& engine() const { return engine_; }
   const SgdModel& sgd() const { return sgd_; }
   const PsSocketCounters& socket_counters() const { return counters_; }
 
  private:
   PsServer(const PsServerOptions& options, SgdModel sgd, int fd, uint16_t port);
   // options.tan with the SgdModel as its completion hook, when there are --sgd jobs.
-  aggregator::TanOptions EngineOptions(const PsServerOptions& options);
+  aggregator::PsOptions EngineOptions(const PsServerOptions& options);
   // Receives one batch and feeds it to the engine; how many came.
   common::Result<uint32_t> ReceiveBatch(std::vector<aggregator::TanOutput>* out);
   void Send(const std::vector<aggregator::TanOutput>& out);
@@ -150,7 +152,7 @@ class PsServer {
   int fd_ = -1;
   uint16_t port_ = 0;
   SgdModel sgd_;  // before engine_: its hook points here
-  aggregator::TanEngine engine_;
+  aggregator::PsEngine engine_;
   PsSocketCounters counters_;
   std::vector<uint8_t> buffers_;  // kBatch receive buffers of kBufferBytes
   struct Batch;

@@ -213,7 +213,7 @@ TEST(AggPsServerTest, MergesLateDataOverUdpAndAnswersTheRoot) {
 
   s.Stop();
   EXPECT_TRUE(s.status().ok()) << s.status().message();
-  const aggregator::TanCounters& c = s.server().engine().counters();
+  const aggregator::TanCounters& c = s.server().engine().tan().counters();
   EXPECT_EQ(c.first_data, 2u);
   EXPECT_EQ(c.late, 1u);
   EXPECT_EQ(c.completed, 1u);
@@ -249,8 +249,8 @@ TEST(AggPsServerTest, GivesUpWithAnIncompleteResult) {
   EXPECT_EQ(r.missing, (std::vector<uint16_t>{2, 9}));
   EXPECT_EQ(r.values, std::vector<int32_t>{11});
   s.Stop();
-  EXPECT_EQ(s.server().engine().counters().gave_up, 1u);
-  EXPECT_EQ(s.server().engine().pending(), 0u);
+  EXPECT_EQ(s.server().engine().tan().counters().gave_up, 1u);
+  EXPECT_EQ(s.server().engine().tan().pending(), 0u);
 }
 
 // The TAN runs in a worker's process (case 2 of "the TAN is late"): the
@@ -292,7 +292,7 @@ TEST(AggPsServerTest, TakesTheOwnWorkersContributionOnceTheFirstDataListsIt) {
       << "not the node whose data it took";
   EXPECT_NE(s.server().StatsJson().find("\"own_data\": 1"), std::string::npos);
   s.Stop();
-  EXPECT_EQ(s.server().engine().counters().completed, 1u);
+  EXPECT_EQ(s.server().engine().tan().counters().completed, 1u);
 }
 
 // A parameter-server job's first data: float32 gradient sums, nothing missing,
@@ -371,8 +371,8 @@ TEST(AggPsServerTest, SgdJobIsAnsweredWithTheUpdatedParameters) {
   EXPECT_EQ(c.updates, 4u);
   EXPECT_EQ(c.elements, 10u);
   EXPECT_EQ(c.refused, 1u);
-  EXPECT_EQ(s.server().engine().counters().completed, 4u);
-  EXPECT_EQ(s.server().engine().counters().completion_refused, 1u);
+  EXPECT_EQ(s.server().engine().tan().counters().completed, 4u);
+  EXPECT_EQ(s.server().engine().tan().counters().completion_refused, 1u);
   const std::vector<float> params(s.server().sgd().Parameters(7).begin(),
                                   s.server().sgd().Parameters(7).end());
   EXPECT_EQ(params, (std::vector<float>{-1.0f, -2.0f, 4.0f, 0.0f, -0.25f}));

@@ -487,6 +487,10 @@ int Main(int argc, char** argv) {
                  "The least retransmission timeout, ms (--rto-ms when that is less): lower "
                  "recovers losses sooner, and asks after more chunks where round trips vary")
       ->capture_default_str();
+  app.add_flag("--resend-to-ps", o.resend_to_parameter_node,
+               "The job's root switch has a parameter node (an agg-ps as its TAN): mark data "
+               "resent after a loss for it (AGGREGATE_AT_PS), so the parameter node completes "
+               "the chunk");
   app.add_option("--timeout-ms", text.timeout_ms,
                  "Fail an allreduce when no result arrives for this long, ms")
       ->capture_default_str();

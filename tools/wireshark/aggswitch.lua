@@ -49,6 +49,7 @@ local nack_reason_names = {
   [12] = "no upstream for a multi-node job",
   [13] = "addr_low differs within the chunk",
   [14] = "slot busy, no spare slot free",
+  [15] = "no parameter node for AGGREGATE_AT_PS data",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.

@@ -1,0 +1,204 @@
+#include "aggregator/ps_engine.h"
+
+#include <algorithm>
+
+#include "aggregator/reduce.h"
+
+namespace aggswitch::aggregator {
+
+namespace {
+
+bool IsDirect(const AggPacket& pkt) {
+  return pkt.opcode == Opcode::kContribution &&
+         (pkt.header->flags.host() & (flags::kAggregateAtPs | flags::kConflict)) != 0;
+}
+
+uint32_t DatagramLength(const AggPacket& pkt) {
+  return static_cast<uint32_t>(sizeof(AggHeader)) + 2u * pkt.header->missing_count +
+         pkt.payload_len;
+}
+
+}  // namespace
+
+PsEngine::PsEngine(const PsOptions& options) : options_(options), tan_(options.tan) {}
+
+void PsEngine::OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
+                          std::vector<TanOutput>* out) {
+  if (IsDirect(pkt)) {
+    OnDirect(pkt, from, now_ns, out);
+    return;
+  }
+  tan_.OnDatagram(pkt, from, now_ns, out);
+  if (pkt.opcode == Opcode::kPartial) {
+    HandOver(ChunkId{pkt.header->job_id.host(), pkt.header->seq.host()}, now_ns, out);
+  }
+}
+
+void PsEngine::OnDirect(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
+                        std::vector<TanOutput>* out) {
+  const AggHeader& h = *pkt.header;
+  ++counters_.direct;
+  if ((h.flags.host() & flags::kConflict) != 0) ++counters_.conflicts;
+  const ChunkId id{h.job_id.host(), h.seq.host()};
+  const uint16_t node = h.node_id.host();
+  const uint16_t expected = h.expected.host();
+  if (pkt.payload_len > options_.tan.max_payload || expected == 0 || h.missing_count != 0) {
+    ++counters_.malformed;
+    return;
+  }
+  const std::vector<uint8_t> datagram(reinterpret_cast<const uint8_t*>(pkt.header),
+                                      reinterpret_cast<const uint8_t*>(pkt.header) +
+                                          DatagramLength(pkt));
+  switch (tan_.PhaseOf(id.job_id, id.seq)) {
+    case TanEngine::ChunkPhase::kOpen:
+      ToTan(datagram, from, now_ns, out);
+      return;
+    case TanEngine::ChunkPhase::kDone:
+      ++counters_.results_again;
+      out->push_back(TanOutput{from, *tan_.ResultOf(id.job_id, id.seq)});
+      return;
+    case TanEngine::ChunkPhase::kNone:
+    case TanEngine::ChunkPhase::kAwaitingFirst:
+      break;
+  }
+  if (const auto done = done_.find(id); done != done_.end()) {
+    ++counters_.results_again;
+    out->push_back(TanOutput{from, done->second.result});
+    return;
+  }
+  auto it = chunks_.find(id);
+  if (it == chunks_.end()) {
+    if (chunks_.size() >= options_.tan.max_pending || kept_ >= options_.tan.max_held_lates) {
+      ++counters_.refused_full;
+      return;
+    }
+    Chunk c;
+    c.fields = ReadAggFields(h);
+    c.reply_to = from;
+    c.deadline_ns = now_ns + options_.tan.give_up_ns;
+    it = chunks_.emplace(id, std::move(c)).first;
+    deadlines_.insert({it->second.deadline_ns, id});
+  }
+  Chunk& c = it->second;
+  const AggFields& f = c.fields;
+  if (h.job_key.host() != f.job_key) {
+    ++counters_.key_mismatch;
+    return;
+  }
+  if (pkt.dtype != f.dtype || pkt.op != f.op || h.scale != f.scale ||
+      h.elem_count.host() != f.elem_count || expected != f.expected) {
+    ++counters_.malformed;
+    return;
+  }
+  if (c.kept.count(node) != 0) {
+    ++counters_.duplicates;
+    return;
+  }
+  if (kept_ >= options_.tan.max_held_lates) {
+    ++counters_.refused_full;
+    return;
+  }
+  c.kept.emplace(node, datagram);
+  ++kept_;
+  if (c.kept.size() >= f.expected) Finish(id, c, true, now_ns, out);
+}
+
+void PsEngine::ToTan(const std::vector<uint8_t>& datagram, const TanPeer& from, uint64_t now_ns,
+                     std::vector<TanOutput>* out) {
+  // The TAN's late data: a LATE from the contribution's node, its data alone.
+  std::vector<uint8_t> late = datagram;
+  auto* h = reinterpret_cast<AggHeader*>(late.data());
+  h->opcode = static_cast<uint8_t>(Opcode::kLate);
+  h->flags = be16_t::FromHost(static_cast<uint16_t>(
+      (h->flags.host() & ~(flags::kAggregateAtPs | flags::kConflict)) | flags::kBypass));
+  AggPacket pkt;
+  if (ParseAggregation(late.data(), static_cast<uint32_t>(late.size()), &pkt) != WireError::kOk) {
+    ++counters_.malformed;  // cannot happen: it parsed as a contribution
+    return;
+  }
+  ++counters_.to_tan;
+  tan_.OnDatagram(pkt, from, now_ns, out);
+}
+
+void PsEngine::HandOver(const ChunkId& id, uint64_t now_ns, std::vector<TanOutput>* out) {
+  const auto it = chunks_.find(id);
+  if (it == chunks_.end()) return;
+  const TanEngine::ChunkPhase phase = tan_.PhaseOf(id.job_id, id.seq);
+  if (phase != TanEngine::ChunkPhase::kOpen && phase != TanEngine::ChunkPhase::kDone) return;
+  // Node order: the same merges whatever order the contributions came in.
+  const TanPeer from = it->second.reply_to;
+  std::map<uint16_t, std::vector<uint8_t>> kept;
+  kept.swap(it->second.kept);
+  kept_ -= kept.size();
+  Forget(it);
+  for (const auto& [node, datagram] : kept) ToTan(datagram, from, now_ns, out);
+}
+
+void PsEngine::Finish(const ChunkId& id, Chunk& c, bool complete, uint64_t now_ns,
+                      std::vector<TanOutput>* out) {
+  AggFields f = c.fields;
+  const uint32_t payload_len = f.elem_count * static_cast<uint32_t>(ElementSize(f.dtype));
+  std::vector<uint8_t> acc(size_t{f.elem_count} * AccumulatorElementSize(f.dtype));
+  bool overflow = false;
+  bool first = true;
+  for (const auto& [node, datagram] : c.kept) {
+    AggPacket pkt;  // parsed when it came
+    (void)ParseAggregation(datagram.data(), static_cast<uint32_t>(datagram.size()), &pkt);
+    overflow = overflow || (pkt.header->flags.host() & flags::kOverflow) != 0;
+    if (first) {
+      LoadFirst(f.dtype, pkt.payload, f.elem_count, acc.data());
+      first = false;
+    } else {
+      overflow = Accumulate(f.dtype, f.op, acc.data(), pkt.payload, f.elem_count) || overflow;
+    }
+  }
+  std::vector<uint8_t> payload(payload_len);
+  StoreResult(f.dtype, acc.data(), f.elem_count, payload.data());
+
+  f.opcode = Opcode::kResult;
+  f.node_id = options_.tan.node_id;
+  // VERIFIED: every member counted, no sum saturated.
+  f.flags = static_cast<uint16_t>(
+      (overflow ? flags::kOverflow : 0) | (!complete ? flags::kIncomplete : 0) |
+      (complete && !overflow ? flags::kVerified : 0));
+  f.expected = 0;
+  f.node_count = 0;
+  f.ack_watermark = 0;
+  f.slot_hint = kNoSlotHint;
+  std::vector<uint8_t> result(sizeof(AggHeader) + payload_len);
+  const uint32_t n = BuildAggregation(f, nullptr, 0, payload.data(), payload_len, result.data(),
+                                      static_cast<uint32_t>(result.size()));
+  result.resize(n);  // n == size: the lengths are ours
+  (complete ? counters_.reduced : counters_.gave_up) += 1;
+  out->push_back(TanOutput{c.reply_to, result});
+
+  const auto it = chunks_.find(id);
+  Forget(it);
+  while (!done_deadlines_.empty() && done_.size() >= options_.tan.max_pending) {
+    done_.erase(done_deadlines_.begin()->second);  // the oldest result
+    done_deadlines_.erase(done_deadlines_.begin());
+  }
+  const uint64_t deadline = now_ns + options_.tan.give_up_ns;
+  done_[id] = Done{std::move(result), deadline};
+  done_deadlines_.insert({deadline, id});
+}
+
+void PsEngine::Forget(std::map<ChunkId, Chunk>::iterator it) {
+  kept_ -= it->second.kept.size();
+  deadlines_.erase({it->second.deadline_ns, it->first});
+  chunks_.erase(it);
+}
+
+void PsEngine::Expire(uint64_t now_ns, std::vector<TanOutput>* out) {
+  tan_.Expire(now_ns, out);
+  while (!deadlines_.empty() && deadlines_.begin()->first < now_ns) {
+    const ChunkId id = deadlines_.begin()->second;
+    Finish(id, chunks_.find(id)->second, false, now_ns, out);
+  }
+  while (!done_deadlines_.empty() && done_deadlines_.begin()->first < now_ns) {
+    done_.erase(done_deadlines_.begin()->second);
+    done_deadlines_.erase(done_deadlines_.begin());
+  }
+}
+
+}  // namespace aggswitch::aggregator
