@@ -693,6 +693,16 @@ std::string StatsJson(const StatsSnapshot& snap) {
     for (size_t r = 0; r < kNumRefusals; ++r) refused[kRefusalText[r].label] = snap.http->refused[r];
     http = {{"threads", snap.http->threads}, {"refused", std::move(refused)}};
   }
+  // The spare slots (docs/aggregation.md, "Collisions"); null without aggregation.
+  json aggregation = nullptr;
+  if (snap.aggregation) {
+    const dataplane::SpareSlotStats& s = snap.aggregation->spare;
+    aggregation = {{"spare_slots",
+                    {{"slots", s.slots},
+                     {"leased", s.leased},
+                     {"relocations", s.granted},
+                     {"refused", s.refused}}}};
+  }
   return Dump({
       {"build", {{"version", snap.build.version}, {"dpdk_version", snap.build.dpdk_version}}},
       {"process",
@@ -710,6 +720,7 @@ std::string StatsJson(const StatsSnapshot& snap) {
       {"ports", std::move(ports)},
       {"lcores", std::move(lcores)},
       {"mac_table", MacTableJson(snap.mac_table)},
+      {"aggregation", std::move(aggregation)},
   });
 }
 

@@ -150,6 +150,18 @@ run_switch() {
   fi
 }
 
+# stop_switch: SIGTERM to run_switch's SWITCH_PID; passes when it exits 0
+# (it has 10 s to). When it is gone already, says so with the end of
+# SWITCH_LOG.
+stop_switch() {
+  if ! kill -TERM "$SWITCH_PID" 2>/dev/null; then
+    echo "aggswitch is gone; its log:"; tail -20 "${SWITCH_LOG:-/dev/null}"
+    return 1
+  fi
+  for _ in $(seq 1 100); do kill -0 "$SWITCH_PID" 2>/dev/null || break; sleep 0.1; done
+  wait "$SWITCH_PID"
+}
+
 # job_placement URL JOB: "FIRST SIZE BASE" of JOB at the switch at URL (its
 # slot region and the slot of its sequence number 0, GET /api/v1/jobs/JOB):
 # chunk s takes slot FIRST + (BASE - FIRST + s) mod SIZE.

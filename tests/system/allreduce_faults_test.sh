@@ -108,15 +108,6 @@ EOF
   run_switch "$AGGSWITCH" "$WORK/$name.yaml" "$HTTP_PORT" "$SWITCH_LOG"
 }
 
-stop_switch() {
-  if ! kill -TERM "$SWITCH_PID" 2>/dev/null; then
-    echo "aggswitch is gone; its log:"; tail -20 "$SWITCH_LOG"
-    return 1
-  fi
-  for _ in $(seq 1 100); do kill -0 "$SWITCH_PID" 2>/dev/null || break; sleep 0.1; done
-  wait "$SWITCH_PID"
-}
-
 # Faults hit ARP too, and a lost ARP reply costs the kernel's one-second
 # retry, which is not what this test is about: the hosts get the
 # aggregation address's MAC for good.

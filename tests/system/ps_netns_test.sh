@@ -102,15 +102,6 @@ EOF
   run_switch "$AGGSWITCH" "$WORK/$name.yaml" "$HTTP_PORT" "$SWITCH_LOG"
 }
 
-stop_switch() {
-  if ! kill -TERM "$SWITCH_PID" 2>/dev/null; then
-    echo "aggswitch is gone; its log:"; tail -20 "$SWITCH_LOG"
-    return 1
-  fi
-  for _ in $(seq 1 100); do kill -0 "$SWITCH_PID" 2>/dev/null || break; sleep 0.1; done
-  wait "$SWITCH_PID"
-}
-
 # start_ps: agg-ps in the ps namespace, its stats in PS_STATS (fresh).
 start_ps() {
   stop_ps

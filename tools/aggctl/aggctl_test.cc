@@ -78,7 +78,27 @@ class AggctlTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     DataSource source;
-    source.snapshot = [] { return StatsSnapshot{}; };
+    source.snapshot = [] {
+      // One aggregating lcore that moved and sent on collided chunks.
+      StatsSnapshot s;
+      LcoreSnapshot& l = s.lcores.emplace_back();
+      l.lcore = 1;
+      l.slots = 64;
+      const auto set = [&](dataplane::AggCounter c, uint64_t v) {
+        l.agg[static_cast<size_t>(c)] = v;
+      };
+      set(dataplane::AggCounter::collisions, 12);
+      set(dataplane::AggCounter::escalations, 11);
+      set(dataplane::AggCounter::relocated, 30);
+      set(dataplane::AggCounter::hints_issued, 9);
+      set(dataplane::AggCounter::slot_busy, 1);
+      set(dataplane::AggCounter::conflicts_to_ps, 4);
+      set(dataplane::AggCounter::at_ps_forwarded, 7);
+      set(dataplane::AggCounter::released_to_ps, 3);
+      s.aggregation.emplace();
+      s.aggregation->spare = {16, 2, 10, 1};
+      return s;
+    };
     source.mac_entries = [] { return std::vector<MacEntrySnapshot>{}; };
     source.jobs = []() -> common::Result<JobTableSnapshot> {
       JobTableSnapshot table;
@@ -462,6 +482,23 @@ TEST_F(AggctlTest, TanRefusesWhatItCannotSend) {
   EXPECT_NE(e.code, 0);
   EXPECT_NE(e.err.find("--job is required"), std::string::npos) << e.err;
   EXPECT_EQ(Requests(), 0u);
+}
+
+// `stats` sums the lcores' collision and parameter-node counters and shows
+// the spare slots' leases.
+TEST_F(AggctlTest, StatsShowsCollisionsAndTheParameterNode) {
+  const Exit e = Aggctl({"stats"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("collisions 12, escalated 11, sent on to spare slots 30, hints issued 9, "
+                       "hints refused 0, refused slot_busy 1"),
+            std::string::npos)
+      << e.out;
+  EXPECT_NE(e.out.find("spare slots: 2 of 16 leased, 10 relocations, 1 refused"), std::string::npos)
+      << e.out;
+  EXPECT_NE(e.out.find("to the parameter node: conflicts 4, forwarded unreduced 7, slots released "
+                       "3, refused no_parameter_node 0"),
+            std::string::npos)
+      << e.out;
 }
 
 TEST_F(AggctlTest, JobsShowPrintsTheTree) {

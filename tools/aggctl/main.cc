@@ -459,6 +459,38 @@ void PrintMac(const json& j) {
             << " static)\n";
 }
 
+// Collided chunks and the parameter node (docs/aggregation.md, "Collisions";
+// docs/parameter-node.md): the lcores' counters summed, and the spare slots.
+// Nothing when the switch does not aggregate.
+void PrintCollisions(const json& j) {
+  json sum = json::object();
+  for (const json& l : j.at("lcores")) {
+    if (!l.contains("aggregation")) continue;
+    for (const auto& [name, v] : l.at("aggregation").items()) {
+      if (v.is_number_unsigned()) sum[name] = sum.value(name, uint64_t{0}) + v.get<uint64_t>();
+    }
+  }
+  const json* spare = j.contains("aggregation") && j.at("aggregation").is_object()
+                          ? &j.at("aggregation").at("spare_slots")
+                          : nullptr;
+  if (sum.empty() && spare == nullptr) return;
+  const auto n = [&](const char* name) { return U64(sum.value(name, uint64_t{0})); };
+  std::cout << "\nCollisions and the parameter node\n"
+            << "  collisions " << n("collisions") << ", escalated " << n("escalations")
+            << ", sent on to spare slots " << n("relocated") << ", hints issued "
+            << n("hints_issued") << ", hints refused " << n("hint_refused")
+            << ", refused slot_busy " << n("slot_busy") << '\n';
+  if (spare != nullptr) {
+    std::cout << "  spare slots: " << U64(spare->at("leased")) << " of "
+              << U64(spare->at("slots")) << " leased, " << U64(spare->at("relocations"))
+              << " relocations, " << U64(spare->at("refused")) << " refused\n";
+  }
+  std::cout << "  to the parameter node: conflicts " << n("conflicts_to_ps")
+            << ", forwarded unreduced " << n("at_ps_forwarded") << ", slots released "
+            << n("released_to_ps") << ", refused no_parameter_node " << n("no_parameter_node")
+            << '\n';
+}
+
 void PrintStats(const json& j) {
   const json& build = j.at("build");
   std::cout << "aggswitch " << build.at("version").get<std::string>() << ", "
@@ -510,6 +542,8 @@ void PrintStats(const json& j) {
     std::cout << "\nMalformed aggregation datagrams by reason\n  "
               << (text.empty() ? "none" : text) << '\n';
   }
+
+  PrintCollisions(j);
 
   const json& m = j.at("mac_table");
   const json& ev = m.at("events");
