@@ -130,6 +130,12 @@ struct JobSpec {
   // as first data, complete or not, and the members receive what it answers
   // (updated parameters; docs/stragglers.md, "Parameter-server jobs").
   bool parameter_server = false;
+  // Verify mode (root jobs with a remote TAN, the job's parameter node;
+  // docs/parameter-node.md): a complete chunk goes to the parameter node as
+  // VERIFY, its slot held until the answer, and the members receive only
+  // what the parameter node returns (RESULT with VERIFIED, or
+  // EXCEPTION_RETRANSMIT).
+  bool verify = false;
 
   // --- What one job may hold of the switch (docs/security.md) ---
   // Chunks the job may keep ahead of its slowest member's ack watermark, so
@@ -373,6 +379,7 @@ class alignas(64) Job {
   bool batch() const { return batch_; }
   bool bypass_covered_nodes() const { return bypass_covered_nodes_; }
   bool parameter_server() const { return parameter_server_; }
+  bool verify() const { return verify_; }
 
   // --- The TAN choice (root jobs), changed by the control thread ---
 
@@ -545,6 +552,7 @@ class alignas(64) Job {
   const bool batch_;
   const bool bypass_covered_nodes_;
   const bool parameter_server_;
+  const bool verify_;
   mutable std::atomic<uint64_t> relayed_ack_{0};  // watermark (31..0) | valid (32)
   mutable std::atomic<uint16_t> tan_member_{kNoNode};
   mutable std::atomic<uint64_t> tan_target_{0};  // ip (63..32) | port (31..16) | JobSpec::Tan (7..0)

@@ -20,12 +20,26 @@ uint32_t DatagramLength(const AggPacket& pkt) {
 
 }  // namespace
 
-PsEngine::PsEngine(const PsOptions& options) : options_(options), tan_(options.tan) {}
+namespace {
+
+TanOptions AsParameterNode(TanOptions tan) {
+  tan.verified_results = true;
+  return tan;
+}
+
+}  // namespace
+
+PsEngine::PsEngine(const PsOptions& options)
+    : options_(options), tan_(AsParameterNode(options.tan)) {}
 
 void PsEngine::OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
                           std::vector<TanOutput>* out) {
   if (IsDirect(pkt)) {
     OnDirect(pkt, from, now_ns, out);
+    return;
+  }
+  if (pkt.opcode == Opcode::kVerify) {
+    OnVerify(pkt, from, now_ns, out);
     return;
   }
   tan_.OnDatagram(pkt, from, now_ns, out);
@@ -103,6 +117,55 @@ void PsEngine::OnDirect(const AggPacket& pkt, const TanPeer& from, uint64_t now_
   if (c.kept.size() >= f.expected) Finish(id, c, true, now_ns, out);
 }
 
+void PsEngine::OnVerify(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
+                        std::vector<TanOutput>* out) {
+  const AggHeader& h = *pkt.header;
+  ++counters_.verify;
+  const ChunkId id{h.job_id.host(), h.seq.host()};
+  if (const auto done = done_.find(id); done != done_.end()) {
+    ++counters_.results_again;  // the answer was lost on the way down
+    out->push_back(TanOutput{from, done->second.result});
+    return;
+  }
+  if (pkt.payload_len > options_.tan.max_payload || h.expected.host() == 0) {
+    ++counters_.malformed;
+    return;
+  }
+  std::vector<uint8_t> datagram(reinterpret_cast<const uint8_t*>(pkt.header),
+                                reinterpret_cast<const uint8_t*>(pkt.header) + DatagramLength(pkt));
+  auto* d = reinterpret_cast<AggHeader*>(datagram.data());
+  if (h.missing_count != 0 || h.node_count.host() != h.expected.host()) {
+    // Omission: silence; the members' timers bring their data, marked for
+    // this node. With the list of who is missing, that data completes the
+    // chunk at the TAN, as first data's late data.
+    ++counters_.verify_omissions;
+    if (h.missing_count == 0) return;
+    d->opcode = static_cast<uint8_t>(Opcode::kPartial);
+    AggPacket first;
+    if (ParseAggregation(datagram.data(), static_cast<uint32_t>(datagram.size()), &first) !=
+        WireError::kOk) {
+      return;  // cannot happen: it parsed as a VERIFY
+    }
+    tan_.OnDatagram(first, from, now_ns, out);
+    HandOver(id, now_ns, out);
+    return;
+  }
+  const bool overflow = (h.flags.host() & flags::kOverflow) != 0;
+  // The answer: the same reduction, from this node, without the key (what
+  // the members receive carries none).
+  d->opcode = static_cast<uint8_t>(overflow ? Opcode::kExceptionRetransmit : Opcode::kResult);
+  d->flags = be16_t::FromHost(overflow ? flags::kOverflow : flags::kVerified);
+  d->node_id = be16_t::FromHost(options_.tan.node_id);
+  d->job_key = be64_t{};
+  d->expected = be16_t::FromHost(0);
+  d->node_count = be16_t::FromHost(0);
+  d->ack_watermark = be32_t{};
+  d->slot_hint = be16_t::FromHost(kNoSlotHint);
+  ++(overflow ? counters_.verify_overflows : counters_.verified);
+  out->push_back(TanOutput{from, datagram});
+  Keep(id, std::move(datagram), now_ns);
+}
+
 void PsEngine::ToTan(const std::vector<uint8_t>& datagram, const TanPeer& from, uint64_t now_ns,
                      std::vector<TanOutput>* out) {
   // The TAN's late data: a LATE from the contribution's node, its data alone.
@@ -172,14 +235,21 @@ void PsEngine::Finish(const ChunkId& id, Chunk& c, bool complete, uint64_t now_n
   (complete ? counters_.reduced : counters_.gave_up) += 1;
   out->push_back(TanOutput{c.reply_to, result});
 
-  const auto it = chunks_.find(id);
-  Forget(it);
+  Forget(chunks_.find(id));
+  Keep(id, std::move(result), now_ns);
+}
+
+void PsEngine::Keep(const ChunkId& id, std::vector<uint8_t> answer, uint64_t now_ns) {
+  if (const auto old = done_.find(id); old != done_.end()) {
+    done_deadlines_.erase({old->second.deadline_ns, id});
+    done_.erase(old);
+  }
   while (!done_deadlines_.empty() && done_.size() >= options_.tan.max_pending) {
-    done_.erase(done_deadlines_.begin()->second);  // the oldest result
+    done_.erase(done_deadlines_.begin()->second);  // the oldest answer
     done_deadlines_.erase(done_deadlines_.begin());
   }
   const uint64_t deadline = now_ns + options_.tan.give_up_ns;
-  done_[id] = Done{std::move(result), deadline};
+  done_[id] = Done{std::move(answer), deadline};
   done_deadlines_.insert({deadline, id});
 }
 

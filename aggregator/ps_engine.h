@@ -32,8 +32,23 @@
 //     dtype, op, scale, elem_count and expected (else counted malformed or
 //     key_mismatch). A finished chunk's result is kept for give_up_ns and
 //     sent again to a sender that repeats itself.
+//   * A VERIFY (verify mode, or a sum that saturated at the root): the root
+//     switch's reduction of chunk (job, seq), to be checked before the
+//     members get it.
+//     - Omission: its missing list is not empty, or `node_count` (the
+//       members it counts) is not `expected` (the root's members). Nothing is sent: the
+//       members' timers recover it. With a missing list it is the TAN's first
+//       data (the members' resends, marked AGGREGATE_AT_PS, complete it
+//       there); without one it is dropped.
+//     - Overflow (the OVERFLOW flag: a sum saturated): EXCEPTION_RETRANSMIT
+//       to the sender, carrying the saturated sum, flagged OVERFLOW. The
+//       members redo the chunk in float32, marked AGGREGATE_AT_PS, which is
+//       direct data here.
+//     - Else a RESULT with VERIFIED, the same payload.
+//     The answer is kept for give_up_ns and sent again to a repeat.
 //   * Anything else goes to the TAN (tan_engine.h), which ignores what it does
-//     not know.
+//     not know. The TAN's complete results that no sum saturated in carry
+//     VERIFIED too: the parameter node reduced them.
 //
 // Memory is bounded like the TAN's: at most tan.max_pending chunks of kept
 // contributions (and as many finished results), at most tan.max_held_lates
@@ -72,6 +87,10 @@ struct PsCounters {
   uint64_t key_mismatch = 0;    // another key than the chunk's first contribution
   uint64_t malformed = 0;       // expected 0, node_id >= 65535, fields differ, too large
   uint64_t refused_full = 0;    // chunks or contributions refused at the bounds
+  uint64_t verify = 0;          // VERIFYs received (repeats included)
+  uint64_t verified = 0;        // ... answered with a RESULT flagged VERIFIED
+  uint64_t verify_omissions = 0;  // ... that lacked members: no answer
+  uint64_t verify_overflows = 0;  // ... with a saturated sum: EXCEPTION_RETRANSMIT sent
 };
 
 class PsEngine {
@@ -124,6 +143,10 @@ class PsEngine {
 
   void OnDirect(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
                 std::vector<TanOutput>* out);
+  void OnVerify(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
+                std::vector<TanOutput>* out);
+  // Keeps `answer` as chunk `id`'s, to be sent again to a repeat.
+  void Keep(const ChunkId& id, std::vector<uint8_t> answer, uint64_t now_ns);
   // Passes one direct contribution to the TAN as node `node`'s late data.
   void ToTan(const std::vector<uint8_t>& datagram, const TanPeer& from, uint64_t now_ns,
              std::vector<TanOutput>* out);

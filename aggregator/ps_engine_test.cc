@@ -54,6 +54,22 @@ AggFields Direct(uint16_t node, uint16_t expected, uint16_t flags = flags::kAggr
   return f;
 }
 
+// A root's complete reduction of the chunk, to be checked: it counts
+// `counted` of the job's `nodes` nodes.
+AggFields Verify(uint16_t nodes, uint16_t counted, uint16_t flags = 0) {
+  AggFields f;
+  f.opcode = Opcode::kVerify;
+  f.flags = flags;
+  f.node_id = 0xFFFE;
+  f.job_id = kJob;
+  f.seq = 1;
+  f.job_key = kKey;
+  f.expected = nodes;
+  f.node_count = counted;
+  f.aux = 512;
+  return f;
+}
+
 // A root's first data: its reduction, and the node ids it still misses.
 AggFields First() {
   AggFields f;
@@ -105,7 +121,7 @@ class PsEngineTest : public ::testing::Test {
     AggHeader h;
     Bytes payload;
   };
-  Result TakeResult() {
+  Result TakeResult(Opcode opcode = Opcode::kResult) {
     Result r{};
     EXPECT_EQ(out_.size(), 1u);
     if (out_.empty()) return r;
@@ -114,7 +130,7 @@ class PsEngineTest : public ::testing::Test {
     AggPacket pkt;
     EXPECT_EQ(ParseAggregation(o.datagram.data(), static_cast<uint32_t>(o.datagram.size()), &pkt),
               WireError::kOk);
-    EXPECT_EQ(pkt.opcode, Opcode::kResult);
+    EXPECT_EQ(pkt.opcode, opcode);
     r.to = o.to;
     r.h = *pkt.header;
     r.payload.assign(pkt.payload, pkt.payload + pkt.payload_len);
@@ -347,6 +363,83 @@ TEST_F(PsEngineTest, ChunksAndKeptDataAreBounded) {
   ps_.Expire(kGiveUp + 1, &out_);
   EXPECT_EQ(out_.size(), 8u);
   EXPECT_EQ(ps_.kept(), 0u);
+}
+
+// Verify mode, all four nodes counted and no sum saturated: the root's
+// reduction comes back as it went, flagged VERIFIED, without the key; a
+// repeated VERIFY (the answer was lost) gets the same answer.
+TEST_F(PsEngineTest, ACompleteReductionComesBackVerified) {
+  Feed(Build(Verify(4, 4), Pack(std::vector<int32_t>{10, -3})));
+  const Result r = TakeResult();
+  EXPECT_EQ(r.to, kRoot);
+  EXPECT_EQ(r.h.flags.host(), flags::kVerified);
+  EXPECT_EQ(r.h.job_key.host(), 0u);
+  EXPECT_EQ(r.h.seq.host(), 1u);
+  EXPECT_EQ(r.h.aux.host(), 512u);
+  EXPECT_EQ(Ints(r), (std::vector<int32_t>{10, -3}));
+  Feed(Build(Verify(4, 4), Pack(std::vector<int32_t>{10, -3})), 1, kOtherRoot);
+  const Result again = TakeResult();
+  EXPECT_EQ(again.to, kOtherRoot);
+  EXPECT_EQ(again.payload, r.payload);
+  EXPECT_EQ(ps_.counters().verify, 2u);
+  EXPECT_EQ(ps_.counters().verified, 1u);
+  EXPECT_EQ(ps_.counters().results_again, 1u);
+}
+
+// The omission example: W3's contribution (node 2) was lost, and the
+// reduction counts 1011. The parameter node stays silent. The members' timers
+// expire and all four resend, marked AGGREGATE_AT_PS: W3's completes the
+// chunk, the others' are counted already, and the sum is verified.
+TEST_F(PsEngineTest, AnOmissionIsAnsweredBySilenceAndTheResendsComplete) {
+  const std::vector<int32_t> w = {1, 2, 4, 8};
+  Feed(Build(Verify(4, 3), Pack(std::vector<int32_t>{w[0] + w[1] + w[3]}), {2}));
+  EXPECT_TRUE(out_.empty());
+  EXPECT_EQ(ps_.counters().verify_omissions, 1u);
+  for (uint16_t node : {0, 1, 3}) {
+    FeedInt(node, 4, {w[node]});
+    EXPECT_TRUE(out_.empty()) << "node " << node;
+  }
+  FeedInt(2, 4, {w[2]});
+  const Result r = TakeResult();
+  EXPECT_EQ(Ints(r), (std::vector<int32_t>{15}));
+  EXPECT_EQ(r.h.flags.host(), flags::kVerified);
+  EXPECT_EQ(ps_.tan().counters().duplicate_late, 3u);
+
+  // A reduction that counts too few nodes and cannot say which: dropped;
+  // the members' direct data alone completes the chunk.
+  AggFields v = Verify(2, 1);
+  v.seq = 2;
+  Feed(Build(v, Pack(std::vector<int32_t>{5})));
+  EXPECT_TRUE(out_.empty());
+  EXPECT_EQ(ps_.counters().verify_omissions, 2u);
+  AggFields f = Direct(0, 2);
+  f.seq = 2;
+  Feed(Build(f, Pack(std::vector<int32_t>{5})));
+  f.node_id = 1;
+  Feed(Build(f, Pack(std::vector<int32_t>{6})));
+  EXPECT_EQ(Ints(TakeResult()), (std::vector<int32_t>{11}));
+}
+
+// The overflow example: 1.5e9 + 1.0e9 saturated at the switch. The parameter
+// node answers EXCEPTION_RETRANSMIT (OVERFLOW, the saturated sum); the members
+// send their values again as float32 for it, and it returns 2.5e9, verified.
+TEST_F(PsEngineTest, ASaturatedReductionIsRedoneInFloatHere) {
+  const int32_t max = std::numeric_limits<int32_t>::max();
+  Feed(Build(Verify(2, 2, flags::kOverflow), Pack(std::vector<int32_t>{max})));
+  const Result exception = TakeResult(Opcode::kExceptionRetransmit);
+  EXPECT_EQ(exception.h.flags.host(), flags::kOverflow);
+  EXPECT_EQ(Ints(exception), (std::vector<int32_t>{max}));
+  EXPECT_EQ(ps_.counters().verify_overflows, 1u);
+  for (uint16_t node : {0, 1}) {
+    AggFields f = Direct(node, 2);
+    f.seq = 2;
+    f.dtype = DType::kFloat32;
+    Feed(Build(f, Pack(std::vector<float>{node == 0 ? 1.5e9f : 1.0e9f})));
+  }
+  const Result r = TakeResult();
+  EXPECT_EQ(r.h.flags.host(), flags::kVerified);
+  EXPECT_EQ(r.h.dtype, static_cast<uint8_t>(DType::kFloat32));
+  EXPECT_EQ(Unpack<float>(r.payload.data(), r.payload.size()), (std::vector<float>{2.5e9f}));
 }
 
 }  // namespace

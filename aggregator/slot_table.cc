@@ -70,6 +70,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.addr_low_ = c.addr_low;
   s.count_ = 0;
   s.overflow_ = false;
+  s.verifying_ = false;
   s.first_tsc_ = now_tsc;
   s.resent_tsc_ = 0;
   s.deadline_tsc_ = c.timeout_cycles == 0 ? 0 : now_tsc + c.timeout_cycles;
@@ -140,11 +141,12 @@ bool SlotTable::Expire(uint32_t local_index, SlotUpdate* u) {
   return true;
 }
 
-void SlotTable::MarkForwarded(uint32_t local_index) {
+void SlotTable::MarkForwarded(uint32_t local_index, bool hold) {
   Slot& s = slots_[local_index];
   if (s.state_ != Slot::State::kComplete) return;
   complete_.store(complete_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   s.state_ = Slot::State::kForwarded;
+  s.verifying_ = hold;
 }
 
 bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
@@ -157,6 +159,7 @@ bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_
   std::memcpy(s.result_, payload, len);
   s.result_view_ = s.result_;
   s.overflow_ = overflow;
+  s.verifying_ = false;
   s.state_ = Slot::State::kComplete;
   complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return true;
@@ -190,7 +193,8 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     // more (a result every member acknowledged, or a job that is gone) or
     // when it is stale; anything else is a collision.
     const bool complete = s.state_ == Slot::State::kComplete;
-    const bool forwarded = s.state_ == Slot::State::kForwarded;
+    // A forwarded slot's chunk went on, unless it waits for its check.
+    const bool forwarded = s.state_ == Slot::State::kForwarded && !s.verifying_;
     const bool stale = config_.stale_cycles != 0 && now_tsc - s.first_tsc_ > config_.stale_cycles;
     if (!forwarded && !stale &&
         !can_release(release_ctx, s.job_id_, s.job_generation_, s.seq_, complete)) {

@@ -138,6 +138,9 @@ class Slot {
   // The addr_low of its first contribution: every counted one carries the same.
   uint32_t addr_low() const { return addr_low_; }
   bool overflow() const { return overflow_; }
+  // kForwarded to be checked by the parameter node (MarkForwarded with
+  // hold): the slot does not give way until the answer comes.
+  bool verifying() const { return verifying_; }
   uint64_t first_tsc() const { return first_tsc_; }
   // When the slot times out (TSC); 0: never.
   uint64_t deadline_tsc() const { return deadline_tsc_; }
@@ -158,6 +161,7 @@ class Slot {
   State state_ = State::kFree;
   bool ordered_ = false;
   bool overflow_ = false;
+  bool verifying_ = false;
   DType dtype_ = DType::kInt32;
   ReduceOp op_ = ReduceOp::kSum;
   int8_t scale_ = 0;
@@ -244,8 +248,11 @@ class SlotTable {
   // that is not aggregating.
   bool Expire(uint32_t local_index, SlotUpdate* u);
   // A complete slot whose result went upstream (or to the TAN) as a partial:
-  // it now gives way to any other chunk.
-  void MarkForwarded(uint32_t local_index);
+  // it now gives way to any other chunk. With `hold` (its result went to the
+  // parameter node as VERIFY), it gives way only as an aggregating slot
+  // would (the release check says the job is done with it, or it is stale)
+  // until CacheResult.
+  void MarkForwarded(uint32_t local_index, bool hold = false);
   // The final result of a forwarded slot came down from upstream (or the
   // TAN): kept as the slot's result (kComplete) when the slot still holds
   // chunk (job_id, job_generation, seq) and the length matches. Returns whether.

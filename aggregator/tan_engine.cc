@@ -334,6 +334,9 @@ void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector
   const bool refused = !gave_up && options_.on_complete && !options_.on_complete(f, payload);
   const bool incomplete = gave_up || refused;
   if (incomplete) f.flags = static_cast<uint16_t>(f.flags | flags::kIncomplete);
+  if (!incomplete && !c.overflow && options_.verified_results) {
+    f.flags = static_cast<uint16_t>(f.flags | flags::kVerified);
+  }
   // The outstanding ids, sorted (std::set), as many as the header and the
   // first data's path allow.
   const uint32_t budget = std::max(c.first_len, kPlainMtuPayload);

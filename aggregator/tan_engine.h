@@ -112,6 +112,9 @@ struct TanOptions {
   size_t max_pending = 4096;      // unfinished chunks (and, apart, finished ones kept)
   size_t max_held_lates = 16384;  // late payloads held, all chunks together
   uint32_t max_payload = 9000;    // payload bytes per datagram
+  // The engine is the job's parameter node (agg-ps): a complete RESULT that
+  // no sum saturated in carries VERIFIED (docs/parameter-node.md).
+  bool verified_results = false;
   // Completion hook (see above): `fields` are the RESULT's (the first data's
   // job, seq, key, dtype, op, scale, elem_count and aux; its flags without
   // INCOMPLETE), `payload` its elem_count packed little-endian wire elements.

@@ -59,6 +59,8 @@ inline constexpr uint16_t kOverflow = 1 << 5;
 inline constexpr uint16_t kIncomplete = 1 << 6;
 inline constexpr uint16_t kTaskInfo = 1 << 7;
 inline constexpr uint16_t kOrdered = 1 << 8;
+// With TASK_INFO: the job runs in verify mode (docs/parameter-node.md).
+inline constexpr uint16_t kVerifyMode = 1 << 9;
 }  // namespace flags
 
 // Reason codes carried in `aux` by a NACK (docs/protocol.md).

@@ -103,6 +103,11 @@ common::Status ValidateClientOptions(const ClientOptions& o) {
                              "loopback, which AF_XDP does not see: use the udp transport");
     }
   }
+  if (o.verify && o.task_info == TaskInfoMode::kNone) {
+    return InvalidArgument(
+        "verify: verify mode is asked for in task info (in_band or control_unit); a job "
+        "declared in the switch's config sets it there (aggregation.jobs[].verify)");
+  }
   if (o.reserve_missing_ids > 255) {
     return InvalidArgument("reserve_missing_ids: 0..255 expected, got " +
                            std::to_string(o.reserve_missing_ids));

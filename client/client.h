@@ -49,11 +49,13 @@
 // the scale is chosen): one extra one-element exchange per allreduce, and
 // results that are exact, bit-identical on every rank and independent of
 // arrival order. A result flagged OVERFLOW (a saturated int32 sum, possible
-// only with a headroom below the default) is not used: once every chunk has
+// only with a headroom below the default), or an EXCEPTION_RETRANSMIT (the
+// parameter node found the sum saturated), is not used: once every chunk has
 // its result, the overflowed chunks are redone, in increasing chunk order and
-// with new sequence numbers, as float32 with the ORDERED flag. Every rank
-// receives the same flags, so every rank redoes the same chunks under the
-// same sequence numbers.
+// with new sequence numbers, as float32: with the ORDERED flag through the
+// switch, or marked AGGREGATE_AT_PS for the parameter node
+// (resend_to_parameter_node). Every rank receives the same answers, so every
+// rank redoes the same chunks under the same sequence numbers.
 //
 // An int32 sum that overflows is never returned as if it were right: the
 // switch clamps it to INT32_MAX or INT32_MIN (the protocol's saturation,
@@ -283,8 +285,17 @@ struct ClientOptions {
   // AGGREGATE_AT_PS (and RETRANSMISSION), so no switch reduces it. A chunk
   // the switch holds part of is then released to the parameter node, which
   // completes it from the switch's partial and the resends. A job whose root
-  // has no parameter node refuses such data (NACK no_parameter_node).
+  // has no parameter node refuses such data (NACK no_parameter_node). The
+  // float32 redo of a chunk whose fixed-point sum overflowed goes there too,
+  // marked AGGREGATE_AT_PS (not ORDERED): the parameter node reduces it in
+  // rank order.
   bool resend_to_parameter_node = false;
+  // Task info (kInBand, kControlUnit) asks for verify mode: the root sends
+  // every complete chunk to the job's parameter node to be checked, and the
+  // members receive only its answers (docs/parameter-node.md). The switch
+  // refuses a registration without a parameter node (NACK
+  // no_parameter_node). A job the switch knows already keeps its mode.
+  bool verify = false;
   // An allreduce fails when no result arrives for this long.
   std::chrono::milliseconds progress_timeout{10'000};
   // An allreduce fails when it takes longer than this; 0: no limit.

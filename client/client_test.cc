@@ -388,6 +388,51 @@ TEST(ClientTest, OverflowedChunksAreRedoneAsOrderedFloat32) {
   EXPECT_EQ(sw.ordered_flags(), chunks / 2 * world);  // the redos
 }
 
+// The overflow example through a parameter node: four ranks' 1.5e9, 1.0e9,
+// 1.5e9, 1.0e9 as fixed point without headroom (scale 1) sum to integers of
+// 2.5e9, which saturate; the answer is EXCEPTION_RETRANSMIT, and each rank
+// resends its values in float32 marked AGGREGATE_AT_PS (no ORDERED: the
+// parameter node reduces in rank order), which come back as 5e9.
+TEST(ClientTest, AnExceptionRetransmitRedoesTheChunkInFloat32ForTheParameterNode) {
+  TestSwitch::Options so;
+  so.exception_retransmit = true;
+  TestSwitch sw(so);
+  ASSERT_TRUE(sw.ok());
+  const size_t chunks = 3;
+  const uint16_t world = 4;
+  ClientOptions o = Options({sw.address()}, 19, world);
+  o.headroom = 0;
+  o.resend_to_parameter_node = true;
+  std::vector<std::vector<float>> got(world);
+  std::vector<ClientStats> stats(world);
+  ExpectAllOk(RunRanks(o, AllRanks(world), [&](Client& c) {
+    const uint16_t r = c.options().rank;
+    got[r].assign(chunks * kFullChunk, r % 2 == 0 ? 1.5e9f : 1.0e9f);
+    RETURN_IF_ERROR(c.AllReduce(std::span<float>(got[r]), ReduceOp::kSum));
+    stats[r] = c.stats();
+    return common::Status::Ok();
+  }));
+  for (uint16_t r = 0; r < world; ++r) {
+    EXPECT_EQ(got[r], std::vector<float>(chunks * kFullChunk, 5e9f)) << r;
+    EXPECT_EQ(stats[r].overflow_redos, chunks);
+  }
+  EXPECT_EQ(sw.for_parameter_node(), world * chunks);
+  EXPECT_EQ(sw.for_parameter_node_malformed(), 0u);
+  EXPECT_EQ(sw.ordered_flags(), 0u);
+}
+
+// Verify mode is asked for in task info; a job without task info has its
+// mode in the switch's config.
+TEST(ClientTest, VerifyModeTravelsInTaskInfo) {
+  ClientOptions o = Options({SwitchAddress{common::Ipv4Addr{0x7F000001}, 47000}}, 20, 1);
+  o.task_info = TaskInfoMode::kNone;
+  o.verify = true;
+  const auto refused = Client::Create(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("verify:"), std::string::npos);
+}
+
 TEST(ClientTest, AckWatermarksLetTheSwitchReuseItsSlots) {
   // 64 slots, 16 chunks in flight per rank, 177 chunks per allreduce: slots
   // are reused many times, which the switch allows only for chunks that every

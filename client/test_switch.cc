@@ -106,7 +106,9 @@ struct TestSwitch::State {
 
   void SendResult(uint32_t job_id, const JobState& job, const aggregator::Slot& slot, int node) {
     AggFields f;
-    f.opcode = Opcode::kResult;
+    // A saturated sum, as a parameter node answers it, or as a switch does.
+    f.opcode = slot.overflow() && options.exception_retransmit ? Opcode::kExceptionRetransmit
+                                                               : Opcode::kResult;
     f.flags = slot.overflow() ? flags::kOverflow : 0;
     f.job_id = job_id;
     f.seq = slot.seq();
@@ -307,8 +309,7 @@ void TestSwitch::Loop() {
     if (hflags & flags::kRetransmission) ++retransmissions_;
     if (hflags & flags::kAggregateAtPs) {
       ++for_parameter_node_;
-      if (!(hflags & flags::kRetransmission) || (hflags & flags::kTaskInfo) ||
-          h.expected.host() != job.members) {
+      if ((hflags & flags::kTaskInfo) || h.expected.host() != job.members) {
         ++for_parameter_node_malformed_;
       }
     }

@@ -64,6 +64,10 @@ class TestSwitch {
     // after a collision, and counts the datagrams that carry the hint.
     // kNoSlotHint: never.
     uint16_t relocate_hint = aggregator::kNoSlotHint;
+    // A sum that saturated is answered EXCEPTION_RETRANSMIT (the saturated
+    // sum, flagged OVERFLOW), as a parameter node answers it, not RESULT
+    // with OVERFLOW.
+    bool exception_retransmit = false;
   };
 
   explicit TestSwitch(const Options& options);
@@ -93,8 +97,8 @@ class TestSwitch {
   // Contributions received with the RETRANSMISSION flag, counted or not.
   uint64_t retransmissions() const { return retransmissions_.load(); }
   // Contributions received marked AGGREGATE_AT_PS (taken like any other
-  // here), and those of them that lacked RETRANSMISSION, carried task info,
-  // or whose `expected` was not the job's member count.
+  // here), and those of them that carried task info, or whose `expected`
+  // was not the job's member count.
   uint64_t for_parameter_node() const { return for_parameter_node_.load(); }
   uint64_t for_parameter_node_malformed() const { return for_parameter_node_malformed_.load(); }
   // With relocate_hint: NOTICEs relocated sent; contributions and QUERYs

@@ -882,38 +882,45 @@ class Validator {
         CheckTan(path + ".tan", *job.tan);
       }
     }
-    if (job.parameter_server) CheckParameterServer(job, path);
+    if (job.parameter_server) {
+      CheckRemoteTan(job, path, "parameter_server", "parameter server", "a parameter-server job",
+                     "the agg-ps --sgd that answers every chunk");
+    }
+    if (job.verify) {
+      CheckRemoteTan(job, path, "verify", "verifying parameter node", "a job in verify mode",
+                     "the agg-ps that checks every complete chunk");
+    }
   }
 
-  // A parameter-server job: the root sends every chunk to the job's TAN (an
-  // `agg-ps --sgd`) as first data, complete or not, and the members receive
-  // what it answers. So the job is rooted here, and its TAN (the job's tan,
-  // else aggregation.tan) is a remote one.
-  void CheckParameterServer(const AggregationJobConfig& job, const std::string& path) {
-    const std::string key = path + ".parameter_server";
+  // A parameter-server job (the root sends every chunk to the job's TAN, an
+  // `agg-ps --sgd`, as first data, and the members receive what it answers)
+  // or a job in verify mode (the root sends every complete chunk to it as
+  // VERIFY): the job is rooted here, and its TAN (the job's tan, else
+  // aggregation.tan) is a remote one. `name` is the key that asks for it.
+  void CheckRemoteTan(const AggregationJobConfig& job, const std::string& path,
+                      const std::string& name, const std::string& role, const std::string& what,
+                      const std::string& who) {
+    const std::string key = path + "." + name;
     if (job.upstream) {
       Error(key, job.loc,
-            "only a root job (without upstream) has a parameter server: its TAN, chosen at the "
-            "root, answers every chunk; this job has an upstream (" +
+            "only a root job (without upstream) has a " + role +
+                ": its TAN, chosen at the root, answers every chunk; this job has an upstream (" +
                 Where(path + ".upstream", job.upstream->loc) + ")");
       return;
     }
-    constexpr char kNeeds[] =
-        "expected a remote tan for a parameter-server job (the job's tan, or aggregation.tan, "
-        "with a strategy other than \"self\": the agg-ps --sgd that answers every chunk), got ";
+    const std::string needs = "expected a remote tan for " + what +
+                              " (the job's tan, or aggregation.tan, with a strategy other than "
+                              "\"self\": " + who + "), got ";
     const AggregationConfig& agg = config_.aggregation;
     if (job.tan) {
       if (job.tan->strategy == TanStrategy::kSelf) {
-        Error(
-            key, job.loc,
-            std::string(kNeeds) + "strategy \"self\" (" + Where(path + ".tan", job.tan->loc) + ")");
+        Error(key, job.loc, needs + "strategy \"self\" (" + Where(path + ".tan", job.tan->loc) + ")");
       }
     } else if (!agg.tan) {
-      Error(key, job.loc, std::string(kNeeds) + "none");
+      Error(key, job.loc, needs + "none");
     } else if (agg.tan->strategy == TanStrategy::kSelf) {
       Error(key, job.loc,
-            std::string(kNeeds) + "strategy \"self\" (" + Where("aggregation.tan", agg.tan->loc) +
-                ")");
+            needs + "strategy \"self\" (" + Where("aggregation.tan", agg.tan->loc) + ")");
     }
   }
 

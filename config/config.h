@@ -394,6 +394,10 @@ struct AggregationJobConfig {
   // remote TAN: the job's tan, else aggregation.tan, with a strategy other
   // than self.
   bool parameter_server = false;
+  // Verify mode (docs/parameter-node.md): every complete chunk is checked by
+  // the job's parameter node before its members receive it. The same needs
+  // as parameter_server: a root job with a remote TAN.
+  bool verify = false;
   SourceLoc loc;
 
   // The node id of each member, by member index: node_ids, then each child

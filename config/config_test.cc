@@ -698,6 +698,33 @@ TEST(ValidateTest, ParameterServerJobs) {
   EXPECT_TRUE(ErrorsOf(with([](auto& a) { a.jobs[0].parameter_server = false; })).empty());
 }
 
+// Verify mode needs what a parameter-server job needs: a root with a remote
+// TAN, which checks every complete chunk.
+TEST(ValidateTest, VerifyModeJobs) {
+  auto with = [](auto change) {
+    Config config = TreeConfig(TreeJob(7, {0, 1}, {}));
+    config.aggregation.jobs[0].verify = true;
+    change(config.aggregation);
+    return config;
+  };
+  const TanConfig remote{TanStrategy::kFixed, {Candidate("10.0.9.50")}, {}};
+  const TanConfig self{TanStrategy::kSelf, {}, {}};
+  EXPECT_TRUE(ErrorsOf(with([&](auto& a) { a.tan = remote; })).empty());
+  EXPECT_TRUE(OneError(with([](auto&) {}), "aggregation.jobs[0].verify",
+                       "expected a remote tan for a job in verify mode (the job's tan, or "
+                       "aggregation.tan, with a strategy other than \"self\": the agg-ps that "
+                       "checks every complete chunk), got none"));
+  EXPECT_TRUE(OneError(with([&](auto& a) { a.jobs[0].tan = self; }), "aggregation.jobs[0].verify",
+                       "got strategy \"self\" (aggregation.jobs[0].tan)"));
+  EXPECT_TRUE(OneError(with([&](auto& a) {
+                         a.tan = remote;
+                         a.jobs[0].upstream = UpstreamConfig{
+                             *common::Ipv4Addr::Parse("10.0.10.1"), 47000, 100, 0, {}};
+                       }),
+                       "aggregation.jobs[0].verify",
+                       "only a root job (without upstream) has a verifying parameter node"));
+}
+
 TEST(ValidateTest, UpstreamCandidates) {
   auto with = [](std::vector<const char*> ips, auto change) {
     Config config = TreeConfig(TreeJob(7, {0, 1}, {}));

@@ -1112,6 +1112,7 @@ class Loader {
                ReadUnsigned(n, p, job.tan_member.emplace(), {}, NodeIdRangeText());
              }},
             {"parameter_server", [&](auto& n, auto& p) { ReadBool(n, p, job.parameter_server); }},
+            {"verify", [&](auto& n, auto& p) { ReadBool(n, p, job.verify); }},
         });
     if (has_lists) {
       // The lists count the members. A `members` key must agree (Validate()

@@ -238,6 +238,7 @@ json JobObject(const JobSnapshot& job) {
   j["tan"] = TanStateJson(job.tan);
   j["tan_member"] = job.tan_member ? json(*job.tan_member) : json(nullptr);
   j["parameter_server"] = job.parameter_server;
+  j["verify"] = job.verify;
   j["placement"] = {{"first", job.slot_region_first},
                     {"size", job.slot_region_size},
                     {"base", job.slot_base}};
@@ -1100,7 +1101,7 @@ common::Result<json> ParseBodyObject(std::string_view body, std::string_view sha
 
 constexpr char kJobFields[] =
     "id, key, members, nodes, ordered, node_ids, switches, upstream, timeout_ms, trigger, tan, "
-    "tan_member, parameter_server";
+    "tan_member, parameter_server, verify";
 
 }  // namespace
 
@@ -1170,6 +1171,9 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
     } else if (name == "parameter_server") {
       // Validate() checks the rest: a root job, with a remote TAN.
       ASSIGN_OR_RETURN(job.parameter_server, JsonBool(value, "parameter_server"));
+    } else if (name == "verify") {
+      // Validate() checks the rest, as for parameter_server.
+      ASSIGN_OR_RETURN(job.verify, JsonBool(value, "verify"));
     } else {
       return UnknownField(name, kJobFields);
     }

@@ -67,6 +67,7 @@
 //                "timeout_ms" (null: unknown TSC frequency),"trigger": "incremental"|"batch",
 //                "tan": {"mode","address","port","resolved"},"tan_member" (null: none),
 //                "parameter_server" (the TAN answers every chunk),
+//                "verify" (the TAN, the job's parameter node, checks every complete chunk),
 //                "placement": {"first","size","base"} (its slot region; chunk s takes
 //                slot first + (base - first + s) mod size), "slot_quota", "hold_quota"
 //                (what it may hold; 0: no bound)}
@@ -78,7 +79,7 @@
 //                "expected","dtype" (name),"op" (name),"elem_count","overflow","age_seconds"}
 //   job_request = {"id","key"[,"members"][,"nodes"][,"ordered"][,"node_ids"][,"switches"]
 //                [,"upstream"][,"timeout_ms"][,"trigger"][,"tan"][,"tan_member"]
-//                [,"parameter_server"]}: the keys
+//                [,"parameter_server"][,"verify"]}: the keys
 //                of the config's aggregation.jobs[], with their meaning and defaults
 //                (README, "Configuration reference"); "key" is an unsigned integer or a
 //                "0x..." hex string; "members" is required unless node_ids or switches

@@ -760,7 +760,7 @@ TEST(ApiJobsTest, ParseJobRequestNamesTheTreeKey) {
        "parameter_server must be true or false, got \"true\""},
       {R"({"id": 1, "key": 1, "members": 2, "colour": "red"})",
        "unknown field \"colour\"; expected id, key, members, nodes, ordered, node_ids, switches, "
-       "upstream, timeout_ms, trigger, tan, tan_member, parameter_server"},
+       "upstream, timeout_ms, trigger, tan, tan_member, parameter_server, verify"},
   };
   for (const auto& [body, message] : cases) {
     const auto r = ParseJobRequest(body);

@@ -106,6 +106,7 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
   s.tan = TanState(job);
   if (job.tan_member() != aggregator::kNoNode) s.tan_member = job.tan_member();
   s.parameter_server = job.parameter_server();
+  s.verify = job.verify();
   const aggregator::SlotRegion& region = regions.For(job.in_band());
   if (region.size != 0) {
     s.slot_region_first = region.first;
@@ -259,6 +260,7 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
   spec.tan_member = job.tan_member.value_or(aggregator::kNoNode);
   // Validate() made sure of a root job with a remote TAN.
   spec.parameter_server = job.parameter_server;
+  spec.verify = job.verify;
   const bool in_band = origin == JobSpec::Origin::kInBand;
   spec.slot_quota = in_band ? agg.InBandSlotsPerJob() : agg.SlotsPerJob();
   spec.hold_quota = in_band ? agg.InBandHeldPerJob() : agg.HoldPerJob();
@@ -293,6 +295,7 @@ config::AggregationJobConfig InBandJobConfig(const dataplane::RegistrationReques
   job.members = request.expected;
   job.nodes = request.node_count;
   job.ordered = request.ordered;
+  job.verify = request.verify;
   if (job.nodes > 1 && job.members != 0) {
     // Node ids are the job's global ranks, a block of `members` of them at
     // each switch: the sender's block.
@@ -561,6 +564,16 @@ dataplane::RegistrationResult JobControl::RegisterInBand(
       return RegistrationResult::invalid;
     }
     members_part.nodes = 1;
+    // Verify mode acts at the job's root, which learns it from this
+    // switch's partials (their task info says so).
+    members_part.verify = false;
+  }
+  if (job.verify && job.nodes == 1) {
+    // Verify mode needs the job's parameter node: the switch-wide remote TAN.
+    const auto& tan = base_.aggregation.tan;
+    if (!tan || tan->strategy == config::TanStrategy::kSelf) {
+      return RegistrationResult::no_parameter_node;
+    }
   }
   if (common::Status checked = CheckAsConfigJob(base_, members_part, {}, ""); !checked.ok()) {
     AGG_LOG(kDebug, "job %u: in-band registration from %s refused: %s", job.id,
@@ -620,6 +633,12 @@ common::Result<TanReport> JobControl::TanOnControl(uint32_t id,
           name +
           " is a parameter-server job: its TAN (agg-ps --sgd) answers every chunk, so it must "
           "stay a remote one; choose among candidates, not \"self\"");
+    }
+    if (job->verify() && choice.mode != JobSpec::Tan::kRemote) {
+      return common::FailedPrecondition(
+          name +
+          " is in verify mode: its TAN (agg-ps) checks every complete chunk, so it must stay a "
+          "remote one; choose among candidates, not \"self\"");
     }
     job->SetTan(choice.mode, choice.peer);
     tan_choices_[id] = {job->generation(), {TanReport::Source::kApi, *request->choice}};

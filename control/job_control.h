@@ -237,7 +237,9 @@ class JobControl {
   // when registration is off or the checks refuse the task info;
   // no_upstream when node_count > 1 and the switch lists no
   // aggregation.upstreams (invalid when the sender's block lies past the
-  // job's nodes); else the policy's or the table's answer. [control]
+  // job's nodes); no_parameter_node when the task info asks for verify mode
+  // at a root without a remote aggregation.tan; else the policy's or the
+  // table's answer. [control]
   dataplane::RegistrationResult RegisterInBand(const dataplane::RegistrationRequest& request,
                                                std::chrono::steady_clock::time_point now);
   // The table now, without the queue. [control]

@@ -178,6 +178,7 @@ struct JobSnapshot {
   JobTanSnapshot tan;                            // mode "none" unless rooted here
   std::optional<uint16_t> tan_member;            // the worker here that runs the TAN
   bool parameter_server = false;                 // root jobs: the TAN answers every chunk
+  bool verify = false;                           // root jobs: the TAN checks every complete chunk
   // Where its chunks land (aggregator/slot_placement.h): its slot region
   // and the slot of its sequence number 0; chunk s takes slot
   // first + (base - first + s) mod size. 0/0/0 without a region.

@@ -85,6 +85,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     case Opcode::kPartial:
     case Opcode::kLate:
     case Opcode::kResult:
+    case Opcode::kExceptionRetransmit:
     case Opcode::kAck:
     case Opcode::kTaskInfo:
     case Opcode::kQuery:
@@ -101,9 +102,11 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   // (slot outcomes only) use the member's bound address instead.
   const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(in_port), meta.vlan,
                                       udp.src_ip, udp.src_port};
+  // A result or an exception from above: the parent switch's, or the TAN's.
+  const bool from_above = opcode == Opcode::kResult || opcode == Opcode::kExceptionRetransmit;
   const aggregator::Job* job = s_.jobs->Find(h.job_id.host());
   if (job == nullptr) {
-    if (opcode == Opcode::kLate || opcode == Opcode::kResult) {
+    if (opcode == Opcode::kLate || from_above) {
       c.unknown_jobs.Add(1);  // from a switch or a TAN: nobody to tell
       tx_.Drop(in_port, DropReason::kAggUnknownJob, m);
       return false;
@@ -111,14 +114,14 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     HandleUnknownJob(m, pkt, sender, in_port, meta, source);
     return false;
   }
-  const bool from_member = opcode != Opcode::kLate && opcode != Opcode::kResult;
+  const bool from_member = opcode != Opcode::kLate && !from_above;
   // Data for the parameter node: it never takes a slot (docs/parameter-node.md).
   const bool at_ps =
       opcode == Opcode::kContribution && (h.flags.host() & aggregator::flags::kAggregateAtPs) != 0;
   const int member = from_member ? job->LocalIndex(h.node_id.host()) : -1;
   JobCounters& jc = s_.job_counters[job->index()];
   if (source != Source::kHandoff) {
-    if (opcode == Opcode::kResult) {
+    if (from_above) {
       // Only the chunk's parent switch (the one its addr_low picked), or at
       // the root the job's TAN, sends results here: from the address, MAC and
       // port its hop was resolved to. Results carry no key
@@ -153,7 +156,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       tree_.ForwardToPs(m, *job, header_offset, in_port, 0);
       return false;
     }
-    if (opcode != Opcode::kResult) {
+    if (!from_above) {
       const bool task_info =
           opcode == Opcode::kTaskInfo || (h.flags.host() & aggregator::flags::kTaskInfo);
       if (member < 0) {
@@ -377,7 +380,8 @@ void AggregationStage::Reduce(Checked* items, uint16_t n) {
   for (uint16_t i = 0; i < n; ++i) {
     const Checked& it = items[i];
     if (i + 1 < n) PrefetchPayload(items[i + 1].pkt);
-    if (it.pkt.opcode == aggregator::Opcode::kResult) {
+    if (it.pkt.opcode == aggregator::Opcode::kResult ||
+        it.pkt.opcode == aggregator::Opcode::kExceptionRetransmit) {
       tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port);
     } else {
       Contribute(it);

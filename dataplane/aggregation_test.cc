@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <functional>
 #include <cstring>
+#include <limits>
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -612,9 +613,9 @@ class InBandTest : public AggregationTest {
   // A contribution that carries its task info (variant A): `members` expected
   // at this switch, `nodes` switches taking part.
   static Frame WithTaskInfo(uint32_t job, uint32_t seq, uint16_t node, uint16_t members, int32_t value,
-                            uint64_t key = kKey, uint16_t nodes = 1) {
+                            uint64_t key = kKey, uint16_t nodes = 1, uint16_t more_flags = 0) {
     aggregator::AggFields f;
-    f.flags = aggregator::flags::kTaskInfo;
+    f.flags = aggregator::flags::kTaskInfo | more_flags;
     f.node_id = node;
     f.job_id = job;
     f.seq = seq;
@@ -673,6 +674,28 @@ TEST_F(InBandTest, MultiNodeTaskInfoWithoutUpstreamGetsNoUpstreamNack) {
   EXPECT_EQ(jobs_->Find(23), nullptr);
   EXPECT_EQ(dp_->registrations(RegistrationResult::no_upstream), 8u);
   EXPECT_EQ(dp_->registrations(RegistrationResult::admitted), 0u);
+}
+
+// Task info that asks for verify mode at a switch without a parameter node
+// (no remote aggregation.tan): refused with NACK no_parameter_node, no job
+// left behind; without the flag the same job registers.
+TEST_F(InBandTest, VerifyModeWithoutAParameterNodeIsRefused) {
+  for (uint16_t m = 0; m < 2; ++m) {
+    Inject(0, WithTaskInfo(24, 0, m, 2, 1, kKey, 1, aggregator::flags::kVerifyMode));
+  }
+  StepWithRegistration();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Result& r : Results(out[0])) {
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+    EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kNoParameterNode));
+  }
+  EXPECT_EQ(jobs_->Find(24), nullptr);
+  EXPECT_EQ(dp_->registrations(RegistrationResult::no_parameter_node), 2u);
+  for (uint16_t m = 0; m < 2; ++m) Inject(0, WithTaskInfo(24, 0, m, 2, 1));
+  StepWithRegistration();
+  ASSERT_NE(jobs_->Find(24), nullptr);
+  EXPECT_FALSE(jobs_->Find(24)->verify());
 }
 
 // Task info that says two nodes, at a leaf that lists two upper switches
@@ -1134,11 +1157,12 @@ class ParameterNodeTest : public AggregationTest {
   static constexpr uint16_t kPs = 50;
 
   // Job `id` of `members` members, a root whose TAN (resolved) is node 50.
-  void AddJobWithPs(uint32_t id, uint16_t members) {
+  void AddJobWithPs(uint32_t id, uint16_t members, bool verify = false) {
     aggregator::JobSpec spec;
     spec.id = id;
     spec.key = 0x5eed;
     spec.members = members;
+    spec.verify = verify;
     spec.tan = aggregator::JobSpec::Tan::kRemote;
     spec.tan_peer.ip = MemberIp(kPs);
     spec.tan_peer.udp_port = aggregator::kAggUdpPort;
@@ -1348,6 +1372,113 @@ TEST_F(ParameterNodeTest, ACollisionWithNoSpareSlotGoesToTheParameterNode) {
   out = Drain();
   ASSERT_EQ(out[0].size(), 2u);
   for (const Frame& f : out[0]) EXPECT_EQ(ParseResult(f).payload, Int32Payload({3}));
+}
+
+// Verify mode: the complete chunk goes to the parameter node as VERIFY (it
+// counts all four nodes), no member hears anything until the parameter node
+// answers, and the slot stays the chunk's meanwhile (another chunk that
+// lands on it collides). The VERIFIED result reaches every member; a member
+// that asks again gets it, still VERIFIED.
+TEST_F(ParameterNodeTest, InVerifyModeMembersReceiveOnlyWhatTheParameterNodeChecked) {
+  BuildAggregation(", spare_slots: 0");
+  AddJobWithPs(7, 4, true);
+  AddJobWithPs(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  for (const uint16_t m : {0, 1, 2, 3}) Inject(0, Contribution(7, s7, m, Int32Payload({1 << m})));
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(out.count(0), 0u) << "no member is answered before the parameter node";
+  ASSERT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(Agg().verify_sent.Get(), 1u);
+  // The slot waits for the answer: job 8's chunk finds it taken and goes to
+  // the parameter node as a conflict (no spare slot).
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
+  Step();
+  auto conflict = Drain();
+  ASSERT_EQ(conflict[1].size(), 1u);
+  EXPECT_EQ(Agg().conflicts_to_ps.Get(), 1u);
+  const std::vector<Result> sent = ThroughPs(out[1]);
+  EXPECT_EQ(sent[0].fields.opcode, aggregator::Opcode::kVerify);
+  EXPECT_EQ(sent[0].fields.expected, 4u);
+  EXPECT_EQ(sent[0].fields.node_count, 4u);
+  EXPECT_EQ(sent[0].payload, Int32Payload({15}));
+  EXPECT_EQ(ps_.counters().verified, 1u);
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 4u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.fields.flags, aggregator::flags::kVerified);
+    EXPECT_EQ(r.payload, Int32Payload({15}));
+  }
+  Inject(0, Contribution(7, s7, 2, Int32Payload({4})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).fields.flags, aggregator::flags::kVerified);
+  EXPECT_EQ(ParseResult(out[0][0]).payload, Int32Payload({15}));
+}
+
+// A RESULT claiming VERIFIED from anything but the job's parameter node is
+// dropped and counted; so is one from the parameter node that is not
+// VERIFIED, in verify mode.
+TEST_F(ParameterNodeTest, OnlyTheParameterNodesVerifiedResultsReachMembers) {
+  AddJobWithPs(7, 2, true);
+  Inject(0, Contribution(7, 1, 0, Int32Payload({1})));
+  Inject(0, Contribution(7, 1, 1, Int32Payload({2})));
+  Step();
+  ASSERT_EQ(Drain()[1].size(), 1u);
+  aggregator::AggFields forged;
+  forged.opcode = aggregator::Opcode::kResult;
+  forged.flags = aggregator::flags::kVerified;
+  forged.node_id = 0xFFFE;
+  forged.job_id = 7;
+  forged.seq = 1;
+  forged.elem_count = 1;
+  Inject(0, Datagram(forged, Int32Payload({999})));  // from member 0's side
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  EXPECT_EQ(Agg().results_refused.Get(), 1u);
+  // From the parameter node's addresses, but unchecked.
+  forged.flags = 0;
+  Inject(1, DatagramFrom(forged, Int32Payload({999}), MemberMac(kPs), MemberIp(kPs),
+                         aggregator::kAggUdpPort));
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  EXPECT_EQ(Agg().unverified_results.Get(), 1u);
+  EXPECT_EQ(Agg().results_down.Get(), 0u);
+}
+
+// A sum that saturates at the root of a job with a parameter node (verify
+// mode or not) goes there to be checked; its EXCEPTION_RETRANSMIT reaches
+// every member, and a member that asks again is answered with the saturated
+// sum flagged OVERFLOW, the same instruction.
+TEST_F(ParameterNodeTest, ASaturatedSumBringsEveryMemberAnExceptionRetransmit) {
+  AddJobWithPs(7, 2);
+  Inject(0, Contribution(7, 1, 0, Int32Payload({1'500'000'000})));
+  Inject(0, Contribution(7, 1, 1, Int32Payload({1'000'000'000})));
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(out.count(0), 0u);
+  ASSERT_EQ(out[1].size(), 1u);
+  const std::vector<Result> sent = ThroughPs(out[1]);
+  EXPECT_EQ(sent[0].fields.opcode, aggregator::Opcode::kVerify);
+  EXPECT_EQ(sent[0].fields.flags, aggregator::flags::kOverflow);
+  EXPECT_EQ(ps_.counters().verify_overflows, 1u);
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kExceptionRetransmit);
+    EXPECT_EQ(r.fields.flags, aggregator::flags::kOverflow);
+    EXPECT_EQ(r.payload, Int32Payload({std::numeric_limits<int32_t>::max()}));
+  }
+  EXPECT_EQ(Agg().exceptions_down.Get(), 1u);
+  Inject(0, Contribution(7, 1, 1, Int32Payload({1'000'000'000})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).fields.flags, aggregator::flags::kOverflow);
 }
 
 TEST_F(AggregationTest, SlotDumpShowsBusySlotsUntilReleased) {

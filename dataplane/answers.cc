@@ -51,7 +51,10 @@ void Answers::WriteResultPayload(const aggregator::Job& job, const aggregator::S
                                  uint8_t* buf) {
   aggregator::AggFields f = ChunkFields(job, slot);
   f.opcode = aggregator::Opcode::kResult;
-  f.flags = slot.overflow() ? aggregator::flags::kOverflow : 0;
+  // A job in verify mode keeps only results its parameter node checked.
+  f.flags = slot.overflow()  ? aggregator::flags::kOverflow
+            : job.verify() ? aggregator::flags::kVerified
+                           : 0;
   aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(buf));
   rte_memcpy(buf + sizeof(aggregator::AggHeader), slot.result(), slot.result_len());
 }

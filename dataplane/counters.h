@@ -203,6 +203,9 @@ struct PortCounters {
   X(no_parameter_node, "contributions marked AGGREGATE_AT_PS refused or dropped: the job's root has no parameter node") \
   X(results_down, "results received from upstream or the TAN and replicated to members") \
   X(results_refused, "results not from the job's upstream or TAN")                     \
+  X(verify_sent, "complete results sent to the parameter node to be checked (VERIFY)") \
+  X(exceptions_down, "EXCEPTION_RETRANSMITs (a saturated sum, to be redone in float32) received from upstream or the parameter node and replicated to members") \
+  X(unverified_results, "results of a job in verify mode dropped: from its parameter node, but neither VERIFIED nor INCOMPLETE nor OVERFLOW") \
   X(unresolved_next_hop, "datagrams dropped: the upstream or TAN address is not resolved yet") \
   X(missing_list_overflow, "partials that could not carry their missing list; members got an incomplete result") \
   X(incomplete_results, "results sent with the INCOMPLETE flag")                        \

@@ -564,6 +564,8 @@ aggregator::NackReason VerdictOf(RegistrationResult result) {
       return NackReason::kInBandFull;
     case RegistrationResult::no_upstream:
       return NackReason::kNoUpstream;
+    case RegistrationResult::no_parameter_node:
+      return NackReason::kNoParameterNode;
     case RegistrationResult::kCount:
       break;
   }
@@ -604,6 +606,7 @@ size_t Dataplane::ProcessRegistrations(const Admission& admit) {
         request.expected = h.expected.host();
         request.node_count = h.node_count.host();
         request.ordered = (h.flags.host() & aggregator::flags::kOrdered) != 0;
+        request.verify = (h.flags.host() & aggregator::flags::kVerifyMode) != 0;
         request.addr_low = h.addr_low.host();
         request.node_id = h.node_id.host();
         request.src_ip = udp.src_ip;

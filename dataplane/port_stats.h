@@ -77,6 +77,7 @@ struct RegistrationRequest {
   uint16_t expected = 0;    // members at this switch
   uint16_t node_count = 0;  // switches taking part
   bool ordered = false;     // the ORDERED flag
+  bool verify = false;      // the VERIFY_MODE flag
   uint32_t addr_low = 0;    // low bits of the sender's buffer address
   uint16_t node_id = 0;     // the sender's node id
   uint32_t src_ip = 0;      // the sender's IPv4 address, host order
@@ -91,7 +92,8 @@ struct RegistrationRequest {
   X(invalid, "refused: the task info is out of range, members or nodes")            \
   X(rate_limited, "refused: over the per-source or switch-wide registration rate")   \
   X(in_band_full, "refused: in-band jobs fill aggregation.in_band.max_jobs")         \
-  X(no_upstream, "refused: the task info says more than one node and the switch has no upstream")
+  X(no_upstream, "refused: the task info says more than one node and the switch has no upstream") \
+  X(no_parameter_node, "refused: the task info asks for verify mode and the switch has no remote TAN")
 
 enum class RegistrationResult : uint8_t {
 #define AGG_REGISTRATION_ENUM(name, help) name,

@@ -83,30 +83,44 @@ uint32_t TreeStage::CollectMissing(const aggregator::Job& job, const aggregator:
 bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
                            bool expired, rte_mbuf* carrier, uint32_t header_offset) {
   // The common case, a flat root with every member in, skips the scan. A
-  // parameter-server job's chunks all go to its TAN, complete or not.
-  const bool answer_here = job.is_root() && !job.parameter_server();
-  if (answer_here && slot.count() == slot.expected() && slot.inherited_count() == 0 &&
-      !slot.inherited_overflow()) {
+  // parameter-server job's chunks all go to its TAN, complete or not. A
+  // complete chunk of a job in verify mode, or one whose sum saturated in a
+  // job with a parameter node, goes there to be checked (VERIFY), its slot
+  // held until the answer (docs/parameter-node.md).
+  const bool root = job.is_root();
+  const bool answer_here = root && !job.parameter_server();
+  const bool verify = answer_here && (job.verify() || slot.overflow()) &&
+                      job.tan() == aggregator::JobSpec::Tan::kRemote;
+  const bool all_in = slot.count() == slot.expected() && slot.inherited_count() == 0 &&
+                      !slot.inherited_overflow();
+  if (answer_here && !verify && all_in) {
     return answers_.SendResult(job, slot, -1, carrier, header_offset);
   }
   uint16_t missing[kMaxMissingIds];
-  const uint32_t n = CollectMissing(job, slot, expired, missing, kMaxMissingIds);
+  const uint32_t n = all_in ? 0 : CollectMissing(job, slot, expired, missing, kMaxMissingIds);
   bool consumed = false;
+  bool hold = false;
   if (n == UINT32_MAX) {
     stats_.lcore.agg.missing_list_overflow.Add(1);
     answers_.SendIncomplete(job, slot, nullptr, 0);
+  } else if (n == 0 && verify) {
+    stats_.lcore.agg.verify_sent.Add(1);
+    consumed = SendPartial(job, slot, aggregator::Opcode::kVerify, nullptr, 0, carrier,
+                           header_offset);
+    hold = true;
   } else if (n == 0 && answer_here) {
     return answers_.SendResult(job, slot, -1, carrier, header_offset);
   } else {
-    consumed = SendPartial(job, slot, missing, n, carrier, header_offset);
+    consumed = SendPartial(job, slot, aggregator::Opcode::kPartial, missing, n, carrier,
+                           header_offset);
   }
-  s_.slots->MarkForwarded(local);
+  s_.slots->MarkForwarded(local, hold);
   return consumed;
 }
 
 bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
-                            const uint16_t* missing, uint32_t n_missing, rte_mbuf* carrier,
-                            uint32_t header_offset) {
+                            aggregator::Opcode opcode, const uint16_t* missing,
+                            uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset) {
   AggregationCounters& c = stats_.lcore.agg;
   const bool root = job.is_root();
   // (A parameter-server job's TAN is remote: the config and JobControl::Tan
@@ -140,7 +154,7 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
   aggregator::AggFields f = Answers::ChunkFields(job, slot);
-  f.opcode = aggregator::Opcode::kPartial;
+  f.opcode = opcode;
   f.job_key = job.key();  // the parent switch, or the TAN, checks it
   f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
                                   (slot.ordered() ? aggregator::flags::kOrdered : 0));
@@ -148,8 +162,15 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
     // The parent knows the job from this: its members are the job's nodes,
     // and it is the root.
     f.flags |= aggregator::flags::kTaskInfo;
+    if (job.verify()) f.flags |= aggregator::flags::kVerifyMode;
     f.expected = job.nodes();
     f.node_count = 1;
+  } else if (opcode == aggregator::Opcode::kVerify) {
+    // What the parameter node checks for omission: how many members the
+    // root has (its workers and child switches), and how many this result
+    // counts.
+    f.expected = job.members();
+    f.node_count = slot.count();
   }
   f.node_id = root ? kRootNodeId : job.upstream_node();
   // The parent frees its complete slots, and admits chunks under the slot
@@ -163,7 +184,7 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
     c.partials_sent.Add(1);
     SendToHop(m, job, job.ParentHop(slot.addr_low()), kOwnFrame);
   } else {
-    c.first_data_sent.Add(1);
+    if (opcode == aggregator::Opcode::kPartial) c.first_data_sent.Add(1);
     if (job.tan() == aggregator::JobSpec::Tan::kSelf) {
       if (s_.tan_up == nullptr || rte_ring_sp_enqueue(s_.tan_up, m) != 0) {
         c.late_no_tan.Add(1);
@@ -290,15 +311,27 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
     tx_.Drop(in_port, DropReason::kAggMalformed, m);
     return;
   }
-  c.results_down.Add(1);
   const uint32_t seq = h.seq.host();
   const uint16_t flags = h.flags.host();
+  const bool exception = pkt.opcode == aggregator::Opcode::kExceptionRetransmit;
+  if (!exception && job.verify() && job.is_root() &&
+      (flags & (aggregator::flags::kVerified | aggregator::flags::kIncomplete |
+                aggregator::flags::kOverflow)) == 0) {
+    // Verify mode: members receive only what the parameter node checked.
+    c.unverified_results.Add(1);
+    tx_.Drop(in_port, DropReason::kAggResultRefused, m);
+    return;
+  }
+  (exception ? c.exceptions_down : c.results_down).Add(1);
   if ((flags & aggregator::flags::kIncomplete) != 0) {
     c.incomplete_results.Add(1);
   } else {
-    // Kept for members that retransmit, while the slot still holds the chunk.
+    // Kept for members that retransmit, while the slot still holds the
+    // chunk; an exception as the saturated sum it carries, which a member
+    // that asks again takes the same way (docs/parameter-node.md).
     (void)s_.slots->CacheResult(LocalSlot(job, seq), job.id(), job.generation(), seq, pkt.payload,
-                                pkt.payload_len, (flags & aggregator::flags::kOverflow) != 0);
+                                pkt.payload_len,
+                                exception || (flags & aggregator::flags::kOverflow) != 0);
   }
   const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h.missing_count + pkt.payload_len;
   rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));

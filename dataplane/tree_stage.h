@@ -53,7 +53,9 @@ class TreeStage {
 
   // The slot's result went as far as this switch can take it: a partial
   // upstream, first data to the TAN, or (nothing missing at the root) the
-  // result to every member. `expired`: its timer fired (bypass entries are
+  // result to every member, or to the parameter node as VERIFY (verify
+  // mode, or a saturated sum in a job with one; the slot is held until the
+  // answer). `expired`: its timer fired (bypass entries are
   // written for the missing). `carrier` as for Answers::SendResult. Returns
   // whether the carrier was consumed.
   bool FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
@@ -74,8 +76,11 @@ class TreeStage {
   // smallest watermark, an ACK with that watermark goes upstream (written
   // over `m`). Consumes `m`.
   void RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset, uint16_t in_port);
-  // A RESULT from upstream or the TAN: cached in a forwarded slot, replicated
-  // to every member. Consumes `m`.
+  // A RESULT (or EXCEPTION_RETRANSMIT) from upstream or the TAN: cached in a
+  // forwarded slot (an exception as an overflowed result), replicated to
+  // every member. At the root of a job in verify mode, a RESULT that is
+  // neither VERIFIED, INCOMPLETE nor OVERFLOW is dropped (unverified_results).
+  // Consumes `m`.
   void ResultFromAbove(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
                        uint32_t header_offset, uint16_t in_port);
   // Whether late data of member `member` (node `node_id`) for chunk `seq`
@@ -94,9 +99,11 @@ class TreeStage {
   void ContinueBypassDump(BypassDumpExchange& d);
 
  private:
-  // Sends a partial (non-root) or first data (root) with `missing` node ids.
-  bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot, const uint16_t* missing,
-                   uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset);
+  // Sends a partial (non-root) or first data (root) with `missing` node ids,
+  // or (`opcode` kVerify, root) a complete result to be checked.
+  bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
+                   aggregator::Opcode opcode, const uint16_t* missing, uint32_t n_missing,
+                   rte_mbuf* carrier, uint32_t header_offset);
   // Cuts `m` to its datagram, from the aggregation header at `header_offset`
   // to where the header says it ends (whatever padding followed), with
   // `add_flags` added; returns the header.

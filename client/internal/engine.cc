@@ -300,7 +300,9 @@ common::Status Engine::RunFixedPointSum(Lane& lane, const Request& r, uint32_t p
   redo.kind = Phase::Kind::kCopy;
   redo.dtype = DType::kFloat32;
   redo.scale = 0;
-  redo.flags = flags::kOrdered;
+  // The parameter node reduces direct data in rank order: as exact a
+  // float32 sum as an ordered one through the switch.
+  redo.flags = options_.resend_to_parameter_node ? flags::kAggregateAtPs : flags::kOrdered;
   redo.chunk_map = redo_.data();
   redo.chunks = static_cast<uint32_t>(redo_.size());
   return Transfer(lane, redo);
@@ -427,16 +429,23 @@ uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) con
   auto* header = reinterpret_cast<AggHeader*>(buf);
   if (phase.kind == Phase::Kind::kAnnounce) {
     f.opcode = Opcode::kTaskInfo;
-    f.flags = flags::kTaskInfo;
+    f.flags = flags::kTaskInfo | (options_.verify ? flags::kVerifyMode : 0);
     f.expected = RanksPerNode(options_);
     f.node_count = options_.node_count;
     aggregator::WriteAggHeader(f, 0, header);
     return sizeof(AggHeader);
   }
-  const bool in_band = options_.task_info == TaskInfoMode::kInBand;
+  // Data for the parameter node says how many ranks the allreduce has in
+  // place of the task info.
+  const bool at_ps = (phase.flags & flags::kAggregateAtPs) != 0;
+  const bool in_band = options_.task_info == TaskInfoMode::kInBand && !at_ps;
   f.opcode = Opcode::kContribution;
-  f.flags = phase.flags | (in_band ? flags::kTaskInfo : 0) | (self_flag_ ? flags::kBypass : 0);
-  if (in_band) {
+  f.flags = phase.flags | (in_band ? flags::kTaskInfo : 0) |
+            (in_band && options_.verify ? flags::kVerifyMode : 0) |
+            (self_flag_ && !at_ps ? flags::kBypass : 0);
+  if (at_ps) {
+    f.expected = options_.world;
+  } else if (in_band) {
     f.expected = RanksPerNode(options_);
     f.node_count = options_.node_count;
   }
@@ -479,6 +488,7 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
   if (h.job_id.host() == options_.job_id && (from_switch || from_own_tan)) {
     switch (pkt.opcode) {
       case Opcode::kResult:
+      case Opcode::kExceptionRetransmit:  // a saturated sum, flagged OVERFLOW: redone
         if (phase.kind != Phase::Kind::kAnnounce) return OnResult(lane, phase, pkt);
         break;
       case Opcode::kTaskInfo: {

@@ -22,6 +22,13 @@
 #  3. Under the same loss, a job whose root is its own TAN (so has no
 #     parameter node) refuses data marked for one: the rank fails, naming
 #     the reason.
+#  4. Verify mode: every complete chunk of job 10 goes to the parameter node
+#     as VERIFY and comes back VERIFIED before any rank receives it. The
+#     overflow example in job 11 (not in verify mode): float32 1.5e9, 1.0e9,
+#     1.5e9 and 1.0e9 as fixed point without headroom (scale 1) are integers
+#     whose sum, 2.5e9, saturates at the switch; the parameter node answers
+#     EXCEPTION_RETRANSMIT, the ranks redo the chunks in float32 for it, and
+#     every rank receives 5e9.
 #
 # Usage: ps_netns_test.sh AGGSWITCH AGG_WORKER AGG_PS
 # Needs root (namespaces). Everything is torn down on exit, pass or fail.
@@ -240,6 +247,42 @@ $JOBS"; then
   check "aggswitch (conflicts) stops with exit 0" stop_switch
 else
   fail "conflicts: aggswitch came up"
+fi
+
+# --- 4. Verify mode, and the overflow redo at the parameter node.
+start_ps || fail "agg-ps came up again"
+for r in 0 1 2 3; do
+  python3 -c 'import struct, sys; sys.stdout.buffer.write(struct.pack("<f", float(sys.argv[1])) * 3000)' \
+    "$(echo 1.5e9 1.0e9 1.5e9 1.0e9 | cut -d' ' -f$((r + 1)))" >"$WORK/big.$r"
+done
+if start_switch verify "" "  jobs:
+    - {id: 10, key: \"0x5eed\", members: 4, verify: true}
+    - {id: 11, key: \"0x5eed\", members: 4}"; then
+  check "verify mode: int32 sum, 1 MiB x 2, exact" \
+    allreduce verify 10 --dtype int32 --op sum --size 1M --iterations 2
+  sleep 0.7
+  echo "      switch: verify_sent=$(total verify_sent) results_down=$(total results_down)" \
+    "unverified_results=$(total unverified_results)"
+  echo "      agg-ps: $(cat "$PS_STATS")"
+  check "  ... every chunk was checked by the parameter node and came back VERIFIED" \
+    test "$(total verify_sent)" -gt 0 -a "$(ps_stat verified)" -gt 0 \
+    -a "$(total results_down)" -ge "$(ps_stat verified)" -a "$(ps_stat verify_omissions)" -eq 0
+  check "  ... no unchecked result reached a rank" test "$(total unverified_results)" -eq 0
+  check "overflow redo: 1.5e9, 1.0e9, 1.5e9, 1.0e9 as fixed point without headroom saturate (2.5e9 at scale 1); redone in float32 at the parameter node, every rank gets 5e9" \
+    allreduce overflow 11 --dtype float32 --op sum --input "$WORK/big.{rank}" --headroom 0 \
+    --resend-to-ps
+  sleep 0.7
+  echo "      switch: verify_sent=$(total verify_sent) exceptions_down=$(total exceptions_down)" \
+    "saturated_sums=$(total saturated_sums)"
+  echo "      agg-ps: $(cat "$PS_STATS")"
+  check "  ... the parameter node answered the saturated sums with EXCEPTION_RETRANSMIT" \
+    test "$(ps_stat verify_overflows)" -gt 0 -a "$(total exceptions_down)" -gt 0
+  check "  ... and summed the ranks' float32 redos itself" test "$(ps_stat direct_reduced)" -gt 0
+  check "  ... every rank redid its saturated chunks" \
+    test "$(grep -l "overflow redos [1-9]" "$WORK"/overflow.*.out | wc -l)" -eq 4
+  check "aggswitch (verify) stops with exit 0" stop_switch
+else
+  fail "verify mode: aggswitch came up"
 fi
 
 stop_ps

@@ -201,7 +201,7 @@ TEST(AggPsServerTest, MergesLateDataOverUdpAndAnswersTheRoot) {
   EXPECT_EQ(r.f.job_id, 7u);
   EXPECT_EQ(r.f.seq, 1u);
   EXPECT_EQ(r.f.job_key, kKey);
-  EXPECT_EQ(r.f.flags, 0);
+  EXPECT_EQ(r.f.flags, aggregator::flags::kVerified);  // the parameter node reduced it
   EXPECT_TRUE(r.missing.empty());
   EXPECT_EQ(r.values, (std::vector<int32_t>{78, 0}));
   EXPECT_FALSE(leaf.Receive(50));
@@ -347,7 +347,7 @@ TEST(AggPsServerTest, SgdJobIsAnsweredWithTheUpdatedParameters) {
   EXPECT_EQ(p1.f.opcode, Opcode::kResult);
   EXPECT_EQ(p1.f.seq, 1u);
   EXPECT_EQ(p1.f.aux, 0u);
-  EXPECT_EQ(p1.f.flags, 0);
+  EXPECT_EQ(p1.f.flags, aggregator::flags::kVerified);
   EXPECT_EQ(p1.f.dtype, aggregator::DType::kFloat32);
   EXPECT_EQ(Floats(r1), (std::vector<float>{-0.5f, -1.0f, 2.0f}));
   const Bytes r2 = exchange(2, 3, {8.0f, 0.25f});

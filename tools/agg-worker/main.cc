@@ -490,7 +490,10 @@ int Main(int argc, char** argv) {
   app.add_flag("--resend-to-ps", o.resend_to_parameter_node,
                "The job's root switch has a parameter node (an agg-ps as its TAN): mark data "
                "resent after a loss for it (AGGREGATE_AT_PS), so the parameter node completes "
-               "the chunk");
+               "the chunk; the float32 redo of an overflowed fixed-point chunk goes there too");
+  app.add_flag("--verify-mode", o.verify,
+               "With --task-info in-band or control-unit: the job runs in verify mode, its "
+               "parameter node checks every complete chunk before the ranks receive it");
   app.add_option("--timeout-ms", text.timeout_ms,
                  "Fail an allreduce when no result arrives for this long, ms")
       ->capture_default_str();

@@ -618,6 +618,11 @@ bool ParameterServer(const json& job) {
   return job.contains("parameter_server") && job.at("parameter_server").get<bool>();
 }
 
+// Whether the job is in verify mode (false from daemons that do not show it).
+bool VerifyMode(const json& job) {
+  return job.contains("verify") && job.at("verify").get<bool>();
+}
+
 // A job's "counters" object; null with aggregation off (and absent from
 // daemons older than the per-job counters).
 json JobCounters(const json& job) {
@@ -634,17 +639,20 @@ void PrintJobs(const json& j) {
            ">CONTRIB", ">COMPLETED", "UPSTREAM", "TAN"});
   bool unresolved = false;
   bool parameter_server = false;
+  bool verify = false;
   for (const json& job : j.at("jobs")) {
     const std::string upstream = UpstreamText(job);
     const std::string tan = job.contains("tan") ? TanText(job.at("tan")) : "-";
     unresolved |= upstream.back() == '?' || tan.back() == '?';
     const bool ps = ParameterServer(job);
+    const bool checked = VerifyMode(job);
     parameter_server |= ps;
+    verify |= checked;
     t.AddRow({U64(job.at("id")), job.at("origin").get<std::string>(), U64(job.at("index")),
               U64(job.at("members")), U64(job.at("learned")), U64(job.at("nodes")),
               job.at("ordered").get<bool>() ? "yes" : "no", OptionalU64(job.at("min_ack")),
               JobCounter(job, "contributions"), JobCounter(job, "completions"), upstream,
-              ps ? tan + " (ps)" : tan});
+              tan + (ps ? " (ps)" : "") + (checked ? " (verify)" : "")});
   }
   if (!t.empty()) t.Print(std::cout);
   std::cout << U64(j.at("count")) << " of " << U64(j.at("capacity")) << " jobs; at most "
@@ -652,6 +660,10 @@ void PrintJobs(const json& j) {
             << (j.at("in_band_registration").get<bool>() ? "on" : "off") << '\n';
   if (unresolved) std::cout << "?: next hop not resolved by ARP yet\n";
   if (parameter_server) std::cout << "(ps): the TAN is the job's parameter server\n";
+  if (verify) {
+    std::cout << "(verify): verify mode, the TAN checks every complete chunk before the members "
+                 "receive it\n";
+  }
 }
 
 // A slot's age: chunks complete in microseconds, stuck ones age in seconds.
@@ -869,6 +881,7 @@ struct Options {
   bool job_tan_self = false;
   std::optional<uint16_t> job_tan_member;
   bool job_parameter_server = false;
+  bool job_verify = false;
 };
 
 // The API token: AGGCTL_TOKEN, else the first line of `path` (surrounding
@@ -1254,6 +1267,11 @@ int Main(int argc, char** argv) {
                  "a root job whose TAN (agg-ps --sgd) is its parameter server: every chunk goes "
                  "to it and the members receive its answer; needs a remote TAN")
       ->excludes(upstream, job_self);
+  jobs_add
+      ->add_flag("--verify", o.job_verify,
+                 "verify mode: the root sends every complete chunk to the job's parameter node "
+                 "(its remote TAN, an agg-ps) and the members receive only its answer")
+      ->excludes(upstream, job_self);
   json job_body;  // POST /api/v1/jobs without its key, which is checked after parsing
   jobs_add->callback([&] {
     if (!o.job_members && o.job_node_ids.empty() && o.job_switches.empty()) {
@@ -1285,6 +1303,7 @@ int Main(int argc, char** argv) {
     if (!tan.is_null()) job_body["tan"] = std::move(tan);
     if (o.job_tan_member) job_body["tan_member"] = *o.job_tan_member;
     if (o.job_parameter_server) job_body["parameter_server"] = true;
+    if (o.job_verify) job_body["verify"] = true;
     print = PrintAddedJob;
   });
   CLI::App* jobs_rm = jobs->add_subcommand("rm", "remove a job");

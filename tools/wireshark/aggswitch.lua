@@ -77,9 +77,10 @@ local FLAG_BITS = {
   { mask = 0x0040, abbr = "incomplete",      label = "INCOMPLETE" },
   { mask = 0x0080, abbr = "task_info",       label = "TASK_INFO" },
   { mask = 0x0100, abbr = "ordered",         label = "ORDERED" },
+  { mask = 0x0200, abbr = "verify_mode",     label = "VERIFY_MODE" },
 }
--- Bits 9..15 are reserved: a flags value at or above this has one of them set.
-local FLAGS_RESERVED_MIN = 0x0200
+-- Bits 10..15 are reserved: a flags value at or above this has one of them set.
+local FLAGS_RESERVED_MIN = 0x0400
 local NO_SLOT_HINT = 0xFFFF
 
 -- Fields -----------------------------------------------------------------------

@@ -594,7 +594,7 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
   ExpectNoLuaError(r);
   EXPECT_EQ(r.out.find("Lua Error"), std::string::npos) << r.out;
   for (const char* text : {
-           "Reserved flag bits set (0xFE00); receivers ignore them",
+           "Reserved flag bits set (0xFC00); receivers ignore them",
            "Missing node: 3",
            "0 bytes, shorter than the 48-byte header",
            "45 bytes, shorter than the 48-byte header",
