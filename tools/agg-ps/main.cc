@@ -96,6 +96,10 @@ int Main(int argc, char** argv) {
   app.add_option("--stats", options.stats_path,
                  "Write the counters as JSON to FILE every 500 ms and at exit (atomically)")
       ->type_name("FILE");
+  app.add_option("--metrics", options.metrics_path,
+                 "Write the counters in Prometheus's text format to FILE every 500 ms and at exit "
+                 "(atomically; for node_exporter's textfile collector, name it *.prom)")
+      ->type_name("FILE");
   app.add_option("--log-level", log_level, "error, warning, info or debug")
       ->check(CLI::IsMember({"error", "warning", "warn", "info", "debug"}))
       ->capture_default_str();

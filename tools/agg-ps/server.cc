@@ -275,8 +275,8 @@ void PsServer::Send(const std::vector<TanOutput>& out) {
 common::Status PsServer::Run(const std::atomic<bool>& stop) {
   std::vector<TanOutput> out;
   Clock::time_point next_expire = Clock::now() + options_.expire_period;
-  Clock::time_point next_stats =
-      options_.stats_path.empty() ? Clock::time_point::max() : Clock::now();
+  const bool files = !options_.stats_path.empty() || !options_.metrics_path.empty();
+  Clock::time_point next_stats = files ? Clock::now() : Clock::time_point::max();
   common::Status status;
   while (!stop.load(std::memory_order_relaxed)) {
     auto got = ReceiveBatch(&out);
@@ -309,7 +309,7 @@ common::Status PsServer::Run(const std::atomic<bool>& stop) {
     // A signal interrupts the wait (EINTR), and the loop looks at `stop`.
     poll(&p, 1, static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000)));
   }
-  if (!options_.stats_path.empty()) {
+  if (files) {
     if (const common::Status s = WriteStats(); !s.ok())
       AGG_LOG(kWarning, "%s", s.message().c_str());
   }
@@ -343,82 +343,120 @@ common::Status PsServer::WriteStats() {
   return WriteStatsLocked();
 }
 
-std::string PsServer::StatsJsonLocked() const {
+std::vector<PsServer::Stat> PsServer::StatsLocked() const {
   const aggregator::TanCounters& t = engine_.tan().counters();
   const aggregator::PsCounters& p = engine_.counters();
-  const std::pair<const char*, uint64_t> fields[] = {
-      {"first_data", t.first_data},
-      {"late", t.late},
-      {"merged", t.merged},
-      {"duplicate_late", t.duplicate_late},
-      {"key_mismatch", t.key_mismatch},
-      {"completed", t.completed},
-      {"gave_up", t.gave_up},
-      {"completion_refused", t.completion_refused},
-      {"orphan_late", t.orphan_late},
-      {"late_after_done", t.late_after_done},
-      {"repeat_first", t.repeat_first},
-      {"refused_full", t.refused_full},
-      {"malformed", t.malformed},
-      {"ignored", t.ignored},
-      {"own_data", t.own_data},
-      {"own_repeats", t.own_repeats},
-      {"pending", engine_.tan().pending()},
-      {"finished", engine_.tan().finished()},
-      {"held_lates", engine_.tan().held_lates()},
-      {"direct", p.direct},
-      {"conflicts", p.conflicts},
-      {"direct_to_tan", p.to_tan},
-      {"direct_reduced", p.reduced},
-      {"direct_gave_up", p.gave_up},
-      {"direct_duplicates", p.duplicates},
-      {"results_again", p.results_again},
-      {"direct_key_mismatch", p.key_mismatch},
-      {"direct_malformed", p.malformed},
-      {"direct_refused_full", p.refused_full},
-      {"verify", p.verify},
-      {"verified", p.verified},
-      {"verify_omissions", p.verify_omissions},
-      {"verify_overflows", p.verify_overflows},
-      {"direct_pending", engine_.pending()},
-      {"direct_kept", engine_.kept()},
-      {"direct_finished", engine_.finished()},
-      {"sgd_updates", sgd_.counters().updates},
-      {"sgd_elements", sgd_.counters().elements},
-      {"sgd_passed", sgd_.counters().passed},
-      {"sgd_refused", sgd_.counters().refused},
-      {"rx_datagrams", counters_.rx_datagrams},
-      {"parse_errors", counters_.parse_errors},
-      {"tx_datagrams", counters_.tx_datagrams},
-      {"tx_errors", counters_.tx_errors},
-      {"tx_dropped", counters_.tx_dropped},
-      {"stats_errors", counters_.stats_errors},
+  constexpr bool kGauge = true, kCounter = false;
+  return {
+      {"first_data", t.first_data, kCounter, "first data (PARTIALs) received from root switches"},
+      {"late", t.late, kCounter, "late data (LATEs, BYPASS contributions) received"},
+      {"merged", t.merged, kCounter, "late data that resolved missing node ids"},
+      {"duplicate_late", t.duplicate_late, kCounter, "late data that resolved nothing"},
+      {"key_mismatch", t.key_mismatch, kCounter, "late or repeated first data with another key"},
+      {"completed", t.completed, kCounter, "chunks completed from first data and late data"},
+      {"gave_up", t.gave_up, kCounter, "INCOMPLETE results: first data still short at the give-up"},
+      {"completion_refused", t.completion_refused, kCounter,
+       "INCOMPLETE results: the --sgd model refused the chunk"},
+      {"orphan_late", t.orphan_late, kCounter, "held late data whose first data never came"},
+      {"late_after_done", t.late_after_done, kCounter, "late data for a finished chunk"},
+      {"repeat_first", t.repeat_first, kCounter, "first data for a chunk already open or finished"},
+      {"refused_full", t.refused_full, kCounter, "chunks or late data refused at the bounds"},
+      {"malformed", t.malformed, kCounter, "first or late data the TAN could not use"},
+      {"ignored", t.ignored, kCounter, "datagrams of opcodes the TAN does not take"},
+      {"own_data", t.own_data, kCounter, "the own worker's contributions taken as late data"},
+      {"own_repeats", t.own_repeats, kCounter, "the own worker's repeats of data taken already"},
+      {"pending", engine_.tan().pending(), kGauge, "chunks open at the TAN"},
+      {"finished", engine_.tan().finished(), kGauge, "finished chunks' results kept for repeats"},
+      {"held_lates", engine_.tan().held_lates(), kGauge, "late payloads held, all chunks"},
+      {"direct", p.direct, kCounter, "contributions marked AGGREGATE_AT_PS or CONFLICT received"},
+      {"conflicts", p.conflicts, kCounter, "contributions a root switch marked CONFLICT"},
+      {"direct_to_tan", p.to_tan, kCounter, "direct contributions passed to the TAN as late data"},
+      {"direct_reduced", p.reduced, kCounter, "chunks reduced here from direct contributions"},
+      {"direct_gave_up", p.gave_up, kCounter,
+       "INCOMPLETE results: direct contributions still short at the give-up"},
+      {"direct_duplicates", p.duplicates, kCounter, "a node's second direct contribution to a chunk"},
+      {"results_again", p.results_again, kCounter, "answers sent again for a finished chunk"},
+      {"direct_key_mismatch", p.key_mismatch, kCounter,
+       "direct contributions with another key than the chunk's first"},
+      {"direct_malformed", p.malformed, kCounter,
+       "direct contributions or VERIFYs with fields that disagree or are out of range"},
+      {"direct_refused_full", p.refused_full, kCounter,
+       "direct contributions or chunks refused at the bounds"},
+      {"verify", p.verify, kCounter, "VERIFYs received from root switches (repeats included)"},
+      {"verified", p.verified, kCounter, "VERIFYs answered with a RESULT flagged VERIFIED"},
+      {"verify_omissions", p.verify_omissions, kCounter,
+       "VERIFYs that lacked members: no answer, the members' resends complete the chunk"},
+      {"verify_overflows", p.verify_overflows, kCounter,
+       "VERIFYs with a saturated sum: answered EXCEPTION_RETRANSMIT"},
+      {"direct_pending", engine_.pending(), kGauge, "chunks of direct contributions waiting for more"},
+      {"direct_kept", engine_.kept(), kGauge, "direct contributions kept, all chunks"},
+      {"direct_finished", engine_.finished(), kGauge, "answers of chunks finished here, kept for repeats"},
+      {"sgd_updates", sgd_.counters().updates, kCounter, "--sgd model updates (chunks applied)"},
+      {"sgd_elements", sgd_.counters().elements, kCounter, "--sgd parameters updated"},
+      {"sgd_passed", sgd_.counters().passed, kCounter, "--sgd job chunks passed through (not sums)"},
+      {"sgd_refused", sgd_.counters().refused, kCounter, "--sgd job chunks refused (INCOMPLETE)"},
+      {"rx_datagrams", counters_.rx_datagrams, kCounter, "datagrams received"},
+      {"parse_errors", counters_.parse_errors, kCounter, "datagrams that are no aggregation packet"},
+      {"tx_datagrams", counters_.tx_datagrams, kCounter, "datagrams sent"},
+      {"tx_errors", counters_.tx_errors, kCounter, "datagrams the kernel refused to send"},
+      {"tx_dropped", counters_.tx_dropped, kCounter, "datagrams dropped: the send buffer stayed full"},
+      {"stats_errors", counters_.stats_errors, kCounter,
+       "stats or metrics files that could not be written"},
   };
+}
+
+std::string PsServer::StatsJsonLocked() const {
   std::string json = "{";
-  for (const auto& [name, value] : fields) {
+  for (const Stat& s : StatsLocked()) {
     if (json.size() > 1) json += ", ";
-    json += "\"" + std::string(name) + "\": " + std::to_string(value);
+    json += "\"" + std::string(s.name) + "\": " + std::to_string(s.value);
   }
   json += "}\n";
   return json;
 }
 
-common::Status PsServer::WriteStatsLocked() {
-  const std::string& path = options_.stats_path;
+std::string PsServer::MetricsTextLocked() const {
+  std::string text;
+  for (const Stat& s : StatsLocked()) {
+    const std::string name = "aggps_" + std::string(s.name) + (s.gauge ? "" : "_total");
+    text += "# HELP " + name + " " + s.help + "\n# TYPE " + name +
+            (s.gauge ? " gauge\n" : " counter\n") + name + " " + std::to_string(s.value) + "\n";
+  }
+  return text;
+}
+
+std::string PsServer::MetricsText() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return MetricsTextLocked();
+}
+
+common::Status PsServer::WriteFileLocked(const char* option, const std::string& path,
+                                         const std::string& content) {
   const std::string tmp = path + ".tmp";
-  const std::string json = StatsJsonLocked();
   std::FILE* f = std::fopen(tmp.c_str(), "w");
   bool ok = f != nullptr;
   if (ok) {
-    ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+    ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
     ok = std::fclose(f) == 0 && ok;
   }
   if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
   if (!ok) {
     ++counters_.stats_errors;
-    return common::Unavailable("--stats " + path + ": cannot write: " + ErrnoText());
+    return common::Unavailable(std::string(option) + " " + path + ": cannot write: " + ErrnoText());
   }
   return common::Status::Ok();
+}
+
+common::Status PsServer::WriteStatsLocked() {
+  common::Status status;
+  if (!options_.stats_path.empty()) {
+    status = WriteFileLocked("--stats", options_.stats_path, StatsJsonLocked());
+  }
+  if (!options_.metrics_path.empty()) {
+    const common::Status s = WriteFileLocked("--metrics", options_.metrics_path, MetricsTextLocked());
+    if (status.ok()) status = s;
+  }
+  return status;
 }
 
 }  // namespace aggswitch::tools

@@ -10,8 +10,9 @@
 // parses them (aggregator/wire.h), feeds them to an aggregator::PsEngine,
 // calls its Expire about every 10 ms, and sends what the engine returns to
 // where the engine says (the first data's source). With a stats path it
-// writes the counters as one JSON object, atomically (a temporary file
-// renamed over the old one), every 500 ms and when the loop ends.
+// writes the counters as one JSON object, and with a metrics path in
+// Prometheus's text format, atomically (a temporary file renamed over the
+// old one), every 500 ms and when the loop ends.
 //
 //   ASSIGN_OR_RETURN(auto server, PsServer::Open(options));    // binds the socket
 //   std::atomic<bool> stop{false};                              // set by a signal handler
@@ -76,6 +77,10 @@ struct PsServerOptions {
   std::vector<SgdJob> sgd;
   uint64_t sgd_max_elems = SgdModel::kDefaultMaxElems;  // --sgd-max-elems, per job
   std::string stats_path;                               // empty: no stats file
+  // --metrics: the same counters in Prometheus's text format, for
+  // node_exporter's textfile collector (a FILE.prom in its directory);
+  // empty: none.
+  std::string metrics_path;
   std::chrono::milliseconds expire_period{10};
   std::chrono::milliseconds stats_period{500};
 };
@@ -127,9 +132,13 @@ class PsServer {
   void SetOwnWorker(const aggregator::TanPeer& worker);
 
   // The counters as one JSON object, and that object written to the stats
-  // path through a rename (a failure is also counted in stats_errors).
+  // path (and MetricsText to the metrics path) through a rename (a failure
+  // is also counted in stats_errors).
   std::string StatsJson() const;
   common::Status WriteStats();
+  // The counters in Prometheus's text format: aggps_<name>_total for the
+  // counters, aggps_<name> for the gauges, each with its help.
+  std::string MetricsText() const;
 
   const aggregator::PsEngine& engine() const { return engine_; }
   const SgdModel& sgd() const { return sgd_; }
@@ -142,9 +151,21 @@ class PsServer {
   // Receives one batch and feeds it to the engine; how many came.
   common::Result<uint32_t> ReceiveBatch(std::vector<aggregator::TanOutput>* out);
   void Send(const std::vector<aggregator::TanOutput>& out);
-  // StatsJson and WriteStats with mu_ held.
+  // One counter or gauge: the stats file's key, Prometheus's name without
+  // its prefix and suffix; one table for both.
+  struct Stat {
+    const char* name;
+    uint64_t value;
+    bool gauge;
+    const char* help;
+  };
+  // StatsJson, MetricsText and WriteStats with mu_ held.
+  std::vector<Stat> StatsLocked() const;
   std::string StatsJsonLocked() const;
+  std::string MetricsTextLocked() const;
   common::Status WriteStatsLocked();
+  common::Status WriteFileLocked(const char* option, const std::string& path,
+                                 const std::string& content);
 
   PsServerOptions options_;
   // Guards everything below but the receive buffers (the loop's alone).

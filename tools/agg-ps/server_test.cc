@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -459,9 +460,12 @@ TEST(AggPsBinaryTest, BadArgumentsAndBindFailureExit2WithAClearMessage) {
 TEST(AggPsBinaryTest, ServesAndStopsCleanlyOnSigterm) {
   const std::string log = TempPath("serve.log");
   const std::string stats = TempPath("stats.json");
+  const std::string metrics = TempPath("agg-ps.prom");
   std::remove(stats.c_str());
+  std::remove(metrics.c_str());
   auto p = TestProcess::Start({AGG_PS_BIN, "--listen", "127.0.0.1:0", "--stats", stats,
-                               "--give-up-ms", "200", "--covers", "7:100=0-3"},
+                               "--metrics", metrics, "--give-up-ms", "200", "--covers",
+                               "7:100=0-3"},
                               log);
   ASSERT_TRUE(p);
   // The log names the port it took.
@@ -485,8 +489,20 @@ TEST(AggPsBinaryTest, ServesAndStopsCleanlyOnSigterm) {
   const std::string json = ReadFile(stats);
   EXPECT_NE(json.find("\"completed\": 1"), std::string::npos) << json;
   EXPECT_NE(json.find("\"late\": 1"), std::string::npos) << json;
+  // The same counters for Prometheus, which promtool accepts.
+  const std::string text = ReadFile(metrics);
+  EXPECT_NE(text.find("# TYPE aggps_completed_total counter\naggps_completed_total 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE aggps_pending gauge\naggps_pending 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("aggps_verify_overflows_total 0\n"), std::string::npos) << text;
+  const std::string check = TempPath("promtool.out");
+  const int rc = std::system(("/usr/bin/promtool check metrics <" + metrics + " >" + check + " 2>&1").c_str());
+  EXPECT_EQ(rc, 0) << ReadFile(check);
+  std::remove(check.c_str());
   std::remove(log.c_str());
   std::remove(stats.c_str());
+  std::remove(metrics.c_str());
 }
 
 }  // namespace
