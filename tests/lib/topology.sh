@@ -150,6 +150,13 @@ run_switch() {
   fi
 }
 
+# agg_total METRICS_URL NAME: aggswitch_aggregation_NAME_total summed over
+# the lcores, from the switch's /metrics at METRICS_URL.
+agg_total() {
+  curl -fsS -m 2 "$1" |
+    awk -v m="aggswitch_aggregation_$2_total{" 'index($1, m) == 1 { s += $2 } END { print s + 0 }'
+}
+
 # stop_switch: SIGTERM to run_switch's SWITCH_PID; passes when it exits 0
 # (it has 10 s to). When it is gone already, says so with the end of
 # SWITCH_LOG.

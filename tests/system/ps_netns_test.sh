@@ -134,10 +134,7 @@ ps_stat() {
 }
 
 # total NAME: aggswitch_aggregation_NAME_total summed over the lcores.
-total() {
-  curl -fsS -m 2 "$METRICS" |
-    awk -v m="aggswitch_aggregation_$1_total{" 'index($1, m) == 1 { s += $2 } END { print s + 0 }'
-}
+total() { agg_total "$METRICS" "$1"; }
 
 # switch_state: on a failure, whether the switch and agg-ps still run, their
 # non-zero counters, and the switch's last words.

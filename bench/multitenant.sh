@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Tenants that meet in the slot table (docs/aggregation.md, "Collisions";
+# docs/parameter-node.md): N jobs of 4 ranks each allreduce at once through
+# one aggswitch, on a slot table so small that their chunks collide, and, as
+# the baseline, on one so large that they never meet. A collided chunk moves
+# to a spare slot (a relocation) or, with none free, goes to the jobs'
+# parameter node (agg-ps) marked CONFLICT; nothing is refused or dropped.
+# The baseline table has 16384 slots (1024 spare), where the jobs' windows
+# rarely meet; its collision count says whether they did.
+#
+# For N in --jobs (2, 4, 8), --repeats times, colliding then apart (apart
+# then colliding in even repeats, so that a drift of the machine hits both
+# alike), every rank verified:
+#   - each job's median and p99 time per allreduce (from its rank 0);
+#   - the switch's relocations (chunks sent on to spare slots), conflicts
+#     sent to the parameter node, collisions and slot_busy refusals;
+#   - the aggregate rate: bytes allreduced by all jobs over the wall time
+#     from the first start to the last exit;
+# and per N the ratio of the colliding rate to the apart one (target: at
+# least 0.7), the median over the repeats.
+#
+# Run it as root on an otherwise idle machine (about 3 minutes with the
+# defaults):
+#
+#   scripts/build.sh
+#   sudo bench/multitenant.sh [--jobs "2 4 8"] [--repeats 2] [--iterations 20]
+#                             [--size 256K] [--window 16] [--slots 64] [--spare 8]
+#                             [--build-dir build] [--out bench/results/multitenant-latest.txt]
+#
+# One aggswitch in the root namespace (lcores "0,1"), af_packet ports on the
+# veths of four worker namespaces and of agg-ps's; each worker namespace holds
+# that rank of every job.
+set -u
+BENCH=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$BENCH/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$BENCH/lib.sh"
+# shellcheck source=tests/lib/topology.sh
+source "$ROOT/tests/lib/topology.sh"
+
+JOBS_LIST="2 4 8"
+REPEATS=2
+ITERATIONS=20
+SIZE=256K
+WINDOW=16
+SLOTS=64
+SPARE=8
+BUILD=build
+OUT="$ROOT/bench/results/multitenant-latest.txt"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --jobs) JOBS_LIST="$2"; shift 2 ;;
+    --repeats) REPEATS="$2"; shift 2 ;;
+    --iterations) ITERATIONS="$2"; shift 2 ;;
+    --size) SIZE="$2"; shift 2 ;;
+    --window) WINDOW="$2"; shift 2 ;;
+    --slots) SLOTS="$2"; shift 2 ;;
+    --spare) SPARE="$2"; shift 2 ;;
+    --build-dir) BUILD="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    *) bench_die "unknown option $1 (see the header of $0)" ;;
+  esac
+done
+[ "$(id -u)" -eq 0 ] || bench_die "run as root (network namespaces)"
+BIN="$ROOT/$BUILD/tools"
+for b in aggswitch/aggswitch agg-worker/agg-worker agg-ps/agg-ps; do
+  [ -x "$BIN/$b" ] || bench_die "$BIN/$b is missing: run scripts/build.sh"
+done
+MAX_JOBS=0
+for n in $JOBS_LIST; do [ "$n" -gt "$MAX_JOBS" ] && MAX_JOBS=$n; done
+
+WORK=$(mktemp -d /tmp/aggswitch-multitenant.XXXXXX)
+HTTP_PORT=19487
+METRICS="http://127.0.0.1:$HTTP_PORT/metrics"
+SWITCH_MAC=02:a9:9c:00:00:47
+AGG_IP=10.0.47.253
+AGG_PORT=47047
+PS_IP=10.0.47.50
+PREFIX="agg-mt-$$"
+SWITCH_PID=""
+SWITCH_LOG=/dev/null
+cleanup() { topo_cleanup; bench_kill_all; rm -rf "$WORK"; }
+topo_init mt
+trap cleanup EXIT
+for w in 0 1 2 3; do
+  topo_host "w$w" "mt-p$w"
+  topo_addr "w$w" eth0 "10.0.47.$((w + 1))/24"
+done
+topo_host ps mt-p4
+topo_addr ps eth0 "$PS_IP/24"
+
+bench_spawn "$WORK/agg-ps.log" ip netns exec "$(topo_ns ps)" "$BIN/agg-ps/agg-ps" \
+  --listen "$PS_IP:$AGG_PORT" --give-up-ms 10000 --quiet
+topo_track_pid "$BENCH_LAST_PID"
+
+# start_switch SLOTS SPARE: aggswitch with jobs 1..MAX_JOBS configured.
+start_switch() {
+  local slots="$1" spare="$2" w j
+  SWITCH_LOG="$WORK/switch.$slots.log"
+  {
+    cat <<EOF
+eal: {lcores: "0,1", main_lcore: 0, memory_mb: 512, file_prefix: $PREFIX}
+switch: {mac: $SWITCH_MAC, addresses: [10.0.47.254/24]}
+ports:
+EOF
+    for w in 0 1 2 3 4; do
+      echo "  - {name: p$w, devargs: \"net_af_packet_mt$w,iface=mt-p$w\", access: 10}"
+    done
+    cat <<EOF
+workers:
+  - {lcore: 1, rx: [p0, p1, p2, p3, p4]}
+mempool: {mbufs: 32767}
+http: {listen: "127.0.0.1:$HTTP_PORT"}
+aggregation:
+  address: $AGG_IP
+  udp_port: $AGG_PORT
+  in_band_registration: false
+  slots: $slots
+  spare_slots: $spare
+  tan: {strategy: fixed, candidates: [{address: $PS_IP, port: $AGG_PORT}]}
+  jobs:
+EOF
+    for j in $(seq 1 "$MAX_JOBS"); do echo "    - {id: $j, key: \"0x5eed\", members: 4}"; done
+  } >"$WORK/switch.yaml"
+  run_switch "$BIN/aggswitch/aggswitch" "$WORK/switch.yaml" "$HTTP_PORT" "$SWITCH_LOG"
+}
+total() { agg_total "$METRICS" "$1"; }
+
+# run N MODE SLOTS SPARE: N jobs at once; appends one line to $WORK/results.
+run() {
+  local n="$1" mode="$2" slots="$3" spare="$4" j r pids=() rc=0
+  start_switch "$slots" "$spare" || bench_die "aggswitch did not come up (log: $SWITCH_LOG)"
+  for w in 0 1 2 3; do
+    ip -n "$(topo_ns "w$w")" neigh replace "$AGG_IP" lladdr "$SWITCH_MAC" dev eth0 nud permanent
+  done
+  local dir="$WORK/$mode-$n"
+  mkdir -p "$dir"
+  local start end
+  start=$(bench_now)
+  for j in $(seq 1 "$n"); do
+    for r in 0 1 2 3; do
+      topo_exec "w$r" timeout -k 5 300 "$BIN/agg-worker/agg-worker" --rank "$r" --world 4 \
+        --job "$j" --key 0x5eed --switch "$AGG_IP:$AGG_PORT" --task-info none --verify --quiet \
+        --dtype int32 --op sum --size "$SIZE" --iterations "$ITERATIONS" --window "$WINDOW" \
+        --resend-to-ps --json "$dir/$j.$r.json" >"$dir/$j.$r.out" 2>&1 &
+      pids+=($!)
+    done
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  end=$(bench_now)
+  local counters
+  counters="collisions=$(total collisions) relocations=$(total relocated)"
+  counters+=" conflicts_to_ps=$(total conflicts_to_ps) slot_busy=$(total slot_busy)"
+  stop_switch || rc=1
+  if [ "$rc" -ne 0 ]; then
+    tail -n 5 "$dir"/*.out >&2
+    bench_die "$mode, $n jobs: a rank failed (its output above)"
+  fi
+  python3 - "$dir" "$n" "$mode" "$start" "$end" "$counters" >>"$WORK/results" <<'EOF'
+import json, sys
+d, n, mode, start, end, counters = sys.argv[1:]
+n = int(n)
+wall = float(end) - float(start)
+total = 0
+per_job = []
+for j in range(1, n + 1):
+    s = json.load(open(f"{d}/{j}.0.json"))
+    total += s["bytes"] * s["completed"]
+    lat = s["latency_s"]
+    per_job.append(f"job {j} {lat['median'] * 1e3:.1f}/{lat['p99'] * 1e3:.1f}")
+print(f"{n} {mode} {total / wall / 1e6:.2f} | wall {wall:.2f} s, {counters} | "
+      f"median/p99 ms: {', '.join(per_job)}")
+EOF
+  bench_log "$(tail -n 1 "$WORK/results")"
+}
+
+: >"$WORK/results"
+for rep in $(seq 1 "$REPEATS"); do
+  for n in $JOBS_LIST; do
+    if [ $((rep % 2)) -eq 1 ]; then
+      run "$n" colliding "$SLOTS" "$SPARE"
+      run "$n" apart 16384 1024
+    else
+      run "$n" apart 16384 1024
+      run "$n" colliding "$SLOTS" "$SPARE"
+    fi
+  done
+done
+
+mkdir -p "$(dirname "$OUT")"
+{
+  echo "bench/multitenant.sh --jobs \"$JOBS_LIST\" --repeats $REPEATS --iterations $ITERATIONS" \
+    "--size $SIZE --window $WINDOW --slots $SLOTS --spare $SPARE  ($(date -u +%F))"
+  echo "N jobs x 4 ranks, int32 sum of $SIZE per rank; rate = MB allreduced per second, all jobs"
+  sed 's/^/  /' "$WORK/results"
+  python3 - "$WORK/results" <<'EOF'
+import statistics, sys
+rates = {}
+for line in open(sys.argv[1]):
+    n, mode, rate = line.split()[:3]
+    rates.setdefault(int(n), {}).setdefault(mode, []).append(float(rate))
+for n in sorted(rates):
+    c, a = rates[n]["colliding"], rates[n]["apart"]
+    ratios = [x / y for x, y in zip(c, a)]
+    print(f"{n} jobs: colliding {statistics.median(c):.2f} MB/s, apart {statistics.median(a):.2f}"
+          f" MB/s, ratio {statistics.median(ratios):.2f} (target >= 0.70)")
+EOF
+} | tee "$OUT"
