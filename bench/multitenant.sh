@@ -89,9 +89,20 @@ done
 topo_host ps mt-p4
 topo_addr ps eth0 "$PS_IP/24"
 
-bench_spawn "$WORK/agg-ps.log" ip netns exec "$(topo_ns ps)" "$BIN/agg-ps/agg-ps" \
-  --listen "$PS_IP:$AGG_PORT" --give-up-ms 10000 --quiet
-topo_track_pid "$BENCH_LAST_PID"
+# start_ps NAME: a fresh agg-ps for one run (the runs reuse the jobs' ids
+# and sequence numbers: one that kept an earlier run's chunks would answer
+# with their results); its stats in NAME.ps.json.
+PS_PID=""
+start_ps() {
+  bench_spawn "$WORK/agg-ps.log" ip netns exec "$(topo_ns ps)" "$BIN/agg-ps/agg-ps" \
+    --listen "$PS_IP:$AGG_PORT" --give-up-ms 10000 --quiet --stats "$1.ps.json"
+  PS_PID=$BENCH_LAST_PID
+  topo_track_pid "$PS_PID"
+}
+stop_ps() {
+  kill -TERM "$PS_PID" 2>/dev/null
+  bench_stop_pid "$PS_PID" 5
+}
 
 # start_switch SLOTS SPARE: aggswitch with jobs 1..MAX_JOBS configured.
 start_switch() {
@@ -129,12 +140,13 @@ total() { agg_total "$METRICS" "$1"; }
 # run N MODE SLOTS SPARE: N jobs at once; appends one line to $WORK/results.
 run() {
   local n="$1" mode="$2" slots="$3" spare="$4" j r pids=() rc=0
+  local dir="$WORK/$mode-$n"
+  mkdir -p "$dir"
+  start_ps "$dir/agg-ps"
   start_switch "$slots" "$spare" || bench_die "aggswitch did not come up (log: $SWITCH_LOG)"
   for w in 0 1 2 3; do
     ip -n "$(topo_ns "w$w")" neigh replace "$AGG_IP" lladdr "$SWITCH_MAC" dev eth0 nud permanent
   done
-  local dir="$WORK/$mode-$n"
-  mkdir -p "$dir"
   local start end
   start=$(bench_now)
   for j in $(seq 1 "$n"); do
@@ -152,6 +164,8 @@ run() {
   counters="collisions=$(total collisions) relocations=$(total relocated)"
   counters+=" conflicts_to_ps=$(total conflicts_to_ps) slot_busy=$(total slot_busy)"
   stop_switch || rc=1
+  stop_ps
+  counters+=" ps_conflicts=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["conflicts"], "ps_gave_up=%d" % (d["gave_up"] + d["direct_gave_up"]))' "$dir/agg-ps.ps.json")"
   if [ "$rc" -ne 0 ]; then
     tail -n 5 "$dir"/*.out >&2
     bench_die "$mode, $n jobs: a rank failed (its output above)"
