@@ -140,6 +140,7 @@ void PsEngine::OnVerify(const AggPacket& pkt, const TanPeer& from, uint64_t now_
     // chunk at the TAN, as first data's late data.
     ++counters_.verify_omissions;
     if (h.missing_count == 0) return;
+    ++counters_.verify_to_tan;
     d->opcode = static_cast<uint8_t>(Opcode::kPartial);
     AggPacket first;
     if (ParseAggregation(datagram.data(), static_cast<uint32_t>(datagram.size()), &first) !=
@@ -151,12 +152,11 @@ void PsEngine::OnVerify(const AggPacket& pkt, const TanPeer& from, uint64_t now_
     return;
   }
   const bool overflow = (h.flags.host() & flags::kOverflow) != 0;
-  // The answer: the same reduction, from this node, without the key (what
-  // the members receive carries none).
+  // The answer: the same reduction, from this node, with the key as the
+  // TAN's results carry it (the root strips it before the members get it).
   d->opcode = static_cast<uint8_t>(overflow ? Opcode::kExceptionRetransmit : Opcode::kResult);
   d->flags = be16_t::FromHost(overflow ? flags::kOverflow : flags::kVerified);
   d->node_id = be16_t::FromHost(options_.tan.node_id);
-  d->job_key = be64_t{};
   d->expected = be16_t::FromHost(0);
   d->node_count = be16_t::FromHost(0);
   d->ack_watermark = be32_t{};

@@ -90,6 +90,7 @@ struct PsCounters {
   uint64_t verify = 0;          // VERIFYs received (repeats included)
   uint64_t verified = 0;        // ... answered with a RESULT flagged VERIFIED
   uint64_t verify_omissions = 0;  // ... that lacked members: no answer
+  uint64_t verify_to_tan = 0;     // ... of those, passed to the TAN as first data (a missing list)
   uint64_t verify_overflows = 0;  // ... with a saturated sum: EXCEPTION_RETRANSMIT sent
 };
 

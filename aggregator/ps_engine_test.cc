@@ -366,14 +366,14 @@ TEST_F(PsEngineTest, ChunksAndKeptDataAreBounded) {
 }
 
 // Verify mode, all four nodes counted and no sum saturated: the root's
-// reduction comes back as it went, flagged VERIFIED, without the key; a
+// reduction comes back as it went, flagged VERIFIED; a
 // repeated VERIFY (the answer was lost) gets the same answer.
 TEST_F(PsEngineTest, ACompleteReductionComesBackVerified) {
   Feed(Build(Verify(4, 4), Pack(std::vector<int32_t>{10, -3})));
   const Result r = TakeResult();
   EXPECT_EQ(r.to, kRoot);
   EXPECT_EQ(r.h.flags.host(), flags::kVerified);
-  EXPECT_EQ(r.h.job_key.host(), 0u);
+  EXPECT_EQ(r.h.job_key.host(), kKey);  // the root strips it for the members
   EXPECT_EQ(r.h.seq.host(), 1u);
   EXPECT_EQ(r.h.aux.host(), 512u);
   EXPECT_EQ(Ints(r), (std::vector<int32_t>{10, -3}));

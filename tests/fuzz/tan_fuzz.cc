@@ -201,7 +201,9 @@ class Harness {
     const uint64_t classified = (after.first_data - before.first_data) +
                                 (after.late - before.late) + (after.ignored - before.ignored) +
                                 (ps_after.direct - ps_before.direct) -
-                                (ps_after.to_tan - ps_before.to_tan);
+                                (ps_after.to_tan - ps_before.to_tan) +
+                                (ps_after.verify - ps_before.verify) -
+                                (ps_after.verify_to_tan - ps_before.verify_to_tan);
     FUZZ_CHECK(classified == (ok ? 1u : 0u));
     Check(out);
   }
@@ -223,7 +225,10 @@ class Harness {
         pkt.opcode == aggregator::Opcode::kContribution &&
         (pkt.header->flags.host() &
          (aggregator::flags::kAggregateAtPs | aggregator::flags::kConflict)) != 0;
-    if (pkt.opcode != aggregator::Opcode::kPartial && !direct) return;
+    if (pkt.opcode != aggregator::Opcode::kPartial && pkt.opcode != aggregator::Opcode::kVerify &&
+        !direct) {
+      return;
+    }
     const AggHeader& h = *pkt.header;
     Seen& s = seen_[{h.job_id.host(), h.seq.host()}];
     s.firsts.push_back(
@@ -244,6 +249,8 @@ class Harness {
     FUZZ_CHECK(c.completed + c.gave_up + c.completion_refused <= c.first_data);
     const aggregator::PsCounters& p = engine_.counters();
     FUZZ_CHECK(p.reduced + p.gave_up <= p.direct && p.to_tan <= p.direct);
+    FUZZ_CHECK(p.verified + p.verify_omissions + p.verify_overflows <= p.verify);
+    FUZZ_CHECK(p.verify_to_tan <= p.verify_omissions);
     FUZZ_CHECK(sgd_.Parameters(7).size() <= kSgdMaxElems);
   }
 
@@ -253,9 +260,13 @@ class Harness {
                                             static_cast<uint32_t>(o.datagram.size()),
                                             &pkt) == WireError::kOk);
     const AggHeader& h = *pkt.header;
-    FUZZ_CHECK(pkt.opcode == aggregator::Opcode::kResult && h.node_id.host() == kTanNode);
+    FUZZ_CHECK((pkt.opcode == aggregator::Opcode::kResult ||
+                pkt.opcode == aggregator::Opcode::kExceptionRetransmit) &&
+               h.node_id.host() == kTanNode);
     const uint16_t fl = h.flags.host();
     namespace flags = aggregator::flags;
+    // An exception is a saturated sum, and says so.
+    FUZZ_CHECK(pkt.opcode != aggregator::Opcode::kExceptionRetransmit || fl == flags::kOverflow);
     FUZZ_CHECK((fl & ~(flags::kOverflow | flags::kOrdered | flags::kIncomplete |
                        flags::kVerified)) == 0);
     FUZZ_CHECK(h.missing_count == 0 || (fl & flags::kIncomplete) != 0);
