@@ -386,6 +386,8 @@ std::vector<PsServer::Stat> PsServer::StatsLocked() const {
       {"verified", p.verified, kCounter, "VERIFYs answered with a RESULT flagged VERIFIED"},
       {"verify_omissions", p.verify_omissions, kCounter,
        "VERIFYs that lacked members: no answer, the members' resends complete the chunk"},
+      {"verify_to_tan", p.verify_to_tan, kCounter,
+       "VERIFYs that lacked members and listed them: kept as the TAN's first data"},
       {"verify_overflows", p.verify_overflows, kCounter,
        "VERIFYs with a saturated sum: answered EXCEPTION_RETRANSMIT"},
       {"direct_pending", engine_.pending(), kGauge, "chunks of direct contributions waiting for more"},
