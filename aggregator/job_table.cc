@@ -40,6 +40,20 @@ std::string_view OriginName(JobSpec::Origin origin) {
   return "unknown";
 }
 
+std::string_view PlacedName(JobSpec::Placed placed) {
+  switch (placed) {
+    case JobSpec::Placed::kHash:
+      return "hash";
+    case JobSpec::Placed::kRoundRobin:
+      return "round_robin";
+    case JobSpec::Placed::kRandom:
+      return "random";
+    case JobSpec::Placed::kHint:
+      return "hint";
+  }
+  return "unknown";
+}
+
 // ---------------------------------------------------------------------------
 // Job
 
@@ -54,7 +68,10 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       generation_(generation),
       member_(new Member[spec.members]),
       seen_(new std::atomic<uint32_t>[spec.members]),
-      slot_offset_(SlotOffset(slot_secret, spec.id)),
+      placement_(spec.partition
+                     ? JobPlacement::Partition(spec.partition->base, spec.partition->span)
+                     : JobPlacement::Hash(SlotOffset(slot_secret, spec.id))),
+      placed_(spec.partition ? spec.placed : JobSpec::Placed::kHash),
       slot_quota_(spec.slot_quota),
       hold_quota_(spec.hold_quota),
       hold_window_(std::max<uint32_t>(1, spec.hold_quota / std::max<uint32_t>(1, spec.members - 1u))),
@@ -237,6 +254,9 @@ common::Result<const Job*> JobTable::Add(const JobSpec& spec) {
   }
   if (spec.nodes == 0) {
     return common::InvalidArgument(JobName(spec.id) + ": nodes must be at least 1, got 0");
+  }
+  if (spec.partition && spec.partition->span == 0) {
+    return common::InvalidArgument(JobName(spec.id) + ": a slot partition needs at least one slot");
   }
   if (!spec.member_nodes.empty()) {
     if (spec.member_nodes.size() != spec.members) {

@@ -61,6 +61,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregator/slot_placement.h"
 #include "aggregator/wire.h"
 #include "common/siphash.h"
 #include "common/status.h"
@@ -138,6 +139,14 @@ struct JobSpec {
   bool verify = false;
 
   // --- What one job may hold of the switch (docs/security.md) ---
+  // --- Where its chunks live in its slot region (slot_placement.h) ---
+  // How the placement was chosen: the switch's policy, or the job's hint.
+  enum class Placed : uint8_t { kHash, kRoundRobin, kRandom, kHint };
+  Placed placed = Placed::kHash;
+  // The job's partition of its region (every choice but kHash); nullopt:
+  // hash placement under the table's secret.
+  std::optional<Partition> partition;
+
   // Chunks the job may keep ahead of its slowest member's ack watermark, so
   // slots it may hold at once: a chunk further ahead is refused
   // (NackReason::kSlotQuota) until the watermark moves. 0: no bound.
@@ -152,6 +161,8 @@ struct JobSpec {
 
 // "config", "api", "in-band". [any]
 std::string_view OriginName(JobSpec::Origin origin);
+// "hash", "round_robin", "random", "hint". [any]
+std::string_view PlacedName(JobSpec::Placed placed);
 
 // A member's learned return path.
 struct MemberAddr {
@@ -183,8 +194,11 @@ class alignas(64) Job {
   // and added again, even at the same index, is a new generation.
   uint32_t generation() const { return generation_; }
   bool in_band() const { return origin_ == JobSpec::Origin::kInBand; }
-  // Where its chunks land in its slot region (slot_placement.h).
-  uint32_t slot_offset() const { return slot_offset_; }
+  // Where its chunks land in its slot region (slot_placement.h), and how
+  // that was chosen.
+  const JobPlacement& placement() const { return placement_; }
+  JobSpec::Placed placed() const { return placed_; }
+  uint32_t slot_offset() const { return placement_.offset; }
   uint32_t slot_quota() const { return slot_quota_; }
   uint32_t hold_quota() const { return hold_quota_; }
 
@@ -531,7 +545,8 @@ class alignas(64) Job {
   // When each member last sent (BindMember's clock), by member index; own
   // array, so that the members' cache lines stay two to a line.
   const std::unique_ptr<std::atomic<uint32_t>[]> seen_;
-  const uint32_t slot_offset_;
+  const JobPlacement placement_;
+  const JobSpec::Placed placed_;
   const uint32_t slot_quota_;
   const uint32_t hold_quota_;
   const uint32_t hold_window_;  // hold_quota / (members - 1) chunks, at least 1

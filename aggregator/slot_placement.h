@@ -13,25 +13,36 @@
 // chunk that collided in its own region (spare_slots.h), and the chunk's
 // members then address it by its index in the region, the slot hint.
 //
-// Within its region a job's chunk `seq` lives at
+// Within its region a job is placed in one of two ways (JobPlacement), by
+// the switch's policy (aggregation.placement) or the job's own hint:
 //
-//   first + (seq + offset) mod size,   offset = SipHash-2-4(secret, job id)
+//   hash (the default): chunk `seq` lives at
+//     first + (seq + offset) mod size,   offset = SipHash-2-4(secret, job id)
+//   Consecutive chunks take consecutive slots (so they spread over the
+//   workers round robin, and a job never meets its own window), and, as
+//   long as the switch's secret (aggregation.slot_secret, random by
+//   default) is unknown, nobody can tell which slots another job's chunks
+//   will use, so nobody can occupy them ahead of it. Every job spans the
+//   whole region, so two jobs meet wherever their windows overlap.
 //
-// Consecutive chunks take consecutive slots (so they spread over the workers
-// round robin, and a job never meets its own window), and, as long as the
-// switch's secret (aggregation.slot_secret, random by default) is unknown,
-// nobody can tell which slots another job's chunks will use, so nobody can
-// occupy them ahead of it. The JobTable draws each job's offset when it adds
-// the job (Job::slot_offset); the regions are the dataplane's.
+//   a partition (round_robin, random, or a job's placement_hint): the job
+//   owns `span` consecutive slots from `base` (its slot quota, the chunks it
+//   may keep in flight), and chunk `seq` lives at
+//     first + (base + seq mod span) mod size
+//   Round robin (PlacePartition) gives each new job the first span, from
+//   where the newest job's ends, that overlaps no other partition of the
+//   region, so that jobs never meet while the region holds their quotas;
+//   random draws the base; a hint names it.
 //
 //   const SlotRegions regions = SlotRegions::Make(4096, 1024);
-//   const uint32_t slot = regions.Of(job.in_band(), job.slot_offset(), seq);
+//   const uint32_t slot = regions.Of(job.in_band(), job.placement(), seq);
 //   owner worker = slot % n_workers, its local index = slot / n_workers
 //
 // Thread safety: plain values and pure functions; any thread.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "common/siphash.h"
 
@@ -46,6 +57,21 @@ inline uint32_t FastMod(uint32_t x, uint64_t magic, uint32_t d) {
   return static_cast<uint32_t>((static_cast<unsigned __int128>(low) * d) >> 64);
 }
 
+// How one job's chunks spread over its region (see above).
+struct JobPlacement {
+  // Hash placement: any 32-bit offset. A partition: its first slot's index
+  // in the region, < the region's size.
+  uint32_t offset = 0;
+  uint32_t span = 0;   // 0: hash placement; else the partition's slots
+  uint64_t magic = 0;  // FastModMagic(span)
+
+  static JobPlacement Hash(uint32_t offset) { return JobPlacement{offset, 0, 0}; }
+  static JobPlacement Partition(uint32_t base, uint32_t span) {
+    return JobPlacement{base, span, FastModMagic(span)};
+  }
+  bool partitioned() const { return span != 0; }
+};
+
 // One region of the slot table.
 struct SlotRegion {
   uint32_t first = 0;
@@ -58,6 +84,12 @@ struct SlotRegion {
   // The slot of chunk `seq` of a job with `offset`. size > 0.
   uint32_t Of(uint32_t offset, uint32_t seq) const {
     return first + FastMod(seq + offset, magic, size);
+  }
+  // The slot of chunk `seq` of a job placed by `p`. size > 0; a partition's
+  // span is at most size.
+  uint32_t Of(const JobPlacement& p, uint32_t seq) const {
+    if (!p.partitioned()) return Of(p.offset, seq);
+    return first + FastMod(p.offset + FastMod(seq, p.magic, p.span), magic, size);
   }
 };
 
@@ -83,6 +115,9 @@ struct SlotRegions {
   uint32_t Of(bool in_band_job, uint32_t offset, uint32_t seq) const {
     return For(in_band_job).Of(offset, seq);
   }
+  uint32_t Of(bool in_band_job, const JobPlacement& p, uint32_t seq) const {
+    return For(in_band_job).Of(p, seq);
+  }
 };
 
 // A job's offset in its region: SipHash-2-4 of its id under the switch's secret.
@@ -90,6 +125,54 @@ inline uint32_t SlotOffset(const common::SipKey& secret, uint32_t job_id) {
   const uint8_t id[4] = {static_cast<uint8_t>(job_id), static_cast<uint8_t>(job_id >> 8),
                          static_cast<uint8_t>(job_id >> 16), static_cast<uint8_t>(job_id >> 24)};
   return static_cast<uint32_t>(common::SipHash24(secret, id, sizeof(id)));
+}
+
+// How the switch places a job that names no base of its own
+// (aggregation.placement).
+enum class PlacementPolicy : uint8_t { kHash, kRoundRobin, kRandom };
+
+// A partition of `span` slots from `base` (a region index).
+struct Partition {
+  uint32_t base = 0;
+  uint32_t span = 0;
+};
+
+// The round-robin base of a new partition of `span` slots in a region of
+// `size` slots (span <= size): the first base, in the order of their
+// distance after `cursor` (where the newest partition of the region ends),
+// among `cursor` and the ends of the `live` partitions, whose span meets
+// none of them. When every candidate meets one, `cursor`: the region is
+// oversubscribed, and the chunks that meet are relocated as collisions.
+// O(live^2). [any]
+inline uint32_t RoundRobinBase(uint32_t size, uint32_t span, uint32_t cursor,
+                               std::span<const Partition> live) {
+  // Whether [a, a + span) meets [p.base, p.base + p.span), both mod size.
+  const auto meets = [&](uint32_t a, const Partition& p) {
+    const uint64_t ahead = (uint64_t{p.base} + size - a) % size;  // p starts this far after a
+    const uint64_t behind = (uint64_t{a} + size - p.base) % size;  // a starts this far after p
+    return ahead < span || behind < p.span;
+  };
+  const auto free = [&](uint32_t a) {
+    for (const Partition& p : live) {
+      if (meets(a, p)) return false;
+    }
+    return true;
+  };
+  cursor %= size;
+  bool found = free(cursor);
+  uint32_t best = cursor;
+  uint64_t best_distance = 0;
+  for (const Partition& p : live) {
+    if (found && best_distance == 0) break;
+    const uint32_t end = static_cast<uint32_t>((uint64_t{p.base} + p.span) % size);
+    const uint64_t distance = (uint64_t{end} + size - cursor) % size;
+    if ((!found || distance < best_distance) && free(end)) {
+      found = true;
+      best = end;
+      best_distance = distance;
+    }
+  }
+  return found ? best : cursor;
 }
 
 }  // namespace aggswitch::aggregator

@@ -67,5 +67,71 @@ TEST(SlotOffsetTest, DependsOnTheSecretAndTheJob) {
   EXPECT_GT(bases.size(), 550u);
 }
 
+// A partition's chunks stay in its span, each window of `span` consecutive
+// chunks takes every slot of it once, and it wraps around the region's end.
+TEST(JobPlacementTest, PartitionKeepsItsChunksInItsSpan) {
+  const SlotRegion r = SlotRegion::Make(100, 1000);
+  for (const auto& [base, span] : {std::pair{0u, 256u}, std::pair{900u, 200u}, std::pair{0u, 1000u}}) {
+    const JobPlacement p = JobPlacement::Partition(base, span);
+    std::set<uint32_t> seen;
+    for (uint32_t seq = 1000003; seq != 1000003 + span; ++seq) {
+      const uint32_t slot = r.Of(p, seq) - r.first;
+      // In [base, base + span) modulo the region.
+      ASSERT_LT((slot + r.size - base) % r.size, span) << "seq " << seq;
+      seen.insert(slot);
+    }
+    EXPECT_EQ(seen.size(), span);
+  }
+  EXPECT_EQ(r.Of(JobPlacement::Partition(900, 200), 150), 100u + 50u) << "wraps past the end";
+  // Hash placement is the offset formula.
+  EXPECT_EQ(r.Of(JobPlacement::Hash(77), 5), r.Of(77u, 5));
+}
+
+// Round robin: each new partition starts where the newest ends, skipping
+// ranges that other live partitions hold; a full region gives the cursor.
+TEST(RoundRobinBaseTest, PacksPartitionsWithoutOverlap) {
+  std::vector<Partition> live;
+  uint32_t cursor = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t base = RoundRobinBase(1024, 256, cursor, live);
+    EXPECT_EQ(base, 256u * i);
+    live.push_back({base, 256});
+    cursor = (base + 256) % 1024;
+  }
+  // Full: every candidate meets a partition, so the cursor.
+  EXPECT_EQ(RoundRobinBase(1024, 256, cursor, live), cursor);
+  // The second job leaves: its range is found although the cursor is past it.
+  live.erase(live.begin() + 1);
+  EXPECT_EQ(RoundRobinBase(1024, 256, cursor, live), 256u);
+  // A gap too small for the span is skipped.
+  const std::vector<Partition> gaps = {{0, 100}, {150, 100}, {300, 100}};
+  EXPECT_EQ(RoundRobinBase(1024, 200, 100, gaps), 400u);
+  // Partitions that wrap around the region's end count on both sides.
+  const std::vector<Partition> wrapped = {{900, 224}};
+  EXPECT_EQ(RoundRobinBase(1024, 100, 950, wrapped), 100u);
+  EXPECT_EQ(RoundRobinBase(1024, 100, 0, wrapped), 100u);
+  // Whatever it returns meets no live partition when one fits.
+  std::mt19937 rng(3);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<Partition> ps;
+    for (int k = 0; k < 3; ++k) ps.push_back({static_cast<uint32_t>(rng() % 1024), 64});
+    const uint32_t base = RoundRobinBase(1024, 64, static_cast<uint32_t>(rng() % 1024), ps);
+    const auto inside = [](uint32_t slot, const Partition& p) {
+      return (slot + 1024 - p.base) % 1024 < p.span;
+    };
+    const auto meets_none = [&](uint32_t a) {
+      for (const Partition& p : ps) {
+        for (uint32_t k = 0; k < 64; ++k) {
+          if (inside((a + k) % 1024, p)) return false;
+        }
+      }
+      return true;
+    };
+    bool fits = false;
+    for (uint32_t a = 0; a < 1024 && !fits; ++a) fits = meets_none(a);
+    if (fits) EXPECT_TRUE(meets_none(base)) << "round " << round << ": base " << base;
+  }
+}
+
 }  // namespace
 }  // namespace aggswitch::aggregator

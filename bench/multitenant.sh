@@ -25,7 +25,13 @@
 #   scripts/build.sh
 #   sudo bench/multitenant.sh [--jobs "2 4 8"] [--repeats 2] [--iterations 20]
 #                             [--size 256K] [--window 16] [--slots 64] [--spare 8]
-#                             [--build-dir build] [--out bench/results/multitenant-latest.txt]
+#                             [--placement hash] [--build-dir build]
+#                             [--out bench/results/multitenant-latest.txt]
+#
+# --placement round_robin (or random) places each job in a partition of
+# --window slots (aggregation.placement, slots_per_job = --window;
+# docs/aggregation.md, "Placement") instead of hashing it over the region:
+# with round_robin, jobs whose windows fit the table never meet.
 #
 # One aggswitch in the root namespace (lcores "0,1"), af_packet ports on the
 # veths of four worker namespaces and of agg-ps's; each worker namespace holds
@@ -45,6 +51,7 @@ SIZE=256K
 WINDOW=16
 SLOTS=64
 SPARE=8
+PLACEMENT=hash
 BUILD=build
 OUT="$ROOT/bench/results/multitenant-latest.txt"
 while [ $# -gt 0 ]; do
@@ -56,6 +63,7 @@ while [ $# -gt 0 ]; do
     --window) WINDOW="$2"; shift 2 ;;
     --slots) SLOTS="$2"; shift 2 ;;
     --spare) SPARE="$2"; shift 2 ;;
+    --placement) PLACEMENT="$2"; shift 2 ;;
     --build-dir) BUILD="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     *) bench_die "unknown option $1 (see the header of $0)" ;;
@@ -128,6 +136,8 @@ aggregation:
   in_band_registration: false
   slots: $slots
   spare_slots: $spare
+  placement: $PLACEMENT
+$([ "$PLACEMENT" = hash ] || echo "  slots_per_job: $WINDOW")
   tan: {strategy: fixed, candidates: [{address: $PS_IP, port: $AGG_PORT}]}
   jobs:
 EOF
@@ -204,7 +214,8 @@ done
 mkdir -p "$(dirname "$OUT")"
 {
   echo "bench/multitenant.sh --jobs \"$JOBS_LIST\" --repeats $REPEATS --iterations $ITERATIONS" \
-    "--size $SIZE --window $WINDOW --slots $SLOTS --spare $SPARE  ($(date -u +%F))"
+    "--size $SIZE --window $WINDOW --slots $SLOTS --spare $SPARE --placement $PLACEMENT" \
+    " ($(date -u +%F))"
   echo "N jobs x 4 ranks, int32 sum of $SIZE per rank; rate = MB allreduced per second, all jobs"
   sed 's/^/  /' "$WORK/results"
   python3 - "$WORK/results" <<'EOF'

@@ -890,6 +890,15 @@ class Validator {
       CheckRemoteTan(job, path, "verify", "verifying parameter node", "a job in verify mode",
                      "the agg-ps that checks every complete chunk");
     }
+    if (job.placement_hint) {
+      const uint32_t region = config_.aggregation.ProvisionedSlots();
+      if (*job.placement_hint >= region) {
+        Error(path + ".placement_hint", job.loc,
+              "expected a slot index 0.." + std::to_string(region == 0 ? 0 : region - 1) +
+                  " (the slots config and API jobs have: aggregation.slots - in_band.slots - "
+                  "spare_slots), got " + QuoteNumber(*job.placement_hint));
+      }
+    }
   }
 
   // A parameter-server job (the root sends every chunk to the job's TAN, an
@@ -1311,6 +1320,10 @@ void ApplyDerivedDefaults(Config& config) {
 uint32_t AggregationConfig::InBandSlots() const {
   if (!in_band_registration) return 0;
   return in_band.slots.value_or(slots / 4);
+}
+
+uint32_t AggregationConfig::ProvisionedSlots() const {
+  return slots - std::min(slots, InBandSlots() + SpareSlots());
 }
 
 uint32_t AggregationConfig::SpareSlots() const {

@@ -229,6 +229,14 @@ struct HttpConfig {
   friend bool operator==(const HttpConfig&, const HttpConfig&) = default;
 };
 
+// How the switch places a job in its slot region when the job names no base
+// of its own (aggregator/slot_placement.h; docs/aggregation.md, "Placement").
+enum class SlotPlacement {
+  kHash,        // "hash": the whole region, from a keyed hash of the job id
+  kRoundRobin,  // "round_robin": a partition of the job's slot quota, after the newest job's
+  kRandom,      // "random": a partition of the job's slot quota at a random base
+};
+
 // When a slot reduces its contributions (docs/stragglers.md, "Triggers").
 enum class AggTrigger {
   kIncremental,  // "incremental": fold each contribution on arrival
@@ -398,6 +406,10 @@ struct AggregationJobConfig {
   // the job's parameter node before its members receive it. The same needs
   // as parameter_server: a root job with a remote TAN.
   bool verify = false;
+  // The job's own placement: a partition of its slot quota whose first slot
+  // is this index in the config and API jobs' region, whatever
+  // aggregation.placement says. Jobs that share slots meet as collisions.
+  std::optional<uint32_t> placement_hint;
   SourceLoc loc;
 
   // The node id of each member, by member index: node_ids, then each child
@@ -449,6 +461,8 @@ struct AggregationConfig {
   // aggregator/slot_placement.h). Empty: a random one at every start. Set it
   // only where several switches must place jobs alike (labs, benchmarks).
   std::string slot_secret;
+  // How jobs without a placement_hint are placed in their region.
+  SlotPlacement placement = SlotPlacement::kHash;
   // Chunks one config or API job keeps in flight (its slot quota). Default:
   // 1024, or the slots they have when fewer.
   std::optional<uint32_t> slots_per_job;
@@ -472,6 +486,8 @@ struct AggregationConfig {
   uint32_t InBandMaxJobs() const;
   // spare_slots, defaults resolved as above.
   uint32_t SpareSlots() const;
+  // The slots of config and API jobs: slots - in-band slots - spare slots.
+  uint32_t ProvisionedSlots() const;
   // The slot quotas, defaults resolved as above.
   uint32_t SlotsPerJob() const;
   uint32_t InBandSlotsPerJob() const;

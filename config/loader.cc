@@ -718,6 +718,14 @@ class Loader {
                    });
                  }},
                 {"slot_secret", [&](auto& n, auto& p) { ReadString(n, p, agg.slot_secret); }},
+                {"placement",
+                 [&](auto& n, auto& p) {
+                   ReadEnum<SlotPlacement>(n, p,
+                                           {{"hash", SlotPlacement::kHash},
+                                            {"round_robin", SlotPlacement::kRoundRobin},
+                                            {"random", SlotPlacement::kRandom}},
+                                           agg.placement);
+                 }},
                 {"slots_per_job",
                  [&](auto& n, auto& p) {
                    ReadUnsigned(n, p, agg.slots_per_job.emplace(), {}, "chunks");
@@ -1113,6 +1121,10 @@ class Loader {
              }},
             {"parameter_server", [&](auto& n, auto& p) { ReadBool(n, p, job.parameter_server); }},
             {"verify", [&](auto& n, auto& p) { ReadBool(n, p, job.verify); }},
+            {"placement_hint",
+             [&](auto& n, auto& p) {
+               ReadUnsigned(n, p, job.placement_hint.emplace(), {}, "a slot index in the region");
+             }},
         });
     if (has_lists) {
       // The lists count the members. A `members` key must agree (Validate()

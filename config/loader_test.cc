@@ -1728,6 +1728,25 @@ TEST(TreeLoaderTest, TimerBypassAndTriggerErrors) {
                        "expected batch, or no trigger, for an ordered job"));
   EXPECT_TRUE(Load(job + "      ordered: true\n      trigger: batch\n").ok());
   EXPECT_TRUE(Load(job + "      ordered: true\n").ok());
+  // Placement: the switch's policy, and a job's own hint within the config
+  // and API jobs' region (4096 slots - 1024 in-band - 256 spare = 2816).
+  EXPECT_TRUE(OneError(Load(ports + "  placement: sticky\n"), "aggregation.placement", 3,
+                       "expected hash, round_robin or random, got \"sticky\""));
+  for (const char* policy : {"hash", "round_robin", "random"}) {
+    const ConfigLoad load = Load(ports + "  placement: " + policy + "\n");
+    ASSERT_TRUE(load.ok()) << policy;
+  }
+  EXPECT_EQ(Load(ports + "  placement: round_robin\n").config.aggregation.placement,
+            SlotPlacement::kRoundRobin);
+  EXPECT_EQ(Load(job + "      placement_hint: 2815\n").config.aggregation.jobs[0].placement_hint,
+            2815u);
+  EXPECT_TRUE(OneError(Load(job + "      placement_hint: 2816\n"),
+                       "aggregation.jobs[0].placement_hint", 8,
+                       "expected a slot index 0..2815 (the slots config and API jobs have: "
+                       "aggregation.slots - in_band.slots - spare_slots), got \"2816\""));
+  EXPECT_TRUE(OneError(Load(job + "      placement_hint: -3\n"),
+                       "aggregation.jobs[0].placement_hint", 8,
+                       "expected an unsigned integer, got \"-3\""));
   EXPECT_TRUE(OneError(Load(job + "      colour: red\n"), "aggregation.jobs[0].colour", 8,
                        "unknown key \"colour\"; expected one of: id, key, members, nodes, ordered, "
                        "node_ids, switches, upstream, timeout_ms, trigger, tan, tan_member, "

@@ -241,7 +241,9 @@ json JobObject(const JobSnapshot& job) {
   j["verify"] = job.verify;
   j["placement"] = {{"first", job.slot_region_first},
                     {"size", job.slot_region_size},
-                    {"base", job.slot_base}};
+                    {"base", job.slot_base},
+                    {"span", job.slot_span},
+                    {"policy", job.placed}};
   j["slot_quota"] = job.slot_quota;
   j["hold_quota"] = job.hold_quota;
   return j;
@@ -1101,7 +1103,7 @@ common::Result<json> ParseBodyObject(std::string_view body, std::string_view sha
 
 constexpr char kJobFields[] =
     "id, key, members, nodes, ordered, node_ids, switches, upstream, timeout_ms, trigger, tan, "
-    "tan_member, parameter_server, verify";
+    "tan_member, parameter_server, verify, placement_hint";
 
 }  // namespace
 
@@ -1174,6 +1176,10 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
     } else if (name == "verify") {
       // Validate() checks the rest, as for parameter_server.
       ASSIGN_OR_RETURN(job.verify, JsonBool(value, "verify"));
+    } else if (name == "placement_hint") {
+      // Validate() checks it against the region's size.
+      ASSIGN_OR_RETURN(const uint64_t hint, JsonUnsigned(value, "placement_hint", 0, 4294967295u));
+      job.placement_hint = static_cast<uint32_t>(hint);
     } else {
       return UnknownField(name, kJobFields);
     }

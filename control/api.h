@@ -68,8 +68,10 @@
 //                "tan": {"mode","address","port","resolved"},"tan_member" (null: none),
 //                "parameter_server" (the TAN answers every chunk),
 //                "verify" (the TAN, the job's parameter node, checks every complete chunk),
-//                "placement": {"first","size","base"} (its slot region; chunk s takes
-//                slot first + (base - first + s) mod size), "slot_quota", "hold_quota"
+//                "placement": {"first","size","base","span","policy"} (its slot region;
+//                chunk s takes slot first + (base - first + s) mod size, or with a span
+//                first + (base - first + s mod span) mod size; policy: "hash",
+//                "round_robin", "random" or "hint"), "slot_quota", "hold_quota"
 //                (what it may hold; 0: no bound)}
 //                (the job key, a shared secret, is never shown)
 //   job_detail = job + {"slots": [slot] (the job's busy slots, at most 1000; null when
@@ -79,7 +81,7 @@
 //                "expected","dtype" (name),"op" (name),"elem_count","overflow","age_seconds"}
 //   job_request = {"id","key"[,"members"][,"nodes"][,"ordered"][,"node_ids"][,"switches"]
 //                [,"upstream"][,"timeout_ms"][,"trigger"][,"tan"][,"tan_member"]
-//                [,"parameter_server"][,"verify"]}: the keys
+//                [,"parameter_server"][,"verify"][,"placement_hint"]}: the keys
 //                of the config's aggregation.jobs[], with their meaning and defaults
 //                (README, "Configuration reference"); "key" is an unsigned integer or a
 //                "0x..." hex string; "members" is required unless node_ids or switches

@@ -760,7 +760,9 @@ TEST(ApiJobsTest, ParseJobRequestNamesTheTreeKey) {
        "parameter_server must be true or false, got \"true\""},
       {R"({"id": 1, "key": 1, "members": 2, "colour": "red"})",
        "unknown field \"colour\"; expected id, key, members, nodes, ordered, node_ids, switches, "
-       "upstream, timeout_ms, trigger, tan, tan_member, parameter_server, verify"},
+       "upstream, timeout_ms, trigger, tan, tan_member, parameter_server, verify, placement_hint"},
+      {R"({"id": 1, "key": 1, "members": 2, "placement_hint": -1})",
+       "placement_hint must be"},
   };
   for (const auto& [body, message] : cases) {
     const auto r = ParseJobRequest(body);
@@ -1979,6 +1981,61 @@ TEST(AddConfigJobsTest, BuildsParameterServerJobs) {
   EXPECT_EQ(ps->tan(), JobSpec::Tan::kRemote);
 }
 
+// Placement: round robin packs the jobs' partitions one after the other
+// and reuses a removed job's; a hint names the base; random stays in the
+// region; hash leaves the job spanning its whole region.
+TEST(AddConfigJobsTest, PlacesJobsByPolicyAndHint) {
+  auto table = aggregator::JobTable::Create(16, 8);
+  ASSERT_TRUE(table.ok());
+  config::AggregationConfig agg;
+  agg.slots = 4096;           // 1024 in-band and 256 spare by default:
+  agg.slots_per_job = 512;    // 2816 for config and API jobs, 5 partitions of 512
+  agg.placement = config::SlotPlacement::kRoundRobin;
+  ASSERT_EQ(agg.ProvisionedSlots(), 2816u);
+  TanLoad load;
+  auto admit = [&](uint32_t id, std::optional<uint32_t> hint = std::nullopt) {
+    config::AggregationJobConfig job;
+    job.id = id;
+    job.key = id;
+    job.members = 2;
+    job.placement_hint = hint;
+    common::Result<const aggregator::Job*> added =
+        AdmitJob(**table, job, agg, JobSpec::Origin::kApi, 2000000000, load);
+    EXPECT_TRUE(added.ok()) << added.status().message();
+    return added.ok() ? *added : nullptr;
+  };
+  for (uint32_t id = 1; id <= 5; ++id) {
+    const aggregator::Job* job = admit(id);
+    ASSERT_NE(job, nullptr);
+    EXPECT_EQ(job->placed(), JobSpec::Placed::kRoundRobin);
+    EXPECT_EQ(job->placement().span, 512u);
+    EXPECT_EQ(job->placement().offset, (id - 1) * 512) << "job " << id;
+  }
+  // 2816 slots hold five partitions of 512: the sixth goes where the region
+  // has room left only by overlapping (after the newest, job 5's end, 2560).
+  EXPECT_EQ(admit(6)->placement().offset, 2560u);
+  // Job 2 leaves: the next takes its partition.
+  ASSERT_TRUE((*table)->Remove(2).ok());
+  (*table)->Reclaim();
+  EXPECT_EQ(admit(7)->placement().offset, 512u);
+  // A hint wins over the policy.
+  const aggregator::Job* hinted = admit(8, 100);
+  EXPECT_EQ(hinted->placed(), JobSpec::Placed::kHint);
+  EXPECT_EQ(hinted->placement().offset, 100u);
+  EXPECT_EQ(hinted->placement().span, 512u);
+  // Random: a partition somewhere in the region.
+  agg.placement = config::SlotPlacement::kRandom;
+  const aggregator::Job* random = admit(9);
+  EXPECT_EQ(random->placed(), JobSpec::Placed::kRandom);
+  EXPECT_LT(random->placement().offset, 2816u);
+  EXPECT_EQ(random->placement().span, 512u);
+  // Hash: the whole region, from the keyed hash.
+  agg.placement = config::SlotPlacement::kHash;
+  const aggregator::Job* hashed = admit(10);
+  EXPECT_EQ(hashed->placed(), JobSpec::Placed::kHash);
+  EXPECT_FALSE(hashed->placement().partitioned());
+}
+
 // --- Tree jobs and TAN choices: HandleRequest -> JobControl -> JobTable, against a
 // running config -------------------------------------------------------------------
 
@@ -2235,6 +2292,22 @@ TEST_F(JobControlTreeTest, AddsAParameterServerJob) {
   EXPECT_EQ(json::parse(r.body)["parameter_server"], false);
   EXPECT_FALSE(table_->Find(11)->parameter_server());
   EXPECT_FALSE(table_->Find(7)->parameter_server()) << "a config job without the key";
+}
+
+// placement_hint through the API: the job's partition starts there, and the
+// API shows how it was placed; a hint past the region is refused by name.
+TEST_F(JobControlTreeTest, AddsAJobAtItsPlacementHint) {
+  HttpResponse r = Post("/api/v1/jobs", R"({"id": 9, "key": 1, "members": 2, "placement_hint": 40})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const json placement = json::parse(r.body)["placement"];
+  EXPECT_EQ(placement["policy"], "hint");
+  EXPECT_EQ(placement["base"], placement["first"].get<uint32_t>() + 40);
+  EXPECT_EQ(placement["span"], config_.aggregation.SlotsPerJob());
+  EXPECT_EQ(Get("/api/v1/jobs/7")["placement"]["policy"], "hash") << "the config's default";
+  EXPECT_EQ(Get("/api/v1/jobs/7")["placement"]["span"], 0);
+  r = Post("/api/v1/jobs", R"({"id": 10, "key": 1, "members": 2, "placement_hint": 1000000})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("placement_hint: expected a slot index 0.."), std::string::npos) << r.body;
 }
 
 // Without a remote TAN to answer its chunks there is no parameter server.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <random>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -111,8 +112,10 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
   if (region.size != 0) {
     s.slot_region_first = region.first;
     s.slot_region_size = region.size;
-    s.slot_base = region.Of(job.slot_offset(), 0);
+    s.slot_base = region.Of(job.placement(), 0);
+    s.slot_span = job.placement().span;
   }
+  s.placed = std::string(aggregator::PlacedName(job.placed()));
   s.slot_quota = job.slot_quota();
   s.hold_quota = job.hold_quota();
   return s;
@@ -267,11 +270,53 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
   return spec;
 }
 
+void PlaceJob(const aggregator::JobTable& table, const config::AggregationJobConfig& job,
+              const config::AggregationConfig& agg, JobSpec& spec) {
+  const bool in_band = spec.origin == JobSpec::Origin::kInBand;
+  const uint32_t size = in_band ? agg.InBandSlots() : agg.ProvisionedSlots();
+  if (size == 0) return;  // the job is refused every slot anyway
+  const uint32_t span = spec.slot_quota == 0 ? size : std::min(spec.slot_quota, size);
+  if (job.placement_hint) {
+    spec.placed = JobSpec::Placed::kHint;
+    spec.partition = aggregator::Partition{*job.placement_hint % size, span};
+    return;
+  }
+  switch (agg.placement) {
+    case config::SlotPlacement::kHash:
+      return;
+    case config::SlotPlacement::kRandom: {
+      static thread_local std::mt19937_64 rng{std::random_device{}()};
+      spec.placed = JobSpec::Placed::kRandom;
+      spec.partition = aggregator::Partition{static_cast<uint32_t>(rng() % size), span};
+      return;
+    }
+    case config::SlotPlacement::kRoundRobin: {
+      // The region's partitions, and where the newest of them ends.
+      std::vector<aggregator::Partition> live;
+      uint32_t newest = 0;
+      uint32_t cursor = 0;
+      table.ForEach([&](const Job& other) {
+        const aggregator::JobPlacement& p = other.placement();
+        if (other.in_band() != in_band || !p.partitioned()) return;
+        live.push_back(aggregator::Partition{p.offset, p.span});
+        if (other.generation() > newest) {
+          newest = other.generation();
+          cursor = static_cast<uint32_t>((uint64_t{p.offset} + p.span) % size);
+        }
+      });
+      spec.placed = JobSpec::Placed::kRoundRobin;
+      spec.partition = aggregator::Partition{aggregator::RoundRobinBase(size, span, cursor, live), span};
+      return;
+    }
+  }
+}
+
 common::Result<const Job*> AdmitJob(aggregator::JobTable& table,
                                     const config::AggregationJobConfig& job,
                                     const config::AggregationConfig& agg, JobSpec::Origin origin,
                                     uint64_t tsc_hz, TanLoad& load) {
-  const JobSpec spec = JobSpecFromConfig(job, agg, tsc_hz, load, origin);
+  JobSpec spec = JobSpecFromConfig(job, agg, tsc_hz, load, origin);
+  PlaceJob(table, job, agg, spec);
   ASSIGN_OR_RETURN(const Job* added, table.Add(spec));
   std::string upstream;
   for (const aggregator::JobPeer& up : spec.upstreams) {

@@ -55,7 +55,7 @@
 // Thread safety: Add/Remove/List/Tan/RunOnControl [any thread but the
 // control thread: they wait for it]; ProcessPending, RegisterInBand,
 // Snapshot, SetCounterReader, SetChangeHook and the constructor [control].
-// AdmitJob, AddConfigJobs, CountTanLoad [control]; ChooseTan,
+// PlaceJob, AdmitJob, AddConfigJobs, CountTanLoad [control]; ChooseTan,
 // JobSpecFromConfig, InBandJobConfig [any].
 #pragma once
 
@@ -114,6 +114,14 @@ aggregator::JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
                                       TanLoad& load,
                                       aggregator::JobSpec::Origin origin =
                                           aggregator::JobSpec::Origin::kConfig);
+
+// Chooses where `spec` (a job of `table` to be) lives in its slot region
+// (aggregator/slot_placement.h): the partition its placement_hint names, else
+// one by aggregation.placement (round_robin: after the newest partition of
+// the region, meeting none if it can; random), each of the job's slot quota;
+// hash leaves spec.partition empty. [control]
+void PlaceJob(const aggregator::JobTable& table, const config::AggregationJobConfig& job,
+              const config::AggregationConfig& agg, aggregator::JobSpec& spec);
 
 // The one way into the job table, whatever a job's origin: config jobs at
 // start, API jobs and in-band registrations. Builds the job's JobSpec

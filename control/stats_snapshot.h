@@ -180,11 +180,15 @@ struct JobSnapshot {
   bool parameter_server = false;                 // root jobs: the TAN answers every chunk
   bool verify = false;                           // root jobs: the TAN checks every complete chunk
   // Where its chunks land (aggregator/slot_placement.h): its slot region
-  // and the slot of its sequence number 0; chunk s takes slot
-  // first + (base - first + s) mod size. 0/0/0 without a region.
+  // and the slot of its sequence number 0; with hash placement (span 0)
+  // chunk s takes slot first + (base - first + s) mod size, in a partition
+  // of `span` slots first + (base - first + s mod span) mod size. 0/0/0
+  // without a region. `placed` says how: hash, round_robin, random, hint.
   uint32_t slot_region_first = 0;
   uint32_t slot_region_size = 0;
   uint32_t slot_base = 0;
+  uint32_t slot_span = 0;
+  std::string placed = "hash";
   uint32_t slot_quota = 0;  // chunks it may keep ahead of its slowest member (0: no bound)
   uint32_t hold_quota = 0;  // ordered contributions it may hold (0: no bound)
 };

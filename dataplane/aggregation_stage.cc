@@ -242,7 +242,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   }
   // Where the chunk is: its placed slot, or the spare slot it was moved to,
   // as the switch (a hand-off) or the member (its slot hint) says.
-  uint32_t slot = s_.regions.Of(job->in_band(), job->slot_offset(), h.seq.host());
+  uint32_t slot = s_.regions.Of(job->in_band(), job->placement(), h.seq.host());
   bool claim = false;
   const uint16_t hint = h.slot_hint.host();
   if (spare != aggregator::RelocationMap::kNone) {
@@ -783,7 +783,7 @@ void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint1
   const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
   if (region.size <= gap_distance_) return;
   const uint32_t earlier = seq - gap_distance_;
-  const uint32_t slot = region.Of(job.slot_offset(), earlier);
+  const uint32_t slot = region.Of(job.placement(), earlier);
   if (slot % s_.n_workers != s_.index) return;  // the region wrapped onto another worker's slot
   const aggregator::Slot* s =
       s_.slots->Holding(LocalSlot(slot), job.id(), job.generation(), earlier);

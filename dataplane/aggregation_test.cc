@@ -438,9 +438,9 @@ std::pair<uint32_t, uint32_t> CollidingSeqs(const aggregator::JobTable& jobs,
                                             const config::Config& config, uint32_t a, uint32_t b) {
   const aggregator::SlotRegions regions = aggregator::SlotRegions::Make(
       config.aggregation.slots, config.aggregation.InBandSlots(), config.aggregation.SpareSlots());
-  const uint32_t slot = regions.Of(false, jobs.Find(a)->slot_offset(), 0);
+  const uint32_t slot = regions.Of(false, jobs.Find(a)->placement(), 0);
   for (uint32_t seq = 0;; ++seq) {
-    if (regions.Of(false, jobs.Find(b)->slot_offset(), seq) == slot) return {0, seq};
+    if (regions.Of(false, jobs.Find(b)->placement(), seq) == slot) return {0, seq};
   }
 }
 
@@ -550,6 +550,75 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
     EXPECT_EQ(Agg().slot_busy.Get(), none ? 2u : 1u);
     EXPECT_EQ(dp_->spare_slot_stats().refused, none ? 0u : 1u);
   }
+}
+
+// Static placement. Round robin gives each job a partition of its slot
+// quota that no other job's meets: two jobs' whole windows run side by side
+// with no collision, every chunk's members meeting in the one slot of the
+// chunk, and that slot inside the job's partition. A job's placement hint
+// puts its partition where the hint says: on another job's, its chunks
+// collide with that job's.
+TEST_F(AggregationTest, PartitionedJobsMeetOnlyWhereTheirPartitionsDo) {
+  // 1024 slots: 256 in-band, none spare, 768 for config and API jobs.
+  BuildAggregation(", placement: round_robin, slots_per_job: 64, spare_slots: 0");
+  control::TanLoad load;
+  auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
+    config::AggregationJobConfig job;
+    job.id = id;
+    job.key = 0x5eed;
+    job.members = 2;
+    job.placement_hint = hint;
+    ASSERT_TRUE(control::AdmitJob(*jobs_, job, config_.aggregation,
+                                  aggregator::JobSpec::Origin::kApi, rte_get_tsc_hz(), load)
+                    .ok());
+  };
+  admit(7, std::nullopt);
+  admit(8, std::nullopt);
+  const aggregator::Job* j7 = jobs_->Find(7);
+  const aggregator::Job* j8 = jobs_->Find(8);
+  EXPECT_EQ(j7->placement().offset, 0u);
+  EXPECT_EQ(j8->placement().offset, 64u);
+  for (uint32_t seq = 0; seq < 64; ++seq) {
+    for (const uint16_t node : {0, 1}) {
+      Inject(0, Contribution(7, seq, node, Int32Payload({static_cast<int32_t>(seq + node)})));
+      Inject(0, Contribution(8, seq, node, Int32Payload({static_cast<int32_t>(1000 + node)})));
+    }
+    Step();
+    auto out = Drain();
+    ASSERT_EQ(out[0].size(), 4u) << "chunk " << seq << ": both jobs' results to both members";
+    for (const Frame& f : out[0]) {
+      const Result r = ParseResult(f);
+      ASSERT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+      EXPECT_EQ(r.payload, Int32Payload({r.fields.job_id == 7 ? static_cast<int32_t>(2 * seq + 1)
+                                                              : 2001}));
+    }
+  }
+  EXPECT_EQ(Agg().collisions.Get(), 0u);
+  EXPECT_EQ(Agg().completions.Get(), 128u);
+  for (const aggregator::Job* job : {j7, j8}) {
+    const uint32_t base = job->placement().offset;
+    for (uint32_t seq = 0; seq < 200; ++seq) {
+      const uint32_t slot = dp_->slot_regions().Of(false, job->placement(), seq);
+      ASSERT_GE(slot, base);
+      ASSERT_LT(slot, base + 64) << "job " << job->id() << " chunk " << seq;
+    }
+  }
+
+  // Job 9's hint puts it on job 7's partition: its chunk 3 meets job 7's
+  // chunk 3, whose slot keeps its result until the members acknowledge it,
+  // and with no spare slot it is refused.
+  admit(9, 0);
+  EXPECT_EQ(jobs_->Find(9)->placed(), aggregator::JobSpec::Placed::kHint);
+  Inject(0, Contribution(9, 3, 0, Int32Payload({1})));
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result nack = ParseResult(out[0][0]);
+  EXPECT_EQ(nack.fields.job_id, 9u);
+  EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kSlotBusy));
+  EXPECT_EQ(Agg().collisions.Get(), 1u);
 }
 
 TEST_F(AggregationTest, TrunkMembersGetTaggedResults) {

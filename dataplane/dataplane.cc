@@ -915,7 +915,7 @@ bool Dataplane::SendTanResult(const uint8_t* datagram, uint32_t len) {
   }
   const aggregator::Job* job = jobs_->Find(pkt.header->job_id.host());
   if (job == nullptr) return false;
-  const uint32_t slot = slot_regions_.Of(job->in_band(), job->slot_offset(), pkt.header->seq.host());
+  const uint32_t slot = slot_regions_.Of(job->in_band(), job->placement(), pkt.header->seq.host());
   rte_ring* ring = workers_[slot % n_agg_workers_].channels->tan_down.get();
   rte_mbuf* m = CopyToMbuf(datagram, len);
   if (m == nullptr) return false;

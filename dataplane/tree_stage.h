@@ -121,7 +121,7 @@ class TreeStage {
                           uint16_t* out, uint32_t cap);
   // The slot index of chunk `seq` of `job` in this worker's table.
   uint32_t LocalSlot(const aggregator::Job& job, uint32_t seq) const {
-    return s_.regions.Of(job.in_band(), job.slot_offset(), seq) / s_.n_workers;
+    return s_.regions.Of(job.in_band(), job.placement(), seq) / s_.n_workers;
   }
 
   const Setup s_;

@@ -837,6 +837,21 @@ void PrintJob(const json& job) {
 }
 
 // jobs add: the new job, in one line.
+// ", slots 512-767 (round_robin)" for a job placed in a partition of its
+// region; "" for hash placement and from daemons that do not show it.
+std::string PlacementText(const json& job) {
+  if (!job.contains("placement") || !job.at("placement").contains("span")) return "";
+  const json& p = job.at("placement");
+  const uint64_t span = p.at("span").get<uint64_t>();
+  const uint64_t size = p.at("size").get<uint64_t>();
+  if (span == 0 || size == 0) return "";
+  const uint64_t first = p.at("first").get<uint64_t>();
+  const uint64_t base = p.at("base").get<uint64_t>();
+  const uint64_t last = first + (base - first + span - 1) % size;
+  return ", slots " + std::to_string(base) + "-" + std::to_string(last) + " (" +
+         p.at("policy").get<std::string>() + ")";
+}
+
 void PrintAddedJob(const json& job) {
   std::cout << "added job " << U64(job.at("id")) << " (index " << U64(job.at("index")) << ", "
             << U64(job.at("members")) << " members, " << U64(job.at("nodes"))
@@ -849,7 +864,7 @@ void PrintAddedJob(const json& job) {
     if (tan != "-") std::cout << ", TAN " << (tan == "self" ? "this switch" : tan);
     if (ParameterServer(job)) std::cout << ", its parameter server";
   }
-  std::cout << ")\n";
+  std::cout << PlacementText(job) << ")\n";
 }
 
 // ----------------------------------------------------------------------------
@@ -882,6 +897,7 @@ struct Options {
   std::optional<uint16_t> job_tan_member;
   bool job_parameter_server = false;
   bool job_verify = false;
+  std::optional<uint32_t> job_placement_hint;
 };
 
 // The API token: AGGCTL_TOKEN, else the first line of `path` (surrounding
@@ -1272,6 +1288,10 @@ int Main(int argc, char** argv) {
                  "verify mode: the root sends every complete chunk to the job's parameter node "
                  "(its remote TAN, an agg-ps) and the members receive only its answer")
       ->excludes(upstream, job_self);
+  jobs_add->add_option("--placement-hint", o.job_placement_hint,
+                       "place the job's chunks in a partition of its slot quota that starts at "
+                       "this slot index of the config and API jobs' region, whatever "
+                       "aggregation.placement says");
   json job_body;  // POST /api/v1/jobs without its key, which is checked after parsing
   jobs_add->callback([&] {
     if (!o.job_members && o.job_node_ids.empty() && o.job_switches.empty()) {
@@ -1304,6 +1324,7 @@ int Main(int argc, char** argv) {
     if (o.job_tan_member) job_body["tan_member"] = *o.job_tan_member;
     if (o.job_parameter_server) job_body["parameter_server"] = true;
     if (o.job_verify) job_body["verify"] = true;
+    if (o.job_placement_hint) job_body["placement_hint"] = *o.job_placement_hint;
     print = PrintAddedJob;
   });
   CLI::App* jobs_rm = jobs->add_subcommand("rm", "remove a job");
