@@ -20,6 +20,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -133,12 +135,16 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
     }
   }
 
-  void AddJob(uint32_t id, bool ordered = false) {
+  // `partition`: the job's slots (slot_placement.h); none: hash placement.
+  void AddJob(uint32_t id, bool ordered = false,
+              std::optional<aggregator::Partition> partition = std::nullopt) {
     aggregator::JobSpec spec;
     spec.id = id;
     spec.key = kKey;
     spec.members = kMembers;
     spec.ordered = ordered;
+    spec.partition = partition;
+    spec.placed = aggregator::JobSpec::Placed::kHint;
     ASSERT_TRUE(jobs_->Add(spec).ok());
   }
 
@@ -172,6 +178,7 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (got < count && std::chrono::steady_clock::now() < deadline) {
       in_band_->Register(*dp_);
+      dp_->ProcessEscalations(std::chrono::steady_clock::now());
       bool any = false;
       for (int p = 0; p < kPorts; ++p) {
         for (rte_ring* r : tx_[p]) {
@@ -187,9 +194,14 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
             // the control thread's ring and later ones pass them: the switch
             // may take that for a loss and say NOTICE missing, which a member
             // would answer with a resend. These tests resend nothing.
+            // A chunk moved to a spare slot tells its members where it went
+            // (NOTICE relocated), which they would use as a hint; these
+            // tests send without one, and the switch finds the chunk anyway.
             const Frames::Result r = Frames::ParseResult(f);
             if (r.fields.opcode == aggregator::Opcode::kNotice &&
-                r.fields.aux == static_cast<uint32_t>(aggregator::NoticeKind::kMissing)) {
+                (r.fields.aux == static_cast<uint32_t>(aggregator::NoticeKind::kMissing) ||
+                 r.fields.aux == static_cast<uint32_t>(aggregator::NoticeKind::kRelocated))) {
+              ++notices_;
               continue;
             }
             out[p].push_back(std::move(f));
@@ -252,6 +264,7 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
   }
 
   int workers_ = 1;
+  size_t notices_ = 0;  // NOTICEs missing and relocated that Collect left out
   config::Config config_;
   std::vector<std::vector<rte_ring*>> rx_, tx_;  // [port][queue]
   std::unique_ptr<aggregator::JobTable> jobs_;
@@ -310,6 +323,72 @@ TEST_P(MulticoreTest, OrderedFloatSumsAreBitExactAcrossLcores) {
     ASSERT_EQ(r.payload, want) << "member " << at.first << ", seq " << at.second;
   }
   ExpectCrossLcoreTraffic();
+}
+
+// Two jobs placed on the same slots: each chunk of job 8 arrives while job
+// 7's chunk holds the slot, half aggregated. The worker that owns the slot
+// escalates it; the control thread leases a spare slot, which may belong to
+// another worker; the members that arrive later are escalated or redirected
+// there by the relocation map. Every member of both jobs gets its chunk's
+// exact sum once.
+TEST_P(MulticoreTest, CollidedChunksMeetInASpareSlotWhicheverLcoreOwnsIt) {
+  constexpr uint32_t kCollided = 16;
+  AddJob(7, false, aggregator::Partition{0, 128});
+  AddJob(8, false, aggregator::Partition{0, 128});
+  auto chunk = [](uint32_t job, uint32_t seq, uint16_t m) {
+    return Frames::Contribution(job, seq, m, Frames::Int32Payload({static_cast<int32_t>(job * 1000 + seq * 10 + m)}),
+                                DType::kInt32, ReduceOp::kSum, kKey, -1, seq);
+  };
+  auto sum = [](uint32_t job, uint32_t seq) {
+    int32_t s = 0;
+    for (uint16_t m = 0; m < kMembers; ++m) s += static_cast<int32_t>(job * 1000 + seq * 10 + m);
+    return s;
+  };
+  std::map<std::pair<uint32_t, uint16_t>, std::set<uint32_t>> answered;  // (job, member) -> seqs
+  auto take = [&](size_t count) {
+    const auto out = Collect(count);
+    size_t got = 0;
+    for (const auto& [port, frames] : out) {
+      for (const Frame& f : frames) {
+        const Frames::Result r = Frames::ParseResult(f);
+        ASSERT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+        const auto member = static_cast<uint16_t>(r.dst_port - Frames::MemberPort(0));
+        EXPECT_EQ(r.payload, Frames::Int32Payload({sum(r.fields.job_id, r.fields.seq)}))
+            << "job " << r.fields.job_id << " seq " << r.fields.seq;
+        const std::pair<uint32_t, uint16_t> who{r.fields.job_id, member};
+        EXPECT_TRUE(answered[who].insert(r.fields.seq).second)
+            << "a second result for job " << r.fields.job_id << ", member " << member;
+        ++got;
+      }
+    }
+    ASSERT_EQ(got, count);
+  };
+  for (uint32_t seq = 0; seq < kCollided; ++seq) {
+    const uint64_t before = Total(&AggregationCounters::contributions);
+    for (uint16_t m : {0, 1}) Inject(PortOf(m), QueueOf(m), chunk(7, seq, m));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (Total(&AggregationCounters::contributions) < before + 2) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "job 7's first half of chunk " << seq;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    for (uint16_t m = 0; m < kMembers; ++m) Inject(PortOf(m), QueueOf(m), chunk(8, seq, m));
+    take(kMembers);  // job 8's chunk, complete in its spare slot
+    for (uint16_t m : {2, 3}) Inject(PortOf(m), QueueOf(m), chunk(7, seq, m));
+    take(kMembers);  // job 7's, in its own
+  }
+  for (const uint32_t job : {7u, 8u}) {
+    for (uint16_t m = 0; m < kMembers; ++m) {
+      const std::pair<uint32_t, uint16_t> who{job, m};
+      EXPECT_EQ(answered[who].size(), kCollided) << "job " << job << ", member " << m;
+    }
+  }
+  EXPECT_GE(Total(&AggregationCounters::collisions), kCollided);
+  EXPECT_EQ(dp_->spare_slot_stats().granted, kCollided) << "one spare slot per collided chunk";
+  EXPECT_EQ(dp_->spare_slot_stats().refused, 0u);
+  EXPECT_EQ(Total(&AggregationCounters::slot_busy), 0u);
+  EXPECT_EQ(Total(&AggregationCounters::completions), 2 * kCollided);
+  EXPECT_EQ(Total(&AggregationCounters::relocated), kMembers * kCollided)
+      << "every contribution of job 8 went on to its chunk's spare slot";
 }
 
 // A member's retransmission that RSS puts on another queue (its source port
