@@ -16,7 +16,11 @@
 #                           [--iterations N] [--window 128] [--mtu 1500] [--large-mtu 3400]
 #                           [--retries 2] [--no-profile] [--build-dir build] [--quick]
 #                           [--out bench/results/allreduce-latest.txt] [--keep-logs]
+#                           [--switch-idle-sleep-us 0]
 #
+#   --switch-idle-sleep-us N: the switch's eal.idle_sleep_us (0: it busy-polls,
+#   the default); with N > 0 its worker lcore sleeps N us when idle and leaves
+#   the shared CPU to the ranks.
 #   --quick: only 16 and 64 MiB, one repeat.
 #
 # What it does, for each repeat, size and method, in the order udp, af_xdp,
@@ -97,6 +101,7 @@ PROFILE=1
 BUILD_DIR="$ROOT/build"
 OUT="$BENCH/results/allreduce-latest.txt"
 KEEP_LOGS=0
+SWITCH_IDLE_SLEEP_US=0
 
 WORLD=4
 SEED=7
@@ -126,6 +131,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD_DIR=$(realpath -m "$2"); shift 2 ;;
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
+    --switch-idle-sleep-us) SWITCH_IDLE_SLEEP_US="$2"; shift 2 ;;
     -h | --help) bench_usage 0 ;;
     *) bench_die "unknown argument: $1 (see --help)" ;;
   esac
@@ -281,6 +287,7 @@ eal:
   main_lcore: 0
   memory_mb: 512
   file_prefix: $PREFIX
+  idle_sleep_us: $SWITCH_IDLE_SLEEP_US
 switch:
   mac: 02:a9:9c:00:00:ab
   addresses: [$SUBNET.254/24]

@@ -99,6 +99,12 @@ struct EalConfig {
   bool pci = false;            // false: --no-pci (virtual devices only)
   std::string file_prefix = "aggswitch";
   bool telemetry = true;          // DPDK telemetry socket
+  // A worker lcore whose last 64 polls found no packet sleeps this long
+  // (microseconds) before it polls again; 0 (the default): it busy-polls.
+  // For a switch that shares its CPUs with other work (a vSwitch on a
+  // host): the CPU goes back to that work while no traffic comes, and the
+  // first frame after a quiet spell waits up to this long.
+  uint32_t idle_sleep_us = 0;
   std::vector<std::string> args;  // extra EAL arguments, appended verbatim
   SourceLoc loc;
 

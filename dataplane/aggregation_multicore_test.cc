@@ -103,7 +103,7 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
       workers += "  - {lcore: " + std::to_string(w + 1) + ", rx: [\"a0:" + q + "\", \"a1:" + q + "\"]}\n";
     }
     const std::string yaml =
-        "eal: {lcores: \"0-3\"}\n"
+        "eal: {lcores: \"0-3\"" + EalExtra() + "}\n"
         "switch: {mac: 02:a9:9c:00:00:01, addresses: [10.0.10.254/24]}\n"
         "ports:\n" + ports +
         "workers:\n" + workers +
@@ -121,6 +121,9 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
     in_band_ = std::make_unique<InBandControl>(*jobs_, config_);
     ASSERT_TRUE(dp_->Start().ok());
   }
+
+  // More keys of the eal section (", key: value").
+  virtual std::string EalExtra() const { return ""; }
 
   void TearDown() override {
     if (dp_ != nullptr) dp_->Stop();
@@ -220,6 +223,7 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
     for (int w = 0; w < workers_; ++w) sum += (dp_->worker_stats(w).lcore.agg.*c).Get();
     return sum;
   }
+  uint64_t Lcore(int w, Counter LcoreCounters::*c) const { return (dp_->worker_stats(w).lcore.*c).Get(); }
   uint64_t Of(int w, Counter AggregationCounters::*c) const {
     return (dp_->worker_stats(w).lcore.agg.*c).Get();
   }
@@ -435,6 +439,49 @@ TEST_P(MulticoreTest, InBandRegistrationWhileTheWorkersRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, MulticoreTest, ::testing::Values(1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::to_string(info.param) + "_lcores";
+                         });
+
+// eal.idle_sleep_us: a worker with nothing to do sleeps between polls (and
+// counts its sleeps as idle time), and still answers every chunk once
+// traffic comes.
+class IdleSleepTest : public MulticoreTest {
+ protected:
+  std::string EalExtra() const override { return ", idle_sleep_us: 200"; }
+};
+
+TEST_P(IdleSleepTest, AnIdleWorkerSleepsAndWakesForTraffic) {
+  AddJob(7);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<uint64_t> sleeps(workers_);
+  for (int w = 0; w < workers_; ++w) {
+    sleeps[w] = Lcore(w, &LcoreCounters::idle_sleeps);
+    // 100 ms of 200 us sleeps is up to 500; the polls between them add little.
+    EXPECT_GT(sleeps[w], 10u) << "worker " << w;
+    EXPECT_LT(sleeps[w], 600u) << "worker " << w;
+    EXPECT_EQ(Lcore(w, &LcoreCounters::busy_packets), 0u);
+  }
+  InjectChunks([](uint32_t seq, uint16_t m) {
+    return Frames::Contribution(7, seq, m, Frames::Int32Payload({static_cast<int32_t>(seq + m)}),
+                                DType::kInt32, ReduceOp::kSum, kKey, -1, seq);
+  });
+  const auto results = ByMemberAndSeq(Collect(kMembers * kChunks));
+  ASSERT_EQ(results.size(), kMembers * kChunks);
+  for (const auto& [at, r] : results) {
+    ASSERT_EQ(r.payload, Frames::Int32Payload({static_cast<int32_t>(4 * at.second + 6)}));
+  }
+  uint64_t polls = 0, idle = 0;
+  for (int w = 0; w < workers_; ++w) {
+    polls += Lcore(w, &LcoreCounters::polls);
+    idle += Lcore(w, &LcoreCounters::idle_cycles);
+  }
+  EXPECT_GT(idle, 0u);
+  // Busy-polling would make millions of passes in this time.
+  EXPECT_LT(polls, 200000u * static_cast<uint64_t>(workers_));
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, IdleSleepTest, ::testing::Values(1, 2),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return std::to_string(info.param) + "_lcores";
                          });

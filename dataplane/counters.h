@@ -135,6 +135,7 @@ class Counter {
   X(idle_cycles, "TSC cycles of polls that returned no packets.")               \
   X(busy_packets, "Packets received in busy polls.")                            \
   X(polls, "Passes over the lcore's RX queues.")                                \
+  X(idle_sleeps, "Sleeps of eal.idle_sleep_us after polls that found no packet.") \
   X(learn_requests, "MAC learn or move requests sent to the control thread.")   \
   X(learn_ring_full,                                                            \
     "MAC learn requests lost because the learn ring was full (the frame was still forwarded).") \

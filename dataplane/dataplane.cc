@@ -368,6 +368,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     setup.lcore = wc.lcore;
     setup.tx_queue = w;
     setup.tick_shift = tick_shift_;
+    setup.idle_sleep_us = config.eal.idle_sleep_us;
     if (aggregation) {
       setup.agg = agg;
       setup.agg.index = w;

@@ -2,6 +2,7 @@
 
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 
@@ -48,10 +49,25 @@ int Worker::LaunchEntry(void* arg) {
 
 void Worker::Run() {
   UnmapGuard::Online(setup_.lcore);
+  // A sleep of a few microseconds should not last the kernel's default
+  // timer slack (50 us) longer.
+  if (setup_.idle_sleep_us != 0) (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   clock_.tsc = rte_rdtsc();
   while (!quit_.load(std::memory_order_relaxed)) {
-    PollOnce();
+    const bool got = PollOnce();
     UnmapGuard::Quiescent(setup_.lcore);  // no pointer into port memory is held here
+    if (setup_.idle_sleep_us == 0) continue;
+    if (got) {
+      empty_polls_ = 0;
+    } else if (++empty_polls_ >= kPollsBeforeSleep) {
+      // Idle: give the CPU back for a while. The sleep counts as idle time.
+      rte_delay_us_sleep(setup_.idle_sleep_us);
+      const uint64_t now = rte_rdtsc();
+      stats_.lcore.idle_cycles.Add(now - clock_.tsc);
+      stats_.lcore.idle_sleeps.Add(1);
+      clock_.tsc = now;
+      empty_polls_ = 0;
+    }
   }
   UnmapGuard::Offline(setup_.lcore);
   if (reader_online_) {
@@ -60,7 +76,7 @@ void Worker::Run() {
   }
 }
 
-void Worker::PollOnce() {
+bool Worker::PollOnce() {
   if (clock_.tsc == 0) clock_.tsc = rte_rdtsc();
   if (aggregation()) {
     if (!reader_online_) {
@@ -111,6 +127,7 @@ void Worker::PollOnce() {
   }
   if (idle) c.idle_cycles.Add(idle);
   c.polls.Add(1);
+  return busy_packets != 0;
 }
 
 void Worker::ProcessBurst(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, uint32_t now_tick) {

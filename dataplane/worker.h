@@ -15,6 +15,10 @@
 // No locks, no allocation (mbufs come from the preallocated pool), no
 // syscalls, no exceptions, no unbounded loops. Everything a worker writes is
 // its own: its counters, its TX queue on each port, its rings' producer side.
+// The one syscall is off the packet path: with eal.idle_sleep_us, a worker
+// whose last kPollsBeforeSleep polls found no packet sleeps that long, so
+// that a switch sharing its CPUs with other work gives them back while no
+// traffic comes.
 //
 // Thread safety: a Worker is driven by exactly one thread: Run() on its lcore,
 // or PollOnce() from a test while the dataplane is stopped.
@@ -63,6 +67,8 @@ struct WorkerSetup {
   // Bit p: port p's driver sends only single-buffer frames (no
   // RTE_ETH_TX_OFFLOAD_MULTI_SEGS), so chained results are copied flat first.
   uint64_t linear_tx_ports = 0;
+  // eal.idle_sleep_us: how long to sleep after kPollsBeforeSleep empty polls; 0: never.
+  uint32_t idle_sleep_us = 0;
 };
 
 class alignas(64) Worker {
@@ -73,13 +79,17 @@ class alignas(64) Worker {
 
   // Polls until the quit flag is raised. [worker lcore]
   void Run();
-  // One pass over every RX queue. [the worker's thread]
-  void PollOnce();
+  // One pass over every RX queue; returns whether any packet arrived. [the
+  // worker's thread]
+  bool PollOnce();
   // Entry point for rte_eal_remote_launch: `arg` is a Worker*.
   static int LaunchEntry(void* arg);
 
   // Polls between two looks at the control rings and two QSBR reports.
   static constexpr uint32_t kControlEvery = 16;
+  // Empty polls in a row before an idle sleep (eal.idle_sleep_us): a few
+  // microseconds of polling, so that a steady stream never waits on a sleep.
+  static constexpr uint32_t kPollsBeforeSleep = 64;
 
  private:
   void ProcessBurst(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, uint32_t now_tick);
@@ -95,6 +105,7 @@ class alignas(64) Worker {
   LcoreClock clock_;
   bool reader_online_ = false;
   uint32_t polls_ = 0;
+  uint32_t empty_polls_ = 0;  // in a row
 
   // The stages, each calling only those below it.
   TxBuffers tx_;
