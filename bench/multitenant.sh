@@ -29,9 +29,10 @@
 #                             [--out bench/results/multitenant-latest.txt]
 #
 # --placement round_robin (or random) places each job in a partition of
-# --window slots (aggregation.placement, slots_per_job = --window;
+# 2 x --window slots (aggregation.placement, slots_per_job: the chunks in
+# flight and the results held until every rank acknowledged them;
 # docs/aggregation.md, "Placement") instead of hashing it over the region:
-# with round_robin, jobs whose windows fit the table never meet.
+# with round_robin, jobs whose partitions fit the table never meet.
 #
 # One aggswitch in the root namespace (lcores "0,1"), af_packet ports on the
 # veths of four worker namespaces and of agg-ps's; each worker namespace holds
@@ -137,7 +138,7 @@ aggregation:
   slots: $slots
   spare_slots: $spare
   placement: $PLACEMENT
-$([ "$PLACEMENT" = hash ] || echo "  slots_per_job: $WINDOW")
+$([ "$PLACEMENT" = hash ] || echo "  slots_per_job: $((2 * WINDOW))")
   tan: {strategy: fixed, candidates: [{address: $PS_IP, port: $AGG_PORT}]}
   jobs:
 EOF
