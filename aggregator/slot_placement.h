@@ -29,10 +29,11 @@
 //   owns `span` consecutive slots from `base` (its slot quota, the chunks it
 //   may keep in flight), and chunk `seq` lives at
 //     first + (base + seq mod span) mod size
-//   Round robin (PlacePartition) gives each new job the first span, from
-//   where the newest job's ends, that overlaps no other partition of the
-//   region, so that jobs never meet while the region holds their quotas;
-//   random draws the base; a hint names it.
+//   Round robin (RoundRobinBase; the control side's PlaceJob chooses) gives
+//   each new job the first span, from where the newest job's ends, that
+//   overlaps no other partition of the region, so that jobs never meet
+//   while the region holds their quotas; random draws the base; a hint
+//   names it.
 //
 //   const SlotRegions regions = SlotRegions::Make(4096, 1024);
 //   const uint32_t slot = regions.Of(job.in_band(), job.placement(), seq);
@@ -126,10 +127,6 @@ inline uint32_t SlotOffset(const common::SipKey& secret, uint32_t job_id) {
                          static_cast<uint8_t>(job_id >> 16), static_cast<uint8_t>(job_id >> 24)};
   return static_cast<uint32_t>(common::SipHash24(secret, id, sizeof(id)));
 }
-
-// How the switch places a job that names no base of its own
-// (aggregation.placement).
-enum class PlacementPolicy : uint8_t { kHash, kRoundRobin, kRandom };
 
 // A partition of `span` slots from `base` (a region index).
 struct Partition {
