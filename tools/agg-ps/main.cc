@@ -9,6 +9,7 @@
 //   agg-ps --listen 10.0.10.5:47000 --give-up-ms 5000 --trigger batch
 //          --covers 7:100=0-3 --covers 7:101=4-7 --stats /run/agg-ps.json
 //   agg-ps --listen 10.0.10.5:47000 --sgd 9=0.01     # job 9: SGD, learning rate 0.01
+//   agg-ps --job 7:0x5eed:8 --job 8:0x77:4 --listed-jobs-only  # only jobs 7 and 8, keys checked
 //
 // The loop itself is tools/agg-ps/server.h.
 //
@@ -54,6 +55,7 @@ int Main(int argc, char** argv) {
   std::string trigger = "incremental";
   std::vector<std::string> covers;
   std::vector<std::string> sgd;
+  std::vector<std::string> jobs;
   PsServerOptions options;
   std::string log_level = "info";
   bool quiet = false;
@@ -86,6 +88,13 @@ int Main(int argc, char** argv) {
                  "pass through; sums of other types are refused (INCOMPLETE): use agg-worker "
                  "--float-mode float or ordered. Repeatable")
       ->type_name("JOB=LR");
+  app.add_option("--job", jobs,
+                 "JOB:KEY[:WORLD]: job JOB's datagrams must carry KEY (decimal or 0x-hex), and "
+                 "its data sent to the parameter node itself (AGGREGATE_AT_PS) must say WORLD "
+                 "ranks; others are dropped and counted. Repeatable")
+      ->type_name("JOB:KEY[:WORLD]");
+  app.add_flag("--listed-jobs-only", options.listed_jobs_only,
+               "Drop (and count) the datagrams of every job that no --job lists");
   app.add_option("--sgd-max-elems", options.sgd_max_elems,
                  "Parameters per --sgd job at most (float32 each); chunks beyond are refused "
                  "(INCOMPLETE)")
@@ -137,6 +146,14 @@ int Main(int argc, char** argv) {
     auto spec = ParseCovers(text);
     if (!spec.ok()) return usage_error(spec.status().message());
     options.covers.push_back(std::move(*spec));
+  }
+  for (const std::string& text : jobs) {
+    auto job = ParseJob(text);
+    if (!job.ok()) return usage_error(job.status().message());
+    options.jobs.push_back(*job);
+  }
+  if (options.listed_jobs_only && options.jobs.empty()) {
+    return usage_error("--listed-jobs-only: no job is listed (give each with --job)");
   }
   for (const std::string& text : sgd) {
     auto job = ParseSgd(text);

@@ -113,6 +113,47 @@ common::Result<CoverSpec> ParseCovers(std::string_view text) {
   return c;
 }
 
+common::Result<PsJob> ParseJob(std::string_view text) {
+  const std::string expected = "--job: expected JOB:KEY[:WORLD] (KEY decimal or 0x-hex, WORLD "
+                               "the ranks 1..65535), got \"" + std::string(text) + "\"";
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) return common::InvalidArgument(expected);
+  const size_t second = text.find(':', colon + 1);
+  PsJob job;
+  if (!ParseNumber(text.substr(0, colon), &job.id) || job.id == 0) {
+    return common::InvalidArgument(expected + ": JOB is not a job id (1..4294967295)");
+  }
+  std::string_view key = text.substr(colon + 1, second == std::string_view::npos
+                                                    ? std::string_view::npos
+                                                    : second - colon - 1);
+  bool key_ok;
+  if (key.substr(0, 2) == "0x" || key.substr(0, 2) == "0X") {
+    const char* first = key.data() + 2;
+    const char* last = key.data() + key.size();
+    const auto [next, ec] = std::from_chars(first, last, job.key, 16);
+    key_ok = first != last && ec == std::errc() && next == last;
+  } else {
+    key_ok = ParseNumber(key, &job.key);
+  }
+  if (!key_ok) return common::InvalidArgument(expected + ": KEY is not a 64-bit key");
+  if (second != std::string_view::npos &&
+      (!ParseNumber(text.substr(second + 1), &job.world) || job.world == 0)) {
+    return common::InvalidArgument(expected + ": WORLD is not a rank count (1..65535)");
+  }
+  return job;
+}
+
+common::Result<PsJobPolicy> PsJobPolicy::Make(const std::vector<PsJob>& jobs, bool listed_only) {
+  PsJobPolicy policy;
+  policy.listed_only = listed_only;
+  for (const PsJob& job : jobs) {
+    if (!policy.jobs.emplace(job.id, job).second) {
+      return common::InvalidArgument("--job: job " + std::to_string(job.id) + " is listed twice");
+    }
+  }
+  return policy;
+}
+
 struct PsServer::Batch {
   mmsghdr msgs[kBatch];
   iovec iov[kBatch];
@@ -129,6 +170,7 @@ common::Result<std::unique_ptr<PsServer>> PsServer::Open(const PsServerOptions& 
   for (const SgdJob& job : options.sgd) {
     if (common::Status s = sgd.AddJob(job); !s.ok()) return s;
   }
+  ASSIGN_OR_RETURN(PsJobPolicy jobs, PsJobPolicy::Make(options.jobs, options.listed_jobs_only));
   const std::string where =
       "--listen " + options.listen.ip.ToString() + ":" + std::to_string(options.listen.port);
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -152,8 +194,9 @@ common::Result<std::unique_ptr<PsServer>> PsServer::Open(const PsServerOptions& 
   }
   socklen_t len = sizeof(local);
   getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
-  return std::unique_ptr<PsServer>(
-      new PsServer(options, std::move(sgd), fd, ntohs(local.sin_port)));
+  std::unique_ptr<PsServer> server(new PsServer(options, std::move(sgd), fd, ntohs(local.sin_port)));
+  server->jobs_ = std::move(jobs);
+  return server;
 }
 
 PsServer::PsServer(const PsServerOptions& options, SgdModel sgd, int fd, uint16_t port)
@@ -219,14 +262,14 @@ common::Result<uint32_t> PsServer::ReceiveBatch(std::vector<TanOutput>* out) {
   for (int i = 0; i < r; ++i) {
     const aggregator::TanPeer from{ntohl(b.from[i].sin_addr.s_addr), ntohs(b.from[i].sin_port)};
     HandleDatagram(buffers_.data() + size_t(i) * kBufferBytes, b.msgs[i].msg_len, from, now_ns,
-                   engine_, counters_, out);
+                   engine_, counters_, out, &jobs_);
   }
   return static_cast<uint32_t>(r);
 }
 
 void HandleDatagram(const uint8_t* data, uint32_t length, const aggregator::TanPeer& from,
                     uint64_t now_ns, aggregator::PsEngine& engine, PsSocketCounters& counters,
-                    std::vector<TanOutput>* out) {
+                    std::vector<TanOutput>* out, const PsJobPolicy* jobs) {
   ++counters.rx_datagrams;
   aggregator::AggPacket pkt;
   const aggregator::WireError err = aggregator::ParseAggregation(data, length, &pkt);
@@ -234,6 +277,30 @@ void HandleDatagram(const uint8_t* data, uint32_t length, const aggregator::TanP
     ++counters.parse_errors;
     AGG_LOG(kDebug, "dropped a datagram of %u bytes: %s", length, aggregator::WireErrorLabel(err));
     return;
+  }
+  if (jobs != nullptr && (!jobs->jobs.empty() || jobs->listed_only)) {
+    const aggregator::AggHeader& h = *pkt.header;
+    const auto it = jobs->jobs.find(h.job_id.host());
+    if (it == jobs->jobs.end()) {
+      if (jobs->listed_only) {
+        ++counters.job_unlisted_refused;
+        return;
+      }
+    } else {
+      const PsJob& job = it->second;
+      if (h.job_key.host() != job.key) {
+        ++counters.job_key_refused;
+        return;
+      }
+      const uint16_t flags = h.flags.host();
+      const bool direct = pkt.opcode == aggregator::Opcode::kContribution &&
+                          (flags & aggregator::flags::kAggregateAtPs) != 0 &&
+                          (flags & aggregator::flags::kConflict) == 0;
+      if (direct && job.world != 0 && h.expected.host() != job.world) {
+        ++counters.job_world_refused;
+        return;
+      }
+    }
   }
   engine.OnDatagram(pkt, from, now_ns, out);
 }
@@ -404,6 +471,12 @@ std::vector<PsServer::Stat> PsServer::StatsLocked() const {
       {"tx_dropped", counters_.tx_dropped, kCounter, "datagrams dropped: the send buffer stayed full"},
       {"stats_errors", counters_.stats_errors, kCounter,
        "stats or metrics files that could not be written"},
+      {"job_key_refused", counters_.job_key_refused, kCounter,
+       "datagrams of a --job with another key than its own"},
+      {"job_world_refused", counters_.job_world_refused, kCounter,
+       "data for the parameter node of a --job that says another world than its own"},
+      {"job_unlisted_refused", counters_.job_unlisted_refused, kCounter,
+       "datagrams of jobs not listed by --job (--listed-jobs-only)"},
   };
 }
 

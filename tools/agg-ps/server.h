@@ -39,6 +39,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "aggregator/ps_engine.h"
@@ -68,6 +69,30 @@ common::Result<std::vector<uint16_t>> ParseIdList(std::string_view text);
 // "JOB:SWITCH=IDS", e.g. "7:100=0-3,7".
 common::Result<CoverSpec> ParseCovers(std::string_view text);
 
+// --job JOB:KEY[:WORLD]: a job the parameter node knows before its first
+// datagram. Every datagram of the job must carry KEY (a shared secret, as
+// the switches check it); with WORLD, the job's data sent to the parameter
+// node itself (AGGREGATE_AT_PS, which says in `expected` how many ranks the
+// allreduce has) must say WORLD.
+struct PsJob {
+  uint32_t id = 0;
+  uint64_t key = 0;
+  uint16_t world = 0;  // 0: not checked
+};
+
+// "JOB:KEY[:WORLD]", KEY decimal or 0x-hex, e.g. "7:0x5eed:4".
+common::Result<PsJob> ParseJob(std::string_view text);
+
+// The --job list as HandleDatagram checks it, with --listed-jobs-only: the
+// datagrams of any other job are dropped.
+struct PsJobPolicy {
+  std::unordered_map<uint32_t, PsJob> jobs;
+  bool listed_only = false;
+
+  // InvalidArgument naming --job when a job is listed twice.
+  static common::Result<PsJobPolicy> Make(const std::vector<PsJob>& jobs, bool listed_only);
+};
+
 struct PsServerOptions {
   ListenAddress listen;
   aggregator::TanOptions tan;
@@ -75,6 +100,8 @@ struct PsServerOptions {
   // --sgd JOB=LR: parameter-server jobs. When there are any, their SgdModel
   // is the engine's completion hook (it replaces tan.on_complete).
   std::vector<SgdJob> sgd;
+  std::vector<PsJob> jobs;     // --job
+  bool listed_jobs_only = false;  // --listed-jobs-only
   uint64_t sgd_max_elems = SgdModel::kDefaultMaxElems;  // --sgd-max-elems, per job
   std::string stats_path;                               // empty: no stats file
   // --metrics: the same counters in Prometheus's text format, for
@@ -93,17 +120,24 @@ struct PsSocketCounters {
   uint64_t tx_errors = 0;     // the kernel refused one (no route, too long, ...)
   uint64_t tx_dropped = 0;    // the send buffer stayed full
   uint64_t stats_errors = 0;  // the stats file could not be written
+  // Dropped by the --job list: another key than the job's, another world
+  // than the job's in data for the parameter node, a job not listed (with
+  // --listed-jobs-only).
+  uint64_t job_key_refused = 0;
+  uint64_t job_world_refused = 0;
+  uint64_t job_unlisted_refused = 0;
 };
 
 // What the loop does with each datagram it receives: counts it (rx_datagrams),
-// parses it (one that does not parse is counted in parse_errors and dropped)
-// and feeds it to `engine` as sent from `from` at `now_ns` (steady clock),
-// appending what to send to `out`. Run calls it for every datagram of a
-// batch; tests/fuzz/tan_fuzz.cc calls it without a socket, on a simulated
-// clock. [one thread: the caller guards `engine` and `counters`]
+// parses it (one that does not parse is counted in parse_errors and dropped),
+// checks it against `jobs` when given (PsJob; a refusal is counted and the
+// datagram dropped) and feeds it to `engine` as sent from `from` at `now_ns`
+// (steady clock), appending what to send to `out`. Run calls it for every
+// datagram of a batch; tests/fuzz/tan_fuzz.cc calls it without a socket, on
+// a simulated clock. [one thread: the caller guards `engine` and `counters`]
 void HandleDatagram(const uint8_t* data, uint32_t length, const aggregator::TanPeer& from,
                     uint64_t now_ns, aggregator::PsEngine& engine, PsSocketCounters& counters,
-                    std::vector<aggregator::TanOutput>* out);
+                    std::vector<aggregator::TanOutput>* out, const PsJobPolicy* jobs = nullptr);
 
 class PsServer {
  public:
@@ -175,6 +209,7 @@ class PsServer {
   SgdModel sgd_;  // before engine_: its hook points here
   aggregator::PsEngine engine_;
   PsSocketCounters counters_;
+  PsJobPolicy jobs_;
   std::vector<uint8_t> buffers_;  // kBatch receive buffers of kBufferBytes
   struct Batch;
   std::unique_ptr<Batch> batch_;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "aggregator/ps_engine.h"
 #include "aggregator/wire.h"
 #include "tests/lib/test_process.h"
 
@@ -61,6 +62,73 @@ TEST(AggPsOptionsTest, ParsesIdListsAndCovers) {
     EXPECT_NE(r.status().message().find("--covers: expected JOB:SWITCH=IDS"), std::string::npos)
         << r.status().message();
   }
+}
+
+TEST(AggPsOptionsTest, ParsesJobs) {
+  auto j = ParseJob("7:0x5eed:4");
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  EXPECT_EQ(j->id, 7u);
+  EXPECT_EQ(j->key, 0x5eedu);
+  EXPECT_EQ(j->world, 4);
+  j = ParseJob("9:123");
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  EXPECT_EQ(j->key, 123u);
+  EXPECT_EQ(j->world, 0) << "no world: not checked";
+  for (const char* bad : {"7", "0:1", "x:1", "7:", "7:x", "7:0x", "7:0xg1", "7:1:0", "7:1:70000",
+                          "7:1:4:5"}) {
+    auto r = ParseJob(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--job: expected JOB:KEY[:WORLD]"), std::string::npos)
+        << r.status().message();
+  }
+  const auto twice = PsJobPolicy::Make({{7, 1, 0}, {7, 2, 0}}, false);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.status().message(), "--job: job 7 is listed twice");
+}
+
+// The --job list: a listed job's datagrams need its key, and its data for
+// the parameter node its world; with --listed-jobs-only every other job's
+// datagrams are dropped. Each refusal is counted, and the engine never sees
+// the datagram.
+TEST(AggPsServerTest, TheJobListChecksKeysAndWorlds) {
+  auto policy = PsJobPolicy::Make({{7, kKey, 4}}, false);
+  ASSERT_TRUE(policy.ok());
+  aggregator::PsEngine engine{aggregator::PsOptions{}};
+  PsSocketCounters counters;
+  std::vector<aggregator::TanOutput> out;
+  const aggregator::TanPeer from{0x7f000001, 40000};
+  uint32_t seq = 0;
+  auto send = [&](uint32_t job, uint64_t key, uint16_t expected) {
+    AggFields f;
+    f.opcode = Opcode::kContribution;
+    f.flags = aggregator::flags::kAggregateAtPs;
+    f.job_id = job;
+    f.seq = seq++;
+    f.job_key = key;
+    f.expected = expected;
+    f.elem_count = 1;
+    const int32_t value = 1;
+    Bytes buf(48 + 4);
+    EXPECT_EQ(aggregator::BuildAggregation(f, nullptr, 0, reinterpret_cast<const uint8_t*>(&value),
+                                           4, buf.data(), static_cast<uint32_t>(buf.size())),
+              buf.size());
+    HandleDatagram(buf.data(), static_cast<uint32_t>(buf.size()), from, 1000, engine, counters,
+                   &out, &*policy);
+  };
+  send(7, kKey + 1, 4);
+  EXPECT_EQ(counters.job_key_refused, 1u);
+  send(7, kKey, 3);
+  EXPECT_EQ(counters.job_world_refused, 1u);
+  EXPECT_EQ(engine.counters().direct, 0u) << "neither reached the engine";
+  send(7, kKey, 4);
+  EXPECT_EQ(engine.counters().direct, 1u);
+  send(9, 5, 2);
+  EXPECT_EQ(engine.counters().direct, 2u) << "an unlisted job passes without --listed-jobs-only";
+  policy->listed_only = true;
+  send(9, 5, 2);
+  EXPECT_EQ(counters.job_unlisted_refused, 1u);
+  EXPECT_EQ(engine.counters().direct, 2u);
+  EXPECT_EQ(counters.rx_datagrams, 5u);
 }
 
 // A UDP socket on 127.0.0.1 playing the root switch.
