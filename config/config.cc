@@ -205,6 +205,11 @@ class Validator {
       Error("eal.file_prefix", eal.loc,
             "expected a non-empty name from [A-Za-z0-9_-], got " + Quote(eal.file_prefix));
     }
+    if (eal.idle_sleep_us > kMaxIdleSleepUs) {
+      Error("eal.idle_sleep_us", eal.loc,
+            "expected 0.." + std::to_string(kMaxIdleSleepUs) + " microseconds (0: busy-poll), got " +
+                QuoteNumber(eal.idle_sleep_us));
+    }
   }
 
   bool HasLcore(unsigned lcore) const {

@@ -91,6 +91,9 @@ struct ConfigError {
   std::string Format(const std::string& source_name) const;
 };
 
+// eal.idle_sleep_us at most: a sleep that a frame may wait behind.
+inline constexpr uint32_t kMaxIdleSleepUs = 1000;
+
 struct EalConfig {
   std::string lcores = "0,1";  // EAL --lcores; one control lcore plus the workers
   unsigned main_lcore = 0;     // the lcore the control thread runs on
@@ -104,7 +107,7 @@ struct EalConfig {
   // For a switch that shares its CPUs with other work (a vSwitch on a
   // host): the CPU goes back to that work while no traffic comes, and the
   // first frame after a quiet spell waits up to this long.
-  uint32_t idle_sleep_us = 0;
+  uint32_t idle_sleep_us = 0;  // at most kMaxIdleSleepUs
   std::vector<std::string> args;  // extra EAL arguments, appended verbatim
   SourceLoc loc;
 

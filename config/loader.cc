@@ -331,14 +331,7 @@ class Loader {
                     {"file_prefix", [&](auto& n, auto& p) { ReadString(n, p, eal.file_prefix); }},
                     {"telemetry", [&](auto& n, auto& p) { ReadBool(n, p, eal.telemetry); }},
                     {"idle_sleep_us",
-                     [&](auto& n, auto& p) {
-                       ReadUnsigned(n, p, eal.idle_sleep_us, {},
-                                    "microseconds, 0..1000 (0: busy-poll)");
-                       if (eal.idle_sleep_us > 1000) {
-                         Error(p, n, "expected microseconds, 0..1000 (0: busy-poll), got \"" +
-                                         std::to_string(eal.idle_sleep_us) + "\"");
-                       }
-                     }},
+                     [&](auto& n, auto& p) { ReadUnsigned(n, p, eal.idle_sleep_us); }},
                     {"args",
                      [&](auto& n, auto& p) {
                        LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {

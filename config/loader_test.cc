@@ -1730,7 +1730,7 @@ TEST(TreeLoaderTest, TimerBypassAndTriggerErrors) {
   EXPECT_TRUE(Load(job + "      ordered: true\n").ok());
   EXPECT_EQ(Load("eal: {idle_sleep_us: 20}\n" + ports + "  slots: 4096\n").config.eal.idle_sleep_us, 20u);
   EXPECT_TRUE(OneError(Load("eal: {idle_sleep_us: 1001}\n" + ports + "  slots: 4096\n"), "eal.idle_sleep_us", 1,
-                       "expected microseconds, 0..1000 (0: busy-poll), got \"1001\""));
+                       "expected 0..1000 microseconds (0: busy-poll), got \"1001\""));
   // Placement: the switch's policy, and a job's own hint within the config
   // and API jobs' region (4096 slots - 1024 in-band - 256 spare = 2816).
   EXPECT_TRUE(OneError(Load(ports + "  placement: sticky\n"), "aggregation.placement", 3,
