@@ -36,6 +36,7 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   e.why = Entry::Why::kTimer;
   e.answered = false;
   e.fast = false;
+  e.held = false;
   e.queried = 0;
   next_due_ = std::min(next_due_, e.due);
   return k;
@@ -99,6 +100,7 @@ bool SendWindow::Refused(uint32_t seq, Clock::time_point when) {
   if (found == nullptr) return false;
   Entry& e = *found;
   e.why = Entry::Why::kRefused;
+  e.held = false;
   e.due = std::min(e.due, when);
   next_due_ = std::min(next_due_, e.due);
   return true;
@@ -109,6 +111,7 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
   if (found == nullptr) return false;
   Entry& e = *found;
   e.fast = true;
+  e.held = true;
   e.queried = 0;
   e.why = Entry::Why::kTimer;
   e.due = now + std::min(e.timeout, probe_);
@@ -121,6 +124,7 @@ bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
   if (found == nullptr) return false;
   Entry& e = *found;
   e.queried = 0;
+  e.held = false;
   e.why = Entry::Why::kMissing;
   e.due = now;
   next_due_ = std::min(next_due_, now);
@@ -138,10 +142,13 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
       // A timeout or a fast retransmit asks first, unless its last questions
       // went unanswered: the chunk may merely wait for another member, or its
       // result alone may be lost, and a lost contribution the switch reports
-      // unasked (a gap in this sender's chunks).
+      // unasked (a gap in this sender's chunks). Once the switch said it
+      // holds the contribution, only its word that it lacks it sends the data
+      // again: unanswered questions then mean a busy switch or lost answers,
+      // which the data would not change.
       const bool query = params_.query &&
                          (e.why == Entry::Why::kTimer || e.why == Entry::Why::kFast) &&
-                         e.queried < kUnansweredQueries;
+                         (e.queried < kUnansweredQueries || e.held);
       out[n++] = Due{k, query};
       e.queried = query ? static_cast<uint8_t>(e.queried + 1) : 0;
       ++e.resends;
@@ -155,8 +162,22 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
       }
       // A question, or data sent on a loss signal, should be answered within
       // a probe interval; without an answer the chunk is asked after again.
+      // The last question before the data goes waits a whole timeout: the
+      // data goes after a timeout of silence, not a few round trips of a
+      // switch descheduled on a loaded host. The questions about a held
+      // chunk wait twice as long each time none is answered (up to the
+      // timeout), so that a stalled switch is not sent a window of questions
+      // every probe interval.
       const bool answer_soon = query || why == Entry::Why::kFast || why == Entry::Why::kMissing;
-      e.due = now + (answer_soon ? std::min(e.timeout, probe_) : e.timeout);
+      Clock::duration wait = std::min(e.timeout, probe_);
+      if (query && !e.held && e.queried >= kUnansweredQueries) {
+        wait = e.timeout;
+      } else {
+        for (uint8_t q = 1; query && q < e.queried && wait < e.timeout; ++q) {
+          wait = std::min(e.timeout, 2 * wait);
+        }
+      }
+      e.due = now + (answer_soon ? wait : e.timeout);
     }
     // A due chunk beyond `max` keeps its deadline, so the next call is due at once.
     next = std::min(next, e.due);

@@ -36,7 +36,8 @@
 // (Refused: a quota) makes its data due soon without backing off; "held"
 // (Held: its contribution is counted and its slot waits for other members)
 // rules out a fast retransmit and leaves one query per probe interval, to
-// recover the result if it is lost once the slot completes; "missing" (the
+// recover the result if it is lost once the slot completes, and its data
+// goes again only when the switch later says it lacks it; "missing" (the
 // answer to a query, or the switch's word when a later chunk of this sender
 // arrived first) makes its data due at once.
 //
@@ -48,7 +49,11 @@
 // interval (SetProbe: about two round trips), not its timeout: a query, or
 // data resent on a loss signal, left unanswered that long is asked after
 // again. A step lost again then costs a probe interval, where a timeout
-// floor of several round trips would leave the window standing.
+// floor of several round trips would leave the window standing. Each query
+// in a row left unanswered doubles the wait for the next answer (up to the
+// timeout): a switch descheduled for a few round trips on a loaded host is
+// not sent a window of questions every probe interval, and answers it
+// sends late are not taken for a loss.
 //
 //   SendWindow w;
 //   w.Reset(base, chunks, {.window = 128, .max_timeout = 1s, .backoff = 2});
@@ -89,9 +94,10 @@ class SendWindow {
 
   // Later chunks answered before a chunk is deemed lost (fast retransmit).
   static constexpr uint32_t kFastThreshold = 3;
-  // Queries about a chunk left unanswered, each for a timeout, before its
-  // data goes anyway (the switch or the way to it may be gone). More than
-  // one: an answer held up for a timeout on a loaded host is no loss.
+  // Queries about a chunk left unanswered (the first for a probe interval,
+  // the next for twice that) before its data goes anyway (the switch or the
+  // way to it may be gone). More than one: an answer held up on a loaded
+  // host is no loss.
   static constexpr uint8_t kUnansweredQueries = 2;
 
   // What a result's sequence number is to this transfer.
@@ -142,6 +148,8 @@ class SendWindow {
   // members (NOTICE held, the answer to a resend or a query): no fast
   // retransmit for it, and its next query, which only recovers a result
   // lost once the slot completes, is due a probe interval after `now`.
+  // Questions left unanswered from then on do not send the data: only
+  // Missing (or Refused) does.
   // False (and nothing changes) when `seq` is not outstanding.
   bool Held(uint32_t seq, Clock::time_point now);
 
@@ -180,6 +188,7 @@ class SendWindow {
     enum class Why : uint8_t { kTimer, kRefused, kMissing, kFast } why = Why::kTimer;
     bool answered = false;
     bool fast = false;     // came due early once (fast retransmit), or was held
+    bool held = false;     // the switch said it holds the contribution, and not since that it lacks it
     uint8_t queried = 0;   // QUERYs sent since its last send or answer
   };
 

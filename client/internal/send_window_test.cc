@@ -6,6 +6,7 @@ namespace aggswitch::client::internal {
 namespace {
 
 using std::chrono::milliseconds;
+using std::chrono::microseconds;
 using Match = SendWindow::Match;
 using Clock = SendWindow::Clock;
 
@@ -329,21 +330,79 @@ TEST(SendWindowTest, QuestionsAboutAChunkAreFollowedUpAfterTheProbeInterval) {
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(4), due, 8), 2u);
   EXPECT_TRUE(due[0].query);
   EXPECT_TRUE(due[1].query);
-  // Chunk 1 is held: it waits one probe, and asks again. Chunk 0's second
-  // question went unanswered too: its data goes.
+  // Chunk 1 is held: it waits one probe, and asks again.
   EXPECT_TRUE(w.Held(1, t0 + milliseconds(4)));
   EXPECT_EQ(w.TakeDue(t0 + milliseconds(5), due, 8), 0u);
-  ASSERT_EQ(w.TakeDue(t0 + milliseconds(6), due, 8), 2u);
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(6), due, 8), 1u);
+  EXPECT_EQ(due[0].chunk, 1u);
+  EXPECT_TRUE(due[0].query) << "held: asks after a probe, not a timeout";
+  // Chunk 0's second question went unanswered too: its data goes once a
+  // whole timeout has passed without an answer (a switch descheduled for a
+  // few round trips is no loss), not after a probe.
+  const Clock::time_point silence = t0 + milliseconds(4) + w.TimeoutOf(0);
+  for (Clock::time_point t = t0 + milliseconds(7); t < silence; t += milliseconds(1)) {
+    const uint32_t n = w.TakeDue(t, due, 8);
+    for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(due[i].chunk, 1u) << "only the held chunk asks";
+  }
+  ASSERT_GE(w.TakeDue(silence, due, 8), 1u);
   EXPECT_EQ(due[0].chunk, 0u);
   EXPECT_FALSE(due[0].query) << "two questions unanswered: the data";
-  EXPECT_EQ(due[1].chunk, 1u);
-  EXPECT_TRUE(due[1].query) << "held: asks after a probe, not a timeout";
   // A probe longer than the chunk's timeout is cut to it.
+  uint32_t k0;
+  ASSERT_EQ(w.Complete(0, silence, &k0, &rtt), Match::kNew);
   w.SetProbe(milliseconds(500));
-  EXPECT_TRUE(w.Held(1, t0 + milliseconds(6)));
-  const Clock::time_point timeout = t0 + milliseconds(6) + w.TimeoutOf(1);
+  EXPECT_TRUE(w.Held(1, silence));
+  const Clock::time_point timeout = silence + w.TimeoutOf(1);
   EXPECT_EQ(w.TakeDue(timeout - milliseconds(1), due, 8), 0u);
-  ASSERT_EQ(w.TakeDue(timeout, due, 8), 2u);  // chunk 0's data was sent with the same timeout
+  ASSERT_EQ(w.TakeDue(timeout, due, 8), 1u);
+  EXPECT_EQ(due[0].chunk, 1u);
+}
+
+// Once the switch said it holds a chunk's contribution, questions about it
+// left unanswered (a switch descheduled on a loaded host, answers lost) ask
+// again, at growing intervals, and never send the data: the switch has it.
+// Its word that it lacks the contribution (a restart, a stale slot) does.
+TEST(SendWindowTest, AHeldChunksDataGoesAgainOnlyWhenTheSwitchSaysItIsMissing) {
+  SendWindow w;
+  w.Reset(0, 1, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(milliseconds(2));
+  const Clock::time_point t0{};
+  w.MarkSent(t0, kTimeout);
+  SendWindow::Due due[8];
+  Clock::time_point t = t0 + milliseconds(2);  // a one-chunk transfer is all tail
+  ASSERT_EQ(w.TakeDue(t, due, 8), 1u);
+  EXPECT_TRUE(due[0].query);
+  EXPECT_TRUE(w.Held(0, t + milliseconds(1)));
+  t += milliseconds(1);
+  // The next question about the chunk: when it is due, and what it is.
+  const auto next_question = [&](Clock::duration* wait) {
+    const Clock::time_point from = t;
+    uint32_t n = 0;
+    while (n == 0 && t < from + kTimeout * 200) {
+      t += microseconds(250);
+      n = w.TakeDue(t, due, 8);
+    }
+    *wait = t - from;
+    return n;
+  };
+  Clock::duration wait{}, last_wait{};
+  for (int question = 0; question < 6; ++question) {
+    ASSERT_EQ(next_question(&wait), 1u);
+    EXPECT_GE(wait, last_wait) << "question " << question << ": the waits do not shrink";
+    EXPECT_TRUE(due[0].query) << "question " << question << " after \"held\", none answered";
+    last_wait = wait;
+  }
+  EXPECT_GT(last_wait, milliseconds(2)) << "unanswered questions back off";
+  EXPECT_TRUE(w.Missing(0, t));
+  ASSERT_EQ(w.TakeDue(t, due, 8), 1u);
+  EXPECT_FALSE(due[0].query) << "missing: the data";
+  // Held no more: its next questions left unanswered send the data again.
+  ASSERT_EQ(next_question(&wait), 1u);
+  EXPECT_TRUE(due[0].query);
+  ASSERT_EQ(next_question(&wait), 1u);
+  EXPECT_TRUE(due[0].query);
+  ASSERT_EQ(next_question(&wait), 1u);
+  EXPECT_FALSE(due[0].query) << "two questions unanswered, not held: the data";
 }
 
 // The last three chunks of a transfer have too few after them for a fast
