@@ -46,7 +46,7 @@
 //                "link_speed_mbps","rx_queues","tx_queues","vlan_mode","rx_packets",
 //                "rx_bytes","tx_packets","tx_bytes","flooded_packets","dropped_packets",
 //                "drops": {<reason>: n, ... every reason}, "device": {"missed_packets",
-//                "rx_errors","tx_errors","rx_nombuf"}}
+//                "rx_errors","tx_errors","rx_nombuf","xsk_ring_full","xsk_fill_empty"}}
 //   lcore     = {"lcore","tx_queue","rx": [{"port","queue"}],"busy_cycles","idle_cycles",
 //                "busy_packets","polls","learn_requests","learn_ring_full","arp_replies",
 //                "icmp_replies","cycles_per_packet" (null before the first packet),

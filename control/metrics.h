@@ -10,7 +10,8 @@
 //   aggswitch_port_{rx,tx}_{packets,bytes}_total{port}          counters
 //   aggswitch_port_flooded_packets_total{port}                  counter
 //   aggswitch_port_dropped_packets_total{port,reason}           counter, every reason
-//   aggswitch_port_device_{missed_packets,rx_errors,tx_errors,rx_nombuf}_total{port}
+//   aggswitch_port_device_{missed_packets,rx_errors,tx_errors,rx_nombuf,xsk_ring_full,
+//                          xsk_fill_empty}_total{port}
 //   aggswitch_lcore_{busy_cycles,idle_cycles,busy_packets,polls,learn_requests,
 //                    learn_ring_full,arp_replies,icmp_replies}_total{lcore}
 //   aggswitch_lcore_tsc_hertz                                   gauge

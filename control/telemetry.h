@@ -7,7 +7,8 @@
 //                                        "flooded_packets", "dropped_packets",
 //                                        "drop_<reason>" for every reason,
 //                                        "device_missed_packets", "device_rx_errors",
-//                                        "device_tx_errors", "device_rx_nombuf"}
+//                                        "device_tx_errors", "device_rx_nombuf",
+//                                        "device_xsk_ring_full", "device_xsk_fill_empty"}
 //   /aggswitch/lcores                   {"tsc_hz", and one array per field, element i
 //                                        for worker i: "lcore", "tx_queue", "rx"
 //                                        ("port/queue ..."), "busy_cycles",

@@ -118,15 +118,24 @@ class Counter {
   X(flooded_packets,                                                           \
     "Frames received on the port and flooded (broadcast, multicast or unknown unicast).")
 
-// The device's own counters (rte_eth_stats), read with the totals:
-// X(name, rte_eth_stats member, help); the field is dev_<name>, the API key
-// device.<name>, the metric aggswitch_port_device_<name>_total.
+// The device's own counters, read with the totals: X(name, source, help),
+// where the source is a member of `eth` (rte_eth_stats) or, for a
+// net_af_xdp port, of `xsk` (its sockets' XDP_STATISTICS, xsk_stats.h; zero
+// for other drivers). The field is dev_<name>, the API key device.<name>, the
+// metric aggswitch_port_device_<name>_total.
 #define AGG_PORT_DEVICE_COUNTERS(X)                                            \
-  X(missed_packets, imissed,                                                   \
+  X(missed_packets, eth.imissed,                                               \
     "Frames the device dropped because its RX ring was full (rte_eth_stats imissed).") \
-  X(rx_errors, ierrors, "Erroneous frames the device received (rte_eth_stats ierrors).") \
-  X(tx_errors, oerrors, "Frames the device failed to transmit (rte_eth_stats oerrors).") \
-  X(rx_nombuf, rx_nombuf, "RX mbuf allocation failures of the device (rte_eth_stats rx_nombuf).")
+  X(rx_errors, eth.ierrors, "Erroneous frames the device received (rte_eth_stats ierrors).") \
+  X(tx_errors, eth.oerrors, "Frames the device failed to transmit (rte_eth_stats oerrors).") \
+  X(rx_nombuf, eth.rx_nombuf, "RX mbuf allocation failures of the device (rte_eth_stats rx_nombuf).") \
+  X(xsk_ring_full, xsk.rx_ring_full,                                           \
+    "Frames the kernel dropped because the port's AF_XDP RX ring was full: a worker lcore "  \
+    "polled the port too late (XDP_STATISTICS rx_ring_full; net_af_xdp ports, whose imissed "  \
+    "leaves them out).")                                                      \
+  X(xsk_fill_empty, xsk.rx_fill_ring_empty_descs,                              \
+    "Times the kernel found the port's AF_XDP fill ring empty, with no buffer to receive "   \
+    "into (XDP_STATISTICS rx_fill_ring_empty_descs; net_af_xdp ports).")
 
 // What each worker lcore counts about itself: the field, the API key and the
 // metric aggswitch_lcore_<name>_total. X(name, help).

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "dataplane/packet.h"
 #include "dataplane/worker.h"
+#include "dataplane/xsk_stats.h"
 
 namespace aggswitch::dataplane {
 namespace {
@@ -193,6 +194,7 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
   if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &rx_desc, &tx_desc); rc != 0) {
     return common::Internal("port " + pc.name + ": adjust descriptors: " + Errno(rc));
   }
+  const std::vector<XskSocket> xsk_before = ListXskSockets();
   const int socket = rte_eth_dev_socket_id(port_id);
   const unsigned queue_socket = socket < 0 ? rte_socket_id() : static_cast<unsigned>(socket);
   for (uint16_t q = 0; q < rx_queues; ++q) {
@@ -247,7 +249,11 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
               static_cast<unsigned long long>(discarded));
     }
   }
-  ports_.push_back(Port{pc, port_id, rx_queues, tx_queues, true, tx_chains});
+  // The kernel counts what a net_af_xdp port's sockets drop (xsk_stats.h):
+  // they are the AF_XDP sockets its queues' set-up opened.
+  std::vector<XskSocket> xsks;
+  if (std::string_view(info.driver_name) == "net_af_xdp") xsks = NewXskSockets(xsk_before, ListXskSockets());
+  ports_.push_back(Port{pc, port_id, rx_queues, tx_queues, true, tx_chains, std::move(xsks)});
   AGG_LOG(kInfo, "port %s: %s (ethdev %u, %s), %u rx / %u tx queues, %s%s", pc.name.c_str(),
           pc.devargs.c_str(), port_id, info.driver_name, rx_queues, tx_queues,
           VlanModeText(pc).c_str(),
@@ -524,12 +530,12 @@ PortTotals Dataplane::GetPortTotals(size_t port_index) const {
     for (size_t r = 0; r < kNumDropReasons; ++r) t.drops[r] += c.drops[r].Get();
     for (size_t f = 0; f < kNumFaults; ++f) t.faults[f] += c.faults[f].Get();
   }
-  rte_eth_stats dev{};
-  if (rte_eth_stats_get(ports_[port_index].port_id, &dev) == 0) {
-#define AGG_PORT_DEVICE_READ(name, stat, help) t.dev_##name = dev.stat;
-    AGG_PORT_DEVICE_COUNTERS(AGG_PORT_DEVICE_READ)
+  rte_eth_stats eth{};
+  if (rte_eth_stats_get(ports_[port_index].port_id, &eth) != 0) eth = rte_eth_stats{};
+  const XskCounters xsk = ReadXskCounters(ports_[port_index].xsks);
+#define AGG_PORT_DEVICE_READ(name, source, help) t.dev_##name = source;
+  AGG_PORT_DEVICE_COUNTERS(AGG_PORT_DEVICE_READ)
 #undef AGG_PORT_DEVICE_READ
-  }
   return t;
 }
 

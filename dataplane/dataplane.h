@@ -46,6 +46,7 @@
 #include "dataplane/hold_buffers.h"
 #include "dataplane/worker.h"
 #include "dataplane/worker_channels.h"
+#include "dataplane/xsk_stats.h"
 
 namespace aggswitch::dataplane {
 
@@ -200,6 +201,7 @@ class Dataplane {
     uint16_t tx_queues = 0;
     bool started = false;
     bool tx_chains = true;  // the driver sends chained mbufs (RTE_ETH_TX_OFFLOAD_MULTI_SEGS)
+    std::vector<XskSocket> xsks;  // net_af_xdp: its AF_XDP sockets (xsk_stats.h)
   };
 
   Dataplane() = default;
