@@ -31,13 +31,20 @@
 #     refuses the mismatched ones (NACK addr_low mismatch), and no rank gets a
 #     result: none exits 0, and one names the reason;
 #  5. the ranks disagree on the task info (rank 5 says 4 nodes): NACK task
-#     info conflict, and no rank gets a result.
+#     info conflict, and no rank gets a result;
+#  6. verify mode across the two levels: the ranks' task info asks for it,
+#     the leaves pass it up with their partials, and upper 0, the root, sends
+#     each complete chunk (the leaves' partials summed) as VERIFY to its
+#     parameter node, agg-ps on the fabric (10.0.48.50, the upper switches'
+#     aggregation.tan); only what comes back VERIFIED goes down through upper
+#     0 and the leaves to the ranks, and every sum is exact.
 #
-# Usage: multinode_netns_test.sh AGGSWITCH AGG_WORKER
+# Usage: multinode_netns_test.sh AGGSWITCH AGG_WORKER AGG_PS
 # Needs root (namespaces). Everything is torn down on exit, pass or fail.
 set -u
 AGGSWITCH=$(realpath "$1")
 AGG_WORKER=$(realpath "$2")
+AGG_PS=$(realpath "$3")
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/lib/topology.sh
 source "$HERE/../lib/topology.sh"
@@ -57,6 +64,8 @@ declare -A HTTP=([up0]=19495 [up1]=19496 [leafa]=19497 [leafb]=19498)
 SWITCHES=(up0 up1 leafa leafb)
 LEAF_OF=(leafa leafb)
 declare -A SWITCH_PID=()
+PS_IP=$NET.50
+PS_STATS="$WORK/ps.json"
 RANK_WRAPPER=(timeout -k 5 60)
 START_NS=$(date +%s%N)
 
@@ -82,7 +91,11 @@ fabric_link() {
   ip -n "$ns" link set "$2" up
   ip -n "$P-fab" link set "f-$1" master br0 up
 }
-for s in "${SWITCHES[@]}"; do fabric_link "$s" "$P-${s}f"; done
+for s in "${SWITCHES[@]}" ps; do
+  [ "$s" = ps ] && tree_switch_ns ps
+  fabric_link "$s" "$P-${s}f"
+done
+ip -n "$P-ps" addr add "$PS_IP/24" dev "$P-psf"
 for r in 0 1 2 3 4 5 6 7; do
   side=$([ "$r" -lt 4 ] && echo a || echo b)
   topo_host "w$r" "$P-$side$r" && tree_into_switch "$P-$side$r" "${LEAF_OF[$((r / 4))]}"
@@ -111,6 +124,15 @@ aggregation:
   udp_port: $PORT
   slots: 4096
 EOF
+  if [ -z "$leaf" ]; then
+    # The parameter node of the jobs whose root this is (verify mode).
+    cat <<EOF
+  tan:
+    strategy: fixed
+    candidates:
+      - {address: $PS_IP, port: $PORT}
+EOF
+  fi
   if [ -n "$leaf" ]; then
     cat <<EOF
   upstreams:
@@ -144,7 +166,8 @@ job_field() {
   python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$body" "$3"
 }
 COUNTERS=(contributions completions partials_sent partials_resent partials_received
-  results_down results_refused unresolved_next_hop addr_low_mismatches task_info_conflicts)
+  results_down results_refused unresolved_next_hop addr_low_mismatches task_info_conflicts
+  verify_sent unverified_results)
 show_deltas() {
   local s line
   for s in "${SWITCHES[@]}"; do
@@ -298,6 +321,48 @@ task_info_conflict() {
   return $rc
 }
 check "ranks that disagree on the task info: refused, and no rank gets a result" task_info_conflict
+elapsed
+
+# 6. Verify mode through two levels, with agg-ps as upper 0's parameter node.
+ps_stat() {
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$PS_STATS" "$1"
+}
+verify_two_levels() {
+  local rc=0 n s i
+  rm -f "$PS_STATS"
+  ip netns exec "$P-ps" "$AGG_PS" --listen "$PS_IP:$PORT" --give-up-ms 10000 \
+    --stats "$PS_STATS" >"$WORK/ps.log" 2>&1 &
+  PS_PID=$!
+  topo_track_pid "$PS_PID"
+  for i in $(seq 1 50); do [ -s "$PS_STATS" ] && break; sleep 0.1; done
+  [ -s "$PS_STATS" ] || { echo "agg-ps did not start:"; cat "$WORK/ps.log"; return 1; }
+  snapshot
+  launch verify 7 8 2 "0 1 2 3 4 5 6 7" --size 256K --iterations 2 --addr-low 0 --verify-mode
+  collect verify || { show_deltas; cat "$PS_STATS"; return 1; }
+  n=$(chunks verify 0)
+  sleep 0.7  # agg-ps writes its stats every 500 ms
+  report "job 7: $n chunks per rank; up0:$(moved up0); agg-ps: verified $(ps_stat verified)," \
+    "omissions $(ps_stat verify_omissions)"
+  for s in up0 leafa leafb; do
+    expect_value "$s job 7 in verify mode" "$(job_field "$s" 7 verify)" = True || rc=1
+  done
+  expect_value "up0 VERIFYs sent, one per chunk at least" "$(delta up0 verify_sent)" -ge "$n" || rc=1
+  expect_value "agg-ps chunks verified" "$(ps_stat verified)" -ge "$n" || rc=1
+  expect_value "agg-ps omissions" "$(ps_stat verify_omissions)" -eq 0 || rc=1
+  expect_value "up0 VERIFIED results from agg-ps" "$(delta up0 results_down)" -ge "$n" || rc=1
+  expect_value "up0 unverified results let down" "$(delta up0 unverified_results)" -eq 0 || rc=1
+  for s in leafa leafb; do
+    expect_value "$s VERIFYs (not the root)" "$(delta "$s" verify_sent)" -eq 0 || rc=1
+    expect_value "$s results from above" "$(delta "$s" results_down)" -ge "$n" || rc=1
+    expect_value "$s results refused" "$(delta "$s" results_refused)" -eq 0 || rc=1
+  done
+  kill -TERM "$PS_PID" 2>/dev/null
+  wait "$PS_PID" 2>/dev/null
+  [ "$rc" -eq 0 ] || show_deltas
+  return $rc
+}
+check "verify mode through two levels: upper 0 has agg-ps check every chunk, and the ranks get only VERIFIED, exact sums" \
+  verify_two_levels
 elapsed
 
 stop_switches() {
