@@ -73,6 +73,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.verifying_ = false;
   s.first_tsc_ = now_tsc;
   s.resent_tsc_ = 0;
+  s.resends_ = 0;
   s.deadline_tsc_ = c.timeout_cycles == 0 ? 0 : now_tsc + c.timeout_cycles;
   if (s.deadline_tsc_ != 0) timers_.Arm(local_index, s.deadline_tsc_);
   std::memset(s.bitmap_, 0, bitmap_words_ * sizeof(uint64_t));
@@ -138,15 +139,30 @@ bool SlotTable::Expire(uint32_t local_index, SlotUpdate* u) {
   if (s.ordered_) ReduceHeld(s, *u);
   PublishResult(s);
   s.state_ = Slot::State::kForwarded;
+  s.resent_tsc_ = s.deadline_tsc_;  // its partial goes up now, at about its deadline
   return true;
 }
 
-void SlotTable::MarkForwarded(uint32_t local_index, bool hold) {
+void SlotTable::MarkForwarded(uint32_t local_index, uint64_t now_tsc, bool hold) {
   Slot& s = slots_[local_index];
   if (s.state_ != Slot::State::kComplete) return;
   complete_.store(complete_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   s.state_ = Slot::State::kForwarded;
   s.verifying_ = hold;
+  s.resent_tsc_ = now_tsc;
+}
+
+bool SlotTable::TakeResend(Slot& s, uint64_t now_tsc) {
+  const uint64_t gap = config_.resend_gap_cycles << s.resends_;
+  if (now_tsc - s.resent_tsc_ < gap) return false;
+  s.resent_tsc_ = now_tsc;
+  if (s.resends_ < kMaxResendBackoff) ++s.resends_;
+  return true;
+}
+
+bool SlotTable::ResendForwarded(uint32_t local_index, uint64_t now_tsc) {
+  Slot& s = slots_[local_index];
+  return s.state_ == Slot::State::kForwarded && TakeResend(s, now_tsc);
 }
 
 bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
@@ -227,11 +243,10 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   if (s.state_ == Slot::State::kForwarded) {
     if (!s.HasContributed(c.node)) {
       u.outcome = SlotOutcome::kLateForwarded;
-    } else if (s.resent_tsc_ != 0 && now_tsc - s.resent_tsc_ < config_.resend_gap_cycles) {
-      u.outcome = SlotOutcome::kDuplicate;  // another member of the same round
-    } else {
-      s.resent_tsc_ = now_tsc;
+    } else if (TakeResend(s, now_tsc)) {
       u.outcome = SlotOutcome::kForwardedAgain;
+    } else {
+      u.outcome = SlotOutcome::kDuplicate;  // another member of the same round
     }
     return u;
   }

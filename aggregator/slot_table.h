@@ -52,10 +52,13 @@ struct SlotTableConfig {
   // A slot whose first contribution is older than this (TSC cycles) gives
   // way to another chunk, whatever its state; 0: never.
   uint64_t stale_cycles = 0;
-  // A forwarded slot answers its members' retransmissions by resending its
-  // partial at most once per this many TSC cycles (members retransmit in
-  // rounds, all at about the same time); the other repeats are duplicates.
-  // 0: every repeat resends.
+  // A forwarded slot answers its members' retransmissions and queries by
+  // resending its partial, at most once per this many TSC cycles since the
+  // partial last went up (members ask in rounds, all at about the same
+  // time), the gap doubling with each resend up to kMaxResendBackoff times
+  // (an answer from above may take longer than one gap: a parameter node
+  // checking the chunk); the other repeats are duplicates. 0: every repeat
+  // resends.
   uint64_t resend_gap_cycles = 0;
 };
 
@@ -105,7 +108,7 @@ enum class SlotOutcome : uint8_t {
   kMismatch,            // type, op, scale, length or ordering differ from the slot's first contribution
   kAddrLowMismatch,     // addr_low differs from the slot's first contribution's
   kForwardedAgain,      // the slot's partial went upstream and this member was counted: resend it
-                        // (a repeat within resend_gap_cycles of the last resend is kDuplicate)
+                        // (a repeat within the resend gap is kDuplicate: SlotTableConfig)
   kLateForwarded,       // the slot's partial went upstream without this member: its data is late
   kBadMember,           // node >= expected, or expected > max_fan_in
   kTooLarge,            // the payload exceeds max_payload
@@ -180,7 +183,8 @@ class Slot {
   uint32_t seq_ = 0;
   uint64_t first_tsc_ = 0;
   uint64_t deadline_tsc_ = 0;
-  uint64_t resent_tsc_ = 0;         // kForwarded: when the partial was last resent
+  uint64_t resent_tsc_ = 0;         // kForwarded: when the partial last went up
+  uint8_t resends_ = 0;             // kForwarded: resends so far (the gap's backoff)
   uint64_t* bitmap_ = nullptr;      // max_fan_in bits
   uint8_t* acc_ = nullptr;          // 2 x max_payload: 16-bit floats accumulate as float32
   uint8_t* result_ = nullptr;       // max_payload
@@ -252,12 +256,19 @@ class SlotTable {
   // parameter node as VERIFY), it gives way only as an aggregating slot
   // would (the release check says the job is done with it, or it is stale)
   // until CacheResult.
-  void MarkForwarded(uint32_t local_index, bool hold = false);
+  void MarkForwarded(uint32_t local_index, uint64_t now_tsc, bool hold = false);
   // The final result of a forwarded slot came down from upstream (or the
   // TAN): kept as the slot's result (kComplete) when the slot still holds
   // chunk (job_id, job_generation, seq) and the length matches. Returns whether.
   bool CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                    const uint8_t* payload, uint32_t len, bool overflow);
+  // A counted member asks after forwarded slot `local_index` (a QUERY):
+  // whether its partial (or VERIFY) should go on again now, as it does for
+  // the member's resent data (kForwardedAgain): once the resend gap has
+  // passed (SlotTableConfig::resend_gap_cycles). [owner lcore]
+  bool ResendForwarded(uint32_t local_index, uint64_t now_tsc);
+  // The resend gap doubles this many times at most (32 gaps).
+  static constexpr uint8_t kMaxResendBackoff = 5;
   uint32_t armed_timers() const { return timers_.size(); }
 
   const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }
@@ -289,6 +300,9 @@ class SlotTable {
 
  private:
   void Claim(uint32_t local_index, Slot& s, const Contribution& c, uint64_t now_tsc);
+  // Whether forwarded slot `s` may resend its partial now (it went up a
+  // resend gap ago, backed off); if so, it goes now.
+  bool TakeResend(Slot& s, uint64_t now_tsc);
   void Complete(uint32_t local_index, Slot& s, SlotUpdate& u);
   // Makes the accumulator the slot's result (Slot::result).
   static void PublishResult(Slot& s);

@@ -160,8 +160,10 @@ TEST(SlotTableTest, AnExpiredSlotKeepsItsPartialAndGivesWayAtOnce) {
   EXPECT_EQ(s.seq(), 9u);
 }
 
-// The members of a forwarded slot retransmit in rounds: one resend of the
-// partial per round, the other repeats of the round are duplicates.
+// The members of a forwarded slot retransmit (or ask) in rounds: one resend
+// of the partial per round, the other repeats of the round are duplicates.
+// A round counts once the partial went up a gap ago, and each resend doubles
+// the gap.
 TEST(SlotTableTest, AForwardedSlotResendsItsPartialOncePerGap) {
   SlotTable table(SlotTableConfig{.slots = 2, .timer_tick_shift = 4, .resend_gap_cycles = 500});
   const auto p = Payload(std::vector<int32_t>{1});
@@ -177,12 +179,23 @@ TEST(SlotTableTest, AForwardedSlotResendsItsPartialOncePerGap) {
   const auto repeat = [&](uint16_t m, uint64_t t) {
     return table.Contribute(0, Make(1, 5, m, 4, p), t, NeverRelease, nullptr).outcome;
   };
-  EXPECT_EQ(repeat(0, 3000), SlotOutcome::kForwardedAgain) << "the first repeat resends";
+  // The partial went up at the slot's deadline, 1100.
+  EXPECT_EQ(repeat(0, 1599), SlotOutcome::kDuplicate) << "within a gap of the partial";
+  EXPECT_FALSE(table.ResendForwarded(0, 1599)) << "a query within it too";
+  EXPECT_EQ(repeat(0, 3000), SlotOutcome::kForwardedAgain) << "the first repeat after it resends";
   EXPECT_EQ(repeat(1, 3010), SlotOutcome::kDuplicate);
   EXPECT_EQ(repeat(2, 3499), SlotOutcome::kDuplicate);
-  EXPECT_EQ(repeat(1, 3500), SlotOutcome::kForwardedAgain) << "the next round";
-  EXPECT_EQ(repeat(0, 3600), SlotOutcome::kDuplicate);
-  EXPECT_EQ(repeat(3, 3600), SlotOutcome::kLateForwarded) << "late data is never held back";
+  EXPECT_EQ(repeat(1, 3999), SlotOutcome::kDuplicate) << "the gap doubled";
+  EXPECT_TRUE(table.ResendForwarded(0, 4000)) << "the next round: a query";
+  EXPECT_EQ(repeat(0, 5999), SlotOutcome::kDuplicate) << "the gap doubled again";
+  EXPECT_EQ(repeat(0, 6000), SlotOutcome::kForwardedAgain);
+  EXPECT_EQ(repeat(3, 6100), SlotOutcome::kLateForwarded) << "late data is never held back";
+  for (uint64_t t = 6000, gap = 4000; gap <= 500u << SlotTable::kMaxResendBackoff; gap *= 2) {
+    t += gap;
+    EXPECT_FALSE(table.ResendForwarded(0, t - 1));
+    EXPECT_TRUE(table.ResendForwarded(0, t)) << "gap " << gap;
+  }
+  EXPECT_FALSE(table.ResendForwarded(1, 1u << 30)) << "a free slot resends nothing";
   // A new chunk on the slot starts without a resend time.
   EXPECT_EQ(table.Contribute(0, Make(1, 9, 0, 4, p), 3700, NeverRelease, nullptr).outcome,
             SlotOutcome::kAccumulated);
@@ -305,7 +318,7 @@ TEST(SlotTableTest, CachesAResultFromAboveInItsForwardedSlot) {
   for (uint16_t m = 0; m < 2; ++m) (void)table.Contribute(0, Make(1, 1, m, 2, p), 1, NeverRelease, nullptr);
   const auto result = Payload(std::vector<int32_t>{42});
   EXPECT_FALSE(table.CacheResult(0, 1, 1, 1, result.data(), 4, false)) << "complete, not forwarded";
-  table.MarkForwarded(0);
+  table.MarkForwarded(0, 2);
   EXPECT_EQ(table.complete(), 0u);
   EXPECT_FALSE(table.CacheResult(0, 1, 1, 2, result.data(), 4, false)) << "another seq";
   EXPECT_FALSE(table.CacheResult(0, 1, 1, 1, result.data(), 8, false)) << "another length";

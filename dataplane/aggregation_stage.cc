@@ -767,13 +767,27 @@ void AggregationStage::AnswerQuery(const Checked& it) {
     return;
   }
   if (slot != nullptr && slot->HasContributed(node)) {
+    if (slot->state() == aggregator::Slot::State::kForwarded) {
+      // Its partial went up (or, at a root in verify mode, its VERIFY to
+      // the parameter node), and the answer has not come down: the chunk is
+      // held, and the member's data would change nothing. The partial goes
+      // again, at most once per resend gap, as for a resend of the data
+      // (SlotOutcome::kForwardedAgain): it or the answer may have been lost,
+      // and the parent answers a repeat with its cached result.
+      const uint32_t local = LocalSlot(it.slot);
+      if (s_.slots->ResendForwarded(local, clock_.tsc)) {
+        c.partials_resent.Add(1);
+        (void)tree_.FinishSlot(job, local, *slot, false, nullptr, 0);
+      }
+      answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld, 0, addr,
+                             Answers::To::kBoundMember);
+      return;
+    }
     if (slot->state() == aggregator::Slot::State::kAggregating) {
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
                              slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
       return;
     }
-    // kForwarded: its partial went up. The member's resend makes this switch
-    // send the partial again (SlotOutcome::kForwardedAgain).
   }
   answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
                          Answers::To::kBoundMember);

@@ -836,6 +836,53 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
   }
   EXPECT_EQ(Agg().partials_sent.Get(), 2u);
 
+  // Rank 4 asks after chunk 0 while its result is on the way down: held
+  // (waiting for no member here: for the parent), not missing, so that it
+  // does not send its data again. Within the resend gap (5 ms) of the
+  // partial that is all; asked after it, the partial goes up again in case
+  // it or the result was lost; asked again at once, not again.
+  auto query = [&](uint32_t seq, uint16_t node, uint32_t addr_low) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kQuery;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = node;
+    f.job_id = 31;
+    f.seq = seq;
+    f.job_key = kKey;
+    f.expected = 4;
+    f.node_count = 2;
+    f.addr_low = addr_low;
+    Inject(0, Datagram(f));
+  };
+  for (int asked = 1; asked <= 3; ++asked) {
+    if (asked == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(6));
+      Step();  // a poll reads the clock for the next one
+    }
+    query(0, 4, 0);
+    Step();
+    out = Drain();
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_EQ(out[0].size(), asked == 2 ? 2u : 1u) << "question " << asked;
+    size_t notices = 0;
+    for (const Result& r : Results(out[0])) {
+      if (r.fields.opcode == aggregator::Opcode::kPartial) {
+        EXPECT_EQ(r.dst_ip, parent_ip[0]);
+        EXPECT_EQ(r.fields.seq, 0u);
+        EXPECT_EQ(r.payload, Int32Payload({40 + 50 + 60 + 70}));
+        continue;
+      }
+      ++notices;
+      EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNotice);
+      EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kHeld));
+      EXPECT_EQ(r.fields.expected, 0u) << "waiting for the parent, not for members";
+      EXPECT_EQ(r.dst_port, 40004);
+    }
+    EXPECT_EQ(notices, 1u);
+  }
+  EXPECT_EQ(Agg().partials_resent.Get(), 1u) << "once per resend gap";
+  EXPECT_EQ(Agg().missing_notices.Get(), 0u);
+
   // The global sums come down: chunk 0's from its parent, chunk 1's first
   // from the wrong one (refused), then from its own.
   auto result = [&](uint32_t seq, uint32_t from, int32_t sum) {

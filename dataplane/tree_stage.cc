@@ -114,7 +114,7 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
     consumed = SendPartial(job, slot, aggregator::Opcode::kPartial, missing, n, carrier,
                            header_offset);
   }
-  s_.slots->MarkForwarded(local, hold);
+  s_.slots->MarkForwarded(local, clock_.tsc, hold);
   return consumed;
 }
 
