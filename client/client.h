@@ -411,8 +411,9 @@ class Client {
   uint32_t ChunkElements(aggregator::DType dtype) const;
   // The local UDP port the client sends from and receives on. [any]
   uint16_t local_port() const;
-  // How datagrams travel: "udp", or "af_xdp veth0 queue 0, copy mode, native
-  // XDP". [any]
+  // How datagrams travel: "udp", "udp, segmentation offload" (runs of
+  // chunks go down the stack as one send: UDP GSO), or "af_xdp veth0 queue
+  // 0, copy mode, native XDP". [any]
   const std::string& transport_description() const;
   const ClientOptions& options() const;
   ClientStats stats() const;

@@ -135,7 +135,9 @@ common::Result<std::unique_ptr<Engine>> Engine::Create(const ClientOptions& opti
     o.bind_port = options.bind_port;
     o.mtu = options.mtu;
     o.send_buffers = send_buffers;
-    ASSIGN_OR_RETURN(transport, UdpSocket::Open(o));
+    ASSIGN_OR_RETURN(std::unique_ptr<UdpSocket> socket, UdpSocket::Open(o));
+    if (socket->segmentation_offload()) description = "udp, segmentation offload";
+    transport = std::move(socket);
   }
   return std::unique_ptr<Engine>(
       new Engine(options, std::move(transport), std::move(description)));

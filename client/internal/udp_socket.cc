@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/udp.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -20,6 +21,12 @@ std::string ErrnoText(const char* what) {
 
 // Room for one SO_RXQ_OVFL control message.
 constexpr size_t kControlBytes = CMSG_SPACE(sizeof(uint32_t));
+// Room for one UDP_SEGMENT control message.
+constexpr size_t kSegmentControlBytes = CMSG_SPACE(sizeof(uint16_t));
+
+bool SameDestination(const sockaddr_in* a, const sockaddr_in* b) {
+  return a == b || (a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port);
+}
 
 }  // namespace
 
@@ -52,6 +59,12 @@ common::Result<std::unique_ptr<UdpSocket>> UdpSocket::Open(const Options& option
   socklen_t len = sizeof(local);
   getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
   s.local_port_ = ntohs(local.sin_port);
+  if (options.segmentation_offload) {
+    // The option exists where the kernel can segment UDP (Linux 4.18 on).
+    int segment = 0;
+    socklen_t segment_len = sizeof(segment);
+    s.gso_ = getsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &segment, &segment_len) == 0;
+  }
 
   ASSIGN_OR_RETURN(s.waker_, Waker::Create());
 
@@ -65,6 +78,8 @@ common::Result<std::unique_ptr<UdpSocket>> UdpSocket::Open(const Options& option
   s.in_ = std::make_unique<InDatagram[]>(kBatch);
   s.out_msgs_ = std::make_unique<mmsghdr[]>(kBatch);
   s.out_iov_ = std::make_unique<iovec[]>(kBatch);
+  s.out_control_ = std::make_unique<uint8_t[]>(kBatch * kSegmentControlBytes);
+  s.out_datagrams_ = std::make_unique<uint32_t[]>(kBatch);
   return owned;
 }
 
@@ -74,27 +89,71 @@ TransportStats UdpSocket::stats() const {
   return t;
 }
 
+uint32_t UdpSocket::PlanSends(const OutDatagram* datagrams, uint32_t n) {
+  uint32_t sends = 0;
+  for (uint32_t i = 0; i < n; ++sends) {
+    const uint32_t first = i;
+    const uint32_t size = datagrams[first].length;
+    uint32_t bytes = size;
+    out_iov_[i] = iovec{const_cast<uint8_t*>(datagrams[i].data), size};
+    ++i;
+    // A run: datagrams of the first one's size to its destination; one
+    // shorter datagram may end it (the kernel cuts every gso_size bytes,
+    // and the rest is the last datagram).
+    while (gso_ && size > 0 && i < n && i - first < kMaxSegments &&
+           SameDestination(datagrams[i].to, datagrams[first].to) && datagrams[i].length > 0 &&
+           datagrams[i].length <= size && bytes + datagrams[i].length <= kMaxSendBytes) {
+      const uint32_t length = datagrams[i].length;
+      out_iov_[i] = iovec{const_cast<uint8_t*>(datagrams[i].data), length};
+      bytes += length;
+      ++i;
+      if (length < size) break;
+    }
+    msghdr& h = out_msgs_[sends].msg_hdr;
+    h = msghdr{};
+    h.msg_name = const_cast<sockaddr_in*>(datagrams[first].to);
+    h.msg_namelen = sizeof(sockaddr_in);
+    h.msg_iov = &out_iov_[first];
+    h.msg_iovlen = i - first;
+    if (i - first > 1) {
+      h.msg_control = out_control_.get() + size_t{sends} * kSegmentControlBytes;
+      h.msg_controllen = kSegmentControlBytes;
+      cmsghdr* c = CMSG_FIRSTHDR(&h);
+      c->cmsg_level = IPPROTO_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const auto segment = static_cast<uint16_t>(size);
+      std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+    }
+    out_datagrams_[sends] = i - first;
+  }
+  return sends;
+}
+
 common::Result<uint32_t> UdpSocket::Send(const OutDatagram* datagrams, uint32_t n) {
   if (n > kBatch) n = kBatch;
-  for (uint32_t i = 0; i < n; ++i) {
-    out_iov_[i] = iovec{const_cast<uint8_t*>(datagrams[i].data), datagrams[i].length};
-    msghdr& h = out_msgs_[i].msg_hdr;
-    h = msghdr{};
-    h.msg_name = const_cast<sockaddr_in*>(datagrams[i].to);
-    h.msg_namelen = sizeof(sockaddr_in);
-    h.msg_iov = &out_iov_[i];
-    h.msg_iovlen = 1;
-  }
-  uint32_t taken = 0;
-  while (taken < n) {
-    const int r = sendmmsg(fd_.get(), &out_msgs_[taken], n - taken, MSG_DONTWAIT);
+  uint32_t sends = PlanSends(datagrams, n);
+  uint32_t taken = 0;  // datagrams
+  uint32_t sent = 0;   // sends
+  while (sent < sends) {
+    const int r = sendmmsg(fd_.get(), &out_msgs_[sent], sends - sent, MSG_DONTWAIT);
     if (r > 0) {
-      taken += static_cast<uint32_t>(r);
+      for (int k = 0; k < r; ++k) taken += out_datagrams_[sent + k];
+      sent += static_cast<uint32_t>(r);
+      sends_ += static_cast<uint64_t>(r);
       continue;
     }
     if (errno == EINTR) continue;
     // A full send buffer or device queue: the caller waits and sends the rest.
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) break;
+    if ((errno == EIO || errno == EINVAL) && out_datagrams_[sent] > 1) {
+      // The route's device cannot checksum a segmented send (EIO), or the
+      // segments do not fit its MTU (EINVAL): from now on one send per
+      // datagram, which says EMSGSIZE in the second case.
+      gso_ = false;
+      ASSIGN_OR_RETURN(const uint32_t rest, Send(datagrams + taken, n - taken));
+      return taken + rest;
+    }
     const sockaddr_in& to = *datagrams[taken].to;
     char ip[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &to.sin_addr, ip, sizeof(ip));
