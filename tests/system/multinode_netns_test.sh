@@ -207,6 +207,11 @@ chunks() {
   python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["client"]["chunks"])' \
     "$WORK/$1.$2.json"
 }
+# retransmissions NAME: the ranks' retransmissions in run NAME, summed.
+retransmissions() {
+  python3 -c 'import json, sys; print(sum(json.load(open(f))["client"]["retransmissions"] for f in sys.argv[1:]))' \
+    "$WORK/$1".*.json
+}
 elapsed() { echo "      ($((($(date +%s%N) - START_NS) / 1000000000)) s so far)"; }
 
 # 1. Two nodes, addr_low 0: upper 0 is the root of every chunk.
@@ -342,7 +347,7 @@ verify_two_levels() {
   n=$(chunks verify 0)
   sleep 0.7  # agg-ps writes its stats every 500 ms
   report "job 7: $n chunks per rank; up0:$(moved up0); agg-ps: verified $(ps_stat verified)," \
-    "omissions $(ps_stat verify_omissions)"
+    "omissions $(ps_stat verify_omissions); the ranks: $(retransmissions verify) retransmissions"
   for s in up0 leafa leafb; do
     expect_value "$s job 7 in verify mode" "$(job_field "$s" 7 verify)" = True || rc=1
   done
