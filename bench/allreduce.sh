@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # An allreduce of 1, 16 and 64 MiB of float32 among 4 workers on this machine,
-# five ways, interleaved in one run: through aggswitch with kernel UDP workers,
-# with AF_XDP workers at a 1500-byte MTU and at the largest frame (3400), with
+# six ways, interleaved in one run: through aggswitch with kernel UDP workers
+# and with AF_XDP workers, each at a 1500-byte MTU and at the largest frame
+# (3400), with
 # Gloo's ring over TCP loopback, and with Open MPI's MPI_Allreduce over its
 # TCP BTL.
 #
@@ -12,7 +13,7 @@
 #   scripts/install-deps.sh --bench      # libgloo-dev, libopenmpi-dev, openmpi-bin, perf
 #   scripts/build.sh                     # aggswitch, agg-worker, bench/allreduce/{gloo,mpi}_allreduce
 #   sudo bench/allreduce.sh [--repeats 3] [--sizes "1M 16M 64M"]
-#                           [--methods udp,af_xdp,af_xdp_large,gloo,mpi]
+#                           [--methods udp,udp_large,af_xdp,af_xdp_large,gloo,mpi]
 #                           [--iterations N] [--window 128] [--mtu 1500] [--large-mtu 3400]
 #                           [--retries 2] [--no-profile] [--build-dir build] [--quick]
 #                           [--out bench/results/allreduce-latest.txt] [--keep-logs]
@@ -23,23 +24,25 @@
 #   the shared CPU to the ranks.
 #   --quick: only 16 and 64 MiB, one repeat.
 #
-# What it does, for each repeat, size and method, in the order udp, af_xdp,
-# af_xdp_large, Gloo, MPI (A B C D E A B C D E ...):
-#   - udp, af_xdp, af_xdp_large (aggswitch): starts aggswitch on four
+# What it does, for each repeat, size and method, in the order udp, udp_large,
+# af_xdp, af_xdp_large, Gloo, MPI (A B C D E F A B C D E F ...):
+#   - udp, udp_large, af_xdp, af_xdp_large (aggswitch): starts aggswitch on four
 #     net_af_xdp ports (net_af_packet where the machine has no AF_XDP; it
 #     says which), the root ends of veth pairs into network namespaces
 #     ab-w0..ab-w3 (10.0.40.1-4/24; aggregation address 10.0.40.253), its
 #     control and worker lcores both on CPU 1 (--lcores 0@1,1@1). One
-#     agg-worker per namespace, over kernel UDP sockets (udp, at --mtu) or
-#     over AF_XDP on its eth0 (af_xdp at --mtu, af_xdp_large at --large-mtu;
-#     the veths carry --large-mtu), first allreduces once with --verify (a job
+#     agg-worker per namespace, over kernel UDP sockets (udp at --mtu,
+#     udp_large at --large-mtu) or over AF_XDP on its eth0 (af_xdp at --mtu,
+#     af_xdp_large at --large-mtu; the veths carry --large-mtu), first
+#     allreduces once with --verify (a job
 #     of its own), then runs the timed job: --iterations allreduces, float32
 #     sum as int32 fixed point (the client's default), the job registered in
 #     band, --window chunks in flight per worker. Its input is a file per rank
 #     (--input; seeded integers as float32, written once per size), copied
 #     into the buffer before each allreduce as the baselines do. Then the
 #     switch stops, so that the other methods get the whole machine.
-#     af_xdp_large needs AF_XDP ports (af_packet ports take 1500 at most).
+#     udp_large and af_xdp_large need AF_XDP ports (af_packet ports take
+#     1500 at most).
 #   - Gloo: four gloo_allreduce processes (bench/allreduce/) meet through a
 #     FileStore and connect over TCP on 127.0.0.1; gloo::allreduce with the
 #     ring algorithm, float32 sum, Gloo's own reduce function.
@@ -77,7 +80,8 @@
 #     summary ends with one line per size and transport:
 #       ratio_vs_gloo size=64M transport=af_xdp mtu=3500 ratio=1.23
 #   - PASS/MISS are the targets: AF_XDP workers (at the largest frame) >= 1.0
-#     x Gloo's algbw at 16 and 64 MiB, kernel UDP workers >= 0.4 x. All
+#     x Gloo's algbw at 16 and 64 MiB, kernel UDP workers (at the largest
+#     frame the ports take: udp_large, else udp) >= 0.4 x. All
 #     share the two CPUs of this machine: here aggswitch's switch busy-polls
 #     one of them, which in a real deployment is a separate box.
 set -Eeuo pipefail
@@ -91,7 +95,7 @@ source "$ROOT/tests/lib/topology.sh"
 
 REPEATS=3
 SIZES="1M 16M 64M"
-METHODS="udp,af_xdp,af_xdp_large,gloo,mpi"
+METHODS="udp,udp_large,af_xdp,af_xdp_large,gloo,mpi"
 ITERATIONS=""  # empty: per size, see iterations_for
 WINDOW=128
 MTU=1500
@@ -114,7 +118,7 @@ RUN_TIMEOUT=600               # seconds for one method's run, whatever happens
 PORT_MTU=1500                 # the switch ports' MTU (LARGE_MTU with AF_XDP ports)
 TARGET_SIZE=64M
 TARGET_RATIO=1.0              # af_xdp_large vs Gloo at 16 and 64 MiB
-UDP_TARGET_RATIO=0.4          # udp vs Gloo
+UDP_TARGET_RATIO=0.4          # udp_large (else udp) vs Gloo
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -155,16 +159,17 @@ for s in $SIZES; do
 done
 IFS=, read -r -a METHOD_LIST <<<"$METHODS"
 for m in "${METHOD_LIST[@]}"; do
-  case "$m" in udp | af_xdp | af_xdp_large | gloo | mpi) ;; *) bench_die "--methods: unknown method $m" ;; esac
+  case "$m" in udp | udp_large | af_xdp | af_xdp_large | gloo | mpi) ;; *) bench_die "--methods: unknown method $m" ;; esac
 done
 has_method() { [[ ",$METHODS," == *",$1,"* ]]; }
 # Whether any method runs aggswitch.
-has_aggswitch() { has_method udp || has_method af_xdp || has_method af_xdp_large; }
+has_aggswitch() { has_method udp || has_method udp_large || has_method af_xdp || has_method af_xdp_large; }
 # The agg-worker options of an aggswitch method, and its MTU.
-method_mtu() { if [ "$1" = af_xdp_large ]; then echo "$LARGE_MTU"; else echo "$MTU"; fi; }
+method_mtu() { case "$1" in *_large) echo "$LARGE_MTU" ;; *) echo "$MTU" ;; esac; }
 method_worker_options() {
   case "$1" in
     udp) echo "--transport udp --mtu $MTU" ;;
+    udp_large) echo "--transport udp --mtu $LARGE_MTU" ;;
     af_xdp) echo "--transport af_xdp --iface eth0 --mtu $MTU" ;;
     af_xdp_large) echo "--transport af_xdp --iface eth0 --mtu $LARGE_MTU" ;;
   esac
@@ -406,6 +411,7 @@ aggswitch_run() {
   run_results "$method" "$RUN"/timed.*.json --checks "$RUN"/verify.*.json
 }
 udp_run() { aggswitch_run udp "$@"; }
+udp_large_run() { aggswitch_run udp_large "$@"; }
 af_xdp_run() { aggswitch_run af_xdp "$@"; }
 af_xdp_large_run() { aggswitch_run af_xdp_large "$@"; }
 
@@ -595,7 +601,7 @@ main() {
       # Without AF_XDP the switch has af_packet ports and the workers UDP.
       local kept=()
       for m in "${METHOD_LIST[@]}"; do
-        case "$m" in af_xdp | af_xdp_large) bench_log "skipping $m: no AF_XDP here" ;; *) kept+=("$m") ;; esac
+        case "$m" in udp_large | af_xdp | af_xdp_large) bench_log "skipping $m: no AF_XDP ports here" ;; *) kept+=("$m") ;; esac
       done
       METHOD_LIST=("${kept[@]}")
       METHODS=$(IFS=,; echo "${METHOD_LIST[*]}")
@@ -625,10 +631,10 @@ main() {
   done
 
   local verdict="" profiled=""
-  for m in af_xdp_large af_xdp udp; do has_method "$m" && { profiled=$m; break; }; done
+  for m in af_xdp_large af_xdp udp_large udp; do has_method "$m" && { profiled=$m; break; }; done
   if [ -n "$profiled" ] && has_method gloo && [[ " $SIZES " == *" $TARGET_SIZE "* ]]; then
     verdict=$(bench_parse allreduce-verdict "$RESULTS" --size "$(size_bytes "$TARGET_SIZE")" \
-      --method "$profiled" --ratio "$([ "$profiled" = udp ] && echo "$UDP_TARGET_RATIO" || echo "$TARGET_RATIO")")
+      --method "$profiled" --ratio "$([[ "$profiled" = udp* ]] && echo "$UDP_TARGET_RATIO" || echo "$TARGET_RATIO")")
   fi
   if [ "$PROFILE" -eq 1 ] && [ "$verdict" = MISS ]; then profile_aggswitch "$profiled"; fi
   local took=$((SECONDS - started))

@@ -557,10 +557,11 @@ def main():
 
 # --- bench/allreduce.sh -------------------------------------------------------
 
-ALLREDUCE_LABELS = {"udp": "aggswitch UDP", "af_xdp": "aggswitch AF_XDP",
+ALLREDUCE_LABELS = {"udp": "aggswitch UDP", "udp_large": "aggswitch UDP", "af_xdp": "aggswitch AF_XDP",
                     "af_xdp_large": "aggswitch AF_XDP", "gloo": "Gloo ring", "mpi": "Open MPI"}
 # The aggswitch methods: the workers' transport (as the ratio lines name it).
-ALLREDUCE_TRANSPORTS = {"udp": "udp", "af_xdp": "af_xdp", "af_xdp_large": "af_xdp"}
+ALLREDUCE_TRANSPORTS = {"udp": "udp", "udp_large": "udp", "af_xdp": "af_xdp",
+                        "af_xdp_large": "af_xdp"}
 ALLREDUCE_MAX_OTHER_SHARE = 0.10  # of the 2 CPUs used by other processes: a disturbed run
 
 
@@ -616,7 +617,7 @@ def fmt_bytes(b):
 
 
 def method_mtu(m, args):
-    return args.large_mtu if m == "af_xdp_large" else args.mtu
+    return args.large_mtu if m.endswith("_large") else args.mtu
 
 
 def method_label(m, args):
@@ -678,9 +679,9 @@ def allreduce_summary(args):
         f"float32 sum allreduce among {args.world} ranks on one machine (bench/allreduce.sh)",
         f"  aggswitch: aggswitch on {args.world} {args.ports} ports (veth pairs into {args.world} "
         "namespaces), both lcores on CPU 1;",
-        f"             agg-worker per namespace over kernel UDP (mtu {args.mtu}, {chunks['udp']} "
-        f"float32 per datagram) or AF_XDP (mtu {args.mtu},",
-        f"             and {args.large_mtu}: {chunks['af_xdp_large']} float32), float32 as int32 "
+        f"             agg-worker per namespace over kernel UDP or AF_XDP at mtu {args.mtu} "
+        f"({chunks['udp']} float32 per datagram)",
+        f"             and {args.large_mtu} ({chunks['af_xdp_large']} float32), float32 as int32 "
         f"fixed point, job in band, window {args.window}",
         "  Gloo ring:  gloo::allreduce, ring algorithm, TCP on 127.0.0.1, FileStore rendezvous",
         "  Open MPI:   MPI_Allreduce, --mca pml ob1 --mca btl tcp,self (lo), --oversubscribe "
@@ -699,10 +700,11 @@ def allreduce_summary(args):
     for size in sorted(data):
         lines, bws[size] = allreduce_size(size, data[size], methods, args)
         out += lines + [""]
-    # The targets: AF_XDP at its largest frame, and UDP, against Gloo at 16
-    # and 64 MiB.
+    # The targets: AF_XDP and UDP, each at its largest frame, against Gloo at
+    # 16 and 64 MiB.
     xdp = "af_xdp_large" if "af_xdp_large" in methods else "af_xdp"
-    for m, target in ((xdp, args.target_ratio), ("udp", args.udp_target_ratio)):
+    udp = "udp_large" if "udp_large" in methods else "udp"
+    for m, target in ((xdp, args.target_ratio), (udp, args.udp_target_ratio)):
         if m not in methods or "gloo" not in methods:
             continue
         for size in (16 << 20, 64 << 20):
@@ -920,7 +922,7 @@ def allreduce_main():
     s.add_argument("--iterations", type=int, required=True)
     s = sub.add_parser("allreduce-summary")
     s.add_argument("results")
-    s.add_argument("--methods", default="udp,af_xdp,af_xdp_large,gloo,mpi")
+    s.add_argument("--methods", default="udp,udp_large,af_xdp,af_xdp_large,gloo,mpi")
     s.add_argument("--repeats", type=int, required=True)
     s.add_argument("--world", type=int, required=True)
     s.add_argument("--window", type=int, required=True)
