@@ -19,6 +19,7 @@ void SendWindow::Reset(uint32_t base, uint32_t chunks, const Params& params) {
   acked_ = 0;
   fast_checked_ = 0;
   backed_off_ = false;
+  heard_ = Clock::time_point{};
   next_due_ = Clock::time_point::max();
 }
 
@@ -44,6 +45,7 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
 
 SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint32_t* chunk,
                                        Clock::duration* rtt) {
+  Heard(now);
   const uint32_t k = seq - base_;  // wraps like the sequence numbers
   if (k >= chunks_) return Match::kForeign;
   if (k >= sent_) return Match::kNotSent;
@@ -107,6 +109,7 @@ bool SendWindow::Refused(uint32_t seq, Clock::time_point when) {
 }
 
 bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
+  Heard(now);
   Entry* found = Outstanding(seq);
   if (found == nullptr) return false;
   Entry& e = *found;
@@ -120,6 +123,7 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
 }
 
 bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
+  Heard(now);
   Entry* found = Outstanding(seq);
   if (found == nullptr) return false;
   Entry& e = *found;
@@ -145,12 +149,20 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
       // unasked (a gap in this sender's chunks). Once the switch said it
       // holds the contribution, only its word that it lacks it sends the data
       // again: unanswered questions then mean a busy switch or lost answers,
-      // which the data would not change.
+      // which the data would not change. Nor does the data go while the
+      // switch has answered nothing since the last question: it is stalled
+      // or gone, not losing this chunk.
+      const bool silent = e.queried > 0 && heard_ <= e.asked;
       const bool query = params_.query &&
                          (e.why == Entry::Why::kTimer || e.why == Entry::Why::kFast) &&
-                         (e.queried < kUnansweredQueries || e.held);
+                         (e.queried < kUnansweredQueries || e.held || silent);
       out[n++] = Due{k, query};
-      e.queried = query ? static_cast<uint8_t>(e.queried + 1) : 0;
+      if (query) {
+        e.asked = now;
+        if (e.queried < UINT8_MAX) ++e.queried;
+      } else {
+        e.queried = 0;
+      }
       ++e.resends;
       const Entry::Why why = e.why;
       e.why = Entry::Why::kTimer;

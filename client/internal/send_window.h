@@ -16,8 +16,13 @@
 // `backoff`, up to `max_timeout`. With `query` set, a timeout first asks
 // the switch about the chunk (a QUERY, header only) and the data goes again
 // only when the switch says it lacks it (Missing) or kUnansweredQueries
-// queries in a row go unanswered; a chunk that merely waits for other members, or
-// whose result is on its way, costs a header, not a resend. So while nothing moves
+// queries in a row go unanswered while the switch answers this sender
+// otherwise (Heard: it reads this sender's datagrams, so the chunk's
+// questions, or their answers, were lost); a chunk that merely waits for
+// other members, or whose result is on its way, costs a header, not a
+// resend. A switch that answers nothing at all is asked on, at the backed-off
+// timeout: it is stalled (a busy host) or gone, and the data would be no
+// more answered than the questions. So while nothing moves
 // (a dead member, an unreachable switch) the resends thin out. The next new
 // result shows that the job moves again: every outstanding chunk gets back
 // the timeout it was sent with and is due within it, so a result lost while
@@ -69,6 +74,7 @@
 // when a deadline has passed, O(1) before).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -158,6 +164,12 @@ class SendWindow {
   // `seq` is not outstanding.
   bool Missing(uint32_t seq, Clock::time_point now);
 
+  // The switch sent this sender something at `now` (any answer: a result,
+  // a notice, a NACK). Complete, Held and Missing count as heard too. Only
+  // questions left unanswered while the switch answers otherwise send a
+  // chunk's data again.
+  void Heard(Clock::time_point now) { heard_ = std::max(heard_, now); }
+
   // How long an answer to a question about a chunk may take (a QUERY, or
   // data resent on a loss signal: a fast retransmit or "missing"): the
   // chunk is asked after again that long after it, or after its timeout
@@ -190,6 +202,7 @@ class SendWindow {
     bool fast = false;     // came due early once (fast retransmit), or was held
     bool held = false;     // the switch said it holds the contribution, and not since that it lacks it
     uint8_t queried = 0;   // QUERYs sent since its last send or answer
+    Clock::time_point asked;  // its last QUERY
   };
 
   // Chunk `seq`'s entry when it is sent and unanswered; else null.
@@ -206,6 +219,7 @@ class SendWindow {
   Clock::duration probe_ = Clock::duration::max();
   uint32_t fast_checked_ = 0;  // chunks below it were checked for a fast retransmit
   bool backed_off_ = false;    // an outstanding chunk's timeout grew since the last result
+  Clock::time_point heard_{};  // the switch's last answer to this sender
   Clock::time_point next_due_ = Clock::time_point::max();
 };
 

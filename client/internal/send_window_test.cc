@@ -7,6 +7,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::microseconds;
+using std::chrono::seconds;
 using Match = SendWindow::Match;
 using Clock = SendWindow::Clock;
 
@@ -278,6 +279,7 @@ TEST(SendWindowTest, ATimeoutQueriesFirstAndTheAnswerSaysWhetherTheDataGoes) {
   EXPECT_TRUE(due[2].query);
   EXPECT_EQ(due[3].chunk, 3u);
   EXPECT_TRUE(due[3].query) << "one question unanswered: asks again";
+  w.Heard(t + milliseconds(2));  // the switch answers the rank, not about chunk 3
   t += 4 * kTimeout;
   ASSERT_EQ(w.TakeDue(t + milliseconds(1), due, 8), 4u);
   EXPECT_EQ(due[3].chunk, 3u);
@@ -336,6 +338,7 @@ TEST(SendWindowTest, QuestionsAboutAChunkAreFollowedUpAfterTheProbeInterval) {
   ASSERT_EQ(w.TakeDue(t0 + milliseconds(6), due, 8), 1u);
   EXPECT_EQ(due[0].chunk, 1u);
   EXPECT_TRUE(due[0].query) << "held: asks after a probe, not a timeout";
+  w.Heard(t0 + milliseconds(6));  // the switch answers the rank, not about chunk 0
   // Chunk 0's second question went unanswered too: its data goes once a
   // whole timeout has passed without an answer (a switch descheduled for a
   // few round trips is no loss), not after a probe.
@@ -401,8 +404,61 @@ TEST(SendWindowTest, AHeldChunksDataGoesAgainOnlyWhenTheSwitchSaysItIsMissing) {
   EXPECT_TRUE(due[0].query);
   ASSERT_EQ(next_question(&wait), 1u);
   EXPECT_TRUE(due[0].query);
+  w.Heard(t + microseconds(100));  // the switch answers the rank, not about this chunk
   ASSERT_EQ(next_question(&wait), 1u);
   EXPECT_FALSE(due[0].query) << "two questions unanswered, not held: the data";
+}
+
+// Questions left unanswered send the data again only while the switch
+// answers the rank otherwise. A switch that answers nothing at all is
+// stalled (a loaded host) or gone: it is asked on, at the backed-off
+// timeout, and the data goes once it answers something else after the
+// last question.
+TEST(SendWindowTest, ASilentSwitchIsAskedOnAndTheDataWaitsForItsNextAnswer) {
+  SendWindow w;
+  w.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(milliseconds(2));
+  const Clock::time_point t0{};
+  for (int i = 0; i < 4; ++i) w.MarkSent(t0, kTimeout);
+  w.Heard(t0 + milliseconds(1));  // an answer before the questions counts for nothing
+  SendWindow::Due due[8];
+  Clock::time_point t = t0;
+  Clock::duration last_wait{};
+  for (int question = 0; question < 6; ++question) {
+    const Clock::time_point from = t;
+    uint32_t n = 0;
+    while (n == 0 && t < from + seconds(2)) {
+      t += microseconds(250);
+      n = w.TakeDue(t, due, 8);
+    }
+    ASSERT_EQ(n, 4u) << "question " << question;
+    for (uint32_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(due[i].query) << "question " << question << ", chunk " << i << ": the switch is silent";
+    }
+    if (question >= 2) {
+      EXPECT_GE(t - from, last_wait) << "question " << question;
+    }
+    last_wait = t - from;
+  }
+  EXPECT_GE(last_wait, 8 * kTimeout) << "the questions back off";
+  // The switch answers again, about chunk 1 only: the others' data goes.
+  EXPECT_TRUE(w.Held(1, t + milliseconds(1)));
+  const Clock::time_point from = t;
+  uint32_t resent = 0;
+  while (resent < 3 && t < from + seconds(2)) {
+    t += microseconds(250);
+    const uint32_t n = w.TakeDue(t, due, 8);
+    for (uint32_t i = 0; i < n; ++i) {
+      if (due[i].chunk == 1) {
+        EXPECT_TRUE(due[i].query) << "held: asks";
+      } else {
+        EXPECT_FALSE(due[i].query)
+            << "chunk " << due[i].chunk << ": unanswered while the switch answers: the data";
+        ++resent;
+      }
+    }
+  }
+  EXPECT_EQ(resent, 3u) << "chunks 0, 2 and 3";
 }
 
 // The last three chunks of a transfer have too few after them for a fast
