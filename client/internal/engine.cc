@@ -488,9 +488,6 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
                             from.sin_addr.s_addr == local_tan_.sin_addr.s_addr &&
                             from.sin_port == local_tan_.sin_port;
   if (h.job_id.host() == options_.job_id && (from_switch || from_own_tan)) {
-    // The switch reads this rank's datagrams: a chunk's questions it left
-    // unanswered were lost, and its data may go again.
-    window_.Heard(Clock::now());
     switch (pkt.opcode) {
       case Opcode::kResult:
       case Opcode::kExceptionRetransmit:  // a saturated sum, flagged OVERFLOW: redone

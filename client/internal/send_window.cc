@@ -19,7 +19,7 @@ void SendWindow::Reset(uint32_t base, uint32_t chunks, const Params& params) {
   acked_ = 0;
   fast_checked_ = 0;
   backed_off_ = false;
-  heard_ = Clock::time_point{};
+  answered_asked_ = Clock::time_point{};
   next_due_ = Clock::time_point::max();
 }
 
@@ -45,7 +45,6 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
 
 SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint32_t* chunk,
                                        Clock::duration* rtt) {
-  Heard(now);
   const uint32_t k = seq - base_;  // wraps like the sequence numbers
   if (k >= chunks_) return Match::kForeign;
   if (k >= sent_) return Match::kNotSent;
@@ -109,10 +108,10 @@ bool SendWindow::Refused(uint32_t seq, Clock::time_point when) {
 }
 
 bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
-  Heard(now);
   Entry* found = Outstanding(seq);
   if (found == nullptr) return false;
   Entry& e = *found;
+  if (e.queried > 0) answered_asked_ = std::max(answered_asked_, e.asked);
   e.fast = true;
   e.held = true;
   e.queried = 0;
@@ -123,10 +122,10 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
 }
 
 bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
-  Heard(now);
   Entry* found = Outstanding(seq);
   if (found == nullptr) return false;
   Entry& e = *found;
+  if (e.queried > 0) answered_asked_ = std::max(answered_asked_, e.asked);
   e.queried = 0;
   e.held = false;
   e.why = Entry::Why::kMissing;
@@ -150,9 +149,9 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
       // holds the contribution, only its word that it lacks it sends the data
       // again: unanswered questions then mean a busy switch or lost answers,
       // which the data would not change. Nor does the data go while the
-      // switch has answered nothing since the last question: it is stalled
-      // or gone, not losing this chunk.
-      const bool silent = e.queried > 0 && heard_ <= e.asked;
+      // switch has answered no question asked since this chunk's last one:
+      // it is stalled or gone, not losing this chunk's questions.
+      const bool silent = e.queried > 0 && answered_asked_ < e.asked;
       const bool query = params_.query &&
                          (e.why == Entry::Why::kTimer || e.why == Entry::Why::kFast) &&
                          (e.queried < kUnansweredQueries || e.held || silent);

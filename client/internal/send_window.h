@@ -16,13 +16,15 @@
 // `backoff`, up to `max_timeout`. With `query` set, a timeout first asks
 // the switch about the chunk (a QUERY, header only) and the data goes again
 // only when the switch says it lacks it (Missing) or kUnansweredQueries
-// queries in a row go unanswered while the switch answers this sender
-// otherwise (Heard: it reads this sender's datagrams, so the chunk's
-// questions, or their answers, were lost); a chunk that merely waits for
-// other members, or whose result is on its way, costs a header, not a
-// resend. A switch that answers nothing at all is asked on, at the backed-off
-// timeout: it is stalled (a busy host) or gone, and the data would be no
-// more answered than the questions. So while nothing moves
+// queries in a row go unanswered while the switch answers a question this
+// sender asked later ("held" or "missing" about another chunk: it read the
+// sender's datagrams past this chunk's questions, so those, or their
+// answers, were lost); a chunk that merely waits for other members, or
+// whose result is on its way, costs a header, not a resend. A switch that
+// answers no later question is asked on, at the backed-off timeout: it is
+// stalled (a busy host) or gone, and the data would be no more answered than
+// the questions. Results prove nothing here: another member's contribution
+// completes a slot whether or not the switch reads this sender. So while nothing moves
 // (a dead member, an unreachable switch) the resends thin out. The next new
 // result shows that the job moves again: every outstanding chunk gets back
 // the timeout it was sent with and is due within it, so a result lost while
@@ -74,7 +76,6 @@
 // when a deadline has passed, O(1) before).
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -164,12 +165,6 @@ class SendWindow {
   // `seq` is not outstanding.
   bool Missing(uint32_t seq, Clock::time_point now);
 
-  // The switch sent this sender something at `now` (any answer: a result,
-  // a notice, a NACK). Complete, Held and Missing count as heard too. Only
-  // questions left unanswered while the switch answers otherwise send a
-  // chunk's data again.
-  void Heard(Clock::time_point now) { heard_ = std::max(heard_, now); }
-
   // How long an answer to a question about a chunk may take (a QUERY, or
   // data resent on a loss signal: a fast retransmit or "missing"): the
   // chunk is asked after again that long after it, or after its timeout
@@ -219,7 +214,9 @@ class SendWindow {
   Clock::duration probe_ = Clock::duration::max();
   uint32_t fast_checked_ = 0;  // chunks below it were checked for a fast retransmit
   bool backed_off_ = false;    // an outstanding chunk's timeout grew since the last result
-  Clock::time_point heard_{};  // the switch's last answer to this sender
+  // When the latest question the switch answered ("held" or "missing") was
+  // asked.
+  Clock::time_point answered_asked_{};
   Clock::time_point next_due_ = Clock::time_point::max();
 };
 
