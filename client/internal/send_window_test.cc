@@ -426,16 +426,21 @@ TEST(SendWindowTest, ASilentSwitchIsAskedOnAndTheDataWaitsForItsNextAnswer) {
   for (int i = 0; i < 4; ++i) w.MarkSent(t0, kTimeout);
   SendWindow::Due due[8];
   Clock::time_point t = t0;
-  Clock::duration last_wait{};
-  for (int question = 0; question < 6; ++question) {
+  // Moves the clock on until something is due (2 s at most): how many.
+  const auto next_due = [&] {
     const Clock::time_point from = t;
     uint32_t n = 0;
     while (n == 0 && t < from + seconds(2)) {
       t += microseconds(250);
       n = w.TakeDue(t, due, 8);
     }
-    ASSERT_EQ(n, 4u) << "question " << question;
-    for (uint32_t i = 0; i < n; ++i) {
+    return n;
+  };
+  Clock::duration last_wait{};
+  for (int question = 0; question < 6; ++question) {
+    const Clock::time_point from = t;
+    ASSERT_EQ(next_due(), 4u) << "question " << question;
+    for (uint32_t i = 0; i < 4; ++i) {
       EXPECT_TRUE(due[i].query) << "question " << question << ", chunk " << i << ": the switch is silent";
     }
     if (question >= 2) {
@@ -449,28 +454,19 @@ TEST(SendWindowTest, ASilentSwitchIsAskedOnAndTheDataWaitsForItsNextAnswer) {
   Clock::duration rtt;
   ASSERT_EQ(w.Complete(3, t + microseconds(100), &k, &rtt), Match::kNew);
   uint32_t last_asked = 0;
-  {
-    const Clock::time_point from = t;
-    uint32_t asked = 0;
-    while (asked < 3 && t < from + seconds(2)) {
-      t += microseconds(250);
-      const uint32_t n = w.TakeDue(t, due, 8);
-      for (uint32_t i = 0; i < n; ++i) {
-        EXPECT_TRUE(due[i].query) << "chunk " << due[i].chunk;
-        last_asked = due[i].chunk;
-      }
-      asked += n;
+  uint32_t asked = 0;
+  for (uint32_t n; asked < 3 && (n = next_due()) > 0; asked += n) {
+    for (uint32_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(due[i].query) << "chunk " << due[i].chunk;
+      last_asked = due[i].chunk;
     }
-    EXPECT_EQ(asked, 3u) << "chunks 0, 1 and 2";
   }
+  EXPECT_EQ(asked, 3u) << "chunks 0, 1 and 2";
   // The switch answers the question asked last: the others' were lost, and
   // their data goes.
   EXPECT_TRUE(w.Held(last_asked, t + milliseconds(1)));
-  const Clock::time_point from = t;
   uint32_t resent = 0;
-  while (resent < 2 && t < from + seconds(2)) {
-    t += microseconds(250);
-    const uint32_t n = w.TakeDue(t, due, 8);
+  for (uint32_t n; resent < 2 && (n = next_due()) > 0;) {
     for (uint32_t i = 0; i < n; ++i) {
       if (due[i].chunk == last_asked) {
         EXPECT_TRUE(due[i].query) << "held: asks";
