@@ -17,15 +17,16 @@
 // the switch about the chunk (a QUERY, header only) and the data goes again
 // only when the switch says it lacks it (Missing) or kUnansweredQueries
 // queries in a row go unanswered while the switch answers a question this
-// sender asked later ("held" or "missing" about another chunk: it read the
-// sender's datagrams past this chunk's questions, so those, or their
-// answers, were lost); a chunk that merely waits for other members, or
-// whose result is on its way, costs a header, not a resend. A switch that
-// answers no later question is asked on, at the backed-off timeout: it is
-// stalled (a busy host) or gone, and the data would be no more answered than
-// the questions. Results prove nothing here: another member's contribution
-// completes a slot whether or not the switch reads this sender. So while nothing moves
-// (a dead member, an unreachable switch) the resends thin out. The next new
+// sender asked at the same time or later ("held" or "missing" about another
+// chunk: it read the sender's datagrams past this chunk's questions, so
+// those, or their answers, were lost); a chunk that merely waits for other
+// members, or whose result is on its way, costs a header, not a resend. A
+// switch that answers no such question is asked on, at the backed-off
+// timeout: it is stalled (a busy host) or gone, and the data would be no
+// more answered than the questions. Results prove nothing here: another
+// member's contribution completes a slot whether or not the switch reads
+// this sender. So while nothing moves (a dead member, an unreachable
+// switch) the resends thin out. The next new
 // result shows that the job moves again: every outstanding chunk gets back
 // the timeout it was sent with and is due within it, so a result lost while
 // the job stood still is recovered about one timeout after the job moves
