@@ -780,7 +780,8 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
   const uint16_t parent_port[2] = {aggregator::kAggUdpPort, 47001};
   const common::MacAddr parent_mac[2] = {common::MacAddr::FromU64(0x0200000014a1ULL),
                                          common::MacAddr::FromU64(0x0200000014a2ULL)};
-  auto send = [&](uint32_t seq, uint16_t node, uint32_t addr_low) {
+  // A member's datagram about chunk `seq` of job 31, with its task info.
+  auto fields = [&](uint32_t seq, uint16_t node, uint32_t addr_low) {
     aggregator::AggFields f;
     f.flags = aggregator::flags::kTaskInfo;
     f.node_id = node;
@@ -790,6 +791,10 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
     f.expected = 4;
     f.node_count = 2;
     f.addr_low = addr_low;
+    return f;
+  };
+  auto send = [&](uint32_t seq, uint16_t node, uint32_t addr_low) {
+    aggregator::AggFields f = fields(seq, node, addr_low);
     f.elem_count = 1;
     Inject(0, Datagram(f, Int32Payload({node * 10 + static_cast<int32_t>(seq)})));
   };
@@ -842,16 +847,8 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
   // partial that is all; asked after it, the partial goes up again in case
   // it or the result was lost; asked again at once, not again.
   auto query = [&](uint32_t seq, uint16_t node, uint32_t addr_low) {
-    aggregator::AggFields f;
+    aggregator::AggFields f = fields(seq, node, addr_low);
     f.opcode = aggregator::Opcode::kQuery;
-    f.flags = aggregator::flags::kTaskInfo;
-    f.node_id = node;
-    f.job_id = 31;
-    f.seq = seq;
-    f.job_key = kKey;
-    f.expected = 4;
-    f.node_count = 2;
-    f.addr_low = addr_low;
     Inject(0, Datagram(f));
   };
   for (int asked = 1; asked <= 3; ++asked) {
