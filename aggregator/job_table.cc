@@ -73,6 +73,7 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
                      : JobPlacement::Hash(SlotOffset(slot_secret, spec.id))),
       placed_(spec.partition ? spec.placed : JobSpec::Placed::kHash),
       slot_quota_(spec.slot_quota),
+      quota_magic_(spec.slot_quota == 0 ? 0 : FastModMagic(spec.slot_quota)),
       hold_quota_(spec.hold_quota),
       hold_window_(std::max<uint32_t>(1, spec.hold_quota / std::max<uint32_t>(1, spec.members - 1u))),
       upstreams_(spec.upstreams),
@@ -123,6 +124,14 @@ void Job::SetHop(uint32_t hop, const MemberAddr& addr) const {
              std::memory_order_relaxed);
   m.l2.store((addr.mac48 << 16) | (uint64_t{addr.port_index} << 8) | kValid,
              std::memory_order_relaxed);
+}
+
+bool Job::SetMove(const Move& m) const {
+  if (slot_quota_ == 0 || m.base >= (uint32_t{1} << 31)) return false;
+  uint64_t none = 0;
+  // Release: a worker that sees the move sees nothing older than it.
+  return move_.compare_exchange_strong(none, kMoveValid | uint64_t{m.base} << 32 | m.cut,
+                                       std::memory_order_release, std::memory_order_relaxed);
 }
 
 bool Job::SetExcluded(uint16_t index, bool excluded) const {

@@ -200,6 +200,42 @@ class alignas(64) Job {
   JobSpec::Placed placed() const { return placed_; }
   uint32_t slot_offset() const { return placement_.offset; }
   uint32_t slot_quota() const { return slot_quota_; }
+
+  // --- A move, set at most once by the control thread [any] ---
+  //
+  // A job whose chunk collided may be moved into a partition of its own in
+  // its region: slot_quota() slots from a base the control thread found
+  // free, for its chunks from `cut` on that have not taken a slot at home
+  // (placement()) yet. The worker that owns a chunk's home slot decides
+  // which of them go (docs/aggregation.md, "Moves").
+  struct Move {
+    uint32_t cut = 0;
+    uint32_t base = 0;  // in the region
+  };
+  // nullopt before the job moved.
+  std::optional<Move> move() const {
+    const uint64_t m = move_.load(std::memory_order_acquire);
+    if ((m & kMoveValid) == 0) return std::nullopt;
+    return Move{static_cast<uint32_t>(m), static_cast<uint32_t>((m & ~kMoveValid) >> 32)};
+  }
+  // Whether chunk `seq` lies at or after the cut of the job's move (false
+  // before it moved).
+  bool MovedFrom(uint32_t seq) const {
+    const uint64_t m = move_.load(std::memory_order_acquire);
+    return (m & kMoveValid) != 0 && !SeqBefore(seq, static_cast<uint32_t>(m));
+  }
+  // The moved partition. Only once move() has a value.
+  JobPlacement moved_placement() const {
+    const uint64_t m = move_.load(std::memory_order_acquire);
+    return JobPlacement{static_cast<uint32_t>((m & ~kMoveValid) >> 32), slot_quota_, quota_magic_};
+  }
+  // The slot hint the results of chunk `seq` carry to the members: the
+  // moved partition's (kMovedSlotHint) for a chunk at or after the cut,
+  // else none.
+  uint16_t MoveHint(uint32_t seq) const { return MovedFrom(seq) ? kMovedSlotHint : kNoSlotHint; }
+  // Moves the job: false (and nothing changes) when it moved already or has
+  // no slot quota, or `base` lies beyond 2^31. [control]
+  bool SetMove(const Move& m) const;
   uint32_t hold_quota() const { return hold_quota_; }
 
   // --- Per-member state [any] ---
@@ -462,6 +498,7 @@ class alignas(64) Job {
 
   static constexpr uint64_t kValid = 1;
   static constexpr uint64_t kAckValid = uint64_t{1} << 32;
+  static constexpr uint64_t kMoveValid = uint64_t{1} << 63;
 
   // 32 bytes, two to a cache line and never split across two.
   struct alignas(32) Member {
@@ -548,6 +585,9 @@ class alignas(64) Job {
   const JobPlacement placement_;
   const JobSpec::Placed placed_;
   const uint32_t slot_quota_;
+  const uint64_t quota_magic_;  // FastModMagic(slot_quota_); 0 without a quota
+  // The move: valid (63) | base (62..32) | cut (31..0); 0 before it.
+  mutable std::atomic<uint64_t> move_{0};
   const uint32_t hold_quota_;
   const uint32_t hold_window_;  // hold_quota / (members - 1) chunks, at least 1
   mutable std::atomic<uint64_t> min_ack_cache_{0};    // SlotWatermark() (31..0) | valid (32)

@@ -435,6 +435,39 @@ TEST(JobTest, SlotOffsetsAreKeyedBySecret) {
   EXPECT_GE(differ, 7);
 }
 
+// A job moves at most once, and only with a slot quota: its moved partition
+// spans the quota from the base, and the hint its results carry names it
+// for the chunks at or after the cut (serial order) only.
+TEST(JobTest, AJobMovesOnceIntoAPartitionOfItsQuota) {
+  auto table = MakeTable();
+  const Job* none = *table->Add(Spec(1));
+  EXPECT_FALSE(none->SetMove({10, 100})) << "no slot quota";
+  EXPECT_FALSE(none->move().has_value());
+  JobSpec spec = Spec(2);
+  spec.slot_quota = 24;
+  const Job* job = *table->Add(spec);
+  EXPECT_FALSE(job->move().has_value());
+  EXPECT_FALSE(job->MovedFrom(0));
+  EXPECT_EQ(job->MoveHint(5), kNoSlotHint);
+  EXPECT_FALSE(job->SetMove({0xfffffff0u, uint32_t{1} << 31})) << "a base past 2^31";
+  ASSERT_TRUE(job->SetMove({0xfffffff0u, 300}));
+  EXPECT_FALSE(job->SetMove({5, 600})) << "once";
+  ASSERT_TRUE(job->move().has_value());
+  EXPECT_EQ(job->move()->cut, 0xfffffff0u);
+  EXPECT_EQ(job->move()->base, 300u);
+  EXPECT_FALSE(job->MovedFrom(0xffffffefu));
+  EXPECT_TRUE(job->MovedFrom(0xfffffff0u));
+  EXPECT_TRUE(job->MovedFrom(3)) << "after the wrap";
+  EXPECT_EQ(job->MoveHint(3), kMovedSlotHint);
+  EXPECT_EQ(job->MoveHint(0xffffffe0u), kNoSlotHint);
+  const JobPlacement p = job->moved_placement();
+  EXPECT_TRUE(p.partitioned());
+  const SlotRegion region = SlotRegion::Make(1000, 512);
+  for (uint32_t seq = 0; seq < 100; ++seq) {
+    EXPECT_EQ(region.Of(p, seq), 1000 + 300 + seq % 24);
+  }
+}
+
 TEST(JobTest, AckWatermarkIsMonotonicInSerialOrder) {
   auto table = MakeTable();
   const Job* job = *table->Add(Spec(1, 4));

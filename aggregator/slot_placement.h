@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "common/siphash.h"
@@ -99,8 +100,9 @@ struct SlotRegions {
   SlotRegion in_band;      // in-band jobs
   SlotRegion spare;        // leased to chunks that collided; size <= kMaxSpareSlots
 
-  // Spare slots at most: a slot hint is 16 bits, and 0xFFFF means none.
-  static constexpr uint32_t kMaxSpareSlots = 0xFFFF;
+  // Spare slots at most: a slot hint is 16 bits, 0xFFFF means none and
+  // 0xFFFE the job's moved partition (wire.h).
+  static constexpr uint32_t kMaxSpareSlots = 0xFFFE;
 
   // `total` slots: the last `spare` of them spare, the `in_band` before
   // those for in-band jobs, the rest for config and API jobs.
@@ -134,15 +136,13 @@ struct Partition {
   uint32_t span = 0;
 };
 
-// The round-robin base of a new partition of `span` slots in a region of
-// `size` slots (span <= size): the first base, in the order of their
-// distance after `cursor` (where the newest partition of the region ends),
-// among `cursor` and the ends of the `live` partitions, whose span meets
-// none of them. When every candidate meets one, `cursor`: the region is
-// oversubscribed, and the chunks that meet are relocated as collisions.
-// O(live^2). [any]
-inline uint32_t RoundRobinBase(uint32_t size, uint32_t span, uint32_t cursor,
-                               std::span<const Partition> live) {
+// A base for a new partition of `span` slots in a region of `size` slots
+// (span <= size) that meets none of the `live` partitions: the first, in
+// the order of their distance after `cursor`, among `cursor` and the ends
+// of the live partitions (a free stretch begins at one of those);
+// nullopt when there is none. O(live^2). [any]
+inline std::optional<uint32_t> FreeBase(uint32_t size, uint32_t span, uint32_t cursor,
+                                        std::span<const Partition> live) {
   // Whether [a, a + span) meets [p.base, p.base + p.span), both mod size.
   const auto meets = [&](uint32_t a, const Partition& p) {
     const uint64_t ahead = (uint64_t{p.base} + size - a) % size;  // p starts this far after a
@@ -169,7 +169,18 @@ inline uint32_t RoundRobinBase(uint32_t size, uint32_t span, uint32_t cursor,
       best_distance = distance;
     }
   }
-  return found ? best : cursor;
+  if (!found) return std::nullopt;
+  return best;
+}
+
+// The round-robin base of a new partition of `span` slots in a region of
+// `size` slots (span <= size): the free base nearest after `cursor` (where
+// the newest partition of the region ends; FreeBase). When there is none,
+// `cursor`: the region is oversubscribed, and the chunks that meet are
+// relocated as collisions. O(live^2). [any]
+inline uint32_t RoundRobinBase(uint32_t size, uint32_t span, uint32_t cursor,
+                               std::span<const Partition> live) {
+  return FreeBase(size, span, cursor, live).value_or(cursor % size);
 }
 
 }  // namespace aggswitch::aggregator

@@ -89,6 +89,21 @@ TEST(JobPlacementTest, PartitionKeepsItsChunksInItsSpan) {
 
 // Round robin: each new partition starts where the newest ends, skipping
 // ranges that other live partitions hold; a full region gives the cursor.
+// FreeBase finds a stretch no live partition meets, nearest after the
+// cursor, across the region's end; none when the region has no such stretch.
+TEST(FreeBaseTest, FindsAFreeStretchOrNone) {
+  const std::vector<Partition> live = {{0, 10}, {20, 10}, {40, 50}};  // in 100 slots
+  EXPECT_EQ(FreeBase(100, 10, 0, live), 10u);
+  EXPECT_EQ(FreeBase(100, 10, 15, live), 30u);
+  EXPECT_EQ(FreeBase(100, 11, 0, live), std::nullopt) << "gaps of 10 only";
+  EXPECT_EQ(FreeBase(100, 5, 33, live), 33u) << "the cursor itself, free";
+  EXPECT_EQ(FreeBase(100, 10, 95, live), 10u) << "past the region's end";
+  const std::vector<Partition> wrapping = {{95, 10}};  // 95..99 and 0..4
+  EXPECT_EQ(FreeBase(100, 90, 0, wrapping), 5u);
+  EXPECT_EQ(FreeBase(100, 91, 0, wrapping), std::nullopt);
+  EXPECT_EQ(FreeBase(100, 100, 0, {}), 0u);
+}
+
 TEST(RoundRobinBaseTest, PacksPartitionsWithoutOverlap) {
   std::vector<Partition> live;
   uint32_t cursor = 0;
@@ -129,7 +144,9 @@ TEST(RoundRobinBaseTest, PacksPartitionsWithoutOverlap) {
     };
     bool fits = false;
     for (uint32_t a = 0; a < 1024 && !fits; ++a) fits = meets_none(a);
-    if (fits) EXPECT_TRUE(meets_none(base)) << "round " << round << ": base " << base;
+    if (fits) {
+      EXPECT_TRUE(meets_none(base)) << "round " << round << ": base " << base;
+    }
   }
 }
 

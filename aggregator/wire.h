@@ -30,6 +30,10 @@ inline constexpr uint16_t kAggMagic = 0xA65C;
 inline constexpr uint8_t kAggVersion = 1;
 inline constexpr uint16_t kAggUdpPort = 47000;
 inline constexpr uint16_t kNoSlotHint = 0xFFFF;
+// A slot hint that names no spare slot but the job's moved partition
+// (docs/aggregation.md, "Moves"): results of a moved job's chunks carry it,
+// and its members put it in their later chunks.
+inline constexpr uint16_t kMovedSlotHint = 0xFFFE;
 
 enum class Opcode : uint8_t {
   kContribution = 1,
@@ -106,7 +110,8 @@ enum class NoticeKind : uint32_t {
   kMissing = 4,
   // Chunk `seq` was moved off its slot, which another chunk holds, to spare
   // slot `slot_hint`: the member's later datagrams about `seq` carry that
-  // hint and go there straight.
+  // hint and go there straight. Without a hint (kNoSlotHint): the hint the
+  // member's datagram carried names a spare slot that does not hold `seq`.
   kRelocated = 5,
 };
 

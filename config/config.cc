@@ -664,11 +664,12 @@ class Validator {
     }
     bool spare_ok = true;
     if (slots_ok && in_band_ok) {
-      // A slot hint is 16 bits, 0xFFFF meaning none; config and API jobs
-      // keep at least a quarter of the table.
+      // A slot hint is 16 bits, 0xFFFF meaning none and 0xFFFE a moved
+      // partition (SlotRegions::kMaxSpareSlots); config and API jobs keep at
+      // least a quarter of the table.
       spare_ok = range("aggregation.spare_slots", agg.loc, agg.SpareSlots(), 0,
-                       std::min<uint32_t>(65535, agg.slots - in_band_slots - agg.slots / 4),
-                       "slots (at most 65535, and at most what leaves config and API jobs a "
+                       std::min<uint32_t>(kMaxSpareSlots, agg.slots - in_band_slots - agg.slots / 4),
+                       "slots (at most 65534, and at most what leaves config and API jobs a "
                        "quarter of aggregation.slots after in_band.slots)");
     }
     if (slots_ok && in_band_ok && spare_ok) {
@@ -1332,7 +1333,7 @@ uint32_t AggregationConfig::ProvisionedSlots() const {
 }
 
 uint32_t AggregationConfig::SpareSlots() const {
-  return spare_slots.value_or(std::min<uint32_t>(65535, slots / 16));
+  return spare_slots.value_or(std::min<uint32_t>(kMaxSpareSlots, slots / 16));
 }
 
 uint32_t AggregationConfig::SlotsPerJob() const {

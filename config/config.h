@@ -52,6 +52,9 @@ inline constexpr unsigned kMaxLcoreId = 1023;
 inline constexpr uint16_t kDefaultAggregationUdpPort = 47000;  // docs/protocol.md
 inline constexpr uint32_t kMinAggregationSlots = 64;           // and a power of two
 inline constexpr uint32_t kMaxAggregationSlots = 1048576;
+// A slot hint is 16 bits: 0xFFFF says none, 0xFFFE a moved partition
+// (aggregator/wire.h), the rest index the spare slots.
+inline constexpr uint32_t kMaxSpareSlots = 65534;
 inline constexpr uint16_t kMaxAggregationFanIn = 1024;
 inline constexpr uint32_t kMaxAggregationJobs = 65536;
 inline constexpr uint32_t kMinHoldBuffers = 64;

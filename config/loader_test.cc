@@ -1298,7 +1298,7 @@ TEST(LimitsLoaderTest, Errors) {
                        "expected 0..2048 slots"));
   EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d}]\naggregation:\n  slots: 1048576\n"
                             "  spare_slots: 65536\n"),
-                       "aggregation.spare_slots", 4, "expected 0..65535 slots"));
+                       "aggregation.spare_slots", 4, "expected 0..65534 slots"));
   EXPECT_TRUE(OneError(Load(agg + "  hold: {buffers: 10}\n"), "aggregation.hold.buffers", 3,
                        "expected 64..1048576 buffers, got \"10\""));
   EXPECT_TRUE(OneError(Load(agg + "  hold: {per_job: 20000}\n"), "aggregation.hold.per_job", 3,

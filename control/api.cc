@@ -699,7 +699,7 @@ std::string StatsJson(const StatsSnapshot& snap) {
   // The spare slots (docs/aggregation.md, "Collisions"); null without aggregation.
   json aggregation = nullptr;
   if (snap.aggregation) {
-    const dataplane::SpareSlotStats& s = snap.aggregation->spare;
+    const dataplane::EscalationStats& s = snap.aggregation->spare;
     aggregation = {{"spare_slots",
                     {{"slots", s.slots},
                      {"leased", s.leased},

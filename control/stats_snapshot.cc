@@ -117,7 +117,7 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
     for (size_t r = 0; r < dataplane::kNumRegistrationResults; ++r) {
       a.registrations[r] = dp.registrations(static_cast<dataplane::RegistrationResult>(r));
     }
-    a.spare = dp.spare_slot_stats();
+    a.spare = dp.escalation_stats();
   }
   return snap;
 }

@@ -217,7 +217,7 @@ struct OwnTanSnapshot {
 struct AggregationSnapshot {
   dataplane::SlotLatencyTotals slot_latency;
   uint64_t registrations[dataplane::kNumRegistrationResults] = {};  // by RegistrationResult
-  dataplane::SpareSlotStats spare;  // the spare slots' leases
+  dataplane::EscalationStats spare;  // the spare slots' leases
   // nullopt: no tree control (tests, tools), or the control thread did not
   // answer in time; /metrics then leaves the aggswitch_tan_ families out.
   std::optional<OwnTanSnapshot> tan;

@@ -139,14 +139,16 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
   }
 
   // `partition`: the job's slots (slot_placement.h); none: hash placement.
+  // `quota`: its slot quota (0: none; a job without one never moves).
   void AddJob(uint32_t id, bool ordered = false,
-              std::optional<aggregator::Partition> partition = std::nullopt) {
+              std::optional<aggregator::Partition> partition = std::nullopt, uint32_t quota = 0) {
     aggregator::JobSpec spec;
     spec.id = id;
     spec.key = kKey;
     spec.members = kMembers;
     spec.ordered = ordered;
     spec.partition = partition;
+    spec.slot_quota = quota;
     spec.placed = aggregator::JobSpec::Placed::kHint;
     ASSERT_TRUE(jobs_->Add(spec).ok());
   }
@@ -387,12 +389,85 @@ TEST_P(MulticoreTest, CollidedChunksMeetInASpareSlotWhicheverLcoreOwnsIt) {
     }
   }
   EXPECT_GE(Total(&AggregationCounters::collisions), kCollided);
-  EXPECT_EQ(dp_->spare_slot_stats().granted, kCollided) << "one spare slot per collided chunk";
-  EXPECT_EQ(dp_->spare_slot_stats().refused, 0u);
+  EXPECT_EQ(dp_->escalation_stats().granted, kCollided) << "one spare slot per collided chunk";
+  EXPECT_EQ(dp_->escalation_stats().refused, 0u);
   EXPECT_EQ(Total(&AggregationCounters::slot_busy), 0u);
   EXPECT_EQ(Total(&AggregationCounters::completions), 2 * kCollided);
   EXPECT_EQ(Total(&AggregationCounters::relocated), kMembers * kCollided)
       << "every contribution of job 8 went on to its chunk's spare slot";
+}
+
+// Two jobs with slot quotas placed on the same partition: job 8's first
+// chunk arrives while job 7's holds its slot, half aggregated, and job 8
+// moves to a partition of its own ("Moves"). Every worker learns of the move
+// and sends job 8's chunks whose home slot it owns there: job 8's later
+// chunks meet job 7's half-filled ones at home no more, and every member of
+// both jobs gets its chunk's exact sum once, whichever lcores own the slots.
+TEST_P(MulticoreTest, AJobThatCollidesMovesWhicheverLcoresOwnItsSlots) {
+  constexpr uint32_t kChunks = 16;
+  AddJob(7, false, aggregator::Partition{0, 32}, 32);
+  AddJob(8, false, aggregator::Partition{0, 32}, 32);
+  auto chunk = [](uint32_t job, uint32_t seq, uint16_t m) {
+    return Frames::Contribution(job, seq, m, Frames::Int32Payload({static_cast<int32_t>(job * 1000 + seq * 10 + m)}),
+                                DType::kInt32, ReduceOp::kSum, kKey, -1, seq);
+  };
+  auto sum = [](uint32_t job, uint32_t seq) {
+    int32_t s = 0;
+    for (uint16_t m = 0; m < kMembers; ++m) s += static_cast<int32_t>(job * 1000 + seq * 10 + m);
+    return s;
+  };
+  std::map<std::pair<uint32_t, uint16_t>, std::set<uint32_t>> answered;  // (job, member) -> seqs
+  auto take = [&](size_t count) {
+    const auto out = Collect(count);
+    size_t got = 0;
+    for (const auto& [port, frames] : out) {
+      for (const Frame& f : frames) {
+        const Frames::Result r = Frames::ParseResult(f);
+        ASSERT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+        const auto member = static_cast<uint16_t>(r.dst_port - Frames::MemberPort(0));
+        EXPECT_EQ(r.payload, Frames::Int32Payload({sum(r.fields.job_id, r.fields.seq)}))
+            << "job " << r.fields.job_id << " seq " << r.fields.seq;
+        if (r.fields.job_id == 8) EXPECT_EQ(r.fields.slot_hint, aggregator::kMovedSlotHint);
+        const std::pair<uint32_t, uint16_t> who{r.fields.job_id, member};
+        EXPECT_TRUE(answered[who].insert(r.fields.seq).second)
+            << "a second result for job " << r.fields.job_id << ", member " << member;
+        ++got;
+      }
+    }
+    ASSERT_EQ(got, count);
+  };
+  for (uint32_t seq = 0; seq < kChunks; ++seq) {
+    const uint64_t before = Total(&AggregationCounters::contributions);
+    for (uint16_t m : {0, 1}) Inject(PortOf(m), QueueOf(m), chunk(7, seq, m));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (Total(&AggregationCounters::contributions) < before + 2) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "job 7's first half of chunk " << seq;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    for (uint16_t m = 0; m < kMembers; ++m) Inject(PortOf(m), QueueOf(m), chunk(8, seq, m));
+    take(kMembers);  // job 8's chunk, complete in its moved partition
+    for (uint16_t m : {2, 3}) Inject(PortOf(m), QueueOf(m), chunk(7, seq, m));
+    take(kMembers);  // job 7's, at home
+  }
+  for (const uint32_t job : {7u, 8u}) {
+    for (uint16_t m = 0; m < kMembers; ++m) {
+      const std::pair<uint32_t, uint16_t> who{job, m};
+      EXPECT_EQ(answered[who].size(), kChunks) << "job " << job << ", member " << m;
+    }
+  }
+  const std::optional<aggregator::Job::Move> move = jobs_->Find(8)->move();
+  ASSERT_TRUE(move.has_value());
+  EXPECT_EQ(move->cut, 0u);
+  EXPECT_EQ(move->base, 32u);
+  EXPECT_EQ(dp_->escalation_stats().moves, 1u);
+  EXPECT_EQ(dp_->escalation_stats().granted, 0u) << "no spare slot needed";
+  EXPECT_EQ(Total(&AggregationCounters::slot_busy), 0u);
+  EXPECT_EQ(Total(&AggregationCounters::completions), 2 * kChunks);
+  EXPECT_EQ(Total(&AggregationCounters::moved), kMembers * kChunks)
+      << "every contribution of job 8 went on from its home slot";
+  // Chunk 0's members may each collide before the move reaches their
+  // workers; the chunks after it find their home's owner told.
+  EXPECT_LE(Total(&AggregationCounters::collisions), 2u * kMembers);
 }
 
 // A member's retransmission that RSS puts on another queue (its source port

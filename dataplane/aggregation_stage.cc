@@ -50,6 +50,9 @@ AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels
     : s_(setup),
       gap_distance_((kGapChunks + setup.n_workers - 1) / setup.n_workers * setup.n_workers),
       channels_(channels), stats_(stats), tx_(tx), answers_(answers), tree_(tree), clock_(clock) {
+  if (s_.jobs != nullptr) {
+    moves_ = std::make_unique<uint32_t[]>(s_.jobs->max_jobs());  // zeroed: no move applied
+  }
   const double hz = static_cast<double>(rte_get_tsc_hz());
   for (size_t i = 0; i + 1 < kSlotLatencyBuckets; ++i) {
     latency_bounds_[i] = static_cast<uint64_t>(kSlotLatencyBoundsSeconds[i] * hz);
@@ -66,7 +69,7 @@ void AggregationStage::Process(uint16_t in_port, const AggVector& v) {
 }
 
 bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source,
-                             Checked* out, uint16_t spare) {
+                             Checked* out, uint16_t spare, Via via) {
   using aggregator::NackReason;
   using aggregator::Opcode;
   AggregationCounters& c = stats_.lcore.agg;
@@ -240,17 +243,38 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       }
     }
   }
-  // Where the chunk is: its placed slot, or the spare slot it was moved to,
-  // as the switch (a hand-off) or the member (its slot hint) says.
-  uint32_t slot = s_.regions.Of(job->in_band(), job->placement(), h.seq.host());
+  // Where the chunk is: its home slot; the spare slot or the moved
+  // partition the switch sent it on to (a hand-off); or where the member's
+  // slot hint says.
+  const uint32_t seq = h.seq.host();
+  uint32_t slot = s_.regions.Of(job->in_band(), job->placement(), seq);
+  Where where = Where::kHome;
   bool claim = false;
   const uint16_t hint = h.slot_hint.host();
-  if (spare != aggregator::RelocationMap::kNone) {
-    slot = s_.regions.Spare(spare);
+  if (via == Via::kSwitch) {
     claim = true;
-  } else if (hint < s_.regions.spare.size &&
+    if (spare != aggregator::RelocationMap::kNone) {
+      slot = s_.regions.Spare(spare);
+      where = Where::kSpare;
+    } else if (job->move()) {
+      slot = MovedSlot(*job, seq);
+      where = Where::kMoved;
+    } else {
+      // Sent to a moved partition the job no longer has: it was removed and
+      // added again in between.
+      c.unknown_jobs.Add(1);
+      tx_.Drop(in_port, DropReason::kAggUnknownJob, m);
+      return false;
+    }
+  } else if (via == Via::kPlacement &&
              (opcode == Opcode::kContribution || opcode == Opcode::kQuery)) {
-    slot = s_.regions.Spare(hint);
+    if (hint < s_.regions.spare.size) {
+      slot = s_.regions.Spare(hint);
+      where = Where::kSpare;
+    } else if (hint == aggregator::kMovedSlotHint && job->MovedFrom(seq)) {
+      slot = MovedSlot(*job, seq);
+      where = Where::kMoved;
+    }
   }
   if (source == Source::kHandoff) {
     // Checked where it arrived; only the job may have changed meanwhile.
@@ -269,6 +293,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   out->job = job;
   out->header_offset = header_offset;
   out->slot = slot;
+  out->where = where;
   out->claim = claim;
   out->member = member;
   out->meta = meta;
@@ -300,7 +325,7 @@ void AggregationStage::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket
   // A reinjected datagram whose job is gone again is not sent up a second
   // time: one trip per datagram keeps the path bounded.
   if (task_info && channels_.upcall != nullptr && source == Source::kRx) {
-    FrameRef up{m, in_port, meta.vlan, meta.l3_offset, 0, 0};
+    FrameRef up{m, in_port, meta.vlan, meta.l3_offset, Via::kPlacement, 0};
     if (rte_ring_sp_enqueue_elem(channels_.upcall.get(), &up, sizeof(up)) == 0) {
       c.registration_upcalls.Add(1);
     } else {
@@ -331,10 +356,7 @@ void AggregationStage::Dispatch(Checked* items, uint16_t n) {
       items[n_own++] = items[i];
       continue;
     }
-    const Checked& it = items[i];
-    const uint16_t spare = it.claim ? static_cast<uint16_t>(it.slot - s_.regions.spare.first)
-                                    : aggregator::RelocationMap::kNone;
-    away[n_away] = FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, 0, spare};
+    away[n_away] = HandOff(items[i]);
     owner[n_away++] = o;
   }
   // One enqueue per owner.
@@ -382,7 +404,10 @@ void AggregationStage::Reduce(Checked* items, uint16_t n) {
     if (i + 1 < n) PrefetchPayload(items[i + 1].pkt);
     if (it.pkt.opcode == aggregator::Opcode::kResult ||
         it.pkt.opcode == aggregator::Opcode::kExceptionRetransmit) {
-      tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port);
+      if (!RedirectResult(it)) {
+        tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port,
+                              LocalSlot(it.slot));
+      }
     } else {
       Contribute(it);
     }
@@ -596,20 +621,22 @@ void AggregationStage::Contribute(const Checked& it) {
 }
 
 bool AggregationStage::Redirect(const Checked& it) {
-  const bool spare = s_.regions.IsSpare(it.slot);
-  if (!spare && (s_.relocations == nullptr || s_.relocations->empty())) return false;
   const aggregator::Job& job = *it.job;
+  if (it.where == Where::kHome && (s_.relocations == nullptr || s_.relocations->empty()) &&
+      !MoveApplied(job)) {
+    return false;  // no chunk was sent on from here: a switch without collisions stops here
+  }
   const aggregator::AggHeader& h = *it.pkt.header;
   const uint32_t seq = h.seq.host();
   if (s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr) {
     return false;
   }
   AggregationCounters& c = stats_.lcore.agg;
-  if (spare) {
-    if (it.claim) return false;  // moved here by the switch: it may take the slot
+  if (it.where == Where::kSpare) {
+    if (it.claim) return false;  // sent here by the switch: it may take the slot
     if (IsForPs(it.pkt)) return false;  // it takes no slot: on to the parameter node
     // A hint from an earlier run of the switch, or made up: the member sends
-    // to the chunk's placed slot again.
+    // to the chunk's home slot again.
     c.hint_refused.Add(1);
     aggregator::MemberAddr addr;
     if (it.member >= 0 && job.GetMember(static_cast<uint16_t>(it.member), &addr)) {
@@ -619,34 +646,104 @@ bool AggregationStage::Redirect(const Checked& it) {
     tx_.Drop(it.in_port, DropReason::kAggHintRefused, it.m);
     return true;
   }
-  const uint16_t hint = s_.relocations->Find({job.id(), job.generation(), seq});
-  if (hint == aggregator::RelocationMap::kNone) return false;
-  c.relocated.Add(1);
-  Checked moved = it;
-  moved.slot = s_.regions.Spare(hint);
-  moved.claim = true;
-  const auto owner = static_cast<uint16_t>(moved.slot % s_.n_workers);
-  if (owner == s_.index) {
-    Contribute(moved);  // at a spare slot, with a claim: not redirected again
+  // A chunk that collided here (at its home slot, or in the moved partition)
+  // went on to a spare slot.
+  const uint16_t hint = s_.relocations == nullptr || s_.relocations->empty()
+                            ? aggregator::RelocationMap::kNone
+                            : s_.relocations->Find({job.id(), job.generation(), seq});
+  if (hint != aggregator::RelocationMap::kNone) {
+    c.relocated.Add(1);
+    SendOn(it, s_.regions.Spare(hint), Where::kSpare, true);
     return true;
   }
-  FrameRef ref{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, 0, hint};
+  if (it.where == Where::kMoved) {
+    if (it.claim) return false;  // sent here by the home slot's owner: it may take the slot
+    // The member's hint: its chunk is not here (yet, or at all). The home
+    // slot's owner decides where it is.
+    c.move_bounced.Add(1);
+    SendOn(it, s_.regions.Of(job.in_band(), job.placement(), seq), Where::kHome, false);
+    return true;
+  }
+  if (MoveApplied(job) && job.MovedFrom(seq)) {
+    c.moved.Add(1);
+    SendOn(it, MovedSlot(job, seq), Where::kMoved, true);
+    return true;
+  }
+  return false;
+}
+
+bool AggregationStage::RedirectResult(const Checked& it) {
+  if (it.where != Where::kHome) return false;  // sent here by the switch: kept here
+  const aggregator::Job& job = *it.job;
+  if ((s_.relocations == nullptr || s_.relocations->empty()) && !MoveApplied(job)) return false;
+  const uint32_t seq = it.pkt.header->seq.host();
+  if (s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr) {
+    return false;
+  }
+  const uint16_t hint = s_.relocations == nullptr || s_.relocations->empty()
+                            ? aggregator::RelocationMap::kNone
+                            : s_.relocations->Find({job.id(), job.generation(), seq});
+  if (hint != aggregator::RelocationMap::kNone) {
+    SendOn(it, s_.regions.Spare(hint), Where::kSpare, true);
+    return true;
+  }
+  if (MoveApplied(job) && job.MovedFrom(seq)) {
+    SendOn(it, MovedSlot(job, seq), Where::kMoved, true);
+    return true;
+  }
+  return false;
+}
+
+FrameRef AggregationStage::HandOff(const Checked& it) const {
+  const bool to_spare = it.claim && it.where == Where::kSpare;
+  const Via via = it.claim ? Via::kSwitch : it.where == Where::kHome ? Via::kHome : Via::kPlacement;
+  return FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, via,
+                  to_spare ? static_cast<uint16_t>(it.slot - s_.regions.spare.first)
+                           : aggregator::RelocationMap::kNone};
+}
+
+void AggregationStage::SendOn(const Checked& it, uint32_t slot, Where where, bool claim) {
+  Checked next = it;
+  next.slot = slot;
+  next.where = where;
+  next.claim = claim;
+  const auto owner = static_cast<uint16_t>(slot % s_.n_workers);
+  if (owner == s_.index) {
+    // Here again: a claim is never sent on, and an unclaimed datagram goes
+    // home at most once, so this recursion ends within two calls.
+    if (next.pkt.opcode == aggregator::Opcode::kResult ||
+        next.pkt.opcode == aggregator::Opcode::kExceptionRetransmit) {
+      if (!RedirectResult(next)) {
+        tree_.ResultFromAbove(next.m, *next.job, next.pkt, next.header_offset, next.in_port,
+                              LocalSlot(next.slot));
+      }
+    } else {
+      Contribute(next);
+    }
+    return;
+  }
+  FrameRef ref = HandOff(next);
   if (rte_ring_mp_enqueue_elem(s_.handoff[owner], &ref, sizeof(ref)) == 0) {
-    c.handoffs.Add(1);
+    stats_.lcore.agg.handoffs.Add(1);
   } else {
-    c.handoff_full.Add(1);
+    stats_.lcore.agg.handoff_full.Add(1);
     tx_.Drop(it.in_port, DropReason::kAggHandoffFull, it.m);
   }
-  return true;
 }
 
 void AggregationStage::Escalate(const Checked& it) {
   const aggregator::Job& job = *it.job;
   const aggregator::AggHeader& h = *it.pkt.header;
-  if (channels_.escalate != nullptr) {
-    Escalation e{FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, 0,
-                                aggregator::RelocationMap::kNone},
-                       job.id(), job.generation(), h.seq.host(), it.slot};
+  // Without spare slots the control thread can only move the job: when it
+  // cannot (no slot quota short of its region, or moved already, and this
+  // chunk not one it sends on) the answer is known here.
+  const uint32_t region = s_.regions.For(job.in_band()).size;
+  const bool may_move = job.move() ? it.where == Where::kHome && job.MovedFrom(h.seq.host())
+                                   : job.slot_quota() != 0 && job.slot_quota() < region;
+  if (channels_.escalate != nullptr && (s_.regions.spare.size != 0 || may_move)) {
+    Escalation e{FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, Via::kPlacement,
+                          aggregator::RelocationMap::kNone},
+                 job.id(), job.generation(), h.seq.host(), it.slot};
     if (rte_ring_sp_enqueue_elem(channels_.escalate.get(), &e, sizeof(e)) == 0) {
       stats_.lcore.agg.escalations.Add(1);
       return;
@@ -725,17 +822,28 @@ void AggregationStage::DrainRelocations() {
       s_.relocations->Erase(key, r.hint);
       continue;
     }
+    if (r.kind == Relocation::Kind::kMove) {
+      const aggregator::Job* job = s_.jobs->Find(r.job_id);
+      if (job != nullptr && job->generation() == r.job_generation && job->move()) {
+        moves_[job->index()] = r.job_generation;
+      }
+      continue;
+    }
     const FrameMeta meta{r.frame.vlan, false, r.frame.l3_offset};
     // Cannot fail: the control thread leases at most as many spare slots as
     // the map holds.
     if (r.kind == Relocation::Kind::kPlace) (void)s_.relocations->Insert(key, r.hint);
-    // Checked again (the job may have changed meanwhile); its placed slot,
-    // this worker's, now sends it on to the spare slot, or, refused, it is
-    // answered there.
+    // Checked again (the job may have changed meanwhile); its slot, now in
+    // the map or past its job's cut, sends it on (to the spare slot, or to
+    // the moved partition), or, refused, it is answered there.
     if (!Check(r.frame.m, r.frame.in_port, meta, Source::kReinject, &items[k])) continue;
     const Checked& it = items[k];
     const aggregator::ChunkKey now{it.job->id(), it.job->generation(), it.pkt.header->seq.host()};
-    if (r.kind == Relocation::Kind::kRefuse || s_.relocations->Find(now) == aggregator::RelocationMap::kNone) {
+    const bool sent_on = r.kind == Relocation::Kind::kMoved
+                             ? MoveApplied(*it.job) && it.job->MovedFrom(now.seq)
+                             : r.kind == Relocation::Kind::kPlace &&
+                                   s_.relocations->Find(now) != aggregator::RelocationMap::kNone;
+    if (!sent_on) {
       RefuseSlotBusy(it);
       continue;
     }
@@ -797,10 +905,18 @@ void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint1
   const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
   if (region.size <= gap_distance_) return;
   const uint32_t earlier = seq - gap_distance_;
-  const uint32_t slot = region.Of(job.placement(), earlier);
-  if (slot % s_.n_workers != s_.index) return;  // the region wrapped onto another worker's slot
-  const aggregator::Slot* s =
-      s_.slots->Holding(LocalSlot(slot), job.id(), job.generation(), earlier);
+  // At home, or in the moved partition; a slot of another worker (the
+  // region wrapped there, or the partitions differ) is not looked at.
+  const aggregator::Slot* s = nullptr;
+  const uint32_t home = region.Of(job.placement(), earlier);
+  if (home % s_.n_workers == s_.index) {
+    s = s_.slots->Holding(LocalSlot(home), job.id(), job.generation(), earlier);
+  }
+  if (s == nullptr && MoveApplied(job) && job.MovedFrom(earlier)) {
+    const uint32_t moved = MovedSlot(job, earlier);
+    if (moved % s_.n_workers != s_.index) return;
+    s = s_.slots->Holding(LocalSlot(moved), job.id(), job.generation(), earlier);
+  }
   if (s == nullptr || s->state() != aggregator::Slot::State::kAggregating ||
       s->HasContributed(node) || job.Excluded(node)) {
     return;
@@ -854,7 +970,7 @@ void AggregationStage::DrainHandoffs() {
   for (unsigned i = 0; i < n; ++i) {
     const FrameMeta meta{refs[i].vlan, false, refs[i].l3_offset};
     if (Check(refs[i].m, refs[i].in_port, meta, Source::kHandoff, &items[k],
-              refs[i].verdict_or_spare)) {
+              refs[i].verdict_or_spare, refs[i].via)) {
       ++k;
     }
   }

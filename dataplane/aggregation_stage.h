@@ -25,6 +25,7 @@
 #include <rte_ring.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "aggregator/job_table.h"
 #include "aggregator/relocation_map.h"
@@ -117,6 +118,13 @@ class AggregationStage {
   // registration.
   enum class Source : uint8_t { kRx, kHandoff, kReinject };
 
+  // Which of its chunk's possible slots a datagram is bound for.
+  enum class Where : uint8_t {
+    kHome,   // the chunk's home slot (Job::placement())
+    kMoved,  // the chunk's slot in its job's moved partition
+    kSpare,  // a spare slot
+  };
+
   // A datagram that passed its checks, bound for its slot's owner.
   struct Checked {
     rte_mbuf* m;
@@ -124,8 +132,10 @@ class AggregationStage {
     aggregator::AggPacket pkt;
     uint32_t header_offset;
     uint32_t slot;  // global slot index
-    // Sent to a spare slot by the switch (the relocation map or the control
-    // thread), so it may claim the slot; a member's slot hint may not.
+    Where where;
+    // Sent to a spare slot or the moved partition by the switch (the
+    // relocation map, the control thread, the home slot's owner), so it may
+    // take the slot; a member's slot hint may not.
     bool claim;
     int member;     // local member index; -1 for a RESULT from above
     FrameMeta meta;
@@ -133,10 +143,10 @@ class AggregationStage {
   };
 
   // Parses and checks one datagram. Returns true with `*out` filled when it
-  // goes on to its slot; otherwise it was answered or dropped. `spare`: the
-  // spare slot a hand-off was sent on to (FrameRef::verdict_or_spare).
+  // goes on to its slot; otherwise it was answered or dropped. `via` and
+  // `spare`: how a hand-off was sent on (FrameRef::via, verdict_or_spare).
   bool Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source, Checked* out,
-             uint16_t spare = aggregator::RelocationMap::kNone);
+             uint16_t spare = aggregator::RelocationMap::kNone, Via via = Via::kPlacement);
   // A datagram for a job the table does not hold: up to the control thread
   // when it carries task info and registration is on, else a NACK.
   void HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
@@ -147,11 +157,37 @@ class AggregationStage {
   void Dispatch(Checked* items, uint16_t n);
   void Reduce(Checked* items, uint16_t n);
   void Contribute(const Checked& c);
-  // A datagram at a slot that does not hold its chunk: sent on to the
-  // chunk's spare slot when the chunk was moved there; when its own slot hint
-  // names a spare slot that does not hold the chunk, dropped, and the member
-  // told to forget the hint. Returns true when the datagram was dealt with.
+  // A datagram at a slot that does not hold its chunk (docs/aggregation.md,
+  // "Collisions" and "Moves"):
+  //   - at the home slot: sent on to the chunk's spare slot when the
+  //     relocation map has it, else to the moved partition when its job
+  //     moved (this worker applied the move) and the chunk lies at or after
+  //     the cut;
+  //   - at a slot its member's hint named: a spare slot's is dropped, the
+  //     member told to forget the hint; the moved partition's goes back to
+  //     the home slot, which decides.
+  // Returns true when the datagram was dealt with.
   bool Redirect(const Checked& c);
+  // A result from above at its chunk's home slot, which does not hold the
+  // chunk: sent on, as Redirect sends a contribution, to the slot that
+  // does, so that the result is kept there for the members that ask again.
+  // Returns true when it was sent on.
+  bool RedirectResult(const Checked& c);
+  // The ring element that hands `c` to its slot's owner.
+  FrameRef HandOff(const Checked& c) const;
+  // `c` bound for `slot` instead (`where`, `claim`): reduced here when this
+  // worker owns the slot, else handed to its owner.
+  void SendOn(const Checked& c, uint32_t slot, Where where, bool claim);
+  // The slot of chunk `seq` of `job` in its moved partition. Only once the
+  // job moved.
+  uint32_t MovedSlot(const aggregator::Job& job, uint32_t seq) const {
+    return s_.regions.For(job.in_band()).Of(job.moved_placement(), seq);
+  }
+  // Whether this worker sends the chunks of `job` whose home slot it owns
+  // on to the moved partition: it applied the job's move (Relocation::kMove).
+  bool MoveApplied(const aggregator::Job& job) const {
+    return moves_[job.index()] == job.generation();
+  }
   // A contribution whose placed slot holds another chunk: up to the control
   // thread, which moves the chunk to a spare slot (DrainRelocations).
   void Escalate(const Checked& c);
@@ -206,6 +242,9 @@ class AggregationStage {
   const LcoreClock& clock_;
   // Slot completion latency bucket bounds in TSC cycles (kSlotLatencyBoundsSeconds).
   uint64_t latency_bounds_[kSlotLatencyBuckets - 1] = {};
+  // By job index: the job generation whose move this worker applied (0:
+  // none). Written by this worker only, in the order of its relocation ring.
+  std::unique_ptr<uint32_t[]> moves_;
 };
 
 }  // namespace aggswitch::dataplane

@@ -471,8 +471,8 @@ TEST_F(AggregationTest, AChunkWhoseSlotIsTakenMovesToASpareSlot) {
   EXPECT_EQ(moved.dst_port, MemberPort(0));
   const uint16_t hint = moved.fields.slot_hint;
   EXPECT_LT(hint, 4u);
-  EXPECT_EQ(dp_->spare_slot_stats().leased, 1u);
-  EXPECT_EQ(dp_->spare_slot_stats().granted, 1u);
+  EXPECT_EQ(dp_->escalation_stats().leased, 1u);
+  EXPECT_EQ(dp_->escalation_stats().granted, 1u);
   // Member 1 knows no hint: its placed slot still holds job 7's chunk, and
   // the relocation map sends it on.
   Inject(0, Contribution(8, s8, 1, Int32Payload({200})));
@@ -548,7 +548,7 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
     }
     EXPECT_EQ(Agg().collisions.Get(), 2u);
     EXPECT_EQ(Agg().slot_busy.Get(), none ? 2u : 1u);
-    EXPECT_EQ(dp_->spare_slot_stats().refused, none ? 0u : 1u);
+    EXPECT_EQ(dp_->escalation_stats().refused, none ? 0u : 1u);
   }
 }
 
@@ -605,20 +605,223 @@ TEST_F(AggregationTest, PartitionedJobsMeetOnlyWhereTheirPartitionsDo) {
   }
 
   // Job 9's hint puts it on job 7's partition: its chunk 3 meets job 7's
-  // chunk 3, whose slot keeps its result until the members acknowledge it,
-  // and with no spare slot it is refused.
+  // chunk 3, whose slot keeps its result until the members acknowledge it.
+  // There is no spare slot, but the region has room: job 9 moves to a
+  // partition of its own, the first free one (after job 8's), from that
+  // chunk on ("Moves").
   admit(9, 0);
   EXPECT_EQ(jobs_->Find(9)->placed(), aggregator::JobSpec::Placed::kHint);
   Inject(0, Contribution(9, 3, 0, Int32Payload({1})));
   Step();
   dp_->ProcessEscalations(std::chrono::steady_clock::now());
   Step();
+  EXPECT_EQ(Drain().count(0), 0u) << "neither refused nor answered yet";
+  const std::optional<aggregator::Job::Move> move = jobs_->Find(9)->move();
+  ASSERT_TRUE(move.has_value());
+  EXPECT_EQ(move->cut, 0u) << "from its members' ack watermark: chunks 0..2 have no slot yet";
+  EXPECT_EQ(move->base, 128u);
+  EXPECT_EQ(dp_->escalation_stats().moves, 1u);
+  Inject(0, Contribution(9, 3, 1, Int32Payload({2})));
+  Step();
   auto out = Drain();
-  ASSERT_EQ(out[0].size(), 1u);
-  const Result nack = ParseResult(out[0][0]);
-  EXPECT_EQ(nack.fields.job_id, 9u);
-  EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kSlotBusy));
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.job_id, 9u);
+    EXPECT_EQ(r.payload, Int32Payload({3}));
+    EXPECT_EQ(r.fields.slot_hint, aggregator::kMovedSlotHint) << "its members learn of the move";
+  }
   EXPECT_EQ(Agg().collisions.Get(), 1u);
+  EXPECT_EQ(Agg().moved.Get(), 2u) << "both contributions, from the chunk's home slot";
+}
+
+// Moves (docs/aggregation.md, "Moves"). A job whose chunk collided at home,
+// with no spare slot but room in its region, moves to a partition of its
+// own. Its later chunks meet there, in the next round too, while the slots
+// of its home stay held by the other job: no more collisions. A chunk that
+// had taken its home slot before the move stays there for every member (a
+// chunk never splits), and a member that carries the moved partition's
+// hint goes there straight, or back home when its chunk is not there.
+TEST_F(AggregationTest, AJobThatCollidesMovesToAPartitionOfItsOwn) {
+  // 1024 slots: 256 in-band, none spare, 768 for config and API jobs.
+  BuildAggregation(", placement: round_robin, slots_per_job: 16, spare_slots: 0");
+  control::TanLoad load;
+  auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
+    config::AggregationJobConfig job;
+    job.id = id;
+    job.key = 0x5eed;
+    job.members = 2;
+    job.placement_hint = hint;
+    ASSERT_TRUE(control::AdmitJob(*jobs_, job, config_.aggregation,
+                                  aggregator::JobSpec::Origin::kApi, rte_get_tsc_hz(), load)
+                    .ok());
+  };
+  // Both members' contributions to a chunk, having acknowledged `ack`.
+  const auto complete = [&](uint32_t job, uint32_t seq, int32_t value, uint32_t ack = 0) {
+    for (const uint16_t node : {0, 1}) {
+      Inject(0, Contribution(job, seq, node, Int32Payload({value}), DType::kInt32, ReduceOp::kSum,
+                             0x5eed, -1, ack));
+    }
+  };
+  admit(7, std::nullopt);  // slots 0..15
+  // Job 7's chunks 0 and 1 complete; their results stay until acknowledged.
+  complete(7, 0, 1);
+  complete(7, 1, 1);
+  Step();
+  ASSERT_EQ(Drain()[0].size(), 4u);
+  admit(9, 0);  // on job 7's partition
+  // Chunk 2 of job 9 takes its home slot (free) before anything moves.
+  Inject(0, Contribution(9, 2, 0, Int32Payload({20})));
+  Step();
+  // Chunk 0 meets job 7's: job 9 moves, from chunk 0 on (nothing acknowledged).
+  Inject(0, Contribution(9, 0, 0, Int32Payload({1})));
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());
+  Step();
+  const std::optional<aggregator::Job::Move> move = jobs_->Find(9)->move();
+  ASSERT_TRUE(move.has_value());
+  EXPECT_EQ(move->cut, 0u);
+  EXPECT_EQ(move->base, 16u) << "the first 16 free slots after job 7's";
+  // Chunk 2 stays at home for its second member; chunk 0 completes in the
+  // moved partition; chunk 5, unseen before the move, goes there although
+  // its home slot is free.
+  Inject(0, Contribution(9, 2, 1, Int32Payload({22})));
+  Inject(0, Contribution(9, 0, 1, Int32Payload({2})));
+  complete(9, 5, 50);
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 6u);
+  std::map<uint32_t, int32_t> sums;
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    ASSERT_EQ(r.fields.job_id, 9u);
+    EXPECT_EQ(r.fields.slot_hint, aggregator::kMovedSlotHint);
+    int32_t sum = 0;
+    std::memcpy(&sum, r.payload.data(), sizeof(sum));
+    sums[r.fields.seq] = sum;
+  }
+  EXPECT_EQ(sums, (std::map<uint32_t, int32_t>{{0, 3}, {2, 42}, {5, 100}}));
+  EXPECT_EQ(Agg().collisions.Get(), 1u);
+  EXPECT_EQ(Agg().moved.Get(), 4u) << "chunk 0's two contributions and chunk 5's";
+  const auto in_slots = [&] {
+    std::map<uint32_t, uint32_t> where;  // seq -> slot, job 9
+    auto dump = dp_->DumpSlots(1024, std::chrono::seconds(5));
+    EXPECT_TRUE(dump.ok());
+    for (const SlotInfo& e : dump->slots) {
+      if (e.job_id == 9) where[e.seq] = e.index;
+    }
+    return where;
+  }();
+  EXPECT_EQ(in_slots.at(2), 2u) << "home";
+  EXPECT_EQ(in_slots.at(0), 16u);
+  EXPECT_EQ(in_slots.at(5), 21u);
+
+  // The next round: 16 chunks, every one in the moved partition, none
+  // colliding although job 7 still holds slots 0 and 1.
+  for (uint32_t seq = 100; seq < 116; ++seq) complete(9, seq, 1, seq);
+  Step();
+  out = Drain();
+  EXPECT_EQ(out[0].size(), 32u);
+  EXPECT_EQ(Agg().collisions.Get(), 1u);
+
+  // Hinted: chunk 116 goes to the moved partition for both members; the
+  // first is sent there by its home slot, the second goes straight.
+  Frame first = Contribution(9, 116, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, 116);
+  Frame second = Contribution(9, 116, 1, Int32Payload({2}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, 116);
+  HeaderOf(second)->slot_hint = common::be16_t::FromHost(aggregator::kMovedSlotHint);
+  const uint64_t moved = Agg().moved.Get();
+  Inject(0, first);
+  Step();
+  Inject(0, second);
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) EXPECT_EQ(ParseResult(f).payload, Int32Payload({3}));
+  EXPECT_EQ(Agg().moved.Get(), moved + 1) << "the hinted one went straight";
+  // A hinted chunk whose first contribution took its home slot before the
+  // move (chunk 3 of job 10, on job 7's partition too) goes back home.
+  admit(10, 0);
+  Inject(0, Contribution(10, 3, 0, Int32Payload({5})));
+  Step();
+  Inject(0, Contribution(10, 0, 0, Int32Payload({1})));  // collides: job 10 moves
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());
+  Step();
+  ASSERT_TRUE(jobs_->Find(10)->move().has_value());
+  Frame hinted = Contribution(10, 3, 1, Int32Payload({6}));
+  HeaderOf(hinted)->slot_hint = common::be16_t::FromHost(aggregator::kMovedSlotHint);
+  Inject(0, hinted);
+  Step();
+  out = Drain();
+  uint32_t results = 0;
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    // Besides the results: member 1's chunk 3 shows it lacks chunk 0, which
+    // waits in the moved partition (NOTICE missing, unasked).
+    if (r.fields.opcode == aggregator::Opcode::kNotice) {
+      EXPECT_EQ(r.fields.seq, 0u);
+      continue;
+    }
+    ++results;
+    EXPECT_EQ(r.payload, Int32Payload({11}));
+  }
+  EXPECT_EQ(results, 2u);
+  EXPECT_EQ(Agg().move_bounced.Get(), 1u);
+  EXPECT_EQ(dp_->escalation_stats().moves, 2u);
+}
+
+// A job that cannot move (its slot quota is its whole region, or no stretch
+// of the region is free) falls back to the spare slots, then to NACK
+// slot_busy; it moves once room appears.
+TEST_F(AggregationTest, AJobWithNoRoomToMoveFallsBackToTheSpareSlots) {
+  // 1024 slots: 256 in-band, 8 spare, 760 for config and API jobs; quotas of 300.
+  BuildAggregation(", placement: round_robin, slots_per_job: 300, spare_slots: 8");
+  control::TanLoad load;
+  auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
+    config::AggregationJobConfig job;
+    job.id = id;
+    job.key = 0x5eed;
+    job.members = 2;
+    job.placement_hint = hint;
+    ASSERT_TRUE(control::AdmitJob(*jobs_, job, config_.aggregation,
+                                  aggregator::JobSpec::Origin::kApi, rte_get_tsc_hz(), load)
+                    .ok());
+  };
+  admit(7, std::nullopt);  // 0..299
+  admit(8, std::nullopt);  // 300..599
+  admit(9, 150);           // 150..449: 160 slots are left, short of 300
+  Inject(0, Contribution(7, 150, 0, Int32Payload({1})));  // slot 150, aggregating
+  Step();
+  Inject(0, Contribution(9, 0, 0, Int32Payload({1})));  // slot 150: collides
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());
+  Step();
+  EXPECT_FALSE(jobs_->Find(9)->move().has_value());
+  EXPECT_EQ(dp_->escalation_stats().moves, 0u);
+  EXPECT_EQ(dp_->escalation_stats().granted, 1u) << "a spare slot instead";
+  Inject(0, Contribution(9, 0, 1, Int32Payload({2})));
+  Step();
+  auto out = Drain();
+  std::vector<Result> results;
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    if (r.fields.opcode == aggregator::Opcode::kResult) results.push_back(r);
+  }
+  ASSERT_EQ(results.size(), 2u);
+  for (const Result& r : results) {
+    EXPECT_EQ(r.payload, Int32Payload({3}));
+    EXPECT_EQ(r.fields.slot_hint, aggregator::kNoSlotHint) << "not moved";
+  }
+  // Job 8 leaves: now there is room, and job 9's next collision moves it.
+  ASSERT_TRUE(jobs_->Remove(8).ok());
+  Inject(0, Contribution(7, 151, 0, Int32Payload({1})));
+  Step();
+  Inject(0, Contribution(9, 1, 0, Int32Payload({1})));
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now() + EscalationPolicy::kRetryMove);
+  Step();
+  ASSERT_TRUE(jobs_->Find(9)->move().has_value());
+  EXPECT_EQ(jobs_->Find(9)->move()->base, 450u);
 }
 
 TEST_F(AggregationTest, TrunkMembersGetTaggedResults) {

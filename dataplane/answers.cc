@@ -51,6 +51,8 @@ void Answers::WriteResultPayload(const aggregator::Job& job, const aggregator::S
                                  uint8_t* buf) {
   aggregator::AggFields f = ChunkFields(job, slot);
   f.opcode = aggregator::Opcode::kResult;
+  // A moved job's members learn where its later chunks go (docs/aggregation.md, "Moves").
+  f.slot_hint = job.MoveHint(slot.seq());
   // A job in verify mode keeps only results its parameter node checked.
   f.flags = slot.overflow()  ? aggregator::flags::kOverflow
             : job.verify() ? aggregator::flags::kVerified

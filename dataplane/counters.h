@@ -168,8 +168,10 @@ struct PortCounters {
   X(duplicates, "contributions from a member already counted")                        \
   X(duplicate_results, "duplicates answered from a completed slot's cached result")   \
   X(collisions, "contributions whose slot held another chunk: escalated to the control thread, or refused (NACK slot_busy)") \
-  X(escalations, "collided contributions passed to the control thread to move their chunk to a spare slot") \
-  X(relocated, "datagrams sent on to their chunk's spare slot, by their slot hint or the relocation map") \
+  X(escalations, "collided contributions passed to the control thread to move their chunk to a spare slot or their job to a partition of its own") \
+  X(relocated, "datagrams sent on to their chunk's spare slot by the relocation map") \
+  X(moved, "datagrams sent on from their chunk's home slot to its job's moved partition") \
+  X(move_bounced, "datagrams whose moved-partition hint found no chunk there, sent back to the chunk's home slot") \
   X(hints_issued, "NOTICEs relocated telling a member the spare slot of its chunk (the slot hint)") \
   X(hint_refused, "datagrams whose slot hint names a spare slot that does not hold their chunk (dropped)") \
   X(slot_busy, "contributions refused with NACK slot_busy: no spare slot free, or the escalation ring full") \

@@ -293,10 +293,8 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     slots.max_payload = max_mtu - 20u - 8u - static_cast<uint32_t>(sizeof(aggregator::AggHeader));
     slot_regions_ = aggregator::SlotRegions::Make(total_slots, config.aggregation.InBandSlots(),
                                                   config.aggregation.SpareSlots());
-    if (slot_regions_.spare.size != 0) {
-      spare_ = std::make_unique<aggregator::SpareSlots>(slot_regions_.spare.size);
-    }
-    stale_slot_ = std::chrono::milliseconds(config.aggregation.stale_slot_ms);
+    escalations_ = std::make_unique<EscalationPolicy>(
+        *jobs, slot_regions_, std::chrono::milliseconds(config.aggregation.stale_slot_ms));
     agg.regions = slot_regions_;
     // Member bindings and slot quotas count in ticks of about a millisecond:
     // 2^k cycles with k = floor(log2(hz / 1000)).
@@ -348,7 +346,6 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     options.handoff = aggregation && n_workers > 1;
     options.in_band = aggregation && config.aggregation.in_band_registration;
     options.control_tx = aggregation && w == 0;
-    options.spare_slots = aggregation && slot_regions_.spare.size != 0;
     options.max_fan_in = config.aggregation.max_fan_in;
     options.slot_dump_capacity = std::min<uint32_t>(slots.slots, kMaxSlotDump);
     options.bypass_dump_capacity = std::min<uint32_t>(bypass_entries, kMaxBypassDump);
@@ -361,7 +358,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     const uint32_t in_band_budget = (config.aggregation.InBandHeldTotal() + n_workers - 1) / n_workers;
     parts.holds = std::make_unique<HoldBuffers>(hold_pool_.get(), in_band_budget, slots.max_payload);
     parts.bypass = std::make_unique<aggregator::BypassTable>(bypass_entries, bypass_ttl);
-    if (spare_) {
+    if (slot_regions_.spare.size != 0) {
       // Every lease may be of a chunk whose placed slot this worker owns.
       parts.relocations = std::make_unique<aggregator::RelocationMap>(slot_regions_.spare.size);
     }
@@ -629,61 +626,48 @@ size_t Dataplane::ProcessRegistrations(const Admission& admit) {
   return handled;
 }
 
-bool Dataplane::LeaseOver(const aggregator::SpareSlots::Lease& lease,
-                          std::chrono::steady_clock::time_point now) const {
-  // The rules by which the spare slot's worker lets the chunk go
-  // (SlotReleasable): its job is gone, or every member has its result; or it
-  // is older than aggregation.stale_slot_ms.
-  const aggregator::Job* job = jobs_->Find(lease.key.job_id);
-  if (job == nullptr || job->generation() != lease.key.job_generation) return true;
-  const std::optional<uint32_t> min_ack = job->MinAck();
-  if (min_ack && aggregator::SeqBefore(lease.key.seq, *min_ack) &&
-      job->LearnedMembers() == job->members()) {
-    return true;
-  }
-  return now - lease.since >= stale_slot_;
-}
-
 size_t Dataplane::ProcessEscalations(std::chrono::steady_clock::time_point now) {
-  if (!spare_) return 0;
-  const auto over = [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); };
-  // An escalation sends at most two answers: its own, and the word to forget
-  // a lease that ended, to any worker. Handled only while every ring has
-  // room for both, so none is ever lost; bounded by the ring size per call.
+  if (!escalations_) return 0;
+  // An escalation sends at most a move to every worker, the word to forget
+  // a lease that ended to one, and its own answer. Handled only while every
+  // ring has room for all three, so none is ever lost; bounded by the ring
+  // size per call.
   const auto room = [&] {
     for (const WorkerParts& w : workers_) {
-      if (rte_ring_free_count(w.channels->relocate.get()) < 2) return false;
+      if (rte_ring_free_count(w.channels->relocate.get()) < 3) return false;
     }
     return true;
   };
+  // Cannot fail: `room` was checked and the control thread is each ring's
+  // only producer.
+  const auto send = [](WorkerParts& to, Relocation r) {
+    (void)rte_ring_sp_enqueue_elem(to.channels->relocate.get(), &r, sizeof(r));
+  };
+  constexpr FrameRef kNoFrame{nullptr, 0, 0, 0, Via::kPlacement, 0};
   size_t handled = 0;
   for (WorkerParts& w : workers_) {
     rte_ring* up = w.channels->escalate.get();
     for (unsigned budget = WorkerChannels::kEscalateRingSize; budget > 0 && room(); --budget) {
       Escalation e;
       if (rte_ring_sc_dequeue_elem(up, &e, sizeof(e)) != 0) break;
-      const aggregator::ChunkKey key{e.job_id, e.job_generation, e.seq};
-      const aggregator::SpareSlots::Grant g = spare_->Acquire(key, e.placed_slot, now, over);
-      if (g.ended) {
-        Relocation forget{FrameRef{nullptr, 0, 0, 0, 0, 0}, g.ended->key.job_id,
-                                g.ended->key.job_generation, g.ended->key.seq, g.hint,
-                                Relocation::Kind::kForget};
-        WorkerParts& owner = workers_[g.ended->placed_slot % n_agg_workers_];
-        (void)rte_ring_sp_enqueue_elem(owner.channels->relocate.get(), &forget, sizeof(forget));
+      const EscalationPolicy::Answer a = escalations_->Decide(e, now);
+      if (a.moved_now) {
+        // Before any answer that counts on it, on every worker: each sends
+        // on the chunks whose home slot it owns.
+        for (WorkerParts& to : workers_) {
+          send(to, Relocation{kNoFrame, e.job_id, e.job_generation, 0, 0, Relocation::Kind::kMove});
+        }
       }
-      Relocation answer{e.frame, e.job_id, e.job_generation, e.seq, g.hint,
-                        Relocation::Kind::kPlace};
-      if (g.hint == aggregator::SpareSlots::kNone) {
-        answer.kind = Relocation::Kind::kRefuse;
-        spare_refused_.fetch_add(1, std::memory_order_relaxed);
+      if (a.ended) {
+        send(workers_[a.ended->placed_slot % n_agg_workers_],
+             Relocation{kNoFrame, a.ended->key.job_id, a.ended->key.job_generation,
+                        a.ended->key.seq, a.hint, Relocation::Kind::kForget});
       }
-      // The escalating worker owns the chunk's placed slot.
-      (void)rte_ring_sp_enqueue_elem(w.channels->relocate.get(), &answer, sizeof(answer));
+      // The escalating worker owns the slot the contribution collided at.
+      send(w, Relocation{e.frame, e.job_id, e.job_generation, e.seq, a.hint, a.kind});
       ++handled;
     }
   }
-  spare_leased_.store(spare_->leased(), std::memory_order_relaxed);
-  spare_granted_.store(spare_->granted(), std::memory_order_relaxed);
   return handled;
 }
 
@@ -890,7 +874,7 @@ bool Dataplane::SendFromSwitch(const uint8_t* frame, uint32_t len, uint16_t vlan
   if (ring == nullptr) return false;
   rte_mbuf* m = CopyToMbuf(frame, len);
   if (m == nullptr) return false;
-  FrameRef f{m, 0, vlan, kEtherHdrLen, 0, 0};
+  FrameRef f{m, 0, vlan, kEtherHdrLen, Via::kPlacement, 0};
   if (rte_ring_sp_enqueue_elem(ring, &f, sizeof(f)) != 0) {
     rte_pktmbuf_free(m);
     return false;

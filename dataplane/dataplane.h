@@ -36,10 +36,10 @@
 #include "aggregator/job_table.h"
 #include "aggregator/relocation_map.h"
 #include "aggregator/slot_table.h"
-#include "aggregator/spare_slots.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "dataplane/counters.h"
+#include "dataplane/escalation_policy.h"
 #include "dataplane/forwarding_plan.h"
 #include "dataplane/mac_table.h"
 #include "dataplane/port_stats.h"
@@ -136,18 +136,16 @@ class Dataplane {
   // [control]
   using Admission = std::function<RegistrationResult(const RegistrationRequest& request)>;
   size_t ProcessRegistrations(const Admission& admit);
-  // Moves the chunks of the contributions the workers escalated (their
-  // placed slot held another chunk) to spare slots: each chunk gets the
-  // spare slot it holds already, or a lease on a free one (SpareSlots), and
-  // the contribution goes back to its worker with the answer, to be sent on
-  // there or refused with NACK slot_busy when every spare slot is leased.
-  // Returns the contributions handled. [control]
+  // Answers the contributions the workers escalated (their slot held
+  // another chunk) as the EscalationPolicy decides: the job moves to a
+  // partition of its own (every worker is told first), or the chunk gets a
+  // spare slot, or it is refused (a CONFLICT to the parameter node, or NACK
+  // slot_busy, at its worker). Each goes back to the worker that escalated
+  // it. Returns the contributions handled. [control]
   size_t ProcessEscalations(std::chrono::steady_clock::time_point now);
-  // The spare slots' leases. [any]
-  SpareSlotStats spare_slot_stats() const {
-    return {slot_regions_.spare.size, spare_leased_.load(std::memory_order_relaxed),
-            spare_granted_.load(std::memory_order_relaxed),
-            spare_refused_.load(std::memory_order_relaxed)};
+  // What the control thread did with collisions. [any]
+  EscalationStats escalation_stats() const {
+    return escalations_ ? escalations_->stats() : EscalationStats{};
   }
   // A copy of up to `limit` busy slots of every worker. While the workers run,
   // each copies its own slots when asked (a few hundred per poll loop, so a
@@ -237,16 +235,8 @@ class Dataplane {
   std::vector<WorkerParts> workers_;
   aggregator::JobTable* jobs_ = nullptr;
   Counter registrations_[kNumRegistrationResults];
-  // The spare slots' leases (null without spare slots) and what the metrics
-  // show of them.
-  std::unique_ptr<aggregator::SpareSlots> spare_;
-  std::chrono::milliseconds stale_slot_{0};
-  std::atomic<uint32_t> spare_leased_{0};
-  std::atomic<uint64_t> spare_granted_{0};
-  std::atomic<uint64_t> spare_refused_{0};
-  // Whether a spare slot's lease is over (SpareSlots::LeaseOver). [control]
-  bool LeaseOver(const aggregator::SpareSlots::Lease& lease,
-                 std::chrono::steady_clock::time_point now) const;
+  // Spare slot leases and job moves (null without aggregation).
+  std::unique_ptr<EscalationPolicy> escalations_;
   mutable std::mutex dump_mu_;  // serialises DumpSlots callers (never taken by a worker)
   // A fresh single-segment mbuf holding `len` bytes; nullptr when the pool is empty.
   rte_mbuf* CopyToMbuf(const uint8_t* bytes, uint32_t len) const;

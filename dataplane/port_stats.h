@@ -59,14 +59,16 @@ struct SlotLatencyTotals {
   double sum_seconds = 0;
 };
 
-// The spare slots the control thread leases to collided chunks
-// (docs/aggregation.md, "Collisions"): the region's size, the slots leased
-// now, leases granted and escalations refused since the start.
-struct SpareSlotStats {
+// What the control thread did with collided chunks (docs/aggregation.md,
+// "Collisions" and "Moves"): the spare region's size, the spare slots leased
+// now, leases granted, escalations refused, and jobs moved to a partition of
+// their own, since the start.
+struct EscalationStats {
   uint32_t slots = 0;
   uint32_t leased = 0;
   uint64_t granted = 0;
   uint64_t refused = 0;
+  uint64_t moves = 0;
 };
 
 // A datagram's task info, passed up for in-band registration: what the

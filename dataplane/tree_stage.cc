@@ -303,7 +303,7 @@ void TreeStage::SendToHop(rte_mbuf* m, const aggregator::Job& job, uint32_t hop,
 
 void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
                                 const aggregator::AggPacket& pkt, uint32_t header_offset,
-                                uint16_t in_port) {
+                                uint16_t in_port, uint32_t local_slot) {
   AggregationCounters& c = stats_.lcore.agg;
   const aggregator::AggHeader& h = *pkt.header;
   if (m->nb_segs != 1) {
@@ -329,7 +329,7 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
     // Kept for members that retransmit, while the slot still holds the
     // chunk; an exception as the saturated sum it carries, which a member
     // that asks again takes the same way (docs/parameter-node.md).
-    (void)s_.slots->CacheResult(LocalSlot(job, seq), job.id(), job.generation(), seq, pkt.payload,
+    (void)s_.slots->CacheResult(local_slot, job.id(), job.generation(), seq, pkt.payload,
                                 pkt.payload_len,
                                 exception || (flags & aggregator::flags::kOverflow) != 0);
   }
@@ -337,8 +337,12 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
   rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
-  // Members get results without the job's key (Answers::ChunkFields).
-  rte_pktmbuf_mtod(m, aggregator::AggHeader*)->job_key = common::be64_t{};
+  // Members get results without the job's key (Answers::ChunkFields), and
+  // with this switch's hint, not the one from above (each switch moves its
+  // own jobs).
+  auto* out = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
+  out->job_key = common::be64_t{};
+  out->slot_hint = common::be16_t::FromHost(job.MoveHint(seq));
   answers_.Replicate(job, m, 0, job.members(), static_cast<uint16_t>(seq));
 }
 
@@ -358,7 +362,7 @@ void TreeStage::DrainTanResults() {
       tx_.Drop(kOwnFrame, DropReason::kAggUnknownJob, pkts[i]);  // the job went meanwhile
       continue;
     }
-    ResultFromAbove(pkts[i], *job, pkt, 0, kOwnFrame);
+    ResultFromAbove(pkts[i], *job, pkt, 0, kOwnFrame, LocalSlot(*job, pkt.header->seq.host()));
   }
 }
 

@@ -76,13 +76,14 @@ class TreeStage {
   // smallest watermark, an ACK with that watermark goes upstream (written
   // over `m`). Consumes `m`.
   void RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset, uint16_t in_port);
-  // A RESULT (or EXCEPTION_RETRANSMIT) from upstream or the TAN: cached in a
-  // forwarded slot (an exception as an overflowed result), replicated to
-  // every member. At the root of a job in verify mode, a RESULT that is
-  // neither VERIFIED, INCOMPLETE nor OVERFLOW is dropped (unverified_results).
-  // Consumes `m`.
+  // A RESULT (or EXCEPTION_RETRANSMIT) from upstream or the TAN: cached in
+  // local slot `local_slot` when it holds the chunk (an exception as an
+  // overflowed result), replicated to every member with this switch's slot
+  // hint for them (Job::MoveHint). At the root of a job in verify mode, a
+  // RESULT that is neither VERIFIED, INCOMPLETE nor OVERFLOW is dropped
+  // (unverified_results). Consumes `m`.
   void ResultFromAbove(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
-                       uint32_t header_offset, uint16_t in_port);
+                       uint32_t header_offset, uint16_t in_port, uint32_t local_slot);
   // Whether late data of member `member` (node `node_id`) for chunk `seq`
   // matches a bypass entry (and deletes it).
   bool MatchBypass(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id);

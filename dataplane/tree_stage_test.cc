@@ -193,7 +193,7 @@ TEST_F(TreeStageTest, AResultFromAboveReachesEveryMemberWithoutTheKey) {
               aggregator::WireError::kOk);
     return p;
   }();
-  tree_->ResultFromAbove(m, job, in_mbuf, 42, 1);
+  tree_->ResultFromAbove(m, job, in_mbuf, 42, 1, /*local_slot=*/0);  // no slot holds chunk 4
   tx().Flush();
   auto sent = Sent();
   ASSERT_EQ(sent[0].size(), 2u);

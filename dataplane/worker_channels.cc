@@ -49,7 +49,7 @@ common::Result<std::unique_ptr<WorkerChannels>> WorkerChannels::Create(const Opt
     c->reinject = MakeRing("agg_reinject_" + o.suffix, sizeof(FrameRef), kUpcallRingSize, kSpSc);
     if (!c->upcall || !c->reinject) return failed("registration");
   }
-  if (o.spare_slots) {
+  if (o.aggregation) {
     c->escalate = MakeRing("agg_escalate_" + o.suffix, sizeof(Escalation), kEscalateRingSize, kSpSc);
     c->relocate = MakeRing("agg_relocate_" + o.suffix, sizeof(Relocation), kEscalateRingSize, kSpSc);
     if (!c->escalate || !c->relocate) return failed("escalation");

@@ -10,12 +10,12 @@
 //                       one producer per worker, this worker consumes
 //   worker -> control   escalate: contributions whose slot holds another chunk
 //                       (Escalation)
-//   control -> worker   relocate: where those chunks moved (Relocation)
+//   control -> worker   relocate: where those chunks moved, and the jobs that
+//                       moved (Relocation)
 //
 // A ring the config does not need is null: no aggregation, no hand-off with
-// one worker, no upcall/reinject without in-band registration, no
-// escalate/relocate without spare slots. Every ring but
-// the hand-off has one producer and one consumer.
+// one worker, no upcall/reinject without in-band registration. Every ring
+// but the hand-off has one producer and one consumer.
 //
 // Thread safety: Create and the destructor [control, workers stopped]; each
 // ring as its direction above says.
@@ -46,10 +46,9 @@ using RingPtr = std::unique_ptr<rte_ring, RingDeleter>;
 struct WorkerChannels {
   struct Options {
     std::string suffix;              // makes the ring names unique: "<instance>_<worker>"
-    bool aggregation = false;        // the aggregation path's rings
+    bool aggregation = false;        // the aggregation path's rings (escalate, relocate, ...)
     bool handoff = false;            // more than one worker aggregates
     bool in_band = false;            // upcall and reinject
-    bool spare_slots = false;        // escalate and relocate
     bool control_tx = false;         // worker 0
     uint32_t max_fan_in = 0;         // offsets per OffsetSample
     uint32_t slot_dump_capacity = 0;

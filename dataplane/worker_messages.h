@@ -39,16 +39,32 @@ static_assert(sizeof(LearnRequest) == 16);
 //   - control TX (control -> worker 0): a frame the switch floods on `vlan`;
 //   - escalation (worker -> control) and relocation (control -> the same
 //     worker): a contribution whose slot holds another chunk, and back with
-//     the spare slot its chunk moves to (Escalation, Relocation).
+//     the spare slot its chunk moves to, or word that its job moved
+//     (Escalation, Relocation).
+// How a datagram handed to another worker finds its slot there
+// (FrameRef::via; docs/aggregation.md, "Collisions" and "Moves").
+enum class Via : uint8_t {
+  // Its chunk's home slot (Job::placement()), or where its own slot hint
+  // says: a spare slot, or its job's moved partition.
+  kPlacement = 0,
+  // Sent on by the switch, which decided where its chunk is: the spare slot
+  // in FrameRef::verdict_or_spare, or (none there) its job's moved
+  // partition. It may take the slot.
+  kSwitch = 1,
+  // Back to its home slot, its hint ignored: the slot the hint named did not
+  // hold its chunk.
+  kHome = 2,
+};
+
 struct FrameRef {
   rte_mbuf* m;
   uint16_t in_port;   // ingress port index (control TX: unused)
   uint16_t vlan;      // VLAN it arrived on, or to flood on
   uint8_t l3_offset;  // of the IPv4 header in the frame
-  uint8_t pad;
+  Via via;            // hand-off only
   // Reinject: 0 when the job exists now; otherwise the NackReason to answer
-  // with. Hand-off: the spare slot (its hint) the datagram's chunk was moved
-  // to, or RelocationMap::kNone for its placed slot.
+  // with. Hand-off: the spare slot (its hint) the switch sent the datagram's
+  // chunk to, or RelocationMap::kNone.
   uint16_t verdict_or_spare;
 };
 static_assert(sizeof(FrameRef) == 16);
@@ -71,6 +87,14 @@ struct Relocation {
     kPlace,   // the chunk moves to spare slot `hint`; `frame` goes there
     kRefuse,  // no spare slot is free: answer `frame` with NACK slot_busy
     kForget,  // the chunk's lease on `hint` ended: erase it (no frame)
+    // The job moved (Job::move()): from now on this worker sends the chunks
+    // at or after the cut whose home slot it owns and that do not hold it
+    // to the moved partition (no frame; `seq` unused). Every worker gets
+    // one, before any answer that counts on it.
+    kMove,
+    // The chunk lies at or after its job's cut: `frame` goes back through
+    // its home slot, which sends it to the moved partition.
+    kMoved,
   };
   FrameRef frame;  // m == nullptr for kForget
   uint32_t job_id;
