@@ -614,6 +614,48 @@ TEST(ClientTest, AChunkMovedToASpareSlotIsAskedAfterWithItsHint) {
   EXPECT_EQ(stats[0].relocated_notices + stats[1].relocated_notices, sw.relocated_notices());
 }
 
+// A switch that moved the job to a partition of its own says so in its
+// results (slot hint kMovedSlotHint): each rank's later chunks carry the
+// hint, so that they go there straight, never a chunk it sent before it
+// heard; once results of chunks that carried the hint come back without it
+// (the switch no longer has the move), new chunks go without it again.
+TEST(ClientTest, AfterAResultSaysTheJobMovedLaterChunksCarryTheHint) {
+  TestSwitch::Options options;
+  options.move_after = 20;   // chunks completed
+  options.move_until = 100;
+  TestSwitch sw(options);
+  ASSERT_TRUE(sw.ok());
+  const uint16_t world = 2;
+  constexpr int kAllreduces = 4;
+  const auto status = RunRanks(Options({sw.address()}, 44, world), AllRanks(world), [&](Client& c) {
+    std::vector<int32_t> v(kFullChunk * 40, 1);
+    for (int i = 0; i < kAllreduces; ++i) {
+      RETURN_IF_ERROR(c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum));
+      std::fill(v.begin(), v.end(), 1);
+    }
+    return common::Status::Ok();
+  });
+  ExpectAllOk(status);
+  const std::vector<TestSwitch::FirstSend> sends = sw.FirstSends();
+  ASSERT_FALSE(sends.empty());
+  uint32_t first_seq = sends.front().seq;
+  for (const auto& f : sends) first_seq = std::min(first_seq, f.seq);
+  // Chunks 0..19 of the run completed before any result carried the hint:
+  // none of them was sent with it; of the second allreduce's (40..79), sent
+  // once results carried it, every one; of the fourth (120..159), sent after
+  // results without it came back for hinted chunks, none.
+  size_t hinted = 0;
+  for (const auto& f : sends) {
+    const uint32_t chunk = f.seq - first_seq;
+    const bool moved = f.slot_hint == aggregator::kMovedSlotHint;
+    hinted += moved;
+    if (chunk < 20) EXPECT_FALSE(moved) << "chunk " << chunk;
+    if (chunk >= 40 && chunk < 80) EXPECT_TRUE(moved) << "chunk " << chunk;
+    if (chunk >= 120) EXPECT_FALSE(moved) << "chunk " << chunk;
+  }
+  EXPECT_GE(hinted, 2u * 40u);
+}
+
 // Answers carry no job key; what makes one this rank's is that the switch
 // sent it. A result from any other address is a stray, whatever it says.
 TEST(ClientTest, AResultFromAnywhereButTheSwitchIsNotTaken) {

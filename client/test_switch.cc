@@ -46,6 +46,7 @@ struct TestSwitch::State {
   std::map<uint32_t, JobState> jobs;
   uint32_t generations = 0;  // jobs ever registered
   std::mt19937_64 rng;
+  uint16_t result_slot_hint = aggregator::kNoSlotHint;  // Options::move_after
 
   explicit State(const Options& o)
       : options(o),
@@ -116,6 +117,7 @@ struct TestSwitch::State {
     f.dtype = slot.dtype();
     f.op = slot.op();
     f.scale = slot.scale();
+    f.slot_hint = result_slot_hint;
     uint8_t buf[kMaxDatagram];
     const uint32_t len = aggregator::BuildAggregation(f, nullptr, 0, slot.result(),
                                                       slot.result_len(), buf, sizeof(buf));
@@ -163,6 +165,11 @@ TestSwitch::~TestSwitch() {
 
 SwitchAddress TestSwitch::address() const {
   return SwitchAddress{bind_ip_, port_};
+}
+
+std::vector<TestSwitch::FirstSend> TestSwitch::FirstSends() const {
+  std::lock_guard lock(log_mu_);
+  return first_sends_;
 }
 
 std::vector<uint32_t> TestSwitch::CompletedSeqs(uint32_t job) const {
@@ -289,6 +296,13 @@ void TestSwitch::Loop() {
     if (hinted && pkt.opcode == Opcode::kContribution && !(hflags & flags::kRetransmission)) {
       ++first_sends_hinted_;
     }
+    if (pkt.opcode == Opcode::kContribution && !(hflags & flags::kRetransmission)) {
+      std::lock_guard lock(log_mu_);
+      first_sends_.push_back({job_id, h.seq.host(), h.slot_hint.host()});
+    }
+    s.result_slot_hint = completed_ > s.options.move_after && completed_ <= s.options.move_until
+                             ? aggregator::kMovedSlotHint
+                             : aggregator::kNoSlotHint;
     if (pkt.opcode == Opcode::kQuery) {
       // As aggswitch answers a member asking after a chunk it sent.
       ++queries_;

@@ -64,6 +64,12 @@ class TestSwitch {
     // after a collision, and counts the datagrams that carry the hint.
     // kNoSlotHint: never.
     uint16_t relocate_hint = aggregator::kNoSlotHint;
+    // Results sent while more than `move_after` and at most `move_until`
+    // chunks have completed carry the moved partition's slot hint
+    // (kMovedSlotHint), as aggswitch's do for a job it moved; first
+    // transmissions and the hint they carried are logged (FirstSends).
+    uint64_t move_after = UINT64_MAX;
+    uint64_t move_until = UINT64_MAX;
     // A sum that saturated is answered EXCEPTION_RETRANSMIT (the saturated
     // sum, flagged OVERFLOW), as a parameter node answers it, not RESULT
     // with OVERFLOW.
@@ -107,6 +113,14 @@ class TestSwitch {
   uint64_t relocated_notices() const { return relocated_notices_.load(); }
   uint64_t hinted() const { return hinted_.load(); }
   uint64_t first_sends_hinted() const { return first_sends_hinted_.load(); }
+  // Every contribution received without the RETRANSMISSION flag, in
+  // arrival order: its job, sequence number and slot hint.
+  struct FirstSend {
+    uint32_t job = 0;
+    uint32_t seq = 0;
+    uint16_t slot_hint = 0;
+  };
+  std::vector<FirstSend> FirstSends() const;
   // Sequence numbers of the completed chunks of `job`, in completion order.
   std::vector<uint32_t> CompletedSeqs(uint32_t job) const;
   // The offset (aux) each completed chunk of `job` carried, by sequence number.
@@ -133,6 +147,7 @@ class TestSwitch {
     uint32_t elem_offset = 0;
   };
   std::vector<Completed> completed_log_;  // guarded by log_mu_
+  std::vector<FirstSend> first_sends_;    // guarded by log_mu_
   std::thread thread_;
 };
 

@@ -399,6 +399,7 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
     const uint32_t k = window_.MarkSent(now, lane.timer.timeout());
     uint8_t* buf = WindowBuffer(k);
     out_[n++] = OutDatagram{&lane.addr, buf, BuildDatagram(phase, k, buf)};
+    reinterpret_cast<AggHeader*>(buf)->slot_hint = common::be16_t::FromHost(lane.move_hint);
     if (phase.kind != Phase::Kind::kAnnounce) Bump(counters_.chunks);
   }
   if (options_.offer_to_local_tan && phase.kind != Phase::Kind::kAnnounce) {
@@ -588,6 +589,16 @@ common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator
       return common::Status::Ok();
   }
   Bump(counters_.results);
+  // A moved job's results say so, and this rank's next chunks go to the
+  // moved partition straight; a result without the hint for a chunk that
+  // carried it says the switch no longer has the move (it restarted, or the
+  // job was added again).
+  if (h.slot_hint.host() == aggregator::kMovedSlotHint) {
+    lane.move_hint = aggregator::kMovedSlotHint;
+  } else if (reinterpret_cast<const AggHeader*>(WindowBuffer(k))->slot_hint.host() ==
+             aggregator::kMovedSlotHint) {
+    lane.move_hint = aggregator::kNoSlotHint;
+  }
   lane.timer.OnResult(rtt);
   window_.SetProbe(lane.timer.probe());
   last_progress_ = now;

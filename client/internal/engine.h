@@ -102,6 +102,10 @@ class Engine {
     std::string name;  // "10.0.10.253:47000"
     bool announced = false;
     RetransmitTimer timer;
+    // The slot hint this rank's new chunks carry: kMovedSlotHint once a
+    // result said that the switch moved the job to a partition of its own
+    // (docs/aggregation.md, "Moves"), so that they go there straight.
+    uint16_t move_hint = aggregator::kNoSlotHint;
   };
 
   // How the chunks of one transfer are encoded and their results used.
