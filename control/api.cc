@@ -243,7 +243,11 @@ json JobObject(const JobSnapshot& job) {
                     {"size", job.slot_region_size},
                     {"base", job.slot_base},
                     {"span", job.slot_span},
-                    {"policy", job.placed}};
+                    {"policy", job.placed},
+                    {"moved", job.moved ? json{{"cut", job.moved->cut},
+                                               {"base", job.moved->base},
+                                               {"span", job.slot_quota}}
+                                        : json(nullptr)}};
   j["slot_quota"] = job.slot_quota;
   j["hold_quota"] = job.hold_quota;
   return j;
@@ -696,7 +700,8 @@ std::string StatsJson(const StatsSnapshot& snap) {
     for (size_t r = 0; r < kNumRefusals; ++r) refused[kRefusalText[r].label] = snap.http->refused[r];
     http = {{"threads", snap.http->threads}, {"refused", std::move(refused)}};
   }
-  // The spare slots (docs/aggregation.md, "Collisions"); null without aggregation.
+  // The spare slots and the jobs moved (docs/aggregation.md, "Collisions",
+  // "Moves"); null without aggregation.
   json aggregation = nullptr;
   if (snap.aggregation) {
     const dataplane::EscalationStats& s = snap.aggregation->spare;
@@ -704,7 +709,8 @@ std::string StatsJson(const StatsSnapshot& snap) {
                     {{"slots", s.slots},
                      {"leased", s.leased},
                      {"relocations", s.granted},
-                     {"refused", s.refused}}}};
+                     {"refused", s.refused}}},
+                   {"job_moves", s.moves}};
   }
   return Dump({
       {"build", {{"version", snap.build.version}, {"dpdk_version", snap.build.dpdk_version}}},

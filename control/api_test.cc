@@ -2308,6 +2308,13 @@ TEST_F(JobControlTreeTest, AddsAJobAtItsPlacementHint) {
   r = Post("/api/v1/jobs", R"({"id": 10, "key": 1, "members": 2, "placement_hint": 1000000})");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("placement_hint: expected a slot index 0.."), std::string::npos) << r.body;
+  // A move shows as the partition it moved to, from its cut (null before).
+  EXPECT_TRUE(Get("/api/v1/jobs/9")["placement"]["moved"].is_null());
+  ASSERT_TRUE(table_->Find(9)->SetMove({77, 100}));
+  const json moved = Get("/api/v1/jobs/9")["placement"]["moved"];
+  EXPECT_EQ(moved["cut"], 77);
+  EXPECT_EQ(moved["base"], placement["first"].get<uint32_t>() + 100);
+  EXPECT_EQ(moved["span"], config_.aggregation.SlotsPerJob());
 }
 
 // Without a remote TAN to answer its chunks there is no parameter server.

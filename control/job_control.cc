@@ -114,6 +114,9 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
     s.slot_region_size = region.size;
     s.slot_base = region.Of(job.placement(), 0);
     s.slot_span = job.placement().span;
+    if (const std::optional<aggregator::Job::Move> m = job.move()) {
+      s.moved = JobSnapshot::Moved{m->cut, region.first + m->base};
+    }
   }
   s.placed = std::string(aggregator::PlacedName(job.placed()));
   s.slot_quota = job.slot_quota();

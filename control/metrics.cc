@@ -399,7 +399,8 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
                {{"result", dataplane::kRegistrationResultText[r].name}}, a.registrations[r]);
     }
 
-    // Collisions moved to spare slots (docs/aggregation.md, "Collisions").
+    // Collisions moved to spare slots, jobs moved (docs/aggregation.md,
+    // "Collisions", "Moves").
     e.Family("aggswitch_aggregation_spare_slots", "gauge",
              "Spare slots: the slots the control thread leases to chunks whose own slot holds "
              "another chunk (aggregation.spare_slots).");
@@ -413,6 +414,10 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     e.Family("aggswitch_aggregation_relocations_refused_total", "counter",
              "Escalated contributions refused with NACK slot_busy: every spare slot was leased.");
     e.Sample("aggswitch_aggregation_relocations_refused_total", {}, a.spare.refused);
+    e.Family("aggswitch_aggregation_job_moves_total", "counter",
+             "Jobs the control thread moved to a partition of their own after a collision "
+             "(docs/aggregation.md, \"Moves\").");
+    e.Sample("aggswitch_aggregation_job_moves_total", {}, a.spare.moves);
 
     // The switch's own TAN (a root with tan: {strategy: self}).
     if (a.tan) {

@@ -189,6 +189,14 @@ struct JobSnapshot {
   uint32_t slot_base = 0;
   uint32_t slot_span = 0;
   std::string placed = "hash";
+  // The job's move (docs/aggregation.md, "Moves"): its chunks from `cut` on
+  // that took no slot at home went to the partition of slot_quota slots
+  // from global slot `base` (wrapping in the region).
+  struct Moved {
+    uint32_t cut = 0;
+    uint32_t base = 0;
+  };
+  std::optional<Moved> moved;
   uint32_t slot_quota = 0;  // chunks it may keep ahead of its slowest member (0: no bound)
   uint32_t hold_quota = 0;  // ordered contributions it may hold (0: no bound)
 };

@@ -95,8 +95,10 @@ class AggctlTest : public ::testing::Test {
       set(dataplane::AggCounter::conflicts_to_ps, 4);
       set(dataplane::AggCounter::at_ps_forwarded, 7);
       set(dataplane::AggCounter::released_to_ps, 3);
+      set(dataplane::AggCounter::moved, 40);
+      set(dataplane::AggCounter::move_bounced, 2);
       s.aggregation.emplace();
-      s.aggregation->spare = {16, 2, 10, 1};
+      s.aggregation->spare = {16, 2, 10, 1, 3};
       return s;
     };
     source.mac_entries = [] { return std::vector<MacEntrySnapshot>{}; };
@@ -494,6 +496,10 @@ TEST_F(AggctlTest, StatsShowsCollisionsAndTheParameterNode) {
             std::string::npos)
       << e.out;
   EXPECT_NE(e.out.find("spare slots: 2 of 16 leased, 10 relocations, 1 refused"), std::string::npos)
+      << e.out;
+  EXPECT_NE(e.out.find("jobs moved to a partition of their own 3; sent on to a moved partition 40, "
+                       "moved hints sent back home 2"),
+            std::string::npos)
       << e.out;
   EXPECT_NE(e.out.find("to the parameter node: conflicts 4, forwarded unreduced 7, slots released "
                        "3, refused no_parameter_node 0"),

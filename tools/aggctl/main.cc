@@ -485,6 +485,12 @@ void PrintCollisions(const json& j) {
               << U64(spare->at("slots")) << " leased, " << U64(spare->at("relocations"))
               << " relocations, " << U64(spare->at("refused")) << " refused\n";
   }
+  const json& agg = j.contains("aggregation") ? j.at("aggregation") : json();
+  if (agg.is_object() && agg.contains("job_moves")) {
+    std::cout << "  jobs moved to a partition of their own " << U64(agg.at("job_moves"))
+              << "; sent on to a moved partition " << n("moved") << ", moved hints sent back home "
+              << n("move_bounced") << '\n';
+  }
   std::cout << "  to the parameter node: conflicts " << n("conflicts_to_ps")
             << ", forwarded unreduced " << n("at_ps_forwarded") << ", slots released "
             << n("released_to_ps") << ", refused no_parameter_node " << n("no_parameter_node")
@@ -618,6 +624,13 @@ bool ParameterServer(const json& job) {
   return job.contains("parameter_server") && job.at("parameter_server").get<bool>();
 }
 
+// Whether the switch moved the job to a partition of its own (false from
+// daemons that do not show it).
+bool Moved(const json& job) {
+  return job.contains("placement") && job.at("placement").contains("moved") &&
+         job.at("placement").at("moved").is_object();
+}
+
 // Whether the job is in verify mode (false from daemons that do not show it).
 bool VerifyMode(const json& job) {
   return job.contains("verify") && job.at("verify").get<bool>();
@@ -640,6 +653,7 @@ void PrintJobs(const json& j) {
   bool unresolved = false;
   bool parameter_server = false;
   bool verify = false;
+  bool moved = false;
   for (const json& job : j.at("jobs")) {
     const std::string upstream = UpstreamText(job);
     const std::string tan = job.contains("tan") ? TanText(job.at("tan")) : "-";
@@ -648,7 +662,10 @@ void PrintJobs(const json& j) {
     const bool checked = VerifyMode(job);
     parameter_server |= ps;
     verify |= checked;
-    t.AddRow({U64(job.at("id")), job.at("origin").get<std::string>(), U64(job.at("index")),
+    const bool is_moved = Moved(job);
+    moved |= is_moved;
+    t.AddRow({U64(job.at("id")), job.at("origin").get<std::string>() + (is_moved ? " (moved)" : ""),
+              U64(job.at("index")),
               U64(job.at("members")), U64(job.at("learned")), U64(job.at("nodes")),
               job.at("ordered").get<bool>() ? "yes" : "no", OptionalU64(job.at("min_ack")),
               JobCounter(job, "contributions"), JobCounter(job, "completions"), upstream,
@@ -663,6 +680,10 @@ void PrintJobs(const json& j) {
   if (verify) {
     std::cout << "(verify): verify mode, the TAN checks every complete chunk before the members "
                  "receive it\n";
+  }
+  if (moved) {
+    std::cout << "(moved): a chunk collided and the job moved to a partition of its own "
+                 "(aggctl jobs show JOB: placement.moved)\n";
   }
 }
 
