@@ -82,6 +82,7 @@ local FLAG_BITS = {
 -- Bits 10..15 are reserved: a flags value at or above this has one of them set.
 local FLAGS_RESERVED_MIN = 0x0400
 local NO_SLOT_HINT = 0xFFFF
+local MOVED_SLOT_HINT = 0xFFFE  -- the job's moved partition
 
 -- Fields -----------------------------------------------------------------------
 
@@ -274,6 +275,7 @@ local function dissect(tvb, pinfo, tree)
   header:add(pf.node_count, tvb(34, 2))
   local slot_item = header:add(pf.slot_hint, tvb(36, 2))
   if slot_hint == NO_SLOT_HINT then slot_item:append_text(" (none)") end
+  if slot_hint == MOVED_SLOT_HINT then slot_item:append_text(" (the job's moved partition)") end
   header:add(pf.elem_count, tvb(38, 2))
   local dtype_item = header:add(pf.dtype, tvb(40, 1))
   local op_item = header:add(pf.op, tvb(41, 1))
