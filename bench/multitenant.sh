@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# Tenants that meet in the slot table (docs/aggregation.md, "Collisions";
-# docs/parameter-node.md): N jobs of 4 ranks each allreduce at once through
-# one aggswitch, on a slot table so small that their chunks collide, and, as
-# the baseline, on one so large that they never meet. A collided chunk moves
-# to a spare slot (a relocation) or, with none free, goes to the jobs'
-# parameter node (agg-ps) marked CONFLICT; nothing is refused or dropped.
-# The baseline table has 16384 slots (1024 spare), where the jobs' windows
-# rarely meet; its collision count says whether they did.
+# Tenants that meet in the slot table (docs/aggregation.md, "Collisions" and
+# "Moves"; docs/parameter-node.md): N jobs of 4 ranks each allreduce at once
+# through one aggswitch, on a slot table small enough that their chunks
+# collide, and, as the baseline, on one so large that they never meet. A job
+# whose chunk collides moves to a partition of its own when the table has
+# room; otherwise a collided chunk moves to a spare slot (a relocation) or,
+# with none free, goes to the jobs' parameter node (agg-ps) marked CONFLICT;
+# nothing is refused or dropped. The baseline table has 16384 slots (1024
+# spare), where the jobs' windows rarely meet; its collision count says
+# whether they did.
+#
+# Each job's slot quota (slots_per_job) is 2 x --window: the chunks in
+# flight and the results held until every rank acknowledged them. The
+# colliding table (--slots fit, the default) is the smallest power of two
+# that holds every job's quota and the --spare slots: the jobs fit, but hash
+# placement makes their windows meet. --slots N runs a table of N slots for
+# every N jobs instead: with --slots 64, 4 or 8 jobs need more slots than
+# there are, and most collided chunks go to agg-ps.
 #
 # For N in --jobs (2, 4, 8), --repeats times, colliding then apart (apart
 # then colliding in even repeats, so that a drift of the machine hits both
@@ -24,15 +34,14 @@
 #
 #   scripts/build.sh
 #   sudo bench/multitenant.sh [--jobs "2 4 8"] [--repeats 2] [--iterations 20]
-#                             [--size 256K] [--window 16] [--slots 64] [--spare 8]
+#                             [--size 256K] [--window 16] [--slots fit] [--spare 8]
 #                             [--placement hash] [--build-dir build]
 #                             [--out bench/results/multitenant-latest.txt]
 #
-# --placement round_robin (or random) places each job in a partition of
-# 2 x --window slots (aggregation.placement, slots_per_job: the chunks in
-# flight and the results held until every rank acknowledged them;
-# docs/aggregation.md, "Placement") instead of hashing it over the region:
-# with round_robin, jobs whose partitions fit the table never meet.
+# --placement round_robin (or random) places each job in a partition of its
+# quota (aggregation.placement; docs/aggregation.md, "Placement") instead of
+# hashing it over the region: with round_robin, jobs whose partitions fit
+# the table never meet.
 #
 # One aggswitch in the root namespace (lcores "0,1"), af_packet ports on the
 # veths of four worker namespaces and of agg-ps's; each worker namespace holds
@@ -50,7 +59,7 @@ REPEATS=2
 ITERATIONS=20
 SIZE=256K
 WINDOW=16
-SLOTS=64
+SLOTS=fit
 SPARE=8
 PLACEMENT=hash
 BUILD=build
@@ -138,7 +147,7 @@ aggregation:
   slots: $slots
   spare_slots: $spare
   placement: $PLACEMENT
-$([ "$PLACEMENT" = hash ] || echo "  slots_per_job: $((2 * WINDOW))")
+  slots_per_job: $((2 * WINDOW))
   tan: {strategy: fixed, candidates: [{address: $PS_IP, port: $AGG_PORT}]}
   jobs:
 EOF
@@ -147,6 +156,17 @@ EOF
   run_switch "$BIN/aggswitch/aggswitch" "$WORK/switch.yaml" "$HTTP_PORT" "$SWITCH_LOG"
 }
 total() { agg_total "$METRICS" "$1"; }
+moves() {
+  curl -fsS -m 2 "$METRICS" |
+    awk '$1 == "aggswitch_aggregation_job_moves_total" { print $2 + 0; found = 1 } END { if (!found) print 0 }'
+}
+# fit_slots N: the smallest power of two, at least 64, that holds N jobs'
+# quotas and the spare slots.
+fit_slots() {
+  local need=$(($1 * 2 * WINDOW + SPARE)) slots=64
+  while [ "$slots" -lt "$need" ]; do slots=$((slots * 2)); done
+  echo "$slots"
+}
 
 # run N MODE SLOTS SPARE: N jobs at once; appends one line to $WORK/results.
 run() {
@@ -172,7 +192,7 @@ run() {
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   end=$(bench_now)
   local counters
-  counters="collisions=$(total collisions) relocations=$(total relocated)"
+  counters="slots=$slots collisions=$(total collisions) job_moves=$(moves) relocations=$(total relocated)"
   counters+=" conflicts_to_ps=$(total conflicts_to_ps) slot_busy=$(total slot_busy)"
   stop_switch || rc=1
   stop_ps
@@ -202,12 +222,14 @@ EOF
 : >"$WORK/results"
 for rep in $(seq 1 "$REPEATS"); do
   for n in $JOBS_LIST; do
+    slots=$SLOTS
+    [ "$slots" = fit ] && slots=$(fit_slots "$n")
     if [ $((rep % 2)) -eq 1 ]; then
-      run "$n" colliding "$SLOTS" "$SPARE"
+      run "$n" colliding "$slots" "$SPARE"
       run "$n" apart 16384 1024
     else
       run "$n" apart 16384 1024
-      run "$n" colliding "$SLOTS" "$SPARE"
+      run "$n" colliding "$slots" "$SPARE"
     fi
   done
 done
