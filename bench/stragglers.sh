@@ -17,7 +17,7 @@
 #
 #   scripts/build.sh                     # aggswitch, agg-worker, agg-ps
 #   sudo bench/stragglers.sh [--delays "0 20 100"] [--repeats 3] [--iterations 100]
-#                            [--size 16K] [--slots 128] [--leaf-timeout-ms 10]
+#                            [--size 16K] [--slots 128] [--slots-per-job 32] [--leaf-timeout-ms 10]
 #                            [--spine-timeout-ms 20] [--sample-ms 20] [--retries 2]
 #                            [--build-dir build] [--out bench/results/stragglers-latest.txt]
 #                            [--keep-logs] [--quick]
@@ -79,6 +79,12 @@
 #     slot another chunk held, per allreduce (its per-job counter, summed over
 #     the switches): each was moved to a spare slot, or refused with NACK
 #     slot_busy when none was free (docs/aggregation.md, "Collisions").
+#   - --slots-per-job 32 is each job's slot quota, and the partition a job
+#     moves to when its chunk collides (docs/aggregation.md, "Moves"): the
+#     switches run through every run, so a job that moved in the warm-up
+#     stays moved (aggctl jobs on a switch shows it), and the jobs meet only
+#     until then. --slots-per-job 120 (the whole region) is the table as it
+#     was before jobs moved: the jobs meet whenever their windows do.
 #   - --slots 128 is small on purpose: the two jobs meet in the slot table
 #     (the companion, 64 slots ahead and faster, catches up with the delayed
 #     job), which is what (b) is about; with a table so large that they never
@@ -107,6 +113,7 @@ REPEATS=3
 ITERATIONS=100      # allreduces per job and phase
 SIZE=16K
 SLOTS=128
+SLOTS_PER_JOB=32
 LEAF_TIMEOUT_MS=10
 SPINE_TIMEOUT_MS=20
 SAMPLE_MS=20
@@ -138,6 +145,7 @@ while [ $# -gt 0 ]; do
     --iterations) ITERATIONS="$2"; shift 2 ;;
     --size) SIZE="$2"; shift 2 ;;
     --slots) SLOTS="$2"; shift 2 ;;
+    --slots-per-job) SLOTS_PER_JOB="$2"; shift 2 ;;
     --leaf-timeout-ms) LEAF_TIMEOUT_MS="$2"; shift 2 ;;
     --spine-timeout-ms) SPINE_TIMEOUT_MS="$2"; shift 2 ;;
     --sample-ms) SAMPLE_MS="$2"; shift 2 ;;
@@ -160,6 +168,10 @@ done
 [[ "$SIZE" =~ ^[1-9][0-9]*[KM]?$ ]] || bench_die "--size: $SIZE is not a size such as 16K"
 if ! [[ "$SLOTS" =~ ^[0-9]+$ ]] || [ "$SLOTS" -lt 64 ] || [ $((SLOTS & (SLOTS - 1))) -ne 0 ]; then
   bench_die "--slots: a power of two, at least 64 (aggregation.slots)"
+fi
+# The spare slots are a sixteenth of the table (the default).
+if ! [[ "$SLOTS_PER_JOB" =~ ^[1-9][0-9]*$ ]] || [ "$SLOTS_PER_JOB" -gt $((SLOTS - SLOTS / 16)) ]; then
+  bench_die "--slots-per-job: 1..$((SLOTS - SLOTS / 16)) chunks (the table less its spare slots)"
 fi
 [[ "$LEAF_TIMEOUT_MS" =~ ^[1-9][0-9]*$ ]] || bench_die "--leaf-timeout-ms wants milliseconds, at least 1"
 [[ "$SPINE_TIMEOUT_MS" =~ ^[1-9][0-9]*$ ]] || bench_die "--spine-timeout-ms wants milliseconds, at least 1"
@@ -220,6 +232,7 @@ aggregation:
   udp_port: $PORT
   in_band_registration: false
   slots: $SLOTS
+  slots_per_job: $SLOTS_PER_JOB
   # One secret on the three switches: a job's chunks take the same slots on
   # each, and every run lays the jobs out alike (slot_of).
   slot_secret: "0x5aa95aa95aa95aa90000000000000016"
