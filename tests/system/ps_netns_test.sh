@@ -19,6 +19,11 @@
 #     chunks that find their slot held by the other job go to the parameter
 #     node marked CONFLICT, and it reduces them; nobody is refused slot_busy,
 #     every result exact.
+#  2b. Moves: the same two jobs placed on one partition of 32 slots (their
+#     slot quota) of a 128-slot table: their chunks meet at once, the job
+#     whose chunk collides moves to a partition of its own
+#     (docs/aggregation.md, "Moves"), the API shows where, and every result
+#     is exact.
 #  3. Under the same loss, a job whose root is its own TAN (so has no
 #     parameter node) refuses data marked for one: the rank fails, naming
 #     the reason.
@@ -244,6 +249,36 @@ $JOBS"; then
   check "aggswitch (conflicts) stops with exit 0" stop_switch
 else
   fail "conflicts: aggswitch came up"
+fi
+
+# --- 2b. Moves: two jobs on one partition, in a table with room for both.
+start_ps || fail "agg-ps came up again"
+if start_switch moves "" "  slots: 128
+  spare_slots: 8
+  slots_per_job: 32
+  jobs:
+    - {id: 7, key: \"0x5eed\", members: 4, placement_hint: 0}
+    - {id: 8, key: \"0x5eed\", members: 4, placement_hint: 0}"; then
+  check "two jobs at once on one partition of 32 slots: int32 sums, 256 KiB x 4 each, exact" \
+    two_jobs moves --dtype int32 --op sum --size 256K --iterations 4 --window 16 --resend-to-ps
+  moves=$(curl -fsS -m 2 "$METRICS" |
+    awk '$1 == "aggswitch_aggregation_job_moves_total" { print $2 + 0 }')
+  echo "      switch: job_moves=$moves collisions=$(total collisions) moved=$(total moved)" \
+    "relocated=$(total relocated) conflicts_to_ps=$(total conflicts_to_ps)"
+  check "  ... a job whose chunk collided moved to a partition of its own" test "${moves:-0}" -ge 1
+  check "  ... its chunks went there from their home slots" test "$(total moved)" -gt 0
+  check "  ... the API shows the move (placement.moved: a partition clear of slots 0..31)" \
+    python3 -c '
+import json, sys, urllib.request
+jobs = json.load(urllib.request.urlopen(sys.argv[1]))["jobs"]
+moved = [j["placement"]["moved"] for j in jobs if j["placement"].get("moved")]
+assert moved, "no job shows a move"
+for m in moved:
+    assert m["span"] == 32 and 32 <= m["base"] <= 120 - 32, m
+' "http://127.0.0.1:$HTTP_PORT/api/v1/jobs"
+  check "aggswitch (moves) stops with exit 0" stop_switch
+else
+  fail "moves: aggswitch came up"
 fi
 
 # --- 4. Verify mode, and the overflow redo at the parameter node.
