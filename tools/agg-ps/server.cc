@@ -292,11 +292,19 @@ void HandleDatagram(const uint8_t* data, uint32_t length, const aggregator::TanP
         ++counters.job_key_refused;
         return;
       }
+      // Data for the parameter node itself says how many ranks the whole
+      // allreduce has: its members' own resends say the world, and a root
+      // that could not give a chunk a slot (CONFLICT) its members, which at
+      // a flat job's root are every rank. A VERIFY says the root's members,
+      // workers and child switches, of which there are at most as many as
+      // ranks.
       const uint16_t flags = h.flags.host();
+      const uint16_t expected = h.expected.host();
       const bool direct = pkt.opcode == aggregator::Opcode::kContribution &&
-                          (flags & aggregator::flags::kAggregateAtPs) != 0 &&
-                          (flags & aggregator::flags::kConflict) == 0;
-      if (direct && job.world != 0 && h.expected.host() != job.world) {
+                          (flags & aggregator::flags::kAggregateAtPs) != 0;
+      const bool verify = pkt.opcode == aggregator::Opcode::kVerify;
+      if (job.world != 0 && ((direct && expected != job.world) ||
+                             (verify && (expected == 0 || expected > job.world)))) {
         ++counters.job_world_refused;
         return;
       }
@@ -474,7 +482,7 @@ std::vector<PsServer::Stat> PsServer::StatsLocked() const {
       {"job_key_refused", counters_.job_key_refused, kCounter,
        "datagrams of a --job with another key than its own"},
       {"job_world_refused", counters_.job_world_refused, kCounter,
-       "data for the parameter node of a --job that says another world than its own"},
+       "data for the parameter node (CONFLICT included) of a --job that says another world than its own, or a VERIFY counting more members than it has ranks"},
       {"job_unlisted_refused", counters_.job_unlisted_refused, kCounter,
        "datagrams of jobs not listed by --job (--listed-jobs-only)"},
   };

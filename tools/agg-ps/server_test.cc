@@ -98,10 +98,13 @@ TEST(AggPsServerTest, TheJobListChecksKeysAndWorlds) {
   std::vector<aggregator::TanOutput> out;
   const aggregator::TanPeer from{0x7f000001, 40000};
   uint32_t seq = 0;
-  auto send = [&](uint32_t job, uint64_t key, uint16_t expected) {
+  auto send = [&](uint32_t job, uint64_t key, uint16_t expected,
+                  Opcode opcode = Opcode::kContribution,
+                  uint16_t flags = aggregator::flags::kAggregateAtPs) {
     AggFields f;
-    f.opcode = Opcode::kContribution;
-    f.flags = aggregator::flags::kAggregateAtPs;
+    f.opcode = opcode;
+    f.flags = flags;
+    f.node_count = expected;
     f.job_id = job;
     f.seq = seq++;
     f.job_key = key;
@@ -129,6 +132,20 @@ TEST(AggPsServerTest, TheJobListChecksKeysAndWorlds) {
   EXPECT_EQ(counters.job_unlisted_refused, 1u);
   EXPECT_EQ(engine.counters().direct, 2u);
   EXPECT_EQ(counters.rx_datagrams, 5u);
+  // A root's CONFLICT says its members, every rank of a flat job; a VERIFY
+  // may count fewer members than ranks (a tree's root), never more.
+  send(7, kKey, 3, Opcode::kContribution,
+       aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
+  EXPECT_EQ(counters.job_world_refused, 2u);
+  send(7, kKey, 4, Opcode::kContribution,
+       aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
+  EXPECT_EQ(engine.counters().conflicts, 1u);
+  send(7, kKey, 5, Opcode::kVerify, 0);
+  send(7, kKey, 0, Opcode::kVerify, 0);
+  EXPECT_EQ(counters.job_world_refused, 4u);
+  EXPECT_EQ(engine.counters().verify, 0u);
+  send(7, kKey, 2, Opcode::kVerify, 0);
+  EXPECT_EQ(engine.counters().verify, 1u) << "two child switches of a four-rank tree";
 }
 
 // A UDP socket on 127.0.0.1 playing the root switch.
