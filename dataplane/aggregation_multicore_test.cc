@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -151,6 +152,71 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
     spec.slot_quota = quota;
     spec.placed = aggregator::JobSpec::Placed::kHint;
     ASSERT_TRUE(jobs_->Add(spec).ok());
+  }
+
+  // Member m's contribution to chunk `seq` of int32 job `job` (its value
+  // names all three), acknowledging every chunk before it; and the sum of
+  // the chunk's contributions.
+  static Frame IntChunk(uint32_t job, uint32_t seq, uint16_t m) {
+    return Frames::Contribution(job, seq, m,
+                                Frames::Int32Payload({static_cast<int32_t>(job * 1000 + seq * 10 + m)}),
+                                DType::kInt32, ReduceOp::kSum, kKey, -1, seq);
+  }
+  static int32_t IntChunkSum(uint32_t job, uint32_t seq) {
+    int32_t s = 0;
+    for (uint16_t m = 0; m < kMembers; ++m) s += static_cast<int32_t>(job * 1000 + seq * 10 + m);
+    return s;
+  }
+  // The chunks each (job, member) got a result of.
+  using Answered = std::map<std::pair<uint32_t, uint16_t>, std::set<uint32_t>>;
+  // Collects `count` results of IntChunk contributions: each must be the
+  // chunk's sum and the first for its member, and `check` sees it too.
+  void TakeIntResults(size_t count, Answered& answered,
+                      const std::function<void(const Frames::Result&)>& check = {}) {
+    const auto out = Collect(count);
+    size_t got = 0;
+    for (const auto& [port, frames] : out) {
+      for (const Frame& f : frames) {
+        const Frames::Result r = Frames::ParseResult(f);
+        ASSERT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+        const auto member = static_cast<uint16_t>(r.dst_port - Frames::MemberPort(0));
+        EXPECT_EQ(r.payload, Frames::Int32Payload({IntChunkSum(r.fields.job_id, r.fields.seq)}))
+            << "job " << r.fields.job_id << " seq " << r.fields.seq;
+        if (check) check(r);
+        const std::pair<uint32_t, uint16_t> who{r.fields.job_id, member};
+        EXPECT_TRUE(answered[who].insert(r.fields.seq).second)
+            << "a second result for job " << r.fields.job_id << ", member " << member;
+        ++got;
+      }
+    }
+    ASSERT_EQ(got, count);
+  }
+
+  // Chunks 0..chunks-1 of jobs 7 and 8, which share their slots: job 7's
+  // first two members' contributions, then (once counted) all of job 8's,
+  // whose chunk finds its slot held, then job 7's other two. Every member
+  // of both jobs must get each chunk's exact sum once (TakeIntResults).
+  void HalfHeldChunks(uint32_t chunks, const std::function<void(const Frames::Result&)>& check = {}) {
+    Answered answered;
+    for (uint32_t seq = 0; seq < chunks; ++seq) {
+      const uint64_t before = Total(&AggregationCounters::contributions);
+      for (uint16_t m : {0, 1}) Inject(PortOf(m), QueueOf(m), IntChunk(7, seq, m));
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (Total(&AggregationCounters::contributions) < before + 2) {
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "job 7's first half of chunk " << seq;
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      for (uint16_t m = 0; m < kMembers; ++m) Inject(PortOf(m), QueueOf(m), IntChunk(8, seq, m));
+      TakeIntResults(kMembers, answered, check);  // job 8's chunk, wherever it went
+      for (uint16_t m : {2, 3}) Inject(PortOf(m), QueueOf(m), IntChunk(7, seq, m));
+      TakeIntResults(kMembers, answered, check);  // job 7's, at home
+    }
+    for (const uint32_t job : {7u, 8u}) {
+      for (uint16_t m = 0; m < kMembers; ++m) {
+        const std::pair<uint32_t, uint16_t> who{job, m};
+        EXPECT_EQ(answered[who].size(), chunks) << "job " << job << ", member " << m;
+      }
+    }
   }
 
   // Member m's port, and the RX queue (worker) its flow hashes to.
@@ -341,53 +407,7 @@ TEST_P(MulticoreTest, CollidedChunksMeetInASpareSlotWhicheverLcoreOwnsIt) {
   constexpr uint32_t kCollided = 16;
   AddJob(7, false, aggregator::Partition{0, 128});
   AddJob(8, false, aggregator::Partition{0, 128});
-  auto chunk = [](uint32_t job, uint32_t seq, uint16_t m) {
-    return Frames::Contribution(job, seq, m, Frames::Int32Payload({static_cast<int32_t>(job * 1000 + seq * 10 + m)}),
-                                DType::kInt32, ReduceOp::kSum, kKey, -1, seq);
-  };
-  auto sum = [](uint32_t job, uint32_t seq) {
-    int32_t s = 0;
-    for (uint16_t m = 0; m < kMembers; ++m) s += static_cast<int32_t>(job * 1000 + seq * 10 + m);
-    return s;
-  };
-  std::map<std::pair<uint32_t, uint16_t>, std::set<uint32_t>> answered;  // (job, member) -> seqs
-  auto take = [&](size_t count) {
-    const auto out = Collect(count);
-    size_t got = 0;
-    for (const auto& [port, frames] : out) {
-      for (const Frame& f : frames) {
-        const Frames::Result r = Frames::ParseResult(f);
-        ASSERT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
-        const auto member = static_cast<uint16_t>(r.dst_port - Frames::MemberPort(0));
-        EXPECT_EQ(r.payload, Frames::Int32Payload({sum(r.fields.job_id, r.fields.seq)}))
-            << "job " << r.fields.job_id << " seq " << r.fields.seq;
-        const std::pair<uint32_t, uint16_t> who{r.fields.job_id, member};
-        EXPECT_TRUE(answered[who].insert(r.fields.seq).second)
-            << "a second result for job " << r.fields.job_id << ", member " << member;
-        ++got;
-      }
-    }
-    ASSERT_EQ(got, count);
-  };
-  for (uint32_t seq = 0; seq < kCollided; ++seq) {
-    const uint64_t before = Total(&AggregationCounters::contributions);
-    for (uint16_t m : {0, 1}) Inject(PortOf(m), QueueOf(m), chunk(7, seq, m));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (Total(&AggregationCounters::contributions) < before + 2) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "job 7's first half of chunk " << seq;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    for (uint16_t m = 0; m < kMembers; ++m) Inject(PortOf(m), QueueOf(m), chunk(8, seq, m));
-    take(kMembers);  // job 8's chunk, complete in its spare slot
-    for (uint16_t m : {2, 3}) Inject(PortOf(m), QueueOf(m), chunk(7, seq, m));
-    take(kMembers);  // job 7's, in its own
-  }
-  for (const uint32_t job : {7u, 8u}) {
-    for (uint16_t m = 0; m < kMembers; ++m) {
-      const std::pair<uint32_t, uint16_t> who{job, m};
-      EXPECT_EQ(answered[who].size(), kCollided) << "job " << job << ", member " << m;
-    }
-  }
+  HalfHeldChunks(kCollided);
   EXPECT_GE(Total(&AggregationCounters::collisions), kCollided);
   EXPECT_EQ(dp_->escalation_stats().granted, kCollided) << "one spare slot per collided chunk";
   EXPECT_EQ(dp_->escalation_stats().refused, 0u);
@@ -407,54 +427,11 @@ TEST_P(MulticoreTest, AJobThatCollidesMovesWhicheverLcoresOwnItsSlots) {
   constexpr uint32_t kChunks = 16;
   AddJob(7, false, aggregator::Partition{0, 32}, 32);
   AddJob(8, false, aggregator::Partition{0, 32}, 32);
-  auto chunk = [](uint32_t job, uint32_t seq, uint16_t m) {
-    return Frames::Contribution(job, seq, m, Frames::Int32Payload({static_cast<int32_t>(job * 1000 + seq * 10 + m)}),
-                                DType::kInt32, ReduceOp::kSum, kKey, -1, seq);
-  };
-  auto sum = [](uint32_t job, uint32_t seq) {
-    int32_t s = 0;
-    for (uint16_t m = 0; m < kMembers; ++m) s += static_cast<int32_t>(job * 1000 + seq * 10 + m);
-    return s;
-  };
-  std::map<std::pair<uint32_t, uint16_t>, std::set<uint32_t>> answered;  // (job, member) -> seqs
-  auto take = [&](size_t count) {
-    const auto out = Collect(count);
-    size_t got = 0;
-    for (const auto& [port, frames] : out) {
-      for (const Frame& f : frames) {
-        const Frames::Result r = Frames::ParseResult(f);
-        ASSERT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
-        const auto member = static_cast<uint16_t>(r.dst_port - Frames::MemberPort(0));
-        EXPECT_EQ(r.payload, Frames::Int32Payload({sum(r.fields.job_id, r.fields.seq)}))
-            << "job " << r.fields.job_id << " seq " << r.fields.seq;
-        if (r.fields.job_id == 8) EXPECT_EQ(r.fields.slot_hint, aggregator::kMovedSlotHint);
-        const std::pair<uint32_t, uint16_t> who{r.fields.job_id, member};
-        EXPECT_TRUE(answered[who].insert(r.fields.seq).second)
-            << "a second result for job " << r.fields.job_id << ", member " << member;
-        ++got;
-      }
+  HalfHeldChunks(kChunks, [](const Frames::Result& r) {
+    if (r.fields.job_id == 8) {
+      EXPECT_EQ(r.fields.slot_hint, aggregator::kMovedSlotHint);
     }
-    ASSERT_EQ(got, count);
-  };
-  for (uint32_t seq = 0; seq < kChunks; ++seq) {
-    const uint64_t before = Total(&AggregationCounters::contributions);
-    for (uint16_t m : {0, 1}) Inject(PortOf(m), QueueOf(m), chunk(7, seq, m));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (Total(&AggregationCounters::contributions) < before + 2) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "job 7's first half of chunk " << seq;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    for (uint16_t m = 0; m < kMembers; ++m) Inject(PortOf(m), QueueOf(m), chunk(8, seq, m));
-    take(kMembers);  // job 8's chunk, complete in its moved partition
-    for (uint16_t m : {2, 3}) Inject(PortOf(m), QueueOf(m), chunk(7, seq, m));
-    take(kMembers);  // job 7's, at home
-  }
-  for (const uint32_t job : {7u, 8u}) {
-    for (uint16_t m = 0; m < kMembers; ++m) {
-      const std::pair<uint32_t, uint16_t> who{job, m};
-      EXPECT_EQ(answered[who].size(), kChunks) << "job " << job << ", member " << m;
-    }
-  }
+  });
   const std::optional<aggregator::Job::Move> move = jobs_->Find(8)->move();
   ASSERT_TRUE(move.has_value());
   EXPECT_EQ(move->cut, 0u);

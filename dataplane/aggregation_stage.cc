@@ -402,15 +402,16 @@ void AggregationStage::Reduce(Checked* items, uint16_t n) {
   for (uint16_t i = 0; i < n; ++i) {
     const Checked& it = items[i];
     if (i + 1 < n) PrefetchPayload(items[i + 1].pkt);
-    if (it.pkt.opcode == aggregator::Opcode::kResult ||
-        it.pkt.opcode == aggregator::Opcode::kExceptionRetransmit) {
-      if (!RedirectResult(it)) {
-        tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port,
-                              LocalSlot(it.slot));
-      }
-    } else {
-      Contribute(it);
-    }
+    AtSlot(it);
+  }
+}
+
+void AggregationStage::AtSlot(const Checked& it) {
+  if (it.pkt.opcode != aggregator::Opcode::kResult &&
+      it.pkt.opcode != aggregator::Opcode::kExceptionRetransmit) {
+    Contribute(it);
+  } else if (!RedirectResult(it)) {
+    tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port, LocalSlot(it.slot));
   }
 }
 
@@ -711,15 +712,7 @@ void AggregationStage::SendOn(const Checked& it, uint32_t slot, Where where, boo
   if (owner == s_.index) {
     // Here again: a claim is never sent on, and an unclaimed datagram goes
     // home at most once, so this recursion ends within two calls.
-    if (next.pkt.opcode == aggregator::Opcode::kResult ||
-        next.pkt.opcode == aggregator::Opcode::kExceptionRetransmit) {
-      if (!RedirectResult(next)) {
-        tree_.ResultFromAbove(next.m, *next.job, next.pkt, next.header_offset, next.in_port,
-                              LocalSlot(next.slot));
-      }
-    } else {
-      Contribute(next);
-    }
+    AtSlot(next);
     return;
   }
   FrameRef ref = HandOff(next);

@@ -156,6 +156,9 @@ class AggregationStage {
   // reduces this worker's own.
   void Dispatch(Checked* items, uint16_t n);
   void Reduce(Checked* items, uint16_t n);
+  // One datagram at its slot, this worker's: a contribution (or QUERY)
+  // counted or answered there, a result from above kept and replicated.
+  void AtSlot(const Checked& c);
   void Contribute(const Checked& c);
   // A datagram at a slot that does not hold its chunk (docs/aggregation.md,
   // "Collisions" and "Moves"):

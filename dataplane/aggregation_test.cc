@@ -37,6 +37,21 @@ aggregator::AggHeader* HeaderOf(Frame& f) {
 void SetAux(Frame& f, uint32_t aux) { HeaderOf(f)->aux = common::be32_t::FromHost(aux); }
 int MissingCount(Frame f) { return HeaderOf(f)->missing_count; }
 
+// Adds job `id` of two members (key 0x5eed) as the API would, placed by the
+// config's policy or at `hint`.
+void AdmitApiJob(aggregator::JobTable& jobs, const config::AggregationConfig& agg, uint32_t id,
+                 std::optional<uint32_t> hint) {
+  config::AggregationJobConfig job;
+  job.id = id;
+  job.key = 0x5eed;
+  job.members = 2;
+  job.placement_hint = hint;
+  control::TanLoad load;
+  ASSERT_TRUE(
+      control::AdmitJob(jobs, job, agg, aggregator::JobSpec::Origin::kApi, rte_get_tsc_hz(), load)
+          .ok());
+}
+
 class AggregationFanInTest : public AggregationTest, public ::testing::WithParamInterface<int> {};
 
 // N members on one access port each send one int32 chunk, in a shuffled
@@ -561,16 +576,8 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
 TEST_F(AggregationTest, PartitionedJobsMeetOnlyWhereTheirPartitionsDo) {
   // 1024 slots: 256 in-band, none spare, 768 for config and API jobs.
   BuildAggregation(", placement: round_robin, slots_per_job: 64, spare_slots: 0");
-  control::TanLoad load;
-  auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
-    config::AggregationJobConfig job;
-    job.id = id;
-    job.key = 0x5eed;
-    job.members = 2;
-    job.placement_hint = hint;
-    ASSERT_TRUE(control::AdmitJob(*jobs_, job, config_.aggregation,
-                                  aggregator::JobSpec::Origin::kApi, rte_get_tsc_hz(), load)
-                    .ok());
+  const auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
+    AdmitApiJob(*jobs_, config_.aggregation, id, hint);
   };
   admit(7, std::nullopt);
   admit(8, std::nullopt);
@@ -645,16 +652,8 @@ TEST_F(AggregationTest, PartitionedJobsMeetOnlyWhereTheirPartitionsDo) {
 TEST_F(AggregationTest, AJobThatCollidesMovesToAPartitionOfItsOwn) {
   // 1024 slots: 256 in-band, none spare, 768 for config and API jobs.
   BuildAggregation(", placement: round_robin, slots_per_job: 16, spare_slots: 0");
-  control::TanLoad load;
-  auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
-    config::AggregationJobConfig job;
-    job.id = id;
-    job.key = 0x5eed;
-    job.members = 2;
-    job.placement_hint = hint;
-    ASSERT_TRUE(control::AdmitJob(*jobs_, job, config_.aggregation,
-                                  aggregator::JobSpec::Origin::kApi, rte_get_tsc_hz(), load)
-                    .ok());
+  const auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
+    AdmitApiJob(*jobs_, config_.aggregation, id, hint);
   };
   // Both members' contributions to a chunk, having acknowledged `ack`.
   const auto complete = [&](uint32_t job, uint32_t seq, int32_t value, uint32_t ack = 0) {
@@ -776,16 +775,8 @@ TEST_F(AggregationTest, AJobThatCollidesMovesToAPartitionOfItsOwn) {
 TEST_F(AggregationTest, AJobWithNoRoomToMoveFallsBackToTheSpareSlots) {
   // 1024 slots: 256 in-band, 8 spare, 760 for config and API jobs; quotas of 300.
   BuildAggregation(", placement: round_robin, slots_per_job: 300, spare_slots: 8");
-  control::TanLoad load;
-  auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
-    config::AggregationJobConfig job;
-    job.id = id;
-    job.key = 0x5eed;
-    job.members = 2;
-    job.placement_hint = hint;
-    ASSERT_TRUE(control::AdmitJob(*jobs_, job, config_.aggregation,
-                                  aggregator::JobSpec::Origin::kApi, rte_get_tsc_hz(), load)
-                    .ok());
+  const auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
+    AdmitApiJob(*jobs_, config_.aggregation, id, hint);
   };
   admit(7, std::nullopt);  // 0..299
   admit(8, std::nullopt);  // 300..599
