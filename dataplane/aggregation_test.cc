@@ -1464,12 +1464,19 @@ class ParameterNodeTest : public AggregationTest {
   static constexpr uint16_t kPs = 50;
 
   // Job `id` of `members` members, a root whose TAN (resolved) is node 50.
-  void AddJobWithPs(uint32_t id, uint16_t members, bool verify = false) {
+  // `partition` and `quota`: its slots and slot quota (none: hash placement,
+  // no quota).
+  void AddJobWithPs(uint32_t id, uint16_t members, bool verify = false,
+                    std::optional<aggregator::Partition> partition = std::nullopt,
+                    uint32_t quota = 0) {
     aggregator::JobSpec spec;
     spec.id = id;
     spec.key = 0x5eed;
     spec.members = members;
     spec.verify = verify;
+    spec.partition = partition;
+    if (partition) spec.placed = aggregator::JobSpec::Placed::kHint;
+    spec.slot_quota = quota;
     spec.tan = aggregator::JobSpec::Tan::kRemote;
     spec.tan_peer.ip = MemberIp(kPs);
     spec.tan_peer.udp_port = aggregator::kAggUdpPort;
@@ -1648,6 +1655,63 @@ TEST_F(ParameterNodeTest, WithoutAParameterNodeDataForItIsRefused) {
 // With no spare slot, a chunk whose slot holds another job's goes to the
 // parameter node marked CONFLICT, with the job's member count: both jobs get
 // exact sums and nobody is refused.
+// A chunk sent to the parameter node as a conflict stays there: when its
+// job moves later (room appeared), the cut comes after it, so its other
+// members' contributions follow the first there rather than meet in the
+// moved partition, and the parameter node completes the chunk. The next
+// chunk goes to the moved partition.
+TEST_F(ParameterNodeTest, AChunkSentToTheParameterNodeStaysThereWhenItsJobMovesLater) {
+  // 1024 slots: 256 in-band, none spare, 768 for config and API jobs.
+  BuildAggregation(", spare_slots: 0");
+  AddJobWithPs(5, 2, false, aggregator::Partition{0, 300}, 300);
+  AddJobWithPs(6, 2, false, aggregator::Partition{300, 300}, 300);
+  AddJobWithPs(8, 2, false, aggregator::Partition{150, 300}, 300);  // 168 slots left: no room
+  Inject(0, Contribution(5, 150, 0, Int32Payload({1})));  // holds slot 150
+  Step();
+  Inject(0, Contribution(8, 0, 0, Int32Payload({10})));
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 1u) << "chunk 0's first contribution went to the parameter node";
+  (void)ThroughPs(out[1]);
+  EXPECT_FALSE(jobs_->Find(8)->move().has_value());
+  ASSERT_TRUE(jobs_->Remove(6).ok());  // now there is room
+  Inject(0, Contribution(8, 0, 1, Int32Payload({20})));
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now() + EscalationPolicy::kRetryMove);
+  Step();
+  const std::optional<aggregator::Job::Move> move = jobs_->Find(8)->move();
+  ASSERT_TRUE(move.has_value());
+  EXPECT_EQ(move->cut, 1u) << "after the refused chunk";
+  out = Drain();
+  ASSERT_EQ(out[1].size(), 1u) << "the second contribution followed the first";
+  for (const Result& r : ThroughPs(out[1])) {
+    EXPECT_EQ(r.fields.flags, aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
+  }
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.seq, 0u);
+    EXPECT_EQ(r.payload, Int32Payload({30}));
+    EXPECT_EQ(r.fields.flags, aggregator::flags::kVerified);
+  }
+  // Chunk 1: home slot 151 is free, but the job moved: it meets there.
+  Inject(0, Contribution(8, 1, 0, Int32Payload({1})));
+  Inject(0, Contribution(8, 1, 1, Int32Payload({2})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.payload, Int32Payload({3}));
+    EXPECT_EQ(r.fields.slot_hint, aggregator::kMovedSlotHint);
+  }
+  EXPECT_EQ(Agg().moved.Get(), 2u);
+  EXPECT_EQ(Agg().conflicts_to_ps.Get(), 2u);
+}
+
 TEST_F(ParameterNodeTest, ACollisionWithNoSpareSlotGoesToTheParameterNode) {
   BuildAggregation(", spare_slots: 0");
   AddJobWithPs(7, 2);

@@ -41,26 +41,23 @@ bool EscalationPolicy::LeaseOver(const aggregator::SpareSlots::Lease& lease,
 EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::time_point now) {
   Answer a;
   const aggregator::Job* job = jobs_.Find(e.job_id);
-  if (job != nullptr && job->generation() == e.job_generation) {
-    if (job->MovedFrom(e.seq)) {
-      // Collided at its home slot before that worker applied the move, or
-      // in the moved partition itself: only the first goes back there.
-      const uint32_t home = regions_.Of(job->in_band(), job->placement(), e.seq);
-      if (e.placed_slot == home) {
-        a.kind = Relocation::Kind::kMoved;
-        return a;
-      }
-    } else if (!job->move() && TryMove(*job, e.seq, now)) {
+  const bool current = job != nullptr && job->generation() == e.job_generation;
+  if (current) {
+    if (!job->move()) a.moved_now = TryMove(*job, e.seq, now);
+    // Collided at its home slot before that worker applied the move, or
+    // now: back through the home slot. In the moved partition itself: a
+    // spare slot, as any collision.
+    if (job->MovedFrom(e.seq) &&
+        e.placed_slot == regions_.Of(job->in_band(), job->placement(), e.seq)) {
       a.kind = Relocation::Kind::kMoved;
-      a.moved_now = true;
       return a;
     }
   }
   if (spare_) {
     const aggregator::ChunkKey key{e.job_id, e.job_generation, e.seq};
-    const aggregator::SpareSlots::Grant g =
-        spare_->Acquire(key, e.placed_slot, now,
-                        [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); });
+    const aggregator::SpareSlots::Grant g = spare_->Acquire(
+        key, e.placed_slot, now,
+        [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); });
     leased_.store(spare_->leased(), std::memory_order_relaxed);
     granted_.store(spare_->granted(), std::memory_order_relaxed);
     if (g.hint != aggregator::SpareSlots::kNone) {
@@ -72,7 +69,29 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   }
   a.kind = Relocation::Kind::kRefuse;
   refused_.fetch_add(1, std::memory_order_relaxed);
+  // A refused chunk goes to the parameter node (or is retried): should the
+  // job move later, its cut comes after this chunk, so that the chunk's
+  // other members follow it rather than meet in the moved partition.
+  if (current && !job->move() && job->slot_quota() != 0 &&
+      job->slot_quota() < regions_.For(job->in_band()).size) {
+    NoRoom& r = NoRoomOf(*job);
+    if (!r.refused || aggregator::SeqBefore(*r.refused, e.seq)) r.refused = e.seq;
+  }
   return a;
+}
+
+EscalationPolicy::NoRoom& EscalationPolicy::NoRoomOf(const aggregator::Job& job) {
+  // Bound the memory of jobs long gone: drop the entries of jobs no longer
+  // in the table once there are more entries than jobs.
+  if (no_room_.size() > 2 * jobs_.size() + 16) {
+    std::erase_if(no_room_, [&](const auto& kv) {
+      const aggregator::Job* j = jobs_.Find(kv.first);
+      return j == nullptr || j->generation() != kv.second.generation;
+    });
+  }
+  NoRoom& r = no_room_[job.id()];
+  if (r.generation != job.generation()) r = NoRoom{job.generation(), Clock::time_point{}, {}};
+  return r;
 }
 
 bool EscalationPolicy::TryMove(const aggregator::Job& job, uint32_t seq, Clock::time_point now) {
@@ -116,15 +135,7 @@ bool EscalationPolicy::TryMove(const aggregator::Job& job, uint32_t seq, Clock::
   uint32_t& cursor = cursor_[in_band ? 1 : 0];
   const std::optional<uint32_t> base = aggregator::FreeBase(region.size, span, cursor, live);
   if (!base) {
-    // Bound the memory of jobs long gone: drop the entries of jobs no
-    // longer in the table once there are more entries than jobs.
-    if (no_room_.size() > 2 * jobs_.size() + 16) {
-      std::erase_if(no_room_, [&](const auto& kv) {
-        const aggregator::Job* j = jobs_.Find(kv.first);
-        return j == nullptr || j->generation() != kv.second.generation;
-      });
-    }
-    no_room_[job.id()] = NoRoom{job.generation(), now};
+    NoRoomOf(job).when = now;
     return false;
   }
   // From the chunk on, or from the earliest chunk a member still waits for:
@@ -133,6 +144,14 @@ bool EscalationPolicy::TryMove(const aggregator::Job& job, uint32_t seq, Clock::
   if (const std::optional<uint32_t> min_ack = job.MinAck();
       min_ack && aggregator::SeqBefore(*min_ack, seq) && seq - *min_ack <= span) {
     cut = *min_ack;
+  }
+  // After every chunk refused meanwhile: their members meet where the
+  // first went (the parameter node, or a retry).
+  if (const auto it = no_room_.find(job.id()); it != no_room_.end() &&
+                                               it->second.generation == job.generation() &&
+                                               it->second.refused &&
+                                               !aggregator::SeqBefore(*it->second.refused, cut)) {
+    cut = *it->second.refused + 1;
   }
   if (!job.SetMove({cut, *base})) return false;
   no_room_.erase(job.id());

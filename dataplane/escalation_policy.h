@@ -10,9 +10,10 @@
 //      quota slots of the region meets no other job's chunks (a partition,
 //      a moved partition, the window in flight of a hash-placed job) nor its
 //      own home window. The job moves there, from the chunk on (or from its
-//      members' ack watermark, when that is earlier), and the contribution
-//      goes with it (kMoved, with `moved_now`: every worker learns of the move
-//      first). A job that found no room tries again kRetryMove later;
+//      members' ack watermark, when that is earlier, but always after every
+//      chunk of it refused before), and the contribution goes with it
+//      (kMoved, with `moved_now`: every worker learns of the move first). A
+//      job that found no room tries again kRetryMove later;
 //   3. a spare slot: the one its chunk holds, or a new lease (SpareSlots)
 //      (kPlace);
 //   4. refused (kRefuse): the worker sends it to the job's parameter node
@@ -89,12 +90,17 @@ class EscalationPolicy {
   // Where the search for the next moved partition starts, per region (in
   // band or not): after the last one.
   uint32_t cursor_[2] = {0, 0};
-  // Jobs that found no room: (generation, when), by job id.
+  // Jobs that have not moved and found no room or had a chunk refused, by
+  // job id: their generation, when they last found no room, and the latest
+  // chunk refused (serial order), which a later move's cut comes after.
   struct NoRoom {
-    uint32_t generation;
+    uint32_t generation = 0;
     Clock::time_point when;
+    std::optional<uint32_t> refused;
   };
   std::unordered_map<uint32_t, NoRoom> no_room_;
+  // The entry of `job` (a fresh one for a new generation).
+  NoRoom& NoRoomOf(const aggregator::Job& job);
   std::atomic<uint32_t> leased_{0};
   std::atomic<uint64_t> granted_{0};
   std::atomic<uint64_t> refused_{0};
