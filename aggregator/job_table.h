@@ -437,6 +437,12 @@ class alignas(64) Job {
   JobSpec::Tan tan() const {
     return static_cast<JobSpec::Tan>(tan_target_.load(std::memory_order_acquire) & 0xff);
   }
+  // Whether a chunk that finds no slot here goes to the job's parameter
+  // node (CONFLICT): at the root of a flat job with a remote TAN; elsewhere
+  // it is refused for now (NACK slot_busy). [any]
+  bool ConflictsToParameterNode() const {
+    return is_root() && !has_child_switches() && tan() == JobSpec::Tan::kRemote;
+  }
   // The TAN's address and UDP port; ip 0 unless tan() is kRemote. [any]
   JobPeer tan_peer() const {
     const uint64_t t = tan_target_.load(std::memory_order_acquire);

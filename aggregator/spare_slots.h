@@ -64,12 +64,13 @@ class SpareSlots {
   // Leases granted since the start.
   uint64_t granted() const { return granted_; }
 
- private:
   struct KeyHash {
     size_t operator()(const ChunkKey& k) const {
       return std::hash<uint64_t>()(uint64_t{k.job_id} << 32 ^ k.seq) ^ k.job_generation;
     }
   };
+
+ private:
   std::vector<std::optional<Lease>> leases_;  // by hint
   std::unordered_map<ChunkKey, uint16_t, KeyHash> by_chunk_;
   uint32_t cursor_ = 0;

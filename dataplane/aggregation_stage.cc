@@ -748,8 +748,7 @@ void AggregationStage::Escalate(const Checked& it) {
 void AggregationStage::RefuseSlotBusy(const Checked& it) {
   const aggregator::Job& job = *it.job;
   AggregationCounters& c = stats_.lcore.agg;
-  if (it.pkt.opcode == aggregator::Opcode::kContribution && job.is_root() &&
-      !job.has_child_switches() && job.tan() == aggregator::JobSpec::Tan::kRemote) {
+  if (it.pkt.opcode == aggregator::Opcode::kContribution && job.ConflictsToParameterNode()) {
     // The parameter node aggregates the chunk instead: every member's
     // contribution that finds no slot goes there, and it knows from
     // `expected` when all are in (docs/parameter-node.md).

@@ -1712,6 +1712,50 @@ TEST_F(ParameterNodeTest, AChunkSentToTheParameterNodeStaysThereWhenItsJobMovesL
   EXPECT_EQ(Agg().conflicts_to_ps.Get(), 2u);
 }
 
+// A chunk whose first contribution went to the parameter node (every spare
+// slot leased) goes there whole: a spare slot freed before its second
+// member's contribution does not take that one, which would split the
+// chunk between the two.
+TEST_F(ParameterNodeTest, AChunkSentToTheParameterNodeDoesNotTakeASpareSlotFreedSince) {
+  BuildAggregation(", spare_slots: 1");
+  AddJobWithPs(7, 2);
+  AddJobWithPs(8, 2);
+  AddJobWithPs(9, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  const uint32_t s9 = CollidingSeqs(*jobs_, config_, 7, 9).second;
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
+  Step();
+  Inject(0, Contribution(9, s9, 0, Int32Payload({1000})));  // collides: the spare slot
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());
+  Step();
+  EXPECT_EQ(dp_->escalation_stats().granted, 1u);
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));  // collides: no spare slot left
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 1u) << "to the parameter node";
+  (void)ThroughPs(out[1]);
+  ASSERT_TRUE(jobs_->Remove(9).ok());  // the spare slot's lease is over
+  Inject(0, Contribution(8, s8, 1, Int32Payload({200})));
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[1].size(), 1u) << "the second contribution followed the first";
+  (void)ThroughPs(out[1]);
+  EXPECT_EQ(dp_->escalation_stats().granted, 1u) << "the freed spare slot was not leased";
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 2u);
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.job_id, 8u);
+    EXPECT_EQ(r.payload, Int32Payload({300}));
+  }
+  EXPECT_EQ(Agg().conflicts_to_ps.Get(), 2u);
+}
+
 TEST_F(ParameterNodeTest, ACollisionWithNoSpareSlotGoesToTheParameterNode) {
   BuildAggregation(", spare_slots: 0");
   AddJobWithPs(7, 2);

@@ -53,8 +53,11 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
       return a;
     }
   }
-  if (spare_) {
-    const aggregator::ChunkKey key{e.job_id, e.job_generation, e.seq};
+  const aggregator::ChunkKey key{e.job_id, e.job_generation, e.seq};
+  // A chunk whose first contribution went to the parameter node goes there
+  // whole: a spare slot freed since would split it.
+  const bool at_ps = current && job->ConflictsToParameterNode();
+  if (spare_ && !(at_ps && SentToPs(key, now))) {
     const aggregator::SpareSlots::Grant g = spare_->Acquire(
         key, e.placed_slot, now,
         [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); });
@@ -69,15 +72,41 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   }
   a.kind = Relocation::Kind::kRefuse;
   refused_.fetch_add(1, std::memory_order_relaxed);
-  // A refused chunk goes to the parameter node (or is retried): should the
-  // job move later, its cut comes after this chunk, so that the chunk's
-  // other members follow it rather than meet in the moved partition.
-  if (current && !job->move() && job->slot_quota() != 0 &&
+  if (!at_ps) return a;  // retried by its members: it may go anywhere then
+  RememberSentToPs(key, now);
+  // Should the job move later, its cut comes after this chunk, so that the
+  // chunk's other members follow it to the parameter node rather than meet
+  // in the moved partition.
+  if (!job->move() && job->slot_quota() != 0 &&
       job->slot_quota() < regions_.For(job->in_band()).size) {
     NoRoom& r = NoRoomOf(*job);
     if (!r.refused || aggregator::SeqBefore(*r.refused, e.seq)) r.refused = e.seq;
   }
   return a;
+}
+
+bool EscalationPolicy::SentToPs(const aggregator::ChunkKey& key, Clock::time_point now) const {
+  const auto it = sent_to_ps_.find(key);
+  return it != sent_to_ps_.end() &&
+         !LeaseOver(aggregator::SpareSlots::Lease{key, 0, it->second}, now);
+}
+
+void EscalationPolicy::RememberSentToPs(const aggregator::ChunkKey& key, Clock::time_point now) {
+  // Bounded: once it holds kMaxSentToPs chunks, those whose job is gone,
+  // done with them or stale are forgotten, then the oldest.
+  if (sent_to_ps_.size() >= kMaxSentToPs && !sent_to_ps_.contains(key)) {
+    std::erase_if(sent_to_ps_, [&](const auto& kv) {
+      return LeaseOver(aggregator::SpareSlots::Lease{kv.first, 0, kv.second}, now);
+    });
+    if (sent_to_ps_.size() >= kMaxSentToPs) {
+      auto oldest = sent_to_ps_.begin();
+      for (auto it = sent_to_ps_.begin(); it != sent_to_ps_.end(); ++it) {
+        if (it->second < oldest->second) oldest = it;
+      }
+      sent_to_ps_.erase(oldest);
+    }
+  }
+  sent_to_ps_.emplace(key, now);  // the first time counts
 }
 
 EscalationPolicy::NoRoom& EscalationPolicy::NoRoomOf(const aggregator::Job& job) {
