@@ -16,8 +16,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "client/client.h"
 #include "client/internal/answer_redirect_bpf.h"
@@ -301,8 +303,18 @@ common::Status XdpSocket::CreateSocket(const Options& o) {
   config.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
   // Zero-copy where the driver offers it; copy mode otherwise. A failed
   // bind leaves the UMEM's rings half set up, so each try gets a new UMEM.
+  //
+  // A socket closed on the queue a moment ago (a client of this process, or
+  // a rank that restarted) keeps the queue busy until the kernel has
+  // released it; the queue's socket fails with EBUSY meanwhile. Seen in
+  // client_af_xdp_test: a client opened right after the previous test's was
+  // destroyed. So EBUSY is tried again for up to kBusyWait before it counts.
+  constexpr auto kBusyWait = std::chrono::milliseconds(500);
+  constexpr auto kBusyStep = std::chrono::milliseconds(10);
+  const auto busy_until = std::chrono::steady_clock::now() + kBusyWait;
   int err = 0;
-  for (const bool zero_copy : {true, false}) {
+  bool zero_copy = true;
+  while (true) {
     err = -xsk_umem__create(&rings_->umem, umem_, umem_bytes_, &rings_->fill, &rings_->comp,
                             &umem_config);
     if (err != 0) break;
@@ -318,7 +330,12 @@ common::Status XdpSocket::CreateSocket(const Options& o) {
     rings_->xsk = nullptr;
     xsk_umem__delete(rings_->umem);
     rings_->umem = nullptr;
-    if (err == EPERM || err == EACCES || err == EBUSY) break;
+    if (err == EBUSY && std::chrono::steady_clock::now() < busy_until) {
+      std::this_thread::sleep_for(kBusyStep);  // the same mode again
+      continue;
+    }
+    if (err == EPERM || err == EACCES || err == EBUSY || !zero_copy) break;
+    zero_copy = false;
   }
   if (err == EPERM || err == EACCES) return common::FailedPrecondition(Privilege(where));
   if (err == EBUSY) {

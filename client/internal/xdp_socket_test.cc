@@ -218,6 +218,13 @@ TEST_F(AfXdpTest, MalformedFramesToTheClientArePassedOverAndCounted) {
 }
 
 TEST_F(AfXdpTest, LargerFramesCarryLargerChunks) {
+  // Back to 1500 however the test ends: the next test counts on it.
+  struct RestoreMtu {
+    ~RestoreMtu() {
+      Sh("ip -n " + kWorkerNs + " link set " + kIface + " mtu 1500");
+      Sh("ip -n " + kSwitchNs + " link set " + kPeer + " mtu 1500");
+    }
+  } restore_mtu;
   ASSERT_TRUE(Sh("ip -n " + kWorkerNs + " link set " + kIface + " mtu 3500") &&
               Sh("ip -n " + kSwitchNs + " link set " + kPeer + " mtu 3500"));
   auto sw = SwitchInPeer({.jobs = {{.id = 7, .key = 0x5eed, .members = 1}}});
@@ -232,8 +239,6 @@ TEST_F(AfXdpTest, LargerFramesCarryLargerChunks) {
   ASSERT_TRUE((*c)->AllReduce(std::span<int32_t>(v), aggregator::ReduceOp::kMax).ok());
   for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], static_cast<int32_t>(i + 1));
   c->reset();
-  Sh("ip -n " + kWorkerNs + " link set " + kIface + " mtu 1500");
-  Sh("ip -n " + kSwitchNs + " link set " + kPeer + " mtu 1500");
 }
 
 TEST_F(AfXdpTest, OpenNamesWhatIsWrong) {
