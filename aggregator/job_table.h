@@ -233,6 +233,12 @@ class alignas(64) Job {
   // moved partition's (kMovedSlotHint) for a chunk at or after the cut,
   // else none.
   uint16_t MoveHint(uint32_t seq) const { return MovedFrom(seq) ? kMovedSlotHint : kNoSlotHint; }
+  // Whether the job may still move in its region of `region_size` slots: it
+  // has not moved yet, and its slot quota (the partition's length) is short
+  // of the region.
+  bool MayMove(uint32_t region_size) const {
+    return slot_quota_ != 0 && slot_quota_ < region_size && !move();
+  }
   // Moves the job: false (and nothing changes) when it moved already or has
   // no slot quota, or `base` lies beyond 2^31. [control]
   bool SetMove(const Move& m) const;

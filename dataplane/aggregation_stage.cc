@@ -623,9 +623,8 @@ void AggregationStage::Contribute(const Checked& it) {
 
 bool AggregationStage::Redirect(const Checked& it) {
   const aggregator::Job& job = *it.job;
-  if (it.where == Where::kHome && (s_.relocations == nullptr || s_.relocations->empty()) &&
-      !MoveApplied(job)) {
-    return false;  // no chunk was sent on from here: a switch without collisions stops here
+  if (it.where == Where::kHome && NothingSentOn(job)) {
+    return false;  // a switch without collisions stops here
   }
   const aggregator::AggHeader& h = *it.pkt.header;
   const uint32_t seq = h.seq.host();
@@ -647,8 +646,32 @@ bool AggregationStage::Redirect(const Checked& it) {
     tx_.Drop(it.in_port, DropReason::kAggHintRefused, it.m);
     return true;
   }
-  // A chunk that collided here (at its home slot, or in the moved partition)
-  // went on to a spare slot.
+  if (SentOn(it, seq)) return true;
+  if (it.where == Where::kMoved && !it.claim) {
+    // The member's hint: its chunk is not here (yet, or at all). The home
+    // slot's owner decides where it is.
+    c.move_bounced.Add(1);
+    SendOn(it, s_.regions.Of(job.in_band(), job.placement(), seq), Where::kHome, false);
+    return true;
+  }
+  return false;  // sent here by the switch, or home: it may take the slot
+}
+
+bool AggregationStage::RedirectResult(const Checked& it) {
+  if (it.where != Where::kHome || NothingSentOn(*it.job)) return false;  // kept here
+  const aggregator::Job& job = *it.job;
+  const uint32_t seq = it.pkt.header->seq.host();
+  if (s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr) {
+    return false;
+  }
+  return SentOn(it, seq);
+}
+
+bool AggregationStage::SentOn(const Checked& it, uint32_t seq) {
+  const aggregator::Job& job = *it.job;
+  AggregationCounters& c = stats_.lcore.agg;
+  // A chunk that collided here (at its home slot, or in the moved
+  // partition) went on to a spare slot.
   const uint16_t hint = s_.relocations == nullptr || s_.relocations->empty()
                             ? aggregator::RelocationMap::kNone
                             : s_.relocations->Find({job.id(), job.generation(), seq});
@@ -657,38 +680,8 @@ bool AggregationStage::Redirect(const Checked& it) {
     SendOn(it, s_.regions.Spare(hint), Where::kSpare, true);
     return true;
   }
-  if (it.where == Where::kMoved) {
-    if (it.claim) return false;  // sent here by the home slot's owner: it may take the slot
-    // The member's hint: its chunk is not here (yet, or at all). The home
-    // slot's owner decides where it is.
-    c.move_bounced.Add(1);
-    SendOn(it, s_.regions.Of(job.in_band(), job.placement(), seq), Where::kHome, false);
-    return true;
-  }
-  if (MoveApplied(job) && job.MovedFrom(seq)) {
+  if (it.where == Where::kHome && MoveApplied(job) && job.MovedFrom(seq)) {
     c.moved.Add(1);
-    SendOn(it, MovedSlot(job, seq), Where::kMoved, true);
-    return true;
-  }
-  return false;
-}
-
-bool AggregationStage::RedirectResult(const Checked& it) {
-  if (it.where != Where::kHome) return false;  // sent here by the switch: kept here
-  const aggregator::Job& job = *it.job;
-  if ((s_.relocations == nullptr || s_.relocations->empty()) && !MoveApplied(job)) return false;
-  const uint32_t seq = it.pkt.header->seq.host();
-  if (s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr) {
-    return false;
-  }
-  const uint16_t hint = s_.relocations == nullptr || s_.relocations->empty()
-                            ? aggregator::RelocationMap::kNone
-                            : s_.relocations->Find({job.id(), job.generation(), seq});
-  if (hint != aggregator::RelocationMap::kNone) {
-    SendOn(it, s_.regions.Spare(hint), Where::kSpare, true);
-    return true;
-  }
-  if (MoveApplied(job) && job.MovedFrom(seq)) {
     SendOn(it, MovedSlot(job, seq), Where::kMoved, true);
     return true;
   }
@@ -730,9 +723,8 @@ void AggregationStage::Escalate(const Checked& it) {
   // Without spare slots the control thread can only move the job: when it
   // cannot (no slot quota short of its region, or moved already, and this
   // chunk not one it sends on) the answer is known here.
-  const uint32_t region = s_.regions.For(job.in_band()).size;
   const bool may_move = job.move() ? it.where == Where::kHome && job.MovedFrom(h.seq.host())
-                                   : job.slot_quota() != 0 && job.slot_quota() < region;
+                                   : job.MayMove(s_.regions.For(job.in_band()).size);
   if (channels_.escalate != nullptr && (s_.regions.spare.size != 0 || may_move)) {
     Escalation e{FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, Via::kPlacement,
                           aggregator::RelocationMap::kNone},

@@ -176,6 +176,15 @@ class AggregationStage {
   // does, so that the result is kept there for the members that ask again.
   // Returns true when it was sent on.
   bool RedirectResult(const Checked& c);
+  // Sends `c`, at a slot that does not hold its chunk `seq`, on to where the
+  // switch sent the chunk: the spare slot in this worker's relocation map,
+  // or, from the home slot, the moved partition. False: nowhere.
+  bool SentOn(const Checked& c, uint32_t seq);
+  // Whether this worker sent no chunk of `job` on from its home slots: its
+  // relocation map is empty and it applied no move of the job.
+  bool NothingSentOn(const aggregator::Job& job) const {
+    return (s_.relocations == nullptr || s_.relocations->empty()) && !MoveApplied(job);
+  }
   // The ring element that hands `c` to its slot's owner.
   FrameRef HandOff(const Checked& c) const;
   // `c` bound for `slot` instead (`where`, `claim`): reduced here when this

@@ -166,11 +166,7 @@ TEST_F(AggregationTest, ALaterChunkRevealsAMembersLostContribution) {
   Inject(0, Contribution(7, 23, 1, one));  // ...so chunk 23 says nothing of 20
   Step();
   auto out = Drain();
-  std::vector<Result> notices;
-  for (const Frame& f : out[0]) {
-    const Result r = ParseResult(f);
-    if (r.fields.opcode == aggregator::Opcode::kNotice) notices.push_back(r);
-  }
+  const std::vector<Result> notices = WithOpcode(out[0], aggregator::Opcode::kNotice);
   ASSERT_EQ(notices.size(), 1u);
   EXPECT_EQ(notices[0].dst_ip, MemberIp(0));
   EXPECT_EQ(notices[0].fields.seq, 10u);
@@ -550,11 +546,7 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
     dp_->ProcessEscalations(std::chrono::steady_clock::now());
     Step();
     auto out = Drain();
-    std::vector<Result> nacks;
-    for (const Frame& f : out[0]) {
-      const Result r = ParseResult(f);
-      if (r.fields.opcode == aggregator::Opcode::kNack) nacks.push_back(r);
-    }
+    const std::vector<Result> nacks = WithOpcode(out[0], aggregator::Opcode::kNack);
     // With one spare slot, job 8's chunk takes it and job 9's is refused.
     ASSERT_EQ(nacks.size(), none ? 2u : 1u);
     for (const Result& r : nacks) {
@@ -793,11 +785,7 @@ TEST_F(AggregationTest, AJobWithNoRoomToMoveFallsBackToTheSpareSlots) {
   Inject(0, Contribution(9, 0, 1, Int32Payload({2})));
   Step();
   auto out = Drain();
-  std::vector<Result> results;
-  for (const Frame& f : out[0]) {
-    const Result r = ParseResult(f);
-    if (r.fields.opcode == aggregator::Opcode::kResult) results.push_back(r);
-  }
+  const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
   ASSERT_EQ(results.size(), 2u);
   for (const Result& r : results) {
     EXPECT_EQ(r.payload, Int32Payload({3}));

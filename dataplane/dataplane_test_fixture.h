@@ -325,6 +325,17 @@ class AggregationTest : public DataplaneTest {
     std::vector<uint8_t> payload;
   };
 
+  // The frames among `frames` that carry `opcode`, parsed (ParseResult).
+  static std::vector<Result> WithOpcode(const std::vector<Frame>& frames,
+                                        aggregator::Opcode opcode) {
+    std::vector<Result> out;
+    for (const Frame& f : frames) {
+      Result r = ParseResult(f);
+      if (r.fields.opcode == opcode) out.push_back(std::move(r));
+    }
+    return out;
+  }
+
   // Parses a frame the switch sent as a result datagram.
   static Result ParseResult(const Frame& f) {
     Result r{};

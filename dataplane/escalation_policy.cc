@@ -43,7 +43,7 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   const aggregator::Job* job = jobs_.Find(e.job_id);
   const bool current = job != nullptr && job->generation() == e.job_generation;
   if (current) {
-    if (!job->move()) a.moved_now = TryMove(*job, e.seq, now);
+    a.moved_now = TryMove(*job, e.seq, now);
     // Collided at its home slot before that worker applied the move, or
     // now: back through the home slot. In the moved partition itself: a
     // spare slot, as any collision.
@@ -77,8 +77,7 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   // Should the job move later, its cut comes after this chunk, so that the
   // chunk's other members follow it to the parameter node rather than meet
   // in the moved partition.
-  if (!job->move() && job->slot_quota() != 0 &&
-      job->slot_quota() < regions_.For(job->in_band()).size) {
+  if (job->MayMove(regions_.For(job->in_band()).size)) {
     NoRoom& r = NoRoomOf(*job);
     if (!r.refused || aggregator::SeqBefore(*r.refused, e.seq)) r.refused = e.seq;
   }
@@ -126,8 +125,9 @@ EscalationPolicy::NoRoom& EscalationPolicy::NoRoomOf(const aggregator::Job& job)
 bool EscalationPolicy::TryMove(const aggregator::Job& job, uint32_t seq, Clock::time_point now) {
   const bool in_band = job.in_band();
   const aggregator::SlotRegion& region = regions_.For(in_band);
+  // Once only, and not when a partition of its own would be all of it.
+  if (!job.MayMove(region.size)) return false;
   const uint32_t span = job.slot_quota();
-  if (span == 0 || span >= region.size) return false;  // a partition of its own would be all of it
   if (const auto it = no_room_.find(job.id()); it != no_room_.end() &&
                                                it->second.generation == job.generation() &&
                                                now - it->second.when < kRetryMove) {
