@@ -542,9 +542,7 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
     Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
     Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
     Inject(0, Contribution(9, s9, 0, Int32Payload({1000})));
-    Step();
-    dp_->ProcessEscalations(std::chrono::steady_clock::now());
-    Step();
+    StepThroughControl();
     auto out = Drain();
     const std::vector<Result> nacks = WithOpcode(out[0], aggregator::Opcode::kNack);
     // With one spare slot, job 8's chunk takes it and job 9's is refused.
@@ -611,9 +609,7 @@ TEST_F(AggregationTest, PartitionedJobsMeetOnlyWhereTheirPartitionsDo) {
   admit(9, 0);
   EXPECT_EQ(jobs_->Find(9)->placed(), aggregator::JobSpec::Placed::kHint);
   Inject(0, Contribution(9, 3, 0, Int32Payload({1})));
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now());
-  Step();
+  StepThroughControl();
   EXPECT_EQ(Drain().count(0), 0u) << "neither refused nor answered yet";
   const std::optional<aggregator::Job::Move> move = jobs_->Find(9)->move();
   ASSERT_TRUE(move.has_value());
@@ -666,9 +662,7 @@ TEST_F(AggregationTest, AJobThatCollidesMovesToAPartitionOfItsOwn) {
   Step();
   // Chunk 0 meets job 7's: job 9 moves, from chunk 0 on (nothing acknowledged).
   Inject(0, Contribution(9, 0, 0, Int32Payload({1})));
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now());
-  Step();
+  StepThroughControl();
   const std::optional<aggregator::Job::Move> move = jobs_->Find(9)->move();
   ASSERT_TRUE(move.has_value());
   EXPECT_EQ(move->cut, 0u);
@@ -735,9 +729,7 @@ TEST_F(AggregationTest, AJobThatCollidesMovesToAPartitionOfItsOwn) {
   Inject(0, Contribution(10, 3, 0, Int32Payload({5})));
   Step();
   Inject(0, Contribution(10, 0, 0, Int32Payload({1})));  // collides: job 10 moves
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now());
-  Step();
+  StepThroughControl();
   ASSERT_TRUE(jobs_->Find(10)->move().has_value());
   Frame hinted = Contribution(10, 3, 1, Int32Payload({6}));
   HeaderOf(hinted)->slot_hint = common::be16_t::FromHost(aggregator::kMovedSlotHint);
@@ -776,9 +768,7 @@ TEST_F(AggregationTest, AJobWithNoRoomToMoveFallsBackToTheSpareSlots) {
   Inject(0, Contribution(7, 150, 0, Int32Payload({1})));  // slot 150, aggregating
   Step();
   Inject(0, Contribution(9, 0, 0, Int32Payload({1})));  // slot 150: collides
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now());
-  Step();
+  StepThroughControl();
   EXPECT_FALSE(jobs_->Find(9)->move().has_value());
   EXPECT_EQ(dp_->escalation_stats().moves, 0u);
   EXPECT_EQ(dp_->escalation_stats().granted, 1u) << "a spare slot instead";
@@ -796,9 +786,7 @@ TEST_F(AggregationTest, AJobWithNoRoomToMoveFallsBackToTheSpareSlots) {
   Inject(0, Contribution(7, 151, 0, Int32Payload({1})));
   Step();
   Inject(0, Contribution(9, 1, 0, Int32Payload({1})));
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now() + EscalationPolicy::kRetryMove);
-  Step();
+  StepThroughControl(std::chrono::steady_clock::now() + EscalationPolicy::kRetryMove);
   ASSERT_TRUE(jobs_->Find(9)->move().has_value());
   EXPECT_EQ(jobs_->Find(9)->move()->base, 450u);
 }
@@ -1657,18 +1645,14 @@ TEST_F(ParameterNodeTest, AChunkSentToTheParameterNodeStaysThereWhenItsJobMovesL
   Inject(0, Contribution(5, 150, 0, Int32Payload({1})));  // holds slot 150
   Step();
   Inject(0, Contribution(8, 0, 0, Int32Payload({10})));
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now());
-  Step();
+  StepThroughControl();
   auto out = Drain();
   ASSERT_EQ(out[1].size(), 1u) << "chunk 0's first contribution went to the parameter node";
   (void)ThroughPs(out[1]);
   EXPECT_FALSE(jobs_->Find(8)->move().has_value());
   ASSERT_TRUE(jobs_->Remove(6).ok());  // now there is room
   Inject(0, Contribution(8, 0, 1, Int32Payload({20})));
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now() + EscalationPolicy::kRetryMove);
-  Step();
+  StepThroughControl(std::chrono::steady_clock::now() + EscalationPolicy::kRetryMove);
   const std::optional<aggregator::Job::Move> move = jobs_->Find(8)->move();
   ASSERT_TRUE(move.has_value());
   EXPECT_EQ(move->cut, 1u) << "after the refused chunk";
@@ -1714,22 +1698,16 @@ TEST_F(ParameterNodeTest, AChunkSentToTheParameterNodeDoesNotTakeASpareSlotFreed
   Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
   Step();
   Inject(0, Contribution(9, s9, 0, Int32Payload({1000})));  // collides: the spare slot
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now());
-  Step();
+  StepThroughControl();
   EXPECT_EQ(dp_->escalation_stats().granted, 1u);
   Inject(0, Contribution(8, s8, 0, Int32Payload({100})));  // collides: no spare slot left
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now());
-  Step();
+  StepThroughControl();
   auto out = Drain();
   ASSERT_EQ(out[1].size(), 1u) << "to the parameter node";
   (void)ThroughPs(out[1]);
   ASSERT_TRUE(jobs_->Remove(9).ok());  // the spare slot's lease is over
   Inject(0, Contribution(8, s8, 1, Int32Payload({200})));
-  Step();
-  dp_->ProcessEscalations(std::chrono::steady_clock::now());
-  Step();
+  StepThroughControl();
   out = Drain();
   ASSERT_EQ(out[1].size(), 1u) << "the second contribution followed the first";
   (void)ThroughPs(out[1]);

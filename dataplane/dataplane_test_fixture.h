@@ -15,6 +15,7 @@
 #include <rte_ring.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -164,6 +165,15 @@ class DataplaneTest : public ::testing::Test {
   void Step() {
     for (uint32_t i = 0; i < Worker::kControlEvery; ++i) dp_->PollWorkerOnce(0);
     dp_->ProcessLearnRequests();
+  }
+
+  // A poll, the control thread's answers to what the worker escalated (as
+  // of `now`), and a poll that takes them.
+  void StepThroughControl(
+      std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
+    Step();
+    dp_->ProcessEscalations(now);
+    Step();
   }
 
   // Everything that left each port since the last call.
