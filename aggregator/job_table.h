@@ -443,11 +443,33 @@ class alignas(64) Job {
   JobSpec::Tan tan() const {
     return static_cast<JobSpec::Tan>(tan_target_.load(std::memory_order_acquire) & 0xff);
   }
-  // Whether a chunk that finds no slot here goes to the job's parameter
-  // node (CONFLICT): at the root of a flat job with a remote TAN; elsewhere
-  // it is refused for now (NACK slot_busy). [any]
-  bool ConflictsToParameterNode() const {
-    return is_root() && !has_child_switches() && tan() == JobSpec::Tan::kRemote;
+  // What becomes of a chunk that finds no slot here: no spare slot, and its
+  // job cannot move (docs/aggregation.md, "Collisions").
+  enum class NoSlot : uint8_t {
+    // Refused for now (NACK slot_busy): its members retry.
+    kRefuse,
+    // Each member's contribution goes to the job's parameter node, marked
+    // CONFLICT, which reduces the chunk: the root of a flat job with a
+    // remote TAN.
+    kToParameterNode,
+    // As if the chunk's slot had timed out with nobody in: a partial of the
+    // op's identity (first data at the root) lists every member, and their
+    // data follows as late data, which the TAN folds in. At a root with a
+    // TAN (its own, or one with child switches), and at a non-root switch
+    // with slot timers, which presume a TAN at the tree's root as every
+    // timeout does.
+    kUpAsMissing,
+  };
+  // [any]
+  NoSlot WhenNoSlot() const {
+    if (!is_root()) return timeout_cycles_ != 0 ? NoSlot::kUpAsMissing : NoSlot::kRefuse;
+    switch (tan()) {
+      case JobSpec::Tan::kRemote:
+        return has_child_switches() ? NoSlot::kUpAsMissing : NoSlot::kToParameterNode;
+      case JobSpec::Tan::kSelf: return NoSlot::kUpAsMissing;
+      case JobSpec::Tan::kNone: break;
+    }
+    return NoSlot::kRefuse;
   }
   // The TAN's address and UDP port; ip 0 unless tan() is kRemote. [any]
   JobPeer tan_peer() const {

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "aggregator/half.h"
 
@@ -269,6 +270,34 @@ bool Accumulate(DType dtype, ReduceOp op, void* acc, const uint8_t* payload, uin
 
 void StoreResult(DType dtype, const void* acc, uint32_t n, uint8_t* payload_out) {
   Active()->store_result(dtype, acc, n, payload_out);
+}
+
+void StoreIdentity(DType dtype, ReduceOp op, uint32_t n, uint8_t* payload_out) {
+  if (!IsValid(dtype, op)) return;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const float f = op == ReduceOp::kMin ? kInf : op == ReduceOp::kMax ? -kInf : -0.0f;
+  switch (dtype) {
+    case DType::kInt32: {
+      const int32_t e = op == ReduceOp::kMin   ? INT32_MAX
+                        : op == ReduceOp::kMax ? INT32_MIN
+                        : op == ReduceOp::kAnd ? -1
+                                               : 0;
+      for (size_t i = 0; i < n; ++i) StoreAt<int32_t>(payload_out, i, e);
+      return;
+    }
+    case DType::kFloat32:
+      for (size_t i = 0; i < n; ++i) StoreAt<float>(payload_out, i, f);
+      return;
+    case DType::kFloat16:
+      for (size_t i = 0; i < n; ++i) StoreAt<uint16_t>(payload_out, i, FloatToHalf(f));
+      return;
+    case DType::kBFloat16:
+      for (size_t i = 0; i < n; ++i) StoreAt<uint16_t>(payload_out, i, FloatToBFloat16(f));
+      return;
+    case DType::kBool:
+      if (n != 0) std::memset(payload_out, op == ReduceOp::kAnd ? 1 : 0, n);
+      return;
+  }
 }
 
 void InitReduceKernels() {

@@ -72,6 +72,14 @@ void LoadFirst(DType dtype, const uint8_t* payload, uint32_t n, void* acc);
 // payload_out[0..n) = acc[0..n) converted to the wire type. [any]
 void StoreResult(DType dtype, const void* acc, uint32_t n, uint8_t* payload_out);
 
+// payload_out[0..n) = the wire elements of `op`'s identity e, for which
+// op(e, x) = x whatever x: an int32 sum's and or's 0, a float sum's -0.0 (+0.0
+// would turn a -0.0 into +0.0), min's INT32_MAX or +Inf, max's INT32_MIN or
+// -Inf, an int32 and's all ones, a bool and's true and a bool or's false. What
+// a switch sends up for a chunk none of whose members it could count (the
+// TAN folds their data into it). An invalid (dtype, op) pair writes nothing. [any]
+void StoreIdentity(DType dtype, ReduceOp op, uint32_t n, uint8_t* payload_out);
+
 // Whether `dtype` accumulates in its wire format (int32, float32), so that
 // StoreResult is a plain copy and the accumulator can serve as the result. [any]
 constexpr bool AccumulatesInWireFormat(DType dtype) {

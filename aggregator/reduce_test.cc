@@ -416,6 +416,63 @@ INSTANTIATE_TEST_SUITE_P(AvailableIsas, ReduceIsaTest, testing::ValuesIn(Availab
                            return std::string(ReduceIsaName(info.param));
                          });
 
+// The identity a switch sends for a chunk none of whose members it counted:
+// folding it in first changes no bit of any reduction of two members (NaN,
+// -0, Inf and saturation included), and its wire values are the ones named.
+TEST(ReduceIdentityTest, FoldingTheIdentityFirstChangesNothing) {
+  std::mt19937 rng(17);
+  constexpr uint32_t n = 357;
+  for (DType dtype : kDTypes) {
+    for (ReduceOp op : kOps) {
+      if (!IsValid(dtype, op)) continue;
+      SCOPED_TRACE(testing::Message() << "dtype " << int(dtype) << " op " << int(op));
+      const size_t wire = ElementSize(dtype) * n;
+      std::vector<uint8_t> identity(wire, kCanary);
+      StoreIdentity(dtype, op, n, identity.data());
+      for (int round = 0; round < 20; ++round) {
+        const std::vector<uint8_t> x = RandomPayload(dtype, n, rng);
+        const std::vector<uint8_t> y = RandomPayload(dtype, n, rng);
+        std::vector<uint8_t> acc(AccumulatorElementSize(dtype) * n);
+        LoadFirst(dtype, x.data(), n, acc.data());
+        const bool saturated = Accumulate(dtype, op, acc.data(), y.data(), n);
+        std::vector<uint8_t> want(wire);
+        StoreResult(dtype, acc.data(), n, want.data());
+        LoadFirst(dtype, identity.data(), n, acc.data());
+        EXPECT_FALSE(Accumulate(dtype, op, acc.data(), x.data(), n));
+        EXPECT_EQ(Accumulate(dtype, op, acc.data(), y.data(), n), saturated);
+        std::vector<uint8_t> got(wire);
+        StoreResult(dtype, acc.data(), n, got.data());
+        ASSERT_EQ(got, want);
+      }
+    }
+  }
+  auto first32 = [](DType dtype, ReduceOp op) {
+    uint8_t b[4];
+    StoreIdentity(dtype, op, 1, b);
+    uint32_t v;
+    std::memcpy(&v, b, 4);
+    return v;
+  };
+  EXPECT_EQ(first32(DType::kInt32, ReduceOp::kSum), 0u);
+  EXPECT_EQ(first32(DType::kInt32, ReduceOp::kMin), uint32_t{INT32_MAX});
+  EXPECT_EQ(first32(DType::kInt32, ReduceOp::kMax), 0x80000000u);
+  EXPECT_EQ(first32(DType::kInt32, ReduceOp::kAnd), 0xFFFFFFFFu);
+  EXPECT_EQ(first32(DType::kInt32, ReduceOp::kOr), 0u);
+  EXPECT_EQ(first32(DType::kFloat32, ReduceOp::kSum), Bits(-0.0f));
+  EXPECT_EQ(first32(DType::kFloat32, ReduceOp::kMin), Bits(INFINITY));
+  EXPECT_EQ(first32(DType::kFloat32, ReduceOp::kMax), Bits(-INFINITY));
+  EXPECT_EQ(first32(DType::kFloat16, ReduceOp::kSum) & 0xFFFF, 0x8000u);
+  EXPECT_EQ(first32(DType::kFloat16, ReduceOp::kMax) & 0xFFFF, 0xFC00u);
+  EXPECT_EQ(first32(DType::kBFloat16, ReduceOp::kMin) & 0xFFFF, 0x7F80u);
+  uint8_t b[2] = {7, 7};
+  StoreIdentity(DType::kBool, ReduceOp::kAnd, 1, b);
+  StoreIdentity(DType::kBool, ReduceOp::kOr, 1, b + 1);
+  EXPECT_EQ(b[0], 1);
+  EXPECT_EQ(b[1], 0);
+  StoreIdentity(DType::kBool, ReduceOp::kSum, 1, b);  // invalid: nothing written
+  EXPECT_EQ(b[0], 1);
+}
+
 TEST(ReduceDispatchTest, PicksTheWidestSupportedIsa) {
   const char* want = ReduceIsaSupported(ReduceIsa::kAvx512) ? "avx512"
                      : ReduceIsaSupported(ReduceIsa::kAvx2) ? "avx2"

@@ -77,7 +77,7 @@ uint32_t BuildAggregation(const AggFields& f, const uint16_t* missing, uint8_t m
     *p++ = static_cast<uint8_t>(missing[i] >> 8);
     *p++ = static_cast<uint8_t>(missing[i]);
   }
-  if (payload_len) std::memcpy(p, payload, payload_len);
+  if (payload_len != 0 && payload != nullptr) std::memcpy(p, payload, payload_len);
   return total;
 }
 

@@ -202,8 +202,9 @@ struct AggFields {
 void WriteAggHeader(const AggFields& f, uint8_t missing_count, AggHeader* out);
 
 // Writes header, missing list and payload into `buf`. `payload_len` must be
-// f.elem_count * ElementSize(f.dtype). Returns the bytes written, or 0 when
-// `buf_size` is too small or the lengths disagree. [any thread]
+// f.elem_count * ElementSize(f.dtype); a null `payload` leaves those last
+// payload_len bytes for the caller to write. Returns the bytes written, or 0
+// when `buf_size` is too small or the lengths disagree. [any thread]
 uint32_t BuildAggregation(const AggFields& f, const uint16_t* missing, uint8_t missing_count,
                           const uint8_t* payload, uint32_t payload_len, uint8_t* buf,
                           uint32_t buf_size);

@@ -740,17 +740,39 @@ void AggregationStage::Escalate(const Checked& it) {
 void AggregationStage::RefuseSlotBusy(const Checked& it) {
   const aggregator::Job& job = *it.job;
   AggregationCounters& c = stats_.lcore.agg;
-  if (it.pkt.opcode == aggregator::Opcode::kContribution && job.ConflictsToParameterNode()) {
-    // The parameter node aggregates the chunk instead: every member's
-    // contribution that finds no slot goes there, and it knows from
-    // `expected` when all are in (docs/parameter-node.md).
-    auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(it.m, uint8_t*) +
-                                                       it.header_offset);
-    h->expected = common::be16_t::FromHost(job.members());
-    c.conflicts_to_ps.Add(1);
-    tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port,
-                      aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
+  const aggregator::Opcode opcode = it.pkt.opcode;
+  if (it.slot % s_.n_workers == s_.index &&
+      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(),
+                        it.pkt.header->seq.host()) != nullptr) {
+    // The slot took the chunk while the control thread decided (another
+    // member's contribution found it free): it meets the others there.
+    Contribute(it);
     return;
+  }
+  switch (job.WhenNoSlot()) {
+    case aggregator::Job::NoSlot::kToParameterNode:
+      if (opcode == aggregator::Opcode::kContribution) {
+        // The parameter node aggregates the chunk instead: every member's
+        // contribution that finds no slot goes there, and it knows from
+        // `expected` when all are in (docs/parameter-node.md).
+        auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(it.m, uint8_t*) +
+                                                           it.header_offset);
+        h->expected = common::be16_t::FromHost(job.members());
+        c.conflicts_to_ps.Add(1);
+        tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port,
+                          aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
+        return;
+      }
+      break;
+    case aggregator::Job::NoSlot::kUpAsMissing:
+      if ((opcode == aggregator::Opcode::kContribution ||
+           opcode == aggregator::Opcode::kPartial) &&
+          UpAsMissing(it)) {
+        return;
+      }
+      break;
+    case aggregator::Job::NoSlot::kRefuse:
+      break;
   }
   c.slot_busy.Add(1);
   aggregator::MemberAddr addr;
@@ -759,6 +781,22 @@ void AggregationStage::RefuseSlotBusy(const Checked& it) {
   } else {
     tx_.Drop(it.in_port, DropReason::kAggCollision, it.m);
   }
+}
+
+bool AggregationStage::UpAsMissing(const Checked& it) {
+  const aggregator::Job& job = *it.job;
+  const aggregator::AggHeader& h = *it.pkt.header;
+  const uint32_t seq = h.seq.host();
+  if (!tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
+    // The chunk's first datagram here: up it goes with every member listed
+    // and their entries written, this one's matched at once.
+    if (!tree_.SendUpAsMissing(job, h)) return false;
+    stats_.lcore.agg.conflicts_up.Add(1);
+    (void)tree_.MatchBypass(job, seq, it.member, h.node_id.host());
+  }
+  stats_.lcore.agg.late_flagged.Add(1);
+  tree_.ForwardLate(it.m, job, it.header_offset, it.in_port);
+  return true;
 }
 
 bool AggregationStage::ToParameterNode(const Checked& it) {

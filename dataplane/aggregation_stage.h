@@ -203,10 +203,16 @@ class AggregationStage {
   // A contribution whose placed slot holds another chunk: up to the control
   // thread, which moves the chunk to a spare slot (DrainRelocations).
   void Escalate(const Checked& c);
-  // No spare slot for the chunk now: at the root of a flat job with a
-  // parameter node, the contribution goes there marked CONFLICT; else NACK
-  // slot_busy.
+  // No slot for the chunk now: what its job does then (Job::WhenNoSlot):
+  // the contribution goes to the parameter node marked CONFLICT, or on as
+  // late data behind the chunk sent up as missing (UpAsMissing); else, or
+  // when that cannot be sent, NACK slot_busy.
   void RefuseSlotBusy(const Checked& c);
+  // A contribution (or a child's partial) to a chunk that has no slot here,
+  // in a job that sends such chunks up as missing: the first sends the
+  // chunk up (TreeStage::SendUpAsMissing), and each goes on as late data
+  // behind it. False when the chunk could not be sent up.
+  bool UpAsMissing(const Checked& c);
   // A contribution marked AGGREGATE_AT_PS at its chunk's slot (release at a
   // retransmission): with nothing of the chunk here it goes on to the
   // parameter node; a slot aggregating the chunk sends its partial on at

@@ -1457,12 +1457,65 @@ class ParameterNodeTest : public AggregationTest {
     spec.tan_peer.ip = MemberIp(kPs);
     spec.tan_peer.udp_port = aggregator::kAggUdpPort;
     ASSERT_TRUE(jobs_->Add(spec).ok());
+    jobs_->Find(id)->SetHop(aggregator::Job::kTanHop, PsHop());
+  }
+
+  static constexpr uint16_t kLeafNode = 100;  // a leaf job's node id at its parent
+  static constexpr uint16_t kChild = 101;     // a child switch of a root job
+
+  // Node 50 on port 1, resolved: the TAN hop, or a leaf's parent.
+  aggregator::MemberAddr PsHop() const {
     aggregator::MemberAddr hop;
     hop.mac48 = MemberMac(kPs).ToU64();
     hop.port_index = 1;
     hop.ip = MemberIp(kPs);
     hop.udp_port = aggregator::kAggUdpPort;
-    jobs_->Find(id)->SetHop(aggregator::Job::kTanHop, hop);
+    return hop;
+  }
+
+  // Job `id`, a leaf of `members` members under node 50 (the parameter
+  // node stands in for the tree above), with slot timers of
+  // `timeout_cycles` (1 s by default: none fires in a test).
+  void AddLeafJob(uint32_t id, uint16_t members, uint64_t timeout_cycles = rte_get_tsc_hz()) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = members;
+    spec.nodes = 2;
+    spec.upstreams = {aggregator::JobPeer{MemberIp(kPs), aggregator::kAggUdpPort, kLeafNode, 0}};
+    spec.timeout_cycles = timeout_cycles;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+    const aggregator::Job* job = jobs_->Find(id);
+    job->SetHop(job->ParentHop(0), PsHop());
+  }
+
+  // What the switch sent since the last Drain: to the members (port 0),
+  // `count` results of job `job` carrying the int32 sum `sum`.
+  void ExpectResults(uint32_t job, int32_t sum, size_t count) {
+    auto out = Drain();
+    ASSERT_EQ(out[0].size(), count);
+    for (const Frame& f : out[0]) {
+      const Result r = ParseResult(f);
+      EXPECT_EQ(r.fields.job_id, job);
+      EXPECT_EQ(r.payload, Int32Payload({sum}));
+    }
+  }
+
+  // Jobs 7, 8 and 9 (each added by `add`) on a table with one spare slot:
+  // job 7's chunk s7 holds the slot that job 8's chunk s8 and job 9's need,
+  // and job 9's took the spare slot. Returns {s7, s8}.
+  template <typename AddJob>
+  std::pair<uint32_t, uint32_t> OnlySpareSlotLeased(AddJob add) {
+    BuildAggregation(", spare_slots: 1");
+    for (const uint32_t id : {7u, 8u, 9u}) add(id);
+    const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+    const uint32_t s9 = CollidingSeqs(*jobs_, config_, 7, 9).second;
+    Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
+    Step();
+    Inject(0, Contribution(9, s9, 0, Int32Payload({1000})));  // collides: the spare slot
+    StepThroughControl();
+    EXPECT_EQ(dp_->escalation_stats().granted, 1u);
+    return {s7, s8};
   }
 
   // Hands what the switch sent the parameter node to it, injects its
@@ -1689,17 +1742,7 @@ TEST_F(ParameterNodeTest, AChunkSentToTheParameterNodeStaysThereWhenItsJobMovesL
 // member's contribution does not take that one, which would split the
 // chunk between the two.
 TEST_F(ParameterNodeTest, AChunkSentToTheParameterNodeDoesNotTakeASpareSlotFreedSince) {
-  BuildAggregation(", spare_slots: 1");
-  AddJobWithPs(7, 2);
-  AddJobWithPs(8, 2);
-  AddJobWithPs(9, 2);
-  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
-  const uint32_t s9 = CollidingSeqs(*jobs_, config_, 7, 9).second;
-  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
-  Step();
-  Inject(0, Contribution(9, s9, 0, Int32Payload({1000})));  // collides: the spare slot
-  StepThroughControl();
-  EXPECT_EQ(dp_->escalation_stats().granted, 1u);
+  const auto [s7, s8] = OnlySpareSlotLeased([&](uint32_t id) { AddJobWithPs(id, 2); });
   Inject(0, Contribution(8, s8, 0, Int32Payload({100})));  // collides: no spare slot left
   StepThroughControl();
   auto out = Drain();
@@ -1712,13 +1755,7 @@ TEST_F(ParameterNodeTest, AChunkSentToTheParameterNodeDoesNotTakeASpareSlotFreed
   ASSERT_EQ(out[1].size(), 1u) << "the second contribution followed the first";
   (void)ThroughPs(out[1]);
   EXPECT_EQ(dp_->escalation_stats().granted, 1u) << "the freed spare slot was not leased";
-  out = Drain();
-  ASSERT_EQ(out[0].size(), 2u);
-  for (const Frame& f : out[0]) {
-    const Result r = ParseResult(f);
-    EXPECT_EQ(r.fields.job_id, 8u);
-    EXPECT_EQ(r.payload, Int32Payload({300}));
-  }
+  ExpectResults(8, 300, 2);
   EXPECT_EQ(Agg().conflicts_to_ps.Get(), 2u);
 }
 
@@ -1741,13 +1778,7 @@ TEST_F(ParameterNodeTest, ACollisionWithNoSpareSlotGoesToTheParameterNode) {
   EXPECT_EQ(Agg().conflicts_to_ps.Get(), 2u);
   EXPECT_EQ(Agg().slot_busy.Get(), 0u);
   EXPECT_EQ(ps_.counters().conflicts, 2u);
-  out = Drain();
-  ASSERT_EQ(out[0].size(), 2u);
-  for (const Frame& f : out[0]) {
-    const Result r = ParseResult(f);
-    EXPECT_EQ(r.fields.job_id, 8u);
-    EXPECT_EQ(r.payload, Int32Payload({300}));
-  }
+  ExpectResults(8, 300, 2);
   Inject(0, Contribution(7, s7, 1, Int32Payload({2})));
   Step();
   out = Drain();
@@ -1860,6 +1891,170 @@ TEST_F(ParameterNodeTest, ASaturatedSumBringsEveryMemberAnExceptionRetransmit) {
   out = Drain();
   ASSERT_EQ(out[0].size(), 1u);
   EXPECT_EQ(ParseResult(out[0][0]).fields.flags, aggregator::flags::kOverflow);
+}
+
+// A chunk that finds no slot at a switch of a tree (no spare slot, no room
+// to move) goes up as if its slot had timed out with nobody in: a partial of
+// the sum's identity, flagged CONFLICT, that lists every member, and their
+// data after it as late data through the bypass entries it left. The TAN
+// (here the parameter node's, standing in for the tree above) folds them in,
+// and the result from above reaches both members, exact; nobody is refused.
+TEST_F(ParameterNodeTest, ALeafSendsAChunkWithNoSlotUpAsMissing) {
+  BuildAggregation(", spare_slots: 0");
+  AddLeafJob(7, 2);
+  AddLeafJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 2u);
+  const Result up = ParseResult(out[1][0]);
+  EXPECT_EQ(up.fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(up.fields.flags, aggregator::flags::kConflict);
+  EXPECT_EQ(up.fields.node_id, kLeafNode);
+  EXPECT_EQ(up.fields.seq, s8);
+  EXPECT_EQ(up.payload, Int32Payload({0}));
+  const Result late = ParseResult(out[1][1]);
+  EXPECT_EQ(late.fields.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(late.fields.node_id, 0);
+  EXPECT_NE(late.fields.flags & aggregator::flags::kBypass, 0);
+  Inject(0, Contribution(8, s8, 1, Int32Payload({200})));
+  Step();
+  auto second = Drain();
+  ASSERT_EQ(second[1].size(), 1u) << "late data behind the partial, no second partial";
+  EXPECT_EQ(ParseResult(second[1][0]).fields.opcode, aggregator::Opcode::kLate);
+  out[1].push_back(second[1][0]);
+  const std::vector<Result> sent = ThroughPs(out[1]);
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(ps_.tan().counters().first_data, 1u);
+  ExpectResults(8, 300, 2);
+  EXPECT_EQ(Agg().conflicts_up.Get(), 1u);
+  EXPECT_EQ(Agg().collisions.Get(), 1u) << "the second member matched its bypass entry first";
+  EXPECT_EQ(Agg().slot_busy.Get(), 0u);
+  Inject(0, Contribution(7, s7, 1, Int32Payload({2})));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[1].size(), 1u);
+  EXPECT_EQ(ParseResult(out[1][0]).payload, Int32Payload({3})) << "job 7's partial, as usual";
+}
+
+// The same at a tree's root: the first data goes to the TAN listing the
+// direct member and the child switch, and the child's partial, which found
+// no slot, goes there as late data with its own missing list, which the TAN
+// waits for too.
+TEST_F(ParameterNodeTest, ATreeRootSendsAChunkWithNoSlotToTheTanAsMissing) {
+  BuildAggregation(", spare_slots: 0");
+  AddJobWithPs(7, 2);
+  aggregator::JobSpec spec;
+  spec.id = 8;
+  spec.key = 0x5eed;
+  spec.members = 2;
+  spec.member_nodes = {0, kChild};
+  spec.covers = {{}, {4, 5}};
+  spec.tan = aggregator::JobSpec::Tan::kRemote;
+  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  jobs_->Find(8)->SetHop(aggregator::Job::kTanHop, PsHop());
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kPartial;
+  f.node_id = kChild;
+  f.job_id = 8;
+  f.seq = s8;
+  f.job_key = 0x5eed;
+  f.elem_count = 1;
+  const uint16_t child_missing[] = {5};
+  std::vector<uint8_t> partial(256);
+  partial.resize(aggregator::BuildAggregation(f, child_missing, 1, Int32Payload({40}).data(), 4,
+                                              partial.data(), 256));
+  Frame frame(46 + partial.size());
+  const uint32_t hdr = WriteUdpHeaders(frame.data(), kSwitchMac.bytes.data(),
+                                       MemberMac(kChild).bytes.data(), 0, MemberIp(kChild), kAggIp,
+                                       MemberPort(kChild), aggregator::kAggUdpPort, 1,
+                                       static_cast<uint32_t>(partial.size()));
+  frame.resize(hdr + partial.size());
+  std::memcpy(frame.data() + hdr, partial.data(), partial.size());
+  Inject(0, frame);
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 2u);
+  const Result first = ParseResult(out[1][0]);
+  EXPECT_EQ(first.fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(first.fields.flags, aggregator::flags::kConflict);
+  EXPECT_EQ(ParseResult(out[1][1]).fields.opcode, aggregator::Opcode::kLate);
+  Inject(0, Contribution(8, s8, 0, Int32Payload({3})));
+  Step();
+  auto more = Drain();
+  ASSERT_EQ(more[1].size(), 1u);
+  out[1].push_back(more[1][0]);
+  (void)ThroughPs(out[1]);
+  EXPECT_EQ(Drain().count(0), 0u) << "node 5, which the child's partial lacks, is still out";
+  aggregator::AggFields late5 = f;
+  late5.opcode = aggregator::Opcode::kLate;
+  late5.flags = aggregator::flags::kBypass;
+  late5.node_id = 5;
+  std::vector<uint8_t> d(128);
+  d.resize(aggregator::BuildAggregation(late5, nullptr, 0, Int32Payload({500}).data(), 4,
+                                        d.data(), 128));
+  aggregator::AggPacket pkt;
+  ASSERT_EQ(aggregator::ParseAggregation(d.data(), static_cast<uint32_t>(d.size()), &pkt),
+            aggregator::WireError::kOk);
+  std::vector<aggregator::TanOutput> answers;
+  ps_.OnDatagram(pkt, {MemberIp(kChild), aggregator::kAggUdpPort}, ++now_ns_, &answers);
+  ASSERT_EQ(answers.size(), 1u);
+  aggregator::AggPacket result;
+  ASSERT_EQ(aggregator::ParseAggregation(answers[0].datagram.data(),
+                                         static_cast<uint32_t>(answers[0].datagram.size()), &result),
+            aggregator::WireError::kOk);
+  EXPECT_EQ(result.opcode, aggregator::Opcode::kResult);
+  int32_t sum = 0;
+  std::memcpy(&sum, result.payload, 4);
+  EXPECT_EQ(sum, 543);
+  EXPECT_EQ(Agg().conflicts_up.Get(), 1u);
+  EXPECT_EQ(Agg().slot_busy.Get(), 0u);
+}
+
+// A contribution that was refused a spare slot after its home slot took its
+// chunk (another member's contribution found the slot free while the
+// control thread decided) meets the other there: the chunk is not sent up
+// as missing, which would leave the slot's member out of it.
+TEST_F(ParameterNodeTest, ARefusedContributionWhoseSlotTookItsChunkMeanwhileMeetsThere) {
+  const uint32_t s8 = OnlySpareSlotLeased([&](uint32_t id) { AddLeafJob(id, 2); }).second;
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));  // collides: up to the control thread
+  Step();
+  ASSERT_TRUE(jobs_->Remove(7).ok());  // its slot gives way
+  Inject(0, Contribution(8, s8, 1, Int32Payload({200})));  // and takes chunk s8
+  Step();
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());  // no spare slot: refused
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 1u);
+  const Result up = ParseResult(out[1][0]);
+  EXPECT_EQ(up.fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(up.fields.flags, 0) << "the slot's own partial";
+  EXPECT_EQ(up.payload, Int32Payload({300}));
+  EXPECT_EQ(Agg().conflicts_up.Get(), 0u);
+  EXPECT_EQ(Agg().slot_busy.Get(), 0u);
+}
+
+// Without slot timers a leaf presumes no TAN above it: a chunk that finds no
+// slot is refused for now (NACK slot_busy), and the member retries.
+TEST_F(ParameterNodeTest, ALeafWithoutTimersRefusesAChunkWithNoSlot) {
+  BuildAggregation(", spare_slots: 0");
+  AddLeafJob(7, 2, 0);
+  AddLeafJob(8, 2, 0);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(out.count(1), 0u);
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(Agg().slot_busy.Get(), 1u);
+  EXPECT_EQ(Agg().conflicts_up.Get(), 0u);
 }
 
 TEST_F(AggregationTest, SlotDumpShowsBusySlotsUntilReleased) {

@@ -54,10 +54,11 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
     }
   }
   const aggregator::ChunkKey key{e.job_id, e.job_generation, e.seq};
-  // A chunk whose first contribution went to the parameter node goes there
-  // whole: a spare slot freed since would split it.
-  const bool at_ps = current && job->ConflictsToParameterNode();
-  if (spare_ && !(at_ps && SentToPs(key, now))) {
+  // A chunk whose first contribution went on without a slot (to the
+  // parameter node, or up as missing) goes that way whole: a spare slot
+  // freed since would split it.
+  const bool goes_on = current && job->WhenNoSlot() != aggregator::Job::NoSlot::kRefuse;
+  if (spare_ && !(goes_on && WentOn(key, now))) {
     const aggregator::SpareSlots::Grant g = spare_->Acquire(
         key, e.placed_slot, now,
         [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); });
@@ -72,11 +73,11 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   }
   a.kind = Relocation::Kind::kRefuse;
   refused_.fetch_add(1, std::memory_order_relaxed);
-  if (!at_ps) return a;  // retried by its members: it may go anywhere then
-  RememberSentToPs(key, now);
+  if (!goes_on) return a;  // retried by its members: it may go anywhere then
+  RememberWentOn(key, now);
   // Should the job move later, its cut comes after this chunk, so that the
-  // chunk's other members follow it to the parameter node rather than meet
-  // in the moved partition.
+  // chunk's other members follow it (to the parameter node, or up) rather
+  // than meet in the moved partition.
   if (job->MayMove(regions_.For(job->in_band()).size)) {
     NoRoom& r = NoRoomOf(*job);
     if (!r.refused || aggregator::SeqBefore(*r.refused, e.seq)) r.refused = e.seq;
@@ -84,28 +85,28 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   return a;
 }
 
-bool EscalationPolicy::SentToPs(const aggregator::ChunkKey& key, Clock::time_point now) const {
-  const auto it = sent_to_ps_.find(key);
-  return it != sent_to_ps_.end() &&
+bool EscalationPolicy::WentOn(const aggregator::ChunkKey& key, Clock::time_point now) const {
+  const auto it = went_on_.find(key);
+  return it != went_on_.end() &&
          !LeaseOver(aggregator::SpareSlots::Lease{key, 0, it->second}, now);
 }
 
-void EscalationPolicy::RememberSentToPs(const aggregator::ChunkKey& key, Clock::time_point now) {
-  // Bounded: once it holds kMaxSentToPs chunks, those whose job is gone,
+void EscalationPolicy::RememberWentOn(const aggregator::ChunkKey& key, Clock::time_point now) {
+  // Bounded: once it holds kMaxWentOn chunks, those whose job is gone,
   // done with them or stale are forgotten, then the oldest.
-  if (sent_to_ps_.size() >= kMaxSentToPs && !sent_to_ps_.contains(key)) {
-    std::erase_if(sent_to_ps_, [&](const auto& kv) {
+  if (went_on_.size() >= kMaxWentOn && !went_on_.contains(key)) {
+    std::erase_if(went_on_, [&](const auto& kv) {
       return LeaseOver(aggregator::SpareSlots::Lease{kv.first, 0, kv.second}, now);
     });
-    if (sent_to_ps_.size() >= kMaxSentToPs) {
-      auto oldest = sent_to_ps_.begin();
-      for (auto it = sent_to_ps_.begin(); it != sent_to_ps_.end(); ++it) {
+    if (went_on_.size() >= kMaxWentOn) {
+      auto oldest = went_on_.begin();
+      for (auto it = went_on_.begin(); it != went_on_.end(); ++it) {
         if (it->second < oldest->second) oldest = it;
       }
-      sent_to_ps_.erase(oldest);
+      went_on_.erase(oldest);
     }
   }
-  sent_to_ps_.emplace(key, now);  // the first time counts
+  went_on_.emplace(key, now);  // the first time counts
 }
 
 EscalationPolicy::NoRoom& EscalationPolicy::NoRoomOf(const aggregator::Job& job) {
@@ -175,7 +176,7 @@ bool EscalationPolicy::TryMove(const aggregator::Job& job, uint32_t seq, Clock::
     cut = *min_ack;
   }
   // After every chunk refused meanwhile: their members meet where the
-  // first went (the parameter node, or a retry).
+  // first went (the parameter node, up as missing, or a retry).
   if (const auto it = no_room_.find(job.id()); it != no_room_.end() &&
                                                it->second.generation == job.generation() &&
                                                it->second.refused &&

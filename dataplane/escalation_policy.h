@@ -15,10 +15,11 @@
 //      (kMoved, with `moved_now`: every worker learns of the move first). A
 //      job that found no room tries again kRetryMove later;
 //   3. a spare slot: the one its chunk holds, or a new lease (SpareSlots)
-//      (kPlace); not for a chunk an earlier contribution of which went to
-//      the parameter node: the rest follow it, a chunk never splits;
-//   4. refused (kRefuse): the worker sends it to the job's parameter node
-//      marked CONFLICT (Job::ConflictsToParameterNode), or answers NACK
+//      (kPlace); not for a chunk an earlier contribution of which went on
+//      without a slot: the rest follow it, a chunk never splits;
+//   4. refused (kRefuse): the worker does what the job does with a chunk
+//      that has no slot (Job::WhenNoSlot): sends it to the parameter node
+//      marked CONFLICT, sends the chunk up as missing, or answers NACK
 //      slot_busy (the member retries, and may find room then).
 //
 // A move is safe whatever the cut: the worker that owns a chunk's home slot
@@ -101,14 +102,15 @@ class EscalationPolicy {
     std::optional<uint32_t> refused;
   };
   std::unordered_map<uint32_t, NoRoom> no_room_;
-  // Chunks refused at the root of a job whose conflicts go to its parameter
-  // node, since when: their later contributions go there too (until the
-  // rules of a spare slot's lease say they are over).
-  static constexpr size_t kMaxSentToPs = 4096;
+  // Chunks refused in a job that sends them on without a slot (to its
+  // parameter node, or up as missing), since when: their later
+  // contributions go the same way (until the rules of a spare slot's lease
+  // say they are over).
+  static constexpr size_t kMaxWentOn = 4096;
   std::unordered_map<aggregator::ChunkKey, Clock::time_point, aggregator::SpareSlots::KeyHash>
-      sent_to_ps_;
-  bool SentToPs(const aggregator::ChunkKey& key, Clock::time_point now) const;
-  void RememberSentToPs(const aggregator::ChunkKey& key, Clock::time_point now);
+      went_on_;
+  bool WentOn(const aggregator::ChunkKey& key, Clock::time_point now) const;
+  void RememberWentOn(const aggregator::ChunkKey& key, Clock::time_point now);
   // The entry of `job` (a fresh one for a new generation).
   NoRoom& NoRoomOf(const aggregator::Job& job);
   std::atomic<uint32_t> leased_{0};

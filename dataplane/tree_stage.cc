@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "aggregator/reduce.h"
+
 namespace aggswitch::dataplane {
 namespace {
 
@@ -45,8 +47,9 @@ void TreeStage::ContinueBypassDump(BypassDumpExchange& d) {
   if (d.cursor == 0) d.Finish(clock_.tsc);
 }
 
-uint32_t TreeStage::CollectMissing(const aggregator::Job& job, const aggregator::Slot& slot,
-                                   bool entries, uint16_t* out, uint32_t cap) {
+uint32_t TreeStage::CollectMissing(const aggregator::Job& job, uint32_t seq,
+                                   const aggregator::Slot* slot, bool entries, uint16_t* out,
+                                   uint32_t cap) {
   AggregationCounters& c = stats_.lcore.agg;
   uint32_t n = 0;
   bool overflow = false;
@@ -57,15 +60,16 @@ uint32_t TreeStage::CollectMissing(const aggregator::Job& job, const aggregator:
     }
     out[n++] = node;
     if (!entry || s_.bypass == nullptr) return;
-    switch (s_.bypass->Insert({job.id(), job.generation(), slot.seq(), node}, clock_.tsc)) {
+    switch (s_.bypass->Insert({job.id(), job.generation(), seq, node}, clock_.tsc)) {
       case aggregator::BypassInsert::kCreated: c.bypass_created.Add(1); break;
       case aggregator::BypassInsert::kRefreshed: break;
       case aggregator::BypassInsert::kFull: c.bypass_full.Add(1); break;
     }
   };
-  if (slot.count() != slot.expected()) {
-    for (uint16_t i = 0; i < slot.expected(); ++i) {
-      if (slot.HasContributed(i)) continue;
+  const uint16_t members = slot != nullptr ? slot->expected() : job.members();
+  if (slot == nullptr || slot->count() != slot->expected()) {
+    for (uint16_t i = 0; i < members; ++i) {
+      if (slot != nullptr && slot->HasContributed(i)) continue;
       // An excluded member flags its own data, and a member that runs the
       // TAN keeps its own: listed, no entry needed.
       const bool entry = entries && !job.Excluded(i) && job.NodeId(i) != job.tan_member();
@@ -76,8 +80,9 @@ uint32_t TreeStage::CollectMissing(const aggregator::Job& job, const aggregator:
       }
     }
   }
-  for (uint16_t i = 0; i < slot.inherited_count(); ++i) add(slot.inherited(i), false);
-  return overflow || slot.inherited_overflow() ? UINT32_MAX : n;
+  if (slot == nullptr) return overflow ? UINT32_MAX : n;
+  for (uint16_t i = 0; i < slot->inherited_count(); ++i) add(slot->inherited(i), false);
+  return overflow || slot->inherited_overflow() ? UINT32_MAX : n;
 }
 
 bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
@@ -97,7 +102,8 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
     return answers_.SendResult(job, slot, -1, carrier, header_offset);
   }
   uint16_t missing[kMaxMissingIds];
-  const uint32_t n = all_in ? 0 : CollectMissing(job, slot, expired, missing, kMaxMissingIds);
+  const uint32_t n =
+      all_in ? 0 : CollectMissing(job, slot.seq(), &slot, expired, missing, kMaxMissingIds);
   bool consumed = false;
   bool hold = false;
   if (n == UINT32_MAX) {
@@ -121,20 +127,80 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
 bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
                             aggregator::Opcode opcode, const uint16_t* missing,
                             uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset) {
-  AggregationCounters& c = stats_.lcore.agg;
-  const bool root = job.is_root();
   // (A parameter-server job's TAN is remote: the config and JobControl::Tan
   // refuse `self` for it.)
-  if (root && job.tan() == aggregator::JobSpec::Tan::kNone) {
+  if (job.is_root() && job.tan() == aggregator::JobSpec::Tan::kNone) {
     // Nobody can complete this chunk: the members learn it now.
     answers_.SendIncomplete(job, slot, missing, n_missing);
     return false;
   }
-  const uint32_t len = sizeof(aggregator::AggHeader) + 2 * n_missing + slot.result_len();
+  aggregator::AggFields f = Answers::ChunkFields(job, slot);
+  f.opcode = opcode;
+  f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
+                                  (slot.ordered() ? aggregator::flags::kOrdered : 0));
+  if (opcode == aggregator::Opcode::kVerify) {
+    // What the parameter node checks for omission: how many members the
+    // root has (its workers and child switches), and how many this result
+    // counts.
+    f.expected = job.members();
+    f.node_count = slot.count();
+  }
+  switch (SendUp(job, f, missing, n_missing, slot.result(), slot.result_len(), carrier,
+                 header_offset)) {
+    case Up::kCarried: return true;
+    case Up::kSent:
+    case Up::kNoMbuf: return false;
+    case Up::kTooLong: break;
+  }
+  answers_.SendIncomplete(job, slot, nullptr, 0);
+  return false;
+}
+
+bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::AggHeader& chunk) {
+  uint16_t missing[kMaxMissingIds];
+  const uint32_t seq = chunk.seq.host();
+  const uint32_t n = CollectMissing(job, seq, nullptr, false, missing, kMaxMissingIds);
+  if (n == UINT32_MAX) {
+    stats_.lcore.agg.missing_list_overflow.Add(1);
+    return false;
+  }
+  const auto dtype = static_cast<aggregator::DType>(chunk.dtype);
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kPartial;
+  f.flags = static_cast<uint16_t>(
+      aggregator::flags::kConflict |
+      ((job.batch() || (chunk.flags.host() & aggregator::flags::kOrdered) != 0)
+           ? aggregator::flags::kOrdered
+           : 0));
+  f.job_id = job.id();
+  f.seq = seq;
+  f.elem_count = chunk.elem_count.host();
+  f.dtype = dtype;
+  f.op = static_cast<aggregator::ReduceOp>(chunk.op);
+  f.scale = chunk.scale;
+  f.aux = chunk.aux.host();
+  f.addr_low = chunk.addr_low.host();
+  if (SendUp(job, f, missing, n, nullptr,
+             f.elem_count * static_cast<uint32_t>(aggregator::ElementSize(dtype)), nullptr,
+             0) != Up::kSent) {
+    return false;
+  }
+  // The entries once it went: without it, the members' data must not go
+  // on as late data.
+  (void)CollectMissing(job, seq, nullptr, true, missing, kMaxMissingIds);
+  return true;
+}
+
+TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggFields f,
+                                const uint16_t* missing, uint32_t n_missing,
+                                const uint8_t* payload, uint32_t payload_len, rte_mbuf* carrier,
+                                uint32_t header_offset) {
+  AggregationCounters& c = stats_.lcore.agg;
+  const bool root = job.is_root();
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2 * n_missing + payload_len;
   if (len > kMaxUdpPayload) {
     c.missing_list_overflow.Add(1);
-    answers_.SendIncomplete(job, slot, nullptr, 0);
-    return false;
+    return Up::kTooLong;
   }
   rte_mbuf* m = nullptr;
   if (carrier != nullptr && RTE_MBUF_DIRECT(carrier) && carrier->nb_segs == 1 &&
@@ -148,16 +214,12 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
     if (m == nullptr || rte_pktmbuf_tailroom(m) < len) {
       c.result_no_mbuf.Add(1);
       if (m != nullptr) rte_pktmbuf_free(m);
-      return false;
+      return Up::kNoMbuf;
     }
   }
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
-  aggregator::AggFields f = Answers::ChunkFields(job, slot);
-  f.opcode = opcode;
   f.job_key = job.key();  // the parent switch, or the TAN, checks it
-  f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
-                                  (slot.ordered() ? aggregator::flags::kOrdered : 0));
   if (job.announces_upstream()) {
     // The parent knows the job from this: its members are the job's nodes,
     // and it is the root.
@@ -165,12 +227,6 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
     if (job.verify()) f.flags |= aggregator::flags::kVerifyMode;
     f.expected = job.nodes();
     f.node_count = 1;
-  } else if (opcode == aggregator::Opcode::kVerify) {
-    // What the parameter node checks for omission: how many members the
-    // root has (its workers and child switches), and how many this result
-    // counts.
-    f.expected = job.members();
-    f.node_count = slot.count();
   }
   f.node_id = root ? kRootNodeId : job.upstream_node();
   // The parent frees its complete slots, and admits chunks under the slot
@@ -178,23 +234,28 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
   // smallest of our current members' (a member presumed gone keeps only our
   // own copy of the results it lacks).
   f.ack_watermark = job.SlotWatermark(clock_.SeenNow(), s_.rebind_ticks).value_or(0);
-  (void)aggregator::BuildAggregation(f, missing, static_cast<uint8_t>(n_missing), slot.result(),
-                                     slot.result_len(), rte_pktmbuf_mtod(m, uint8_t*), len);
+  uint8_t* buf = rte_pktmbuf_mtod(m, uint8_t*);
+  (void)aggregator::BuildAggregation(f, missing, static_cast<uint8_t>(n_missing), payload,
+                                     payload_len, buf, len);
+  if (payload == nullptr) {
+    aggregator::StoreIdentity(f.dtype, f.op, f.elem_count, buf + len - payload_len);
+  }
+  const Up sent = m == carrier ? Up::kCarried : Up::kSent;
   if (!root) {
     c.partials_sent.Add(1);
-    SendToHop(m, job, job.ParentHop(slot.addr_low()), kOwnFrame);
-  } else {
-    if (opcode == aggregator::Opcode::kPartial) c.first_data_sent.Add(1);
-    if (job.tan() == aggregator::JobSpec::Tan::kSelf) {
-      if (s_.tan_up == nullptr || rte_ring_sp_enqueue(s_.tan_up, m) != 0) {
-        c.late_no_tan.Add(1);
-        tx_.Drop(kOwnFrame, DropReason::kAggNoTan, m);
-      }
-    } else {
-      SendToHop(m, job, aggregator::Job::kTanHop, kOwnFrame);
-    }
+    SendToHop(m, job, job.ParentHop(f.addr_low), kOwnFrame);
+    return sent;
   }
-  return m == carrier;
+  if (f.opcode == aggregator::Opcode::kPartial) c.first_data_sent.Add(1);
+  if (job.tan() == aggregator::JobSpec::Tan::kSelf) {
+    if (s_.tan_up == nullptr || rte_ring_sp_enqueue(s_.tan_up, m) != 0) {
+      c.late_no_tan.Add(1);
+      tx_.Drop(kOwnFrame, DropReason::kAggNoTan, m);
+    }
+  } else {
+    SendToHop(m, job, aggregator::Job::kTanHop, kOwnFrame);
+  }
+  return sent;
 }
 
 void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,

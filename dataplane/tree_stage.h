@@ -60,6 +60,15 @@ class TreeStage {
   // whether the carrier was consumed.
   bool FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
                   bool expired, rte_mbuf* carrier, uint32_t header_offset);
+  // Chunk `chunk.seq` of `job` has no slot here (Job::NoSlot::kUpAsMissing):
+  // it goes on as its slot's timeout with nobody in would send it, a partial
+  // (first data at the root) of the op's identity, flagged CONFLICT, that
+  // lists every member, and a bypass entry is written per member listed
+  // (as CollectMissing writes them), so that their data follows as late
+  // data (MatchBypass, ForwardLate). `chunk`: the header of a contribution
+  // (or a child's partial) to it. False when nothing went (no mbuf, or the
+  // list does not fit; counted): the caller refuses the contribution.
+  bool SendUpAsMissing(const aggregator::Job& job, const aggregator::AggHeader& chunk);
   // Turns a contribution (or partial) into a LATE datagram flagged BYPASS and
   // sends it towards the TAN. Consumes `m`; a drop is charged to `in_port`
   // (here and below: kOwnFrame for one the switch made).
@@ -105,6 +114,21 @@ class TreeStage {
   bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
                    aggregator::Opcode opcode, const uint16_t* missing, uint32_t n_missing,
                    rte_mbuf* carrier, uint32_t header_offset);
+  // What SendUp did with its datagram.
+  enum class Up : uint8_t {
+    kSent,     // sent, in a fresh mbuf
+    kCarried,  // sent, in the carrier
+    kTooLong,  // not sent: longer than the MTU carries (counted)
+    kNoMbuf,   // not sent: no mbuf (counted)
+  };
+  // Completes `f` (the job key, this switch's node id and slot watermark,
+  // an in-band job's task info), writes it with `missing` and the payload
+  // (null: the identity of f.op) into `carrier` when it has room, else a
+  // fresh mbuf, and sends it to the chunk's parent, or from the root to the
+  // TAN.
+  Up SendUp(const aggregator::Job& job, aggregator::AggFields f, const uint16_t* missing,
+            uint32_t n_missing, const uint8_t* payload, uint32_t payload_len, rte_mbuf* carrier,
+            uint32_t header_offset);
   // Cuts `m` to its datagram, from the aggregation header at `header_offset`
   // to where the header says it ends (whatever padding followed), with
   // `add_flags` added; returns the header.
@@ -113,13 +137,14 @@ class TreeStage {
   // Sends `m` (from its aggregation header on) to the job's `hop`
   // (Job::kTanHop or a ParentHop). Consumes `m`.
   void SendToHop(rte_mbuf* m, const aggregator::Job& job, uint32_t hop, uint16_t in_port);
-  // The missing list of a slot at this switch: every member that did not
-  // contribute (a late child switch as itself or as the nodes it covers),
-  // then the ids the children's partials named. With `entries`, writes a
-  // bypass entry per missing non-excluded member. Returns the count, or
-  // UINT32_MAX when more than `cap` ids.
-  uint32_t CollectMissing(const aggregator::Job& job, const aggregator::Slot& slot, bool entries,
-                          uint16_t* out, uint32_t cap);
+  // The missing list of chunk `seq` at this switch: every member that its
+  // slot did not count (every member when `slot` is null; a late child
+  // switch as itself or as the nodes it covers), then the ids the
+  // children's partials named. With `entries`, writes a bypass entry per
+  // missing non-excluded member. Returns the count, or UINT32_MAX when more
+  // than `cap` ids.
+  uint32_t CollectMissing(const aggregator::Job& job, uint32_t seq, const aggregator::Slot* slot,
+                          bool entries, uint16_t* out, uint32_t cap);
   // The slot index of chunk `seq` of `job` in this worker's table.
   uint32_t LocalSlot(const aggregator::Job& job, uint32_t seq) const {
     return s_.regions.Of(job.in_band(), job.placement(), seq) / s_.n_workers;

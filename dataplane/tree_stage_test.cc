@@ -93,6 +93,20 @@ class TreeStageTest : public StageTest {
     return pkt;
   }
 
+  // Flushes what the stage sent: one PARTIAL to the upstream, with the job
+  // key (the parent checks it), parsed out of `sent`'s frame.
+  aggregator::AggPacket PartialUp(std::map<int, std::vector<Frame>>& sent) {
+    tx().Flush();
+    sent = Sent();
+    EXPECT_EQ(sent[1].size(), 1u);
+    UdpInfo udp;
+    const aggregator::AggPacket pkt = Parse(sent[1].at(0), &udp);
+    EXPECT_EQ(udp.dst_ip, kUpstreamIp);
+    EXPECT_EQ(pkt.opcode, aggregator::Opcode::kPartial);
+    EXPECT_EQ(pkt.header->job_key.host(), kKey);
+    return pkt;
+  }
+
   std::unique_ptr<aggregator::JobTable> jobs_;
   std::unique_ptr<aggregator::SlotTable> slots_;
   std::unique_ptr<aggregator::BypassTable> bypass_;
@@ -106,14 +120,8 @@ TEST_F(TreeStageTest, ALeafSendsItsFinishedChunkUpstreamAsAPartial) {
   const aggregator::Slot& slot = Contribute(job, 4, 3);
   EXPECT_FALSE(tree_->FinishSlot(job, 0, slot, false, nullptr, 0));
   EXPECT_EQ(slot.state(), aggregator::Slot::State::kForwarded);
-  tx().Flush();
-  auto sent = Sent();
-  ASSERT_EQ(sent[1].size(), 1u);
-  UdpInfo udp;
-  const aggregator::AggPacket pkt = Parse(sent[1][0], &udp);
-  EXPECT_EQ(udp.dst_ip, kUpstreamIp);
-  EXPECT_EQ(pkt.opcode, aggregator::Opcode::kPartial);
-  EXPECT_EQ(pkt.header->job_key.host(), kKey) << "the parent checks the key";
+  std::map<int, std::vector<Frame>> sent;
+  const aggregator::AggPacket pkt = PartialUp(sent);
   EXPECT_EQ(pkt.header->node_id.host(), 5);
   EXPECT_EQ(pkt.header->missing_count, 0);
   EXPECT_EQ(pkt.payload_len, 4u);
@@ -139,6 +147,38 @@ TEST_F(TreeStageTest, ATimeoutNamesTheMissingAndLeavesABypassEntryForTheirLateDa
   EXPECT_FALSE(tree_->MatchBypass(job, 4, 1, 1)) << "node 1 was in";
   EXPECT_TRUE(tree_->MatchBypass(job, 4, 2, 2));
   EXPECT_FALSE(tree_->MatchBypass(job, 4, 2, 2)) << "an entry matches once";
+}
+
+// A chunk with no slot here goes up as a timeout with nobody in would send
+// it: every member listed, an entry for each, and the op's identity as the
+// payload (a float max: -Inf), in the chunk's own shape.
+TEST_F(TreeStageTest, AChunkWithNoSlotGoesUpListingEveryMember) {
+  const aggregator::Job& job = *AddJob(3, true);
+  aggregator::AggFields f;
+  f.job_id = 3;
+  f.seq = 9;
+  f.dtype = aggregator::DType::kFloat32;
+  f.op = aggregator::ReduceOp::kMax;
+  f.elem_count = 2;
+  f.aux = 680;
+  f.addr_low = 0;
+  aggregator::AggHeader h;
+  aggregator::WriteAggHeader(f, 0, &h);
+  ASSERT_TRUE(tree_->SendUpAsMissing(job, h));
+  std::map<int, std::vector<Frame>> sent;
+  const aggregator::AggPacket pkt = PartialUp(sent);
+  EXPECT_EQ(pkt.header->flags.host(), aggregator::flags::kConflict);
+  EXPECT_EQ(pkt.header->seq.host(), 9u);
+  EXPECT_EQ(pkt.header->aux.host(), 680u);
+  ASSERT_EQ(pkt.header->missing_count, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ((pkt.missing[2 * i] << 8) | pkt.missing[2 * i + 1], i);
+  ASSERT_EQ(pkt.payload_len, 8u);
+  float v[2];
+  std::memcpy(v, pkt.payload, 8);
+  EXPECT_EQ(v[0], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(v[1], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(stats().lcore.agg.bypass_created.Get(), 3u);
+  for (uint16_t m = 0; m < 3; ++m) EXPECT_TRUE(tree_->MatchBypass(job, 9, m, m)) << m;
 }
 
 TEST_F(TreeStageTest, ARootWithoutATanTellsItsMembersTheChunkIsIncomplete) {

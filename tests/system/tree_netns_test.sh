@@ -66,7 +66,12 @@
 #     --sgd): three steps with a straggler under leaf B; every chunk reaches
 #     agg-ps, complete or not, and every rank gets the model's parameters
 #     after each step (agg-worker --verify-sgd);
-# 14. nothing held at the end: no bypass entry, no armed timer, nothing at
+# 14. conflicts at a leaf: leaf A restarts with 64 slots, no spare slot and
+#     no room to move; jobs 7 and 8 at once collide there, and the chunks
+#     that find no slot go up as missing (an identity partial listing ranks
+#     0-3, their data after it as late data to agg-ps); exact results, no
+#     slot_busy;
+# 15. nothing held at the end: no bypass entry, no armed timer, nothing at
 #     agg-ps.
 #
 # Each switch runs in a namespace of its own, see "Topology" below. All three
@@ -144,8 +149,9 @@ trap cleanup_all EXIT
 tree_topology "$NET" "$TAN_IP"
 
 # --- Switch configs.
+# switch_head NAME MAC IP TIMEOUT [SLOTS SPARE_SLOTS]
 switch_head() {
-  local name="$1" mac="$2" ip="$3" timeout="$4"
+  local name="$1" mac="$2" ip="$3" timeout="$4" slots="${5:-$SLOTS}" spare="${6:-}"
   cat <<EOF
 eal:
   lcores: "0,1"
@@ -164,7 +170,7 @@ aggregation:
   address: {address: $ip, vlan: 10}
   udp_port: $PORT
   in_band_registration: false
-  slots: $SLOTS
+  slots: $slots
   # One secret on the three switches: a job's chunks take the same slots on
   # each (slot_of).
   slot_secret: "0x7ee57ee57ee57ee50000000000000007"
@@ -176,14 +182,17 @@ aggregation:
   timeout_ms: $timeout
   trigger: incremental
 EOF
+  [ -z "$spare" ] || echo "  spare_slots: $spare"
 }
 
-# leaf_config INDEX: leaf A (0: node 100, ranks 0-3) or leaf B (1: node 101, ranks 4-7).
+# leaf_config INDEX [SLOTS SPARE_SLOTS]: leaf A (0: node 100, ranks 0-3) or
+# leaf B (1: node 101, ranks 4-7).
 leaf_config() {
   local i="$1" name=${SWITCHES[$1]} side first p j id key t ta tb
   side=$([ "$i" -eq 0 ] && echo a || echo b)
   first=$((4 * i))
-  switch_head "$name" "02:a9:9c:00:47:1$((i + 1))" "${LEAF_IP[$i]}" "$LEAF_TIMEOUT_MS"
+  switch_head "$name" "02:a9:9c:00:47:1$((i + 1))" "${LEAF_IP[$i]}" "$LEAF_TIMEOUT_MS" "${2:-}" \
+    "${3:-}"
   cat <<EOF
   bypass: {entries: 65536, ttl_ms: 10000}
   jobs:
@@ -305,7 +314,7 @@ COUNTERS=(contributions completions partials_sent partials_received partials_res
   first_data_sent timeouts late_flagged late_no_entry late_self_flagged late_forwarded late_no_tan
   results_down results_refused unresolved_next_hop missing_list_overflow bypass_created
   bypass_matched bypass_expired bypass_full collisions escalations relocated hints_issued
-  slot_busy nacks_sent notices_sent acks_relayed acks
+  slot_busy conflicts_up nacks_sent notices_sent acks_relayed acks
   key_failures member_refused member_rebinds slot_quota_refused hold_refused)
 # show_deltas: the counters that moved since the snapshot, the live bypass
 # entries, and agg-ps's counters.
@@ -1450,7 +1459,55 @@ check "  ... leaf B bypassed rank 5; agg-ps merged its data into every chunk bef
 rm -f "$WORK/NOTES"
 elapsed
 
-# --- 14. Nothing held: no bypass entry and no armed slot timer on any switch
+# --- 14. Conflicts at a leaf. Leaf A restarts with 64 slots, no spare slot
+# and a slot quota of its whole table (so no job can move): jobs 7 and 8 run
+# at once, their windows meet in leaf A's slots, and a chunk that finds no
+# slot there goes up as missing: a partial of the sum's identity listing
+# ranks 0-3, their data after it as late data through the spine to agg-ps,
+# which completes the chunk. Every rank verified, nobody refused slot_busy.
+restart_leafa() {
+  local i
+  stop_switch leafa || { echo "leaf A did not stop cleanly"; return 1; }
+  leaf_config 0 "$1" "$2" >"$WORK/leafa.yaml"
+  start_switch leafa
+  switch_up leafa || { echo "leaf A did not come up; its log:"; tail -20 "$WORK/leafa.log"; return 1; }
+  for i in $(seq 1 50); do [ "$(metric leafa neighbor_reports)" -gt 0 ] && break; sleep 0.1; done
+  [ "$(metric leafa neighbor_reports)" -gt 0 ]
+}
+conflict_runs() {
+  local rc=0
+  launch conflict7 7 "0 1 2 3 4 5 6 7" --dtype int32 --size 128K --iterations 3 --window 32
+  launch conflict8 8 "0 1 2 3 4 5 6 7" --dtype int32 --size 128K --iterations 3 --window 32
+  collect conflict7 || rc=1
+  collect conflict8 || rc=1
+  [ "$rc" -eq 0 ] || show_deltas
+  return $rc
+}
+conflict_counters() {
+  local rc=0
+  ps_fresh
+  say "$(show_deltas | tr '\n' ';')"
+  expect leafa collisions -gt 0 || rc=1
+  expect leafa conflicts_up -gt 0 || rc=1
+  expect leafa bypass_matched -gt 0 || rc=1
+  expect leafa slot_busy -eq 0 || rc=1
+  expect leafb conflicts_up -eq 0 || rc=1
+  expect spine late_forwarded -gt 0 || rc=1
+  expect_ps gave_up -eq 0 || rc=1
+  return $rc
+}
+check "leaf A restarts with 64 slots, no spare slot, a slot quota of all of them" \
+  restart_leafa 64 0
+start_ps
+snapshot
+check "two jobs at once through the tree, colliding at leaf A: int32 sums, 128 KiB x 3 each, every rank verified" \
+  conflict_runs
+check "  ... leaf A sent the chunks it had no slot for up as missing, their data after them as late data; nobody refused" \
+  conflict_counters && show_notes
+rm -f "$WORK/NOTES"
+elapsed
+
+# --- 15. Nothing held: no bypass entry and no armed slot timer on any switch
 # (the entries of check 6, whose straggler never came, expired after
 # bypass.ttl_ms); agg-ps holds no chunk and no late data.
 released() {

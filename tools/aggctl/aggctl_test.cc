@@ -93,6 +93,7 @@ class AggctlTest : public ::testing::Test {
       set(dataplane::AggCounter::hints_issued, 9);
       set(dataplane::AggCounter::slot_busy, 1);
       set(dataplane::AggCounter::conflicts_to_ps, 4);
+      set(dataplane::AggCounter::conflicts_up, 2);
       set(dataplane::AggCounter::at_ps_forwarded, 7);
       set(dataplane::AggCounter::released_to_ps, 3);
       set(dataplane::AggCounter::moved, 40);
@@ -502,7 +503,7 @@ TEST_F(AggctlTest, StatsShowsCollisionsAndTheParameterNode) {
             std::string::npos)
       << e.out;
   EXPECT_NE(e.out.find("to the parameter node: conflicts 4, forwarded unreduced 7, slots released "
-                       "3, refused no_parameter_node 0"),
+                       "3, refused no_parameter_node 0; chunks up as missing 2"),
             std::string::npos)
       << e.out;
 }

@@ -494,7 +494,7 @@ void PrintCollisions(const json& j) {
   std::cout << "  to the parameter node: conflicts " << n("conflicts_to_ps")
             << ", forwarded unreduced " << n("at_ps_forwarded") << ", slots released "
             << n("released_to_ps") << ", refused no_parameter_node " << n("no_parameter_node")
-            << '\n';
+            << "; chunks up as missing " << n("conflicts_up") << '\n';
 }
 
 void PrintStats(const json& j) {
