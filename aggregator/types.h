@@ -88,4 +88,18 @@ constexpr std::string_view ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
+// The inverses of DTypeName and ReduceOpName; nullopt for any other text.
+constexpr std::optional<DType> DTypeFromName(std::string_view name) {
+  for (uint8_t v = 0; v < kNumDTypes; ++v) {
+    if (DTypeName(static_cast<DType>(v)) == name) return static_cast<DType>(v);
+  }
+  return std::nullopt;
+}
+constexpr std::optional<ReduceOp> ReduceOpFromName(std::string_view name) {
+  for (uint8_t v = 0; v < kNumReduceOps; ++v) {
+    if (ReduceOpName(static_cast<ReduceOp>(v)) == name) return static_cast<ReduceOp>(v);
+  }
+  return std::nullopt;
+}
+
 }  // namespace aggswitch::aggregator

@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <charconv>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -49,6 +50,22 @@ std::shared_ptr<internal::Operation> Finished(common::Status s) {
 }
 
 }  // namespace
+
+common::Result<SwitchAddress> ParseSwitchAddress(std::string_view text) {
+  SwitchAddress s;
+  const size_t colon = text.find(':');
+  const auto ip = common::Ipv4Addr::Parse(text.substr(0, colon));
+  bool ok = ip.has_value();
+  if (ok) s.ip = *ip;
+  if (ok && colon != std::string_view::npos) {
+    const char* first = text.data() + colon + 1;
+    const char* last = text.data() + text.size();
+    const auto [next, ec] = std::from_chars(first, last, s.port);
+    ok = first != last && ec == std::errc() && next == last && s.port != 0;
+  }
+  if (!ok) return common::InvalidArgument("expected a.b.c.d[:port], got \"" + std::string(text) + "\"");
+  return s;
+}
 
 common::Status ValidateClientOptions(const ClientOptions& o) {
   using common::InvalidArgument;

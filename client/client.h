@@ -115,6 +115,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "aggregator/types.h"
@@ -320,6 +321,9 @@ struct ClientOptions {
   uint32_t first_seq = 0;
 };
 
+// "a.b.c.d" or "a.b.c.d:port" (port 1..65535; kAggUdpPort when absent). [any]
+common::Result<SwitchAddress> ParseSwitchAddress(std::string_view text);
+
 inline constexpr size_t kMaxSwitches = 64;
 inline constexpr uint16_t kMaxWorld = 1024;
 inline constexpr uint32_t kMaxWindow = 2048;
@@ -407,6 +411,11 @@ class Client {
     return StartRaw(ElementType<T>::kDType, data.data(), data.size(), op, addr_low);
   }
 
+  // As Start, for a buffer whose element type is known at run time (a
+  // language binding's): `count` elements of `dtype` at `data`. [any]
+  Pending StartRaw(aggregator::DType dtype, void* data, size_t count, aggregator::ReduceOp op,
+                   std::optional<uint32_t> addr_low = std::nullopt);
+
   // Elements per chunk for `dtype` with this client's options. [any]
   uint32_t ChunkElements(aggregator::DType dtype) const;
   // The local UDP port the client sends from and receives on. [any]
@@ -421,8 +430,6 @@ class Client {
  private:
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
-  Pending StartRaw(aggregator::DType dtype, void* data, size_t count, aggregator::ReduceOp op,
-                   std::optional<uint32_t> addr_low);
 
   std::unique_ptr<Impl> impl_;
 };

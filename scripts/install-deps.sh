@@ -17,6 +17,7 @@ PACKAGES=(
   tshark                                    # the Wireshark dissector test
   clang libclang-rt-14-dev llvm-14          # tests/fuzz (libFuzzer, llvm-symbolizer); the XDP program
   libxdp-dev libbpf-dev                     # the client's AF_XDP transport
+  python3-dev python3-pybind11 python3-numpy  # the Python package (python/) and its tests
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)

@@ -66,6 +66,48 @@ topo_vlan() {
   ip -n "$ns" addr add "$3" dev "$dev"
 }
 
+# topo_workers NET N: hosts w0..w(N-1), each with eth0 on the switch's port
+# PREFIX-p<i> (PREFIX: topo_init's) and address NET.(i+1)/24.
+topo_workers() {
+  local w
+  for w in $(seq 0 $(($2 - 1))); do
+    topo_host "w$w" "$TOPO_PREFIX-p$w"
+    topo_addr "w$w" eth0 "$1.$((w + 1))/24"
+  done
+}
+
+# switch_head_yaml FILE_PREFIX MAC ADDRESS HTTP_PORT N: the start of a config
+# for one aggswitch (lcores 0 and 1) with N ports p<i> on topo_workers' veths
+# (port_devargs: af_packet, or choose_port_driver's), access VLAN 10, polled
+# by one worker lcore, and its HTTP API on 127.0.0.1:HTTP_PORT. The caller
+# adds its aggregation section.
+switch_head_yaml() {
+  local w ports=()
+  cat <<YAML
+eal:
+  lcores: "0,1"
+  main_lcore: 0
+  memory_mb: 512
+  file_prefix: $1
+switch:
+  mac: $2
+  addresses: [$3]
+ports:
+YAML
+  for w in $(seq 0 $(($5 - 1))); do
+    echo "  - {name: p$w, devargs: \"$(port_devargs "$TOPO_PREFIX$w" "$TOPO_PREFIX-p$w")\", access: 10}"
+    ports+=("p$w")
+  done
+  local list
+  printf -v list '%s, ' "${ports[@]}"
+  cat <<YAML
+workers:
+  - {lcore: 1, rx: [${list%, }]}
+mempool: {mbufs: 32767}
+http: {listen: "127.0.0.1:$4"}
+YAML
+}
+
 topo_mac() { ip -n "$(topo_ns "$1")" link show "${2:-eth0}" | awk '/link\/ether/ {print $2}'; }
 
 topo_exec() {

@@ -30,34 +30,17 @@ cleanup_all() { topo_cleanup; rm -rf "$WORK"; }
 trap cleanup_all EXIT
 choose_port_driver
 
-for w in 0 1 2 3; do
-  topo_host "w$w" "ar-p$w"
-  topo_addr "w$w" eth0 "10.0.10.$((w + 1))/24"
-done
+topo_workers 10.0.10 4
 
-cat >"$WORK/switch.yaml" <<EOF
-eal:
-  lcores: "0,1"
-  main_lcore: 0
-  memory_mb: 512
-  file_prefix: $PREFIX
-switch:
-  mac: 02:a9:9c:00:00:01
-  addresses: [10.0.10.254/24]
-ports:
-  - {name: p0, devargs: "$(port_devargs ar0 ar-p0)", access: 10}
-  - {name: p1, devargs: "$(port_devargs ar1 ar-p1)", access: 10}
-  - {name: p2, devargs: "$(port_devargs ar2 ar-p2)", access: 10}
-  - {name: p3, devargs: "$(port_devargs ar3 ar-p3)", access: 10}
-workers:
-  - {lcore: 1, rx: [p0, p1, p2, p3]}
-mempool: {mbufs: 32767}
-http: {listen: "127.0.0.1:$HTTP_PORT"}
+{
+  switch_head_yaml "$PREFIX" 02:a9:9c:00:00:01 10.0.10.254/24 "$HTTP_PORT" 4
+  cat <<EOF
 aggregation:
   address: $AGG_IP
   in_band_registration: true
   jobs: [{id: 5, key: "0x5eed", members: 4}, {id: 6, key: "0x5eed", members: 4}]
 EOF
+} >"$WORK/switch.yaml"
 
 if ! run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/aggswitch.log"; then
   fail "aggswitch did not come up"; finish; exit 1

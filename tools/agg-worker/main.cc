@@ -96,46 +96,13 @@ struct RunConfig {
   PsServerOptions tan;
 };
 
-// "a.b.c.d" or "a.b.c.d:port".
-common::Result<client::SwitchAddress> ParseSwitch(const std::string& text) {
-  client::SwitchAddress s;
-  const size_t colon = text.find(':');
-  const auto ip = common::Ipv4Addr::Parse(text.substr(0, colon));
-  bool ok = ip.has_value();
-  if (ok) s.ip = *ip;
-  if (ok && colon != std::string::npos) {
-    const char* first = text.data() + colon + 1;
-    const char* last = text.data() + text.size();
-    const auto [next, ec] = std::from_chars(first, last, s.port);
-    ok = first != last && ec == std::errc() && next == last && s.port != 0;
-  }
-  if (!ok)
-    return common::InvalidArgument("--switch: expected a.b.c.d[:port], got \"" + text + "\"");
-  return s;
-}
-
-DType ParseDType(const std::string& t) {
-  if (t == "int32") return DType::kInt32;
-  if (t == "float16") return DType::kFloat16;
-  if (t == "bfloat16") return DType::kBFloat16;
-  if (t == "bool") return DType::kBool;
-  return DType::kFloat32;
-}
-
-ReduceOp ParseOp(const std::string& t) {
-  if (t == "min") return ReduceOp::kMin;
-  if (t == "max") return ReduceOp::kMax;
-  if (t == "and") return ReduceOp::kAnd;
-  if (t == "or") return ReduceOp::kOr;
-  return ReduceOp::kSum;
-}
-
 // Fills the typed fields of `cfg` from their text and checks the whole.
 common::Status ApplyText(const CliText& t, RunConfig& cfg) {
   client::ClientOptions& o = cfg.client;
   for (const std::string& s : t.switches) {
-    ASSIGN_OR_RETURN(client::SwitchAddress address, ParseSwitch(s));
-    o.switches.push_back(address);
+    common::Result<client::SwitchAddress> address = client::ParseSwitchAddress(s);
+    if (!address.ok()) return common::InvalidArgument("--switch: " + address.status().message());
+    o.switches.push_back(*address);
   }
   const auto bind = common::Ipv4Addr::Parse(t.bind);
   if (!bind) return common::InvalidArgument("--bind: expected a.b.c.d, got \"" + t.bind + "\"");
@@ -153,8 +120,9 @@ common::Status ApplyText(const CliText& t, RunConfig& cfg) {
                                    ": needs --tan-listen (this process runs no TAN)");
   }
   ASSIGN_OR_RETURN(cfg.bytes, ParseSize(t.size));
-  cfg.dtype = ParseDType(t.dtype);
-  cfg.op = ParseOp(t.op);
+  // (The options' checks allow only these names.)
+  cfg.dtype = aggregator::DTypeFromName(t.dtype).value_or(DType::kFloat32);
+  cfg.op = aggregator::ReduceOpFromName(t.op).value_or(ReduceOp::kSum);
   if (!aggregator::IsValid(cfg.dtype, cfg.op)) {
     return common::InvalidArgument("--op " + t.op + " is not defined for --dtype " + t.dtype +
                                    " (sum/min/max: numbers; and/or: int32 and bool)");
