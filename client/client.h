@@ -77,6 +77,8 @@
 //   kUnavailable         no result arrived for `progress_timeout` (a member of
 //                        the job stopped, or the switch is unreachable), the
 //                        allreduce exceeded `deadline`, or a socket error;
+//   kIncomplete          a result lacks members' data: the switch, or the
+//                        job's TAN, gave up on them (docs/stragglers.md);
 //   kOutOfRange          an int32 sum overflowed (above); the client goes on.
 // NACKs that mean "not now" are retried rather than reported: the chunk is
 // retransmitted on its timer until the switch takes it or progress_timeout

@@ -13,6 +13,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kUnavailable: return "UNAVAILABLE";
     case StatusCode::kInternal: return "INTERNAL";
     case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
+    case StatusCode::kIncomplete: return "INCOMPLETE";
   }
   return "UNKNOWN";
 }

@@ -28,6 +28,7 @@ enum class StatusCode {
   kUnavailable,
   kInternal,
   kOutOfRange,  // a result that does not fit its type (an int32 sum that overflowed)
+  kIncomplete,  // a result that lacks members' data (the switch or the TAN gave up on them)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -58,6 +59,7 @@ inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPre
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
+inline Status Incomplete(std::string m) { return {StatusCode::kIncomplete, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <typename T>

@@ -34,6 +34,8 @@ TEST(StatusTest, EveryHelperMakesItsCode) {
   EXPECT_EQ(FailedPrecondition("m").code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(Unavailable("m").code(), StatusCode::kUnavailable);
   EXPECT_EQ(Internal("m").code(), StatusCode::kInternal);
+  EXPECT_EQ(OutOfRange("m").code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(Incomplete("m").code(), StatusCode::kIncomplete);
 }
 
 TEST(StatusTest, CodeNames) {
@@ -45,6 +47,8 @@ TEST(StatusTest, CodeNames) {
   EXPECT_STREQ(StatusCodeName(StatusCode::kFailedPrecondition), "FAILED_PRECONDITION");
   EXPECT_STREQ(StatusCodeName(StatusCode::kUnavailable), "UNAVAILABLE");
   EXPECT_STREQ(StatusCodeName(StatusCode::kInternal), "INTERNAL");
+  EXPECT_STREQ(StatusCodeName(StatusCode::kOutOfRange), "OUT_OF_RANGE");
+  EXPECT_STREQ(StatusCodeName(StatusCode::kIncomplete), "INCOMPLETE");
   EXPECT_STREQ(StatusCodeName(static_cast<StatusCode>(99)), "UNKNOWN");
 }
 

@@ -1268,6 +1268,7 @@ int HttpStatusOf(common::StatusCode code) {
     case common::StatusCode::kResourceExhausted:
       return 507;
     case common::StatusCode::kUnavailable:
+    case common::StatusCode::kIncomplete:
       return 503;
     case common::StatusCode::kInternal:
       return 500;

@@ -611,7 +611,7 @@ common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator
     return "chunk seq " + std::to_string(h.seq.host()) + " of job " + std::to_string(options_.job_id);
   };
   if ((result_flags & flags::kIncomplete) != 0 || h.missing_count != 0) {
-    return common::Unavailable("the switch returned " + chunk() + " without the contributions of " +
+    return common::Incomplete("the switch returned " + chunk() + " without the contributions of " +
                                std::to_string(h.missing_count) + " members");
   }
   if (pkt.dtype != phase.dtype || pkt.op != phase.op || h.scale != phase.scale ||

@@ -26,12 +26,13 @@ import sys
 
 from aggswitch import _core
 from aggswitch._core import FloatMode, Handle, TaskInfo, Transport
-from aggswitch.errors import (Error, FailedPreconditionError, InvalidArgumentError,
-                              OutOfRangeError, ResourceExhaustedError, UnavailableError)
+from aggswitch.errors import (Error, FailedPreconditionError, IncompleteError,
+                              InvalidArgumentError, OutOfRangeError, ResourceExhaustedError,
+                              UnavailableError)
 
 __all__ = [
     "Client", "Handle", "Transport", "TaskInfo", "FloatMode", "Error", "InvalidArgumentError",
-    "UnavailableError", "FailedPreconditionError", "ResourceExhaustedError", "OutOfRangeError",
+    "UnavailableError", "IncompleteError", "FailedPreconditionError", "ResourceExhaustedError", "OutOfRangeError",
 ]
 
 _TORCH_DTYPES = ("float32", "float16", "bfloat16", "int32", "bool")

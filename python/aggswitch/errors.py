@@ -19,10 +19,17 @@ class InvalidArgumentError(Error, ValueError):
 
 
 class UnavailableError(Error):
-    """No result in time (a rank stopped, the switch is unreachable), a
-    result that lacks members, or a socket error."""
+    """No result in time (a rank stopped, the switch is unreachable), or a
+    socket error."""
 
     code = "UNAVAILABLE"
+
+
+class IncompleteError(Error):
+    """The switch (or the job's TAN) gave up on some ranks' data: the result
+    lacks their contributions."""
+
+    code = "INCOMPLETE"
 
 
 class FailedPreconditionError(Error):
@@ -44,7 +51,7 @@ class OutOfRangeError(Error, OverflowError):
     code = "OUT_OF_RANGE"
 
 
-_BY_CODE = {cls.code: cls for cls in (InvalidArgumentError, UnavailableError,
+_BY_CODE = {cls.code: cls for cls in (InvalidArgumentError, UnavailableError, IncompleteError,
                                       FailedPreconditionError, ResourceExhaustedError,
                                       OutOfRangeError)}
 

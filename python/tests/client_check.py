@@ -82,6 +82,13 @@ def main():
     except aggswitch.InvalidArgumentError as e:
         if "10.0.0.300" not in str(e):
             fail(f"bad switch address: {e}")
+    # Every C++ status code has its class, and an unknown one still an Error.
+    for code, cls in (("INCOMPLETE", aggswitch.IncompleteError),
+                      ("UNAVAILABLE", aggswitch.UnavailableError),
+                      ("OUT_OF_RANGE", OverflowError), ("INTERNAL", aggswitch.Error)):
+        e = aggswitch.errors.from_status(code, "m")
+        if not isinstance(e, cls) or e.code != code or str(e) != "m":
+            fail(f"from_status({code!r}): {type(e).__name__} {e.code}")
     print(f"rank {a.rank}: bad options raise ValueError with the C++ messages")
 
     c = aggswitch.Client(a.switch, job=a.job, key=a.key, rank=a.rank, world=a.world,
