@@ -24,8 +24,9 @@
 //   * the allreduce ends (with a result or an error) within its deadline and
 //     a second, whatever it receives;
 //   * its error, if any, is one of those client.h lists for a running
-//     allreduce (kFailedPrecondition, kResourceExhausted, kUnavailable),
-//     never kInvalidArgument or kInternal;
+//     allreduce (kFailedPrecondition, kResourceExhausted, kUnavailable; and
+//     kOutOfRange or kIncomplete after a forged result), never
+//     kInvalidArgument or kInternal;
 //   * a result it returns is the true one unless the switch's own address
 //     sent a datagram that parses as a RESULT of the job: nothing from a
 //     stranger, nothing unparseable and no other opcode changes the data.
@@ -189,11 +190,13 @@ class Harness {
     const common::Status status = pending.Wait();
     if (!status.ok()) {
       const common::StatusCode code = status.code();
-      // A forged answer may say that the int32 sum saturated.
+      // A forged answer may say that the int32 sum saturated, or that
+      // the result lacks members.
       FUZZ_CHECK(code == common::StatusCode::kFailedPrecondition ||
                  code == common::StatusCode::kResourceExhausted ||
                  code == common::StatusCode::kUnavailable ||
-                 (code == common::StatusCode::kOutOfRange && forged_result_));
+                 (code == common::StatusCode::kOutOfRange && forged_result_) ||
+                 (code == common::StatusCode::kIncomplete && forged_result_));
       return;
     }
     if (forged_result_) return;
