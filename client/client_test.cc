@@ -649,9 +649,15 @@ TEST(ClientTest, AfterAResultSaysTheJobMovedLaterChunksCarryTheHint) {
     const uint32_t chunk = f.seq - first_seq;
     const bool moved = f.slot_hint == aggregator::kMovedSlotHint;
     hinted += moved;
-    if (chunk < 20) EXPECT_FALSE(moved) << "chunk " << chunk;
-    if (chunk >= 40 && chunk < 80) EXPECT_TRUE(moved) << "chunk " << chunk;
-    if (chunk >= 120) EXPECT_FALSE(moved) << "chunk " << chunk;
+    if (chunk < 20) {
+      EXPECT_FALSE(moved) << "chunk " << chunk;
+    }
+    if (chunk >= 40 && chunk < 80) {
+      EXPECT_TRUE(moved) << "chunk " << chunk;
+    }
+    if (chunk >= 120) {
+      EXPECT_FALSE(moved) << "chunk " << chunk;
+    }
   }
   EXPECT_GE(hinted, 2u * 40u);
 }
