@@ -17,8 +17,9 @@
 #   - contributions as rank 1 of job 7, from another port, from rank 1's IP
 #     spoofed, and from another process on rank 1's host: refused, job 7's
 #     results exact;
-#   - 10^6 datagrams for distinct unknown jobs while job 7 runs: job 7
-#     exact within 1.5 x its clean time, the switch's memory bounded.
+#   - 10^6 datagrams for distinct unknown jobs while job 7 runs, three
+#     times: job 7 exact, at most 1.5 x its clean time in the median round,
+#     the switch's memory bounded.
 #
 #   w0..w3 10.0.50.1-4 ── p0..p3 ┐
 #   a0 10.0.50.66      ── p4    ─┴ aggswitch (10.0.50.254, aggregation 10.0.50.253)
@@ -128,6 +129,24 @@ within() {
 run, clean = (float(open(p).read()) for p in sys.argv[1:3])
 print("%.2f ms against %.2f ms clean: %.2f x (at most %s)" % (run * 1e3, clean * 1e3, run / clean, sys.argv[3]))
 sys.exit(0 if run <= float(sys.argv[3]) * clean else 1)' "$WORK/$1.latency" "$WORK/$2.latency" "$3")
+  rc=$?
+  report "$line"
+  return $rc
+}
+# ratio RUN CLEAN: RUN's median over CLEAN's.
+ratio() {
+  python3 -c 'import sys
+run, clean = (float(open(p).read()) for p in sys.argv[1:3])
+print("%.3f" % (run / clean))' "$WORK/$1.latency" "$WORK/$2.latency"
+}
+# median_at_most FACTOR RATIO...: the median ratio at most FACTOR.
+median_at_most() {
+  local line rc
+  line=$(python3 -c 'import statistics, sys
+factor, ratios = float(sys.argv[1]), [float(r) for r in sys.argv[2:]]
+m = statistics.median(ratios)
+print("median of %s: %.2f x (at most %s)" % (", ".join("%.2f" % r for r in ratios), m, sys.argv[1]))
+sys.exit(0 if m <= factor else 1)' "$@")
   rc=$?
   report "$line"
   return $rc
@@ -284,18 +303,28 @@ for p in sys.argv[1:]:
 check "rank 1 forged from another port, with its IP spoofed, from its own host: refused, job 7 exact" forged_members
 
 # --- 5. 10^6 datagrams for distinct unknown jobs.
+# Three rounds, each a clean run of job 7 and then one under a flood of 10^6
+# new job ids; the check is on the median of the rounds' ratios. The flood's
+# sender shares the victims' core here (it would not on a rack), so one
+# round's ratio swings with the scheduler; a switch that slows job 7 under
+# the flood slows every round.
 unknown_flood() {
-  local rc=0 before after
-  job7 before-unknown-flood "${JOB_SIZE[@]}" || rc=1
+  local rc=0 before after round ratios=()
   before=$(metric process_resident_memory_bytes)
-  topo_exec a0 nice -n 5 "$UDP_FLOOD" --to "$AGG_IP:47000" --count 1000000 --task-info >"$WORK/udp_flood.json" &
-  local flood=$!
-  job7 unknown-flood "${JOB_SIZE[@]}" || rc=1
-  wait "$flood" || rc=1
+  for round in 1 2 3; do
+    job7 "before-unknown-flood-$round" "${JOB_SIZE[@]}" || rc=1
+    topo_exec a0 nice -n 5 "$UDP_FLOOD" --to "$AGG_IP:47000" --count 1000000 --task-info \
+      --first-job $((100000 + round * 1000000)) >"$WORK/udp_flood.$round.json" &
+    local flood=$!
+    job7 "unknown-flood-$round" "${JOB_SIZE[@]}" || rc=1
+    wait "$flood" || rc=1
+    report "flood $round: $(cat "$WORK/udp_flood.$round.json")"
+    within "unknown-flood-$round" "before-unknown-flood-$round" 1.5
+    ratios+=("$(ratio "unknown-flood-$round" "before-unknown-flood-$round")")
+  done
   after=$(metric process_resident_memory_bytes)
-  cat "$WORK/udp_flood.json"
   report "switch RSS: $((before >> 20)) MiB before, $((after >> 20)) MiB after; registrations: rate_limited $(metric 'aggswitch_aggregation_registrations_total{result="rate_limited"}'), in_band_full $(metric 'aggswitch_aggregation_registrations_total{result="in_band_full"}'), ring full $(metric aggswitch_aggregation_registration_ring_full_total)"
-  within unknown-flood before-unknown-flood 1.5 || rc=1
+  median_at_most 1.5 "${ratios[@]}" || rc=1
   [ $((after - before)) -lt $((32 << 20)) ] || rc=1
   return $rc
 }
