@@ -283,23 +283,11 @@ PYBIND11_MODULE(_core, m) {
            "when it failed.")
       .def("done", &Handle::Done, "Whether the allreduce is done (failed or not).");
 
-  py::class_<PyClient>(m, "Client", "One rank of one job; see aggswitch.Client.")
-      .def(py::init([](const std::vector<std::string>& switches, uint32_t job, uint64_t key,
-                       uint16_t rank, uint16_t world, TransportKind transport,
-                       const std::string& interface, uint32_t queue, TaskInfoMode task_info,
-                       uint16_t node_count, FloatMode float_mode, std::optional<int> headroom,
-                       uint32_t window, uint32_t mtu, uint32_t max_chunk_elements,
-                       uint32_t reserve_missing_ids, double retransmit_timeout,
-                       double progress_timeout, double deadline, bool resend_to_parameter_node,
-                       bool verify, uint32_t first_seq, const std::string& bind) {
-             return std::make_unique<PyClient>(MakeOptions(
-                 switches, job, key, rank, world, transport, interface, queue, task_info,
-                 node_count, float_mode, headroom, window, mtu, max_chunk_elements,
-                 reserve_missing_ids, retransmit_timeout, progress_timeout, deadline,
-                 resend_to_parameter_node, verify, first_seq, bind));
-           }),
-           py::arg("switches"), py::arg("job"), py::arg("key"), py::arg("rank"), py::arg("world"),
-           py::kw_only(), py::arg("transport") = TransportKind::kUdp, py::arg("interface") = "",
+  py::class_<ClientOptions>(m, "Options",
+                            "A client's options (ClientOptions), checked; see aggswitch.Client.")
+      .def(py::init(&MakeOptions), py::arg("switches"), py::arg("job"), py::arg("key"),
+           py::arg("rank"), py::arg("world"), py::kw_only(),
+           py::arg("transport") = TransportKind::kUdp, py::arg("interface") = "",
            py::arg("queue") = 0, py::arg("task_info") = TaskInfoMode::kInBand,
            py::arg("node_count") = 1, py::arg("float_mode") = FloatMode::kFixedPoint,
            py::arg("headroom") = py::none(), py::arg("window") = 128, py::arg("mtu") = 1500,
@@ -307,6 +295,13 @@ PYBIND11_MODULE(_core, m) {
            py::arg("retransmit_timeout") = 0.02, py::arg("progress_timeout") = 10.0,
            py::arg("deadline") = 0.0, py::arg("resend_to_parameter_node") = false,
            py::arg("verify") = false, py::arg("first_seq") = 0, py::arg("bind") = "")
+      .def_property_readonly("job", [](const ClientOptions& o) { return o.job_id; })
+      .def_property_readonly("rank", [](const ClientOptions& o) { return o.rank; })
+      .def_property_readonly("world", [](const ClientOptions& o) { return o.world; });
+
+  py::class_<PyClient>(m, "Client", "One rank of one job; see aggswitch.Client.")
+      .def(py::init([](const ClientOptions& options) { return std::make_unique<PyClient>(options); }),
+           py::arg("options"))
       .def("allreduce_async", &PyClient::Start, py::arg("buffer"), py::arg("op") = "sum")
       .def("allreduce_ptr", &PyClient::StartPtr, py::arg("address"), py::arg("count"),
            py::arg("dtype"), py::arg("op"), py::arg("owner"))

@@ -4,7 +4,7 @@
 # something is missing.
 #
 #   scripts/install-deps.sh            build + test + run
-#   scripts/install-deps.sh --bench    also the benchmark baselines (OVS-DPDK, Gloo, Open MPI, perf)
+#   scripts/install-deps.sh --bench    also the benchmark baselines (OVS-DPDK, Gloo, perf)
 set -euo pipefail
 
 PACKAGES=(
@@ -18,10 +18,12 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm-14          # tests/fuzz (libFuzzer, llvm-symbolizer); the XDP program
   libxdp-dev libbpf-dev                     # the client's AF_XDP transport
   python3-dev python3-pybind11 python3-numpy  # the Python package (python/) and its tests
+  python3-torch libtorch-dev                # the PyTorch backend and comm hook, and their tests
+  libopenmpi-dev openmpi-bin python3-mpi4py # libaggswitch_mpi.so and its tests
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)
-  PACKAGES+=(libgloo-dev libopenmpi-dev openmpi-bin linux-perf)  # bench/allreduce.sh
+  PACKAGES+=(libgloo-dev linux-perf)  # bench/allreduce.sh
 fi
 
 missing=()

@@ -65,7 +65,15 @@ class Client:
     def __init__(self, switches, job, key, rank, world, **options):
         if isinstance(switches, str):
             switches = [switches]
-        self._client = _core.Client(list(switches), job, key, rank, world, **options)
+        self._client = _core.Client(_core.Options(list(switches), job, key, rank, world, **options))
+
+    @classmethod
+    def from_options(cls, options: "_core.Options") -> "Client":
+        """A client from checked options (``aggswitch._core.Options``, with
+        the same arguments as this class)."""
+        client = cls.__new__(cls)
+        client._client = _core.Client(options)
+        return client
 
     def allreduce(self, buffer, op="sum"):
         """Reduces ``buffer`` over every rank with ``op``, in place; returns it."""

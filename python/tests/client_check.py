@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+import torch
+
 import aggswitch
 
 N = 5000  # elements: several datagrams of every dtype
@@ -170,8 +172,43 @@ def main():
     print(f"rank {a.rank}: another thread ran {len(during)} times during a "
           f"{(end - start) * 1000:.1f} ms wait")
 
+    # CPU torch tensors, bfloat16 among them: the same cases, in place. The
+    # bfloat16 inputs are multiples of 1/8 in -2..2, whose sums over the
+    # ranks fit its 8 significant bits.
+    def torch_inputs(case, rank, dtype):
+        if dtype != "bfloat16":
+            return inputs(case, rank, dtype)
+        return np.round(inputs(case, rank, "float32") / 8) / 8
+
+    tcases = [("bfloat16", op) for op in ("sum", "min", "max")] + CASES
+    for case, (dtype, op) in enumerate(tcases, start=100):
+        tensor = torch.from_numpy(torch_inputs(case, a.rank, dtype).copy()).to(getattr(torch, dtype))
+        out = c.allreduce(tensor, op)
+        if out is not tensor:
+            fail(f"tensor {dtype} {op}: allreduce returned another object")
+        parts = [torch_inputs(case, r, dtype) for r in range(a.world)]
+        if dtype == "bool":
+            want = np.logical_and.reduce(parts) if op == "and" else np.logical_or.reduce(parts)
+        else:
+            want = NUMPY_REDUCE[op].reduce([p.astype(np.float64) if dtype != "int32" else p for p in parts])
+        want = torch.from_numpy(np.ascontiguousarray(want)).to(tensor.dtype)
+        if not torch.equal(tensor, want):
+            bad = torch.nonzero(tensor != want).flatten()
+            fail(f"tensor {dtype} {op}: {bad.numel()} elements differ, first {int(bad[0])}: "
+                 f"{tensor[bad[0]].item()} != {want[bad[0]].item()}")
+    for call, words in [(lambda: c.allreduce(torch.zeros(8)[::2]), "C-contiguous"),
+                        (lambda: c.allreduce(torch.zeros(4, dtype=torch.float64)), "float64")]:
+        try:
+            call()
+            fail(f"tensor refusal {words!r}: accepted")
+        except aggswitch.InvalidArgumentError as e:
+            if words not in str(e):
+                fail(f"tensor refusal {words!r}: {e}")
+    torch_cases = len(tcases)
+    print(f"rank {a.rank}: {torch_cases} torch tensor cases (bfloat16 too) exact, in place")
+
     stats = c.stats
-    if stats["allreduces"] != len(CASES) + 5 or stats["chunks"] == 0:
+    if stats["allreduces"] != len(CASES) + 5 + torch_cases or stats["chunks"] == 0:
         fail(f"stats: {stats}")
     c.close()
     try:
