@@ -3,9 +3,10 @@
 # aggswitch. Four worker namespaces each run python/tests/client_check.py
 # with Debian's /usr/bin/python3 and PYTHONPATH at the build's package: the
 # bad options and arguments raise the documented errors, every dtype and op
-# is exact against NumPy, in place on NumPy arrays and a memoryview, async
-# allreduces waited out of order, the GIL released while waiting. The job
-# registers itself in-band; its per-job counters at the switch must move.
+# is exact against NumPy, in place on NumPy arrays, CPU torch tensors
+# (bfloat16 too) and a memoryview, async allreduces waited out of order, the
+# GIL released while waiting. The job registers itself in-band; its per-job
+# counters at the switch must move.
 #
 #   w0 10.0.48.1 ── py-p0 ┐
 #   w1 10.0.48.2 ── py-p1 ├─ aggswitch (10.0.48.254; aggregation address 10.0.48.253)
