@@ -155,15 +155,19 @@ class HookState:
 
     def start(self, tensor):
         """Starts the sum of ``tensor`` through the switch; returns a
-        torch Future of the mean, set once the sum is in."""
+        torch Future of the mean, set once the sum is in. A failure is the
+        future's error (DDP raises it from backward)."""
         future = torch.futures.Future()
         try:
             handle = self.client.allreduce_async(tensor, "sum")
         except aggswitch.Error as error:
             future.set_exception(error)
-            return future
-        self._queue.put((handle, tensor, future))
-        return future
+        else:
+            self._queue.put((handle, tensor, future))
+        # set_exception stores the exception as the future's value, which
+        # DDP's C++ side would try to read as tensors; the callback's raise
+        # makes it an error of the future DDP waits on.
+        return future.then(_value)
 
     def _finish(self):
         while True:
@@ -174,6 +178,10 @@ class HookState:
                 future.set_result(tensor)
             except Exception as error:  # handed to the training loop, which raises it
                 future.set_exception(error)
+
+
+def _value(future):
+    return future.value()
 
 
 _hook_states = 0

@@ -163,7 +163,7 @@ if run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/switch.log"; 
     elapsed=$(($(date +%s) - start))
     # What each raised: the switch's error, or Gloo's when rank 3 died in
     # one of its calls (the loss's all_reduce, on the hook's run).
-    report "ranks 0-2 raised ${elapsed} s after the kill: $(for w in 0 1 2; do tail -1 "$WORK/killed$1.$w.out" | cut -c1-100; done | sort | uniq -c | tr '\n' ' ')"
+    report "ranks 0-2 raised ${elapsed} s after the kill: $(for w in 0 1 2; do grep -E "^[A-Za-z_.]*(Error|Exception)\b" "$WORK/killed$1.$w.out" | tail -1 | cut -c1-160; done | sort | uniq -c | tr '\n' ' ')"
     for w in 0 1 2; do grep -q '^Traceback' "$WORK/killed$1.$w.out" || rc=1; done
     [ "$elapsed" -le 30 ] || rc=1
     return $rc
