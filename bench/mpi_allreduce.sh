@@ -9,7 +9,7 @@
 #
 #   cmake --build build --target aggswitch aggswitch_mpi mpi_allreduce_bench
 #   sudo bench/mpi_allreduce.sh [--repeats 3] [--sizes "1M 16M 64M"] [--iterations N]
-#                               [--btl self,vader] [--build-dir build] [--keep-logs]
+#                               [--btl self,vader] [--mtu N] [--build-dir build] [--keep-logs]
 #                               [--switch-idle-sleep-us 0]
 #
 # What it does, for each repeat and size, in the order shim, mpi (A B A B ...):
@@ -20,7 +20,9 @@
 #       mpirun -np 4 --bind-to none --mca btl BTL -x LD_PRELOAD=libaggswitch_mpi.so
 #              -x AGGSWITCH_SWITCH=10.0.53.253 mpi_allreduce_bench --size S ...
 #     The four ranks share the namespace's address; each communicates with
-#     the switch over kernel UDP (the library's transport), float32 sums as
+#     the switch over kernel UDP (the library's transport) in datagrams of
+#     --mtu bytes (AGGSWITCH_MTU; the veth and the switch's port carry it;
+#     default 3400 with net_af_xdp ports, 1500 with net_af_packet's), float32 sums as
 #     int32 fixed point (exact), a job per communicator registered in band.
 #     Then the switch stops, so that plain MPI gets the whole machine.
 #   - mpi: the same mpirun without the library: Open MPI's MPI_Allreduce over
@@ -52,6 +54,7 @@ BTL=self,vader
 BUILD_DIR="$ROOT/build"
 KEEP_LOGS=0
 SWITCH_IDLE_SLEEP_US=0
+MTU=""  # empty: 3400 with net_af_xdp ports, else 1500
 
 WORLD=4
 NS=mb
@@ -66,6 +69,7 @@ while [ $# -gt 0 ]; do
     --sizes) SIZES="$2"; shift 2 ;;
     --iterations) ITERATIONS="$2"; shift 2 ;;
     --btl) BTL="$2"; shift 2 ;;
+    --mtu) MTU="$2"; shift 2 ;;
     --build-dir) BUILD_DIR=$(realpath -m "$2"); shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
     --switch-idle-sleep-us) SWITCH_IDLE_SLEEP_US="$2"; shift 2 ;;
@@ -113,7 +117,7 @@ switch:
   mac: 02:a9:9c:00:00:53
   addresses: [$SUBNET.254/24]
 ports:
-  - {name: p0, devargs: "$(port_devargs "${NS}0" "$NS-p0")", access: 10}
+  - {name: p0, devargs: "$(port_devargs "${NS}0" "$NS-p0")", access: 10, mtu: $MTU}
 workers:
   - {lcore: 1, rx: [p0]}
 mempool: {mbufs: 32767}
@@ -171,7 +175,8 @@ run_once() {
   local ok=0
   if [ "$method" = shim ]; then
     switch_start
-    mpi_bench run "$size" "$iterations" LD_PRELOAD="$BIN/libaggswitch_mpi.so" AGGSWITCH_SWITCH="$AGG_IP" &&
+    mpi_bench run "$size" "$iterations" LD_PRELOAD="$BIN/libaggswitch_mpi.so" AGGSWITCH_SWITCH="$AGG_IP" \
+      AGGSWITCH_MTU="$MTU" &&
       ok=1
     switch_stop
     # The library falls back to MPI's own, with a warning, when the switch
@@ -246,6 +251,13 @@ main() {
   done
 
   choose_port_driver >&2
+  if [ -z "$MTU" ]; then
+    MTU=1500
+    [ "$AGG_PORT_DRIVER" = net_af_xdp ] && MTU=3400
+  fi
+  # A net_af_packet port takes no frame above 1500; a net_af_xdp one 3442.
+  [[ "$MTU" =~ ^[0-9]+$ ]] && [ "$MTU" -ge 576 ] && [ "$MTU" -le 3442 ] ||
+    bench_die "--mtu: 576..3442 (1500 at most with net_af_packet ports)"
   HTTP="127.0.0.1:$(bench_free_tcp_port 19721)"
   aggswitch_config >"$WORK/aggswitch.yaml"
   "$BIN/aggswitch" --config "$WORK/aggswitch.yaml" --check-config >"$WORK/check.log" 2>&1 ||
@@ -255,13 +267,15 @@ main() {
   trap 'printf "\ninterrupted\n" >&2; exit 130' INT TERM
   topo_host w0 "$NS-p0"
   topo_addr w0 eth0 "$SUBNET.1/24"
+  ip link set "$NS-p0" mtu "$MTU"
+  topo_exec w0 ip link set eth0 mtu "$MTU"
   TOPO_UP=1
 
   RESULTS="$WORK/results.txt"
   : >"$RESULTS"
   FAILED=0
   local started=$SECONDS rep size
-  bench_log "mpi_allreduce: $WORLD ranks, MPI_FLOAT MPI_SUM of $SIZES, $REPEATS repeats of shim, mpi (btl $BTL); switch ports $AGG_PORT_DRIVER"
+  bench_log "mpi_allreduce: $WORLD ranks, MPI_FLOAT MPI_SUM of $SIZES, $REPEATS repeats of shim, mpi (btl $BTL); switch ports $AGG_PORT_DRIVER, mtu $MTU"
   for ((rep = 1; rep <= REPEATS; rep++)); do
     for size in $SIZES; do
       run_once shim "$size" "$rep"

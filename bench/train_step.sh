@@ -9,6 +9,8 @@
 #               the switch's ports are AF_XDP too);
 #   hook        Gloo (through the switch's L2 ports) with
 #               aggswitch.torch.allreduce_hook, kernel UDP.
+# With AF_XDP ports the veths and the switch's ports carry 3400-byte frames
+# and the clients fill them (AGGSWITCH_MTU=3400), else 1500.
 # Each run trains --steps steps; the step time is the median over the steps
 # after the first five (warm-up), taken on rank 0. Prints one line per run,
 # then the median per method over the repeats and its ratio to Gloo's
@@ -56,6 +58,15 @@ aggregation:
   in_band_registration: true
 YAML
 } >"$WORK/switch.yaml"
+MTU=1500
+if [ "${AGG_PORT_DRIVER:-}" = net_af_xdp ]; then
+  MTU=3400
+  sed -i "s/access: 10}/access: 10, mtu: $MTU}/" "$WORK/switch.yaml"
+  for w in 0 1 2 3; do
+    ip link set "$TOPO_PREFIX-p$w" mtu "$MTU"
+    topo_exec "w$w" ip link set eth0 mtu "$MTU"
+  done
+fi
 run_switch "$BUILD/tools/aggswitch/aggswitch" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/switch.log" ||
   { echo "aggswitch did not come up" >&2; exit 1; }
 
@@ -79,7 +90,7 @@ run() {
     else
       ns=(ip netns exec "$(topo_ns "w$w")") init="tcp://10.0.41.1:$PORT"
     fi
-    "${ns[@]}" timeout -k 5 600 env PYTHONPATH="$BUILD/python" AGGSWITCH_SWITCH="$AGG_IP" \
+    "${ns[@]}" timeout -k 5 600 env PYTHONPATH="$BUILD/python" AGGSWITCH_SWITCH="$AGG_IP" AGGSWITCH_MTU="$MTU" \
       GLOO_SOCKET_IFNAME="$([ "$method" = gloo ] && echo lo || echo eth0)" OMP_NUM_THREADS=1 "${env[@]}" \
       "$PY" "$TRAIN" --rank "$w" --world 4 --init "$init" --log "$WORK/$name.$w.jsonl" \
       "${args[@]}" "${MODEL[@]}" >"$WORK/$name.$w.out" 2>&1 &
@@ -104,7 +115,7 @@ for r in $(seq "$REPEATS"); do
 done
 
 echo
-echo "training step, 4 ranks, ${WIDTH}x${LAYERS} MLP, median over $REPEATS repeats of $STEPS steps:"
+echo "training step, 4 ranks, ${WIDTH}x${LAYERS} MLP, median over $REPEATS repeats of $STEPS steps (aggswitch: mtu $MTU):"
 gloo=$("$PY" -c 'import statistics, sys; print(statistics.median(float(x) for x in sys.argv[1:]))' ${TIMES[gloo]})
 for m in "${METHODS[@]}"; do
   "$PY" -c 'import math, statistics, sys

@@ -485,6 +485,8 @@ int Setup(MPI_Comm comm, int keyval, int rank, int size, CommState** out) {
     o.world = static_cast<uint16_t>(size);
     o.task_info = TaskInfoMode::kInBand;  // the job registers itself at the switch
     o.progress_timeout = env.options->timeout;
+    o.mtu = env.options->mtu;
+    o.window = env.options->window;
     common::Result<std::unique_ptr<Client>> client = Client::Create(o);
     if (!client.ok()) {
       why = "cannot create its client: " + client.status().ToString();

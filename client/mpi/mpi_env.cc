@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include "client/chunking.h"
+
 namespace aggswitch::client::mpi {
 namespace {
 
@@ -65,6 +67,20 @@ common::Result<std::chrono::milliseconds> ParseSeconds(const char* name, std::st
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
 }
 
+common::Result<uint32_t> ParseCount(const char* name, std::string_view text, uint32_t low,
+                                    uint32_t high) {
+  uint32_t value = 0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  const auto [next, ec] = std::from_chars(first, last, value);
+  if (first == last || ec != std::errc() || next != last || value < low || value > high) {
+    return common::InvalidArgument(std::string(name) + ": expected an integer from " +
+                                   std::to_string(low) + " to " + std::to_string(high) + ", got " +
+                                   Quoted(text));
+  }
+  return value;
+}
+
 common::Result<ShimOptions> ParseShimEnv(const EnvLookup& env) {
   ShimOptions o;
   if (const char* v = env(kSwitchVar); v != nullptr && *v != '\0') {
@@ -78,6 +94,12 @@ common::Result<ShimOptions> ParseShimEnv(const EnvLookup& env) {
   }
   if (const char* v = env(kProbeTimeoutVar); v != nullptr) {
     ASSIGN_OR_RETURN(o.probe_timeout, ParseSeconds(kProbeTimeoutVar, v));
+  }
+  if (const char* v = env(kMtuVar); v != nullptr) {
+    ASSIGN_OR_RETURN(o.mtu, ParseCount(kMtuVar, v, kMinMtu, kMaxMtu));
+  }
+  if (const char* v = env(kWindowVar); v != nullptr) {
+    ASSIGN_OR_RETURN(o.window, ParseCount(kWindowVar, v, 1, kMaxWindow));
   }
   return o;
 }

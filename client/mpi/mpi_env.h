@@ -10,6 +10,8 @@
 //   AGGSWITCH_PROBE_TIMEOUT   seconds a communicator's first, one-element
 //                             allreduce may take before the switch counts as
 //                             unreachable (2)
+//   AGGSWITCH_MTU             the path MTU the clients fill (1500)
+//   AGGSWITCH_WINDOW          chunks in flight per client (128)
 //
 //   auto env = [](const char* name) { return std::getenv(name); };
 //   common::Result<ShimOptions> options = ParseShimEnv(env);
@@ -19,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -32,6 +35,8 @@ inline constexpr char kSwitchVar[] = "AGGSWITCH_SWITCH";
 inline constexpr char kFallbackVar[] = "AGGSWITCH_FALLBACK";
 inline constexpr char kTimeoutVar[] = "AGGSWITCH_TIMEOUT";
 inline constexpr char kProbeTimeoutVar[] = "AGGSWITCH_PROBE_TIMEOUT";
+inline constexpr char kMtuVar[] = "AGGSWITCH_MTU";
+inline constexpr char kWindowVar[] = "AGGSWITCH_WINDOW";
 
 // Longest timeout the variables take: a day.
 inline constexpr double kMaxTimeoutSeconds = 86400;
@@ -46,6 +51,9 @@ struct ShimOptions {
   std::chrono::milliseconds timeout{10'000};
   // How long the probe of a communicator's first allreduce may take.
   std::chrono::milliseconds probe_timeout{2'000};
+  // The clients' mtu (kMinMtu..kMaxMtu) and window (1..kMaxWindow).
+  uint32_t mtu = 1500;
+  uint32_t window = 128;
 
   bool enabled() const { return !switches.empty(); }
 };
@@ -70,5 +78,8 @@ common::Result<bool> ParseFlag(const char* name, std::string_view text);
 // Seconds, a decimal number above 0 and at most kMaxTimeoutSeconds, rounded
 // up to whole milliseconds. [any]
 common::Result<std::chrono::milliseconds> ParseSeconds(const char* name, std::string_view text);
+// A decimal integer in low..high. [any]
+common::Result<uint32_t> ParseCount(const char* name, std::string_view text, uint32_t low,
+                                    uint32_t high);
 
 }  // namespace aggswitch::client::mpi

@@ -23,6 +23,8 @@ TEST(ParseShimEnvTest, NothingSetMeansDisabledWithTheDefaults) {
   EXPECT_TRUE(o->fallback);
   EXPECT_EQ(o->timeout, std::chrono::milliseconds(10'000));
   EXPECT_EQ(o->probe_timeout, std::chrono::milliseconds(2'000));
+  EXPECT_EQ(o->mtu, 1500u);
+  EXPECT_EQ(o->window, 128u);
   EXPECT_FALSE(ParseShimEnv(Env({{"AGGSWITCH_SWITCH", ""}}))->enabled());
 }
 
@@ -30,7 +32,9 @@ TEST(ParseShimEnvTest, EveryVariable) {
   const auto o = ParseShimEnv(Env({{"AGGSWITCH_SWITCH", "10.0.49.253,10.0.49.252:9000"},
                                    {"AGGSWITCH_FALLBACK", "0"},
                                    {"AGGSWITCH_TIMEOUT", "30"},
-                                   {"AGGSWITCH_PROBE_TIMEOUT", "0.25"}}));
+                                   {"AGGSWITCH_PROBE_TIMEOUT", "0.25"},
+                                   {"AGGSWITCH_MTU", "3400"},
+                                   {"AGGSWITCH_WINDOW", "64"}}));
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   ASSERT_EQ(o->switches.size(), 2u);
   EXPECT_EQ(o->switches[0].ip, *common::Ipv4Addr::Parse("10.0.49.253"));
@@ -41,6 +45,8 @@ TEST(ParseShimEnvTest, EveryVariable) {
   EXPECT_FALSE(o->fallback);
   EXPECT_EQ(o->timeout, std::chrono::milliseconds(30'000));
   EXPECT_EQ(o->probe_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(o->mtu, 3400u);
+  EXPECT_EQ(o->window, 64u);
 }
 
 TEST(ParseShimEnvTest, ABadValueNamesItsVariableAndWhatWasExpected) {
@@ -55,6 +61,10 @@ TEST(ParseShimEnvTest, ABadValueNamesItsVariableAndWhatWasExpected) {
       {{{"AGGSWITCH_TIMEOUT", "1e9"}}, "AGGSWITCH_TIMEOUT: expected seconds"},
       {{{"AGGSWITCH_TIMEOUT", "5s"}}, "AGGSWITCH_TIMEOUT: expected seconds"},
       {{{"AGGSWITCH_PROBE_TIMEOUT", ""}}, "AGGSWITCH_PROBE_TIMEOUT: expected seconds"},
+      {{{"AGGSWITCH_MTU", "100"}}, "AGGSWITCH_MTU: expected an integer from 128 to 9600"},
+      {{{"AGGSWITCH_MTU", "1500b"}}, "AGGSWITCH_MTU: expected an integer"},
+      {{{"AGGSWITCH_WINDOW", "0"}}, "AGGSWITCH_WINDOW: expected an integer from 1 to 2048"},
+      {{{"AGGSWITCH_WINDOW", "-5"}}, "AGGSWITCH_WINDOW: expected an integer"},
   };
   for (const auto& [vars, message] : cases) {
     const auto o = ParseShimEnv(Env(vars));
