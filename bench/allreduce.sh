@@ -96,7 +96,7 @@ source "$ROOT/tests/lib/topology.sh"
 REPEATS=3
 SIZES="1M 16M 64M"
 METHODS="udp,udp_large,af_xdp,af_xdp_large,gloo,mpi"
-ITERATIONS=""  # empty: per size, see iterations_for
+ITERATIONS=""  # empty: per size, see bench_iterations_for
 WINDOW=128
 MTU=1500
 LARGE_MTU=3400
@@ -184,23 +184,6 @@ RESULTS=""    # size method repeat metric value, one line each
 JOB=0         # the last job id given to agg-worker; every job is new
 OTHER_SHARE=0 # the last run's CPU share of processes not ours
 TOPO_UP=0
-
-# Bytes in a size such as 16M (powers of 1024, as agg-worker's --size).
-size_bytes() {
-  local n="${1%[KM]}"
-  case "$1" in *K) echo $((n << 10)) ;; *M) echo $((n << 20)) ;; esac
-}
-
-# Timed allreduces per run: about 2 s of Gloo time per run at the least, and
-# enough samples for a median at the most.
-iterations_for() {
-  if [ -n "$ITERATIONS" ]; then echo "$ITERATIONS"; return; fi
-  local b
-  b=$(size_bytes "$1")
-  if [ "$b" -le $((4 << 20)) ]; then echo 30
-  elif [ "$b" -le $((32 << 20)) ]; then echo 10
-  else echo 5; fi
-}
 
 # --- CPU accounting ------------------------------------------------------------
 # A run is disturbed when processes that are not ours used more than
@@ -382,7 +365,7 @@ make_inputs() {
   local size bytes
   mkdir -p "$WORK/input"
   for size in $SIZES; do
-    bytes=$(size_bytes "$size")
+    bytes=$(bench_size_bytes "$size")
     python3 - "$WORK/input/$size" "$bytes" "$WORLD" "$SEED" <<'PY'
 import array, random, sys
 prefix, nbytes, world, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -474,7 +457,7 @@ method_failed() {
 
 RUN_SIZE="" RUN_METHOD="" RUN_REPEAT=""
 record() {
-  printf '%s\t%s\t%s\t%s\t%s\n' "$(size_bytes "$RUN_SIZE")" "$RUN_METHOD" "$RUN_REPEAT" "$1" "$2" \
+  printf '%s\t%s\t%s\t%s\t%s\n' "$(bench_size_bytes "$RUN_SIZE")" "$RUN_METHOD" "$RUN_REPEAT" "$1" "$2" \
     >>"$RUN/results.tsv"
 }
 
@@ -482,7 +465,7 @@ record() {
 run_once() {
   RUN_METHOD="$1" RUN_SIZE="$2" RUN_REPEAT="$3"
   local attempt="$4" iterations
-  iterations=$(iterations_for "$RUN_SIZE")
+  iterations=$(bench_iterations_for "$RUN_SIZE" "$ITERATIONS")
   RUN="$WORK/$RUN_SIZE-$RUN_REPEAT-$RUN_METHOD-$attempt"
   mkdir -p "$RUN"
   : >"$RUN/results.tsv"
@@ -501,7 +484,7 @@ run_once() {
 # profile_aggswitch METHOD
 profile_aggswitch() {
   local method="$1" size="$TARGET_SIZE" iterations options
-  iterations=$(iterations_for "$size")
+  iterations=$(bench_iterations_for "$size" "$ITERATIONS")
   read -r -a options <<<"$(method_worker_options "$method")"
   RUN_METHOD=$method RUN_SIZE=$size RUN_REPEAT=0
   RUN="$WORK/profile"
@@ -534,7 +517,7 @@ profile_aggswitch() {
     --percent-limit 0.05 >"$RUN/perf-report.txt" 2>/dev/null ||
     bench_log "warning: perf report failed (see $RUN/perf.log)"
   bench_parse allreduce-profile --run-dir "$RUN" --t0 "$t0" --t1 "$t1" --world "$WORLD" \
-    --bytes "$(size_bytes "$size")" --mtu "$(method_mtu "$method")" --large-mtu "$LARGE_MTU" \
+    --bytes "$(bench_size_bytes "$size")" --mtu "$(method_mtu "$method")" --large-mtu "$LARGE_MTU" \
     --iterations "$iterations" \
     --method "$method" --ports "$AGG_PORT_DRIVER" >"$WORK/profile.txt" ||
     bench_log "warning: the profile could not be summarized (logs: $RUN)"
@@ -633,7 +616,7 @@ main() {
   local verdict="" profiled=""
   for m in af_xdp_large af_xdp udp_large udp; do has_method "$m" && { profiled=$m; break; }; done
   if [ -n "$profiled" ] && has_method gloo && [[ " $SIZES " == *" $TARGET_SIZE "* ]]; then
-    verdict=$(bench_parse allreduce-verdict "$RESULTS" --size "$(size_bytes "$TARGET_SIZE")" \
+    verdict=$(bench_parse allreduce-verdict "$RESULTS" --size "$(bench_size_bytes "$TARGET_SIZE")" \
       --method "$profiled" --ratio "$([[ "$profiled" = udp* ]] && echo "$UDP_TARGET_RATIO" || echo "$TARGET_RATIO")")
   fi
   if [ "$PROFILE" -eq 1 ] && [ "$verdict" = MISS ]; then profile_aggswitch "$profiled"; fi

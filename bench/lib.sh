@@ -150,6 +150,25 @@ bench_median() {
   sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# Bytes in a size such as 16M (powers of 1024, as agg-worker's --size).
+bench_size_bytes() {
+  local n="${1%[KM]}"
+  case "$1" in *K) echo $((n << 10)) ;; *M) echo $((n << 20)) ;; esac
+}
+
+# Timed allreduces per run of an allreduce benchmark for size $1: $2 when it
+# is given and not empty (the script's --iterations), else about 2 s of
+# Gloo time per run at the least, and enough samples for a median at the
+# most.
+bench_iterations_for() {
+  if [ -n "${2:-}" ]; then echo "$2"; return; fi
+  local b
+  b=$(bench_size_bytes "$1")
+  if [ "$b" -le $((4 << 20)) ]; then echo 30
+  elif [ "$b" -le $((32 << 20)) ]; then echo 10
+  else echo 5; fi
+}
+
 # The first free TCP port on 127.0.0.1 at or above $1.
 bench_free_tcp_port() {
   local port="$1"

@@ -49,7 +49,7 @@ source "$ROOT/tests/lib/topology.sh"
 
 REPEATS=3
 SIZES="1M 16M 64M"
-ITERATIONS=""  # empty: per size, see iterations_for
+ITERATIONS=""  # empty: per size, see bench_iterations_for
 BTL=self,vader
 BUILD_DIR="$ROOT/build"
 KEEP_LOGS=0
@@ -90,19 +90,6 @@ PREFIX="mbench-$$"
 HTTP=""
 SWITCH_PID=""
 TOPO_UP=0
-
-size_bytes() {
-  local n="${1%[KM]}"
-  case "$1" in *K) echo $((n << 10)) ;; *M) echo $((n << 20)) ;; esac
-}
-iterations_for() {
-  if [ -n "$ITERATIONS" ]; then echo "$ITERATIONS"; return; fi
-  local b
-  b=$(size_bytes "$1")
-  if [ "$b" -le $((4 << 20)) ]; then echo 30
-  elif [ "$b" -le $((32 << 20)) ]; then echo 10
-  else echo 5; fi
-}
 
 aggswitch_config() {
   cat <<EOF
@@ -167,7 +154,7 @@ mpi_bench() {
 # to $RESULTS, or says why there is none.
 run_once() {
   local method="$1" size="$2" repeat="$3" iterations seconds
-  iterations=$(iterations_for "$size")
+  iterations=$(bench_iterations_for "$size" "$ITERATIONS")
   RUN="$WORK/$size-$repeat-$method"
   mkdir -p "$RUN"
   bench_wait_for_idle 60
@@ -193,7 +180,7 @@ run_once() {
     return
   fi
   printf '%s %s %s %s\n' "$size" "$method" "$repeat" "$seconds" >>"$RESULTS"
-  awk -v t="$seconds" -v b="$(size_bytes "$size")" \
+  awk -v t="$seconds" -v b="$(bench_size_bytes "$size")" \
     'BEGIN { printf "%9.2f ms  %8.1f MB/s\n", t * 1e3, b / t / 1e6 }' >&2
 }
 
@@ -201,7 +188,7 @@ summary() {
   local size method t_shim t_mpi b
   printf '%-5s  %-24s  %-24s  %s\n' size "through aggswitch (shim)" "plain Open MPI ($BTL)" "time ratio shim/mpi"
   for size in $SIZES; do
-    b=$(size_bytes "$size")
+    b=$(bench_size_bytes "$size")
     t_shim=$(awk -v s="$size" '$1 == s && $2 == "shim" { print $4 }' "$RESULTS" | bench_median)
     t_mpi=$(awk -v s="$size" '$1 == s && $2 == "mpi" { print $4 }' "$RESULTS" | bench_median)
     awk -v s="$size" -v a="$t_shim" -v m="$t_mpi" -v b="$b" 'BEGIN {

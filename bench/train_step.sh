@@ -50,14 +50,7 @@ cleanup_all() { topo_cleanup; rm -rf "$WORK"; }
 trap cleanup_all EXIT
 choose_port_driver >&2
 topo_workers 10.0.41 4
-{
-  switch_head_yaml "agg-tb-$$" 02:a9:9c:00:00:41 10.0.41.254/24 "$HTTP_PORT" 4
-  cat <<YAML
-aggregation:
-  address: $AGG_IP
-  in_band_registration: true
-YAML
-} >"$WORK/switch.yaml"
+in_band_switch_yaml "agg-tb-$$" 02:a9:9c:00:00:41 10.0.41.254/24 "$HTTP_PORT" 4 "$AGG_IP" >"$WORK/switch.yaml"
 MTU=1500
 if [ "${AGG_PORT_DRIVER:-}" = net_af_xdp ]; then
   MTU=3400

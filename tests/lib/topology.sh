@@ -108,6 +108,18 @@ http: {listen: "127.0.0.1:$4"}
 YAML
 }
 
+# in_band_switch_yaml FILE_PREFIX MAC ADDRESS HTTP_PORT N AGG_IP: a whole
+# config, switch_head_yaml's with an aggregation address AGG_IP at which
+# jobs register themselves in-band.
+in_band_switch_yaml() {
+  switch_head_yaml "$1" "$2" "$3" "$4" "$5"
+  cat <<YAML
+aggregation:
+  address: $6
+  in_band_registration: true
+YAML
+}
+
 topo_mac() { ip -n "$(topo_ns "$1")" link show "${2:-eth0}" | awk '/link\/ether/ {print $2}'; }
 
 topo_exec() {

@@ -46,14 +46,7 @@ cleanup_all() { topo_cleanup; rm -rf "$WORK"; }
 trap cleanup_all EXIT
 
 topo_workers 10.0.49 1
-{
-  switch_head_yaml "$PREFIX" 02:a9:9c:00:00:49 10.0.49.254/24 "$HTTP_PORT" 1
-  cat <<YAML
-aggregation:
-  address: $AGG_IP
-  in_band_registration: true
-YAML
-} >"$WORK/switch.yaml"
+in_band_switch_yaml "$PREFIX" 02:a9:9c:00:00:49 10.0.49.254/24 "$HTTP_PORT" 1 "$AGG_IP" >"$WORK/switch.yaml"
 
 # mpi_run NAME [VAR=VALUE...] -- PROGRAM [ARGS...]: four ranks of PROGRAM in
 # the namespace, shared memory between them (vader; no single-copy

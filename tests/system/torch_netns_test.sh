@@ -45,14 +45,7 @@ cleanup_all() { topo_cleanup; rm -rf "$WORK"; }
 trap cleanup_all EXIT
 
 topo_workers 10.0.46 4
-{
-  switch_head_yaml "$PREFIX" 02:a9:9c:00:00:46 10.0.46.254/24 "$HTTP_PORT" 4
-  cat <<YAML
-aggregation:
-  address: $AGG_IP
-  in_band_registration: true
-YAML
-} >"$WORK/switch.yaml"
+in_band_switch_yaml "$PREFIX" 02:a9:9c:00:00:46 10.0.46.254/24 "$HTTP_PORT" 4 "$AGG_IP" >"$WORK/switch.yaml"
 
 # train NAME PORT [TRAIN_DDP OPTIONS]: the four ranks; NAME.<rank>.jsonl.
 train() {
