@@ -12,6 +12,10 @@
 #     each sum; the difference is rounding, far below what 20 SGD steps of a
 #     small MLP amplify to 1e-4.
 #   - The gradients went through the switch: the job counters moved.
+#   - python/tests/torch_check.py on the process group: all_reduce of every
+#     dtype and op the switch takes, exact; a strided view; async Works and
+#     their futures; what Gloo does (float64, PRODUCT, broadcast, all_gather,
+#     barrier); a group of two ranks is a job of its own.
 #   - A rank killed mid-run makes the others raise within the timeout
 #     (AGGSWITCH_TIMEOUT=3 s) instead of hanging.
 #
@@ -27,6 +31,7 @@ AGGSWITCH=$(realpath "$1")
 PY_PATH=$(realpath "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 TRAIN="$HERE/../../examples/train_ddp.py"
+COLLECTIVES="$HERE/../../python/tests/torch_check.py"
 # shellcheck source=tests/lib/topology.sh
 source "$HERE/../lib/topology.sh"
 # shellcheck source=tests/lib/check.sh
@@ -98,6 +103,14 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+# jobs_with_contributions: the jobs the switch counted contributions for,
+# one id a line.
+jobs_with_contributions() {
+  curl -fsS -m 2 "$METRICS" |
+    sed -n 's/^aggswitch_aggregation_job_contributions_total{job="\([0-9]*\)"} \([0-9]*\)$/\1 \2/p' |
+    awk '$2 > 0 { print $1 }' | sort -u
+}
+
 job_contributions() {
   curl -fsS -m 2 "$METRICS" |
     awk '$1 ~ /^aggswitch_aggregation_job_contributions_total/ { s += $2 } END { print s + 0 }'
@@ -131,6 +144,29 @@ if run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/switch.log"; 
     train hook 29503 --backend gloo --hook --steps "$STEPS" && compare hook && moved "$before"
   }
   check "Gloo with aggswitch.torch.allreduce_hook: bit-identical parameters, Gloo's loss, through the switch" hook
+
+  collectives() {
+    local w pids=() rc=0 new
+    jobs_with_contributions >"$WORK/jobs.before"
+    for w in 0 1 2 3; do
+      ip netns exec "$(topo_ns "w$w")" timeout -k 5 120 env PYTHONPATH="$PY_PATH" \
+        AGGSWITCH_SWITCH="$AGG_IP" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+        "$PY" "$COLLECTIVES" --rank "$w" --world 4 --init "tcp://10.0.46.1:29506" \
+        >"$WORK/collectives.$w.out" 2>&1 &
+      pids+=($!)
+      topo_track_pid $!
+    done
+    for w in 0 1 2 3; do
+      wait "${pids[$w]}" || { rc=1; echo "--- rank $w:"; tail -20 "$WORK/collectives.$w.out"; }
+    done
+    new=$(jobs_with_contributions | comm -13 "$WORK/jobs.before" - | wc -l)
+    [ "$rc" -eq 0 ] && report "$(cat "$WORK/collectives.0.out")"
+    report "new jobs with contributions at the switch: $new (the world's and the pair's)"
+    [ "$new" -eq 2 ] || rc=1
+    return $rc
+  }
+  check "the process group's collectives: every dtype and op exact, Gloo's part, a group of two its own job" \
+    collectives
 
   # killed MODE...: rank 3 is killed after its third step; the other ranks
   # must fail (not hang) within the timeout plus the time to unwind.
