@@ -8,7 +8,7 @@ checks every answer against the reduction of all ranks' inputs:
     of a strided view (written back through a copy); async (async_op=True)
     with wait() and the Work's future;
   - what goes to the Gloo group: all_reduce of float64 and with PRODUCT,
-    broadcast, all_gather, reduce_scatter-free calls Gloo has (barrier);
+    broadcast, all_gather and barrier;
   - a dist.new_group of two ranks is a job of its own.
 Prints one line per group of checks and the job ids it used (rank 0), and
 exits 1 on the first failure.
