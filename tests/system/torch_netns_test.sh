@@ -52,22 +52,38 @@ trap cleanup_all EXIT
 topo_workers 10.0.46 4
 in_band_switch_yaml "$PREFIX" 02:a9:9c:00:00:46 10.0.46.254/24 "$HTTP_PORT" 4 "$AGG_IP" >"$WORK/switch.yaml"
 
-# train NAME PORT [TRAIN_DDP OPTIONS]: the four ranks; NAME.<rank>.jsonl.
-train() {
-  local name="$1" port="$2" w pids=() rc=0
-  shift 2
+# start_ranks NAME PORT SCRIPT [ARGS...]: SCRIPT's four ranks, one per
+# namespace, meeting at rank 0's PORT; "@RANK@" in an argument is the rank.
+# RANK_PIDS: their pids; NAME.<rank>.out: their output. The words of
+# RANK_ENV (VAR=VALUE) go to each rank's environment.
+RANK_ENV=()
+start_ranks() {
+  local name="$1" port="$2" script="$3" w
+  shift 3
+  RANK_PIDS=()
   for w in 0 1 2 3; do
     ip netns exec "$(topo_ns "w$w")" timeout -k 5 240 env PYTHONPATH="$PY_PATH" \
-      AGGSWITCH_SWITCH="$AGG_IP" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
-      "$PY" "$TRAIN" --rank "$w" --world 4 --init "tcp://10.0.46.1:$port" --log "$WORK/$name.$w.jsonl" "$@" \
+      AGGSWITCH_SWITCH="$AGG_IP" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 "${RANK_ENV[@]}" \
+      "$PY" "$script" --rank "$w" --world 4 --init "tcp://10.0.46.1:$port" "${@//@RANK@/$w}" \
       >"$WORK/$name.$w.out" 2>&1 &
-    pids+=($!)
+    RANK_PIDS+=($!)
     topo_track_pid $!
   done
+}
+
+# wait_ranks NAME: fails, with the output's tail, when any rank did.
+wait_ranks() {
+  local w rc=0
   for w in 0 1 2 3; do
-    wait "${pids[$w]}" || { rc=1; echo "--- $name rank $w:"; tail -20 "$WORK/$name.$w.out"; }
+    wait "${RANK_PIDS[$w]}" || { rc=1; echo "--- $1 rank $w:"; tail -20 "$WORK/$1.$w.out"; }
   done
   return $rc
+}
+
+# train NAME PORT [TRAIN_DDP OPTIONS]: the four ranks; NAME.<rank>.jsonl.
+train() {
+  start_ranks "$1" "$2" "$TRAIN" --log "$WORK/$1.@RANK@.jsonl" "${@:3}"
+  wait_ranks "$1"
 }
 
 # compare NAME: NAME's ranks agree on the parameters after every step, and
@@ -146,19 +162,10 @@ if run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/switch.log"; 
   check "Gloo with aggswitch.torch.allreduce_hook: bit-identical parameters, Gloo's loss, through the switch" hook
 
   collectives() {
-    local w pids=() rc=0 new
+    local rc=0 new
     jobs_with_contributions >"$WORK/jobs.before"
-    for w in 0 1 2 3; do
-      ip netns exec "$(topo_ns "w$w")" timeout -k 5 120 env PYTHONPATH="$PY_PATH" \
-        AGGSWITCH_SWITCH="$AGG_IP" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
-        "$PY" "$COLLECTIVES" --rank "$w" --world 4 --init "tcp://10.0.46.1:29506" \
-        >"$WORK/collectives.$w.out" 2>&1 &
-      pids+=($!)
-      topo_track_pid $!
-    done
-    for w in 0 1 2 3; do
-      wait "${pids[$w]}" || { rc=1; echo "--- rank $w:"; tail -20 "$WORK/collectives.$w.out"; }
-    done
+    start_ranks collectives 29506 "$COLLECTIVES"
+    wait_ranks collectives || rc=1
     new=$(jobs_with_contributions | comm -13 "$WORK/jobs.before" - | wc -l)
     [ "$rc" -eq 0 ] && report "$(cat "$WORK/collectives.0.out")"
     report "new jobs with contributions at the switch: $new (the world's and the pair's)"
@@ -171,29 +178,24 @@ if run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/switch.log"; 
   # killed MODE...: rank 3 is killed after its third step; the other ranks
   # must fail (not hang) within the timeout plus the time to unwind.
   killed() {
-    local w pids=() rc=0 start elapsed
-    for w in 0 1 2 3; do
-      ip netns exec "$(topo_ns "w$w")" timeout -k 5 120 env PYTHONPATH="$PY_PATH" \
-        AGGSWITCH_SWITCH="$AGG_IP" AGGSWITCH_TIMEOUT=3 GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
-        "$PY" "$TRAIN" --rank "$w" --world 4 --init "tcp://10.0.46.1:$1" --timeout 20 \
-        --steps 100000 --log "$WORK/killed$1.$w.jsonl" "${@:2}" >"$WORK/killed$1.$w.out" 2>&1 &
-      pids+=($!)
-      topo_track_pid $!
-    done
+    local name="killed$1" w rc=0 start elapsed
+    RANK_ENV=(AGGSWITCH_TIMEOUT=3)
+    start_ranks "$name" "$1" "$TRAIN" --timeout 20 --steps 100000 --log "$WORK/$name.@RANK@.jsonl" "${@:2}"
+    RANK_ENV=()
     for _ in $(seq 600); do
-      [ "$(wc -l <"$WORK/killed$1.3.jsonl" 2>/dev/null || echo 0)" -ge 3 ] && break
+      [ "$(wc -l <"$WORK/$name.3.jsonl" 2>/dev/null || echo 0)" -ge 3 ] && break
       sleep 0.1
     done
     pkill -KILL -f -- "--rank 3 --world 4 --init tcp://10.0.46.1:$1" || return 1
     start=$(date +%s)
     for w in 0 1 2; do
-      if wait "${pids[$w]}"; then rc=1; echo "rank $w finished although rank 3 was killed"; fi
+      if wait "${RANK_PIDS[$w]}"; then rc=1; echo "rank $w finished although rank 3 was killed"; fi
     done
     elapsed=$(($(date +%s) - start))
     # What each raised: the switch's error, or Gloo's when rank 3 died in
     # one of its calls (the loss's all_reduce, on the hook's run).
-    report "ranks 0-2 raised ${elapsed} s after the kill: $(for w in 0 1 2; do grep -E "^[A-Za-z_.]*(Error|Exception)\b" "$WORK/killed$1.$w.out" | tail -1 | cut -c1-160; done | sort | uniq -c | tr '\n' ' ')"
-    for w in 0 1 2; do grep -q '^Traceback' "$WORK/killed$1.$w.out" || rc=1; done
+    report "ranks 0-2 raised ${elapsed} s after the kill: $(for w in 0 1 2; do grep -E "^[A-Za-z_.]*(Error|Exception)\b" "$WORK/$name.$w.out" | tail -1 | cut -c1-160; done | sort | uniq -c | tr '\n' ' ')"
+    for w in 0 1 2; do grep -q '^Traceback' "$WORK/$name.$w.out" || rc=1; done
     [ "$elapsed" -le 30 ] || rc=1
     return $rc
   }
