@@ -115,7 +115,7 @@ def client_options(store, rank, world, prefix="pg"):
         interface=os.environ.get("AGGSWITCH_INTERFACE", ""),
         float_mode=_env_choice("AGGSWITCH_FLOAT_MODE", _FLOAT_MODES, "fixed_point"),
         window=_env_int("AGGSWITCH_WINDOW", 128, 1, 2048),
-        mtu=_env_int("AGGSWITCH_MTU", 1500, 576, 9000),
+        mtu=_env_int("AGGSWITCH_MTU", 1500, 128, 9600),  # the client's kMinMtu..kMaxMtu
     )
     timeout = os.environ.get("AGGSWITCH_TIMEOUT", "")
     if timeout:
