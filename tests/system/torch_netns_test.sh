@@ -144,6 +144,27 @@ check "import aggswitch.torch registers the \"aggswitch\" backend" \
   env PYTHONPATH="$PY_PATH" "$PY" -c \
   "import torch.distributed as d, aggswitch.torch; assert 'AGGSWITCH' in d.Backend._plugins"
 
+# bad_env VAR [VAR=VALUE...]: with only these AGGSWITCH_ variables, the
+# process group refuses to start with an InvalidArgumentError naming VAR.
+bad_env() {
+  local var="$1" out
+  shift
+  out=$(env -u AGGSWITCH_SWITCH PYTHONPATH="$PY_PATH" "$@" "$PY" -c '
+import datetime, torch.distributed as d, aggswitch, aggswitch.torch
+try:
+    d.init_process_group("aggswitch", store=d.HashStore(), rank=0, world_size=1,
+                         timeout=datetime.timedelta(seconds=5))
+    print("accepted")
+except aggswitch.InvalidArgumentError as e:
+    print(e)' 2>&1)
+  report "$out"
+  [[ "$out" == "$var: "* ]]
+}
+check "no AGGSWITCH_SWITCH: refused, naming it" bad_env AGGSWITCH_SWITCH
+check "AGGSWITCH_MTU=jumbo: refused, naming it" bad_env AGGSWITCH_MTU AGGSWITCH_SWITCH=10.0.46.253 AGGSWITCH_MTU=jumbo
+check "AGGSWITCH_TRANSPORT=rdma: refused, naming it" \
+  bad_env AGGSWITCH_TRANSPORT AGGSWITCH_SWITCH=10.0.46.253 AGGSWITCH_TRANSPORT=rdma
+
 if run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/switch.log"; then
   check "Gloo: 4 ranks, $STEPS steps" train gloo 29501 --backend gloo --steps "$STEPS"
 
