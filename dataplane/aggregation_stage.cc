@@ -726,7 +726,11 @@ void AggregationStage::Escalate(const Checked& it) {
   const bool may_move = job.move() ? it.where == Where::kHome && job.MovedFrom(h.seq.host())
                                    : job.MayMove(s_.regions.For(job.in_band()).size);
   if (channels_.escalate != nullptr && (s_.regions.spare.size != 0 || may_move)) {
-    Escalation e{FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, Via::kPlacement,
+    // The frame remembers the slot it collided at (home, or the moved
+    // partition: escalations come from no other), where the answer is
+    // applied.
+    const Via at = it.where == Where::kMoved ? Via::kSwitch : Via::kHome;
+    Escalation e{FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, at,
                           aggregator::RelocationMap::kNone},
                  job.id(), job.generation(), h.seq.host(), it.slot};
     if (rte_ring_sp_enqueue_elem(channels_.escalate.get(), &e, sizeof(e)) == 0) {
@@ -852,19 +856,33 @@ void AggregationStage::DrainRelocations() {
       continue;
     }
     const FrameMeta meta{r.frame.vlan, false, r.frame.l3_offset};
-    // Cannot fail: the control thread leases at most as many spare slots as
-    // the map holds.
-    if (r.kind == Relocation::Kind::kPlace) (void)s_.relocations->Insert(key, r.hint);
-    // Checked again (the job may have changed meanwhile); its slot, now in
-    // the map or past its job's cut, sends it on (to the spare slot, or to
-    // the moved partition), or, refused, it is answered there.
-    if (!Check(r.frame.m, r.frame.in_port, meta, Source::kReinject, &items[k])) continue;
+    // Checked again (the job may have changed meanwhile) at the slot it
+    // collided at, which this worker owns. That slot, its chunk now in the
+    // map or past its job's cut, sends it on (to the spare slot, or to the
+    // moved partition), or, refused, it is answered there.
+    if (!Check(r.frame.m, r.frame.in_port, meta, Source::kReinject, &items[k],
+               aggregator::RelocationMap::kNone, r.frame.via)) {
+      continue;
+    }
     const Checked& it = items[k];
     const aggregator::ChunkKey now{it.job->id(), it.job->generation(), it.pkt.header->seq.host()};
-    const bool sent_on = r.kind == Relocation::Kind::kMoved
-                             ? MoveApplied(*it.job) && it.job->MovedFrom(now.seq)
-                             : r.kind == Relocation::Kind::kPlace &&
-                                   s_.relocations->Find(now) != aggregator::RelocationMap::kNone;
+    bool sent_on = false;
+    if (r.kind == Relocation::Kind::kMoved) {
+      sent_on = MoveApplied(*it.job) && it.job->MovedFrom(now.seq);
+    } else if (r.kind == Relocation::Kind::kPlace) {
+      if (s_.slots->Holding(LocalSlot(it.slot), now.job_id, now.job_generation, now.seq) !=
+          nullptr) {
+        // The slot took the chunk while the control thread decided (another
+        // member's contribution found it free): the chunk stays there whole,
+        // and the spare slot waits unused until its lease ends.
+        sent_on = true;
+      } else {
+        // Cannot fail: the control thread leases at most as many spare
+        // slots as the map holds.
+        (void)s_.relocations->Insert(key, r.hint);
+        sent_on = s_.relocations->Find(now) != aggregator::RelocationMap::kNone;
+      }
+    }
     if (!sent_on) {
       RefuseSlotBusy(it);
       continue;

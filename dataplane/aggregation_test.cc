@@ -791,6 +791,57 @@ TEST_F(AggregationTest, AJobWithNoRoomToMoveFallsBackToTheSpareSlots) {
   EXPECT_EQ(jobs_->Find(9)->move()->base, 450u);
 }
 
+// A moved job's chunk that collides in its moved partition waits for the
+// control thread's spare slot. If the moved slot comes free meanwhile and
+// another member's contribution takes it, the escalated one meets it there:
+// the spare slot is not used, and the chunk never splits between the two.
+TEST_F(AggregationTest, AnEscalatedChunkMeetsTheOthersWhereItCollidedWhenThatSlotTookIt) {
+  BuildAggregation(", placement: round_robin, slots_per_job: 16, spare_slots: 4");
+  const auto admit = [&](uint32_t id, std::optional<uint32_t> hint) {
+    AdmitApiJob(*jobs_, config_.aggregation, id, hint);
+  };
+  admit(7, std::nullopt);  // slots 0..15
+  admit(9, 0);             // on job 7's partition
+  Inject(0, Contribution(7, 1, 0, Int32Payload({1})));
+  Step();
+  Inject(0, Contribution(9, 1, 0, Int32Payload({1})));  // slot 1: collides, job 9 moves
+  StepThroughControl();
+  ASSERT_TRUE(jobs_->Find(9)->move().has_value());
+  ASSERT_EQ(jobs_->Find(9)->move()->base, 16u);
+  (void)Drain();
+  // Job 11 takes slot 16, where job 9's chunk 16 goes now.
+  admit(11, 16);
+  Inject(0, Contribution(11, 0, 0, Int32Payload({5})));
+  Step();
+  // Chunks 0..15 acknowledged: chunk 16 is within the job's slot quota.
+  const auto chunk16 = [&](uint16_t node, int32_t value) {
+    return Contribution(9, 16, node, Int32Payload({value}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                        -1, 16);
+  };
+  Inject(0, chunk16(0, 100));  // collides at slot 16
+  Step();
+  EXPECT_EQ(Agg().escalations.Get(), 2u);
+  // Before the control thread answers, job 11 leaves and member 1's
+  // contribution takes the freed slot.
+  ASSERT_TRUE(jobs_->Remove(11).ok());
+  Inject(0, chunk16(1, 200));
+  StepThroughControl();
+  const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 2u);
+  for (const Result& r : results) {
+    EXPECT_EQ(r.fields.seq, 16u);
+    EXPECT_EQ(r.payload, Int32Payload({300}));
+    EXPECT_EQ(r.fields.slot_hint, aggregator::kMovedSlotHint);
+  }
+  const auto dump = dp_->DumpSlots(1024, std::chrono::seconds(5));
+  ASSERT_TRUE(dump.ok());
+  for (const SlotInfo& e : dump->slots) {
+    if (e.job_id == 9 && e.seq == 16) {
+      EXPECT_EQ(e.index, 16u) << "in the moved partition";
+    }
+  }
+}
+
 TEST_F(AggregationTest, TrunkMembersGetTaggedResults) {
   AddJob(7, 2);
   Inject(0, Contribution(7, 1, 0, Int32Payload({1})));
