@@ -20,6 +20,7 @@ PACKAGES=(
   python3-dev python3-pybind11 python3-numpy  # the Python package (python/) and its tests
   python3-torch libtorch-dev                # the PyTorch backend and comm hook, and their tests
   libopenmpi-dev openmpi-bin python3-mpi4py # libaggswitch_mpi.so and its tests
+  libsqlite3-dev sqlite3                     # agg-intcollector's record table
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)
