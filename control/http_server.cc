@@ -5,23 +5,14 @@
 #include <sys/socket.h>
 
 #include <cctype>
-#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "common/log.h"
-#include "control/job_control.h"
-#include "control/stats_snapshot.h"
-#include "control/tree_control.h"
-#include "dataplane/dataplane.h"
 
 namespace aggswitch::control {
 namespace {
-
-// How long a slot dump waits for the workers (a few hundred slots per poll
-// loop each); past it /api/v1/slots answers 503.
-constexpr std::chrono::milliseconds kSlotDumpTimeout{500};
 
 // The first message civetweb logs while mg_start2() runs on this thread; it
 // explains a failed start ("cannot bind to 127.0.0.1:9477: 98 (Address already
@@ -123,18 +114,6 @@ bool ReadBody(mg_connection* conn, const mg_request_info* ri, std::string& body)
   }
 }
 
-// Runs `fn` (which returns a Result<T>) on the control thread and returns
-// its result, or why the control thread did not take it.
-template <typename T, typename Fn>
-common::Result<T> ResultOnControl(JobControl& jobs, Fn&& fn) {
-  common::Result<T> result = common::Internal("not run");
-  RETURN_IF_ERROR(jobs.RunOnControl([&] {
-    result = fn();
-    return common::Status::Ok();
-  }));
-  return result;
-}
-
 }  // namespace
 
 HttpServer::Options HttpServer::OptionsFrom(const config::HttpConfig& http, std::string token) {
@@ -156,68 +135,34 @@ HttpSnapshot HttpServer::Counts() const {
 }
 
 common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
-                                                              const dataplane::Dataplane& dp,
-                                                              JobControl* jobs,
-                                                              TreeControl* tree) {
-  DataSource source;
-  source.snapshot = [&dp, jobs, tree] {
-    StatsSnapshot snap = CollectSnapshot(dp);
-    if (jobs != nullptr) {
-      // The job table and the own TAN belong to the control thread: both are
-      // read there, in one step. Without an answer /metrics leaves their
-      // families out rather than fail the whole scrape.
-      JobTableSnapshot table;
-      std::optional<OwnTanSnapshot> tan;
-      const bool aggregating = snap.aggregation.has_value();
-      const common::Status read = jobs->RunOnControl([&] {
-        table = jobs->Snapshot();
-        if (tree != nullptr && aggregating) {
-          tan = OwnTanSnapshot{tree->tan_counters(), tree->tan_pending()};
-        }
-        return common::Status::Ok();
-      });
-      if (read.ok()) {
-        snap.jobs = std::move(table);
-        if (aggregating) snap.aggregation->tan = tan;
-      }
-    }
-    return snap;
-  };
-  source.mac_entries = [&dp] { return CollectMacEntries(dp); };
-  if (dp.aggregation_enabled()) {
-    // DumpSlots waits for the workers and serialises its callers, so a dump
-    // never runs on a worker lcore and civetweb's two threads take turns.
-    source.slots = [&dp](size_t limit) { return dp.DumpSlots(limit, kSlotDumpTimeout); };
-    source.bypass = [&dp](size_t limit) { return dp.DumpBypass(limit, kSlotDumpTimeout); };
-  }
-  if (jobs != nullptr) jobs->Attach(source);
-  if (jobs != nullptr && tree != nullptr) {
-    // The predictors and the participation bitmaps belong to the control thread.
-    source.stragglers = [jobs, tree](uint32_t job, const StragglerRequest& request) {
-      return ResultOnControl<StragglerReport>(*jobs, [&] { return tree->Stragglers(job, request); });
-    };
-    // A TAN needs the aggregation path. JobControl changes it on the control
-    // thread, and its change hook has the tree resolve the new one.
-    source.tan = [jobs](uint32_t job, const std::optional<TanRequest>& request) {
-      return jobs->Tan(job, request);
-    };
-  }
-  return Start(options, std::move(source));
-}
-
-common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
                                                               DataSource source) {
-  const std::string& listen = options.listen;
-  ASSIGN_OR_RETURN(const std::string listening_ports, ListeningPortsOption(listen));
-  std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(source)));
+  std::unique_ptr<HttpServer> server(new HttpServer(options));
   // /metrics and /api/v1/stats show what this server refused.
-  if (server->source_.snapshot) {
-    server->source_.snapshot = [self = server.get(), inner = std::move(server->source_.snapshot)] {
+  if (source.snapshot) {
+    source.snapshot = [self = server.get(), inner = std::move(source.snapshot)] {
       StatsSnapshot snap = inner();
       snap.http = self->Counts();
       return snap;
     };
   }
+  server->handler_ = [source = std::move(source)](std::string_view method, std::string_view path,
+                                                  std::string_view query, const std::string& body) {
+    return HandleRequest(method, path, query, body, source);
+  };
+  return Launch(std::move(server));
+}
+
+common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
+                                                              Handler handler) {
+  std::unique_ptr<HttpServer> server(new HttpServer(options));
+  server->handler_ = std::move(handler);
+  return Launch(std::move(server));
+}
+
+common::Result<std::unique_ptr<HttpServer>> HttpServer::Launch(std::unique_ptr<HttpServer> server) {
+  const Options& options = server->options_;
+  const std::string& listen = options.listen;
+  ASSIGN_OR_RETURN(const std::string listening_ports, ListeningPortsOption(listen));
   const std::string threads = std::to_string(options.threads);
   const std::string timeout = std::to_string(options.request_timeout_ms);
 
@@ -301,7 +246,7 @@ int HttpServer::OnRequest(mg_connection* conn, void* cbdata) {
       return too_large.status;
     }
   }
-  const HttpResponse response = HandleRequest(method, path, query, body, self->source_);
+  const HttpResponse response = self->handler_(method, path, query, body);
   SendResponse(conn, response, method == "HEAD");
   return response.status;
 }

@@ -7,30 +7,26 @@
 // request); the destructor stops them and waits for requests in flight.
 // Every request first passes the access checks of http_guard.h (Host,
 // Origin, content type, the API token); a refused one is answered and
-// counted here, never routed. Routing and bodies live in api.h
-// (HandleRequest); this file only adapts civetweb to it, reading a request
-// body (POST) of at most kMaxRequestBody bytes.
-//
-// civetweb's threads are not EAL lcores. They read the dataplane only through
-// its [any] accessors (CollectSnapshot, CollectMacEntries, DumpSlots) and never
-// touch a worker lcore's state for writing, so a scrape cannot stall
-// forwarding; a slot dump asks the workers for a copy and waits at most
-// 500 ms for it. The job routes (a job's TAN too), each job's counters and
-// the own TAN's counters go through JobControl, which hands them to the
-// control thread.
+// counted here, never routed. The switch's routing and bodies live in
+// api.h (HandleRequest over a DataSource; the switch's own source is
+// SwitchDataSource, stats_snapshot.h); another program (agg-intcollector)
+// gives its own Handler. This file only adapts civetweb to them, reading a
+// request body (POST) of at most kMaxRequestBody bytes. It links no DPDK.
 //
 //   HttpServer::Options options{.listen = cfg.http.listen, .access = {.token = token}};
-//   ASSIGN_OR_RETURN(auto http, HttpServer::Start(options, *dataplane, &job_control));
+//   ASSIGN_OR_RETURN(auto http, HttpServer::Start(options, SwitchDataSource(*dataplane, &jobs)));
 //   AGG_LOG(kInfo, "metrics at http://%s/metrics", http->listen().c_str());
 //   ...
-//   http.reset();   // before the dataplane is destroyed
+//   http.reset();   // before whatever its source reads is destroyed
 //
-// Thread safety: Start() and the destructor on the control thread; the
-// accessors on any thread.
+// Thread safety: Start() and the destructor on the thread that owns the
+// server (the switch's control thread); the accessors on any thread. The
+// source's or handler's functions run on civetweb's threads, concurrently.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,14 +39,7 @@
 struct mg_context;
 struct mg_connection;
 
-namespace aggswitch::dataplane {
-class Dataplane;
-}  // namespace aggswitch::dataplane
-
 namespace aggswitch::control {
-
-class JobControl;
-class TreeControl;
 
 // Request bodies above this size get 413.
 inline constexpr size_t kMaxRequestBody = 64 * 1024;
@@ -67,20 +56,16 @@ class HttpServer {
   // of http.token_file; empty without one). [any]
   static Options OptionsFrom(const config::HttpConfig& http, std::string token);
 
-  // Serves `dp`, and the job table through `jobs` when given (else the job
-  // routes answer 503); both must outlive the server. /api/v1/slots answers
-  // 503 unless `dp` aggregates. A bad address or a port in use is an error
-  // naming the address. [control]
-  static common::Result<std::unique_ptr<HttpServer>> Start(const Options& options,
-                                                           const dataplane::Dataplane& dp,
-                                                           JobControl* jobs = nullptr,
-                                                           TreeControl* tree = nullptr);
-  // Serves whatever `source` returns; its functions are called from civetweb's
-  // threads, concurrently. For tests and tools that have no Dataplane. [control]
+  // Serves `source` (api.h's routes). A bad address or a port in use is an
+  // error naming the address. [owner]
   static common::Result<std::unique_ptr<HttpServer>> Start(const Options& options,
                                                            DataSource source);
+  // Serves whatever `handler` answers, after the same access checks. [owner]
+  using Handler = std::function<HttpResponse(std::string_view method, std::string_view path,
+                                             std::string_view query, const std::string& body)>;
+  static common::Result<std::unique_ptr<HttpServer>> Start(const Options& options, Handler handler);
 
-  // Stops accepting, waits for requests in flight, joins civetweb's threads. [control]
+  // Stops accepting, waits for requests in flight, joins civetweb's threads. [owner]
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -93,8 +78,9 @@ class HttpServer {
   HttpSnapshot Counts() const;
 
  private:
-  HttpServer(Options options, DataSource source)
-      : options_(std::move(options)), source_(std::move(source)) {}
+  explicit HttpServer(Options options) : options_(std::move(options)) {}
+  // Binds and starts civetweb for a server whose handler is set.
+  static common::Result<std::unique_ptr<HttpServer>> Launch(std::unique_ptr<HttpServer> server);
 
   // civetweb's request handler for every URI; `cbdata` is the HttpServer.
   static int OnRequest(mg_connection* conn, void* cbdata);
@@ -105,7 +91,7 @@ class HttpServer {
   }
 
   const Options options_;
-  DataSource source_;
+  Handler handler_;
   mg_context* ctx_ = nullptr;
   uint16_t port_ = 0;
   mutable std::atomic<uint64_t> refused_[kNumRefusals] = {};

@@ -24,6 +24,7 @@
 #include "config/loader.h"
 #include "control/control_loop.h"
 #include "control/http_server.h"
+#include "control/switch_source.h"
 #include "control/in_band_admission.h"
 #include "control/job_control.h"
 #include "control/telemetry.h"
@@ -149,7 +150,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
     token = std::move(loaded).value();
   }
   auto http = control::HttpServer::Start(control::HttpServer::OptionsFrom(cfg.http, std::move(token)),
-                                         **dp, &job_control, tree.get());
+                                         control::SwitchDataSource(**dp, &job_control, tree.get()));
   if (!http.ok()) {
     AGG_LOG(kError, "http: %s", http.status().message().c_str());
     return 1;

@@ -1,0 +1,79 @@
+#include "control/switch_source.h"
+
+#include <chrono>
+#include <optional>
+
+#include "control/job_control.h"
+#include "control/stats_snapshot.h"
+#include "control/tree_control.h"
+#include "dataplane/dataplane.h"
+
+namespace aggswitch::control {
+namespace {
+
+// How long a slot dump waits for the workers (a few hundred slots per poll
+// loop each); past it /api/v1/slots answers 503.
+constexpr std::chrono::milliseconds kSlotDumpTimeout{500};
+
+// Runs `fn` (which returns a Result<T>) on the control thread and returns
+// its result, or why the control thread did not take it.
+template <typename T, typename Fn>
+common::Result<T> ResultOnControl(JobControl& jobs, Fn&& fn) {
+  common::Result<T> result = common::Internal("not run");
+  RETURN_IF_ERROR(jobs.RunOnControl([&] {
+    result = fn();
+    return common::Status::Ok();
+  }));
+  return result;
+}
+
+}  // namespace
+
+DataSource SwitchDataSource(const dataplane::Dataplane& dp, JobControl* jobs, TreeControl* tree) {
+  DataSource source;
+  source.snapshot = [&dp, jobs, tree] {
+    StatsSnapshot snap = CollectSnapshot(dp);
+    if (jobs != nullptr) {
+      // The job table and the own TAN belong to the control thread: both are
+      // read there, in one step. Without an answer /metrics leaves their
+      // families out rather than fail the whole scrape.
+      JobTableSnapshot table;
+      std::optional<OwnTanSnapshot> tan;
+      const bool aggregating = snap.aggregation.has_value();
+      const common::Status read = jobs->RunOnControl([&] {
+        table = jobs->Snapshot();
+        if (tree != nullptr && aggregating) {
+          tan = OwnTanSnapshot{tree->tan_counters(), tree->tan_pending()};
+        }
+        return common::Status::Ok();
+      });
+      if (read.ok()) {
+        snap.jobs = std::move(table);
+        if (aggregating) snap.aggregation->tan = tan;
+      }
+    }
+    return snap;
+  };
+  source.mac_entries = [&dp] { return CollectMacEntries(dp); };
+  if (dp.aggregation_enabled()) {
+    // DumpSlots waits for the workers and serialises its callers, so a dump
+    // never runs on a worker lcore and civetweb's two threads take turns.
+    source.slots = [&dp](size_t limit) { return dp.DumpSlots(limit, kSlotDumpTimeout); };
+    source.bypass = [&dp](size_t limit) { return dp.DumpBypass(limit, kSlotDumpTimeout); };
+  }
+  if (jobs != nullptr) jobs->Attach(source);
+  if (jobs != nullptr && tree != nullptr) {
+    // The predictors and the participation bitmaps belong to the control thread.
+    source.stragglers = [jobs, tree](uint32_t job, const StragglerRequest& request) {
+      return ResultOnControl<StragglerReport>(*jobs, [&] { return tree->Stragglers(job, request); });
+    };
+    // A TAN needs the aggregation path. JobControl changes it on the control
+    // thread, and its change hook has the tree resolve the new one.
+    source.tan = [jobs](uint32_t job, const std::optional<TanRequest>& request) {
+      return jobs->Tan(job, request);
+    };
+  }
+  return source;
+}
+
+}  // namespace aggswitch::control

@@ -1,0 +1,34 @@
+// What the switch's HTTP server serves (api.h's DataSource over the live
+// dataplane): /metrics and /api/v1 read the dataplane only through its
+// [any] accessors (CollectSnapshot, CollectMacEntries, DumpSlots) and never
+// touch a worker lcore's state for writing, so a scrape cannot stall
+// forwarding; a slot dump asks the workers for a copy and waits at most
+// 500 ms for it. The job routes (a job's TAN too), each job's counters and
+// the own TAN's counters go through JobControl, which hands them to the
+// control thread.
+//
+//   ASSIGN_OR_RETURN(auto http, HttpServer::Start(options, SwitchDataSource(*dp, &jobs, &tree)));
+//
+// Thread safety: SwitchDataSource() on the control thread; the source's
+// functions on any thread (civetweb's), concurrently.
+#pragma once
+
+#include "control/api.h"
+
+namespace aggswitch::dataplane {
+class Dataplane;
+}  // namespace aggswitch::dataplane
+
+namespace aggswitch::control {
+
+class JobControl;
+class TreeControl;
+
+// The source over `dp`, and the job table through `jobs` when given (else
+// the job routes answer 503), the stragglers and TANs through `tree` with
+// it. Each must outlive the server. /api/v1/slots answers 503 unless `dp`
+// aggregates. [control]
+DataSource SwitchDataSource(const dataplane::Dataplane& dp, JobControl* jobs = nullptr,
+                            TreeControl* tree = nullptr);
+
+}  // namespace aggswitch::control
