@@ -65,6 +65,21 @@ std::string Ipv4Addr::ToString() const {
   return buf;
 }
 
+std::optional<Ipv4Endpoint> Ipv4Endpoint::Parse(std::string_view text) {
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  const auto ip = Ipv4Addr::Parse(text.substr(0, colon));
+  const std::string_view port = text.substr(colon + 1);
+  uint16_t value = 0;
+  const auto [next, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (!ip || port.empty() || ec != std::errc() || next != port.data() + port.size()) {
+    return std::nullopt;
+  }
+  return Ipv4Endpoint{*ip, value};
+}
+
+std::string Ipv4Endpoint::ToString() const { return ip.ToString() + ":" + std::to_string(port); }
+
 std::optional<Ipv4Prefix> Ipv4Prefix::Parse(std::string_view text) {
   Ipv4Prefix prefix;
   const size_t slash = text.find('/');

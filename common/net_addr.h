@@ -5,6 +5,7 @@
 //
 //   auto mac = MacAddr::Parse("02:00:00:00:00:01");   // std::optional
 //   auto ip = Ipv4Prefix::Parse("10.0.0.254/24");
+//   auto at = Ipv4Endpoint::Parse("0.0.0.0:47000");
 //
 // Thread safety: value types; any thread.
 #pragma once
@@ -55,6 +56,15 @@ struct Ipv4Addr {
   static std::optional<Ipv4Addr> Parse(std::string_view text);
   std::string ToString() const;
   friend bool operator==(const Ipv4Addr& a, const Ipv4Addr& b) { return a.addr == b.addr; }
+};
+
+// "a.b.c.d:port": an IPv4 address and a UDP or TCP port (0: an ephemeral one).
+struct Ipv4Endpoint {
+  Ipv4Addr ip;
+  uint16_t port = 0;
+
+  static std::optional<Ipv4Endpoint> Parse(std::string_view text);
+  std::string ToString() const;
 };
 
 // "a.b.c.d" or "a.b.c.d/len"; a missing length means /32.

@@ -89,5 +89,18 @@ TEST(Ipv4PrefixTest, RejectsMalformedText) {
   }
 }
 
+TEST(Ipv4EndpointTest, ParsesAddressAndPort) {
+  const auto e = Ipv4Endpoint::Parse("10.0.0.1:47000");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->ip.addr, 0x0a000001u);
+  EXPECT_EQ(e->port, 47000);
+  EXPECT_EQ(e->ToString(), "10.0.0.1:47000");
+  EXPECT_EQ(Ipv4Endpoint::Parse("0.0.0.0:0")->port, 0);
+  for (const char* bad : {"10.0.0.1", "10.0.0.1:", ":80", "10.0.0.1:65536", "10.0.0.1:-1",
+                          "10.0.0.1:80x", "host:80", "10.0.0.1:80:81"}) {
+    EXPECT_FALSE(Ipv4Endpoint::Parse(bad).has_value()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace aggswitch::common

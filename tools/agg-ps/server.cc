@@ -49,21 +49,14 @@ bool ParseNumber(std::string_view text, T* value) {
 }  // namespace
 
 common::Result<ListenAddress> ParseListen(std::string_view text) {
-  ListenAddress a;
-  const size_t colon = text.find(':');
-  const auto ip = common::Ipv4Addr::Parse(text.substr(0, colon));
-  bool ok = ip.has_value() && colon != std::string_view::npos;
-  if (ok) {
-    a.ip = *ip;
-    ok = ParseNumber(text.substr(colon + 1), &a.port);
-  }
-  if (!ok) {
+  const std::optional<common::Ipv4Endpoint> at = common::Ipv4Endpoint::Parse(text);
+  if (!at) {
     return common::InvalidArgument(
         "--listen: expected ADDR:PORT (an IPv4 address and a port "
         "0..65535, e.g. 0.0.0.0:47000), got \"" +
         std::string(text) + "\"");
   }
-  return a;
+  return ListenAddress{at->ip, at->port};
 }
 
 common::Result<std::vector<uint16_t>> ParseIdList(std::string_view text) {
