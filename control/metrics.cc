@@ -1,5 +1,7 @@
 #include "control/metrics.h"
 
+#include "control/exposition.h"
+
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -10,54 +12,9 @@
 namespace aggswitch::control {
 namespace {
 
-using Label = std::pair<std::string_view, std::string_view>;
+using Label = PrometheusExposition::Label;
 
-// Writes families and samples. A family's samples follow its # HELP and
-// # TYPE lines directly, as the format requires.
-class Exposition {
- public:
-  void Family(std::string_view name, std::string_view type, std::string_view help) {
-    out_ += "# HELP ";
-    out_ += name;
-    out_ += ' ';
-    out_ += EscapePrometheusHelp(help);
-    out_ += "\n# TYPE ";
-    out_ += name;
-    out_ += ' ';
-    out_ += type;
-    out_ += '\n';
-  }
-
-  void Sample(std::string_view name, std::initializer_list<Label> labels, uint64_t value) {
-    Sample(name, labels, std::string_view(std::to_string(value)));
-  }
-
-  // A sample whose value is already formatted (FormatFloat).
-  void Sample(std::string_view name, std::initializer_list<Label> labels, std::string_view value) {
-    out_ += name;
-    if (labels.size() > 0) {
-      out_ += '{';
-      bool first = true;
-      for (const auto& [key, val] : labels) {
-        if (!first) out_ += ',';
-        first = false;
-        out_ += key;
-        out_ += "=\"";
-        out_ += EscapePrometheusLabelValue(val);
-        out_ += '"';
-      }
-      out_ += '}';
-    }
-    out_ += ' ';
-    out_ += value;
-    out_ += '\n';
-  }
-
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
+using Exposition = PrometheusExposition;
 
 // A labelled family's help: `intro`, then each label with its meaning,
 // "label (meaning);", the last ';' made a '.'.
