@@ -1,0 +1,267 @@
+#include "tools/agg-intcollector/collector.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "common/log.h"
+#include "control/exposition.h"
+#include "telemetry/path_analysis.h"
+
+namespace aggswitch::tools {
+namespace {
+
+using telemetry::ReportError;
+
+constexpr unsigned kBatch = 64;
+constexpr size_t kMaxReport = 2048;  // a report is one hop's: ~100 bytes
+
+std::string IpText(uint32_t host_order) { return common::Ipv4Addr{host_order}.ToString(); }
+
+nlohmann::json RouteJson(const telemetry::PathSummary& p) {
+  nlohmann::json route = nlohmann::json::array();
+  for (const telemetry::RouteHop& h : p.route) {
+    route.push_back({{"node", h.node_id}, {"ingress_port", h.ingress_port}, {"egress_port", h.egress_port}});
+  }
+  return route;
+}
+
+nlohmann::json PathJson(const telemetry::PathSummary& p) {
+  return {{"route", RouteJson(p)},
+          {"hops", p.hops()},
+          {"samples", p.samples},
+          {"latency_ns", p.latency_ns},
+          {"free_share", p.free_share ? nlohmann::json(*p.free_share) : nlohmann::json(nullptr)}};
+}
+
+control::HttpResponse Json(int status, std::string body) {
+  return {status, control::kJsonContentType, std::move(body)};
+}
+
+}  // namespace
+
+common::Result<std::unique_ptr<Collector>> Collector::Open(const CollectorOptions& options) {
+  if (options.window.count() <= 0) {
+    return common::InvalidArgument("--window: expected at least 1 second");
+  }
+  ASSIGN_OR_RETURN(telemetry::RecordStore store, telemetry::RecordStore::Open(options.db_path));
+  const std::string where = "--listen " + options.listen.ToString();
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return common::Unavailable(std::string("socket(AF_INET, SOCK_DGRAM): ") + std::strerror(errno));
+  const int buffer_bytes = 4 << 20;  // a wish; the kernel caps it
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(options.listen.ip.addr);
+  local.sin_port = htons(options.listen.port);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return common::Unavailable(where + ": cannot bind: " + why +
+                               " (expected a local IPv4 address and a free UDP port)");
+  }
+  socklen_t len = sizeof(local);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
+  return std::unique_ptr<Collector>(new Collector(options, std::move(store), fd, ntohs(local.sin_port)));
+}
+
+Collector::Collector(const CollectorOptions& options, telemetry::RecordStore store, int fd,
+                     uint16_t port)
+    : options_(options),
+      store_(std::move(store)),
+      fd_(fd),
+      port_(port),
+      buffers_(size_t{kBatch} * kMaxReport) {
+  paths_json_ = decisions_json_ = R"({"window_seconds":)" + std::to_string(options_.window.count()) +
+                                  R"(,"flows":[]})" + "\n";
+}
+
+Collector::~Collector() { close(fd_); }
+
+int64_t Collector::NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+size_t Collector::Poll(int timeout_ms) {
+  pollfd p{fd_, POLLIN, 0};
+  if (poll(&p, 1, timeout_ms) <= 0) return 0;
+  mmsghdr msgs[kBatch];
+  iovec iov[kBatch];
+  for (unsigned i = 0; i < kBatch; ++i) {
+    iov[i] = {buffers_.data() + size_t{i} * kMaxReport, kMaxReport};
+    msgs[i] = {};
+    msgs[i].msg_hdr.msg_iov = &iov[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  const int n = recvmmsg(fd_, msgs, kBatch, MSG_DONTWAIT, nullptr);
+  if (n <= 0) return 0;
+  const int64_t now = NowNs();
+  for (int i = 0; i < n; ++i) {
+    // A datagram longer than the buffer is cut: it fails to parse whole.
+    const size_t len = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ? 0 : msgs[i].msg_len;
+    OnDatagram(static_cast<const uint8_t*>(iov[i].iov_base), len, now);
+  }
+  return static_cast<size_t>(n);
+}
+
+void Collector::OnDatagram(const uint8_t* data, size_t len, int64_t now_ns) {
+  telemetry::HopReport r;
+  const ReportError why = telemetry::ParseReport(data, len, &r);
+  reports_[static_cast<size_t>(why)].fetch_add(1, std::memory_order_relaxed);
+  if (why != ReportError::kNone) return;
+  // Lost reports: the gap to the sequence number expected from this
+  // (node, hw_id), modulo 2^22. A number at or before the expected one (a
+  // repeat, a reordering, a restarted switch) starts the count afresh.
+  const auto key = std::make_pair(r.node_id, r.hw_id);
+  const auto it = next_sequence_.find(key);
+  if (it != next_sequence_.end()) {
+    const uint32_t gap = (r.sequence - it->second) & 0x3FFFFFu;
+    if (gap < (1u << 21)) reports_lost_.fetch_add(gap, std::memory_order_relaxed);
+  }
+  next_sequence_[key] = (r.sequence + 1) & 0x3FFFFFu;
+  if (const common::Status s = store_.Add(r, now_ns); !s.ok()) {
+    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    AGG_LOG(kWarning, "%s", s.message().c_str());
+    return;
+  }
+  hop_records_.store(store_.hop_rows(), std::memory_order_relaxed);
+  path_ends_.store(store_.path_end_rows(), std::memory_order_relaxed);
+}
+
+common::Status Collector::Flush() {
+  const common::Status s = store_.Flush();
+  if (!s.ok()) store_errors_.fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
+common::Status Collector::Analyse() {
+  RETURN_IF_ERROR(Flush());
+  const int64_t since =
+      NowNs() - std::chrono::duration_cast<std::chrono::nanoseconds>(options_.window).count();
+  auto traversals = store_.Traversals(since);
+  if (!traversals.ok()) {
+    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    return traversals.status();
+  }
+  const std::vector<telemetry::FlowPaths> flows =
+      telemetry::GroupByFlow(telemetry::SummarisePaths(*traversals));
+  nlohmann::json paths = nlohmann::json::array();
+  nlohmann::json decisions = nlohmann::json::array();
+  uint64_t n_paths = 0;
+  for (const telemetry::FlowPaths& f : flows) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const telemetry::PathSummary& p : f.paths) list.push_back(PathJson(p));
+    n_paths += f.paths.size();
+    nlohmann::json chosen = nlohmann::json::object();
+    nlohmann::json routes = nlohmann::json::object();
+    for (const telemetry::Rule rule : telemetry::kRules) {
+      const std::optional<size_t> best = telemetry::Choose(f, rule);
+      chosen[telemetry::RuleName(rule)] = best ? nlohmann::json(*best) : nlohmann::json(nullptr);
+      routes[telemetry::RuleName(rule)] = best ? PathJson(f.paths[*best]) : nlohmann::json(nullptr);
+    }
+    paths.push_back({{"src", IpText(f.src_ip)}, {"dst", IpText(f.dst_ip)}, {"paths", list},
+                     {"decisions", chosen}});
+    decisions.push_back({{"src", IpText(f.src_ip)}, {"dst", IpText(f.dst_ip)}, {"decisions", routes}});
+  }
+  const nlohmann::json window = options_.window.count();
+  std::string p = nlohmann::json{{"window_seconds", window}, {"flows", paths}}.dump() + "\n";
+  std::string d = nlohmann::json{{"window_seconds", window}, {"flows", decisions}}.dump() + "\n";
+  {
+    std::lock_guard<std::mutex> lock(published_mu_);
+    paths_json_ = std::move(p);
+    decisions_json_ = std::move(d);
+  }
+  traversals_.store(traversals->size(), std::memory_order_relaxed);
+  flows_.store(flows.size(), std::memory_order_relaxed);
+  paths_.store(n_paths, std::memory_order_relaxed);
+  return common::Status::Ok();
+}
+
+Collector::Counts Collector::counts() const {
+  Counts c;
+  for (size_t i = 0; i < c.reports.size(); ++i) c.reports[i] = reports_[i].load(std::memory_order_relaxed);
+  c.reports_lost = reports_lost_.load(std::memory_order_relaxed);
+  c.store_errors = store_errors_.load(std::memory_order_relaxed);
+  c.hop_records = hop_records_.load(std::memory_order_relaxed);
+  c.path_ends = path_ends_.load(std::memory_order_relaxed);
+  c.traversals = traversals_.load(std::memory_order_relaxed);
+  c.flows = flows_.load(std::memory_order_relaxed);
+  c.paths = paths_.load(std::memory_order_relaxed);
+  return c;
+}
+
+control::HttpResponse Collector::Handle(std::string_view method, std::string_view path,
+                                        std::string_view /*query*/, const std::string& /*body*/) const {
+  if (path != "/metrics" && path != "/api/v1/paths" && path != "/api/v1/decisions" &&
+      path != "/api/v1/stats") {
+    return Json(404, control::ErrorJson("no such route: " + std::string(path)));
+  }
+  if (method != "GET" && method != "HEAD") {
+    control::HttpResponse r = Json(405, control::ErrorJson("only GET"));
+    r.allow = "GET, HEAD";
+    return r;
+  }
+  const Counts c = counts();
+  if (path == "/metrics") {
+    control::PrometheusExposition out;
+    const char* reports = "aggswitch_intcollector_reports_total";
+    out.Family(reports, "counter",
+               "Telemetry Reports received, by result: accepted, or why it was dropped "
+               "(truncated, bad_version, not_int, bad_length, no_path_id).");
+    for (size_t i = 0; i < c.reports.size(); ++i) {
+      const auto why = static_cast<ReportError>(i);
+      out.Sample(reports, {{"result", why == ReportError::kNone ? "accepted" : telemetry::ReportErrorName(why)}},
+                 c.reports[i]);
+    }
+    const auto one = [&out](const char* name, const char* type, const char* help, uint64_t v) {
+      out.Family(name, type, help);
+      out.Sample(name, {}, v);
+    };
+    one("aggswitch_intcollector_reports_lost_total", "counter",
+        "Reports missing from the switches' report sequence numbers.", c.reports_lost);
+    one("aggswitch_intcollector_store_errors_total", "counter",
+        "Record-file writes or reads that failed.", c.store_errors);
+    one("aggswitch_intcollector_hop_records_total", "counter",
+        "Rows written to hop_records: one per hop per sampled datagram.", c.hop_records);
+    one("aggswitch_intcollector_path_ends_total", "counter",
+        "Rows written to path_ends: one per end-of-path notice.", c.path_ends);
+    one("aggswitch_intcollector_traversals", "gauge",
+        "Complete traversals in the last analysis's window.", c.traversals);
+    one("aggswitch_intcollector_flows", "gauge",
+        "Source-destination pairs in the last analysis's window.", c.flows);
+    one("aggswitch_intcollector_paths", "gauge", "Paths in the last analysis's window.", c.paths);
+    return {200, "text/plain; version=0.0.4; charset=utf-8", out.Take()};
+  }
+  if (path == "/api/v1/stats") {
+    nlohmann::json reports = nlohmann::json::object();
+    for (size_t i = 0; i < c.reports.size(); ++i) {
+      const auto why = static_cast<ReportError>(i);
+      reports[why == ReportError::kNone ? "accepted" : telemetry::ReportErrorName(why)] = c.reports[i];
+    }
+    const nlohmann::json stats = {{"port", port_},
+                                  {"database", options_.db_path},
+                                  {"window_seconds", options_.window.count()},
+                                  {"reports", reports},
+                                  {"reports_lost", c.reports_lost},
+                                  {"store_errors", c.store_errors},
+                                  {"hop_records", c.hop_records},
+                                  {"path_ends", c.path_ends},
+                                  {"traversals", c.traversals},
+                                  {"flows", c.flows},
+                                  {"paths", c.paths}};
+    return Json(200, stats.dump() + "\n");
+  }
+  std::lock_guard<std::mutex> lock(published_mu_);
+  return Json(200, path == "/api/v1/paths" ? paths_json_ : decisions_json_);
+}
+
+}  // namespace aggswitch::tools

@@ -1,0 +1,123 @@
+// agg-intcollector's core (docs/telemetry.md): it receives the Telemetry
+// Reports that switches send for sampled datagrams, records each in the
+// SQLite record table, and turns the recent complete traversals into
+// paths and the best path of each (source, destination) by each rule.
+//
+// One thread (the collector's) receives, records and analyses; the HTTP
+// server's threads read what the last analysis published, and the
+// counters, through Handle().
+//
+//   ASSIGN_OR_RETURN(auto c, Collector::Open(options));
+//   while (!stop) {
+//     c->Poll(50);                          // receive and record
+//     if (due) RETURN_IF_ERROR(c->Analyse());  // commit, read the window, decide
+//   }
+//
+// Bad input: a report that does not parse is counted by reason
+// (aggswitch_intcollector_reports_total{result=...}) and dropped; a gap in
+// a (node, hw_id)'s report sequence numbers is counted as reports lost.
+//
+// Thread safety: Open, Poll, Flush and Analyse on the collector thread;
+// Handle and Counts on any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/net_addr.h"
+#include "common/status.h"
+#include "control/api.h"
+#include "telemetry/int_wire.h"
+#include "telemetry/record_store.h"
+
+namespace aggswitch::tools {
+
+// The UDP port reports come to unless --listen says otherwise.
+inline constexpr uint16_t kDefaultReportPort = 32766;
+
+struct CollectorOptions {
+  common::Ipv4Endpoint listen{{0}, kDefaultReportPort};
+  std::string db_path = "int.db";
+  // The analysis reads the traversals whose end-of-path notice came within
+  // this long.
+  std::chrono::seconds window{60};
+};
+
+class Collector {
+ public:
+  // Opens the record file and binds the UDP socket. An unusable file or
+  // address is an error naming it.
+  static common::Result<std::unique_ptr<Collector>> Open(const CollectorOptions& options);
+  ~Collector();
+  Collector(const Collector&) = delete;
+  Collector& operator=(const Collector&) = delete;
+
+  // The UDP port bound (the one asked for, or the ephemeral one for 0).
+  uint16_t port() const { return port_; }
+
+  // Waits up to `timeout_ms` for reports, then takes every report queued
+  // (a bounded batch): parsed, counted, recorded. Returns how many
+  // datagrams it took. [collector]
+  size_t Poll(int timeout_ms);
+  // Handles one datagram received at `now_ns` (Unix time). [collector]
+  void OnDatagram(const uint8_t* data, size_t len, int64_t now_ns);
+  // Commits what was recorded. [collector]
+  common::Status Flush();
+  // Commits, reads the window's complete traversals, and publishes their
+  // paths and decisions for Handle(). [collector]
+  common::Status Analyse();
+
+  // GET /metrics, /api/v1/paths, /api/v1/decisions and /api/v1/stats. [any]
+  control::HttpResponse Handle(std::string_view method, std::string_view path,
+                               std::string_view query, const std::string& body) const;
+
+  // The counters, by name and value, in /metrics order. [any]
+  struct Counts {
+    std::array<uint64_t, telemetry::kNumReportErrors> reports{};  // [0]: accepted
+    uint64_t reports_lost = 0;
+    uint64_t store_errors = 0;
+    uint64_t hop_records = 0;
+    uint64_t path_ends = 0;
+    uint64_t traversals = 0;  // complete, in the last analysis's window
+    uint64_t flows = 0;
+    uint64_t paths = 0;
+  };
+  Counts counts() const;
+
+ private:
+  Collector(const CollectorOptions& options, telemetry::RecordStore store, int fd, uint16_t port);
+  static int64_t NowNs();
+
+  const CollectorOptions options_;
+  telemetry::RecordStore store_;
+  const int fd_;
+  const uint16_t port_;
+  std::vector<uint8_t> buffers_;  // Poll's receive buffers [collector]
+  // Next expected report sequence per (node id, hw_id). [collector]
+  std::map<std::pair<uint32_t, uint8_t>, uint32_t> next_sequence_;
+
+  std::array<std::atomic<uint64_t>, telemetry::kNumReportErrors> reports_{};
+  std::atomic<uint64_t> reports_lost_{0};
+  std::atomic<uint64_t> store_errors_{0};
+  std::atomic<uint64_t> hop_records_{0};
+  std::atomic<uint64_t> path_ends_{0};
+  std::atomic<uint64_t> traversals_{0};
+  std::atomic<uint64_t> flows_{0};
+  std::atomic<uint64_t> paths_{0};
+
+  // What the last analysis published.
+  mutable std::mutex published_mu_;
+  std::string paths_json_;      // guarded by published_mu_
+  std::string decisions_json_;  // guarded by published_mu_
+};
+
+}  // namespace aggswitch::tools

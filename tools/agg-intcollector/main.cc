@@ -1,0 +1,148 @@
+// agg-intcollector: the in-band network telemetry collector
+// (docs/telemetry.md). It receives the switches' Telemetry Reports over UDP,
+// writes each to an SQLite record table an operator can query with sqlite3,
+// and serves the paths between each source and destination and the best
+// one by each rule (min latency, max bandwidth, fewest hops) over HTTP, with
+// its counters in Prometheus's format.
+//
+//   agg-intcollector --listen 0.0.0.0:32766 --db /var/lib/aggswitch/int.db
+//                    --http 127.0.0.1:9478 --window 60
+//   curl http://127.0.0.1:9478/api/v1/decisions
+//
+// The loop itself is tools/agg-intcollector/collector.h.
+//
+// Exit codes: 0 stopped by SIGINT/SIGTERM; 1 the record file failed while
+// serving; 2 a bad command line, or the socket, the HTTP address or the
+// record file could not be opened.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "common/log.h"
+#include "control/http_server.h"
+#include "tools/agg-intcollector/collector.h"
+
+namespace aggswitch::tools {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+void OnStopSignal(int) { g_stop.store(true, std::memory_order_relaxed); }
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: the loop's wait returns at once
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int Main(int argc, char** argv) {
+  std::string listen = "0.0.0.0:" + std::to_string(kDefaultReportPort);
+  std::string http = "127.0.0.1:9478";
+  CollectorOptions options;
+  uint32_t window_s = 60;
+  uint32_t interval_ms = 1000;
+  std::string log_level = "info";
+
+  CLI::App app{"agg-intcollector: the in-band network telemetry collector: Telemetry Reports in, "
+               "an SQLite record table and path decisions out"};
+  app.add_option("--listen", listen, "UDP address the switches send their reports to")
+      ->type_name("ADDR:PORT")
+      ->capture_default_str();
+  app.add_option("--db", options.db_path, "The SQLite record file (created when missing)")
+      ->capture_default_str();
+  app.add_option("--http", http, "HTTP address of /metrics and /api/v1 (port 0: any free one)")
+      ->type_name("ADDR:PORT")
+      ->capture_default_str();
+  app.add_option("--window", window_s,
+                 "Seconds of traversals the analysis reads: paths and decisions of the last WINDOW")
+      ->check(CLI::Range(1u, 86400u))
+      ->capture_default_str();
+  app.add_option("--interval-ms", interval_ms, "How often the analysis runs")
+      ->check(CLI::Range(10u, 3600000u))
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "error, warning, info or debug")
+      ->check(CLI::IsMember({"error", "warning", "info", "debug"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  common::SetLogLevel(common::ParseLogLevel(log_level).value_or(common::LogLevel::kInfo));
+  const std::optional<common::Ipv4Endpoint> at = common::Ipv4Endpoint::Parse(listen);
+  if (!at) {
+    std::fprintf(stderr,
+                 "--listen: expected ADDR:PORT (an IPv4 address and a port 0..65535, e.g. "
+                 "0.0.0.0:%u), got \"%s\"\n",
+                 kDefaultReportPort, listen.c_str());
+    return kExitUsage;
+  }
+  options.listen = *at;
+  options.window = std::chrono::seconds(window_s);
+
+  auto collector = Collector::Open(options);
+  if (!collector.ok()) {
+    std::fprintf(stderr, "%s\n", collector.status().message().c_str());
+    return kExitUsage;
+  }
+  Collector& c = **collector;
+  control::HttpServer::Options http_options;
+  http_options.listen = http;
+  http_options.threads = 4;
+  auto server = control::HttpServer::Start(
+      http_options, [&c](std::string_view method, std::string_view path, std::string_view query,
+                         const std::string& body) { return c.Handle(method, path, query, body); });
+  if (!server.ok()) {
+    std::fprintf(stderr, "--http: %s\n", server.status().message().c_str());
+    return kExitUsage;
+  }
+  InstallSignalHandlers();
+  AGG_LOG(kInfo, "agg-intcollector: reports on udp %s:%u, records in %s, http://%s:%u",
+          options.listen.ip.ToString().c_str(), c.port(), options.db_path.c_str(),
+          http.substr(0, http.rfind(':')).c_str(), (*server)->port());
+
+  using Clock = std::chrono::steady_clock;
+  const auto interval = std::chrono::milliseconds(interval_ms);
+  Clock::time_point next_analysis = Clock::now() + interval;
+  Clock::time_point next_flush = Clock::now();
+  int rc = 0;
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    c.Poll(50);
+    const Clock::time_point now = Clock::now();
+    // Commits at least every 100 ms, so that sqlite3 sees the reports soon.
+    if (now >= next_flush) {
+      if (!c.Flush().ok()) {
+        rc = kExitFailed;
+        break;
+      }
+      next_flush = now + std::chrono::milliseconds(100);
+    }
+    if (now >= next_analysis) {
+      if (const common::Status s = c.Analyse(); !s.ok()) {
+        AGG_LOG(kError, "%s", s.message().c_str());
+        rc = kExitFailed;
+        break;
+      }
+      next_analysis = now + interval;
+    }
+  }
+  server->reset();
+  if (rc == 0 && !c.Flush().ok()) rc = kExitFailed;
+  return rc;
+}
+
+}  // namespace
+}  // namespace aggswitch::tools
+
+int main(int argc, char** argv) { return aggswitch::tools::Main(argc, argv); }
