@@ -5,9 +5,10 @@
 # command, as an operator would; paths and decisions over HTTP; /metrics
 # checked by promtool.
 #
-# Usage: intcollector_test.sh AGG_INTCOLLECTOR
+# Usage: intcollector_test.sh AGG_INTCOLLECTOR AGGCTL
 set -u
 COLLECTOR=$(realpath "$1")
+AGGCTL=$(realpath "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/lib/check.sh
 source "$HERE/../lib/check.sh"
@@ -128,6 +129,16 @@ garbage() {
     [ "$(rows 'SELECT count(*) FROM hop_records WHERE node_id = 9')" -eq 0 ]
 }
 check "bad reports are counted by reason and dropped" garbage
+
+aggctl_paths() {
+  local out
+  out=$("$AGGCTL" int paths --collector "$HTTP") || return 1
+  echo "$out"
+  # The 25 us path of the first pair: three hops, five samples, decided by every rule.
+  grep -q '^10.0.0.1 -> 10.0.0.2$' <<<"$out" &&
+    grep -Eq '^  1 +3 +5 +25\.0 us +80\.0% +1:1>3 3:1>4 4:1>0 +fewest_hops, max_bandwidth, min_latency$' <<<"$out"
+}
+check "aggctl int paths shows the paths and what each rule decided" aggctl_paths
 
 promtool_ok() { api /metrics | promtool check metrics; }
 check "promtool check metrics accepts /metrics" promtool_ok

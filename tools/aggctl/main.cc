@@ -58,6 +58,13 @@
 namespace aggswitch::tools {
 namespace {
 
+// What aggctl talks to, for its messages: the switch, or for the int
+// commands agg-intcollector.
+std::string& Daemon() {
+  static std::string name = "aggswitch";
+  return name;
+}
+
 using common::Result;
 // Insertion-ordered: --json keeps the daemon's key order, drops by reason
 // come in the dataplane's order.
@@ -110,7 +117,7 @@ Result<std::pair<std::string, std::string>> SplitHostPort(const std::string& ser
 // Connects within `timeout_ms`; returns the socket or the reason it failed.
 Result<int> Connect(const std::string& server, int timeout_ms) {
   ASSIGN_OR_RETURN(auto host_port, SplitHostPort(server));
-  const std::string prefix = "cannot reach aggswitch at " + server + ": ";
+  const std::string prefix = "cannot reach " + Daemon() + " at " + server + ": ";
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -183,7 +190,7 @@ Result<HttpReply> HttpCall(const std::string& server, const std::string& method,
                            const std::string& target, const std::string& body,
                            const std::string& token, int timeout_ms) {
   ASSIGN_OR_RETURN(const int fd, Connect(server, timeout_ms));
-  const std::string prefix = "cannot reach aggswitch at " + server + ": ";
+  const std::string prefix = "cannot reach " + Daemon() + " at " + server + ": ";
   std::string request = method + " " + target + " HTTP/1.1\r\nHost: " + server +
                         "\r\nUser-Agent: aggctl/" + common::Version() +
                         "\r\nAccept: application/json\r\nConnection: close\r\n";
@@ -219,7 +226,7 @@ Result<HttpReply> HttpCall(const std::string& server, const std::string& method,
   }
   close(fd);
 
-  const std::string bad = "bad HTTP response from aggswitch at " + server;
+  const std::string bad = "bad HTTP response from " + Daemon() + " at " + server;
   const size_t header_end = raw.find("\r\n\r\n");
   if (raw.compare(0, 5, "HTTP/") != 0 || header_end == std::string::npos) {
     return common::Unavailable(raw.empty() ? prefix + "connection closed without a response" : bad);
@@ -280,12 +287,12 @@ Result<json> CallJson(const std::string& server, const std::string& method,
       reason += token.empty() ? " (give it with --token-file or AGGCTL_TOKEN)"
                               : " (the token aggctl sent is not the switch's http.token_file)";
     }
-    return common::FailedPrecondition("aggswitch at " + server + " answered " + what + " with " +
+    return common::FailedPrecondition(Daemon() + " at " + server + " answered " + what + " with " +
                                       reason);
   }
   if (reply.status == 204) return json::object();
   if (body.is_discarded()) {
-    return common::Unavailable("aggswitch at " + server + " sent invalid JSON for " + what);
+    return common::Unavailable(Daemon() + " at " + server + " sent invalid JSON for " + what);
   }
   return body;
 }
@@ -892,6 +899,7 @@ void PrintAddedJob(const json& job) {
 
 struct Options {
   std::string server = kDefaultServer;
+  std::string collector = "127.0.0.1:9478";  // agg-intcollector's --http
   std::string token_file;
   bool json = false;
   double timeout_s = 5;
@@ -967,11 +975,48 @@ int Run(const Options& o, const std::string& method, const std::string& target,
   try {
     print(*body);
   } catch (const json::exception& e) {
-    std::cerr << "aggctl: unexpected response from aggswitch at " << o.server << " for " << target
+    std::cerr << "aggctl: unexpected response from " << Daemon() << " at " << o.server << " for " << target
               << ": " << e.what() << '\n';
     return 1;
   }
   return 0;
+}
+
+// agg-intcollector's GET /api/v1/paths: each source-destination pair's
+// paths, and which rules decided each.
+void PrintIntPaths(const json& j) {
+  const json& flows = j.at("flows");
+  if (flows.empty()) {
+    std::cout << "no complete paths in the last " << U64(j.at("window_seconds")) << " s\n";
+    return;
+  }
+  for (const json& f : flows) {
+    std::cout << f.at("src").get<std::string>() << " -> " << f.at("dst").get<std::string>() << '\n';
+    std::printf("  %-4s %-4s %-8s %-12s %-10s %-28s %s\n", "PATH", "HOPS", "SAMPLES", "LATENCY",
+                "FREE", "ROUTE (NODE:IN>OUT)", "DECIDED BY");
+    const json& paths = f.at("paths");
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const json& p = paths[i];
+      std::string route;
+      for (const json& h : p.at("route")) {
+        if (!route.empty()) route += ' ';
+        route += U64(h.at("node")) + ':' + U64(h.at("ingress_port")) + '>' + U64(h.at("egress_port"));
+      }
+      std::string decided;
+      for (const auto& [rule, index] : f.at("decisions").items()) {
+        if (!index.is_null() && index.get<size_t>() == i) decided += (decided.empty() ? "" : ", ") + rule;
+      }
+      char latency[32];
+      std::snprintf(latency, sizeof(latency), "%.1f us", p.at("latency_ns").get<double>() / 1000);
+      char free_share[16] = "-";
+      if (!p.at("free_share").is_null()) {
+        std::snprintf(free_share, sizeof(free_share), "%.1f%%", p.at("free_share").get<double>() * 100);
+      }
+      std::printf("  %-4zu %-4s %-8s %-12s %-10s %-28s %s\n", i, U64(p.at("hops")).c_str(),
+                  U64(p.at("samples")).c_str(), latency, free_share, route.c_str(),
+                  decided.empty() ? "-" : decided.c_str());
+    }
+  }
 }
 
 void PrintStragglers(const json& j) {
@@ -1175,6 +1220,21 @@ int Main(int argc, char** argv) {
         target = "/api/v1/stats";
         print = PrintStats;
       });
+
+  CLI::App* int_cmd = app.add_subcommand("int", "in-band network telemetry, from agg-intcollector");
+  int_cmd->require_subcommand(1);
+  CLI::App* int_paths = int_cmd->add_subcommand(
+      "paths", "each source-destination pair's paths, and the one each rule decided");
+  int_paths
+      ->add_option("--collector", o.collector, "host:port of agg-intcollector's HTTP API (--http)")
+      ->envname("AGGCTL_COLLECTOR")
+      ->capture_default_str();
+  int_paths->callback([&] {
+    o.server = o.collector;
+    Daemon() = "agg-intcollector";
+    target = "/api/v1/paths";
+    print = PrintIntPaths;
+  });
 
   CLI::App* slots =
       app.add_subcommand("slots", "busy aggregation slots: job, sequence, members counted, age");
