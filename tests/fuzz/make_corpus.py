@@ -321,6 +321,25 @@ aggregation:
     }
 
 
+def int_seeds():
+    # docs/telemetry.md: shim (INT-MD, NPT 1, length, original port), INT-MD
+    # header (version 2, Hop ML 4, 8 hops, latency set, domain 0x4147, path
+    # id instruction), one hop's metadata, the path id; and a hop's report.
+    md = struct.pack("!BBHBBBBHHHH", 0x14, 9, 47000, 0x20, 0, 4, 7, 0xF000, 0x4147, 0x8000, 0)
+    hop = struct.pack("!IHHII", 1, 1, 2, 1500, 3)
+    path_id = struct.pack("!II", 1, 42)
+    inner = ipv4("10.0.0.1", "10.0.0.2", 17, udp(5000, 47000, b""))[:28]
+    metadata = struct.pack("!HHII", 1, 2, 1500, 3) + path_id + struct.pack("!I", 2)
+    body = struct.pack("!HHHH", 0x7000, 0x4147, 0xC000, 0) + metadata + inner
+    report = (struct.pack("!II", (2 << 28) | 5, 2) +
+              struct.pack("!BBBB", 0x14, len(body) // 4, len(metadata) // 4, 0x30) + body)
+    return {
+        "int-first-hop": b"\x00" + bytes([0x14, 5]) + md[2:] + path_id + b"payload",
+        "int-one-hop": b"\x00" + md + hop + path_id + b"payload",
+        "report-transit": b"\x01" + report,
+    }
+
+
 def write(harness, seeds):
     d = os.path.join(HERE, "corpus", harness)
     os.makedirs(d, exist_ok=True)
@@ -338,6 +357,7 @@ def main():
     write("api_fuzz", api_seeds())
     write("client_fuzz", client_seeds())
     write("config_fuzz", config_seeds())
+    write("int_fuzz", int_seeds())
     # A 572-byte config whose node id ranges expanded to 2.6 million ids, a
     # location recorded for each: over 10 s and 550 MB under ASan (config
     # before 69185db); now at most 65535 ids per job.
