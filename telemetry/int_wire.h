@@ -52,6 +52,12 @@ inline constexpr uint16_t kBandwidthSet = kNodeId | kPorts | kTxUtil;
 inline constexpr uint16_t kBothSets = kLatencySet | kBandwidthSet;
 }  // namespace instr
 
+// The UDP destination port that says "INT follows" on links between
+// switches, and the one reports go to at the collector: both configurable,
+// these are the defaults (the Wireshark dissector's too).
+inline constexpr uint16_t kDefaultIntPort = 7700;
+inline constexpr uint16_t kDefaultReportPort = 32766;
+
 inline constexpr uint8_t kShimTypeMd = 1;   // INT-MD
 inline constexpr uint8_t kNptUdpPayload = 1;  // the original UDP payload follows; dport in the shim
 inline constexpr uint8_t kMdVersion = 2;

@@ -41,11 +41,8 @@
 
 namespace aggswitch::tools {
 
-// The UDP port reports come to unless --listen says otherwise.
-inline constexpr uint16_t kDefaultReportPort = 32766;
-
 struct CollectorOptions {
-  common::Ipv4Endpoint listen{{0}, kDefaultReportPort};
+  common::Ipv4Endpoint listen{{0}, telemetry::kDefaultReportPort};
   std::string db_path = "int.db";
   // The analysis reads the traversals whose end-of-path notice came within
   // this long.

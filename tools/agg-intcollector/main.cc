@@ -47,7 +47,7 @@ void InstallSignalHandlers() {
 }
 
 int Main(int argc, char** argv) {
-  std::string listen = "0.0.0.0:" + std::to_string(kDefaultReportPort);
+  std::string listen = "0.0.0.0:" + std::to_string(telemetry::kDefaultReportPort);
   std::string http = "127.0.0.1:9478";
   CollectorOptions options;
   uint32_t window_s = 60;
@@ -85,7 +85,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr,
                  "--listen: expected ADDR:PORT (an IPv4 address and a port 0..65535, e.g. "
                  "0.0.0.0:%u), got \"%s\"\n",
-                 kDefaultReportPort, listen.c_str());
+                 telemetry::kDefaultReportPort, listen.c_str());
     return kExitUsage;
   }
   options.listen = *at;

@@ -1,5 +1,6 @@
 -- Wireshark dissector for the aggswitch aggregation protocol, version 1
--- (docs/protocol.md; the C++ parser and builder are aggregator/wire.h).
+-- (docs/protocol.md; the C++ parser and builder are aggregator/wire.h), and for
+-- aggswitch's in-band network telemetry (docs/telemetry.md; at the end of this file).
 --
 --   wireshark -X lua_script:tools/wireshark/aggswitch.lua capture.pcap
 --   tshark -X lua_script:tools/wireshark/aggswitch.lua -r capture.pcap -Y 'aggswitch.opcode == 3'
@@ -364,3 +365,336 @@ end
 
 DissectorTable.get("udp.port"):add(AGG_PORT, aggswitch)
 aggswitch:register_heuristic("udp", heuristic)
+
+-- In-band network telemetry (docs/telemetry.md; the C++ builder and parser
+-- are telemetry/int_wire.h) ---------------------------------------------------
+--
+-- aggswitch_int: INT-MD over UDP (INT 2.1) on UDP port 7700 (the switch's
+-- default INT port) or any UDP payload that starts like one of aggswitch's
+-- (INT-MD, NPT 1, version 2, domain 0x4147): the shim, the INT-MD header,
+-- each hop's metadata and the path id, then the original payload handed to
+-- the dissector of the original destination port (aggswitch for 47000).
+--
+-- aggswitch_report: Telemetry Report v2.0 on UDP port 32766 (agg-intcollector's
+-- default) or any UDP payload that starts like one of aggswitch's: the group
+-- header, the INT individual report with aggswitch's path id and hop index,
+-- and the datagram's IPv4 and UDP headers inside, handed to the IP dissector.
+
+local INT_PORT = 7700
+local REPORT_PORT = 32766
+local INT_DOMAIN = 0x4147
+
+local int_proto = Proto("aggswitch_int", "aggswitch In-band Network Telemetry (INT-MD over UDP)")
+local report_proto = Proto("aggswitch_report", "aggswitch Telemetry Report (v2.0)")
+
+-- The metadata a hop records, in instruction bit order (bit 0 is 0x8000):
+-- mask, field key and label; each is 4 bytes, bits 4-6 are 8 (unavailable).
+local INT_BITS = {
+  { mask = 0x8000, key = "node_id" },
+  { mask = 0x4000, key = "ports" },
+  { mask = 0x2000, key = "latency" },
+  { mask = 0x1000, key = "queue" },
+  { mask = 0x0800, key = "eight" },
+  { mask = 0x0400, key = "eight" },
+  { mask = 0x0200, key = "eight" },
+  { mask = 0x0100, key = "tx_util" },
+}
+-- Bits 8-15 (buffer occupancy, reserved, checksum complement): 4 bytes each,
+-- never recorded by aggswitch.
+local OTHER_BITS = { 0x0080, 0x0040, 0x0020, 0x0010, 0x0008, 0x0004, 0x0002, 0x0001 }
+
+local ipf = {}
+local int_fields = {}
+local function int_field(key, f)
+  ipf[key] = f
+  int_fields[#int_fields + 1] = f
+end
+int_field("type", ProtoField.uint8("aggswitch_int.type", "INT type", base.DEC, { [1] = "INT-MD" }, 0xF0))
+int_field("npt", ProtoField.uint8("aggswitch_int.npt", "Next protocol type", base.DEC,
+                                  { [1] = "UDP payload" }, 0x0C))
+int_field("length", ProtoField.uint8("aggswitch_int.length", "Length (words)", base.DEC))
+int_field("original_port", ProtoField.uint16("aggswitch_int.original_port", "Original destination port", base.DEC))
+int_field("version", ProtoField.uint8("aggswitch_int.version", "Version", base.DEC, nil, 0xF0))
+int_field("d", ProtoField.bool("aggswitch_int.d", "D (discard)", 8, nil, 0x08))
+int_field("e", ProtoField.bool("aggswitch_int.e", "E (max hop count exceeded)", 8, nil, 0x04))
+int_field("m", ProtoField.bool("aggswitch_int.m", "M (MTU exceeded)", 8, nil, 0x02))
+int_field("hop_ml", ProtoField.uint8("aggswitch_int.hop_ml", "Hop metadata length (words)", base.DEC, nil, 0x1F))
+int_field("remaining", ProtoField.uint8("aggswitch_int.remaining", "Remaining hop count", base.DEC))
+int_field("instructions", ProtoField.uint16("aggswitch_int.instructions", "Instruction bitmap", base.HEX))
+int_field("domain_id", ProtoField.uint16("aggswitch_int.domain_id", "Domain specific id", base.HEX))
+int_field("ds_instructions", ProtoField.uint16("aggswitch_int.ds_instructions", "DS instruction", base.HEX))
+int_field("ds_flags", ProtoField.uint16("aggswitch_int.ds_flags", "DS flags", base.HEX))
+int_field("hop", ProtoField.bytes("aggswitch_int.hop", "Hop metadata"))
+int_field("node_id", ProtoField.uint32("aggswitch_int.hop.node_id", "Node id", base.DEC))
+int_field("ingress_port", ProtoField.uint16("aggswitch_int.hop.ingress_port", "Ingress port", base.DEC))
+int_field("egress_port", ProtoField.uint16("aggswitch_int.hop.egress_port", "Egress port", base.DEC))
+int_field("latency", ProtoField.uint32("aggswitch_int.hop.latency", "Hop latency (ns)", base.DEC))
+int_field("queue_id", ProtoField.uint8("aggswitch_int.hop.queue_id", "Queue id", base.DEC))
+int_field("queue_occupancy", ProtoField.uint24("aggswitch_int.hop.queue_occupancy", "Queue occupancy", base.DEC))
+int_field("tx_util", ProtoField.uint32("aggswitch_int.hop.tx_utilization", "Egress TX utilisation (ppm)", base.DEC))
+int_field("unavailable", ProtoField.bytes("aggswitch_int.hop.unavailable", "Metadata not recorded"))
+int_field("source_node", ProtoField.uint32("aggswitch_int.path.source_node", "Path id: source node", base.DEC))
+int_field("path_seq", ProtoField.uint32("aggswitch_int.path.seq", "Path id: sequence", base.DEC))
+int_proto.fields = int_fields
+
+local rpf = {}
+local report_fields = {}
+local function report_field(key, f)
+  rpf[key] = f
+  report_fields[#report_fields + 1] = f
+end
+report_field("version", ProtoField.uint8("aggswitch_report.version", "Version", base.DEC, nil, 0xF0))
+report_field("hw_id", ProtoField.uint16("aggswitch_report.hw_id", "Hardware id", base.DEC, nil, 0x0FC0))
+report_field("sequence", ProtoField.uint24("aggswitch_report.sequence", "Sequence number", base.DEC, nil, 0x3FFFFF))
+report_field("node_id", ProtoField.uint32("aggswitch_report.node_id", "Node id", base.DEC))
+report_field("rep_type", ProtoField.uint8("aggswitch_report.rep_type", "Report type", base.DEC,
+                                          { [0] = "inner only", [1] = "INT", [2] = "IOAM" }, 0xF0))
+report_field("in_type", ProtoField.uint8("aggswitch_report.in_type", "Inner type", base.DEC,
+                                         { [0] = "none", [1] = "TLV", [2] = "DS extension", [3] = "Ethernet",
+                                           [4] = "IPv4", [5] = "IPv6" }, 0x0F))
+report_field("report_length", ProtoField.uint8("aggswitch_report.report_length", "Report length (words)", base.DEC))
+report_field("md_length", ProtoField.uint8("aggswitch_report.md_length", "Metadata length (words)", base.DEC))
+report_field("d", ProtoField.bool("aggswitch_report.d", "D (dropped)", 8, nil, 0x80))
+report_field("q", ProtoField.bool("aggswitch_report.q", "Q (congested queue)", 8, nil, 0x40))
+report_field("f", ProtoField.bool("aggswitch_report.f", "F (tracked flow)", 8, nil, 0x20))
+report_field("i", ProtoField.bool("aggswitch_report.i", "I (intermediate hop)", 8, nil, 0x10))
+report_field("rep_md_bits", ProtoField.uint16("aggswitch_report.rep_md_bits", "RepMdBits", base.HEX))
+report_field("domain_id", ProtoField.uint16("aggswitch_report.domain_id", "Domain specific id", base.HEX))
+report_field("ds_md_bits", ProtoField.uint16("aggswitch_report.ds_md_bits", "DSMdBits", base.HEX))
+report_field("ds_md_status", ProtoField.uint16("aggswitch_report.ds_md_status", "DSMdstatus", base.HEX))
+report_field("ingress_port", ProtoField.uint16("aggswitch_report.ingress_port", "Ingress port", base.DEC))
+report_field("egress_port", ProtoField.uint16("aggswitch_report.egress_port", "Egress port", base.DEC))
+report_field("latency", ProtoField.uint32("aggswitch_report.latency", "Hop latency (ns)", base.DEC))
+report_field("queue_id", ProtoField.uint8("aggswitch_report.queue_id", "Queue id", base.DEC))
+report_field("queue_occupancy", ProtoField.uint24("aggswitch_report.queue_occupancy", "Queue occupancy", base.DEC))
+report_field("tx_util", ProtoField.uint32("aggswitch_report.tx_utilization", "Egress TX utilisation (ppm)", base.DEC))
+report_field("unavailable", ProtoField.bytes("aggswitch_report.unavailable", "Metadata not recorded"))
+report_field("source_node", ProtoField.uint32("aggswitch_report.path.source_node", "Path id: source node", base.DEC))
+report_field("path_seq", ProtoField.uint32("aggswitch_report.path.seq", "Path id: sequence", base.DEC))
+report_field("hop_index", ProtoField.uint32("aggswitch_report.hop_index", "Hop index", base.DEC))
+report_proto.fields = report_fields
+
+local int_malformed = ProtoExpert.new("aggswitch_int.expert.malformed", "Malformed INT headers",
+                                      expert.group.MALFORMED, expert.severity.ERROR)
+int_proto.experts = { int_malformed }
+local report_malformed = ProtoExpert.new("aggswitch_report.expert.malformed", "Malformed Telemetry Report",
+                                         expert.group.MALFORMED, expert.severity.ERROR)
+report_proto.experts = { report_malformed }
+
+local function telemetry_malformed(expert_field, item, pinfo, len, text)
+  item:add_proto_expert_info(expert_field, text)
+  pinfo.cols.info:append(" [Malformed: " .. text .. "]")
+  return len
+end
+
+-- Words of metadata an instruction bitmap asks for.
+local function metadata_words(bits)
+  local words = 0
+  for _, b in ipairs(INT_BITS) do
+    if has_bit(bits, b.mask) then
+      words = words + ((b.key == "eight") and 2 or 1)
+    end
+  end
+  for _, mask in ipairs(OTHER_BITS) do
+    if has_bit(bits, mask) then words = words + 1 end
+  end
+  return words
+end
+
+-- Adds the metadata `bits` asks for at `offset` to `tree` with the field
+-- table `f`; returns the offset after it. `with_node`: bit 0 is present
+-- (hop metadata; a report's node id is in its group header).
+local function add_metadata(tree, tvb, offset, bits, f, with_node)
+  for _, b in ipairs(INT_BITS) do
+    if has_bit(bits, b.mask) and (with_node or b.key ~= "node_id") then
+      if b.key == "node_id" then
+        tree:add(f.node_id, tvb(offset, 4))
+        offset = offset + 4
+      elseif b.key == "ports" then
+        tree:add(f.ingress_port, tvb(offset, 2))
+        tree:add(f.egress_port, tvb(offset + 2, 2))
+        offset = offset + 4
+      elseif b.key == "latency" then
+        tree:add(f.latency, tvb(offset, 4))
+        offset = offset + 4
+      elseif b.key == "queue" then
+        tree:add(f.queue_id, tvb(offset, 1))
+        tree:add(f.queue_occupancy, tvb(offset + 1, 3))
+        offset = offset + 4
+      elseif b.key == "tx_util" then
+        tree:add(f.tx_util, tvb(offset, 4))
+        offset = offset + 4
+      else
+        tree:add(f.unavailable, tvb(offset, 8))
+        offset = offset + 8
+      end
+    end
+  end
+  for _, mask in ipairs(OTHER_BITS) do
+    if has_bit(bits, mask) then
+      tree:add(f.unavailable, tvb(offset, 4))
+      offset = offset + 4
+    end
+  end
+  return offset
+end
+
+local function dissect_int(tvb, pinfo, tree)
+  local len = tvb:len()
+  pinfo.cols.protocol = "aggswitch INT"
+  local root = tree:add(int_proto, tvb(0, math.min(len, 16)))
+  if len < 16 then
+    return telemetry_malformed(int_malformed, root, pinfo, len, string.format(
+        "%d bytes: shorter than the shim and INT-MD header (16)", len))
+  end
+  root:add(ipf.type, tvb(0, 1))
+  root:add(ipf.npt, tvb(0, 1))
+  local length_item = root:add(ipf.length, tvb(1, 1))
+  root:add(ipf.original_port, tvb(2, 2))
+  root:add(ipf.version, tvb(4, 1))
+  root:add(ipf.d, tvb(4, 1))
+  root:add(ipf.e, tvb(4, 1))
+  root:add(ipf.m, tvb(4, 1))
+  local hop_ml_item = root:add(ipf.hop_ml, tvb(6, 1))
+  root:add(ipf.remaining, tvb(7, 1))
+  root:add(ipf.instructions, tvb(8, 2))
+  root:add(ipf.domain_id, tvb(10, 2))
+  root:add(ipf.ds_instructions, tvb(12, 2))
+  root:add(ipf.ds_flags, tvb(14, 2))
+  local int_bytes = tvb(1, 1):uint() * 4
+  local original_port = tvb(2, 2):uint()
+  local hop_ml = tvb(6, 1):uint() % 32
+  local bits = tvb(8, 2):uint()
+  if 4 + int_bytes > len or int_bytes < 20 then
+    return telemetry_malformed(int_malformed, length_item, pinfo, len, string.format(
+        "length %d words: the headers and path id need at least 5, the datagram has %d bytes",
+        int_bytes / 4, len - 4))
+  end
+  local hop_bytes = int_bytes - 12 - 8
+  if hop_ml == 0 or hop_bytes % (hop_ml * 4) ~= 0 then
+    return telemetry_malformed(int_malformed, hop_ml_item, pinfo, len, string.format(
+        "%d bytes of hop metadata are not whole hops of %d words", hop_bytes, hop_ml))
+  end
+  root:set_len(4 + int_bytes)
+  local offset = 16
+  local hops = 0
+  while offset < 16 + hop_bytes do
+    local hop_tree = root:add(ipf.hop, tvb(offset, hop_ml * 4))
+    hops = hops + 1
+    hop_tree:set_text(string.format("Hop metadata (the %s hop on top)", hops == 1 and "latest" or "next"))
+    if metadata_words(bits) == hop_ml then add_metadata(hop_tree, tvb, offset, bits, ipf, true) end
+    offset = offset + hop_ml * 4
+  end
+  root:add(ipf.source_node, tvb(offset, 4))
+  root:add(ipf.path_seq, tvb(offset + 4, 4))
+  offset = offset + 8
+  pinfo.cols.info = string.format("INT path %d/%d, %d hop(s) of metadata, original port %d",
+                                  tvb(offset - 8, 4):uint(), tvb(offset - 4, 4):uint(), hops, original_port)
+  if offset < len then
+    local payload = tvb(offset):tvb()
+    if not DissectorTable.get("udp.port"):try(original_port, payload, pinfo, tree) then
+      Dissector.get("data"):call(payload, pinfo, tree)
+    end
+  end
+  return len
+end
+
+function int_proto.dissector(tvb, pinfo, tree)
+  return dissect_int(tvb, pinfo, tree)
+end
+
+local function dissect_report(tvb, pinfo, tree)
+  local len = tvb:len()
+  pinfo.cols.protocol = "aggswitch Telemetry Report"
+  local root = tree:add(report_proto, tvb(0, len))
+  if len < 20 then
+    return telemetry_malformed(report_malformed, root, pinfo, len, string.format(
+        "%d bytes: shorter than the group, report and INT headers (20)", len))
+  end
+  root:add(rpf.version, tvb(0, 1))
+  root:add(rpf.hw_id, tvb(0, 2))
+  root:add(rpf.sequence, tvb(1, 3))
+  root:add(rpf.node_id, tvb(4, 4))
+  local type_item = root:add(rpf.rep_type, tvb(8, 1))
+  root:add(rpf.in_type, tvb(8, 1))
+  local length_item = root:add(rpf.report_length, tvb(9, 1))
+  local md_item = root:add(rpf.md_length, tvb(10, 1))
+  root:add(rpf.d, tvb(11, 1))
+  root:add(rpf.q, tvb(11, 1))
+  root:add(rpf.f, tvb(11, 1))
+  root:add(rpf.i, tvb(11, 1))
+  local version = math.floor(tvb(0, 1):uint() / 16)
+  if version ~= 2 then
+    return telemetry_malformed(report_malformed, root, pinfo, len, string.format(
+        "version %d, not 2", version))
+  end
+  if math.floor(tvb(8, 1):uint() / 16) ~= 1 then
+    return telemetry_malformed(report_malformed, type_item, pinfo, len, "not an INT report")
+  end
+  local body = tvb(9, 1):uint() * 4
+  if 12 + body > len then
+    return telemetry_malformed(report_malformed, length_item, pinfo, len, string.format(
+        "report length %d words, the datagram has %d after the first word", body / 4, len - 12))
+  end
+  root:add(rpf.rep_md_bits, tvb(12, 2))
+  root:add(rpf.domain_id, tvb(14, 2))
+  root:add(rpf.ds_md_bits, tvb(16, 2))
+  root:add(rpf.ds_md_status, tvb(18, 2))
+  local bits = tvb(12, 2):uint()
+  local md_bytes = tvb(10, 1):uint() * 4
+  local ours = tvb(14, 2):uint() == INT_DOMAIN and tvb(16, 2):uint() == 0xC000
+  local baseline = metadata_words(bits) * 4
+  if 8 + md_bytes > body or (ours and md_bytes ~= baseline + 12) then
+    return telemetry_malformed(report_malformed, md_item, pinfo, len, string.format(
+        "metadata length %d words disagrees with the report's bits", md_bytes / 4))
+  end
+  local offset = add_metadata(root, tvb, 20, bits, rpf, false)
+  local info = string.format("Report from node %d", tvb(4, 4):uint())
+  if ours then
+    root:add(rpf.source_node, tvb(offset, 4))
+    root:add(rpf.path_seq, tvb(offset + 4, 4))
+    root:add(rpf.hop_index, tvb(offset + 8, 4))
+    info = info .. string.format(": path %d/%d hop %d%s", tvb(offset, 4):uint(),
+                                 tvb(offset + 4, 4):uint(), tvb(offset + 8, 4):uint(),
+                                 has_bit(tvb(11, 1):uint(), 0x10) and "" or " (end of path)")
+  end
+  offset = 20 + md_bytes
+  if tvb(8, 1):uint() % 16 == 4 and offset < 12 + body then
+    -- The reported datagram's headers; the columns stay the report's.
+    Dissector.get("ip"):call(tvb(offset, 12 + body - offset):tvb(), pinfo, tree)
+  end
+  pinfo.cols.protocol = "aggswitch Telemetry Report"
+  pinfo.cols.info = info
+  return len
+end
+
+function report_proto.dissector(tvb, pinfo, tree)
+  return dissect_report(tvb, pinfo, tree)
+end
+
+-- On other ports: INT-MD with NPT 1, version 2 and aggswitch's domain; a
+-- version 2 INT report of aggswitch's domain.
+local function int_heuristic(tvb, pinfo, tree)
+  if tvb:len() < 16 then return false end
+  if tvb(0, 1):uint() ~= 0x14 or math.floor(tvb(4, 1):uint() / 16) ~= 2 or
+     tvb(10, 2):uint() ~= INT_DOMAIN then
+    return false
+  end
+  dissect_int(tvb, pinfo, tree)
+  return true
+end
+
+local function report_heuristic(tvb, pinfo, tree)
+  if tvb:len() < 20 then return false end
+  if math.floor(tvb(0, 1):uint() / 16) ~= 2 or math.floor(tvb(8, 1):uint() / 16) ~= 1 or
+     tvb(14, 2):uint() ~= INT_DOMAIN then
+    return false
+  end
+  dissect_report(tvb, pinfo, tree)
+  return true
+end
+
+DissectorTable.get("udp.port"):add(INT_PORT, int_proto)
+DissectorTable.get("udp.port"):add(REPORT_PORT, report_proto)
+int_proto:register_heuristic("udp", int_heuristic)
+report_proto:register_heuristic("udp", report_heuristic)

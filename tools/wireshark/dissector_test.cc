@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "aggregator/wire.h"
+#include "telemetry/int_wire.h"
 
 namespace aggswitch::aggregator {
 namespace {
@@ -228,13 +229,15 @@ class DissectorTest : public ::testing::Test {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  // Writes `frames`, decodes them with tshark and returns one row per frame.
-  std::vector<Row> Decode(const std::vector<Bytes>& frames) {
+  // Writes `frames`, decodes them with tshark and returns one row per frame
+  // of `fields`.
+  std::vector<Row> Decode(const std::vector<Bytes>& frames,
+                          const std::vector<std::string>& fields = kFields) {
     const std::string pcap = dir_ + "/capture.pcap";
     WritePcap(pcap, frames);
     std::string args = "-r " + ShellQuote(pcap) +
                        " -T fields -E separator=, -E quote=d -E 'aggregator=;' -E occurrence=a";
-    for (const std::string& f : kFields) args += " -e " + f;
+    for (const std::string& f : fields) args += " -e " + f;
     const CommandResult r = RunTshark(dir_, args);
     EXPECT_EQ(r.exit_code, 0) << "tshark failed; stderr:\n" << r.err;
     ExpectNoLuaError(r);
@@ -243,9 +246,9 @@ class DissectorTest : public ::testing::Test {
     std::string line;
     while (std::getline(lines, line)) {
       const std::vector<std::string> cols = SplitQuotedCsv(line);
-      EXPECT_EQ(cols.size(), kFields.size()) << "unexpected tshark line: " << line;
+      EXPECT_EQ(cols.size(), fields.size()) << "unexpected tshark line: " << line;
       Row row;
-      for (size_t i = 0; i < kFields.size() && i < cols.size(); ++i) row[kFields[i]] = cols[i];
+      for (size_t i = 0; i < fields.size() && i < cols.size(); ++i) row[fields[i]] = cols[i];
       rows.push_back(std::move(row));
     }
     EXPECT_EQ(rows.size(), frames.size()) << "tshark output:\n" << r.out;
@@ -609,6 +612,184 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
        }) {
     EXPECT_NE(r.out.find(text), std::string::npos) << "no \"" << text << "\" in\n" << r.out;
   }
+}
+
+
+// In-band network telemetry, built with telemetry/int_wire.h.
+namespace tel = telemetry;
+
+const std::vector<std::string> kIntFields = {
+    "aggswitch_int.type",
+    "aggswitch_int.npt",
+    "aggswitch_int.length",
+    "aggswitch_int.original_port",
+    "aggswitch_int.version",
+    "aggswitch_int.hop_ml",
+    "aggswitch_int.remaining",
+    "aggswitch_int.instructions",
+    "aggswitch_int.domain_id",
+    "aggswitch_int.hop.node_id",
+    "aggswitch_int.hop.ingress_port",
+    "aggswitch_int.hop.egress_port",
+    "aggswitch_int.hop.latency",
+    "aggswitch_int.hop.queue_occupancy",
+    "aggswitch_int.path.source_node",
+    "aggswitch_int.path.seq",
+    "aggswitch.job_id",
+    "aggswitch.seq",
+    "_ws.col.Info",
+};
+
+tel::HopMetadata SampleHop() {
+  tel::HopMetadata h;
+  h.node_id = 101;
+  h.ingress_port = 2;
+  h.egress_port = 5;
+  h.hop_latency_ns = 4321;
+  h.queue_occupancy = 17;
+  h.tx_utilization = 125000;
+  return h;
+}
+
+// A watched contribution as it crosses a switch: the INT headers, the
+// switch's own hop metadata pushed on top, the path id, then the datagram.
+Bytes IntPayload(const Bytes& datagram) {
+  Bytes b(tel::kInsertedBytes);
+  tel::WriteIntHeaders(tel::instr::kLatencySet, kAggUdpPort, 8, 100, 77, b.data());
+  Bytes hop(tel::HopWords(tel::instr::kLatencySet) * 4);
+  tel::WriteHopMetadata(tel::instr::kLatencySet, SampleHop(), hop.data());
+  b.insert(b.begin() + sizeof(tel::IntShim) + sizeof(tel::IntMdHeader), hop.begin(), hop.end());
+  b[1] = static_cast<uint8_t>(b[1] + hop.size() / 4);
+  b.insert(b.end(), datagram.begin(), datagram.end());
+  return b;
+}
+
+TEST_F(DissectorTest, DecodesIntHeadersAndTheDatagramUnderThem) {
+  AggFields c = Contribution();
+  c.elem_count = 2;
+  const Bytes datagram = Datagram(c, {}, LittleEndian(std::vector<float>{1.0f, 2.0f}));
+  const Bytes payload = IntPayload(datagram);
+  const std::vector<Row> rows = Decode(
+      {UdpFrame(payload, kWorker, kSwitch, kWorkerPort, tel::kDefaultIntPort),
+       // On another port: found by the heuristic.
+       UdpFrame(payload, kWorker, kSwitch, kWorkerPort, 9999)},
+      kIntFields);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const Row& r : rows) {
+    EXPECT_EQ(r.at("aggswitch_int.type"), "1");
+    EXPECT_EQ(r.at("aggswitch_int.npt"), "1");
+    EXPECT_EQ(r.at("aggswitch_int.length"), "9");
+    EXPECT_EQ(r.at("aggswitch_int.original_port"), "47000");
+    EXPECT_EQ(r.at("aggswitch_int.version"), "2");
+    EXPECT_EQ(r.at("aggswitch_int.hop_ml"), "4");
+    EXPECT_EQ(r.at("aggswitch_int.remaining"), "8");
+    EXPECT_EQ(r.at("aggswitch_int.instructions"), "0xf000");
+    EXPECT_EQ(r.at("aggswitch_int.domain_id"), "0x4147");
+    EXPECT_EQ(r.at("aggswitch_int.hop.node_id"), "101");
+    EXPECT_EQ(r.at("aggswitch_int.hop.ingress_port"), "2");
+    EXPECT_EQ(r.at("aggswitch_int.hop.egress_port"), "5");
+    EXPECT_EQ(r.at("aggswitch_int.hop.latency"), "4321");
+    EXPECT_EQ(r.at("aggswitch_int.hop.queue_occupancy"), "17");
+    EXPECT_EQ(r.at("aggswitch_int.path.source_node"), "100");
+    EXPECT_EQ(r.at("aggswitch_int.path.seq"), "77");
+    // The original datagram, through the original port's dissector.
+    EXPECT_EQ(r.at("aggswitch.job_id"), "7");
+    EXPECT_EQ(r.at("aggswitch.seq"), "42");
+  }
+}
+
+const std::vector<std::string> kReportFields = {
+    "aggswitch_report.version",
+    "aggswitch_report.hw_id",
+    "aggswitch_report.sequence",
+    "aggswitch_report.node_id",
+    "aggswitch_report.rep_type",
+    "aggswitch_report.in_type",
+    "aggswitch_report.report_length",
+    "aggswitch_report.md_length",
+    "aggswitch_report.f",
+    "aggswitch_report.i",
+    "aggswitch_report.rep_md_bits",
+    "aggswitch_report.ingress_port",
+    "aggswitch_report.egress_port",
+    "aggswitch_report.latency",
+    "aggswitch_report.queue_occupancy",
+    "aggswitch_report.tx_utilization",
+    "aggswitch_report.path.source_node",
+    "aggswitch_report.path.seq",
+    "aggswitch_report.hop_index",
+    "ip.src",
+    "udp.dstport",
+    "_ws.col.Info",
+    "_ws.expert.message",
+};
+
+TEST_F(DissectorTest, DecodesTelemetryReports) {
+  // The reported datagram's IPv4 and UDP headers: 10.0.0.3:40000 -> 10.0.0.254:47000.
+  const Bytes original = UdpFrame({}, kWorker, kSwitch, kWorkerPort, kAggUdpPort);
+  tel::HopReport r;
+  r.node_id = 101;
+  r.hw_id = 3;
+  r.sequence = 0x12345;
+  r.instructions = tel::instr::kBothSets;
+  r.hop = SampleHop();
+  r.source_node = 100;
+  r.path_seq = 77;
+  r.hop_index = 2;
+  r.inner = original.data() + 14;
+  r.has_inner = true;
+  Bytes transit(tel::ReportBytes(r.instructions, true));
+  ASSERT_EQ(tel::BuildReport(r, transit.data(), transit.size()), transit.size());
+  r.last_hop = true;
+  r.has_inner = false;
+  r.instructions = tel::instr::kLatencySet;
+  r.hop_index = 3;
+  Bytes last(tel::ReportBytes(r.instructions, false));
+  ASSERT_EQ(tel::BuildReport(r, last.data(), last.size()), last.size());
+  Bytes truncated = transit;
+  truncated.resize(40);
+  constexpr uint8_t kCollector = 200;
+  const std::vector<Row> rows = Decode(
+      {UdpFrame(transit, 101, kCollector, 5000, tel::kDefaultReportPort),
+       UdpFrame(last, 101, kCollector, 5000, 6000),  // another port: the heuristic
+       UdpFrame(truncated, 101, kCollector, 5000, tel::kDefaultReportPort)},
+      kReportFields);
+  ASSERT_EQ(rows.size(), 3u);
+  const Row& t = rows[0];
+  EXPECT_EQ(t.at("aggswitch_report.version"), "2");
+  EXPECT_EQ(t.at("aggswitch_report.hw_id"), "3");
+  EXPECT_EQ(t.at("aggswitch_report.sequence"), "74565");
+  EXPECT_EQ(t.at("aggswitch_report.node_id"), "101");
+  EXPECT_EQ(t.at("aggswitch_report.rep_type"), "1");
+  EXPECT_EQ(t.at("aggswitch_report.in_type"), "4");
+  EXPECT_EQ(t.at("aggswitch_report.report_length"), std::to_string((transit.size() - 12) / 4));
+  EXPECT_EQ(t.at("aggswitch_report.md_length"), "7");
+  EXPECT_EQ(t.at("aggswitch_report.f"), "1");
+  EXPECT_EQ(t.at("aggswitch_report.i"), "1");
+  EXPECT_EQ(t.at("aggswitch_report.rep_md_bits"), "0x7100");
+  EXPECT_EQ(t.at("aggswitch_report.ingress_port"), "2");
+  EXPECT_EQ(t.at("aggswitch_report.egress_port"), "5");
+  EXPECT_EQ(t.at("aggswitch_report.latency"), "4321");
+  EXPECT_EQ(t.at("aggswitch_report.queue_occupancy"), "17");
+  EXPECT_EQ(t.at("aggswitch_report.tx_utilization"), "125000");
+  EXPECT_EQ(t.at("aggswitch_report.path.source_node"), "100");
+  EXPECT_EQ(t.at("aggswitch_report.path.seq"), "77");
+  EXPECT_EQ(t.at("aggswitch_report.hop_index"), "2");
+  // The outer datagram's source, then the reported one's, decoded inside.
+  EXPECT_EQ(t.at("ip.src"), "10.0.0.101;10.0.0.3");
+  EXPECT_EQ(t.at("udp.dstport"), "32766;47000");
+  EXPECT_EQ(t.at("_ws.col.Info").find("Report from node 101: path 100/77 hop 2"), 0u) << t.at("_ws.col.Info");
+
+  const Row& l = rows[1];
+  EXPECT_EQ(l.at("aggswitch_report.i"), "0");
+  EXPECT_EQ(l.at("aggswitch_report.in_type"), "0");
+  EXPECT_EQ(l.at("aggswitch_report.rep_md_bits"), "0x7000");
+  EXPECT_EQ(l.at("aggswitch_report.tx_utilization"), "");
+  EXPECT_EQ(l.at("aggswitch_report.hop_index"), "3");
+  EXPECT_EQ(l.at("_ws.col.Info"), "Report from node 101: path 100/77 hop 3 (end of path)");
+
+  EXPECT_NE(rows[2].at("_ws.expert.message").find("report length"), std::string::npos)
+      << rows[2].at("_ws.expert.message");
 }
 
 }  // namespace
