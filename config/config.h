@@ -55,6 +55,8 @@ inline constexpr uint32_t kMaxAggregationSlots = 1048576;
 // A slot hint is 16 bits: 0xFFFF says none, 0xFFFE a moved partition
 // (aggregator/wire.h), the rest index the spare slots.
 inline constexpr uint32_t kMaxSpareSlots = 65534;
+// ports[].faults.delay_us at most: one second.
+inline constexpr uint32_t kMaxFaultDelayUs = 1000000;
 inline constexpr uint16_t kMaxAggregationFanIn = 1024;
 inline constexpr uint32_t kMaxAggregationJobs = 65536;
 inline constexpr uint32_t kMinHoldBuffers = 64;
@@ -130,6 +132,7 @@ struct FaultConfig {
   double loss = 0;
   double duplicate = 0;
   double reorder = 0;
+  uint32_t delay_us = 0;                             // every frame delivered this much later
   FaultDirection direction = FaultDirection::kBoth;  // frames received, sent, or both
   uint64_t seed = 1;                                 // with the lcore id: the random sequence
   SourceLoc loc;

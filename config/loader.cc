@@ -444,6 +444,13 @@ class Loader {
                 {"loss", [&](auto& n, auto& p) { ReadProbability(n, p, out.loss); }},
                 {"duplicate", [&](auto& n, auto& p) { ReadProbability(n, p, out.duplicate); }},
                 {"reorder", [&](auto& n, auto& p) { ReadProbability(n, p, out.reorder); }},
+                {"delay_us",
+                 [&](auto& n, auto& p) {
+                   if (ReadUnsigned(n, p, out.delay_us, {}, "microseconds, 0..1000000") &&
+                       out.delay_us > kMaxFaultDelayUs) {
+                     Error(p, n, "expected microseconds, 0..1000000, got " + Describe(n));
+                   }
+                 }},
                 {"direction",
                  [&](auto& n, auto& p) {
                    const std::string text = n.IsScalar() ? n.Scalar() : std::string();

@@ -597,7 +597,7 @@ TEST(LoaderTest, PortFaults) {
   const ConfigLoad load = Load(R"(ports:
   - name: p0
     devargs: d
-    faults: {loss: 0.05, duplicate: 1e-2, reorder: 0.5, direction: tx, seed: 7}
+    faults: {loss: 0.05, duplicate: 1e-2, reorder: 0.5, delay_us: 40, direction: tx, seed: 7}
   - {name: p1, devargs: d1, faults: {}}
   - {name: p2, devargs: d2}
 )");
@@ -607,6 +607,7 @@ TEST(LoaderTest, PortFaults) {
   EXPECT_DOUBLE_EQ(ports[0].faults->loss, 0.05);
   EXPECT_DOUBLE_EQ(ports[0].faults->duplicate, 0.01);
   EXPECT_DOUBLE_EQ(ports[0].faults->reorder, 0.5);
+  EXPECT_EQ(ports[0].faults->delay_us, 40u);
   EXPECT_EQ(ports[0].faults->direction, FaultDirection::kTx);
   EXPECT_EQ(ports[0].faults->seed, 7u);
   EXPECT_EQ(ports[0].faults->loc.line, 4);
@@ -630,8 +631,11 @@ TEST(LoaderErrorTest, PortFaults) {
                        "expected rx, tx or both, got \"up\""));
   EXPECT_TRUE(OneError(with("{loss: 0.6, reorder: 0.6}"), "ports[0].faults", 4,
                        "expected loss + reorder <= 1"));
+  EXPECT_TRUE(OneError(with("{delay_us: 1000001}"), "ports[0].faults.delay_us", 4,
+                       "expected microseconds, 0..1000000, got \"1000001\""));
+  EXPECT_TRUE(OneError(with("{delay_us: -5}"), "ports[0].faults.delay_us", 4, "got \"-5\""));
   EXPECT_TRUE(OneError(with("{lose: 0.1}"), "ports[0].faults.lose", 4,
-                       "expected one of: loss, duplicate, reorder, direction, seed"));
+                       "expected one of: loss, duplicate, reorder, delay_us, direction, seed"));
   EXPECT_TRUE(OneError(with("0.1"), "ports[0].faults", 4, "expected a map, got \"0.1\""));
 }
 

@@ -80,7 +80,8 @@ constexpr const char* DropReasonHelp(DropReason r) { return kDropReasonText[stat
 #define AGG_PORT_FAULTS(X)                                                           \
   X(kDrop, "drop", "frames dropped")                                                 \
   X(kDuplicate, "duplicate", "frames delivered twice")                               \
-  X(kReorder, "reorder", "frames held back behind the frames of the port's next poll")
+  X(kReorder, "reorder", "frames held back behind the frames of the port's next poll")        \
+  X(kDelay, "delay", "frames delayed by the port's fixed delay")
 
 enum class Fault : uint8_t {
 #define AGG_FAULT_ENUM(name, label, help) name,

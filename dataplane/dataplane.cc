@@ -261,9 +261,10 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
   if (pc.faults) {
     static constexpr const char* kDirection[] = {"received", "sent", "received and sent"};
     AGG_LOG(kWarning,
-            "port %s: injecting faults into frames %s: loss %g, duplicate %g, reorder %g (seed %llu)",
+            "port %s: injecting faults into frames %s: loss %g, duplicate %g, reorder %g, delay %u us "
+            "(seed %llu)",
             pc.name.c_str(), kDirection[static_cast<int>(pc.faults->direction)], pc.faults->loss,
-            pc.faults->duplicate, pc.faults->reorder,
+            pc.faults->duplicate, pc.faults->reorder, pc.faults->delay_us,
             static_cast<unsigned long long>(pc.faults->seed));
   }
   return Status::Ok();

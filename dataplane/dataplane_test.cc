@@ -401,6 +401,39 @@ TEST_F(FaultInjectionTest, LossRateFollowsTheProbabilityAndEveryFrameIsAccounted
   EXPECT_EQ(dp_->GetPortTotals(1).tx_packets, seqs.size());
 }
 
+// A fixed delay: nothing leaves before it, then every frame in order, once.
+TEST_F(FaultInjectionTest, DelayedFramesLeaveInOrderNoSoonerThanTheDelay) {
+  for (const char* direction : {"tx", "rx"}) {
+    SCOPED_TRACE(direction);
+    BuildWithFaults(direction == std::string("tx") ? "a1" : "a0",
+                    std::string("{delay_us: 30000, direction: ") + direction + "}");
+    LearnH1OnA1();
+    const int faulty = direction == std::string("tx") ? 1 : 0;
+    for (uint16_t seq = 0; seq < 20; ++seq) {
+      Frame f = Untagged(kH0, kH1);
+      f[f.size() - 1] = static_cast<uint8_t>(seq);
+      Inject(0, f);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    Step();
+    EXPECT_TRUE(Drain()[1].empty()) << "delayed frames left at once";
+    std::vector<uint8_t> arrived;
+    while (arrived.size() < 20 && std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {
+      Step();
+      auto out = Drain();
+      for (const Frame& f : out[1]) {
+        EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(30));
+        arrived.push_back(f[f.size() - 1]);
+      }
+    }
+    std::vector<uint8_t> all(20);
+    std::iota(all.begin(), all.end(), uint8_t{0});
+    EXPECT_EQ(arrived, all);
+    EXPECT_EQ(Faults(faulty, Fault::kDelay), 20u);
+    EXPECT_EQ(Faults(faulty, Fault::kDrop), 0u);
+  }
+}
+
 TEST_F(FaultInjectionTest, TheSameSeedGivesTheSameFaults) {
   std::vector<uint16_t> runs[2];
   for (auto& seqs : runs) {

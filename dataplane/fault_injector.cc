@@ -1,5 +1,7 @@
 #include "dataplane/fault_injector.h"
 
+#include <rte_cycles.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -29,10 +31,16 @@ FaultInjector::FaultInjector(const config::FaultConfig& cfg, uint64_t stream)
       loss_below_(Below(cfg.loss)),
       reorder_below_(Below(std::min(1.0, cfg.loss + cfg.reorder))),
       dup_below_(Below(cfg.duplicate)),
-      always_lose_(cfg.loss >= 1) {}
+      always_lose_(cfg.loss >= 1),
+      delay_cycles_(static_cast<uint64_t>(cfg.delay_us * 1e-6 * static_cast<double>(rte_get_tsc_hz()))) {
+  if (delay_cycles_ != 0) delayed_ = std::make_unique<Delayed[]>(kDelayMax);
+}
 
 FaultInjector::~FaultInjector() {
   rte_pktmbuf_free_bulk(held_, n_held_);
+  for (uint32_t i = 0; i < n_delayed_; ++i) {
+    rte_pktmbuf_free(delayed_[(first_delayed_ + i) % kDelayMax].m);
+  }
 }
 
 uint64_t FaultInjector::Next() {
@@ -43,8 +51,30 @@ uint64_t FaultInjector::Next() {
   return state_ * 0x2545f4914f6cdd1dULL;
 }
 
+uint16_t FaultInjector::Delay(rte_mbuf** out, uint16_t n, uint16_t cap, PortCounters& c,
+                              uint64_t now_tsc) {
+  uint16_t lost = 0;
+  for (uint16_t i = 0; i < n; ++i) {
+    if (n_delayed_ == kDelayMax) {
+      rte_pktmbuf_free(out[i]);
+      ++lost;
+      continue;
+    }
+    delayed_[(first_delayed_ + n_delayed_++) % kDelayMax] = {out[i], now_tsc + delay_cycles_};
+  }
+  if (n != lost) CountFault(c, Fault::kDelay, n - lost);
+  if (lost) CountFault(c, Fault::kDrop, lost);
+  uint16_t due = 0;
+  while (n_delayed_ != 0 && due < cap && delayed_[first_delayed_].due_tsc <= now_tsc) {
+    out[due++] = delayed_[first_delayed_].m;
+    first_delayed_ = (first_delayed_ + 1) % kDelayMax;
+    --n_delayed_;
+  }
+  return due;
+}
+
 uint16_t FaultInjector::Apply(rte_mbuf** pkts, uint16_t n, uint16_t cap, rte_mempool* pool,
-                              PortCounters& c) {
+                              PortCounters& c, uint64_t now_tsc) {
   cap = std::min(cap, kMaxOut);
   rte_mbuf* out[kMaxOut];
   uint16_t n_out = 0;
@@ -91,6 +121,7 @@ uint16_t FaultInjector::Apply(rte_mbuf** pkts, uint16_t n, uint16_t cap, rte_mem
     }
   }
   if (lost) CountFault(c, Fault::kDrop, lost);
+  if (delay_cycles_ != 0) n_out = Delay(out, n_out, cap, c, now_tsc);
   std::copy(out, out + n_out, pkts);
   return n_out;
 }

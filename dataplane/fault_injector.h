@@ -12,8 +12,14 @@
 // they go out on the next poll. A frame to hold that finds the held queue
 // full is dropped and counted as loss.
 //
+// With a delay (delay_us), what would go out now goes into a FIFO instead,
+// due delay_us after this call, and each call first lets out the frames that
+// are due (in order, a poll late at most): a link that is that much longer.
+// A frame that finds the FIFO full (kDelayMax) is dropped and counted as
+// loss, as a full queue would.
+//
 //   FaultInjector inj(cfg, stream);                 // [control] before the lcore runs
-//   n = inj.Apply(pkts, n, kBurstSize, pool, port_counters);   // [worker lcore]
+//   n = inj.Apply(pkts, n, kBurstSize, pool, port_counters, now_tsc);   // [worker lcore]
 //
 // Thread safety: one lcore uses an injector (Apply, holding); built and
 // destroyed on the control thread while that lcore does not run.
@@ -22,6 +28,7 @@
 #include <rte_mbuf.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "config/config.h"
 #include "dataplane/counters.h"
@@ -39,6 +46,9 @@ class FaultInjector {
   static constexpr uint16_t kHeldMax = 64;
   // Output frames at most per call.
   static constexpr uint16_t kMaxOut = 64;
+  // Frames delayed at most, per injector: 10 ms of a 10 Gbit/s link's
+  // 1500-byte frames.
+  static constexpr uint32_t kDelayMax = 8192;
 
   // `stream` tells apart the injectors that share cfg.seed (lcore, port, direction).
   FaultInjector(const config::FaultConfig& cfg, uint64_t stream);
@@ -49,14 +59,24 @@ class FaultInjector {
   // Replaces pkts[0..n) by the frames to deliver now, at most `cap` (n <=
   // cap <= kMaxOut; room above n is for duplicates and held frames), and
   // returns their count. Duplicates are copied from `pool`. Counts into
-  // c.faults[]. [worker lcore]
-  uint16_t Apply(rte_mbuf** pkts, uint16_t n, uint16_t cap, rte_mempool* pool, PortCounters& c);
+  // c.faults[]. `now_tsc` is the time of the call (the delay's clock).
+  // [worker lcore]
+  uint16_t Apply(rte_mbuf** pkts, uint16_t n, uint16_t cap, rte_mempool* pool, PortCounters& c,
+                 uint64_t now_tsc);
 
-  // Whether frames wait for the next call. [worker lcore]
-  bool holding() const { return n_held_ != 0; }
+  // Whether frames wait for a later call. [worker lcore]
+  bool holding() const { return n_held_ != 0 || n_delayed_ != 0; }
 
  private:
+  struct Delayed {
+    rte_mbuf* m;
+    uint64_t due_tsc;
+  };
+
   uint64_t Next();
+  // Puts out[0..n) in the FIFO and replaces them by the frames due, at most
+  // `cap`; returns their count.
+  uint16_t Delay(rte_mbuf** out, uint16_t n, uint16_t cap, PortCounters& c, uint64_t now_tsc);
 
   uint64_t state_;
   uint32_t loss_below_;     // low half < this: dropped
@@ -65,6 +85,10 @@ class FaultInjector {
   bool always_lose_;        // loss == 1 (a 32-bit threshold cannot say it)
   uint16_t n_held_ = 0;
   rte_mbuf* held_[kHeldMax];
+  const uint64_t delay_cycles_;          // 0: no delay
+  std::unique_ptr<Delayed[]> delayed_;   // a ring of kDelayMax, when delaying
+  uint32_t first_delayed_ = 0;
+  uint32_t n_delayed_ = 0;
 };
 
 }  // namespace aggswitch::dataplane

@@ -1,5 +1,6 @@
 #include "dataplane/tx_buffers.h"
 
+#include <rte_cycles.h>
 #include <rte_ethdev.h>
 
 #include <algorithm>
@@ -36,7 +37,7 @@ void TxBuffers::FlushPort(uint16_t p) {
   if (FaultInjector* faults = faults_[p].get(); faults != nullptr) {
     std::copy(frames, frames + count, faulty);
     frames = faulty;
-    count = faults->Apply(frames, count, FaultInjector::kMaxOut, pool_, stats_.ports[p]);
+    count = faults->Apply(frames, count, FaultInjector::kMaxOut, pool_, stats_.ports[p], rte_rdtsc());
     bytes = 0;
     for (uint16_t i = 0; i < count; ++i) bytes += frames[i]->pkt_len;
   }

@@ -97,7 +97,7 @@ bool Worker::PollOnce() {
     uint16_t n = rte_eth_rx_burst(setup_.port_ids[rx.port_index], rx.queue, pkts,
                                   faults == nullptr ? kBurstSize : kBurstSize / 2);
     if (faults != nullptr) {
-      n = faults->Apply(pkts, n, kBurstSize, pool_, stats_.ports[rx.port_index]);
+      n = faults->Apply(pkts, n, kBurstSize, pool_, stats_.ports[rx.port_index], clock_.tsc);
     }
     if (n > 0) {
       ProcessBurst(rx.port_index, pkts, n, static_cast<uint32_t>(clock_.tsc >> setup_.tick_shift));
