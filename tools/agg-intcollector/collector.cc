@@ -1,17 +1,14 @@
 #include "tools/agg-intcollector/collector.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "common/log.h"
+#include "common/udp_bind.h"
 #include "control/exposition.h"
 #include "telemetry/path_analysis.h"
 
@@ -52,24 +49,9 @@ common::Result<std::unique_ptr<Collector>> Collector::Open(const CollectorOption
     return common::InvalidArgument("--window: expected at least 1 second");
   }
   ASSIGN_OR_RETURN(telemetry::RecordStore store, telemetry::RecordStore::Open(options.db_path));
-  const std::string where = "--listen " + options.listen.ToString();
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return common::Unavailable(std::string("socket(AF_INET, SOCK_DGRAM): ") + std::strerror(errno));
-  const int buffer_bytes = 4 << 20;  // a wish; the kernel caps it
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  local.sin_addr.s_addr = htonl(options.listen.ip.addr);
-  local.sin_port = htons(options.listen.port);
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
-    const std::string why = std::strerror(errno);
-    close(fd);
-    return common::Unavailable(where + ": cannot bind: " + why +
-                               " (expected a local IPv4 address and a free UDP port)");
-  }
-  socklen_t len = sizeof(local);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
-  return std::unique_ptr<Collector>(new Collector(options, std::move(store), fd, ntohs(local.sin_port)));
+  ASSIGN_OR_RETURN(const common::BoundUdp bound,
+                   common::BindUdp(options.listen, "--listen " + options.listen.ToString()));
+  return std::unique_ptr<Collector>(new Collector(options, std::move(store), bound.fd, bound.port));
 }
 
 Collector::Collector(const CollectorOptions& options, telemetry::RecordStore store, int fd,

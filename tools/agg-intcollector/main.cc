@@ -14,15 +14,13 @@
 // Exit codes: 0 stopped by SIGINT/SIGTERM; 1 the record file failed while
 // serving; 2 a bad command line, or the socket, the HTTP address or the
 // record file could not be opened.
-#include <signal.h>
-
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "common/log.h"
+#include "common/stop_signals.h"
 #include "control/http_server.h"
 #include "tools/agg-intcollector/collector.h"
 
@@ -31,20 +29,6 @@ namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
-
-std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
-
-void OnStopSignal(int) { g_stop.store(true, std::memory_order_relaxed); }
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: the loop's wait returns at once
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
 
 int Main(int argc, char** argv) {
   std::string listen = "0.0.0.0:" + std::to_string(telemetry::kDefaultReportPort);
@@ -107,7 +91,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--http: %s\n", server.status().message().c_str());
     return kExitUsage;
   }
-  InstallSignalHandlers();
+  common::InstallStopSignals();
   AGG_LOG(kInfo, "agg-intcollector: reports on udp %s:%u, records in %s, http://%s:%u",
           options.listen.ip.ToString().c_str(), c.port(), options.db_path.c_str(),
           http.substr(0, http.rfind(':')).c_str(), (*server)->port());
@@ -117,7 +101,7 @@ int Main(int argc, char** argv) {
   Clock::time_point next_analysis = Clock::now() + interval;
   Clock::time_point next_flush = Clock::now();
   int rc = 0;
-  while (!g_stop.load(std::memory_order_relaxed)) {
+  while (!common::StopRequested()) {
     c.Poll(50);
     const Clock::time_point now = Clock::now();
     // Commits at least every 100 ms, so that sqlite3 sees the reports soon.

@@ -15,15 +15,13 @@
 //
 // Exit codes: 0 stopped by SIGINT/SIGTERM; 1 the socket failed while
 // serving; 2 a bad command line, or the socket could not be bound.
-#include <signal.h>
-
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "common/log.h"
+#include "common/stop_signals.h"
 #include "tools/agg-ps/server.h"
 
 namespace aggswitch::tools {
@@ -31,22 +29,6 @@ namespace {
 
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
-
-std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
-
-void OnStopSignal(int) {
-  g_stop.store(true, std::memory_order_relaxed);
-}
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: the loop's wait returns at once
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
 
 int Main(int argc, char** argv) {
   std::string listen = "0.0.0.0:47000";
@@ -163,7 +145,7 @@ int Main(int argc, char** argv) {
 
   auto server = PsServer::Open(options);
   if (!server.ok()) return usage_error(server.status().message());
-  InstallSignalHandlers();
+  common::InstallStopSignals();
   AGG_LOG(kInfo,
           "agg-ps serving as TAN on %s:%u: trigger %s, give-up %lu ms, node id %u, %zu "
           "coverage entries, %zu --sgd jobs%s%s",
@@ -171,7 +153,7 @@ int Main(int argc, char** argv) {
           static_cast<unsigned long>(give_up_ms), options.tan.node_id, options.covers.size(),
           options.sgd.size(), options.stats_path.empty() ? "" : ", stats in ",
           options.stats_path.c_str());
-  const common::Status status = (*server)->Run(g_stop);
+  const common::Status status = (*server)->Run(common::StopFlag());
   if (!status.ok()) {
     AGG_LOG(kError, "%s", status.message().c_str());
     return kExitFailed;

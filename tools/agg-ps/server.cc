@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/udp_bind.h"
 
 namespace aggswitch::tools {
 
@@ -166,28 +167,13 @@ common::Result<std::unique_ptr<PsServer>> PsServer::Open(const PsServerOptions& 
   ASSIGN_OR_RETURN(PsJobPolicy jobs, PsJobPolicy::Make(options.jobs, options.listed_jobs_only));
   const std::string where =
       "--listen " + options.listen.ip.ToString() + ":" + std::to_string(options.listen.port);
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return common::Unavailable("socket(AF_INET, SOCK_DGRAM): " + ErrnoText());
-  // Buffer sizes are wishes (the kernel caps them); DF like every aggregation
-  // datagram (docs/protocol.md: never fragmented).
-  const int buffer_bytes = 4 << 20;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
+  ASSIGN_OR_RETURN(const common::BoundUdp bound,
+                   common::BindUdp(common::Ipv4Endpoint{options.listen.ip, options.listen.port}, where));
+  const int fd = bound.fd;
+  // DF like every aggregation datagram (docs/protocol.md: never fragmented).
   const int pmtu = IP_PMTUDISC_DO;
   setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  local.sin_addr.s_addr = htonl(options.listen.ip.addr);
-  local.sin_port = htons(options.listen.port);
-  if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
-    const std::string why = ErrnoText();
-    close(fd);
-    return common::Unavailable(where + ": cannot bind: " + why +
-                               " (expected a local IPv4 address and a free UDP port)");
-  }
-  socklen_t len = sizeof(local);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
-  std::unique_ptr<PsServer> server(new PsServer(options, std::move(sgd), fd, ntohs(local.sin_port)));
+  std::unique_ptr<PsServer> server(new PsServer(options, std::move(sgd), fd, bound.port));
   server->jobs_ = std::move(jobs);
   return server;
 }
