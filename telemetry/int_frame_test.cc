@@ -50,7 +50,7 @@ Bytes Datagram(const Bytes& payload, uint16_t port = 47000, bool udp_checksum = 
   put16(20, 5000);
   put16(22, port);
   put16(24, 8 + payload.size());
-  std::memcpy(&d[28], payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(&d[28], payload.data(), payload.size());
   if (udp_checksum) {
     const uint32_t pseudo = Sum(d.data() + 12, 8) + 17 + 8 + payload.size();
     uint16_t c = static_cast<uint16_t>(~Sum(d.data() + 20, d.size() - 20, pseudo));
