@@ -65,6 +65,9 @@ struct Ipv4Endpoint {
 
   static std::optional<Ipv4Endpoint> Parse(std::string_view text);
   std::string ToString() const;
+  friend bool operator==(const Ipv4Endpoint& a, const Ipv4Endpoint& b) {
+    return a.ip == b.ip && a.port == b.port;
+  }
 };
 
 // "a.b.c.d" or "a.b.c.d/len"; a missing length means /32.

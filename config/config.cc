@@ -160,6 +160,7 @@ class Validator {
     CheckMempool();
     CheckHttp();
     CheckAggregation();
+    CheckTelemetry();
   }
 
  private:
@@ -534,6 +535,66 @@ class Validator {
       Error("mempool.cache", pool.loc,
             "expected a cache size 0.." + std::to_string(kMaxMempoolCache) + ", got " +
                 QuoteNumber(pool.cache));
+    }
+  }
+
+  void CheckTelemetry() {
+    const TelemetryConfig& t = config_.telemetry;
+    if (t.watch.size() > kMaxWatchEntries) {
+      Error("telemetry.watch", t.loc,
+            "expected at most " + std::to_string(kMaxWatchEntries) + " entries, got " +
+                std::to_string(t.watch.size()));
+    }
+    if (!t.watch.empty()) {
+      if (t.node_id == 0 || t.node_id == UINT32_MAX) {
+        Error("telemetry.node_id", t.loc,
+              "expected this switch's INT node id 1..4294967294 (a watch list is configured), got " +
+                  QuoteNumber(t.node_id));
+      }
+      if (!t.collector) {
+        Error("telemetry.collector", t.loc,
+              "expected the collector's \"a.b.c.d:port\" (a watch list is configured), got none");
+      }
+    }
+    if (t.max_hops == 0) {
+      Error("telemetry.max_hops", t.loc, "expected a hop count 1..255, got \"0\"");
+    }
+    if (t.int_port == 0) Error("telemetry.int_port", t.loc, "expected a UDP port 1..65535, got \"0\"");
+    if (t.int_port == config_.aggregation.udp_port) {
+      Error("telemetry.int_port", t.loc,
+            "expected a UDP port other than aggregation.udp_port, got " + QuoteNumber(t.int_port));
+    }
+    for (size_t i = 0; i < t.watch.size(); ++i) {
+      const WatchEntry& w = t.watch[i];
+      const std::string path = Index("telemetry.watch", i);
+      if (w.name.empty()) Error(path + ".name", w.loc, "expected a non-empty name, got \"\"");
+      for (size_t j = 0; j < i; ++j) {
+        if (!w.name.empty() && t.watch[j].name == w.name) {
+          Error(path + ".name", w.loc,
+                "expected a name no other entry has, got " + Quote(w.name) + " (also " +
+                    Where(Index("telemetry.watch", j), t.watch[j].loc) + ")");
+        }
+      }
+      if (w.vlan != 0) {
+        if (CheckVlan(path + ".vlan", w.loc, w.vlan) && AllPortVlansKnown() &&
+            !AnyPortCarries(w.vlan)) {
+          Error(path + ".vlan", w.loc, "expected a VLAN that some port carries, got " + QuoteNumber(w.vlan));
+        }
+      }
+      for (const auto& [key, prefix] : {std::pair{".src", w.src}, std::pair{".dst", w.dst}}) {
+        if (!prefix) continue;
+        const uint32_t mask = prefix->length == 0 ? 0 : ~uint32_t{0} << (32 - prefix->length);
+        if ((prefix->ip.addr & ~mask) != 0) {
+          Error(path + key, w.loc,
+                "expected a prefix without host bits (such as \"10.0.0.0/24\"), got " +
+                    Quote(prefix->ToString()));
+        }
+      }
+      if (w.sample == 0 || w.sample > kMaxWatchSample) {
+        Error(path + ".sample", w.loc,
+              "expected 1 in N datagrams, N 1.." + std::to_string(kMaxWatchSample) + ", got " +
+                  QuoteNumber(w.sample));
+      }
     }
   }
 

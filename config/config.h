@@ -140,6 +140,10 @@ struct FaultConfig {
   friend bool operator==(const FaultConfig&, const FaultConfig&) = default;
 };
 
+// What a port faces, for in-band telemetry (telemetry.watch): hosts, where
+// INT starts and ends, or other switches, where it travels on.
+enum class PortRole { kEdge, kFabric };
+
 struct PortConfig {
   std::string name;
   std::string devargs;  // DPDK devargs: "net_af_packet0,iface=veth0", "0000:01:00.0", ...
@@ -151,6 +155,7 @@ struct PortConfig {
   uint16_t tx_descriptors = 1024;
   uint16_t mtu = 1500;
   std::optional<FaultConfig> faults;  // none unless configured
+  PortRole role = PortRole::kEdge;
   SourceLoc loc;
 
   // True when frames of `vlan` may enter or leave this port: the access VLAN, or
@@ -515,6 +520,48 @@ struct AggregationConfig {
   friend bool operator==(const AggregationConfig&, const AggregationConfig&) = default;
 };
 
+// In-band network telemetry (docs/telemetry.md).
+inline constexpr size_t kMaxWatchEntries = 64;
+inline constexpr uint32_t kMaxWatchSample = 1u << 24;  // 1 in N at most
+inline constexpr uint8_t kMaxIntHops = 255;
+
+// Which metadata each hop records for a watch entry: the INT instruction
+// sets (telemetry/int_wire.h).
+enum class IntInstructions {
+  kLatency,    // "latency": node id, ports, hop latency, queue occupancy
+  kBandwidth,  // "bandwidth": node id, ports, egress TX utilisation
+  kBoth,       // "both"
+};
+
+// One telemetry.watch entry: the traffic it selects (every field given must
+// match; an absent one matches anything), how much of it gets INT, and what
+// each hop records.
+struct WatchEntry {
+  std::string name;
+  uint16_t vlan = 0;                       // 0: any
+  std::optional<common::Ipv4Prefix> src;   // IPv4 source prefix
+  std::optional<common::Ipv4Prefix> dst;   // IPv4 destination prefix
+  uint16_t port = 0;                       // UDP source or destination port; 0: any
+  std::optional<uint32_t> job;             // aggregation job id (its datagrams forwarded at L2)
+  uint32_t sample = 1;                     // 1 in `sample` matching datagrams
+  IntInstructions instructions = IntInstructions::kLatency;
+  SourceLoc loc;
+
+  friend bool operator==(const WatchEntry&, const WatchEntry&) = default;
+};
+
+struct TelemetryConfig {
+  uint32_t node_id = 0;                  // this switch in reports and hop metadata; 1.. when watching
+  std::optional<common::Ipv4Endpoint> collector;  // where reports go (UDP); needed with a watch list
+  uint16_t int_port = 7700;              // UDP port that says "INT follows" between switches
+  uint8_t max_hops = 8;                  // the remaining hop count a first hop writes
+  std::vector<WatchEntry> watch;
+  SourceLoc loc;
+
+  bool enabled() const { return !watch.empty() || node_id != 0; }
+  friend bool operator==(const TelemetryConfig&, const TelemetryConfig&) = default;
+};
+
 struct Config {
   EalConfig eal;
   SwitchConfig switch_;
@@ -524,6 +571,7 @@ struct Config {
   MempoolConfig mempool;
   HttpConfig http;
   AggregationConfig aggregation;
+  TelemetryConfig telemetry;
 
   // Where each value and list item came from, by key path ("ports[1].trunk[2]",
   // "workers[0].rx[1]"), so that Validate() can point at the exact value. The

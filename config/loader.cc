@@ -114,7 +114,7 @@ class Loader {
     if (!root.IsMap() && !root.IsNull()) {
       Error("", root,
             "expected a map of sections (eal, switch, ports, workers, mac_table, mempool, http, "
-            "aggregation), got " +
+            "aggregation, telemetry), got " +
                 Describe(root));
       return;
     }
@@ -131,6 +131,8 @@ class Loader {
             {"http", [this](const YAML::Node& n, const std::string& p) { LoadHttp(n, p); }},
             {"aggregation",
              [this](const YAML::Node& n, const std::string& p) { LoadAggregation(n, p); }},
+            {"telemetry",
+             [this](const YAML::Node& n, const std::string& p) { LoadTelemetry(n, p); }},
         });
   }
 
@@ -428,6 +430,11 @@ class Loader {
                        "an MTU " + std::to_string(kMinMtu) + ".." + std::to_string(kMaxMtu));
                  }},
                 {"faults", [&](auto& n, auto& p) { LoadFaults(n, p, port.faults.emplace()); }},
+                {"role",
+                 [&](auto& n, auto& p) {
+                   ReadEnum<PortRole>(n, p, {{"edge", PortRole::kEdge}, {"fabric", PortRole::kFabric}},
+                                      port.role);
+                 }},
             });
     if (has_access && trunk) {
       Error(Join(path, "trunk"), *trunk,
@@ -808,6 +815,61 @@ class Loader {
   }
 
   static std::string NodeIdRangeText() { return "a node id 0.." + std::to_string(kMaxNodeId); }
+
+  void LoadTelemetry(const YAML::Node& node, const std::string& path) {
+    TelemetryConfig& t = config_.telemetry;
+    t.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {
+                {"node_id", [&](auto& n, auto& p) { ReadUnsigned(n, p, t.node_id); }},
+                {"collector",
+                 [&](auto& n, auto& p) {
+                   std::optional<common::Ipv4Endpoint> at;
+                   if (n.IsScalar()) at = common::Ipv4Endpoint::Parse(n.Scalar());
+                   if (!at || at->port == 0) {
+                     Error(p, n, "expected the collector's \"a.b.c.d:port\", got " + Describe(n));
+                     return;
+                   }
+                   t.collector = *at;
+                 }},
+                {"int_port", [&](auto& n, auto& p) { ReadUnsigned(n, p, t.int_port); }},
+                {"max_hops",
+                 [&](auto& n, auto& p) { ReadUnsigned(n, p, t.max_hops, {}, "a hop count 1..255"); }},
+                {"watch",
+                 [&](auto& n, auto& p) {
+                   LoadList(n, p, [&](const YAML::Node& item, const std::string& item_path) {
+                     LoadWatchEntry(item, item_path, t.watch.emplace_back());
+                   });
+                 }},
+            });
+  }
+
+  void LoadWatchEntry(const YAML::Node& node, const std::string& path, WatchEntry& w) {
+    w.loc = ItemLoc(node, path);
+    if (!IsMapItem(node, path)) return;
+    LoadMap(node, path,
+            {
+                {"name", [&](auto& n, auto& p) { ReadString(n, p, w.name); }, true},
+                {"vlan", [&](auto& n, auto& p) { ReadVlan(n, p, w.vlan); }},
+                {"src", [&](auto& n, auto& p) { ReadPrefix(n, p, w.src.emplace()); }},
+                {"dst", [&](auto& n, auto& p) { ReadPrefix(n, p, w.dst.emplace()); }},
+                {"port", [&](auto& n, auto& p) { ReadUnsigned(n, p, w.port); }},
+                {"job", [&](auto& n, auto& p) { ReadUnsigned(n, p, w.job.emplace()); }},
+                {"sample",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, w.sample, {},
+                                "1 in N datagrams, N 1.." + std::to_string(kMaxWatchSample));
+                 }},
+                {"instructions",
+                 [&](auto& n, auto& p) {
+                   ReadEnum<IntInstructions>(n, p,
+                                             {{"latency", IntInstructions::kLatency},
+                                              {"bandwidth", IntInstructions::kBandwidth},
+                                              {"both", IntInstructions::kBoth}},
+                                             w.instructions);
+                 }},
+            });
+  }
 
   // Reads one of `names` into `out`; on failure `out` is left alone.
   template <typename E>

@@ -639,6 +639,68 @@ TEST(LoaderErrorTest, PortFaults) {
   EXPECT_TRUE(OneError(with("0.1"), "ports[0].faults", 4, "expected a map, got \"0.1\""));
 }
 
+TEST(LoaderTest, Telemetry) {
+  const ConfigLoad load = Load(R"(ports:
+  - {name: p0, devargs: d0}
+  - {name: up, devargs: d1, role: fabric}
+telemetry:
+  node_id: 3
+  collector: 10.9.0.1:32766
+  int_port: 7701
+  max_hops: 4
+  watch:
+    - {name: grads, dst: 10.0.1.0/24, port: 5000, sample: 100, instructions: both}
+    - {name: job7, job: 7, instructions: bandwidth}
+    - {name: any}
+)");
+  ASSERT_TRUE(load.errors.empty()) << Dump(load);
+  const TelemetryConfig& t = load.config.telemetry;
+  EXPECT_EQ(load.config.ports[0].role, PortRole::kEdge);
+  EXPECT_EQ(load.config.ports[1].role, PortRole::kFabric);
+  EXPECT_EQ(t.node_id, 3u);
+  ASSERT_TRUE(t.collector.has_value());
+  EXPECT_EQ(t.collector->ToString(), "10.9.0.1:32766");
+  EXPECT_EQ(t.int_port, 7701);
+  EXPECT_EQ(t.max_hops, 4);
+  ASSERT_EQ(t.watch.size(), 3u);
+  EXPECT_EQ(t.watch[0].dst->ToString(), "10.0.1.0/24");
+  EXPECT_EQ(t.watch[0].port, 5000);
+  EXPECT_EQ(t.watch[0].sample, 100u);
+  EXPECT_EQ(t.watch[0].instructions, IntInstructions::kBoth);
+  EXPECT_EQ(t.watch[1].job, 7u);
+  EXPECT_EQ(t.watch[1].instructions, IntInstructions::kBandwidth);
+  EXPECT_EQ(t.watch[2].sample, 1u);
+  EXPECT_EQ(t.watch[2].instructions, IntInstructions::kLatency);
+  EXPECT_FALSE(t.watch[2].src.has_value());
+}
+
+TEST(LoaderErrorTest, Telemetry) {
+  const std::string ports = "ports: [{name: p0, devargs: d0}]\n";
+  const std::string head = ports + "telemetry:\n  node_id: 1\n  collector: 10.9.0.1:32766\n";
+  EXPECT_TRUE(OneError(Load(ports + "telemetry:\n  watch: [{name: w}]\n  collector: 1.2.3.4:5\n"),
+                       "telemetry.node_id", 3, "expected this switch's INT node id"));
+  EXPECT_TRUE(OneError(Load(ports + "telemetry:\n  node_id: 2\n  watch: [{name: w}]\n"),
+                       "telemetry.collector", 3, "a watch list is configured"));
+  EXPECT_TRUE(OneError(Load(head + "  watch: [{name: w, instructions: jitter}]\n"),
+                       "telemetry.watch[0].instructions", 5,
+                       "expected latency, bandwidth or both, got \"jitter\""));
+  EXPECT_TRUE(OneError(Load(head + "  watch: [{name: w, src: 10.0.0.5/24}]\n"),
+                       "telemetry.watch[0].src", 5, "without host bits"));
+  EXPECT_TRUE(OneError(Load(head + "  watch: [{name: w, sample: 0}]\n"), "telemetry.watch[0].sample",
+                       5, "expected 1 in N datagrams"));
+  EXPECT_TRUE(OneError(Load(head + "  watch: [{name: w}, {name: w}]\n"),
+                       "telemetry.watch[1].name", 5, "no other entry has"));
+  EXPECT_TRUE(OneError(Load(head + "  watch: [{port: 5}]\n"), "telemetry.watch[0].name", 5,
+                       "missing"));
+  EXPECT_TRUE(OneError(Load(ports + "telemetry:\n  collector: nowhere\n"), "telemetry.collector", 3,
+                       "expected the collector's"));
+  EXPECT_TRUE(OneError(Load(head + "  max_hops: 0\n"), "telemetry.max_hops", 5, "1..255"));
+  EXPECT_TRUE(OneError(Load(head + "  int_port: 47000\n"), "telemetry.int_port", 5,
+                       "other than aggregation.udp_port"));
+  EXPECT_TRUE(OneError(Load("ports: [{name: p0, devargs: d0, role: spine}]\n"), "ports[0].role", 1,
+                       "expected edge or fabric, got \"spine\""));
+}
+
 TEST(LoaderErrorTest, RepeatedKey) {
   EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    name: p1\n"),
                        "ports[0].name", 4, "expected each key once, got \"name\" again"));
@@ -2140,7 +2202,7 @@ TEST(LoadConfigTest, ReturnsTheConfigOrInvalidArgument) {
   EXPECT_EQ(failed.status().message(),
             bad + ":1:8: ports: expected 1..64 ports, got none\n" + bad +
                 ":2:1: role: unknown key \"role\"; expected one of: eal, switch, ports, workers, "
-                "mac_table, mempool, http, aggregation");
+                "mac_table, mempool, http, aggregation, telemetry");
   std::remove(bad.c_str());
 }
 

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "config/loader.h"
 #include "control/in_band_admission.h"
+#include "control/int_exporter.h"
 #include "control/job_control.h"
 #include "control/tree_control.h"
 
@@ -31,13 +32,14 @@ constexpr long kLoopPeriodNs = 1'000'000;  // 1 ms: learning latency and aging g
 
 ControlLoop::ControlLoop(dataplane::Dataplane& dataplane, config::Config config,
                          std::string config_path, JobControl* jobs, TreeControl* tree,
-                         InBandAdmission* admission)
+                         InBandAdmission* admission, IntExporter* int_exporter)
     : dataplane_(dataplane),
       config_(std::move(config)),
       config_path_(std::move(config_path)),
       jobs_(jobs),
       tree_(tree),
-      admission_(admission) {}
+      admission_(admission),
+      int_exporter_(int_exporter) {}
 
 void ControlLoop::InstallSignalHandlers() {
   struct sigaction sa {};
@@ -66,6 +68,7 @@ void ControlLoop::Run() {
       jobs_->table().Reclaim();
     }
     if (tree_ != nullptr) tree_->Poll(std::chrono::steady_clock::now());
+    if (int_exporter_ != nullptr) int_exporter_->Poll(std::chrono::steady_clock::now());
     if (g_reload) {
       g_reload = 0;
       auto result = Reload();
@@ -108,6 +111,7 @@ std::vector<std::string> RestartRequiredChanges(const config::Config& running,
   if (!(running.mempool == next.mempool)) changed.push_back("mempool");
   if (!(running.http == next.http)) changed.push_back("http");
   if (!(running.aggregation == next.aggregation)) changed.push_back("aggregation");
+  if (!(running.telemetry == next.telemetry)) changed.push_back("telemetry");
   return changed;
 }
 

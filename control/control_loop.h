@@ -27,6 +27,7 @@
 namespace aggswitch::control {
 
 class InBandAdmission;
+class IntExporter;
 class JobControl;
 class TreeControl;
 
@@ -40,9 +41,11 @@ class ControlLoop {
   // `admission` (optional, must outlive the loop): registers the jobs the
   // workers pass up from in-band task info, and expires idle ones. Without
   // it in-band registrations are refused.
+  // `int_exporter` (optional, must outlive the loop): sends the workers' hop
+  // records to the INT collector every iteration.
   ControlLoop(dataplane::Dataplane& dataplane, config::Config config, std::string config_path,
               JobControl* jobs = nullptr, TreeControl* tree = nullptr,
-              InBandAdmission* admission = nullptr);
+              InBandAdmission* admission = nullptr, IntExporter* int_exporter = nullptr);
 
   // Loops about every millisecond until a stop is requested. [control]
   void Run();
@@ -61,6 +64,7 @@ class ControlLoop {
   JobControl* jobs_;
   TreeControl* tree_;
   InBandAdmission* admission_;
+  IntExporter* int_exporter_;
 };
 
 // The top-level keys whose values differ between `running` and `next` and that

@@ -57,6 +57,17 @@ constexpr LcoreCounterFamily kLcoreCounters[] = {
 #undef AGG_LCORE_FAMILY
 };
 
+struct IntCounterFamily {
+  const char* name;
+  const char* help;
+  uint64_t IntSnapshot::*field;
+};
+constexpr IntCounterFamily kIntCounters[] = {
+#define AGG_INT_FAMILY(name, help) {"aggswitch_int_" #name "_total", help, &IntSnapshot::name},
+    AGG_INT_COUNTERS(AGG_INT_FAMILY)
+#undef AGG_INT_FAMILY
+};
+
 // The own TAN's counters (aggregator::TanCounters; docs/stragglers.md).
 struct TanCounterFamily {
   const char* name;
@@ -388,6 +399,25 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
                "first data.");
       e.Sample("aggswitch_tan_pending_chunks", {}, a.tan->pending);
     }
+  }
+
+  // --- In-band telemetry ---
+  if (snap.telemetry) {
+    const IntSnapshot& t = *snap.telemetry;
+    e.Family("aggswitch_int_watch_entries", "gauge", "Entries of the telemetry watch list.");
+    e.Sample("aggswitch_int_watch_entries", {}, t.watch_entries);
+    for (const IntCounterFamily& f : kIntCounters) {
+      e.Family(f.name, "counter", f.help);
+      e.Sample(f.name, {}, t.*f.field);
+    }
+    e.Family("aggswitch_int_reports_sent_total", "counter",
+             "Telemetry Reports sent to the collector, one per hop record.");
+    e.Sample("aggswitch_int_reports_sent_total", {}, t.reports_sent);
+    e.Family("aggswitch_int_reports_dropped_total", "counter",
+             "Telemetry Reports not sent, by reason: ring_full (the workers' hop records found the "
+             "ring to the control thread full), send_failed (the socket refused the report).");
+    e.Sample("aggswitch_int_reports_dropped_total", {{"reason", "ring_full"}}, t.records_lost);
+    e.Sample("aggswitch_int_reports_dropped_total", {{"reason", "send_failed"}}, t.send_failed);
   }
 
   // --- MAC table ---

@@ -33,6 +33,11 @@
 //                  malformed,ignored}_total                     counters } the switch's own TAN,
 //   aggswitch_tan_pending_chunks                                gauge    } when snap.aggregation
 //                                                                        } has it (tan)
+// and with in-band telemetry on (snap.telemetry):
+//   aggswitch_int_watch_entries                                 gauge
+//   aggswitch_int_<counter>_total                               counters, AGG_INT_COUNTERS
+//   aggswitch_int_reports_sent_total                            counter
+//   aggswitch_int_reports_dropped_total{reason}                 counter: ring_full, send_failed
 //
 // Each drop reason of AGG_DROP_REASONS is exported for every port, zeros
 // included, so that rate() works from the first scrape; so is every

@@ -111,6 +111,22 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
   m.static_conflicts = events.static_conflicts.Get();
   m.learn_refused = events.table_full.Get();
 
+  if (const dataplane::IntSettings* settings = dp.int_settings(); settings != nullptr) {
+    IntSnapshot& t = snap.telemetry.emplace();
+    t.node_id = settings->node_id;
+    t.int_port = settings->int_port;
+    t.watch_entries = static_cast<uint32_t>(dp.watch_entries().size());
+    for (size_t i = 0; i < dp.worker_count(); ++i) {
+      const dataplane::IntCounters& c = dp.worker_stats(i).lcore.int_;
+#define AGG_INT_READ(name, help) t.name += c.name.Get();
+      AGG_INT_COUNTERS(AGG_INT_READ)
+#undef AGG_INT_READ
+      t.records_lost += c.records_lost.Get();
+    }
+    t.reports_sent = dp.int_export().reports_sent.Get();
+    t.send_failed = dp.int_export().send_failed.Get();
+  }
+
   if (dp.aggregation_enabled()) {
     AggregationSnapshot& a = snap.aggregation.emplace();
     a.slot_latency = dp.ReadSlotLatency();

@@ -256,6 +256,20 @@ struct HttpSnapshot {
   uint32_t threads = 0;                 // request threads
 };
 
+// In-band telemetry (dataplane/int_stage.h, control/int_exporter.h): the
+// lcores' INT counters summed, and what the exporter sent.
+struct IntSnapshot {
+  uint32_t node_id = 0;
+  uint16_t int_port = 0;
+  uint32_t watch_entries = 0;
+#define AGG_INT_SNAPSHOT_FIELD(name, help) uint64_t name = 0;
+  AGG_INT_COUNTERS(AGG_INT_SNAPSHOT_FIELD)
+#undef AGG_INT_SNAPSHOT_FIELD
+  uint64_t records_lost = 0;  // reports dropped: the ring to the control thread was full
+  uint64_t reports_sent = 0;
+  uint64_t send_failed = 0;   // reports dropped: the socket refused them
+};
+
 struct StatsSnapshot {
   BuildInfo build;
   ProcessSnapshot process;
@@ -270,6 +284,8 @@ struct StatsSnapshot {
   // leaves out the families that only mean something with it on.
   std::optional<AggregationSnapshot> aggregation;
   std::vector<PoolSnapshot> pools;
+  // nullopt when in-band telemetry is off (no telemetry: section).
+  std::optional<IntSnapshot> telemetry;
   // Filled by the HTTP server that serves the snapshot; nullopt elsewhere.
   std::optional<HttpSnapshot> http;
 };

@@ -60,6 +60,11 @@ void Classifier::Sort(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, Burst
         continue;
       }
     }
+    if (int_ != nullptr && l2.ether_type == kEtherTypeIpv4 &&
+        !int_->OnIpv4(m, data, rte_pktmbuf_data_len(m), l2.l3_offset, vlan)) {
+      tx_.Drop(in_port, DropReason::kIntMalformed, m);
+      continue;
+    }
     l2v.src[l2v.n] = MacKey(vlan, src48);
     l2v.dst[l2v.n] = MacKey(vlan, DstMac48(data));
     l2v.meta[l2v.n] = meta;

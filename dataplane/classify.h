@@ -17,6 +17,7 @@
 
 #include "dataplane/counters.h"
 #include "dataplane/forwarding_plan.h"
+#include "dataplane/int_stage.h"
 #include "dataplane/tx_buffers.h"
 
 namespace aggswitch::dataplane {
@@ -67,6 +68,10 @@ class Classifier {
   // (whose vectors must be empty), dropping what fails a check.
   void Sort(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, Burst* out);
 
+  // In-band telemetry: every IPv4 frame bound for L2 passes through `stage`
+  // (IntStage::OnIpv4), whose BeginBurst the caller calls. Null: none.
+  void set_int(IntStage* stage) { int_ = stage; }
+
   // What an IPv4 frame is to the switch. [any]
   enum class Ipv4Class : uint8_t { kOther, kAggregation, kSpoofed };
   Ipv4Class ClassifyIpv4(const uint8_t* data, uint32_t len, uint32_t l3_offset) const;
@@ -76,6 +81,7 @@ class Classifier {
   const Aggregation agg_;
   LcoreStats& stats_;
   TxBuffers& tx_;
+  IntStage* int_ = nullptr;
 };
 
 }  // namespace aggswitch::dataplane

@@ -52,6 +52,8 @@ namespace aggswitch::dataplane {
   X(kAggHandoffFull, "agg_handoff_full", "the slot owner's hand-off ring was full")           \
   X(kAggNoTan, "agg_no_tan", "late data, or data for the parameter node, at a root job without a TAN") \
   X(kAggUnresolvedHop, "agg_unresolved_hop", "the job's upstream or TAN address is not resolved yet") \
+  X(kIntMalformed, "int_malformed",                                                           \
+    "datagram to the INT port from a fabric port without valid INT headers of this domain")   \
   X(kNackLimited, "nack_limited", "datagram not answered (a NACK, or a NOTICE to an unverified sender): over the lcore's answer rate")
 
 enum class DropReason : uint8_t {
@@ -361,6 +363,32 @@ inline constexpr MalformedReason MalformedFrom(aggregator::WireError e) {
 }
 static_assert(MalformedFrom(aggregator::WireError::kCountMismatch) == MalformedReason::kCountMismatch);
 
+// What in-band telemetry (int_stage.h) did on one lcore: the field, the
+// API key and the metric aggswitch_int_<name>_total. X(name, help).
+#define AGG_INT_COUNTERS(X)                                                     \
+  X(watched, "Datagrams from edge ports the watch list chose for INT (this switch their first hop).") \
+  X(transit, "Datagrams with INT received from fabric ports.")                 \
+  X(inserted, "Datagrams that left for a fabric port with INT headers this switch inserted.") \
+  X(stripped, "Datagrams whose INT this switch removed before an edge port (the host gets the original).") \
+  X(exported, "Hop records queued for a Telemetry Report to the collector.")   \
+  X(no_room, "Chosen datagrams sent on without INT: the headers did not fit the egress MTU or the buffer.") \
+  X(hops_exhausted, "Datagrams with INT whose hop budget was spent (flag E set, no record).")
+
+struct IntCounters {
+#define AGG_INT_COUNTER_FIELD(name, help) Counter name;
+  AGG_INT_COUNTERS(AGG_INT_COUNTER_FIELD)
+#undef AGG_INT_COUNTER_FIELD
+  // Hop records lost, the ring to the control thread full: reports dropped
+  // (aggswitch_int_reports_dropped_total{reason="ring_full"}).
+  Counter records_lost;
+};
+
+// What the control thread's INT exporter (control/int_exporter.h) did.
+struct IntExportCounters {
+  Counter reports_sent;
+  Counter send_failed;  // reports dropped: the socket refused them
+};
+
 struct LcoreCounters {
 #define AGG_LCORE_COUNTER_FIELD(name, help) Counter name;
   AGG_LCORE_COUNTERS(AGG_LCORE_COUNTER_FIELD)
@@ -368,6 +396,7 @@ struct LcoreCounters {
   AggregationCounters agg;
   Counter malformed[kNumMalformedReasons];  // aggregation datagrams refused, by MalformedReason
   LatencyHistogram slot_latency;
+  IntCounters int_;
 };
 
 struct alignas(64) LcoreStats {

@@ -17,6 +17,7 @@
 #include "aggregator/wire.h"
 #include "common/log.h"
 #include "dataplane/packet.h"
+#include "dataplane/unmap_guard.h"
 #include "dataplane/worker.h"
 #include "dataplane/xsk_stats.h"
 
@@ -72,6 +73,7 @@ common::Result<std::unique_ptr<Dataplane>> Dataplane::Create(const config::Confi
 
 Dataplane::~Dataplane() {
   Stop();
+  if (int_settings_ != nullptr) delete int_settings_->watch.exchange(nullptr);
   if (jobs_ != nullptr) jobs_->SetReclaimHook(nullptr);
   // The workers' rings give back the mbufs they still hold (~WorkerChannels).
   workers_.clear();
@@ -271,6 +273,7 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
 }
 
 Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTable* jobs) {
+  if (config.telemetry.enabled()) RETURN_IF_ERROR(SetUpTelemetry(config));
   const unsigned instance = g_instance.fetch_add(1);
   const uint16_t n_workers = static_cast<uint16_t>(config.workers.size());
   const bool aggregation = jobs != nullptr;
@@ -350,6 +353,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     options.max_fan_in = config.aggregation.max_fan_in;
     options.slot_dump_capacity = std::min<uint32_t>(slots.slots, kMaxSlotDump);
     options.bypass_dump_capacity = std::min<uint32_t>(bypass_entries, kMaxBypassDump);
+    options.telemetry = int_settings_ != nullptr;
     ASSIGN_OR_RETURN(parts.channels, WorkerChannels::Create(options));
     parts.stats = std::make_unique<LcoreStats>();
     if (!aggregation) continue;
@@ -373,6 +377,8 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     setup.tx_queue = w;
     setup.tick_shift = tick_shift_;
     setup.idle_sleep_us = config.eal.idle_sleep_us;
+    setup.int_settings = int_settings_.get();
+    setup.worker_index = w;
     if (aggregation) {
       setup.agg = agg;
       setup.agg.index = w;
@@ -401,6 +407,58 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
                                             *parts.stats, quit_);
   }
   return Status::Ok();
+}
+
+Status Dataplane::SetUpTelemetry(const config::Config& config) {
+  RETURN_IF_ERROR(IntMark::Register());
+  const config::TelemetryConfig& t = config.telemetry;
+  int_settings_ = std::make_unique<IntSettings>();
+  int_settings_->node_id = t.node_id;
+  int_settings_->int_port = t.int_port;
+  int_settings_->max_hops = t.max_hops;
+  int_settings_->n_workers = static_cast<uint16_t>(std::max<size_t>(1, config.workers.size()));
+  for (size_t p = 0; p < config.ports.size(); ++p) {
+    if (config.ports[p].role == config::PortRole::kFabric) int_settings_->fabric_ports |= uint64_t{1} << p;
+    int_settings_->ip_mtu[p] = config.ports[p].mtu;
+  }
+  agg_udp_port_ = config.aggregation.udp_port;
+  return SetWatchList(t.watch);
+}
+
+Status Dataplane::SetWatchList(const std::vector<config::WatchEntry>& entries) {
+  if (int_settings_ == nullptr) {
+    return common::FailedPrecondition("in-band telemetry is off: the config has no telemetry section");
+  }
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  std::unique_ptr<const WatchList> next = WatchList::Build(entries, agg_udp_port_);
+  const WatchList* old = int_settings_->watch.exchange(next.release(), std::memory_order_acq_rel);
+  watch_entries_ = entries;
+  // No worker holds the old list past its poll.
+  if (old != nullptr) {
+    UnmapGuard::Synchronize();
+    delete old;
+  }
+  return Status::Ok();
+}
+
+std::vector<config::WatchEntry> Dataplane::watch_entries() const {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  return watch_entries_;
+}
+
+size_t Dataplane::ProcessIntRecords(const std::function<void(const IntHopRecord&)>& fn) {
+  size_t n = 0;
+  for (WorkerParts& w : workers_) {
+    rte_ring* ring = w.channels->int_records.get();
+    if (ring == nullptr) continue;
+    IntHopRecord records[64];
+    unsigned got;
+    while ((got = rte_ring_sc_dequeue_burst_elem(ring, records, sizeof(IntHopRecord), 64, nullptr)) != 0) {
+      for (unsigned i = 0; i < got; ++i) fn(records[i]);
+      n += got;
+    }
+  }
+  return n;
 }
 
 Status Dataplane::Start() {

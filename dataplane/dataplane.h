@@ -44,6 +44,7 @@
 #include "dataplane/mac_table.h"
 #include "dataplane/port_stats.h"
 #include "dataplane/hold_buffers.h"
+#include "dataplane/int_stage.h"
 #include "dataplane/worker.h"
 #include "dataplane/worker_channels.h"
 #include "dataplane/xsk_stats.h"
@@ -180,6 +181,24 @@ class Dataplane {
   // DumpSlots copies slots. [any thread but a worker]
   common::Result<BypassDump> DumpBypass(size_t limit, std::chrono::milliseconds timeout) const;
 
+  // --- In-band telemetry (int_stage.h) ---
+
+  // The settings every worker's INT stage shares; null when the config has
+  // no telemetry section. [any]
+  const IntSettings* int_settings() const { return int_settings_.get(); }
+  // Publishes a new watch list (entries validated as config's) and frees
+  // the old one once no worker can read it. FailedPrecondition when
+  // telemetry is off. Callers are serialised. [any thread but a worker]
+  common::Status SetWatchList(const std::vector<config::WatchEntry>& entries);
+  // The watch list in force, as configured. [any]
+  std::vector<config::WatchEntry> watch_entries() const;
+  // Drains the workers' hop records, one call each. [control]
+  size_t ProcessIntRecords(const std::function<void(const IntHopRecord&)>& fn);
+  // What the control side did with them: written by the exporter [control],
+  // read [any].
+  IntExportCounters& int_export() { return int_export_; }
+  const IntExportCounters& int_export() const { return int_export_; }
+
   uint64_t tsc_hz() const { return tsc_hz_; }
   // The MAC table's clock: TSC >> tick_shift, about one tick per second.
   uint32_t NowTick() const;
@@ -207,6 +226,7 @@ class Dataplane {
   common::Status OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uint16_t tx_queues,
                           bool fast_free);
   common::Status CreateWorkers(const config::Config& config, aggregator::JobTable* jobs);
+  common::Status SetUpTelemetry(const config::Config& config);
   void StopPorts();
 
   std::unique_ptr<ForwardingPlan> plan_;
@@ -245,6 +265,12 @@ class Dataplane {
   template <typename Exchange>
   common::Status AwaitDumps(std::unique_ptr<Exchange> WorkerChannels::*which, uint32_t per_worker,
                             std::chrono::milliseconds timeout, const char* what) const;
+  // In-band telemetry; null when off.
+  std::unique_ptr<IntSettings> int_settings_;
+  mutable std::mutex watch_mu_;  // serialises SetWatchList
+  std::vector<config::WatchEntry> watch_entries_;
+  IntExportCounters int_export_;
+  uint16_t agg_udp_port_ = config::kDefaultAggregationUdpPort;
   uint16_t n_agg_workers_ = 0;
   aggregator::SlotRegions slot_regions_;
   uint32_t seen_shift_ = 21;

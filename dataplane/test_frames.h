@@ -84,4 +84,43 @@ inline Frame IcmpEcho(const common::MacAddr& src, const common::MacAddr& dst, co
   return f;
 }
 
+// An IPv4/UDP datagram src_ip:sport -> dst_ip:dport with `payload` bytes of
+// a counting pattern, both checksums right.
+inline Frame UdpDatagram(const common::MacAddr& src, const common::MacAddr& dst,
+                         const std::string& src_ip, const std::string& dst_ip, uint16_t sport,
+                         uint16_t dport, size_t payload, int vlan = -1) {
+  const size_t ip_len = 20 + 8 + payload;
+  Frame f = EthernetFrame(src, dst, 0x0800, ip_len, vlan);
+  uint8_t* ip = f.data() + f.size() - ip_len;
+  std::memset(ip, 0, 28);
+  ip[0] = 0x45;
+  ip[2] = static_cast<uint8_t>(ip_len >> 8);
+  ip[3] = static_cast<uint8_t>(ip_len);
+  ip[5] = 0x42;  // id
+  ip[6] = 0x40;  // DF
+  ip[8] = 64;
+  ip[9] = kIpProtoUdp;
+  PutBe32(ip + 12, common::Ipv4Addr::Parse(src_ip)->addr);
+  PutBe32(ip + 16, common::Ipv4Addr::Parse(dst_ip)->addr);
+  const uint16_t ip_csum = InternetChecksum(ip, 20);
+  std::memcpy(ip + 10, &ip_csum, 2);
+  uint8_t* udp = ip + 20;
+  const size_t udp_len = 8 + payload;
+  const uint8_t header[8] = {static_cast<uint8_t>(sport >> 8), static_cast<uint8_t>(sport),
+                             static_cast<uint8_t>(dport >> 8), static_cast<uint8_t>(dport),
+                             static_cast<uint8_t>(udp_len >> 8), static_cast<uint8_t>(udp_len), 0, 0};
+  std::memcpy(udp, header, 8);
+  // The checksum over the pseudo-header and the datagram.
+  std::vector<uint8_t> sum(12 + udp_len);
+  std::memcpy(sum.data(), ip + 12, 8);
+  sum[9] = kIpProtoUdp;
+  sum[10] = header[4];
+  sum[11] = header[5];
+  std::memcpy(sum.data() + 12, udp, udp_len);
+  uint16_t udp_csum = InternetChecksum(sum.data(), static_cast<uint32_t>(sum.size()));
+  if (udp_csum == 0) udp_csum = 0xFFFF;
+  std::memcpy(udp + 6, &udp_csum, 2);
+  return f;
+}
+
 }  // namespace aggswitch::dataplane::testframes

@@ -28,6 +28,13 @@ void TxBuffers::Release() {
   }
 }
 
+bool TxBuffers::holding() const {
+  for (uint64_t ports = fault_ports_; ports != 0; ports &= ports - 1) {
+    if (faults_[__builtin_ctzll(ports)]->holding()) return true;
+  }
+  return false;
+}
+
 void TxBuffers::FlushPort(uint16_t p) {
   dirty_ &= ~(uint64_t{1} << p);
   rte_mbuf** frames = frames_[p];
@@ -41,6 +48,7 @@ void TxBuffers::FlushPort(uint16_t p) {
     bytes = 0;
     for (uint16_t i = 0; i < count; ++i) bytes += frames[i]->pkt_len;
   }
+  if (int_ != nullptr && int_->marked_any()) bytes += int_->OnTx(p, frames, count);
   const uint16_t sent = rte_eth_tx_burst(port_ids_[p], tx_queue_, frames, count);
   if (sent < count) {
     for (uint16_t i = sent; i < count; ++i) bytes -= frames[i]->pkt_len;

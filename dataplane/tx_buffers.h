@@ -27,6 +27,7 @@
 #include "config/config.h"
 #include "dataplane/counters.h"
 #include "dataplane/fault_injector.h"
+#include "dataplane/int_stage.h"
 
 namespace aggswitch::dataplane {
 
@@ -77,6 +78,11 @@ class TxBuffers {
   // Sends what a TX injector held back, on ports with nothing else queued.
   void Release();
   bool pending() const { return dirty_ != 0; }
+  // Frames a TX injector holds back, on some port.
+  bool holding() const;
+  // In-band telemetry: marked frames go through `stage` right before they
+  // are sent, while it says marked frames may wait (null: none).
+  void set_int(IntStage* stage) { int_ = stage; }
 
  private:
   [[gnu::noinline]] void FlushPort(uint16_t port);
@@ -92,6 +98,7 @@ class TxBuffers {
   std::unique_ptr<FaultInjector> faults_[config::kMaxPorts];
   uint64_t fault_ports_ = 0;  // ports with a TX injector
   const uint64_t linear_ports_;
+  IntStage* int_ = nullptr;
 };
 
 }  // namespace aggswitch::dataplane

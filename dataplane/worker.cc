@@ -40,6 +40,12 @@ Worker::Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& m
     }
   }
   std::fill(std::begin(setup_.faults), std::end(setup_.faults), nullptr);  // the config may go away
+  if (setup.int_settings != nullptr) {
+    int_ = std::make_unique<IntStage>(*setup.int_settings, setup.worker_index, stats,
+                                      channels.int_records.get());
+    classify_.set_int(int_.get());
+    tx_.set_int(int_.get());
+  }
 }
 
 int Worker::LaunchEntry(void* arg) {
@@ -116,6 +122,10 @@ bool Worker::PollOnce() {
   }
   // Frames a TX injector held back go out even when nothing else does.
   tx_.Release();
+  if (int_ != nullptr) {
+    int_->FlushRecords();
+    if (int_->marked_any() && !tx_.holding()) int_->ClearMarked();
+  }
   // No Job pointer is held past this point. Reporting it every 16th pass is
   // plenty for a grace period (microseconds) and keeps the shared QSBR
   // counter line out of most passes.
@@ -132,6 +142,7 @@ bool Worker::PollOnce() {
 
 void Worker::ProcessBurst(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, uint32_t now_tick) {
   Burst burst;
+  if (int_ != nullptr) int_->BeginBurst(in_port, clock_.tsc);
   classify_.Sort(in_port, pkts, n, &burst);
   if (burst.agg.n != 0) agg_.Process(in_port, burst.agg);
   l2_.Process(in_port, burst.l2, now_tick);

@@ -6,6 +6,10 @@
 //                           │                     └─► TreeStage ─► Answers ─┐
 //                           └─► L2Stage ─► OwnAddressStage ─────────────────┴─► TxBuffers ─► tx_burst
 //
+// With in-band telemetry, the classifier hands the INT stage each IPv4 frame
+// bound for L2 (a countdown, or a transit check on fabric ports), and
+// TxBuffers hands it the frames it marked right before tx_burst.
+//
 // Per poll: the hand-offs other workers queued for this one's slots, the
 // slots' timers, then every RX queue: one burst each, classified, the
 // aggregation datagrams and then the L2 frames processed, TX flushed. Every
@@ -38,6 +42,7 @@
 #include "dataplane/counters.h"
 #include "dataplane/fault_injector.h"
 #include "dataplane/forwarding_plan.h"
+#include "dataplane/int_stage.h"
 #include "dataplane/l2_stage.h"
 #include "dataplane/mac_table.h"
 #include "dataplane/own_address_stage.h"
@@ -69,6 +74,10 @@ struct WorkerSetup {
   uint64_t linear_tx_ports = 0;
   // eal.idle_sleep_us: how long to sleep after kPollsBeforeSleep empty polls; 0: never.
   uint32_t idle_sleep_us = 0;
+  // In-band telemetry (telemetry: in the config), shared by every worker;
+  // null: off. `worker_index` interleaves the workers' path sequence numbers.
+  const IntSettings* int_settings = nullptr;
+  uint16_t worker_index = 0;
 };
 
 class alignas(64) Worker {
@@ -115,6 +124,8 @@ class alignas(64) Worker {
   OwnAddressStage own_;
   L2Stage l2_;
   Classifier classify_;
+  // In-band telemetry; null when the config has none.
+  std::unique_ptr<IntStage> int_;
   // RX fault injection (ports[].faults) by port index; null for most ports.
   std::unique_ptr<FaultInjector> rx_faults_[config::kMaxPorts];
 };

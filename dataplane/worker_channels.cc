@@ -24,6 +24,10 @@ common::Result<std::unique_ptr<WorkerChannels>> WorkerChannels::Create(const Opt
   };
   c->learn = MakeRing("agg_learn_" + o.suffix, sizeof(LearnRequest), kLearnRingSize, kSpSc);
   if (!c->learn) return failed("learn");
+  if (o.telemetry) {
+    c->int_records = MakeRing("agg_int_rec_" + o.suffix, sizeof(IntHopRecord), kIntRecordRingSize, kSpSc);
+    if (!c->int_records) return failed("INT record");
+  }
   if (!o.aggregation) return c;
 
   c->tan_up = MakeRing("agg_tan_up_" + o.suffix, sizeof(void*), kTanRingSize, kSpSc);

@@ -3,7 +3,8 @@
 // The Dataplane creates one per worker and hands each Worker its own.
 //
 //   worker -> control   learn (LearnRequest), upcall (FrameRef), tan_up (mbuf*),
-//                       neighbors (NeighborReport), samples_full (OffsetSample*)
+//                       neighbors (NeighborReport), samples_full (OffsetSample*),
+//                       int_records (IntHopRecord)
 //   control -> worker   reinject (FrameRef), tan_down (mbuf*), control_tx
 //                       (FrameRef, worker 0 only), samples_free (OffsetSample*)
 //   worker -> worker    handoff: contributions for this worker's slots (FrameRef),
@@ -50,6 +51,7 @@ struct WorkerChannels {
     bool handoff = false;            // more than one worker aggregates
     bool in_band = false;            // upcall and reinject
     bool control_tx = false;         // worker 0
+    bool telemetry = false;          // int_records
     uint32_t max_fan_in = 0;         // offsets per OffsetSample
     uint32_t slot_dump_capacity = 0;
     uint32_t bypass_dump_capacity = 0;
@@ -73,6 +75,9 @@ struct WorkerChannels {
   // replies and requests.
   static constexpr unsigned kTanRingSize = 1024;
   static constexpr unsigned kNeighborRingSize = 256;
+  // Hop records of watched datagrams, drained by the control thread every
+  // millisecond: 4 million a second per worker before any is lost.
+  static constexpr unsigned kIntRecordRingSize = 4096;
   // Arrival-offset samples per worker, and their rings, larger than the pool
   // so that returning a sample never fails.
   static constexpr unsigned kOffsetSamples = 64;
@@ -96,6 +101,7 @@ struct WorkerChannels {
   RingPtr control_tx;
   RingPtr samples_free;
   RingPtr samples_full;
+  RingPtr int_records;
   std::unique_ptr<SlotDumpExchange> slot_dump;
   std::unique_ptr<BypassDumpExchange> bypass_dump;
 

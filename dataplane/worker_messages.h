@@ -115,6 +115,24 @@ struct NeighborReport {
 };
 static_assert(sizeof(NeighborReport) == 16);
 
+// One hop of one watched datagram (worker -> control, the int_records ring):
+// what the control thread needs for its Telemetry Report (int_stage.h).
+struct IntHopRecord {
+  uint64_t latency_cycles;    // TSC cycles from the RX burst to TX
+  uint32_t source_node;       // path id
+  uint32_t path_seq;
+  uint32_t hop_index;         // 1 for the first hop
+  uint32_t queue_occupancy;   // frames ahead of it on the egress queue
+  uint16_t instructions;      // telemetry::instr bits
+  uint16_t in_port;           // port indices
+  uint16_t out_port;
+  uint8_t last_hop;           // out an edge port: the end-of-path notice
+  uint8_t pad;
+  uint8_t inner[28];          // the original IPv4 and UDP headers
+  uint32_t pad2;
+};
+static_assert(sizeof(IntHopRecord) == 64);
+
 // The arrival offsets of one finished chunk, for straggler prediction
 // (docs/stragglers.md): a worker fills one for every kOffsetSampleEvery-th
 // chunk from a pool the control thread hands back after reading.

@@ -17,7 +17,8 @@ void Put16(uint8_t* p, uint16_t v) {
 struct Udp {
   uint8_t* ip = nullptr;
   uint8_t* udp = nullptr;
-  size_t header = 0;  // IPv4 header bytes
+  size_t header = 0;      // IPv4 header bytes
+  bool checksum = false;  // the sender sent a UDP checksum (not 0)
 };
 
 FrameError Locate(uint8_t* ip, size_t len, Udp* out) {
@@ -27,15 +28,15 @@ FrameError Locate(uint8_t* ip, size_t len, Udp* out) {
   if ((Get16(ip + 6) & 0x3FFF) != 0) return FrameError::kNotUdp;  // MF or an offset: a fragment
   if (Get16(ip + 2) != len || header + kUdpHeader > len) return FrameError::kBadLength;
   if (Get16(ip + header + 4) != len - header) return FrameError::kBadLength;
-  *out = {ip, ip + header, header};
+  *out = {ip, ip + header, header, Get16(ip + header + 6) != 0};
   return FrameError::kNone;
 }
 
 // One word of what the UDP checksum covers changes from `from` to `to`
-// (checksum 0: the sender sent none, and none is kept).
+// (checksum 0: the sender sent none, and none is kept). Whether there is
+// one was read before any change: an update may pass through 0.
 void UdpWordChanged(const Udp& u, uint16_t from, uint16_t to) {
-  const uint16_t c = Get16(u.udp + 6);
-  if (c != 0) Put16(u.udp + 6, ChecksumAfter(c, from, to));
+  if (u.checksum) Put16(u.udp + 6, ChecksumAfter(Get16(u.udp + 6), from, to));
 }
 
 // Words appear in (or leave) what the UDP checksum covers: `n` bytes (even)
@@ -71,8 +72,8 @@ void SetByte(const Udp& u, uint8_t* p, uint8_t value) {
 
 // The UDP checksum as sent: an updated sum of zero is sent as 0xFFFF, since
 // 0 says "no checksum" (RFC 768).
-void SealChecksum(const Udp& u, bool had_checksum) {
-  if (had_checksum && Get16(u.udp + 6) == 0) Put16(u.udp + 6, 0xFFFF);
+void SealChecksum(const Udp& u) {
+  if (u.checksum && Get16(u.udp + 6) == 0) Put16(u.udp + 6, 0xFFFF);
 }
 
 FrameError Parse(uint8_t* ip, size_t len, Udp* u, IntView* v) {
@@ -116,7 +117,6 @@ FrameError InsertInt(uint8_t* ip, size_t* len, size_t cap, const InsertSpec& spe
   Udp u;
   if (const FrameError e = Locate(ip, *len, &u); e != FrameError::kNone) return e;
   if (*len + kInsertedBytes > cap || *len + kInsertedBytes > 0xFFFF) return FrameError::kNoRoom;
-  const bool had_checksum = Get16(u.udp + 6) != 0;
   uint8_t* payload = u.udp + kUdpHeader;
   std::memmove(payload + kInsertedBytes, payload, *len - u.header - kUdpHeader);
   const uint16_t port = Get16(u.udp + 2);
@@ -125,7 +125,7 @@ FrameError InsertInt(uint8_t* ip, size_t* len, size_t cap, const InsertSpec& spe
   Put16(u.udp + 2, spec.int_port);
   UdpWordChanged(u, port, spec.int_port);
   Resize(u, static_cast<ptrdiff_t>(kInsertedBytes));
-  SealChecksum(u, had_checksum);
+  SealChecksum(u);
   *len += kInsertedBytes;
   return FrameError::kNone;
 }
@@ -134,18 +134,17 @@ FrameError PushHop(uint8_t* ip, size_t* len, size_t cap, const HopMetadata& hop)
   Udp u;
   IntView v;
   if (const FrameError e = Parse(ip, *len, &u, &v); e != FrameError::kNone) return e;
-  const bool had_checksum = Get16(u.udp + 6) != 0;
   const uint16_t bits = v.md->instructions.host();
   const size_t bytes = size_t{HopWords(bits)} * 4;
   if (bytes != size_t{static_cast<uint8_t>(v.md->hop_ml & 0x1F)} * 4) return FrameError::kBadLength;
   if (v.md->remaining == 0) {
     SetByte(u, &v.md->ver_flags, static_cast<uint8_t>(v.md->ver_flags | kFlagE));
-    SealChecksum(u, had_checksum);
+    SealChecksum(u);
     return FrameError::kHopsDone;
   }
   if (*len + bytes > cap || *len + bytes > 0xFFFF || v.shim->length + bytes / 4 > 0xFF) {
     SetByte(u, &v.md->ver_flags, static_cast<uint8_t>(v.md->ver_flags | kFlagM));
-    SealChecksum(u, had_checksum);
+    SealChecksum(u);
     return FrameError::kNoRoom;
   }
   uint8_t* top = v.stack;
@@ -155,8 +154,26 @@ FrameError PushHop(uint8_t* ip, size_t* len, size_t cap, const HopMetadata& hop)
   SetByte(u, &v.shim->length, static_cast<uint8_t>(v.shim->length + bytes / 4));
   SetByte(u, &v.md->remaining, static_cast<uint8_t>(v.md->remaining - 1));
   Resize(u, static_cast<ptrdiff_t>(bytes));
-  SealChecksum(u, had_checksum);
+  SealChecksum(u);
   *len += bytes;
+  return FrameError::kNone;
+}
+
+FrameError TakeHop(uint8_t* ip, size_t len, HopTaken* out) {
+  Udp u;
+  IntView v;
+  if (const FrameError e = Parse(ip, len, &u, &v); e != FrameError::kNone) return e;
+  const uint8_t budget = static_cast<uint8_t>(v.md->ds_flags.host());
+  const uint8_t remaining = v.md->remaining;
+  if (remaining == 0 || remaining > budget) {
+    SetByte(u, &v.md->ver_flags, static_cast<uint8_t>(v.md->ver_flags | kFlagE));
+    SealChecksum(u);
+    return FrameError::kHopsDone;
+  }
+  SetByte(u, &v.md->remaining, static_cast<uint8_t>(remaining - 1));
+  SealChecksum(u);
+  *out = HopTaken{v.md->instructions.host(), v.source_node, v.path_seq,
+                  uint32_t{budget} - remaining + 1u, v.shim->original_port.host()};
   return FrameError::kNone;
 }
 
@@ -165,14 +182,13 @@ FrameError PopHop(uint8_t* ip, size_t* len) {
   IntView v;
   if (const FrameError e = Parse(ip, *len, &u, &v); e != FrameError::kNone) return e;
   if (v.hop_bytes == 0) return FrameError::kNoHop;
-  const bool had_checksum = Get16(u.udp + 6) != 0;
   const size_t bytes = size_t{static_cast<uint8_t>(v.md->hop_ml & 0x1F)} * 4;
   uint8_t* top = v.stack;
   UdpWords(u, top, bytes, false);
   std::memmove(top, top + bytes, static_cast<size_t>(ip + *len - top - bytes));
   SetByte(u, &v.shim->length, static_cast<uint8_t>(v.shim->length - bytes / 4));
   Resize(u, -static_cast<ptrdiff_t>(bytes));
-  SealChecksum(u, had_checksum);
+  SealChecksum(u);
   *len -= bytes;
   return FrameError::kNone;
 }
@@ -181,7 +197,6 @@ FrameError StripInt(uint8_t* ip, size_t* len) {
   Udp u;
   IntView v;
   if (const FrameError e = Parse(ip, *len, &u, &v); e != FrameError::kNone) return e;
-  const bool had_checksum = Get16(u.udp + 6) != 0;
   uint8_t* headers = u.udp + kUdpHeader;
   const size_t bytes = v.payload_offset;
   const uint16_t original = v.shim->original_port.host();
@@ -191,7 +206,7 @@ FrameError StripInt(uint8_t* ip, size_t* len) {
   Put16(u.udp + 2, original);
   UdpWordChanged(u, port, original);
   Resize(u, -static_cast<ptrdiff_t>(bytes));
-  SealChecksum(u, had_checksum);
+  SealChecksum(u);
   *len -= bytes;
   return FrameError::kNone;
 }

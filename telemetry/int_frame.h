@@ -16,6 +16,9 @@
 //   PopHop(ip, &len);                      // before it leaves
 //   StripInt(ip, &len);                    // last hop: the original datagram
 //
+// A switch that reports each hop at once takes the hop instead of pushing
+// and popping it: TakeHop(ip, len, &taken).
+//
 // `ip` points at the IPv4 header, `*len` is the datagram's length (its
 // total length) and `cap` the bytes the buffer has from `ip` on.
 //
@@ -58,6 +61,20 @@ FrameError InsertInt(uint8_t* ip, size_t* len, size_t cap, const InsertSpec& spe
 // This hop's metadata on top of the stack; the remaining hop count one
 // less. Needs HopWords(instructions) * 4 bytes of room.
 FrameError PushHop(uint8_t* ip, size_t* len, size_t cap, const HopMetadata& hop);
+// A hop that reports its metadata instead of pushing it (what a push, a
+// report and a pop amount to, without moving the payload twice): the
+// remaining hop count one less, and what the report needs in `out`: the
+// instructions, the path id and this hop's index (1 + the budget the first
+// hop wrote in the DS flags, less the remaining count found). kHopsDone
+// with flag E set when no hop count remains.
+struct HopTaken {
+  uint16_t instructions = 0;
+  uint32_t source_node = 0;
+  uint32_t path_seq = 0;
+  uint32_t hop_index = 0;
+  uint16_t original_port = 0;
+};
+FrameError TakeHop(uint8_t* ip, size_t len, HopTaken* out);
 // Removes the metadata on top of the stack (the hop's own, once reported).
 FrameError PopHop(uint8_t* ip, size_t* len);
 // Last hop: removes the INT headers and any metadata, and puts the original

@@ -202,5 +202,36 @@ TEST(IntFrame, NoHopCountLeftSetsEAndNoRoomSetsM) {
   EXPECT_EQ(Bytes(e.begin(), e.begin() + static_cast<long>(len)), original);
 }
 
+// Taking a hop (what a switch that reports each hop at once does): the
+// index follows from the budget the first hop wrote, the datagram stays
+// valid and keeps its length, and a spent budget sets E.
+TEST(IntFrame, TakingHopsCountsThemFromTheBudget) {
+  const Bytes original = Datagram({1, 2, 3}, 5555, true);
+  Bytes d = original;
+  d.resize(200);
+  size_t len = original.size();
+  ASSERT_EQ(InsertInt(d.data(), &len, d.size(), {7700, instr::kBothSets, 3, 9, 77}), FrameError::kNone);
+  for (uint32_t hop = 1; hop <= 3; ++hop) {
+    SCOPED_TRACE(hop);
+    HopTaken taken;
+    ASSERT_EQ(TakeHop(d.data(), len, &taken), FrameError::kNone);
+    EXPECT_EQ(taken.hop_index, hop);
+    EXPECT_EQ(taken.instructions, instr::kBothSets);
+    EXPECT_EQ(taken.source_node, 9u);
+    EXPECT_EQ(taken.path_seq, 77u);
+    EXPECT_EQ(taken.original_port, 5555);
+    EXPECT_EQ(len, original.size() + kInsertedBytes);
+    EXPECT_TRUE(ChecksumsVerify(Bytes(d.begin(), d.begin() + static_cast<long>(len))));
+  }
+  HopTaken taken;
+  EXPECT_EQ(TakeHop(d.data(), len, &taken), FrameError::kHopsDone);
+  IntView v;
+  ASSERT_EQ(ViewInt(d.data(), len, 7700, &v), FrameError::kNone);
+  EXPECT_TRUE(v.md->ver_flags & kFlagE);
+  EXPECT_TRUE(ChecksumsVerify(Bytes(d.begin(), d.begin() + static_cast<long>(len))));
+  ASSERT_EQ(StripInt(d.data(), &len), FrameError::kNone);
+  EXPECT_EQ(Bytes(d.begin(), d.begin() + static_cast<long>(len)), original);
+}
+
 }  // namespace
 }  // namespace aggswitch::telemetry

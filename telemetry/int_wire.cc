@@ -115,7 +115,7 @@ void WriteIntHeaders(uint16_t instructions, uint16_t original_port, uint8_t max_
   md.instructions = be16_t::FromHost(instructions);
   md.domain_id = be16_t::FromHost(kDomainId);
   md.ds_instructions = be16_t::FromHost(kDsPathId);
-  md.ds_flags = be16_t::FromHost(0);
+  md.ds_flags = be16_t::FromHost(max_hops);  // the hop budget: hops' indices follow from it
   std::memcpy(out, &shim, sizeof(shim));
   std::memcpy(out + sizeof(shim), &md, sizeof(md));
   Put32(out + sizeof(shim) + sizeof(md), source_node);

@@ -81,7 +81,7 @@ struct [[gnu::packed]] IntMdHeader {
   be16_t instructions;  // instr:: bits
   be16_t domain_id;
   be16_t ds_instructions;
-  be16_t ds_flags;
+  be16_t ds_flags;     // this domain's: the remaining hop count the first hop wrote
 };
 static_assert(sizeof(IntMdHeader) == 12);
 inline constexpr uint8_t kFlagE = 0x04;  // a hop found no remaining hop count
@@ -114,7 +114,9 @@ HopMetadata ReadHopMetadata(uint16_t instructions, const uint8_t* in);
 
 // Writes the INT headers of a first hop (shim, INT-MD header, path id) to
 // `out` (kInsertedBytes), for a datagram whose destination port was
-// `original_port`. `max_hops` is the remaining hop count it starts with.
+// `original_port`. `max_hops` is the remaining hop count it starts with,
+// also written to the DS flags (the hop budget), from which every hop
+// learns its index on the path.
 void WriteIntHeaders(uint16_t instructions, uint16_t original_port, uint8_t max_hops,
                      uint32_t source_node, uint32_t path_seq, uint8_t* out);
 

@@ -39,7 +39,7 @@ TEST(IntWire, FirstHopHeadersHaveTheSpecificationsLayout) {
       0x14, 5, 0xb7, 0x98,                // type 1 | NPT 1, 5 words, port 47000
       0x20, 0, 4, 8,                      // version 2, Hop ML 4, 8 hops
       0xf0, 0x00, 0x41, 0x47,             // node id, ports, latency, queue; domain
-      0x80, 0x00, 0x00, 0x00,             // path id instruction; no flags
+      0x80, 0x00, 0x00, 0x08,             // path id instruction; the hop budget
       0x01, 0x02, 0x03, 0x04, 0x0a, 0x0b, 0x0c, 0x0d};  // path id
   EXPECT_EQ(std::vector<uint8_t>(b, b + sizeof(b)), want);
   IntView v;

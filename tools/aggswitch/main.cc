@@ -24,6 +24,7 @@
 #include "config/loader.h"
 #include "control/control_loop.h"
 #include "control/http_server.h"
+#include "control/int_exporter.h"
 #include "control/switch_source.h"
 #include "control/in_band_admission.h"
 #include "control/job_control.h"
@@ -169,7 +170,20 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
 
   // In-band jobs expire on the clock their members' datagrams are stamped with.
   admission.SetClock([&dp = **dp] { return dp.SeenTick(); }, (*dp)->MillisecondsToTicks(1000));
-  control::ControlLoop loop(**dp, cfg, config_path, &job_control, tree.get(), &admission);
+  // In-band telemetry: the hop records become reports to the collector.
+  std::unique_ptr<control::IntExporter> int_exporter;
+  if ((*dp)->int_settings() != nullptr && cfg.telemetry.collector) {
+    auto created = control::IntExporter::Create(**dp, cfg.telemetry);
+    if (!created.ok()) {
+      AGG_LOG(kError, "telemetry: %s", created.status().message().c_str());
+      (*dp)->Stop();
+      control::UnregisterTelemetry();
+      return 1;
+    }
+    int_exporter = std::move(created).value();
+  }
+  control::ControlLoop loop(**dp, cfg, config_path, &job_control, tree.get(), &admission,
+                            int_exporter.get());
   loop.Run();
 
   AGG_LOG(kInfo, "stopping: waiting for workers to finish their burst");
