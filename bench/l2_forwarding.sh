@@ -8,6 +8,7 @@
 #   scripts/build.sh                     # build/tools/aggswitch/aggswitch
 #   sudo bench/l2_forwarding.sh [--repeats 3] [--window 8] [--warmup 2] [--sizes "64 1024"]
 #                               [--duts aggswitch,testpmd,ovs] [--retries 2] [--build-dir build]
+#                               (more DUTs: int_miss, int_miss_1k, int_all_1k; below)
 #                               [--out bench/results/l2_forwarding-latest.txt] [--keep-logs]
 #
 # What it does, for each frame size and repeat, in the order aggswitch, testpmd,
@@ -26,6 +27,21 @@
 #     checks that no process, socket or DPDK runtime directory is left;
 #   - runs it again (up to --retries times) if the DUT and generator got less
 #     than 90% of the two CPUs during the window: another process disturbed it.
+#
+# In-band telemetry's cost (docs/telemetry.md) on the same path: three more
+# DUTs, aggswitch with a telemetry section added to the same config:
+#   int_miss      a watch list that matches nothing, sample 1: every frame is
+#                 matched against it (the most an unwatched frame can pay);
+#   int_miss_1k   the same list, sample 1000: unwatched frames pay the
+#                 sampling countdown alone;
+#   int_all_1k    a list that matches every frame, sample 1000, the sink a
+#                 fabric port: 1 frame in 1000 gets INT inserted and a hop
+#                 record, which the control thread sends as a report.
+# The summary prints each one's busy cycles per packet over aggswitch's,
+# repeat by repeat (they run interleaved), and the target: at most 2 cycles
+# per frame for traffic that matches no watch entry.
+#
+#   sudo bench/l2_forwarding.sh --duts aggswitch,int_miss,int_miss_1k,int_all_1k --sizes 64
 #
 # How to read the summary (also written to --out):
 #   - "busy cycles/pkt" is the headline: TSC cycles the DUT core spent in polls
@@ -100,7 +116,9 @@ for size in $SIZES; do
 done
 IFS=, read -r -a DUT_LIST <<<"$DUTS"
 for dut in "${DUT_LIST[@]}"; do
-  case "$dut" in aggswitch | testpmd | ovs) ;; *) bench_die "--duts: unknown DUT $dut" ;; esac
+  case "$dut" in aggswitch | testpmd | ovs | int_miss | int_miss_1k | int_all_1k) ;;
+    *) bench_die "--duts: unknown DUT $dut" ;;
+  esac
 done
 has_dut() { [[ ",$DUTS," == *",$1,"* ]]; }
 
@@ -181,10 +199,12 @@ aggswitch_prepare() {
     bench_die "aggswitch rejects the bench config: $(cat "$WORK/aggswitch-check.log")"
 }
 
-aggswitch_start() {
-  bench_spawn "$RUN/dut.log" "$AGGSWITCH" --config "$WORK/aggswitch.yaml"
+aggswitch_start() { agg_start aggswitch; }
+# agg_start DUT: aggswitch with $WORK/DUT.yaml.
+agg_start() {
+  bench_spawn "$RUN/dut.log" "$AGGSWITCH" --config "$WORK/$1.yaml"
   AGG_PID=$BENCH_LAST_PID
-  bench_wait_dut_up aggswitch "$AGG_PID"
+  bench_wait_dut_up "$1" "$AGG_PID"
 }
 aggswitch_up() { [ -S "$SOCK" ] && curl -sf -o /dev/null --max-time 1 "http://$AGG_HTTP/metrics"; }
 aggswitch_gen_queues() { echo 1; }  # one worker: one RX and one TX queue per port
@@ -203,6 +223,43 @@ aggswitch_stop() {
   fi
 }
 aggswitch_cycles() { bench_parse cycles aggswitch "$RUN/window-begin.prom" "$RUN/window-end.prom"; }
+
+# --- DUTs int_*: aggswitch with in-band telemetry ------------------------------
+# The generator's frames are UDP 198.18.0.1 -> 198.18.0.2 (testpmd txonly);
+# 192.0.2.0/24 (TEST-NET-1) is nowhere. Reports go to the discard port.
+
+# int_prepare DUT SAMPLE DST [FABRIC_SINK]: $WORK/DUT.yaml, aggswitch's config
+# with a telemetry section (and the sink a fabric port).
+int_prepare() {
+  [ -f "$WORK/aggswitch.yaml" ] || aggswitch_prepare
+  local config="$WORK/$1.yaml"
+  if [ -n "${4:-}" ]; then
+    sed -e 's|^\(    devargs: net_null0,no-rx=1\)$|\1\n    role: fabric|' "$WORK/aggswitch.yaml" >"$config"
+    grep -q "role: fabric" "$config" || bench_die "the sink port of $config did not become a fabric port"
+  else
+    cp "$WORK/aggswitch.yaml" "$config"
+  fi
+  cat >>"$config" <<EOF
+telemetry:
+  node_id: 1
+  collector: "127.0.0.1:9"
+  watch:
+    - {name: bench, dst: $3, sample: $2}
+EOF
+  "$AGGSWITCH" --config "$config" --check-config >"$WORK/$1-check.log" 2>&1 ||
+    bench_die "aggswitch rejects $config: $(cat "$WORK/$1-check.log")"
+}
+# dut_kind DUT: whose counters DUT's samples are (parse_stats.py's kind).
+dut_kind() { case "$1" in int_*) echo aggswitch ;; *) echo "$1" ;; esac; }
+int_miss_prepare() { int_prepare int_miss 1 192.0.2.0/24; }
+int_miss_1k_prepare() { int_prepare int_miss_1k 1000 192.0.2.0/24; }
+int_all_1k_prepare() { int_prepare int_all_1k 1000 0.0.0.0/0 fabric; }
+for dut in int_miss int_miss_1k int_all_1k; do
+  eval "${dut}_start() { agg_start $dut; }"
+  for fn in check up gen_queues pids scrape sink_tx window_begin sample window_end stop cycles; do
+    eval "${dut}_${fn}() { aggswitch_${fn} \"\$@\"; }"
+  done
+done
 
 # --- DUT B: testpmd io -------------------------------------------------------
 # Interactive, driven through a FIFO, so that the window can clear and show its
@@ -404,7 +461,7 @@ run_once() {
   while read -r rate; do
     mpps+=("$(awk -v r="$rate" 'BEGIN { printf "%.3f", r / 1e6 }')")
     record "$size" "$dut" "$rep" mpps "${mpps[-1]}"
-  done < <(bench_parse rates "$dut" "$RUN" "$WINDOW")
+  done < <(bench_parse rates "$(dut_kind "$dut")" "$RUN" "$WINDOW")
   [ "${#mpps[@]}" -eq "$WINDOW" ] || bench_die "$dut: ${#mpps[@]} rate samples, expected $WINDOW (logs: $RUN)"
   record "$size" "$dut" "$rep" cycles "$cycles"
   record "$size" "$dut" "$rep" cpu_share "$RUN_SHARE"

@@ -140,7 +140,16 @@ def rates(kind, run_dir, window):
 
 # --- the summary ------------------------------------------------------------
 
-DUT_LABELS = {"aggswitch": "aggswitch", "testpmd": "testpmd io", "ovs": "OVS-DPDK"}
+DUT_LABELS = {"aggswitch": "aggswitch", "testpmd": "testpmd io", "ovs": "OVS-DPDK",
+              "int_miss": "INT miss/1", "int_miss_1k": "INT miss/1k", "int_all_1k": "INT all/1k"}
+# The in-band telemetry variants of aggswitch (bench/l2_forwarding.sh): what
+# each costs over aggswitch alone, and which must stay within the target.
+INT_VARIANTS = [
+    ("int_miss", "watch list matching nothing, every frame matched", True),
+    ("int_miss_1k", "watch list matching nothing, sample 1000 (countdown only)", True),
+    ("int_all_1k", "every frame watched at 1 in 1000 (INT inserted, hop reported)", False),
+]
+INT_TARGET_CYCLES = 2.0   # per frame that matches no watch entry
 
 # testpmd io over memif (copy mode) carries about 20-26 Mpps at 64 B when the
 # machine is in its "fast" state and about 6 in its "slow" one
@@ -265,6 +274,20 @@ def summarize_size(size, d, duts):
 
     def verdict(ok):
         return "n/a " if ok is None else ("PASS" if ok else "MISS")
+
+    # In-band telemetry: each variant against aggswitch in the same repeat.
+    base = per_rep(d, "aggswitch", "cycles")
+    for dut, what, targeted in INT_VARIANTS:
+        if dut not in duts or not base:
+            continue
+        deltas = [c - b for c, b in zip(per_rep(d, dut, "cycles"), base)]
+        delta = median_or_none(deltas)
+        out.append(f"  {DUT_LABELS[dut]} - aggswitch: {fmt(delta, '+.1f')} busy cycles/pkt ({what}; "
+                   "per repeat " + " ".join(f"{x:+.1f}" for x in deltas) + ")")
+        if targeted:
+            out.append(f"  {verdict(None if delta is None else delta <= INT_TARGET_CYCLES)}  "
+                       f"{DUT_LABELS[dut]} costs at most {INT_TARGET_CYCLES:g} cycles per frame "
+                       "that matches no watch entry")
 
     if size == 64:
         c = cyc.get("aggswitch")
@@ -429,6 +452,20 @@ def summarize_agg_case(workers, elems, d, duts, tsc_mhz):
 
     def verdict(ok):
         return "n/a " if ok is None else ("PASS" if ok else "MISS")
+
+    # In-band telemetry: each variant against aggswitch in the same repeat.
+    base = per_rep(d, "aggswitch", "cycles")
+    for dut, what, targeted in INT_VARIANTS:
+        if dut not in duts or not base:
+            continue
+        deltas = [c - b for c, b in zip(per_rep(d, dut, "cycles"), base)]
+        delta = median_or_none(deltas)
+        out.append(f"  {DUT_LABELS[dut]} - aggswitch: {fmt(delta, '+.1f')} busy cycles/pkt ({what}; "
+                   "per repeat " + " ".join(f"{x:+.1f}" for x in deltas) + ")")
+        if targeted:
+            out.append(f"  {verdict(None if delta is None else delta <= INT_TARGET_CYCLES)}  "
+                       f"{DUT_LABELS[dut]} costs at most {INT_TARGET_CYCLES:g} cycles per frame "
+                       "that matches no watch entry")
 
     if elems == AGG_CYCLES_TARGET_ELEMS:
         c = cyc.get("aggswitch")

@@ -22,6 +22,7 @@ constexpr std::string_view kRoutes[] = {"/metrics",       "/api/v1/ports", "/api
                                         "/api/v1/bypass",
                                         "/api/v1/lcores", "/api/v1/stats", "/api/v1/slots"};
 constexpr std::string_view kJobsRoute = "/api/v1/jobs";
+constexpr std::string_view kIntRoute = "/api/v1/int";
 constexpr std::string_view kJobRoutePrefix = "/api/v1/jobs/";
 // What a 404 lists.
 constexpr std::string_view kAllRoutes[] = {
@@ -29,7 +30,7 @@ constexpr std::string_view kAllRoutes[] = {
     "/api/v1/stats",     "/api/v1/jobs",       "/api/v1/jobs/<id>",
     "/api/v1/jobs/<id>/stragglers",            "/api/v1/jobs/<id>/tan",
     "/api/v1/jobs/<id>/members/<node>",
-    "/api/v1/slots",     "/api/v1/bypass"};
+    "/api/v1/slots",     "/api/v1/bypass",     "/api/v1/int"};
 
 // Compact JSON. Invalid UTF-8 (say, in a port name) is replaced rather than
 // thrown about.
@@ -1380,6 +1381,140 @@ std::string StragglerJson(const StragglerReport& report) {
                {"excluded", report.excluded}});
 }
 
+namespace {
+
+constexpr char kWatchFields[] = "name, vlan, src, dst, port, job, sample, instructions";
+
+const char* InstructionsName(config::IntInstructions set) {
+  switch (set) {
+    case config::IntInstructions::kLatency:
+      return "latency";
+    case config::IntInstructions::kBandwidth:
+      return "bandwidth";
+    case config::IntInstructions::kBoth:
+      return "both";
+  }
+  return "latency";
+}
+
+json WatchEntryJson(const config::WatchEntry& w) {
+  return {{"name", w.name},
+          {"vlan", w.vlan == 0 ? json() : json(w.vlan)},
+          {"src", w.src ? json(w.src->ToString()) : json()},
+          {"dst", w.dst ? json(w.dst->ToString()) : json()},
+          {"port", w.port == 0 ? json() : json(w.port)},
+          {"job", w.job ? json(*w.job) : json()},
+          {"sample", w.sample},
+          {"instructions", InstructionsName(w.instructions)}};
+}
+
+std::string IntJson(const IntSnapshot& t) {
+  json watch = json::array();
+  for (const config::WatchEntry& w : t.watch) watch.push_back(WatchEntryJson(w));
+  json counters = json::object();
+#define AGG_INT_JSON(name, help) counters[#name] = t.name;
+  AGG_INT_COUNTERS(AGG_INT_JSON)
+#undef AGG_INT_JSON
+  return Dump({{"node_id", t.node_id},
+               {"int_port", t.int_port},
+               {"max_hops", t.max_hops},
+               {"collector", t.collector.empty() ? json() : json(t.collector)},
+               {"fabric_ports", t.fabric_ports},
+               {"watch", std::move(watch)},
+               {"counters", std::move(counters)},
+               {"reports", {{"sent", t.reports_sent},
+                            {"dropped", {{"ring_full", t.records_lost},
+                                         {"send_failed", t.send_failed}}}}}});
+}
+
+common::Status TelemetryOff() {
+  return common::Unavailable(
+      "in-band telemetry is off on this aggswitch (its config has no telemetry: section)");
+}
+
+// GET /api/v1/int, and PUT with a new watch list.
+HttpResponse IntRoute(std::string_view method, std::string_view body, const DataSource& source) {
+  if (method == "PUT") {
+    if (!source.set_watch) return ErrorResponse(TelemetryOff());
+    common::Result<std::vector<config::WatchEntry>> watch = ParseWatchBody(body);
+    if (!watch.ok()) return ErrorResponse(watch.status());
+    if (common::Status set = source.set_watch(*watch); !set.ok()) return ErrorResponse(set);
+  } else if (method != "GET") {
+    return MethodNotAllowed(method, kIntRoute, "GET, PUT",
+                            "use GET to show in-band telemetry, PUT {\"watch\": [...]} to replace "
+                            "the watch list");
+  }
+  const StatsSnapshot snap = source.snapshot();
+  if (!snap.telemetry) return ErrorResponse(TelemetryOff());
+  return JsonResponse(200, IntJson(*snap.telemetry));
+}
+
+}  // namespace
+
+common::Result<std::vector<config::WatchEntry>> ParseWatchBody(std::string_view body) {
+  constexpr char kShape[] = "{\"watch\": [{\"name\", \"dst\", \"port\", ...}]}";
+  ASSIGN_OR_RETURN(const json j, ParseBodyObject(body, kShape));
+  for (const auto& [name, value] : j.items()) {
+    if (name != "watch") return UnknownField(name, "watch");
+  }
+  if (!j.contains("watch")) return common::InvalidArgument(std::string("expected ") + kShape);
+  const json& list = j["watch"];
+  if (!list.is_array()) {
+    return common::InvalidArgument("watch must be a list of entries, got " + Preview(list));
+  }
+  std::vector<config::WatchEntry> entries;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = Index("watch", i);
+    RETURN_IF_ERROR(ExpectObject(list[i], path, "{name, ...}"));
+    config::WatchEntry& w = entries.emplace_back();
+    bool named = false;
+    for (const auto& [key, v] : list[i].items()) {
+      const std::string key_path = KeyPath(path, key);
+      if (key == "name") {
+        if (!v.is_string()) return common::InvalidArgument(key_path + " must be a string, got " + Preview(v));
+        w.name = v.get<std::string>();
+        named = true;
+      } else if (key == "vlan") {
+        ASSIGN_OR_RETURN(const uint64_t vlan, JsonUnsigned(v, key_path, config::kMinVlan, config::kMaxVlan));
+        w.vlan = static_cast<uint16_t>(vlan);
+      } else if (key == "src" || key == "dst") {
+        const std::optional<common::Ipv4Prefix> prefix =
+            v.is_string() ? common::Ipv4Prefix::Parse(v.get_ref<const std::string&>()) : std::nullopt;
+        if (!prefix) {
+          return common::InvalidArgument(key_path + " must be an IPv4 prefix \"a.b.c.d/len\", got " +
+                                         Preview(v));
+        }
+        (key == "src" ? w.src : w.dst) = *prefix;
+      } else if (key == "port") {
+        ASSIGN_OR_RETURN(const uint64_t port, JsonUnsigned(v, key_path, 1, 65535));
+        w.port = static_cast<uint16_t>(port);
+      } else if (key == "job") {
+        ASSIGN_OR_RETURN(const uint64_t job, JsonUnsigned(v, key_path, 0, 4294967295u));
+        w.job = static_cast<uint32_t>(job);
+      } else if (key == "sample") {
+        ASSIGN_OR_RETURN(const uint64_t sample, JsonUnsigned(v, key_path, 1, config::kMaxWatchSample));
+        w.sample = static_cast<uint32_t>(sample);
+      } else if (key == "instructions") {
+        const std::string set = v.is_string() ? v.get<std::string>() : "";
+        if (set == "latency") {
+          w.instructions = config::IntInstructions::kLatency;
+        } else if (set == "bandwidth") {
+          w.instructions = config::IntInstructions::kBandwidth;
+        } else if (set == "both") {
+          w.instructions = config::IntInstructions::kBoth;
+        } else {
+          return common::InvalidArgument(key_path + " must be \"latency\", \"bandwidth\" or \"both\", got " +
+                                         Preview(v));
+        }
+      } else {
+        return UnknownField(key_path, kWatchFields);
+      }
+    }
+    if (!named) return common::InvalidArgument(path + ".name is required");
+  }
+  return entries;
+}
+
 HttpResponse HandleRequest(std::string_view method, std::string_view path, std::string_view query,
                            const DataSource& source) {
   return HandleRequest(method, path, query, {}, source);
@@ -1389,6 +1524,7 @@ HttpResponse HandleRequest(std::string_view method, std::string_view path, std::
                            std::string_view body, const DataSource& source) {
   try {
     if (path == kJobsRoute) return JobsCollection(method, body, source);
+    if (path == kIntRoute) return IntRoute(method, body, source);
     if (path.substr(0, kJobRoutePrefix.size()) == kJobRoutePrefix) {
       return JobItem(method, path, query, body, source);
     }

@@ -38,6 +38,9 @@
 //                     another switch, or "self" for a parameter-server job,
 //                     503 aggregation off
 //   /api/v1/bypass    ?job=J&limit=N: the live bypass entries
+//   /api/v1/int       GET: int_state; PUT {"watch": [watch_entry]}: the watch list replaced
+//                     (400 naming the key, as the config's telemetry.watch would), then
+//                     int_state; 503 when in-band telemetry is off
 //   /api/v1/slots     {"busy","truncated","filter": {"job","limit"},"count","slots": [slot]}
 //                     optional query: limit=<1..100000> (default 1000), job=<id>;
 //                     503 when aggregation is off or a worker did not answer in time
@@ -74,6 +77,11 @@
 //                "round_robin", "random" or "hint"), "slot_quota", "hold_quota"
 //                (what it may hold; 0: no bound)}
 //                (the job key, a shared secret, is never shown)
+//   int_state = {"node_id","int_port","max_hops","collector","fabric_ports": [name],
+//                "watch": [watch_entry],"counters": {<AGG_INT_COUNTERS name>: n},
+//                "reports": {"sent","dropped": {"ring_full","send_failed"}}}
+//   watch_entry = {"name","vlan","src","dst","port","job","sample","instructions"}: the
+//                config's telemetry.watch[] keys (null: not given)
 //   job_detail = job + {"slots": [slot] (the job's busy slots, at most 1000; null when
 //                the dump failed), "slots_truncated", "slots_error" (null, or why
 //                "slots" is null)}
@@ -213,7 +221,14 @@ struct DataSource {
   // A job's TAN: shown (nullopt) or changed, on the control thread. Empty
   // when aggregation is off: the TAN route then answers 503.
   std::function<common::Result<TanReport>(uint32_t job, const std::optional<TanRequest>&)> tan;
+  // Replaces the telemetry watch list: InvalidArgument when it does not
+  // validate against the running config. Empty when telemetry is off.
+  std::function<common::Status(const std::vector<config::WatchEntry>&)> set_watch;
 };
+
+// Parses the body of PUT /api/v1/int: {"watch": [watch_entry]}, shapes and
+// ranges; the rest (names, prefixes, VLANs) is config::Validate()'s. [any]
+common::Result<std::vector<config::WatchEntry>> ParseWatchBody(std::string_view body);
 
 // Parses the body of POST /api/v1/jobs/<id>/tan (tan_request above): the
 // shapes and ranges; the rules that need the running config (the number of

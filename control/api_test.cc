@@ -360,7 +360,7 @@ TEST(ApiTest, UnknownPathIs404WithRouteList) {
   EXPECT_EQ(r.content_type, "application/json");
   const json j = json::parse(r.body);
   EXPECT_EQ(j["error"], "no route /api/v1/nope");
-  EXPECT_EQ(j["routes"].size(), 12u);
+  EXPECT_EQ(j["routes"].size(), 13u);
   EXPECT_EQ(j["routes"][11], "/api/v1/bypass");
   EXPECT_EQ(j["routes"][5], "/api/v1/jobs");
   EXPECT_EQ(j["routes"][7], "/api/v1/jobs/<id>/stragglers");
@@ -2628,6 +2628,90 @@ TEST_F(JobControlTreeTest, AJobAddedAgainDoesNotInheritTheChoice) {
   EXPECT_EQ(j["chosen_by"], "config");
   EXPECT_EQ(j["strategy"], "least_load");
   EXPECT_EQ(j["mode"], "remote");
+}
+
+TEST(ApiIntTest, ParseWatchBodyReadsEveryKeyAndNamesTheBadOne) {
+  auto watch = ParseWatchBody(
+      R"({"watch": [{"name": "g", "vlan": 10, "src": "10.0.0.0/8", "dst": "10.1.2.0/24",
+                     "port": 5000, "sample": 100, "instructions": "both"},
+                    {"name": "j", "job": 7}]})");
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  ASSERT_EQ(watch->size(), 2u);
+  EXPECT_EQ((*watch)[0].vlan, 10);
+  EXPECT_EQ((*watch)[0].src->ToString(), "10.0.0.0/8");
+  EXPECT_EQ((*watch)[0].dst->ToString(), "10.1.2.0/24");
+  EXPECT_EQ((*watch)[0].port, 5000);
+  EXPECT_EQ((*watch)[0].sample, 100u);
+  EXPECT_EQ((*watch)[0].instructions, config::IntInstructions::kBoth);
+  EXPECT_EQ((*watch)[1].job, 7u);
+  EXPECT_EQ((*watch)[1].instructions, config::IntInstructions::kLatency);
+  ASSERT_TRUE(ParseWatchBody(R"({"watch": []})").ok());
+
+  const auto error = [](std::string_view body) {
+    auto r = ParseWatchBody(body);
+    return r.ok() ? std::string("accepted") : r.status().message();
+  };
+  EXPECT_NE(error(R"({"watch": [{"name": "g", "sample": 0}]})").find("watch[0].sample must be 1.."),
+            std::string::npos);
+  EXPECT_NE(error(R"({"watch": [{"name": "g", "instructions": "jitter"}]})")
+                .find("watch[0].instructions must be"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"watch": [{"name": "g", "dst": "10.1.2"}]})").find("watch[0].dst must be"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"watch": [{"name": "g", "colour": 1}]})").find("unknown field \"watch[0].colour\""),
+            std::string::npos);
+  EXPECT_NE(error(R"({"watch": [{"port": 1}]})").find("watch[0].name is required"), std::string::npos);
+  EXPECT_NE(error(R"({"list": []})").find("unknown field"), std::string::npos);
+  EXPECT_NE(error(R"([1])").find("JSON object"), std::string::npos);
+}
+
+TEST(ApiIntTest, TheRouteShowsAndReplacesTheWatchList) {
+  std::vector<config::WatchEntry> in_force;
+  DataSource source = Source(
+      [&] {
+        StatsSnapshot snap = SyntheticSnapshot();
+        IntSnapshot& t = snap.telemetry.emplace();
+        t.node_id = 4;
+        t.int_port = 7700;
+        t.max_hops = 8;
+        t.collector = "10.0.0.9:32766";
+        t.fabric_ports = {"uplink"};
+        t.watch = in_force;
+        t.inserted = 12;
+        t.reports_sent = 30;
+        return snap;
+      },
+      [] { return SyntheticMacs(); });
+  HttpResponse r = HandleRequest("GET", "/api/v1/int", "", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(HasNumber(r.body, "node_id", "4"));
+  EXPECT_TRUE(HasNumber(r.body, "inserted", "12"));
+  EXPECT_TRUE(HasNumber(r.body, "sent", "30"));
+  EXPECT_NE(r.body.find("\"fabric_ports\":[\"uplink\"]"), std::string::npos);
+  EXPECT_NE(r.body.find("\"watch\":[]"), std::string::npos);
+
+  EXPECT_EQ(HandleRequest("PUT", "/api/v1/int", "", R"({"watch": []})", source).status, 503)
+      << "no setter: telemetry off";
+  source.set_watch = [&](const std::vector<config::WatchEntry>& w) {
+    if (!w.empty() && w[0].name == "bad") return common::InvalidArgument("watch[0].vlan: no port carries it");
+    in_force = w;
+    return common::Status::Ok();
+  };
+  r = HandleRequest("PUT", "/api/v1/int", "", R"({"watch": [{"name": "g", "port": 5000}]})", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(in_force.size(), 1u);
+  EXPECT_NE(r.body.find("\"name\":\"g\""), std::string::npos) << r.body;
+  EXPECT_TRUE(HasNumber(r.body, "port", "5000"));
+  r = HandleRequest("PUT", "/api/v1/int", "", R"({"watch": [{"name": "bad", "vlan": 9}]})", source);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("no port carries it"), std::string::npos);
+  EXPECT_EQ(in_force.size(), 1u) << "refused: the list in force stays";
+  r = HandleRequest("DELETE", "/api/v1/int", "", source);
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.allow, "GET, PUT");
+
+  DataSource off = SyntheticSource();
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/int", "", off).status, 503);
 }
 
 TEST(CountTanLoadTest, CountsRemoteTansOfTheTable) {

@@ -76,7 +76,7 @@ void ControlLoop::Run() {
         AGG_LOG(kError, "reload rejected, running configuration unchanged:\n%s",
                 result.status().message().c_str());
       } else if (result->empty()) {
-        AGG_LOG(kInfo, "reload applied (mac_table.static, mac_table.aging_seconds)");
+        AGG_LOG(kInfo, "reload applied (mac_table.static, mac_table.aging_seconds, telemetry.watch)");
       } else {
         for (const std::string& key : *result) {
           AGG_LOG(kWarning, "reload: '%s' changed but needs a restart; still running the old value",
@@ -97,6 +97,11 @@ common::Result<std::vector<std::string>> ControlLoop::Reload() {
   std::vector<std::string> restart = RestartRequiredChanges(config_, load.config);
   RETURN_IF_ERROR(dataplane_.ApplyMacTableConfig(load.config.mac_table));
   config_.mac_table = load.config.mac_table;
+  // A changed watch list replaces the one in force (the API's too).
+  if (dataplane_.int_settings() != nullptr && !(config_.telemetry.watch == load.config.telemetry.watch)) {
+    RETURN_IF_ERROR(dataplane_.SetWatchList(load.config.telemetry.watch));
+    config_.telemetry.watch = load.config.telemetry.watch;
+  }
   return restart;
 }
 
@@ -111,7 +116,14 @@ std::vector<std::string> RestartRequiredChanges(const config::Config& running,
   if (!(running.mempool == next.mempool)) changed.push_back("mempool");
   if (!(running.http == next.http)) changed.push_back("http");
   if (!(running.aggregation == next.aggregation)) changed.push_back("aggregation");
-  if (!(running.telemetry == next.telemetry)) changed.push_back("telemetry");
+  // The watch list applies at run time (when the switch runs telemetry).
+  config::TelemetryConfig running_telemetry = running.telemetry, next_telemetry = next.telemetry;
+  running_telemetry.watch.clear();
+  next_telemetry.watch.clear();
+  if (!(running_telemetry == next_telemetry) ||
+      (running.telemetry.enabled() != next.telemetry.enabled())) {
+    changed.push_back("telemetry");
+  }
   return changed;
 }
 

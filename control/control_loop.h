@@ -5,8 +5,9 @@
 // Signals only raise flags (async-signal-safe); the loop acts on them:
 //   SIGINT, SIGTERM  stop: Run() returns, the caller stops the dataplane.
 //   SIGHUP           reload: re-read the config file, apply what can change at
-//                    run time (mac_table.static, mac_table.aging_seconds), and
-//                    log each changed key that needs a restart.
+//                    run time (mac_table.static, mac_table.aging_seconds,
+//                    telemetry.watch), and log each changed key that needs a
+//                    restart.
 //
 //   ControlLoop loop(*dataplane, config, config_path, &job_control);
 //   ControlLoop::InstallSignalHandlers();
@@ -68,8 +69,9 @@ class ControlLoop {
 };
 
 // The top-level keys whose values differ between `running` and `next` and that
-// only take effect after a restart (everything except mac_table.static and
-// mac_table.aging_seconds; aggregation, jobs included, needs a restart). [any]
+// only take effect after a restart (everything except mac_table.static,
+// mac_table.aging_seconds and telemetry.watch; aggregation, jobs included,
+// needs a restart). [any]
 std::vector<std::string> RestartRequiredChanges(const config::Config& running,
                                                 const config::Config& next);
 

@@ -115,7 +115,13 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
     IntSnapshot& t = snap.telemetry.emplace();
     t.node_id = settings->node_id;
     t.int_port = settings->int_port;
-    t.watch_entries = static_cast<uint32_t>(dp.watch_entries().size());
+    t.max_hops = settings->max_hops;
+    if (settings->collector.port != 0) t.collector = settings->collector.ToString();
+    for (size_t p = 0; p < dp.port_count(); ++p) {
+      if ((settings->fabric_ports >> p) & 1) t.fabric_ports.push_back(dp.plan().port(static_cast<uint16_t>(p)).name);
+    }
+    t.watch = dp.watch_entries();
+    t.watch_entries = static_cast<uint32_t>(t.watch.size());
     for (size_t i = 0; i < dp.worker_count(); ++i) {
       const dataplane::IntCounters& c = dp.worker_stats(i).lcore.int_;
 #define AGG_INT_READ(name, help) t.name += c.name.Get();

@@ -39,6 +39,7 @@
 
 #include "aggregator/tan_engine.h"
 #include "common/net_addr.h"
+#include "config/config.h"
 #include "control/http_refusals.h"
 #include "dataplane/counters.h"
 #include "dataplane/port_stats.h"
@@ -261,6 +262,10 @@ struct HttpSnapshot {
 struct IntSnapshot {
   uint32_t node_id = 0;
   uint16_t int_port = 0;
+  uint8_t max_hops = 0;
+  std::string collector;                 // "a.b.c.d:port"; empty: none
+  std::vector<std::string> fabric_ports;  // names
+  std::vector<config::WatchEntry> watch;
   uint32_t watch_entries = 0;
 #define AGG_INT_SNAPSHOT_FIELD(name, help) uint64_t name = 0;
   AGG_INT_COUNTERS(AGG_INT_SNAPSHOT_FIELD)

@@ -76,4 +76,31 @@ DataSource SwitchDataSource(const dataplane::Dataplane& dp, JobControl* jobs, Tr
   return source;
 }
 
+common::Status CheckWatchList(const config::Config& running,
+                              const std::vector<config::WatchEntry>& watch) {
+  config::Config next = running;
+  next.telemetry.watch = watch;
+  next.source_locs.clear();  // the body's entries have no place in the file
+  std::vector<config::ConfigError> errors;
+  if (config::Validate(next, errors)) return common::Status::Ok();
+  std::string message;
+  constexpr std::string_view kPrefix = "telemetry.";
+  for (const config::ConfigError& e : errors) {
+    std::string_view path = e.path;
+    if (path.substr(0, kPrefix.size()) == kPrefix) path.remove_prefix(kPrefix.size());
+    if (!message.empty()) message += "; ";
+    message += std::string(path) + ": " + e.message;
+  }
+  return common::InvalidArgument(message);
+}
+
+std::function<common::Status(const std::vector<config::WatchEntry>&)> WatchListSetter(
+    dataplane::Dataplane& dp, const config::Config& running) {
+  if (dp.int_settings() == nullptr) return {};
+  return [&dp, running](const std::vector<config::WatchEntry>& watch) -> common::Status {
+    RETURN_IF_ERROR(CheckWatchList(running, watch));
+    return dp.SetWatchList(watch);
+  };
+}
+
 }  // namespace aggswitch::control

@@ -31,4 +31,16 @@ class TreeControl;
 DataSource SwitchDataSource(const dataplane::Dataplane& dp, JobControl* jobs = nullptr,
                             TreeControl* tree = nullptr);
 
+// PUT /api/v1/int's watch list replacement (DataSource::set_watch): the
+// list is checked as config::Validate() checks telemetry.watch in a copy of
+// `running` (errors named watch[i].key), then published to the workers. An
+// empty function when `dp` runs no telemetry. `dp` must outlive it. [control]
+std::function<common::Status(const std::vector<config::WatchEntry>&)> WatchListSetter(
+    dataplane::Dataplane& dp, const config::Config& running);
+
+// The checks of that replacement alone: OK, or InvalidArgument listing
+// every mistake. [any]
+common::Status CheckWatchList(const config::Config& running,
+                              const std::vector<config::WatchEntry>& watch);
+
 }  // namespace aggswitch::control

@@ -19,6 +19,7 @@ void Classifier::Sort(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, Burst
   L2Vector& l2v = out->l2;
   AggVector& agg = out->agg;
   uint64_t rx_bytes = 0;
+  const bool looking = int_ != nullptr && int_->looking();
   for (uint16_t i = 0; i < n; ++i) {
     if (i + 3 < n) rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 3], void*));
     rte_mbuf* m = pkts[i];
@@ -60,8 +61,8 @@ void Classifier::Sort(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, Burst
         continue;
       }
     }
-    if (int_ != nullptr && l2.ether_type == kEtherTypeIpv4 &&
-        !int_->OnIpv4(m, data, rte_pktmbuf_data_len(m), l2.l3_offset, vlan)) {
+    if (looking && !int_->OnFrame(m, data, rte_pktmbuf_data_len(m), l2.l3_offset,
+                                  l2.ether_type == kEtherTypeIpv4, vlan)) {
       tx_.Drop(in_port, DropReason::kIntMalformed, m);
       continue;
     }

@@ -68,8 +68,9 @@ class Classifier {
   // (whose vectors must be empty), dropping what fails a check.
   void Sort(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, Burst* out);
 
-  // In-band telemetry: every IPv4 frame bound for L2 passes through `stage`
-  // (IntStage::OnIpv4), whose BeginBurst the caller calls. Null: none.
+  // In-band telemetry: the frames bound for L2 of a burst `stage` looks at
+  // pass through it (IntStage::OnFrame); the caller calls its BeginBurst.
+  // Null: none.
   void set_int(IntStage* stage) { int_ = stage; }
 
   // What an IPv4 frame is to the switch. [any]

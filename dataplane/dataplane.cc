@@ -414,6 +414,7 @@ Status Dataplane::SetUpTelemetry(const config::Config& config) {
   const config::TelemetryConfig& t = config.telemetry;
   int_settings_ = std::make_unique<IntSettings>();
   int_settings_->node_id = t.node_id;
+  if (t.collector) int_settings_->collector = *t.collector;
   int_settings_->int_port = t.int_port;
   int_settings_->max_hops = t.max_hops;
   int_settings_->n_workers = static_cast<uint16_t>(std::max<size_t>(1, config.workers.size()));

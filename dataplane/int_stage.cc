@@ -155,10 +155,11 @@ uint32_t IntStage::NextCountdown(uint32_t base) {
   return 1 + static_cast<uint32_t>(rng_ % (2 * uint64_t{base} - 1));
 }
 
-void IntStage::Pick(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t l3, uint16_t vlan) {
+void IntStage::Pick(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t l3, bool ipv4,
+                    uint16_t vlan) {
   const WatchList* watch = settings_.watch.load(std::memory_order_acquire);
   if (watch == nullptr || watch->base() == 0) {
-    countdown_ = 1u << 20;  // nothing to watch: look again later (the list may be published)
+    countdown_ = 4096;  // nothing to watch: look again later (a list may be published)
     return;
   }
   countdown_ = NextCountdown(watch->base());
@@ -168,7 +169,7 @@ void IntStage::Pick(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t l3,
   }
   const uint8_t* ip;
   const uint8_t* udp;
-  if (!LocateUdp(data, len, l3, &ip, &udp)) return;
+  if (!ipv4 || !LocateUdp(data, len, l3, &ip, &udp)) return;
   const uint32_t i = watch->Match(ip, udp, data + len, vlan);
   if (i == WatchList::kNoMatch) return;
   if (--rule_countdown_[i] != 0) return;

@@ -1,19 +1,21 @@
 // In-band network telemetry in a worker lcore (docs/telemetry.md): which
 // frames get INT, and what each hop does to them on the way out.
 //
-// At RX, from the classifier, for each IPv4 frame bound for the L2 stage:
+// At RX, from the classifier, for the frames bound for the L2 stage:
 //   - from a fabric port (another switch), a datagram to the INT port
 //     carries INT: it is checked (a malformed one is dropped, counted as
 //     int_malformed) and marked as a transit hop;
 //   - from an edge port (hosts), a per-lcore countdown picks 1 in N frames,
 //     N the smallest `sample` of the watch list, drawn at random around N
-//     so that sampling never locks onto a traffic pattern. Only a picked
-//     frame is matched against the watch list (first entry that matches),
-//     and an entry with a larger sample takes 1 in sample/N of those. A
-//     chosen frame is marked as a first hop with its entry's instructions.
+//     so that sampling never locks onto a traffic pattern. It counts whole
+//     bursts down at once, and only the burst it runs out in is looked at
+//     frame by frame. Only a picked frame is matched against the watch
+//     list (first entry that matches; IPv4/UDP only), and an entry with a
+//     larger sample takes 1 in sample/N of those. A chosen frame is marked
+//     as a first hop with its entry's instructions.
 //   A mark is a dynamic mbuf flag plus a dynamic field: the RX burst's TSC,
-//   the ingress port and the instructions. Unmarked frames pay the
-//   countdown alone.
+//   the ingress port and the instructions. Unwatched frames from edge
+//   ports pay the countdown alone, per burst.
 //
 // At TX, from TxBuffers right before tx_burst (so after a port's link
 // delay, which counts as time in the switch), for each marked frame:
@@ -29,8 +31,9 @@
 //     hop out an edge port is a path of one hop: nothing inserted.
 //
 //   IntStage int_stage(settings, lcore_index, stats, records_ring);
-//   int_stage.BeginBurst(in_port, rx_tsc);          // classifier, per burst
-//   if (!int_stage.OnIpv4(in_port, m, data, len, l3, vlan)) drop;  // per IPv4 frame
+//   int_stage.BeginBurst(in_port, rx_tsc, n);       // the worker, per burst
+//   if (int_stage.looking() && !int_stage.OnFrame(m, data, len, l3, ipv4, vlan)) drop;
+//                                                   // the classifier, per frame bound for L2
 //   int_stage.OnTx(port, frames, n);                // TxBuffers, while marked frames may wait
 //   int_stage.FlushRecords();                       // after the poll's TX
 //
@@ -96,6 +99,7 @@ class WatchList {
 // watch list, which the control side may swap.
 struct IntSettings {
   uint32_t node_id = 0;
+  common::Ipv4Endpoint collector;               // where the control thread sends reports (shown only)
   uint16_t int_port = 7700;
   uint8_t max_hops = 8;
   uint64_t fabric_ports = 0;                    // bit p: port p faces another switch
@@ -123,18 +127,26 @@ class IntStage {
   IntStage(const IntSettings& settings, uint16_t worker_index, LcoreStats& stats,
            rte_ring* records);
 
-  // A burst from `in_port` received at `rx_tsc` is about to be classified.
-  void BeginBurst(uint16_t in_port, uint64_t rx_tsc) {
+  // A burst of `n` frames from `in_port` received at `rx_tsc` is about to
+  // be classified. The countdown runs per burst: a burst from an edge port
+  // that it does not run out in is not looked at frame by frame.
+  void BeginBurst(uint16_t in_port, uint64_t rx_tsc, uint16_t n) {
     in_port_ = in_port;
     rx_tsc_ = rx_tsc;
     fabric_burst_ = ((settings_.fabric_ports >> in_port) & 1) != 0;
+    looking_ = fabric_burst_ || countdown_ <= n;
+    if (!looking_) countdown_ -= n;
   }
-  // An IPv4 frame of the burst bound for L2, its IPv4 header at `l3`. False:
-  // drop it (counted as DropReason::kIntMalformed by the caller).
-  bool OnIpv4(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t l3, uint16_t vlan) {
-    if (fabric_burst_) return OnFabric(m, data, len, l3);
-    if (__builtin_expect(--countdown_ != 0, 1)) return true;
-    Pick(m, data, len, l3, vlan);
+  // Whether the classifier hands this burst's frames to OnFrame.
+  bool looking() const { return looking_; }
+  // A frame of a burst being looked at, bound for L2, its header behind
+  // Ethernet at `l3` (`ipv4`: an IPv4 one). False: drop it (counted as
+  // DropReason::kIntMalformed by the caller).
+  bool OnFrame(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t l3, bool ipv4,
+               uint16_t vlan) {
+    if (fabric_burst_) return !ipv4 || OnFabric(m, data, len, l3);
+    if (--countdown_ != 0) return true;
+    Pick(m, data, len, l3, ipv4, vlan);
     return true;
   }
   // Whether marked frames may wait in TX queues (TxBuffers scans those).
@@ -151,7 +163,7 @@ class IntStage {
  private:
   [[gnu::noinline]] bool OnFabric(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t l3);
   [[gnu::noinline]] void Pick(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t l3,
-                              uint16_t vlan);
+                              bool ipv4, uint16_t vlan);
   void Mark(rte_mbuf* m, uint16_t instructions, bool transit);
   void OneOnTx(uint16_t port, rte_mbuf* m, uint32_t ahead, uint64_t now);
 
@@ -164,6 +176,7 @@ class IntStage {
   uint16_t in_port_ = 0;
   bool fabric_burst_ = false;
   bool marked_ = false;
+  bool looking_ = false;
   uint64_t rx_tsc_ = 0;
   uint32_t countdown_ = 1;
   uint64_t rng_;

@@ -142,7 +142,7 @@ bool Worker::PollOnce() {
 
 void Worker::ProcessBurst(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, uint32_t now_tick) {
   Burst burst;
-  if (int_ != nullptr) int_->BeginBurst(in_port, clock_.tsc);
+  if (int_ != nullptr) int_->BeginBurst(in_port, clock_.tsc, n);
   classify_.Sort(in_port, pkts, n, &burst);
   if (burst.agg.n != 0) agg_.Process(in_port, burst.agg);
   l2_.Process(in_port, burst.l2, now_tick);

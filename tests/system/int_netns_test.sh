@@ -25,7 +25,9 @@
 #      the other's absent;
 #   4. the switches' counters (inserted at leafa, transit at the spine,
 #      stripped at leafb, reports sent at each) and promtool on /metrics;
-#   5. the collector's path: aggctl int paths shows leafa - spine - leafb.
+#   5. the collector's path: aggctl int paths shows leafa - spine - leafb;
+#   6. the watch list replaced through the API (aggctl int watch): port 6000
+#      watched from then on, 5000 no longer; aggctl int show lists it.
 #
 # Usage: int_netns_test.sh AGGSWITCH AGG_INTCOLLECTOR AGGCTL
 # Needs root (namespaces). Everything is torn down on exit, pass or fail.
@@ -104,7 +106,7 @@ eal:
   memory_mb: 256
   file_prefix: agg-it-$name-$$
 switch: {name: it-$name, mac: $mac}
-http: {listen: "127.0.0.1:${HTTP[$name]}"}
+http: {listen: "127.0.0.1:${HTTP[$name]}", token_file: "$WORK/$name.token"}
 mempool: {mbufs: 4095}
 ports:
 EOF
@@ -294,5 +296,37 @@ aggctl_paths() {
   grep -q "$NET.1" <<<"$out" && grep -q "$NET.2" <<<"$out"
 }
 check "aggctl int paths shows h1 to h2 through nodes 1, 2, 3" aggctl_paths
+
+# --- 6. A new watch list through the API.
+leafa_ctl() { topo_exec leafa "$AGGCTL" --server "127.0.0.1:${HTTP[leafa]}" --token-file "$WORK/leafa.token" "$@"; }
+replace_watch() {
+  echo '{"watch": [{"name": "other", "dst": "'$NET'.2/32", "port": 6000, "instructions": "both"}]}' |
+    leafa_ctl int watch --file - &&
+    leafa_ctl int show | tee "$WORK/int-show.txt" && grep -q "^other .*6000 .*both" "$WORK/int-show.txt"
+}
+check "aggctl int watch replaces leafa's watch list, aggctl int show lists it" replace_watch
+after_replace() {
+  local before5 before6
+  before5=$(rows "SELECT count(*) FROM path_ends WHERE dst_port = 5000")
+  before6=$(rows "SELECT count(*) FROM path_ends WHERE dst_port = 6000")
+  topo_exec h1 "${TRAFFIC[@]}" send --to "$NET.2" --port 5000 --count 5
+  topo_exec h1 "${TRAFFIC[@]}" send --to "$NET.2" --port 6000 --count 5
+  local i
+  for i in $(seq 50); do
+    [ "$(rows "SELECT count(*) FROM path_ends WHERE dst_port = 6000")" -ge $((before6 + 5)) ] && break
+    sleep 0.2
+  done
+  report "port 6000 ends: $before6 -> $(rows "SELECT count(*) FROM path_ends WHERE dst_port = 6000"); port 5000: $before5 -> $(rows "SELECT count(*) FROM path_ends WHERE dst_port = 5000")"
+  [ "$(rows "SELECT count(*) FROM path_ends WHERE dst_port = 6000")" -eq $((before6 + 5)) ] &&
+    [ "$(rows "SELECT count(*) FROM path_ends WHERE dst_port = 5000")" -eq "$before5" ]
+}
+check "after the replacement port 6000 is watched and 5000 is not" after_replace
+refused_watch() {
+  local out
+  out=$(echo '{"watch": [{"name": "x", "vlan": 99}]}' | leafa_ctl int watch --file - 2>&1)
+  echo "$out"
+  grep -q "watch\[0\].vlan" <<<"$out" && leafa_ctl int show | grep -q "^other "
+}
+check "a watch list naming a VLAN no port carries is refused, naming the key; the old one stays" refused_watch
 
 finish

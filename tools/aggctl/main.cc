@@ -927,6 +927,8 @@ struct Options {
   bool job_parameter_server = false;
   bool job_verify = false;
   std::optional<uint32_t> job_placement_hint;
+  // int watch
+  std::string watch_file;
 };
 
 // The API token: AGGCTL_TOKEN, else the first line of `path` (surrounding
@@ -980,6 +982,33 @@ int Run(const Options& o, const std::string& method, const std::string& target,
     return 1;
   }
   return 0;
+}
+
+// GET (or PUT) /api/v1/int: the switch's in-band telemetry and its watch list.
+void PrintInt(const json& j) {
+  std::cout << "node " << U64(j.at("node_id")) << ", INT port " << U64(j.at("int_port"))
+            << ", hop budget " << U64(j.at("max_hops")) << ", collector "
+            << (j.at("collector").is_null() ? "none" : j.at("collector").get<std::string>())
+            << "\nfabric ports:";
+  for (const json& p : j.at("fabric_ports")) std::cout << ' ' << p.get<std::string>();
+  std::cout << "\n";
+  const auto text = [](const json& v) {
+    return v.is_null() ? std::string("-") : v.is_string() ? v.get<std::string>() : U64(v);
+  };
+  std::printf("%-16s %-5s %-18s %-18s %-6s %-10s %-7s %s\n", "WATCH", "VLAN", "SRC", "DST", "PORT",
+              "JOB", "SAMPLE", "INSTRUCTIONS");
+  for (const json& w : j.at("watch")) {
+    std::printf("%-16s %-5s %-18s %-18s %-6s %-10s %-7s %s\n", w.at("name").get<std::string>().c_str(),
+                text(w.at("vlan")).c_str(), text(w.at("src")).c_str(), text(w.at("dst")).c_str(),
+                text(w.at("port")).c_str(), text(w.at("job")).c_str(), text(w.at("sample")).c_str(),
+                w.at("instructions").get<std::string>().c_str());
+  }
+  std::cout << "datagrams:";
+  for (const auto& [name, value] : j.at("counters").items()) std::cout << ' ' << name << ' ' << U64(value);
+  const json& reports = j.at("reports");
+  std::cout << "\nreports: sent " << U64(reports.at("sent")) << ", dropped "
+            << U64(reports.at("dropped").at("ring_full")) << " (ring full) "
+            << U64(reports.at("dropped").at("send_failed")) << " (send failed)\n";
 }
 
 // agg-intcollector's GET /api/v1/paths: each source-destination pair's
@@ -1221,8 +1250,21 @@ int Main(int argc, char** argv) {
         print = PrintStats;
       });
 
-  CLI::App* int_cmd = app.add_subcommand("int", "in-band network telemetry, from agg-intcollector");
+  CLI::App* int_cmd =
+      app.add_subcommand("int", "in-band network telemetry: the switch's, and agg-intcollector's paths");
   int_cmd->require_subcommand(1);
+  int_cmd->add_subcommand("show", "the switch's node id, fabric ports, watch list and INT counters")
+      ->callback([&] {
+        target = "/api/v1/int";
+        print = PrintInt;
+      });
+  CLI::App* int_watch = int_cmd->add_subcommand(
+      "watch", "replace the switch's watch list (until a restart, or a reload that changes the file's)");
+  int_watch
+      ->add_option("--file", o.watch_file,
+                   "JSON {\"watch\": [{\"name\", \"dst\", \"port\", \"sample\", \"instructions\", ...}]}: "
+                   "the config's telemetry.watch entries; - reads standard input")
+      ->required();
   CLI::App* int_paths = int_cmd->add_subcommand(
       "paths", "each source-destination pair's paths, and the one each rule decided");
   int_paths
@@ -1373,6 +1415,15 @@ int Main(int argc, char** argv) {
                        "place the job's chunks in a partition of its slot quota that starts at "
                        "this slot index of the config and API jobs' region, whatever "
                        "aggregation.placement says");
+  int_watch->callback([&] {
+    std::ifstream file;
+    std::istream& in = o.watch_file == "-" ? std::cin : (file.open(o.watch_file), file);
+    if (!in) throw CLI::ValidationError("--file", "cannot read " + o.watch_file);
+    request_body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    method = "PUT";
+    target = "/api/v1/int";
+    print = PrintInt;
+  });
   json job_body;  // POST /api/v1/jobs without its key, which is checked after parsing
   jobs_add->callback([&] {
     if (!o.job_members && o.job_node_ids.empty() && o.job_switches.empty()) {

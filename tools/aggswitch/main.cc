@@ -150,8 +150,10 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
     }
     token = std::move(loaded).value();
   }
+  control::DataSource source = control::SwitchDataSource(**dp, &job_control, tree.get());
+  source.set_watch = control::WatchListSetter(**dp, cfg);
   auto http = control::HttpServer::Start(control::HttpServer::OptionsFrom(cfg.http, std::move(token)),
-                                         control::SwitchDataSource(**dp, &job_control, tree.get()));
+                                         std::move(source));
   if (!http.ok()) {
     AGG_LOG(kError, "http: %s", http.status().message().c_str());
     return 1;
