@@ -453,20 +453,6 @@ def summarize_agg_case(workers, elems, d, duts, tsc_mhz):
     def verdict(ok):
         return "n/a " if ok is None else ("PASS" if ok else "MISS")
 
-    # In-band telemetry: each variant against aggswitch in the same repeat.
-    base = per_rep(d, "aggswitch", "cycles")
-    for dut, what, targeted in INT_VARIANTS:
-        if dut not in duts or not base:
-            continue
-        deltas = [c - b for c, b in zip(per_rep(d, dut, "cycles"), base)]
-        delta = median_or_none(deltas)
-        out.append(f"  {DUT_LABELS[dut]} - aggswitch: {fmt(delta, '+.1f')} busy cycles/pkt ({what}; "
-                   "per repeat " + " ".join(f"{x:+.1f}" for x in deltas) + ")")
-        if targeted:
-            out.append(f"  {verdict(None if delta is None else delta <= INT_TARGET_CYCLES)}  "
-                       f"{DUT_LABELS[dut]} costs at most {INT_TARGET_CYCLES:g} cycles per frame "
-                       "that matches no watch entry")
-
     if elems == AGG_CYCLES_TARGET_ELEMS:
         c = cyc.get("aggswitch")
         out.append(f"  {verdict(None if c is None else c <= AGG_CYCLES_TARGET)}  aggswitch <= "

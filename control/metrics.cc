@@ -26,11 +26,15 @@ std::string ListHelp(std::string intro, const Text (&texts)[N], const char* Text
   return intro;
 }
 
-struct PortCounterFamily {
+// A counter family read from one field of a snapshot type (a port's, an
+// lcore's, in-band telemetry's).
+template <typename Snapshot>
+struct CounterFamily {
   const char* name;
   const char* help;
-  uint64_t PortSnapshot::*field;
+  uint64_t Snapshot::*field;
 };
+using PortCounterFamily = CounterFamily<PortSnapshot>;
 
 constexpr PortCounterFamily kPortCounters[] = {
 #define AGG_PORT_FAMILY(name, help) {"aggswitch_port_" #name "_total", help, &PortSnapshot::name},
@@ -45,24 +49,13 @@ constexpr PortCounterFamily kPortDeviceCounters[] = {
 #undef AGG_PORT_DEVICE_FAMILY
 };
 
-struct LcoreCounterFamily {
-  const char* name;
-  const char* help;
-  uint64_t LcoreSnapshot::*field;
-};
-
-constexpr LcoreCounterFamily kLcoreCounters[] = {
+constexpr CounterFamily<LcoreSnapshot> kLcoreCounters[] = {
 #define AGG_LCORE_FAMILY(name, help) {"aggswitch_lcore_" #name "_total", help, &LcoreSnapshot::name},
     AGG_LCORE_COUNTERS(AGG_LCORE_FAMILY)
 #undef AGG_LCORE_FAMILY
 };
 
-struct IntCounterFamily {
-  const char* name;
-  const char* help;
-  uint64_t IntSnapshot::*field;
-};
-constexpr IntCounterFamily kIntCounters[] = {
+constexpr CounterFamily<IntSnapshot> kIntCounters[] = {
 #define AGG_INT_FAMILY(name, help) {"aggswitch_int_" #name "_total", help, &IntSnapshot::name},
     AGG_INT_COUNTERS(AGG_INT_FAMILY)
 #undef AGG_INT_FAMILY
@@ -279,7 +272,7 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
   }
 
   // --- Worker lcores ---
-  for (const LcoreCounterFamily& f : kLcoreCounters) {
+  for (const auto& f : kLcoreCounters) {
     e.Family(f.name, "counter", f.help);
     for (const LcoreSnapshot& l : snap.lcores) {
       const std::string lcore = std::to_string(l.lcore);
@@ -406,7 +399,7 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     const IntSnapshot& t = *snap.telemetry;
     e.Family("aggswitch_int_watch_entries", "gauge", "Entries of the telemetry watch list.");
     e.Sample("aggswitch_int_watch_entries", {}, t.watch_entries);
-    for (const IntCounterFamily& f : kIntCounters) {
+    for (const auto& f : kIntCounters) {
       e.Family(f.name, "counter", f.help);
       e.Sample(f.name, {}, t.*f.field);
     }

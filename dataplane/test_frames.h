@@ -56,23 +56,31 @@ inline Frame ArpRequest(const common::MacAddr& sender_mac, const std::string& se
   return f;
 }
 
+// A 20-byte IPv4 header at `ip` (DF, TTL 64, id 0x42) for a datagram of
+// `ip_len` bytes, its checksum right, and the 8 bytes after it zeroed.
+inline void PutIpv4Header(uint8_t* ip, size_t ip_len, uint8_t protocol, const std::string& src_ip,
+                          const std::string& dst_ip) {
+  std::memset(ip, 0, 28);
+  ip[0] = 0x45;
+  ip[2] = static_cast<uint8_t>(ip_len >> 8);
+  ip[3] = static_cast<uint8_t>(ip_len);
+  ip[5] = 0x42;  // id
+  ip[6] = 0x40;  // DF
+  ip[8] = 64;
+  ip[9] = protocol;
+  PutBe32(ip + 12, common::Ipv4Addr::Parse(src_ip)->addr);
+  PutBe32(ip + 16, common::Ipv4Addr::Parse(dst_ip)->addr);
+  const uint16_t ip_csum = InternetChecksum(ip, 20);
+  std::memcpy(ip + 10, &ip_csum, 2);
+}
+
 inline Frame IcmpEcho(const common::MacAddr& src, const common::MacAddr& dst, const std::string& src_ip,
                       const std::string& dst_ip, uint16_t id, uint16_t seq, size_t payload,
                       int vlan = -1) {
   const size_t ip_len = 20 + 8 + payload;
   Frame f = EthernetFrame(src, dst, 0x0800, ip_len, vlan);
   uint8_t* ip = f.data() + f.size() - ip_len;
-  std::memset(ip, 0, 28);
-  ip[0] = 0x45;
-  ip[2] = static_cast<uint8_t>(ip_len >> 8);
-  ip[3] = static_cast<uint8_t>(ip_len);
-  ip[6] = 0x40;  // DF
-  ip[8] = 64;
-  ip[9] = kIpProtoIcmp;
-  PutBe32(ip + 12, common::Ipv4Addr::Parse(src_ip)->addr);
-  PutBe32(ip + 16, common::Ipv4Addr::Parse(dst_ip)->addr);
-  const uint16_t ip_csum = InternetChecksum(ip, 20);
-  std::memcpy(ip + 10, &ip_csum, 2);
+  PutIpv4Header(ip, ip_len, kIpProtoIcmp, src_ip, dst_ip);
   uint8_t* icmp = ip + 20;
   icmp[0] = kIcmpEchoRequest;
   icmp[4] = static_cast<uint8_t>(id >> 8);
@@ -92,18 +100,7 @@ inline Frame UdpDatagram(const common::MacAddr& src, const common::MacAddr& dst,
   const size_t ip_len = 20 + 8 + payload;
   Frame f = EthernetFrame(src, dst, 0x0800, ip_len, vlan);
   uint8_t* ip = f.data() + f.size() - ip_len;
-  std::memset(ip, 0, 28);
-  ip[0] = 0x45;
-  ip[2] = static_cast<uint8_t>(ip_len >> 8);
-  ip[3] = static_cast<uint8_t>(ip_len);
-  ip[5] = 0x42;  // id
-  ip[6] = 0x40;  // DF
-  ip[8] = 64;
-  ip[9] = kIpProtoUdp;
-  PutBe32(ip + 12, common::Ipv4Addr::Parse(src_ip)->addr);
-  PutBe32(ip + 16, common::Ipv4Addr::Parse(dst_ip)->addr);
-  const uint16_t ip_csum = InternetChecksum(ip, 20);
-  std::memcpy(ip + 10, &ip_csum, 2);
+  PutIpv4Header(ip, ip_len, kIpProtoUdp, src_ip, dst_ip);
   uint8_t* udp = ip + 20;
   const size_t udp_len = 8 + payload;
   const uint8_t header[8] = {static_cast<uint8_t>(sport >> 8), static_cast<uint8_t>(sport),
