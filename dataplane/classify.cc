@@ -49,6 +49,13 @@ void Classifier::Sort(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, Burst
       continue;
     }
     const FrameMeta meta{vlan, l2.has_tag, static_cast<uint8_t>(l2.l3_offset)};
+    // In-band telemetry first: a datagram with INT for this switch's own
+    // aggregation comes out of it stripped, and classifies as the original.
+    if (looking && !int_->OnFrame(m, data, rte_pktmbuf_data_len(m), l2.l3_offset,
+                                  l2.ether_type == kEtherTypeIpv4, vlan)) {
+      tx_.Drop(in_port, DropReason::kIntMalformed, m);
+      continue;
+    }
     if (agg_.enabled && l2.ether_type == kEtherTypeIpv4) {
       const Ipv4Class cls = ClassifyIpv4(data, rte_pktmbuf_data_len(m), l2.l3_offset);
       if (cls == Ipv4Class::kSpoofed) {
@@ -60,11 +67,6 @@ void Classifier::Sort(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, Burst
         agg.m[agg.n++] = m;
         continue;
       }
-    }
-    if (looking && !int_->OnFrame(m, data, rte_pktmbuf_data_len(m), l2.l3_offset,
-                                  l2.ether_type == kEtherTypeIpv4, vlan)) {
-      tx_.Drop(in_port, DropReason::kIntMalformed, m);
-      continue;
     }
     l2v.src[l2v.n] = MacKey(vlan, src48);
     l2v.dst[l2v.n] = MacKey(vlan, DstMac48(data));

@@ -273,7 +273,10 @@ Status Dataplane::OpenPort(const config::PortConfig& pc, uint16_t rx_queues, uin
 }
 
 Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTable* jobs) {
-  if (config.telemetry.enabled()) RETURN_IF_ERROR(SetUpTelemetry(config));
+  if (config.telemetry.enabled()) {
+    RETURN_IF_ERROR(SetUpTelemetry(config));
+    int_settings_->aggregation = jobs != nullptr && config.aggregation.enabled;
+  }
   const unsigned instance = g_instance.fetch_add(1);
   const uint16_t n_workers = static_cast<uint16_t>(config.workers.size());
   const bool aggregation = jobs != nullptr;
@@ -423,6 +426,8 @@ Status Dataplane::SetUpTelemetry(const config::Config& config) {
     int_settings_->ip_mtu[p] = config.ports[p].mtu;
   }
   agg_udp_port_ = config.aggregation.udp_port;
+  int_settings_->agg_udp_port = config.aggregation.udp_port;
+  if (config.aggregation.address) int_settings_->agg_address = config.aggregation.address->prefix.ip.addr;
   return SetWatchList(t.watch);
 }
 

@@ -190,8 +190,44 @@ bool IntStage::OnFabric(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t
     return false;
   }
   stats_.lcore.int_.transit.Add(1);
+  const uint32_t dst = Get32(ip + 16);
+  if (settings_.aggregation && view.shim->original_port.host() == settings_.agg_udp_port &&
+      (settings_.agg_address == 0 || dst == settings_.agg_address)) {
+    EndHere(m, const_cast<uint8_t*>(ip), ip_len);
+    return true;
+  }
   Mark(m, view.md->instructions.host(), true);
   return true;
+}
+
+void IntStage::EndHere(rte_mbuf* m, uint8_t* ip, size_t ip_len) {
+  telemetry::HopTaken taken;
+  const size_t before = ip_len;
+  const bool counted = telemetry::TakeHop(ip, ip_len, &taken) == telemetry::FrameError::kNone;
+  if (telemetry::StripInt(ip, &ip_len) == telemetry::FrameError::kNone) {
+    rte_pktmbuf_trim(m, static_cast<uint16_t>(before - ip_len));
+    stats_.lcore.int_.stripped.Add(1);
+  }
+  if (!counted) {
+    stats_.lcore.int_.hops_exhausted.Add(1);
+    return;
+  }
+  IntHopRecord r{};
+  r.latency_cycles = rte_rdtsc() - rx_tsc_;
+  r.source_node = taken.source_node;
+  r.path_seq = taken.path_seq;
+  r.hop_index = taken.hop_index;
+  r.instructions = taken.instructions;
+  r.in_port = in_port_;
+  r.out_port = kIntLocalPort;
+  r.last_hop = 1;
+  CopyOriginalHeaders(ip, 0, taken.original_port, r.inner);
+  Queue(r);
+}
+
+void IntStage::Queue(const IntHopRecord& r) {
+  if (n_pending_ == std::size(pending_)) FlushRecords();
+  pending_[n_pending_++] = r;
 }
 
 void IntStage::Mark(rte_mbuf* m, uint16_t instructions, bool transit) {
@@ -286,8 +322,7 @@ void IntStage::OneOnTx(uint16_t port, rte_mbuf* m, uint32_t ahead, uint64_t now)
     CopyOriginalHeaders(ip, out_fabric ? telemetry::kInsertedBytes : 0,
                         taken.original_port, r.inner);
   }
-  if (n_pending_ == std::size(pending_)) FlushRecords();
-  pending_[n_pending_++] = r;
+  Queue(r);
 }
 
 void IntStage::FlushRecords() {

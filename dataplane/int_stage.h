@@ -4,7 +4,11 @@
 // At RX, from the classifier, for the frames bound for the L2 stage:
 //   - from a fabric port (another switch), a datagram to the INT port
 //     carries INT: it is checked (a malformed one is dropped, counted as
-//     int_malformed) and marked as a transit hop;
+//     int_malformed) and marked as a transit hop. One for this switch's own
+//     aggregation (its original port the aggregation port, to the
+//     aggregation address) ends its path here: INT is stripped at once and
+//     its hop reported as the last, egress port 0xFFFF (the switch itself),
+//     and the aggregation path gets the original datagram;
 //   - from an edge port (hosts), a per-lcore countdown picks 1 in N frames,
 //     N the smallest `sample` of the watch list, drawn at random around N
 //     so that sampling never locks onto a traffic pattern. It counts whole
@@ -105,6 +109,12 @@ struct IntSettings {
   uint64_t fabric_ports = 0;                    // bit p: port p faces another switch
   uint16_t ip_mtu[config::kMaxPorts] = {};      // IPv4 bytes a port's frames may carry
   uint16_t n_workers = 1;                       // path sequence numbers interleave by worker
+  // The datagrams this switch aggregates itself (aggregation: on): to
+  // agg_udp_port, and to agg_address unless it is 0. A fabric port's INT
+  // datagram among them ends its path here.
+  bool aggregation = false;
+  uint16_t agg_udp_port = 0;
+  uint32_t agg_address = 0;                     // host order
   std::atomic<const WatchList*> watch{nullptr};  // the published snapshot; null: none
 };
 
@@ -121,6 +131,9 @@ struct IntMark {
   static inline int offset = -1;
   static inline uint64_t flag = 0;
 };
+
+// The egress port of a hop whose datagram the switch took itself.
+inline constexpr uint16_t kIntLocalPort = 0xFFFF;
 
 class IntStage {
  public:
@@ -162,6 +175,9 @@ class IntStage {
 
  private:
   [[gnu::noinline]] bool OnFabric(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t l3);
+  // An INT datagram from a fabric port for this switch's own aggregation.
+  void EndHere(rte_mbuf* m, uint8_t* ip, size_t ip_len);
+  void Queue(const IntHopRecord& r);
   [[gnu::noinline]] void Pick(rte_mbuf* m, const uint8_t* data, uint32_t len, uint32_t l3,
                               bool ipv4, uint16_t vlan);
   void Mark(rte_mbuf* m, uint16_t instructions, bool transit);

@@ -197,6 +197,60 @@ TEST_F(IntStageTest, TheWatchListCanBeReplacedWhileRunning) {
   EXPECT_EQ(records[0].instructions, telemetry::instr::kBothSets);
 }
 
+// A switch that aggregates: port a1 faces another switch.
+class IntAggregationTest : public fixtures::AggregationTest {
+ protected:
+  void SetUp() override {
+    auto jobs = aggregator::JobTable::Create(64, 256);
+    ASSERT_TRUE(jobs.ok());
+    jobs_ = std::move(jobs).value();
+    std::string yaml = DefaultYaml(
+        "aggregation: {address: 10.0.10.253, slots: 1024}\n"
+        "telemetry: {node_id: 9, collector: \"127.0.0.1:32766\"}\n");
+    const std::string a1 = "devargs: net_ring_" + names_[1] + ", access: 10";
+    yaml.replace(yaml.find(a1), a1.size(), a1 + ", role: fabric");
+    Build(yaml, 1024, jobs_.get());
+    in_band_ = std::make_unique<fixtures::InBandControl>(*jobs_, config_);
+  }
+};
+
+// A contribution that a leaf gave INT to on its way here ends its path at
+// this switch: stripped before the aggregation path reads it, its last hop
+// reported with egress port 0xFFFF, and the sum is right.
+TEST_F(IntAggregationTest, AContributionWithIntEndsItsPathHereAndIsReduced) {
+  AddJob(5, 2);
+  Frame with_int = Contribution(5, 1, 1, Int32Payload({10, 20}));
+  // Member 1 sits behind the fabric port: its frames come in on a1.
+  const size_t original = with_int.size();
+  with_int.resize(original + telemetry::kInsertedBytes);
+  size_t len = original - kL3;
+  ASSERT_EQ(telemetry::InsertInt(with_int.data() + kL3, &len, with_int.size() - kL3,
+                                 {7700, telemetry::instr::kLatencySet, 8, 4, 17}),
+            telemetry::FrameError::kNone);
+  telemetry::HopTaken taken;
+  ASSERT_EQ(telemetry::TakeHop(with_int.data() + kL3, len, &taken), telemetry::FrameError::kNone);
+  Inject(1, with_int);
+  Inject(0, Contribution(5, 1, 0, Int32Payload({1, 2})));
+  Step();
+  auto out = Drain();
+  std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
+  const std::vector<Result> more = WithOpcode(out[1], aggregator::Opcode::kResult);
+  results.insert(results.end(), more.begin(), more.end());
+  ASSERT_EQ(results.size(), 2u) << "one result per member";
+  for (const Result& r : results) EXPECT_EQ(r.payload, Int32Payload({11, 22}));
+  std::vector<IntHopRecord> records;
+  dp_->ProcessIntRecords([&](const IntHopRecord& r) { records.push_back(r); });
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].hop_index, 2u);
+  EXPECT_EQ(records[0].last_hop, 1);
+  EXPECT_EQ(records[0].out_port, kIntLocalPort);
+  EXPECT_EQ(records[0].in_port, 1);
+  EXPECT_EQ(records[0].source_node, 4u);
+  EXPECT_EQ(records[0].path_seq, 17u);
+  EXPECT_EQ(dp_->worker_stats(0).lcore.int_.stripped.Get(), 1u);
+  EXPECT_EQ(Malformed(), 0u);
+}
+
 TEST(WatchList, MatchesEveryGivenFieldAndTakesTheFirstRule) {
   std::vector<config::WatchEntry> entries(3);
   entries[0].name = "job";
