@@ -423,7 +423,7 @@ int_field("remaining", ProtoField.uint8("aggswitch_int.remaining", "Remaining ho
 int_field("instructions", ProtoField.uint16("aggswitch_int.instructions", "Instruction bitmap", base.HEX))
 int_field("domain_id", ProtoField.uint16("aggswitch_int.domain_id", "Domain specific id", base.HEX))
 int_field("ds_instructions", ProtoField.uint16("aggswitch_int.ds_instructions", "DS instruction", base.HEX))
-int_field("ds_flags", ProtoField.uint16("aggswitch_int.ds_flags", "DS flags", base.HEX))
+int_field("ds_flags", ProtoField.uint16("aggswitch_int.ds_flags", "DS flags (hop budget)", base.DEC))
 int_field("hop", ProtoField.bytes("aggswitch_int.hop", "Hop metadata"))
 int_field("node_id", ProtoField.uint32("aggswitch_int.hop.node_id", "Node id", base.DEC))
 int_field("ingress_port", ProtoField.uint16("aggswitch_int.hop.ingress_port", "Ingress port", base.DEC))
