@@ -1,7 +1,7 @@
 // The switch's side of in-band telemetry on the control thread: turns the
 // hop records the workers queue (dataplane/int_stage.h) into Telemetry
 // Reports (telemetry/int_wire.h) and sends them to the collector over UDP,
-// one report per record. It also measures each port's TX utilisation, which
+// one report per record, up to 64 in one sendmmsg. It also measures each port's TX utilisation, which
 // the reports of the bandwidth instruction set carry: the port's transmitted
 // bytes over the last 100 ms against its link speed.
 //
@@ -46,7 +46,13 @@ class IntExporter {
  private:
   IntExporter(dataplane::Dataplane& dp, const config::TelemetryConfig& config, int fd);
   void RefreshUtilization(std::chrono::steady_clock::time_point now);
-  void Send(const dataplane::IntHopRecord& r);
+  // Builds the report of `r` into the next free batch buffer; a full batch is sent first.
+  void Add(const dataplane::IntHopRecord& r);
+  // Sends the batch: one sendmmsg for up to kBatch reports.
+  void SendBatch();
+
+  static constexpr size_t kBatch = 64;
+  static constexpr size_t kReportMax = 256;
 
   dataplane::Dataplane& dp_;
   const uint32_t node_id_;
@@ -57,6 +63,9 @@ class IntExporter {
   std::vector<uint32_t> util_ppm_;
   std::vector<uint64_t> last_tx_bytes_;
   std::chrono::steady_clock::time_point last_refresh_{};
+  uint8_t buffers_[kBatch][kReportMax];
+  size_t lengths_[kBatch] = {};
+  size_t n_batch_ = 0;
 };
 
 }  // namespace aggswitch::control
