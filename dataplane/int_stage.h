@@ -1,7 +1,8 @@
 // In-band network telemetry in a worker lcore (docs/telemetry.md): which
 // frames get INT, and what each hop does to them on the way out.
 //
-// At RX, from the classifier, for the frames bound for the L2 stage:
+// At RX, from the classifier, for each frame it keeps (before it looks for
+// aggregation datagrams):
 //   - from a fabric port (another switch), a datagram to the INT port
 //     carries INT: it is checked (a malformed one is dropped, counted as
 //     int_malformed) and marked as a transit hop. One for this switch's own
@@ -24,9 +25,9 @@
 // At TX, from TxBuffers right before tx_burst (so after a port's link
 // delay, which counts as time in the switch), for each marked frame:
 //   - its hop: latency from the RX burst to now, the frames ahead of it in
-//     the port's TX burst (the TX queue this worker fills), ports, index on the path; queued for the control
-//     thread (IntHopRecord), which adds the egress TX utilisation and sends
-//     the Telemetry Report;
+//     the port's TX burst (the TX queue this worker fills), ports, index on
+//     the path; queued for the control thread (IntHopRecord), which adds
+//     the egress TX utilisation and sends the Telemetry Report;
 //   - out a fabric port: a first hop inserts the INT headers; a transit hop
 //     counts itself off the remaining hop count (TakeHop): the datagram
 //     carries the INT headers and no hop metadata, whatever the hop count;
@@ -37,7 +38,7 @@
 //   IntStage int_stage(settings, lcore_index, stats, records_ring);
 //   int_stage.BeginBurst(in_port, rx_tsc, n);       // the worker, per burst
 //   if (int_stage.looking() && !int_stage.OnFrame(m, data, len, l3, ipv4, vlan)) drop;
-//                                                   // the classifier, per frame bound for L2
+//                                                   // the classifier, per frame it keeps
 //   int_stage.OnTx(port, frames, n);                // TxBuffers, while marked frames may wait
 //   int_stage.FlushRecords();                       // after the poll's TX
 //
