@@ -49,9 +49,9 @@ namespace {
 // Calls per DataSource function during one request.
 struct Calls {
   int snapshot = 0, mac_entries = 0, jobs = 0, add_job = 0, remove_job = 0, unbind_member = 0,
-      slots = 0, bypass = 0, stragglers = 0, tan = 0;
+      slots = 0, bypass = 0, stragglers = 0, tan = 0, set_watch = 0;
   bool add_job_ok = false;
-  bool mutated = false;  // removed a job or a binding, applied/cleared stragglers, changed a TAN
+  bool mutated = false;  // removed a job or a binding, applied/cleared stragglers, changed a TAN or the watch list
 };
 
 common::MacAddr Mac(const char* text) {
@@ -186,6 +186,14 @@ StatsSnapshot Snapshot() {
   agg.tan->counters.first_data = 9;
   agg.tan->pending = 1;
   s.aggregation = agg;
+  IntSnapshot& t = s.telemetry.emplace();
+  t.node_id = 3;
+  t.int_port = 7700;
+  t.max_hops = 8;
+  t.collector = "10.0.79.254:32766";
+  t.fabric_ports = {"uplink"};
+  t.watch.emplace_back().name = "grads";
+  t.inserted = 5;
   return s;
 }
 
@@ -296,6 +304,14 @@ DataSource Source(Calls& calls) {
     }
     return report;
   };
+  s.set_watch = [&calls](const std::vector<config::WatchEntry>& watch) -> common::Status {
+    ++calls.set_watch;
+    for (const config::WatchEntry& w : watch) {
+      if (w.vlan == 99) return common::InvalidArgument("watch[0].vlan: no port carries VLAN 99");
+    }
+    calls.mutated = true;
+    return common::Status::Ok();
+  };
   s.tan = [&calls](uint32_t job, const std::optional<TanRequest>& r) -> common::Result<TanReport> {
     ++calls.tan;
     if (!KnownJob(job)) return common::NotFound("job " + std::to_string(job) + " does not exist");
@@ -340,10 +356,10 @@ void CheckResponse(const Request& req, const HttpResponse& r, const Calls& calls
   FUZZ_CHECK(r.status != 500);
   FUZZ_CHECK(calls.snapshot <= 1 && calls.mac_entries <= 1 && calls.jobs <= 1 &&
              calls.add_job <= 1 && calls.remove_job <= 1 && calls.unbind_member <= 1 && calls.slots <= 1 && calls.bypass <= 1 &&
-             calls.stragglers <= 1 && calls.tan <= 1);
+             calls.stragglers <= 1 && calls.tan <= 1 && calls.set_watch <= 1);
   if (req.method == "GET")
     FUZZ_CHECK(calls.add_job == 0 && calls.remove_job == 0 && calls.unbind_member == 0 &&
-               !calls.mutated);
+               calls.set_watch == 0 && !calls.mutated);
   if (r.status == 201) FUZZ_CHECK(req.method == "POST" && calls.add_job_ok);
   if (r.status == 204) {
     FUZZ_CHECK(r.body.empty());

@@ -1,9 +1,13 @@
 // int_fuzz: the two parsers of in-band network telemetry (telemetry/int_wire.h)
-// on arbitrary bytes: the first byte picks which, the rest is the input.
-//   0 (even): ParseInt, the INT headers at the start of a UDP payload, as a
-//             switch reads a watched datagram from a fabric port;
-//   1 (odd):  ParseReport, a Telemetry Report's UDP payload, as
-//             agg-intcollector reads it.
+// and what a switch does to a datagram with INT (telemetry/int_frame.h), on
+// arbitrary bytes: the first byte picks which, the rest is the input.
+//   even, not 2 mod 4: ParseInt, the INT headers at the start of a UDP
+//             payload, as a switch reads a watched datagram from a fabric port;
+//   odd:      ParseReport, a Telemetry Report's UDP payload, as
+//             agg-intcollector reads it;
+//   2 mod 4:  the input as the UDP payload of a datagram to the INT port,
+//             through ViewInt, TakeHop and StripInt as a transit switch and
+//             then the last one treat it.
 //
 // Invariants, each a finding when broken:
 //   * ParseInt accepts only INT-MD with NPT 1, version 2 and aggswitch's
@@ -13,10 +17,14 @@
 //   * ParseReport accepts only version 2 INT reports of aggswitch's domain;
 //     the inner headers lie inside the input; building the parsed report
 //     again and parsing that gives the same fields;
+//   * a datagram ViewInt accepts survives TakeHop and StripInt: the strip
+//     succeeds, removes exactly the INT headers and hops, puts the original
+//     port back, and leaves the IPv4 and UDP lengths consistent;
 //   * the error names are never empty.
 #include <cstring>
 #include <vector>
 
+#include "telemetry/int_frame.h"
 #include "telemetry/int_wire.h"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -76,6 +84,42 @@ void FuzzReport(const uint8_t* data, size_t size) {
   if (r.has_inner) FUZZ_CHECK(std::memcmp(back.inner, r.inner, kReportInnerBytes) == 0);
 }
 
+uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+
+void FuzzFrame(const uint8_t* data, size_t size) {
+  if (size > 1400) return;
+  // IPv4 (no checksum needed by the INT operations) and UDP to port 7700.
+  std::vector<uint8_t> d(28 + size);
+  const size_t len = d.size();
+  d[0] = 0x45;
+  d[2] = static_cast<uint8_t>(len >> 8);
+  d[3] = static_cast<uint8_t>(len);
+  d[8] = 64;
+  d[9] = 17;
+  d[22] = 7700 >> 8;
+  d[23] = 7700 & 0xFF;
+  d[24] = static_cast<uint8_t>((len - 20) >> 8);
+  d[25] = static_cast<uint8_t>(len - 20);
+  d[26] = 0x12;  // some checksum: kept up to date, never 0
+  std::memcpy(d.data() + 28, data, size);
+  IntView v;
+  const FrameError e = ViewInt(d.data(), len, 7700, &v);
+  FUZZ_CHECK(FrameErrorName(e)[0] != '\0');
+  if (e != FrameError::kNone) return;
+  const size_t int_bytes = v.payload_offset;
+  const uint16_t original = v.shim->original_port.host();
+  HopTaken taken;
+  const FrameError took = TakeHop(d.data(), len, &taken);
+  FUZZ_CHECK(took == FrameError::kNone || took == FrameError::kHopsDone);
+  if (took == FrameError::kNone) FUZZ_CHECK(taken.hop_index >= 1 && taken.original_port == original);
+  size_t after = len;
+  FUZZ_CHECK(StripInt(d.data(), &after) == FrameError::kNone);
+  FUZZ_CHECK(after == len - int_bytes);
+  FUZZ_CHECK(Get16(d.data() + 2) == after && Get16(d.data() + 24) == after - 20);
+  FUZZ_CHECK(Get16(d.data() + 22) == original);
+  FUZZ_CHECK(Get16(d.data() + 26) != 0);
+}
+
 }  // namespace
 }  // namespace aggswitch::telemetry
 
@@ -83,6 +127,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   if (data[0] & 1) {
     aggswitch::telemetry::FuzzReport(data + 1, size - 1);
+  } else if ((data[0] & 3) == 2) {
+    aggswitch::telemetry::FuzzFrame(data + 1, size - 1);
   } else {
     aggswitch::telemetry::FuzzInt(data + 1, size - 1);
   }

@@ -293,6 +293,11 @@ def api_seeds():
                            '[{"address": "10.0.9.50"}, {"address": "10.0.9.51", "port": 47001}]}',
         "post-tan-member": 'POST /api/v1/jobs/7/tan\n{"member": 5}',
         "post-tan-self": 'POST /api/v1/jobs/1/tan\n{"strategy": "self", "member": null}',
+        "get-int": "GET /api/v1/int\n",
+        "put-int-watch": 'PUT /api/v1/int\n{"watch": [{"name": "g", "vlan": 10, "src": "10.0.0.0/8", '
+                         '"dst": "10.1.2.0/24", "port": 5000, "job": 7, "sample": 100, '
+                         '"instructions": "both"}]}',
+        "put-int-refused": 'PUT /api/v1/int\n{"watch": [{"name": "x", "vlan": 99}]}',
         "put-ports-405": "PUT /api/v1/ports\n",
         "get-unknown-404": "GET /api/v2/nothing\n",
     }
@@ -337,6 +342,9 @@ def int_seeds():
         "int-first-hop": b"\x00" + bytes([0x14, 5]) + md[2:] + path_id + b"payload",
         "int-one-hop": b"\x00" + md + hop + path_id + b"payload",
         "report-transit": b"\x01" + report,
+        # A datagram's payload at a transit hop: 5 of a budget of 8 hops left.
+        "frame-transit": b"\x02" + bytes([0x14, 5]) + struct.pack(
+            "!HBBBBHHHH", 47000, 0x20, 0, 4, 5, 0xF000, 0x4147, 0x8000, 8) + path_id + b"payload",
     }
 
 
