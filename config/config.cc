@@ -289,6 +289,7 @@ class Validator {
     }
     std::map<std::string, size_t> names;
     std::map<std::string, size_t> devargs;
+    std::map<std::string, size_t> groups;  // group name -> its first member
     name_ok_.assign(n, true);
     vlans_ok_.assign(n, true);
     for (size_t i = 0; i < n; ++i) {
@@ -313,6 +314,7 @@ class Validator {
                   Where(Index("ports", it->second), config_.ports[it->second].loc) + ")");
       }
       vlans_ok_[i] = CheckPortVlans(port, path);
+      CheckGroup(i, path, groups);
       CheckDescriptors(path + ".rx_descriptors", port.loc, port.rx_descriptors);
       CheckDescriptors(path + ".tx_descriptors", port.loc, port.tx_descriptors);
       if (port.mtu < kMinMtu || port.mtu > kMaxMtu) {
@@ -320,6 +322,29 @@ class Validator {
               "expected an MTU " + std::to_string(kMinMtu) + ".." + std::to_string(kMaxMtu) +
                   ", got " + QuoteNumber(port.mtu));
       }
+    }
+  }
+
+  // A group's name is a port name's kind; its members carry the same VLANs,
+  // the same way, so that the group is one port to the L2 switch.
+  void CheckGroup(size_t i, const std::string& path, std::map<std::string, size_t>& groups) {
+    const PortConfig& port = config_.ports[i];
+    if (port.group.empty()) return;
+    if (!IsValidPortName(port.group)) {
+      Error(path + ".group", port.loc,
+            "expected a group name of 1..32 characters from [A-Za-z0-9_.-], got " +
+                Quote(port.group));
+      return;
+    }
+    const auto [it, first] = groups.emplace(port.group, i);
+    if (first) return;
+    const PortConfig& head = config_.ports[it->second];
+    if (port.mode != head.mode || port.access_vlan != head.access_vlan ||
+        port.trunk_vlans != head.trunk_vlans || port.native_vlan != head.native_vlan) {
+      Error(path + ".group", port.loc,
+            "expected the members of group " + Quote(port.group) +
+                " to carry the same VLANs the same way, got VLANs that differ from " +
+                Where(Index("ports", it->second), head.loc));
     }
   }
 

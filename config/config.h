@@ -156,6 +156,14 @@ struct PortConfig {
   uint16_t mtu = 1500;
   std::optional<FaultConfig> faults;  // none unless configured
   PortRole role = PortRole::kEdge;
+  // Uplink group: ports toward the same set of switches (a leaf's links to
+  // two spines) share a name. The L2 switch treats a group as one port:
+  // addresses learned on any member belong to the group, one member (the
+  // first in the list) carries flooded frames, nothing goes from a member
+  // back out another, and known unicast to the group takes the member a path
+  // decision names for its destination, else one by flow hash
+  // (docs/telemetry.md). Empty: the port stands alone.
+  std::string group;
   SourceLoc loc;
 
   // True when frames of `vlan` may enter or leave this port: the access VLAN, or

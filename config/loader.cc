@@ -435,6 +435,7 @@ class Loader {
                    ReadEnum<PortRole>(n, p, {{"edge", PortRole::kEdge}, {"fabric", PortRole::kFabric}},
                                       port.role);
                  }},
+                {"group", [&](auto& n, auto& p) { ReadString(n, p, port.group); }},
             });
     if (has_access && trunk) {
       Error(Join(path, "trunk"), *trunk,

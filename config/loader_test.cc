@@ -701,6 +701,31 @@ TEST(LoaderErrorTest, Telemetry) {
                        "expected edge or fabric, got \"spine\""));
 }
 
+TEST(LoaderTest, UplinkGroups) {
+  const ConfigLoad load = Load(R"(ports:
+  - {name: h0, devargs: d0, access: 10}
+  - {name: s1, devargs: d1, trunk: [10, 20], role: fabric, group: spines}
+  - {name: s2, devargs: d2, trunk: [10, 20], role: fabric, group: spines}
+)");
+  ASSERT_TRUE(load.errors.empty()) << Dump(load);
+  EXPECT_EQ(load.config.ports[0].group, "");
+  EXPECT_EQ(load.config.ports[1].group, "spines");
+  EXPECT_EQ(load.config.ports[2].group, "spines");
+}
+
+TEST(LoaderErrorTest, UplinkGroups) {
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: s1, devargs: d1, trunk: [10, 20], group: up}\n"
+                            "  - {name: s2, devargs: d2, trunk: [10], group: up}\n"),
+                       "ports[1].group", 3,
+                       "expected the members of group \"up\" to carry the same VLANs the same way, "
+                       "got VLANs that differ from ports[0], line 2"));
+  EXPECT_TRUE(OneError(Load("ports:\n  - {name: s1, devargs: d1, group: up}\n"
+                            "  - {name: s2, devargs: d2, access: 20, group: up}\n"),
+                       "ports[1].group", 3, "carry the same VLANs"));
+  EXPECT_TRUE(OneError(Load("ports: [{name: s1, devargs: d1, group: \"a b\"}]\n"), "ports[0].group",
+                       1, "expected a group name of 1..32 characters"));
+}
+
 TEST(LoaderErrorTest, RepeatedKey) {
   EXPECT_TRUE(OneError(Load("ports:\n  - name: p0\n    devargs: d\n    name: p1\n"),
                        "ports[0].name", 4, "expected each key once, got \"name\" again"));

@@ -23,6 +23,7 @@ constexpr std::string_view kRoutes[] = {"/metrics",       "/api/v1/ports", "/api
                                         "/api/v1/lcores", "/api/v1/stats", "/api/v1/slots"};
 constexpr std::string_view kJobsRoute = "/api/v1/jobs";
 constexpr std::string_view kIntRoute = "/api/v1/int";
+constexpr std::string_view kDecisionsRoute = "/api/v1/int/decisions";
 constexpr std::string_view kJobRoutePrefix = "/api/v1/jobs/";
 // What a 404 lists.
 constexpr std::string_view kAllRoutes[] = {
@@ -30,7 +31,8 @@ constexpr std::string_view kAllRoutes[] = {
     "/api/v1/stats",     "/api/v1/jobs",       "/api/v1/jobs/<id>",
     "/api/v1/jobs/<id>/stragglers",            "/api/v1/jobs/<id>/tan",
     "/api/v1/jobs/<id>/members/<node>",
-    "/api/v1/slots",     "/api/v1/bypass",     "/api/v1/int"};
+    "/api/v1/slots",     "/api/v1/bypass",     "/api/v1/int",
+    "/api/v1/int/decisions"};
 
 // Compact JSON. Invalid UTF-8 (say, in a port name) is replaced rather than
 // thrown about.
@@ -1449,7 +1451,89 @@ HttpResponse IntRoute(std::string_view method, std::string_view body, const Data
   return JsonResponse(200, IntJson(*snap.telemetry));
 }
 
+common::Status DecisionsOff() {
+  return common::Unavailable("path decisions need the dataplane, which this server does not serve");
+}
+
+std::string DecisionsJson(const PathDecisionsView& view) {
+  json groups = json::array();
+  for (const PathDecisionsView::Group& g : view.groups) {
+    groups.push_back({{"name", g.name}, {"ports", g.ports}});
+  }
+  json decisions = json::array();
+  for (const PathDecisionEntry& d : view.decisions) {
+    decisions.push_back({{"dst", d.dst.ToString()},
+                         {"port", d.port},
+                         {"port_index", d.port_index ? json(*d.port_index) : json()},
+                         {"group", d.group.empty() ? json() : json(d.group)}});
+  }
+  return Dump({{"groups", std::move(groups)}, {"decisions", std::move(decisions)}});
+}
+
+// GET /api/v1/int/decisions, and PUT with new decisions.
+HttpResponse DecisionsRoute(std::string_view method, std::string_view body,
+                            const DataSource& source) {
+  if (!source.decisions || !source.set_decisions) return ErrorResponse(DecisionsOff());
+  if (method == "PUT") {
+    common::Result<std::vector<PathDecisionEntry>> decisions = ParseDecisionsBody(body);
+    if (!decisions.ok()) return ErrorResponse(decisions.status());
+    if (common::Status set = source.set_decisions(*decisions); !set.ok()) return ErrorResponse(set);
+  } else if (method != "GET") {
+    return MethodNotAllowed(method, kDecisionsRoute, "GET, PUT",
+                            "use GET to show the path decisions, PUT {\"decisions\": [...]} to "
+                            "replace them");
+  }
+  return JsonResponse(200, DecisionsJson(source.decisions()));
+}
+
 }  // namespace
+
+common::Result<std::vector<PathDecisionEntry>> ParseDecisionsBody(std::string_view body) {
+  constexpr char kShape[] = "{\"decisions\": [{\"dst\": \"a.b.c.d/len\", \"port\": name or index}]}";
+  ASSIGN_OR_RETURN(const json j, ParseBodyObject(body, kShape));
+  for (const auto& [name, value] : j.items()) {
+    if (name != "decisions") return UnknownField(name, "decisions");
+  }
+  if (!j.contains("decisions")) return common::InvalidArgument(std::string("expected ") + kShape);
+  const json& list = j["decisions"];
+  if (!list.is_array()) {
+    return common::InvalidArgument("decisions must be a list, got " + Preview(list));
+  }
+  std::vector<PathDecisionEntry> entries;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = Index("decisions", i);
+    RETURN_IF_ERROR(ExpectObject(list[i], path, "{dst, port}"));
+    PathDecisionEntry& d = entries.emplace_back();
+    bool has_dst = false;
+    bool has_port = false;
+    for (const auto& [key, v] : list[i].items()) {
+      const std::string key_path = KeyPath(path, key);
+      if (key == "dst") {
+        const std::optional<common::Ipv4Prefix> prefix =
+            v.is_string() ? common::Ipv4Prefix::Parse(v.get_ref<const std::string&>()) : std::nullopt;
+        if (!prefix) {
+          return common::InvalidArgument(key_path + " must be an IPv4 prefix \"a.b.c.d/len\", got " +
+                                         Preview(v));
+        }
+        d.dst = *prefix;
+        has_dst = true;
+      } else if (key == "port") {
+        if (v.is_string()) {
+          d.port = v.get<std::string>();
+        } else {
+          ASSIGN_OR_RETURN(const uint64_t index, JsonUnsigned(v, key_path, 0, config::kMaxPorts - 1));
+          d.port_index = static_cast<uint16_t>(index);
+        }
+        has_port = true;
+      } else {
+        return UnknownField(key_path, "dst, port");
+      }
+    }
+    if (!has_dst) return common::InvalidArgument(path + ".dst is required");
+    if (!has_port) return common::InvalidArgument(path + ".port is required");
+  }
+  return entries;
+}
 
 common::Result<std::vector<config::WatchEntry>> ParseWatchBody(std::string_view body) {
   constexpr char kShape[] = "{\"watch\": [{\"name\", \"dst\", \"port\", ...}]}";
@@ -1525,6 +1609,7 @@ HttpResponse HandleRequest(std::string_view method, std::string_view path, std::
   try {
     if (path == kJobsRoute) return JobsCollection(method, body, source);
     if (path == kIntRoute) return IntRoute(method, body, source);
+    if (path == kDecisionsRoute) return DecisionsRoute(method, body, source);
     if (path.substr(0, kJobRoutePrefix.size()) == kJobRoutePrefix) {
       return JobItem(method, path, query, body, source);
     }

@@ -41,6 +41,9 @@
 //   /api/v1/int       GET: int_state; PUT {"watch": [watch_entry]}: the watch list replaced
 //                     (400 naming the key, as the config's telemetry.watch would), then
 //                     int_state; 503 when in-band telemetry is off
+//   /api/v1/int/decisions  GET: decisions_state; PUT {"decisions": [decision_request]}:
+//                     the uplink groups' path decisions replaced (400 naming
+//                     decisions[i].key), then decisions_state
 //   /api/v1/slots     {"busy","truncated","filter": {"job","limit"},"count","slots": [slot]}
 //                     optional query: limit=<1..100000> (default 1000), job=<id>;
 //                     503 when aggregation is off or a worker did not answer in time
@@ -82,6 +85,10 @@
 //                "reports": {"sent","dropped": {"ring_full","send_failed"}}}
 //   watch_entry = {"name","vlan","src","dst","port","job","sample","instructions"}: the
 //                config's telemetry.watch[] keys (null: not given)
+//   decisions_state = {"groups": [{"name","ports": [name]}],"decisions": [{"dst","port",
+//                "port_index","group" (null: the port is in no group, so the decision
+//                changes nothing here)}]}
+//   decision_request = {"dst": "a.b.c.d/len","port": name or index}
 //   job_detail = job + {"slots": [slot] (the job's busy slots, at most 1000; null when
 //                the dump failed), "slots_truncated", "slots_error" (null, or why
 //                "slots" is null)}
@@ -202,6 +209,26 @@ struct TanReport {
   std::optional<Choice> chosen;
 };
 
+// A path decision as the API shows and takes it: traffic to `dst` leaves by
+// `port` when that port is the member of an uplink group the L2 switch
+// would send it to (docs/telemetry.md, "Decisions applied").
+struct PathDecisionEntry {
+  common::Ipv4Prefix dst;
+  std::string port;                    // by name, or
+  std::optional<uint16_t> port_index;  // by index (the INT reports' port ids)
+  std::string group;                   // shown: the port's group, "" for none
+
+  friend bool operator==(const PathDecisionEntry&, const PathDecisionEntry&) = default;
+};
+struct PathDecisionsView {
+  struct Group {
+    std::string name;
+    std::vector<std::string> ports;
+  };
+  std::vector<Group> groups;
+  std::vector<PathDecisionEntry> decisions;  // port and port_index both set
+};
+
 struct DataSource {
   std::function<StatsSnapshot()> snapshot;
   std::function<std::vector<MacEntrySnapshot>()> mac_entries;
@@ -224,11 +251,20 @@ struct DataSource {
   // Replaces the telemetry watch list: InvalidArgument when it does not
   // validate against the running config. Empty when telemetry is off.
   std::function<common::Status(const std::vector<config::WatchEntry>&)> set_watch;
+  // The uplink groups and their path decisions, and the decisions' replacement
+  // (InvalidArgument naming decisions[i].key). Empty without a dataplane:
+  // the route answers 503.
+  std::function<PathDecisionsView()> decisions;
+  std::function<common::Status(const std::vector<PathDecisionEntry>&)> set_decisions;
 };
 
 // Parses the body of PUT /api/v1/int: {"watch": [watch_entry]}, shapes and
 // ranges; the rest (names, prefixes, VLANs) is config::Validate()'s. [any]
 common::Result<std::vector<config::WatchEntry>> ParseWatchBody(std::string_view body);
+
+// Parses the body of PUT /api/v1/int/decisions: {"decisions": [decision_request]},
+// shapes and prefixes; whether the ports exist is the setter's. [any]
+common::Result<std::vector<PathDecisionEntry>> ParseDecisionsBody(std::string_view body);
 
 // Parses the body of POST /api/v1/jobs/<id>/tan (tan_request above): the
 // shapes and ranges; the rules that need the running config (the number of

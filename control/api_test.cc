@@ -360,7 +360,8 @@ TEST(ApiTest, UnknownPathIs404WithRouteList) {
   EXPECT_EQ(r.content_type, "application/json");
   const json j = json::parse(r.body);
   EXPECT_EQ(j["error"], "no route /api/v1/nope");
-  EXPECT_EQ(j["routes"].size(), 13u);
+  EXPECT_EQ(j["routes"].size(), 14u);
+  EXPECT_EQ(j["routes"][13], "/api/v1/int/decisions");
   EXPECT_EQ(j["routes"][11], "/api/v1/bypass");
   EXPECT_EQ(j["routes"][5], "/api/v1/jobs");
   EXPECT_EQ(j["routes"][7], "/api/v1/jobs/<id>/stragglers");
@@ -2712,6 +2713,69 @@ TEST(ApiIntTest, TheRouteShowsAndReplacesTheWatchList) {
 
   DataSource off = SyntheticSource();
   EXPECT_EQ(HandleRequest("GET", "/api/v1/int", "", off).status, 503);
+}
+
+TEST(ApiIntTest, ParseDecisionsBodyTakesPortsByNameOrIndex) {
+  auto ok = ParseDecisionsBody(
+      R"({"decisions": [{"dst": "10.0.80.2/32", "port": "s2"}, {"dst": "10.0.81.0/24", "port": 3}]})");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  ASSERT_EQ(ok->size(), 2u);
+  EXPECT_EQ((*ok)[0].dst.ToString(), "10.0.80.2/32");
+  EXPECT_EQ((*ok)[0].port, "s2");
+  EXPECT_FALSE((*ok)[0].port_index.has_value());
+  EXPECT_EQ((*ok)[1].port_index, 3);
+  const auto error = [](std::string_view body) {
+    auto r = ParseDecisionsBody(body);
+    return r.ok() ? std::string("accepted") : r.status().message();
+  };
+  EXPECT_NE(error(R"({"decisions": [{"dst": "10.0.80.2/33", "port": 1}]})").find("decisions[0].dst must be an IPv4 prefix"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"decisions": [{"dst": "10.0.80.2/32"}]})").find("decisions[0].port is required"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"decisions": [{"dst": "10.0.80.2/32", "port": -1}]})").find("decisions[0].port"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"decisions": [{"dst": "10.0.80.2/32", "port": 1, "via": 2}]})").find("decisions[0].via"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"paths": []})").find("paths"), std::string::npos);
+  EXPECT_NE(error(R"({"decisions": 1})").find("decisions must be a list"), std::string::npos);
+}
+
+TEST(ApiIntTest, TheDecisionsRouteShowsAndReplacesThem) {
+  DataSource source = SyntheticSource();
+  EXPECT_EQ(HandleRequest("GET", "/api/v1/int/decisions", "", source).status, 503);
+  std::vector<PathDecisionEntry> in_force;
+  source.decisions = [&] {
+    PathDecisionsView view;
+    view.groups.push_back({"spines", {"s1", "s2"}});
+    for (PathDecisionEntry e : in_force) {
+      e.port_index = e.port == "s2" ? 2 : 1;
+      e.group = "spines";
+      view.decisions.push_back(e);
+    }
+    return view;
+  };
+  source.set_decisions = [&](const std::vector<PathDecisionEntry>& d) {
+    if (!d.empty() && d[0].port == "nope") {
+      return common::InvalidArgument("decisions[0].port: expected a port of this switch, got \"nope\"");
+    }
+    in_force = d;
+    return common::Status::Ok();
+  };
+  HttpResponse r = HandleRequest("PUT", "/api/v1/int/decisions", "",
+                                 R"({"decisions": [{"dst": "10.0.80.2/32", "port": "s2"}]})", source);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body,
+            R"({"groups":[{"name":"spines","ports":["s1","s2"]}],"decisions":[{"dst":"10.0.80.2/32",)"
+            R"("port":"s2","port_index":2,"group":"spines"}]})"
+            "\n");
+  r = HandleRequest("PUT", "/api/v1/int/decisions", "", R"({"decisions": [{"dst": "10.0.0.1/32", "port": "nope"}]})",
+                    source);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("decisions[0].port"), std::string::npos);
+  EXPECT_EQ(in_force.size(), 1u) << "refused: the decisions in force stay";
+  r = HandleRequest("POST", "/api/v1/int/decisions", "", "{}", source);
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.allow, "GET, PUT");
 }
 
 TEST(CountTanLoadTest, CountsRemoteTansOfTheTable) {

@@ -1,5 +1,7 @@
 #include "control/switch_source.h"
 
+#include <algorithm>
+
 #include <chrono>
 #include <optional>
 
@@ -92,6 +94,45 @@ common::Status CheckWatchList(const config::Config& running,
     message += std::string(path) + ": " + e.message;
   }
   return common::InvalidArgument(message);
+}
+
+void AttachPathDecisions(dataplane::Dataplane& dp, DataSource& source) {
+  const dataplane::ForwardingPlan& plan = dp.plan();
+  source.decisions = [&dp, &plan] {
+    PathDecisionsView view;
+    for (uint16_t p = 0; p < plan.port_count(); ++p) {
+      const std::string& group = plan.groups().name(p);
+      if (group.empty()) continue;
+      auto it = std::find_if(view.groups.begin(), view.groups.end(),
+                             [&](const PathDecisionsView::Group& g) { return g.name == group; });
+      if (it == view.groups.end()) it = view.groups.insert(view.groups.end(), {group, {}});
+      it->ports.push_back(plan.port(p).name);
+    }
+    for (const dataplane::PathDecision& d : dp.path_decisions()) {
+      view.decisions.push_back({d.dst, plan.port(d.port).name, d.port, plan.groups().name(d.port)});
+    }
+    return view;
+  };
+  source.set_decisions = [&dp, &plan](const std::vector<PathDecisionEntry>& entries) -> common::Status {
+    std::vector<dataplane::PathDecision> decisions;
+    decisions.reserve(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const PathDecisionEntry& e = entries[i];
+      uint16_t port = e.port_index.value_or(dataplane::PathDecisions::kNone);
+      if (!e.port_index) {
+        for (uint16_t p = 0; p < plan.port_count(); ++p) {
+          if (plan.port(p).name == e.port) port = p;
+        }
+        if (port == dataplane::PathDecisions::kNone) {
+          return common::InvalidArgument("decisions[" + std::to_string(i) +
+                                         "].port: expected a port of this switch, got \"" + e.port +
+                                         "\"");
+        }
+      }
+      decisions.push_back({e.dst, port});
+    }
+    return dp.SetPathDecisions(decisions);
+  };
 }
 
 std::function<common::Status(const std::vector<config::WatchEntry>&)> WatchListSetter(

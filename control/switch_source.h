@@ -38,6 +38,12 @@ DataSource SwitchDataSource(const dataplane::Dataplane& dp, JobControl* jobs = n
 std::function<common::Status(const std::vector<config::WatchEntry>&)> WatchListSetter(
     dataplane::Dataplane& dp, const config::Config& running);
 
+// GET and PUT /api/v1/int/decisions over `dp` (DataSource::decisions and
+// set_decisions): ports named or given by index, the error naming
+// decisions[i].port for one the switch does not have. `dp` must outlive
+// them. [control]
+void AttachPathDecisions(dataplane::Dataplane& dp, DataSource& source);
+
 // The checks of that replacement alone: OK, or InvalidArgument listing
 // every mistake. [any]
 common::Status CheckWatchList(const config::Config& running,

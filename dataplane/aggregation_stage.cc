@@ -129,14 +129,16 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       // the root the job's TAN, sends results here: from the address, MAC and
       // port its hop was resolved to. Results carry no key
       // (Answers::ChunkFields); where they come from is what counts, as for
-      // a member's binding.
+      // a member's binding (any member of the uplink group the hop was
+      // learned on: the path down may differ from the path up).
       aggregator::MemberAddr hop;
       const bool from_hop =
           job->GetHop(job->is_root() ? aggregator::Job::kTanHop
                                      : job->ParentHop(h.addr_low.host()),
                       &hop) &&
           udp.src_ip == hop.ip && udp.src_port == hop.udp_port && sender.mac48 == hop.mac48 &&
-          in_port == hop.port_index;
+          answers_.plan().groups().LearnPort(in_port) ==
+              answers_.plan().groups().LearnPort(hop.port_index);
       if (!from_hop) {
         c.results_refused.Add(1);
         tx_.Drop(in_port, DropReason::kAggResultRefused, m);

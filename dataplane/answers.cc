@@ -127,7 +127,7 @@ void Answers::Replicate(const aggregator::Job& job, rte_mbuf* payload, uint16_t 
       hdr->pkt_len = hdr_len + payload_len;
       hdr->nb_segs = 2;
       hdr->next = payload;
-      out_ports[k++] = member.port_index;
+      out_ports[k++] = Egress(member);
     }
     // Referenced before any copy can reach a driver that frees it.
     if (k > 0) rte_mbuf_refcnt_update(payload, static_cast<int16_t>(k));
@@ -236,7 +236,7 @@ bool Answers::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,
   aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(out + hdr_len));
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
-  tx_.Enqueue(to.port_index, m);
+  tx_.Enqueue(Egress(to), m);
   return true;
 }
 
@@ -274,7 +274,18 @@ void Answers::SendTo(rte_mbuf* m, const aggregator::MemberAddr& to, uint16_t ip_
   MacBytes(to.mac48, dst);
   WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? to.vlan : 0, source_.ip,
                   to.ip, source_.udp_port, to.udp_port, ip_id, udp_len);
-  tx_.Enqueue(to.port_index, m);
+  tx_.Enqueue(Egress(to), m);
+}
+
+uint16_t Answers::Egress(const aggregator::MemberAddr& to) {
+  const UplinkGroups& groups = plan_.groups();
+  if (!groups.InGroup(to.port_index)) return to.port_index;
+  const UplinkGroups::Member member = groups.Pick(
+      to.port_index,
+      {to.ip, DatagramHash(source_.ip, to.ip, source_.udp_port, to.udp_port), true});
+  PortCounters& c = stats_.ports[member.port];
+  (member.decided ? c.uplink_decided_packets : c.uplink_hashed_packets).Add(1);
+  return member.port;
 }
 
 }  // namespace aggswitch::dataplane

@@ -47,6 +47,8 @@ class Answers {
   Answers(const ForwardingPlan& plan, rte_mempool* pool, LcoreStats& stats, TxBuffers& tx,
           Source source, const LcoreClock& clock);
 
+  const ForwardingPlan& plan() const { return plan_; }
+
   // Sends the slot's result to every member (node < 0) or to member `node`.
   // `carrier`, when not null, is a contribution to this slot (its aggregation
   // header at `header_offset`) that the caller is done with; the result is
@@ -101,6 +103,10 @@ class Answers {
  private:
   // The per-lcore token bucket of NACKs and NOTICEs.
   bool AnswerAllowed();
+  // The port a datagram to `to` leaves by: its port, or for an address
+  // learned on an uplink group's member, the member the group picks for it
+  // (a path decision for to.ip, else the flow's hash).
+  uint16_t Egress(const aggregator::MemberAddr& to);
   // Writes the header-only datagram `f` to `to` over `m` and queues it;
   // false (and `m` dropped) when `m` cannot hold it.
   bool SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f, const aggregator::MemberAddr& to);

@@ -119,7 +119,12 @@ class Counter {
   X(tx_packets, "Frames transmitted on the port.")                             \
   X(tx_bytes, "Bytes transmitted on the port.")                                \
   X(flooded_packets,                                                           \
-    "Frames received on the port and flooded (broadcast, multicast or unknown unicast).")
+    "Frames received on the port and flooded (broadcast, multicast or unknown unicast).") \
+  X(uplink_decided_packets,                                                    \
+    "Frames sent out the port, a member of an uplink group, because a path decision named it " \
+    "for their destination.")                                                  \
+  X(uplink_hashed_packets,                                                     \
+    "Frames sent out the port, a member of an uplink group, by their flow's hash (no decision).")
 
 // The device's own counters, read with the totals: X(name, source, help),
 // where the source is a member of `eth` (rte_eth_stats) or, for a

@@ -431,6 +431,29 @@ Status Dataplane::SetUpTelemetry(const config::Config& config) {
   return SetWatchList(t.watch);
 }
 
+Status Dataplane::SetPathDecisions(const std::vector<PathDecision>& decisions) {
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    if (decisions[i].port >= plan_->port_count()) {
+      return common::InvalidArgument("decisions[" + std::to_string(i) +
+                                     "].port: expected a port index below " +
+                                     std::to_string(plan_->port_count()) + ", got " +
+                                     std::to_string(decisions[i].port));
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<const PathDecisions> next, PathDecisions::Build(decisions));
+  std::lock_guard<std::mutex> lock(decisions_mu_);
+  std::unique_ptr<const PathDecisions> old = plan_->groups().Publish(std::move(next));
+  // No worker holds the old table past its poll.
+  if (old != nullptr) UnmapGuard::Synchronize();
+  return Status::Ok();
+}
+
+std::vector<PathDecision> Dataplane::path_decisions() const {
+  std::lock_guard<std::mutex> lock(decisions_mu_);
+  const PathDecisions* table = plan_->groups().decisions();
+  return table == nullptr ? std::vector<PathDecision>{} : table->entries();
+}
+
 Status Dataplane::SetWatchList(const std::vector<config::WatchEntry>& entries) {
   if (int_settings_ == nullptr) {
     return common::FailedPrecondition("in-band telemetry is off: the config has no telemetry section");

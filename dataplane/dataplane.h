@@ -181,6 +181,17 @@ class Dataplane {
   // DumpSlots copies slots. [any thread but a worker]
   common::Result<BypassDump> DumpBypass(size_t limit, std::chrono::milliseconds timeout) const;
 
+  // --- Uplink groups and path decisions (uplink_groups.h) ---
+
+  // Publishes `decisions` as the uplink groups' path decision table and
+  // frees the one it replaces once no worker can read it. InvalidArgument
+  // naming the entry ("decisions[2].port: ...") for a port out of range, a
+  // prefix with host bits, one prefix twice, or too many. Callers are
+  // serialised. [any thread but a worker]
+  common::Status SetPathDecisions(const std::vector<PathDecision>& decisions);
+  // The decisions in force, as given. [any]
+  std::vector<PathDecision> path_decisions() const;
+
   // --- In-band telemetry (int_stage.h) ---
 
   // The settings every worker's INT stage shares; null when the config has
@@ -268,6 +279,7 @@ class Dataplane {
   // In-band telemetry; null when off.
   std::unique_ptr<IntSettings> int_settings_;
   mutable std::mutex watch_mu_;  // serialises SetWatchList
+  mutable std::mutex decisions_mu_;  // serialises SetPathDecisions
   std::vector<config::WatchEntry> watch_entries_;
   IntExportCounters int_export_;
   uint16_t agg_udp_port_ = config::kDefaultAggregationUdpPort;

@@ -26,6 +26,8 @@ std::unique_ptr<ForwardingPlan> ForwardingPlan::Build(const config::Config& conf
       if (policy.allowed.test(v)) plan->flood_mask_[v] |= uint64_t{1} << p;
     }
   }
+  plan->groups_.Build(config);
+  for (uint64_t& mask : plan->flood_mask_) mask &= ~plan->groups_.NonFlooding();
   plan->switch_mac_ = config.switch_.mac;
   plan->switch_mac48_ = config.switch_.mac.ToU64();
   for (const config::SwitchAddress& a : config.switch_.addresses) {

@@ -1,9 +1,11 @@
-// The immutable forwarding plan: per-port VLAN policy, per-VLAN flood sets and
-// the switch's own identity (MAC, IPv4 addresses).
+// The immutable forwarding plan: per-port VLAN policy, per-VLAN flood sets,
+// the uplink groups and the switch's own identity (MAC, IPv4 addresses).
 //
 // Built once from a validated Config on the control thread before the workers
-// start, then only read. Port VLAN modes and addresses need a restart to
-// change (see docs/operations.md); that is what makes the plan immutable.
+// start, then only read. Port VLAN modes, groups and addresses need a restart
+// to change (see docs/operations.md); that is what makes the plan immutable.
+// The one exception is the uplink groups' path decisions, a snapshot of
+// their own the control thread publishes (uplink_groups.h).
 //
 //   auto plan = ForwardingPlan::Build(config);
 //   uint16_t vlan = plan->IngressVlan(port, has_tag, vid);   // 0: not allowed
@@ -20,6 +22,7 @@
 
 #include "common/net_addr.h"
 #include "config/config.h"
+#include "dataplane/uplink_groups.h"
 
 namespace aggswitch::dataplane {
 
@@ -56,8 +59,13 @@ class ForwardingPlan {
     const PortPolicy& p = ports_[port];
     return p.trunk && vlan != p.native_vlan;
   }
-  // Ports that carry `vlan`, one bit per port.
+  // Ports that carry `vlan` and flooded frames, one bit per port: of an
+  // uplink group only its first member.
   uint64_t FloodMask(uint16_t vlan) const { return flood_mask_[vlan & 0xfff]; }
+  // The uplink groups (ports[].group). Publishing path decisions is the
+  // control thread's. [any]
+  const UplinkGroups& groups() const { return groups_; }
+  UplinkGroups& groups() { return groups_; }
 
   const common::MacAddr& switch_mac() const { return switch_mac_; }
   uint64_t switch_mac48() const { return switch_mac48_; }
@@ -74,6 +82,7 @@ class ForwardingPlan {
   uint16_t n_ports_ = 0;
   PortPolicy ports_[config::kMaxPorts];
   uint64_t flood_mask_[4096] = {};
+  UplinkGroups groups_;
   common::MacAddr switch_mac_;
   uint64_t switch_mac48_ = 0;
   OwnAddress addresses_[config::kMaxSwitchAddresses];

@@ -36,15 +36,18 @@ void L2Stage::Process(uint16_t in_port, const L2Vector& v, uint32_t now_tick) {
   MacTable::Hit hits[2 * kBurstSize];
   macs_.LookupBulk(keys, 2 * runs, hits);
 
-  // Learn (once per run), answer, forward.
+  // Learn (once per run), answer, forward. A member of an uplink group
+  // learns, and hairpins, as its group.
+  const UplinkGroups& groups = plan_.groups();
+  const uint16_t learn_port = groups.LearnPort(in_port);
   for (uint16_t j = 0; j < k; ++j) {
     const uint16_t r = run[j];
     if (j == 0 || r != run[j - 1]) {
       const MacTable::Hit& src_hit = hits[r];
-      if (src_hit.port == in_port) {
+      if (src_hit.port == learn_port) {
         macs_.Touch(src_hit.slot, now_tick);
       } else {
-        RequestLearn(v.src[j], in_port, now_tick);
+        RequestLearn(v.src[j], learn_port, now_tick);
       }
     }
     rte_mbuf* m = v.m[j];
@@ -55,12 +58,19 @@ void L2Stage::Process(uint16_t in_port, const L2Vector& v, uint32_t now_tick) {
     } else if (dst48 == plan_.switch_mac48()) {
       if (!own_.Handle(in_port, m, meta, false)) Flood(in_port, m, meta);
     } else {
-      const uint16_t out = hits[runs + r].port;
+      uint16_t out = hits[runs + r].port;
       if (out == kNoPort) {
         Flood(in_port, m, meta);
-      } else if (out == in_port) {
+      } else if (out == learn_port) {
         tx_.Drop(in_port, DropReason::kHairpin, m);
       } else {
+        if (groups.InGroup(out)) {
+          const UplinkGroups::Member member =
+              groups.Pick(out, FrameFlow(m, meta.l3_offset, v.src[j], v.dst[j]));
+          out = member.port;
+          PortCounters& c = stats_.ports[out];
+          (member.decided ? c.uplink_decided_packets : c.uplink_hashed_packets).Add(1);
+        }
         Forward(in_port, m, meta, out);
       }
     }
@@ -76,7 +86,8 @@ void L2Stage::Forward(uint16_t in_port, rte_mbuf* m, const FrameMeta& meta, uint
 }
 
 void L2Stage::Flood(uint16_t in_port, rte_mbuf* m, const FrameMeta& meta) {
-  uint64_t mask = plan_.FloodMask(meta.vlan) & ~(uint64_t{1} << in_port);
+  // Never back into the group the frame came from.
+  uint64_t mask = plan_.FloodMask(meta.vlan) & ~plan_.groups().SameGroup(in_port);
   if (mask == 0) {
     tx_.Drop(in_port, DropReason::kNoEgress, m);
     return;

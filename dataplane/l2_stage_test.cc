@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "dataplane/stage_test_fixture.h"
 
 namespace aggswitch::dataplane {
@@ -136,6 +138,89 @@ TEST_F(L2StageTest, FramesOfTheSwitchFloodOnTheirVlan) {
   EXPECT_EQ(sent[3][0][12], 0x81);
   EXPECT_EQ(sent[3][0][15], 20);
   EXPECT_EQ(stats().lcore.agg.control_tx.Get(), 1u);
+}
+
+// a0 and a1 as the uplink group "up" (two links to two spines).
+class L2GroupTest : public L2StageTest {
+ protected:
+  void SetUp() override {
+    a_group_ = "up";
+    L2StageTest::SetUp();
+  }
+  // A datagram from h0 (behind the trunk) to h1 at 10.0.10.9, from UDP port `sport`.
+  static Frame ToH1(uint16_t sport) {
+    return testframes::UdpDatagram(kH0, kH1, "10.0.10.1", "10.0.10.9", sport, 5000, 32);
+  }
+  void Decide(std::vector<PathDecision> decisions) {
+    auto table = PathDecisions::Build(decisions);
+    ASSERT_TRUE(table.ok()) << table.status().message();
+    plan_->groups().Publish(std::move(*table));  // no worker runs: the old one may go now
+  }
+};
+
+TEST_F(L2GroupTest, MembersLearnAsTheGroupAndFloodOnlyThroughTheFirst) {
+  Run(1, {testframes::EthernetFrame(kH1, kH2, 0x0800, 46)}, 10);
+  const std::vector<LearnRequest> learned = Learned();
+  ASSERT_EQ(learned.size(), 1u);
+  EXPECT_EQ(learned[0].port, 0) << "learned on a1, recorded under the group's first member a0";
+  auto sent = Sent();
+  EXPECT_EQ(sent.count(0), 0u) << "never from a member back into its group";
+  ASSERT_EQ(sent[3].size(), 1u);
+
+  Run(3, {testframes::EthernetFrame(kH0, kH2, 0x0800, 46)}, 10);
+  sent = Sent();
+  EXPECT_EQ(sent[0].size(), 1u) << "the group's first member carries the flood";
+  EXPECT_EQ(sent.count(1), 0u) << "the other member carries none: no loop through two spines";
+}
+
+TEST_F(L2GroupTest, KnownUnicastSpreadsFlowsOverTheMembersAndKeepsEachOnOne) {
+  ASSERT_EQ(macs_->Learn(MacKey(10, kH1), 0, 1), MacTable::LearnResult::kAdded);
+  std::map<uint16_t, int> first_port;  // source port -> member
+  for (int round = 0; round < 2; ++round) {
+    std::vector<Frame> frames;
+    for (uint16_t sport = 1000; sport < 1032; ++sport) frames.push_back(ToH1(sport));
+    Run(3, frames, 10);
+    auto sent = Sent();
+    EXPECT_EQ(sent[0].size() + sent[1].size(), 32u);
+    EXPECT_GE(sent[0].size(), 4u) << "32 flows over two members: both carry some";
+    EXPECT_GE(sent[1].size(), 4u);
+    for (int p = 0; p < 2; ++p) {
+      for (const Frame& f : sent[p]) {
+        const uint16_t sport = static_cast<uint16_t>(f[34] << 8 | f[35]);
+        auto [it, fresh] = first_port.emplace(sport, p);
+        EXPECT_EQ(it->second, p) << "flow from port " << sport << " changed member";
+      }
+    }
+  }
+  EXPECT_EQ(stats().ports[0].uplink_hashed_packets.Get() + stats().ports[1].uplink_hashed_packets.Get(), 64u);
+  EXPECT_EQ(stats().ports[0].uplink_decided_packets.Get(), 0u);
+
+  // A frame from a member to an address learned on the group turns back.
+  Run(1, {ToH1(7)}, 10);
+  EXPECT_TRUE(Sent().empty());
+  EXPECT_EQ(Drops(1, DropReason::kHairpin), 1u);
+}
+
+TEST_F(L2GroupTest, APathDecisionNamesTheMemberForItsDestination) {
+  ASSERT_EQ(macs_->Learn(MacKey(10, kH1), 0, 1), MacTable::LearnResult::kAdded);
+  const common::Ipv4Prefix h1 = *common::Ipv4Prefix::Parse("10.0.10.9/32");
+  for (const uint16_t member : {uint16_t{1}, uint16_t{0}}) {
+    Decide({{h1, member}});
+    std::vector<Frame> frames;
+    for (uint16_t sport = 1000; sport < 1016; ++sport) frames.push_back(ToH1(sport));
+    Run(3, frames, 10);
+    auto sent = Sent();
+    EXPECT_EQ(sent[member].size(), 16u) << "every flow to 10.0.10.9 takes port " << member;
+    EXPECT_EQ(stats().ports[member].uplink_decided_packets.Get(), 16u);
+  }
+  // A decision for a port outside the group, or for another destination,
+  // leaves the hash to pick.
+  Decide({{h1, 3}, {*common::Ipv4Prefix::Parse("10.0.10.0/30"), 1}});
+  Run(3, {ToH1(1000), ToH1(1001), ToH1(1002), ToH1(1003)}, 10);
+  auto sent = Sent();
+  EXPECT_EQ(sent[0].size() + sent[1].size(), 4u);
+  EXPECT_EQ(sent.count(3), 0u);
+  EXPECT_EQ(stats().ports[0].uplink_hashed_packets.Get() + stats().ports[1].uplink_hashed_packets.Get(), 4u);
 }
 
 }  // namespace

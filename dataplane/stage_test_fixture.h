@@ -93,8 +93,9 @@ class StageTest : public ::testing::Test {
     for (int p = 0; p < kPorts; ++p) {
       const std::string name = "s" + std::to_string(instance) + "_" + std::to_string(p);
       ring_names_.push_back(name);
+      const std::string group = p < 2 && !a_group_.empty() ? ", group: " + a_group_ : "";
       ports += std::string("  - {name: ") + names[p] + ", devargs: net_ring_" + name + ", " +
-               modes[p] + "}\n";
+               modes[p] + group + "}\n";
     }
     const std::string yaml =
         "eal: {lcores: \"0,1\"}\n"
@@ -196,6 +197,9 @@ class StageTest : public ::testing::Test {
   const ForwardingPlan& plan() const { return *plan_; }
 
   config::Config config_;
+  // When not empty, the next Build() puts a0 and a1 in an uplink group of
+  // this name.
+  std::string a_group_;
   uint16_t port_ids_[config::kMaxPorts] = {};
   std::vector<std::string> ring_names_;
   std::vector<rte_ring*> rx_, tx_rings_;

@@ -152,6 +152,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   }
   control::DataSource source = control::SwitchDataSource(**dp, &job_control, tree.get());
   source.set_watch = control::WatchListSetter(**dp, cfg);
+  control::AttachPathDecisions(**dp, source);
   auto http = control::HttpServer::Start(control::HttpServer::OptionsFrom(cfg.http, std::move(token)),
                                          std::move(source));
   if (!http.ok()) {
