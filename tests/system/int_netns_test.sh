@@ -44,6 +44,8 @@ source "$HERE/../lib/tree.sh"
 source "$HERE/../lib/check.sh"
 # shellcheck source=tests/lib/switches.sh
 source "$HERE/../lib/switches.sh"
+# shellcheck source=tests/lib/int_mgmt.sh
+source "$HERE/../lib/int_mgmt.sh"
 CHECK_TAIL_LINES=40
 
 WORK=$(mktemp -d /tmp/aggswitch-int.XXXXXX)
@@ -64,7 +66,7 @@ P=$TOPO_PREFIX
 cleanup_all() {
   [ -n "$COLLECTOR_PID" ] && kill "$COLLECTOR_PID" 2>/dev/null && wait "$COLLECTOR_PID" 2>/dev/null
   topo_cleanup
-  ip link del "$P-mgmt" 2>/dev/null
+  int_mgmt_cleanup
   rm -rf "$WORK" /var/run/dpdk/agg-it-*-$$
 }
 trap cleanup_all EXIT
@@ -78,16 +80,7 @@ topo_addr h1 eth0 "$NET.1/24"
 topo_addr h2 eth0 "$NET.2/24"
 tree_uplink "$P-aup" leafa "$P-sa"
 tree_uplink "$P-bup" leafb "$P-sb"
-ip link del "$P-mgmt" 2>/dev/null
-ip link add "$P-mgmt" type bridge
-ip addr add "$MGMT.254/24" dev "$P-mgmt"
-ip link set "$P-mgmt" up
-for s in "${SWITCHES[@]}"; do
-  ip link add "$P-m$s" type veth peer name mgmt0 netns "$(topo_ns "$s")"
-  ip link set "$P-m$s" master "$P-mgmt" up
-  ip -n "$(topo_ns "$s")" addr add "$MGMT.${NODE[$s]}/24" dev mgmt0
-  ip -n "$(topo_ns "$s")" link set mgmt0 up
-done
+int_mgmt_network
 
 # --- The collector, in the root namespace on the management bridge.
 "$COLLECTOR" --listen "$REPORTS" --db "$WORK/int.db" --http "$COLLECTOR_HTTP" --interval-ms 200 \
@@ -131,15 +124,7 @@ switch_config spine 02:a9:9c:00:78:02 "sa:$P-sa:fabric" "sb:$P-sb:fabric" >"$WOR
 switch_config leafb 02:a9:9c:00:78:03 "h2:$P-b1:edge" "up:$P-bup:fabric" >"$WORK/leafb.yaml"
 
 start_switches || { finish; exit 1; }
-until_collector() {
-  local i
-  for i in $(seq 50); do
-    curl -fsS -m 1 "http://$COLLECTOR_HTTP/api/v1/stats" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  return 1
-}
-check "agg-intcollector listens on the management network" until_collector
+check "agg-intcollector listens on the management network" until_collector "$COLLECTOR_HTTP"
 
 # The hosts learn each other (ARP through the three switches), and the
 # switches their MACs, before the measured traffic.

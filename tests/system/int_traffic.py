@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """UDP traffic and link captures for the INT system test (int_netns_test.sh).
 
-  int_traffic.py send --to 10.0.78.2 --port 5000 --count 20
-      sends COUNT datagrams of 100 bytes, "P<port> #<i>" then a pattern.
+  int_traffic.py send --to 10.0.78.2 --port 5000 --count 20 [--flows 48]
+      sends COUNT datagrams of 100 bytes, "P<port> #<i>" then a pattern;
+      with --flows, COUNT from each of FLOWS sockets (source ports), so
+      that a switch's flow hash spreads them over an uplink group.
   int_traffic.py capture --iface eth0 --out FILE --seconds 8 [--bind 5000,6000]
       records every IPv4/UDP datagram seen on IFACE (both directions) as
       JSON lines {"dir": "in"|"out", "dport", "len", "hex"}, where hex is
@@ -29,9 +31,10 @@ def payload(port, i):
 
 
 def send(args):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(args.flows)]
     for i in range(args.count):
-        s.sendto(payload(args.port, i), (args.to, args.port))
+        for s in socks:
+            s.sendto(payload(args.port, i), (args.to, args.port))
         time.sleep(args.gap)
     return 0
 
@@ -84,6 +87,7 @@ def main():
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--count", type=int, default=20)
     s.add_argument("--gap", type=float, default=0.01)
+    s.add_argument("--flows", type=int, default=1)
     c = sub.add_parser("capture")
     c.add_argument("--iface", required=True)
     c.add_argument("--out", required=True)

@@ -60,6 +60,7 @@ Collector::Collector(const CollectorOptions& options, telemetry::RecordStore sto
       store_(std::move(store)),
       fd_(fd),
       port_(port),
+      pusher_(options.apply ? std::make_unique<DecisionPusher>(options.switches) : nullptr),
       buffers_(size_t{kBatch} * kMaxReport) {
   paths_json_ = decisions_json_ = R"({"window_seconds":)" + std::to_string(options_.window.count()) +
                                   R"(,"flows":[]})" + "\n";
@@ -162,6 +163,9 @@ common::Status Collector::Analyse() {
     paths_json_ = std::move(p);
     decisions_json_ = std::move(d);
   }
+  if (pusher_ != nullptr) {
+    pusher_->Push(PlanDecisions(flows, *options_.apply), std::chrono::steady_clock::now());
+  }
   traversals_.store(traversals->size(), std::memory_order_relaxed);
   flows_.store(flows.size(), std::memory_order_relaxed);
   paths_.store(n_paths, std::memory_order_relaxed);
@@ -184,7 +188,7 @@ Collector::Counts Collector::counts() const {
 control::HttpResponse Collector::Handle(std::string_view method, std::string_view path,
                                         std::string_view /*query*/, const std::string& /*body*/) const {
   if (path != "/metrics" && path != "/api/v1/paths" && path != "/api/v1/decisions" &&
-      path != "/api/v1/stats") {
+      path != "/api/v1/applied" && path != "/api/v1/stats") {
     return Json(404, control::ErrorJson("no such route: " + std::string(path)));
   }
   if (method != "GET" && method != "HEAD") {
@@ -221,6 +225,18 @@ control::HttpResponse Collector::Handle(std::string_view method, std::string_vie
     one("aggswitch_intcollector_flows", "gauge",
         "Source-destination pairs in the last analysis's window.", c.flows);
     one("aggswitch_intcollector_paths", "gauge", "Paths in the last analysis's window.", c.paths);
+    const DecisionPusher::Counts a = pusher_ != nullptr ? pusher_->counts() : DecisionPusher::Counts{};
+    const char* pushes = "aggswitch_intcollector_decision_pushes_total";
+    out.Family(pushes, "counter",
+               "Path decision sets sent to a switch (--apply), by result: ok, or failed "
+               "(unreachable, or refused).");
+    out.Sample(pushes, {{"result", "ok"}}, a.pushed);
+    out.Sample(pushes, {{"result", "failed"}}, a.failed);
+    one("aggswitch_intcollector_applied_decisions", "gauge",
+        "Path decisions of the last analysis at the switches --switch names.", a.decisions);
+    one("aggswitch_intcollector_unknown_nodes", "gauge",
+        "Nodes on decided paths that no --switch names: their part is not applied.",
+        a.unknown_nodes);
     return {200, "text/plain; version=0.0.4; charset=utf-8", out.Take()};
   }
   if (path == "/api/v1/stats") {
@@ -241,6 +257,12 @@ control::HttpResponse Collector::Handle(std::string_view method, std::string_vie
                                   {"flows", c.flows},
                                   {"paths", c.paths}};
     return Json(200, stats.dump() + "\n");
+  }
+  if (path == "/api/v1/applied") {
+    const nlohmann::json rule =
+        options_.apply ? nlohmann::json(telemetry::RuleName(*options_.apply)) : nlohmann::json(nullptr);
+    const std::string switches = pusher_ != nullptr ? pusher_->StateJson() : "[]";
+    return Json(200, "{\"rule\":" + rule.dump() + ",\"switches\":" + switches + "}\n");
   }
   std::lock_guard<std::mutex> lock(published_mu_);
   return Json(200, path == "/api/v1/paths" ? paths_json_ : decisions_json_);

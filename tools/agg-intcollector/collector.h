@@ -10,7 +10,7 @@
 //   ASSIGN_OR_RETURN(auto c, Collector::Open(options));
 //   while (!stop) {
 //     c->Poll(50);                          // receive and record
-//     if (due) RETURN_IF_ERROR(c->Analyse());  // commit, read the window, decide
+//     if (due) RETURN_IF_ERROR(c->Analyse());  // commit, read the window, decide, apply
 //   }
 //
 // Bad input: a report that does not parse is counted by reason
@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,6 +39,7 @@
 #include "control/api.h"
 #include "telemetry/int_wire.h"
 #include "telemetry/record_store.h"
+#include "tools/agg-intcollector/decision_pusher.h"
 
 namespace aggswitch::tools {
 
@@ -47,6 +49,10 @@ struct CollectorOptions {
   // The analysis reads the traversals whose end-of-path notice came within
   // this long.
   std::chrono::seconds window{60};
+  // When set, each analysis applies the decisions of this rule at
+  // `switches` (decision_pusher.h).
+  std::optional<telemetry::Rule> apply;
+  std::vector<SwitchEndpoint> switches;
 };
 
 class Collector {
@@ -70,10 +76,12 @@ class Collector {
   // Commits what was recorded. [collector]
   common::Status Flush();
   // Commits, reads the window's complete traversals, and publishes their
-  // paths and decisions for Handle(). [collector]
+  // paths and decisions for Handle(); with options.apply, pushes the
+  // rule's decisions to the switches. [collector]
   common::Status Analyse();
 
-  // GET /metrics, /api/v1/paths, /api/v1/decisions and /api/v1/stats. [any]
+  // GET /metrics, /api/v1/paths, /api/v1/decisions, /api/v1/applied and
+  // /api/v1/stats. [any]
   control::HttpResponse Handle(std::string_view method, std::string_view path,
                                std::string_view query, const std::string& body) const;
 
@@ -98,6 +106,7 @@ class Collector {
   telemetry::RecordStore store_;
   const int fd_;
   const uint16_t port_;
+  std::unique_ptr<DecisionPusher> pusher_;  // with options.apply
   std::vector<uint8_t> buffers_;  // Poll's receive buffers [collector]
   // Next expected report sequence per (node id, hw_id). [collector]
   std::map<std::pair<uint32_t, uint8_t>, uint32_t> next_sequence_;

@@ -3,10 +3,12 @@
 // writes each to an SQLite record table an operator can query with sqlite3,
 // and serves the paths between each source and destination and the best
 // one by each rule (min latency, max bandwidth, fewest hops) over HTTP, with
-// its counters in Prometheus's format.
+// its counters in Prometheus's format. With --apply it pushes one rule's
+// decisions to the switches of each path (decision_pusher.h).
 //
 //   agg-intcollector --listen 0.0.0.0:32766 --db /var/lib/aggswitch/int.db
 //                    --http 127.0.0.1:9478 --window 60
+//                    [--apply min_latency --switch 1=10.0.79.1:9477,token-file=/etc/t1 ...]
 //   curl http://127.0.0.1:9478/api/v1/decisions
 //
 // The loop itself is tools/agg-intcollector/collector.h.
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "common/stop_signals.h"
@@ -37,6 +40,8 @@ int Main(int argc, char** argv) {
   uint32_t window_s = 60;
   uint32_t interval_ms = 1000;
   std::string log_level = "info";
+  std::string apply;
+  std::vector<std::string> switches;
 
   CLI::App app{"agg-intcollector: the in-band network telemetry collector: Telemetry Reports in, "
                "an SQLite record table and path decisions out"};
@@ -55,6 +60,14 @@ int Main(int argc, char** argv) {
   app.add_option("--interval-ms", interval_ms, "How often the analysis runs")
       ->check(CLI::Range(10u, 3600000u))
       ->capture_default_str();
+  app.add_option("--apply", apply,
+                 "Push each analysis's decisions by this rule to the switches of their paths: "
+                 "min_latency, max_bandwidth or fewest_hops")
+      ->check(CLI::IsMember({"min_latency", "max_bandwidth", "fewest_hops"}));
+  app.add_option("--switch", switches,
+                 "A switch decisions go to: its telemetry.node_id, its HTTP API, and the file "
+                 "holding its API token (repeat per switch; with --apply)")
+      ->type_name("NODE=ADDR:PORT[,token-file=PATH]");
   app.add_option("--log-level", log_level, "error, warning, info or debug")
       ->check(CLI::IsMember({"error", "warning", "info", "debug"}))
       ->capture_default_str();
@@ -74,6 +87,21 @@ int Main(int argc, char** argv) {
   }
   options.listen = *at;
   options.window = std::chrono::seconds(window_s);
+  if (apply.empty() != switches.empty()) {
+    std::fprintf(stderr, "%s\n",
+                 apply.empty() ? "--switch: expected --apply RULE too (which decisions to push)"
+                               : "--apply: expected at least one --switch NODE=ADDR:PORT to push to");
+    return kExitUsage;
+  }
+  if (!apply.empty()) options.apply = telemetry::RuleFromName(apply);
+  for (const std::string& text : switches) {
+    common::Result<SwitchEndpoint> sw = ParseSwitchOption(text);
+    if (!sw.ok()) {
+      std::fprintf(stderr, "%s\n", sw.status().message().c_str());
+      return kExitUsage;
+    }
+    options.switches.push_back(std::move(*sw));
+  }
 
   auto collector = Collector::Open(options);
   if (!collector.ok()) {
