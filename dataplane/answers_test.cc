@@ -172,5 +172,47 @@ TEST_F(AnswersTest, SendToPutsHeadersInFrontOfAUdpPayload) {
   EXPECT_EQ(u.payload_len, len);
 }
 
+// a0 and a1 as an uplink group toward two spines: the parent switch was
+// learned on a1, and the datagrams up to it take the member a path decision
+// names for its address.
+class AnswersGroupTest : public AnswersTest {
+ protected:
+  void SetUp() override {
+    a_group_ = "up";
+    AnswersTest::SetUp();
+  }
+  rte_mbuf* Partial() {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kPartial;
+    f.job_id = kJob;
+    f.seq = 3;
+    uint8_t datagram[64];
+    const uint32_t len = aggregator::BuildAggregation(f, nullptr, 0, nullptr, 0, datagram, sizeof(datagram));
+    rte_mbuf* m = rte_pktmbuf_alloc(Pool());
+    std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(len)), datagram, len);
+    return m;
+  }
+};
+
+TEST_F(AnswersGroupTest, TheUpstreamTakesTheDecidedMemberOfTheGroupItWasLearnedOn) {
+  const aggregator::MemberAddr parent{0x0200000000ffULL, 1, 10, 0x0a000a63, 47000};  // 10.0.10.99
+  for (int i = 0; i < 4; ++i) answers_->SendTo(Partial(), parent, 3);
+  tx().Flush();
+  auto sent = Sent();
+  EXPECT_EQ(sent[0].size() + sent[1].size(), 4u);
+  EXPECT_TRUE(sent[0].empty() || sent[1].empty()) << "one flow: one member, by the hash";
+
+  for (const uint16_t member : {uint16_t{0}, uint16_t{1}}) {
+    auto table = PathDecisions::Build(std::vector<PathDecision>{{*common::Ipv4Prefix::Parse("10.0.10.99/32"), member}});
+    ASSERT_TRUE(table.ok());
+    plan_->groups().Publish(std::move(*table));
+    answers_->SendTo(Partial(), parent, 3);
+    tx().Flush();
+    sent = Sent();
+    ASSERT_EQ(sent[member].size(), 1u) << "decided: port " << member;
+    EXPECT_EQ(stats().ports[member].uplink_decided_packets.Get(), 1u);
+  }
+}
+
 }  // namespace
 }  // namespace aggswitch::dataplane

@@ -22,7 +22,9 @@
 #   4. restarted with --apply fewest_hops, it decides the 2-hop direct link
 #      over the 3-hop paths (though slower than spine2), and the traffic
 #      moves there;
-#   5. h2 receives every datagram of every phase.
+#   5. h2 receives every datagram of every phase;
+#   6. aggctl int decisions shows leafa's group and decision, and a
+#      decision naming a port leafa does not have is refused.
 #
 # Usage: int_decisions_netns_test.sh AGGSWITCH AGG_INTCOLLECTOR AGGCTL
 # Needs root (namespaces). Everything is torn down on exit, pass or fail.
@@ -257,6 +259,21 @@ remember
 send_phase 5002 2
 check "every flow to h2 now takes the direct link: leafa - leafb" moved_to direct 1,4 5002
 check "h2 receives every datagram" received 5002 2
+leafa_ctl() { topo_exec leafa "$AGGCTL" --server "127.0.0.1:${HTTP[leafa]}" --token-file "$WORK/leafa.token" "$@"; }
+ctl_show() {
+  local out
+  out=$(leafa_ctl int decisions)
+  echo "$out"
+  grep -q "^uplink groups: up (s1 s2 direct)" <<<"$out" && grep -q "^$NET.2/32 *direct *3 *up" <<<"$out"
+}
+check "aggctl int decisions shows leafa's group and its decision" ctl_show
+ctl_refused() {
+  local out
+  out=$(echo '{"decisions": [{"dst": "'$NET'.2/32", "port": "s9"}]}' | leafa_ctl int decisions --file - 2>&1)
+  echo "$out"
+  grep -q 'decisions\[0\].port' <<<"$out" && leafa_ctl int decisions | grep -q "^$NET.2/32 *direct"
+}
+check "a decision naming a port leafa does not have is refused, naming the key; the old one stays" ctl_refused
 latencies() {
   report "$(rows "SELECT route || ': ' || round(avg(total) / 1e6, 2) || ' ms' FROM
            (SELECT group_concat(node_id, ',') AS route, sum(hop_latency_ns) AS total FROM

@@ -17,6 +17,8 @@
 //   aggctl stragglers --job 7 (--top N | --over SECONDS) [--ops K] [--apply | --clear]
 //   aggctl tan --job 7 [--strategy S --candidate ADDR[:PORT][,hops=H]... | --self]
 //              [--member N | --no-member]
+//   aggctl int show | int watch --file F | int decisions [--file F]
+//   aggctl int paths [--collector 127.0.0.1:9478]
 //
 // Prints aligned tables by default and the API's JSON (pretty-printed) with
 // --json. Exits 1 with a one-line reason when the daemon cannot be reached or
@@ -769,6 +771,7 @@ struct Options {
   std::optional<uint32_t> job_placement_hint;
   // int watch
   std::string watch_file;
+  std::string decisions_file;
 };
 
 // The API token: AGGCTL_TOKEN, else the first line of `path` (surrounding
@@ -849,6 +852,26 @@ void PrintInt(const json& j) {
   std::cout << "\nreports: sent " << U64(reports.at("sent")) << ", dropped "
             << U64(reports.at("dropped").at("ring_full")) << " (ring full) "
             << U64(reports.at("dropped").at("send_failed")) << " (send failed)\n";
+}
+
+// GET (or PUT) /api/v1/int/decisions: the switch's uplink groups and the
+// path decisions in force.
+void PrintDecisions(const json& j) {
+  std::cout << "uplink groups:";
+  if (j.at("groups").empty()) std::cout << " none";
+  for (const json& g : j.at("groups")) {
+    std::cout << ' ' << g.at("name").get<std::string>() << " (";
+    std::string ports;
+    for (const json& p : g.at("ports")) ports += (ports.empty() ? "" : " ") + p.get<std::string>();
+    std::cout << ports << ')';
+  }
+  std::printf("\n%-18s %-16s %-6s %s\n", "DESTINATION", "PORT", "INDEX", "GROUP");
+  for (const json& d : j.at("decisions")) {
+    std::printf("%-18s %-16s %-6s %s\n", d.at("dst").get<std::string>().c_str(),
+                d.at("port").get<std::string>().c_str(), U64(d.at("port_index")).c_str(),
+                d.at("group").is_null() ? "- (no group: not applied)"
+                                        : d.at("group").get<std::string>().c_str());
+  }
 }
 
 // agg-intcollector's GET /api/v1/paths: each source-destination pair's
@@ -1105,6 +1128,12 @@ int Main(int argc, char** argv) {
                    "JSON {\"watch\": [{\"name\", \"dst\", \"port\", \"sample\", \"instructions\", ...}]}: "
                    "the config's telemetry.watch entries; - reads standard input")
       ->required();
+  CLI::App* int_decisions = int_cmd->add_subcommand(
+      "decisions", "the switch's uplink groups and path decisions; with --file, replace them");
+  int_decisions->add_option(
+      "--file", o.decisions_file,
+      "JSON {\"decisions\": [{\"dst\": \"a.b.c.d/len\", \"port\": name or index}]}; - reads "
+      "standard input (agg-intcollector --apply sets them itself)");
   CLI::App* int_paths = int_cmd->add_subcommand(
       "paths", "each source-destination pair's paths, and the one each rule decided");
   int_paths
@@ -1255,6 +1284,16 @@ int Main(int argc, char** argv) {
                        "place the job's chunks in a partition of its slot quota that starts at "
                        "this slot index of the config and API jobs' region, whatever "
                        "aggregation.placement says");
+  int_decisions->callback([&] {
+    target = "/api/v1/int/decisions";
+    print = PrintDecisions;
+    if (o.decisions_file.empty()) return;
+    std::ifstream file;
+    std::istream& in = o.decisions_file == "-" ? std::cin : (file.open(o.decisions_file), file);
+    if (!in) throw CLI::ValidationError("--file", "cannot read " + o.decisions_file);
+    request_body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    method = "PUT";
+  });
   int_watch->callback([&] {
     std::ifstream file;
     std::istream& in = o.watch_file == "-" ? std::cin : (file.open(o.watch_file), file);
