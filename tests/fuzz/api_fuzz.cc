@@ -49,9 +49,10 @@ namespace {
 // Calls per DataSource function during one request.
 struct Calls {
   int snapshot = 0, mac_entries = 0, jobs = 0, add_job = 0, remove_job = 0, unbind_member = 0,
-      slots = 0, bypass = 0, stragglers = 0, tan = 0, set_watch = 0;
+      slots = 0, bypass = 0, stragglers = 0, tan = 0, set_watch = 0, decisions = 0,
+      set_decisions = 0;
   bool add_job_ok = false;
-  bool mutated = false;  // removed a job or a binding, applied/cleared stragglers, changed a TAN or the watch list
+  bool mutated = false;  // removed a job or a binding, applied/cleared stragglers, changed a TAN, the watch list or the decisions
 };
 
 common::MacAddr Mac(const char* text) {
@@ -312,6 +313,23 @@ DataSource Source(Calls& calls) {
     calls.mutated = true;
     return common::Status::Ok();
   };
+  s.decisions = [&calls] {
+    ++calls.decisions;
+    PathDecisionsView v;
+    v.groups.push_back({"up", {"s1", "s2"}});
+    v.decisions.push_back({*common::Ipv4Prefix::Parse("10.0.80.2/32"), "s2", 2, "up"});
+    return v;
+  };
+  s.set_decisions = [&calls](const std::vector<PathDecisionEntry>& d) -> common::Status {
+    ++calls.set_decisions;
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (!d[i].port_index && d[i].port != "s1" && d[i].port != "s2") {
+        return common::InvalidArgument("decisions[" + std::to_string(i) + "].port: no such port");
+      }
+    }
+    calls.mutated = true;
+    return common::Status::Ok();
+  };
   s.tan = [&calls](uint32_t job, const std::optional<TanRequest>& r) -> common::Result<TanReport> {
     ++calls.tan;
     if (!KnownJob(job)) return common::NotFound("job " + std::to_string(job) + " does not exist");
@@ -356,10 +374,11 @@ void CheckResponse(const Request& req, const HttpResponse& r, const Calls& calls
   FUZZ_CHECK(r.status != 500);
   FUZZ_CHECK(calls.snapshot <= 1 && calls.mac_entries <= 1 && calls.jobs <= 1 &&
              calls.add_job <= 1 && calls.remove_job <= 1 && calls.unbind_member <= 1 && calls.slots <= 1 && calls.bypass <= 1 &&
-             calls.stragglers <= 1 && calls.tan <= 1 && calls.set_watch <= 1);
+             calls.stragglers <= 1 && calls.tan <= 1 && calls.set_watch <= 1 &&
+             calls.decisions <= 1 && calls.set_decisions <= 1);
   if (req.method == "GET")
     FUZZ_CHECK(calls.add_job == 0 && calls.remove_job == 0 && calls.unbind_member == 0 &&
-               calls.set_watch == 0 && !calls.mutated);
+               calls.set_watch == 0 && calls.set_decisions == 0 && !calls.mutated);
   if (r.status == 201) FUZZ_CHECK(req.method == "POST" && calls.add_job_ok);
   if (r.status == 204) {
     FUZZ_CHECK(r.body.empty());

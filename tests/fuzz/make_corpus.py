@@ -298,6 +298,10 @@ def api_seeds():
                          '"dst": "10.1.2.0/24", "port": 5000, "job": 7, "sample": 100, '
                          '"instructions": "both"}]}',
         "put-int-refused": 'PUT /api/v1/int\n{"watch": [{"name": "x", "vlan": 99}]}',
+        "get-int-decisions": "GET /api/v1/int/decisions\n",
+        "put-int-decisions": 'PUT /api/v1/int/decisions\n{"decisions": [{"dst": "10.0.80.2/32", "port": "s2"}, '
+                             '{"dst": "10.0.81.0/24", "port": 1}]}',
+        "put-int-decisions-refused": 'PUT /api/v1/int/decisions\n{"decisions": [{"dst": "10.0.80.2/32", "port": "s9"}]}',
         "put-ports-405": "PUT /api/v1/ports\n",
         "get-unknown-404": "GET /api/v2/nothing\n",
     }
