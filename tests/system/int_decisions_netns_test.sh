@@ -57,6 +57,7 @@ declare -A SWITCH_PID=()
 COLLECTOR_PID=""
 TRAFFIC=(python3 "$HERE/int_traffic.py")
 FLOWS=48
+DPDK_TAG=id
 
 topo_init id
 P=$TOPO_PREFIX
@@ -64,7 +65,7 @@ cleanup_all() {
   [ -n "$COLLECTOR_PID" ] && kill "$COLLECTOR_PID" 2>/dev/null && wait "$COLLECTOR_PID" 2>/dev/null
   topo_cleanup
   int_mgmt_cleanup
-  rm -rf "$WORK" /var/run/dpdk/agg-id-*-$$
+  rm -rf "$WORK" /var/run/dpdk/agg-$DPDK_TAG-*-$$
 }
 trap cleanup_all EXIT
 
@@ -91,42 +92,13 @@ link "$P-bs2" leafb "$P-2b" spine2
 link "$P-ad" leafa "$P-bd" leafb
 int_mgmt_network
 
-# --- Switch configs. switch_config NAME MAC PORTS...: PORTS are
-# "name:iface:role[:group[:delay_us]]".
-switch_config() {
-  local name="$1" mac="$2" port n i r g d extra
-  shift 2
-  cat <<EOF
-eal:
-  lcores: "0,1"
-  main_lcore: 0
-  memory_mb: 256
-  file_prefix: agg-id-$name-$$
-  idle_sleep_us: 100
-switch: {name: id-$name, mac: $mac}
-http: {listen: "0.0.0.0:${HTTP[$name]}", token_file: "$WORK/$name.token"}
-mempool: {mbufs: 4095}
-ports:
-EOF
-  for port in "$@"; do
-    IFS=: read -r n i r g d <<<"$port"
-    extra=""
-    [ -n "$g" ] && extra+=", group: $g"
-    [ -n "$d" ] && extra+=", faults: {delay_us: $d, direction: tx}"
-    echo "  - {name: $n, devargs: \"net_af_packet_id$n,iface=$i\", access: 10, role: $r$extra}"
-  done
-  cat <<EOF
-telemetry:
-  node_id: ${NODE[$name]}
-  collector: "$REPORTS"
-EOF
-}
-switch_config leafa 02:a9:9c:00:80:01 "h1:$P-a0:edge" "s1:$P-as1:fabric:up" "s2:$P-as2:fabric:up" \
+# --- Switch configs.
+int_switch_config leafa 02:a9:9c:00:80:01 "h1:$P-a0:edge" "s1:$P-as1:fabric:up" "s2:$P-as2:fabric:up" \
   "direct:$P-ad:fabric:up:20000" >"$WORK/leafa.yaml"
 echo "  watch: [{name: to-h2, dst: $NET.2/32, instructions: latency}]" >>"$WORK/leafa.yaml"
-switch_config spine1 02:a9:9c:00:80:02 "a:$P-1a:fabric" "b:$P-1b:fabric::40000" >"$WORK/spine1.yaml"
-switch_config spine2 02:a9:9c:00:80:03 "a:$P-2a:fabric" "b:$P-2b:fabric" >"$WORK/spine2.yaml"
-switch_config leafb 02:a9:9c:00:80:04 "h2:$P-b0:edge" "s1:$P-bs1:fabric:up" "s2:$P-bs2:fabric:up" \
+int_switch_config spine1 02:a9:9c:00:80:02 "a:$P-1a:fabric" "b:$P-1b:fabric::40000" >"$WORK/spine1.yaml"
+int_switch_config spine2 02:a9:9c:00:80:03 "a:$P-2a:fabric" "b:$P-2b:fabric" >"$WORK/spine2.yaml"
+int_switch_config leafb 02:a9:9c:00:80:04 "h2:$P-b0:edge" "s1:$P-bs1:fabric:up" "s2:$P-bs2:fabric:up" \
   "direct:$P-bd:fabric:up" >"$WORK/leafb.yaml"
 
 start_switches || { finish; exit 1; }

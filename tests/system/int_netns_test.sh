@@ -60,6 +60,7 @@ declare -A SWITCH_PID=()
 COLLECTOR_PID=""
 TRAFFIC=(python3 "$HERE/int_traffic.py")
 COUNT=20
+DPDK_TAG=it
 
 topo_init it
 P=$TOPO_PREFIX
@@ -67,7 +68,7 @@ cleanup_all() {
   [ -n "$COLLECTOR_PID" ] && kill "$COLLECTOR_PID" 2>/dev/null && wait "$COLLECTOR_PID" 2>/dev/null
   topo_cleanup
   int_mgmt_cleanup
-  rm -rf "$WORK" /var/run/dpdk/agg-it-*-$$
+  rm -rf "$WORK" /var/run/dpdk/agg-$DPDK_TAG-*-$$
 }
 trap cleanup_all EXIT
 
@@ -88,40 +89,16 @@ int_mgmt_network
 COLLECTOR_PID=$!
 topo_track_pid "$COLLECTOR_PID"
 
-# --- Switch configs. switch_config NAME MAC PORTS...: PORTS are "name:iface:role".
-switch_config() {
-  local name="$1" mac="$2" port n i r
-  shift 2
-  cat <<EOF
-eal:
-  lcores: "0,1"
-  main_lcore: 0
-  memory_mb: 256
-  file_prefix: agg-it-$name-$$
-switch: {name: it-$name, mac: $mac}
-http: {listen: "127.0.0.1:${HTTP[$name]}", token_file: "$WORK/$name.token"}
-mempool: {mbufs: 4095}
-ports:
-EOF
-  for port in "$@"; do
-    IFS=: read -r n i r <<<"$port"
-    echo "  - {name: $n, devargs: \"net_af_packet_it$n,iface=$i\", access: 10, role: $r}"
-  done
-  cat <<EOF
-telemetry:
-  node_id: ${NODE[$name]}
-  collector: "$REPORTS"
-EOF
-}
-switch_config leafa 02:a9:9c:00:78:01 "h1:$P-a1:edge" "up:$P-aup:fabric" >"$WORK/leafa.yaml"
+# --- Switch configs.
+int_switch_config leafa 02:a9:9c:00:78:01 "h1:$P-a1:edge" "up:$P-aup:fabric" >"$WORK/leafa.yaml"
 cat >>"$WORK/leafa.yaml" <<EOF
   watch:
     - {name: latency, dst: $NET.2/32, port: 5000, instructions: latency}
     - {name: bandwidth, dst: $NET.2/32, port: 5001, instructions: bandwidth}
     - {name: both, dst: $NET.2/32, port: 5002, instructions: both}
 EOF
-switch_config spine 02:a9:9c:00:78:02 "sa:$P-sa:fabric" "sb:$P-sb:fabric" >"$WORK/spine.yaml"
-switch_config leafb 02:a9:9c:00:78:03 "h2:$P-b1:edge" "up:$P-bup:fabric" >"$WORK/leafb.yaml"
+int_switch_config spine 02:a9:9c:00:78:02 "sa:$P-sa:fabric" "sb:$P-sb:fabric" >"$WORK/spine.yaml"
+int_switch_config leafb 02:a9:9c:00:78:03 "h2:$P-b1:edge" "up:$P-bup:fabric" >"$WORK/leafb.yaml"
 
 start_switches || { finish; exit 1; }
 check "agg-intcollector listens on the management network" until_collector "$COLLECTOR_HTTP"
