@@ -57,6 +57,7 @@ void ControlLoop::Run() {
   while (!g_stop) {
     dataplane_.ProcessLearnRequests();
     dataplane_.AgeMacTable();
+    dataplane_.WatchGroupLinks();
     if (jobs_ != nullptr) {
       const auto now = std::chrono::steady_clock::now();
       dataplane_.ProcessRegistrations([&](const dataplane::RegistrationRequest& request) {

@@ -448,6 +448,32 @@ Status Dataplane::SetPathDecisions(const std::vector<PathDecision>& decisions) {
   return Status::Ok();
 }
 
+void Dataplane::WatchGroupLinks() {
+  UplinkGroups& groups = plan_->groups();
+  const uint64_t members = groups.members();
+  if (members == 0) return;
+  const uint64_t now = rte_get_tsc_cycles();
+  if (now - group_links_checked_tsc_ < rte_get_tsc_hz() / 10) return;
+  group_links_checked_tsc_ = now;
+  uint64_t down = 0;
+  for (uint64_t rest = members; rest != 0; rest &= rest - 1) {
+    const auto p = static_cast<uint16_t>(__builtin_ctzll(rest));
+    rte_eth_link link{};
+    if (rte_eth_link_get_nowait(ports_[p].port_id, &link) == 0 &&
+        link.link_status == RTE_ETH_LINK_DOWN) {
+      down |= uint64_t{1} << p;
+    }
+  }
+  const uint64_t changed = down ^ groups.down();
+  if (changed == 0) return;
+  for (uint64_t rest = changed; rest != 0; rest &= rest - 1) {
+    const auto p = static_cast<uint16_t>(__builtin_ctzll(rest));
+    AGG_LOG(kWarning, "uplink group %s: %s link %s", groups.name(p).c_str(),
+            plan_->port(p).name.c_str(), (down >> p & 1) != 0 ? "down, its flows move to the others" : "up again");
+  }
+  groups.SetDown(down);
+}
+
 std::vector<PathDecision> Dataplane::path_decisions() const {
   std::lock_guard<std::mutex> lock(decisions_mu_);
   const PathDecisions* table = plan_->groups().decisions();

@@ -191,6 +191,10 @@ class Dataplane {
   common::Status SetPathDecisions(const std::vector<PathDecision>& decisions);
   // The decisions in force, as given. [any]
   std::vector<PathDecision> path_decisions() const;
+  // Reads the link state of the uplink groups' members, at most every
+  // 100 ms, and when it changed moves the flooding and the flows of a
+  // member that went down to the others (UplinkGroups::SetDown). [control]
+  void WatchGroupLinks();
 
   // --- In-band telemetry (int_stage.h) ---
 
@@ -280,6 +284,7 @@ class Dataplane {
   std::unique_ptr<IntSettings> int_settings_;
   mutable std::mutex watch_mu_;  // serialises SetWatchList
   mutable std::mutex decisions_mu_;  // serialises SetPathDecisions
+  uint64_t group_links_checked_tsc_ = 0;  // WatchGroupLinks [control]
   std::vector<config::WatchEntry> watch_entries_;
   IntExportCounters int_export_;
   uint16_t agg_udp_port_ = config::kDefaultAggregationUdpPort;

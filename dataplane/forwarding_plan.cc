@@ -27,7 +27,6 @@ std::unique_ptr<ForwardingPlan> ForwardingPlan::Build(const config::Config& conf
     }
   }
   plan->groups_.Build(config);
-  for (uint64_t& mask : plan->flood_mask_) mask &= ~plan->groups_.NonFlooding();
   plan->switch_mac_ = config.switch_.mac;
   plan->switch_mac48_ = config.switch_.mac.ToU64();
   for (const config::SwitchAddress& a : config.switch_.addresses) {

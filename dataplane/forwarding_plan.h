@@ -59,8 +59,8 @@ class ForwardingPlan {
     const PortPolicy& p = ports_[port];
     return p.trunk && vlan != p.native_vlan;
   }
-  // Ports that carry `vlan` and flooded frames, one bit per port: of an
-  // uplink group only its first member.
+  // Ports that carry `vlan`, one bit per port; a flood leaves out the
+  // members of uplink groups that do not flood now (groups().NonFlooding()).
   uint64_t FloodMask(uint16_t vlan) const { return flood_mask_[vlan & 0xfff]; }
   // The uplink groups (ports[].group). Publishing path decisions is the
   // control thread's. [any]

@@ -86,8 +86,10 @@ void L2Stage::Forward(uint16_t in_port, rte_mbuf* m, const FrameMeta& meta, uint
 }
 
 void L2Stage::Flood(uint16_t in_port, rte_mbuf* m, const FrameMeta& meta) {
-  // Never back into the group the frame came from.
-  uint64_t mask = plan_.FloodMask(meta.vlan) & ~plan_.groups().SameGroup(in_port);
+  // Never back into the group the frame came from, and through one member
+  // of each other group.
+  const UplinkGroups& groups = plan_.groups();
+  uint64_t mask = plan_.FloodMask(meta.vlan) & ~(groups.SameGroup(in_port) | groups.NonFlooding());
   if (mask == 0) {
     tx_.Drop(in_port, DropReason::kNoEgress, m);
     return;
@@ -138,7 +140,7 @@ bool L2Stage::FitTag(rte_mbuf* m, const FrameMeta& meta, uint16_t out_port) {
 
 void L2Stage::FloodFromSwitch(rte_mbuf* m, uint16_t vlan) {
   stats_.lcore.agg.control_tx.Add(1);
-  uint64_t mask = plan_.FloodMask(vlan);
+  uint64_t mask = plan_.FloodMask(vlan) & ~plan_.groups().NonFlooding();
   if (mask == 0) {
     rte_pktmbuf_free(m);  // nowhere to go: the control thread's own frame, no port's drop
     return;

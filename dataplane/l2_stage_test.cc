@@ -223,5 +223,33 @@ TEST_F(L2GroupTest, APathDecisionNamesTheMemberForItsDestination) {
   EXPECT_EQ(stats().ports[0].uplink_hashed_packets.Get() + stats().ports[1].uplink_hashed_packets.Get(), 4u);
 }
 
+TEST_F(L2GroupTest, AMemberWhoseLinkIsDownCarriesNothingUntilItIsUp) {
+  ASSERT_EQ(macs_->Learn(MacKey(10, kH1), 0, 1), MacTable::LearnResult::kAdded);
+  Decide({{*common::Ipv4Prefix::Parse("10.0.10.9/32"), 0}});
+  plan_->groups().SetDown(uint64_t{1} << 0);  // a0, the first member
+
+  Run(3, {testframes::EthernetFrame(kH0, kH2, 0x0800, 46)}, 10);
+  auto sent = Sent();
+  EXPECT_EQ(sent.count(0), 0u);
+  EXPECT_EQ(sent[1].size(), 1u) << "the next member up carries the flood";
+
+  std::vector<Frame> frames;
+  for (uint16_t sport = 1000; sport < 1016; ++sport) frames.push_back(ToH1(sport));
+  Run(3, frames, 10);
+  sent = Sent();
+  EXPECT_EQ(sent.count(0), 0u) << "neither the decision nor the hash sends to a member that is down";
+  EXPECT_EQ(sent[1].size(), 16u);
+  EXPECT_EQ(stats().ports[1].uplink_hashed_packets.Get(), 16u);
+
+  plan_->groups().SetDown(0);
+  Run(3, frames, 10);
+  sent = Sent();
+  EXPECT_EQ(sent[0].size(), 16u) << "up again: the decision holds";
+  Run(3, {testframes::EthernetFrame(kH0, kH2, 0x0800, 46)}, 10);
+  sent = Sent();
+  EXPECT_EQ(sent[0].size(), 1u) << "and the first member floods again";
+  EXPECT_EQ(sent.count(1), 0u);
+}
+
 }  // namespace
 }  // namespace aggswitch::dataplane

@@ -63,7 +63,7 @@ void UplinkGroups::Build(const config::Config& config) {
     group_of_[p] = kNoGroup;
   }
   n_groups_ = 0;
-  non_flooding_ = 0;
+  all_members_ = 0;
   for (const auto& [name, mask] : members) {
     if ((mask & (mask - 1)) == 0) continue;  // one member: a port like any other
     Group& g = groups_[n_groups_];
@@ -77,9 +77,22 @@ void UplinkGroups::Build(const config::Config& config) {
       same_group_[p] = mask;
       group_of_[p] = static_cast<uint8_t>(n_groups_);
     }
-    non_flooding_ |= mask & ~(uint64_t{1} << g.member[0]);
+    all_members_ |= mask;
     ++n_groups_;
   }
+  SetDown(0);
+}
+
+void UplinkGroups::SetDown(uint64_t down) {
+  uint64_t non_flooding = 0;
+  for (size_t i = 0; i < n_groups_; ++i) {
+    const Group& g = groups_[i];
+    const uint64_t live = g.members & ~down;
+    const uint64_t flooding = live != 0 ? live & (~live + 1) : uint64_t{1} << g.member[0];
+    non_flooding |= g.members & ~flooding;
+  }
+  down_.store(down & all_members_, std::memory_order_relaxed);
+  non_flooding_.store(non_flooding, std::memory_order_relaxed);
 }
 
 const std::string& UplinkGroups::name(uint16_t port) const {
