@@ -82,6 +82,8 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       bypass_covered_nodes_(spec.bypass_covered_nodes),
       parameter_server_(spec.parameter_server),
       verify_(spec.verify),
+      main_server_ip_(spec.main_server_ip),
+      main_server_port_(spec.main_server_port),
       hops_(new Member[1 + spec.upstreams.size()]),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);

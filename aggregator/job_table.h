@@ -137,6 +137,11 @@ struct JobSpec {
   // what the parameter node returns (RESULT with VERIFIED, or
   // EXCEPTION_RETRANSMIT).
   bool verify = false;
+  // The job's main server (aggregation.jobs[].main_server): a DISTRIBUTE
+  // from this IPv4 address (host order; 0: none) and UDP port (0: any) is
+  // replicated to every member.
+  uint32_t main_server_ip = 0;
+  uint16_t main_server_port = 0;
 
   // --- What one job may hold of the switch (docs/security.md) ---
   // --- Where its chunks live in its slot region (slot_placement.h) ---
@@ -436,6 +441,13 @@ class alignas(64) Job {
   bool bypass_covered_nodes() const { return bypass_covered_nodes_; }
   bool parameter_server() const { return parameter_server_; }
   bool verify() const { return verify_; }
+  // Whether a datagram from `ip`:`port` comes from the job's main server.
+  bool FromMainServer(uint32_t ip, uint16_t port) const {
+    return main_server_ip_ != 0 && ip == main_server_ip_ &&
+           (main_server_port_ == 0 || port == main_server_port_);
+  }
+  uint32_t main_server_ip() const { return main_server_ip_; }
+  uint16_t main_server_port() const { return main_server_port_; }
 
   // --- The TAN choice (root jobs), changed by the control thread ---
 
@@ -642,6 +654,8 @@ class alignas(64) Job {
   const bool bypass_covered_nodes_;
   const bool parameter_server_;
   const bool verify_;
+  const uint32_t main_server_ip_;
+  const uint16_t main_server_port_;
   mutable std::atomic<uint64_t> relayed_ack_{0};  // watermark (31..0) | valid (32)
   mutable std::atomic<uint16_t> tan_member_{kNoNode};
   mutable std::atomic<uint64_t> tan_target_{0};  // ip (63..32) | port (31..16) | JobSpec::Tan (7..0)

@@ -49,8 +49,13 @@ enum class Opcode : uint8_t {
   // A member asks after a chunk it sent (header only): the switch answers
   // with the cached result, a NOTICE held, or a NOTICE missing.
   kQuery = 11,
+  // The job's main server sends a datagram (parameters, a model shard) to
+  // the job: the switch replicates it to every member, as it does a result,
+  // and answers the main server ACK, or NACK when a member has no address
+  // yet (docs/protocol.md, "Distribution").
+  kDistribute = 12,
 };
-inline constexpr uint8_t kMaxOpcode = 11;
+inline constexpr uint8_t kMaxOpcode = 12;
 
 // Bits of the header's flags field.
 namespace flags {
@@ -93,6 +98,12 @@ enum class NackReason : uint32_t {
   // A contribution with AGGREGATE_AT_PS for a job whose root has no
   // parameter node (a remote TAN) to aggregate it (docs/parameter-node.md).
   kNoParameterNode = 15,
+  // "Not now": a DISTRIBUTE reached a job one of whose members has not sent
+  // from its address yet, so the switch cannot reach every member.
+  kMembersUnbound = 16,
+  // A DISTRIBUTE from another address than the job's main server, or for a
+  // job without one.
+  kNotMainServer = 17,
 };
 
 // What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).
@@ -158,7 +169,7 @@ struct AggPacket {
   X(kTruncated, "truncated", "shorter than the 48-byte header")               \
   X(kBadMagic, "bad_magic", "magic is not 0xA65C")                            \
   X(kBadVersion, "bad_version", "version is not 1")                           \
-  X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..11")                  \
+  X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..12")                  \
   X(kUnknownDType, "unknown_dtype", "dtype outside the table")                \
   X(kUnknownOp, "unknown_op", "op outside the table")                         \
   X(kBadTypeOp, "bad_type_op", "the dtype does not allow the op")             \

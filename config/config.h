@@ -438,6 +438,10 @@ struct AggregationJobConfig {
   // is this index in the config and API jobs' region, whatever
   // aggregation.placement says. Jobs that share slots meet as collisions.
   std::optional<uint32_t> placement_hint;
+  // The job's main server ("a.b.c.d" or "a.b.c.d:port"; docs/protocol.md,
+  // "Distribution"): what it sends the job as DISTRIBUTE (with the job's
+  // key) is replicated to every member. Port 0 (none given): any port.
+  std::optional<common::Ipv4Endpoint> main_server;
   SourceLoc loc;
 
   // The node id of each member, by member index: node_ids, then each child

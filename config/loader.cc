@@ -1197,6 +1197,21 @@ class Loader {
              [&](auto& n, auto& p) {
                ReadUnsigned(n, p, job.placement_hint.emplace(), {}, "a slot index in the region");
              }},
+            {"main_server",
+             [&](auto& n, auto& p) {
+               std::optional<common::Ipv4Endpoint> at;
+               if (n.IsScalar()) {
+                 at = common::Ipv4Endpoint::Parse(n.Scalar());
+                 if (!at) {
+                   if (const auto ip = common::Ipv4Addr::Parse(n.Scalar())) at = common::Ipv4Endpoint{*ip, 0};
+                 }
+               }
+               if (!at || at->ip.addr == 0) {
+                 Error(p, n, "expected the main server's \"a.b.c.d\" or \"a.b.c.d:port\", got " + Describe(n));
+                 return;
+               }
+               job.main_server = *at;
+             }},
         });
     if (has_lists) {
       // The lists count the members. A `members` key must agree (Validate()

@@ -1841,6 +1841,13 @@ TEST(TreeLoaderTest, TimerBypassAndTriggerErrors) {
   EXPECT_TRUE(OneError(Load(job + "      placement_hint: -3\n"),
                        "aggregation.jobs[0].placement_hint", 8,
                        "expected an unsigned integer, got \"-3\""));
+  const auto main_server = [&](const std::string& v) {
+    return Load(job + "      main_server: " + v + "\n").config.aggregation.jobs[0].main_server;
+  };
+  EXPECT_EQ(main_server("10.0.0.9:45000")->ToString(), "10.0.0.9:45000");
+  EXPECT_EQ(main_server("10.0.0.9")->port, 0) << "any port";
+  EXPECT_TRUE(OneError(Load(job + "      main_server: ps.local\n"), "aggregation.jobs[0].main_server", 8,
+                       "expected the main server's \"a.b.c.d\" or \"a.b.c.d:port\", got \"ps.local\""));
   EXPECT_TRUE(OneError(Load(job + "      colour: red\n"), "aggregation.jobs[0].colour", 8,
                        "unknown key \"colour\"; expected one of: id, key, members, nodes, ordered, "
                        "node_ids, switches, upstream, timeout_ms, trigger, tan, tan_member, "

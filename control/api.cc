@@ -242,6 +242,7 @@ json JobObject(const JobSnapshot& job) {
   j["tan_member"] = job.tan_member ? json(*job.tan_member) : json(nullptr);
   j["parameter_server"] = job.parameter_server;
   j["verify"] = job.verify;
+  j["main_server"] = job.main_server.empty() ? json(nullptr) : json(job.main_server);
   j["placement"] = {{"first", job.slot_region_first},
                     {"size", job.slot_region_size},
                     {"base", job.slot_base},
@@ -1112,7 +1113,7 @@ common::Result<json> ParseBodyObject(std::string_view body, std::string_view sha
 
 constexpr char kJobFields[] =
     "id, key, members, nodes, ordered, node_ids, switches, upstream, timeout_ms, trigger, tan, "
-    "tan_member, parameter_server, verify, placement_hint";
+    "tan_member, parameter_server, verify, placement_hint, main_server";
 
 }  // namespace
 
@@ -1189,6 +1190,20 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
       // Validate() checks it against the region's size.
       ASSIGN_OR_RETURN(const uint64_t hint, JsonUnsigned(value, "placement_hint", 0, 4294967295u));
       job.placement_hint = static_cast<uint32_t>(hint);
+    } else if (name == "main_server") {
+      std::optional<common::Ipv4Endpoint> at;
+      if (value.is_string()) {
+        const std::string& text = value.get_ref<const std::string&>();
+        at = common::Ipv4Endpoint::Parse(text);
+        if (!at) {
+          if (const auto ip = common::Ipv4Addr::Parse(text)) at = common::Ipv4Endpoint{*ip, 0};
+        }
+      }
+      if (!at || at->ip.addr == 0) {
+        return common::InvalidArgument("main_server must be \"a.b.c.d\" or \"a.b.c.d:port\", got " +
+                                       Preview(value));
+      }
+      job.main_server = *at;
     } else {
       return UnknownField(name, kJobFields);
     }

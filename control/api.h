@@ -74,6 +74,8 @@
 //                "tan": {"mode","address","port","resolved"},"tan_member" (null: none),
 //                "parameter_server" (the TAN answers every chunk),
 //                "verify" (the TAN, the job's parameter node, checks every complete chunk),
+//                "main_server" ("a.b.c.d:port", port 0: any; null: none; DISTRIBUTE from
+//                it is replicated to every member),
 //                "placement": {"first","size","base","span","policy"} (its slot region;
 //                chunk s takes slot first + (base - first + s) mod size, or with a span
 //                first + (base - first + s mod span) mod size; policy: "hash",
@@ -96,7 +98,7 @@
 //                "expected","dtype" (name),"op" (name),"elem_count","overflow","age_seconds"}
 //   job_request = {"id","key"[,"members"][,"nodes"][,"ordered"][,"node_ids"][,"switches"]
 //                [,"upstream"][,"timeout_ms"][,"trigger"][,"tan"][,"tan_member"]
-//                [,"parameter_server"][,"verify"][,"placement_hint"]}: the keys
+//                [,"parameter_server"][,"verify"][,"placement_hint"][,"main_server"]}: the keys
 //                of the config's aggregation.jobs[], with their meaning and defaults
 //                (README, "Configuration reference"); "key" is an unsigned integer or a
 //                "0x..." hex string; "members" is required unless node_ids or switches

@@ -609,6 +609,11 @@ TEST(ApiJobsTest, ParseJobRequestAcceptsEveryForm) {
   r = ParseJobRequest(R"({"id": 1, "key": 18446744073709551615, "members": 1})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->job.key, ~0ull);
+  {
+    const auto with_server = ParseJobRequest(R"({"id": 1, "key": 1, "members": 2, "main_server": "10.0.0.9"})");
+    ASSERT_TRUE(with_server.ok()) << with_server.status().message();
+    EXPECT_EQ(with_server->job.main_server->ToString(), "10.0.0.9:0");
+  }
   r = ParseJobRequest(R"({"id": 1, "key": "42", "members": 1})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->job.key, 42u);
@@ -761,9 +766,12 @@ TEST(ApiJobsTest, ParseJobRequestNamesTheTreeKey) {
        "parameter_server must be true or false, got \"true\""},
       {R"({"id": 1, "key": 1, "members": 2, "colour": "red"})",
        "unknown field \"colour\"; expected id, key, members, nodes, ordered, node_ids, switches, "
-       "upstream, timeout_ms, trigger, tan, tan_member, parameter_server, verify, placement_hint"},
+       "upstream, timeout_ms, trigger, tan, tan_member, parameter_server, verify, placement_hint, "
+       "main_server"},
       {R"({"id": 1, "key": 1, "members": 2, "placement_hint": -1})",
        "placement_hint must be"},
+      {R"({"id": 1, "key": 1, "members": 2, "main_server": "host:1"})",
+       "main_server must be \"a.b.c.d\" or \"a.b.c.d:port\", got \"host:1\""},
   };
   for (const auto& [body, message] : cases) {
     const auto r = ParseJobRequest(body);

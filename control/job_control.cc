@@ -108,6 +108,9 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
   if (job.tan_member() != aggregator::kNoNode) s.tan_member = job.tan_member();
   s.parameter_server = job.parameter_server();
   s.verify = job.verify();
+  if (job.main_server_ip() != 0) {
+    s.main_server = common::Ipv4Endpoint{{job.main_server_ip()}, job.main_server_port()}.ToString();
+  }
   const aggregator::SlotRegion& region = regions.For(job.in_band());
   if (region.size != 0) {
     s.slot_region_first = region.first;
@@ -267,6 +270,10 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
   // Validate() made sure of a root job with a remote TAN.
   spec.parameter_server = job.parameter_server;
   spec.verify = job.verify;
+  if (job.main_server) {
+    spec.main_server_ip = job.main_server->ip.addr;
+    spec.main_server_port = job.main_server->port;
+  }
   const bool in_band = origin == JobSpec::Origin::kInBand;
   spec.slot_quota = in_band ? agg.InBandSlotsPerJob() : agg.SlotsPerJob();
   spec.hold_quota = in_band ? agg.InBandHeldPerJob() : agg.HoldPerJob();

@@ -180,6 +180,7 @@ struct JobSnapshot {
   std::optional<uint16_t> tan_member;            // the worker here that runs the TAN
   bool parameter_server = false;                 // root jobs: the TAN answers every chunk
   bool verify = false;                           // root jobs: the TAN checks every complete chunk
+  std::string main_server;                       // "a.b.c.d:port" (port 0: any); "": none
   // Where its chunks land (aggregator/slot_placement.h): its slot region
   // and the slot of its sequence number 0; with hash placement (span 0)
   // chunk s takes slot first + (base - first + s) mod size, in a partition

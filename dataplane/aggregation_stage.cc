@@ -68,6 +68,45 @@ void AggregationStage::Process(uint16_t in_port, const AggVector& v) {
   if (n != 0) Dispatch(items, n);
 }
 
+void AggregationStage::Distribute(rte_mbuf* m, const aggregator::Job& job,
+                                  const aggregator::AggPacket& pkt, uint32_t header_offset,
+                                  const aggregator::MemberAddr& sender, uint16_t in_port) {
+  using aggregator::NackReason;
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::AggHeader& h = *pkt.header;
+  if (!job.FromMainServer(sender.ip, sender.udp_port)) {
+    c.distribute_refused.Add(1);
+    answers_.Nack(m, h, NackReason::kNotMainServer, sender);
+    return;
+  }
+  if (job.LearnedMembers() != job.members()) {
+    c.distribute_refused.Add(1);
+    answers_.Nack(m, h, NackReason::kMembersUnbound, sender);
+    return;
+  }
+  if (m->nb_segs != 1) {
+    stats_.lcore.malformed[static_cast<size_t>(MalformedReason::kSegmented)].Add(1);
+    tx_.Drop(in_port, DropReason::kAggMalformed, m);
+    return;
+  }
+  aggregator::AggFields ack = aggregator::ReadAggFields(h);
+  // The members get the datagram as the main server sent it, without the key.
+  const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h.missing_count + pkt.payload_len;
+  rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = len;
+  rte_pktmbuf_mtod(m, aggregator::AggHeader*)->job_key = common::be64_t{};
+  const uint32_t copies = answers_.Replicate(job, m, 0, job.members(), static_cast<uint16_t>(ack.seq));
+  c.distributions.Add(1);
+  c.distribution_copies.Add(copies);
+  ack.job_key = 0;
+  ack.opcode = aggregator::Opcode::kAck;
+  ack.flags = 0;
+  ack.aux = copies;
+  ack.elem_count = 0;
+  answers_.Acknowledge(ack, sender);
+}
+
 bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source,
                              Checked* out, uint16_t spare, Via via) {
   using aggregator::NackReason;
@@ -92,6 +131,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     case Opcode::kAck:
     case Opcode::kTaskInfo:
     case Opcode::kQuery:
+    case Opcode::kDistribute:
       break;
     default:
       c.unsupported.Add(1);
@@ -148,6 +188,10 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       c.key_failures.Add(1);
       jc.key_failures.Add(1);
       answers_.Nack(m, h, NackReason::kKeyMismatch, sender);
+      return false;
+    }
+    if (opcode == Opcode::kDistribute) {
+      Distribute(m, *job, pkt, header_offset, sender, in_port);
       return false;
     }
     if (opcode == Opcode::kLate) {

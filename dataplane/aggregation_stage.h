@@ -118,6 +118,13 @@ class AggregationStage {
   // registration.
   enum class Source : uint8_t { kRx, kHandoff, kReinject };
 
+  // A DISTRIBUTE from a job's main server (its key checked): replicated to
+  // every member when each has an address, and ACKed to the main server
+  // with the copies sent in `aux`; else a NACK (not_main_server,
+  // members_unbound). Consumes `m`.
+  void Distribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
+                  uint32_t header_offset, const aggregator::MemberAddr& sender, uint16_t in_port);
+
   // Which of its chunk's possible slots a datagram is bound for.
   enum class Where : uint8_t {
     kHome,   // the chunk's home slot (Job::placement())

@@ -153,6 +153,81 @@ TEST_F(AggregationTest, DuplicatesCountOnceAndLateOnesGetTheCachedResult) {
 // the switch tells the member at once, NOTICE missing, unasked. Nothing is
 // said about a slot the member counts in, a complete slot, or on a
 // retransmission (those come out of order).
+// A job with a main server at 10.1.0.200:45000 (not a member).
+TEST_F(AggregationTest, DistributeFromTheMainServerReachesEveryMemberOnce) {
+  aggregator::JobSpec spec;
+  spec.id = 9;
+  spec.key = 0x5eed;
+  spec.members = 3;
+  spec.main_server_ip = 0x0a0100c8;
+  spec.main_server_port = 45000;
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  const common::MacAddr server_mac = common::MacAddr::FromU64(0x020000200000ULL);
+  aggregator::AggFields d;
+  d.opcode = aggregator::Opcode::kDistribute;
+  d.job_id = 9;
+  d.job_key = 0x5eed;
+  d.seq = 4;
+  d.aux = 128;  // the offset of this shard in the model
+  d.elem_count = 3;
+  const std::vector<uint8_t> shard = Int32Payload({7, -8, 9});
+
+  // Members 0 and 1 have sent from their addresses, member 2 not yet.
+  for (uint16_t node = 0; node < 2; ++node) Inject(0, Contribution(9, 1, node, Int32Payload({1})));
+  Step();
+  Drain();
+  Inject(1, DatagramFrom(d, shard, server_mac, 0x0a0100c8, 45000));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 1u);
+  Result r = ParseResult(out[1][0]);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kMembersUnbound));
+  EXPECT_EQ(r.dst_ip, 0x0a0100c8u);
+  EXPECT_EQ(out[0].size(), 0u) << "nobody gets part of it";
+  EXPECT_EQ(Agg().distribute_refused.Get(), 1u);
+
+  Inject(0, Contribution(9, 1, 2, Int32Payload({1})));
+  Step();
+  Drain();
+  const uint64_t results = Agg().results_sent.Get();
+  Inject(1, DatagramFrom(d, shard, server_mac, 0x0a0100c8, 45000));
+  Step();
+  out = Drain();
+  const std::vector<Result> copies = WithOpcode(out[0], aggregator::Opcode::kDistribute);
+  ASSERT_EQ(copies.size(), 3u);
+  std::set<uint32_t> to;
+  for (const Result& c : copies) {
+    to.insert(c.dst_ip);
+    EXPECT_EQ(c.fields.seq, 4u);
+    EXPECT_EQ(c.fields.aux, 128u);
+    EXPECT_EQ(c.fields.job_key, 0u) << "members get it without the key";
+    EXPECT_EQ(c.payload, shard);
+  }
+  EXPECT_EQ(to, (std::set<uint32_t>{MemberIp(0), MemberIp(1), MemberIp(2)}));
+  ASSERT_EQ(out[1].size(), 1u);
+  r = ParseResult(out[1][0]);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kAck);
+  EXPECT_EQ(r.fields.seq, 4u);
+  EXPECT_EQ(r.fields.aux, 3u) << "the copies sent";
+  EXPECT_EQ(r.dst_port, 45000);
+  EXPECT_EQ(Agg().distributions.Get(), 1u);
+  EXPECT_EQ(Agg().distribution_copies.Get(), 3u);
+  EXPECT_EQ(Agg().results_sent.Get(), results) << "a distribution is not a result";
+
+  // From anyone else, or with the wrong key: refused.
+  Inject(1, DatagramFrom(d, shard, server_mac, 0x0a0100c9, 45000));
+  d.job_key = 0xbad;
+  Inject(1, DatagramFrom(d, shard, server_mac, 0x0a0100c8, 45000));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[1].size(), 2u);
+  EXPECT_EQ(ParseResult(out[1][0]).fields.aux, static_cast<uint32_t>(aggregator::NackReason::kNotMainServer));
+  EXPECT_EQ(ParseResult(out[1][1]).fields.aux, static_cast<uint32_t>(aggregator::NackReason::kKeyMismatch));
+  EXPECT_EQ(out[0].size(), 0u);
+  EXPECT_EQ(Agg().distribute_refused.Get(), 2u);
+}
+
 TEST_F(AggregationTest, ALaterChunkRevealsAMembersLostContribution) {
   AddJob(7, 2);
   const std::vector<uint8_t> one = Int32Payload({1});

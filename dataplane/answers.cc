@@ -95,13 +95,14 @@ bool Answers::SendResult(const aggregator::Job& job, const aggregator::Slot& slo
     stats_.lcore.agg.result_no_mbuf.Add(last - first);
     return false;
   }
-  Replicate(job, payload, first, last, static_cast<uint16_t>(slot.seq()));
+  stats_.lcore.agg.results_sent.Add(Replicate(job, payload, first, last, static_cast<uint16_t>(slot.seq())));
   return payload == carrier;
 }
 
-void Answers::Replicate(const aggregator::Job& job, rte_mbuf* payload, uint16_t first,
-                        uint16_t last, uint16_t ip_id) {
+uint32_t Answers::Replicate(const aggregator::Job& job, rte_mbuf* payload, uint16_t first,
+                            uint16_t last, uint16_t ip_id) {
   AggregationCounters& c = stats_.lcore.agg;
+  uint32_t sent = 0;
   const uint32_t payload_len = payload->pkt_len;
   for (uint16_t batch = first; batch < last; batch += kBurstSize) {
     const uint16_t n = static_cast<uint16_t>(std::min<uint32_t>(kBurstSize, last - batch));
@@ -133,9 +134,10 @@ void Answers::Replicate(const aggregator::Job& job, rte_mbuf* payload, uint16_t 
     if (k > 0) rte_mbuf_refcnt_update(payload, static_cast<int16_t>(k));
     for (uint16_t i = 0; i < k; ++i) tx_.Enqueue(out_ports[i], hdrs[i]);
     if (k < n) rte_pktmbuf_free_bulk(hdrs + k, n - k);
-    c.results_sent.Add(k);
+    sent += k;
   }
   rte_pktmbuf_free(payload);  // the copies hold it from here
+  return sent;
 }
 
 void Answers::SendIncomplete(const aggregator::Job& job, const aggregator::Slot& slot,
@@ -157,7 +159,7 @@ void Answers::SendIncomplete(const aggregator::Job& job, const aggregator::Slot&
   (void)aggregator::BuildAggregation(f, missing, static_cast<uint8_t>(n_missing), nullptr, 0, buf,
                                      len);
   c.incomplete_results.Add(1);
-  Replicate(job, m, 0, job.members(), static_cast<uint16_t>(slot.seq()));
+  c.results_sent.Add(Replicate(job, m, 0, job.members(), static_cast<uint16_t>(slot.seq())));
 }
 
 bool Answers::AnswerAllowed() {
@@ -215,6 +217,15 @@ void Answers::NoticeInPlace(rte_mbuf* m, const aggregator::AggHeader& request,
   if (SendHeaderOnly(m, f, to)) {
     (kind == aggregator::NoticeKind::kHeld ? c.held_notices : c.missing_notices).Add(1);
   }
+}
+
+bool Answers::Acknowledge(const aggregator::AggFields& f, const aggregator::MemberAddr& to) {
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (m == nullptr) {
+    stats_.lcore.agg.result_no_mbuf.Add(1);
+    return false;
+  }
+  return SendHeaderOnly(m, f, to);
 }
 
 bool Answers::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,

@@ -56,8 +56,10 @@ class Answers {
   bool SendResult(const aggregator::Job& job, const aggregator::Slot& slot, int node,
                   rte_mbuf* carrier, uint32_t header_offset);
   // Replicates `payload` (a UDP payload: aggregation header onwards) to
-  // members [first, last). Consumes the caller's reference to `payload`.
-  void Replicate(const aggregator::Job& job, rte_mbuf* payload, uint16_t first, uint16_t last,
+  // members [first, last) and returns how many copies went out (a member
+  // without an address gets none). Consumes the caller's reference to
+  // `payload`.
+  uint32_t Replicate(const aggregator::Job& job, rte_mbuf* payload, uint16_t first, uint16_t last,
                  uint16_t ip_id);
   // Sends an INCOMPLETE result naming `missing` to every member.
   void SendIncomplete(const aggregator::Job& job, const aggregator::Slot& slot,
@@ -67,6 +69,10 @@ class Answers {
   // accepted TASK_INFO. NACKs are rate limited. Consumes `m`.
   void Answer(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::Opcode opcode,
               aggregator::NackReason reason, const aggregator::MemberAddr& to);
+  // Sends `f` (header only) to `to` in a buffer of its own: the ACK of a
+  // DISTRIBUTE, whose datagram went on to the members. False when the pool
+  // is empty (counted as result_no_mbuf).
+  bool Acknowledge(const aggregator::AggFields& f, const aggregator::MemberAddr& to);
   void Nack(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::NackReason reason,
             const aggregator::MemberAddr& to) {
     Answer(m, request, aggregator::Opcode::kNack, reason, to);

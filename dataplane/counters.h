@@ -223,6 +223,9 @@ struct PortCounters {
   X(released_to_ps, "slots given up early: a contribution marked AGGREGATE_AT_PS found its chunk partly aggregated, whose partial went on") \
   X(no_parameter_node, "contributions marked AGGREGATE_AT_PS refused or dropped: the job's root has no parameter node") \
   X(results_down, "results received from upstream or the TAN and replicated to members") \
+  X(distributions, "DISTRIBUTE datagrams from a job's main server replicated to every member") \
+  X(distribution_copies, "copies of DISTRIBUTE datagrams sent to members")           \
+  X(distribute_refused, "DISTRIBUTE datagrams refused: not from the job's main server (NACK not_main_server), or a member without an address yet (NACK members_unbound)") \
   X(results_refused, "results not from the job's upstream or TAN")                     \
   X(verify_sent, "complete results sent to the parameter node to be checked (VERIFY)") \
   X(exceptions_down, "EXCEPTION_RETRANSMITs (a saturated sum, to be redone in float32) received from upstream or the parameter node and replicated to members") \

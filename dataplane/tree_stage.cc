@@ -404,7 +404,7 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
   auto* out = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
   out->job_key = common::be64_t{};
   out->slot_hint = common::be16_t::FromHost(job.MoveHint(seq));
-  answers_.Replicate(job, m, 0, job.members(), static_cast<uint16_t>(seq));
+  stats_.lcore.agg.results_sent.Add(answers_.Replicate(job, m, 0, job.members(), static_cast<uint16_t>(seq)));
 }
 
 void TreeStage::DrainTanResults() {

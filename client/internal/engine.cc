@@ -91,6 +91,14 @@ NackText DescribeNack(uint32_t reason) {
               "data marked for aggregation at the parameter node reached the root switch of a "
               "job without one: give the job a remote TAN (aggregation.jobs[].tan, an agg-ps) "
               "or do not mark its data"};
+    case NackReason::kMembersUnbound:
+      return {"members unbound",
+              "a DISTRIBUTE reached a job one of whose members has not sent from its address "
+              "yet; send again once every member has"};
+    case NackReason::kNotMainServer:
+      return {"not the main server",
+              "a DISTRIBUTE came from another address than the job's main_server, or the job "
+              "has none"};
     case NackReason::kAddrLowMismatch:
       return {"addr_low mismatch",
               "the members of a chunk carry different addr_low values (the low bits of their "

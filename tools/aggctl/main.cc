@@ -9,7 +9,7 @@
 //                   [--nodes 2] [--ordered] [--upstream ADDR[:PORT] --upstream-node N
 //                   [--upstream-vlan V]] [--timeout-ms MS] [--trigger incremental|batch]
 //                   [--tan-strategy S --tan-candidate ADDR[:PORT][,hops=H]... | --tan-self]
-//                   [--tan-member N]
+//                   [--tan-member N] [--main-server ADDR[:PORT]]
 //   aggctl jobs rm ID
 //   aggctl jobs unbind ID NODE
 //   aggctl slots [--job 7] [--limit 1000]
@@ -769,6 +769,7 @@ struct Options {
   bool job_parameter_server = false;
   bool job_verify = false;
   std::optional<uint32_t> job_placement_hint;
+  std::string job_main_server;
   // int watch
   std::string watch_file;
   std::string decisions_file;
@@ -1284,6 +1285,10 @@ int Main(int argc, char** argv) {
                        "place the job's chunks in a partition of its slot quota that starts at "
                        "this slot index of the config and API jobs' region, whatever "
                        "aggregation.placement says");
+  jobs_add->add_option("--main-server", o.job_main_server,
+                       "the job's main server: what it sends the job as DISTRIBUTE is replicated "
+                       "to every member")
+      ->type_name("ADDR[:PORT]");
   int_decisions->callback([&] {
     target = "/api/v1/int/decisions";
     print = PrintDecisions;
@@ -1336,6 +1341,7 @@ int Main(int argc, char** argv) {
     if (o.job_parameter_server) job_body["parameter_server"] = true;
     if (o.job_verify) job_body["verify"] = true;
     if (o.job_placement_hint) job_body["placement_hint"] = *o.job_placement_hint;
+    if (!o.job_main_server.empty()) job_body["main_server"] = o.job_main_server;
     print = PrintAddedJob;
   });
   CLI::App* jobs_rm = jobs->add_subcommand("rm", "remove a job");

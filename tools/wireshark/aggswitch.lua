@@ -23,7 +23,7 @@ local aggswitch = Proto("aggswitch", "aggswitch In-Network Aggregation Protocol"
 
 local OPCODE = { CONTRIBUTION = 1, PARTIAL = 2, RESULT = 3, LATE = 4, VERIFY = 5,
                  EXCEPTION_RETRANSMIT = 6, TASK_INFO = 7, ACK = 8, NACK = 9,
-                 NOTICE = 10, QUERY = 11 }
+                 NOTICE = 10, QUERY = 11, DISTRIBUTE = 12 }
 local opcode_names = {}
 for name, value in pairs(OPCODE) do opcode_names[value] = name end
 
@@ -51,6 +51,8 @@ local nack_reason_names = {
   [13] = "addr_low differs within the chunk",
   [14] = "slot busy, no spare slot free",
   [15] = "no parameter node for AGGREGATE_AT_PS data",
+  [16] = "a member has no address yet (DISTRIBUTE)",
+  [17] = "not the job's main server (DISTRIBUTE)",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.
@@ -298,7 +300,7 @@ local function dissect(tvb, pinfo, tree)
     return malformed(version_item, pinfo, len, string.format("version %d is not 1", version))
   end
   if not opcode_names[opcode] then
-    return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..11", opcode))
+    return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..12", opcode))
   end
   if not dt then
     return malformed(dtype_item, pinfo, len, string.format("dtype %d outside the table", dtype))

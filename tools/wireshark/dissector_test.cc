@@ -584,7 +584,7 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
   };
   corrupt(2, 0);     // version 0
   corrupt(3, 0);     // opcode 0
-  corrupt(3, 12);    // opcode 12
+  corrupt(3, 13);    // opcode 13
   corrupt(40, 5);    // dtype 5
   corrupt(41, 5);    // op 5
   corrupt(41, 3);    // float32 with and
@@ -603,8 +603,8 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
            "45 bytes, shorter than the 48-byte header",
            "missing list and payload need 62 bytes, the datagram has 60",
            "version 0 is not 1",
-           "opcode 0 outside 1..11",
-           "opcode 12 outside 1..11",
+           "opcode 0 outside 1..12",
+           "opcode 13 outside 1..12",
            "dtype 5 outside the table",
            "op 5 outside the table",
            "dtype float32 does not allow op and",
