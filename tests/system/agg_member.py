@@ -12,8 +12,20 @@ binds the member to. With --task-info the contribution carries its task info (TA
 expected = --members, node_count = 1), so the switch registers an unknown job
 in-band. A NACK is reported with its reason and ends the member.
 
-Exit 0 when the result matches, 1 on a wrong result, 2 on a timeout, 3 on a NACK.
-Standard library only.
+With --then-receive-distribute SEQ it then keeps its socket and waits for
+the DISTRIBUTE of SEQ the job's main server sends through the switch,
+whose int32 payload must equal --expect-distribute.
+
+As the job's main server instead (--main-server), it sends --values as a
+DISTRIBUTE of --seq to the job and waits for the switch's ACK, which must
+say --expect-copies copies went out; a NACK members unbound (not now) is
+retried until the timeout, any other NACK ends it:
+
+    agg_member.py --main-server --switch 10.0.10.253 --job 5 --key 0x5eed --seq 9 \
+                  --values 1,2,3 --expect-copies 4 --bind-port 45000
+
+Exit 0 when the result (or distribution, or ACK) matches, 1 when it does
+not, 2 on a timeout, 3 on a NACK. Standard library only.
 """
 import argparse
 import socket
@@ -21,13 +33,15 @@ import struct
 import sys
 import time
 
-MAGIC, VERSION, CONTRIBUTION, RESULT, NACK = 0xA65C, 1, 1, 3, 9
+MAGIC, VERSION, CONTRIBUTION, RESULT, ACK, NACK, DISTRIBUTE = 0xA65C, 1, 1, 3, 8, 9, 12
 HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBI")  # 48 bytes, docs/protocol.md
 FLAG_RETRANSMISSION = 1 << 1
 FLAG_TASK_INFO = 1 << 7
 NACK_REASONS = {1: "unknown job", 2: "key mismatch", 3: "malformed", 4: "job table full",
                 5: "type mismatch", 6: "task info conflict", 7: "rate limited",
-                8: "in-band jobs full", 9: "slot quota", 10: "hold quota", 11: "member bound"}
+                8: "in-band jobs full", 9: "slot quota", 10: "hold quota", 11: "member bound",
+                16: "members unbound", 17: "not main server"}
+NACK_MEMBERS_UNBOUND = 16
 
 
 def main():
@@ -36,20 +50,26 @@ def main():
     ap.add_argument("--port", type=int, default=47000)
     ap.add_argument("--job", type=int, required=True)
     ap.add_argument("--key", type=lambda s: int(s, 0), required=True)
-    ap.add_argument("--node", type=int, required=True)
-    ap.add_argument("--members", type=int, required=True)
+    ap.add_argument("--members", type=int, default=0)
     ap.add_argument("--seq", type=int, default=0)
     ap.add_argument("--values", required=True)
-    ap.add_argument("--expect", required=True)
+    ap.add_argument("--expect", default=None)
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--task-info", action="store_true")
     # The switch binds a member to the address it first sent from; one
     # member's runs use one UDP port, as one client process would.
     ap.add_argument("--bind-port", type=int, default=None,
                     help="local UDP port (default 40000 + node)")
+    ap.add_argument("--then-receive-distribute", type=int, default=None, metavar="SEQ")
+    ap.add_argument("--expect-distribute", default=None)
+    ap.add_argument("--main-server", action="store_true")
+    ap.add_argument("--expect-copies", type=int, default=None)
+    ap.add_argument("--node", type=int, default=0)
     a = ap.parse_args()
+    if a.main_server:
+        return main_server(a)
     values = [int(v) for v in a.values.split(",")]
-    expect = [int(v) for v in a.expect.split(",")]
+    expect = [int(v) for v in a.expect.split(",")] if a.expect else []
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("0.0.0.0", a.bind_port if a.bind_port is not None else 40000 + a.node))
@@ -81,8 +101,72 @@ def main():
             continue
         got = list(struct.unpack_from("<%di" % count, data, HEADER.size))
         print("node %d: result %s from %s:%d" % (a.node, got, peer[0], peer[1]))
-        return 0 if got == expect else 1
+        if got != expect:
+            return 1
+        if a.then_receive_distribute is None:
+            return 0
+        return receive_distribute(a, sock, deadline)
     print("node %d: no result within %.1f s" % (a.node, a.timeout), file=sys.stderr)
+    return 2
+
+
+def receive_distribute(a, sock, deadline):
+    """Waits for the DISTRIBUTE of --then-receive-distribute on `sock`."""
+    want = [int(v) for v in a.expect_distribute.split(",")]
+    while time.monotonic() < deadline:
+        try:
+            data, peer = sock.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if len(data) < HEADER.size:
+            continue
+        h = HEADER.unpack_from(data)
+        if h[0] != MAGIC or h[2] != DISTRIBUTE or h[5] != a.job or h[6] != a.then_receive_distribute:
+            continue
+        got = list(struct.unpack_from("<%di" % h[13], data, HEADER.size))
+        print("node %d: distribution %s (key %d, aux %d) from %s:%d"
+              % (a.node, got, h[7], h[18], peer[0], peer[1]))
+        return 0 if got == want and h[7] == 0 else 1
+    print("node %d: no distribution within %.1f s" % (a.node, a.timeout), file=sys.stderr)
+    return 2
+
+
+def main_server(a):
+    """Sends --values as a DISTRIBUTE and waits for the ACK."""
+    values = [int(v) for v in a.values.split(",")]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", a.bind_port if a.bind_port is not None else 45000))
+    sock.settimeout(0.2)
+    payload = struct.pack("<%di" % len(values), *values)
+    deadline = time.monotonic() + a.timeout
+    unbound = 0
+    while time.monotonic() < deadline:
+        header = HEADER.pack(MAGIC, VERSION, DISTRIBUTE, 0, 0, a.job, a.seq, a.key,
+                             0, 0, 0, 0, 0xFFFF, len(values), 0, 0, 0, 0, 7)
+        sock.sendto(header + payload, (a.switch, a.port))
+        try:
+            data, _ = sock.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if len(data) < HEADER.size:
+            continue
+        h = HEADER.unpack_from(data)
+        if h[0] != MAGIC or h[5] != a.job or h[6] != a.seq:
+            continue
+        if h[2] == NACK:
+            reason = h[18]
+            if reason == NACK_MEMBERS_UNBOUND:
+                unbound += 1
+                time.sleep(0.2)
+                continue
+            print("main server: NACK: %s (%d)" % (NACK_REASONS.get(reason, "?"), reason),
+                  file=sys.stderr)
+            return 3
+        if h[2] == ACK:
+            print("main server: ACK, %d copies (after %d NACKs members unbound)" % (h[18], unbound))
+            return 0 if a.expect_copies is None or h[18] == a.expect_copies else 1
+    print("main server: no ACK within %.1f s (%d NACKs members unbound)" % (a.timeout, unbound),
+          file=sys.stderr)
     return 2
 
 
