@@ -44,6 +44,18 @@ NACK_REASONS = {1: "unknown job", 2: "key mismatch", 3: "malformed", 4: "job tab
 NACK_MEMBERS_UNBOUND = 16
 
 
+def receive(sock):
+    """One datagram with an aggregation header: (header fields, datagram,
+    peer), or None when none came within the socket's timeout."""
+    try:
+        data, peer = sock.recvfrom(65535)
+    except socket.timeout:
+        return None
+    if len(data) < HEADER.size or HEADER.unpack_from(data)[0] != MAGIC:
+        return None
+    return HEADER.unpack_from(data), data, peer
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--switch", required=True)
@@ -84,15 +96,12 @@ def main():
                              0, 0, expected, node_count, 0xFFFF, len(values), 0, 0, 0, 0, 0)
         sock.sendto(header + payload, (a.switch, a.port))
         flags = task_info | FLAG_RETRANSMISSION
-        try:
-            data, peer = sock.recvfrom(65535)
-        except socket.timeout:
+        got = receive(sock)
+        if got is None:
             continue
-        if len(data) < HEADER.size:
-            continue
-        h = HEADER.unpack_from(data)
+        h, data, peer = got
         magic, version, opcode, job, seq, count = h[0], h[1], h[2], h[5], h[6], h[13]
-        if magic == MAGIC and opcode == NACK and job == a.job and seq == a.seq:
+        if opcode == NACK and job == a.job and seq == a.seq:
             reason = h[18]
             print("node %d: NACK: %s (%d)" % (a.node, NACK_REASONS.get(reason, "?"), reason),
                   file=sys.stderr)
@@ -114,14 +123,11 @@ def receive_distribute(a, sock, deadline):
     """Waits for the DISTRIBUTE of --then-receive-distribute on `sock`."""
     want = [int(v) for v in a.expect_distribute.split(",")]
     while time.monotonic() < deadline:
-        try:
-            data, peer = sock.recvfrom(65535)
-        except socket.timeout:
+        got = receive(sock)
+        if got is None:
             continue
-        if len(data) < HEADER.size:
-            continue
-        h = HEADER.unpack_from(data)
-        if h[0] != MAGIC or h[2] != DISTRIBUTE or h[5] != a.job or h[6] != a.then_receive_distribute:
+        h, data, peer = got
+        if h[2] != DISTRIBUTE or h[5] != a.job or h[6] != a.then_receive_distribute:
             continue
         got = list(struct.unpack_from("<%di" % h[13], data, HEADER.size))
         print("node %d: distribution %s (key %d, aux %d) from %s:%d"
@@ -144,14 +150,11 @@ def main_server(a):
         header = HEADER.pack(MAGIC, VERSION, DISTRIBUTE, 0, 0, a.job, a.seq, a.key,
                              0, 0, 0, 0, 0xFFFF, len(values), 0, 0, 0, 0, 7)
         sock.sendto(header + payload, (a.switch, a.port))
-        try:
-            data, _ = sock.recvfrom(65535)
-        except socket.timeout:
+        got = receive(sock)
+        if got is None:
             continue
-        if len(data) < HEADER.size:
-            continue
-        h = HEADER.unpack_from(data)
-        if h[0] != MAGIC or h[5] != a.job or h[6] != a.seq:
+        h = got[0]
+        if h[5] != a.job or h[6] != a.seq:
             continue
         if h[2] == NACK:
             reason = h[18]
