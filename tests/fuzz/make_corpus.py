@@ -21,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # --- the aggregation header (docs/protocol.md) ---
 MAGIC, VERSION = 0xA65C, 1
 CONTRIBUTION, PARTIAL, RESULT, LATE, VERIFY, EXC_RETRANSMIT, TASK_INFO, ACK, NACK, NOTICE = range(1, 11)
+DISTRIBUTE = 12
 INT32, FLOAT32, FLOAT16, BFLOAT16, BOOL = range(5)
 SUM, MIN, MAX, AND, OR = range(5)
 F_BYPASS, F_OVERFLOW, F_INCOMPLETE, F_TASK_INFO, F_ORDERED = 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8
@@ -124,6 +125,7 @@ def wire_seeds():
         "ack": agg(ACK, ack=99, seq=99, node=1),
         "nack-key-mismatch": agg(NACK, aux=2),
         "notice-self-flag": agg(NOTICE, aux=1, node=3),
+        "distribute": agg(DISTRIBUTE, v, seq=9, aux=128),
         "bad-truncated": agg(ACK)[:47],
         "bad-count-mismatch": agg(CONTRIBUTION, v)[:-1],
         "bad-type-op": agg(CONTRIBUTION, b"\x01", dtype=BOOL, op=SUM),
@@ -142,6 +144,9 @@ def frame_seeds():
                                                     ipv4("10.0.20.10", sw20, 17,
                                                          udp(40001, 47000, agg(TASK_INFO, expected=2))),
                                                     vlan=20),
+        "port0-agg-distribute": b"\x00" + eth(SWITCH_MAC, HOST_MAC, 0x0800,
+                                               ipv4(host, sw, 17, udp(45000, 47000,
+                                                                      agg(DISTRIBUTE, i32(7, 8), seq=9)))),
         "port0-priority-tag-udp": b"\x00" + eth(SWITCH_MAC, HOST_MAC, 0x0800,
                                                 ipv4(host, "10.0.10.11", 17, udp(5000, 5001, b"hi")),
                                                 vlan=0),
@@ -324,6 +329,16 @@ aggregation:
       switches: [{node: 100, covers: [2, 3]}]
       upstream: {address: 10.0.9.1, node: 3}
       tan: {strategy: fixed, candidates: [{address: 10.0.9.50}]}
+""",
+        "groups-and-main-server": """\
+switch: {mac: 02:00:00:00:00:01, addresses: [10.0.10.1/24]}
+ports:
+  - {name: h0, devargs: net_null0, access: 10}
+  - {name: s1, devargs: net_null1, access: 10, role: fabric, group: up}
+  - {name: s2, devargs: net_null2, access: 10, role: fabric, group: up}
+aggregation:
+  address: 10.0.10.254
+  jobs: [{id: 5, key: 0x5eed, members: 2, main_server: "10.0.10.100:45000"}]
 """,
         "anchors": "ports:\n  - &p {name: p0, devargs: net_null0, access: 10}\n  - <<: *p\n    name: p1\n",
         "errors-unknown-key": "ports: []\nswitch: {mac: zz}\nbogus: 1\n",
