@@ -40,6 +40,15 @@ std::string_view OriginName(JobSpec::Origin origin) {
   return "unknown";
 }
 
+std::string_view ModeName(JobSpec::Mode mode) {
+  switch (mode) {
+    case JobSpec::Mode::kAggregate: return "aggregate";
+    case JobSpec::Mode::kStore: return "store";
+    case JobSpec::Mode::kBoth: return "both";
+  }
+  return "aggregate";
+}
+
 std::string_view PlacedName(JobSpec::Placed placed) {
   switch (placed) {
     case JobSpec::Placed::kHash:
@@ -84,7 +93,10 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       verify_(spec.verify),
       main_server_ip_(spec.main_server_ip),
       main_server_port_(spec.main_server_port),
-      hops_(new Member[1 + spec.upstreams.size()]),
+      mode_(spec.mode),
+      store_quota_(spec.store_quota),
+      // The TAN, the parents, then the main server.
+      hops_(new Member[2 + spec.upstreams.size()]),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
   for (uint16_t i = 0; i < spec.members; ++i) seen_[i].store(0, std::memory_order_relaxed);

@@ -142,6 +142,10 @@ struct JobSpec {
   // replicated to every member.
   uint32_t main_server_ip = 0;
   uint16_t main_server_port = 0;
+  // What the switch does with the members' contributions
+  // (aggregation.jobs[].mode; docs/protocol.md, "Store").
+  enum class Mode : uint8_t { kAggregate, kStore, kBoth };
+  Mode mode = Mode::kAggregate;
 
   // --- What one job may hold of the switch (docs/security.md) ---
   // --- Where its chunks live in its slot region (slot_placement.h) ---
@@ -162,12 +166,18 @@ struct JobSpec {
   // (NackReason::kHoldQuota beyond; Job::HoldAllowed). 0: no bound but the
   // hold pool's.
   uint32_t hold_quota = 0;
+  // Store buffers (aggregation.store) the job may hold at once, over every
+  // worker: its contributions kept in store or both mode (NackReason::
+  // kStoreFull beyond). 0: no bound but the store's.
+  uint32_t store_quota = 0;
 };
 
 // "config", "api", "in-band". [any]
 std::string_view OriginName(JobSpec::Origin origin);
 // "hash", "round_robin", "random", "hint". [any]
 std::string_view PlacedName(JobSpec::Placed placed);
+// "aggregate", "store", "both". [any]
+std::string_view ModeName(JobSpec::Mode mode);
 
 // A member's learned return path.
 struct MemberAddr {
@@ -448,6 +458,19 @@ class alignas(64) Job {
   }
   uint32_t main_server_ip() const { return main_server_ip_; }
   uint16_t main_server_port() const { return main_server_port_; }
+  // The main server's resolved address (the control thread resolves it as
+  // it does the hops); false while unresolved or without one. [any]
+  bool GetMainServer(MemberAddr* out) const {
+    return main_server_ip_ != 0 && Read(hops_[main_server_hop()], out);
+  }
+  // The hop index SetHop() publishes the main server's resolution under. [any]
+  uint32_t main_server_hop() const { return hop_count(); }
+  JobSpec::Mode mode() const { return mode_; }
+  // Whether its members' contributions are kept (store, both) and reduced
+  // (aggregate, both).
+  bool stores() const { return mode_ != JobSpec::Mode::kAggregate; }
+  bool aggregates() const { return mode_ != JobSpec::Mode::kStore; }
+  uint32_t store_quota() const { return store_quota_; }
 
   // --- The TAN choice (root jobs), changed by the control thread ---
 
@@ -519,7 +542,7 @@ class alignas(64) Job {
     return hop < hop_count() && Read(hops_[hop], out);
   }
   // Publishes a resolution (ARP answered); `addr.ip`/`udp_port` must be the
-  // hop's. [control]
+  // hop's, or with hop main_server_hop() the main server's. [control]
   void SetHop(uint32_t hop, const MemberAddr& addr) const;
   void ClearHop(uint32_t hop) const { hops_[hop].l2.store(0, std::memory_order_relaxed); }
 
@@ -656,10 +679,12 @@ class alignas(64) Job {
   const bool verify_;
   const uint32_t main_server_ip_;
   const uint16_t main_server_port_;
+  const JobSpec::Mode mode_;
+  const uint32_t store_quota_;
   mutable std::atomic<uint64_t> relayed_ack_{0};  // watermark (31..0) | valid (32)
   mutable std::atomic<uint16_t> tan_member_{kNoNode};
   mutable std::atomic<uint64_t> tan_target_{0};  // ip (63..32) | port (31..16) | JobSpec::Tan (7..0)
-  const std::unique_ptr<Member[]> hops_;            // kTanHop, then the parents
+  const std::unique_ptr<Member[]> hops_;            // kTanHop, the parents, the main server
   std::unique_ptr<std::atomic<uint64_t>[]> excluded_;
   mutable std::atomic<uint16_t> excluded_count_{0};
 };

@@ -114,6 +114,8 @@ struct SlotRegions {
   // The global slot of spare slot `hint`; hint < spare.size.
   uint32_t Spare(uint16_t hint) const { return spare.first + hint; }
   bool IsSpare(uint32_t slot) const { return slot >= spare.first && slot - spare.first < spare.size; }
+  // Every slot of the table: the spare slots come last.
+  uint32_t total() const { return spare.first + spare.size; }
   const SlotRegion& For(bool in_band_job) const { return in_band_job ? in_band : provisioned; }
   uint32_t Of(bool in_band_job, uint32_t offset, uint32_t seq) const {
     return For(in_band_job).Of(offset, seq);

@@ -70,6 +70,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.addr_low_ = c.addr_low;
   s.count_ = 0;
   s.overflow_ = false;
+  s.final_ = false;
   s.verifying_ = false;
   s.first_tsc_ = now_tsc;
   s.resent_tsc_ = 0;
@@ -264,6 +265,7 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   // A new member of an aggregating slot (a complete slot has every member).
   s.bitmap_[c.node >> 6] |= uint64_t{1} << (c.node & 63);
   ++s.count_;
+  s.final_ |= c.final;
   const uint64_t offset = (now_tsc - s.first_tsc_) >> Slot::kOffsetShift;
   s.offsets_[c.node] = offset > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(offset);
   if (c.missing_count != 0) Inherit(s, c);

@@ -81,6 +81,9 @@ struct Contribution {
   // The first contribution arms the slot's timer: deadline = now + this; 0: none.
   uint64_t timeout_cycles = 0;
   bool ordered = false;     // reduce in member order (bit-identical floats)
+  // The member marked the chunk final (flags::kFinal): the slot carries
+  // the mark to its partial, and at the root to the job's main server.
+  bool final = false;
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
   int8_t scale = 0;
@@ -141,6 +144,8 @@ class Slot {
   // The addr_low of its first contribution: every counted one carries the same.
   uint32_t addr_low() const { return addr_low_; }
   bool overflow() const { return overflow_; }
+  // A counted contribution carried flags::kFinal.
+  bool final() const { return final_; }
   // kForwarded to be checked by the parameter node (MarkForwarded with
   // hold): the slot does not give way until the answer comes.
   bool verifying() const { return verifying_; }
@@ -164,6 +169,7 @@ class Slot {
   State state_ = State::kFree;
   bool ordered_ = false;
   bool overflow_ = false;
+  bool final_ = false;
   bool verifying_ = false;
   DType dtype_ = DType::kInt32;
   ReduceOp op_ = ReduceOp::kSum;

@@ -54,8 +54,14 @@ enum class Opcode : uint8_t {
   // and answers the main server ACK, or NACK when a member has no address
   // yet (docs/protocol.md, "Distribution").
   kDistribute = 12,
+  // A member (or the job's main server) asks the switch for the
+  // contribution member `aux` (a node id) sent to chunk `seq` of a job in
+  // store or both mode; the switch answers FETCH with its payload, or NACK
+  // not_stored. With RELEASE the stored copy is freed once sent
+  // (docs/protocol.md, "Store").
+  kFetch = 13,
 };
-inline constexpr uint8_t kMaxOpcode = 12;
+inline constexpr uint8_t kMaxOpcode = 13;
 
 // Bits of the header's flags field.
 namespace flags {
@@ -70,6 +76,12 @@ inline constexpr uint16_t kTaskInfo = 1 << 7;
 inline constexpr uint16_t kOrdered = 1 << 8;
 // With TASK_INFO: the job runs in verify mode (docs/parameter-node.md).
 inline constexpr uint16_t kVerifyMode = 1 << 9;
+// On a FETCH: free the stored copy once it is sent.
+inline constexpr uint16_t kRelease = 1 << 10;
+// On a contribution: the chunk is the job's final result, which the root
+// also delivers to the job's main server until it ACKs (docs/protocol.md,
+// "Final delivery"). Partials carry it up; the delivery carries it too.
+inline constexpr uint16_t kFinal = 1 << 11;
 }  // namespace flags
 
 // Reason codes carried in `aux` by a NACK (docs/protocol.md).
@@ -104,6 +116,13 @@ enum class NackReason : uint32_t {
   // A DISTRIBUTE from another address than the job's main server, or for a
   // job without one.
   kNotMainServer = 17,
+  // "Not now": a contribution to a job in store or both mode found the
+  // job's share of the store, or this switch's, full. Nothing of it was
+  // kept or reduced. Released copies make room.
+  kStoreFull = 18,
+  // A FETCH for a contribution the switch does not hold: never stored,
+  // released, or the job is not in store or both mode.
+  kNotStored = 19,
 };
 
 // What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).
@@ -169,7 +188,7 @@ struct AggPacket {
   X(kTruncated, "truncated", "shorter than the 48-byte header")               \
   X(kBadMagic, "bad_magic", "magic is not 0xA65C")                            \
   X(kBadVersion, "bad_version", "version is not 1")                           \
-  X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..12")                  \
+  X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..13")                  \
   X(kUnknownDType, "unknown_dtype", "dtype outside the table")                \
   X(kUnknownOp, "unknown_op", "op outside the table")                         \
   X(kBadTypeOp, "bad_type_op", "the dtype does not allow the op")             \

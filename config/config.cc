@@ -771,6 +771,15 @@ class Validator {
       range("aggregation.hold.per_job", hold.loc, agg.HoldPerJob(), 1, hold.buffers,
             "buffers (aggregation.hold.buffers at most)");
     }
+    const StoreConfig& store = agg.store;
+    if (range("aggregation.store.buffers", store.loc, store.buffers, 0, kMaxStoreBuffers,
+              "buffers (0: no store)") &&
+        store.buffers != 0) {
+      range("aggregation.store.per_job", store.loc, store.PerJob(), 1, store.buffers,
+            "buffers (aggregation.store.buffers at most)");
+    }
+    range("aggregation.store.final_timeout_ms", store.loc, store.final_timeout_ms, 1,
+          kMaxTimeoutMs, "milliseconds");
     range("aggregation.member_rebind_ms", agg.loc, agg.member_rebind_ms, 0, kMaxTimeoutMs,
           "milliseconds (0: only the API rebinds)");
     const InBandConfig& in_band = agg.in_band;
@@ -981,6 +990,18 @@ class Validator {
     if (job.verify) {
       CheckRemoteTan(job, path, "verify", "verifying parameter node", "a job in verify mode",
                      "the agg-ps that checks every complete chunk");
+    }
+    if (job.mode != JobMode::kAggregate) {
+      const char* mode = job.mode == JobMode::kStore ? "store" : "both";
+      if (config_.aggregation.store.buffers == 0) {
+        Error(path + ".mode", job.loc,
+              std::string("expected aggregate, or store buffers for mode ") + mode +
+                  " (aggregation.store.buffers is 0)");
+      } else if (job.mode == JobMode::kStore && (job.parameter_server || job.verify || job.ordered)) {
+        Error(path + ".mode", job.loc,
+              "expected aggregate or both for a job that reduces (parameter_server, verify or "
+              "ordered), got \"store\"");
+      }
     }
     if (job.placement_hint) {
       const uint32_t region = config_.aggregation.ProvisionedSlots();

@@ -11,6 +11,7 @@
 // share read-only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -61,6 +62,7 @@ inline constexpr uint16_t kMaxAggregationFanIn = 1024;
 inline constexpr uint32_t kMaxAggregationJobs = 65536;
 inline constexpr uint32_t kMinHoldBuffers = 64;
 inline constexpr uint32_t kMaxHoldBuffers = 1048576;
+inline constexpr uint32_t kMaxStoreBuffers = 1048576;
 inline constexpr uint32_t kMinIdleTimeoutMs = 1000;
 inline constexpr uint32_t kMaxIdleTimeoutMs = 86400000;
 inline constexpr uint32_t kMaxRegistrationRate = 1000000;
@@ -363,6 +365,30 @@ struct HoldConfig {
   friend bool operator==(const HoldConfig&, const HoldConfig&) = default;
 };
 
+// aggregation.store: the switch memory jobs in store or both mode keep their
+// members' contributions in (docs/protocol.md, "Store"), and the final
+// results the root delivers to a job's main server. A pool of its own.
+struct StoreConfig {
+  uint32_t buffers = 1024;  // in all, split evenly over the workers; 0..1048576
+  // One job at most, 1..buffers. Default: 256, or the buffers when fewer.
+  std::optional<uint32_t> per_job;
+  // How long the root retransmits a final result to the job's main server
+  // before it gives up (counted), 1..3600000.
+  uint32_t final_timeout_ms = 5000;
+  SourceLoc loc;
+
+  uint32_t PerJob() const { return per_job.value_or(std::min<uint32_t>(256, buffers)); }
+
+  friend bool operator==(const StoreConfig&, const StoreConfig&) = default;
+};
+
+// What a job does with its members' contributions (aggregation.jobs[].mode).
+enum class JobMode {
+  kAggregate,  // "aggregate": reduce them, the result to every member
+  kStore,      // "store": keep each member's latest per chunk, answer FETCH
+  kBoth,       // "both": keep and reduce
+};
+
 // A token bucket: `per_second` tokens a second, at most `burst` saved up.
 struct RateConfig {
   uint32_t per_second = 0;
@@ -442,6 +468,7 @@ struct AggregationJobConfig {
   // "Distribution"): what it sends the job as DISTRIBUTE (with the job's
   // key) is replicated to every member. Port 0 (none given): any port.
   std::optional<common::Ipv4Endpoint> main_server;
+  JobMode mode = JobMode::kAggregate;
   SourceLoc loc;
 
   // The node id of each member, by member index: node_ids, then each child
@@ -504,6 +531,7 @@ struct AggregationConfig {
   // slot_busy) and the member retries.
   std::optional<uint32_t> spare_slots;
   HoldConfig hold;
+  StoreConfig store;
   // A member sending from another address than it is bound to is refused
   // until the bound address has been silent this long; 0: only the API
   // unbinds (DELETE /api/v1/jobs/<id>/members/<node>).

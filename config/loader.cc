@@ -752,6 +752,7 @@ class Loader {
                    ReadUnsigned(n, p, agg.spare_slots.emplace(), {}, "slots");
                  }},
                 {"hold", [&](auto& n, auto& p) { LoadHold(n, p, agg.hold); }},
+                {"store", [&](auto& n, auto& p) { LoadStore(n, p, agg.store); }},
                 {"member_rebind_ms",
                  [&](auto& n, auto& p) {
                    ReadUnsigned(n, p, agg.member_rebind_ms, {}, "milliseconds (0: only the API)");
@@ -767,6 +768,18 @@ class Loader {
                 {"buffers", [&](auto& n, auto& p) { ReadUnsigned(n, p, out.buffers, {}, "buffers"); }},
                 {"per_job",
                  [&](auto& n, auto& p) { ReadUnsigned(n, p, out.per_job.emplace(), {}, "buffers"); }},
+            });
+  }
+
+  void LoadStore(const YAML::Node& node, const std::string& path, StoreConfig& out) {
+    out.loc = ItemLoc(node, path);
+    LoadMap(node, path,
+            {
+                {"buffers", [&](auto& n, auto& p) { ReadUnsigned(n, p, out.buffers, {}, "buffers"); }},
+                {"per_job",
+                 [&](auto& n, auto& p) { ReadUnsigned(n, p, out.per_job.emplace(), {}, "buffers"); }},
+                {"final_timeout_ms",
+                 [&](auto& n, auto& p) { ReadUnsigned(n, p, out.final_timeout_ms, {}, "milliseconds"); }},
             });
   }
 
@@ -1196,6 +1209,14 @@ class Loader {
             {"placement_hint",
              [&](auto& n, auto& p) {
                ReadUnsigned(n, p, job.placement_hint.emplace(), {}, "a slot index in the region");
+             }},
+            {"mode",
+             [&](auto& n, auto& p) {
+               ReadEnum<JobMode>(n, p,
+                                 {{"aggregate", JobMode::kAggregate},
+                                  {"store", JobMode::kStore},
+                                  {"both", JobMode::kBoth}},
+                                 job.mode);
              }},
             {"main_server",
              [&](auto& n, auto& p) {

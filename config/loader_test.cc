@@ -1394,6 +1394,21 @@ TEST(LimitsLoaderTest, Errors) {
                        "expected 64..1048576 buffers, got \"10\""));
   EXPECT_TRUE(OneError(Load(agg + "  hold: {per_job: 20000}\n"), "aggregation.hold.per_job", 3,
                        "expected 1..16384 buffers"));
+  EXPECT_TRUE(OneError(Load(agg + "  store: {buffers: 2000000}\n"), "aggregation.store.buffers", 3,
+                       "expected 0..1048576 buffers (0: no store), got \"2000000\""));
+  EXPECT_TRUE(OneError(Load(agg + "  store: {buffers: 100, per_job: 101}\n"),
+                       "aggregation.store.per_job", 3, "expected 1..100 buffers"));
+  EXPECT_TRUE(OneError(Load(agg + "  store: {final_timeout_ms: 0}\n"),
+                       "aggregation.store.final_timeout_ms", 3, "expected 1..3600000 milliseconds"));
+  {
+    const ConfigLoad r = Load(agg + "  store: {buffers: 64, final_timeout_ms: 900}\n");
+    EXPECT_EQ(r.config.aggregation.store.buffers, 64u);
+    EXPECT_EQ(r.config.aggregation.store.PerJob(), 64u) << "256, or the buffers when fewer";
+    EXPECT_EQ(r.config.aggregation.store.final_timeout_ms, 900u);
+  }
+  EXPECT_TRUE(OneError(Load(agg + "  store: {buffers: 0}\n  jobs: [{id: 1, key: 2, members: 2, mode: store}]\n"),
+                       "aggregation.jobs[0].mode", 4,
+                       "expected aggregate, or store buffers for mode store (aggregation.store.buffers is 0)"));
   EXPECT_TRUE(OneError(Load(agg + "  in_band: {slots: 4096}\n"), "aggregation.in_band.slots", 3,
                        "expected 1..2048 slots (at most half of aggregation.slots)"));
   EXPECT_TRUE(OneError(Load(agg + "  in_band: {slots: 100, slots_per_job: 101}\n"),
@@ -1848,6 +1863,14 @@ TEST(TreeLoaderTest, TimerBypassAndTriggerErrors) {
   EXPECT_EQ(main_server("10.0.0.9")->port, 0) << "any port";
   EXPECT_TRUE(OneError(Load(job + "      main_server: ps.local\n"), "aggregation.jobs[0].main_server", 8,
                        "expected the main server's \"a.b.c.d\" or \"a.b.c.d:port\", got \"ps.local\""));
+  EXPECT_EQ(Load(job + "      mode: both\n").config.aggregation.jobs[0].mode, JobMode::kBoth);
+  EXPECT_EQ(Load(job).config.aggregation.jobs[0].mode, JobMode::kAggregate);
+  EXPECT_TRUE(OneError(Load(job + "      mode: cache\n"), "aggregation.jobs[0].mode", 8,
+                       "expected aggregate, store or both, got \"cache\""));
+  EXPECT_TRUE(OneError(Load(job + "      mode: store\n      ordered: true\n      trigger: batch\n"),
+                       "aggregation.jobs[0].mode", 8,
+                       "expected aggregate or both for a job that reduces (parameter_server, "
+                       "verify or ordered), got \"store\""));
   EXPECT_TRUE(OneError(Load(job + "      colour: red\n"), "aggregation.jobs[0].colour", 8,
                        "unknown key \"colour\"; expected one of: id, key, members, nodes, ordered, "
                        "node_ids, switches, upstream, timeout_ms, trigger, tan, tan_member, "

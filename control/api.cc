@@ -130,6 +130,8 @@ json LcoreJson(const LcoreSnapshot& l) {
   agg["slots_complete"] = l.slots_complete;
   agg["slot_timers"] = l.slot_timers;
   agg["bypass_entries"] = l.bypass_entries;
+  agg["store_buffers"] = l.store_buffers;
+  agg["store_buffers_used"] = l.store_buffers_used;
   json malformed = json::object();
   for (size_t r = 0; r < dataplane::kNumMalformedReasons; ++r)
     malformed[dataplane::kMalformedText[r].name] = l.malformed[r];
@@ -243,6 +245,8 @@ json JobObject(const JobSnapshot& job) {
   j["parameter_server"] = job.parameter_server;
   j["verify"] = job.verify;
   j["main_server"] = job.main_server.empty() ? json(nullptr) : json(job.main_server);
+  j["mode"] = job.mode;
+  j["store"] = {{"buffers", job.store_buffers}, {"quota", job.store_quota}};
   j["placement"] = {{"first", job.slot_region_first},
                     {"size", job.slot_region_size},
                     {"base", job.slot_base},
@@ -1113,7 +1117,7 @@ common::Result<json> ParseBodyObject(std::string_view body, std::string_view sha
 
 constexpr char kJobFields[] =
     "id, key, members, nodes, ordered, node_ids, switches, upstream, timeout_ms, trigger, tan, "
-    "tan_member, parameter_server, verify, placement_hint, main_server";
+    "tan_member, parameter_server, verify, placement_hint, main_server, mode";
 
 }  // namespace
 
@@ -1204,6 +1208,18 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
                                        Preview(value));
       }
       job.main_server = *at;
+    } else if (name == "mode") {
+      const std::string text = value.is_string() ? value.get<std::string>() : std::string();
+      if (text == "aggregate") {
+        job.mode = config::JobMode::kAggregate;
+      } else if (text == "store") {
+        job.mode = config::JobMode::kStore;
+      } else if (text == "both") {
+        job.mode = config::JobMode::kBoth;
+      } else {
+        return common::InvalidArgument("mode must be \"aggregate\", \"store\" or \"both\", got " +
+                                       Preview(value));
+      }
     } else {
       return UnknownField(name, kJobFields);
     }

@@ -76,6 +76,8 @@
 //                "verify" (the TAN, the job's parameter node, checks every complete chunk),
 //                "main_server" ("a.b.c.d:port", port 0: any; null: none; DISTRIBUTE from
 //                it is replicated to every member),
+//                "mode" ("aggregate", "store", "both"), "store": {"buffers" (held now),
+//                "quota" (at most)},
 //                "placement": {"first","size","base","span","policy"} (its slot region;
 //                chunk s takes slot first + (base - first + s) mod size, or with a span
 //                first + (base - first + s mod span) mod size; policy: "hash",
@@ -98,7 +100,7 @@
 //                "expected","dtype" (name),"op" (name),"elem_count","overflow","age_seconds"}
 //   job_request = {"id","key"[,"members"][,"nodes"][,"ordered"][,"node_ids"][,"switches"]
 //                [,"upstream"][,"timeout_ms"][,"trigger"][,"tan"][,"tan_member"]
-//                [,"parameter_server"][,"verify"][,"placement_hint"][,"main_server"]}: the keys
+//                [,"parameter_server"][,"verify"][,"placement_hint"][,"main_server"][,"mode"]}: the keys
 //                of the config's aggregation.jobs[], with their meaning and defaults
 //                (README, "Configuration reference"); "key" is an unsigned integer or a
 //                "0x..." hex string; "members" is required unless node_ids or switches

@@ -614,6 +614,11 @@ TEST(ApiJobsTest, ParseJobRequestAcceptsEveryForm) {
     ASSERT_TRUE(with_server.ok()) << with_server.status().message();
     EXPECT_EQ(with_server->job.main_server->ToString(), "10.0.0.9:0");
   }
+  {
+    const auto stored = ParseJobRequest(R"({"id": 1, "key": 1, "members": 2, "mode": "store"})");
+    ASSERT_TRUE(stored.ok()) << stored.status().message();
+    EXPECT_EQ(stored->job.mode, config::JobMode::kStore);
+  }
   r = ParseJobRequest(R"({"id": 1, "key": "42", "members": 1})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->job.key, 42u);
@@ -767,7 +772,9 @@ TEST(ApiJobsTest, ParseJobRequestNamesTheTreeKey) {
       {R"({"id": 1, "key": 1, "members": 2, "colour": "red"})",
        "unknown field \"colour\"; expected id, key, members, nodes, ordered, node_ids, switches, "
        "upstream, timeout_ms, trigger, tan, tan_member, parameter_server, verify, placement_hint, "
-       "main_server"},
+       "main_server, mode"},
+      {R"({"id": 1, "key": 1, "members": 2, "mode": "cache"})",
+       "mode must be \"aggregate\", \"store\" or \"both\", got \"cache\""},
       {R"({"id": 1, "key": 1, "members": 2, "placement_hint": -1})",
        "placement_hint must be"},
       {R"({"id": 1, "key": 1, "members": 2, "main_server": "host:1"})",

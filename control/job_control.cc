@@ -46,7 +46,8 @@ JobTanSnapshot TanState(const Job& job) {
 // Reads the job and, through `counters`, its counters: on the control thread,
 // so that the job still owns its index (see job_control.h).
 JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_names, uint64_t tsc_hz,
-                        const aggregator::SlotRegions& regions, const JobCounterReader& counters) {
+                        const aggregator::SlotRegions& regions, const JobCounterReader& counters,
+                        const JobStoreReader& store) {
   JobSnapshot s;
   s.id = job.id();
   s.index = job.index();
@@ -56,6 +57,7 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
   s.ordered = job.ordered();
   s.min_ack = job.MinAck();
   if (counters) s.counters = counters(job.index());
+  if (store) s.store_buffers = store(job.index(), job.generation());
   for (uint16_t index = 0; index < job.members(); ++index) {
     aggregator::MemberAddr addr;
     const bool has_address = job.GetMember(index, &addr);
@@ -111,6 +113,8 @@ JobSnapshot SnapshotJob(const Job& job, const std::vector<std::string>& port_nam
   if (job.main_server_ip() != 0) {
     s.main_server = common::Ipv4Endpoint{{job.main_server_ip()}, job.main_server_port()}.ToString();
   }
+  s.mode = aggregator::ModeName(job.mode());
+  s.store_quota = job.store_quota();
   const aggregator::SlotRegion& region = regions.For(job.in_band());
   if (region.size != 0) {
     s.slot_region_first = region.first;
@@ -274,6 +278,12 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
     spec.main_server_ip = job.main_server->ip.addr;
     spec.main_server_port = job.main_server->port;
   }
+  switch (job.mode) {
+    case config::JobMode::kAggregate: spec.mode = JobSpec::Mode::kAggregate; break;
+    case config::JobMode::kStore: spec.mode = JobSpec::Mode::kStore; break;
+    case config::JobMode::kBoth: spec.mode = JobSpec::Mode::kBoth; break;
+  }
+  spec.store_quota = agg.store.PerJob();
   const bool in_band = origin == JobSpec::Origin::kInBand;
   spec.slot_quota = in_band ? agg.InBandSlotsPerJob() : agg.SlotsPerJob();
   spec.hold_quota = in_band ? agg.InBandHeldPerJob() : agg.HoldPerJob();
@@ -719,12 +729,16 @@ void JobControl::SetCounterReader(JobCounterReader reader) {
   counters_ = std::move(reader);
 }
 
+void JobControl::SetStoreReader(JobStoreReader reader) {
+  store_ = std::move(reader);
+}
+
 void JobControl::SetChangeHook(std::function<void()> hook) {
   change_hook_ = std::move(hook);
 }
 
 JobSnapshot JobControl::SnapshotOf(const Job& job) const {
-  return SnapshotJob(job, options_.port_names, options_.tsc_hz, regions_, counters_);
+  return SnapshotJob(job, options_.port_names, options_.tsc_hz, regions_, counters_, store_);
 }
 
 JobTableSnapshot JobControl::Snapshot() const {

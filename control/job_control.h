@@ -154,6 +154,9 @@ common::Status AddConfigJobs(aggregator::JobTable& table, const config::Aggregat
 // Reads job index `index`'s counters (CollectJobCounters). Called on the
 // control thread only, while the index belongs to the job being snapshotted.
 using JobCounterReader = std::function<JobCounterValues(uint16_t index)>;
+// Reads the store buffers job index `index` of `generation` holds
+// (Dataplane::JobStoreBuffers); the same rules as a JobCounterReader.
+using JobStoreReader = std::function<uint32_t(uint16_t index, uint32_t generation)>;
 
 class JobControl {
  public:
@@ -225,6 +228,9 @@ class JobControl {
   // dataplane that counts, hence a setter rather than an Option; set it
   // before the HTTP server starts. An empty reader turns counters off. [control]
   void SetCounterReader(JobCounterReader reader);
+  // Job snapshots also carry the store buffers each job holds, read through
+  // `reader`; the same rules. [control]
+  void SetStoreReader(JobStoreReader reader);
   // Runs `hook` on the control thread after a command added a job or
   // changed a job's TAN: TreeControl::ScanSoon, so that the new next hops
   // are resolved now rather than at the next periodic scan. Empty: none. [control]
@@ -282,6 +288,7 @@ class JobControl {
   const Options options_;      // its config moved into base_
   const aggregator::SlotRegions regions_;  // the dataplane's, from the same config
   JobCounterReader counters_;  // [control]
+  JobStoreReader store_;       // [control]
   std::function<void()> change_hook_;          // [control]
   InBandAdmission* admission_ = nullptr;       // [control]
   std::map<uint32_t, TanRecord> tan_choices_;  // by job id [control]

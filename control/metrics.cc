@@ -315,6 +315,12 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
                   &LcoreSnapshot::slots_complete},
         SlotGauge{"aggswitch_aggregation_slot_timers", "Slots whose timeout timer is armed.",
                   &LcoreSnapshot::slot_timers},
+        SlotGauge{"aggswitch_aggregation_store_buffers",
+                  "Parameter store buffers the lcore has (aggregation.store.buffers split over the workers).",
+                  &LcoreSnapshot::store_buffers},
+        SlotGauge{"aggswitch_aggregation_store_buffers_used",
+                  "Parameter store buffers holding a kept contribution or a final result in delivery.",
+                  &LcoreSnapshot::store_buffers_used},
         SlotGauge{"aggswitch_aggregation_bypass_entries",
                   "Live bypass entries: members a timeout left behind, waiting for their late data.",
                   &LcoreSnapshot::bypass_entries}}) {
@@ -459,7 +465,8 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
                {{"job", id},
                 {"origin", j.origin},
                 {"nodes", nodes},
-                {"ordered", j.ordered ? "true" : "false"}},
+                {"ordered", j.ordered ? "true" : "false"},
+                {"mode", std::string(j.mode)}},
                1);
     }
     e.Family("aggswitch_job_expected_members", "gauge",
@@ -473,6 +480,16 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     for (const JobSnapshot& j : t.jobs) {
       const std::string id = std::to_string(j.id);
       e.Sample("aggswitch_job_members", {{"job", id}}, j.learned);
+    }
+    e.Family("aggswitch_job_store_buffers", "gauge",
+             "Store buffers the job holds: its kept contributions and final results in delivery.");
+    for (const JobSnapshot& j : t.jobs) {
+      e.Sample("aggswitch_job_store_buffers", {{"job", std::to_string(j.id)}}, j.store_buffers);
+    }
+    e.Family("aggswitch_job_store_quota_buffers", "gauge",
+             "Store buffers the job may hold at once (aggregation.store.per_job).");
+    for (const JobSnapshot& j : t.jobs) {
+      e.Sample("aggswitch_job_store_quota_buffers", {{"job", std::to_string(j.id)}}, j.store_quota);
     }
     if (snap.aggregation) {
       for (size_t c = 0; c < dataplane::kNumJobCounters; ++c) {

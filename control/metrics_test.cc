@@ -347,6 +347,9 @@ StatsSnapshot WithJobs(StatsSnapshot s) {
   a.origin = "config";
   a.members = 4;
   a.learned = 3;
+  a.mode = "both";
+  a.store_buffers = 12;
+  a.store_quota = 256;
   JobSnapshot b;
   b.id = 4294967295u;
   b.index = 1;
@@ -365,8 +368,11 @@ TEST(MetricsTest, JobGaugesComeFromTheTable) {
            "# TYPE aggswitch_job_table_jobs gauge",
            "aggswitch_job_table_jobs 2",
            "aggswitch_job_table_capacity_jobs 1024",
-           R"(aggswitch_job_info{job="7",origin="config",nodes="1",ordered="false"} 1)",
-           R"(aggswitch_job_info{job="4294967295",origin="in-band",nodes="2",ordered="true"} 1)",
+           R"(aggswitch_job_info{job="7",origin="config",nodes="1",ordered="false",mode="both"} 1)",
+           R"(aggswitch_job_info{job="4294967295",origin="in-band",nodes="2",ordered="true",mode="aggregate"} 1)",
+           "# TYPE aggswitch_job_store_buffers gauge",
+           R"(aggswitch_job_store_buffers{job="7"} 12)",
+           R"(aggswitch_job_store_quota_buffers{job="7"} 256)",
            "# TYPE aggswitch_job_expected_members gauge",
            R"(aggswitch_job_expected_members{job="7"} 4)",
            R"(aggswitch_job_expected_members{job="4294967295"} 256)",

@@ -90,6 +90,10 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
       l.slots_complete = slots->complete();
       l.slot_timers = slots->armed_timers();
     }
+    if (const dataplane::ParameterStore* store = dp.worker_store(i); store != nullptr) {
+      l.store_buffers = store->capacity();
+      l.store_buffers_used = store->used();
+    }
     if (const aggregator::BypassTable* bypass = dp.worker_bypass(i); bypass != nullptr) {
       l.bypass_entries = bypass->live();
     }

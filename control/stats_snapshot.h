@@ -80,6 +80,8 @@ struct LcoreSnapshot : dataplane::WorkerInfo {
   uint32_t slots_complete = 0;  // of those, holding a result
   uint32_t slot_timers = 0;     // slots whose timer is armed
   uint32_t bypass_entries = 0;  // live bypass entries (docs/stragglers.md)
+  uint32_t store_buffers = 0;       // parameter store buffers (0: no store)
+  uint32_t store_buffers_used = 0;  // of those, taken
 
 #define AGG_LCORE_SNAPSHOT_FIELD(name, help) uint64_t name = 0;
   AGG_LCORE_COUNTERS(AGG_LCORE_SNAPSHOT_FIELD)
@@ -181,6 +183,11 @@ struct JobSnapshot {
   bool parameter_server = false;                 // root jobs: the TAN answers every chunk
   bool verify = false;                           // root jobs: the TAN checks every complete chunk
   std::string main_server;                       // "a.b.c.d:port" (port 0: any); "": none
+  std::string_view mode = "aggregate";           // "aggregate", "store", "both"
+  // The store buffers (aggregation.store) it holds now, over every worker,
+  // and may hold at once.
+  uint32_t store_buffers = 0;
+  uint32_t store_quota = 0;
   // Where its chunks land (aggregator/slot_placement.h): its slot region
   // and the slot of its sequence number 0; with hash placement (span 0)
   // chunk s takes slot first + (base - first + s) mod size, in a partition

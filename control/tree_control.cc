@@ -48,7 +48,8 @@ void TreeControl::Resolve(const Job& job, uint32_t hop, uint32_t ip, uint16_t ud
   if (n.resolved) {
     aggregator::MemberAddr want{n.mac48, static_cast<uint8_t>(n.port_index), n.vlan, ip, udp_port};
     aggregator::MemberAddr have;
-    if (!job.GetHop(hop, &have) || have.mac48 != want.mac48 || have.port_index != want.port_index ||
+    const bool known = hop == job.main_server_hop() ? job.GetMainServer(&have) : job.GetHop(hop, &have);
+    if (!known || have.mac48 != want.mac48 || have.port_index != want.port_index ||
         have.vlan != want.vlan || have.ip != ip || have.udp_port != udp_port) {
       job.SetHop(hop, want);
     }
@@ -77,6 +78,12 @@ void TreeControl::Poll(Clock::time_point now) {
   if (learned || now >= next_scan_) {
     next_scan_ = now + std::chrono::milliseconds(200);
     table_.ForEach([&](const Job& job) {
+      if (job.main_server_ip() != 0 && job.is_root()) {
+        // The root delivers final results there (docs/protocol.md, "Final
+        // delivery"); without a port, to the aggregation port.
+        Resolve(job, job.main_server_hop(), job.main_server_ip(),
+                job.main_server_port() != 0 ? job.main_server_port() : options_.udp_port, 0, now);
+      }
       if (!job.is_root()) {
         for (uint32_t hop = 1; hop < job.hop_count(); ++hop) {
           const aggregator::JobPeer up = job.HopPeer(hop);

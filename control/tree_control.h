@@ -53,6 +53,7 @@ class TreeControl {
     uint16_t own_vlan = 0;  // its VLAN; 0: every VLAN
     std::vector<uint16_t> vlans;  // the VLANs the ports carry (ARP when no VLAN is known)
     common::MacAddr switch_mac;
+    uint16_t udp_port = aggregator::kAggUdpPort;  // the aggregation port (a main server's default)
     aggregator::TanOptions tan;  // this switch's own TAN
     std::chrono::milliseconds arp_retry{1000};
     std::chrono::milliseconds arp_refresh{60000};

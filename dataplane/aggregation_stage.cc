@@ -132,6 +132,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     case Opcode::kTaskInfo:
     case Opcode::kQuery:
     case Opcode::kDistribute:
+    case Opcode::kFetch:
       break;
     default:
       c.unsupported.Add(1);
@@ -162,6 +163,9 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   const bool at_ps =
       opcode == Opcode::kContribution && (h.flags.host() & aggregator::flags::kAggregateAtPs) != 0;
   const int member = from_member ? job->LocalIndex(h.node_id.host()) : -1;
+  // The job's main server FETCHes kept contributions and ACKs final results.
+  const bool main_server = (opcode == Opcode::kFetch || opcode == Opcode::kAck) &&
+                           job->FromMainServer(udp.src_ip, udp.src_port);
   JobCounters& jc = s_.job_counters[job->index()];
   if (source != Source::kHandoff) {
     if (from_above) {
@@ -205,7 +209,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       tree_.ForwardToPs(m, *job, header_offset, in_port, 0);
       return false;
     }
-    if (!from_above) {
+    if (!from_above && !main_server) {
       const bool task_info =
           opcode == Opcode::kTaskInfo || (h.flags.host() & aggregator::flags::kTaskInfo);
       if (member < 0) {
@@ -267,7 +271,9 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       // Data for the parameter node goes there whoever sends it.
       const bool flagged = (h.flags.host() & aggregator::flags::kBypass) != 0;
       const bool excluded = job->Excluded(index);
-      if (opcode != Opcode::kQuery && !at_ps && (flagged || excluded)) {
+      // A FETCH, and a contribution to a job that only stores, take no slot.
+      const bool slotless = opcode == Opcode::kFetch || !job->aggregates();
+      if (opcode != Opcode::kQuery && !at_ps && !slotless && (flagged || excluded)) {
         c.late_self_flagged.Add(1);
         if (flagged != excluded) {
           answers_.SendNotice(*job, h.node_id.host(), h.seq.host(),
@@ -280,7 +286,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       }
       // A chunk too far ahead of the job's slowest member would take more
       // slots than the job may hold: refused until the watermark moves.
-      if (opcode != Opcode::kQuery && !at_ps &&
+      if (opcode != Opcode::kQuery && !at_ps && !slotless &&
           !job->SeqAllowed(h.seq.host(), clock_.SeenNow(), s_.rebind_ticks)) {
         c.slot_quota_refused.Add(1);
         jc.quota_refused.Add(1);
@@ -312,8 +318,20 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       tx_.Drop(in_port, DropReason::kAggUnknownJob, m);
       return false;
     }
+  } else if (main_server && opcode == Opcode::kAck) {
+    // The ACK of a final result echoes the slot that completed it (`aux`),
+    // whose owner keeps the delivery.
+    const uint32_t completed = h.aux.host();
+    if (completed >= s_.regions.total()) {
+      c.rejected.Add(1);
+      tx_.Drop(in_port, DropReason::kAggRejected, m);
+      return false;
+    }
+    slot = completed;
   } else if (via == Via::kPlacement &&
-             (opcode == Opcode::kContribution || opcode == Opcode::kQuery)) {
+             (opcode == Opcode::kQuery || (opcode == Opcode::kContribution && !job->stores()))) {
+    // A contribution to a job that stores goes to its home slot's owner,
+    // which keeps it (and sends it on where the chunk went).
     if (hint < s_.regions.spare.size) {
       slot = s_.regions.Spare(hint);
       where = Where::kSpare;
@@ -324,7 +342,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   }
   if (source == Source::kHandoff) {
     // Checked where it arrived; only the job may have changed meanwhile.
-    if (from_member && member < 0) {
+    if (from_member && member < 0 && !main_server) {
       c.rejected.Add(1);
       tx_.Drop(in_port, DropReason::kAggRejected, m);
       return false;
@@ -342,6 +360,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   out->where = where;
   out->claim = claim;
   out->member = member;
+  out->main_server = main_server;
   out->meta = meta;
   out->in_port = in_port;
   return true;
@@ -453,8 +472,23 @@ void AggregationStage::Reduce(Checked* items, uint16_t n) {
 }
 
 void AggregationStage::AtSlot(const Checked& it) {
-  if (it.pkt.opcode != aggregator::Opcode::kResult &&
-      it.pkt.opcode != aggregator::Opcode::kExceptionRetransmit) {
+  const aggregator::Opcode opcode = it.pkt.opcode;
+  if (opcode == aggregator::Opcode::kFetch) {
+    AnswerFetch(it);
+    return;
+  }
+  if (it.main_server) {  // an ACK of a final result
+    if (s_.finals == nullptr || !s_.finals->Acked(*it.job, it.pkt.header->seq.host())) {
+      stats_.lcore.agg.duplicates.Add(1);  // ACKed before, given up, or never sent
+    }
+    TxBuffers::Consumed(it.m);
+    return;
+  }
+  if (opcode == aggregator::Opcode::kContribution && it.job->stores() && it.where == Where::kHome &&
+      it.member >= 0 && !IsForPs(it.pkt) && !Keep(it)) {
+    return;
+  }
+  if (opcode != aggregator::Opcode::kResult && opcode != aggregator::Opcode::kExceptionRetransmit) {
     Contribute(it);
   } else if (!RedirectResult(it)) {
     tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port, LocalSlot(it.slot));
@@ -493,6 +527,7 @@ void AggregationStage::Contribute(const Checked& it) {
   contribution.expected = job.members();
   contribution.needed = static_cast<uint16_t>(job.members() - job.excluded_count());
   contribution.ordered = job.batch() || (h.flags.host() & aggregator::flags::kOrdered);
+  contribution.final = (h.flags.host() & aggregator::flags::kFinal) != 0;
   contribution.dtype = pkt.dtype;
   contribution.op = pkt.op;
   contribution.scale = h.scale;
@@ -936,6 +971,85 @@ void AggregationStage::DrainRelocations() {
     ++k;
   }
   if (k != 0) Dispatch(items, k);
+}
+
+bool AggregationStage::Keep(const Checked& it) {
+  using aggregator::NackReason;
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::Job& job = *it.job;
+  const auto member = static_cast<uint16_t>(it.member);
+  const ParameterStore::Kept kept =
+      s_.store != nullptr ? s_.store->Keep(job, member, it.pkt) : ParameterStore::Kept::kFull;
+  aggregator::MemberAddr addr;
+  const bool bound = job.GetMember(member, &addr);
+  switch (kept) {
+    case ParameterStore::Kept::kStored:
+    case ParameterStore::Kept::kReplaced:
+      (kept == ParameterStore::Kept::kStored ? c.stored : c.store_replaced).Add(1);
+      break;
+    case ParameterStore::Kept::kJobFull:
+    case ParameterStore::Kept::kFull:
+      c.store_full.Add(1);
+      if (bound) {
+        answers_.Nack(it.m, *it.pkt.header, NackReason::kStoreFull, addr);
+      } else {
+        tx_.Drop(it.in_port, DropReason::kAggRejected, it.m);
+      }
+      return false;
+  }
+  if (job.aggregates()) return true;
+  // Store mode: the ACK tells the member its contribution is kept.
+  if (bound) {
+    answers_.Answer(it.m, *it.pkt.header, aggregator::Opcode::kAck, NackReason{0}, addr);
+  } else {
+    TxBuffers::Consumed(it.m);
+  }
+  return false;
+}
+
+void AggregationStage::AnswerFetch(const Checked& it) {
+  using aggregator::NackReason;
+  AggregationCounters& c = stats_.lcore.agg;
+  const aggregator::Job& job = *it.job;
+  const aggregator::AggHeader& h = *it.pkt.header;
+  // Who asks: a member at its bound address, or the main server at the
+  // address it sent from.
+  aggregator::MemberAddr to;
+  if (it.main_server) {
+    const uint8_t* frame = rte_pktmbuf_mtod(it.m, const uint8_t*);
+    UdpInfo udp;
+    (void)ParseIpv4Udp(frame, rte_pktmbuf_data_len(it.m), it.meta.l3_offset, &udp);
+    to = aggregator::MemberAddr{Mac48(frame + 6), static_cast<uint8_t>(it.in_port), it.meta.vlan,
+                                udp.src_ip, udp.src_port};
+  } else if (!job.GetMember(static_cast<uint16_t>(it.member), &to)) {
+    tx_.Drop(it.in_port, DropReason::kAggRejected, it.m);
+    return;
+  }
+  const int owner = job.LocalIndex(static_cast<uint16_t>(h.aux.host()));
+  const ParameterStore::Copy* copy =
+      s_.store == nullptr || owner < 0 || !job.stores()
+          ? nullptr
+          : s_.store->Find(job, h.seq.host(), static_cast<uint16_t>(owner));
+  if (copy == nullptr) {
+    c.fetch_misses.Add(1);
+    answers_.Nack(it.m, h, NackReason::kNotStored, to);
+    return;
+  }
+  aggregator::AggFields f = aggregator::ReadAggFields(h);
+  f.job_key = 0;
+  f.flags = 0;
+  f.elem_count = copy->elem_count;
+  f.dtype = static_cast<aggregator::DType>(copy->dtype);
+  f.op = static_cast<aggregator::ReduceOp>(copy->op);
+  f.scale = copy->scale;
+  if (answers_.SendData(f, copy->data, copy->len(), to)) {
+    c.fetches.Add(1);
+    if ((h.flags.host() & aggregator::flags::kRelease) != 0) {
+      s_.store->Release(copy);
+      c.store_released.Add(1);
+    }
+  }
+  TxBuffers::Consumed(it.m);
 }
 
 void AggregationStage::AnswerQuery(const Checked& it) {

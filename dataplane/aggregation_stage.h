@@ -36,8 +36,10 @@
 #include "dataplane/answers.h"
 #include "dataplane/classify.h"
 #include "dataplane/counters.h"
+#include "dataplane/final_delivery.h"
 #include "dataplane/hold_buffers.h"
 #include "dataplane/packet.h"
+#include "dataplane/parameter_store.h"
 #include "dataplane/tree_stage.h"
 #include "dataplane/tx_buffers.h"
 #include "dataplane/worker_channels.h"
@@ -74,6 +76,14 @@ struct AggregationSetup {
   uint32_t reader_id = 0;                  // this worker's QSBR id in the job table
   aggregator::SlotRegions regions;         // where each job's chunks live (slot_placement.h)
   HoldBuffers* holds = nullptr;            // copies of the contributions ordered slots hold
+  // What jobs in store or both mode keep here, and the final results this
+  // worker delivers to main servers; null: none (aggregation.store.buffers 0).
+  ParameterStore* store = nullptr;
+  FinalDelivery* finals = nullptr;  // set by the worker, which owns it
+  // Final delivery's first retransmission interval and its give-up time, in
+  // TSC cycles (aggregation.store.final_timeout_ms).
+  uint64_t final_retry_cycles = 0;
+  uint64_t final_give_up_cycles = 0;
   aggregator::BypassTable* bypass = nullptr;  // this worker's bypass entries
   JobCounters* job_counters = nullptr;     // JobTable::max_jobs() entries, by Job::index()
   // The chunks whose placed slot this worker owns that were moved to a spare
@@ -144,7 +154,8 @@ class AggregationStage {
     // relocation map, the control thread, the home slot's owner), so it may
     // take the slot; a member's slot hint may not.
     bool claim;
-    int member;     // local member index; -1 for a RESULT from above
+    int member;     // local member index; -1 for a RESULT from above, or the main server
+    bool main_server;  // a FETCH or ACK from the job's main server
     FrameMeta meta;
     uint16_t in_port;
   };
@@ -235,6 +246,16 @@ class AggregationStage {
     return pkt.opcode == aggregator::Opcode::kContribution &&
            (pkt.header->flags.host() & aggregator::flags::kAggregateAtPs) != 0;
   }
+  // A contribution to a job in store or both mode, at its home slot's
+  // owner: kept in the store (docs/protocol.md, "Store"). Store mode ACKs
+  // it; both mode goes on to reduce it. When the store is full it is
+  // refused (NACK store_full), neither kept nor reduced. Returns whether
+  // the caller goes on to reduce it (`c` not consumed).
+  bool Keep(const Checked& c);
+  // A FETCH at its chunk's home slot owner: the kept contribution of member
+  // `aux` in a FETCH answer (freed after with RELEASE), else NACK
+  // not_stored. Consumes the datagram.
+  void AnswerFetch(const Checked& c);
   // A member's QUERY about a chunk it sent: the cached result when its slot
   // is complete, NOTICE held while the slot waits for others, else NOTICE
   // missing (send it again).

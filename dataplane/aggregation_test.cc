@@ -15,6 +15,8 @@
 #include <tuple>
 #include <vector>
 
+#include <rte_cycles.h>
+
 #include "aggregator/ps_engine.h"
 #include "dataplane/dataplane_test_fixture.h"
 #include "dataplane/udp_headers.h"
@@ -226,6 +228,247 @@ TEST_F(AggregationTest, DistributeFromTheMainServerReachesEveryMemberOnce) {
   EXPECT_EQ(ParseResult(out[1][1]).fields.aux, static_cast<uint32_t>(aggregator::NackReason::kKeyMismatch));
   EXPECT_EQ(out[0].size(), 0u);
   EXPECT_EQ(Agg().distribute_refused.Get(), 2u);
+}
+
+// Store mode, and both: a job's members' contributions kept in the switch
+// (docs/protocol.md, "Store").
+class StoreTest : public AggregationTest {
+ protected:
+  static constexpr uint32_t kServerIp = 0x0a0100c8;  // 10.1.0.200, not a member
+  static constexpr uint16_t kServerPort = 45000;
+  static common::MacAddr ServerMac() { return common::MacAddr::FromU64(0x020000200000ULL); }
+
+  const aggregator::Job* AddModeJob(uint32_t id, uint16_t members, aggregator::JobSpec::Mode mode,
+                                    uint32_t store_quota = 0) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = members;
+    spec.mode = mode;
+    spec.store_quota = store_quota;
+    spec.main_server_ip = kServerIp;
+    spec.main_server_port = kServerPort;
+    auto job = jobs_->Add(spec);
+    EXPECT_TRUE(job.ok());
+    return job.ok() ? *job : nullptr;
+  }
+  // A FETCH of member `owner`'s contribution to `seq`, from member `node`.
+  static aggregator::AggFields Fetch(uint32_t job, uint32_t seq, uint16_t node, uint16_t owner,
+                                     bool release = false) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kFetch;
+    f.node_id = node;
+    f.job_id = job;
+    f.seq = seq;
+    f.job_key = 0x5eed;
+    f.aux = owner;
+    f.flags = release ? aggregator::flags::kRelease : 0;
+    return f;
+  }
+  uint32_t StoreBuffers(const aggregator::Job& job) {
+    return dp_->JobStoreBuffers(job.index(), job.generation());
+  }
+  // The one datagram the switch sent, on `port`.
+  Result Only(std::map<int, std::vector<Frame>>& out, int port) {
+    EXPECT_EQ(out[port].size(), 1u);
+    return out[port].empty() ? Result{} : ParseResult(out[port][0]);
+  }
+};
+
+// Four members each store a vector: each is ACKed, nothing is reduced, and
+// every copy can be fetched, by a member and by the main server, bit for bit.
+TEST_F(StoreTest, StoreModeKeepsEveryMembersContributionForFetch) {
+  const aggregator::Job* job = AddModeJob(11, 4, aggregator::JobSpec::Mode::kStore);
+  std::vector<std::vector<uint8_t>> sent;
+  for (uint16_t m = 0; m < 4; ++m) {
+    sent.push_back(Int32Payload({m + 1, -(m + 1) * 1000, 7 * m}));
+    Inject(0, Contribution(11, 3, m, sent.back()));
+  }
+  Step();
+  auto out = Drain();
+  const std::vector<Result> acks = WithOpcode(out[0], aggregator::Opcode::kAck);
+  ASSERT_EQ(acks.size(), 4u);
+  std::set<uint32_t> acked;
+  for (const Result& a : acks) acked.insert(a.dst_ip);
+  EXPECT_EQ(acked.size(), 4u) << "each member its own ACK";
+  EXPECT_TRUE(WithOpcode(out[0], aggregator::Opcode::kResult).empty()) << "store mode reduces nothing";
+  EXPECT_EQ(Agg().stored.Get(), 4u);
+  EXPECT_EQ(Agg().contributions.Get(), 0u);
+  EXPECT_EQ(StoreBuffers(*job), 4u);
+
+  // Member 0 fetches member 2's copy.
+  Inject(0, Datagram(Fetch(11, 3, 0, 2)));
+  Step();
+  out = Drain();
+  Result r = Only(out, 0);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kFetch);
+  EXPECT_EQ(r.dst_ip, MemberIp(0));
+  EXPECT_EQ(r.fields.aux, 2u);
+  EXPECT_EQ(r.fields.seq, 3u);
+  EXPECT_EQ(r.fields.job_key, 0u);
+  EXPECT_EQ(r.fields.elem_count, 3u);
+  EXPECT_EQ(r.payload, sent[2]);
+  // The main server takes member 3's copy, which frees it.
+  Inject(1, DatagramFrom(Fetch(11, 3, 0, 3, true), {}, ServerMac(), kServerIp, kServerPort));
+  Step();
+  out = Drain();
+  r = Only(out, 1);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kFetch);
+  EXPECT_EQ(r.dst_ip, kServerIp);
+  EXPECT_EQ(r.dst_port, kServerPort);
+  EXPECT_EQ(r.payload, sent[3]);
+  EXPECT_EQ(StoreBuffers(*job), 3u);
+  EXPECT_EQ(Agg().store_released.Get(), 1u);
+  // Gone now; and nothing was kept of chunk 4.
+  Inject(1, DatagramFrom(Fetch(11, 3, 0, 3), {}, ServerMac(), kServerIp, kServerPort));
+  Inject(0, Datagram(Fetch(11, 4, 1, 1)));
+  Step();
+  out = Drain();
+  EXPECT_EQ(Only(out, 1).fields.aux, static_cast<uint32_t>(aggregator::NackReason::kNotStored));
+  r = Only(out, 0);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kNotStored));
+  EXPECT_EQ(Agg().fetches.Get(), 2u);
+  EXPECT_EQ(Agg().fetch_misses.Get(), 2u);
+  // A member's second contribution to chunk 3 replaces its copy.
+  Inject(0, Contribution(11, 3, 1, Int32Payload({5, 5, 5})));
+  Inject(0, Datagram(Fetch(11, 3, 0, 1)));
+  Step();
+  out = Drain();
+  const std::vector<Result> fetched = WithOpcode(out[0], aggregator::Opcode::kFetch);
+  ASSERT_EQ(fetched.size(), 1u);
+  EXPECT_EQ(fetched[0].payload, Int32Payload({5, 5, 5}));
+  EXPECT_EQ(Agg().store_replaced.Get(), 1u);
+  EXPECT_EQ(StoreBuffers(*job), 3u);
+}
+
+// Both mode: every member gets the sum, and every member's own vector stays
+// fetchable.
+TEST_F(StoreTest, BothModeStoresAndAggregates) {
+  const aggregator::Job* job = AddModeJob(12, 4, aggregator::JobSpec::Mode::kBoth);
+  std::vector<std::vector<uint8_t>> sent;
+  std::vector<int32_t> sum(3, 0);
+  for (uint16_t m = 0; m < 4; ++m) {
+    const std::vector<int32_t> v{m * 3, m * m, -m};
+    for (size_t e = 0; e < 3; ++e) sum[e] += v[e];
+    sent.push_back(Int32Payload(v));
+    Inject(0, Contribution(12, 8, m, sent.back()));
+  }
+  Step();
+  auto out = Drain();
+  const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 4u);
+  for (const Result& r : results) EXPECT_EQ(r.payload, Int32Payload(sum));
+  EXPECT_EQ(StoreBuffers(*job), 4u);
+  for (uint16_t m = 0; m < 4; ++m) Inject(0, Datagram(Fetch(12, 8, static_cast<uint16_t>(3 - m), m)));
+  Step();
+  out = Drain();
+  const std::vector<Result> copies = WithOpcode(out[0], aggregator::Opcode::kFetch);
+  ASSERT_EQ(copies.size(), 4u);
+  for (const Result& c : copies) EXPECT_EQ(c.payload, sent[c.fields.aux]);
+}
+
+// A full store refuses with NACK store_full and keeps nothing; in both mode
+// the refused contribution is not reduced either, so the stored copies and
+// the sum never disagree.
+TEST_F(StoreTest, AFullStoreRefusesAndKeepsNothing) {
+  BuildAggregation(", store: {buffers: 4, per_job: 3}");
+  const aggregator::Job* a = AddModeJob(13, 4, aggregator::JobSpec::Mode::kStore, 3);
+  for (uint16_t m = 0; m < 4; ++m) Inject(0, Contribution(13, 1, m, Int32Payload({m})));
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(WithOpcode(out[0], aggregator::Opcode::kAck).size(), 3u);
+  std::vector<Result> nacks = WithOpcode(out[0], aggregator::Opcode::kNack);
+  ASSERT_EQ(nacks.size(), 1u);
+  EXPECT_EQ(nacks[0].fields.aux, static_cast<uint32_t>(aggregator::NackReason::kStoreFull));
+  EXPECT_EQ(nacks[0].dst_ip, MemberIp(3));
+  EXPECT_EQ(Agg().store_full.Get(), 1u);
+  EXPECT_EQ(StoreBuffers(*a), 3u);
+
+  const aggregator::Job* b = AddModeJob(14, 2, aggregator::JobSpec::Mode::kBoth, 3);
+  Inject(0, Contribution(14, 1, 0, Int32Payload({1})));
+  Inject(0, Contribution(14, 1, 1, Int32Payload({2})));
+  Step();
+  out = Drain();
+  EXPECT_TRUE(WithOpcode(out[0], aggregator::Opcode::kResult).empty())
+      << "the second member's contribution was refused, not reduced";
+  nacks = WithOpcode(out[0], aggregator::Opcode::kNack);
+  ASSERT_EQ(nacks.size(), 1u);
+  EXPECT_EQ(nacks[0].fields.aux, static_cast<uint32_t>(aggregator::NackReason::kStoreFull));
+  EXPECT_EQ(Agg().store_full.Get(), 2u);
+  EXPECT_EQ(StoreBuffers(*b), 1u);
+  // Member 0 of job 13 releases its copy: member 1 of job 14 gets in.
+  Inject(0, Datagram(Fetch(13, 1, 0, 0, true)));
+  Inject(0, Contribution(14, 1, 1, Int32Payload({2})));
+  Step();
+  out = Drain();
+  const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].payload, Int32Payload({3}));
+}
+
+// Final delivery: a chunk its members mark FINAL goes, once complete, to the
+// job's main server too, again and again until the main server ACKs it
+// (echoing aux); one never ACKed is given up after final_timeout_ms.
+TEST_F(StoreTest, AFinalResultIsResentToTheMainServerUntilItsAck) {
+  BuildAggregation(", store: {final_timeout_ms: 300}");
+  const aggregator::Job* job = AddModeJob(15, 2, aggregator::JobSpec::Mode::kAggregate);
+  job->SetHop(job->main_server_hop(), {ServerMac().ToU64(), 1, 0, kServerIp, kServerPort});
+  auto final_contribution = [&](uint32_t seq, uint16_t node, int32_t v) {
+    Frame f = Contribution(15, seq, node, Int32Payload({v, 2 * v}));
+    HeaderOf(f)->flags = common::be16_t::FromHost(aggregator::flags::kFinal);
+    return f;
+  };
+  Inject(0, final_contribution(1, 0, 10));
+  Inject(0, final_contribution(1, 1, 5));
+  Inject(0, Contribution(15, 2, 0, Int32Payload({1, 1})));  // not final: members only
+  Inject(0, Contribution(15, 2, 1, Int32Payload({1, 1})));
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(WithOpcode(out[0], aggregator::Opcode::kResult).size(), 4u);
+  Result r = Only(out, 1);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+  EXPECT_TRUE(r.fields.flags & aggregator::flags::kFinal);
+  EXPECT_EQ(r.fields.seq, 1u);
+  EXPECT_EQ(r.dst_ip, kServerIp);
+  EXPECT_EQ(r.dst_port, kServerPort);
+  EXPECT_EQ(r.payload, Int32Payload({15, 30}));
+  EXPECT_EQ(Agg().final_deliveries.Get(), 1u);
+  EXPECT_EQ(StoreBuffers(*job), 1u) << "the root keeps a copy until the ACK";
+  // No ACK: sent again after about 10 ms.
+  rte_delay_ms(15);
+  Step();
+  out = Drain();
+  r = Only(out, 1);
+  EXPECT_EQ(r.payload, Int32Payload({15, 30}));
+  EXPECT_EQ(Agg().final_resends.Get(), 1u);
+  // The ACK echoes aux; nothing more is sent, and the copy is freed.
+  aggregator::AggFields ack;
+  ack.opcode = aggregator::Opcode::kAck;
+  ack.job_id = 15;
+  ack.job_key = 0x5eed;
+  ack.seq = 1;
+  ack.aux = r.fields.aux;
+  Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
+  Step();
+  rte_delay_ms(50);
+  Step();
+  out = Drain();
+  EXPECT_TRUE(out[1].empty());
+  EXPECT_EQ(Agg().final_acked.Get(), 1u);
+  EXPECT_EQ(StoreBuffers(*job), 0u);
+
+  // Chunk 3 is never ACKed: given up within the time.
+  Inject(0, final_contribution(3, 0, 1));
+  Inject(0, final_contribution(3, 1, 1));
+  for (int i = 0; i < 40 && Agg().final_given_up.Get() == 0; ++i) {
+    Step();
+    rte_delay_ms(20);
+  }
+  Step();
+  EXPECT_EQ(Agg().final_given_up.Get(), 1u);
+  EXPECT_GE(Agg().final_resends.Get(), 4u);
+  EXPECT_EQ(StoreBuffers(*job), 0u);
 }
 
 TEST_F(AggregationTest, ALaterChunkRevealsAMembersLostContribution) {

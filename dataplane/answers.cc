@@ -228,6 +228,27 @@ bool Answers::Acknowledge(const aggregator::AggFields& f, const aggregator::Memb
   return SendHeaderOnly(m, f, to);
 }
 
+bool Answers::SendData(const aggregator::AggFields& f, const uint8_t* payload, uint32_t len,
+                       const aggregator::MemberAddr& to) {
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (m == nullptr) {
+    stats_.lcore.agg.result_no_mbuf.Add(1);
+    return false;
+  }
+  const uint32_t udp_len = sizeof(aggregator::AggHeader) + len;
+  auto* buf = udp_len > UINT16_MAX
+                  ? nullptr
+                  : reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(udp_len)));
+  if (buf == nullptr ||
+      aggregator::BuildAggregation(f, nullptr, 0, payload, len, buf, udp_len) != udp_len) {
+    rte_pktmbuf_free(m);
+    stats_.lcore.agg.result_no_mbuf.Add(1);
+    return false;
+  }
+  SendTo(m, to, static_cast<uint16_t>(f.seq));
+  return true;
+}
+
 bool Answers::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,
                              const aggregator::MemberAddr& to) {
   const bool tagged = plan_.EgressTagged(to.port_index, to.vlan);

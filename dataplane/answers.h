@@ -73,6 +73,11 @@ class Answers {
   // DISTRIBUTE, whose datagram went on to the members. False when the pool
   // is empty (counted as result_no_mbuf).
   bool Acknowledge(const aggregator::AggFields& f, const aggregator::MemberAddr& to);
+  // Sends `f` with `len` payload bytes (f.elem_count elements of f.dtype) to
+  // `to` in a buffer of its own: a FETCH's answer, a final result. False when
+  // the pool is empty (result_no_mbuf) or it does not fit an mbuf.
+  bool SendData(const aggregator::AggFields& f, const uint8_t* payload, uint32_t len,
+                const aggregator::MemberAddr& to);
   void Nack(rte_mbuf* m, const aggregator::AggHeader& request, aggregator::NackReason reason,
             const aggregator::MemberAddr& to) {
     Answer(m, request, aggregator::Opcode::kNack, reason, to);

@@ -226,6 +226,17 @@ struct PortCounters {
   X(distributions, "DISTRIBUTE datagrams from a job's main server replicated to every member") \
   X(distribution_copies, "copies of DISTRIBUTE datagrams sent to members")           \
   X(distribute_refused, "DISTRIBUTE datagrams refused: not from the job's main server (NACK not_main_server), or a member without an address yet (NACK members_unbound)") \
+  X(stored, "contributions kept in the store (jobs in store or both mode)")          \
+  X(store_replaced, "kept contributions overwritten by the member's next contribution to the same chunk") \
+  X(store_full, "contributions refused (NACK store_full): the job's share of the store, or the switch's, was full") \
+  X(fetches, "FETCHes answered with a kept contribution")                           \
+  X(fetch_misses, "FETCHes answered NACK not_stored: no such contribution kept")    \
+  X(store_released, "kept contributions freed by a FETCH with RELEASE")              \
+  X(final_deliveries, "final results the root began delivering to a job's main server") \
+  X(final_resends, "final results sent to the main server again: no ACK yet")       \
+  X(final_acked, "final results the main server ACKed")                             \
+  X(final_given_up, "final results given up: no ACK from the main server within aggregation.store.final_timeout_ms") \
+  X(final_refused, "final results not delivered: no store buffer or delivery entry free, or no main server") \
   X(results_refused, "results not from the job's upstream or TAN")                     \
   X(verify_sent, "complete results sent to the parameter node to be checked (VERIFY)") \
   X(exceptions_down, "EXCEPTION_RETRANSMITs (a saturated sum, to be redone in float32) received from upstream or the parameter node and replicated to members") \

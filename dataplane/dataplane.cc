@@ -309,6 +309,10 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     while ((uint64_t{2} << agg.seen_shift) <= rte_get_tsc_hz() / 1000) ++agg.seen_shift;
     seen_shift_ = agg.seen_shift;
     agg.rebind_ticks = MillisecondsToTicks(config.aggregation.member_rebind_ms);
+    // Final results: sent again after 10 ms, 20, 40, ... (FinalDelivery).
+    agg.final_retry_cycles = rte_get_tsc_hz() / 100;
+    agg.final_give_up_cycles = static_cast<uint64_t>(config.aggregation.store.final_timeout_ms * 1e-3 *
+                                                     static_cast<double>(rte_get_tsc_hz()));
     // The held contributions' own pool: RX never waits for them.
     const std::string hold_name = "agg_hold_" + std::to_string(instance);
     hold_pool_.reset(rte_mempool_create(hold_name.c_str(), config.aggregation.hold.buffers,
@@ -365,6 +369,13 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     // In-band jobs' share of the hold pool, split over the workers.
     const uint32_t in_band_budget = (config.aggregation.InBandHeldTotal() + n_workers - 1) / n_workers;
     parts.holds = std::make_unique<HoldBuffers>(hold_pool_.get(), in_band_budget, slots.max_payload);
+    // The store's buffers, split evenly: a job's chunks spread over the
+    // workers' home slots.
+    if (config.aggregation.store.buffers != 0) {
+      parts.store = std::make_unique<ParameterStore>(
+          (config.aggregation.store.buffers + n_workers - 1) / n_workers, slots.max_payload,
+          jobs->max_jobs(), n_workers);
+    }
     parts.bypass = std::make_unique<aggregator::BypassTable>(bypass_entries, bypass_ttl);
     if (slot_regions_.spare.size != 0) {
       // Every lease may be of a chunk whose placed slot this worker owns.
@@ -387,6 +398,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       setup.agg.index = w;
       setup.agg.slots = parts.slots.get();
       setup.agg.holds = parts.holds.get();
+      setup.agg.store = parts.store.get();
       setup.agg.bypass = parts.bypass.get();
       setup.agg.job_counters = parts.stats->jobs.get();
       setup.agg.relocations = parts.relocations.get();
@@ -788,6 +800,14 @@ size_t Dataplane::ProcessEscalations(std::chrono::steady_clock::time_point now) 
 void Dataplane::ReadJobCounters(uint16_t index, uint64_t (&out)[kNumJobCounters]) const {
   if (jobs_ == nullptr || index >= jobs_->max_jobs()) return;
   for (const WorkerParts& w : workers_) w.stats->jobs[index].AddTo(out);
+}
+
+uint32_t Dataplane::JobStoreBuffers(uint16_t index, uint32_t generation) const {
+  uint32_t n = 0;
+  for (const WorkerParts& w : workers_) {
+    if (w.store != nullptr) n += w.store->JobUsed(index, generation);
+  }
+  return n;
 }
 
 SlotLatencyTotals Dataplane::ReadSlotLatency() const {

@@ -44,6 +44,7 @@
 #include "dataplane/mac_table.h"
 #include "dataplane/port_stats.h"
 #include "dataplane/hold_buffers.h"
+#include "dataplane/parameter_store.h"
 #include "dataplane/int_stage.h"
 #include "dataplane/worker.h"
 #include "dataplane/worker_channels.h"
@@ -112,6 +113,12 @@ class Dataplane {
   const aggregator::SlotTable* worker_slots(size_t index) const {
     return index < workers_.size() ? workers_[index].slots.get() : nullptr;
   }
+  // Worker `index`'s share of the parameter store, or nullptr without one. [any]
+  const ParameterStore* worker_store(size_t index) const {
+    return index < workers_.size() ? workers_[index].store.get() : nullptr;
+  }
+  // Store buffers job `index` of `generation` holds, over every worker. [any]
+  uint32_t JobStoreBuffers(uint16_t index, uint32_t generation) const;
 
   // --- Aggregation ---
 
@@ -263,6 +270,7 @@ class Dataplane {
     std::unique_ptr<aggregator::SlotTable> slots;      // its share of the slots
     std::unique_ptr<aggregator::BypassTable> bypass;   // its bypass entries
     std::unique_ptr<HoldBuffers> holds;                // its view of the hold pool
+    std::unique_ptr<ParameterStore> store;             // its share of the store; null: none
     // The chunks moved off the placed slots it owns; null without spare slots.
     std::unique_ptr<aggregator::RelocationMap> relocations;
     std::unique_ptr<Worker> worker;

@@ -99,6 +99,7 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
   const bool all_in = slot.count() == slot.expected() && slot.inherited_count() == 0 &&
                       !slot.inherited_overflow();
   if (answer_here && !verify && all_in) {
+    if (slot.final()) DeliverFinal(job, local, slot);
     return answers_.SendResult(job, slot, -1, carrier, header_offset);
   }
   uint16_t missing[kMaxMissingIds];
@@ -115,6 +116,7 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
                            header_offset);
     hold = true;
   } else if (n == 0 && answer_here) {
+    if (slot.final()) DeliverFinal(job, local, slot);
     return answers_.SendResult(job, slot, -1, carrier, header_offset);
   } else {
     consumed = SendPartial(job, slot, aggregator::Opcode::kPartial, missing, n, carrier,
@@ -122,6 +124,14 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
   }
   s_.slots->MarkForwarded(local, clock_.tsc, hold);
   return consumed;
+}
+
+void TreeStage::DeliverFinal(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot) {
+  if (s_.finals == nullptr) {
+    stats_.lcore.agg.final_refused.Add(1);
+    return;
+  }
+  s_.finals->Begin(job, slot, local * s_.n_workers + s_.index);
 }
 
 bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
@@ -137,7 +147,8 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
   aggregator::AggFields f = Answers::ChunkFields(job, slot);
   f.opcode = opcode;
   f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
-                                  (slot.ordered() ? aggregator::flags::kOrdered : 0));
+                                  (slot.ordered() ? aggregator::flags::kOrdered : 0) |
+                                  (slot.final() ? aggregator::flags::kFinal : 0));
   if (opcode == aggregator::Opcode::kVerify) {
     // What the parameter node checks for omission: how many members the
     // root has (its workers and child switches), and how many this result

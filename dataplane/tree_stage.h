@@ -26,6 +26,7 @@
 #include "aggregator/wire.h"
 #include "dataplane/answers.h"
 #include "dataplane/counters.h"
+#include "dataplane/final_delivery.h"
 #include "dataplane/tx_buffers.h"
 #include "dataplane/worker_messages.h"
 
@@ -39,7 +40,11 @@ class TreeStage {
     aggregator::BypassTable* bypass = nullptr;  // this worker's entries
     aggregator::SlotRegions regions;
     uint16_t n_workers = 1;
+    uint16_t index = 0;         // this worker's position (AggregationSetup::index)
     uint32_t rebind_ticks = 0;  // AggregationSetup::rebind_ticks
+    // The root's deliveries of FINAL chunks to their job's main server;
+    // null: none.
+    FinalDelivery* finals = nullptr;
     // A root that is its own TAN: first and late data up to the control
     // thread's TAN engine, its results back down (mbufs from the
     // aggregation header on).
@@ -55,7 +60,8 @@ class TreeStage {
   // upstream, first data to the TAN, or (nothing missing at the root) the
   // result to every member, or to the parameter node as VERIFY (verify
   // mode, or a saturated sum in a job with one; the slot is held until the
-  // answer). `expired`: its timer fired (bypass entries are
+  // answer). A result to every member whose chunk was marked FINAL also
+  // goes to the job's main server (FinalDelivery). `expired`: its timer fired (bypass entries are
   // written for the missing). `carrier` as for Answers::SendResult. Returns
   // whether the carrier was consumed.
   bool FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
@@ -111,6 +117,8 @@ class TreeStage {
  private:
   // Sends a partial (non-root) or first data (root) with `missing` node ids,
   // or (`opcode` kVerify, root) a complete result to be checked.
+  // A FINAL chunk complete at the root: on to the job's main server.
+  void DeliverFinal(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot);
   bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
                    aggregator::Opcode opcode, const uint16_t* missing, uint32_t n_missing,
                    rte_mbuf* carrier, uint32_t header_offset);

@@ -10,6 +10,15 @@
 
 namespace aggswitch::dataplane {
 
+namespace {
+
+AggregationSetup WithFinals(AggregationSetup setup, FinalDelivery* finals) {
+  setup.finals = finals;
+  return setup;
+}
+
+}  // namespace
+
 Worker::Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& macs,
                WorkerChannels& channels, rte_mempool* pool, LcoreStats& stats,
                const std::atomic<bool>& quit)
@@ -22,11 +31,13 @@ Worker::Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& m
       tx_(setup.port_ids, setup.tx_queue, pool, stats, setup.faults, setup.lcore,
           setup.linear_tx_ports),
       answers_(plan, pool, stats, tx_, {setup.agg.result_src_ip, setup.agg.udp_port}, clock_),
+      finals_(setup.agg.jobs, setup.agg.store, answers_, stats, clock_, setup.agg.final_retry_cycles,
+              setup.agg.final_give_up_cycles),
       tree_({setup.agg.jobs, setup.agg.slots, setup.agg.bypass, setup.agg.regions,
-             setup.agg.n_workers, setup.agg.rebind_ticks, channels.tan_up.get(),
-             channels.tan_down.get()},
+             setup.agg.n_workers, setup.agg.index, setup.agg.rebind_ticks, &finals_,
+             channels.tan_up.get(), channels.tan_down.get()},
             pool, stats, tx_, answers_, clock_),
-      agg_(setup.agg, channels, stats, tx_, answers_, tree_, clock_),
+      agg_(WithFinals(setup.agg, &finals_), channels, stats, tx_, answers_, tree_, clock_),
       own_(plan, stats, tx_, channels.neighbors.get()),
       l2_(plan, macs, channels.learn.get(), pool, stats, tx_, own_),
       classify_(plan,
@@ -91,6 +102,7 @@ bool Worker::PollOnce() {
     }
     if (channels_.handoff != nullptr) agg_.DrainHandoffs();
     if (agg_.timers_armed()) agg_.RunTimers();
+    if (finals_.pending()) finals_.Run();
     tree_.SweepBypass();
     tx_.Flush();
   }
@@ -160,6 +172,8 @@ void Worker::ServeControl() {
     return;
   }
   if (channels_.reinject != nullptr) agg_.DrainReinjects();
+  // The store's copies of removed jobs, a few table positions at a time.
+  if (setup_.agg.store != nullptr) setup_.agg.store->Sweep(*setup_.agg.jobs, kStoreSweepPerServe);
   if (channels_.relocate != nullptr) agg_.DrainRelocations();
   if (tree_.tan_results_waiting()) tree_.DrainTanResults();
   tx_.Flush();

@@ -99,6 +99,9 @@ class alignas(64) Worker {
   // Empty polls in a row before an idle sleep (eal.idle_sleep_us): a few
   // microseconds of polling, so that a steady stream never waits on a sleep.
   static constexpr uint32_t kPollsBeforeSleep = 64;
+  // Parameter store positions ServeControl() examines for removed jobs'
+  // copies (ParameterStore::Sweep).
+  static constexpr uint32_t kStoreSweepPerServe = 64;
 
  private:
   void ProcessBurst(uint16_t in_port, rte_mbuf* const* pkts, uint16_t n, uint32_t now_tick);
@@ -119,6 +122,7 @@ class alignas(64) Worker {
   // The stages, each calling only those below it.
   TxBuffers tx_;
   Answers answers_;
+  FinalDelivery finals_;
   TreeStage tree_;
   AggregationStage agg_;
   OwnAddressStage own_;

@@ -99,6 +99,15 @@ NackText DescribeNack(uint32_t reason) {
       return {"not the main server",
               "a DISTRIBUTE came from another address than the job's main_server, or the job "
               "has none"};
+    case NackReason::kStoreFull:
+      return {"store full",
+              "the job's share of the switch's parameter store (aggregation.store.per_job), or the "
+              "store, is full; nothing of the contribution was kept or reduced: FETCH with RELEASE "
+              "frees kept copies"};
+    case NackReason::kNotStored:
+      return {"not stored",
+              "a FETCH asked for a contribution the switch does not keep: never stored, released, "
+              "or the job is not in store or both mode"};
     case NackReason::kAddrLowMismatch:
       return {"addr_low mismatch",
               "the members of a chunk carry different addr_low values (the low bits of their "

@@ -122,6 +122,9 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
     const dataplane::Dataplane& counting = **dp;
     job_control.SetCounterReader(
         [&counting](uint16_t index) { return control::CollectJobCounters(counting, index); });
+    job_control.SetStoreReader([&counting](uint16_t index, uint32_t generation) {
+      return counting.JobStoreBuffers(index, generation);
+    });
   }
   // The job trees: next hops by ARP, straggler prediction, this switch's own TAN.
   std::unique_ptr<control::TreeControl> tree;
@@ -133,6 +136,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
     }
     tree_options.vlans = CarriedVlans(cfg);
     tree_options.switch_mac = cfg.switch_.mac;
+    tree_options.udp_port = cfg.aggregation.udp_port;
     tree_options.tan.give_up_ns = uint64_t{cfg.aggregation.give_up_ms} * 1'000'000;
     tree_options.tan.trigger = cfg.aggregation.trigger == config::AggTrigger::kBatch
                                    ? aggregator::TanTrigger::kBatch

@@ -23,7 +23,7 @@ local aggswitch = Proto("aggswitch", "aggswitch In-Network Aggregation Protocol"
 
 local OPCODE = { CONTRIBUTION = 1, PARTIAL = 2, RESULT = 3, LATE = 4, VERIFY = 5,
                  EXCEPTION_RETRANSMIT = 6, TASK_INFO = 7, ACK = 8, NACK = 9,
-                 NOTICE = 10, QUERY = 11, DISTRIBUTE = 12 }
+                 NOTICE = 10, QUERY = 11, DISTRIBUTE = 12, FETCH = 13 }
 local opcode_names = {}
 for name, value in pairs(OPCODE) do opcode_names[value] = name end
 
@@ -53,6 +53,8 @@ local nack_reason_names = {
   [15] = "no parameter node for AGGREGATE_AT_PS data",
   [16] = "a member has no address yet (DISTRIBUTE)",
   [17] = "not the job's main server (DISTRIBUTE)",
+  [18] = "store full",
+  [19] = "not stored (FETCH)",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.
@@ -81,9 +83,11 @@ local FLAG_BITS = {
   { mask = 0x0080, abbr = "task_info",       label = "TASK_INFO" },
   { mask = 0x0100, abbr = "ordered",         label = "ORDERED" },
   { mask = 0x0200, abbr = "verify_mode",     label = "VERIFY_MODE" },
+  { mask = 0x0400, abbr = "release",         label = "RELEASE" },
+  { mask = 0x0800, abbr = "final",           label = "FINAL" },
 }
--- Bits 10..15 are reserved: a flags value at or above this has one of them set.
-local FLAGS_RESERVED_MIN = 0x0400
+-- Bits 12..15 are reserved: a flags value at or above this has one of them set.
+local FLAGS_RESERVED_MIN = 0x1000
 local NO_SLOT_HINT = 0xFFFF
 local MOVED_SLOT_HINT = 0xFFFE  -- the job's moved partition
 
@@ -300,7 +304,7 @@ local function dissect(tvb, pinfo, tree)
     return malformed(version_item, pinfo, len, string.format("version %d is not 1", version))
   end
   if not opcode_names[opcode] then
-    return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..12", opcode))
+    return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..13", opcode))
   end
   if not dt then
     return malformed(dtype_item, pinfo, len, string.format("dtype %d outside the table", dtype))

@@ -584,7 +584,7 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
   };
   corrupt(2, 0);     // version 0
   corrupt(3, 0);     // opcode 0
-  corrupt(3, 13);    // opcode 13
+  corrupt(3, 14);    // opcode 14
   corrupt(40, 5);    // dtype 5
   corrupt(41, 5);    // op 5
   corrupt(41, 3);    // float32 with and
@@ -597,14 +597,14 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
   ExpectNoLuaError(r);
   EXPECT_EQ(r.out.find("Lua Error"), std::string::npos) << r.out;
   for (const char* text : {
-           "Reserved flag bits set (0xFC00); receivers ignore them",
+           "Reserved flag bits set (0xF000); receivers ignore them",
            "Missing node: 3",
            "0 bytes, shorter than the 48-byte header",
            "45 bytes, shorter than the 48-byte header",
            "missing list and payload need 62 bytes, the datagram has 60",
            "version 0 is not 1",
-           "opcode 0 outside 1..12",
-           "opcode 13 outside 1..12",
+           "opcode 0 outside 1..13",
+           "opcode 14 outside 1..13",
            "dtype 5 outside the table",
            "op 5 outside the table",
            "dtype float32 does not allow op and",

@@ -1,0 +1,96 @@
+#include "dataplane/final_delivery.h"
+
+#include <cstring>
+
+namespace aggswitch::dataplane {
+
+void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::Slot& slot,
+                          uint32_t global_slot) {
+  AggregationCounters& c = stats_.lcore.agg;
+  if (job.main_server_ip() == 0 || store_ == nullptr || n_pending_ == kMaxPending) {
+    c.final_refused.Add(1);
+    return;
+  }
+  // Delivered once: a member's retransmission of the chunk is answered
+  // from the slot, and sends nothing new to the main server.
+  for (const Pending& p : pending_) {
+    if (p.used && p.job_id == job.id() && p.job_generation == job.generation() &&
+        p.fields.seq == slot.seq()) {
+      return;
+    }
+  }
+  const uint32_t buffer = store_->TakeBuffer(job);
+  if (buffer == ParameterStore::kNoBuffer) {
+    c.final_refused.Add(1);
+    return;
+  }
+  Pending* p = pending_;
+  while (p->used) ++p;
+  p->used = true;
+  p->job_id = job.id();
+  p->job_generation = job.generation();
+  p->job_index = job.index();
+  p->buffer = buffer;
+  p->len = slot.result_len();
+  std::memcpy(store_->BufferData(buffer), slot.result(), p->len);
+  p->fields = Answers::ChunkFields(job, slot);
+  p->fields.opcode = aggregator::Opcode::kResult;
+  p->fields.flags = static_cast<uint16_t>(
+      aggregator::flags::kFinal | (slot.overflow() ? aggregator::flags::kOverflow : 0));
+  p->fields.aux = global_slot;  // echoed in the ACK: it finds this worker
+  p->fields.node_count = job.members();
+  p->deadline_tsc = clock_.tsc + give_up_cycles_;
+  p->sends = 0;
+  ++n_pending_;
+  c.final_deliveries.Add(1);
+  Send(job, *p);
+  p->next_tsc = clock_.tsc + Backoff(*p);
+}
+
+bool FinalDelivery::Send(const aggregator::Job& job, Pending& p) {
+  aggregator::MemberAddr to;
+  if (!job.GetMainServer(&to)) {
+    stats_.lcore.agg.unresolved_next_hop.Add(1);
+    return false;
+  }
+  if (!answers_.SendData(p.fields, store_->BufferData(p.buffer), p.len, to)) return false;
+  if (p.sends++ != 0) stats_.lcore.agg.final_resends.Add(1);
+  return true;
+}
+
+bool FinalDelivery::Acked(const aggregator::Job& job, uint32_t seq) {
+  for (Pending& p : pending_) {
+    if (p.used && p.job_id == job.id() && p.job_generation == job.generation() &&
+        p.fields.seq == seq) {
+      stats_.lcore.agg.final_acked.Add(1);
+      Free(p);
+      return true;
+    }
+  }
+  return false;
+}
+
+void FinalDelivery::Run() {
+  if (n_pending_ == 0) return;
+  const uint64_t now = clock_.tsc;
+  for (Pending& p : pending_) {
+    if (!p.used || now < p.next_tsc) continue;
+    const aggregator::Job* job = jobs_->Find(p.job_id);
+    if (job == nullptr || job->generation() != p.job_generation || now >= p.deadline_tsc) {
+      stats_.lcore.agg.final_given_up.Add(1);
+      Free(p);
+      continue;
+    }
+    Send(*job, p);
+    p.next_tsc = now + Backoff(p);
+  }
+}
+
+void FinalDelivery::Free(Pending& p) {
+  store_->GiveBuffer(p.job_index, p.job_generation, p.buffer);
+  p.used = false;
+  p.buffer = ParameterStore::kNoBuffer;
+  --n_pending_;
+}
+
+}  // namespace aggswitch::dataplane

@@ -1,0 +1,90 @@
+// Final delivery (docs/protocol.md, "Final delivery"): the root sends a
+// chunk its members marked FINAL, once complete, to the job's main server,
+// and sends it again until the main server ACKs it or the time runs out.
+//
+// The result is copied into a buffer of the worker's parameter store (the
+// slot may be reused before the ACK comes), so final results are bounded and
+// accounted with the store. Each delivery carries, in `aux`, the global index
+// of the slot that completed it; the main server echoes it in its ACK, which
+// takes it to this worker (AggregationStage::Check).
+//
+//   FinalDelivery finals(store, answers, stats, clock, retry_cycles, give_up_cycles);
+//   finals.Begin(job, slot, global_slot);   // the root completed a FINAL chunk
+//   finals.Acked(job, seq);                  // the main server's ACK
+//   finals.Run();                            // each poll: resends, gives up
+//
+// Thread safety: one per worker, used by that worker's thread only.
+#pragma once
+
+#include <cstdint>
+
+#include "aggregator/job_table.h"
+#include "aggregator/slot_table.h"
+#include "aggregator/wire.h"
+#include "dataplane/answers.h"
+#include "dataplane/counters.h"
+#include "dataplane/parameter_store.h"
+
+namespace aggswitch::dataplane {
+
+class FinalDelivery {
+ public:
+  // Deliveries one worker keeps in flight at once.
+  static constexpr uint32_t kMaxPending = 64;
+
+  FinalDelivery(const aggregator::JobTable* jobs, ParameterStore* store, Answers& answers,
+                LcoreStats& stats, const LcoreClock& clock, uint64_t retry_cycles,
+                uint64_t give_up_cycles)
+      : jobs_(jobs), store_(store), answers_(answers), stats_(stats), clock_(clock),
+        retry_cycles_(retry_cycles), give_up_cycles_(give_up_cycles) {}
+
+  // The root completed `slot` (global index `global_slot`) of `job`, marked
+  // FINAL: keeps a copy and sends it to the job's main server. Counted as
+  // final_refused when no buffer or entry is free, or the job has no main
+  // server.
+  void Begin(const aggregator::Job& job, const aggregator::Slot& slot, uint32_t global_slot);
+  // The main server ACKed chunk `seq` of `job`; false when no delivery of it
+  // is in flight here (ACKed before, given up, or never sent).
+  bool Acked(const aggregator::Job& job, uint32_t seq);
+  // Sends the due deliveries again and gives up those past their time
+  // (bounded: kMaxPending entries).
+  void Run();
+  bool pending() const { return n_pending_ != 0; }
+
+ private:
+  struct Pending {
+    bool used = false;
+    uint32_t job_id = 0;
+    uint32_t job_generation = 0;
+    uint16_t job_index = 0;
+    uint32_t buffer = ParameterStore::kNoBuffer;
+    aggregator::AggFields fields;  // the delivery's header
+    uint32_t len = 0;              // payload bytes in the buffer
+    uint64_t next_tsc = 0;         // when to send again
+    uint64_t deadline_tsc = 0;     // when to give up
+    uint32_t sends = 0;
+  };
+
+  // Sends `p` to the job's main server; false while its address is not
+  // resolved or no mbuf is free (the next Run() tries again).
+  bool Send(const aggregator::Job& job, Pending& p);
+  // The wait before the next send: the retry interval after the first,
+  // doubled after each later one, up to 32 times it.
+  uint64_t Backoff(const Pending& p) const {
+    const uint32_t doublings = p.sends <= 1 ? 0 : p.sends - 1;
+    return retry_cycles_ << (doublings < 5 ? doublings : 5);
+  }
+  void Free(Pending& p);
+
+  const aggregator::JobTable* jobs_;
+  ParameterStore* store_;
+  Answers& answers_;
+  LcoreStats& stats_;
+  const LcoreClock& clock_;
+  const uint64_t retry_cycles_;
+  const uint64_t give_up_cycles_;
+  Pending pending_[kMaxPending];
+  uint32_t n_pending_ = 0;
+};
+
+}  // namespace aggswitch::dataplane
