@@ -86,8 +86,9 @@ class ParameterStore {
   void Sweep(const aggregator::JobTable& jobs, uint32_t budget);
 
   // A buffer for `job` outside the table (a final result FinalDelivery
-  // keeps), charged to the job's share and this worker's: kNoBuffer when
-  // either is full.
+  // keeps): counted as the job's, but not bounded by its share (the members
+  // have the result already; FinalDelivery bounds how many it keeps).
+  // kNoBuffer when every buffer of this worker is taken.
   uint32_t TakeBuffer(const aggregator::Job& job);
   uint8_t* BufferData(uint32_t buffer) { return memory_.get() + size_t{buffer} * max_payload_; }
   // Returns a TakeBuffer() buffer of the job at `job_index`, `generation`.
@@ -110,8 +111,9 @@ class ParameterStore {
   size_t Home(uint16_t job_index, uint32_t seq, uint16_t member) const;
   // The table position of the key, or of the free position it would take.
   size_t Probe(const aggregator::Job& job, uint32_t seq, uint16_t member) const;
-  // Charges one buffer to the job; false when its share is full.
-  bool Charge(const aggregator::Job& job);
+  // Counts one more buffer of the job's; false (and nothing counted) when
+  // `within_share` and its share is full.
+  bool Charge(const aggregator::Job& job, bool within_share);
   void Uncharge(uint16_t job_index, uint32_t job_generation);
   uint32_t PopFree();
   void PushFree(uint32_t buffer);
