@@ -142,9 +142,11 @@ class MulticoreTest : public ::testing::TestWithParam<int> {
   // `partition`: the job's slots (slot_placement.h); none: hash placement.
   // `quota`: its slot quota (0: none; a job without one never moves).
   void AddJob(uint32_t id, bool ordered = false,
-              std::optional<aggregator::Partition> partition = std::nullopt, uint32_t quota = 0) {
+              std::optional<aggregator::Partition> partition = std::nullopt, uint32_t quota = 0,
+              aggregator::JobSpec::Mode mode = aggregator::JobSpec::Mode::kAggregate) {
     aggregator::JobSpec spec;
     spec.id = id;
+    spec.mode = mode;
     spec.key = kKey;
     spec.members = kMembers;
     spec.ordered = ordered;
@@ -465,6 +467,50 @@ TEST_P(MulticoreTest, ARetransmissionOnAnotherLcoreCountsOnce) {
   EXPECT_EQ(r.payload, Frames::Int32Payload({1 + 2 + 3 + 4}));
   EXPECT_EQ(Total(&AggregationCounters::contributions), kMembers);
   EXPECT_EQ(Total(&AggregationCounters::duplicate_results), 1u);
+}
+
+// Both mode: each contribution is kept at its chunk's home slot owner,
+// whichever lcore received it, and a FETCH, received by any lcore, finds it
+// there; the sums are exact too.
+TEST_P(MulticoreTest, KeptContributionsAreFoundFromEveryLcore) {
+  AddJob(10, false, std::nullopt, 0, aggregator::JobSpec::Mode::kBoth);
+  constexpr uint32_t kKept = 16;
+  for (uint32_t seq = 0; seq < kKept; ++seq) {
+    for (uint16_t m = 0; m < kMembers; ++m) Inject(PortOf(m), QueueOf(m), IntChunk(10, seq, m));
+  }
+  const auto results = ByMemberAndSeq(Collect(kMembers * kKept));
+  ASSERT_EQ(results.size(), kMembers * kKept);
+  for (const auto& [at, r] : results) {
+    EXPECT_EQ(r.payload, Frames::Int32Payload({IntChunkSum(10, at.second)}));
+  }
+  EXPECT_EQ(Total(&AggregationCounters::stored), kMembers * kKept);
+  // Member m asks, on another lcore's queue, for member (m + 1)'s copy.
+  for (uint32_t seq = 0; seq < kKept; ++seq) {
+    for (uint16_t m = 0; m < kMembers; ++m) {
+      aggregator::AggFields f;
+      f.opcode = aggregator::Opcode::kFetch;
+      f.node_id = m;
+      f.job_id = 10;
+      f.seq = seq;
+      f.job_key = kKey;
+      f.aux = (m + 1) % kMembers;
+      Inject(PortOf(m), (QueueOf(m) + 1) % workers_, Frames::Datagram(f));
+    }
+  }
+  std::set<std::pair<uint16_t, uint32_t>> fetched;
+  for (const auto& [port, frames] : Collect(kMembers * kKept)) {
+    for (const Frame& frame : frames) {
+      const Frames::Result r = Frames::ParseResult(frame);
+      ASSERT_EQ(r.fields.opcode, aggregator::Opcode::kFetch) << "seq " << r.fields.seq;
+      const auto owner = static_cast<uint16_t>(r.fields.aux);
+      // IntChunk's value: job * 1000 + seq * 10 + member.
+      EXPECT_EQ(r.payload, Frames::Int32Payload({static_cast<int32_t>(10 * 1000 + r.fields.seq * 10 + owner)}));
+      EXPECT_TRUE(fetched.emplace(owner, r.fields.seq).second);
+    }
+  }
+  EXPECT_EQ(fetched.size(), kMembers * kKept);
+  EXPECT_EQ(Total(&AggregationCounters::fetches), kMembers * kKept);
+  EXPECT_EQ(Total(&AggregationCounters::fetch_misses), 0u);
 }
 
 // Jobs that register themselves while every worker runs: the workers pass
