@@ -78,6 +78,13 @@ std::optional<Ipv4Endpoint> Ipv4Endpoint::Parse(std::string_view text) {
   return Ipv4Endpoint{*ip, value};
 }
 
+std::optional<Ipv4Endpoint> Ipv4Endpoint::ParsePortOptional(std::string_view text) {
+  if (text.find(':') != std::string_view::npos) return Parse(text);
+  const auto ip = Ipv4Addr::Parse(text);
+  if (!ip) return std::nullopt;
+  return Ipv4Endpoint{*ip, 0};
+}
+
 std::string Ipv4Endpoint::ToString() const { return ip.ToString() + ":" + std::to_string(port); }
 
 std::optional<Ipv4Prefix> Ipv4Prefix::Parse(std::string_view text) {

@@ -64,6 +64,8 @@ struct Ipv4Endpoint {
   uint16_t port = 0;
 
   static std::optional<Ipv4Endpoint> Parse(std::string_view text);
+  // "a.b.c.d:port", or "a.b.c.d" alone with port 0 (any, or the default).
+  static std::optional<Ipv4Endpoint> ParsePortOptional(std::string_view text);
   std::string ToString() const;
   friend bool operator==(const Ipv4Endpoint& a, const Ipv4Endpoint& b) {
     return a.ip == b.ip && a.port == b.port;

@@ -89,6 +89,14 @@ TEST(Ipv4PrefixTest, RejectsMalformedText) {
   }
 }
 
+TEST(Ipv4EndpointTest, ThePortMayBeLeftOut) {
+  EXPECT_EQ(Ipv4Endpoint::ParsePortOptional("10.0.0.9")->ToString(), "10.0.0.9:0");
+  EXPECT_EQ(Ipv4Endpoint::ParsePortOptional("10.0.0.9:45000")->port, 45000);
+  for (const char* bad : {"", "host", "10.0.0.9:", "10.0.0.9:x", "10.0.0:1"}) {
+    EXPECT_FALSE(Ipv4Endpoint::ParsePortOptional(bad).has_value()) << bad;
+  }
+}
+
 TEST(Ipv4EndpointTest, ParsesAddressAndPort) {
   const auto e = Ipv4Endpoint::Parse("10.0.0.1:47000");
   ASSERT_TRUE(e.has_value());

@@ -1221,12 +1221,7 @@ class Loader {
             {"main_server",
              [&](auto& n, auto& p) {
                std::optional<common::Ipv4Endpoint> at;
-               if (n.IsScalar()) {
-                 at = common::Ipv4Endpoint::Parse(n.Scalar());
-                 if (!at) {
-                   if (const auto ip = common::Ipv4Addr::Parse(n.Scalar())) at = common::Ipv4Endpoint{*ip, 0};
-                 }
-               }
+               if (n.IsScalar()) at = common::Ipv4Endpoint::ParsePortOptional(n.Scalar());
                if (!at || at->ip.addr == 0) {
                  Error(p, n, "expected the main server's \"a.b.c.d\" or \"a.b.c.d:port\", got " + Describe(n));
                  return;

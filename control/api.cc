@@ -1197,11 +1197,7 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
     } else if (name == "main_server") {
       std::optional<common::Ipv4Endpoint> at;
       if (value.is_string()) {
-        const std::string& text = value.get_ref<const std::string&>();
-        at = common::Ipv4Endpoint::Parse(text);
-        if (!at) {
-          if (const auto ip = common::Ipv4Addr::Parse(text)) at = common::Ipv4Endpoint{*ip, 0};
-        }
+        at = common::Ipv4Endpoint::ParsePortOptional(value.get_ref<const std::string&>());
       }
       if (!at || at->ip.addr == 0) {
         return common::InvalidArgument("main_server must be \"a.b.c.d\" or \"a.b.c.d:port\", got " +

@@ -21,10 +21,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # --- the aggregation header (docs/protocol.md) ---
 MAGIC, VERSION = 0xA65C, 1
 CONTRIBUTION, PARTIAL, RESULT, LATE, VERIFY, EXC_RETRANSMIT, TASK_INFO, ACK, NACK, NOTICE = range(1, 11)
-DISTRIBUTE = 12
+DISTRIBUTE, FETCH = 12, 13
 INT32, FLOAT32, FLOAT16, BFLOAT16, BOOL = range(5)
 SUM, MIN, MAX, AND, OR = range(5)
 F_BYPASS, F_OVERFLOW, F_INCOMPLETE, F_TASK_INFO, F_ORDERED = 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8
+F_RELEASE, F_FINAL = 1 << 10, 1 << 11
 ELEM = {INT32: 4, FLOAT32: 4, FLOAT16: 2, BFLOAT16: 2, BOOL: 1}
 
 
@@ -126,6 +127,8 @@ def wire_seeds():
         "nack-key-mismatch": agg(NACK, aux=2),
         "notice-self-flag": agg(NOTICE, aux=1, node=3),
         "distribute": agg(DISTRIBUTE, v, seq=9, aux=128),
+        "fetch-release": agg(FETCH, flags=F_RELEASE, seq=9, node=1, aux=2),
+        "contribution-final": agg(CONTRIBUTION, v, flags=F_FINAL, node=2),
         "bad-truncated": agg(ACK)[:47],
         "bad-count-mismatch": agg(CONTRIBUTION, v)[:-1],
         "bad-type-op": agg(CONTRIBUTION, b"\x01", dtype=BOOL, op=SUM),
@@ -147,6 +150,9 @@ def frame_seeds():
         "port0-agg-distribute": b"\x00" + eth(SWITCH_MAC, HOST_MAC, 0x0800,
                                                ipv4(host, sw, 17, udp(45000, 47000,
                                                                       agg(DISTRIBUTE, i32(7, 8), seq=9)))),
+        "port0-agg-fetch": b"\x00" + eth(SWITCH_MAC, HOST_MAC, 0x0800,
+                                          ipv4(host, sw, 17, udp(40000, 47000,
+                                                                 agg(FETCH, seq=1, aux=0)))),
         "port0-priority-tag-udp": b"\x00" + eth(SWITCH_MAC, HOST_MAC, 0x0800,
                                                 ipv4(host, "10.0.10.11", 17, udp(5000, 5001, b"hi")),
                                                 vlan=0),
@@ -339,6 +345,15 @@ ports:
 aggregation:
   address: 10.0.10.254
   jobs: [{id: 5, key: 0x5eed, members: 2, main_server: "10.0.10.100:45000"}]
+""",
+        "store-modes": """\
+ports: [{name: p0, devargs: net_null0, access: 10}]
+aggregation:
+  address: 10.0.10.254
+  store: {buffers: 64, per_job: 16, final_timeout_ms: 2000}
+  jobs:
+    - {id: 5, key: 0x5eed, members: 2, mode: store}
+    - {id: 6, key: 0x5eed, members: 2, mode: both, main_server: 10.0.10.100}
 """,
         "anchors": "ports:\n  - &p {name: p0, devargs: net_null0, access: 10}\n  - <<: *p\n    name: p1\n",
         "errors-unknown-key": "ports: []\nswitch: {mac: zz}\nbogus: 1\n",

@@ -22,12 +22,14 @@
 #   5. final delivery under 10% loss: 40 chunks marked FINAL; the main server
 #      gets every one, correct, through retransmission; all ACKed, none
 #      given up, the copies freed;
-#   6. the API shows the modes and the store; promtool.
+#   6. the API shows the modes and the store; a job added in store mode with
+#      aggctl, shown by aggctl jobs show; promtool.
 #
-# Usage: store_final_netns_test.sh AGGSWITCH
+# Usage: store_final_netns_test.sh AGGSWITCH AGGCTL
 # Needs root (namespaces). Everything is torn down on exit, pass or fail.
 set -u
 AGGSWITCH=$(realpath "$1")
+AGGCTL=$(realpath "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../lib/topology.sh"
 # shellcheck source=tests/lib/check.sh
@@ -171,6 +173,13 @@ job_api() {
     api /api/v1/jobs/6 | grep -q '"store":{"buffers":8,"quota":8}'
 }
 check "GET /api/v1/jobs shows each job's mode and store use" job_api
+aggctl() { "$AGGCTL" --server "127.0.0.1:$HTTP_PORT" --token-file "$WORK/api.token" "$@"; }
+aggctl_mode() {
+  aggctl jobs add --id 9 --key 0x99 --members 2 --mode store >/dev/null &&
+    aggctl jobs show 9 | grep -q "mode store: 0 of 8 store buffers held" &&
+    aggctl jobs show 6 | grep -q "mode store: 8 of 8 store buffers held"
+}
+check "aggctl jobs add --mode store; aggctl jobs show says the mode and the store held" aggctl_mode
 if command -v promtool >/dev/null; then
   promtool_ok() { api /metrics | promtool check metrics; }
   check "promtool check metrics accepts /metrics" promtool_ok

@@ -9,7 +9,7 @@
 //                   [--nodes 2] [--ordered] [--upstream ADDR[:PORT] --upstream-node N
 //                   [--upstream-vlan V]] [--timeout-ms MS] [--trigger incremental|batch]
 //                   [--tan-strategy S --tan-candidate ADDR[:PORT][,hops=H]... | --tan-self]
-//                   [--tan-member N] [--main-server ADDR[:PORT]]
+//                   [--tan-member N] [--main-server ADDR[:PORT]] [--mode aggregate|store|both]
 //   aggctl jobs rm ID
 //   aggctl jobs unbind ID NODE
 //   aggctl slots [--job 7] [--limit 1000]
@@ -660,6 +660,11 @@ void PrintJob(const json& job) {
             << (nodes == 1 ? std::string("root switch") : U64(job.at("nodes")) + " nodes")
             << (job.at("ordered").get<bool>() ? ", ordered" : "") << ", min ack "
             << OptionalU64(job.at("min_ack")) << '\n';
+  if (job.contains("mode") && job.at("mode") != "aggregate") {
+    const json& store = job.at("store");
+    std::cout << "mode " << job.at("mode").get<std::string>() << ": " << U64(store.at("buffers"))
+              << " of " << U64(store.at("quota")) << " store buffers held\n";
+  }
   if (job.contains("node_ids")) PrintJobTree(job);
 
   const json counters = JobCounters(job);
@@ -770,6 +775,7 @@ struct Options {
   bool job_verify = false;
   std::optional<uint32_t> job_placement_hint;
   std::string job_main_server;
+  std::string job_mode;
   // int watch
   std::string watch_file;
   std::string decisions_file;
@@ -1289,6 +1295,10 @@ int Main(int argc, char** argv) {
                        "the job's main server: what it sends the job as DISTRIBUTE is replicated "
                        "to every member")
       ->type_name("ADDR[:PORT]");
+  jobs_add->add_option("--mode", o.job_mode,
+                       "aggregate the members' contributions (the default), store them for FETCH, "
+                       "or both")
+      ->check(CLI::IsMember({"aggregate", "store", "both"}));
   int_decisions->callback([&] {
     target = "/api/v1/int/decisions";
     print = PrintDecisions;
@@ -1342,6 +1352,7 @@ int Main(int argc, char** argv) {
     if (o.job_verify) job_body["verify"] = true;
     if (o.job_placement_hint) job_body["placement_hint"] = *o.job_placement_hint;
     if (!o.job_main_server.empty()) job_body["main_server"] = o.job_main_server;
+    if (!o.job_mode.empty()) job_body["mode"] = o.job_mode;
     print = PrintAddedJob;
   });
   CLI::App* jobs_rm = jobs->add_subcommand("rm", "remove a job");
