@@ -2262,6 +2262,28 @@ TEST_F(ParameterNodeTest, ASaturatedSumBringsEveryMemberAnExceptionRetransmit) {
   EXPECT_EQ(ParseResult(out[0][0]).fields.flags, aggregator::flags::kOverflow);
 }
 
+// A leaf carries FINAL up in its partial, so that the root, which delivers
+// final results to the main server, knows the chunk is one; a chunk nobody
+// marked goes up unmarked.
+TEST_F(ParameterNodeTest, ALeafCarriesFinalUpInItsPartial) {
+  AddLeafJob(7, 2);
+  for (uint16_t node = 0; node < 2; ++node) {
+    Frame f = Contribution(7, 1, node, Int32Payload({node + 1}));
+    HeaderOf(f)->flags = common::be16_t::FromHost(node == 1 ? aggregator::flags::kFinal : 0);
+    Inject(0, f);
+    Inject(0, Contribution(7, 2, node, Int32Payload({1})));
+  }
+  Step();
+  auto out = Drain();
+  const std::vector<Result> up = WithOpcode(out[1], aggregator::Opcode::kPartial);
+  ASSERT_EQ(up.size(), 2u);
+  for (const Result& r : up) {
+    EXPECT_EQ(r.fields.flags & aggregator::flags::kFinal, r.fields.seq == 1 ? aggregator::flags::kFinal : 0)
+        << "seq " << r.fields.seq;
+  }
+  EXPECT_EQ(Agg().final_deliveries.Get(), 0u) << "only the root delivers";
+}
+
 // A chunk that finds no slot at a switch of a tree (no spare slot, no room
 // to move) goes up as if its slot had timed out with nobody in: a partial of
 // the sum's identity, flagged CONFLICT, that lists every member, and their
