@@ -66,9 +66,7 @@ if ! run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/aggswitch.l
   fail "aggswitch did not come up"; finish; exit 1
 fi
 api() { curl -fsS -m 2 "http://127.0.0.1:$HTTP_PORT$1"; }
-metric() {
-  api /metrics | awk -v m="aggswitch_aggregation_$1_total" '{ n = $1; sub(/\{.*/, "", n) } n == m { s += $2 } END { print s + 0 }'
-}
+metric() { agg_total "http://127.0.0.1:$HTTP_PORT/metrics" "$1"; }
 
 # --- 1. Nobody bound yet: refused, not now.
 unbound() {

@@ -79,9 +79,7 @@ if ! run_switch "$AGGSWITCH" "$WORK/switch.yaml" "$HTTP_PORT" "$WORK/aggswitch.l
   fail "aggswitch did not come up"; finish; exit 1
 fi
 api() { curl -fsS -m 2 "http://127.0.0.1:$HTTP_PORT$1"; }
-metric() {
-  api /metrics | awk -v m="aggswitch_aggregation_$1_total" '{ n = $1; sub(/\{.*/, "", n) } n == m { s += $2 } END { print s + 0 }'
-}
+metric() { agg_total "http://127.0.0.1:$HTTP_PORT/metrics" "$1"; }
 job_store() {
   api /metrics | awk -v j="aggswitch_job_store_buffers{job=\"$1\"}" '$1 == j { print $2 }'
 }
