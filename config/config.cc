@@ -997,10 +997,11 @@ class Validator {
         Error(path + ".mode", job.loc,
               std::string("expected aggregate, or store buffers for mode ") + mode +
                   " (aggregation.store.buffers is 0)");
-      } else if (job.mode == JobMode::kStore && (job.parameter_server || job.verify || job.ordered)) {
+      } else if (job.mode == JobMode::kStore && (job.parameter_server || job.verify || job.ordered ||
+                                                 !job.switches.empty() || job.upstream)) {
         Error(path + ".mode", job.loc,
               "expected aggregate or both for a job that reduces (parameter_server, verify or "
-              "ordered), got \"store\"");
+              "ordered) or spans switches (switches, upstream), got \"store\"");
       }
     }
     if (job.placement_hint) {

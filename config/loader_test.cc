@@ -1870,7 +1870,7 @@ TEST(TreeLoaderTest, TimerBypassAndTriggerErrors) {
   EXPECT_TRUE(OneError(Load(job + "      mode: store\n      ordered: true\n      trigger: batch\n"),
                        "aggregation.jobs[0].mode", 8,
                        "expected aggregate or both for a job that reduces (parameter_server, "
-                       "verify or ordered), got \"store\""));
+                       "verify or ordered) or spans switches (switches, upstream), got \"store\""));
   EXPECT_TRUE(OneError(Load(job + "      colour: red\n"), "aggregation.jobs[0].colour", 8,
                        "unknown key \"colour\"; expected one of: id, key, members, nodes, ordered, "
                        "node_ids, switches, upstream, timeout_ms, trigger, tan, tan_member, "

@@ -163,9 +163,12 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   const bool at_ps =
       opcode == Opcode::kContribution && (h.flags.host() & aggregator::flags::kAggregateAtPs) != 0;
   const int member = from_member ? job->LocalIndex(h.node_id.host()) : -1;
-  // The job's main server FETCHes kept contributions and ACKs final results.
-  const bool main_server = (opcode == Opcode::kFetch || opcode == Opcode::kAck) &&
-                           job->FromMainServer(udp.src_ip, udp.src_port);
+  // The job's main server FETCHes kept contributions and ACKs final results
+  // (an ACK flagged FINAL: a member's ACKs never are).
+  const bool main_server =
+      (opcode == Opcode::kFetch ||
+       (opcode == Opcode::kAck && (h.flags.host() & aggregator::flags::kFinal) != 0)) &&
+      job->FromMainServer(udp.src_ip, udp.src_port);
   JobCounters& jc = s_.job_counters[job->index()];
   if (source != Source::kHandoff) {
     if (from_above) {

@@ -445,6 +445,7 @@ TEST_F(StoreTest, AFinalResultIsResentToTheMainServerUntilItsAck) {
   // The ACK echoes aux; nothing more is sent, and the copy is freed.
   aggregator::AggFields ack;
   ack.opcode = aggregator::Opcode::kAck;
+  ack.flags = aggregator::flags::kFinal;
   ack.job_id = 15;
   ack.job_key = 0x5eed;
   ack.seq = 1;
