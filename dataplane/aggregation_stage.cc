@@ -482,7 +482,7 @@ void AggregationStage::AtSlot(const Checked& it) {
   }
   if (it.main_server) {  // an ACK of a final result
     if (s_.finals == nullptr || !s_.finals->Acked(*it.job, it.pkt.header->seq.host())) {
-      stats_.lcore.agg.duplicates.Add(1);  // ACKed before, given up, or never sent
+      stats_.lcore.agg.final_ack_unmatched.Add(1);
     }
     TxBuffers::Consumed(it.m);
     return;

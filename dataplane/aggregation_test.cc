@@ -458,6 +458,10 @@ TEST_F(StoreTest, AFinalResultIsResentToTheMainServerUntilItsAck) {
   EXPECT_TRUE(out[1].empty());
   EXPECT_EQ(Agg().final_acked.Get(), 1u);
   EXPECT_EQ(StoreBuffers(*job), 0u);
+  Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));  // a second ACK
+  Step();
+  EXPECT_EQ(Agg().final_ack_unmatched.Get(), 1u);
+  EXPECT_EQ(Agg().final_acked.Get(), 1u);
 
   // Chunk 3 is never ACKed: given up within the time.
   Inject(0, final_contribution(3, 0, 1));

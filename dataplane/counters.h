@@ -236,6 +236,7 @@ struct PortCounters {
   X(final_resends, "final results sent to the main server again: no ACK yet")       \
   X(final_acked, "final results the main server ACKed")                             \
   X(final_given_up, "final results given up: no ACK from the main server within aggregation.store.final_timeout_ms") \
+  X(final_ack_unmatched, "main server ACKs of a final result not in delivery here: ACKed before, given up, or never sent") \
   X(final_refused, "final results not delivered: no store buffer or delivery entry free, or no main server") \
   X(results_refused, "results not from the job's upstream or TAN")                     \
   X(verify_sent, "complete results sent to the parameter node to be checked (VERIFY)") \
