@@ -21,6 +21,10 @@ PACKAGES=(
   python3-torch libtorch-dev                # the PyTorch backend and comm hook, and their tests
   libopenmpi-dev openmpi-bin python3-mpi4py # libaggswitch_mpi.so and its tests
   libsqlite3-dev sqlite3                     # agg-intcollector's record table
+  libucx-dev ucx-utils                      # the data cache's RDMA transport (UCX; ucx_perftest)
+  libcurl4-openssl-dev                      # the data cache's etcd gateway and HTTP(S) store
+  etcd-server etcd-client                   # the data cache's record service, in its tests
+  python3-yaml                              # the data cache's loader config, from Python
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)

@@ -1,0 +1,455 @@
+#include "cache/cache_daemon.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstring>
+#include <random>
+
+#include "cache/crc32c.h"
+#include "common/log.h"
+
+namespace aggswitch::cache {
+namespace {
+
+std::string MetricsLabelValue(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+common::Result<std::unique_ptr<CacheDaemon>> CacheDaemon::Start(const DaemonConfig& config) {
+  std::unique_ptr<CacheDaemon> d(new CacheDaemon(config));
+  const std::string region_path = config.region_dir + "/aggswitch-cache." + config.node;
+  ASSIGN_OR_RETURN(d->region_, Region::Create(region_path, config.memory, config.hugepages));
+  ASSIGN_OR_RETURN(d->ucx_, UcxWorker::Create({config.ucx_tls, config.ucx_net_devices}));
+  ASSIGN_OR_RETURN(d->region_reg_, d->ucx_->Map(d->region_->base(), d->region_->size()));
+  ASSIGN_OR_RETURN(d->packed_key_, d->region_reg_->PackedKey());
+  std::random_device rd;
+  d->rkey_id_ = (rd() & 0x7fffffff) | 1;
+
+  for (auto [id, cb] : {std::pair{kAmHello, &CacheDaemon::OnHello},
+                        std::pair{kAmFill, &CacheDaemon::OnFill}}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    hp.id = id;
+    hp.cb = cb;
+    hp.arg = d.get();
+    hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+    const ucs_status_t s = ucp_worker_set_am_recv_handler(d->ucx_->worker(), &hp);
+    if (s != UCS_OK) return common::Internal(std::string("ucp_worker_set_am_recv_handler: ") + ucs_status_string(s));
+  }
+
+  const auto listen = common::Ipv4Endpoint::Parse(config.listen);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(listen->port);
+  sa.sin_addr.s_addr = htonl(listen->ip.addr);
+  ucp_listener_params_t lp{};
+  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
+  lp.sockaddr.addrlen = sizeof(sa);
+  lp.conn_handler.cb = &CacheDaemon::OnConnection;
+  lp.conn_handler.arg = d.get();
+  const ucs_status_t s = ucp_listener_create(d->ucx_->worker(), &lp, &d->listener_);
+  if (s != UCS_OK) {
+    return common::Unavailable("cache.listen " + config.listen + ": " + ucs_status_string(s));
+  }
+
+  ASSIGN_OR_RETURN(d->store_, ExternalStore::Open(config.store));
+  ASSIGN_OR_RETURN(d->records_, OpenRecords(config.records, config.prefix));
+  ASSIGN_OR_RETURN(std::vector<ExternalStore::Entry> all, d->store_->List());
+  for (const ExternalStore::Entry& e : all) {
+    if (d->placement_.Rank(e.name, config.node) == Placement::npos) continue;
+    d->mine_.push_back(e);
+    d->fill_target_items_.fetch_add(1, std::memory_order_relaxed);
+    d->fill_target_bytes_.fetch_add(e.length, std::memory_order_relaxed);
+  }
+  RETURN_IF_ERROR(d->Announce());
+  AGG_LOG(kInfo,
+          "cache node %s: %" PRIu64 " MiB region %s, UCX listener %s (UCX_TLS=%s), %zu of %zu "
+          "items of dataset %s from %s are this node's; records in %s",
+          config.node.c_str(), d->region_->size() >> 20, region_path.c_str(), config.listen.c_str(),
+          config.ucx_tls.c_str(), d->mine_.size(), all.size(), config.dataset.c_str(),
+          d->store_->Describe().c_str(), d->records_->Describe().c_str());
+  return d;
+}
+
+common::Status CacheDaemon::Announce() {
+  NodeRecord n;
+  n.node = config_.node;
+  n.ucx_listen = config_.listen;
+  n.region_path = region_->path();
+  n.region_base = reinterpret_cast<uint64_t>(region_->base());
+  n.region_size = region_->size();
+  n.rkey_id = rkey_id_;
+  n.pid = static_cast<uint64_t>(::getpid());
+  n.members = config_.nodes;
+  return records_->PutNode(n, static_cast<int>(config_.lease_ttl_s));
+}
+
+CacheDaemon::~CacheDaemon() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (fill_thread_.joinable()) fill_thread_.join();
+  if (ucx_) {
+    for (ucp_ep_h ep : endpoints_) ucx_->Close(ep, true);
+    if (listener_ != nullptr) ucp_listener_destroy(listener_);
+  }
+  region_reg_.reset();
+}
+
+void CacheDaemon::OnConnection(ucp_conn_request_h request, void* arg) {
+  auto* d = static_cast<CacheDaemon*>(arg);
+  ucp_conn_request_attr_t attr{};
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  bool allowed = false;
+  std::string who = "?";
+  if (ucp_conn_request_query(request, &attr) == UCS_OK && attr.client_address.ss_family == AF_INET) {
+    const auto* sin = reinterpret_cast<const sockaddr_in*>(&attr.client_address);
+    const common::Ipv4Addr ip{ntohl(sin->sin_addr.s_addr)};
+    who = ip.ToString();
+    for (const common::Ipv4Prefix& p : d->config_.allow_nodes) {
+      const uint32_t mask = p.length == 0 ? 0 : ~uint32_t{0} << (32 - p.length);
+      if ((ip.addr & mask) == (p.ip.addr & mask)) allowed = true;
+    }
+  }
+  if (!allowed) {
+    d->refused_address_.fetch_add(1, std::memory_order_relaxed);
+    AGG_LOG(kWarning, "cache: refused a connection from %s (not in cache.allow.nodes)", who.c_str());
+    ucp_listener_reject(d->listener_, request);
+    return;
+  }
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.conn_request = request;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &CacheDaemon::OnPeerError;
+  ep.err_handler.arg = d;
+  ucp_ep_h handle = nullptr;
+  if (ucp_ep_create(d->ucx_->worker(), &ep, &handle) != UCS_OK) {
+    d->peer_failures_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  d->endpoints_.insert(handle);
+  d->connections_.fetch_add(1, std::memory_order_relaxed);
+  AGG_LOG(kInfo, "cache: connection from %s over %s", who.c_str(), UcxWorker::Transports(handle).c_str());
+}
+
+void CacheDaemon::OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t /*status*/) {
+  auto* d = static_cast<CacheDaemon*>(arg);
+  d->failed_.push_back(ep);
+}
+
+ucs_status_t CacheDaemon::OnHello(void* arg, const void* /*header*/, size_t /*header_length*/,
+                                  void* data, size_t length, const ucp_am_recv_param_t* param) {
+  auto* d = static_cast<CacheDaemon*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
+    d->bad_hellos_.fetch_add(1, std::memory_order_relaxed);
+    return UCS_OK;
+  }
+  HelloRequest req;
+  HelloReply reply;
+  std::string tail;
+  if (length < sizeof(req) || (std::memcpy(&req, data, sizeof(req)), req.magic != HelloRequest::kMagic) ||
+      req.job_len > 256 || length != sizeof(req) + req.job_len) {
+    d->bad_hellos_.fetch_add(1, std::memory_order_relaxed);
+    reply.status = HelloReply::kBadRequest;
+    tail = "a malformed hello";
+  } else {
+    const std::string job(static_cast<const char*>(data) + sizeof(req), req.job_len);
+    const auto& jobs = d->config_.allow_jobs;
+    if (!jobs.empty() && std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
+      d->refused_job_.fetch_add(1, std::memory_order_relaxed);
+      AGG_LOG(kWarning, "cache: refused job \"%s\" (not in cache.allow.jobs)", job.c_str());
+      reply.status = HelloReply::kRefused;
+      tail = "job \"" + job + "\" may not read this cache (cache.allow.jobs)";
+    } else {
+      d->hellos_.fetch_add(1, std::memory_order_relaxed);
+      reply.status = HelloReply::kAccepted;
+      reply.rkey_id = d->rkey_id_;
+      reply.region_base = reinterpret_cast<uint64_t>(d->region_->base());
+      reply.region_size = d->region_->size();
+      tail = d->packed_key_;
+    }
+  }
+  reply.rkey_len = static_cast<uint32_t>(tail.size());
+  std::string bytes(reinterpret_cast<const char*>(&reply), sizeof(reply));
+  bytes += tail;
+  d->replies_.push_back(Reply{param->reply_ep, std::move(bytes), reply.status != HelloReply::kAccepted});
+  return UCS_OK;
+}
+
+ucs_status_t CacheDaemon::OnFill(void* arg, const void* /*header*/, size_t /*header_length*/,
+                                 void* data, size_t length, const ucp_am_recv_param_t* /*param*/) {
+  auto* d = static_cast<CacheDaemon*>(arg);
+  const std::string item(static_cast<const char*>(data), std::min<size_t>(length, 4096));
+  if (!ExternalStore::ValidName(item) || d->placement_.Rank(item, d->config_.node) == Placement::npos) {
+    d->fill_requests_ignored_.fetch_add(1, std::memory_order_relaxed);
+    return UCS_OK;
+  }
+  d->fill_requests_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(d->mu_);
+    if (d->fill_queue_.size() < 4096) d->fill_queue_.push_back(item);
+  }
+  d->cv_.notify_all();
+  return UCS_OK;
+}
+
+void CacheDaemon::SendReplies() {
+  // Closing drives UCX, whose callbacks may queue replies: close after the walk.
+  std::vector<ucp_ep_h> close;
+  for (auto it = replies_.begin(); it != replies_.end();) {
+    if (it->request == nullptr) {
+      it->request = ucx_->SendAm(it->ep, kAmHelloReply, it->bytes.data(), it->bytes.size(), false);
+    }
+    const ucs_status_t s = UcxWorker::Poll(it->request);
+    if (s == UCS_INPROGRESS) {
+      ++it;
+      continue;
+    }
+    if (it->close_after) close.push_back(it->ep);
+    it = replies_.erase(it);
+  }
+  for (ucp_ep_h ep : close) {
+    if (endpoints_.erase(ep) > 0) ucx_->Close(ep, true);
+  }
+}
+
+bool CacheDaemon::FillOne(const ExternalStore::Entry& entry) {
+  std::vector<EvictedItem> evicted;
+  auto reserved = region_->Reserve(entry.name, entry.length, &evicted);
+  for (const EvictedItem& e : evicted) {
+    published_.erase(e.item);
+    if (!records_->RemoveHolder(config_.dataset, e.item, config_.node).ok()) {
+      record_errors_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (!reserved.ok()) {
+    AGG_LOG(kWarning, "cache: %s", reserved.status().message().c_str());
+    fill_errors_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const Region::Reservation& r = *reserved;
+  auto object = store_->Read(entry.name, r.data, r.length);
+  if (!object.ok() || object->length != entry.length) {
+    AGG_LOG(kWarning, "cache: cannot fill %s: %s", entry.name.c_str(),
+            object.ok() ? ("the store has " + std::to_string(object->length) + " bytes, its list says " +
+                           std::to_string(entry.length)).c_str()
+                        : object.status().message().c_str());
+    region_->Abandon(r);
+    fill_errors_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const uint32_t crc = Crc32c(r.data, r.length);
+  region_->Commit(r, object->version, crc);
+  ItemRecord rec{entry.name, entry.length, object->version, crc, {}};
+  const Holder me{config_.node, reinterpret_cast<uint64_t>(r.data), rkey_id_};
+  const std::string item = entry.name;
+  auto rank = [this, &item](const std::string& node) { return placement_.Rank(item, node); };
+  if (!records_->AddHolder(config_.dataset, rec, me, rank).ok()) {
+    record_errors_.fetch_add(1, std::memory_order_relaxed);
+    region_->Evict(entry.name);
+    return false;
+  }
+  published_.insert(entry.name);
+  filled_items_.fetch_add(1, std::memory_order_relaxed);
+  filled_bytes_.fetch_add(entry.length, std::memory_order_relaxed);
+  return true;
+}
+
+void CacheDaemon::FillThread() {
+  const auto started = std::chrono::steady_clock::now();
+  for (const ExternalStore::Entry& e : mine_) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+    }
+    FillOne(e);
+  }
+  initial_fill_done_.store(true, std::memory_order_release);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  AGG_LOG(kInfo, "cache: filled %" PRIu64 " of %zu items (%" PRIu64 " MiB) in %.1f s, %" PRIu64 " errors",
+          filled_items_.load(), mine_.size(), filled_bytes_.load() >> 20, secs, fill_errors_.load());
+  for (;;) {
+    std::string item;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !fill_queue_.empty(); });
+      if (stopping_) return;
+      item = std::move(fill_queue_.front());
+      fill_queue_.pop_front();
+    }
+    if (region_->Find(item) >= 0 && published_.count(item) != 0) {
+      // Cached here; the request says a loader found no record: see if it is there.
+      auto rec = records_->Get(config_.dataset, item);
+      const bool listed = rec.ok() && rec->has_value() &&
+                          std::any_of((*rec)->holders.begin(), (*rec)->holders.end(),
+                                      [this](const Holder& h) { return h.node == config_.node; });
+      if (listed) continue;
+    }
+    // The store's own list gives the length; an item it does not list is not filled.
+    auto it = std::find_if(mine_.begin(), mine_.end(),
+                           [&item](const ExternalStore::Entry& e) { return e.name == item; });
+    if (it == mine_.end()) {
+      fill_requests_ignored_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    FillOne(*it);
+  }
+}
+
+void CacheDaemon::DrawProgress(bool final_line) const {
+  const uint64_t total = fill_target_bytes_.load();
+  const uint64_t done = filled_bytes_.load();
+  const double frac = total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
+  const int width = 40;
+  const int full = static_cast<int>(frac * width);
+  std::string bar(static_cast<size_t>(full), '#');
+  bar.resize(width, '.');
+  std::fprintf(stderr, "\rfill %s [%s] %5.1f%%  %" PRIu64 "/%" PRIu64 " items  %" PRIu64 "/%" PRIu64 " MiB%s",
+               config_.node.c_str(), bar.c_str(), frac * 100.0, filled_items_.load(),
+               fill_target_items_.load(), done >> 20, total >> 20, final_line ? "\n" : "");
+  std::fflush(stderr);
+}
+
+common::Status CacheDaemon::Run(const std::atomic<bool>& stop, bool progress) {
+  fill_thread_ = std::thread([this] { FillThread(); });
+  const auto renew_every = std::chrono::milliseconds(config_.lease_ttl_s * 1000 / 3);
+  auto next_renew = std::chrono::steady_clock::now() + renew_every;
+  auto next_draw = std::chrono::steady_clock::now();
+  bool drew_final = false;
+  while (!stop.load(std::memory_order_relaxed)) {
+    ucx_->Progress();
+    SendReplies();
+    std::vector<ucp_ep_h> failed;
+    failed.swap(failed_);
+    for (ucp_ep_h ep : failed) {
+      if (endpoints_.erase(ep) > 0) {
+        peer_failures_.fetch_add(1, std::memory_order_relaxed);
+        std::erase_if(replies_, [ep](const Reply& r) { return r.ep == ep && r.request == nullptr; });
+        ucx_->Close(ep, true);
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_renew) {
+      next_renew = now + renew_every;
+      if (!records_->KeepAlive().ok()) {
+        // The lease lapsed (etcd was away): announce the node again.
+        record_errors_.fetch_add(1, std::memory_order_relaxed);
+        if (!Announce().ok()) AGG_LOG(kWarning, "cache: cannot renew the node record");
+      }
+    }
+    if (progress && !drew_final && now >= next_draw) {
+      next_draw = now + std::chrono::milliseconds(200);
+      drew_final = initial_fill_done_.load();
+      DrawProgress(drew_final);
+    }
+    if (replies_.empty()) ucx_->Wait(50);
+  }
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  fill_thread_.join();
+  Withdraw();
+  return common::Status::Ok();
+}
+
+void CacheDaemon::Withdraw() {
+  // Loaders would find the region gone; take this node out of the records first.
+  size_t removed = 0;
+  for (const std::string& item : published_) {
+    if (records_->RemoveHolder(config_.dataset, item, config_.node).ok()) ++removed;
+  }
+  published_.clear();
+  (void)records_->DropNode(config_.node);
+  AGG_LOG(kInfo, "cache node %s: withdrawn from %zu item records", config_.node.c_str(), removed);
+}
+
+CacheDaemon::Stats CacheDaemon::stats() const {
+  Stats s;
+  s.fill_target_items = fill_target_items_.load();
+  s.fill_target_bytes = fill_target_bytes_.load();
+  s.filled_items = filled_items_.load();
+  s.filled_bytes = filled_bytes_.load();
+  s.fill_errors = fill_errors_.load();
+  s.fill_requests = fill_requests_.load();
+  s.fill_requests_ignored = fill_requests_ignored_.load();
+  s.record_errors = record_errors_.load();
+  s.connections = connections_.load();
+  s.refused_address = refused_address_.load();
+  s.refused_job = refused_job_.load();
+  s.bad_hellos = bad_hellos_.load();
+  s.hellos = hellos_.load();
+  s.peer_failures = peer_failures_.load();
+  s.initial_fill_done = initial_fill_done_.load();
+  return s;
+}
+
+std::string CacheDaemon::Metrics() const {
+  const Stats s = stats();
+  const Region::Stats r = region_->stats();
+  struct Line {
+    const char* name;
+    const char* type;
+    const char* help;
+    const char* labels;
+    uint64_t value;
+  };
+  const Line lines[] = {
+      {"aggswitch_cache_region_bytes", "gauge", "Bytes of the node's cache region.", "", r.size},
+      {"aggswitch_cache_region_used_bytes", "gauge", "Bytes of the region that hold items, headers included.", "", r.used},
+      {"aggswitch_cache_items", "gauge", "Items in the region.", "", r.items},
+      {"aggswitch_cache_evictions_total", "counter", "Items evicted to make room.", "", r.evictions},
+      {"aggswitch_cache_fill_target_items", "gauge", "Items of the dataset that placement gives this node.", "", s.fill_target_items},
+      {"aggswitch_cache_fill_target_bytes", "gauge", "Bytes of the dataset that placement gives this node.", "", s.fill_target_bytes},
+      {"aggswitch_cache_filled_items_total", "counter", "Items filled from the store and recorded.", "", s.filled_items},
+      {"aggswitch_cache_filled_bytes_total", "counter", "Bytes filled from the store.", "", s.filled_bytes},
+      {"aggswitch_cache_fill_errors_total", "counter", "Items that could not be filled.", "", s.fill_errors},
+      {"aggswitch_cache_fill_complete", "gauge", "1 once the fill ahead of use has finished.", "", s.initial_fill_done ? 1u : 0u},
+      {"aggswitch_cache_fill_requests_total", "counter", "Read-through fill requests from loaders, by outcome.", "outcome=\"queued\"", s.fill_requests},
+      {"aggswitch_cache_fill_requests_total", "counter", "", "outcome=\"ignored\"", s.fill_requests_ignored},
+      {"aggswitch_cache_record_errors_total", "counter", "Record service calls that failed.", "", s.record_errors},
+      {"aggswitch_cache_connections_total", "counter", "Loader connections accepted.", "", s.connections},
+      {"aggswitch_cache_refused_total", "counter", "Loaders refused, by reason.", "reason=\"address\"", s.refused_address},
+      {"aggswitch_cache_refused_total", "counter", "", "reason=\"job\"", s.refused_job},
+      {"aggswitch_cache_refused_total", "counter", "", "reason=\"bad_hello\"", s.bad_hellos},
+      {"aggswitch_cache_hellos_total", "counter", "Hellos answered with the region's key.", "", s.hellos},
+      {"aggswitch_cache_peer_failures_total", "counter", "Loader connections that failed.", "", s.peer_failures},
+      {"aggswitch_cache_store_requests_total", "counter", "Reads from the external store.", "", store_->requests()},
+      {"aggswitch_cache_store_bytes_total", "counter", "Bytes read from the external store.", "", store_->bytes()},
+  };
+  std::string out;
+  for (const Line& l : lines) {
+    if (l.help[0] != '\0') {
+      out += std::string("# HELP ") + l.name + " " + l.help + "\n# TYPE " + l.name + " " + l.type + "\n";
+    }
+    out += l.name;
+    if (l.labels[0] != '\0') out += std::string("{") + l.labels + "}";
+    out += " " + std::to_string(l.value) + "\n";
+  }
+  out += "# HELP aggswitch_cache_info The cache node's identity.\n# TYPE aggswitch_cache_info gauge\n";
+  out += "aggswitch_cache_info{node=\"" + MetricsLabelValue(config_.node) + "\",dataset=\"" +
+         MetricsLabelValue(config_.dataset) + "\",ucx_tls=\"" + MetricsLabelValue(config_.ucx_tls) +
+         "\"} 1\n";
+  return out;
+}
+
+}  // namespace aggswitch::cache

@@ -1,0 +1,211 @@
+// Two cache daemons and loaders in one process, over UCX's TCP transport on
+// loopback, with file records and a directory store: fill, remote and local
+// loads, a refused job, a miss, a stale record, an owner gone.
+#include "cache/cache_daemon.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "cache/loader.h"
+
+namespace aggswitch::cache {
+namespace {
+
+class CacheDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = "/tmp/aggswitch-cache-daemon-test." + std::to_string(::getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_ + "/store/shard");
+    std::mt19937 rng(11);
+    for (int i = 0; i < 40; ++i) {
+      std::string bytes(1 + rng() % 200000, '\0');
+      for (char& c : bytes) c = static_cast<char>(rng());
+      const std::string name = "shard/" + std::to_string(1000 + i) + ".bin";
+      std::ofstream(dir_ + "/store/" + name, std::ios::binary) << bytes;
+      source_[name] = bytes;
+    }
+    records_ = "file:" + dir_ + "/records.json";
+    // A port pair of its own per test: a closed listener's port may linger.
+    static int round = 0;
+    const uint16_t base = static_cast<uint16_t>(20000 + (::getpid() % 2000) * 8 + 2 * round++);
+    for (int n = 0; n < 2; ++n) {
+      DaemonConfig c;
+      c.node = "n" + std::to_string(n + 1);
+      c.nodes = {"n1", "n2"};
+      c.listen = "127.0.0.1:" + std::to_string(base + n);
+      c.memory = 16 << 20;
+      c.region_dir = "/dev/shm";
+      c.store = dir_ + "/store";
+      c.dataset = "ds";
+      c.records = records_;
+      c.replicas = 2;
+      c.allow_nodes = {*common::Ipv4Prefix::Parse("127.0.0.0/8")};
+      c.allow_jobs = {"train"};
+      c.ucx_tls = "tcp";
+      c.metrics = "";
+      auto d = CacheDaemon::Start(c);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      daemons_.push_back(std::move(d).value());
+      stops_.push_back(std::make_unique<std::atomic<bool>>(false));
+    }
+    for (size_t n = 0; n < daemons_.size(); ++n) {
+      threads_.emplace_back([this, n] { (void)daemons_[n]->Run(*stops_[n], false); });
+    }
+    for (int i = 0; i < 1000; ++i) {
+      bool done = true;
+      for (auto& d : daemons_) done = done && d->stats().initial_fill_done;
+      if (done) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  void TearDown() override {
+    for (size_t n = 0; n < daemons_.size(); ++n) Stop(n);
+    daemons_.clear();
+    std::filesystem::remove_all(dir_);
+  }
+  void Stop(size_t n) {
+    if (!threads_[n].joinable()) return;
+    stops_[n]->store(true);
+    threads_[n].join();
+  }
+  LoaderConfig Config(const std::string& node = "", const std::string& job = "train") {
+    LoaderConfig c;
+    c.records = records_;
+    c.dataset = "ds";
+    c.node = node;
+    c.job = job;
+    c.store = dir_ + "/store";
+    c.amount = 1 << 20;
+    c.ucx_tls = "tcp";
+    c.owner_timeout_ms = 1000;
+    return c;
+  }
+  // Loads one pass; returns how many items differ from the source.
+  int LoadAll(Loader& l) {
+    int wrong = 0;
+    uint64_t items = 0;
+    while (items < l.size()) {
+      auto b = l.Next();
+      EXPECT_TRUE(b.ok()) << b.status().ToString();
+      if (!b.ok()) return -1;
+      for (const auto& it : (*b)->items) {
+        const std::string got(reinterpret_cast<const char*>((*b)->data + it.offset), it.length);
+        wrong += got != source_[it.name];
+      }
+      items += (*b)->items.size();
+    }
+    return wrong;
+  }
+
+  std::string dir_, records_;
+  std::map<std::string, std::string> source_;
+  std::vector<std::unique_ptr<CacheDaemon>> daemons_;
+  std::vector<std::unique_ptr<std::atomic<bool>>> stops_;
+  std::vector<std::thread> threads_;
+};
+
+TEST_F(CacheDaemonTest, FillsEveryItemAndLoadsThemRemotely) {
+  for (auto& d : daemons_) {
+    EXPECT_TRUE(d->stats().initial_fill_done);
+    EXPECT_EQ(d->stats().filled_items, 40u) << "replicas 2 of 2 nodes: each holds all";
+    EXPECT_EQ(d->stats().fill_errors, 0u);
+  }
+  auto records = OpenRecords(records_, kDefaultPrefix);
+  ASSERT_TRUE(records.ok());
+  auto list = (*records)->List("ds");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 40u);
+  for (const ItemRecord& r : *list) EXPECT_EQ(r.holders.size(), 2u) << r.item;
+
+  auto loader = Loader::Open(Config());
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  EXPECT_EQ(LoadAll(**loader), 0);
+  const Loader::Stats& s = (*loader)->stats();
+  EXPECT_EQ(s.owner + s.replica, 40u);
+  EXPECT_EQ(s.owner, 40u);
+  EXPECT_EQ(s.store, 0u);
+  EXPECT_EQ((*loader)->store_requests(), 0u) << "no store reads while everything is cached";
+  EXPECT_NE((*loader)->transports().find("tcp/"), std::string::npos) << (*loader)->transports();
+}
+
+TEST_F(CacheDaemonTest, ItemsOnThisNodeTakeTheLocalPath) {
+  auto loader = Loader::Open(Config("n1"));
+  ASSERT_TRUE(loader.ok());
+  EXPECT_EQ(LoadAll(**loader), 0);
+  EXPECT_EQ((*loader)->stats().local, 40u) << "n1 holds every item";
+  EXPECT_TRUE((*loader)->transports().empty()) << "no connection was needed";
+}
+
+TEST_F(CacheDaemonTest, AJobOutsideTheListIsRefusedAndReadsTheStore) {
+  LoaderConfig c = Config("", "intruder");
+  auto loader = Loader::Open(c);
+  ASSERT_TRUE(loader.ok());
+  EXPECT_EQ(LoadAll(**loader), 0);
+  EXPECT_EQ((*loader)->stats().store, 40u);
+  EXPECT_GE(daemons_[0]->stats().refused_job + daemons_[1]->stats().refused_job, 2u);
+  c.miss = MissPolicy::kFail;
+  auto strict = Loader::Open(c);
+  ASSERT_TRUE(strict.ok());
+  EXPECT_EQ((*strict)->Next().status().code(), common::StatusCode::kNotFound);
+}
+
+TEST_F(CacheDaemonTest, AMissReadsThroughAndAsksTheOwnerToFill) {
+  auto records = OpenRecords(records_, kDefaultPrefix);
+  const std::string item = "shard/1003.bin";
+  ASSERT_TRUE((*records)->RemoveHolder("ds", item, "n1").ok());
+  ASSERT_TRUE((*records)->RemoveHolder("ds", item, "n2").ok());
+  auto loader = Loader::Open(Config());
+  ASSERT_TRUE(loader.ok());
+  EXPECT_EQ(LoadAll(**loader), 0);
+  EXPECT_EQ((*loader)->stats().misses, 1u);
+  EXPECT_EQ((*loader)->stats().store, 1u);
+  EXPECT_EQ((*loader)->stats().fills_requested, 1u);
+  for (int i = 0; i < 300 && !(*records)->Get("ds", item)->has_value(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE((*records)->Get("ds", item)->has_value()) << "the owner filled it again";
+}
+
+TEST_F(CacheDaemonTest, AStaleRecordIsNeverHandedOut) {
+  auto records = OpenRecords(records_, kDefaultPrefix);
+  const std::string item = "shard/1005.bin";
+  ItemRecord r = **(*records)->Get("ds", item);
+  // The record claims another version: the header read after the bytes disagrees.
+  ItemRecord lie = r;
+  lie.version += 1;
+  for (const Holder& h : r.holders) {
+    ASSERT_TRUE((*records)->AddHolder("ds", lie, h, [](const std::string& n) { return n == "n1" ? 0 : 1; }).ok());
+  }
+  auto loader = Loader::Open(Config());
+  ASSERT_TRUE(loader.ok());
+  EXPECT_EQ(LoadAll(**loader), 0);
+  EXPECT_GE((*loader)->stats().stale, 2u);
+  EXPECT_EQ((*loader)->stats().store, 1u);
+}
+
+TEST_F(CacheDaemonTest, AnOwnerGoneFallsBackToTheReplica) {
+  auto loader = Loader::Open(Config());
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->Next().ok());  // connected to the owners
+  // n1 goes away; the loader still holds the records that name it first.
+  auto records = OpenRecords(records_, kDefaultPrefix);
+  const size_t before = (*records)->List("ds")->size();
+  stops_[0]->store(true);
+  threads_[0].join();
+  daemons_[0].reset();  // the region and listener are gone
+  EXPECT_EQ((*records)->List("ds")->size(), before);
+  (*loader)->Seek(0);
+  EXPECT_EQ(LoadAll(**loader), 0);
+  const Loader::Stats& s = (*loader)->stats();
+  EXPECT_EQ(s.store, 0u);
+  EXPECT_GT(s.replica, 0u);
+}
+
+}  // namespace
+}  // namespace aggswitch::cache
