@@ -74,6 +74,8 @@ common::Result<std::unique_ptr<CacheDaemon>> CacheDaemon::Start(const DaemonConf
     d->fill_target_items_.fetch_add(1, std::memory_order_relaxed);
     d->fill_target_bytes_.fetch_add(e.length, std::memory_order_relaxed);
   }
+  // The item list goes into the records, so that loaders need not ask the store.
+  RETURN_IF_ERROR(d->records_->PutManifest(config.dataset, ExternalStore::FormatManifest(all)));
   RETURN_IF_ERROR(d->Announce());
   AGG_LOG(kInfo,
           "cache node %s: %" PRIu64 " MiB region %s, UCX listener %s (UCX_TLS=%s), %zu of %zu "

@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -193,6 +194,37 @@ common::Result<bool> EtcdRecords::CompareAndPut(const std::string& key, int64_t 
 
 std::string EtcdRecords::ItemKey(const std::string& dataset, const std::string& item) const {
   return prefix_ + "/items/" + dataset + "/" + item;
+}
+
+common::Status EtcdRecords::PutManifest(const std::string& dataset, const std::string& manifest) {
+  std::lock_guard lock(mu_);
+  const std::string prefix = prefix_ + "/manifests/" + dataset + "/";
+  const std::vector<std::string> pieces = ManifestPieces(manifest);
+  auto key = [&prefix](size_t i) {
+    char index[24];
+    std::snprintf(index, sizeof(index), "%08zu", i);
+    return prefix + index;
+  };
+  // One put per piece (a request is capped at 1.5 MiB), then the old list's
+  // extra pieces go. Every daemon of a dataset writes the same list.
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string text, Post("/v3/kv/put", json{{"key", Base64(key(i))},
+                                                               {"value", Base64(pieces[i])}}.dump()));
+    (void)text;
+  }
+  ASSIGN_OR_RETURN(std::string text,
+                   Post("/v3/kv/deleterange", json{{"key", Base64(key(pieces.size()))},
+                                                   {"range_end", Base64(PrefixEnd(prefix))}}.dump()));
+  (void)text;
+  return common::Status::Ok();
+}
+
+common::Result<std::string> EtcdRecords::Manifest(const std::string& dataset) {
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(std::vector<Kv> kvs, Range(prefix_ + "/manifests/" + dataset + "/", true));
+  std::string out;
+  for (const Kv& kv : kvs) out += kv.value;  // etcd returns keys in order
+  return out;
 }
 
 common::Result<std::optional<ItemRecord>> EtcdRecords::Get(const std::string& dataset,

@@ -34,6 +34,8 @@ class EtcdRecords final : public Records {
                                                        const std::string& prefix);
   ~EtcdRecords() override;
 
+  common::Status PutManifest(const std::string& dataset, const std::string& manifest) override;
+  common::Result<std::string> Manifest(const std::string& dataset) override;
   common::Result<std::optional<ItemRecord>> Get(const std::string& dataset,
                                                 const std::string& item) override;
   common::Result<std::vector<ItemRecord>> List(const std::string& dataset) override;

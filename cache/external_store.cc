@@ -193,6 +193,12 @@ bool ExternalStore::ValidName(const std::string& name) {
   return name.back() != '/';
 }
 
+std::string ExternalStore::FormatManifest(const std::vector<Entry>& entries) {
+  std::string out;
+  for (const Entry& e : entries) out += e.name + " " + std::to_string(e.length) + "\n";
+  return out;
+}
+
 common::Result<std::vector<ExternalStore::Entry>> ExternalStore::ParseManifest(
     const std::string& text) {
   std::vector<Entry> out;

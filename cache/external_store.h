@@ -56,6 +56,8 @@ class ExternalStore {
 
   // Whether `name` is a safe relative object name (no "..", no leading '/').
   static bool ValidName(const std::string& name);
+  // MANIFEST text for `entries`.
+  static std::string FormatManifest(const std::vector<Entry>& entries);
   // Parses MANIFEST text; the error names the line.
   static common::Result<std::vector<Entry>> ParseManifest(const std::string& text);
 

@@ -83,6 +83,26 @@ common::Status FileRecords::Update(
   return common::Status::Ok();
 }
 
+common::Status FileRecords::PutManifest(const std::string& dataset, const std::string& manifest) {
+  return Update([&](const std::string& text) -> common::Result<std::string> {
+    json j = ParseOrEmpty(text);
+    j["manifests"][dataset] = manifest;
+    return j.dump();
+  });
+}
+
+common::Result<std::string> FileRecords::Manifest(const std::string& dataset) {
+  std::string out;
+  RETURN_IF_ERROR(Update([&](const std::string& text) -> common::Result<std::string> {
+    json j = ParseOrEmpty(text);
+    if (j.contains("manifests") && j["manifests"].contains(dataset) && j["manifests"][dataset].is_string()) {
+      out = j["manifests"][dataset].get<std::string>();
+    }
+    return text;
+  }));
+  return out;
+}
+
 common::Result<std::optional<ItemRecord>> FileRecords::Get(const std::string& dataset,
                                                            const std::string& item) {
   std::optional<ItemRecord> out;

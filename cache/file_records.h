@@ -1,7 +1,8 @@
 // Records in one JSON file, for a cache of a single node (or nodes sharing
 // a filesystem): the same interface as EtcdRecords, without a server.
 //
-//   {"items": {"<dataset>": {"<item>": <ItemRecord>}}, "nodes": {"<node>": <NodeRecord>}}
+//   {"items": {"<dataset>": {"<item>": <ItemRecord>}}, "nodes": {"<node>": <NodeRecord>},
+//    "manifests": {"<dataset>": "<name> <bytes>\n..."}}
 //
 // Every call takes an exclusive flock on "<path>.lock", reads the file,
 // and for a change writes a new file and renames it over the old one, so a
@@ -22,6 +23,8 @@ class FileRecords final : public Records {
  public:
   static common::Result<std::unique_ptr<Records>> Open(const std::string& path);
 
+  common::Status PutManifest(const std::string& dataset, const std::string& manifest) override;
+  common::Result<std::string> Manifest(const std::string& dataset) override;
   common::Result<std::optional<ItemRecord>> Get(const std::string& dataset,
                                                 const std::string& item) override;
   common::Result<std::vector<ItemRecord>> List(const std::string& dataset) override;

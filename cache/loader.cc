@@ -75,20 +75,27 @@ common::Status Loader::Init() {
   ASSIGN_OR_RETURN(records_, OpenRecords(cfg_.records, cfg_.prefix));
   if (!cfg_.store.empty()) {
     ASSIGN_OR_RETURN(store_, ExternalStore::Open(cfg_.store));
+  }
+  // The item list: as the daemons published it; else the store's; else the records'.
+  ASSIGN_OR_RETURN(std::string manifest, records_->Manifest(cfg_.dataset));
+  if (!manifest.empty()) {
+    ASSIGN_OR_RETURN(entries_, ExternalStore::ParseManifest(manifest));
+  } else if (store_) {
     ASSIGN_OR_RETURN(entries_, store_->List());
   }
   ASSIGN_OR_RETURN(std::vector<ItemRecord> recs, records_->List(cfg_.dataset));
+  const bool from_records = entries_.empty();
   for (ItemRecord& r : recs) {
-    if (!store_) entries_.push_back({r.item, r.length});
+    if (from_records) entries_.push_back({r.item, r.length});
     known_[r.item] = std::move(r);
   }
-  if (!store_) {
+  if (from_records) {
     std::sort(entries_.begin(), entries_.end(),
               [](const ExternalStore::Entry& a, const ExternalStore::Entry& b) { return a.name < b.name; });
   }
   if (entries_.empty()) {
     return common::NotFound("dataset " + cfg_.dataset + " has no items (" +
-                            (store_ ? store_->Describe() : records_->Describe()) + ")");
+                            (store_ ? store_->Describe() + ", " : std::string()) + records_->Describe() + ")");
   }
   NodeInfo("", true);
   const size_t header_bytes = sizeof(ItemHeader) * cfg_.window;

@@ -88,6 +88,21 @@ ItemRecord MergeHolder(std::optional<ItemRecord> current, const ItemRecord& fres
   return r;
 }
 
+std::vector<std::string> ManifestPieces(const std::string& manifest) {
+  std::vector<std::string> pieces;
+  size_t start = 0;
+  while (start < manifest.size()) {
+    size_t end = std::min(manifest.size(), start + Records::kManifestPiece);
+    if (end < manifest.size()) {
+      const size_t nl = manifest.rfind('\n', end - 1);
+      if (nl != std::string::npos && nl >= start) end = nl + 1;
+    }
+    pieces.push_back(manifest.substr(start, end - start));
+    start = end;
+  }
+  return pieces;
+}
+
 std::optional<ItemRecord> WithoutHolder(ItemRecord current, const std::string& node) {
   std::erase_if(current.holders, [&node](const Holder& h) { return h.node == node; });
   if (current.holders.empty()) return std::nullopt;

@@ -4,6 +4,10 @@
 // file).
 //
 // Keys, under a prefix (default "/aggswitch/cache"):
+//   <prefix>/manifests/<dataset>/<n> the dataset's item list ("<name> <bytes>"
+//                                    lines, as the store's MANIFEST), in
+//                                    pieces of at most kManifestPiece bytes,
+//                                    so loaders need not ask the store
 //   <prefix>/items/<dataset>/<item>  one ItemRecord per item (JSON)
 //   <prefix>/nodes/<node>            one NodeRecord per live daemon (JSON),
 //                                    on a lease: it vanishes when the daemon
@@ -67,7 +71,14 @@ common::Result<NodeRecord> ParseNodeRecord(const std::string& json);
 
 class Records {
  public:
+  static constexpr size_t kManifestPiece = 512 * 1024;  // under etcd's 1.5 MiB request limit
+
   virtual ~Records() = default;
+
+  // Publishes the dataset's item list (replacing the one there).
+  virtual common::Status PutManifest(const std::string& dataset, const std::string& manifest) = 0;
+  // The item list as published; "" when none is.
+  virtual common::Result<std::string> Manifest(const std::string& dataset) = 0;
 
   // The record of `item`, or nullopt when none.
   virtual common::Result<std::optional<ItemRecord>> Get(const std::string& dataset,
@@ -97,6 +108,9 @@ class Records {
 // "etcd://host:port[,host:port...]" or "file:/path/records.json".
 common::Result<std::unique_ptr<Records>> OpenRecords(const std::string& url,
                                                      const std::string& prefix);
+
+// `manifest` cut into pieces of at most kManifestPiece bytes at line ends.
+std::vector<std::string> ManifestPieces(const std::string& manifest);
 
 // The merge AddHolder performs, on a record that may be absent: exposed for
 // both implementations and their tests.

@@ -26,6 +26,21 @@ TEST(RecordsTest, ItemRecordsRoundTripAsJson) {
   EXPECT_FALSE(ParseItemRecord("not json").ok());
 }
 
+TEST(RecordsTest, ManifestPiecesEndAtLineEnds) {
+  std::string manifest;
+  for (int i = 0; i < 40000; ++i) manifest += "train/" + std::to_string(i) + ".bin " + std::to_string(i) + "\n";
+  const auto pieces = ManifestPieces(manifest);
+  ASSERT_GT(pieces.size(), 1u);
+  std::string joined;
+  for (const auto& p : pieces) {
+    EXPECT_LE(p.size(), Records::kManifestPiece);
+    EXPECT_EQ(p.back(), '\n');
+    joined += p;
+  }
+  EXPECT_EQ(joined, manifest);
+  EXPECT_TRUE(ManifestPieces("").empty());
+}
+
 TEST(RecordsTest, MergeKeepsPlacementOrderAndDropsOtherVersions) {
   const ItemRecord fresh{"x", 10, 1, 5, {}};
   ItemRecord r = MergeHolder(std::nullopt, fresh, {"n2", 200, 1}, RankOf);
@@ -72,6 +87,9 @@ TEST(RecordsTest, FileRecordsStoreItemsAndNodes) {
   EXPECT_EQ((*nodes)[0].members, (std::vector<std::string>{"n1", "n2"}));
   ASSERT_TRUE(rec.DropNode("n1").ok());
   EXPECT_TRUE(rec.Nodes()->empty());
+  EXPECT_EQ(*rec.Manifest("ds"), "");
+  ASSERT_TRUE(rec.PutManifest("ds", "a 1\nb 2\n").ok());
+  EXPECT_EQ(*rec.Manifest("ds"), "a 1\nb 2\n");
   std::remove(path.c_str());
   std::remove((path + ".lock").c_str());
   EXPECT_FALSE(OpenRecords("redis://x", "/p").ok());
