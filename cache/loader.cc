@@ -52,6 +52,38 @@ struct Loader::Task {
   size_t slot = 0;  // header slot
 };
 
+// The item list: as the daemons published it; else the store's; else the records'.
+common::Result<std::vector<ExternalStore::Entry>> Loader::Entries(const LoaderConfig& cfg, Records& records,
+                                                                  ExternalStore* store,
+                                                                  const std::vector<ItemRecord>& recs) {
+  std::vector<ExternalStore::Entry> entries;
+  ASSIGN_OR_RETURN(std::string manifest, records.Manifest(cfg.dataset));
+  if (!manifest.empty()) {
+    ASSIGN_OR_RETURN(entries, ExternalStore::ParseManifest(manifest));
+  } else if (store != nullptr) {
+    ASSIGN_OR_RETURN(entries, store->List());
+  } else {
+    for (const ItemRecord& r : recs) entries.push_back({r.item, r.length});
+    std::sort(entries.begin(), entries.end(),
+              [](const ExternalStore::Entry& a, const ExternalStore::Entry& b) { return a.name < b.name; });
+  }
+  if (entries.empty()) {
+    return common::NotFound("dataset " + cfg.dataset + " has no items (" +
+                            (store != nullptr ? store->Describe() + ", " : std::string()) + records.Describe() + ")");
+  }
+  return entries;
+}
+
+common::Result<std::vector<ExternalStore::Entry>> Loader::ListItems(const LoaderConfig& cfg) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Records> records, OpenRecords(cfg.records, cfg.prefix));
+  std::unique_ptr<ExternalStore> store;
+  if (!cfg.store.empty()) {
+    ASSIGN_OR_RETURN(store, ExternalStore::Open(cfg.store));
+  }
+  ASSIGN_OR_RETURN(std::vector<ItemRecord> recs, records->List(cfg.dataset));
+  return Entries(cfg, *records, store.get(), recs);
+}
+
 common::Result<std::unique_ptr<Loader>> Loader::Open(const LoaderConfig& cfg,
                                                      const std::string& config_path) {
   std::unique_ptr<Loader> l(new Loader(cfg, config_path));
@@ -76,27 +108,9 @@ common::Status Loader::Init() {
   if (!cfg_.store.empty()) {
     ASSIGN_OR_RETURN(store_, ExternalStore::Open(cfg_.store));
   }
-  // The item list: as the daemons published it; else the store's; else the records'.
-  ASSIGN_OR_RETURN(std::string manifest, records_->Manifest(cfg_.dataset));
-  if (!manifest.empty()) {
-    ASSIGN_OR_RETURN(entries_, ExternalStore::ParseManifest(manifest));
-  } else if (store_) {
-    ASSIGN_OR_RETURN(entries_, store_->List());
-  }
   ASSIGN_OR_RETURN(std::vector<ItemRecord> recs, records_->List(cfg_.dataset));
-  const bool from_records = entries_.empty();
-  for (ItemRecord& r : recs) {
-    if (from_records) entries_.push_back({r.item, r.length});
-    known_[r.item] = std::move(r);
-  }
-  if (from_records) {
-    std::sort(entries_.begin(), entries_.end(),
-              [](const ExternalStore::Entry& a, const ExternalStore::Entry& b) { return a.name < b.name; });
-  }
-  if (entries_.empty()) {
-    return common::NotFound("dataset " + cfg_.dataset + " has no items (" +
-                            (store_ ? store_->Describe() + ", " : std::string()) + records_->Describe() + ")");
-  }
+  ASSIGN_OR_RETURN(entries_, Entries(cfg_, *records_, store_.get(), recs));
+  for (ItemRecord& r : recs) known_[r.item] = std::move(r);
   NodeInfo("", true);
   const size_t header_bytes = sizeof(ItemHeader) * cfg_.window;
   headers_ = static_cast<ItemHeader*>(std::aligned_alloc(64, header_bytes));

@@ -83,6 +83,11 @@ class Loader {
     uint64_t config_reloads = 0;
   };
 
+  // The dataset's items (name and length), in request order, as Open finds
+  // them: from the records, else from the store. Opens no UCX worker, so a
+  // process that is about to fork (a DataLoader) can call it.
+  static common::Result<std::vector<ExternalStore::Entry>> ListItems(const LoaderConfig& cfg);
+
   // `config_path`: the file `cfg` came from, watched for changes; empty: none.
   static common::Result<std::unique_ptr<Loader>> Open(const LoaderConfig& cfg,
                                                       const std::string& config_path = "");
@@ -124,6 +129,9 @@ class Loader {
 
   explicit Loader(LoaderConfig cfg, std::string path) : cfg_(std::move(cfg)), config_path_(std::move(path)) {}
   common::Status Init();
+  static common::Result<std::vector<ExternalStore::Entry>> Entries(const LoaderConfig& cfg, Records& records,
+                                                                   ExternalStore* store,
+                                                                   const std::vector<ItemRecord>& recs);
   void ReloadConfig();
   common::Status Reserve(uint64_t bytes);
   // Loads entries `indices` to dest + offsets; fills `items`.

@@ -31,13 +31,17 @@
 #   9. the gpu component is refused as unsupported on this host;
 #  10. the switch carried the bytes; promtool accepts agg-cached's /metrics.
 #
-# Usage: cache_netns_test.sh AGGSWITCH AGG_CACHED AGG_LOAD
+#  11. Python (with PYTHON_DIR): aggswitch.cache's Loader, CacheDataset
+#      under a DataLoader with worker processes, CacheBatches, all verified.
+#
+# Usage: cache_netns_test.sh AGGSWITCH AGG_CACHED AGG_LOAD [PYTHON_DIR]
 # Needs root, etcd (etcd-server) and python3. Everything is torn down on
 # exit, pass or fail.
 set -u
 AGGSWITCH=$(realpath "$1")
 AGG_CACHED=$(realpath "$2")
 AGG_LOAD=$(realpath "$3")
+PY_PATH=${4:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../lib/topology.sh"
 # shellcheck source=tests/lib/check.sh
@@ -308,6 +312,19 @@ check_refused() {
   [ "$by_addr" -ge 3 ] && [ "$by_job" -ge 3 ] && grep -q 'refused a connection from 10.0.30.99' "$WORK"/cached-n*.log
 }
 check "a node outside allow.nodes and a job outside allow.jobs are refused, counted, and read the store" check_refused
+
+# 11 (before a node is killed). Python, with Debian's python3 (torch, numpy).
+if [ -n "$PY_PATH" ]; then
+  check_python() {
+    loader_yaml "$WORK/py.yaml" n2 train read_through 4MiB
+    topo_exec n2 env PYTHONPATH="$PY_PATH" /usr/bin/python3 "$HERE/../../python/tests/cache_check.py" \
+      --config "$WORK/py.yaml" --verify-against "$WORK/store" >"$WORK/py.out" 2>&1
+    local rc=$?
+    while read -r line; do report "$line"; done <"$WORK/py.out"
+    return $rc
+  }
+  check "Python: aggswitch.cache Loader, CacheDataset under a DataLoader, CacheBatches, byte-identical" check_python
+fi
 
 # 8. An owner killed mid-load.
 check_owner_killed() {
