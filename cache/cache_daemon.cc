@@ -213,7 +213,6 @@ ucs_status_t CacheDaemon::OnFill(void* arg, const void* /*header*/, size_t /*hea
 }
 
 void CacheDaemon::SendReplies() {
-  // Closing drives UCX, whose callbacks may queue replies: close after the walk.
   std::vector<ucp_ep_h> close;
   for (auto it = replies_.begin(); it != replies_.end();) {
     if (it->request == nullptr) {
@@ -228,7 +227,7 @@ void CacheDaemon::SendReplies() {
     it = replies_.erase(it);
   }
   for (ucp_ep_h ep : close) {
-    if (endpoints_.erase(ep) > 0) ucx_->Close(ep, true);
+    closing_.emplace_back(ep, std::chrono::steady_clock::now() + std::chrono::seconds(1));
   }
 }
 
@@ -349,6 +348,19 @@ common::Status CacheDaemon::Run(const std::atomic<bool>& stop, bool progress) {
       }
     }
     const auto now = std::chrono::steady_clock::now();
+    for (auto it = closing_.begin(); it != closing_.end();) {
+      if (endpoints_.count(it->first) == 0) {  // closed already (the loader went)
+        it = closing_.erase(it);
+      } else if (now >= it->second) {
+        const ucp_ep_h ep = it->first;
+        it = closing_.erase(it);
+        endpoints_.erase(ep);
+        ucx_->Close(ep, true);
+        break;  // Close drove UCX: start the walk again next round
+      } else {
+        ++it;
+      }
+    }
     if (now >= next_renew) {
       next_renew = now + renew_every;
       if (!records_->KeepAlive().ok()) {

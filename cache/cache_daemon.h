@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -112,6 +113,10 @@ class CacheDaemon {
     ucs_status_ptr_t request = nullptr;
   };
   std::deque<Reply> replies_;
+  // Refused loaders' endpoints, closed after a grace period unless the
+  // loader closes first (it does, on the refusal): both sides closing at
+  // once is avoided.
+  std::vector<std::pair<ucp_ep_h, std::chrono::steady_clock::time_point>> closing_;
 
   // Fill thread <-> serving thread.
   std::mutex mu_;
