@@ -15,6 +15,9 @@
 namespace aggswitch::cache {
 namespace {
 
+// No list takes more (YAML aliases make a long list out of a short file).
+constexpr size_t kMaxListItems = 1024;
+
 // Collects "<source>:<line>:<col>: <path>: <message>" errors while walking.
 class Walker {
  public:
@@ -107,6 +110,10 @@ class Walker {
   Load Strings(std::vector<std::string>& out) {
     return [this, &out](const YAML::Node& n, const std::string& p) {
       if (!n.IsSequence()) return Error(n, p, "expected a list of names");
+      if (n.size() > kMaxListItems) {
+        return Error(n, p, "expected at most " + std::to_string(kMaxListItems) + " items, got " +
+                               std::to_string(n.size()));
+      }
       for (size_t i = 0; i < n.size(); ++i) {
         if (!n[i].IsScalar() || n[i].Scalar().empty()) {
           Error(n[i], p + "[" + std::to_string(i) + "]", "expected a name");
@@ -219,7 +226,10 @@ common::Result<DaemonConfig> ParseDaemonConfig(const std::string& yaml, const st
             w.Map(n, p,
                   {{"nodes",
                     [&](const YAML::Node& l, const std::string& lp) {
-                      if (!l.IsSequence()) return w.Error(l, lp, "expected a list of prefixes");
+                      if (!l.IsSequence() || l.size() > kMaxListItems) {
+                        return w.Error(l, lp, "expected a list of at most " + std::to_string(kMaxListItems) +
+                                                  " prefixes");
+                      }
                       for (size_t i = 0; i < l.size(); ++i) {
                         auto pre = l[i].IsScalar() ? common::Ipv4Prefix::Parse(l[i].Scalar()) : std::nullopt;
                         if (!pre) {

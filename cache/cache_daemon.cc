@@ -388,13 +388,25 @@ common::Status CacheDaemon::Run(const std::atomic<bool>& stop, bool progress) {
 
 void CacheDaemon::Withdraw() {
   // Loaders would find the region gone; take this node out of the records first.
+  // Bounded: with the records unreachable, the first failure ends it (loaders
+  // find the node gone and its lease lapses).
   size_t removed = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   for (const std::string& item : published_) {
-    if (records_->RemoveHolder(config_.dataset, item, config_.node).ok()) ++removed;
+    const common::Status s = records_->RemoveHolder(config_.dataset, item, config_.node);
+    if (!s.ok()) {
+      AGG_LOG(kWarning, "cache node %s: stopped withdrawing from the records: %s", config_.node.c_str(),
+              s.message().c_str());
+      break;
+    }
+    ++removed;
+    if (std::chrono::steady_clock::now() >= deadline) break;
   }
+  const size_t held = published_.size();
   published_.clear();
-  (void)records_->DropNode(config_.node);
-  AGG_LOG(kInfo, "cache node %s: withdrawn from %zu item records", config_.node.c_str(), removed);
+  if (removed == held) (void)records_->DropNode(config_.node);
+  AGG_LOG(kInfo, "cache node %s: withdrawn from %zu of %zu item records", config_.node.c_str(), removed,
+          held);
 }
 
 CacheDaemon::Stats CacheDaemon::stats() const {

@@ -382,6 +382,27 @@ def int_seeds():
     }
 
 
+def cache_seeds():
+    # The first byte picks the parser (tests/fuzz/cache_fuzz.cc).
+    daemon = ("cache:\n  node: n1\n  nodes: [n1, n2]\n  listen: 10.0.0.1:7400\n  memory: 64MiB\n"
+              "  store: http://10.0.0.9:8000/ds\n  dataset: ds\n  records: etcd://10.0.0.5:2379\n"
+              "  replicas: 2\n  allow: {nodes: [10.0.0.0/24], jobs: [train]}\n")
+    loader = ("loader:\n  records: file:/tmp/r.json\n  dataset: ds\n  job: train\n  node: n1\n"
+              "  store: /data\n  miss: read_through\n  request: {amount: 8MiB, component: gpu}\n")
+    item = ('{"item":"a/b.bin","length":4096,"version":7,"crc32c":3735928559,"owner":"n1",'
+            '"holders":[{"node":"n1","addr":139637976727616,"rkey":5},{"node":"n2","addr":64,"rkey":9}]}')
+    node = ('{"node":"n1","ucx_listen":"10.0.0.1:7400","region_path":"/dev/shm/aggswitch-cache.n1",'
+            '"region_base":139637976727552,"region_size":67108864,"rkey":5,"pid":42,"members":["n1","n2"]}')
+    return {
+        "daemon": b"\x00" + daemon.encode(),
+        "daemon-aliases": b"\x00" + (daemon + "  x: &a [n1, n1]\n").encode(),
+        "loader": b"\x01" + loader.encode(),
+        "manifest": b"\x02" + b"# comment\ntrain/0.bin 10\ntrain/1.bin 0\n",
+        "item-record": b"\x03" + item.encode(),
+        "node-record": b"\x04" + node.encode(),
+    }
+
+
 def write(harness, seeds):
     d = os.path.join(HERE, "corpus", harness)
     os.makedirs(d, exist_ok=True)
@@ -400,6 +421,7 @@ def main():
     write("client_fuzz", client_seeds())
     write("config_fuzz", config_seeds())
     write("int_fuzz", int_seeds())
+    write("cache_fuzz", cache_seeds())
     # A 572-byte config whose node id ranges expanded to 2.6 million ids, a
     # location recorded for each: over 10 s and 550 MB under ASan (config
     # before 69185db); now at most 65535 ids per job.

@@ -8,7 +8,7 @@
 #   ed  10.0.30.60  etcd: the records
 #   n1  10.0.30.1   agg-cached ┐ cache nodes, replicas 2,
 #   n2  10.0.30.2   agg-cached ├ allow.nodes 10.0.30.0/28,
-#   n3  10.0.30.3   agg-cached ┘ allow.jobs [train]
+#   n3  10.0.30.3   agg-cached ┘ allow.jobs [train]; n3's region on hugepages
 #   n4  10.0.30.4   loaders only (every item is remote)
 #   rg  10.0.30.99  a loader outside allow.nodes
 #
@@ -53,8 +53,19 @@ PREFIX="agg-ca-$$"
 ITEMS=96
 
 topo_init ca
-cleanup_all() { topo_cleanup; rm -rf "$WORK" /dev/shm/aggswitch-cache.n[1-3]; }
+# n3's region is on hugepages: a hugetlbfs mount of the test's own, and 48
+# more 2 MiB pages reserved for the test (given back at the end).
+HUGE_BEFORE=$(cat /proc/sys/vm/nr_hugepages)
+mkdir -p "$WORK/huge"
+cleanup_all() {
+  topo_cleanup
+  umount "$WORK/huge" 2>/dev/null
+  echo "$HUGE_BEFORE" >/proc/sys/vm/nr_hugepages
+  rm -rf "$WORK" /dev/shm/aggswitch-cache.n[1-3]
+}
 trap cleanup_all EXIT
+echo $((HUGE_BEFORE + 48)) >/proc/sys/vm/nr_hugepages
+mount -t hugetlbfs -o pagesize=2M none "$WORK/huge"
 
 HOSTS=(st ed n1 n2 n3 n4 rg)
 declare -A ADDR=([st]=10.0.30.50 [ed]=10.0.30.60 [n1]=10.0.30.1 [n2]=10.0.30.2 [n3]=10.0.30.3
@@ -132,6 +143,7 @@ cache:
   ucx_tls: tcp
   metrics: 127.0.0.1:9480
   lease_ttl_s: 3
+$([ "$1" = n3 ] && printf '  hugepages: true\n  region_dir: %s\n' "$WORK/huge")
 YAML
   ip netns exec "$(topo_ns "$1")" "$AGG_CACHED" --config "$WORK/cache-$1.yaml" \
     >"$WORK/cached-$1.log" 2>&1 &
@@ -191,6 +203,8 @@ print(len(recs), sum(r["length"] for r in recs), len(bad))')
   done
   report "records (items, bytes, malformed): $recorded; source $ITEMS items, $SOURCE_BYTES bytes"
   report "filled $filled bytes over 3 nodes (replicas 2), $errors errors"
+  report "n3's region: $(ls "$WORK/huge"), $(awk '/HugePages_Total|HugePages_Free/ {printf "%s %s ", $1, $2}' /proc/meminfo)"
+  [ -f "$WORK/huge/aggswitch-cache.n3" ] || return 1
   [ "$recorded" = "$ITEMS $SOURCE_BYTES 0" ] && [ "$filled" -eq $((2 * SOURCE_BYTES)) ] && [ "$errors" -eq 0 ]
 }
 check "fill: every item recorded with two holders, the cached bytes twice the source's" check_fill
@@ -368,5 +382,19 @@ check_promtool() {
   promtool check metrics <"$WORK/cache.prom"
 }
 check "promtool check metrics accepts agg-cached's /metrics" check_promtool
+
+# A clean stop: SIGTERM, exit 0, the node out of its records and the node list.
+check_clean_stop() {
+  kill -TERM "${CACHED_PID[n2]}"
+  local i
+  for i in $(seq 1 100); do kill -0 "${CACHED_PID[n2]}" 2>/dev/null || break; sleep 0.1; done
+  wait "${CACHED_PID[n2]}"
+  local rc=$? left
+  left=$("${ETCDCTL[@]}" get --prefix /aggswitch/cache/ --print-value-only | grep -c '"node":"n2"')
+  report "agg-cached on n2 exited $rc; records still naming n2: $left; $(grep -o 'withdrawn from .*' "$WORK/cached-n2.log")"
+  [ "$rc" -eq 0 ] && [ "$left" -eq 0 ]
+}
+check "agg-cached stops on SIGTERM with exit 0, withdrawn from its records" check_clean_stop
+kill -TERM "${CACHED_PID[n3]}" 2>/dev/null
 
 finish
