@@ -1,6 +1,8 @@
 #include "cache/records.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -34,20 +36,45 @@ std::string ToJson(const NodeRecord& r) {
       .dump();
 }
 
+namespace {
+
+// An unsigned integer field that fits `max`: a JSON number read as a double
+// (1e20, -1, 2.5) is refused, not converted.
+uint64_t Unsigned(const json& j, const char* key, uint64_t max = UINT64_MAX) {
+  const json& v = j.at(key);
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
+    throw std::invalid_argument(std::string("\"") + key + "\": expected an unsigned integer");
+  }
+  const uint64_t n = v.get<uint64_t>();
+  if (n > max) throw std::invalid_argument(std::string("\"") + key + "\": too large");
+  return n;
+}
+
+std::string String(const json& j, const char* key) {
+  const json& v = j.at(key);
+  if (!v.is_string()) throw std::invalid_argument(std::string("\"") + key + "\": expected a string");
+  return v.get<std::string>();
+}
+
+}  // namespace
+
 common::Result<ItemRecord> ParseItemRecord(const std::string& text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return common::InvalidArgument("an item record that is not a JSON object");
   ItemRecord r;
   try {
-    r.item = j.at("item").get<std::string>();
-    r.length = j.at("length").get<uint64_t>();
-    r.version = j.at("version").get<uint64_t>();
-    r.crc32c = j.at("crc32c").get<uint32_t>();
-    for (const json& h : j.at("holders")) {
-      r.holders.push_back(Holder{h.at("node").get<std::string>(), h.at("addr").get<uint64_t>(),
-                                 h.at("rkey").get<uint32_t>()});
+    r.item = String(j, "item");
+    r.length = Unsigned(j, "length");
+    r.version = Unsigned(j, "version");
+    r.crc32c = static_cast<uint32_t>(Unsigned(j, "crc32c", UINT32_MAX));
+    const json& holders = j.at("holders");
+    if (!holders.is_array()) throw std::invalid_argument("\"holders\": expected a list");
+    for (const json& h : holders) {
+      if (!h.is_object()) throw std::invalid_argument("\"holders\": expected objects");
+      r.holders.push_back(Holder{String(h, "node"), Unsigned(h, "addr"),
+                                 static_cast<uint32_t>(Unsigned(h, "rkey", UINT32_MAX))});
     }
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {
     return common::InvalidArgument(std::string("a malformed item record: ") + e.what());
   }
   return r;
@@ -58,15 +85,22 @@ common::Result<NodeRecord> ParseNodeRecord(const std::string& text) {
   if (!j.is_object()) return common::InvalidArgument("a node record that is not a JSON object");
   NodeRecord r;
   try {
-    r.node = j.at("node").get<std::string>();
-    r.ucx_listen = j.at("ucx_listen").get<std::string>();
-    r.region_path = j.at("region_path").get<std::string>();
-    r.region_base = j.at("region_base").get<uint64_t>();
-    r.region_size = j.at("region_size").get<uint64_t>();
-    r.rkey_id = j.at("rkey").get<uint32_t>();
-    r.pid = j.value("pid", uint64_t{0});
-    r.members = j.value("members", std::vector<std::string>{});
-  } catch (const json::exception& e) {
+    r.node = String(j, "node");
+    r.ucx_listen = String(j, "ucx_listen");
+    r.region_path = String(j, "region_path");
+    r.region_base = Unsigned(j, "region_base");
+    r.region_size = Unsigned(j, "region_size");
+    r.rkey_id = static_cast<uint32_t>(Unsigned(j, "rkey", UINT32_MAX));
+    r.pid = j.contains("pid") ? Unsigned(j, "pid") : 0;
+    if (j.contains("members")) {
+      const json& members = j.at("members");
+      if (!members.is_array()) throw std::invalid_argument("\"members\": expected a list");
+      for (const json& m : members) {
+        if (!m.is_string()) throw std::invalid_argument("\"members\": expected names");
+        r.members.push_back(m.get<std::string>());
+      }
+    }
+  } catch (const std::exception& e) {
     return common::InvalidArgument(std::string("a malformed node record: ") + e.what());
   }
   return r;

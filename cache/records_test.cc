@@ -24,6 +24,16 @@ TEST(RecordsTest, ItemRecordsRoundTripAsJson) {
   EXPECT_NE(ToJson(r).find("\"owner\":\"n1\""), std::string::npos);
   EXPECT_FALSE(ParseItemRecord("{\"item\": 3}").ok());
   EXPECT_FALSE(ParseItemRecord("not json").ok());
+  // Numbers that no field holds are refused, not converted (cache_fuzz found 1e20).
+  std::string big = ToJson(r);
+  big.replace(big.find("\"length\":4096"), 13, "\"length\":1e20");
+  EXPECT_FALSE(ParseItemRecord(big).ok());
+  std::string negative = ToJson(r);
+  negative.replace(negative.find("\"rkey\":5"), 8, "\"rkey\":-5");
+  EXPECT_FALSE(ParseItemRecord(negative).ok());
+  std::string wide = ToJson(r);
+  wide.replace(wide.find("\"crc32c\":3735928559"), 19, "\"crc32c\":4294967296");
+  EXPECT_FALSE(ParseItemRecord(wide).ok());
 }
 
 TEST(RecordsTest, ManifestPiecesEndAtLineEnds) {

@@ -422,6 +422,12 @@ def main():
     write("config_fuzz", config_seeds())
     write("int_fuzz", int_seeds())
     write("cache_fuzz", cache_seeds())
+    # A node record whose region_base no uint64 holds: nlohmann converted the
+    # double, undefined behaviour (cache_fuzz found it).
+    write("cache_fuzz", {
+        "regress-node-record-1e20": b"\x04" + b'{"node":"n1","ucx_listen":"10.0.0.1:7400","region_path":"/x",'
+                                    b'"region_base":139637976727553554432,"region_size":1,"rkey":6}',
+    })
     # A 572-byte config whose node id ranges expanded to 2.6 million ids, a
     # location recorded for each: over 10 s and 550 MB under ASan (config
     # before 69185db); now at most 65535 ids per job.
