@@ -20,19 +20,14 @@
 
 #include "cache/cache_config.h"
 #include "cache/loader.h"
+#include "python/raise_status.h"
 
 namespace py = pybind11;
 
 namespace aggswitch::cache {
 namespace {
 
-[[noreturn]] void Raise(const common::Status& status) {
-  py::object error = py::module_::import("aggswitch.errors")
-                         .attr("from_status")(common::StatusCodeName(status.code()),
-                                              status.message());
-  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
-  throw py::error_already_set();
-}
+using python::Raise;
 
 Component ComponentOf(const std::string& name) {
   if (name == "cpu") return Component::kCpu;

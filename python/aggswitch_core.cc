@@ -26,25 +26,15 @@
 
 #include "aggregator/types.h"
 #include "client/client.h"
+#include "python/raise_status.h"
 
 namespace py = pybind11;
 
 namespace aggswitch::client {
 namespace {
 
-// Raises the Python exception for a failed status: errors.from_status
-// chooses the class.
-[[noreturn]] void Raise(const common::Status& status) {
-  py::object error = py::module_::import("aggswitch.errors")
-                         .attr("from_status")(common::StatusCodeName(status.code()),
-                                              status.message());
-  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
-  throw py::error_already_set();
-}
-
-void Check(const common::Status& status) {
-  if (!status.ok()) Raise(status);
-}
+using python::Check;
+using python::Raise;
 
 aggregator::ReduceOp OpOf(const std::string& name) {
   const std::optional<aggregator::ReduceOp> op = aggregator::ReduceOpFromName(name);
