@@ -12,19 +12,6 @@
 #include "common/log.h"
 
 namespace aggswitch::cache {
-namespace {
-
-std::string MetricsLabelValue(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') { out += "\\n"; continue; }
-    out += c;
-  }
-  return out;
-}
-
-}  // namespace
 
 common::Result<std::unique_ptr<CacheDaemon>> CacheDaemon::Start(const DaemonConfig& config) {
   std::unique_ptr<CacheDaemon> d(new CacheDaemon(config));
@@ -70,6 +57,7 @@ common::Result<std::unique_ptr<CacheDaemon>> CacheDaemon::Start(const DaemonConf
   ASSIGN_OR_RETURN(std::vector<ExternalStore::Entry> all, d->store_->List());
   for (const ExternalStore::Entry& e : all) {
     if (d->placement_.Rank(e.name, config.node) == Placement::npos) continue;
+    d->mine_index_.emplace(e.name, d->mine_.size());
     d->mine_.push_back(e);
     d->fill_target_items_.fetch_add(1, std::memory_order_relaxed);
     d->fill_target_bytes_.fetch_add(e.length, std::memory_order_relaxed);
@@ -305,13 +293,12 @@ void CacheDaemon::FillThread() {
       if (listed) continue;
     }
     // The store's own list gives the length; an item it does not list is not filled.
-    auto it = std::find_if(mine_.begin(), mine_.end(),
-                           [&item](const ExternalStore::Entry& e) { return e.name == item; });
-    if (it == mine_.end()) {
+    auto it = mine_index_.find(item);
+    if (it == mine_index_.end()) {
       fill_requests_ignored_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    FillOne(*it);
+    FillOne(mine_[it->second]);
   }
 }
 
@@ -426,56 +413,14 @@ CacheDaemon::Stats CacheDaemon::stats() const {
   s.hellos = hellos_.load();
   s.peer_failures = peer_failures_.load();
   s.initial_fill_done = initial_fill_done_.load();
-  return s;
-}
-
-std::string CacheDaemon::Metrics() const {
-  const Stats s = stats();
   const Region::Stats r = region_->stats();
-  struct Line {
-    const char* name;
-    const char* type;
-    const char* help;
-    const char* labels;
-    uint64_t value;
-  };
-  const Line lines[] = {
-      {"aggswitch_cache_region_bytes", "gauge", "Bytes of the node's cache region.", "", r.size},
-      {"aggswitch_cache_region_used_bytes", "gauge", "Bytes of the region that hold items, headers included.", "", r.used},
-      {"aggswitch_cache_items", "gauge", "Items in the region.", "", r.items},
-      {"aggswitch_cache_evictions_total", "counter", "Items evicted to make room.", "", r.evictions},
-      {"aggswitch_cache_fill_target_items", "gauge", "Items of the dataset that placement gives this node.", "", s.fill_target_items},
-      {"aggswitch_cache_fill_target_bytes", "gauge", "Bytes of the dataset that placement gives this node.", "", s.fill_target_bytes},
-      {"aggswitch_cache_filled_items_total", "counter", "Items filled from the store and recorded.", "", s.filled_items},
-      {"aggswitch_cache_filled_bytes_total", "counter", "Bytes filled from the store.", "", s.filled_bytes},
-      {"aggswitch_cache_fill_errors_total", "counter", "Items that could not be filled.", "", s.fill_errors},
-      {"aggswitch_cache_fill_complete", "gauge", "1 once the fill ahead of use has finished.", "", s.initial_fill_done ? 1u : 0u},
-      {"aggswitch_cache_fill_requests_total", "counter", "Read-through fill requests from loaders, by outcome.", "outcome=\"queued\"", s.fill_requests},
-      {"aggswitch_cache_fill_requests_total", "counter", "", "outcome=\"ignored\"", s.fill_requests_ignored},
-      {"aggswitch_cache_record_errors_total", "counter", "Record service calls that failed.", "", s.record_errors},
-      {"aggswitch_cache_connections_total", "counter", "Loader connections accepted.", "", s.connections},
-      {"aggswitch_cache_refused_total", "counter", "Loaders refused, by reason.", "reason=\"address\"", s.refused_address},
-      {"aggswitch_cache_refused_total", "counter", "", "reason=\"job\"", s.refused_job},
-      {"aggswitch_cache_refused_total", "counter", "", "reason=\"bad_hello\"", s.bad_hellos},
-      {"aggswitch_cache_hellos_total", "counter", "Hellos answered with the region's key.", "", s.hellos},
-      {"aggswitch_cache_peer_failures_total", "counter", "Loader connections that failed.", "", s.peer_failures},
-      {"aggswitch_cache_store_requests_total", "counter", "Reads from the external store.", "", store_->requests()},
-      {"aggswitch_cache_store_bytes_total", "counter", "Bytes read from the external store.", "", store_->bytes()},
-  };
-  std::string out;
-  for (const Line& l : lines) {
-    if (l.help[0] != '\0') {
-      out += std::string("# HELP ") + l.name + " " + l.help + "\n# TYPE " + l.name + " " + l.type + "\n";
-    }
-    out += l.name;
-    if (l.labels[0] != '\0') out += std::string("{") + l.labels + "}";
-    out += " " + std::to_string(l.value) + "\n";
-  }
-  out += "# HELP aggswitch_cache_info The cache node's identity.\n# TYPE aggswitch_cache_info gauge\n";
-  out += "aggswitch_cache_info{node=\"" + MetricsLabelValue(config_.node) + "\",dataset=\"" +
-         MetricsLabelValue(config_.dataset) + "\",ucx_tls=\"" + MetricsLabelValue(config_.ucx_tls) +
-         "\"} 1\n";
-  return out;
+  s.region_bytes = r.size;
+  s.region_used_bytes = r.used;
+  s.items = r.items;
+  s.evictions = r.evictions;
+  s.store_requests = store_->requests();
+  s.store_bytes = store_->bytes();
+  return s;
 }
 
 }  // namespace aggswitch::cache

@@ -19,8 +19,8 @@
 //   ASSIGN_OR_RETURN(auto daemon, CacheDaemon::Start(config));
 //   RETURN_IF_ERROR(daemon->Run(stop_flag));
 //
-// Thread safety: Start, Run and the destructor on one thread; Metrics() and
-// stats() on any thread (the HTTP server's).
+// Thread safety: Start, Run and the destructor on one thread; stats() on
+// any thread (the HTTP server's).
 #pragma once
 
 #include <atomic>
@@ -33,6 +33,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "cache/cache_config.h"
@@ -56,6 +57,8 @@ class CacheDaemon {
     uint64_t connections = 0, refused_address = 0, refused_job = 0, bad_hellos = 0, hellos = 0;
     uint64_t peer_failures = 0;
     bool initial_fill_done = false;
+    uint64_t region_bytes = 0, region_used_bytes = 0, items = 0, evictions = 0;  // region.h
+    uint64_t store_requests = 0, store_bytes = 0;  // the external store's reads
   };
 
   static common::Result<std::unique_ptr<CacheDaemon>> Start(const DaemonConfig& config);
@@ -67,9 +70,8 @@ class CacheDaemon {
   // on stderr. [serving thread]
   common::Status Run(const std::atomic<bool>& stop, bool progress);
 
+  // The node's counters (agg-cached's /metrics renders them). [any]
   Stats stats() const;
-  // The Prometheus text of the node's counters. [any]
-  std::string Metrics() const;
   const DaemonConfig& config() const { return config_; }
 
  private:
@@ -102,6 +104,7 @@ class CacheDaemon {
   std::unique_ptr<ExternalStore> store_;
   std::unique_ptr<Records> records_;
   std::vector<ExternalStore::Entry> mine_;  // this node's items, in manifest order
+  std::unordered_map<std::string, size_t> mine_index_;  // item -> its place in mine_
 
   // Serving thread only.
   std::set<ucp_ep_h> endpoints_;

@@ -92,6 +92,7 @@ struct Sink {
   uint64_t capacity;
   uint64_t size = 0;
   bool overflow = false;
+  std::string* grow = nullptr;  // appended to instead of dest, up to capacity
 };
 
 size_t SinkWrite(char* data, size_t size, size_t n, void* user) {
@@ -101,7 +102,11 @@ size_t SinkWrite(char* data, size_t size, size_t n, void* user) {
     s->overflow = true;
     return 0;  // aborts the transfer
   }
-  std::memcpy(s->dest + s->size, data, len);
+  if (s->grow != nullptr) {
+    s->grow->append(data, len);
+  } else {
+    std::memcpy(s->dest + s->size, data, len);
+  }
   s->size += len;
   return len;
 }
@@ -132,9 +137,9 @@ class HttpStore final : public ExternalStore {
   explicit HttpStore(std::string prefix) : prefix_(std::move(prefix)) {}
 
   common::Result<std::vector<Entry>> List() override {
-    std::string text(64 << 20, '\0');
-    ASSIGN_OR_RETURN(Object o, Fetch("MANIFEST", text.data(), text.size()));
-    text.resize(o.length);
+    std::string text;
+    ASSIGN_OR_RETURN(Object o, Fetch("MANIFEST", nullptr, kMaxManifest, &text));
+    (void)o;
     return ParseManifest(text);
   }
 
@@ -146,11 +151,16 @@ class HttpStore final : public ExternalStore {
   std::string Describe() const override { return "HTTP store " + prefix_; }
 
  private:
-  common::Result<Object> Fetch(const std::string& name, void* dest, uint64_t capacity) {
+  // The MANIFEST of a million items is about 30 MB; a larger one is refused.
+  static constexpr uint64_t kMaxManifest = 256ull << 20;
+
+  // Into `dest` (capacity bytes), or, with `grow`, into that string.
+  common::Result<Object> Fetch(const std::string& name, void* dest, uint64_t capacity,
+                               std::string* grow = nullptr) {
     CURL* curl = curl_easy_init();
     if (curl == nullptr) return common::Internal("curl_easy_init failed");
     const std::string url = prefix_ + "/" + name;
-    Sink sink{static_cast<char*>(dest), capacity};
+    Sink sink{static_cast<char*>(dest), capacity, 0, false, grow};
     Validator validator;
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, SinkWrite);
@@ -174,7 +184,8 @@ class HttpStore final : public ExternalStore {
     if (status != 200) return common::Unavailable(url + ": HTTP " + std::to_string(status));
     Count(sink.size);
     const std::string& tag = !validator.etag.empty() ? validator.etag : validator.last_modified;
-    const uint64_t version = !tag.empty() ? ItemHash(tag) : ItemHash(std::string_view(sink.dest, sink.size));
+    const char* bytes = grow != nullptr ? grow->data() : sink.dest;
+    const uint64_t version = !tag.empty() ? ItemHash(tag) : ItemHash(std::string_view(bytes, sink.size));
     return Object{sink.size, version};
   }
 

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/stop_signals.h"
 #include "control/http_server.h"
+#include "tools/agg-cached/cache_metrics.h"
 
 namespace aggswitch::tools {
 namespace {
@@ -83,7 +84,7 @@ int Main(int argc, char** argv) {
             return r;
           }
           r.content_type = "text/plain; version=0.0.4";
-          r.body = d.Metrics();
+          r.body = RenderCacheMetrics(d.stats(), d.config());
           return r;
         });
     if (!server.ok()) {
