@@ -10,8 +10,8 @@
 #                  remote storage a whole cluster shares;
 #   store          the same store without the limit;
 # and, as UCX's own ceiling on the same path, ucx_perftest's ucp_get of one
-# item's size between a cache node and the loader's namespace, through the
-# same switch.
+# item's size, 16 in flight as the loader keeps, between a cache node and the
+# loader's namespace, through the same switch.
 #
 #   scripts/install-deps.sh && scripts/build.sh
 #   sudo bench/cache_load.sh [--size-mib 1024] [--item-kib 1024] [--request-mib 16]
@@ -176,8 +176,9 @@ for r in $(seq 1 "$ROUNDS"); do
         ip netns exec "$(topo_ns b1)" env UCX_TLS=tcp ucx_perftest -p "$PERF_PORT" >"$WORK/perf-server.log" 2>&1 &
         perf_server=$!
         sleep 1
+        # -O 16: as many gets in flight as the loader's window (loader.window).
         final=$(topo_exec ld env UCX_TLS=tcp ucx_perftest 10.0.31.1 -p "$PERF_PORT" -t ucp_get \
-          -s "$ITEM_BYTES" -n $(( SIZE_MIB * 1024 / ITEM_KIB )) -w 16 2>/dev/null | awk '/^Final:/')
+          -s "$ITEM_BYTES" -n $(( SIZE_MIB * 1024 / ITEM_KIB )) -w 16 -O 16 2>/dev/null | awk '/^Final:/')
         wait "$perf_server"
         # Final: iterations, latency p50/avg/overall (us), bandwidth avg/overall (MiB/s), rates
         mbps=$(awk '{ printf "%.1f", $7 * 1.048576 }' <<<"$final")

@@ -37,6 +37,9 @@ common::Result<std::unique_ptr<CacheDaemon>> CacheDaemon::Start(const DaemonConf
   }
 
   const auto listen = common::Ipv4Endpoint::Parse(config.listen);
+  if (!listen || listen->port == 0) {
+    return common::InvalidArgument("cache.listen: expected a.b.c.d:port, got \"" + config.listen + "\"");
+  }
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(listen->port);
@@ -94,6 +97,7 @@ CacheDaemon::~CacheDaemon() {
   }
   cv_.notify_all();
   if (fill_thread_.joinable()) fill_thread_.join();
+  if (lease_thread_.joinable()) lease_thread_.join();
   if (ucx_) {
     for (ucp_ep_h ep : endpoints_) ucx_->Close(ep, true);
     if (listener_ != nullptr) ucp_listener_destroy(listener_);
@@ -184,9 +188,15 @@ ucs_status_t CacheDaemon::OnHello(void* arg, const void* /*header*/, size_t /*he
 }
 
 ucs_status_t CacheDaemon::OnFill(void* arg, const void* /*header*/, size_t /*header_length*/,
-                                 void* data, size_t length, const ucp_am_recv_param_t* /*param*/) {
+                                 void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* d = static_cast<CacheDaemon*>(arg);
-  const std::string item(static_cast<const char*>(data), std::min<size_t>(length, 4096));
+  // An item name, sent eagerly: a rendezvous descriptor in place of the
+  // bytes, or a name longer than any the store lists, is ignored.
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || length > ExternalStore::kMaxNameLength) {
+    d->fill_requests_ignored_.fetch_add(1, std::memory_order_relaxed);
+    return UCS_OK;
+  }
+  const std::string item(static_cast<const char*>(data), length);
   if (!ExternalStore::ValidName(item) || d->placement_.Rank(item, d->config_.node) == Placement::npos) {
     d->fill_requests_ignored_.fetch_add(1, std::memory_order_relaxed);
     return UCS_OK;
@@ -316,10 +326,23 @@ void CacheDaemon::DrawProgress(bool final_line) const {
   std::fflush(stderr);
 }
 
+void CacheDaemon::LeaseThread() {
+  const auto renew_every = std::chrono::milliseconds(config_.lease_ttl_s * 1000 / 3);
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, renew_every, [this] { return stopping_; })) {
+    lock.unlock();
+    if (!records_->KeepAlive().ok()) {
+      // The lease lapsed (etcd was away): announce the node again.
+      record_errors_.fetch_add(1, std::memory_order_relaxed);
+      if (!Announce().ok()) AGG_LOG(kWarning, "cache: cannot renew the node record");
+    }
+    lock.lock();
+  }
+}
+
 common::Status CacheDaemon::Run(const std::atomic<bool>& stop, bool progress) {
   fill_thread_ = std::thread([this] { FillThread(); });
-  const auto renew_every = std::chrono::milliseconds(config_.lease_ttl_s * 1000 / 3);
-  auto next_renew = std::chrono::steady_clock::now() + renew_every;
+  lease_thread_ = std::thread([this] { LeaseThread(); });
   auto next_draw = std::chrono::steady_clock::now();
   bool drew_final = false;
   while (!stop.load(std::memory_order_relaxed)) {
@@ -348,14 +371,6 @@ common::Status CacheDaemon::Run(const std::atomic<bool>& stop, bool progress) {
         ++it;
       }
     }
-    if (now >= next_renew) {
-      next_renew = now + renew_every;
-      if (!records_->KeepAlive().ok()) {
-        // The lease lapsed (etcd was away): announce the node again.
-        record_errors_.fetch_add(1, std::memory_order_relaxed);
-        if (!Announce().ok()) AGG_LOG(kWarning, "cache: cannot renew the node record");
-      }
-    }
     if (progress && !drew_final && now >= next_draw) {
       next_draw = now + std::chrono::milliseconds(200);
       drew_final = initial_fill_done_.load();
@@ -369,6 +384,7 @@ common::Status CacheDaemon::Run(const std::atomic<bool>& stop, bool progress) {
   }
   cv_.notify_all();
   fill_thread_.join();
+  lease_thread_.join();
   Withdraw();
   return common::Status::Ok();
 }
@@ -391,7 +407,12 @@ void CacheDaemon::Withdraw() {
   }
   const size_t held = published_.size();
   published_.clear();
-  if (removed == held) (void)records_->DropNode(config_.node);
+  if (removed == held) {
+    if (const common::Status s = records_->DropNode(config_.node); !s.ok()) {
+      AGG_LOG(kWarning, "cache node %s: the node record stays until its lease lapses: %s",
+              config_.node.c_str(), s.message().c_str());
+    }
+  }
   AGG_LOG(kInfo, "cache node %s: withdrawn from %zu of %zu item records", config_.node.c_str(), removed,
           held);
 }

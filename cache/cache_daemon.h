@@ -8,6 +8,9 @@
 //     from allowed addresses only, answers hellos from allowed jobs with
 //     the region's remote key, and queues read-through fill requests; the
 //     one-sided reads themselves need nothing from it but progress;
+//   - the lease thread renews the node record's lease (a third of
+//     lease_ttl_s) and announces the node again when it lapsed, so that a
+//     slow etcd never holds up the serving thread;
 //   - the fill thread fills the region from the store ahead of use: every
 //     item the placement gives this node (owner or replica), in manifest
 //     order, each published in the records once its bytes are whole; then
@@ -86,6 +89,7 @@ class CacheDaemon {
                              size_t length, const ucp_am_recv_param_t* param);
 
   void FillThread();
+  void LeaseThread();
   // Fills one item; false when it could not.
   bool FillOne(const ExternalStore::Entry& entry);
   void DrawProgress(bool final_line) const;
@@ -121,13 +125,14 @@ class CacheDaemon {
   // once is avoided.
   std::vector<std::pair<ucp_ep_h, std::chrono::steady_clock::time_point>> closing_;
 
-  // Fill thread <-> serving thread.
+  // Fill thread and lease thread <-> serving thread.
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> fill_queue_;
   std::set<std::string> published_;  // items this node holds in the records (fill thread)
   bool stopping_ = false;
   std::thread fill_thread_;
+  std::thread lease_thread_;
 
   mutable std::atomic<uint64_t> fill_target_items_{0}, fill_target_bytes_{0};
   mutable std::atomic<uint64_t> filled_items_{0}, filled_bytes_{0}, fill_errors_{0};

@@ -1,15 +1,19 @@
 // Two cache daemons and loaders in one process, over UCX's TCP transport on
 // loopback, with file records and a directory store: fill, remote and local
-// loads, a refused job, a miss, a stale record, an owner gone.
+// loads, a refused job, a miss, stale and malformed records, an owner gone,
+// requests passed over, and request bytes that outlive their loader.
 #include "cache/cache_daemon.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "cache/loader.h"
 
@@ -187,6 +191,97 @@ TEST_F(CacheDaemonTest, AStaleRecordIsNeverHandedOut) {
   EXPECT_EQ(LoadAll(**loader), 0);
   EXPECT_GE((*loader)->stats().stale, 2u);
   EXPECT_EQ((*loader)->stats().store, 1u);
+}
+
+TEST_F(CacheDaemonTest, AStaleRecordIsReadAgainAndTheFreshOneServes) {
+  auto records = OpenRecords(records_, kDefaultPrefix);
+  const std::string item = "shard/1006.bin";
+  const ItemRecord truth = **(*records)->Get("ds", item);
+  auto rank = [](const std::string& n) { return n == "n1" ? 0 : 1; };
+  ItemRecord lie = truth;
+  lie.version += 1;
+  for (const Holder& h : truth.holders) ASSERT_TRUE((*records)->AddHolder("ds", lie, h, rank).ok());
+  auto loader = Loader::Open(Config());  // it knows the stale record
+  ASSERT_TRUE(loader.ok());
+  for (const Holder& h : truth.holders) ASSERT_TRUE((*records)->AddHolder("ds", truth, h, rank).ok());
+  EXPECT_EQ(LoadAll(**loader), 0);
+  const Loader::Stats s = (*loader)->stats();
+  EXPECT_EQ(s.stale, 2u) << "both holders' headers disagree with the stale record";
+  EXPECT_EQ(s.store, 0u) << "the record read again names where the item is";
+  EXPECT_EQ(s.owner + s.replica, 40u);
+}
+
+TEST_F(CacheDaemonTest, AMalformedRecordCostsOnlyItsItem) {
+  const std::string path = dir_ + "/records.json";
+  nlohmann::json j;
+  std::ifstream(path) >> j;
+  j["items"]["ds"]["shard/1007.bin"] = "not a record";
+  j["nodes"]["ghost"] = nlohmann::json::array({1, 2});
+  std::ofstream(path, std::ios::trunc) << j.dump();
+  auto loader = Loader::Open(Config());
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  EXPECT_EQ(LoadAll(**loader), 0);
+  const Loader::Stats s = (*loader)->stats();
+  EXPECT_EQ(s.store, 1u);
+  EXPECT_EQ(s.owner + s.replica, 39u);
+  EXPECT_GE(s.malformed_records, 2u) << "the item and the node record, each counted";
+}
+
+TEST_F(CacheDaemonTest, ALocalRecordOutsideTheRegionIsStaleNotACrash) {
+  auto records = OpenRecords(records_, kDefaultPrefix);
+  const std::string item = "shard/1009.bin";
+  ItemRecord r = **(*records)->Get("ds", item);
+  ItemRecord bent = r;
+  for (Holder& h : bent.holders) {
+    if (h.node == "n1") h.addr = std::numeric_limits<uint64_t>::max() - 8;  // addr + length wraps
+  }
+  ASSERT_TRUE((*records)->RemoveHolder("ds", item, "n1").ok());
+  ASSERT_TRUE((*records)->RemoveHolder("ds", item, "n2").ok());
+  for (const Holder& h : bent.holders) {
+    ASSERT_TRUE((*records)->AddHolder("ds", bent, h, [](const std::string& n) { return n == "n1" ? 0 : 1; }).ok());
+  }
+  auto loader = Loader::Open(Config("n1"));
+  ASSERT_TRUE(loader.ok());
+  EXPECT_EQ(LoadAll(**loader), 0);
+  const Loader::Stats s = (*loader)->stats();
+  EXPECT_EQ(s.local, 39u);
+  EXPECT_GE(s.stale, 1u);
+  EXPECT_EQ(s.replica + s.store, 1u) << "read from n2, or the store when n2's copy disagrees too";
+}
+
+TEST_F(CacheDaemonTest, ASkippedRequestIsNotRead) {
+  LoaderConfig c = Config();
+  c.amount = 600000;
+  auto loader = Loader::Open(c);
+  ASSERT_TRUE(loader.ok());
+  auto first = (*loader)->Next();
+  ASSERT_TRUE(first.ok());
+  const size_t first_items = (*first)->items.size();
+  auto skipped = (*loader)->Skip();
+  ASSERT_TRUE(skipped.ok());
+  ASSERT_GE(*skipped, 1u);
+  auto third = (*loader)->Next();
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ((*third)->items[0].name, (*loader)->name(first_items + *skipped));
+  EXPECT_EQ((*loader)->stats().requests, 2u);
+  EXPECT_EQ((*loader)->stats().items, first_items + (*third)->items.size()) << "nothing read for the skipped one";
+}
+
+TEST_F(CacheDaemonTest, RequestBytesOutliveALargerRequestAndTheLoader) {
+  LoaderConfig c = Config();
+  c.amount = 300000;
+  auto loader = Loader::Open(c);
+  ASSERT_TRUE(loader.ok());
+  auto small = (*loader)->Next();
+  ASSERT_TRUE(small.ok());
+  const Loader::Item kept = (*small)->items[0];
+  std::shared_ptr<const uint8_t> storage = (*small)->storage;
+  const uint8_t* data = (*small)->data;
+  ASSERT_TRUE((*loader)->SetRequest(64 << 20, Component::kCpu).ok());
+  ASSERT_TRUE((*loader)->Next().ok());  // a larger buffer replaces the first
+  loader->reset();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(data + kept.offset), kept.length), source_[kept.name])
+      << "the first request's memory is still mapped, and nothing wrote over it";
 }
 
 TEST_F(CacheDaemonTest, AnOwnerGoneFallsBackToTheReplica) {

@@ -82,6 +82,12 @@ int64_t Int64Field(const json& j, const char* name) {
   return 0;
 }
 
+// A string member of `j`, or "" when it is absent or not a string.
+std::string StringField(const json& j, const char* name) {
+  const auto it = j.find(name);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 size_t Collect(char* data, size_t size, size_t n, void* user) {
   static_cast<std::string*>(user)->append(data, size * n);
   return size * n;
@@ -162,10 +168,13 @@ common::Result<std::vector<EtcdRecords::Kv>> EtcdRecords::Range(const std::strin
   json reply = json::parse(text, nullptr, false);
   if (!reply.is_object()) return common::Unavailable("etcd answered a range with no JSON object");
   std::vector<Kv> out;
-  for (const json& kv : reply.value("kvs", json::array())) {
-    auto k = Unbase64(kv.value("key", ""));
-    auto v = Unbase64(kv.value("value", ""));
-    if (!k || !v) return common::Unavailable("etcd answered a key that is not base64");
+  const auto kvs = reply.find("kvs");
+  if (kvs == reply.end()) return out;  // the gateway leaves an empty list out
+  if (!kvs->is_array()) return common::Unavailable("etcd answered a range whose kvs is not a list");
+  for (const json& kv : *kvs) {
+    const std::optional<std::string> k = kv.is_object() ? Unbase64(StringField(kv, "key")) : std::nullopt;
+    const std::optional<std::string> v = kv.is_object() ? Unbase64(StringField(kv, "value")) : std::nullopt;
+    if (!k || !v) return common::Unavailable("etcd answered a key or value that is not base64");
     out.push_back(Kv{*k, *v, Int64Field(kv, "mod_revision")});
   }
   return out;
@@ -189,7 +198,8 @@ common::Result<bool> EtcdRecords::CompareAndPut(const std::string& key, int64_t 
   ASSIGN_OR_RETURN(std::string text, Post("/v3/kv/txn", txn.dump()));
   json reply = json::parse(text, nullptr, false);
   if (!reply.is_object()) return common::Unavailable("etcd answered a txn with no JSON object");
-  return reply.value("succeeded", false);
+  const auto succeeded = reply.find("succeeded");  // left out when false
+  return succeeded != reply.end() && succeeded->is_boolean() && succeeded->get<bool>();
 }
 
 std::string EtcdRecords::ItemKey(const std::string& dataset, const std::string& item) const {
@@ -241,8 +251,12 @@ common::Result<std::vector<ItemRecord>> EtcdRecords::List(const std::string& dat
   ASSIGN_OR_RETURN(std::vector<Kv> kvs, Range(prefix_ + "/items/" + dataset + "/", true));
   std::vector<ItemRecord> out;
   for (const Kv& kv : kvs) {
-    ASSIGN_OR_RETURN(ItemRecord r, ParseItemRecord(kv.value));
-    out.push_back(std::move(r));
+    auto r = ParseItemRecord(kv.value);
+    if (r.ok()) {
+      out.push_back(std::move(r).value());
+    } else {
+      CountMalformed(kv.key, r.status());
+    }
   }
   return out;
 }
@@ -308,7 +322,8 @@ common::Status EtcdRecords::KeepAlive() {
                    Post("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}}.dump()));
   // {"result":{"ID":"..","TTL":".."}}; a TTL of 0 (left out) means the lease expired.
   json reply = json::parse(text.substr(0, text.find('\n')), nullptr, false);
-  if (!reply.is_object() || Int64Field(reply.value("result", json::object()), "TTL") <= 0) {
+  const auto result = reply.is_object() ? reply.find("result") : reply.end();
+  if (!reply.is_object() || result == reply.end() || Int64Field(*result, "TTL") <= 0) {
     return common::Unavailable("etcd: the node's lease expired");
   }
   return common::Status::Ok();
@@ -332,8 +347,12 @@ common::Result<std::vector<NodeRecord>> EtcdRecords::Nodes() {
   ASSIGN_OR_RETURN(std::vector<Kv> kvs, Range(prefix_ + "/nodes/", true));
   std::vector<NodeRecord> out;
   for (const Kv& kv : kvs) {
-    ASSIGN_OR_RETURN(NodeRecord r, ParseNodeRecord(kv.value));
-    out.push_back(std::move(r));
+    auto r = ParseNodeRecord(kv.value);
+    if (r.ok()) {
+      out.push_back(std::move(r).value());
+    } else {
+      CountMalformed(kv.key, r.status());
+    }
   }
   return out;
 }

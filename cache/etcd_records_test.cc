@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -105,6 +106,24 @@ TEST_F(EtcdRecordsTest, ANodeRecordLivesOnItsLease) {
   ASSERT_TRUE(records_->PutNode(n, 10).ok());
   ASSERT_TRUE(records_->DropNode("n1").ok());
   EXPECT_TRUE(records_->Nodes()->empty());
+}
+
+TEST_F(EtcdRecordsTest, AMalformedRecordIsSkippedAndCounted) {
+  ASSERT_TRUE(records_->AddHolder("ds", ItemRecord{"good", 10, 1, 2, {}}, Holder{"n1", 4096, 7}, Rank).ok());
+  ASSERT_TRUE(records_->PutNode(NodeRecord{"n1", "10.0.0.1:7400", "/dev/shm/r", 1 << 20, 2 << 20, 5, 1, {"n1"}}, 10).ok());
+  // Written by something else: etcdctl, as an operator would.
+  const std::string put = "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=http://" + endpoint_ + " put ";
+  ASSERT_EQ(std::system((put + "/test/items/ds/bad '{\"item\": 7' >/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((put + "/test/nodes/ghost '[1, 2]' >/dev/null").c_str()), 0);
+  auto items = records_->List("ds");
+  ASSERT_TRUE(items.ok()) << items.status().ToString();
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].item, "good");
+  EXPECT_EQ(records_->malformed(), 1u);
+  auto nodes = records_->Nodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_EQ(records_->malformed(), 2u);
 }
 
 TEST_F(EtcdRecordsTest, AnUnreachableEtcdIsAnError) {

@@ -195,7 +195,10 @@ class HttpStore final : public ExternalStore {
 }  // namespace
 
 bool ExternalStore::ValidName(const std::string& name) {
-  if (name.empty() || name.front() == '/' || name.find('\0') != std::string::npos) return false;
+  if (name.empty() || name.size() > kMaxNameLength || name.front() == '/' ||
+      name.find('\0') != std::string::npos) {
+    return false;
+  }
   std::stringstream ss(name);
   std::string part;
   while (std::getline(ss, part, '/')) {

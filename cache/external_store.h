@@ -9,8 +9,10 @@
 //
 // Each read reports the object's version: for a file its mtime in
 // nanoseconds, for HTTP a hash of its ETag (or Last-Modified, or, when the
-// server sends neither, of its bytes). A record whose version differs from
-// the store's is stale.
+// server sends neither, of its bytes). The records carry the version a
+// daemon filled, and a refill of another version replaces the record; the
+// cache does not watch the store, so an object changed there is served as
+// cached until its daemons fill again (docs/cache.md).
 //
 //   ASSIGN_OR_RETURN(auto store, ExternalStore::Open("http://10.0.9.1:8000/imagenet"));
 //   ASSIGN_OR_RETURN(auto objects, store->List());
@@ -54,7 +56,9 @@ class ExternalStore {
   uint64_t requests() const { return requests_.load(std::memory_order_relaxed); }
   uint64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
-  // Whether `name` is a safe relative object name (no "..", no leading '/').
+  static constexpr size_t kMaxNameLength = 4096;
+  // Whether `name` is a safe relative object name (no "..", no leading '/',
+  // at most kMaxNameLength bytes).
   static bool ValidName(const std::string& name);
   // MANIFEST text for `entries`.
   static std::string FormatManifest(const std::vector<Entry>& entries);

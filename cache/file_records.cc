@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -35,11 +36,18 @@ class FileLock {
   int fd_;
 };
 
+// The file's JSON with the shape every call expects: objects for "items",
+// each dataset under it, "nodes" and "manifests" (anything else in their
+// place, by hand or by another program, is dropped).
 json ParseOrEmpty(const std::string& text) {
   json j = text.empty() ? json::object() : json::parse(text, nullptr, false);
   if (!j.is_object()) j = json::object();
-  if (!j.contains("items") || !j["items"].is_object()) j["items"] = json::object();
-  if (!j.contains("nodes") || !j["nodes"].is_object()) j["nodes"] = json::object();
+  for (const char* section : {"items", "nodes", "manifests"}) {
+    if (!j.contains(section) || !j[section].is_object()) j[section] = json::object();
+  }
+  for (auto it = j["items"].begin(); it != j["items"].end();) {
+    it = it->is_object() ? std::next(it) : j["items"].erase(it);
+  }
   return j;
 }
 
@@ -69,7 +77,13 @@ common::Status FileRecords::Update(
     return common::Unavailable("cannot lock " + path_ + ".lock: " + std::strerror(errno));
   }
   ASSIGN_OR_RETURN(std::string before, Read());
-  ASSIGN_OR_RETURN(std::string after, change(before));
+  common::Result<std::string> changed = std::string();
+  try {
+    changed = change(before);
+  } catch (const json::exception& e) {  // the module's edge: nlohmann throws on misuse
+    return common::Internal("records file " + path_ + ": " + e.what());
+  }
+  ASSIGN_OR_RETURN(std::string after, std::move(changed));
   if (after == before) return common::Status::Ok();
   const std::string tmp = path_ + ".tmp";
   {
@@ -124,8 +138,12 @@ common::Result<std::vector<ItemRecord>> FileRecords::List(const std::string& dat
     json j = ParseOrEmpty(text);
     if (j["items"].contains(dataset)) {
       for (const auto& [name, rec] : j["items"][dataset].items()) {
-        ASSIGN_OR_RETURN(ItemRecord r, ParseItemRecord(rec.dump()));
-        out.push_back(std::move(r));
+        auto r = ParseItemRecord(rec.dump());
+        if (r.ok()) {
+          out.push_back(std::move(r).value());
+        } else {
+          CountMalformed("items/" + dataset + "/" + name, r.status());
+        }
       }
     }
     return text;
@@ -188,8 +206,12 @@ common::Result<std::vector<NodeRecord>> FileRecords::Nodes() {
   RETURN_IF_ERROR(Update([&](const std::string& text) -> common::Result<std::string> {
     json j = ParseOrEmpty(text);
     for (const auto& [name, rec] : j["nodes"].items()) {
-      ASSIGN_OR_RETURN(NodeRecord r, ParseNodeRecord(rec.dump()));
-      out.push_back(std::move(r));
+      auto r = ParseNodeRecord(rec.dump());
+      if (r.ok()) {
+        out.push_back(std::move(r).value());
+      } else {
+        CountMalformed("nodes/" + name, r.status());
+      }
     }
     return text;
   }));

@@ -15,6 +15,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kDownFor = std::chrono::seconds(5);
+constexpr size_t kMaxHelloReply = 64 * 1024;
 
 int64_t MtimeOf(const std::string& path) {
   struct stat st {};
@@ -120,14 +121,20 @@ common::Status Loader::Init() {
 }
 
 Loader::~Loader() {
+  // Endpoints first: closing one settles its reads, which use its key.
   for (auto& [node, c] : conns_) {
-    if (c.rkey != nullptr) ucp_rkey_destroy(c.rkey);
     if (c.ep != nullptr) ucx_->Close(c.ep, true);
+    if (c.rkey != nullptr) ucp_rkey_destroy(c.rkey);
   }
-  buffer_reg_.reset();
+  buffer_reg_.reset();  // the mapping itself goes with the last batch that holds it
   headers_reg_.reset();
-  if (buffer_ != nullptr) ::munmap(buffer_, capacity_);
   std::free(headers_);
+}
+
+Loader::Stats Loader::stats() const {
+  Stats s = stats_;
+  s.malformed_records = records_ ? records_->malformed() : 0;
+  return s;
 }
 
 std::string Loader::transports() const {
@@ -142,7 +149,12 @@ std::string Loader::transports() const {
 const NodeRecord* Loader::NodeInfo(const std::string& node, bool refresh) {
   if (refresh) {
     auto nodes = records_->Nodes();
-    if (nodes.ok()) {
+    if (!nodes.ok()) {
+      // Reads go on with the nodes as last read; a node that is not known
+      // counts as down.
+      ++stats_.record_errors;
+      AGG_LOG(kWarning, "cache loader: cannot read the node records: %s", nodes.status().message().c_str());
+    } else {
       nodes_.clear();
       for (NodeRecord& n : *nodes) {
         if (!placement_ && !n.members.empty()) {
@@ -164,8 +176,12 @@ void Loader::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t /*status*/) {
 }
 
 ucs_status_t Loader::OnHelloReply(void* arg, const void* /*header*/, size_t /*header_length*/,
-                                  void* data, size_t length, const ucp_am_recv_param_t* /*param*/) {
+                                  void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* l = static_cast<Loader*>(arg);
+  // A reply is a header and a packed key: a few hundred bytes, always sent
+  // eagerly. A rendezvous descriptor in place of the bytes, or anything
+  // larger, is not a daemon's reply: answered as no reply at all.
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || length > kMaxHelloReply) return UCS_OK;
   l->hello_reply_.assign(static_cast<const char*>(data), length);
   l->hello_answered_ = true;
   return UCS_OK;
@@ -175,8 +191,9 @@ void Loader::MarkDown(const std::string& node) {
   auto it = conns_.find(node);
   if (it == conns_.end()) return;
   Conn& c = it->second;
+  // Closing the endpoint fails its reads in flight; only then may their key go.
+  if (c.ep != nullptr) ucx_->Close(c.ep, true);
   if (c.rkey != nullptr) ucp_rkey_destroy(c.rkey);
-  if (c.ep != nullptr) ucx_->Close(c.ep, true);  // its reads in flight fail now
   c = Conn{};
   c.failed = true;
   c.down_until = Clock::now() + kDownFor;
@@ -214,10 +231,11 @@ Loader::Conn* Loader::Connection(const std::string& node) {
   std::string hello(reinterpret_cast<const char*>(&req), sizeof(req));
   hello += cfg_.job;
   hello_answered_ = false;
+  // Sending the hello and its answer share one owner_timeout_ms.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.owner_timeout_ms);
   const ucs_status_t sent =
       ucx_->WaitFor(ucx_->SendAm(c.ep, kAmHello, hello.data(), hello.size(), true),
                     static_cast<int>(cfg_.owner_timeout_ms));
-  const auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.owner_timeout_ms);
   while (sent == UCS_OK && !hello_answered_ && !c.failed && Clock::now() < deadline) {
     if (ucx_->Progress() == 0) ucx_->Wait(1);
   }
@@ -252,22 +270,32 @@ bool Loader::Verify(const ItemRecord& rec, const uint8_t* data) {
   return false;
 }
 
-bool Loader::CopyLocal(const ItemRecord& rec, const Holder& h, uint8_t* dest) {
+Loader::LocalCopy Loader::CopyLocal(const ItemRecord& rec, const Holder& h, uint8_t* dest) {
   const NodeRecord* info = NodeInfo(h.node, false);
-  if (info == nullptr || info->rkey_id != h.rkey_id) return false;
+  if (info == nullptr) return LocalCopy::kUnavailable;        // the daemon is not announced
+  if (info->rkey_id != h.rkey_id) return LocalCopy::kStale;   // an earlier run's record
   if (!local_ || local_base_ != info->region_base) {
     auto view = RegionView::Open(info->region_path);
-    if (!view.ok()) return false;
+    if (!view.ok()) {
+      AGG_LOG(kWarning, "cache loader: the local path is closed: %s", view.status().message().c_str());
+      return LocalCopy::kUnavailable;
+    }
     local_ = std::move(view).value();
     local_base_ = info->region_base;
   }
-  if (h.addr < local_base_ + sizeof(ItemHeader)) return false;
+  // The record's address and length must lie inside the region, header included.
+  const uint64_t size = local_->size();
+  if (h.addr < local_base_ || h.addr - local_base_ < sizeof(ItemHeader) || h.addr - local_base_ > size ||
+      rec.length > size - (h.addr - local_base_)) {
+    return LocalCopy::kStale;
+  }
   const uint64_t off = h.addr - local_base_;
-  if (off + rec.length > local_->size()) return false;
   std::memcpy(dest, local_->base() + off, rec.length);
   const auto* header = reinterpret_cast<const ItemHeader*>(local_->base() + off - sizeof(ItemHeader));
   std::atomic_thread_fence(std::memory_order_acquire);
-  return HeaderConfirms(*header, ItemHash(rec.item), rec.version, rec.length) && Verify(rec, dest);
+  return HeaderConfirms(*header, ItemHash(rec.item), rec.version, rec.length) && Verify(rec, dest)
+             ? LocalCopy::kCopied
+             : LocalCopy::kStale;
 }
 
 common::Status Loader::ReadFromStore(const std::string& item, uint64_t length, uint8_t* dest) {
@@ -316,12 +344,14 @@ common::Status Loader::LoadInto(const std::vector<size_t>& indices, uint8_t* des
       if (t.rec && t.next == 0 && !cfg_.node.empty()) {
         for (const Holder& h : t.rec->holders) {
           if (h.node != cfg_.node) continue;
-          if (CopyLocal(*t.rec, h, t.dest)) {
-            t.done = true;
-            t.source = Source::kLocal;
-            return common::Status::Ok();
+          switch (CopyLocal(*t.rec, h, t.dest)) {
+            case LocalCopy::kCopied:
+              t.done = true;
+              t.source = Source::kLocal;
+              return common::Status::Ok();
+            case LocalCopy::kStale: ++stats_.stale; break;
+            case LocalCopy::kUnavailable: ++stats_.holder_failures; break;
           }
-          ++stats_.stale;
         }
       }
       if (t.rec && t.next < t.rec->holders.size()) {
@@ -481,18 +511,38 @@ common::Status Loader::SetRequest(uint64_t amount, Component component) {
 
 common::Status Loader::Reserve(uint64_t bytes) {
   if (bytes <= capacity_) return common::Status::Ok();
+  // The old buffer stays mapped while a batch handed out still holds it.
   buffer_reg_.reset();
-  if (buffer_ != nullptr) ::munmap(buffer_, capacity_);
-  buffer_ = nullptr;
+  buffer_.reset();
   capacity_ = 0;
   const uint64_t size = (bytes + (2 << 20) - 1) & ~uint64_t{(2 << 20) - 1};
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return common::ResourceExhausted("no memory for a " + std::to_string(size) + "-byte request");
   ::madvise(p, size, MADV_HUGEPAGE);
-  buffer_ = static_cast<uint8_t*>(p);
+  buffer_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [size](uint8_t* m) { ::munmap(m, size); });
   capacity_ = size;
-  ASSIGN_OR_RETURN(buffer_reg_, ucx_->Map(buffer_, capacity_));
+  ASSIGN_OR_RETURN(buffer_reg_, ucx_->Map(buffer_.get(), capacity_));
   return common::Status::Ok();
+}
+
+std::vector<size_t> Loader::NextRequest(uint64_t* total) {
+  std::vector<size_t> indices;
+  *total = 0;
+  for (size_t n = 0; n < entries_.size(); ++n) {
+    const uint64_t len = entries_[cursor_].length;
+    if (!indices.empty() && *total + len > cfg_.amount) break;
+    indices.push_back(cursor_);
+    *total += len;
+    cursor_ = (cursor_ + 1) % entries_.size();
+    if (cursor_ == 0) break;  // a request ends with the epoch
+  }
+  return indices;
+}
+
+common::Result<size_t> Loader::Skip() {
+  ReloadConfig();
+  uint64_t total = 0;
+  return NextRequest(&total).size();
 }
 
 common::Result<const Loader::Batch*> Loader::Next() {
@@ -500,24 +550,18 @@ common::Result<const Loader::Batch*> Loader::Next() {
   if (cfg_.component == Component::kGpu) {
     return common::FailedPrecondition(
         std::string("request.component gpu is unsupported on this host: ") +
-        (ucx_->SupportsCuda() ? "this build of aggswitch has no CUDA allocator"
+        (ucx_->SupportsCuda() ? "UCX has CUDA here, but this build of aggswitch cannot allocate GPU memory"
                               : "UCX has no CUDA support here (ucx_info -d lists no cuda transport)") +
-        "; a GPU host needs UCX built with CUDA and a GPUDirect RDMA capable NIC (docs/cache.md)");
+        "; GPU destinations need UCX built with CUDA, a GPUDirect RDMA NIC and a CUDA build of the "
+        "loader, which this version does not offer (docs/cache.md)");
   }
-  std::vector<size_t> indices;
   uint64_t total = 0;
-  for (size_t n = 0; n < entries_.size(); ++n) {
-    const uint64_t len = entries_[cursor_].length;
-    if (!indices.empty() && total + len > cfg_.amount) break;
-    indices.push_back(cursor_);
-    total += len;
-    cursor_ = (cursor_ + 1) % entries_.size();
-    if (cursor_ == 0) break;  // a request ends with the epoch
-  }
+  const std::vector<size_t> indices = NextRequest(&total);
   RETURN_IF_ERROR(Reserve(std::max<uint64_t>(total, 1)));
   batch_.items.clear();
-  RETURN_IF_ERROR(LoadInto(indices, buffer_, buffer_reg_->memh(), &batch_.items));
-  batch_.data = buffer_;
+  RETURN_IF_ERROR(LoadInto(indices, buffer_.get(), buffer_reg_->memh(), &batch_.items));
+  batch_.data = buffer_.get();
+  batch_.storage = buffer_;
   batch_.length = total;
   batch_.component = cfg_.component;
   batch_.sequence = ++stats_.requests;
@@ -531,8 +575,11 @@ common::Status Loader::ReadItem(size_t index, uint8_t* dest) {
     return common::OutOfRange("item " + std::to_string(index) + " of a dataset of " +
                               std::to_string(entries_.size()));
   }
+  // The destination is registered for the read (the NIC writes into it);
+  // mapping it costs far less than the read itself.
+  ASSIGN_OR_RETURN(std::unique_ptr<UcxMemory> reg, ucx_->Map(dest, std::max<uint64_t>(entries_[index].length, 1)));
   std::vector<Item> items;
-  RETURN_IF_ERROR(LoadInto({index}, dest, nullptr, &items));
+  RETURN_IF_ERROR(LoadInto({index}, dest, reg->memh(), &items));
   ++stats_.items;
   stats_.bytes += entries_[index].length;
   return common::Status::Ok();

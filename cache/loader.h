@@ -20,8 +20,13 @@
 //      owner is asked to fill the item), or an error with `miss: fail`.
 // A holder that fails or does not answer within owner_timeout_ms is
 // skipped for the rest of the request and for 5 s after; its reads fall
-// back as above, so an owner going down costs a request at most about
-// owner_timeout_ms.
+// back as above. A connection's hello and a read each get owner_timeout_ms,
+// so an owner going down costs a request about owner_timeout_ms, twice that
+// when it goes down between a hello and a read.
+//
+// Every destination is registered with UCX before the reads into it: the
+// request buffer once (and again when a request outgrows it), a ReadItem
+// destination for that read.
 //
 // Changing the config file changes the next request (amount and component
 // are re-read when the file's mtime moves); SetRequest does the same from
@@ -29,13 +34,15 @@
 //
 //   ASSIGN_OR_RETURN(auto loader, Loader::Open(cfg, "loader.yaml"));
 //   ASSIGN_OR_RETURN(const Loader::Batch* b, loader->Next());
-//   use(b->data, b->length);   // valid until the next call
+//   use(b->data, b->length);   // overwritten by the next call
 //
-// The gpu component needs UCX built with CUDA; elsewhere a request for it
-// fails with FailedPrecondition ("unsupported on this host").
+// The gpu component needs a GPU allocator this build does not have (and UCX
+// built with CUDA); a request for it fails with FailedPrecondition
+// ("unsupported on this host").
 //
-// Thread safety: one thread per Loader (it owns a UCX worker); open one
-// Loader per thread or process.
+// Thread safety: every method on the thread that opened the Loader (it owns
+// a UCX worker); open one Loader per thread or process. ListItems: any
+// thread.
 #pragma once
 
 #include <chrono>
@@ -68,6 +75,9 @@ class Loader {
   struct Batch {
     const uint8_t* data = nullptr;
     uint64_t length = 0;
+    // Keeps `data`'s memory mapped while held, even past the Loader or a
+    // larger request (the next request still overwrites the bytes).
+    std::shared_ptr<const uint8_t> storage;
     std::vector<Item> items;
     Component component = Component::kCpu;
     uint64_t sequence = 0;  // requests served so far, this one included
@@ -81,6 +91,8 @@ class Loader {
     uint64_t crc_failures = 0;
     uint64_t fills_requested = 0;
     uint64_t config_reloads = 0;
+    uint64_t record_errors = 0;     // the records unreachable (reads went on from what was known)
+    uint64_t malformed_records = 0; // records skipped because they did not parse
   };
 
   // The dataset's items (name and length), in request order, as Open finds
@@ -95,8 +107,11 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // Serves the next request. The batch stays valid until the next call.
+  // Serves the next request. The batch stays as it is until the next call.
   common::Result<const Batch*> Next();
+  // Passes over the next request without reading it (another process of a
+  // DataLoader serves it); the number of its items.
+  common::Result<size_t> Skip();
   // Reads item `index` alone (a Dataset's __getitem__) into `dest`, which
   // holds at least length(index) bytes.
   common::Status ReadItem(size_t index, uint8_t* dest);
@@ -110,7 +125,7 @@ class Loader {
   uint64_t length(size_t index) const { return entries_[index].length; }
   uint64_t amount() const { return cfg_.amount; }
   Component component() const { return cfg_.component; }
-  const Stats& stats() const { return stats_; }
+  Stats stats() const;
   // The UCX transports of the connections so far ("tcp/eth0", "rc_verbs/mlx5_0:1").
   std::string transports() const;
   // Store reads of this loader.
@@ -127,6 +142,9 @@ class Loader {
   };
   struct Task;
 
+  // What the local path found.
+  enum class LocalCopy : uint8_t { kCopied, kStale, kUnavailable };
+
   explicit Loader(LoaderConfig cfg, std::string path) : cfg_(std::move(cfg)), config_path_(std::move(path)) {}
   common::Status Init();
   static common::Result<std::vector<ExternalStore::Entry>> Entries(const LoaderConfig& cfg, Records& records,
@@ -134,6 +152,8 @@ class Loader {
                                                                    const std::vector<ItemRecord>& recs);
   void ReloadConfig();
   common::Status Reserve(uint64_t bytes);
+  // The items of the next request, its bytes in `total`; moves the cursor.
+  std::vector<size_t> NextRequest(uint64_t* total);
   // Loads entries `indices` to dest + offsets; fills `items`.
   common::Status LoadInto(const std::vector<size_t>& indices, uint8_t* dest, ucp_mem_h memh,
                           std::vector<Item>* items);
@@ -141,7 +161,7 @@ class Loader {
   Conn* Connection(const std::string& node);
   void MarkDown(const std::string& node);
   const NodeRecord* NodeInfo(const std::string& node, bool refresh);
-  bool CopyLocal(const ItemRecord& rec, const Holder& h, uint8_t* dest);
+  LocalCopy CopyLocal(const ItemRecord& rec, const Holder& h, uint8_t* dest);
   common::Status ReadFromStore(const std::string& item, uint64_t length, uint8_t* dest);
   void AskFill(const std::string& item);
   bool Verify(const ItemRecord& rec, const uint8_t* data);
@@ -166,7 +186,7 @@ class Loader {
   std::string hello_reply_;
   bool hello_answered_ = false;
 
-  uint8_t* buffer_ = nullptr;
+  std::shared_ptr<uint8_t> buffer_;  // the request buffer, shared with the batches handed out
   uint64_t capacity_ = 0;
   std::unique_ptr<UcxMemory> buffer_reg_;
   ItemHeader* headers_ = nullptr;  // one per read in flight

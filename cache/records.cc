@@ -8,6 +8,7 @@
 
 #include "cache/etcd_records.h"
 #include "cache/file_records.h"
+#include "common/log.h"
 
 namespace aggswitch::cache {
 
@@ -120,6 +121,12 @@ ItemRecord MergeHolder(std::optional<ItemRecord> current, const ItemRecord& fres
   std::stable_sort(r.holders.begin(), r.holders.end(),
                    [&rank](const Holder& a, const Holder& b) { return rank(a.node) < rank(b.node); });
   return r;
+}
+
+void Records::CountMalformed(const std::string& key, const common::Status& why) {
+  malformed_.fetch_add(1, std::memory_order_relaxed);
+  AGG_LOG(kWarning, "cache records: skipped %s in %s: %s", key.c_str(), Describe().c_str(),
+          why.message().c_str());
 }
 
 std::vector<std::string> ManifestPieces(const std::string& manifest) {

@@ -24,9 +24,14 @@
 //   RETURN_IF_ERROR(records->AddHolder("imagenet", rec, holder, order));
 //   ASSIGN_OR_RETURN(std::optional<ItemRecord> r, records->Get("imagenet", "train/0001.jpg"));
 //
+// A record that is there but does not parse (written by something else, or
+// by hand) is skipped by List and Nodes, logged and counted in malformed():
+// one bad record costs its item a trip to the store, not the whole dataset.
+//
 // Thread safety: an implementation serialises its own calls; any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -103,6 +108,16 @@ class Records {
   virtual common::Result<std::vector<NodeRecord>> Nodes() = 0;
   // "etcd http://..." or "file /path": for logs.
   virtual std::string Describe() const = 0;
+
+  // Records skipped by List and Nodes because they did not parse. [any]
+  uint64_t malformed() const { return malformed_.load(std::memory_order_relaxed); }
+
+ protected:
+  // Logs the skipped record at `key` and counts it.
+  void CountMalformed(const std::string& key, const common::Status& why);
+
+ private:
+  std::atomic<uint64_t> malformed_{0};
 };
 
 // "etcd://host:port[,host:port...]" or "file:/path/records.json".

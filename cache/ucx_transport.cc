@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "common/net_addr.h"
 
@@ -40,8 +41,14 @@ common::Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const Options& opti
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return common::Internal(UcsError("ucp_config_read", s));
-  if (!options.tls.empty()) ucp_config_modify(config, "TLS", options.tls.c_str());
-  if (!options.net_devices.empty()) ucp_config_modify(config, "NET_DEVICES", options.net_devices.c_str());
+  for (const auto& [key, value] : {std::pair{"TLS", &options.tls}, {"NET_DEVICES", &options.net_devices}}) {
+    if (value->empty()) continue;
+    s = ucp_config_modify(config, key, value->c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return common::InvalidArgument(UcsError(std::string("UCX_") + key + "=" + *value, s));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

@@ -3,7 +3,7 @@
 // into Loader and the PyTorch datasets.
 //
 //   l = _cache.Loader("loader.yaml")
-//   b = l.next()                     # b.data: a memoryview, valid until the next call
+//   b = l.next()                     # b.data: a memoryview, overwritten by the next call
 //   raw = l.read(17)                 # one item as bytes
 //
 // Errors: a failed status raises aggswitch.Error's subclass for its code
@@ -35,6 +35,15 @@ Component ComponentOf(const std::string& name) {
   Raise(common::InvalidArgument("component: cpu or gpu expected, got \"" + name + "\""));
 }
 
+// A request's bytes as Python sees them: the memoryview next() returns
+// exports this, and holds it, so the mapping stays while the view lives,
+// even past a larger request or the Loader itself.
+struct BatchBytes {
+  std::shared_ptr<const uint8_t> storage;
+  const uint8_t* data = nullptr;
+  uint64_t length = 0;
+};
+
 class PyLoader {
  public:
   explicit PyLoader(const std::string& config_path) {
@@ -62,8 +71,18 @@ class PyLoader {
     for (const Loader::Item& it : b.items) {
       items.append(py::make_tuple(it.name, it.offset, it.length, SourceName(it.source)));
     }
-    py::memoryview view = py::memoryview::from_memory(const_cast<uint8_t*>(b.data), static_cast<ssize_t>(b.length), true);
-    return py::make_tuple(view, items, b.sequence);
+    py::object bytes = py::cast(BatchBytes{b.storage, b.data, b.length});
+    return py::make_tuple(py::memoryview(bytes), items, b.sequence);
+  }
+
+  size_t Skip() {
+    common::Result<size_t> skipped = common::Internal("no request");
+    {
+      py::gil_scoped_release release;
+      skipped = loader_->Skip();
+    }
+    if (!skipped.ok()) Raise(skipped.status());
+    return *skipped;
   }
 
   py::bytes Read(size_t index) {
@@ -102,7 +121,7 @@ class PyLoader {
   }
 
   py::dict Stats() const {
-    const Loader::Stats& s = loader_->stats();
+    const Loader::Stats s = loader_->stats();
     py::dict d;
     d["requests"] = s.requests;
     d["items"] = s.items;
@@ -117,6 +136,8 @@ class PyLoader {
     d["crc_failures"] = s.crc_failures;
     d["fills_requested"] = s.fills_requested;
     d["config_reloads"] = s.config_reloads;
+    d["record_errors"] = s.record_errors;
+    d["malformed_records"] = s.malformed_records;
     d["store_requests"] = loader_->store_requests();
     return d;
   }
@@ -131,8 +152,14 @@ class PyLoader {
 }  // namespace aggswitch::cache
 
 PYBIND11_MODULE(_cache, m) {
+  using aggswitch::cache::BatchBytes;
   using aggswitch::cache::PyLoader;
   m.doc() = "The aggswitch data cache's loader (cache/loader.h); see aggswitch.cache.";
+  py::class_<BatchBytes>(m, "_BatchBytes", py::buffer_protocol())
+      .def_buffer([](BatchBytes& b) {
+        return py::buffer_info(const_cast<uint8_t*>(b.data), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<ssize_t>(b.length)}, {ssize_t{1}}, /*readonly=*/true);
+      });
   m.def(
       "list_items",
       [](const std::string& config_path) {
@@ -155,7 +182,8 @@ PYBIND11_MODULE(_cache, m) {
       .def(py::init<const std::string&>(), py::arg("config"))
       .def("next", &PyLoader::Next,
            "The next request: (memoryview, [(name, offset, length, source)], sequence); the "
-           "memoryview is valid until the next call.")
+           "next request overwrites the memoryview's bytes.")
+      .def("skip", &PyLoader::Skip, "Passes over the next request unread; the number of its items.")
       .def("read", &PyLoader::Read, py::arg("index"), "Item `index` as bytes.")
       .def("read_into", &PyLoader::ReadInto, py::arg("index"), py::arg("buffer"),
            "Item `index` into a writable buffer of at least its length.")

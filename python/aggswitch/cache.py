@@ -62,11 +62,17 @@ class Loader:
 
     def next(self):
         """The next request: ``(data, items)``. ``data`` is a read-only
-        memoryview of the request's bytes, valid until the next call;
+        memoryview of the request's bytes, which the next request
+        overwrites (copy what must outlive it);
         ``items`` lists ``(name, offset, length, source)``, source being
         ``local``, ``owner``, ``replica`` or ``store``."""
         data, items, _ = self._impl.next()
         return data, items
+
+    def skip(self):
+        """Passes over the next request without reading it; the number of
+        its items."""
+        return self._impl.skip()
 
     def read(self, index):
         """Item ``index`` as bytes."""
@@ -200,8 +206,10 @@ class CacheBatches(IterableDataset):
         loader.seek(0)
         seen, request = 0, 0
         while seen < len(loader):
-            data, items = loader.next()
-            seen += len(items)
             if request % workers == worker:
+                data, items = loader.next()
+                seen += len(items)
                 yield torch.frombuffer(bytearray(data), dtype=torch.uint8), items
+            else:  # another worker's: passed over unread
+                seen += loader.skip()
             request += 1

@@ -2,7 +2,9 @@
 
 Loads the dataset through aggswitch.cache as a training script would, and
 checks every item against the source copy in --verify-against:
-  1. Loader.next() over one pass, and set_request changing the next request;
+  1. Loader.next() over one pass, set_request changing the next request,
+     skip() passing over a request, and a request's bytes outliving a larger
+     request and the Loader;
   2. CacheDataset under a torch DataLoader with two worker processes;
   3. CacheBatches, the config's requests as tensors;
   4. the gpu component refused as unsupported on this host.
@@ -10,6 +12,7 @@ Prints one line per check and exits 1 on the first failure.
 """
 
 import argparse
+import gc
 import os
 import sys
 
@@ -52,11 +55,36 @@ def main():
           f"over {loader.transports}: {stats}")
 
     loader.seek(0)
+    kept = loader.next()  # its buffer is too small for the next request, which maps a new one
     loader.set_request(4 * loader.amount, "cpu")
     data, items = loader.next()
     if len(data) <= max(sizes[:-1]):
         fail(f"set_request: a request of {len(data)} bytes after asking for {loader.amount}")
     print(f"ok set_request: the next request has {len(items)} items, {len(data)} bytes")
+
+    # A larger request mapped a new buffer: the first request's view still
+    # reads the first request's bytes, and a view outlives its Loader.
+    def intact(view, items):
+        return all(bytes(view[o:o + l]) == source(name) for name, o, l, _ in items)
+    if not intact(*kept):
+        fail("a request's memoryview changed or went away after a larger request")
+    other = aggswitch.cache.Loader(args.config)
+    view, view_items = other.next()
+    del other
+    gc.collect()
+    if not intact(view, view_items):
+        fail("a request's memoryview does not outlive its Loader")
+    print("ok a request's memoryview outlives a larger request and its Loader")
+
+    loader.seek(0)
+    loader.set_request(sizes[0], "cpu")
+    before = loader.stats()
+    passed = loader.skip()
+    _, items = loader.next()
+    after = loader.stats()
+    if passed < 1 or items[0][0] != loader.name(passed) or after["items"] - before["items"] != len(items):
+        fail(f"skip: passed {passed} items, then read from {items[0][0]}; items read {before['items']} -> {after['items']}")
+    print(f"ok skip: passed over {passed} items unread, the next request starts at item {passed}")
 
     dataset = aggswitch.cache.CacheDataset(args.config)
     if len(dataset) != n:

@@ -99,10 +99,14 @@ int Main(int argc, char** argv) {
     }
     loader = std::move(opened).value();
     if (amount || !component_text.empty()) {
-      (void)loader->SetRequest(amount.value_or(loader->amount()),
-                               component_text == "gpu"   ? cache::Component::kGpu
-                               : component_text == "cpu" ? cache::Component::kCpu
-                                                         : loader->component());
+      const common::Status set = loader->SetRequest(amount.value_or(loader->amount()),
+                                                    component_text == "gpu"   ? cache::Component::kGpu
+                                                    : component_text == "cpu" ? cache::Component::kCpu
+                                                                              : loader->component());
+      if (!set.ok()) {
+        std::fprintf(stderr, "agg-load: --amount: %s\n", set.message().c_str());
+        return kExitUsage;
+      }
     }
     for (size_t i = 0; i < loader->size(); ++i) entries.push_back({loader->name(i), loader->length(i)});
   } else {
@@ -175,12 +179,16 @@ int Main(int argc, char** argv) {
     items += got.size();
     bytes += request_bytes;
     if (print_requests) {
-      std::printf("request %llu: items=%zu bytes=%llu amount=%llu component=%s first=%s\n",
+      // at_ms: the wall clock when it was served, to line up concurrent loaders.
+      const auto at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+      std::printf("request %llu: items=%zu bytes=%llu amount=%llu component=%s first=%s at_ms=%lld\n",
                   static_cast<unsigned long long>(served), got.size(),
                   static_cast<unsigned long long>(request_bytes),
                   static_cast<unsigned long long>(loader ? loader->amount() : request_amount),
                   loader ? cache::ComponentName(loader->component()) : "cpu",
-                  got.empty() ? "" : got[0].name.c_str());
+                  got.empty() ? "" : got[0].name.c_str(), static_cast<long long>(at_ms));
       std::fflush(stdout);
     }
     if (interval_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
@@ -190,15 +198,16 @@ int Main(int argc, char** argv) {
   std::printf(
       "agg-load: source=%s requests=%llu items=%llu bytes=%llu local=%llu owner=%llu replica=%llu "
       "store=%llu misses=%llu stale=%llu holder_failures=%llu crc_failures=%llu fills_requested=%llu "
-      "config_reloads=%llu mismatches=%llu store_requests=%llu seconds=%.3f MBps=%.1f p50_ms=%.2f "
-      "p99_ms=%.2f transport=%s\n",
+      "config_reloads=%llu record_errors=%llu malformed_records=%llu mismatches=%llu store_requests=%llu "
+      "seconds=%.3f MBps=%.1f p50_ms=%.2f p99_ms=%.2f transport=%s\n",
       source.c_str(), static_cast<unsigned long long>(served), static_cast<unsigned long long>(items),
       static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(s.local),
       static_cast<unsigned long long>(s.owner), static_cast<unsigned long long>(s.replica),
       static_cast<unsigned long long>(s.store), static_cast<unsigned long long>(s.misses),
       static_cast<unsigned long long>(s.stale), static_cast<unsigned long long>(s.holder_failures),
       static_cast<unsigned long long>(s.crc_failures), static_cast<unsigned long long>(s.fills_requested),
-      static_cast<unsigned long long>(s.config_reloads), static_cast<unsigned long long>(mismatches),
+      static_cast<unsigned long long>(s.config_reloads), static_cast<unsigned long long>(s.record_errors),
+      static_cast<unsigned long long>(s.malformed_records), static_cast<unsigned long long>(mismatches),
       static_cast<unsigned long long>(loader ? loader->store_requests() : store->requests()), secs,
       secs > 0 ? static_cast<double>(bytes) / secs / 1e6 : 0.0, Percentile(latencies_ms, 0.5),
       Percentile(latencies_ms, 0.99), loader && !loader->transports().empty() ? loader->transports().c_str() : "none");
