@@ -70,3 +70,27 @@ function(agg_fuzz)
   math(EXPR timeout "${AGG_FUZZ_SECONDS} * 2 + 60")
   set_tests_properties(${A_NAME} PROPERTIES LABELS fuzz TIMEOUT ${timeout})
 endfunction()
+
+# A man page for an installed program, generated from its --help by help2man
+# at build time and installed under share/man. Built when help2man is found
+# (scripts/install-deps.sh installs it) and the build is not sanitized (the
+# page is the program's own output, run here).
+#
+#   agg_man_page(TARGET aggctl SECTION 8 NAME "control a running aggswitch through its API")
+function(agg_man_page)
+  cmake_parse_arguments(A "" "TARGET;SECTION;NAME" "" ${ARGN})
+  find_program(AGG_HELP2MAN help2man)
+  if(NOT AGG_HELP2MAN OR AGG_SANITIZE OR AGG_FUZZ)
+    return()
+  endif()
+  include(GNUInstallDirs)
+  set(page ${PROJECT_BINARY_DIR}/man/${A_TARGET}.${A_SECTION})
+  add_custom_command(OUTPUT ${page}
+    COMMAND ${AGG_HELP2MAN} --no-info --no-discard-stderr --section=${A_SECTION} --name=${A_NAME}
+            --version-string=${PROJECT_VERSION} --output=${page} $<TARGET_FILE:${A_TARGET}>
+    DEPENDS ${A_TARGET}
+    COMMENT "Man page ${A_TARGET}(${A_SECTION}) from its --help"
+    VERBATIM)
+  add_custom_target(${A_TARGET}_man ALL DEPENDS ${page})
+  install(FILES ${page} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${A_SECTION})
+endfunction()

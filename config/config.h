@@ -520,6 +520,10 @@ struct AggregationConfig {
   // aggregator/slot_placement.h). Empty: a random one at every start. Set it
   // only where several switches must place jobs alike (labs, benchmarks).
   std::string slot_secret;
+  // Where the jobs added through the API are kept, so that a restart brings
+  // them back (control/job_state_file.h). Empty: API jobs last until the
+  // process stops.
+  std::string state_file;
   // How jobs without a placement_hint are placed in their region.
   SlotPlacement placement = SlotPlacement::kHash;
   // Chunks one config or API job keeps in flight (its slot quota). Default:

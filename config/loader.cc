@@ -758,6 +758,12 @@ class Loader {
                    ReadUnsigned(n, p, agg.member_rebind_ms, {}, "milliseconds (0: only the API)");
                  }},
                 {"in_band", [&](auto& n, auto& p) { LoadInBand(n, p, agg.in_band); }},
+                {"state_file",
+                 [&](auto& n, auto& p) {
+                   if (ReadString(n, p, agg.state_file) && agg.state_file.empty()) {
+                     Error(p, n, "expected a file path (leave the key out to keep no state)");
+                   }
+                 }},
             });
   }
 

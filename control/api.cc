@@ -1125,6 +1125,7 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body) {
   constexpr char kShape[] = "{\"id\", \"key\", \"members\" or \"node_ids\"/\"switches\", ...}";
   ASSIGN_OR_RETURN(const json j, ParseBodyObject(body, kShape));
   JobRequest request;
+  request.body = j.dump();
   config::AggregationJobConfig& job = request.job;
   bool has_id = false, has_key = false, has_members = false, has_lists = false;
   size_t listed = 0;  // node ids in node_ids and every covers list

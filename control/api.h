@@ -150,8 +150,14 @@ struct JobRequest {
   // "switches", "tan.candidates"): where Validate() reports a mistake that
   // more than one key could hold, as the loader records them.
   std::vector<std::string> keys;
+  // The request as given (a JSON object): what aggregation.state_file keeps
+  // of an API job, to add it again after a restart. Set by ParseJobRequest.
+  std::string body;
 
-  friend bool operator==(const JobRequest&, const JobRequest&) = default;
+  // Two requests are equal when they ask for the same job, however written.
+  friend bool operator==(const JobRequest& a, const JobRequest& b) {
+    return a.job == b.job && a.keys == b.keys;
+  }
 };
 
 // Where the router gets its data. Each function is called at most once per

@@ -70,8 +70,16 @@ void ControlLoop::Run() {
     }
     if (tree_ != nullptr) tree_->Poll(std::chrono::steady_clock::now());
     if (int_exporter_ != nullptr) int_exporter_->Poll(std::chrono::steady_clock::now());
+    if (notifier_ != nullptr) {
+      worker_polls_.resize(dataplane_.worker_count());
+      for (size_t i = 0; i < worker_polls_.size(); ++i) {
+        worker_polls_[i] = dataplane_.worker_stats(i).lcore.polls.Get();
+      }
+      notifier_->Poll(std::chrono::steady_clock::now(), worker_polls_);
+    }
     if (g_reload) {
       g_reload = 0;
+      if (notifier_ != nullptr) notifier_->Reloading();
       auto result = Reload();
       if (!result.ok()) {
         AGG_LOG(kError, "reload rejected, running configuration unchanged:\n%s",
@@ -84,10 +92,15 @@ void ControlLoop::Run() {
                   key.c_str());
         }
       }
+      if (notifier_ != nullptr) {
+        notifier_->Ready(result.ok() ? "forwarding: configuration reloaded"
+                                     : "forwarding: reload rejected, configuration unchanged");
+      }
     }
     timespec ts{0, kLoopPeriodNs};
     nanosleep(&ts, nullptr);
   }
+  if (notifier_ != nullptr) notifier_->Stopping();
 }
 
 common::Result<std::vector<std::string>> ControlLoop::Reload() {

@@ -8,6 +8,8 @@
 //                    run time (mac_table.static, mac_table.aging_seconds,
 //                    telemetry.watch), and log each changed key that needs a
 //                    restart.
+// Under systemd the loop tells the unit about reloads and the stop, and feeds
+// its watchdog while every worker polls (service_notifier.h).
 //
 //   ControlLoop loop(*dataplane, config, config_path, &job_control);
 //   ControlLoop::InstallSignalHandlers();
@@ -23,6 +25,7 @@
 
 #include "common/status.h"
 #include "config/config.h"
+#include "control/service_notifier.h"
 #include "dataplane/dataplane.h"
 
 namespace aggswitch::control {
@@ -48,6 +51,10 @@ class ControlLoop {
               JobControl* jobs = nullptr, TreeControl* tree = nullptr,
               InBandAdmission* admission = nullptr, IntExporter* int_exporter = nullptr);
 
+  // `notifier` (optional, must outlive the loop): told of reloads and the
+  // stop, and fed the workers' poll counters every iteration. [control]
+  void SetServiceNotifier(ServiceNotifier* notifier) { notifier_ = notifier; }
+
   // Loops about every millisecond until a stop is requested. [control]
   void Run();
   // Re-reads the configuration and applies what can change at run time.
@@ -66,6 +73,8 @@ class ControlLoop {
   TreeControl* tree_;
   InBandAdmission* admission_;
   IntExporter* int_exporter_;
+  ServiceNotifier* notifier_ = nullptr;
+  std::vector<uint64_t> worker_polls_;  // reused every iteration
 };
 
 // The top-level keys whose values differ between `running` and `next` and that

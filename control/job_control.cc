@@ -420,6 +420,28 @@ JobControl::JobControl(aggregator::JobTable& table, Options options)
   base_.aggregation.jobs.clear();
   base_.source_locs.clear();
   base_.item_locs.clear();
+  if (!base_.aggregation.state_file.empty()) state_.emplace(base_.aggregation.state_file);
+}
+
+common::Result<size_t> JobControl::RestoreSavedJobs() {
+  if (!state_) return size_t{0};
+  ASSIGN_OR_RETURN(saved_, state_->Load());
+  size_t restored = 0;
+  for (const auto& [id, body] : saved_) {
+    common::Result<JobRequest> request = ParseJobRequest(body);
+    common::Status status = request.status();
+    if (request.ok()) status = CheckAsConfigJob(base_, request->job, request->keys, "");
+    if (status.ok()) status = AddOnControl(*request).status();
+    if (!status.ok()) {
+      // Kept in the file: the operator decides (DELETE /api/v1/jobs/<id> drops it).
+      AGG_LOG(kError, "%s: job %u not restored: %s; its request stays in the file",
+              state_->path().c_str(), id, status.message().c_str());
+      continue;
+    }
+    ++restored;
+  }
+  AGG_LOG(kInfo, "%s: restored %zu of %zu API jobs", state_->path().c_str(), restored, saved_.size());
+  return restored;
 }
 
 JobControl::~JobControl() = default;
@@ -553,13 +575,40 @@ void JobControl::Execute(Command& command) {
         command.status = added.status();
         return;
       }
+      if (state_ && !command.request.body.empty()) {
+        JobStateFile::Jobs next = saved_;
+        next[command.request.job.id] = command.request.body;
+        if (common::Status saved = state_->Save(next); !saved.ok()) {
+          // Not kept, so not added: a restart must not lose a job the API took.
+          (void)table_.Remove(command.request.job.id);
+          tan_choices_.erase(command.request.job.id);
+          command.status = common::Unavailable(saved.message() + "; job " +
+                                               std::to_string(command.request.job.id) + " not added");
+          return;
+        }
+        saved_ = std::move(next);
+      }
       command.table.jobs.push_back(SnapshotOf(**added));
       return;
     }
-    case Command::Kind::kRemove:
+    case Command::Kind::kRemove: {
+      const bool was_saved = saved_.count(command.id) != 0;
+      if (state_ && was_saved) {
+        JobStateFile::Jobs next = saved_;
+        next.erase(command.id);
+        if (common::Status written = state_->Save(next); !written.ok()) {
+          command.status = common::Unavailable(written.message() + "; job " + std::to_string(command.id) +
+                                               " not removed");
+          return;
+        }
+        saved_ = std::move(next);
+      }
       command.status = table_.Remove(command.id);
       if (command.status.ok()) tan_choices_.erase(command.id);
+      // A saved job the running config had refused is gone from the file: done.
+      if (!command.status.ok() && was_saved) command.status = common::Status::Ok();
       return;
+    }
     case Command::Kind::kList:
       command.table = Snapshot();
       return;

@@ -77,6 +77,7 @@
 #include "common/status.h"
 #include "config/config.h"
 #include "control/api.h"
+#include "control/job_state_file.h"
 #include "control/stats_snapshot.h"
 #include "dataplane/port_stats.h"
 
@@ -193,9 +194,13 @@ class JobControl {
   // makes room (SetInBandAdmission). InvalidArgument when the config's rules
   // refuse it (checked on the calling thread, before the control thread sees
   // it), else the table's error (AlreadyExists, ResourceExhausted,
-  // InvalidArgument).
+  // InvalidArgument). With aggregation.state_file the request is saved there
+  // (its body) before Add answers; when the file cannot be written the job
+  // is taken out again and the answer is Unavailable.
   common::Result<JobSnapshot> Add(const JobRequest& request);
-  // Removes a job; NotFound when absent.
+  // Removes a job; NotFound when absent. A saved API job leaves the state
+  // file first: when the file cannot be written, nothing changes
+  // (Unavailable).
   common::Status Remove(uint32_t id);
   // Unbinds member `node` (a node id) of job `id` from its address
   // (Job::UnbindMember); NotFound for an unknown job or node.
@@ -239,6 +244,13 @@ class JobControl {
   // or the idlest one when the table is full): config and API jobs are never
   // kept out by in-band ones. Must outlive this object; nullptr: none. [control]
   void SetInBandAdmission(InBandAdmission* admission) { admission_ = admission; }
+
+  // Adds the API jobs aggregation.state_file saved (job_state_file.h), as
+  // Add() would, before the workers start. A job the running config now
+  // refuses is logged and stays in the file (it is not lost: DELETE takes
+  // it out). A file that does not parse is moved aside and reported. How
+  // many jobs it added; 0 without a state file. [control]
+  common::Result<size_t> RestoreSavedJobs();
 
   // Runs every queued command and wakes its caller. Returns how many ran. [control]
   size_t ProcessPending();
@@ -292,6 +304,9 @@ class JobControl {
   std::function<void()> change_hook_;          // [control]
   InBandAdmission* admission_ = nullptr;       // [control]
   std::map<uint32_t, TanRecord> tan_choices_;  // by job id [control]
+  // aggregation.state_file, and the requests it holds now. [control]
+  std::optional<JobStateFile> state_;
+  JobStateFile::Jobs saved_;
 
   std::mutex mu_;
   std::condition_variable done_;

@@ -25,6 +25,9 @@ PACKAGES=(
   libcurl4-openssl-dev                      # the data cache's etcd gateway and HTTP(S) store
   etcd-server etcd-client                   # the data cache's record service, in its tests
   python3-yaml                              # the data cache's loader config, from Python
+  libsystemd-dev                            # sd_notify: readiness and the watchdog under systemd
+  help2man                                  # the man pages, from each program's --help
+  dpkg-dev                                  # cpack's dpkg-shlibdeps: the .deb's dependencies
 )
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)

@@ -23,7 +23,8 @@
 #      gets every one, correct, through retransmission; all ACKed, none
 #      given up, the copies freed;
 #   6. the API shows the modes and the store; a job added in store mode with
-#      aggctl, shown by aggctl jobs show; promtool.
+#      aggctl, shown by aggctl jobs show; promtool; every metric the Grafana
+#      dashboard and the alert rules of deploy/ query is in /metrics.
 #
 # Usage: store_final_netns_test.sh AGGSWITCH AGGCTL
 # Needs root (namespaces). Everything is torn down on exit, pass or fail.
@@ -182,5 +183,17 @@ if command -v promtool >/dev/null; then
   promtool_ok() { api /metrics | promtool check metrics; }
   check "promtool check metrics accepts /metrics" promtool_ok
 fi
+# The Grafana dashboard and the alert rules (deploy/) query only what a live
+# switch with jobs exposes.
+check_queried_metrics() {
+  api /metrics >"$WORK/metrics.prom" || return 1
+  /usr/bin/python3 "$HERE/../lib/queried_metrics.py" "$HERE/../../deploy/grafana/aggswitch.json" \
+    "$HERE/../../deploy/prometheus/aggswitch-alerts.yml" <"$WORK/metrics.prom" >"$WORK/queried.out"
+  local rc=$?
+  report "$(head -1 "$WORK/queried.out")"
+  cat "$WORK/queried.out"
+  return $rc
+}
+check "every metric the Grafana dashboard and the alert rules query is in the live /metrics" check_queried_metrics
 
 finish

@@ -109,6 +109,11 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   control::InBandAdmission admission(**job_table,
                                      control::InBandAdmission::OptionsFrom(cfg.aggregation));
   job_control.SetInBandAdmission(&admission);
+  // The API jobs of the last run (aggregation.state_file), before the workers start.
+  if (auto restored = job_control.RestoreSavedJobs(); !restored.ok()) {
+    // A broken file is moved aside: the switch starts without those jobs and says so.
+    AGG_LOG(kError, "%s", restored.status().message().c_str());
+  }
 
   auto dp = dataplane::Dataplane::Create(cfg, cfg.aggregation.enabled ? job_table->get() : nullptr);
   if (!dp.ok()) {
@@ -191,6 +196,15 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   }
   control::ControlLoop loop(**dp, cfg, config_path, &job_control, tree.get(), &admission,
                             int_exporter.get());
+  // Under systemd (Type=notify): ready now, and the watchdog fed while the workers poll.
+  control::ServiceNotifier notifier = control::ServiceNotifier::FromEnvironment();
+  loop.SetServiceNotifier(&notifier);
+  notifier.Ready("forwarding: " + std::to_string(cfg.ports.size()) + " ports, " +
+                 std::to_string(cfg.workers.size()) + " workers");
+  if (notifier.watchdog().count() != 0) {
+    AGG_LOG(kInfo, "systemd watchdog: fed every %lld ms while every worker polls",
+            static_cast<long long>(notifier.watchdog().count() / 2000));
+  }
   loop.Run();
 
   AGG_LOG(kInfo, "stopping: waiting for workers to finish their burst");
@@ -223,8 +237,10 @@ int main(int argc, char** argv) {
                  "Extra EAL arguments, appended after the config's (also accepted after --)");
   app.allow_extras();
   app.footer(
-      "Signals: SIGINT/SIGTERM stop cleanly; SIGHUP reloads mac_table.static and "
-      "mac_table.aging_seconds.");
+      "Signals: SIGINT/SIGTERM stop cleanly; SIGHUP reloads mac_table.static, "
+      "mac_table.aging_seconds and telemetry.watch.\n"
+      "Under systemd (Type=notify) it reports readiness, reloads and the stop with sd_notify, and "
+      "feeds WatchdogSec while every worker lcore polls.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
