@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/loader.h"
+#include "tests/lib/test_process.h"
 
 namespace aggswitch::cache {
 namespace {
@@ -35,14 +36,13 @@ class CacheDaemonTest : public ::testing::Test {
       source_[name] = bytes;
     }
     records_ = "file:" + dir_ + "/records.json";
-    // A port pair of its own per test: a closed listener's port may linger.
-    static int round = 0;
-    const uint16_t base = static_cast<uint16_t>(20000 + (::getpid() % 2000) * 8 + 2 * round++);
     for (int n = 0; n < 2; ++n) {
       DaemonConfig c;
       c.node = "n" + std::to_string(n + 1);
       c.nodes = {"n1", "n2"};
-      c.listen = "127.0.0.1:" + std::to_string(base + n);
+      // A port the kernel has free now: fixed ones collide with other
+      // tests' and with the loaders' own ephemeral ports.
+      c.listen = "127.0.0.1:" + std::to_string(tools::FreeTcpPort());
       c.memory = 16 << 20;
       c.region_dir = "/dev/shm";
       c.store = dir_ + "/store";
