@@ -29,6 +29,16 @@ api() { curl -fsS -m 2 "http://$HTTP$1"; }
 # stat KEY: a number of /api/v1/stats.
 stat() { api /api/v1/stats | python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 rows() { sqlite3 "$DB" "$1"; }
+# until_rows SQL N: waits up to 5 s for the count SQL to reach N (the
+# collector commits its rows in batches, after it counted them).
+until_rows() {
+  local i
+  for i in $(seq 50); do
+    [ "$(rows "$1")" -ge "$2" ] 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
 # until_stat KEY N: waits up to 5 s for KEY to reach N.
 until_stat() {
   local i
@@ -73,6 +83,8 @@ two_paths() {
   send path --nodes 1,2,4 --hop-ns 13333 --util-ppm 800000 --count 5 --first-seq 0 &&
     send path --nodes 1,3,4 --hop-ns 8333 --util-ppm 200000 --count 5 --first-seq 100 &&
     until_stat hop_records 30 || return 1
+  until_rows 'SELECT count(*) FROM hop_records' 30
+  until_rows 'SELECT count(*) FROM path_ends' 10
   report "hop_records: $(rows 'SELECT count(*) FROM hop_records'), path_ends: $(rows 'SELECT count(*) FROM path_ends')"
   [ "$(rows 'SELECT count(*) FROM hop_records')" -eq 30 ] &&
     [ "$(rows 'SELECT count(*) FROM path_ends')" -eq 10 ] &&
