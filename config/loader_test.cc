@@ -1249,6 +1249,11 @@ TEST(AggregationLoaderTest, Errors) {
                        "in_band_registration, slots, max_fan_in, max_jobs, stale_slot_ms, jobs"));
   EXPECT_TRUE(OneError(Load(ports + "  stale_slot_ms: 0\n"), "aggregation.stale_slot_ms", 3,
                        "at least 1, got 0"));
+  EXPECT_TRUE(OneError(Load(ports + "  state_file: \"\"\n"), "aggregation.state_file", 3,
+                       "expected a file path"));
+  EXPECT_TRUE(OneError(Load(ports + "  state_file: [a]\n"), "aggregation.state_file", 3, "expected"));
+  EXPECT_EQ(Load(ports + "  state_file: /var/lib/aggswitch/jobs.json\n").config.aggregation.state_file,
+            "/var/lib/aggswitch/jobs.json");
   EXPECT_TRUE(OneError(Load(ports + "  address: 10.0.0.1/24\n"), "aggregation.address", 3,
                        "expected an IPv4 host address \"a.b.c.d\", got \"10.0.0.1/24\""));
   EXPECT_TRUE(OneError(Load(ports + "  address: [10.0.0.1]\n"), "aggregation.address", 3,

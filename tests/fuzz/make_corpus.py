@@ -349,6 +349,7 @@ aggregation:
         "store-modes": """\
 ports: [{name: p0, devargs: net_null0, access: 10}]
 aggregation:
+  state_file: /var/lib/aggswitch/jobs.json
   address: 10.0.10.254
   store: {buffers: 64, per_job: 16, final_timeout_ms: 2000}
   jobs:

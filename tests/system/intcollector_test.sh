@@ -29,26 +29,22 @@ api() { curl -fsS -m 2 "http://$HTTP$1"; }
 # stat KEY: a number of /api/v1/stats.
 stat() { api /api/v1/stats | python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 rows() { sqlite3 "$DB" "$1"; }
-# until_rows SQL N: waits up to 5 s for the count SQL to reach N (the
-# collector commits its rows in batches, after it counted them).
-until_rows() {
-  local i
+# until_at_least N CMD...: waits up to 5 s for CMD's output to reach N.
+until_at_least() {
+  local n="$1" i
+  shift
   for i in $(seq 50); do
-    [ "$(rows "$1")" -ge "$2" ] 2>/dev/null && return 0
+    [ "$("$@")" -ge "$n" ] 2>/dev/null && return 0
     sleep 0.1
   done
+  echo "$* is $("$@"), expected $n"
   return 1
 }
-# until_stat KEY N: waits up to 5 s for KEY to reach N.
-until_stat() {
-  local i
-  for i in $(seq 50); do
-    [ "$(stat "$1")" -ge "$2" ] 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "$1 is $(stat "$1"), expected $2"
-  return 1
-}
+# until_stat KEY N: waits for the collector's counter KEY to reach N.
+until_stat() { until_at_least "$2" stat "$1"; }
+# until_rows SQL N: waits for the count SQL to reach N (the collector commits
+# its rows in batches, after it counted them).
+until_rows() { until_at_least "$2" rows "$1"; }
 # decision SRC DST RULE: the nodes of the flow's decided path, comma-separated.
 decision() {
   api /api/v1/decisions | python3 -c 'import json, sys

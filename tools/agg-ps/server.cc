@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/atomic_file.h"
 #include "common/log.h"
 #include "common/udp_bind.h"
 
@@ -494,17 +495,10 @@ std::string PsServer::MetricsText() const {
 
 common::Status PsServer::WriteFileLocked(const char* option, const std::string& path,
                                          const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  bool ok = f != nullptr;
-  if (ok) {
-    ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
-    ok = std::fclose(f) == 0 && ok;
-  }
-  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) {
+  const common::Status written = common::WriteFileAtomically(path, content);
+  if (!written.ok()) {
     ++counters_.stats_errors;
-    return common::Unavailable(std::string(option) + " " + path + ": cannot write: " + ErrnoText());
+    return common::Unavailable(std::string(option) + " " + written.message());
   }
   return common::Status::Ok();
 }
