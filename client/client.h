@@ -100,6 +100,18 @@
 // (first_seq), or use another job id; otherwise it may be handed the earlier
 // run's results for the same sequence numbers.
 //
+// Restarts of the switch: a switch process that dies and comes back (a
+// restart, systemd's or an operator's) has lost its slots. Each rank keeps
+// the datagrams of its chunks in flight and of as many answered ones, so an
+// allreduce rides it out within `progress_timeout`: unanswered chunks are
+// asked after and resent to the new process, which knows the job again from
+// its config, its state file (jobs added through the API) or the task info
+// in the chunks (in-band jobs). A chunk whose result reached only some ranks
+// before the switch died is asked again by the new switch of the ranks that
+// have it (NOTICE missing about an answered chunk), and they resend what they
+// kept (stats().answered_resends). A rank that has finished its last
+// allreduce and closed its client can no longer be asked.
+//
 // Thread safety: Create [any]. AllReduce, Start and stats [any]; the order in
 // which Start (or AllReduce) calls are made is the order of the collective,
 // which must be the same on every rank, so calls from several threads must be
@@ -360,6 +372,11 @@ struct ClientStats {
   // data goes again; and the answers that the switch lacked it.
   uint64_t queries = 0;
   uint64_t missing_notices = 0;
+  // Contributions sent again after their chunk's result had arrived: the
+  // switch said it lacked them. It restarted after sending that result to
+  // some members only, and the others cannot complete the chunk without
+  // this rank's data (see Restarts of the switch above).
+  uint64_t answered_resends = 0;
   // NOTICEs relocated: a chunk's slot held another chunk and the switch
   // moved it to a spare slot, whose hint its later datagrams carry.
   uint64_t relocated_notices = 0;

@@ -790,6 +790,102 @@ TEST(ClientTest, ALostLoneChunkIsAskedAfterAndResentWhenTheSwitchLacksIt) {
   EXPECT_EQ(sw.queries(), s.queries);
 }
 
+// A switch that restarted after sending a chunk's result to this rank but
+// not to the others asks for the chunk again (NOTICE missing) once this rank
+// has moved on to the next allreduce. The rank resends the contribution it
+// kept, the data it sent and not the result it reduced in place, flagged a
+// retransmission. A "missing" about a chunk it never sent changes nothing.
+// Here the test itself is the switch, on a plain UDP socket.
+TEST(ClientTest, AChunkAnsweredBeforeTheSwitchRestartedIsResentWhenAskedFor) {
+  const int sw = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(sw, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(sw, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(getsockname(sw, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const timeval two_seconds{2, 0};
+  ASSERT_EQ(setsockopt(sw, SOL_SOCKET, SO_RCVTIMEO, &two_seconds, sizeof(two_seconds)), 0);
+  ClientOptions o = Options({{common::Ipv4Addr{0x7F000001}, ntohs(addr.sin_port)}}, 31, 2);
+  o.task_info = TaskInfoMode::kNone;
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+
+  sockaddr_in peer{};
+  uint8_t buf[2048];
+  // The next contribution the client sends (ACKs and queries skipped).
+  const auto next_contribution = [&](aggregator::AggPacket* pkt) {
+    for (;;) {
+      socklen_t peer_len = sizeof(peer);
+      const ssize_t n = recvfrom(sw, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&peer), &peer_len);
+      if (n <= 0) return false;
+      if (aggregator::ParseAggregation(buf, static_cast<uint32_t>(n), pkt) != aggregator::WireError::kOk) {
+        return false;
+      }
+      if (pkt->opcode == aggregator::Opcode::kContribution) return true;
+    }
+  };
+  const auto send_to_client = [&](aggregator::Opcode opcode, uint32_t seq, uint32_t aux,
+                                  const std::vector<int32_t>& payload) {
+    aggregator::AggFields f;
+    f.opcode = opcode;
+    f.node_id = 0;
+    f.job_id = 31;
+    f.seq = seq;
+    f.aux = aux;
+    f.elem_count = static_cast<uint16_t>(payload.size());
+    uint8_t out[256];
+    const uint32_t n = aggregator::BuildAggregation(
+        f, nullptr, 0, reinterpret_cast<const uint8_t*>(payload.data()),
+        static_cast<uint32_t>(payload.size() * sizeof(int32_t)), out, sizeof(out));
+    ASSERT_GT(n, 0u);
+    ASSERT_EQ(sendto(sw, out, n, 0, reinterpret_cast<const sockaddr*>(&peer), sizeof(peer)),
+              static_cast<ssize_t>(n));
+  };
+  const auto ints = [](const aggregator::AggPacket& p) {
+    std::vector<int32_t> v(p.header->elem_count.host());
+    std::memcpy(v.data(), p.payload, v.size() * sizeof(int32_t));
+    return v;
+  };
+
+  // Allreduce 0 (seq 0): answered with the sum.
+  std::vector<int32_t> first = {1, 2, 3};
+  Pending p0 = (*client)->Start(std::span<int32_t>(first), ReduceOp::kSum);
+  aggregator::AggPacket pkt;
+  ASSERT_TRUE(next_contribution(&pkt));
+  ASSERT_EQ(pkt.header->seq.host(), 0u);
+  send_to_client(aggregator::Opcode::kResult, 0, 0, {10, 20, 30});
+  ASSERT_TRUE(p0.Wait().ok());
+  EXPECT_EQ(first, (std::vector<int32_t>{10, 20, 30}));
+
+  // Allreduce 1 (seq 1) in flight; the restarted switch lacks chunk 0, and
+  // asks after chunk 7, which was never sent.
+  std::vector<int32_t> second = {4, 5, 6};
+  Pending p1 = (*client)->Start(std::span<int32_t>(second), ReduceOp::kSum);
+  ASSERT_TRUE(next_contribution(&pkt));
+  ASSERT_EQ(pkt.header->seq.host(), 1u);
+  const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+  send_to_client(aggregator::Opcode::kNotice, 7, missing, {});
+  send_to_client(aggregator::Opcode::kNotice, 0, missing, {});
+  // The client may ask after chunk 1 meanwhile (its contribution is
+  // retransmitted only when asked for): the next contribution is chunk 0's.
+  do {
+    ASSERT_TRUE(next_contribution(&pkt));
+  } while (pkt.header->seq.host() == 1);
+  EXPECT_EQ(pkt.header->seq.host(), 0u);
+  EXPECT_EQ(ints(pkt), (std::vector<int32_t>{1, 2, 3})) << "the data sent, not the result";
+  EXPECT_NE(pkt.header->flags.host() & aggregator::flags::kRetransmission, 0);
+  EXPECT_EQ(pkt.header->ack_watermark.host(), 1u) << "the current watermark";
+  send_to_client(aggregator::Opcode::kResult, 1, 0, {40, 50, 60});
+  ASSERT_TRUE(p1.Wait().ok());
+  EXPECT_EQ(second, (std::vector<int32_t>{40, 50, 60}));
+  const ClientStats s = (*client)->stats();
+  EXPECT_EQ(s.answered_resends, 1u);
+  EXPECT_GE(s.stray_datagrams, 1u) << "the notice about chunk 7";
+  close(sw);
+}
+
 // With a parameter node, what is resent after a loss is marked for it, with
 // the allreduce's rank count; first transmissions are not.
 TEST(ClientTest, AResendIsMarkedForTheParameterNodeWhenTheJobHasOne) {

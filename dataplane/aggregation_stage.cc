@@ -1097,6 +1097,7 @@ void AggregationStage::AnswerQuery(const Checked& it) {
     if (slot->state() == aggregator::Slot::State::kAggregating) {
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
                              slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
+      NoticeForgotten(job, *slot);
       return;
     }
   }
@@ -1125,8 +1126,22 @@ void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint1
     return;
   }
   aggregator::MemberAddr addr;
-  if (job.GetMember(node, &addr)) {
-    answers_.SendNotice(job, node, earlier, aggregator::NoticeKind::kMissing, addr);
+  if (job.GetMember(node, &addr) &&
+      answers_.SendNotice(job, job.NodeId(node), earlier, aggregator::NoticeKind::kMissing, addr)) {
+    stats_.lcore.agg.gap_notices.Add(1);
+  }
+}
+
+void AggregationStage::NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot) {
+  const uint32_t seq = slot.seq();
+  for (uint16_t node = 0; node < job.members(); ++node) {
+    if (slot.HasContributed(node) || job.Excluded(node)) continue;
+    const std::optional<uint32_t> ack = job.GetAck(node);
+    aggregator::MemberAddr addr;
+    if (!ack || !aggregator::SeqBefore(seq, *ack) || !job.GetMember(node, &addr)) continue;
+    if (answers_.SendNotice(job, job.NodeId(node), seq, aggregator::NoticeKind::kMissing, addr)) {
+      stats_.lcore.agg.resync_notices.Add(1);
+    }
   }
 }
 

@@ -266,6 +266,15 @@ class AggregationStage {
   // at once (NOTICE missing, unasked) and resends it about a round trip
   // before its own loss detection, which needs later results, would.
   void NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node);
+  // A member whose ack watermark is past an aggregating slot's chunk has
+  // that chunk's result, yet the slot lacks its data: the result came from
+  // an earlier life of the slot (the switch restarted, or the job was
+  // added again) and did not reach every member. The member reduced it
+  // into its buffer and will not send the chunk again unless told: each
+  // such member gets a NOTICE missing, and resends the contribution it
+  // kept. Called while a held member asks after the chunk (a QUERY), so
+  // at most once per such question; O(members).
+  void NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot);
   // Every kOffsetSampleEvery-th chunk: its members' arrival offsets, up to
   // the control thread, when a free sample is at hand.
   void SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired);

@@ -272,12 +272,12 @@ bool Answers::SendHeaderOnly(rte_mbuf* m, const aggregator::AggFields& f,
   return true;
 }
 
-void Answers::SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t seq,
+bool Answers::SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t seq,
                          aggregator::NoticeKind kind, const aggregator::MemberAddr& to,
                          uint16_t slot_hint) {
   AggregationCounters& c = stats_.lcore.agg;
   rte_mbuf* m = rte_pktmbuf_alloc(pool_);
-  if (m == nullptr) return;
+  if (m == nullptr) return false;
   aggregator::AggFields f;
   f.opcode = aggregator::Opcode::kNotice;
   f.node_id = node_id;
@@ -285,13 +285,13 @@ void Answers::SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t 
   f.seq = seq;
   f.aux = static_cast<uint32_t>(kind);
   f.slot_hint = slot_hint;
-  if (SendHeaderOnly(m, f, to)) {
-    switch (kind) {
-      case aggregator::NoticeKind::kMissing: c.gap_notices.Add(1); break;
-      case aggregator::NoticeKind::kRelocated: c.hints_issued.Add(1); break;
-      default: c.notices_sent.Add(1); break;
-    }
+  if (!SendHeaderOnly(m, f, to)) return false;
+  switch (kind) {
+    case aggregator::NoticeKind::kMissing: break;  // the caller says why
+    case aggregator::NoticeKind::kRelocated: c.hints_issued.Add(1); break;
+    default: c.notices_sent.Add(1); break;
   }
+  return true;
 }
 
 void Answers::SendTo(rte_mbuf* m, const aggregator::MemberAddr& to, uint16_t ip_id) {

@@ -98,9 +98,10 @@ class Answers {
   // Sends member `node_id`, bound at `to`, a NOTICE of `kind` about chunk
   // `seq` of `job`, in a fresh mbuf (To::kBoundMember: no rate limit): start
   // or stop flagging its data (counted in notices_sent), or, unasked, that
-  // the switch lacks its contribution to `seq` (kMissing; gap_notices), or
-  // that `seq` moved to spare slot `slot_hint` (kRelocated; hints_issued).
-  void SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t seq,
+  // the switch lacks its contribution to `seq` (kMissing; the caller counts
+  // why), or that `seq` moved to spare slot `slot_hint` (kRelocated;
+  // hints_issued). Returns whether it went out (an mbuf was at hand).
+  bool SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t seq,
                   aggregator::NoticeKind kind, const aggregator::MemberAddr& to,
                   uint16_t slot_hint = aggregator::kNoSlotHint);
   // Puts Ethernet, 802.1Q (as `to`'s port wants) and IPv4/UDP headers in

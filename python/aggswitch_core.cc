@@ -242,6 +242,7 @@ py::dict StatsDict(const ClientStats& s) {
   d["held_notices"] = s.held_notices;
   d["queries"] = s.queries;
   d["missing_notices"] = s.missing_notices;
+  d["answered_resends"] = s.answered_resends;
   d["relocated_notices"] = s.relocated_notices;
   d["round_trip_us"] = s.round_trip_us;
   d["retransmit_timeout_us"] = s.retransmit_timeout_us;

@@ -129,9 +129,10 @@ bool IsFloat(DType t) {
 }  // namespace
 
 common::Result<std::unique_ptr<Engine>> Engine::Create(const ClientOptions& options) {
-  // One send buffer per window entry, one for ACKs, and kQueryBuffers for
-  // QUERYs.
-  const uint32_t send_buffers = std::bit_ceil(options.window) + 1 + kQueryBuffers;
+  // Two send buffers per window entry (the chunks in flight, and as many
+  // answered ones kept for a switch that restarts), one for ACKs, and
+  // kQueryBuffers for QUERYs.
+  const uint32_t send_buffers = KeptBuffers(options.window) + 1 + kQueryBuffers;
   std::unique_ptr<Transport> transport;
   std::string description = "udp";
   if (options.transport == TransportKind::kAfXdp) {
@@ -189,7 +190,7 @@ Engine::Engine(const ClientOptions& options, std::unique_ptr<Transport> transpor
   window_params_.query = true;
   window_params_.max_timeout = options.max_retransmit_timeout;
   window_params_.backoff = options.backoff;
-  send_mask_ = std::bit_ceil(options.window) - 1;
+  send_mask_ = KeptBuffers(options.window) - 1;
 }
 
 void Engine::Stop() {
@@ -218,6 +219,7 @@ ClientStats Engine::Stats() const {
   s.held_notices = get(counters_.held_notices);
   s.queries = get(counters_.queries);
   s.missing_notices = get(counters_.missing_notices);
+  s.answered_resends = get(counters_.answered_resends);
   s.relocated_notices = get(counters_.relocated_notices);
   s.round_trip_us = get(counters_.round_trip_us);
   s.retransmit_timeout_us = get(counters_.retransmit_timeout_us);
@@ -380,13 +382,31 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
 }
 
 void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
-  uint32_t n = window_.TakeDue(now, due_, Transport::kBatch);
   const uint32_t ack = window_.ack_watermark();
-  for (uint32_t i = 0; i < n; ++i) {
-    uint8_t* buf = WindowBuffer(due_[i].chunk);
+  // Answered chunks the switch asked for again go first: members wait on them.
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < answered_asked_n_; ++i) {
+    const uint32_t seq = answered_asked_[i];
+    uint8_t* buf = transport_->send_buffer(seq & send_mask_);
+    auto* h = reinterpret_cast<AggHeader*>(buf);
+    // Still that chunk's datagram (no later one took its buffer since the
+    // notice), and no earlier send of it is still being read.
+    if (h->seq.host() != seq || !transport_->SendBufferFree(seq & send_mask_)) continue;
+    h->ack_watermark = common::be32_t::FromHost(ack);
+    h->flags = common::be16_t::FromHost(h->flags.host() | flags::kRetransmission);
+    out_[kept++] = OutDatagram{&lane.addr, buf,
+                               DatagramBytes(static_cast<DType>(h->dtype), h->elem_count.host())};
+    Bump(counters_.answered_resends);
+  }
+  answered_asked_n_ = 0;
+  const uint32_t due = window_.TakeDue(now, due_, Transport::kBatch - kept);
+  uint32_t n = kept + due;
+  for (uint32_t d = 0; d < due; ++d) {
+    const uint32_t i = kept + d;
+    uint8_t* buf = WindowBuffer(due_[d].chunk);
     auto* h = reinterpret_cast<AggHeader*>(buf);
     h->ack_watermark = common::be32_t::FromHost(ack);
-    uint8_t* query = due_[i].query ? QueryBuffer() : nullptr;
+    uint8_t* query = due_[d].query ? QueryBuffer() : nullptr;
     if (query != nullptr) {
       // The chunk's header without its data, as a QUERY.
       std::memcpy(query, buf, sizeof(AggHeader));
@@ -412,7 +432,7 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
     Bump(counters_.retransmissions);
   }
   while (n < Transport::kBatch && window_.CanSend() &&
-         transport_->SendBufferFree(window_.sent() & send_mask_)) {
+         transport_->SendBufferFree(window_.Seq(window_.sent()) & send_mask_)) {
     const uint32_t k = window_.MarkSent(now, lane.timer.timeout());
     uint8_t* buf = WindowBuffer(k);
     out_[n++] = OutDatagram{&lane.addr, buf, BuildDatagram(phase, k, buf)};
@@ -540,6 +560,18 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
   return common::Status::Ok();
 }
 
+bool Engine::KeptAnswered(uint32_t seq) {
+  // Sent before every chunk still to come (those of the running transfer
+  // and the ones it has yet to send) and not outstanding: answered.
+  if (!aggregator::SeqBefore(seq, window_.Seq(window_.sent()))) return false;
+  const uint32_t k = seq - window_.base();
+  if (k < window_.sent() && !window_.Answered(k)) return false;
+  const auto* h = reinterpret_cast<const AggHeader*>(transport_->send_buffer(seq & send_mask_));
+  return h->seq.host() == seq && h->job_id.host() == options_.job_id &&
+         h->node_id.host() == options_.rank &&
+         static_cast<Opcode>(h->opcode) == Opcode::kContribution;
+}
+
 void Engine::OnNotice(const AggHeader& h) {
   const Clock::time_point now = Clock::now();
   switch (static_cast<aggregator::NoticeKind>(h.aux.host())) {
@@ -558,6 +590,15 @@ void Engine::OnNotice(const AggHeader& h) {
       // The answer to a query, or the switch saw a later chunk of this rank
       // first: the contribution was lost on its way.
       if (window_.Missing(h.seq.host(), now)) {
+        Bump(counters_.missing_notices);
+        return;
+      }
+      // About a chunk whose result arrived here: the switch restarted
+      // after sending that result to some members only, and the others
+      // wait for this rank's data. Its datagram is kept (KeptBuffers) and
+      // goes again with the next sends, when the buffer still holds it.
+      if (KeptAnswered(h.seq.host())) {
+        if (answered_asked_n_ < Transport::kBatch) answered_asked_[answered_asked_n_++] = h.seq.host();
         Bump(counters_.missing_notices);
         return;
       }

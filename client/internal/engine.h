@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -133,7 +134,7 @@ class Engine {
     std::atomic<uint64_t> allreduces{0}, chunks{0}, retransmissions{0}, results{0},
         duplicate_results{0}, stray_datagrams{0}, transient_nacks{0}, scale_exchanges{0},
         float_fallbacks{0}, overflow_redos{0}, saturated_chunks{0}, notices{0}, kept_local{0},
-        held_notices{0}, queries{0}, missing_notices{0}, relocated_notices{0}, round_trip_us{0},
+        held_notices{0}, queries{0}, missing_notices{0}, answered_resends{0}, relocated_notices{0}, round_trip_us{0},
         retransmit_timeout_us{0};
   };
   // The single writer's increment: a plain load and store, no locked instruction.
@@ -168,7 +169,15 @@ class Engine {
   // Data chunk m of a phase: its first element and element count.
   static size_t ChunkStart(const Phase& phase, uint32_t m) { return size_t{m} * phase.per_chunk; }
   static uint32_t ChunkLength(const Phase& phase, uint32_t m);
-  uint8_t* WindowBuffer(uint32_t k) { return transport_->send_buffer(k & send_mask_); }
+  // Send buffers for contributions: twice the window, so that a window of
+  // answered chunks keeps its datagrams after the window has moved past
+  // them. The buffer of chunk k (of the running transfer) is the one of its
+  // sequence number.
+  static uint32_t KeptBuffers(uint32_t window) { return 2 * std::bit_ceil(window); }
+  uint8_t* WindowBuffer(uint32_t k) { return transport_->send_buffer(window_.Seq(k) & send_mask_); }
+  // Whether chunk `seq` was answered and its buffer still holds its
+  // contribution, which a restarted switch may ask for again (OnNotice).
+  bool KeptAnswered(uint32_t seq);
   // The send buffer after the window's: ACKs.
   uint8_t* AckBuffer() { return transport_->send_buffer(send_mask_ + 1); }
   // The next of the kQueryBuffers after the ACK's, when its last QUERY has
@@ -195,7 +204,10 @@ class Engine {
   bool held_known_ = false;
   SendWindow window_;
   SendWindow::Params window_params_;
-  uint32_t send_mask_ = 0;  // window buffer of chunk k: k & send_mask_
+  uint32_t send_mask_ = 0;  // window buffer of sequence number s: s & send_mask_
+  // Answered chunks a NOTICE missing asked for again, to resend.
+  uint32_t answered_asked_[Transport::kBatch];
+  uint32_t answered_asked_n_ = 0;
   OutDatagram out_[Transport::kBatch];
   uint32_t out_first_ = 0;  // out_[out_first_, out_first_ + out_n_) still to send
   uint32_t out_n_ = 0;

@@ -128,6 +128,10 @@ class SendWindow {
   uint32_t acked() const { return acked_; }
   uint32_t ack_watermark() const { return base_ + acked_; }
   uint32_t Seq(uint32_t chunk) const { return base_ + chunk; }
+  // Whether chunk k, sent (k < sent()), has its result.
+  bool Answered(uint32_t chunk) const {
+    return chunk < acked_ || entries_[chunk & mask_].answered;
+  }
 
   // Sends chunk sent(), due `timeout` from `now`: the caller checked
   // CanSend(). Returns its index.

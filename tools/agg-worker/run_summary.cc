@@ -195,6 +195,7 @@ common::Status WriteJsonSummary(const std::string& path, const RunSummary& s) {
         {"held_notices", c.held_notices},
         {"queries", c.queries},
         {"missing_notices", c.missing_notices},
+        {"answered_resends", c.answered_resends},
         {"relocated_notices", c.relocated_notices},
         {"round_trip_us", c.round_trip_us},
         {"retransmit_timeout_us", c.retransmit_timeout_us}}},
