@@ -328,6 +328,25 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     for (const LcoreSnapshot& l : snap.lcores)
       e.Sample(g.name, {{"lcore", std::to_string(l.lcore)}}, l.*g.field);
   }
+  e.Family("aggswitch_lcore_ring_entries", "gauge",
+           "Entries waiting in one of the lcore's rings: learn (MAC learning to the control "
+           "thread), handoff (contributions for its slots from other lcores), upcall and "
+           "reinject (in-band registrations), escalate and relocate (collisions), tan_up and "
+           "tan_down (its own TAN), neighbors (ARP), control_tx, samples_full (arrival "
+           "offsets), int_records (telemetry). Near zero when the lcore keeps up.");
+  for (const LcoreSnapshot& l : snap.lcores) {
+    for (const dataplane::RingFill& r : l.rings) {
+      e.Sample("aggswitch_lcore_ring_entries", {{"lcore", std::to_string(l.lcore)}, {"ring", r.name}},
+               r.entries);
+    }
+  }
+  e.Family("aggswitch_lcore_ring_capacity_entries", "gauge", "Capacity of each of the lcore's rings.");
+  for (const LcoreSnapshot& l : snap.lcores) {
+    for (const dataplane::RingFill& r : l.rings) {
+      e.Sample("aggswitch_lcore_ring_capacity_entries",
+               {{"lcore", std::to_string(l.lcore)}, {"ring", r.name}}, r.capacity);
+    }
+  }
   e.Family("aggswitch_lcore_tsc_hertz", "gauge",
            "TSC frequency; divides the lcore cycle counters into seconds.");
   e.Sample("aggswitch_lcore_tsc_hertz", {}, snap.tsc_hz);

@@ -543,6 +543,7 @@ TEST(MetricsTest, ProcessPoolsAndHttpRefusals) {
   snap.process.start_time_seconds = 1.5e9;
   snap.process.resident_memory_bytes = 123456;
   snap.pools = {{"mbuf", 16383, 16000}, {"hold", 8192, 8190}};
+  snap.lcores[0].rings = {{"learn", 0, 4095}, {"handoff", 17, 4095}};
   snap.http.emplace();
   snap.http->threads = 64;
   snap.http->refused[static_cast<size_t>(Refusal::kBadToken) - 1] = 3;
@@ -553,6 +554,9 @@ TEST(MetricsTest, ProcessPoolsAndHttpRefusals) {
            "process_resident_memory_bytes 123456",
            R"(aggswitch_pool_capacity_buffers{pool="mbuf"} 16383)",
            R"(aggswitch_pool_available_buffers{pool="hold"} 8190)",
+           "# TYPE aggswitch_lcore_ring_entries gauge",
+           R"(aggswitch_lcore_ring_entries{lcore="1",ring="handoff"} 17)",
+           R"(aggswitch_lcore_ring_capacity_entries{lcore="1",ring="learn"} 4095)",
            R"(aggswitch_http_requests_refused_total{reason="bad_token"} 3)",
            R"(aggswitch_http_requests_refused_total{reason="origin"} 0)",
            "aggswitch_http_threads 64",

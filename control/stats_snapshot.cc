@@ -83,6 +83,7 @@ StatsSnapshot CollectSnapshot(const dataplane::Dataplane& dp) {
     LcoreSnapshot& l = snap.lcores.emplace_back();
     static_cast<dataplane::WorkerInfo&>(l) = dp.GetWorkerInfo(i);
     c.agg.Read(l.agg);
+    l.rings = dp.WorkerRingsNow(i);
     for (size_t r = 0; r < dataplane::kNumMalformedReasons; ++r) l.malformed[r] = c.malformed[r].Get();
     if (const aggregator::SlotTable* slots = dp.worker_slots(i); slots != nullptr) {
       l.slots = slots->size();

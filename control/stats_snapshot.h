@@ -82,6 +82,7 @@ struct LcoreSnapshot : dataplane::WorkerInfo {
   uint32_t bypass_entries = 0;  // live bypass entries (docs/stragglers.md)
   uint32_t store_buffers = 0;       // parameter store buffers (0: no store)
   uint32_t store_buffers_used = 0;  // of those, taken
+  std::vector<dataplane::RingFill> rings;  // how full each of its rings is
 
 #define AGG_LCORE_SNAPSHOT_FIELD(name, help) uint64_t name = 0;
   AGG_LCORE_COUNTERS(AGG_LCORE_SNAPSHOT_FIELD)

@@ -662,6 +662,15 @@ PortTotals Dataplane::GetPortTotals(size_t port_index) const {
   return t;
 }
 
+std::vector<RingFill> Dataplane::WorkerRingsNow(size_t index) const {
+  std::vector<RingFill> out;
+  if (index >= workers_.size() || workers_[index].channels == nullptr) return out;
+  workers_[index].channels->ForEachRing([&out](const char* name, const rte_ring* ring) {
+    out.push_back(RingFill{name, rte_ring_count(ring), rte_ring_get_capacity(ring)});
+  });
+  return out;
+}
+
 std::vector<PoolStats> Dataplane::PoolStatsNow() const {
   std::vector<PoolStats> out;
   auto add = [&out](const char* name, const rte_mempool* pool) {

@@ -109,6 +109,8 @@ class Dataplane {
   size_t worker_count() const { return workers_.size(); }
   WorkerInfo GetWorkerInfo(size_t index) const { return workers_[index].info; }
   const LcoreStats& worker_stats(size_t index) const { return *workers_[index].stats; }
+  // How full each of worker `index`'s rings is now. [any]
+  std::vector<RingFill> WorkerRingsNow(size_t index) const;
   // Worker `index`'s aggregation slots, or nullptr when aggregation is off. [any]
   const aggregator::SlotTable* worker_slots(size_t index) const {
     return index < workers_.size() ? workers_[index].slots.get() : nullptr;

@@ -52,6 +52,14 @@ struct PoolStats {
   uint64_t available = 0;  // free: in the pool and in the lcores' caches
 };
 
+// How full one of a worker lcore's rings is (worker_channels.h): the
+// entries waiting in it, out of its capacity.
+struct RingFill {
+  const char* name = "";  // "learn", "handoff", ... (WorkerChannels::ForEachRing)
+  uint32_t entries = 0;
+  uint32_t capacity = 0;
+};
+
 // The slot completion latency histogram summed over every worker lcore.
 struct SlotLatencyTotals {
   uint64_t buckets[kSlotLatencyBuckets] = {};  // not cumulative; the last is +Inf

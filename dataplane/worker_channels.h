@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -103,6 +104,22 @@ struct WorkerChannels {
   RingPtr samples_full;
   RingPtr int_records;
   std::unique_ptr<SlotDumpExchange> slot_dump;
+
+  // Calls f(name, ring) for each ring this worker has (a ring its options
+  // left out is skipped), named as the ring's member. samples_free is left
+  // out: it holds the free samples, full when idle.
+  template <typename F>
+  void ForEachRing(F&& f) const {
+    const std::pair<const char*, const RingPtr*> rings[] = {
+        {"learn", &learn},         {"handoff", &handoff},         {"upcall", &upcall},
+        {"reinject", &reinject},   {"escalate", &escalate},       {"relocate", &relocate},
+        {"tan_up", &tan_up},       {"tan_down", &tan_down},       {"neighbors", &neighbors},
+        {"control_tx", &control_tx}, {"samples_full", &samples_full},
+        {"int_records", &int_records}};
+    for (const auto& [name, ring] : rings) {
+      if (*ring != nullptr) f(name, ring->get());
+    }
+  }
   std::unique_ptr<BypassDumpExchange> bypass_dump;
 
  private:
