@@ -67,7 +67,9 @@
 # says where the two CPUs' time goes.
 #
 # How to read the summary (also written to --out; raw samples in the .tsv
-# beside it: size method repeat metric value):
+# beside it: size method repeat metric value; the run's conditions in the
+# .json beside it; bench/plot.py draws algbw against size per method into
+# allreduce-bandwidth.png beside it, when Debian's python3-matplotlib is there):
 #   - "time/allreduce" is the median over repeats of each run's figure: the
 #     median over its timed iterations at the fastest rank. agg-worker has no
 #     barrier between iterations, so a rank that starts early waits inside
@@ -622,19 +624,38 @@ main() {
   if [ "$PROFILE" -eq 1 ] && [ "$verdict" = MISS ]; then profile_aggswitch "$profiled"; fi
   local took=$((SECONDS - started))
 
-  local version cores
+  local version cores header
   version=$("$BIN/aggswitch" --version 2>/dev/null | head -n1 || echo "aggswitch not run")
   version+=", git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
   cores="$(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo))"
+  header="$(date '+%Y-%m-%d %H:%M'), took $((took / 60))m$((took % 60))s; $cores; $version"
   mkdir -p "$(dirname "$OUT")"
   bench_parse allreduce-summary "$RESULTS" --methods "$METHODS" --repeats "$REPEATS" \
     --world "$WORLD" --window "$WINDOW" --mtu "$MTU" --large-mtu "$LARGE_MTU" \
     --ports "${AGG_PORT_DRIVER:-none}" --target-ratio "$TARGET_RATIO" \
-    --udp-target-ratio "$UDP_TARGET_RATIO" --profile "$WORK/profile.txt" \
-    --header "$(date '+%Y-%m-%d %H:%M'), took $((took / 60))m$((took % 60))s; $cores; $version" |
+    --udp-target-ratio "$UDP_TARGET_RATIO" --profile "$WORK/profile.txt" --header "$header" |
     tee "$OUT"
   cp "$RESULTS" "${OUT%.txt}.tsv"
-  bench_log "summary written to $OUT (raw samples: ${OUT%.txt}.tsv)"
+  # The conditions of the run, for bench/plot.py (the .tsv has the figures).
+  python3 - "${OUT%.txt}.json" "$header" "$WORLD" "$REPEATS" "$SIZES" "$METHODS" \
+    "${ITERATIONS:-per size}" "$WINDOW" "$MTU" "$LARGE_MTU" "${AGG_PORT_DRIVER:-none}" \
+    "$SWITCH_IDLE_SLEEP_US" "$MAX_OTHER_SHARE" <<'PY'
+import json, sys
+keys = ("header", "world", "repeats", "sizes", "methods", "iterations", "window", "mtu",
+        "large_mtu", "ports", "switch_idle_sleep_us", "max_other_cpu_share")
+conditions = dict(zip(keys, sys.argv[2:]))
+conditions["methods"] = conditions["methods"].split(",")
+conditions["sizes"] = conditions["sizes"].split()
+for k in ("world", "repeats", "window", "mtu", "large_mtu"):
+    conditions[k] = int(conditions[k])
+conditions["max_other_cpu_share"] = float(conditions["max_other_cpu_share"])
+with open(sys.argv[1], "w") as f:
+    json.dump(conditions, f, indent=1)
+    f.write("\n")
+PY
+  bench_log "summary written to $OUT (raw samples: ${OUT%.txt}.tsv, conditions: ${OUT%.txt}.json)"
+  local png="${OUT%.txt}"
+  bench_plot allreduce "${OUT%.txt}.tsv" --conditions "${OUT%.txt}.json" --out "${png%-latest}-bandwidth.png"
   # A run that failed its check is a bug somewhere: say so in the exit status.
   ! grep -qP '\tok\t0$' "$RESULTS"
 }

@@ -325,3 +325,21 @@ bench_cpu_window_end() {
       if (wall <= 0) wall = 1
       printf "%.3f %.3f", other / wall, ours / wall }')"
 }
+
+# bench_plot KIND RESULTS... --out PNG: draws the benchmark's results with
+# bench/plot.py (Debian's python3 and python3-matplotlib: scripts/install-deps.sh
+# --bench) and says where the PNG went. Without matplotlib, or when the plot
+# fails, it says so and returns 0: the figures are in the results already.
+BENCH_PLOT_PYTHON=/usr/bin/python3  # pyenv's or a venv's python3 on PATH may not see Debian's packages
+bench_plot() {
+  local png
+  if ! "$BENCH_PLOT_PYTHON" -c 'import matplotlib' 2>/dev/null; then
+    bench_log "no plot: $BENCH_PLOT_PYTHON has no matplotlib (scripts/install-deps.sh --bench installs python3-matplotlib)"
+    return 0
+  fi
+  if png=$("$BENCH_PLOT_PYTHON" "$BENCH/plot.py" "$@"); then
+    bench_log "plot written to $png"
+  else
+    bench_log "warning: bench/plot.py $1 failed (see above); the results stand without a plot"
+  fi
+}

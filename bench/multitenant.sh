@@ -29,6 +29,10 @@
 # and per N the ratio of the colliding rate to the apart one (target: at
 # least 0.7), the median over the repeats.
 #
+# The summary goes to --out, every run's figures to the .json beside it, and
+# bench/plot.py draws the rates and their ratio into multitenant-rates.png
+# beside it (when Debian's python3-matplotlib is there).
+#
 # Run it as root on an otherwise idle machine (about 3 minutes with the
 # defaults):
 #
@@ -168,9 +172,10 @@ fit_slots() {
   echo "$slots"
 }
 
-# run N MODE SLOTS SPARE: N jobs at once; appends one line to $WORK/results.
+# run N MODE SLOTS SPARE REPEAT: N jobs at once; appends one line to
+# $WORK/results, and its figures as one JSON line to $WORK/runs.jsonl.
 run() {
-  local n="$1" mode="$2" slots="$3" spare="$4" j r pids=() rc=0
+  local n="$1" mode="$2" slots="$3" spare="$4" rep="$5" j r pids=() rc=0
   local dir="$WORK/$mode-$n"
   mkdir -p "$dir"
   start_ps "$dir/agg-ps"
@@ -201,56 +206,89 @@ run() {
     tail -n 5 "$dir"/*.out >&2
     bench_die "$mode, $n jobs: a rank failed (its output above)"
   fi
-  python3 - "$dir" "$n" "$mode" "$start" "$end" "$counters" >>"$WORK/results" <<'EOF'
+  python3 - "$dir" "$n" "$mode" "$start" "$end" "$counters" "$rep" "$spare" "$WORK/runs.jsonl" \
+    >>"$WORK/results" <<'EOF'
 import json, sys
-d, n, mode, start, end, counters = sys.argv[1:]
+d, n, mode, start, end, counters, rep, spare, jsonl = sys.argv[1:]
 n = int(n)
 wall = float(end) - float(start)
 total = 0
-per_job = []
+per_job, jobs = [], []
 for j in range(1, n + 1):
     s = json.load(open(f"{d}/{j}.0.json"))
     total += s["bytes"] * s["completed"]
     lat = s["latency_s"]
     per_job.append(f"job {j} {lat['median'] * 1e3:.1f}/{lat['p99'] * 1e3:.1f}")
-print(f"{n} {mode} {total / wall / 1e6:.2f} | wall {wall:.2f} s, {counters} | "
+    jobs.append({"job": j, "median_s": lat["median"], "p99_s": lat["p99"]})
+rate = total / wall / 1e6
+print(f"{n} {mode} {rate:.2f} | wall {wall:.2f} s, {counters} | "
       f"median/p99 ms: {', '.join(per_job)}")
+# The same figures for the .json beside --out: the counters are "name=value" words.
+run = {"jobs": n, "mode": mode, "repeat": int(rep), "rate_mb_s": round(rate, 2), "wall_s": wall,
+       "bytes": total, "spare": int(spare), "per_job": jobs}
+run.update((k, int(float(v))) for k, v in (c.split("=") for c in counters.split()))
+with open(jsonl, "a") as f:
+    f.write(json.dumps(run) + "\n")
 EOF
   bench_log "$(tail -n 1 "$WORK/results")"
 }
 
 : >"$WORK/results"
+: >"$WORK/runs.jsonl"
+started=$SECONDS
 for rep in $(seq 1 "$REPEATS"); do
   for n in $JOBS_LIST; do
     slots=$SLOTS
     [ "$slots" = fit ] && slots=$(fit_slots "$n")
     if [ $((rep % 2)) -eq 1 ]; then
-      run "$n" colliding "$slots" "$SPARE"
-      run "$n" apart 16384 1024
+      run "$n" colliding "$slots" "$SPARE" "$rep"
+      run "$n" apart 16384 1024 "$rep"
     else
-      run "$n" apart 16384 1024
-      run "$n" colliding "$slots" "$SPARE"
+      run "$n" apart 16384 1024 "$rep"
+      run "$n" colliding "$slots" "$SPARE" "$rep"
     fi
   done
 done
+took=$((SECONDS - started))
+COMMAND="bench/multitenant.sh --jobs \"$JOBS_LIST\" --repeats $REPEATS --iterations $ITERATIONS"
+COMMAND+=" --size $SIZE --window $WINDOW --slots $SLOTS --spare $SPARE --placement $PLACEMENT"
+MACHINE="$(date '+%Y-%m-%d %H:%M'), took $((took / 60))m$((took % 60))s;"
+MACHINE+=" $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo));"
+MACHINE+=" $("$BIN/aggswitch/aggswitch" --version 2>/dev/null | head -n1 || echo aggswitch),"
+MACHINE+=" git $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
 
 mkdir -p "$(dirname "$OUT")"
 {
-  echo "bench/multitenant.sh --jobs \"$JOBS_LIST\" --repeats $REPEATS --iterations $ITERATIONS" \
-    "--size $SIZE --window $WINDOW --slots $SLOTS --spare $SPARE --placement $PLACEMENT" \
-    " ($(date -u +%F))"
+  echo "$COMMAND"
+  echo "$MACHINE"
   echo "N jobs x 4 ranks, int32 sum of $SIZE per rank; rate = MB allreduced per second, all jobs"
   sed 's/^/  /' "$WORK/results"
-  python3 - "$WORK/results" <<'EOF'
-import statistics, sys
-rates = {}
-for line in open(sys.argv[1]):
-    n, mode, rate = line.split()[:3]
-    rates.setdefault(int(n), {}).setdefault(mode, []).append(float(rate))
+  # The summary lines, and every run's figures in the .json beside --out.
+  python3 - "$WORK/runs.jsonl" "${OUT%.txt}.json" "$COMMAND" "$MACHINE" "$SIZE" "$WINDOW" \
+    "$SLOTS" "$SPARE" "$PLACEMENT" "$ITERATIONS" "$REPEATS" <<'EOF'
+import json, statistics, sys
+jsonl, out, command, machine, size, window, slots, spare, placement, iterations, repeats = sys.argv[1:]
+runs = [json.loads(line) for line in open(jsonl)]
+rates = {}  # jobs -> mode -> repeat -> MB/s
+for r in runs:
+    rates.setdefault(r["jobs"], {}).setdefault(r["mode"], {})[r["repeat"]] = r["rate_mb_s"]
+summary = []
 for n in sorted(rates):
     c, a = rates[n]["colliding"], rates[n]["apart"]
-    ratios = [x / y for x, y in zip(c, a)]
-    print(f"{n} jobs: colliding {statistics.median(c):.2f} MB/s, apart {statistics.median(a):.2f}"
-          f" MB/s, ratio {statistics.median(ratios):.2f} (target >= 0.70)")
+    ratio = statistics.median(c[rep] / a[rep] for rep in sorted(c) if rep in a)
+    summary.append({"jobs": n, "colliding_mb_s": statistics.median(c.values()),
+                    "apart_mb_s": statistics.median(a.values()), "ratio": ratio})
+    print(f"{n} jobs: colliding {statistics.median(c.values()):.2f} MB/s, apart "
+          f"{statistics.median(a.values()):.2f} MB/s, ratio {ratio:.2f} (target >= 0.70)")
+config = {"command": command, "machine": machine, "ranks_per_job": 4, "size": size,
+          "window": int(window), "slots": slots, "spare": int(spare), "placement": placement,
+          "iterations": int(iterations), "repeats": int(repeats), "apart_slots": 16384,
+          "apart_spare": 1024, "target_ratio": 0.7}
+with open(out, "w") as f:
+    json.dump({"config": config, "runs": runs, "summary": summary}, f, indent=1)
+    f.write("\n")
 EOF
 } | tee "$OUT"
+bench_log "summary written to $OUT (per run: ${OUT%.txt}.json)"
+png="${OUT%.txt}"
+bench_plot multitenant "${OUT%.txt}.json" --out "${png%-latest}-rates.png"

@@ -62,7 +62,9 @@
 # unrecorded warm-up of both modes comes first.
 #
 # How to read the summary (also written to --out, with every run's figures in
-# the .json and .tsv beside it):
+# the .json and .tsv beside it; bench/plot.py draws the medians and p99s, and
+# the hold per chunk, into stragglers-tail.png beside it, when Debian's
+# python3-matplotlib is there):
 #   - "median" is the median over a job's 8 ranks of each rank's median time
 #     per allreduce (agg-worker --json, latency_s); "p99" likewise of the
 #     ranks' p99s (nearest rank: the 99th of 100 iterations; with fewer than
@@ -554,7 +556,9 @@ run_once() {
     printf 'analysis failed: %s\n' "$(cat "$RUN/analyze.err")" >>"$RUN/failure"
   fi
   if [ "$rc" -ne 0 ] || ! grep -qP '\tok\t1$' "$RUN/results.tsv"; then
-    grep -qP '\tok\t' "$RUN/results.tsv" || record ok 0
+    # The summary reads a run's last "ok": this one overrides the analysis's
+    # "ok 1" when the run failed otherwise (a rank's exit status, the overlap).
+    grep -qP '\tok\t0$' "$RUN/results.tsv" || record ok 0
     FAILED_RUNS=$((FAILED_RUNS + 1))
     dump_state
     bench_log "FAILED (logs: $RUN)"
@@ -817,6 +821,8 @@ def main():
     s.add_argument("--spine-ms", type=int, required=True)
     s.add_argument("--straggler", type=int, required=True)
     s.add_argument("--max-other", type=float, required=True)
+    s.add_argument("--iterations", type=int, required=True)
+    s.add_argument("--slots-per-job", type=int, required=True)
     a = p.parse_args()
     run(a) if a.cmd == "run" else summary(a)
 
@@ -925,9 +931,12 @@ main() {
   python3 "$WORK/analyze.py" summary --results "$RESULTS" --json "${OUT%.txt}.json" \
     --header "$(date '+%Y-%m-%d %H:%M'), took $((took / 60))m$((took % 60))s; $cores; $version, git $commit" \
     --delays "$DELAYS" --size "$SIZE" --slots "$SLOTS" --leaf-ms "$LEAF_TIMEOUT_MS" \
-    --spine-ms "$SPINE_TIMEOUT_MS" --straggler "$STRAGGLER" --max-other "$MAX_OTHER_SHARE" | tee "$OUT"
+    --spine-ms "$SPINE_TIMEOUT_MS" --straggler "$STRAGGLER" --max-other "$MAX_OTHER_SHARE" \
+    --iterations "$ITERATIONS" --slots-per-job "$SLOTS_PER_JOB" | tee "$OUT"
   cp "$RESULTS" "${OUT%.txt}.tsv"
   bench_log "summary written to $OUT (per run: ${OUT%.txt}.json, ${OUT%.txt}.tsv)"
+  local png="${OUT%.txt}"
+  bench_plot stragglers "${OUT%.txt}.json" --out "${png%-latest}-tail.png"
   [ "$FAILED_RUNS" -eq 0 ] || bench_die "$FAILED_RUNS run(s) failed: see above"
 }
 

@@ -102,7 +102,7 @@
 //                [,"upstream"][,"timeout_ms"][,"trigger"][,"tan"][,"tan_member"]
 //                [,"parameter_server"][,"verify"][,"placement_hint"][,"main_server"][,"mode"]}: the keys
 //                of the config's aggregation.jobs[], with their meaning and defaults
-//                (README, "Configuration reference"); "key" is an unsigned integer or a
+//                (docs/config.md); "key" is an unsigned integer or a
 //                "0x..." hex string; "members" is required unless node_ids or switches
 //                list the members; node ids are numbers or "a-b" ranges
 //   tan_request = {"strategy": "fixed"|"random"|"least_load"|"fewest_hops",

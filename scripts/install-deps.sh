@@ -4,7 +4,8 @@
 # something is missing.
 #
 #   scripts/install-deps.sh            build + test + run
-#   scripts/install-deps.sh --bench    also the benchmark baselines (OVS-DPDK, Gloo, perf)
+#   scripts/install-deps.sh --bench    also the benchmark baselines (OVS-DPDK, Gloo, perf) and
+#                                      matplotlib for their plots
 set -euo pipefail
 
 PACKAGES=(
@@ -32,6 +33,7 @@ PACKAGES=(
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(openvswitch-switch-dpdk)
   PACKAGES+=(libgloo-dev linux-perf)  # bench/allreduce.sh
+  PACKAGES+=(python3-matplotlib)      # bench/plot.py: the benchmarks' PNG plots
 fi
 
 missing=()
