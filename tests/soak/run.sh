@@ -5,6 +5,8 @@
 # root, on a built tree.
 #
 #   sudo tests/soak/run.sh [--seconds 600] [--build-dir build] [--driver net_af_packet|net_af_xdp]
+#   KEEP_WORK=1 keeps the work directory (/tmp/aggswitch-soak.*): every
+#   sample of /metrics, each run's logs and summaries, the switch's log.
 #
 #   h0 10.0.47.1 ── sk-p0 ┐
 #   h1 10.0.47.2 ── sk-p1 ├─ aggswitch (10.0.47.254; aggregation 10.0.47.253)
@@ -57,7 +59,7 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_TOTAL="$2"; shift 2 ;;
     --driver) AGG_PORT_DRIVER="$2"; shift 2 ;;
     --build-dir) BUILD_DIR=$(realpath "$2"); shift 2 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

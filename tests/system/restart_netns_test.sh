@@ -22,7 +22,9 @@
 # the restart before.
 #
 # Usage: restart_netns_test.sh AGGSWITCH AGG_WORKER
-# Needs root (namespaces). Everything is torn down on exit, pass or fail.
+# Needs root (namespaces). Everything is torn down on exit, pass or fail;
+# KEEP_WORK=1 keeps the logs and summaries (the work directory is printed
+# by nothing: /tmp/aggswitch-rs.*).
 set -u
 AGGSWITCH=$(realpath "$1")
 AGG_WORKER=$(realpath "$2")
@@ -155,7 +157,8 @@ kill_and_restart() {
   before=$(for job in "${JOBS[@]}"; do echo -n "$job: $(completions "$job") "; done)
   kill -KILL "$SWITCH_PID" || return 1
   wait "$SWITCH_PID" 2>/dev/null
-  local killed_at=$(date +%s%N)
+  local killed_at
+  killed_at=$(date +%s%N)
   report "killed with $before chunks completed"
   start_switch "restart$n" || return 1
   report "back after $((($(date +%s%N) - killed_at) / 1000000)) ms"
