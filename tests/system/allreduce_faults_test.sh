@@ -283,7 +283,8 @@ killed_member() {
     wait "${pids[$r]}"
     codes[r]=$?
   done
-  ms=$((($(date +%s%N) - killed_at) / 1000000))
+  RANKS_ENDED_NS=$(date +%s%N)
+  ms=$(((RANKS_ENDED_NS - killed_at) / 1000000))
   for r in 0 1 2 3; do
     code=${codes[r]}
     if [ "$r" -eq "$victim" ]; then
@@ -354,12 +355,18 @@ check "N=4: float32 4 MiB x 5, the time of a clean allreduce" clean_time
 check "a rank killed mid-run: the others fail with exit 3 within the timeout" killed_member 220 &&
   show_notes
 rm -f "$WORK/NOTES"
-# fresh_job_after_kill DEAD_JOB JOB: a new job whose two iterations of 4 MiB
-# of float32 (2946 chunks each) take every one of the 4096 slots, so also
-# those the killed job held: they give way once older than
-# aggregation.stale_slot_ms ($STALE_SLOT_MS ms, below the new job's 5 s
-# timeout). On a failure, shows what the dead job holds.
+# fresh_job_after_kill DEAD_JOB JOB: a new in-band job whose two iterations
+# of 4 MiB of float32 (2946 chunks each) take every slot of the in-band
+# region (a quarter of the $SLOTS), so also those the killed job held: they
+# give way once older than aggregation.stale_slot_ms ($STALE_SLOT_MS ms). It
+# starts once that long has passed since the dead job's last rank exited: a
+# chunk that meets a younger slot of the dead job moves to a spare slot
+# instead (a collision), so that the takeover checked below would depend on
+# how fast this machine ran the checks in between. On a failure, shows what
+# the dead job holds.
 fresh_job_after_kill() {
+  local wait_ms=$((STALE_SLOT_MS + 200 - ($(date +%s%N) - ${RANKS_ENDED_NS:-0}) / 1000000))
+  [ "$wait_ms" -gt 0 ] && sleep "$(printf '%d.%03d' $((wait_ms / 1000)) $((wait_ms % 1000)))"
   allreduce after 4 "$2" --dtype float32 --op sum --size 4M --iterations 2 --timeout-ms 5000 && return 0
   echo "--- slots job $1 (the killed rank's) still holds"
   curl -fsS -m 2 "http://127.0.0.1:$HTTP_PORT/api/v1/slots?job=$1&limit=100000" | python3 -c '
