@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <set>
 #include <thread>
@@ -172,18 +173,27 @@ TEST(MacTableTest, ConcurrentReadersSeeOnlyValidPorts) {
       }
     }
   });
-  for (int round = 0; round < 2000; ++round) {
+  // Churn for at least 2000 rounds and until the reader has swept the keys
+  // 100 times meanwhile: on a loaded machine the reader thread may not be
+  // scheduled before a fixed number of rounds is over. The deadline turns a
+  // reader that never runs into a failure below rather than a hang.
+  constexpr uint64_t kReadsWanted = 100 * 200;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (uint64_t round = 0;
+       (round < 2000 || reads.load(std::memory_order_relaxed) < kReadsWanted) &&
+       std::chrono::steady_clock::now() < deadline;
+       ++round) {
     for (uint64_t m = 1; m <= 200; ++m) {
       if ((m + round) % 3 == 0) {
         t.Remove(Key(1, m));
       } else {
-        (void)t.Learn(Key(1, m), static_cast<uint16_t>(m % 4), round);
+        (void)t.Learn(Key(1, m), static_cast<uint16_t>(m % 4), static_cast<uint32_t>(round));
       }
     }
   }
   stop = true;
   reader.join();
-  EXPECT_GT(reads.load(), 0u);
+  EXPECT_GE(reads.load(), kReadsWanted);
   EXPECT_EQ(wrong.load(), 0u);
 }
 
