@@ -6,7 +6,8 @@
 #   2. the meson build must build the same targets;
 #   3. the libFuzzer harnesses (tests/fuzz, clang) run for 30 s each over their
 #      seed corpora, regression inputs included; any finding fails;
-#   4. the release build and the meson build install the same files
+#   4. the meson build defines the release build's tests
+#      (scripts/test_list_parity.sh), and the two install the same files
 #      (scripts/install_parity.sh);
 #   5. the release build runs everything: unit, eal (in-process DPDK) and system
 #      (network namespaces, needs root). ctest's summary is the last line.
@@ -41,5 +42,6 @@ ctest --test-dir build-fuzz -L fuzz --output-on-failure -j "$(nproc)"
 
 echo "== release build, every test"
 scripts/build.sh build
+scripts/test_list_parity.sh build build-meson
 scripts/install_parity.sh build build-meson
 ctest --test-dir build --output-on-failure
