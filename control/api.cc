@@ -1266,6 +1266,19 @@ common::Result<TanRequest> ParseTanBody(std::string_view body) {
   return r;
 }
 
+namespace {
+
+// A TAN choice's "strategy" and "candidates", as ReadTanKey reads them.
+json TanChoiceJson(const config::TanConfig& tan) {
+  json candidates = json::array();
+  for (const config::TanCandidate& c : tan.candidates) {
+    candidates.push_back({{"address", c.address.ToString()}, {"port", c.port}, {"hops", c.hops}});
+  }
+  return {{"strategy", TanStrategyName(tan.strategy)}, {"candidates", std::move(candidates)}};
+}
+
+}  // namespace
+
 std::string TanJson(const TanReport& report) {
   json j = {{"job", report.job}, {"root", report.root}};
   j.update(TanStateJson(report.tan));
@@ -1275,13 +1288,26 @@ std::string TanJson(const TanReport& report) {
   j["candidates"] = json::array();
   if (report.chosen) {
     j["chosen_by"] = report.chosen->source == TanReport::Source::kApi ? "api" : "config";
-    j["strategy"] = TanStrategyName(report.chosen->tan.strategy);
-    for (const config::TanCandidate& c : report.chosen->tan.candidates) {
-      j["candidates"].push_back(
-          {{"address", c.address.ToString()}, {"port", c.port}, {"hops", c.hops}});
-    }
+    j.update(TanChoiceJson(report.chosen->tan));
   }
   return Dump(j);
+}
+
+common::Result<std::string> SavedJobWithTan(std::string_view body, const TanRequest& request) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return common::InvalidArgument("the saved request is not a JSON object: " +
+                                   std::string(body.substr(0, 80)));
+  }
+  if (request.choice) j["tan"] = TanChoiceJson(*request.choice);
+  if (request.set_member) {
+    if (request.member) {
+      j["tan_member"] = *request.member;
+    } else {
+      j.erase("tan_member");
+    }
+  }
+  return DumpCompact(j);
 }
 
 int HttpStatusOf(common::StatusCode code) {

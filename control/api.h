@@ -283,6 +283,12 @@ common::Result<std::vector<PathDecisionEntry>> ParseDecisionsBody(std::string_vi
 common::Result<TanRequest> ParseTanBody(std::string_view body);
 // tan_report above. [any]
 std::string TanJson(const TanReport& report);
+// An API job's request as aggregation.state_file keeps it (JobRequest::body)
+// with a TAN change applied: "tan" becomes the choice, written as POST takes
+// it, and "tan_member" the member (removed for none), so that the job added
+// again after a restart has the TAN the API gave it. InvalidArgument when
+// `body` is not a JSON object. [any]
+common::Result<std::string> SavedJobWithTan(std::string_view body, const TanRequest& request);
 
 // Parses the query (top, over, ops) or body (the same plus apply, clear) of
 // the stragglers route. Exactly one of top/over unless clear. [any]

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <thread>
@@ -739,22 +740,41 @@ common::Result<TanReport> JobControl::TanOnControl(uint32_t id,
                                      " at this switch, got " + std::to_string(*request->member));
     }
   }
+  std::optional<TanChoice> choice;
   if (request && request->choice) {
-    const TanChoice choice = ChooseTan(&*request->choice, id, CountTanLoad(table_, id));
+    choice = ChooseTan(&*request->choice, id, CountTanLoad(table_, id));
     // The parameter server is the TAN: without a remote one the job has none.
-    if (job->parameter_server() && choice.mode != JobSpec::Tan::kRemote) {
+    if (job->parameter_server() && choice->mode != JobSpec::Tan::kRemote) {
       return common::FailedPrecondition(
           name +
           " is a parameter-server job: its TAN (agg-ps --sgd) answers every chunk, so it must "
           "stay a remote one; choose among candidates, not \"self\"");
     }
-    if (job->verify() && choice.mode != JobSpec::Tan::kRemote) {
+    if (job->verify() && choice->mode != JobSpec::Tan::kRemote) {
       return common::FailedPrecondition(
           name +
           " is in verify mode: its TAN (agg-ps) checks every complete chunk, so it must stay a "
           "remote one; choose among candidates, not \"self\"");
     }
-    job->SetTan(choice.mode, choice.peer);
+  }
+  // A saved API job keeps its new TAN across restarts: the file first, so
+  // that a change the file cannot keep is not made either.
+  const auto saved = saved_.find(id);
+  if (request && state_ && saved != saved_.end() && job->origin() == JobSpec::Origin::kApi) {
+    common::Result<std::string> body = SavedJobWithTan(saved->second, *request);
+    common::Status written = body.status();
+    JobStateFile::Jobs next = saved_;
+    if (written.ok()) {
+      next[id] = *std::move(body);
+      written = state_->Save(next);
+    }
+    if (!written.ok()) {
+      return common::Unavailable(written.message() + "; " + name + "'s TAN not changed");
+    }
+    saved_ = std::move(next);
+  }
+  if (choice) {
+    job->SetTan(choice->mode, choice->peer);
     tan_choices_[id] = {job->generation(), {TanReport::Source::kApi, *request->choice}};
   }
   if (request && request->set_member) {

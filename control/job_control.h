@@ -215,6 +215,10 @@ class JobControl {
   // parameter-server job keeps a remote TAN, its parameter server: a choice
   // that would leave it "self" (or none) is FailedPrecondition. A member must
   // be a worker of the job here (InvalidArgument). NotFound for an unknown job.
+  // An API job's change is saved with its request in aggregation.state_file
+  // (SavedJobWithTan) before it is made; when the file cannot be written
+  // nothing changes (Unavailable). A config job's TAN is the config's again
+  // after a restart, and an in-band job's its task info's.
   common::Result<TanReport> Tan(uint32_t id, const std::optional<TanRequest>& request);
   // Runs `fn` on the control thread and returns its status (or Unavailable
   // when the control thread did not take it in time). `fn` may refer to the

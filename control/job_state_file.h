@@ -1,7 +1,8 @@
 // The jobs added through the API, kept across restarts: the file at
 // aggregation.state_file holds the request of every API job, as POST
-// /api/v1/jobs took it, and is replaced atomically (common/atomic_file.h)
-// each time one is added or removed. At start the switch adds them again
+// /api/v1/jobs took it with the TAN changes POST /api/v1/jobs/<id>/tan made
+// since (its "tan" and "tan_member"), and is replaced atomically
+// (common/atomic_file.h) each time one is added, removed or given a TAN. At start the switch adds them again
 // (JobControl::RestoreSavedJobs), after the config's jobs. In-band jobs
 // register again from their task info, and config jobs come from the
 // config, so neither is kept here.

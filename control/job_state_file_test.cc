@@ -1,7 +1,8 @@
 // The API jobs' state file: JobStateFile on its own, and through JobControl
 // as the switch uses it: a job added through the API comes back after a
-// restart, a file that cannot be written refuses the add, a saved job the
-// config now refuses is kept, a broken file is moved aside.
+// restart, with the TAN the API gave it; a file that cannot be written
+// refuses the add or the TAN change; a saved job the config now refuses is
+// kept; a broken file is moved aside.
 #include "control/job_state_file.h"
 
 #include <gtest/gtest.h>
@@ -136,6 +137,72 @@ TEST_F(SavedJobsTest, ASavedJobTheConfigNowRefusesStaysInTheFile) {
   EXPECT_EQ(Saved()["jobs"].size(), 3u) << "job 4 is not lost by the next write";
   EXPECT_TRUE(jobs_->Remove(4).ok()) << "DELETE takes a refused saved job out of the file";
   EXPECT_EQ(Saved()["jobs"].size(), 2u);
+}
+
+// The TAN the API gave an API job (POST /api/v1/jobs/<id>/tan) is the one
+// it has after a restart, and so is the member that runs it.
+TEST_F(SavedJobsTest, AnApiJobKeepsItsTanAcrossARestart) {
+  Start(path_);
+  StartControl();
+  ASSERT_TRUE(Add(R"({"id": 9, "key": 1, "members": 3, "tan_member": 2})").ok());
+  auto choose = [&](const std::string& body) {
+    auto request = ParseTanBody(body);
+    if (!request.ok()) return common::Result<TanReport>(request.status());
+    return jobs_->Tan(9, *request);
+  };
+  auto changed = choose(R"({"strategy": "fewest_hops", "candidates": [
+      {"address": "10.0.9.50", "port": 47100, "hops": 3}, {"address": "10.0.9.21", "hops": 2}]})");
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  EXPECT_EQ(changed->tan.address.ToString(), "10.0.9.21");
+  ASSERT_TRUE(choose(R"({"member": 1})").ok());
+  json saved = Saved()["jobs"][0];
+  EXPECT_EQ(saved["tan"]["strategy"], "fewest_hops") << saved;
+  EXPECT_EQ(saved["tan"]["candidates"].size(), 2u) << saved;
+  EXPECT_EQ(saved["tan_member"], 1) << saved;
+
+  Start(path_);
+  ASSERT_EQ(*jobs_->RestoreSavedJobs(), 1u);
+  StartControl();
+  auto report = jobs_->Tan(9, std::nullopt);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->tan.mode, "remote");
+  EXPECT_EQ(report->tan.address.ToString(), "10.0.9.21");
+  EXPECT_EQ(report->tan.port, config::kDefaultAggregationUdpPort);
+  ASSERT_TRUE(report->member.has_value());
+  EXPECT_EQ(*report->member, 1);
+  ASSERT_TRUE(report->chosen.has_value());
+  EXPECT_EQ(report->chosen->source, TanReport::Source::kApi);
+  EXPECT_EQ(report->chosen->tan.candidates.size(), 2u);
+
+  // No member: gone from the file too, and after the next restart.
+  ASSERT_TRUE(choose(R"({"member": null})").ok());
+  EXPECT_FALSE(Saved()["jobs"][0].contains("tan_member")) << Saved();
+  Start(path_);
+  ASSERT_EQ(*jobs_->RestoreSavedJobs(), 1u);
+  StartControl();
+  report = jobs_->Tan(9, std::nullopt);
+  ASSERT_TRUE(report.ok());
+  EXPECT_FALSE(report->member.has_value());
+  EXPECT_EQ(report->tan.address.ToString(), "10.0.9.21");
+}
+
+// A TAN change the file cannot keep is not made: a restart would undo it.
+TEST_F(SavedJobsTest, ATanChangeTheFileCannotKeepIsRefused) {
+  Start(path_);
+  StartControl();
+  ASSERT_TRUE(Add(R"({"id": 9, "key": 1, "members": 2})").ok());
+  std::filesystem::remove_all(dir_);  // the next write fails
+  auto request = ParseTanBody(R"({"candidates": [{"address": "10.0.9.50"}]})");
+  ASSERT_TRUE(request.ok());
+  auto changed = jobs_->Tan(9, *request);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_EQ(changed.status().code(), common::StatusCode::kUnavailable);
+  EXPECT_NE(changed.status().message().find("job 9's TAN not changed"), std::string::npos)
+      << changed.status().message();
+  auto report = jobs_->Tan(9, std::nullopt);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->tan.mode, "none") << "the job's TAN is what it was";
+  EXPECT_FALSE(report->chosen.has_value());
 }
 
 TEST_F(SavedJobsTest, ABrokenFileIsMovedAsideNotOverwritten) {

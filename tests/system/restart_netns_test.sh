@@ -14,6 +14,8 @@
 #   - job 602 registers itself in-band, from the task info in each chunk;
 #   - job 603 was added through the API before the first start, and the
 #     switch adds it again from aggregation.state_file.
+# Job 604, added through the API too, runs nothing: the TAN the API gave it
+# must be its TAN after every restart.
 # The ranks keep what the dead switch had not answered and retransmit it; a
 # chunk whose result reached only some ranks before the kill is resent by the
 # ranks that had it when the new switch says it lacks their data.
@@ -135,16 +137,31 @@ wait_moving() {
 if ! start_switch first; then
   fail "aggswitch came up"; finish; exit 1
 fi
-add_api_job() {
+# api_post PATH BODY: POST to the API with the token.
+api_post() {
   curl -fsS -m 5 -X POST -H "Content-Type: application/json" \
-    -H "Authorization: Bearer $(cat "$WORK/api.token")" \
-    --data '{"id": 603, "key": "0x5eed", "members": '"$HOSTS"'}' "$API/api/v1/jobs" >/dev/null &&
+    -H "Authorization: Bearer $(cat "$WORK/api.token")" --data "$2" "$API$1" >/dev/null
+}
+add_api_jobs() {
+  api_post /api/v1/jobs '{"id": 603, "key": "0x5eed", "members": '"$HOSTS"'}' &&
+    api_post /api/v1/jobs '{"id": 604, "key": "0x604", "members": 2}' &&
+    api_post /api/v1/jobs/604/tan '{"candidates": [{"address": "10.0.46.50", "port": 47100}]}' &&
     python3 -c 'import json, sys
 jobs = json.load(open(sys.argv[1]))["jobs"]
-print("state file:", [j["id"] for j in jobs])
-sys.exit(0 if [j["id"] for j in jobs] == [603] else 1)' "$WORK/jobs.json"
+print("state file:", [j["id"] for j in jobs], "job 604 tan:", jobs[-1].get("tan"))
+sys.exit(0 if [j["id"] for j in jobs] == [603, 604] and
+         jobs[1]["tan"]["candidates"][0]["address"] == "10.0.46.50" else 1)' "$WORK/jobs.json"
 }
-check "job 603 added through the API, kept in aggregation.state_file" add_api_job
+check "jobs 603 and 604 added through the API, 604 given a TAN, kept in aggregation.state_file" \
+  add_api_jobs
+
+# tan_kept: job 604's TAN at the running switch is the one the API chose.
+tan_kept() {
+  curl -fsS -m 2 "$API/api/v1/jobs/604/tan" | python3 -c 'import json, sys
+t = json.load(sys.stdin)
+ok = (t["mode"], t["address"], t["port"], t["chosen_by"]) == ("remote", "10.0.46.50", 47100, "api")
+sys.exit(0 if ok else "job 604 tan: %s" % t)'
+}
 
 for job in "${JOBS[@]}"; do launch "$job"; done
 check "the three jobs run through the switch (config, in-band and API job)" wait_moving 2000
@@ -164,13 +181,14 @@ kill_and_restart() {
   report "back after $((($(date +%s%N) - killed_at) / 1000000)) ms"
   job_known 601 || { echo "job 601 (config) is not back"; return 1; }
   job_known 603 || { echo "job 603 (API, state file) is not back"; return 1; }
+  tan_kept || { echo "job 604 is not back with the TAN the API gave it"; return 1; }
   wait_moving 500 || return 1
   job_known 602 || { echo "job 602 (in-band) did not register again"; return 1; }
   report "$(for job in "${JOBS[@]}"; do echo -n "$job: $(completions "$job") "; done)chunks completed since;" \
     "$(agg_total "$METRICS" resync_notices) chunks asked again of members that had their result"
 }
 for n in $(seq 1 "$KILLS"); do
-  check "kill $n: SIGKILL mid-allreduce, restarted on the same config, every job moves again" \
+  check "kill $n: SIGKILL mid-allreduce, restarted on the same config, every job moves again (604 with its TAN)" \
     kill_and_restart "$n"
 done
 
