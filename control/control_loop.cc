@@ -53,29 +53,33 @@ void ControlLoop::InstallSignalHandlers() {
 void ControlLoop::RequestStop() { g_stop = 1; }
 bool ControlLoop::StopRequested() { return g_stop != 0; }
 
+void ControlLoop::Step(std::chrono::steady_clock::time_point now) {
+  dataplane_.ProcessLearnRequests();
+  dataplane_.AgeMacTable();
+  dataplane_.WatchGroupLinks();
+  if (jobs_ != nullptr) {
+    dataplane_.ProcessRegistrations([&](const dataplane::RegistrationRequest& request) {
+      return jobs_->RegisterInBand(request, now);
+    });
+    dataplane_.ProcessEscalations(now);
+    if (admission_ != nullptr) admission_->ExpireIdle(now);
+    jobs_->ProcessPending();
+    jobs_->table().Reclaim();
+  }
+  if (tree_ != nullptr) tree_->Poll(now);
+  if (int_exporter_ != nullptr) int_exporter_->Poll(now);
+}
+
 void ControlLoop::Run() {
+  const common::Clock& clock = dataplane_.clock();
   while (!g_stop) {
-    dataplane_.ProcessLearnRequests();
-    dataplane_.AgeMacTable();
-    dataplane_.WatchGroupLinks();
-    if (jobs_ != nullptr) {
-      const auto now = std::chrono::steady_clock::now();
-      dataplane_.ProcessRegistrations([&](const dataplane::RegistrationRequest& request) {
-        return jobs_->RegisterInBand(request, now);
-      });
-      dataplane_.ProcessEscalations(now);
-      if (admission_ != nullptr) admission_->ExpireIdle(now);
-      jobs_->ProcessPending();
-      jobs_->table().Reclaim();
-    }
-    if (tree_ != nullptr) tree_->Poll(std::chrono::steady_clock::now());
-    if (int_exporter_ != nullptr) int_exporter_->Poll(std::chrono::steady_clock::now());
+    Step(clock.Now());
     if (notifier_ != nullptr) {
       worker_polls_.resize(dataplane_.worker_count());
       for (size_t i = 0; i < worker_polls_.size(); ++i) {
         worker_polls_[i] = dataplane_.worker_stats(i).lcore.polls.Get();
       }
-      notifier_->Poll(std::chrono::steady_clock::now(), worker_polls_);
+      notifier_->Poll(clock.Now(), worker_polls_);
     }
     if (g_reload) {
       g_reload = 0;

@@ -55,8 +55,16 @@ class ControlLoop {
   // stop, and fed the workers' poll counters every iteration. [control]
   void SetServiceNotifier(ServiceNotifier* notifier) { notifier_ = notifier; }
 
-  // Loops about every millisecond until a stop is requested. [control]
+  // Loops about every millisecond until a stop is requested: Step, the
+  // service notifier, a reload when SIGHUP asked for one. [control]
   void Run();
+  // One pass of the loop's work at `now` (the dataplane's clock): MAC
+  // learning and aging, in-band registrations, escalations, idle in-band
+  // jobs, queued API commands, reclamation, the job trees (next hops, own
+  // TAN, straggler samples) and the INT exporter. Run calls it every
+  // iteration; the fabric simulator (tests/sim) calls it on simulated time.
+  // [control]
+  void Step(std::chrono::steady_clock::time_point now);
   // Re-reads the configuration and applies what can change at run time.
   // Returns the keys that changed but need a restart. [control]
   common::Result<std::vector<std::string>> Reload();

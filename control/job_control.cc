@@ -468,17 +468,32 @@ common::Status JobControl::Post(const std::shared_ptr<Command>& command) {
   return command->status;
 }
 
-common::Result<JobSnapshot> JobControl::Add(const JobRequest& request) {
+common::Status JobControl::CheckAdd(const JobRequest& request) const {
   RETURN_IF_ERROR(CheckAsConfigJob(base_, request.job, request.keys, ""));
   if (options_.tsc_hz == 0 && request.job.timeout_ms.value_or(base_.aggregation.timeout_ms) > 0) {
     return common::Internal(
         "no TSC frequency to turn timeout_ms into cycles (JobControl::Options)");
   }
+  return common::Status::Ok();
+}
+
+common::Result<JobSnapshot> JobControl::Add(const JobRequest& request) {
+  RETURN_IF_ERROR(CheckAdd(request));
   auto command = std::make_shared<Command>();
   command->kind = Command::Kind::kAdd;
   command->request = request;
   RETURN_IF_ERROR(Post(command));
   return std::move(command->table.jobs.front());
+}
+
+common::Result<JobSnapshot> JobControl::AddNow(const JobRequest& request) {
+  RETURN_IF_ERROR(CheckAdd(request));
+  Command command;
+  command.kind = Command::Kind::kAdd;
+  command.request = request;
+  Execute(command);
+  RETURN_IF_ERROR(command.status);
+  return std::move(command.table.jobs.front());
 }
 
 common::Status JobControl::Remove(uint32_t id) {

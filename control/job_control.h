@@ -258,6 +258,10 @@ class JobControl {
 
   // Runs every queued command and wakes its caller. Returns how many ran. [control]
   size_t ProcessPending();
+  // Add(), made on the control thread itself: the same checks and the same
+  // command, without the queue (the fabric simulator's management, which
+  // runs on the control thread's turn). [control]
+  common::Result<JobSnapshot> AddNow(const JobRequest& request);
   // In-band registration of the task info a datagram passed up
   // (Dataplane::ProcessRegistrations): the job it describes
   // (InBandJobConfig) gets the checks of an API job (CheckAsConfigJob, the
@@ -285,6 +289,8 @@ class JobControl {
     TanReport::Choice choice;
   };
 
+  // What Add() checks on the calling thread before the control thread builds the job.
+  common::Status CheckAdd(const JobRequest& request) const;
   // Queues `command` and waits for it; Unavailable on a timeout or full queue.
   common::Status Post(const std::shared_ptr<Command>& command);
   void Execute(Command& command);

@@ -53,7 +53,7 @@ AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels
   if (s_.jobs != nullptr) {
     moves_ = std::make_unique<uint32_t[]>(s_.jobs->max_jobs());  // zeroed: no move applied
   }
-  const double hz = static_cast<double>(rte_get_tsc_hz());
+  const double hz = static_cast<double>(clock.hz());
   for (size_t i = 0; i + 1 < kSlotLatencyBuckets; ++i) {
     latency_bounds_[i] = static_cast<uint64_t>(kSlotLatencyBoundsSeconds[i] * hz);
   }
@@ -1147,7 +1147,7 @@ void AggregationStage::NoticeForgotten(const aggregator::Job& job, const aggrega
 
 void AggregationStage::RecordCompletion(const aggregator::Slot& slot) {
   LatencyHistogram& h = stats_.lcore.slot_latency;
-  const uint64_t cycles = rte_rdtsc() - slot.first_tsc();
+  const uint64_t cycles = clock_.Read() - slot.first_tsc();
   size_t b = 0;
   while (b < kSlotLatencyBuckets - 1 && cycles > latency_bounds_[b]) ++b;
   h.buckets[b].Add(1);
@@ -1260,7 +1260,7 @@ void AggregationStage::ContinueSlotDump(SlotDumpExchange& d) {
     if (slot.state() != aggregator::Slot::State::kFree) (void)d.Add(SlotDumpEntry::Of(i, slot));
   }
   d.cursor = end;
-  if (end == slots.size()) d.Finish(rte_rdtsc());
+  if (end == slots.size()) d.Finish(clock_.Read());
 }
 
 }  // namespace aggswitch::dataplane

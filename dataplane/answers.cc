@@ -26,7 +26,7 @@ void MacBytes(uint64_t mac48, uint8_t (&out)[6]) {
 Answers::Answers(const ForwardingPlan& plan, rte_mempool* pool, LcoreStats& stats, TxBuffers& tx,
                  Source source, const LcoreClock& clock)
     : plan_(plan), pool_(pool), stats_(stats), tx_(tx), source_(source), clock_(clock) {
-  token_cycles_ = static_cast<uint64_t>(static_cast<double>(rte_get_tsc_hz()) / kNacksPerSecond);
+  token_cycles_ = static_cast<uint64_t>(static_cast<double>(clock.hz()) / kNacksPerSecond);
   tokens_ = kNackBurst;
 }
 

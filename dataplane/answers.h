@@ -25,17 +25,10 @@
 #include "aggregator/wire.h"
 #include "dataplane/counters.h"
 #include "dataplane/forwarding_plan.h"
+#include "dataplane/lcore_clock.h"
 #include "dataplane/tx_buffers.h"
 
 namespace aggswitch::dataplane {
-
-// The time of the poll a worker is in: one TSC read per poll, which every
-// stage of that worker reads.
-struct LcoreClock {
-  uint64_t tsc = 0;
-  uint32_t seen_shift = 21;  // the members' clock: TSC >> seen_shift, about a millisecond a tick
-  uint32_t SeenNow() const { return static_cast<uint32_t>(tsc >> seen_shift); }
-};
 
 class Answers {
  public:

@@ -53,9 +53,11 @@ std::string VlanModeText(const config::PortConfig& pc) {
 }  // namespace
 
 common::Result<std::unique_ptr<Dataplane>> Dataplane::Create(const config::Config& config,
-                                                             aggregator::JobTable* jobs) {
+                                                             aggregator::JobTable* jobs,
+                                                             const common::Clock* clock) {
   std::unique_ptr<Dataplane> dp(new Dataplane());
-  dp->tsc_hz_ = rte_get_tsc_hz();
+  dp->clock_ = clock != nullptr ? clock : &TscClock();
+  dp->tsc_hz_ = dp->clock_->CyclesPerSecond();
   // About one MAC-table tick per second: the largest power of two <= TSC Hz.
   dp->tick_shift_ = static_cast<uint32_t>(std::floor(std::log2(static_cast<double>(dp->tsc_hz_))));
   dp->plan_ = ForwardingPlan::Build(config);
@@ -306,13 +308,13 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     // Member bindings and slot quotas count in ticks of about a millisecond:
     // 2^k cycles with k = floor(log2(hz / 1000)).
     agg.seen_shift = 0;
-    while ((uint64_t{2} << agg.seen_shift) <= rte_get_tsc_hz() / 1000) ++agg.seen_shift;
+    while ((uint64_t{2} << agg.seen_shift) <= tsc_hz_ / 1000) ++agg.seen_shift;
     seen_shift_ = agg.seen_shift;
     agg.rebind_ticks = MillisecondsToTicks(config.aggregation.member_rebind_ms);
     // Final results: sent again after 10 ms, 20, 40, ... (FinalDelivery).
-    agg.final_retry_cycles = rte_get_tsc_hz() / 100;
+    agg.final_retry_cycles = tsc_hz_ / 100;
     agg.final_give_up_cycles = static_cast<uint64_t>(config.aggregation.store.final_timeout_ms * 1e-3 *
-                                                     static_cast<double>(rte_get_tsc_hz()));
+                                                     static_cast<double>(tsc_hz_));
     // The held contributions' own pool: RX never waits for them.
     const std::string hold_name = "agg_hold_" + std::to_string(instance);
     hold_pool_.reset(rte_mempool_create(hold_name.c_str(), config.aggregation.hold.buffers,
@@ -327,18 +329,18 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
                                        " (raise eal.memory_mb or lower aggregation.hold.buffers)");
     }
     slots.stale_cycles = static_cast<uint64_t>(config.aggregation.stale_slot_ms * 1e-3 *
-                                               static_cast<double>(rte_get_tsc_hz()));
+                                               static_cast<double>(tsc_hz_));
     // One resend of a forwarded slot's partial per round of its members'
     // retransmissions: rounds come at least the clients' first RTO apart
     // (20 ms by default), the members of one round within a few ms.
-    slots.resend_gap_cycles = rte_get_tsc_hz() / 200;  // 5 ms
+    slots.resend_gap_cycles = tsc_hz_ / 200;  // 5 ms
     // Timer buckets of about 100 us: 2^k cycles with k = floor(log2(hz / 10^4)).
     slots.timer_tick_shift = 0;
-    while ((uint64_t{2} << slots.timer_tick_shift) <= rte_get_tsc_hz() / 10000) ++slots.timer_tick_shift;
+    while ((uint64_t{2} << slots.timer_tick_shift) <= tsc_hz_ / 10000) ++slots.timer_tick_shift;
     bypass_entries =
         std::max<uint32_t>(64, (config.aggregation.bypass.entries + n_workers - 1) / n_workers);
     bypass_ttl = static_cast<uint64_t>(config.aggregation.bypass.ttl_ms * 1e-3 *
-                                       static_cast<double>(rte_get_tsc_hz()));
+                                       static_cast<double>(tsc_hz_));
     jobs_ = jobs;
     n_agg_workers_ = n_workers;
     // Per-index counters start at zero for every job that takes the index.
@@ -393,6 +395,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     setup.idle_sleep_us = config.eal.idle_sleep_us;
     setup.int_settings = int_settings_.get();
     setup.worker_index = w;
+    setup.clock = clock_;
     if (aggregation) {
       setup.agg = agg;
       setup.agg.index = w;
@@ -464,8 +467,8 @@ void Dataplane::WatchGroupLinks() {
   UplinkGroups& groups = plan_->groups();
   const uint64_t members = groups.members();
   if (members == 0) return;
-  const uint64_t now = rte_get_tsc_cycles();
-  if (now - group_links_checked_tsc_ < rte_get_tsc_hz() / 10) return;
+  const uint64_t now = clock_->Cycles();
+  if (now - group_links_checked_tsc_ < tsc_hz_ / 10) return;
   group_links_checked_tsc_ = now;
   uint64_t down = 0;
   for (uint64_t rest = members; rest != 0; rest &= rest - 1) {
@@ -867,7 +870,7 @@ common::Result<SlotDump> Dataplane::DumpSlots(size_t limit, std::chrono::millise
       continue;
     }
     // Stopped: nobody else touches the slots.
-    const uint64_t now = rte_rdtsc();
+    const uint64_t now = clock_->Cycles();
     uint32_t taken = 0;
     for (uint32_t i = 0; i < table.size(); ++i) {
       const aggregator::Slot& slot = table.slot(i);
@@ -940,7 +943,7 @@ common::Result<BypassDump> Dataplane::DumpBypass(size_t limit, std::chrono::mill
       continue;
     }
     // Stopped: nobody else touches the table.
-    const uint64_t now = rte_rdtsc();
+    const uint64_t now = clock_->Cycles();
     uint32_t cursor = 0;
     do {
       cursor = workers_[w].bypass->Dump(cursor, BypassDumpEntry::kScanPerPass, now,
@@ -957,12 +960,12 @@ common::Result<BypassDump> Dataplane::DumpBypass(size_t limit, std::chrono::mill
   return dump;
 }
 
-uint32_t Dataplane::NowTick() const { return static_cast<uint32_t>(rte_rdtsc() >> tick_shift_); }
+uint32_t Dataplane::NowTick() const { return static_cast<uint32_t>(clock_->Cycles() >> tick_shift_); }
 
-uint32_t Dataplane::SeenTick() const { return static_cast<uint32_t>(rte_rdtsc() >> seen_shift_); }
+uint32_t Dataplane::SeenTick() const { return static_cast<uint32_t>(clock_->Cycles() >> seen_shift_); }
 
 uint32_t Dataplane::MillisecondsToTicks(uint32_t ms) const {
-  const double ticks = static_cast<double>(ms) * 1e-3 * static_cast<double>(rte_get_tsc_hz()) /
+  const double ticks = static_cast<double>(ms) * 1e-3 * static_cast<double>(tsc_hz_) /
                        std::ldexp(1.0, static_cast<int>(seen_shift_));
   return ms == 0 ? 0 : std::max<uint32_t>(1, static_cast<uint32_t>(std::min(ticks, 4e9)));
 }

@@ -36,6 +36,7 @@
 #include "aggregator/job_table.h"
 #include "aggregator/relocation_map.h"
 #include "aggregator/slot_table.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "dataplane/counters.h"
@@ -70,8 +71,11 @@ class Dataplane {
   // mbufs, each one 4 KiB UMEM chunk. [after EAL init]
   static uint16_t MaxAfXdpMtu();
 
+  // `clock` (must outlive the dataplane): what the workers and the control
+  // side read the time from (common/clock.h); null: the TSC (TscClock).
   static common::Result<std::unique_ptr<Dataplane>> Create(const config::Config& config,
-                                                          aggregator::JobTable* jobs = nullptr);
+                                                          aggregator::JobTable* jobs = nullptr,
+                                                          const common::Clock* clock = nullptr);
   ~Dataplane();
   Dataplane(const Dataplane&) = delete;
   Dataplane& operator=(const Dataplane&) = delete;
@@ -224,6 +228,8 @@ class Dataplane {
   const IntExportCounters& int_export() const { return int_export_; }
 
   uint64_t tsc_hz() const { return tsc_hz_; }
+  // The clock the workers read. [any]
+  const common::Clock& clock() const { return *clock_; }
   // The MAC table's clock: TSC >> tick_shift, about one tick per second.
   uint32_t NowTick() const;
   double TickSeconds() const;
@@ -303,6 +309,7 @@ class Dataplane {
   uint32_t seen_shift_ = 21;
   std::atomic<bool> quit_{false};
   bool running_ = false;
+  const common::Clock* clock_ = nullptr;
   uint64_t tsc_hz_ = 0;
   uint32_t tick_shift_ = 30;
 };

@@ -1,11 +1,28 @@
 #include "dataplane/eal.h"
 
+#include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 
 #include <regex>
 
 namespace aggswitch::dataplane {
+
+namespace {
+
+class Tsc final : public common::Clock {
+ public:
+  TimePoint Now() const override { return std::chrono::steady_clock::now(); }
+  uint64_t Cycles() const override { return rte_rdtsc(); }
+  uint64_t CyclesPerSecond() const override { return rte_get_tsc_hz(); }
+};
+
+}  // namespace
+
+const common::Clock& TscClock() {
+  static const Tsc clock;
+  return clock;
+}
 
 std::vector<std::string> BuildEalArgs(const config::Config& config,
                                       const std::vector<std::string>& overrides) {

@@ -9,13 +9,18 @@
 //   ASSIGN_OR_RETURN(auto eal, EalSession::Init("aggswitch", args));
 //   ...   // ~EalSession calls rte_eal_cleanup()
 //
-// Thread safety: the main thread, once per process.
+// TscClock() is the switch's clock (common/clock.h) once EAL is up: the TSC
+// at rte_get_tsc_hz(), and steady_clock for the control side.
+//
+// Thread safety: Init and ~EalSession on the main thread, once per process;
+// TscClock [any] after Init.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "config/config.h"
 
@@ -23,6 +28,9 @@ namespace aggswitch::dataplane {
 
 std::vector<std::string> BuildEalArgs(const config::Config& config,
                                       const std::vector<std::string>& overrides);
+
+// The TSC and steady_clock as one common::Clock. [any, after EAL init]
+const common::Clock& TscClock();
 
 class EalSession {
  public:

@@ -19,7 +19,7 @@ void CountFault(PortCounters& c, Fault f, uint64_t n = 1) {
 
 }  // namespace
 
-FaultInjector::FaultInjector(const config::FaultConfig& cfg, uint64_t stream)
+FaultInjector::FaultInjector(const config::FaultConfig& cfg, uint64_t stream, uint64_t hz)
     // splitmix64 of seed and stream: distinct, well-mixed, never zero in practice.
     : state_([&] {
         uint64_t z = cfg.seed + 0x9e3779b97f4a7c15ULL * (stream + 1);
@@ -32,7 +32,7 @@ FaultInjector::FaultInjector(const config::FaultConfig& cfg, uint64_t stream)
       reorder_below_(Below(std::min(1.0, cfg.loss + cfg.reorder))),
       dup_below_(Below(cfg.duplicate)),
       always_lose_(cfg.loss >= 1),
-      delay_cycles_(static_cast<uint64_t>(cfg.delay_us * 1e-6 * static_cast<double>(rte_get_tsc_hz()))) {
+      delay_cycles_(static_cast<uint64_t>(cfg.delay_us * 1e-6 * static_cast<double>(hz))) {
   if (delay_cycles_ != 0) delayed_ = std::make_unique<Delayed[]>(kDelayMax);
 }
 

@@ -50,8 +50,9 @@ class FaultInjector {
   // 1500-byte frames.
   static constexpr uint32_t kDelayMax = 8192;
 
-  // `stream` tells apart the injectors that share cfg.seed (lcore, port, direction).
-  FaultInjector(const config::FaultConfig& cfg, uint64_t stream);
+  // `stream` tells apart the injectors that share cfg.seed (lcore, port,
+  // direction); `hz`: the cycles per second of the calls' now_tsc.
+  FaultInjector(const config::FaultConfig& cfg, uint64_t stream, uint64_t hz);
   ~FaultInjector();
   FaultInjector(const FaultInjector&) = delete;
   FaultInjector& operator=(const FaultInjector&) = delete;

@@ -139,8 +139,9 @@ common::Status IntMark::Register() {
 }
 
 IntStage::IntStage(const IntSettings& settings, uint16_t worker_index, LcoreStats& stats,
-                   rte_ring* records)
+                   rte_ring* records, const common::Clock& clock)
     : settings_(settings),
+      clock_(clock),
       worker_index_(worker_index),
       stats_(stats),
       records_(records),
@@ -213,7 +214,7 @@ void IntStage::EndHere(rte_mbuf* m, uint8_t* ip, size_t ip_len) {
     return;
   }
   IntHopRecord r{};
-  r.latency_cycles = rte_rdtsc() - rx_tsc_;
+  r.latency_cycles = clock_.Cycles() - rx_tsc_;
   r.source_node = taken.source_node;
   r.path_seq = taken.path_seq;
   r.hop_index = taken.hop_index;
@@ -245,7 +246,7 @@ int64_t IntStage::OnTx(uint16_t port, rte_mbuf* const* frames, uint16_t n) {
   int64_t grew = 0;
   for (uint16_t i = 0; i < n; ++i) {
     if (!IntMark::Marked(frames[i])) continue;
-    if (now == 0) now = rte_rdtsc();
+    if (now == 0) now = clock_.Cycles();
     const uint32_t before = frames[i]->pkt_len;
     OneOnTx(port, frames[i], i, now);
     grew += int64_t{frames[i]->pkt_len} - before;

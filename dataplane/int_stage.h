@@ -57,6 +57,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "dataplane/counters.h"
@@ -138,8 +139,9 @@ inline constexpr uint16_t kIntLocalPort = 0xFFFF;
 
 class IntStage {
  public:
+  // `clock`: the worker's (a hop's latency ends at its TX).
   IntStage(const IntSettings& settings, uint16_t worker_index, LcoreStats& stats,
-           rte_ring* records);
+           rte_ring* records, const common::Clock& clock);
 
   // A burst of `n` frames from `in_port` received at `rx_tsc` is about to
   // be classified. The countdown runs per burst: a burst from an edge port
@@ -187,6 +189,7 @@ class IntStage {
   uint32_t NextCountdown(uint32_t base);
 
   const IntSettings& settings_;
+  const common::Clock& clock_;
   const uint16_t worker_index_;
   LcoreStats& stats_;
   rte_ring* const records_;

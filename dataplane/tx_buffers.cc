@@ -1,6 +1,5 @@
 #include "dataplane/tx_buffers.h"
 
-#include <rte_cycles.h>
 #include <rte_ethdev.h>
 
 #include <algorithm>
@@ -10,13 +9,13 @@ namespace aggswitch::dataplane {
 TxBuffers::TxBuffers(const uint16_t (&port_ids)[config::kMaxPorts], uint16_t tx_queue,
                      rte_mempool* pool, LcoreStats& stats,
                      const config::FaultConfig* const (&faults)[config::kMaxPorts], unsigned lcore,
-                     uint64_t linear_ports)
-    : tx_queue_(tx_queue), pool_(pool), stats_(stats), linear_ports_(linear_ports) {
+                     uint64_t linear_ports, const common::Clock& clock)
+    : tx_queue_(tx_queue), pool_(pool), stats_(stats), linear_ports_(linear_ports), clock_(clock) {
   std::copy(std::begin(port_ids), std::end(port_ids), port_ids_);
   for (uint16_t p = 0; p < config::kMaxPorts; ++p) {
     const config::FaultConfig* f = faults[p];
     if (f == nullptr || f->direction == config::FaultDirection::kRx) continue;
-    faults_[p] = std::make_unique<FaultInjector>(*f, FaultStream(lcore, p, true));
+    faults_[p] = std::make_unique<FaultInjector>(*f, FaultStream(lcore, p, true), clock.CyclesPerSecond());
     fault_ports_ |= uint64_t{1} << p;
   }
 }
@@ -44,7 +43,7 @@ void TxBuffers::FlushPort(uint16_t p) {
   if (FaultInjector* faults = faults_[p].get(); faults != nullptr) {
     std::copy(frames, frames + count, faulty);
     frames = faulty;
-    count = faults->Apply(frames, count, FaultInjector::kMaxOut, pool_, stats_.ports[p], rte_rdtsc());
+    count = faults->Apply(frames, count, FaultInjector::kMaxOut, pool_, stats_.ports[p], clock_.Cycles());
     bytes = 0;
     for (uint16_t i = 0; i < count; ++i) bytes += frames[i]->pkt_len;
   }

@@ -24,7 +24,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/clock.h"
 #include "config/config.h"
+#include "dataplane/eal.h"
 #include "dataplane/counters.h"
 #include "dataplane/fault_injector.h"
 #include "dataplane/int_stage.h"
@@ -41,10 +43,11 @@ class TxBuffers {
   // `port_ids` maps port index -> DPDK port id; `faults` holds ports[].faults
   // by port index (null: none), read by the constructor only, which seeds
   // each injector with FaultStream(lcore, port, true). `linear_ports`: bit p
-  // set when port p's driver cannot send chained mbufs.
+  // set when port p's driver cannot send chained mbufs. `clock`: the
+  // injectors' (the worker's).
   TxBuffers(const uint16_t (&port_ids)[config::kMaxPorts], uint16_t tx_queue, rte_mempool* pool,
             LcoreStats& stats, const config::FaultConfig* const (&faults)[config::kMaxPorts],
-            unsigned lcore, uint64_t linear_ports = 0);
+            unsigned lcore, uint64_t linear_ports = 0, const common::Clock& clock = TscClock());
 
   // Queues `m` for `out_port`.
   void Enqueue(uint16_t out_port, rte_mbuf* m) {
@@ -98,6 +101,7 @@ class TxBuffers {
   std::unique_ptr<FaultInjector> faults_[config::kMaxPorts];
   uint64_t fault_ports_ = 0;  // ports with a TX injector
   const uint64_t linear_ports_;
+  const common::Clock& clock_;  // the fault injectors' delays
   IntStage* int_ = nullptr;
 };
 

@@ -27,9 +27,9 @@ Worker::Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& m
       pool_(pool),
       stats_(stats),
       quit_(quit),
-      clock_{0, setup.agg.seen_shift},
+      clock_{0, setup.agg.seen_shift, setup.clock != nullptr ? setup.clock : &TscClock()},
       tx_(setup.port_ids, setup.tx_queue, pool, stats, setup.faults, setup.lcore,
-          setup.linear_tx_ports),
+          setup.linear_tx_ports, *clock_.source),
       answers_(plan, pool, stats, tx_, {setup.agg.result_src_ip, setup.agg.udp_port}, clock_),
       finals_(setup.agg.jobs, setup.agg.store, answers_, stats, clock_, setup.agg.final_retry_cycles,
               setup.agg.final_give_up_cycles),
@@ -47,13 +47,13 @@ Worker::Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& m
   for (uint16_t p = 0; p < config::kMaxPorts; ++p) {
     const config::FaultConfig* f = setup.faults[p];
     if (f != nullptr && f->direction != config::FaultDirection::kTx) {
-      rx_faults_[p] = std::make_unique<FaultInjector>(*f, FaultStream(setup.lcore, p, false));
+      rx_faults_[p] = std::make_unique<FaultInjector>(*f, FaultStream(setup.lcore, p, false), clock_.hz());
     }
   }
   std::fill(std::begin(setup_.faults), std::end(setup_.faults), nullptr);  // the config may go away
   if (setup.int_settings != nullptr) {
     int_ = std::make_unique<IntStage>(*setup.int_settings, setup.worker_index, stats,
-                                      channels.int_records.get());
+                                      channels.int_records.get(), *clock_.source);
     classify_.set_int(int_.get());
     tx_.set_int(int_.get());
   }
@@ -69,7 +69,7 @@ void Worker::Run() {
   // A sleep of a few microseconds should not last the kernel's default
   // timer slack (50 us) longer.
   if (setup_.idle_sleep_us != 0) (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
-  clock_.tsc = rte_rdtsc();
+  clock_.tsc = clock_.Read();
   while (!quit_.load(std::memory_order_relaxed)) {
     const bool got = PollOnce();
     UnmapGuard::Quiescent(setup_.lcore);  // no pointer into port memory is held here
@@ -79,7 +79,7 @@ void Worker::Run() {
     } else if (++empty_polls_ >= kPollsBeforeSleep) {
       // Idle: give the CPU back for a while. The sleep counts as idle time.
       rte_delay_us_sleep(setup_.idle_sleep_us);
-      const uint64_t now = rte_rdtsc();
+      const uint64_t now = clock_.Read();
       stats_.lcore.idle_cycles.Add(now - clock_.tsc);
       stats_.lcore.idle_sleeps.Add(1);
       clock_.tsc = now;
@@ -94,7 +94,7 @@ void Worker::Run() {
 }
 
 bool Worker::PollOnce() {
-  if (clock_.tsc == 0) clock_.tsc = rte_rdtsc();
+  if (clock_.tsc == 0) clock_.tsc = clock_.Read();
   if (aggregation()) {
     if (!reader_online_) {
       setup_.agg.jobs->ReaderOnline(setup_.agg.reader_id);
@@ -122,8 +122,8 @@ bool Worker::PollOnce() {
       tx_.Flush();
       l2_.FlushLearn();
     }
-    // One TSC read per poll; the previous read starts this poll's interval.
-    const uint64_t now = rte_rdtsc();
+    // One clock read per queue; the previous read starts this one's interval.
+    const uint64_t now = clock_.Read();
     if (n > 0) {
       busy += now - clock_.tsc;
       busy_packets += n;

@@ -35,6 +35,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/clock.h"
 #include "config/config.h"
 #include "dataplane/aggregation_stage.h"
 #include "dataplane/answers.h"
@@ -44,6 +45,7 @@
 #include "dataplane/forwarding_plan.h"
 #include "dataplane/int_stage.h"
 #include "dataplane/l2_stage.h"
+#include "dataplane/lcore_clock.h"
 #include "dataplane/mac_table.h"
 #include "dataplane/own_address_stage.h"
 #include "dataplane/tree_stage.h"
@@ -78,6 +80,8 @@ struct WorkerSetup {
   // null: off. `worker_index` interleaves the workers' path sequence numbers.
   const IntSettings* int_settings = nullptr;
   uint16_t worker_index = 0;
+  // The switch's clock (common/clock.h), read once per poll; null: the TSC.
+  const common::Clock* clock = nullptr;
 };
 
 class alignas(64) Worker {

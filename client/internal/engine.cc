@@ -128,11 +128,23 @@ bool IsFloat(DType t) {
 
 }  // namespace
 
-common::Result<std::unique_ptr<Engine>> Engine::Create(const ClientOptions& options) {
+uint32_t Engine::SendBuffers(const ClientOptions& options) {
   // Two send buffers per window entry (the chunks in flight, and as many
   // answered ones kept for a switch that restarts), one for ACKs, and
   // kQueryBuffers for QUERYs.
-  const uint32_t send_buffers = KeptBuffers(options.window) + 1 + kQueryBuffers;
+  return KeptBuffers(options.window) + 1 + kQueryBuffers;
+}
+
+common::Result<std::unique_ptr<Engine>> Engine::Create(const ClientOptions& options,
+                                                       std::unique_ptr<Transport> transport,
+                                                       std::string description,
+                                                       const common::Clock& clock) {
+  return std::unique_ptr<Engine>(
+      new Engine(options, std::move(transport), std::move(description), clock));
+}
+
+common::Result<std::unique_ptr<Engine>> Engine::Create(const ClientOptions& options) {
+  const uint32_t send_buffers = SendBuffers(options);
   std::unique_ptr<Transport> transport;
   std::string description = "udp";
   if (options.transport == TransportKind::kAfXdp) {
@@ -157,13 +169,13 @@ common::Result<std::unique_ptr<Engine>> Engine::Create(const ClientOptions& opti
     if (socket->segmentation_offload()) description = "udp, segmentation offload";
     transport = std::move(socket);
   }
-  return std::unique_ptr<Engine>(
-      new Engine(options, std::move(transport), std::move(description)));
+  return Create(options, std::move(transport), std::move(description), common::SteadyClock());
 }
 
 Engine::Engine(const ClientOptions& options, std::unique_ptr<Transport> transport,
-               std::string transport_description)
+               std::string transport_description, const common::Clock& clock)
     : options_(options),
+      clock_(clock),
       headroom_(options.headroom.value_or(DefaultHeadroom(options.world))),
       transport_(std::move(transport)),
       transport_description_(std::move(transport_description)),
@@ -228,7 +240,7 @@ ClientStats Engine::Stats() const {
 
 common::Status Engine::Run(const Request& r) {
   op_deadline_ =
-      options_.deadline.count() > 0 ? Clock::now() + options_.deadline : Clock::time_point::max();
+      options_.deadline.count() > 0 ? clock_.Now() + options_.deadline : Clock::time_point::max();
   addr_low_ = r.addr_low;
   ack_repeats_left_ = 0;  // this allreduce's datagrams carry the watermark
   Lane& lane = lanes_[SwitchIndex(r.addr_low, lanes_.size())];
@@ -343,7 +355,7 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
   out_first_ = 0;
   out_n_ = 0;
   held_known_ = false;
-  last_progress_ = Clock::now();
+  last_progress_ = clock_.Now();
   for (;;) {
     // Take in everything waiting first: results make room in the window.
     for (;;) {
@@ -357,7 +369,7 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
     if (stop_.load(std::memory_order_relaxed)) {
       return common::FailedPrecondition("the client was destroyed during the allreduce");
     }
-    const Clock::time_point now = Clock::now();
+    const Clock::time_point now = clock_.Now();
     const Clock::time_point stalled = last_progress_ + options_.progress_timeout;
     if (now >= stalled) return common::Unavailable(StallMessage(lane, phase));
     if (now >= op_deadline_) {
@@ -534,7 +546,7 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
       case Opcode::kTaskInfo: {
         uint32_t k;
         Clock::duration rtt;
-        const Clock::time_point now = Clock::now();
+        const Clock::time_point now = clock_.Now();
         if (phase.kind == Phase::Kind::kAnnounce && h.node_id.host() == options_.rank &&
             window_.Complete(h.seq.host(), now, &k, &rtt) == SendWindow::Match::kNew) {
           lane.timer.OnResult(rtt);
@@ -573,7 +585,7 @@ bool Engine::KeptAnswered(uint32_t seq) {
 }
 
 void Engine::OnNotice(const AggHeader& h) {
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = clock_.Now();
   switch (static_cast<aggregator::NoticeKind>(h.aux.host())) {
     case aggregator::NoticeKind::kHeld:
       // The switch has this chunk and waits for other members: resending it
@@ -634,7 +646,7 @@ common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator
   const AggHeader& h = *pkt.header;
   uint32_t k = 0;
   Clock::duration rtt;
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = clock_.Now();
   switch (window_.Complete(h.seq.host(), now, &k, &rtt)) {
     case SendWindow::Match::kNew:
       break;
@@ -734,7 +746,7 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
     // again soon, and without backing off (nothing was lost).
     if (why == NackReason::kSlotQuota || why == NackReason::kHoldQuota ||
         why == NackReason::kSlotBusy) {
-      window_.Refused(seq, Clock::now() + std::min<Clock::duration>(options_.retransmit_timeout,
+      window_.Refused(seq, clock_.Now() + std::min<Clock::duration>(options_.retransmit_timeout,
                                                                     kQuotaRetry));
     }
     return common::Status::Ok();
@@ -753,7 +765,7 @@ void Engine::SendAck(Lane& lane) {
   WriteAndSendAck(lane);
   ack_lane_ = &lane;
   ack_repeats_left_ = kAckRepeats;
-  ack_due_ = Clock::now() + lane.timer.timeout();
+  ack_due_ = clock_.Now() + lane.timer.timeout();
 }
 
 void Engine::RepeatAck(Clock::time_point now) {

@@ -48,6 +48,7 @@
 #include "client/internal/retransmit_timer.h"
 #include "client/internal/send_window.h"
 #include "client/internal/transport.h"
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace aggswitch::client::internal {
@@ -74,6 +75,15 @@ class Engine {
   // Opens the transport and allocates every buffer. `options` must be valid
   // (ValidateClientOptions). [any]
   static common::Result<std::unique_ptr<Engine>> Create(const ClientOptions& options);
+  // The same over a transport the caller opened, with SendBuffers(options)
+  // send buffers, on `clock` (which must outlive the engine): the fabric
+  // simulator's (tests/sim), on simulated time. [any]
+  static common::Result<std::unique_ptr<Engine>> Create(const ClientOptions& options,
+                                                        std::unique_ptr<Transport> transport,
+                                                        std::string description,
+                                                        const common::Clock& clock);
+  // The send buffers an engine with `options` builds its datagrams in.
+  static uint32_t SendBuffers(const ClientOptions& options);
 
   // Runs one allreduce to the end: its result is in request.data, or the
   // status says why not. count > 0 and (dtype, op) valid. [I/O thread]
@@ -143,7 +153,7 @@ class Engine {
   }
 
   Engine(const ClientOptions& options, std::unique_ptr<Transport> transport,
-         std::string transport_description);
+         std::string transport_description, const common::Clock& clock);
   // Set by a NOTICE from the switch: this rank is a predicted straggler and
   // flags its contributions BYPASS (docs/stragglers.md). [I/O thread]
   bool self_flag_ = false;
@@ -192,6 +202,7 @@ class Engine {
   std::string StallMessage(const Lane& lane, const Phase& phase) const;
 
   const ClientOptions options_;
+  const common::Clock& clock_;
   const int headroom_;
   std::unique_ptr<Transport> transport_;
   const std::string transport_description_;

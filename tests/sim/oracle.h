@@ -1,0 +1,59 @@
+// The simulator's oracle: what every rank got from one allreduce, judged
+// against the reduction of every rank's input, computed here from the
+// documented semantics (docs/protocol.md, "Data types and operations"), not
+// by the switch's code:
+//   - integers (sum, min, max, and, or) and bools: exact; an int32 sum
+//     whose true value leaves the int32 range must fail with the overflow
+//     error (kOutOfRange), and may only fail so when some order of
+//     summing its elements saturates (its positive or negative parts
+//     overflow);
+//   - float32 sums in fixed point: per chunk, the exact integer sum of the
+//     ranks' fixed-point values (the client's encoding), or, where that
+//     sum can saturate, the chunk's float32 redo;
+//   - ordered float sums (ORDERED: float16/bfloat16 sums, the fixed-point
+//     redo, FloatMode::kFloatOrdered) bit for bit as each switch of the
+//     job's tree reduces its members in member order (or, for data the
+//     parameter node reduces, in rank order), when no timer, TAN or
+//     parameter node can have changed the order; otherwise within the
+//     rounding of the sum, as unordered float sums are;
+//   - min and max of floats: exact, NaN first, min(-0, +0) = -0;
+//   - every rank of an allreduce that succeeded got the same bytes.
+// An allreduce that failed is a finding unless a fault the scenario
+// injected explains it (a crashed rank, a restarted switch, a parameter
+// node that went away) or it is the overflow error above; so is one that
+// succeeded after the scenario's bound on its time.
+//
+//   OpView v{...};
+//   JudgeOp(v, &findings);
+//
+// Thread safety: pure functions; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tests/sim/rank.h"
+#include "tests/sim/scenario.h"
+
+namespace aggswitch::sim {
+
+// One allreduce of one run of a job, as the ranks lived it.
+struct OpView {
+  const Scenario* scenario = nullptr;
+  size_t job = 0;
+  uint32_t run = 0;
+  uint32_t op = 0;
+  // By rank: what it got; null when the rank's process never ran it.
+  std::vector<const OpOutcome*> outcomes;
+  // By rank: what it sent.
+  std::vector<std::vector<uint8_t>> inputs;
+  // Why a failure of this allreduce is allowed (a fault that touched it);
+  // empty: none is.
+  std::string excuse;
+};
+
+// Appends a line per broken promise to `findings`.
+void JudgeOp(const OpView& view, std::vector<std::string>* findings);
+
+}  // namespace aggswitch::sim

@@ -1,0 +1,88 @@
+// One process of one rank: the client library's engine
+// (client/internal/engine.h), on a fiber and a SimTransport, running the
+// rank's allreduces one after the other, as a training script's loop would
+// through client::Client. What each allreduce returned is kept for the
+// oracle. A killed process stops at once: its socket closes, its waits
+// fail, and the engine unwinds.
+//
+//   RankProcess p(world, host, options, ops, data_for_op, start_ns);
+//   ...   world.Run(...)
+//   p.Kill();                          // a crash
+//   for (const OpOutcome& o : p.outcomes()) ...
+//
+// Thread safety: the simulator's thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregator/types.h"
+#include "client/client.h"
+#include "common/status.h"
+#include "tests/sim/fiber.h"
+#include "tests/sim/host.h"
+#include "tests/sim/world.h"
+
+namespace aggswitch::sim {
+
+// One allreduce of a rank's program.
+struct OpSpec {
+  aggregator::DType dtype = aggregator::DType::kInt32;
+  aggregator::ReduceOp op = aggregator::ReduceOp::kSum;
+  uint32_t count = 1;
+  uint64_t think_ns = 0;  // computation before it starts
+};
+
+// What an allreduce returned.
+struct OpOutcome {
+  bool ran = false;
+  common::StatusCode code = common::StatusCode::kOk;
+  std::string message;
+  std::vector<uint8_t> data;  // the buffer afterwards (the result when ok)
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+};
+
+class RankProcess {
+ public:
+  // The input of allreduce k: count * size(dtype) bytes.
+  using DataFor = std::function<std::vector<uint8_t>(uint32_t op)>;
+
+  RankProcess(World& world, Host& host, client::ClientOptions options, std::vector<OpSpec> ops,
+              DataFor data_for, uint64_t start_ns);
+  ~RankProcess();
+  RankProcess(const RankProcess&) = delete;
+  RankProcess& operator=(const RankProcess&) = delete;
+
+  // A crash: the process is gone from now on.
+  void Kill();
+  bool killed() const { return killed_; }
+  // Its program ran to the end (or it was killed and unwound).
+  bool done() const { return fiber_.done(); }
+  const std::vector<OpOutcome>& outcomes() const { return outcomes_; }
+  const client::ClientOptions& options() const { return options_; }
+  // Why the engine could not be created (then nothing ran).
+  const std::string& setup_error() const { return setup_error_; }
+
+ private:
+  void Body();
+  void WakeSoon();
+
+  World& world_;
+  Host& host_;
+  const client::ClientOptions options_;
+  const std::vector<OpSpec> ops_;
+  const DataFor data_for_;
+  std::vector<OpOutcome> outcomes_;
+  SimTransport* transport_ = nullptr;  // owned by the engine while the body runs
+  Fiber fiber_;
+  bool killed_ = false;
+  bool wake_pending_ = false;
+  bool dying_ = false;
+  std::string setup_error_;
+};
+
+}  // namespace aggswitch::sim

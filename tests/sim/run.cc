@@ -1,0 +1,584 @@
+#include "tests/sim/run.h"
+
+#include <rte_mempool.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "common/log.h"
+#include "control/api.h"
+#include "tests/sim/host.h"
+#include "tests/sim/oracle.h"
+#include "tests/sim/param_node.h"
+#include "tests/sim/rank.h"
+#include "tests/sim/sim_switch.h"
+#include "tests/sim/world.h"
+
+namespace aggswitch::sim {
+
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint16_t kAggPort = 47000;
+constexpr uint16_t kVlan = 10;
+constexpr uint64_t kLinkStream = 7;
+
+std::string IpText(uint32_t ip) { return common::Ipv4Addr{ip}.ToString(); }
+
+std::string KeyText(uint64_t key) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, key);
+  return buf;
+}
+
+std::string IdList(const std::vector<uint16_t>& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  return out + "]";
+}
+
+// A switch port that faces a segment of hosts: a frame goes to the hosts it
+// is addressed to (or every host, broadcast), each by its own link.
+class Segment final : public FrameSink {
+ public:
+  void Add(Host* host, Link* down) { hosts_.push_back({host, down}); }
+  void Receive(Frame frame) override {
+    const bool broadcast = std::all_of(frame.begin(), frame.begin() + 6, [](uint8_t b) { return b == 0xff; });
+    for (const auto& [host, down] : hosts_) {
+      if (broadcast || std::equal(frame.begin(), frame.begin() + 6, host->mac().bytes.begin())) {
+        down->Send(frame.data(), frame.size());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<Host*, Link*>> hosts_;
+};
+
+// Where each switch's ports lead.
+struct PortPlan {
+  std::vector<std::string> names;  // "h", "c<k>", "up", "ps"
+  int hosts = -1;                  // the host segment's port
+  int up = -1;
+  int ps = -1;
+  std::map<int, int> child;        // child switch -> port
+};
+
+class Runner {
+ public:
+  Runner(const Scenario& s, const RunOptions& options) : s_(s), options_(options), world_(s.seed) {
+    world_.set_print(options.print_frames);
+  }
+  ~Runner() { TearDown(); }
+
+  common::Result<Outcome> Run();
+
+ private:
+  struct RunState {
+    std::vector<std::unique_ptr<RankProcess>> procs;  // by rank
+    bool started = false;
+    uint64_t start_ns = 0;
+  };
+  struct JobState {
+    std::vector<std::unique_ptr<Host>> hosts;  // by rank
+    std::vector<RunState> runs;
+  };
+
+  common::Status Build();
+  std::string SwitchYaml(size_t i, const std::vector<std::string>& rings) const;
+  std::string JobConfig(size_t job, size_t sw, bool json) const;
+  LinkFaults DrawFaults(uint64_t id);
+  Link* NewLink(FrameSink* to, LinkFaults faults);
+  client::ClientOptions OptionsFor(size_t job, uint32_t rank) const;
+  void StartRun(size_t job, uint32_t run);
+  common::Status AddApiJobs(size_t sw);
+  bool AllDone() const;
+  void Watch();
+  void CheckLeaks(Outcome* out);
+  std::string ExcuseFor(size_t job, uint32_t run, const OpOutcome* earliest, uint64_t end) const;
+  void Judge(Outcome* out);
+  void TearDown();
+
+  const Scenario& s_;
+  const RunOptions options_;
+  World world_;
+  std::vector<PortPlan> ports_;
+  std::vector<JobTree> trees_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<std::unique_ptr<Segment>> segments_;
+  std::vector<std::unique_ptr<SimSwitch>> switches_;
+  std::unique_ptr<Host> ps_host_;
+  std::unique_ptr<ParamNode> ps_;
+  std::vector<JobState> jobs_;
+  std::string state_dir_;
+  uint64_t start_ns_ = 0;
+  uint64_t last_activity_ns_ = 0;
+  std::vector<std::string> build_errors_;
+};
+
+LinkFaults Runner::DrawFaults(uint64_t id) {
+  Rng r(Mix(s_.seed, kLinkStream, id));
+  LinkFaults f;
+  f.loss = r.Unit() * s_.links.loss;
+  f.duplicate = r.Unit() * s_.links.duplicate;
+  f.reorder = r.Unit() * s_.links.reorder;
+  f.delay_ns = static_cast<uint64_t>(r.Range(2, 50)) * 1000;
+  f.reorder_ns = static_cast<uint64_t>(r.Range(10, 500)) * 1000;
+  return f;
+}
+
+Link* Runner::NewLink(FrameSink* to, LinkFaults faults) {
+  const uint64_t id = links_.size();
+  links_.push_back(std::make_unique<Link>(world_, to, std::move(faults), Mix(s_.seed, kLinkStream, id, 1), id));
+  return links_.back().get();
+}
+
+std::string Runner::JobConfig(size_t job, size_t sw, bool json) const {
+  const JobSpecSim& j = s_.jobs[job];
+  const JobTree& tree = trees_[job];
+  const JobTree::Node& node = tree.at.at(static_cast<int>(sw));
+  const SwitchSpec& me = s_.switches[sw];
+  std::ostringstream o;
+  const char* q = json ? "\"" : "";
+  const auto key = [&](const char* k) { return std::string(q) + k + q + ": "; };
+  o << "{" << key("id") << j.id << ", " << key("key") << "\"" << KeyText(j.key) << "\", "
+    << key("nodes") << tree.at.size();
+  if (!node.ranks.empty()) o << ", " << key("node_ids") << IdList(node.ranks);
+  if (!node.children.empty()) {
+    o << ", " << key("switches") << "[";
+    for (size_t c = 0; c < node.children.size(); ++c) {
+      const int child = node.children[c];
+      o << (c ? ", " : "") << "{" << key("node") << s_.switches[child].node_id << ", " << key("covers")
+        << IdList(tree.Covers(child)) << "}";
+    }
+    o << "]";
+  }
+  if (static_cast<int>(sw) != tree.root) {
+    o << ", " << key("upstream") << "{" << key("address") << "\"" << IpText(s_.switches[me.parent].ip) << "\", "
+      << key("node") << me.node_id << ", " << key("vlan") << kVlan << "}";
+  }
+  o << ", " << key("timeout_ms") << j.timeout_ms << ", " << key("trigger") << "\""
+    << (j.batch ? "batch" : "incremental") << "\"";
+  if (static_cast<int>(sw) == tree.root) {
+    if (j.tan == SwitchSpec::Tan::kSelf) {
+      o << ", " << key("tan") << "{" << key("strategy") << "\"self\"}";
+    } else if (j.tan == SwitchSpec::Tan::kRemote) {
+      o << ", " << key("tan") << "{" << key("strategy") << "\"fixed\", " << key("candidates") << "[{"
+        << key("address") << "\"" << IpText(s_.param_node_ip) << "\", " << key("port") << kAggPort << "}]}";
+    }
+    if (j.verify) o << ", " << key("verify") << "true";
+  }
+  o << "}";
+  return o.str();
+}
+
+std::string Runner::SwitchYaml(size_t i, const std::vector<std::string>& rings) const {
+  const SwitchSpec& sw = s_.switches[i];
+  const PortPlan& plan = ports_[i];
+  std::ostringstream y;
+  y << "eal: {lcores: \"0,1,2\"}\n"
+    << "switch:\n  name: s" << i << "\n  mac: " << sw.mac.ToString() << "\n"
+    << "  addresses: [{address: " << IpText(sw.ip) << "/16, vlan: " << kVlan << "}]\n"
+    << "ports:\n";
+  for (size_t p = 0; p < plan.names.size(); ++p) {
+    y << "  - {name: " << plan.names[p] << ", devargs: net_ring_" << rings[p] << ", access: " << kVlan << "}\n";
+  }
+  y << "workers:\n";
+  for (uint32_t w = 0; w < sw.workers; ++w) {
+    y << "  - {lcore: " << (w + 1) << ", rx: [";
+    bool first = true;
+    for (size_t p = w; p < plan.names.size(); p += sw.workers) {
+      y << (first ? "" : ", ") << plan.names[p];
+      first = false;
+    }
+    y << "]}\n";
+  }
+  // A worker that polls no port would not validate: two workers need two ports.
+  y << "mempool: {mbufs: 4095, cache: 0}\n"
+    << "mac_table: {size: 1024}\n"
+    << "aggregation:\n"
+    << "  address: {address: " << IpText(sw.ip) << ", vlan: " << kVlan << "}\n"
+    << "  slot_secret: \"0x" << KeyText(Mix(s_.seed, 11, i)).substr(2) << KeyText(Mix(s_.seed, 12, i)).substr(2)
+    << "\"\n"
+    << "  slots: " << sw.slots << "\n  spare_slots: " << sw.spare_slots << "\n"
+    << "  max_fan_in: 64\n  max_jobs: 32\n"
+    << "  stale_slot_ms: " << sw.stale_slot_ms << "\n  member_rebind_ms: " << sw.member_rebind_ms << "\n"
+    << "  timeout_ms: " << sw.timeout_ms << "\n  trigger: " << (sw.batch ? "batch" : "incremental") << "\n"
+    << "  give_up_ms: " << sw.give_up_ms << "\n"
+    << "  bypass: {entries: " << sw.bypass_entries << ", ttl_ms: " << sw.bypass_ttl_ms
+    << ", subswitch: " << (sw.subswitch_nodes ? "nodes" : "switch") << "}\n"
+    << "  hold: {buffers: " << sw.hold_buffers << "}\n"
+    << "  in_band: {idle_timeout_ms: 1000}\n"
+    << "  state_file: " << state_dir_ << "/s" << i << ".json\n";
+  if (sw.tan == SwitchSpec::Tan::kSelf) {
+    y << "  tan: {strategy: self}\n";
+  } else if (sw.tan == SwitchSpec::Tan::kRemote) {
+    y << "  tan: {strategy: fixed, candidates: [{address: " << IpText(s_.param_node_ip) << ", port: " << kAggPort
+      << "}]}\n";
+  }
+  if (sw.parent >= 0) {
+    y << "  upstreams: [{address: " << IpText(s_.switches[sw.parent].ip) << ", vlan: " << kVlan << "}]\n";
+  }
+  y << "  jobs:\n";
+  bool any = false;
+  for (size_t j = 0; j < s_.jobs.size(); ++j) {
+    if (s_.jobs[j].origin != Origin::kConfig || trees_[j].at.count(static_cast<int>(i)) == 0) continue;
+    y << "    - " << JobConfig(j, i, false) << "\n";
+    any = true;
+  }
+  if (!any) y << "    []\n";
+  std::string text = y.str();
+  if (!any) {
+    const size_t at = text.rfind("  jobs:\n    []\n");
+    text.replace(at, std::string::npos, "  jobs: []\n");
+  }
+  return text;
+}
+
+client::ClientOptions Runner::OptionsFor(size_t job, uint32_t rank) const {
+  const JobSpecSim& j = s_.jobs[job];
+  client::ClientOptions o;
+  o.switches = {client::SwitchAddress{common::Ipv4Addr{s_.switches[j.rank_switch[rank]].ip}, kAggPort}};
+  o.job_id = j.id;
+  o.job_key = j.key;
+  o.rank = static_cast<uint16_t>(rank);
+  o.world = static_cast<uint16_t>(j.ranks());
+  o.task_info = j.task_info;
+  o.node_count = static_cast<uint16_t>(std::max<size_t>(1, j.in_band_leaves.size()));
+  o.float_mode = j.float_mode;
+  o.headroom = j.headroom;
+  o.window = j.window;
+  o.max_chunk_elements = j.max_chunk_elements;
+  o.resend_to_parameter_node = j.resend_to_parameter_node;
+  o.verify = j.verify;
+  o.progress_timeout = std::chrono::milliseconds(3000);
+  return o;
+}
+
+common::Status Runner::Build() {
+  // Where the API jobs of each switch are kept across its restarts.
+  char tmpl[] = "/tmp/agg-sim.XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return common::Internal("cannot make a temporary directory");
+  state_dir_ = tmpl;
+  for (size_t j = 0; j < s_.jobs.size(); ++j) trees_.push_back(TreeOf(s_, j));
+
+  // Ports: the host segment, the children, the parent, the parameter node.
+  ports_.resize(s_.switches.size());
+  std::set<int> with_hosts;
+  for (const JobSpecSim& j : s_.jobs) with_hosts.insert(j.rank_switch.begin(), j.rank_switch.end());
+  for (size_t i = 0; i < s_.switches.size(); ++i) {
+    PortPlan& p = ports_[i];
+    const auto add = [&](const std::string& name) {
+      p.names.push_back(name);
+      return static_cast<int>(p.names.size() - 1);
+    };
+    if (with_hosts.count(static_cast<int>(i)) != 0) p.hosts = add("h");
+    for (int c : s_.switches[i].children) p.child[c] = add("c" + std::to_string(c));
+    if (s_.switches[i].parent >= 0) p.up = add("up");
+    if (i == 0 && s_.param_node) p.ps = add("ps");
+    // Every worker polls a port of its own.
+    while (p.names.size() < s_.switches[i].workers) add("x" + std::to_string(p.names.size()));
+  }
+  for (size_t i = 0; i < s_.switches.size(); ++i) {
+    switches_.push_back(std::make_unique<SimSwitch>(
+        world_, "s" + std::to_string(i), ports_[i].names.size(), s_.switches[i].workers,
+        [this, i](const std::vector<std::string>& rings) { return SwitchYaml(i, rings); }));
+  }
+  // Switch to switch.
+  uint64_t link_id = 0;
+  for (size_t i = 0; i < s_.switches.size(); ++i) {
+    const int parent = s_.switches[i].parent;
+    if (parent < 0) continue;
+    SimSwitch& up = *switches_[parent];
+    SimSwitch& down = *switches_[i];
+    up.SetLink(ports_[parent].child.at(static_cast<int>(i)),
+               NewLink(down.port_sink(ports_[i].up), DrawFaults(link_id++)));
+    down.SetLink(ports_[i].up, NewLink(up.port_sink(ports_[parent].child.at(static_cast<int>(i))),
+                                       DrawFaults(link_id++)));
+  }
+  // Hosts: each rank of each job on its switch's segment.
+  segments_.resize(s_.switches.size());
+  for (size_t i = 0; i < s_.switches.size(); ++i) {
+    if (ports_[i].hosts < 0) continue;
+    segments_[i] = std::make_unique<Segment>();
+    LinkFaults clean;
+    clean.delay_ns = 0;
+    switches_[i]->SetLink(ports_[i].hosts, NewLink(segments_[i].get(), clean));
+  }
+  jobs_.resize(s_.jobs.size());
+  for (size_t j = 0; j < s_.jobs.size(); ++j) {
+    const JobSpecSim& spec = s_.jobs[j];
+    for (uint32_t r = 0; r < spec.ranks(); ++r) {
+      const int sw = spec.rank_switch[r];
+      common::MacAddr mac;
+      mac.bytes = {0x02, 0x00, static_cast<uint8_t>(j), static_cast<uint8_t>(r), 0x00, 0x01};
+      auto host = std::make_unique<Host>(world_, "j" + std::to_string(j) + "r" + std::to_string(r), mac,
+                                         (10u << 24) | ((1 + j) << 8) | (1 + r));
+      for (const SwitchSpec& other : s_.switches) host->AddNeighbor(other.ip, other.mac);
+      host->SetUplink(NewLink(switches_[sw]->port_sink(ports_[sw].hosts), DrawFaults(link_id++)));
+      segments_[sw]->Add(host.get(), NewLink(host.get(), DrawFaults(link_id++)));
+      jobs_[j].hosts.push_back(std::move(host));
+    }
+    jobs_[j].runs.resize(spec.runs);
+  }
+  // The parameter node on the root.
+  if (s_.param_node) {
+    common::MacAddr mac;
+    mac.bytes = {0x02, 0x00, 0xff, 0x00, 0x00, 0x01};
+    ps_host_ = std::make_unique<Host>(world_, "agg-ps", mac, s_.param_node_ip);
+    for (const SwitchSpec& sw : s_.switches) ps_host_->AddNeighbor(sw.ip, sw.mac);
+    ps_host_->SetUplink(NewLink(switches_[0]->port_sink(ports_[0].ps), DrawFaults(link_id++)));
+    switches_[0]->SetLink(ports_[0].ps, NewLink(ps_host_.get(), DrawFaults(link_id++)));
+    aggregator::PsOptions options;
+    options.tan.give_up_ns = 2000 * kMs;
+    options.tan.node_id = 65534;
+    std::vector<tools::CoverSpec> covers;
+    for (size_t j = 0; j < s_.jobs.size(); ++j) {
+      if (s_.jobs[j].origin == Origin::kInBand) continue;
+      for (int child : trees_[j].at.at(trees_[j].root).children) {
+        covers.push_back(tools::CoverSpec{s_.jobs[j].id, s_.switches[child].node_id, trees_[j].Covers(child)});
+      }
+    }
+    ps_ = std::make_unique<ParamNode>(world_, *ps_host_, kAggPort, options, covers);
+  }
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    if (common::Status st = switches_[i]->Start(); !st.ok()) return st;
+    RETURN_IF_ERROR(AddApiJobs(i));
+  }
+  return common::Status::Ok();
+}
+
+common::Status Runner::AddApiJobs(size_t sw) {
+  for (size_t j = 0; j < s_.jobs.size(); ++j) {
+    if (s_.jobs[j].origin != Origin::kApi || trees_[j].at.count(static_cast<int>(sw)) == 0) continue;
+    const std::string body = JobConfig(j, sw, true);
+    auto request = control::ParseJobRequest(body);
+    if (!request.ok()) return common::InvalidArgument("s" + std::to_string(sw) + ": " + request.status().message() + ": " + body);
+    auto added = switches_[sw]->node().jobs().AddNow(*request);
+    // Restored from the state file after a restart: already there.
+    if (!added.ok() && added.status().code() != common::StatusCode::kAlreadyExists) {
+      return common::Status(added.status().code(),
+                            "s" + std::to_string(sw) + ": API job " + std::to_string(s_.jobs[j].id) + ": " +
+                                added.status().message());
+    }
+  }
+  return common::Status::Ok();
+}
+
+void Runner::StartRun(size_t job, uint32_t run) {
+  const JobSpecSim& j = s_.jobs[job];
+  RunState& state = jobs_[job].runs[run];
+  state.started = true;
+  state.start_ns = world_.now();
+  for (uint32_t r = 0; r < j.ranks(); ++r) {
+    state.procs.push_back(std::make_unique<RankProcess>(
+        world_, *jobs_[job].hosts[r], OptionsFor(job, r), j.ops,
+        [this, job, run, r](uint32_t op) { return RankData(s_, job, run, r, op); }, world_.now()));
+  }
+  if (run == 0 && j.crash_rank >= 0) {
+    RankProcess* victim = state.procs[j.crash_rank].get();
+    world_.At(world_.now() + j.crash_after_ns, [victim] { victim->Kill(); });
+  }
+}
+
+bool Runner::AllDone() const {
+  for (const JobState& job : jobs_) {
+    for (const RunState& run : job.runs) {
+      if (!run.started || run.procs.empty()) return false;
+      for (const auto& p : run.procs) {
+        if (!p->done()) return false;
+      }
+    }
+  }
+  return true;
+}
+
+void Runner::Watch() {
+  // Reruns start once every process of the run before has ended.
+  for (size_t j = 0; j < jobs_.size(); ++j) {
+    JobState& job = jobs_[j];
+    for (uint32_t run = 1; run < job.runs.size(); ++run) {
+      if (job.runs[run].started || !job.runs[run - 1].started) continue;
+      const auto& procs = job.runs[run - 1].procs;
+      if (!std::all_of(procs.begin(), procs.end(), [](const auto& p) { return p->done(); })) continue;
+      job.runs[run].started = true;  // StartRun sets it again, at its time
+      world_.At(world_.now() + s_.jobs[j].rerun_gap_ns, [this, j, run] { StartRun(j, run); });
+    }
+  }
+  if (!AllDone()) world_.At(world_.now() + kMs, [this] { Watch(); });
+}
+
+std::string Runner::ExcuseFor(size_t job, uint32_t run, const OpOutcome* earliest, uint64_t end) const {
+  const JobSpecSim& j = s_.jobs[job];
+  if (run == 0 && j.crash_rank >= 0) return "rank " + std::to_string(j.crash_rank) + " crashed";
+  const uint64_t from = earliest != nullptr ? earliest->start_ns : 0;
+  for (const SwitchRestart& r : s_.restarts) {
+    const uint64_t at = start_ns_ + r.at_ns;
+    if (trees_[job].at.count(r.sw) != 0 && at <= end && at + r.down_ns + 50 * kMs >= from) {
+      return "switch s" + std::to_string(r.sw) + " restarted";
+    }
+  }
+  const bool uses_ps = j.tan == SwitchSpec::Tan::kRemote;
+  for (const Outage& o : s_.param_node_outages) {
+    const uint64_t at = start_ns_ + o.at_ns;
+    if (uses_ps && at <= end && at + o.down_ns + 50 * kMs >= from) return "agg-ps went away";
+  }
+  return "";
+}
+
+void Runner::Judge(Outcome* out) {
+  for (size_t j = 0; j < s_.jobs.size(); ++j) {
+    const JobSpecSim& spec = s_.jobs[j];
+    for (uint32_t run = 0; run < jobs_[j].runs.size(); ++run) {
+      const RunState& state = jobs_[j].runs[run];
+      for (uint32_t op = 0; op < spec.ops.size(); ++op) {
+        OpView v;
+        v.scenario = &s_;
+        v.job = j;
+        v.run = run;
+        v.op = op;
+        const OpOutcome* earliest = nullptr;
+        uint64_t end = 0;
+        for (uint32_t r = 0; r < spec.ranks(); ++r) {
+          const OpOutcome* o = r < state.procs.size() ? &state.procs[r]->outcomes()[op] : nullptr;
+          v.outcomes.push_back(o != nullptr && o->ran ? o : nullptr);
+          v.inputs.push_back(RankData(s_, j, run, r, op));
+          if (o != nullptr && o->ran) {
+            ++out->ops;
+            if (o->code == common::StatusCode::kOk) ++out->ops_ok;
+            if (earliest == nullptr || o->start_ns < earliest->start_ns) earliest = o;
+            end = std::max(end, o->end_ns);
+          }
+        }
+        v.excuse = ExcuseFor(j, run, earliest, end);
+        JudgeOp(v, &out->failures);
+      }
+      for (uint32_t r = 0; r < state.procs.size(); ++r) {
+        if (!state.procs[r]->setup_error().empty()) {
+          out->failures.push_back("job " + std::to_string(spec.id) + " rank " + std::to_string(r) +
+                                  ": no engine: " + state.procs[r]->setup_error());
+        }
+      }
+    }
+  }
+}
+
+void Runner::CheckLeaks(Outcome* out) {
+  for (size_t i = 0; i < switches_.size(); ++i) {
+    SimSwitch& sw = *switches_[i];
+    if (!sw.up()) continue;
+    const std::string name = "switch s" + std::to_string(i);
+    dataplane::Dataplane& dp = sw.node().dataplane();
+    for (const dataplane::PoolStats& p : dp.PoolStatsNow()) {
+      if (p.available != p.capacity) {
+        out->failures.push_back(name + ": " + std::to_string(p.capacity - p.available) + " of its " + p.name +
+                                " buffers are still held after the jobs ended");
+      }
+    }
+    for (size_t w = 0; w < dp.worker_count(); ++w) {
+      const aggregator::BypassTable* bypass = dp.worker_bypass(w);
+      if (bypass != nullptr && bypass->live() != 0) {
+        out->failures.push_back(name + ": worker " + std::to_string(w) + " still has " +
+                                std::to_string(bypass->live()) + " bypass entries after their TTL");
+      }
+    }
+    if (control::TreeControl* tree = sw.node().tree(); tree != nullptr && tree->tan_pending() != 0) {
+      out->failures.push_back(name + ": its own TAN still holds " + std::to_string(tree->tan_pending()) +
+                              " chunks after its give-up time");
+    }
+  }
+  if (ps_ != nullptr && ps_->engine() != nullptr) {
+    const aggregator::PsEngine& e = *ps_->engine();
+    if (e.pending() != 0 || e.kept() != 0 || e.tan().pending() != 0 || e.tan().held_lates() != 0) {
+      out->failures.push_back("agg-ps: still holds " + std::to_string(e.pending()) + " direct chunks, " +
+                              std::to_string(e.kept()) + " contributions, " + std::to_string(e.tan().pending()) +
+                              " TAN chunks and " + std::to_string(e.tan().held_lates()) +
+                              " late payloads after its give-up time");
+    }
+  }
+}
+
+common::Result<Outcome> Runner::Run() {
+  start_ns_ = world_.now();
+  if (common::Status st = Build(); !st.ok()) return st;
+  // Faults of the fabric.
+  for (const SwitchRestart& r : s_.restarts) {
+    SimSwitch* sw = switches_[r.sw].get();
+    world_.At(start_ns_ + r.at_ns, [sw] { sw->Stop(); });
+    world_.At(start_ns_ + r.at_ns + r.down_ns, [this, sw, idx = r.sw] {
+      if (common::Status st = sw->Start(); !st.ok()) build_errors_.push_back(st.ToString());
+      if (common::Status st = AddApiJobs(idx); !st.ok()) build_errors_.push_back(st.ToString());
+    });
+  }
+  for (const Outage& o : s_.param_node_outages) {
+    world_.At(start_ns_ + o.at_ns, [this] { ps_->Crash(); });
+    world_.At(start_ns_ + o.at_ns + o.down_ns, [this] { ps_->Restart(); });
+  }
+  for (size_t j = 0; j < s_.jobs.size(); ++j) {
+    world_.At(start_ns_ + s_.jobs[j].start_ns, [this, j] { StartRun(j, 0); });
+  }
+  world_.At(start_ns_ + kMs, [this] { Watch(); });
+  const bool finished = world_.Run(start_ns_ + s_.limit_ns, [this] { return AllDone(); });
+  Outcome out;
+  out.sim_ns = world_.now() - start_ns_;
+  if (!finished) {
+    out.failures.push_back("the scenario did not end within " + std::to_string(s_.limit_ns / kMs) +
+                           " ms of simulated time");
+  }
+  for (const std::string& e : build_errors_) out.failures.push_back("simulator: " + e);
+  // The jobs ended: every timer the switches and agg-ps run out, then nothing may be held.
+  uint64_t quiet = 0;
+  for (const SwitchSpec& sw : s_.switches) {
+    quiet = std::max<uint64_t>({quiet, sw.bypass_ttl_ms, sw.stale_slot_ms, sw.give_up_ms});
+  }
+  quiet = std::max<uint64_t>(quiet, 2000) + 1500;
+  world_.Run(world_.now() + quiet * kMs, [] { return false; });
+  CheckLeaks(&out);
+  Judge(&out);
+  if (options_.verbose && ps_ != nullptr && ps_->engine() != nullptr) {
+    const aggregator::TanCounters& t = ps_->engine()->tan().counters();
+    const aggregator::PsCounters& p = ps_->engine()->counters();
+    std::fprintf(stderr,
+                 "agg-ps: rx %" PRIu64 " parse errors %" PRIu64 "; tan first %" PRIu64 " late %" PRIu64
+                 " merged %" PRIu64 " dup %" PRIu64 " key %" PRIu64 " completed %" PRIu64 " gave up %" PRIu64
+                 " orphan %" PRIu64 " after done %" PRIu64 " repeat first %" PRIu64 " malformed %" PRIu64
+                 " ignored %" PRIu64 "; direct %" PRIu64 " reduced %" PRIu64 " verify %" PRIu64 "\n",
+                 ps_->counters().rx_datagrams, ps_->counters().parse_errors, t.first_data, t.late, t.merged,
+                 t.duplicate_late, t.key_mismatch, t.completed, t.gave_up, t.orphan_late, t.late_after_done,
+                 t.repeat_first, t.malformed, t.ignored, p.direct, p.reduced, p.verify);
+  }
+  out.trace = world_.trace();
+  out.events = world_.events();
+  return out;
+}
+
+void Runner::TearDown() {
+  world_.Clear();
+  jobs_.clear();
+  ps_.reset();
+  ps_host_.reset();
+  for (auto& sw : switches_) sw->Stop();
+  world_.Clear();
+  switches_.clear();
+  if (!state_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(state_dir_, ec);
+  }
+}
+
+}  // namespace
+
+common::Result<Outcome> RunScenario(const Scenario& scenario, const RunOptions& options) {
+  Runner runner(scenario, options);
+  return runner.Run();
+}
+
+}  // namespace aggswitch::sim
