@@ -84,8 +84,8 @@
 // retransmitted on its timer until the switch takes it or progress_timeout
 // passes (the stall message then names the last one); after a "slot quota"
 // or "hold quota" refusal it goes again within 2 ms, without backing off. They are "unknown job"
-// at a rank other than 0 in TaskInfoMode::kControlUnit (rank 0's
-// announcement may not have reached the switch yet), "rate limited" (in-band
+// at a rank that is not its node's control unit in TaskInfoMode::kControlUnit
+// (the control unit's announcement may not have reached the switch yet), "rate limited" (in-band
 // registrations over the switch's rate), "slot quota" and "hold quota" (the
 // job is as far ahead of its slowest rank as the switch lets it be), and
 // "member bound" (the switch still has this rank bound to the address of its
@@ -196,10 +196,12 @@ enum class TaskInfoMode : uint8_t {
   // node_count, and the switch registers the job from the first one
   // (variant A).
   kInBand,
-  // Rank 0 announces the job to each switch with a TASK_INFO datagram, sent
-  // again on its timer until the switch echoes it, before its first chunk
-  // there; contributions carry no task info. Other ranks' chunks that arrive
-  // first are NACKed (unknown job) and retransmitted (variant B).
+  // The control unit of each node, the first rank of the node's block (rank
+  // 0 with one node), announces the job to its switches with a TASK_INFO
+  // datagram, sent again on its timer until the switch echoes it, before its
+  // first chunk there; contributions carry no task info. Other ranks'
+  // chunks that arrive first are NACKed (unknown job) and retransmitted
+  // (variant B).
   kControlUnit,
 };
 

@@ -244,7 +244,7 @@ common::Status Engine::Run(const Request& r) {
   addr_low_ = r.addr_low;
   ack_repeats_left_ = 0;  // this allreduce's datagrams carry the watermark
   Lane& lane = lanes_[SwitchIndex(r.addr_low, lanes_.size())];
-  if (options_.task_info == TaskInfoMode::kControlUnit && options_.rank == 0 && !lane.announced) {
+  if (options_.task_info == TaskInfoMode::kControlUnit && ControlUnit() && !lane.announced) {
     Phase announce;
     announce.kind = Phase::Kind::kAnnounce;
     RETURN_IF_ERROR(Transfer(lane, announce));
@@ -727,14 +727,14 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
   }
   const uint32_t reason = h.aux.host();
   const auto why = static_cast<NackReason>(reason);
-  // "Not now": rank 0's announcement has not registered the job yet, or the
+  // "Not now": the control unit's announcement has not registered the job yet, or the
   // switch refuses this chunk for the moment (a rate, a quota, a binding, a
   // busy slot).
   // The chunk goes again on its retransmission timer; if nothing moves, the
   // stall message says why.
   const bool transient =
       (why == NackReason::kUnknownJob && options_.task_info == TaskInfoMode::kControlUnit &&
-       options_.rank != 0) ||
+       !ControlUnit()) ||
       why == NackReason::kRateLimited || why == NackReason::kSlotQuota ||
       why == NackReason::kHoldQuota || why == NackReason::kMemberBound ||
       why == NackReason::kSlotBusy;

@@ -6,9 +6,11 @@
 // through a SendWindow and answered by results. An allreduce is one transfer,
 // or for fixed-point float32 sums up to three: the exponent exchange (one
 // int32 max), the fixed-point data, and the float32 redo of overflowed chunks.
-// Before rank 0's first allreduce on a switch in TaskInfoMode::kControlUnit, a
-// one-datagram transfer announces the job; it takes no sequence number from
-// the client's sequence (only rank 0 makes it).
+// Before the control unit's first allreduce on a switch in
+// TaskInfoMode::kControlUnit, a one-datagram transfer announces the job; it
+// takes no sequence number from the client's sequence. The control unit of
+// a node is the first rank of the node's block (rank 0 with one node): each
+// node's switch learns the job from its own.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(options));
 //   Status s = engine->Run({.dtype = DType::kFloat32, .op = ReduceOp::kSum,
@@ -154,6 +156,9 @@ class Engine {
 
   Engine(const ClientOptions& options, std::unique_ptr<Transport> transport,
          std::string transport_description, const common::Clock& clock);
+  // Whether this rank announces the job to its node's switch
+  // (TaskInfoMode::kControlUnit): the first rank of its node's block.
+  bool ControlUnit() const { return options_.rank % (options_.world / options_.node_count) == 0; }
   // Set by a NOTICE from the switch: this rank is a predicted straggler and
   // flags its contributions BYPASS (docs/stragglers.md). [I/O thread]
   bool self_flag_ = false;

@@ -150,11 +150,8 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
     s.switches.push_back(sw);
   }
   for (size_t i = 0; i < s.switches.size(); ++i) {
-    SwitchSpec& sw = s.switches[i];
-    if (sw.parent >= 0) s.switches[sw.parent].children.push_back(static_cast<int>(i));
-    sw.node_id = static_cast<uint16_t>(100 + i);
-    sw.ip = Ip(10, 0, 100, static_cast<uint32_t>(1 + i));
-    sw.mac = Mac(0, 1, static_cast<uint8_t>(1 + i));
+    const int parent = s.switches[i].parent;
+    if (parent >= 0) s.switches[parent].children.push_back(static_cast<int>(i));
   }
 
   // --- The parameter node, and each switch's configuration. ---
@@ -319,7 +316,29 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
   }
   s.op_bound_ns = 4000 * kMs;
   s.limit_ns = 60'000 * kMs;
+  Finalize(s);
   return s;
+}
+
+void Finalize(Scenario& s) {
+  for (SwitchSpec& sw : s.switches) sw.children.clear();
+  for (size_t i = 0; i < s.switches.size(); ++i) {
+    SwitchSpec& sw = s.switches[i];
+    if (sw.parent >= 0) s.switches[sw.parent].children.push_back(static_cast<int>(i));
+    sw.node_id = static_cast<uint16_t>(100 + i);
+    sw.ip = Ip(10, 0, 100, static_cast<uint32_t>(1 + i));
+    sw.mac = Mac(0, 1, static_cast<uint8_t>(1 + i));
+  }
+  s.param_node_ip = Ip(10, 0, 200, 1);
+  for (size_t j = 0; j < s.jobs.size(); ++j) {
+    JobSpecSim& job = s.jobs[j];
+    if (job.id == 0) job.id = static_cast<uint32_t>(1000 + j);
+    if (job.key == 0) job.key = Mix(s.seed, kJob, 100 + j) | 1;
+    const int root = job.origin == Origin::kInBand && job.in_band_leaves.empty() ? job.rank_switch[0] : 0;
+    if (job.origin == Origin::kInBand || job.tan == SwitchSpec::Tan::kNone) job.tan = s.switches[root].tan;
+  }
+  if (s.op_bound_ns == 0) s.op_bound_ns = 4000 * kMs;
+  if (s.limit_ns == 0) s.limit_ns = 60'000 * kMs;
 }
 
 JobTree TreeOf(const Scenario& s, size_t job) {

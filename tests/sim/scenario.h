@@ -167,6 +167,13 @@ struct Scenario {
 
 Scenario Generate(uint64_t seed, const Limits& limits);
 
+// Fills what a hand-built scenario derives from its switches' parents:
+// each switch's children, node id (100 + index), aggregation address and
+// MAC, and the parameter node's address; and gives every job the defaults
+// Generate draws (its TAN resolved against its root's, a window, an op
+// bound and a time limit when unset). Generate calls it too.
+void Finalize(Scenario& s);
+
 // A job's tree: the switches it spans and, at each, its members in member
 // index order (its ranks there, by node id, then its child switches, by node
 // id), as the generated configs declare them. In-band jobs: their one
