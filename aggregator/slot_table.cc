@@ -62,6 +62,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.inherited_count_ = 0;
   s.inherited_overflow_ = false;
   s.ordered_ = c.ordered;
+  s.hold_ = c.hold || c.ordered;
   s.dtype_ = c.dtype;
   s.op_ = c.op;
   s.scale_ = c.scale;
@@ -120,7 +121,7 @@ void SlotTable::PublishResult(Slot& s) {
 
 void SlotTable::Complete(uint32_t local_index, Slot& s, SlotUpdate& u) {
   timers_.Cancel(local_index);
-  if (s.ordered_) ReduceHeld(s, u);
+  if (s.hold_) ReduceHeld(s, u);
   PublishResult(s);
   s.state_ = Slot::State::kComplete;
   complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -137,7 +138,7 @@ bool SlotTable::Expire(uint32_t local_index, SlotUpdate* u) {
   if (s.state_ != Slot::State::kAggregating || s.count_ == 0) return false;
   timers_.Cancel(local_index);
   u->slot = &s;
-  if (s.ordered_) ReduceHeld(s, *u);
+  if (s.hold_) ReduceHeld(s, *u);
   PublishResult(s);
   s.state_ = Slot::State::kForwarded;
   s.resent_tsc_ = s.deadline_tsc_;  // its partial goes up now, at about its deadline
@@ -219,8 +220,8 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
       return u;
     }
     u.stale = stale && !forwarded;
-    if (s.state_ == Slot::State::kAggregating && s.ordered_) {
-      // The contributions an ordered slot holds go back to the caller.
+    if (s.state_ == Slot::State::kAggregating && s.hold_) {
+      // The contributions a holding slot holds go back to the caller.
       uint16_t n = 0;
       for (uint16_t m = 0; m < s.expected_; ++m) {
         if (s.HasContributed(m)) evicted_[n++] = s.held_handle_[m];
@@ -269,7 +270,7 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   const uint64_t offset = (now_tsc - s.first_tsc_) >> Slot::kOffsetShift;
   s.offsets_[c.node] = offset > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(offset);
   if (c.missing_count != 0) Inherit(s, c);
-  if (s.ordered_) {
+  if (s.hold_) {
     s.held_payload_[c.node] = c.payload;
     s.held_handle_[c.node] = c.handle;
     u.outcome = SlotOutcome::kHeld;

@@ -80,7 +80,14 @@ struct Contribution {
   uint8_t missing_count = 0;
   // The first contribution arms the slot's timer: deadline = now + this; 0: none.
   uint64_t timeout_cycles = 0;
-  bool ordered = false;     // reduce in member order (bit-identical floats)
+  // The members asked for member order (flags::kOrdered): every
+  // contribution to the slot must say the same, and the slot's partial
+  // says it on.
+  bool ordered = false;
+  // Keep the contributions until all are in and reduce them in member
+  // order: the job's batch trigger, or `ordered` (the switch's own choice
+  // need not match the other switches').
+  bool hold = false;
   // The member marked the chunk final (flags::kFinal): the slot carries
   // the mark to its partial, and at the root to the job's main server.
   bool final = false;
@@ -102,7 +109,7 @@ struct Contribution {
 
 enum class SlotOutcome : uint8_t {
   kAccumulated,         // counted, more members to come
-  kHeld,                // ordered job: counted, `handle` now belongs to the slot
+  kHeld,                // holding slot (Contribution::hold): counted, `handle` now belongs to the slot
   kCompleted,           // this contribution completed the slot: send the result to every member
   kDuplicate,           // this member was already counted; drop it
   kWaiting,             // this member was already counted and the slot still waits for others
@@ -136,6 +143,8 @@ class Slot {
   uint16_t inherited(uint16_t i) const { return inherited_[i]; }
   bool inherited_overflow() const { return inherited_overflow_; }
   bool ordered() const { return ordered_; }
+  // It keeps its contributions and reduces them at completion (Contribution::hold).
+  bool holds() const { return hold_; }
   DType dtype() const { return dtype_; }
   ReduceOp op() const { return op_; }
   int8_t scale() const { return scale_; }
@@ -168,6 +177,7 @@ class Slot {
   friend class SlotTable;
   State state_ = State::kFree;
   bool ordered_ = false;
+  bool hold_ = false;
   bool overflow_ = false;
   bool final_ = false;
   bool verifying_ = false;

@@ -529,7 +529,8 @@ void AggregationStage::Contribute(const Checked& it) {
   contribution.node = static_cast<uint16_t>(it.member);
   contribution.expected = job.members();
   contribution.needed = static_cast<uint16_t>(job.members() - job.excluded_count());
-  contribution.ordered = job.batch() || (h.flags.host() & aggregator::flags::kOrdered);
+  contribution.ordered = (h.flags.host() & aggregator::flags::kOrdered) != 0;
+  contribution.hold = job.batch();
   contribution.final = (h.flags.host() & aggregator::flags::kFinal) != 0;
   contribution.dtype = pkt.dtype;
   contribution.op = pkt.op;
@@ -551,7 +552,7 @@ void AggregationStage::Contribute(const Checked& it) {
   // one that completes the slot is reduced at once, from the mbuf.
   contribution.handle = nullptr;
   void* held = nullptr;
-  if (contribution.ordered && !s_.slots->CompletesWith(local, contribution)) {
+  if ((contribution.hold || contribution.ordered) && !s_.slots->CompletesWith(local, contribution)) {
     HoldBuffers::Refusal why = HoldBuffers::Refusal::kNone;
     if (job.HoldAllowed(seq, clock_.SeenNow(), s_.rebind_ticks)) {
       held = s_.holds->Take(job, pkt.payload, pkt.payload_len, &why);

@@ -180,9 +180,7 @@ bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::Ag
   f.opcode = aggregator::Opcode::kPartial;
   f.flags = static_cast<uint16_t>(
       aggregator::flags::kConflict |
-      ((job.batch() || (chunk.flags.host() & aggregator::flags::kOrdered) != 0)
-           ? aggregator::flags::kOrdered
-           : 0));
+      ((chunk.flags.host() & aggregator::flags::kOrdered) != 0 ? aggregator::flags::kOrdered : 0));
   f.job_id = job.id();
   f.seq = seq;
   f.elem_count = chunk.elem_count.host();

@@ -80,5 +80,23 @@ TEST(SimRegressions, EachNodeOfAControlUnitJobAnnouncesItOnItsSwitch) {
   EXPECT_EQ(o->ops_ok, 4u);
 }
 
+// A batch trigger is a switch's own choice: a leaf that holds and reduces
+// its members in order says nothing of it to its parent. Before, its
+// partial carried ORDERED, and the parent refused it as a type mismatch
+// when another leaf's (incremental) partial came first.
+TEST(SimRegressions, LeavesWithDifferentTriggersMeetAtTheirParent) {
+  Scenario s = Tree(2);
+  s.switches[2].batch = true;  // in-band jobs take their switch's trigger
+  JobSpecSim j = Job(Origin::kInBand, {1, 2}, {{DType::kInt32, ReduceOp::kSum, 1, 0}});
+  j.in_band_leaves = {1, 2};
+  j.task_info = client::TaskInfoMode::kInBand;
+  s.jobs.push_back(j);
+  Finalize(s);
+  auto o = RunScenario(s, {});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->ok()) << Findings(*o);
+  EXPECT_EQ(o->ops_ok, 2u);
+}
+
 }  // namespace
 }  // namespace aggswitch::sim

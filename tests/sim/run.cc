@@ -543,6 +543,24 @@ common::Result<Outcome> Runner::Run() {
   world_.Run(world_.now() + quiet * kMs, [] { return false; });
   CheckLeaks(&out);
   Judge(&out);
+  if (options_.verbose) {
+    // Every switch's aggregation counters that moved, over its workers.
+    for (size_t i = 0; i < switches_.size(); ++i) {
+      if (!switches_[i]->up()) continue;
+      dataplane::Dataplane& dp = switches_[i]->node().dataplane();
+      uint64_t sum[dataplane::kNumAggCounters] = {};
+      for (size_t w = 0; w < dp.worker_count(); ++w) {
+        uint64_t one[dataplane::kNumAggCounters];
+        dp.worker_stats(w).lcore.agg.Read(one);
+        for (size_t c = 0; c < dataplane::kNumAggCounters; ++c) sum[c] += one[c];
+      }
+      std::fprintf(stderr, "s%zu:", i);
+      for (size_t c = 0; c < dataplane::kNumAggCounters; ++c) {
+        if (sum[c] != 0) std::fprintf(stderr, " %s=%" PRIu64, dataplane::kAggCounterText[c].name, sum[c]);
+      }
+      std::fprintf(stderr, "\n");
+    }
+  }
   if (options_.verbose && ps_ != nullptr && ps_->engine() != nullptr) {
     const aggregator::TanCounters& t = ps_->engine()->tan().counters();
     const aggregator::PsCounters& p = ps_->engine()->counters();
