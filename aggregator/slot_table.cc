@@ -267,6 +267,7 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   s.bitmap_[c.node >> 6] |= uint64_t{1} << (c.node & 63);
   ++s.count_;
   s.final_ |= c.final;
+  s.overflow_ |= c.overflow;
   const uint64_t offset = (now_tsc - s.first_tsc_) >> Slot::kOffsetShift;
   s.offsets_[c.node] = offset > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(offset);
   if (c.missing_count != 0) Inherit(s, c);

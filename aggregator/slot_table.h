@@ -91,6 +91,10 @@ struct Contribution {
   // The member marked the chunk final (flags::kFinal): the slot carries
   // the mark to its partial, and at the root to the job's main server.
   bool final = false;
+  // The datagram says a sum saturated on its way here (flags::kOverflow: a
+  // child switch's partial): the slot's result carries it on, as if it had
+  // saturated here.
+  bool overflow = false;
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
   int8_t scale = 0;

@@ -519,6 +519,32 @@ TEST(SlotTableTest, SaturatingSumSetsOverflow) {
   EXPECT_EQ(r[1], 2);
 }
 
+// A child's partial whose sum saturated below says so (OVERFLOW): the
+// slot's result is overflowed too, whatever its own sums did, for every
+// arrival order and holding or not.
+TEST(SlotTableTest, APartialThatSaturatedBelowMakesTheResultOverflowed) {
+  for (const bool hold : {false, true}) {
+    for (const bool flagged_first : {false, true}) {
+      SlotTable table(SlotTableConfig{4, 256, 1424});
+      // The leaf's saturated partial (1.5e9 + 1.5e9 clamped) and the other
+      // leaf's -2e9: 147,483,647, an in-range number that is not the sum.
+      const auto saturated = Payload(std::vector<int32_t>{std::numeric_limits<int32_t>::max()});
+      const auto other = Payload(std::vector<int32_t>{-2'000'000'000});
+      Contribution a = Make(1, 1, 0, 2, saturated);
+      a.overflow = true;
+      Contribution b = Make(1, 1, 1, 2, other);
+      a.hold = b.hold = hold;
+      const Contribution& first = flagged_first ? a : b;
+      const Contribution& second = flagged_first ? b : a;
+      (void)table.Contribute(0, first, 0, NeverRelease, nullptr);
+      const SlotUpdate u = table.Contribute(0, second, 0, NeverRelease, nullptr);
+      ASSERT_EQ(u.outcome, SlotOutcome::kCompleted);
+      EXPECT_FALSE(u.saturated) << "nothing saturated here";
+      EXPECT_TRUE(u.slot->overflow()) << "hold " << hold << ", flagged first " << flagged_first;
+    }
+  }
+}
+
 TEST(SlotTableTest, Float16ResultIsNarrowedFromFloat32) {
   SlotTable table(SlotTableConfig{4, 256, 1424});
   // 1.5 and 2.25 in float16.

@@ -532,6 +532,7 @@ void AggregationStage::Contribute(const Checked& it) {
   contribution.ordered = (h.flags.host() & aggregator::flags::kOrdered) != 0;
   contribution.hold = job.batch();
   contribution.final = (h.flags.host() & aggregator::flags::kFinal) != 0;
+  contribution.overflow = (h.flags.host() & aggregator::flags::kOverflow) != 0;
   contribution.dtype = pkt.dtype;
   contribution.op = pkt.op;
   contribution.scale = h.scale;

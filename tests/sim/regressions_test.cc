@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -96,6 +97,40 @@ TEST(SimRegressions, LeavesWithDifferentTriggersMeetAtTheirParent) {
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_TRUE(o->ok()) << Findings(*o);
   EXPECT_EQ(o->ops_ok, 2u);
+}
+
+std::vector<uint8_t> Int32s(std::vector<int32_t> v) {
+  std::vector<uint8_t> out(v.size() * 4);
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// A sum that saturates at a leaf fails as an overflow at every rank, though
+// its true value (1e9) fits: the leaf's partial says OVERFLOW and the root
+// carries it on, to the members or, in verify mode, to the parameter node
+// (which answers EXCEPTION_RETRANSMIT). Before, the root dropped the flag
+// and every rank got 147,483,647 as the sum, without an error.
+TEST(SimRegressions, AnOverflowAtALeafReachesEveryRank) {
+  for (const bool verify : {false, true}) {
+    Scenario s = Tree(2);
+    s.param_node = verify;
+    JobSpecSim j = Job(Origin::kConfig, {1, 1, 2, 2}, {{DType::kInt32, ReduceOp::kSum, 1, 0}});
+    j.inputs[0] = {{0, Int32s({1'500'000'000})},
+                   {1, Int32s({1'500'000'000})},
+                   {2, Int32s({-1'000'000'000})},
+                   {3, Int32s({-1'000'000'000})}};
+    if (verify) {
+      j.tan = SwitchSpec::Tan::kRemote;
+      j.verify = true;
+    }
+    s.jobs.push_back(j);
+    Finalize(s);
+    auto o = RunScenario(s, {});
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    EXPECT_TRUE(o->ok()) << (verify ? "verify mode: " : "") << Findings(*o);
+    EXPECT_EQ(o->ops, 4u);
+    EXPECT_EQ(o->ops_ok, 0u) << "every rank fails with the overflow";
+  }
 }
 
 }  // namespace

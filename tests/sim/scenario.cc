@@ -500,6 +500,9 @@ float DrawFloat(Rng& r, DataProfile p, uint32_t world) {
 std::vector<uint8_t> RankData(const Scenario& s, size_t job, uint32_t run, uint32_t rank, uint32_t op) {
   const JobSpecSim& j = s.jobs[job];
   const OpSpec& spec = j.ops[op];
+  if (const auto o = j.inputs.find(op); o != j.inputs.end()) {
+    if (const auto r = o->second.find(rank); r != o->second.end()) return r->second;
+  }
   Rng r(Mix(s.seed, kData, job, uint64_t{run} << 40 | uint64_t{rank} << 20 | op));
   const auto profile = static_cast<DataProfile>(j.data_profile);
   const uint32_t world = j.ranks();

@@ -127,6 +127,9 @@ struct JobSpecSim {
   uint64_t rerun_gap_ns = 0;
   int crash_rank = -1;        // a rank whose first run's process dies
   uint64_t crash_after_ns = 0;
+  // Inputs given by hand (hand-built scenarios): op -> rank -> the bytes
+  // RankData returns instead of drawing them.
+  std::map<uint32_t, std::map<uint32_t, std::vector<uint8_t>>> inputs;
   uint32_t ranks() const { return static_cast<uint32_t>(rank_switch.size()); }
 };
 

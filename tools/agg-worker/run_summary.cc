@@ -28,8 +28,9 @@ std::string Lower(std::string s) {
 std::string FailureReason(const RunSummary& s) {
   if (!s.error.empty()) return s.error;
   if (s.mismatches > 0) {
+    const uint32_t answered = s.completed + s.overflows;
     return std::to_string(s.mismatches) + " elements differ from the expected result in " +
-           std::to_string(s.completed - s.verified) + " of " + std::to_string(s.completed) +
+           std::to_string(answered - s.verified) + " of " + std::to_string(answered) +
            " iterations";
   }
   return "";
@@ -135,10 +136,10 @@ void PrintSummary(FILE* out, const RunSummary& s) {
   }
   if (s.verify) {
     std::fprintf(out, "  verified: %u of %u iterations match the local reduction", s.verified,
-                 s.completed);
-    if (s.unverifiable > 0) {
-      std::fprintf(out, " (%llu int32 elements skipped: their sum may saturate)",
-                   U(s.unverifiable));
+                 s.completed + s.overflows);
+    if (s.overflows > 0) {
+      std::fprintf(out, "; %u failed with the int32 overflow, as their sums can saturate",
+                   s.overflows);
     }
     std::fprintf(out, "\n");
     for (const std::string& e : s.mismatch_examples) std::fprintf(out, "    %s\n", e.c_str());
@@ -168,7 +169,7 @@ common::Status WriteJsonSummary(const std::string& path, const RunSummary& s) {
       {"verify", s.verify},
       {"verified", s.verified},
       {"mismatches", s.mismatches},
-      {"unverifiable", s.unverifiable},
+      {"overflows", s.overflows},
       {"mismatch_examples", s.mismatch_examples},
       {"latency_s",
        {{"min", s.latency.min},

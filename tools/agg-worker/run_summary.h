@@ -56,7 +56,10 @@ struct RunSummary {
   bool verify = false;
   uint32_t verified = 0;      // iterations whose result matched
   uint64_t mismatches = 0;    // over all iterations
-  uint64_t unverifiable = 0;  // int32 sum elements whose result depends on order
+  // Iterations (int32 sums, with --verify) that failed with the overflow
+  // error where the verifier found a sum that can saturate: the answer
+  // they must give.
+  uint32_t overflows = 0;
   std::vector<std::string> mismatch_examples;
   std::string error;  // the allreduce failure, if any
   LatencySummary latency;
@@ -64,7 +67,9 @@ struct RunSummary {
 
   // Bytes per second at the median latency.
   double AlgorithmBandwidth() const { return latency.median > 0 ? bytes / latency.median : 0; }
-  bool ok() const { return error.empty() && mismatches == 0 && completed == iterations; }
+  bool ok() const {
+    return error.empty() && mismatches == 0 && completed + overflows == iterations;
+  }
 };
 
 // The human-readable summary, ending with "RESULT ok" or "RESULT FAIL: why".

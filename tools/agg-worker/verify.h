@@ -13,10 +13,12 @@
 //   * float sums with the ORDERED flag (float32 in ordered mode, float16 and
 //     bfloat16 in fixed-point and ordered mode): the switch's reference
 //     kernels in rank order.
-//   * min, max, and, or, and int32 sums: do not depend on order; the
-//     reference kernels. An int32 sum element whose partial sums could
-//     saturate in some order is not defined bit for bit: it is counted as
-//     unverifiable, not compared.
+//   * min, max, and, or: do not depend on order; the reference kernels.
+//   * int32 sums: every element is compared with its exact sum. A sum
+//     outside the int32 range cannot come back as a result (the allreduce
+//     must fail with the overflow error); one whose parts can saturate in
+//     some order may fail so too, and VerifyOverflow tells such a failure
+//     from a wrong one.
 //   * float sums in arrival order (float mode): within the rounding error of
 //     any order, (world - 1) * 2^-24 * sum(|x|), plus the final rounding to
 //     float16 or bfloat16.
@@ -50,13 +52,18 @@ struct VerifySpec {
 struct VerifyReport {
   uint64_t checked = 0;               // elements compared
   uint64_t mismatches = 0;            // elements that differ from the expectation
-  uint64_t unverifiable = 0;          // int32 sum elements whose result depends on order
   std::vector<std::string> examples;  // the first few mismatches, described
 
   bool ok() const { return mismatches == 0; }
 };
 
 inline constexpr size_t kMaxMismatchExamples = 5;
+
+// An int32 sum allreduce failed with the overflow error (kOutOfRange): right
+// when some element's sum can saturate in some order (its positive or its
+// negative part leaves the int32 range); a mismatch naming the first
+// element otherwise, and for any other type or op. [any]
+VerifyReport VerifyOverflow(const VerifySpec& spec, const RankVectors& vectors, uint32_t iteration);
 
 // Checks `result` (vectors.elements() elements of spec.dtype) against the
 // reduction of every rank's vector of `iteration`. [any]

@@ -194,17 +194,48 @@ TEST(VerifyTest, FixedPointChunksThatOverflowAreTheFloatRedo) {
   EXPECT_GT(Verify(spec, v, 0, AsBytes(result).data()).mismatches, 0u);
 }
 
-TEST(VerifyTest, Int32SumsThatMaySaturateAreNotCompared) {
-  std::vector<std::vector<int32_t>> in = {{INT32_MAX, 5}, {1, 6}, {-1, 7}};
+// Every element of an int32 sum is checked: one whose parts can saturate
+// and whose true sum fits must come back exact when the allreduce returned
+// (the switch flags any saturation as an overflow, failing it); its clamped
+// value is wrong, as is anything for a sum that leaves int32.
+TEST(VerifyTest, EveryInt32SumElementIsComparedWithItsExactSum) {
+  std::vector<std::vector<int32_t>> in = {{INT32_MAX, 5, INT32_MAX}, {1, 6, 1}, {-1, 7, 0}};
   const MemoryVectors v(in);
   const VerifySpec spec = Spec(DType::kInt32, ReduceOp::kSum, FloatMode::kFixedPoint, 3, 356);
-  const std::vector<int32_t> result = {INT32_MAX - 1, 18};  // one of the possible answers
+  const auto check = [&](std::vector<int32_t> result) {
+    std::vector<uint8_t> bytes(result.size() * 4);
+    std::memcpy(bytes.data(), result.data(), bytes.size());
+    return Verify(spec, v, 0, bytes.data());
+  };
+  // Element 2 (INT32_MAX + 1) leaves int32: no returned value is right.
+  VerifyReport r = check({INT32_MAX, 18, INT32_MAX});
+  EXPECT_EQ(r.checked, 3u);
+  EXPECT_EQ(r.mismatches, 1u);
+  ASSERT_FALSE(r.examples.empty());
+  EXPECT_NE(r.examples[0].find("must fail with the overflow"), std::string::npos) << r.examples[0];
+  // Element 0's parts saturate in some order, but its sum fits: exact or wrong.
+  std::vector<std::vector<int32_t>> fits = {{INT32_MAX, 5}, {1, 6}, {-1, 7}};
+  const MemoryVectors w(fits);
+  std::vector<int32_t> result = {INT32_MAX, 18};
   std::vector<uint8_t> bytes(8);
   std::memcpy(bytes.data(), result.data(), 8);
-  const VerifyReport r = Verify(spec, v, 0, bytes.data());
-  EXPECT_TRUE(r.ok());
-  EXPECT_EQ(r.unverifiable, 1u);
-  EXPECT_EQ(r.checked, 1u);
+  EXPECT_TRUE(Verify(spec, w, 0, bytes.data()).ok()) << "INT32_MAX + 1 - 1 is exact";
+  result[0] = INT32_MAX - 1;  // what an order that saturated gives, without the flag
+  std::memcpy(bytes.data(), result.data(), 8);
+  EXPECT_EQ(Verify(spec, w, 0, bytes.data()).mismatches, 1u);
+}
+
+// The overflow error is the right answer only where a sum can saturate.
+TEST(VerifyTest, AnOverflowIsRightOnlyWhereASumCanSaturate) {
+  const VerifySpec spec = Spec(DType::kInt32, ReduceOp::kSum, FloatMode::kFixedPoint, 2, 356);
+  std::vector<std::vector<int32_t>> can = {{1'500'000'000, 1}, {1'500'000'000, 1}};
+  EXPECT_TRUE(VerifyOverflow(spec, MemoryVectors(can), 0).ok());
+  std::vector<std::vector<int32_t>> cannot = {{1'000'000'000, 1}, {1'000'000'000, 1}};
+  const VerifyReport r = VerifyOverflow(spec, MemoryVectors(cannot), 0);
+  EXPECT_EQ(r.mismatches, 1u);
+  const VerifySpec floats = Spec(DType::kFloat32, ReduceOp::kSum, FloatMode::kFixedPoint, 2, 356);
+  std::vector<std::vector<float>> f = {{1.0f}, {2.0f}};
+  EXPECT_FALSE(VerifyOverflow(floats, MemoryVectors(f), 0).ok());
 }
 
 // A parameter server's answers, stepped in float32 from float32 sums in some
