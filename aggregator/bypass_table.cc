@@ -125,7 +125,7 @@ BypassInsert BypassTable::Insert(const BypassKey& key, uint64_t now_tsc) {
   return BypassInsert::kFull;
 }
 
-bool BypassTable::Match(const BypassKey& key, uint64_t now_tsc) {
+bool BypassTable::Match(const BypassKey& key, uint64_t now_tsc, bool keep) {
   const uint32_t hash = Hash(key);
   uint32_t i = hash & mask_;
   for (uint32_t step = 0; step <= mask_; ++step, i = (i + 1) & mask_) {
@@ -133,6 +133,10 @@ bool BypassTable::Match(const BypassKey& key, uint64_t now_tsc) {
     if (!b.used) return false;
     if (Holds(b, key, hash)) {
       const bool live_entry = b.expiry > now_tsc;
+      if (live_entry && keep) {
+        ++counters_.matched;
+        return true;
+      }
       EraseAt(i);
       if (live_entry) {
         ++counters_.matched;

@@ -3,8 +3,9 @@
 //
 // When a slot times out, its owner writes one entry per missing member,
 // (job id, job generation, seq, node id) -> expiry TSC. A contribution that
-// later finds its entry is late data: it is forwarded upstream unreduced and
-// the entry is deleted. Entries live `ttl_cycles`; expired ones are removed
+// later finds its entry is late data: it is forwarded upstream unreduced;
+// the switch keeps the entry (Match with keep), so that the member's resends
+// go the same way. Entries live `ttl_cycles`; expired ones are removed
 // lazily (when a lookup or an insert meets them) and by a bounded Sweep each
 // poll. Each worker lcore has its own table, because a chunk's late data lands
 // on the lcore that owns its slot.
@@ -81,10 +82,13 @@ class BypassTable {
   // buckets, makes room; otherwise kFull (counted). [owner lcore]
   BypassInsert Insert(const BypassKey& key, uint64_t now_tsc);
 
-  // True when `key` has an entry that has not expired; the entry is deleted
-  // (counted as matched), so a key matches once. An expired entry found is
-  // deleted and counted as expired, and Match returns false. [owner lcore]
-  bool Match(const BypassKey& key, uint64_t now_tsc);
+  // True when `key` has an entry that has not expired (counted as matched).
+  // The entry is deleted, so a key matches once, unless `keep`: then it
+  // stays until it expires and matches every time (a straggler's resends of
+  // its late data, whose first copy may be lost on the way, go the same
+  // way). An expired entry found is deleted and counted as expired, and
+  // Match returns false. [owner lcore]
+  bool Match(const BypassKey& key, uint64_t now_tsc, bool keep = false);
 
   // Removes up to `budget` expired entries, looking at no more than
   // `max_buckets` buckets from a cursor that wraps around the table and

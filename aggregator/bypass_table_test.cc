@@ -49,6 +49,20 @@ TEST(BypassTableTest, InsertMatchDelete) {
   EXPECT_TRUE(t.Match(k, 40));
 }
 
+// A kept entry matches every time until it expires.
+TEST(BypassTableTest, AKeptEntryMatchesUntilItExpires) {
+  BypassTable t(16, /*ttl_cycles=*/1000);
+  const BypassKey k{7, 2, 100, 3};
+  ASSERT_EQ(t.Insert(k, 10), BypassInsert::kCreated);
+  for (uint64_t now : {20, 500, 1009}) EXPECT_TRUE(t.Match(k, now, /*keep=*/true)) << now;
+  EXPECT_EQ(t.live(), 1u);
+  EXPECT_EQ(t.counters().matched, 3u);
+  EXPECT_FALSE(t.Match(k, 1010, /*keep=*/true)) << "expired at 1010";
+  EXPECT_EQ(t.live(), 0u);
+  EXPECT_EQ(t.counters().expired, 1u);
+  EXPECT_TRUE(t.CheckInvariants());
+}
+
 TEST(BypassTableTest, EveryKeyFieldCounts) {
   BypassTable t(16, 1000);
   const BypassKey k{7, 2, 100, 3};

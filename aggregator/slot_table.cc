@@ -73,6 +73,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.overflow_ = false;
   s.final_ = false;
   s.verifying_ = false;
+  s.kept_ = false;
   s.first_tsc_ = now_tsc;
   s.resent_tsc_ = 0;
   s.resends_ = 0;
@@ -178,6 +179,7 @@ bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_
   s.result_view_ = s.result_;
   s.overflow_ = overflow;
   s.verifying_ = false;
+  s.kept_ = false;
   s.state_ = Slot::State::kComplete;
   complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return true;
@@ -211,8 +213,9 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     // more (a result every member acknowledged, or a job that is gone) or
     // when it is stale; anything else is a collision.
     const bool complete = s.state_ == Slot::State::kComplete;
-    // A forwarded slot's chunk went on, unless it waits for its check.
-    const bool forwarded = s.state_ == Slot::State::kForwarded && !s.verifying_;
+    // A forwarded slot's chunk went on, unless it waits for its check or
+    // is the only record of members it lacks.
+    const bool forwarded = s.state_ == Slot::State::kForwarded && !s.verifying_ && !s.kept_;
     const bool stale = config_.stale_cycles != 0 && now_tsc - s.first_tsc_ > config_.stale_cycles;
     if (!forwarded && !stale &&
         !can_release(release_ctx, s.job_id_, s.job_generation_, s.seq_, complete)) {

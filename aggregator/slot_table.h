@@ -162,6 +162,10 @@ class Slot {
   // kForwarded to be checked by the parameter node (MarkForwarded with
   // hold): the slot does not give way until the answer comes.
   bool verifying() const { return verifying_; }
+  // kForwarded, but it lacks members whose bypass entries could not be
+  // written (the table was full): only the slot records them, so it gives
+  // way only as an aggregating slot would (KeepForwarded).
+  bool kept() const { return kept_; }
   uint64_t first_tsc() const { return first_tsc_; }
   // When the slot times out (TSC); 0: never.
   uint64_t deadline_tsc() const { return deadline_tsc_; }
@@ -185,6 +189,7 @@ class Slot {
   bool overflow_ = false;
   bool final_ = false;
   bool verifying_ = false;
+  bool kept_ = false;
   DType dtype_ = DType::kInt32;
   ReduceOp op_ = ReduceOp::kSum;
   int8_t scale_ = 0;
@@ -282,6 +287,16 @@ class SlotTable {
   // chunk (job_id, job_generation, seq) and the length matches. Returns whether.
   bool CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                    const uint8_t* payload, uint32_t len, bool overflow);
+  // Forwarded slot `local_index` lacks members that nothing else records
+  // (their bypass entries could not be written): it keeps its chunk, giving
+  // way only as an aggregating slot would (the job is done with it, or it is
+  // stale), so that their late data is still known for late (kLateForwarded)
+  // and never starts the chunk again here, until the result comes down
+  // (CacheResult). Nothing for a slot that is not forwarded.
+  void KeepForwarded(uint32_t local_index) {
+    Slot& s = slots_[local_index];
+    if (s.state_ == Slot::State::kForwarded) s.kept_ = true;
+  }
   // A counted member asks after forwarded slot `local_index` (a QUERY):
   // whether its partial (or VERIFY) should go on again now, as it does for
   // the member's resent data (kForwardedAgain): once the resend gap has

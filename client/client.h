@@ -30,7 +30,8 @@
 // switch, as TCP's: RFC 6298), is asked after with a QUERY, a header: the
 // switch answers with the chunk's retained result, with a NOTICE "held" while
 // the chunk waits for other members (the chunk asks again two round trips
-// later, only to recover a result lost once the slot completes), or with a
+// later, then at doubling intervals up to its timeout while it stays held,
+// only to recover a result lost once the slot completes), or with a
 // NOTICE "missing", upon which the chunk is resent with the RETRANSMISSION
 // flag. The switch also says "missing" unasked when a later chunk of this
 // rank arrives while an earlier one's slot still lacks it. A question (or a

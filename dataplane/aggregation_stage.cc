@@ -510,8 +510,11 @@ void AggregationStage::Contribute(const Checked& it) {
     AnswerQuery(it);
     return;
   }
-  // Late data that a timeout left a bypass entry for: flagged and on to the TAN.
-  if (tree_.bypass_live() && tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
+  // Late data that a timeout left a bypass entry for: flagged and on to the
+  // TAN. Unless the chunk's result came down meanwhile: the usual path
+  // answers the member with it (the entry stays for its TTL).
+  if (tree_.bypass_live() && !CompleteHere(it, seq) &&
+      tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
     c.late_flagged.Add(1);
     tree_.ForwardLate(m, job, it.header_offset, it.in_port);
     return;
@@ -864,7 +867,12 @@ void AggregationStage::RefuseSlotBusy(const Checked& it) {
     case aggregator::Job::NoSlot::kRefuse:
       break;
   }
-  c.slot_busy.Add(1);
+  NackSlotBusy(it);
+}
+
+void AggregationStage::NackSlotBusy(const Checked& it) {
+  const aggregator::Job& job = *it.job;
+  stats_.lcore.agg.slot_busy.Add(1);
   aggregator::MemberAddr addr;
   if (it.member >= 0 && job.GetMember(static_cast<uint16_t>(it.member), &addr)) {
     answers_.Nack(it.m, *it.pkt.header, aggregator::NackReason::kSlotBusy, addr);
@@ -895,8 +903,17 @@ bool AggregationStage::ToParameterNode(const Checked& it) {
   const uint32_t local = LocalSlot(it.slot);
   const aggregator::Slot* slot = s_.slots->Holding(local, job.id(), job.generation(), seq);
   if (slot == nullptr) {
-    // Nothing of the chunk here: on to the parameter node, unreduced.
-    tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port, 0);
+    // Nothing of the chunk here. At the root: on to the parameter node,
+    // unreduced. Below it, the chunk goes up as missing first (every member
+    // listed, a partial of the op's identity), so that the parent counts
+    // this switch and the parameter node waits for these members' data,
+    // which follows as late data: sent on unreduced instead, it would meet
+    // the other children's partials nowhere.
+    if (job.is_root()) {
+      tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port, 0);
+    } else if (!UpAsMissing(it)) {
+      NackSlotBusy(it);  // not now: the member sends it again
+    }
     return true;
   }
   // A complete or forwarded slot answers it as any repeat: the cached

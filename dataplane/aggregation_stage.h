@@ -226,6 +226,9 @@ class AggregationStage {
   // late data behind the chunk sent up as missing (UpAsMissing); else, or
   // when that cannot be sent, NACK slot_busy.
   void RefuseSlotBusy(const Checked& c);
+  // NACK slot_busy to the member (or the datagram dropped, counted, when it
+  // has no address here). Consumes the datagram.
+  void NackSlotBusy(const Checked& c);
   // A contribution (or a child's partial) to a chunk that has no slot here,
   // in a job that sends such chunks up as missing: the first sends the
   // chunk up (TreeStage::SendUpAsMissing), and each goes on as late data
@@ -241,6 +244,12 @@ class AggregationStage {
   // it did; else its arrival offsets are not sampled). False when the slot
   // was not aggregating, or its job is gone (the slot is freed).
   bool ExpireSlot(uint32_t local, bool timer);
+  // Whether the slot `c` is at holds its chunk `seq` complete (its result).
+  bool CompleteHere(const Checked& c, uint32_t seq) const {
+    const aggregator::Slot* s =
+        s_.slots->Holding(LocalSlot(c.slot), c.job->id(), c.job->generation(), seq);
+    return s != nullptr && s->state() == aggregator::Slot::State::kComplete;
+  }
   // A contribution for the parameter node (docs/parameter-node.md).
   static bool IsForPs(const aggregator::AggPacket& pkt) {
     return pkt.opcode == aggregator::Opcode::kContribution &&

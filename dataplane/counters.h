@@ -257,7 +257,8 @@ struct PortCounters {
   X(member_rebinds, "members bound to a new address after the old one was silent for aggregation.member_rebind_ms") \
   X(member_refused, "datagrams claiming a member bound to another address, refused (NACK member_bound)") \
   X(slot_quota_refused, "chunks refused for lying too far ahead of their job's slowest member (NACK slot_quota)") \
-  X(hold_refused, "contributions an ordered slot could not hold: the job's hold quota or the hold pool was used up (NACK hold_quota)")
+  X(hold_refused, "contributions an ordered slot could not hold: the job's hold quota or the hold pool was used up (NACK hold_quota)") \
+  X(slots_kept, "forwarded slots that keep their chunk: they lack members whose bypass entries the full table refused, and only the slot records them")
 
 enum class AggCounter : uint8_t {
 #define AGG_AGG_COUNTER_ENUM(name, help) name,

@@ -21,12 +21,15 @@ constexpr uint32_t kBypassSweepBudget = 32;
 bool TreeStage::MatchBypass(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id) {
   aggregator::BypassTable& bypass = *s_.bypass;
   aggregator::BypassKey key{job.id(), job.generation(), seq, node_id};
-  bool matched = bypass.Match(key, clock_.tsc);
+  // The entries stay until they expire: a straggler whose late datagram
+  // is lost on its way resends it, and the resend goes the same way (the
+  // TAN drops what it has already).
+  bool matched = bypass.Match(key, clock_.tsc, /*keep=*/true);
   // A late child switch under variant 2 left entries for the nodes it covers.
   if (member >= 0 && job.IsSwitch(static_cast<uint16_t>(member)) && job.bypass_covered_nodes()) {
     for (const uint16_t covered : job.Covers(static_cast<uint16_t>(member))) {
       key.node = covered;
-      matched |= bypass.Match(key, clock_.tsc);
+      matched |= bypass.Match(key, clock_.tsc, /*keep=*/true);
     }
   }
   if (matched) stats_.lcore.agg.bypass_matched.Add(1);
@@ -49,7 +52,7 @@ void TreeStage::ContinueBypassDump(BypassDumpExchange& d) {
 
 uint32_t TreeStage::CollectMissing(const aggregator::Job& job, uint32_t seq,
                                    const aggregator::Slot* slot, bool entries, uint16_t* out,
-                                   uint32_t cap) {
+                                   uint32_t cap, bool* unrecorded) {
   AggregationCounters& c = stats_.lcore.agg;
   uint32_t n = 0;
   bool overflow = false;
@@ -63,7 +66,10 @@ uint32_t TreeStage::CollectMissing(const aggregator::Job& job, uint32_t seq,
     switch (s_.bypass->Insert({job.id(), job.generation(), seq, node}, clock_.tsc)) {
       case aggregator::BypassInsert::kCreated: c.bypass_created.Add(1); break;
       case aggregator::BypassInsert::kRefreshed: break;
-      case aggregator::BypassInsert::kFull: c.bypass_full.Add(1); break;
+      case aggregator::BypassInsert::kFull:
+        c.bypass_full.Add(1);
+        if (unrecorded != nullptr) *unrecorded = true;
+        break;
     }
   };
   const uint16_t members = slot != nullptr ? slot->expected() : job.members();
@@ -103,8 +109,10 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
     return answers_.SendResult(job, slot, -1, carrier, header_offset);
   }
   uint16_t missing[kMaxMissingIds];
-  const uint32_t n =
-      all_in ? 0 : CollectMissing(job, slot.seq(), &slot, expired, missing, kMaxMissingIds);
+  bool unrecorded = false;
+  const uint32_t n = all_in ? 0
+                            : CollectMissing(job, slot.seq(), &slot, expired, missing,
+                                             kMaxMissingIds, &unrecorded);
   bool consumed = false;
   bool hold = false;
   if (n == UINT32_MAX) {
@@ -123,6 +131,12 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
                            header_offset);
   }
   s_.slots->MarkForwarded(local, clock_.tsc, hold);
+  // The slot is the only record of the members whose entries the full table
+  // refused: it keeps the chunk, so that their late data is known as late.
+  if (unrecorded) {
+    stats_.lcore.agg.slots_kept.Add(1);
+    s_.slots->KeepForwarded(local);
+  }
   return consumed;
 }
 
@@ -170,9 +184,21 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
 bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::AggHeader& chunk) {
   uint16_t missing[kMaxMissingIds];
   const uint32_t seq = chunk.seq.host();
-  const uint32_t n = CollectMissing(job, seq, nullptr, false, missing, kMaxMissingIds);
-  if (n == UINT32_MAX) {
-    stats_.lcore.agg.missing_list_overflow.Add(1);
+  // The entries first: they are what sends the members' data on as late
+  // data behind the partial. Without all of them, nothing goes (a member
+  // whose data found no entry would start the chunk here again, and its
+  // partial would be a repeat the parent drops).
+  bool unrecorded = false;
+  const uint32_t n = CollectMissing(job, seq, nullptr, true, missing, kMaxMissingIds, &unrecorded);
+  const auto forget = [&] {
+    const uint32_t written = n == UINT32_MAX ? kMaxMissingIds : n;
+    for (uint32_t i = 0; i < written; ++i) {
+      (void)s_.bypass->Match({job.id(), job.generation(), seq, missing[i]}, clock_.tsc);
+    }
+  };
+  if (n == UINT32_MAX || unrecorded) {
+    if (n == UINT32_MAX) stats_.lcore.agg.missing_list_overflow.Add(1);
+    forget();
     return false;
   }
   const auto dtype = static_cast<aggregator::DType>(chunk.dtype);
@@ -192,11 +218,10 @@ bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::Ag
   if (SendUp(job, f, missing, n, nullptr,
              f.elem_count * static_cast<uint32_t>(aggregator::ElementSize(dtype)), nullptr,
              0) != Up::kSent) {
+    // Without the partial, the members' data must not go on as late data.
+    forget();
     return false;
   }
-  // The entries once it went: without it, the members' data must not go
-  // on as late data.
-  (void)CollectMissing(job, seq, nullptr, true, missing, kMaxMissingIds);
   return true;
 }
 

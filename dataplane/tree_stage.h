@@ -149,10 +149,11 @@ class TreeStage {
   // slot did not count (every member when `slot` is null; a late child
   // switch as itself or as the nodes it covers), then the ids the
   // children's partials named. With `entries`, writes a bypass entry per
-  // missing non-excluded member. Returns the count, or UINT32_MAX when more
-  // than `cap` ids.
+  // missing non-excluded member, and tells in `*unrecorded` (when not
+  // null) whether one could not be written (the table was full). Returns
+  // the count, or UINT32_MAX when more than `cap` ids.
   uint32_t CollectMissing(const aggregator::Job& job, uint32_t seq, const aggregator::Slot* slot,
-                          bool entries, uint16_t* out, uint32_t cap);
+                          bool entries, uint16_t* out, uint32_t cap, bool* unrecorded = nullptr);
   // The slot index of chunk `seq` of `job` in this worker's table.
   uint32_t LocalSlot(const aggregator::Job& job, uint32_t seq) const {
     return s_.regions.Of(job.in_band(), job.placement(), seq) / s_.n_workers;

@@ -38,6 +38,7 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   e.answered = false;
   e.fast = false;
   e.held = false;
+  e.helds = 0;
   e.queried = 0;
   next_due_ = std::min(next_due_, e.due);
   return k;
@@ -116,7 +117,10 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
   e.held = true;
   e.queried = 0;
   e.why = Entry::Why::kTimer;
-  e.due = now + std::min(e.timeout, probe_);
+  Clock::duration wait = std::min(e.timeout, probe_);
+  for (uint8_t i = 0; i < e.helds && wait < e.timeout; ++i) wait = std::min(2 * wait, e.timeout);
+  if (e.helds < UINT8_MAX) ++e.helds;
+  e.due = now + wait;
   next_due_ = std::min(next_due_, e.due);
   return true;
 }
@@ -128,6 +132,7 @@ bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
   if (e.queried > 0) answered_asked_ = std::max(answered_asked_, e.asked);
   e.queried = 0;
   e.held = false;
+  e.helds = 0;
   e.why = Entry::Why::kMissing;
   e.due = now;
   next_due_ = std::min(next_due_, now);

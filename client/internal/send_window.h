@@ -43,8 +43,10 @@
 // What the switch says about a chunk moves its timer: a refusal for now
 // (Refused: a quota) makes its data due soon without backing off; "held"
 // (Held: its contribution is counted and its slot waits for other members)
-// rules out a fast retransmit and leaves one query per probe interval, to
-// recover the result if it is lost once the slot completes, and its data
+// rules out a fast retransmit and leaves one query after a probe interval,
+// doubling with each "held" in a row up to the chunk's timeout (a straggler
+// may keep the slot waiting for seconds), to recover the result if it is
+// lost once the slot completes, and its data
 // goes again only when the switch later says it lacks it; "missing" (the
 // answer to a query, or the switch's word when a later chunk of this sender
 // arrived first) makes its data due at once.
@@ -159,7 +161,8 @@ class SendWindow {
   // The switch holds chunk `seq`'s contribution and its slot waits for other
   // members (NOTICE held, the answer to a resend or a query): no fast
   // retransmit for it, and its next query, which only recovers a result
-  // lost once the slot completes, is due a probe interval after `now`.
+  // lost once the slot completes, is due a probe interval after `now`,
+  // doubled for each earlier "held" in a row, at most the chunk's timeout.
   // Questions left unanswered from then on do not send the data: only
   // Missing (or Refused) does.
   // False (and nothing changes) when `seq` is not outstanding.
@@ -201,6 +204,7 @@ class SendWindow {
     bool answered = false;
     bool fast = false;     // came due early once (fast retransmit), or was held
     bool held = false;     // the switch said it holds the contribution, and not since that it lacks it
+    uint8_t helds = 0;     // "held" answers in a row (each doubles the wait for the next question)
     uint8_t queried = 0;   // QUERYs sent since its last send or answer
     Clock::time_point asked;  // its last QUERY
   };

@@ -370,6 +370,51 @@ TEST(SendWindowTest, QuestionsAboutAChunkAreFollowedUpAfterTheProbeInterval) {
 // left unanswered (a switch descheduled on a loaded host, answers lost) ask
 // again, at growing intervals, and never send the data: the switch has it.
 // Its word that it lacks the contribution (a restart, a stale slot) does.
+// A chunk the switch keeps answering "held" (a straggler holds its slot for
+// seconds) is asked after at doubling intervals, from a probe up to its
+// timeout (which each question backs off), not every probe. "Missing"
+// starts over.
+TEST(SendWindowTest, QuestionsAboutAHeldChunkThinOutToItsTimeout) {
+  SendWindow w;
+  w.Reset(0, 1, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(microseconds(100));
+  const Clock::time_point t0{};
+  w.MarkSent(t0, milliseconds(5));
+  SendWindow::Due due[8];
+  Clock::time_point t = t0 + microseconds(100);
+  ASSERT_EQ(w.TakeDue(t, due, 8), 1u);
+  std::vector<Clock::duration> waits;
+  for (int held = 0; held < 10; ++held) {
+    ASSERT_TRUE(w.Held(0, t));
+    const Clock::time_point asked = t;
+    uint32_t n = 0;
+    while (n == 0) {
+      t += microseconds(10);
+      n = w.TakeDue(t, due, 8);
+    }
+    EXPECT_TRUE(due[0].query);
+    waits.push_back(t - asked);
+  }
+  EXPECT_EQ(waits[0], microseconds(100)) << "the first after a probe";
+  EXPECT_EQ(waits[1], microseconds(200));
+  EXPECT_EQ(waits[2], microseconds(400));
+  for (size_t i = 1; i < waits.size(); ++i) EXPECT_GE(waits[i], waits[i - 1]) << i;
+  EXPECT_GE(waits[9], milliseconds(5)) << "the chunk's timeout, backed off by its questions";
+  EXPECT_LE(waits[9], milliseconds(1000)) << "at most the largest timeout";
+  // The switch lacks it after all: the data goes, and questions start over.
+  ASSERT_TRUE(w.Missing(0, t));
+  ASSERT_EQ(w.TakeDue(t, due, 8), 1u);
+  EXPECT_FALSE(due[0].query);
+  ASSERT_TRUE(w.Held(0, t));
+  const Clock::time_point asked = t;
+  uint32_t n = 0;
+  while (n == 0) {
+    t += microseconds(10);
+    n = w.TakeDue(t, due, 8);
+  }
+  EXPECT_EQ(t - asked, microseconds(100));
+}
+
 TEST(SendWindowTest, AHeldChunksDataGoesAgainOnlyWhenTheSwitchSaysItIsMissing) {
   SendWindow w;
   w.Reset(0, 1, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});

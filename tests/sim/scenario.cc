@@ -41,6 +41,7 @@ constexpr LimitKey kLimitKeys[] = {
     {"ranks", &Limits::ranks, false},       {"jobs", &Limits::jobs, false},
     {"ops", &Limits::ops, false},           {"elems", &Limits::elems, false},
     {"faults", &Limits::faults, true},      {"features", &Limits::features, true},
+    {"skip_jobs", &Limits::skip_jobs, true}, {"skip_ops", &Limits::skip_ops, true},
 };
 
 bool Has(const Limits& l, uint32_t feature) { return (l.features & feature) != 0; }
@@ -108,7 +109,8 @@ common::Result<Limits> Limits::Parse(std::string_view text) {
     }
     l.*(found->field) = static_cast<uint32_t>(v);
   }
-  if (l.switches == 0 || l.levels == 0 || l.ranks == 0 || l.jobs == 0 || l.ops == 0 || l.elems == 0) {
+  if (l.switches == 0 || l.levels == 0 || l.ranks == 0 || l.jobs == 0 || l.ops == 0 || l.elems == 0 ||
+      (l.skip_jobs & ((1u << std::min<uint32_t>(l.jobs, 31)) - 1)) == ((1u << std::min<uint32_t>(l.jobs, 31)) - 1)) {
     return common::InvalidArgument("limits: switches, levels, ranks, jobs, ops and elems are at least 1");
   }
   return l;
@@ -281,7 +283,7 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
                                                   : static_cast<uint32_t>(ops.Range(1, 2000));
       op.count = std::min(count_draw, limits.elems);
       op.think_ns = static_cast<uint64_t>(ops.Range(0, 2000)) * 1000;
-      job.ops.push_back(op);
+      if ((limits.skip_ops >> k & 1) == 0) job.ops.push_back(op);
     }
     // Faults of the job's own.
     Rng f(Mix(seed, kFaults, 1 + j));
@@ -291,7 +293,8 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
       job.crash_rank = static_cast<int>(f.Below(job.ranks()));
       job.crash_after_ns = static_cast<uint64_t>(f.Range(0, 200)) * kMs;
     }
-    s.jobs.push_back(std::move(job));
+    // Left out by the limits: everything it drew stays drawn.
+    if ((limits.skip_jobs >> j & 1) == 0) s.jobs.push_back(std::move(job));
   }
 
   // --- Faults of the fabric. ---

@@ -68,8 +68,13 @@ struct Limits {
   uint32_t elems = 4096; // elements per allreduce
   uint32_t faults = kAllFaults;
   uint32_t features = kAllFeatures;
+  // Jobs (by index) and allreduces (by index in every job) left out, a bit
+  // each: what remains is drawn as before.
+  uint32_t skip_jobs = 0;
+  uint32_t skip_ops = 0;
 
-  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0x1ff"
+  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0x1ff,
+  // skip_jobs=0x0,skip_ops=0x0"
   std::string ToString() const;
   // That form, any subset of its keys; an error names the key.
   static common::Result<Limits> Parse(std::string_view text);

@@ -1,5 +1,6 @@
 #include "tests/sim/shrink.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace aggswitch::sim {
@@ -19,6 +20,24 @@ Limits Shrink(uint64_t seed, const Limits& limits, const RunOptions& options, ui
   bool progress = true;
   while (progress && runs < budget) {
     progress = false;
+    // Whole jobs, then allreduces, one at a time.
+    for (uint32_t bit = 0; bit < std::min<uint32_t>(best.jobs, 31) && runs < budget; ++bit) {
+      Limits trial = best;
+      trial.skip_jobs |= 1u << bit;
+      if (trial.skip_jobs == best.skip_jobs || !Limits::Parse(trial.ToString()).ok()) continue;
+      if (fails(trial)) {
+        best = trial;
+        progress = true;
+      }
+    }
+    for (uint32_t bit = 0; bit < std::min<uint32_t>(best.ops, 31) && runs < budget; ++bit) {
+      Limits trial = best;
+      trial.skip_ops |= 1u << bit;
+      if (trial.skip_ops != best.skip_ops && fails(trial)) {
+        best = trial;
+        progress = true;
+      }
+    }
     for (uint32_t Limits::*field : counts) {
       while (best.*field > 1 && runs < budget) {
         const uint32_t now = best.*field;

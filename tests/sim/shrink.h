@@ -1,5 +1,6 @@
-// Shrinks a failing scenario: smaller limits (fewer switches, levels, jobs,
-// ranks, allreduces and elements; fewer kinds of fault and feature) under
+// Shrinks a failing scenario: smaller limits (jobs and allreduces left out
+// one at a time; fewer switches, levels, jobs, ranks, allreduces and
+// elements; fewer kinds of fault and feature) under
 // which the same seed still fails. A scenario draws every value before it
 // clamps it (scenario.h), so the smaller one is the same scenario with less
 // in it, not a new one.
@@ -18,6 +19,6 @@
 namespace aggswitch::sim {
 
 // At most `budget` scenarios are run. Returns `limits` when nothing smaller fails.
-Limits Shrink(uint64_t seed, const Limits& limits, const RunOptions& options, uint32_t budget = 80);
+Limits Shrink(uint64_t seed, const Limits& limits, const RunOptions& options, uint32_t budget = 150);
 
 }  // namespace aggswitch::sim
