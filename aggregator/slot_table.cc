@@ -155,6 +155,28 @@ void SlotTable::MarkForwarded(uint32_t local_index, uint64_t now_tsc, bool hold)
   s.resent_tsc_ = now_tsc;
 }
 
+uint32_t SlotTable::SweepStale(uint64_t now_tsc, uint32_t budget, void** handles,
+                               uint32_t max_handles, uint32_t* evicted) {
+  uint32_t n = 0;
+  *evicted = 0;
+  if (config_.stale_cycles == 0) return 0;
+  for (uint32_t k = 0; k < budget && k < config_.slots; ++k) {
+    const uint32_t i = sweep_cursor_;
+    Slot& s = slots_[i];
+    if (s.state_ == Slot::State::kAggregating && s.hold_ &&
+        now_tsc - s.first_tsc_ > config_.stale_cycles) {
+      if (n + s.count_ > max_handles) return n;  // the rest next time, from this slot
+      for (uint16_t m = 0; m < s.expected_; ++m) {
+        if (s.HasContributed(m)) handles[n++] = s.held_handle_[m];
+      }
+      Release(i);
+      ++*evicted;
+    }
+    sweep_cursor_ = sweep_cursor_ + 1 == config_.slots ? 0 : sweep_cursor_ + 1;
+  }
+  return n;
+}
+
 bool SlotTable::TakeResend(Slot& s, uint64_t now_tsc) {
   const uint64_t gap = config_.resend_gap_cycles << s.resends_;
   if (now_tsc - s.resent_tsc_ < gap) return false;

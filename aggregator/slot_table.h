@@ -302,6 +302,17 @@ class SlotTable {
   // the member's resent data (kForwardedAgain): once the resend gap has
   // passed (SlotTableConfig::resend_gap_cycles). [owner lcore]
   bool ResendForwarded(uint32_t local_index, uint64_t now_tsc);
+  // Frees the holding slots among the next `budget` (from a cursor that
+  // wraps around the table) whose chunk is older than stale_cycles while
+  // it still aggregates: a member died, or will never send it. Such a slot
+  // would give way to the next chunk that needs it anyway; swept, it also
+  // gives back the contributions it held (into `handles`, at most
+  // `max_handles`; a slot whose handles would not all fit waits for the
+  // next call), so that a dead chunk does not keep pool buffers that live
+  // chunks wait for. Returns the handles written; `*evicted` counts the
+  // slots freed. [owner lcore]
+  uint32_t SweepStale(uint64_t now_tsc, uint32_t budget, void** handles, uint32_t max_handles,
+                      uint32_t* evicted);
   // The resend gap doubles this many times at most (32 gaps).
   static constexpr uint8_t kMaxResendBackoff = 5;
   uint32_t armed_timers() const { return timers_.size(); }
@@ -356,6 +367,7 @@ class SlotTable {
   std::unique_ptr<void*[]> released_;  // max_fan_in handles, reused per call
   std::unique_ptr<void*[]> evicted_;   // the same, for an evicted slot's
   TimerWheel timers_;
+  uint32_t sweep_cursor_ = 0;  // SweepStale
   // Single writer (the owner); relaxed loads elsewhere for metrics.
   std::atomic<uint32_t> busy_{0};
   std::atomic<uint32_t> complete_{0};

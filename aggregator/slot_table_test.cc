@@ -545,6 +545,44 @@ TEST(SlotTableTest, APartialThatSaturatedBelowMakesTheResultOverflowed) {
   }
 }
 
+// A holding slot whose chunk is older than the stale limit gives back what
+// it held when swept, without another chunk having to need the slot; a
+// young one, and one that holds nothing, are left to themselves.
+TEST(SlotTableTest, SweepingFreesStaleHoldingSlotsAndWhatTheyHeld) {
+  SlotTableConfig config{8, 256, 1424};
+  config.stale_cycles = 100;
+  SlotTable table(config);
+  const auto one = Payload(std::vector<int32_t>{1});
+  int tokens[3];
+  for (uint16_t m = 0; m < 2; ++m) {
+    Contribution c = Make(1, 1, m, 3, one);
+    c.hold = true;
+    c.handle = &tokens[m];
+    ASSERT_EQ(table.Contribute(0, c, 0, NeverRelease, nullptr).outcome, SlotOutcome::kHeld);
+  }
+  Contribution young = Make(1, 2, 0, 3, one);
+  young.hold = true;
+  young.handle = &tokens[2];
+  ASSERT_EQ(table.Contribute(1, young, 90, NeverRelease, nullptr).outcome, SlotOutcome::kHeld);
+  ASSERT_EQ(table.Contribute(2, Make(1, 3, 0, 3, one), 0, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  void* handles[8];
+  uint32_t evicted = 0;
+  EXPECT_EQ(table.SweepStale(100, 8, handles, 8, &evicted), 0u) << "not older than the limit yet";
+  ASSERT_EQ(table.SweepStale(150, 8, handles, 8, &evicted), 2u);
+  EXPECT_EQ(evicted, 1u);
+  EXPECT_EQ(handles[0], &tokens[0]);
+  EXPECT_EQ(handles[1], &tokens[1]);
+  EXPECT_EQ(table.slot(0).state(), Slot::State::kFree);
+  EXPECT_EQ(table.slot(1).state(), Slot::State::kAggregating) << "young";
+  EXPECT_EQ(table.slot(2).state(), Slot::State::kAggregating) << "holds nothing";
+  // A slot whose handles do not fit waits for a call with room.
+  ASSERT_EQ(table.SweepStale(200, 8, handles, 0, &evicted), 0u);
+  EXPECT_EQ(table.slot(1).state(), Slot::State::kAggregating);
+  ASSERT_EQ(table.SweepStale(200, 8, handles, 8, &evicted), 1u);
+  EXPECT_EQ(handles[0], &tokens[2]);
+}
+
 TEST(SlotTableTest, Float16ResultIsNarrowedFromFloat32) {
   SlotTable table(SlotTableConfig{4, 256, 1424});
   // 1.5 and 2.25 in float16.

@@ -130,7 +130,11 @@ void TanEngine::OnLate(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOut
     if (h.job_key.host() != it->second.fields.job_key) {
       ++counters_.key_mismatch;
     } else {
+      // Its sender lacks the result (it was lost on its way down, or the
+      // data went around the sender's slot): the result goes again, where
+      // it went, and down the tree to every member.
       ++counters_.late_after_done;
+      out->push_back(TanOutput{it->second.reply_to, it->second.result});
     }
     return;
   }

@@ -61,7 +61,10 @@
 //     what arrived; workers must not use it (docs/protocol.md, INCOMPLETE).
 //   * A finished chunk is remembered for give_up_ns with its result: a
 //     repeated first data gets that same datagram again (to its own source);
-//     late data for it is counted late_after_done and dropped.
+//     late data for it is counted late_after_done and answered with the
+//     result again, to the first data's source (its sender's result was
+//     lost on its way down, or it went around the sender's slot, and the
+//     sender asks again with its data).
 //
 // Memory is bounded: at most max_pending unfinished chunks (a new one beyond
 // that is refused and counted refused_full), at most max_pending finished
@@ -136,7 +139,7 @@ struct TanCounters {
   // INCOMPLETE RESULTs, no missing ids, because TanOptions::on_complete returned false
   uint64_t completion_refused = 0;
   uint64_t orphan_late = 0;      // held lates whose first data never came
-  uint64_t late_after_done = 0;  // lates for a finished chunk
+  uint64_t late_after_done = 0;  // lates for a finished chunk (answered with its result again)
   uint64_t repeat_first = 0;     // first data for a chunk already open or finished
   uint64_t refused_full = 0;     // chunks or held lates refused at max_pending / max_held_lates
   uint64_t malformed = 0;        // dtype/op/scale/elem_count differ from the first data; too large

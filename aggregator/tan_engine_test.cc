@@ -533,8 +533,11 @@ TEST(TanEngineTest, GiveUpSendsIncompleteWithTheOutstandingIdsSorted) {
     EXPECT_EQ(tan.counters().gave_up, 1u);
     EXPECT_EQ(tan.counters().completed, 0u);
     EXPECT_EQ(tan.engine().pending(), 0u);
-    // Late data after the give-up is late for a finished chunk.
-    EXPECT_TRUE(tan.Feed(Late(9, Pack<int32_t>({0, 0})), 5 + kGiveUp + 2).empty());
+    // Late data after the give-up is late for a finished chunk: its answer
+    // is the same INCOMPLETE result again.
+    const std::vector<TanOutput> again = tan.Feed(Late(9, Pack<int32_t>({0, 0})), 5 + kGiveUp + 2);
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].datagram, out[0].datagram);
     EXPECT_EQ(tan.counters().late_after_done, 1u);
     EXPECT_TRUE(tan.Expire(10 * kGiveUp).empty());
   }
@@ -613,12 +616,17 @@ TEST(TanEngineTest, DuplicateLateIsCountedOnce) {
   }
 }
 
-TEST(TanEngineTest, LateAfterDoneIsDropped) {
+// Late data for a finished chunk is not merged again: its sender lacks the
+// result (lost on its way down), which goes again to the root.
+TEST(TanEngineTest, LateAfterDoneGetsTheResultAgain) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
   const Parsed r = tan.FeedForResult(Late(112, Pack<int32_t>({2})), 1);
-  EXPECT_TRUE(tan.Feed(Late(112, Pack<int32_t>({2})), 2).empty());
-  EXPECT_TRUE(tan.Feed(Late(5, Pack<int32_t>({2})), 3).empty());
+  for (uint64_t t : {2, 3}) {
+    const Parsed again = tan.FeedForResult(Late(t == 2 ? 112 : 5, Pack<int32_t>({2})), t);
+    EXPECT_EQ(again.to, kRoot);
+    EXPECT_EQ(again.datagram, r.datagram) << "the same result, not a new sum";
+  }
   EXPECT_EQ(tan.counters().late_after_done, 2u);
   EXPECT_EQ(tan.counters().completed, 1u);
   // Still the same result for a repeated first data.

@@ -1270,6 +1270,15 @@ bool AggregationStage::ExpireSlot(uint32_t local, bool timer) {
   return true;
 }
 
+void AggregationStage::SweepStale() {
+  void* handles[aggregator::kMaxJobFanIn];
+  uint32_t evicted = 0;
+  const uint32_t n = s_.slots->SweepStale(clock_.tsc, kStaleSweepSlots, handles,
+                                          aggregator::kMaxJobFanIn, &evicted);
+  for (uint32_t i = 0; i < n; ++i) s_.holds->Give(handles[i]);
+  if (evicted != 0) stats_.lcore.agg.stale_slots.Add(evicted);
+}
+
 void AggregationStage::ContinueSlotDump(SlotDumpExchange& d) {
   d.Begin();
   const aggregator::SlotTable& slots = *s_.slots;

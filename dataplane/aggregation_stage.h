@@ -118,6 +118,11 @@ class AggregationStage {
   void DrainRelocations();
   // Expires slots whose timer fired (a bounded number per call).
   void RunTimers();
+  // Frees a bounded share of the stale holding slots and their held
+  // contributions (SlotTable::SweepStale). Every kControlEvery polls.
+  void SweepStale();
+  // Slots SweepStale looks at per call.
+  static constexpr uint32_t kStaleSweepSlots = 64;
   bool timers_armed() const { return s_.slots->armed_timers() != 0; }
   // A bounded share of a slot dump (Dataplane::DumpSlots).
   void ContinueSlotDump(SlotDumpExchange& d);

@@ -185,7 +185,7 @@ struct PortCounters {
   X(slot_busy, "contributions refused with NACK slot_busy: no spare slot free, or the escalation ring full") \
   X(conflicts_to_ps, "collided contributions with no spare slot sent to the job's parameter node marked CONFLICT") \
   X(conflicts_up, "chunks with no slot here sent up as missing: a partial of the op's identity (first data at the root) listing every member, whose data follows as late data") \
-  X(stale_slots, "slots taken over after aggregation.stale_slot_ms (a member died or its ACK was lost)") \
+  X(stale_slots, "slots taken over after aggregation.stale_slot_ms (a member died or its ACK was lost), or swept then with the contributions they held") \
   X(rejected, "contributions whose member, type, op, scale or size did not fit")      \
   X(addr_low_mismatches, "contributions whose addr_low differs from their chunk's first (NACK addr_low_mismatch)") \
   X(key_failures, "datagrams whose job key did not match")                            \

@@ -175,6 +175,8 @@ void Worker::ServeControl() {
   // The store's copies of removed jobs, a few table positions at a time.
   if (setup_.agg.store != nullptr) setup_.agg.store->Sweep(*setup_.agg.jobs, kStoreSweepPerServe);
   if (channels_.relocate != nullptr) agg_.DrainRelocations();
+  // Dead chunks give back the contributions they hold.
+  agg_.SweepStale();
   if (tree_.tan_results_waiting()) tree_.DrainTanResults();
   tx_.Flush();
   setup_.agg.jobs->Quiescent(setup_.agg.reader_id);
