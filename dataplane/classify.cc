@@ -95,18 +95,19 @@ Classifier::Ipv4Class Classifier::ClassifyIpv4(const uint8_t* data, uint32_t len
   if (udp->dst_port.host() != agg_.udp_port) return Ipv4Class::kOther;
   if (agg_.address == 0) return Ipv4Class::kAggregation;
   // With an aggregation address, the port trigger takes what workers send to
-  // a peer or a parameter node; what a switch or a TAN sends to another
-  // switch's address (a TAN below a leaf answering the root) crosses this
-  // one at L2 (docs/protocol.md).
+  // a peer or a parameter node; everything else (what a switch, a TAN or a
+  // parameter node sends another host: a TAN below a leaf answering the
+  // root, a root's VERIFY to a parameter node behind this switch) crosses
+  // this one at L2 (docs/protocol.md).
   const uint32_t opcode_at =
       l3_offset + ihl + sizeof(UdpHdr) + offsetof(aggregator::AggHeader, opcode);
   if (len <= opcode_at) return Ipv4Class::kAggregation;  // too short for a header: the parser counts it
   const auto opcode = static_cast<aggregator::Opcode>(data[opcode_at]);
-  const bool to_another_switch =
-      opcode == aggregator::Opcode::kResult || opcode == aggregator::Opcode::kPartial ||
-      opcode == aggregator::Opcode::kLate || opcode == aggregator::Opcode::kNotice ||
-      opcode == aggregator::Opcode::kNack;
-  return to_another_switch ? Ipv4Class::kOther : Ipv4Class::kAggregation;
+  const bool from_a_worker =
+      opcode == aggregator::Opcode::kContribution || opcode == aggregator::Opcode::kTaskInfo ||
+      opcode == aggregator::Opcode::kAck || opcode == aggregator::Opcode::kQuery ||
+      opcode == aggregator::Opcode::kFetch;
+  return from_a_worker ? Ipv4Class::kAggregation : Ipv4Class::kOther;
 }
 
 }  // namespace aggswitch::dataplane

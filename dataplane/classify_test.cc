@@ -103,9 +103,12 @@ TEST_F(ClassifyTest, AggregationTrafficByAddressOrPortButNotWhatGoesToAnotherSwi
   Burst b = Sort(c, 0, {Contribution(1),                                    // to our address
                         Contribution(2, elsewhere),                         // to the port, a peer's address
                         Contribution(3, elsewhere, aggregator::Opcode::kResult),  // a switch's result to another switch
-                        Contribution(4, kAggIp, aggregator::Opcode::kResult)});   // a result to us
-  EXPECT_EQ(b.agg.n, 3);
-  EXPECT_EQ(b.l2.n, 1) << "what a switch sends to another switch's address crosses at L2";
+                        Contribution(4, kAggIp, aggregator::Opcode::kResult),     // a result to us
+                        Contribution(5, elsewhere, aggregator::Opcode::kVerify),  // a root's VERIFY to its parameter node
+                        Contribution(6, elsewhere, aggregator::Opcode::kExceptionRetransmit),
+                        Contribution(7, elsewhere, aggregator::Opcode::kQuery)});  // a worker's, to a peer
+  EXPECT_EQ(b.agg.n, 4);
+  EXPECT_EQ(b.l2.n, 3) << "what a switch or a parameter node sends another host crosses at L2";
   Free(b);
 }
 

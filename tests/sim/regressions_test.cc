@@ -133,5 +133,27 @@ TEST(SimRegressions, AnOverflowAtALeafReachesEveryRank) {
   }
 }
 
+// A root's VERIFY to its parameter node crosses the switches between them
+// at L2, as the parameter node's answer does. Before, a switch with an
+// aggregation address took it by the port trigger and dropped it (a
+// switch does not take VERIFY): an in-band job rooted at a leaf, whose
+// parameter node hangs off the spine, never had a saturated sum answered.
+TEST(SimRegressions, AVerifyCrossesTheSwitchesOnItsWayToTheParameterNode) {
+  Scenario s = Tree(1);
+  s.param_node = true;
+  s.switches[1].tan = SwitchSpec::Tan::kRemote;  // in-band jobs at the leaf: agg-ps
+  JobSpecSim j = Job(Origin::kInBand, {1, 1}, {{DType::kInt32, ReduceOp::kSum, 1, 0}});
+  j.task_info = client::TaskInfoMode::kInBand;
+  j.inputs[0] = {{0, Int32s({2'000'000'000})}, {1, Int32s({2'000'000'000})}};
+  s.jobs.push_back(j);
+  Finalize(s);
+  auto o = RunScenario(s, {});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->ok()) << Findings(*o);
+  EXPECT_EQ(o->ops, 2u);
+  EXPECT_EQ(o->ops_ok, 0u) << "both fail with the overflow the parameter node found";
+  EXPECT_LT(o->sim_ns, 1'000'000'000u) << "answered, not timed out";
+}
+
 }  // namespace
 }  // namespace aggswitch::sim
