@@ -95,18 +95,26 @@ Classifier::Ipv4Class Classifier::ClassifyIpv4(const uint8_t* data, uint32_t len
   if (udp->dst_port.host() != agg_.udp_port) return Ipv4Class::kOther;
   if (agg_.address == 0) return Ipv4Class::kAggregation;
   // With an aggregation address, the port trigger takes what workers send to
-  // a peer or a parameter node; everything else (what a switch, a TAN or a
-  // parameter node sends another host: a TAN below a leaf answering the
-  // root, a root's VERIFY to a parameter node behind this switch) crosses
-  // this one at L2 (docs/protocol.md).
+  // a peer; everything else (what a switch, a TAN or a parameter node sends
+  // another host: a TAN below a leaf answering the root, a root's VERIFY or
+  // data for its parameter node behind this switch) crosses this one at L2
+  // (docs/protocol.md).
   const uint32_t opcode_at =
       l3_offset + ihl + sizeof(UdpHdr) + offsetof(aggregator::AggHeader, opcode);
   if (len <= opcode_at) return Ipv4Class::kAggregation;  // too short for a header: the parser counts it
   const auto opcode = static_cast<aggregator::Opcode>(data[opcode_at]);
+  const uint32_t flags_at = opcode_at - offsetof(aggregator::AggHeader, opcode) +
+                            offsetof(aggregator::AggHeader, flags);
+  // A contribution for the parameter node that is not addressed here is a
+  // root's, on its way there (a worker sends such data to its switch).
+  const bool for_ps =
+      len > flags_at + 1 &&
+      ((data[flags_at] << 8 | data[flags_at + 1]) &
+       (aggregator::flags::kAggregateAtPs | aggregator::flags::kConflict)) != 0;
   const bool from_a_worker =
-      opcode == aggregator::Opcode::kContribution || opcode == aggregator::Opcode::kTaskInfo ||
-      opcode == aggregator::Opcode::kAck || opcode == aggregator::Opcode::kQuery ||
-      opcode == aggregator::Opcode::kFetch;
+      (opcode == aggregator::Opcode::kContribution && !for_ps) ||
+      opcode == aggregator::Opcode::kTaskInfo || opcode == aggregator::Opcode::kAck ||
+      opcode == aggregator::Opcode::kQuery || opcode == aggregator::Opcode::kFetch;
   return from_a_worker ? Ipv4Class::kAggregation : Ipv4Class::kOther;
 }
 

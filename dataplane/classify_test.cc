@@ -39,9 +39,11 @@ class ClassifyTest : public StageTest {
     for (uint16_t i = 0; i < b.agg.n; ++i) rte_pktmbuf_free(b.agg.m[i]);
   }
   static Frame Contribution(uint16_t node, uint32_t dst_ip = kAggIp,
-                            aggregator::Opcode opcode = aggregator::Opcode::kContribution) {
+                            aggregator::Opcode opcode = aggregator::Opcode::kContribution,
+                            uint16_t flags = 0) {
     aggregator::AggFields f;
     f.opcode = opcode;
+    f.flags = flags;
     f.node_id = node;
     f.job_id = 1;
     f.elem_count = 1;
@@ -106,9 +108,11 @@ TEST_F(ClassifyTest, AggregationTrafficByAddressOrPortButNotWhatGoesToAnotherSwi
                         Contribution(4, kAggIp, aggregator::Opcode::kResult),     // a result to us
                         Contribution(5, elsewhere, aggregator::Opcode::kVerify),  // a root's VERIFY to its parameter node
                         Contribution(6, elsewhere, aggregator::Opcode::kExceptionRetransmit),
-                        Contribution(7, elsewhere, aggregator::Opcode::kQuery)});  // a worker's, to a peer
+                        Contribution(7, elsewhere, aggregator::Opcode::kQuery),  // a worker's, to a peer
+                        Contribution(8, elsewhere, aggregator::Opcode::kContribution,
+                                     aggregator::flags::kAggregateAtPs)});  // a root's, for its parameter node
   EXPECT_EQ(b.agg.n, 4);
-  EXPECT_EQ(b.l2.n, 3) << "what a switch or a parameter node sends another host crosses at L2";
+  EXPECT_EQ(b.l2.n, 4) << "what a switch or a parameter node sends another host crosses at L2";
   Free(b);
 }
 
