@@ -66,8 +66,10 @@ std::string_view PlacedName(JobSpec::Placed placed) {
 // ---------------------------------------------------------------------------
 // Job
 
-Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common::SipKey& slot_secret)
-    : id_(spec.id),
+Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common::SipKey& slot_secret,
+         std::atomic<uint32_t>* new_runs, const Job* renewed)
+    : spec_(spec),
+      id_(spec.id),
       key_(spec.key),
       members_(spec.members),
       nodes_(spec.nodes),
@@ -96,6 +98,7 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       mode_(spec.mode),
       store_quota_(spec.store_quota),
       // The TAN, the parents, then the main server.
+      new_runs_(new_runs),
       hops_(new Member[2 + spec.upstreams.size()]),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
@@ -127,6 +130,48 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
   }
   SetTan(spec.tan, spec.tan_peer);
   SetTanMember(spec.tan_member);
+  if (renewed != nullptr) {
+    tan_target_.store(renewed->tan_target_.load(std::memory_order_acquire), std::memory_order_relaxed);
+    SetTanMember(renewed->tan_member());
+    for (uint32_t hop = 0; hop < 2 + upstreams_.size(); ++hop) {
+      hops_[hop].l2.store(renewed->hops_[hop].l2.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      hops_[hop].l3.store(renewed->hops_[hop].l3.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+    ended_.reset(new uint32_t[members_]);
+    ended_sorted_.reset(new uint32_t[members_]);
+    for (uint16_t i = 0; i < members_; ++i) ended_[i] = renewed->MemberIncarnation(i);
+    std::copy(ended_.get(), ended_.get() + members_, ended_sorted_.get());
+    std::sort(ended_sorted_.get(), ended_sorted_.get() + members_);
+  }
+}
+
+bool Job::BindRun(uint16_t index, uint32_t incarnation) const {
+  uint64_t none = 0;
+  const uint64_t run = kValid | uint64_t{incarnation} << 32;
+  if (!member_[index].run.compare_exchange_strong(none, run, std::memory_order_relaxed)) {
+    return none == run;
+  }
+  if (runs_bound_.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
+    // Every member is bound: the label is a hash of their incarnations, in
+    // member order, never 0.
+    uint64_t h = 0x6a09e667f3bcc908ull ^ id_;
+    for (uint16_t i = 0; i < members_; ++i) {
+      h = (h ^ member_[i].run.load(std::memory_order_relaxed)) * 0x9e3779b97f4a7c15ull;
+      h ^= h >> 29;
+    }
+    const auto label = static_cast<uint32_t>(h ^ h >> 32);
+    label_.store(label == 0 ? 1 : label, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+void Job::RequestNewRun(uint16_t index, uint32_t incarnation) const {
+  uint64_t none = 0;
+  if (new_run_.compare_exchange_strong(none, kNewRunValid | uint64_t{index} << 32 | incarnation,
+                                       std::memory_order_relaxed) &&
+      new_runs_ != nullptr) {
+    new_runs_->fetch_add(1, std::memory_order_release);
+  }
 }
 
 Job::~Job() = default;
@@ -355,7 +400,7 @@ common::Result<const Job*> JobTable::Add(const JobSpec& spec) {
   }
   if (slots[target].load(std::memory_order_relaxed) == Tombstone()) --tombstones_;
 
-  std::unique_ptr<Job> job(new Job(spec, index, ++generations_, slot_secret_));
+  std::unique_ptr<Job> job(new Job(spec, index, ++generations_, slot_secret_, &new_runs_));
   Job* raw = job.get();
   live_[index] = std::move(job);
   // Release: a reader that loads the pointer sees the constructed job.
@@ -381,6 +426,34 @@ common::Status JobTable::Remove(uint32_t id) {
     return common::Status::Ok();
   }
   return common::NotFound(JobName(id) + " does not exist");
+}
+
+common::Result<const Job*> JobTable::Renew(uint32_t id) {
+  std::atomic<Job*>* slots = current_.get();
+  uint32_t i = Home(id);
+  for (uint32_t n = 0; n <= mask_; ++n, i = (i + 1) & mask_) {
+    Job* old = slots[i].load(std::memory_order_relaxed);
+    if (old == nullptr) break;
+    if (old == Tombstone() || old->id_ != id) continue;
+    std::unique_ptr<Job> job(
+        new Job(old->spec_, old->index_, ++generations_, slot_secret_, &new_runs_, old));
+    Job* raw = job.get();
+    std::unique_ptr<Job> replaced = std::move(live_[old->index_]);
+    live_[old->index_] = std::move(job);
+    slots[i].store(raw, std::memory_order_release);
+    retired_.push_back(Retired{rte_rcu_qsbr_start(qsbr_), std::move(replaced), nullptr, true});
+    return static_cast<const Job*>(raw);
+  }
+  return common::NotFound(JobName(id) + " does not exist");
+}
+
+std::vector<uint32_t> JobTable::TakeNewRuns() {
+  std::vector<uint32_t> ids;
+  if (new_runs_.exchange(0, std::memory_order_acquire) == 0) return ids;
+  for (const auto& job : live_) {
+    if (job != nullptr && job->NewRunRequest()) ids.push_back(job->id_);
+  }
+  return ids;
 }
 
 void JobTable::Compact() {
@@ -410,7 +483,9 @@ size_t JobTable::Reclaim() {
       ++kept;
       continue;
     }
-    if (r.job) {
+    if (r.job && r.renewed) {
+      r.job.reset();  // its index belongs to its next generation
+    } else if (r.job) {
       if (reclaim_hook_) reclaim_hook_(r.job->index_);
       free_indices_.push(r.job->index_);
       r.job.reset();

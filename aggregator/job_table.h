@@ -50,6 +50,7 @@
 
 #include <rte_rcu_qsbr.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -186,6 +187,10 @@ struct MemberAddr {
   uint16_t vlan = 0;       // VLAN it arrived on (0: none)
   uint32_t ip = 0;         // source IPv4 address, host order
   uint16_t udp_port = 0;   // source UDP port, host order
+  // The incarnation it is bound with (its run; docs/protocol.md, "Runs"):
+  // what the switch's datagrams to it carry. 0: none yet. Read by
+  // GetMember only.
+  uint32_t incarnation = 0;
 };
 
 // One job at this switch. Built and destroyed by the JobTable only; readers
@@ -271,52 +276,83 @@ class alignas(64) Job {
   // generation. A datagram that claims it from any other address is refused,
   // until the bound address has been silent for `rebind_ticks` (then it
   // rebinds; 0: never) or the control side unbinds the member.
+  //
+  // Members are bound to an incarnation too (docs/protocol.md, "Runs"): the
+  // first nonzero one a member's datagrams carry in this generation. Another
+  // one is a new run of the job: the control thread makes the job a new
+  // generation (JobTable::Renew), whose members bind afresh, and the old
+  // generation's incarnations are the new one's ended ones. Incarnation 0
+  // (a child switch before its run label) binds nothing and is never new.
   enum class Bind : uint8_t {
-    kKnown,    // from the bound address
-    kBound,    // the member's first datagram: bound now
-    kRebound,  // the bound address was silent long enough: bound to this one now
-    kRefused,  // the member is bound to another address
+    kKnown,     // from the bound address
+    kBound,     // the member's first datagram: bound now
+    kRebound,   // the bound address was silent long enough: bound to this one now
+    kRefused,   // the member is bound to another address
+    kNewRun,    // another incarnation holds the member: a new run (RequestNewRun)
+    kRunEnded,  // the member's incarnation in the run this generation replaced
   };
-  // Binds member `index` (< members()) to `from` or checks it against its
-  // binding, and records `now` (ticks, the caller's clock) as its last
-  // datagram. A known member costs two loads. [any]
-  Bind BindMember(uint16_t index, const MemberAddr& from, uint32_t now, uint32_t rebind_ticks) const {
+  // Binds member `index` (< members()) to `from` and `incarnation` or
+  // checks it against its binding, and records `now` (ticks, the caller's
+  // clock) as its last datagram. A known member costs three loads. [any]
+  Bind BindMember(uint16_t index, const MemberAddr& from, uint32_t incarnation, uint32_t now,
+                  uint32_t rebind_ticks) const {
     Member& m = member_[index];
-    const uint64_t l2 = (from.mac48 << 16) | (uint64_t{from.port_index} << 8) | kValid;
-    const uint64_t l3 = (uint64_t{from.ip} << 32) | (uint64_t{from.udp_port} << 16) |
-                        (uint64_t{from.vlan & 0xfffu} << 4) | kValid;
-    uint64_t bound2 = m.l2.load(std::memory_order_relaxed);
-    if (bound2 == l2) {
-      const uint64_t bound3 = m.l3.load(std::memory_order_relaxed);
-      // An invalid L3 half: another lcore is binding this very address.
-      if (bound3 == l3 || (bound3 & kValid) == 0) {
-        Touch(index, now);
-        return Bind::kKnown;
+    bool bind_run = false;
+    if (incarnation != 0) {
+      const uint64_t run = m.run.load(std::memory_order_relaxed);
+      if (run != (kValid | uint64_t{incarnation} << 32)) {
+        if (Ended(index, incarnation)) return Bind::kRunEnded;
+        if ((run & kValid) != 0) return Bind::kNewRun;
+        bind_run = true;
       }
     }
-    Bind result = Bind::kBound;
-    if ((bound2 & kValid) != 0) {
-      const uint32_t silent = now - seen_[index].load(std::memory_order_relaxed);
-      if (rebind_ticks == 0 || silent < rebind_ticks) return Bind::kRefused;
-      result = Bind::kRebound;
-    }
-    // Of two addresses racing for the member, one wins.
-    if (!m.l2.compare_exchange_strong(bound2, l2, std::memory_order_relaxed)) return Bind::kRefused;
-    m.l3.store(l3, std::memory_order_relaxed);
-    // A new address is a new process: its first watermark counts, not the
-    // one the old address left (which may lie after it: a run restarted at
-    // lower sequence numbers).
-    if (result == Bind::kRebound) m.ack.store(0, std::memory_order_relaxed);
-    Touch(index, now);
-    return result;
+    const Bind bound = BindAddress(index, from, now, rebind_ticks);
+    if (bind_run && bound != Bind::kRefused && !BindRun(index, incarnation)) return Bind::kNewRun;
+    return bound;
   }
   // Forgets member `index`'s binding and watermark: its next datagram binds
-  // it and sets its watermark afresh. [control]
+  // it and sets its watermark afresh. Its incarnation stays: the same
+  // process may send from elsewhere, another one is a new run. [control]
   void UnbindMember(uint16_t index) const {
     if (index >= members_) return;
     member_[index].l2.store(0, std::memory_order_relaxed);
     member_[index].l3.store(0, std::memory_order_relaxed);
     member_[index].ack.store(0, std::memory_order_relaxed);
+  }
+
+  // --- Runs (docs/protocol.md, "Runs") [any] ---
+
+  // The incarnation member `index` is bound with; 0 before it is. [any]
+  uint32_t MemberIncarnation(uint16_t index) const {
+    const uint64_t run = member_[index].run.load(std::memory_order_relaxed);
+    return (run & kValid) != 0 ? static_cast<uint32_t>(run >> 32) : 0;
+  }
+  // Whether `incarnation` (nonzero) was a member's in the run this
+  // generation replaced: data of an ended run, never to be counted. [any]
+  bool Ended(uint16_t index, uint32_t incarnation) const {
+    return ended_ != nullptr && ended_[index] == incarnation;
+  }
+  // Whether `incarnation` (nonzero) was any member's in the replaced run:
+  // what a child switch forwards (late data) under its old run label.
+  // O(log members). [any]
+  bool EndedAnywhere(uint32_t incarnation) const {
+    return incarnation != 0 && ended_sorted_ != nullptr &&
+           std::binary_search(ended_sorted_.get(), ended_sorted_.get() + members_, incarnation);
+  }
+  // The job's run label at this switch: what its partials, late data and
+  // relayed ACKs carry to the parent, which binds this switch by it as a
+  // member by its incarnation. A hash of every member's incarnation, set
+  // once all of them are bound (so the same run gives the same label after
+  // this switch restarts, and a new run another); 0 before. [any]
+  uint32_t label() const { return label_.load(std::memory_order_relaxed); }
+  // A worker met a new incarnation for member `index`: asks the control
+  // thread for a new generation (JobTable::TakeNewRuns). [any]
+  void RequestNewRun(uint16_t index, uint32_t incarnation) const;
+  // The request: (member index << 32 | incarnation), nullopt when none. [any]
+  std::optional<uint64_t> NewRunRequest() const {
+    const uint64_t r = new_run_.load(std::memory_order_relaxed);
+    if (r == 0) return std::nullopt;
+    return r & ~kNewRunValid;
   }
   // When member `index` last sent (BindMember's clock); nullopt before it
   // was bound. [any]
@@ -568,16 +604,57 @@ class alignas(64) Job {
   static constexpr uint64_t kValid = 1;
   static constexpr uint64_t kAckValid = uint64_t{1} << 32;
   static constexpr uint64_t kMoveValid = uint64_t{1} << 63;
+  static constexpr uint64_t kNewRunValid = uint64_t{1} << 63;
 
   // 32 bytes, two to a cache line and never split across two.
   struct alignas(32) Member {
     std::atomic<uint64_t> l2{0};   // MAC (63..16) | ingress port index (15..8) | valid (0)
     std::atomic<uint64_t> l3{0};   // IPv4 (63..32) | UDP port (31..16) | VLAN (15..4) | valid (0)
     std::atomic<uint64_t> ack{0};  // watermark (31..0) | valid (32)
+    std::atomic<uint64_t> run{0};  // incarnation (63..32) | valid (0)
   };
   static_assert(sizeof(Member) == 32, "two members per cache line");
 
-  Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common::SipKey& slot_secret);
+  // `renewed` (a generation JobTable::Renew makes): the job it replaces,
+  // whose TAN choice and resolved hops carry over and whose members'
+  // incarnations end. `new_runs` counts requests for the control thread.
+  Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common::SipKey& slot_secret,
+      std::atomic<uint32_t>* new_runs, const Job* renewed = nullptr);
+  // The address half of BindMember.
+  Bind BindAddress(uint16_t index, const MemberAddr& from, uint32_t now,
+                   uint32_t rebind_ticks) const {
+    Member& m = member_[index];
+    const uint64_t l2 = (from.mac48 << 16) | (uint64_t{from.port_index} << 8) | kValid;
+    const uint64_t l3 = (uint64_t{from.ip} << 32) | (uint64_t{from.udp_port} << 16) |
+                        (uint64_t{from.vlan & 0xfffu} << 4) | kValid;
+    uint64_t bound2 = m.l2.load(std::memory_order_relaxed);
+    if (bound2 == l2) {
+      const uint64_t bound3 = m.l3.load(std::memory_order_relaxed);
+      // An invalid L3 half: another lcore is binding this very address.
+      if (bound3 == l3 || (bound3 & kValid) == 0) {
+        Touch(index, now);
+        return Bind::kKnown;
+      }
+    }
+    Bind result = Bind::kBound;
+    if ((bound2 & kValid) != 0) {
+      const uint32_t silent = now - seen_[index].load(std::memory_order_relaxed);
+      if (rebind_ticks == 0 || silent < rebind_ticks) return Bind::kRefused;
+      result = Bind::kRebound;
+    }
+    // Of two addresses racing for the member, one wins.
+    if (!m.l2.compare_exchange_strong(bound2, l2, std::memory_order_relaxed)) return Bind::kRefused;
+    m.l3.store(l3, std::memory_order_relaxed);
+    // A new address is a new process: its first watermark counts, not the
+    // one the old address left (which may lie after it: a run restarted at
+    // lower sequence numbers).
+    if (result == Bind::kRebound) m.ack.store(0, std::memory_order_relaxed);
+    Touch(index, now);
+    return result;
+  }
+  // Binds member `index`'s first incarnation; false when another lcore bound
+  // another one first. The last member to bind sets the run label.
+  bool BindRun(uint16_t index, uint32_t incarnation) const;
   void Touch(uint16_t index, uint32_t now) const {
     if (seen_[index].load(std::memory_order_relaxed) != now) {
       seen_[index].store(now, std::memory_order_relaxed);
@@ -636,9 +713,12 @@ class alignas(64) Job {
     out->ip = static_cast<uint32_t>(l3 >> 32);
     out->udp_port = static_cast<uint16_t>(l3 >> 16);
     out->vlan = static_cast<uint16_t>((l3 >> 4) & 0xfff);
+    const uint64_t run = m.run.load(std::memory_order_relaxed);
+    out->incarnation = (run & kValid) != 0 ? static_cast<uint32_t>(run >> 32) : 0;
     return true;
   }
 
+  const JobSpec spec_;  // what it was made from: its next generation's too
   const uint32_t id_;
   const uint64_t key_;
   const uint16_t members_;
@@ -658,7 +738,15 @@ class alignas(64) Job {
   // The move: valid (63) | base (62..32) | cut (31..0); 0 before it.
   mutable std::atomic<uint64_t> move_{0};
   const uint32_t hold_quota_;
-  const uint32_t hold_window_;  // hold_quota / (members - 1) chunks, at least 1
+  const uint32_t hold_window_;
+  // The replaced run's incarnations, by member index and sorted; null for a
+  // job's first generation.
+  std::unique_ptr<uint32_t[]> ended_;
+  std::unique_ptr<uint32_t[]> ended_sorted_;
+  mutable std::atomic<uint16_t> runs_bound_{0};  // members with an incarnation
+  mutable std::atomic<uint32_t> label_{0};
+  mutable std::atomic<uint64_t> new_run_{0};  // valid (63) | member index (47..32) | incarnation
+  std::atomic<uint32_t>* const new_runs_;     // the table's count of requests  // hold_quota / (members - 1) chunks, at least 1
   mutable std::atomic<uint64_t> min_ack_cache_{0};    // SlotWatermark() (31..0) | valid (32)
   mutable std::atomic<uint32_t> min_ack_refreshed_{0};  // the tick of its last refresh
   // A member at or before the cached watermark moved on since its refresh.
@@ -741,6 +829,16 @@ class JobTable {
   // point, and its index stays taken until Reclaim() frees it. NotFound when
   // absent.
   common::Status Remove(uint32_t id);
+  // Replaces job `id` with a new generation of itself, for a new run
+  // (Job::RequestNewRun): the same spec, index and counters, its TAN choice
+  // and resolved hops; members unbound, nobody excluded, no move; the old
+  // generation's member incarnations end (Job::Ended). Readers may use the
+  // old generation until their quiescent point; the index stays taken.
+  // NotFound when absent.
+  common::Result<const Job*> Renew(uint32_t id);
+  // The ids of jobs whose workers asked for a new run since the last call;
+  // O(1) when none did. [control]
+  std::vector<uint32_t> TakeNewRuns();
   // Frees the removed jobs and replaced arrays that every online reader has
   // moved past, and returns their indices to the free pool. Never waits.
   // Returns the number of jobs freed.
@@ -780,6 +878,7 @@ class JobTable {
     uint64_t token;
     std::unique_ptr<Job> job;  // or
     SlotsPtr slots;
+    bool renewed = false;  // the job's index passed to its next generation
   };
 
   JobTable(uint32_t max_jobs, uint16_t max_fan_in, uint32_t capacity, uint32_t max_readers);
@@ -811,6 +910,7 @@ class JobTable {
   uint32_t next_reader_ = 0;
   std::function<void(uint16_t)> reclaim_hook_;
   common::SipKey slot_secret_;
+  std::atomic<uint32_t> new_runs_{0};  // Job::RequestNewRun since TakeNewRuns [any]
 };
 
 }  // namespace aggswitch::aggregator

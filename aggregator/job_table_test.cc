@@ -245,7 +245,7 @@ TEST(JobTest, FirstDatagramBindsTheMember) {
   EXPECT_EQ(job->LearnedMembers(), 0);
 
   const MemberAddr a = Addr(0x02aabbccddeeull, 5, 10, 0x0a000a01, 40001);
-  EXPECT_EQ(job->BindMember(1, a, 100, 0), Job::Bind::kBound);
+  EXPECT_EQ(job->BindMember(1, a, 0, 100, 0), Job::Bind::kBound);
   ASSERT_TRUE(job->GetMember(1, &addr));
   EXPECT_EQ(addr.mac48, 0x02aabbccddeeull);
   EXPECT_EQ(addr.port_index, 5);
@@ -255,10 +255,10 @@ TEST(JobTest, FirstDatagramBindsTheMember) {
   EXPECT_EQ(job->LearnedMembers(), 1);
   EXPECT_EQ(job->LastSeen(1), 100u);
   // The same address again: known, and seen later.
-  EXPECT_EQ(job->BindMember(1, a, 105, 0), Job::Bind::kKnown);
+  EXPECT_EQ(job->BindMember(1, a, 0, 105, 0), Job::Bind::kKnown);
   EXPECT_EQ(job->LastSeen(1), 105u);
   // Extreme values survive the packing.
-  EXPECT_EQ(job->BindMember(2, Addr(0xffffffffffffull, 255, 4094, 0xffffffff, 65535), 1, 0),
+  EXPECT_EQ(job->BindMember(2, Addr(0xffffffffffffull, 255, 4094, 0xffffffff, 65535), 0, 1, 0),
             Job::Bind::kBound);
   ASSERT_TRUE(job->GetMember(2, &addr));
   EXPECT_EQ(addr.mac48, 0xffffffffffffull);
@@ -267,7 +267,7 @@ TEST(JobTest, FirstDatagramBindsTheMember) {
   EXPECT_EQ(addr.ip, 0xffffffffu);
   EXPECT_EQ(addr.udp_port, 65535);
   // Untagged (VLAN 0) and all-zero addresses bind too.
-  EXPECT_EQ(job->BindMember(0, Addr(0, 0, 0, 0, 0), 1, 0), Job::Bind::kBound);
+  EXPECT_EQ(job->BindMember(0, Addr(0, 0, 0, 0, 0), 0, 1, 0), Job::Bind::kBound);
   ASSERT_TRUE(job->GetMember(0, &addr));
   EXPECT_EQ(addr.mac48, 0u);
   EXPECT_EQ(job->LearnedMembers(), 3);
@@ -283,29 +283,29 @@ TEST(JobTest, ABoundMemberIsRefusedFromElsewhereUntilSilentOrUnbound) {
   auto table = MakeTable();
   const Job* job = *table->Add(Spec(1, 2));
   const MemberAddr home = Addr(0x020000000001ull, 1, 10, 0x0a000a01, 40001);
-  ASSERT_EQ(job->BindMember(1, home, 1000, 50), Job::Bind::kBound);
+  ASSERT_EQ(job->BindMember(1, home, 0, 1000, 50), Job::Bind::kBound);
   // Each part of the address counts: another port, VLAN, MAC, IP or UDP port.
   for (const MemberAddr& forged :
        {Addr(0x020000000001ull, 2, 10, 0x0a000a01, 40001), Addr(0x020000000001ull, 1, 20, 0x0a000a01, 40001),
         Addr(0x020000000099ull, 1, 10, 0x0a000a01, 40001), Addr(0x020000000001ull, 1, 10, 0x0a000a63, 40001),
         Addr(0x020000000001ull, 1, 10, 0x0a000a01, 40002)}) {
-    EXPECT_EQ(job->BindMember(1, forged, 1010, 50), Job::Bind::kRefused);
+    EXPECT_EQ(job->BindMember(1, forged, 0, 1010, 50), Job::Bind::kRefused);
   }
   MemberAddr addr;
   ASSERT_TRUE(job->GetMember(1, &addr));
   EXPECT_EQ(addr.udp_port, 40001) << "the binding did not move";
-  EXPECT_EQ(job->BindMember(1, home, 1020, 50), Job::Bind::kKnown);
+  EXPECT_EQ(job->BindMember(1, home, 0, 1020, 50), Job::Bind::kKnown);
   // Silent for fewer than 50 ticks: still refused; for 50: rebound.
   const MemberAddr restarted = Addr(0x020000000001ull, 1, 10, 0x0a000a01, 40777);
-  EXPECT_EQ(job->BindMember(1, restarted, 1069, 50), Job::Bind::kRefused);
-  EXPECT_EQ(job->BindMember(1, restarted, 1070, 50), Job::Bind::kRebound);
+  EXPECT_EQ(job->BindMember(1, restarted, 0, 1069, 50), Job::Bind::kRefused);
+  EXPECT_EQ(job->BindMember(1, restarted, 0, 1070, 50), Job::Bind::kRebound);
   ASSERT_TRUE(job->GetMember(1, &addr));
   EXPECT_EQ(addr.udp_port, 40777);
-  EXPECT_EQ(job->BindMember(1, home, 1200, 0), Job::Bind::kRefused) << "rebind 0: never";
+  EXPECT_EQ(job->BindMember(1, home, 0, 1200, 0), Job::Bind::kRefused) << "rebind 0: never";
   // The control side unbinds; the next datagram binds.
   job->UnbindMember(1);
   EXPECT_FALSE(job->GetMember(1, &addr));
-  EXPECT_EQ(job->BindMember(1, home, 1201, 0), Job::Bind::kBound);
+  EXPECT_EQ(job->BindMember(1, home, 0, 1201, 0), Job::Bind::kBound);
 }
 
 // A job keeps at most slot_quota chunks ahead of its slowest member's
@@ -388,13 +388,13 @@ TEST(JobTest, GoneMembersWatermarksHoldNoSlot) {
   spec.slot_quota = 8;
   const Job* job = *table->Add(spec);
   for (uint16_t m = 0; m < 3; ++m) {
-    ASSERT_EQ(job->BindMember(m, Addr(0x020000000001ull + m, m, 0, 0x0a000a01 + m, 40000), 10, 100),
+    ASSERT_EQ(job->BindMember(m, Addr(0x020000000001ull + m, m, 0, 0x0a000a01 + m, 40000), 0, 10, 100),
               Job::Bind::kBound);
     job->UpdateAck(m, 100);
   }
   // A new run at 5000: members 0 and 1 speak at tick 200, member 2 is late.
   for (uint16_t m = 0; m < 2; ++m) {
-    ASSERT_EQ(job->BindMember(m, Addr(0x020000000001ull + m, m, 0, 0x0a000a01 + m, 40000), 200, 100),
+    ASSERT_EQ(job->BindMember(m, Addr(0x020000000001ull + m, m, 0, 0x0a000a01 + m, 40000), 0, 200, 100),
               Job::Bind::kKnown);
     job->UpdateAck(m, 5000);
   }
@@ -408,7 +408,7 @@ TEST(JobTest, GoneMembersWatermarksHoldNoSlot) {
   EXPECT_EQ(job->SlotWatermark(1000, 100), 100u);
 
   // Member 2's new process, from another UDP port, starts over at 40.
-  ASSERT_EQ(job->BindMember(2, Addr(0x020000000003ull, 2, 0, 0x0a000a03, 40999), 210, 100),
+  ASSERT_EQ(job->BindMember(2, Addr(0x020000000003ull, 2, 0, 0x0a000a03, 40999), 0, 210, 100),
             Job::Bind::kRebound);
   EXPECT_FALSE(job->GetAck(2)) << "the old process's watermark is gone";
   job->UpdateAck(2, 40);
@@ -564,7 +564,7 @@ TEST(JobTableTest, ConcurrentReadersNeverSeeAFreedJob) {
           from.vlan = 10;
           from.ip = 0x0a000001 + r;
           from.udp_port = 40000;
-          (void)job->BindMember(node, from, seq, 1);
+          (void)job->BindMember(node, from, 0, seq, 1);
           job->UpdateAck(node, seq);
         }
         ++seq;

@@ -34,6 +34,18 @@ PsEngine::PsEngine(const PsOptions& options)
 
 void PsEngine::OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
                           std::vector<TanOutput>* out) {
+  // The TAN's run rule (tan_engine.h) holds for every datagram here: a new
+  // run forgets the job's chunks and answers here too.
+  const uint32_t job_id = pkt.header->job_id.host();
+  switch (tan_.AdmitRun(job_id, pkt.header->incarnation.host())) {
+    case TanEngine::Run::kEnded:
+      return;
+    case TanEngine::Run::kNew:
+      ForgetJob(job_id);
+      break;
+    case TanEngine::Run::kCurrent:
+      break;
+  }
   if (IsDirect(pkt)) {
     OnDirect(pkt, from, now_ns, out);
     return;
@@ -257,6 +269,17 @@ void PsEngine::Forget(std::map<ChunkId, Chunk>::iterator it) {
   kept_ -= it->second.kept.size();
   deadlines_.erase({it->second.deadline_ns, it->first});
   chunks_.erase(it);
+}
+
+void PsEngine::ForgetJob(uint32_t job_id) {
+  const ChunkId first{job_id, 0};
+  for (auto it = chunks_.lower_bound(first); it != chunks_.end() && it->first.job_id == job_id;) {
+    Forget(it++);
+  }
+  for (auto it = done_.lower_bound(first); it != done_.end() && it->first.job_id == job_id;) {
+    done_deadlines_.erase({it->second.deadline_ns, it->first});
+    it = done_.erase(it);
+  }
 }
 
 void PsEngine::Expire(uint64_t now_ns, std::vector<TanOutput>* out) {

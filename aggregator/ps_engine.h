@@ -46,6 +46,8 @@
 //       direct data here.
 //     - Else a RESULT with VERIFIED, the same payload.
 //     The answer is kept for give_up_ns and sent again to a repeat.
+//   * Runs: the TAN's rule (tan_engine.h) holds for every datagram; a new
+//     run of a job forgets its kept contributions and answers here too.
 //   * Anything else goes to the TAN (tan_engine.h), which ignores what it does
 //     not know. The TAN's complete results that no sum saturated in carry
 //     VERIFIED too: the parameter node reduced them.
@@ -159,6 +161,8 @@ class PsEngine {
   void Finish(const ChunkId& id, Chunk& c, bool complete, uint64_t now_ns,
               std::vector<TanOutput>* out);
   void Forget(std::map<ChunkId, Chunk>::iterator it);
+  // Forgets every chunk and kept answer of job `job_id` (a new run of it).
+  void ForgetJob(uint32_t job_id);
 
   PsOptions options_;
   TanEngine tan_;

@@ -33,8 +33,37 @@ void TanEngine::SetCovers(uint32_t job_id, uint16_t switch_node, std::vector<uin
   covers_[key] = std::move(ids);
 }
 
+TanEngine::Run TanEngine::AdmitRun(uint32_t job_id, uint32_t incarnation) {
+  if (incarnation == 0) return Run::kCurrent;
+  auto it = runs_.find(job_id);
+  if (it == runs_.end()) {
+    // Bounded like the chunks: beyond that, jobs go unwatched (label 0's rule).
+    if (runs_.size() >= 2 * options_.max_pending) return Run::kCurrent;
+    it = runs_.emplace(job_id, Runs{}).first;
+  }
+  Runs& r = it->second;
+  if (r.current == incarnation) return Run::kCurrent;
+  if (r.ended == incarnation) {
+    ++counters_.run_ended;
+    return Run::kEnded;
+  }
+  const bool renewed = r.current != 0;
+  if (renewed) {
+    r.ended = r.current;
+    ++counters_.new_runs;
+    std::vector<ChunkId> gone;
+    for (const auto& [id, c] : chunks_) {
+      if (id.job_id == job_id) gone.push_back(id);
+    }
+    for (const ChunkId& id : gone) Erase(id);
+  }
+  r.current = incarnation;
+  return renewed ? Run::kNew : Run::kCurrent;
+}
+
 void TanEngine::OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
                            std::vector<TanOutput>* out) {
+  if (AdmitRun(pkt.header->job_id.host(), pkt.header->incarnation.host()) == Run::kEnded) return;
   if (pkt.opcode == Opcode::kPartial) {
     OnFirstData(pkt, from, now_ns, out);
   } else if (IsLateData(pkt)) {
@@ -95,6 +124,7 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
   f.op = pkt.op;
   f.scale = h.scale;
   f.aux = h.aux.host();  // the chunk's element offset
+  f.incarnation = h.incarnation.host();
   const uint16_t in_flags = h.flags.host();
   c.ordered = (in_flags & flags::kOrdered) != 0;
   c.overflow = (in_flags & flags::kOverflow) != 0;
@@ -219,12 +249,13 @@ bool TanEngine::OfferOwn(const AggPacket& pkt, uint64_t now_ns, std::vector<TanO
   const uint16_t node = h.node_id.host();
   if (c.own_node == node) {
     ++counters_.own_repeats;
-    if (c.phase == Phase::kDone && own_worker_.ip != 0) out->push_back(TanOutput{own_worker_, c.result});
+    if (c.phase == Phase::kDone && own_worker_.ip != 0) out->push_back(ForOwnWorker(c, c.result));
     return true;
   }
   if (c.phase != Phase::kOpen || c.outstanding.count(node) == 0) return false;
   ++counters_.own_data;
   c.own_node = node;
+  c.own_incarnation = h.incarnation.host();
   Offer(id, c, CopyLate(pkt, now_ns), now_ns, out);
   return true;
 }
@@ -363,7 +394,7 @@ void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector
   }
   out->push_back(TanOutput{c.reply_to, datagram});
   // The own worker's switch never saw its data, so cannot answer it.
-  if (c.own_node >= 0 && own_worker_.ip != 0) out->push_back(TanOutput{own_worker_, datagram});
+  if (c.own_node >= 0 && own_worker_.ip != 0) out->push_back(ForOwnWorker(c, datagram));
 
   // Keep only the result.
   Unschedule(id, c);
@@ -423,6 +454,13 @@ void TanEngine::Unschedule(const ChunkId& id, const Chunk& c) {
 void TanEngine::Release(std::vector<Late>& lates) {
   held_lates_ -= lates.size();
   std::vector<Late>().swap(lates);
+}
+
+TanOutput TanEngine::ForOwnWorker(const Chunk& c, const std::vector<uint8_t>& result) const {
+  TanOutput o{own_worker_, result};
+  // The worker's own run, not the root switch's label.
+  reinterpret_cast<AggHeader*>(o.datagram.data())->incarnation = be32_t::FromHost(c.own_incarnation);
+  return o;
 }
 
 void TanEngine::Erase(const ChunkId& id) {

@@ -59,6 +59,13 @@
 //     datagram within max(the first data's size, 1472 bytes), so it fits
 //     the path the first data took. Its payload is the partial reduction of
 //     what arrived; workers must not use it (docs/protocol.md, INCOMPLETE).
+//   * Runs (docs/protocol.md, "Runs"): a datagram's incarnation is the run
+//     label of the root switch that sent it. Per job the engine keeps the
+//     current label and the one before it. A new nonzero label is a new run
+//     of the job: every chunk of the job is forgotten, unanswered, and the
+//     old label's datagrams are dropped from then on (run_ended). Label 0
+//     (a root that has no label yet) belongs to whatever run is current.
+//     RESULTs carry the first data's label.
 //   * A finished chunk is remembered for give_up_ns with its result: a
 //     repeated first data gets that same datagram again (to its own source);
 //     late data for it is counted late_after_done and answered with the
@@ -146,6 +153,8 @@ struct TanCounters {
   uint64_t ignored = 0;          // other opcodes (RESULT, ACK, a CONTRIBUTION without BYPASS, ...)
   uint64_t own_data = 0;         // the TAN's own late contributions taken locally (OfferOwn)
   uint64_t own_repeats = 0;      // retransmissions of own data already taken (OfferOwn)
+  uint64_t new_runs = 0;         // a job's datagrams under a new run label: its chunks forgotten
+  uint64_t run_ended = 0;        // datagrams under the label of a job's run that ended here
 };
 
 // A datagram to send: the whole UDP payload, built with BuildAggregation.
@@ -200,6 +209,13 @@ class TanEngine {
   // Valid until the next call into the engine.
   const std::vector<uint8_t>* ResultOf(uint32_t job_id, uint32_t seq) const;
 
+  // The run rule above for a datagram of job `job_id` under label
+  // `incarnation`: kCurrent (go on), kNew (go on; the job's chunks were
+  // forgotten, and the caller forgets its own) or kEnded (drop it).
+  // OnDatagram applies it itself.
+  enum class Run : uint8_t { kCurrent, kNew, kEnded };
+  Run AdmitRun(uint32_t job_id, uint32_t incarnation);
+
   const TanCounters& counters() const { return counters_; }
   // Unfinished chunks: waiting for late data, or for their first data.
   size_t pending() const { return pending_; }
@@ -253,6 +269,7 @@ class TanEngine {
     std::set<uint16_t> outstanding;
     std::set<uint16_t> merged;  // ids whose data came with a late
     int32_t own_node = -1;      // the node whose own data OfferOwn took
+    uint32_t own_incarnation = 0;  // and its incarnation, which its results carry
     std::vector<uint8_t> acc;   // first data, plus the folded lates when incremental
     std::vector<Late> held;     // batch: resolving lates in arrival order
     std::vector<Late> parked;   // lates that resolved nothing (yet)
@@ -285,6 +302,8 @@ class TanEngine {
   void Unschedule(const ChunkId& id, const Chunk& c);
   // Empties a list of held lates, keeping held_lates_ right.
   void Release(std::vector<Late>& lates);
+  // `result` (a RESULT datagram of `c`) to the own worker, under its incarnation.
+  TanOutput ForOwnWorker(const Chunk& c, const std::vector<uint8_t>& result) const;
   // Forgets a chunk entirely (its deadline entry included).
   void Erase(const ChunkId& id);
 
@@ -296,6 +315,12 @@ class TanEngine {
   std::unordered_map<ChunkId, Chunk, ChunkIdHash> chunks_;
   Deadlines pending_deadlines_;  // kAwaitingFirst (oldest held late) and kOpen (give-up)
   Deadlines done_deadlines_;     // kDone: when the cached result is forgotten
+  // Per job: its current run label and the one that ended before it.
+  struct Runs {
+    uint32_t current = 0;
+    uint32_t ended = 0;
+  };
+  std::unordered_map<uint32_t, Runs> runs_;
   // (job id, switch node) -> the node ids it covers, sorted.
   std::map<std::pair<uint32_t, uint16_t>, std::vector<uint16_t>> covers_;
 };

@@ -575,7 +575,7 @@ TEST(TanEngineTest, GiveUpListFitsThePathOfTheFirstData) {
   EXPECT_LE(out[0].datagram.size(), 1472u);
   const Parsed r = ParseOutput(out[0]);
   EXPECT_NE(r.f.flags & flags::kIncomplete, 0);
-  EXPECT_EQ(r.missing.size(), (1472u - 48 - 1360) / 2);
+  EXPECT_EQ(r.missing.size(), (1472u - sizeof(AggHeader) - 1360) / 2);
   EXPECT_EQ(r.missing.front(), 0);
 }
 

@@ -63,6 +63,7 @@ void WriteAggHeader(const AggFields& f, uint8_t missing_count, AggHeader* h) {
   h->scale = f.scale;
   h->missing_count = missing_count;
   h->aux = be32_t::FromHost(f.aux);
+  h->incarnation = be32_t::FromHost(f.incarnation);
 }
 
 uint32_t BuildAggregation(const AggFields& f, const uint16_t* missing, uint8_t missing_count,
@@ -99,6 +100,7 @@ AggFields ReadAggFields(const AggHeader& h) {
   f.op = static_cast<ReduceOp>(h.op);
   f.scale = h.scale;
   f.aux = h.aux.host();
+  f.incarnation = h.incarnation.host();
   return f;
 }
 

@@ -27,7 +27,7 @@ using common::be32_t;
 using common::be64_t;
 
 inline constexpr uint16_t kAggMagic = 0xA65C;
-inline constexpr uint8_t kAggVersion = 1;
+inline constexpr uint8_t kAggVersion = 2;
 inline constexpr uint16_t kAggUdpPort = 47000;
 inline constexpr uint16_t kNoSlotHint = 0xFFFF;
 // A slot hint that names no spare slot but the job's moved partition
@@ -123,6 +123,13 @@ enum class NackReason : uint32_t {
   // A FETCH for a contribution the switch does not hold: never stored,
   // released, or the job is not in store or both mode.
   kNotStored = 19,
+  // "Not now": the datagram's incarnation is new to a member of a job
+  // that a run with another incarnation holds. The switch starts a new run
+  // of the job (docs/protocol.md, "Runs"); the sender's resend finds it.
+  kNewRun = 20,
+  // The datagram belongs to a run of the job that has ended: a member of a
+  // newer run (another incarnation) took the job since. Never retried.
+  kRunEnded = 21,
 };
 
 // What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).
@@ -165,8 +172,13 @@ struct [[gnu::packed]] AggHeader {
   int8_t scale;
   uint8_t missing_count;
   be32_t aux;
+  // Which run of the job the datagram belongs to (docs/protocol.md, "Runs"):
+  // a client draws its own at random when it starts, and every datagram it
+  // sends carries it; a switch's datagrams to a member carry the member's,
+  // and what it sends up the tree carries its run label. 0: none.
+  be32_t incarnation;
 };
-static_assert(sizeof(AggHeader) == 48, "docs/protocol.md: the header is 48 bytes");
+static_assert(sizeof(AggHeader) == 52, "docs/protocol.md: the header is 52 bytes");
 
 // A parsed datagram: pointers into the caller's buffer, valid as long as it is.
 struct AggPacket {
@@ -185,9 +197,9 @@ struct AggPacket {
 
 // Why a datagram is not a valid aggregation packet. One counter each.
 #define AGG_WIRE_ERRORS(X)                                                     \
-  X(kTruncated, "truncated", "shorter than the 48-byte header")               \
+  X(kTruncated, "truncated", "shorter than the 52-byte header")               \
   X(kBadMagic, "bad_magic", "magic is not 0xA65C")                            \
-  X(kBadVersion, "bad_version", "version is not 1")                           \
+  X(kBadVersion, "bad_version", "version is not 2")                           \
   X(kUnknownOpcode, "unknown_opcode", "opcode outside 1..13")                  \
   X(kUnknownDType, "unknown_dtype", "dtype outside the table")                \
   X(kUnknownOp, "unknown_op", "op outside the table")                         \
@@ -226,6 +238,7 @@ struct AggFields {
   ReduceOp op = ReduceOp::kSum;
   int8_t scale = 0;
   uint32_t aux = 0;
+  uint32_t incarnation = 0;
 };
 
 // Writes the header alone. [any thread]

@@ -26,6 +26,7 @@ AggFields SampleFields() {
   f.op = ReduceOp::kMax;
   f.scale = -7;
   f.aux = 0;
+  f.incarnation = 0xc0ffee01;
   return f;
 }
 
@@ -53,14 +54,15 @@ TEST(WireTest, HeaderLayoutMatchesTheProtocolDocument) {
   EXPECT_EQ(offsetof(AggHeader, dtype), 40u);
   EXPECT_EQ(offsetof(AggHeader, missing_count), 43u);
   EXPECT_EQ(offsetof(AggHeader, aux), 44u);
+  EXPECT_EQ(offsetof(AggHeader, incarnation), 48u);
 }
 
 TEST(WireTest, BytesAreBigEndianOnTheWire) {
   const std::vector<uint8_t> b = Build(SampleFields());
-  ASSERT_EQ(b.size(), 48u + 12u);
+  ASSERT_EQ(b.size(), sizeof(AggHeader) + 12u);
   EXPECT_EQ(b[0], 0xA6);
   EXPECT_EQ(b[1], 0x5C);
-  EXPECT_EQ(b[2], 1);
+  EXPECT_EQ(b[2], 2);
   EXPECT_EQ(b[3], 1);
   EXPECT_EQ(b[6], 0x02);  // node 513
   EXPECT_EQ(b[7], 0x01);
@@ -69,6 +71,8 @@ TEST(WireTest, BytesAreBigEndianOnTheWire) {
   EXPECT_EQ(b[16], 0x11);
   EXPECT_EQ(b[23], 0x88);
   EXPECT_EQ(static_cast<int8_t>(b[42]), -7);
+  EXPECT_EQ(b[48], 0xc0);  // incarnation 0xc0ffee01
+  EXPECT_EQ(b[51], 0x01);
 }
 
 TEST(WireTest, RoundTripsEveryField) {
@@ -94,6 +98,8 @@ TEST(WireTest, RoundTripsEveryField) {
   EXPECT_EQ(g.dtype, f.dtype);
   EXPECT_EQ(g.op, f.op);
   EXPECT_EQ(g.scale, f.scale);
+  EXPECT_EQ(g.aux, f.aux);
+  EXPECT_EQ(g.incarnation, f.incarnation);
   EXPECT_EQ(p.dtype, DType::kFloat32);
   EXPECT_EQ(p.op, ReduceOp::kMax);
   ASSERT_EQ(p.header->missing_count, 3);
@@ -108,7 +114,7 @@ TEST(WireTest, EveryTypeFromOneElementToAFullPacket) {
   for (uint8_t t = 0; t < kNumDTypes; ++t) {
     const DType dtype = static_cast<DType>(t);
     const ReduceOp op = dtype == DType::kBool ? ReduceOp::kOr : ReduceOp::kSum;
-    const uint32_t max = (1500 - 20 - 8 - 48) / static_cast<uint32_t>(ElementSize(dtype));
+    const uint32_t max = (1500 - 20 - 8 - sizeof(AggHeader)) / static_cast<uint32_t>(ElementSize(dtype));
     for (uint32_t n : {1u, 2u, max}) {
       AggFields f = SampleFields();
       f.dtype = dtype;
@@ -138,7 +144,7 @@ TEST(WireTest, RejectsMalformedPackets) {
     AggPacket p;
     return ParseAggregation(b.data(), static_cast<uint32_t>(b.size()), &p);
   };
-  EXPECT_EQ(parse(std::vector<uint8_t>(good.begin(), good.begin() + 47)), WireError::kTruncated);
+  EXPECT_EQ(parse(std::vector<uint8_t>(good.begin(), good.begin() + sizeof(AggHeader) - 1)), WireError::kTruncated);
   EXPECT_EQ(parse({}), WireError::kTruncated);
   auto with = [&](size_t offset, uint8_t value) {
     std::vector<uint8_t> b = good;
@@ -146,7 +152,8 @@ TEST(WireTest, RejectsMalformedPackets) {
     return b;
   };
   EXPECT_EQ(parse(with(0, 0x00)), WireError::kBadMagic);
-  EXPECT_EQ(parse(with(2, 2)), WireError::kBadVersion);
+  EXPECT_EQ(parse(with(2, 1)), WireError::kBadVersion);  // the header before incarnations
+  EXPECT_EQ(parse(with(2, 3)), WireError::kBadVersion);
   EXPECT_EQ(parse(with(2, 0)), WireError::kBadVersion);
   EXPECT_EQ(parse(with(3, 0)), WireError::kUnknownOpcode);
   EXPECT_EQ(parse(with(3, kMaxOpcode + 1)), WireError::kUnknownOpcode);
@@ -170,9 +177,9 @@ TEST(WireTest, PayloadFreePacketsNeedNoValidTypeOpPair) {
   f.dtype = DType::kBool;
   f.op = ReduceOp::kSum;
   const std::vector<uint8_t> b = Build(f, {}, {});
-  ASSERT_EQ(b.size(), 48u);
+  ASSERT_EQ(b.size(), sizeof(AggHeader));
   AggPacket p;
-  EXPECT_EQ(ParseAggregation(b.data(), 48, &p), WireError::kOk);
+  EXPECT_EQ(ParseAggregation(b.data(), sizeof(AggHeader), &p), WireError::kOk);
   EXPECT_EQ(p.opcode, Opcode::kAck);
 }
 
@@ -181,8 +188,9 @@ TEST(WireTest, BuilderRefusesInconsistentLengthsAndSmallBuffers) {
   uint8_t payload[12] = {};
   uint8_t buf[100];
   EXPECT_EQ(BuildAggregation(f, nullptr, 0, payload, 11, buf, sizeof(buf)), 0u);
-  EXPECT_EQ(BuildAggregation(f, nullptr, 0, payload, 12, buf, 59), 0u);
-  EXPECT_EQ(BuildAggregation(f, nullptr, 0, payload, 12, buf, 60), 60u);
+  EXPECT_EQ(BuildAggregation(f, nullptr, 0, payload, 12, buf, sizeof(AggHeader) + 11), 0u);
+  EXPECT_EQ(BuildAggregation(f, nullptr, 0, payload, 12, buf, sizeof(AggHeader) + 12),
+            sizeof(AggHeader) + 12);
 }
 
 TEST(WireTest, SequenceOrderWrapsAround) {

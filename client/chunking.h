@@ -48,9 +48,9 @@ constexpr uint32_t DatagramBytes(aggregator::DType dtype, uint32_t elements) {
 // Elements of `dtype` in one contribution that fits an IPv4 packet of `mtu`
 // bytes, leaving room for a missing list of `reserve_ids` node ids (a
 // switch's partial carries one on the way up, docs/stragglers.md):
-// (mtu - 28 - 48 - 2 * reserve_ids) / size, at most kMaxChunkElements. With
-// 1500 and no reserve: 356 int32 or float32, 712 float16 or bfloat16, 1424
-// bool; with 32 ids reserved: 340, 680, 1360. 0 when not even one fits.
+// (mtu - 28 - 52 - 2 * reserve_ids) / size, at most kMaxChunkElements. With
+// 1500 and no reserve: 355 int32 or float32, 710 float16 or bfloat16, 1420
+// bool; with 32 ids reserved: 339, 678, 1356. 0 when not even one fits.
 constexpr uint32_t ElementsPerChunk(aggregator::DType dtype, uint32_t mtu,
                                     uint32_t reserve_ids = 0) {
   const uint32_t overhead =

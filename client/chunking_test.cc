@@ -8,15 +8,15 @@ namespace {
 using aggregator::DType;
 
 TEST(ChunkingTest, ElementsPerChunkFillTheMtu) {
-  // docs/protocol.md: 1500 - 20 - 8 - 48 = 1424 payload bytes.
-  EXPECT_EQ(ElementsPerChunk(DType::kInt32, 1500), 356u);
-  EXPECT_EQ(ElementsPerChunk(DType::kFloat32, 1500), 356u);
-  EXPECT_EQ(ElementsPerChunk(DType::kFloat16, 1500), 712u);
-  EXPECT_EQ(ElementsPerChunk(DType::kBFloat16, 1500), 712u);
-  EXPECT_EQ(ElementsPerChunk(DType::kBool, 1500), 1424u);
-  EXPECT_EQ(ElementsPerChunk(DType::kFloat32, 9000), 2231u);
-  EXPECT_EQ(ElementsPerChunk(DType::kInt32, 79), 0u);  // 76 bytes of headers, 3 left
-  EXPECT_EQ(ElementsPerChunk(DType::kInt32, 80), 1u);
+  // docs/protocol.md: 1500 - 20 - 8 - 52 = 1420 payload bytes.
+  EXPECT_EQ(ElementsPerChunk(DType::kInt32, 1500), 355u);
+  EXPECT_EQ(ElementsPerChunk(DType::kFloat32, 1500), 355u);
+  EXPECT_EQ(ElementsPerChunk(DType::kFloat16, 1500), 710u);
+  EXPECT_EQ(ElementsPerChunk(DType::kBFloat16, 1500), 710u);
+  EXPECT_EQ(ElementsPerChunk(DType::kBool, 1500), 1420u);
+  EXPECT_EQ(ElementsPerChunk(DType::kFloat32, 9000), 2230u);
+  EXPECT_EQ(ElementsPerChunk(DType::kInt32, 83), 0u);  // 80 bytes of headers, 3 left
+  EXPECT_EQ(ElementsPerChunk(DType::kInt32, 84), 1u);
   EXPECT_EQ(ElementsPerChunk(DType::kBool, 70000), kMaxChunkElements);  // elem_count is 16 bits
   for (const DType t : {DType::kInt32, DType::kFloat16, DType::kBool}) {
     for (const uint32_t mtu : {kMinMtu, 1500u, kMaxMtu}) {

@@ -333,9 +333,16 @@ struct ClientOptions {
   std::optional<SwitchAddress> local_tan;
 
   // The sequence number of the client's first chunk. Every rank must use the
-  // same; a job id reused against a switch that still has the job needs one
-  // past the previous run's last chunk.
+  // same.
   uint32_t first_seq = 0;
+  // This process's incarnation: which run of the job it is
+  // (docs/protocol.md, "Runs"). Every datagram carries it and every answer
+  // must; a rank that comes to the switch with a new one starts a new run of
+  // the job there, and the ranks of the old run are refused from then on
+  // (NACK run_ended). 0: drawn at random when the client starts, so that a
+  // new process is a new run. Set it to replay a run exactly (the fabric
+  // simulator does); two processes must never share one.
+  uint32_t incarnation = 0;
 };
 
 // "a.b.c.d" or "a.b.c.d:port" (port 1..65535; kAggUdpPort when absent). [any]
@@ -356,7 +363,7 @@ struct ClientStats {
   uint64_t retransmissions = 0;    // contributions and announcements sent again
   uint64_t results = 0;            // first results of chunks
   uint64_t duplicate_results = 0;  // results of chunks already answered
-  uint64_t stray_datagrams = 0;    // not for a chunk in flight, not parseable, other jobs
+  uint64_t stray_datagrams = 0;    // not for a chunk in flight, not parseable, other jobs or runs
   uint64_t transient_nacks = 0;    // "not now" NACKs, retried (see Errors above)
   uint64_t scale_exchanges = 0;    // fixed-point exponent exchanges
   uint64_t float_fallbacks = 0;    // fixed-point allreduces sent as float32: NaN or Inf in the data

@@ -35,6 +35,7 @@ struct JobState {
   uint32_t generation = 0;  // as Job::generation: which registration
   std::vector<std::optional<sockaddr_in>> addrs;  // learned, per member
   std::vector<std::optional<uint32_t>> acks;      // watermarks, per member
+  std::vector<uint32_t> incarnations;             // the last datagram's, per member
 };
 
 }  // namespace
@@ -51,7 +52,7 @@ struct TestSwitch::State {
   explicit State(const Options& o)
       : options(o),
         slots(aggregator::SlotTableConfig{
-            .slots = o.slots, .max_fan_in = 256, .max_payload = kMaxDatagram - 28 - 48}),
+            .slots = o.slots, .max_fan_in = 256, .max_payload = kMaxDatagram - 28 - sizeof(AggHeader)}),
         rng(o.seed) {}
 
   bool Chance(double p) { return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < p; }
@@ -125,6 +126,9 @@ struct TestSwitch::State {
     const uint16_t last = node < 0 ? job.members : static_cast<uint16_t>(node + 1);
     for (uint16_t n = first; n < last; ++n) {
       if (!job.addrs[n] || Chance(options.drop_out)) continue;
+      // Each member's copy answers its own run, as the switch's do.
+      reinterpret_cast<AggHeader*>(buf)->incarnation =
+          common::be32_t::FromHost(job.incarnations[n]);
       SendTo(*job.addrs[n], buf, len);
       if (Chance(options.duplicate_out)) SendTo(*job.addrs[n], buf, len);
     }
@@ -141,6 +145,7 @@ TestSwitch::TestSwitch(const Options& options)
     s.generation = ++state_->generations;
     s.addrs.resize(j.members);
     s.acks.resize(j.members);
+    s.incarnations.resize(j.members);
   }
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
@@ -257,6 +262,7 @@ void TestSwitch::Loop() {
       job.generation = ++s.generations;
       job.addrs.resize(job.members);
       job.acks.resize(job.members);
+      job.incarnations.resize(job.members);
       it = s.jobs.emplace(job_id, std::move(job)).first;
       ++registrations_;
     }
@@ -275,6 +281,7 @@ void TestSwitch::Loop() {
       continue;
     }
     job.addrs[node] = from;
+    job.incarnations[node] = h.incarnation.host();
     const uint32_t ack = h.ack_watermark.host();
     if (!job.acks[node] || aggregator::SeqBefore(*job.acks[node], ack)) job.acks[node] = ack;
     if (pkt.opcode == Opcode::kAck) {

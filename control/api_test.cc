@@ -1703,7 +1703,7 @@ TEST_F(JobControlFixture, AddShowRemoveThroughTheControlThread) {
   from.vlan = 10;
   from.ip = 0x0a000a05;
   from.udp_port = 40000;
-  (void)job->BindMember(1, from, 1, 0);
+  (void)job->BindMember(1, from, 0, 1, 0);
   job->UpdateAck(1, 17);
   job->UpdateAck(2, 20);
   r = HandleRequest("GET", "/api/v1/jobs/9", "", source_);
@@ -2393,7 +2393,7 @@ TEST_F(JobControlTreeTest, ConfigJobsShowTheirTree) {
   from.vlan = 10;
   from.ip = Ip("10.0.9.12");
   from.udp_port = 47000;
-  (void)table_->Find(7)->BindMember(1, from, 1, 0);
+  (void)table_->Find(7)->BindMember(1, from, 0, 1, 0);
   const json jobs = Get("/api/v1/jobs");
   ASSERT_EQ(jobs["count"], 2);
   const json& root = jobs["jobs"][0];

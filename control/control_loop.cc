@@ -64,6 +64,7 @@ void ControlLoop::Step(std::chrono::steady_clock::time_point now) {
     dataplane_.ProcessEscalations(now);
     if (admission_ != nullptr) admission_->ExpireIdle(now);
     jobs_->ProcessPending();
+    jobs_->StartNewRuns();
     jobs_->table().Reclaim();
   }
   if (tree_ != nullptr) tree_->Poll(now);

@@ -147,7 +147,7 @@ TEST_F(InBandAdmissionTest, IdleJobsExpire) {
   aggregator::MemberAddr from;
   from.ip = 2;
   tick_ += 1500;
-  busy->BindMember(0, from, tick_, 0);
+  busy->BindMember(0, from, 0, tick_, 0);
   now_ += milliseconds(200);
   EXPECT_EQ(admission_->ExpireIdle(now_), 0u);
   tick_ += 600;  // job 1 idle 2100 ms, job 2 600 ms
@@ -176,7 +176,7 @@ TEST_F(InBandAdmissionTest, ProvisionedJobsDisplaceInBandOnes) {
   // The idlest: job 3's member sent last, job 1 was admitted first.
   aggregator::MemberAddr from;
   tick_ += 100;
-  table_->Find(3)->BindMember(0, from, tick_, 0);
+  table_->Find(3)->BindMember(0, from, 0, tick_, 0);
   EXPECT_TRUE(admission_->DisplaceIdlest());
   EXPECT_EQ(table_->Find(1), nullptr);
   EXPECT_NE(table_->Find(3), nullptr);

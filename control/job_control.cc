@@ -580,6 +580,36 @@ size_t JobControl::ProcessPending() {
   return ran;
 }
 
+size_t JobControl::StartNewRuns() {
+  size_t started = 0;
+  for (const uint32_t id : table_.TakeNewRuns()) {
+    const Job* old = table_.Find(id);
+    if (old == nullptr) continue;
+    const uint64_t request = old->NewRunRequest().value_or(0);
+    const uint32_t old_generation = old->generation();
+    const uint16_t node = old->NodeId(static_cast<uint16_t>(request >> 32));
+    common::Result<const Job*> renewed = table_.Renew(id);
+    if (!renewed.ok()) {
+      AGG_LOG(kError, "job %u: cannot start its new run: %s", id,
+              renewed.status().message().c_str());
+      continue;
+    }
+    const Job& job = **renewed;
+    if (auto it = tan_choices_.find(id); it != tan_choices_.end() &&
+                                          it->second.generation == old_generation) {
+      it->second.generation = job.generation();
+    }
+    if (admission_ != nullptr && job.in_band()) admission_->Record(job);
+    AGG_LOG(kInfo,
+            "job %u: node %u sent as incarnation %08x, a new run: the job starts again "
+            "(generation %u), and datagrams of the run that ended are refused (NACK run_ended)",
+            id, node, static_cast<uint32_t>(request), job.generation());
+    ++started;
+  }
+  if (started > 0 && change_hook_) change_hook_();
+  return started;
+}
+
 void JobControl::Execute(Command& command) {
   switch (command.kind) {
     case Command::Kind::kRun:

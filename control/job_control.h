@@ -258,6 +258,11 @@ class JobControl {
 
   // Runs every queued command and wakes its caller. Returns how many ran. [control]
   size_t ProcessPending();
+  // Starts the new runs the workers asked for (Job::RequestNewRun: a member
+  // sent with a new incarnation): each such job becomes a new generation of
+  // itself (JobTable::Renew), keeping its TAN choice and its in-band
+  // admission, and the old run's incarnations end. Returns how many. [control]
+  size_t StartNewRuns();
   // Add(), made on the control thread itself: the same checks and the same
   // command, without the queue (the fabric simulator's management, which
   // runs on the control thread's turn). [control]

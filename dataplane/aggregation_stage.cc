@@ -186,7 +186,10 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
           udp.src_ip == hop.ip && udp.src_port == hop.udp_port && sender.mac48 == hop.mac48 &&
           answers_.plan().groups().LearnPort(in_port) ==
               answers_.plan().groups().LearnPort(hop.port_index);
-      if (!from_hop) {
+      // And for this run: what comes down carries the label this switch
+      // sent up (0 before it had one), never an ended run's.
+      const uint32_t run = h.incarnation.host();
+      if (!from_hop || (run != 0 && run != job->label())) {
         c.results_refused.Add(1);
         tx_.Drop(in_port, DropReason::kAggResultRefused, m);
         return false;
@@ -199,6 +202,13 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     }
     if (opcode == Opcode::kDistribute) {
       Distribute(m, *job, pkt, header_offset, sender, in_port);
+      return false;
+    }
+    if ((opcode == Opcode::kLate || (at_ps && member < 0)) &&
+        job->EndedAnywhere(h.incarnation.host())) {
+      // Sent on by a child switch under the label of a run that has ended here.
+      c.run_ended.Add(1);
+      tx_.Drop(in_port, DropReason::kAggRunEnded, m);
       return false;
     }
     if (opcode == Opcode::kLate) {
@@ -233,7 +243,8 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       // The receiving lcore binds the member to where it sends from (or
       // checks it against its binding), then records how far it got.
       const auto index = static_cast<uint16_t>(member);
-      switch (job->BindMember(index, sender, clock_.SeenNow(), s_.rebind_ticks)) {
+      switch (job->BindMember(index, sender, h.incarnation.host(), clock_.SeenNow(),
+                              s_.rebind_ticks)) {
         case aggregator::Job::Bind::kKnown:
         case aggregator::Job::Bind::kBound:
           break;
@@ -244,6 +255,17 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
           c.member_refused.Add(1);
           jc.member_refused.Add(1);
           answers_.Nack(m, h, NackReason::kMemberBound, sender);
+          return false;
+        case aggregator::Job::Bind::kNewRun:
+          // The control thread makes the job a new generation for the new
+          // run; the member's resend finds it.
+          job->RequestNewRun(index, h.incarnation.host());
+          c.new_run.Add(1);
+          answers_.Nack(m, h, NackReason::kNewRun, sender);
+          return false;
+        case aggregator::Job::Bind::kRunEnded:
+          c.run_ended.Add(1);
+          answers_.Nack(m, h, NackReason::kRunEnded, sender);
           return false;
       }
       (void)job->UpdateAck(index, h.ack_watermark.host());

@@ -49,12 +49,12 @@ const auto* const kEnv =
 constexpr uint32_t kJob = 11;
 
 // Payload elements of `dtype` in one datagram on a 1500-byte MTU:
-// 1500 - 20 (IPv4) - 8 (UDP) - 48 (aggregation header) = 1424 bytes.
+// 1500 - 20 (IPv4) - 8 (UDP) - 52 (aggregation header) = 1420 bytes.
 constexpr uint16_t MtuElements(DType dtype) {
   return static_cast<uint16_t>((1500 - 20 - 8 - sizeof(aggregator::AggHeader)) / ElementSize(dtype));
 }
-static_assert(MtuElements(DType::kInt32) == 356 && MtuElements(DType::kFloat16) == 712 &&
-              MtuElements(DType::kBool) == 1424);
+static_assert(MtuElements(DType::kInt32) == 355 && MtuElements(DType::kFloat16) == 710 &&
+              MtuElements(DType::kBool) == 1420);
 
 // What the members send; see the *Column functions for the per-element patterns.
 enum class Values : uint8_t {

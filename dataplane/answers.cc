@@ -103,7 +103,21 @@ uint32_t Answers::Replicate(const aggregator::Job& job, rte_mbuf* payload, uint1
                             uint16_t last, uint16_t ip_id) {
   AggregationCounters& c = stats_.lcore.agg;
   uint32_t sent = 0;
-  const uint32_t payload_len = payload->pkt_len;
+  // Each member's copy carries its own incarnation (its run), so the
+  // aggregation header goes into each copy's header mbuf; the shared
+  // segment holds what follows it.
+  constexpr uint32_t kAggLen = sizeof(aggregator::AggHeader);
+  if (payload->data_len < kAggLen) {
+    rte_pktmbuf_free(payload);
+    return 0;
+  }
+  aggregator::AggHeader agg;
+  rte_memcpy(&agg, rte_pktmbuf_mtod(payload, const void*), kAggLen);
+  rte_pktmbuf_adj(payload, static_cast<uint16_t>(kAggLen));
+  const uint32_t payload_len = kAggLen + payload->pkt_len;
+  // A header-only answer (an INCOMPLETE result without a missing list)
+  // leaves nothing to share.
+  const bool tail = payload->pkt_len != 0;
   for (uint16_t batch = first; batch < last; batch += kBurstSize) {
     const uint16_t n = static_cast<uint16_t>(std::min<uint32_t>(kBurstSize, last - batch));
     rte_mbuf* hdrs[kBurstSize];
@@ -121,17 +135,21 @@ uint32_t Answers::Replicate(const aggregator::Job& job, rte_mbuf* payload, uint1
       const uint16_t hdr_len = tagged ? 46 : 42;
       uint8_t dst[6];
       MacBytes(member.mac48, dst);
-      WriteUdpHeaders(rte_pktmbuf_mtod(hdr, uint8_t*), dst, plan_.switch_mac().bytes.data(),
-                      tagged ? member.vlan : 0, source_.ip, member.ip, source_.udp_port,
-                      member.udp_port, ip_id, payload_len);
-      hdr->data_len = hdr_len;
+      uint8_t* out = rte_pktmbuf_mtod(hdr, uint8_t*);
+      WriteUdpHeaders(out, dst, plan_.switch_mac().bytes.data(), tagged ? member.vlan : 0,
+                      source_.ip, member.ip, source_.udp_port, member.udp_port, ip_id, payload_len);
+      agg.incarnation = common::be32_t::FromHost(member.incarnation);
+      rte_memcpy(out + hdr_len, &agg, kAggLen);
+      hdr->data_len = static_cast<uint16_t>(hdr_len + kAggLen);
       hdr->pkt_len = hdr_len + payload_len;
-      hdr->nb_segs = 2;
-      hdr->next = payload;
+      if (tail) {
+        hdr->nb_segs = 2;
+        hdr->next = payload;
+      }
       out_ports[k++] = Egress(member);
     }
     // Referenced before any copy can reach a driver that frees it.
-    if (k > 0) rte_mbuf_refcnt_update(payload, static_cast<int16_t>(k));
+    if (k > 0 && tail) rte_mbuf_refcnt_update(payload, static_cast<int16_t>(k));
     for (uint16_t i = 0; i < k; ++i) tx_.Enqueue(out_ports[i], hdrs[i]);
     if (k < n) rte_pktmbuf_free_bulk(hdrs + k, n - k);
     sent += k;
@@ -285,6 +303,7 @@ bool Answers::SendNotice(const aggregator::Job& job, uint16_t node_id, uint32_t 
   f.seq = seq;
   f.aux = static_cast<uint32_t>(kind);
   f.slot_hint = slot_hint;
+  f.incarnation = to.incarnation;
   if (!SendHeaderOnly(m, f, to)) return false;
   switch (kind) {
     case aggregator::NoticeKind::kMissing: break;  // the caller says why

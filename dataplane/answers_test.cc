@@ -42,7 +42,7 @@ class AnswersTest : public StageTest {
     for (uint16_t m = 0; m < 3; ++m) {
       const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), ports[m], vlans[m],
                                         Frames::MemberIp(m), Frames::MemberPort(m)};
-      ASSERT_EQ(job_->BindMember(m, addr, 1, 0), aggregator::Job::Bind::kBound);
+      ASSERT_EQ(job_->BindMember(m, addr, 0, 1, 0), aggregator::Job::Bind::kBound);
     }
     aggregator::SlotTableConfig sc;
     sc.slots = 4;

@@ -44,7 +44,8 @@ namespace aggswitch::dataplane {
   X(kAggUnsupported, "agg_unsupported", "aggregation opcode this switch does not take")       \
   X(kAggUnknownJob, "agg_unknown_job",                                                        \
     "late data or a result for a job the switch does not hold, or one removed in between")    \
-  X(kAggResultRefused, "agg_result_refused", "result not from the job's upstream switch or TAN") \
+  X(kAggResultRefused, "agg_result_refused", "result not from the job's upstream switch or TAN, or not for this run") \
+  X(kAggRunEnded, "agg_run_ended", "late data or data for the parameter node that a child switch sent under an ended run's label") \
   X(kAggRejected, "agg_rejected", "contribution that does not fit its job, with no member address to answer") \
   X(kAggDuplicate, "agg_duplicate", "contribution from a member already counted")             \
   X(kAggCollision, "agg_collision", "contribution whose slot holds another chunk, refused with nobody to answer") \
@@ -256,6 +257,8 @@ struct PortCounters {
   X(neighbor_ring_full, "ARP replies not passed up: the neighbor ring was full")          \
   X(member_rebinds, "members bound to a new address after the old one was silent for aggregation.member_rebind_ms") \
   X(member_refused, "datagrams claiming a member bound to another address, refused (NACK member_bound)") \
+  X(new_run, "datagrams with a new incarnation for a member of a job: a new run, started by the control thread (NACK new_run)") \
+  X(run_ended, "datagrams of a job's run that a newer run replaced, refused (NACK run_ended) or dropped") \
   X(slot_quota_refused, "chunks refused for lying too far ahead of their job's slowest member (NACK slot_quota)") \
   X(hold_refused, "contributions an ordered slot could not hold: the job's hold quota or the hold pool was used up (NACK hold_quota)") \
   X(slots_kept, "forwarded slots that keep their chunk: they lack members whose bypass entries the full table refused, and only the slot records them")

@@ -254,6 +254,7 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
   f.job_key = job.key();  // the parent switch, or the TAN, checks it
+  f.incarnation = job.label();  // and binds this switch's run by it
   if (job.announces_upstream()) {
     // The parent knows the job from this: its members are the job's nodes,
     // and it is the root.
@@ -316,6 +317,7 @@ void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t heade
   f.seq = *min_ack;
   f.ack_watermark = *min_ack;
   f.addr_low = addr_low;
+  f.incarnation = job.label();
   // The ACK it answers is the same size: the relay is written over it.
   rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
   m->data_len = sizeof(aggregator::AggHeader);
@@ -325,10 +327,13 @@ void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t heade
   SendToHop(m, job, hop, in_port);
 }
 
-aggregator::AggHeader* TreeStage::TrimToDatagram(rte_mbuf* m, uint32_t header_offset,
-                                                 uint16_t add_flags) {
+aggregator::AggHeader* TreeStage::TrimToDatagram(rte_mbuf* m, const aggregator::Job& job,
+                                                 uint32_t header_offset, uint16_t add_flags) {
   auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(m, uint8_t*) + header_offset);
   h->flags = common::be16_t::FromHost(static_cast<uint16_t>(h->flags.host() | add_flags));
+  // On up under this switch's run label, as its partials go: the parent
+  // and the TAN know this switch's run, not its members'.
+  h->incarnation = common::be32_t::FromHost(job.label());
   const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h->missing_count +
                        h->elem_count.host() * static_cast<uint32_t>(aggregator::ElementSize(
                                                   static_cast<aggregator::DType>(h->dtype)));
@@ -341,7 +346,7 @@ aggregator::AggHeader* TreeStage::TrimToDatagram(rte_mbuf* m, uint32_t header_of
 void TreeStage::ForwardToPs(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
                             uint16_t in_port, uint16_t add_flags) {
   AggregationCounters& c = stats_.lcore.agg;
-  const aggregator::AggHeader* h = TrimToDatagram(m, header_offset, add_flags);
+  const aggregator::AggHeader* h = TrimToDatagram(m, job, header_offset, add_flags);
   if (!job.is_root()) {
     c.at_ps_forwarded.Add(1);
     SendToHop(m, job, job.ParentHop(h->addr_low.host()), in_port);
@@ -359,7 +364,7 @@ void TreeStage::ForwardToPs(rte_mbuf* m, const aggregator::Job& job, uint32_t he
 void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
                             uint16_t in_port) {
   AggregationCounters& c = stats_.lcore.agg;
-  auto* h = TrimToDatagram(m, header_offset, aggregator::flags::kBypass);
+  auto* h = TrimToDatagram(m, job, header_offset, aggregator::flags::kBypass);
   h->opcode = static_cast<uint8_t>(aggregator::Opcode::kLate);
   if (!job.is_root()) {
     c.late_forwarded.Add(1);

@@ -139,9 +139,10 @@ class TreeStage {
             uint32_t header_offset);
   // Cuts `m` to its datagram, from the aggregation header at `header_offset`
   // to where the header says it ends (whatever padding followed), with
-  // `add_flags` added; returns the header.
-  static aggregator::AggHeader* TrimToDatagram(rte_mbuf* m, uint32_t header_offset,
-                                               uint16_t add_flags);
+  // `add_flags` added and the job's run label as its incarnation; returns
+  // the header.
+  static aggregator::AggHeader* TrimToDatagram(rte_mbuf* m, const aggregator::Job& job,
+                                               uint32_t header_offset, uint16_t add_flags);
   // Sends `m` (from its aggregation header on) to the job's `hop`
   // (Job::kTanHop or a ParentHop). Consumes `m`.
   void SendToHop(rte_mbuf* m, const aggregator::Job& job, uint32_t hop, uint16_t in_port);

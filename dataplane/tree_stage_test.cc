@@ -72,7 +72,7 @@ class TreeStageTest : public StageTest {
     for (uint16_t m = 0; m < 3; ++m) {
       const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), static_cast<uint8_t>(m % 2),
                                         10, Frames::MemberIp(m), Frames::MemberPort(m)};
-      EXPECT_EQ(job->BindMember(m, addr, 1, 0), aggregator::Job::Bind::kBound);
+      EXPECT_EQ(job->BindMember(m, addr, 0, 1, 0), aggregator::Job::Bind::kBound);
     }
     if (leaf && resolved) {
       job->SetHop(job->ParentHop(0),
@@ -230,7 +230,7 @@ TEST_F(TreeStageTest, AResultFromAboveReachesEveryMemberWithoutTheKey) {
   const aggregator::AggPacket in_mbuf = [&] {
     aggregator::AggPacket p;
     EXPECT_EQ(aggregator::ParseAggregation(rte_pktmbuf_mtod_offset(m, const uint8_t*, 42),
-                                           pkt.payload_len + 48, &p),
+                                           pkt.payload_len + sizeof(aggregator::AggHeader), &p),
               aggregator::WireError::kOk);
     return p;
   }();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <random>
 
 #include "client/fixed_point.h"
 #include "client/internal/udp_socket.h"
@@ -44,9 +45,8 @@ NackText DescribeNack(uint32_t reason) {
       return {"job table full", "the switch holds aggregation.max_jobs jobs"};
     case NackReason::kTypeMismatch:
       return {"type mismatch",
-              "another rank sent this chunk with another dtype, op, scale or length, or the "
-              "switch still holds this sequence number from an earlier run of the job (use a "
-              "new job id, or a first sequence number past the earlier run's)"};
+              "another rank sent this chunk with another dtype, op, scale or length: every rank "
+              "must call the same allreduces in the same order"};
     case NackReason::kTaskInfoConflict:
       return {"task info conflict",
               "the switch knows the job with another member count or node count, or (several "
@@ -108,6 +108,14 @@ NackText DescribeNack(uint32_t reason) {
       return {"not stored",
               "a FETCH asked for a contribution the switch does not keep: never stored, released, "
               "or the job is not in store or both mode"};
+    case NackReason::kNewRun:
+      return {"new run",
+              "the switch was starting a new run of the job for this process, and still is"};
+    case NackReason::kRunEnded:
+      return {"run ended",
+              "a process of a newer run of this job (the same job id, started again) took the "
+              "job at the switch, and this process belongs to the run that ended: stop it, or "
+              "restart every rank of the job together"};
     case NackReason::kAddrLowMismatch:
       return {"addr_low mismatch",
               "the members of a chunk carry different addr_low values (the low bits of their "
@@ -115,6 +123,14 @@ NackText DescribeNack(uint32_t reason) {
               "addr_low to the same allreduce"};
   }
   return {"unknown reason", "a NACK reason this client does not know"};
+}
+
+// A new process is a new run: its incarnation is random, and never 0 (none).
+uint32_t DrawIncarnation() {
+  std::random_device device;
+  uint32_t incarnation = 0;
+  while (incarnation == 0) incarnation = device();
+  return incarnation;
 }
 
 // The ranks at each node's switch: the task info's `expected`.
@@ -179,7 +195,8 @@ Engine::Engine(const ClientOptions& options, std::unique_ptr<Transport> transpor
       headroom_(options.headroom.value_or(DefaultHeadroom(options.world))),
       transport_(std::move(transport)),
       transport_description_(std::move(transport_description)),
-      next_seq_(options.first_seq) {
+      next_seq_(options.first_seq),
+      incarnation_(options.incarnation != 0 ? options.incarnation : DrawIncarnation()) {
   if (options.local_tan) {
     local_tan_.sin_family = AF_INET;
     local_tan_.sin_addr.s_addr = htonl(options.local_tan->ip.addr);
@@ -431,9 +448,11 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
       continue;
     }
     uint16_t resend_flags = h->flags.host() | flags::kRetransmission;
-    if (options_.resend_to_parameter_node) {
+    if (options_.resend_to_parameter_node && h->opcode == static_cast<uint8_t>(Opcode::kContribution)) {
       // For the parameter node: how many ranks the whole allreduce has, in
-      // place of the task info (the switch knows the job by now).
+      // place of the task info (the switch knows the job by now). Not a
+      // control unit's TASK_INFO: that is no data, and must keep saying
+      // what the job is.
       resend_flags = static_cast<uint16_t>((resend_flags | flags::kAggregateAtPs) &
                                            ~flags::kTaskInfo);
       h->expected = common::be16_t::FromHost(options_.world);
@@ -478,6 +497,7 @@ uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) con
   f.job_key = options_.job_key;
   f.ack_watermark = window_.ack_watermark();
   f.addr_low = addr_low_;
+  f.incarnation = incarnation_;
   auto* header = reinterpret_cast<AggHeader*>(buf);
   if (phase.kind == Phase::Kind::kAnnounce) {
     f.opcode = Opcode::kTaskInfo;
@@ -537,7 +557,10 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
   const bool from_own_tan = local_tan_.sin_port != 0 &&
                             from.sin_addr.s_addr == local_tan_.sin_addr.s_addr &&
                             from.sin_port == local_tan_.sin_port;
-  if (h.job_id.host() == options_.job_id && (from_switch || from_own_tan)) {
+  // And each answers this process's run: whatever the switch sends a
+  // member carries the member's incarnation (docs/protocol.md, "Runs").
+  if (h.job_id.host() == options_.job_id && (from_switch || from_own_tan) &&
+      h.incarnation.host() == incarnation_) {
     switch (pkt.opcode) {
       case Opcode::kResult:
       case Opcode::kExceptionRetransmit:  // a saturated sum, flagged OVERFLOW: redone
@@ -737,7 +760,7 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
        !ControlUnit()) ||
       why == NackReason::kRateLimited || why == NackReason::kSlotQuota ||
       why == NackReason::kHoldQuota || why == NackReason::kMemberBound ||
-      why == NackReason::kSlotBusy;
+      why == NackReason::kSlotBusy || why == NackReason::kNewRun;
   if (transient) {
     Bump(counters_.transient_nacks);
     last_transient_nack_ = reason;
@@ -745,7 +768,7 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
     // takes about a round trip, not a retransmission timeout: the chunk goes
     // again soon, and without backing off (nothing was lost).
     if (why == NackReason::kSlotQuota || why == NackReason::kHoldQuota ||
-        why == NackReason::kSlotBusy) {
+        why == NackReason::kSlotBusy || why == NackReason::kNewRun) {
       window_.Refused(seq, clock_.Now() + std::min<Clock::duration>(options_.retransmit_timeout,
                                                                     kQuotaRetry));
     }
@@ -788,6 +811,7 @@ void Engine::WriteAndSendAck(const Lane& lane) {
   f.job_key = options_.job_key;
   f.ack_watermark = next_seq_;
   f.addr_low = addr_low_;
+  f.incarnation = incarnation_;
   // A repeat waits for the last one to leave (AF_XDP zero-copy).
   if (!transport_->SendBufferFree(send_mask_ + 1)) return;
   uint8_t* buf = AckBuffer();

@@ -231,6 +231,9 @@ class Engine {
   uint32_t next_query_buffer_ = 0;
   uint32_t next_seq_;
   uint32_t addr_low_ = 0;
+  // This process's run (ClientOptions::incarnation, or drawn): every datagram
+  // carries it, and only answers with it are taken.
+  const uint32_t incarnation_;
   // The last allreduce's ACK: repeats left, when the next is due, and where.
   uint32_t ack_repeats_left_ = 0;
   Clock::time_point ack_due_;

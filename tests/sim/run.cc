@@ -30,6 +30,7 @@ constexpr uint64_t kMs = 1'000'000;
 constexpr uint16_t kAggPort = 47000;
 constexpr uint16_t kVlan = 10;
 constexpr uint64_t kLinkStream = 7;
+constexpr uint64_t kIncarnations = 13;  // the streams 11 and 12 draw slot secrets
 
 std::string IpText(uint32_t ip) { return common::Ipv4Addr{ip}.ToString(); }
 
@@ -97,7 +98,7 @@ class Runner {
   std::string JobConfig(size_t job, size_t sw, bool json) const;
   LinkFaults DrawFaults(uint64_t id);
   Link* NewLink(FrameSink* to, LinkFaults faults);
-  client::ClientOptions OptionsFor(size_t job, uint32_t rank) const;
+  client::ClientOptions OptionsFor(size_t job, uint32_t run, uint32_t rank) const;
   void StartRun(size_t job, uint32_t run);
   common::Status AddApiJobs(size_t sw);
   bool AllDone() const;
@@ -243,7 +244,7 @@ std::string Runner::SwitchYaml(size_t i, const std::vector<std::string>& rings) 
   return text;
 }
 
-client::ClientOptions Runner::OptionsFor(size_t job, uint32_t rank) const {
+client::ClientOptions Runner::OptionsFor(size_t job, uint32_t run, uint32_t rank) const {
   const JobSpecSim& j = s_.jobs[job];
   client::ClientOptions o;
   o.switches = {client::SwitchAddress{common::Ipv4Addr{s_.switches[j.rank_switch[rank]].ip}, kAggPort}};
@@ -260,6 +261,8 @@ client::ClientOptions Runner::OptionsFor(size_t job, uint32_t rank) const {
   o.resend_to_parameter_node = j.resend_to_parameter_node;
   o.verify = j.verify;
   o.progress_timeout = std::chrono::milliseconds(3000);
+  // Each process its own run, drawn from the seed so that a replay is exact.
+  o.incarnation = static_cast<uint32_t>(Mix(s_.seed, kIncarnations, job << 32 | run, rank)) | 1;
   return o;
 }
 
@@ -380,7 +383,7 @@ void Runner::StartRun(size_t job, uint32_t run) {
   state.start_ns = world_.now();
   for (uint32_t r = 0; r < j.ranks(); ++r) {
     state.procs.push_back(std::make_unique<RankProcess>(
-        world_, *jobs_[job].hosts[r], OptionsFor(job, r), j.ops,
+        world_, *jobs_[job].hosts[r], OptionsFor(job, run, r), j.ops,
         [this, job, run, r](uint32_t op) { return RankData(s_, job, run, r, op); }, world_.now()));
   }
   if (run == 0 && j.crash_rank >= 0) {

@@ -36,6 +36,7 @@ GenEngine::GenEngine(const GenConfig& cfg, const FrameFactory& frames, uint64_t 
       window_(cfg.window),
       chunk_limit_(cfg.chunks),
       key_(cfg.key),
+      incarnation_(cfg.incarnation),
       elems_(cfg.elems),
       dtype_(cfg.dtype),
       op_(cfg.op),
@@ -198,6 +199,7 @@ void GenEngine::OnAnswer(const Reply& r) {
   const uint16_t bad_flags = aggregator::flags::kIncomplete | aggregator::flags::kOverflow;
   const Check checks[] = {
       {"job_key", h.job_key.host(), 0},
+      {"incarnation", h.incarnation.host(), incarnation_},
       {"elem_count", h.elem_count.host(), elems_},
       {"dtype", h.dtype, static_cast<uint64_t>(dtype_)},
       {"op", h.op, static_cast<uint64_t>(op_)},

@@ -173,6 +173,7 @@ class GenEngine {
   const uint32_t window_;
   const uint32_t chunk_limit_;  // 0: none
   const uint64_t key_;
+  const uint32_t incarnation_;  // GenConfig::incarnation: what every result must carry
   const uint16_t elems_;
   const aggregator::DType dtype_;
   const aggregator::ReduceOp op_;

@@ -211,6 +211,7 @@ TEST(EngineTest, ChecksEveryHeaderFieldOfAResult) {
     f.seq = 0;
     f.job_key = 0;  // results carry no key
     f.elem_count = cfg.elems;
+    f.incarnation = cfg.incarnation;
     change(f);
     const Frame fr = sw.Result(f, Frame(4 * f.elem_count, 0), 0);
     engine.OnFrame(fr.data(), static_cast<uint32_t>(fr.size()));
@@ -235,13 +236,19 @@ TEST(EngineTest, ChecksEveryHeaderFieldOfAResult) {
   EXPECT_STREQ(engine.details()[1].field, "elem_count");
   EXPECT_STREQ(engine.details()[2].field, "dtype");
   EXPECT_STREQ(engine.details()[3].field, "op");
+  result([](aggregator::AggFields& f) {  // an earlier run's result
+    f.job_id = 2;
+    f.incarnation = 0x0badf00d;
+  });
+  EXPECT_EQ(errors(GenError::kHeader), 5u);
+  EXPECT_STREQ(engine.details()[4].field, "incarnation");
   result([](aggregator::AggFields& f) { f.seq = 4; });     // never sent
   result([](aggregator::AggFields& f) { f.job_id = 3; });  // not one of the jobs
   EXPECT_EQ(errors(GenError::kStray), 2u);
   // The header checks passed for none of them, so no payload was judged;
-  // the four with a sent seq count as answered.
+  // the five with a sent seq count as answered.
   EXPECT_EQ(errors(GenError::kPayload), 0u);
-  EXPECT_EQ(engine.counters().completed, 4u);
+  EXPECT_EQ(engine.counters().completed, 5u);
 }
 
 TEST(EngineTest, EchoModeCountsTheContributionsThatComeBack) {

@@ -46,6 +46,7 @@ aggregator::AggFields FrameFactory::Fields(Opcode opcode, uint32_t job, uint16_t
   f.seq = seq;
   f.job_key = cfg_.key;
   f.ack_watermark = ack;
+  f.incarnation = cfg_.incarnation;
   f.dtype = cfg_.dtype;
   f.op = cfg_.op;
   if (cfg_.task_info) {

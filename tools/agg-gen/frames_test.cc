@@ -55,7 +55,7 @@ TEST(FramesTest, ContributionCarriesEveryFieldAndTheWorkersAddresses) {
   cfg.task_info = true;
   const FrameFactory frames(cfg);
   Frame f(frames.contribution_len());
-  EXPECT_EQ(f.size(), 42u + 48u + 40u);
+  EXPECT_EQ(f.size(), 42u + sizeof(aggregator::AggHeader) + 40u);
   frames.WriteContribution(1, 2, 77, 60, true, f.data());
   const Parsed p = Parse(f);
   ASSERT_NE(p.pkt.header, nullptr);
@@ -90,7 +90,7 @@ TEST(FramesTest, AckCarriesOnlyTheWatermark) {
   const GenConfig cfg = TestConfig();
   const FrameFactory frames(cfg);
   Frame f(frames.ack_len());
-  EXPECT_EQ(f.size(), 90u);
+  EXPECT_EQ(f.size(), 42u + sizeof(aggregator::AggHeader));
   frames.WriteAck(0, 1, 1234, f.data());
   const Parsed p = Parse(f);
   ASSERT_NE(p.pkt.header, nullptr);

@@ -45,6 +45,10 @@ struct GenConfig {
   uint16_t jobs = 1;
   uint32_t job_base = 1;  // job ids job_base .. job_base + jobs - 1
   uint64_t key = 0x5eed0000000000a1ULL;
+  // The run every datagram belongs to (docs/protocol.md, "Runs"), and every
+  // result must answer; agg-gen draws one at random per process, so that a
+  // second run of the same jobs is a new run at the switch.
+  uint32_t incarnation = 1;
   uint16_t elems = 256;
   aggregator::DType dtype = aggregator::DType::kInt32;   // int32 or float32
   aggregator::ReduceOp op = aggregator::ReduceOp::kSum;  // sum, min or max

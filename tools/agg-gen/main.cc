@@ -28,6 +28,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <charconv>
+#include <random>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -86,6 +87,9 @@ struct RunOptions {
 // Fills the typed fields of `cfg` from their text.
 common::Status ApplyText(const CliText& t, GenConfig& cfg) {
   ASSIGN_OR_RETURN(cfg.key, common::ParseJobKeyOption("--key", t.key));
+  // A new process is a new run of its jobs (docs/protocol.md, "Runs").
+  std::random_device device;
+  do cfg.incarnation = device(); while (cfg.incarnation == 0);
   cfg.dtype = t.dtype == "float32" ? aggregator::DType::kFloat32 : aggregator::DType::kInt32;
   cfg.op = t.op == "min"   ? aggregator::ReduceOp::kMin
            : t.op == "max" ? aggregator::ReduceOp::kMax

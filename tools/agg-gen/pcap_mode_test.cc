@@ -202,7 +202,7 @@ TEST_F(PcapModeTest, WritesEveryContributionThenTheFinalAcks) {
       EXPECT_EQ(h.opcode, aggregator::Opcode::kAck);
       EXPECT_EQ(h.ack_watermark, kChunks);
       EXPECT_EQ(pkt.payload_len, 0u);
-      EXPECT_EQ(f.size(), 90u);
+      EXPECT_EQ(f.size(), 42u + sizeof(aggregator::AggHeader));
       continue;
     }
     EXPECT_EQ(h.opcode, aggregator::Opcode::kContribution);

@@ -111,7 +111,7 @@ TEST(AggPsServerTest, TheJobListChecksKeysAndWorlds) {
     f.expected = expected;
     f.elem_count = 1;
     const int32_t value = 1;
-    Bytes buf(48 + 4);
+    Bytes buf(sizeof(aggregator::AggHeader) + 4);
     EXPECT_EQ(aggregator::BuildAggregation(f, nullptr, 0, reinterpret_cast<const uint8_t*>(&value),
                                            4, buf.data(), static_cast<uint32_t>(buf.size())),
               buf.size());
@@ -202,7 +202,7 @@ Bytes Datagram(Opcode opcode, uint16_t flags, uint16_t node, uint32_t seq,
   f.elem_count = static_cast<uint16_t>(values.size());
   Bytes payload(values.size() * 4);
   std::memcpy(payload.data(), values.data(), payload.size());
-  Bytes buf(48 + 2 * missing.size() + payload.size());
+  Bytes buf(sizeof(aggregator::AggHeader) + 2 * missing.size() + payload.size());
   EXPECT_EQ(aggregator::BuildAggregation(f, missing.data(), static_cast<uint8_t>(missing.size()),
                                          payload.data(), static_cast<uint32_t>(payload.size()),
                                          buf.data(), static_cast<uint32_t>(buf.size())),
@@ -395,7 +395,7 @@ Bytes GradientChunk(uint32_t seq, uint32_t offset, const std::vector<float>& gra
   f.elem_count = static_cast<uint16_t>(grad.size());
   Bytes payload(grad.size() * 4);
   std::memcpy(payload.data(), grad.data(), payload.size());
-  Bytes buf(48 + payload.size());
+  Bytes buf(sizeof(aggregator::AggHeader) + payload.size());
   EXPECT_EQ(aggregator::BuildAggregation(f, nullptr, 0, payload.data(),
                                          static_cast<uint32_t>(payload.size()), buf.data(),
                                          static_cast<uint32_t>(buf.size())),

@@ -1,4 +1,4 @@
--- Wireshark dissector for the aggswitch aggregation protocol, version 1
+-- Wireshark dissector for the aggswitch aggregation protocol, version 2
 -- (docs/protocol.md; the C++ parser and builder are aggregator/wire.h), and for
 -- aggswitch's in-band network telemetry (docs/telemetry.md; at the end of this file).
 --
@@ -6,7 +6,7 @@
 --   tshark -X lua_script:tools/wireshark/aggswitch.lua -r capture.pcap -Y 'aggswitch.opcode == 3'
 --
 -- Decodes UDP port 47000 and, heuristically, any UDP payload that starts with
--- magic 0xA65C and version 1. Every header field, the missing list and the
+-- magic 0xA65C and version 2. Every header field, the missing list and the
 -- little-endian payload elements get a filterable field under `aggswitch.`.
 -- A malformed datagram gets an expert error; the dissector never raises a Lua
 -- error on packet contents. Written for the Lua API of Wireshark 4.0 (Lua 5.2)
@@ -14,8 +14,8 @@
 
 local AGG_PORT = 47000
 local AGG_MAGIC = 0xA65C
-local AGG_VERSION = 1
-local HEADER_LEN = 48
+local AGG_VERSION = 2
+local HEADER_LEN = 52
 
 local aggswitch = Proto("aggswitch", "aggswitch In-Network Aggregation Protocol")
 
@@ -55,6 +55,8 @@ local nack_reason_names = {
   [17] = "not the job's main server (DISTRIBUTE)",
   [18] = "store full",
   [19] = "not stored (FETCH)",
+  [20] = "new run: the switch starts it",
+  [21] = "the datagram's run has ended",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.
@@ -124,6 +126,7 @@ field("op", ProtoField.uint8("aggswitch.op", "Operation", base.DEC, op_names))
 field("scale", ProtoField.int8("aggswitch.scale", "Scale", base.DEC))
 field("missing_count", ProtoField.uint8("aggswitch.missing_count", "Missing count", base.DEC))
 field("aux", ProtoField.uint32("aggswitch.aux", "Aux", base.DEC))
+field("incarnation", ProtoField.uint32("aggswitch.incarnation", "Incarnation", base.HEX))
 field("missing", ProtoField.bytes("aggswitch.missing", "Missing list"))
 field("missing_node", ProtoField.uint16("aggswitch.missing.node", "Missing node", base.DEC))
 field("payload", ProtoField.bytes("aggswitch.payload", "Payload"))
@@ -227,7 +230,7 @@ local function dissect(tvb, pinfo, tree)
   if len < HEADER_LEN then
     pinfo.cols.info:set("aggswitch")
     return malformed(root, pinfo, len,
-                     string.format("%d bytes, shorter than the 48-byte header", len))
+                     string.format("%d bytes, shorter than the 52-byte header", len))
   end
 
   local magic = tvb(0, 2):uint()
@@ -296,12 +299,13 @@ local function dissect(tvb, pinfo, tree)
   elseif opcode == OPCODE.NOTICE then
     aux_item:set_text(string.format("NOTICE: %s (%d)", name_or_unknown(notice_names, aux), aux))
   end
+  header:add(pf.incarnation, tvb(48, 4))
 
   if magic ~= AGG_MAGIC then
     return malformed(magic_item, pinfo, len, string.format("magic 0x%04X is not 0xA65C", magic))
   end
   if version ~= AGG_VERSION then
-    return malformed(version_item, pinfo, len, string.format("version %d is not 1", version))
+    return malformed(version_item, pinfo, len, string.format("version %d is not 2", version))
   end
   if not opcode_names[opcode] then
     return malformed(opcode_item, pinfo, len, string.format("opcode %d outside 1..13", opcode))
@@ -361,7 +365,7 @@ function aggswitch.dissector(tvb, pinfo, tree)
 end
 
 -- Datagrams to the switch's aggregation address on another port: accepted when
--- they start with the magic and version 1.
+-- they start with the magic and version 2.
 local function heuristic(tvb, pinfo, tree)
   if tvb:len() < 4 then return false end
   if tvb(0, 2):uint() ~= AGG_MAGIC or tvb(2, 1):uint() ~= AGG_VERSION then return false end

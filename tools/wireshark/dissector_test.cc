@@ -63,6 +63,7 @@ const std::vector<std::string> kFields = {
     "aggswitch.scale",
     "aggswitch.missing_count",
     "aggswitch.aux",
+    "aggswitch.incarnation",
     "aggswitch.missing.node",
     "aggswitch.elem.int32",
     "aggswitch.elem.float32",
@@ -285,6 +286,7 @@ AggFields Contribution() {
   f.slot_hint = kNoSlotHint;
   f.dtype = DType::kFloat32;
   f.op = ReduceOp::kSum;
+  f.incarnation = 0x5eed0001;
   return f;
 }
 
@@ -379,7 +381,7 @@ TEST_F(DissectorTest, DecodesEveryFieldOfEveryDatagramKind) {
   AggFields big = Contribution();
   big.elem_count = 100;
   Bytes cut = Datagram(big, {}, LittleEndian(std::vector<float>(100, 1.0f)));
-  cut.resize(48 + 16);
+  cut.resize(sizeof(AggHeader) + 16);
   frames.push_back(UdpFrame(cut, kWorker, kSwitch, kWorkerPort, kAggUdpPort));
 
   // 10: wrong magic on the aggregation port.
@@ -388,9 +390,10 @@ TEST_F(DissectorTest, DecodesEveryFieldOfEveryDatagramKind) {
   bad_magic[1] = 0x5D;
   frames.push_back(UdpFrame(bad_magic, kWorker, kSwitch, kWorkerPort, kAggUdpPort));
 
-  // 11: version 2 on another port: the heuristic must leave it alone.
+  // 11: version 1 (the header before incarnations) on another port: the
+  // heuristic must leave it alone.
   Bytes v2 = Datagram(Contribution(), {}, {});
-  v2[2] = 2;
+  v2[2] = 1;
   frames.push_back(UdpFrame(v2, kWorker, kSwitch, 40001, 40002));
 
   // 12: NACK, reason 11 (member bound): a "not now" reason.
@@ -407,7 +410,7 @@ TEST_F(DissectorTest, DecodesEveryFieldOfEveryDatagramKind) {
     EXPECT_EQ(r["_ws.col.Protocol"], "AGGSWITCH");
     EXPECT_EQ(r["_ws.col.Info"], "CONTRIBUTION job=7 seq=42 node=3 float32x256 [TASK_INFO]");
     EXPECT_EQ(r["aggswitch.magic"], "0xa65c");
-    EXPECT_EQ(r["aggswitch.version"], "1");
+    EXPECT_EQ(r["aggswitch.version"], "2");
     EXPECT_EQ(r["aggswitch.opcode"], "1");
     EXPECT_EQ(r["aggswitch.flags"], "0x0080");
     EXPECT_EQ(r["aggswitch.flags.aggregate_at_ps"], "0");
@@ -434,6 +437,7 @@ TEST_F(DissectorTest, DecodesEveryFieldOfEveryDatagramKind) {
     EXPECT_EQ(r["aggswitch.scale"], "0");
     EXPECT_EQ(r["aggswitch.missing_count"], "0");
     EXPECT_EQ(r["aggswitch.aux"], "0");
+    EXPECT_EQ(r["aggswitch.incarnation"], "0x5eed0001");
     EXPECT_EQ(r["aggswitch.missing.node"], "");
     std::vector<std::string> expected;
     for (float v : f32) {
@@ -536,7 +540,7 @@ TEST_F(DissectorTest, DecodesEveryFieldOfEveryDatagramKind) {
     SCOPED_TRACE("truncated");
     Row r = rows[7];
     EXPECT_EQ(r["_ws.col.Protocol"], "AGGSWITCH");
-    EXPECT_EQ(r["_ws.expert.message"], "30 bytes, shorter than the 48-byte header");
+    EXPECT_EQ(r["_ws.expert.message"], "30 bytes, shorter than the 52-byte header");
     EXPECT_EQ(r["_ws.expert.severity"], kSeverityError);
     EXPECT_EQ(r["aggswitch.opcode"], "");
   }
@@ -544,7 +548,7 @@ TEST_F(DissectorTest, DecodesEveryFieldOfEveryDatagramKind) {
     SCOPED_TRACE("count mismatch");
     Row r = rows[8];
     EXPECT_EQ(r["_ws.expert.message"],
-              "missing list and payload need 448 bytes, the datagram has 64");
+              "missing list and payload need 452 bytes, the datagram has 68");
     EXPECT_EQ(r["_ws.expert.severity"], kSeverityError);
     EXPECT_EQ(r["aggswitch.elem_count"], "100");
     EXPECT_EQ(r["aggswitch.elem.float32"], "");
@@ -557,7 +561,7 @@ TEST_F(DissectorTest, DecodesEveryFieldOfEveryDatagramKind) {
     EXPECT_EQ(r["aggswitch.magic"], "0xa65d");
   }
   {
-    SCOPED_TRACE("version 2, other port");
+    SCOPED_TRACE("version 1, other port");
     Row r = rows[10];
     EXPECT_NE(r["_ws.col.Protocol"], "AGGSWITCH");
     EXPECT_EQ(r["aggswitch.magic"], "");
@@ -599,16 +603,16 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
   for (const char* text : {
            "Reserved flag bits set (0xF000); receivers ignore them",
            "Missing node: 3",
-           "0 bytes, shorter than the 48-byte header",
-           "45 bytes, shorter than the 48-byte header",
-           "missing list and payload need 62 bytes, the datagram has 60",
-           "version 0 is not 1",
+           "0 bytes, shorter than the 52-byte header",
+           "51 bytes, shorter than the 52-byte header",
+           "missing list and payload need 66 bytes, the datagram has 63",
+           "version 0 is not 2",
            "opcode 0 outside 1..13",
            "opcode 14 outside 1..13",
            "dtype 5 outside the table",
            "op 5 outside the table",
            "dtype float32 does not allow op and",
-           "missing list and payload need 566 bytes, the datagram has 62",
+           "missing list and payload need 570 bytes, the datagram has 66",
        }) {
     EXPECT_NE(r.out.find(text), std::string::npos) << "no \"" << text << "\" in\n" << r.out;
   }
