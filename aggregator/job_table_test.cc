@@ -308,6 +308,76 @@ TEST(JobTest, ABoundMemberIsRefusedFromElsewhereUntilSilentOrUnbound) {
   EXPECT_EQ(job->BindMember(1, home, 0, 1201, 0), Job::Bind::kBound);
 }
 
+// A member is bound to the first incarnation it sends; another one is a new
+// run of the job, which the control thread starts by renewing the job; the
+// old run's incarnations then end. Once every member has one, the job has a
+// run label: the same members' incarnations give the same label.
+TEST(JobTest, ANewIncarnationIsANewRunAndTheOldOneEnds) {
+  auto table = MakeTable();
+  JobSpec spec = Spec(1, 2);
+  spec.tan = JobSpec::Tan::kRemote;
+  spec.tan_peer = JobPeer{0x0a000005, 47000, 0, 0};
+  const Job* job = *table->Add(spec);
+  const MemberAddr a = Addr(0x020000000001ull, 1, 0, 0x0a000a01, 40001);
+  const MemberAddr b = Addr(0x020000000002ull, 1, 0, 0x0a000a02, 40002);
+  job->SetHop(Job::kTanHop, Addr(0x020000000005ull, 3, 0, 0x0a000005, 47000));
+  EXPECT_EQ(job->label(), 0u);
+  ASSERT_EQ(job->BindMember(0, a, 0x1111, 10, 0), Job::Bind::kBound);
+  EXPECT_EQ(job->MemberIncarnation(0), 0x1111u);
+  EXPECT_EQ(job->label(), 0u) << "not every member has an incarnation yet";
+  ASSERT_EQ(job->BindMember(1, b, 0x2222, 10, 0), Job::Bind::kBound);
+  const uint32_t label = job->label();
+  EXPECT_NE(label, 0u);
+  MemberAddr got;
+  ASSERT_TRUE(job->GetMember(1, &got));
+  EXPECT_EQ(got.incarnation, 0x2222u) << "what the switch's datagrams to it carry";
+  EXPECT_EQ(job->BindMember(0, a, 0x1111, 11, 0), Job::Bind::kKnown);
+  EXPECT_EQ(job->BindMember(0, a, 0, 11, 0), Job::Bind::kKnown) << "0 is no incarnation";
+  EXPECT_TRUE(table->TakeNewRuns().empty());
+
+  // Member 0 comes back as another process, from the same address even.
+  EXPECT_EQ(job->BindMember(0, a, 0x3333, 12, 0), Job::Bind::kNewRun);
+  EXPECT_EQ(job->MemberIncarnation(0), 0x1111u) << "nothing bound before the new run starts";
+  job->RequestNewRun(0, 0x3333);
+  job->RequestNewRun(0, 0x3333);  // its resend, before the control thread ran
+  EXPECT_EQ(job->NewRunRequest(), (uint64_t{0} << 32 | 0x3333u));
+  EXPECT_EQ(table->TakeNewRuns(), std::vector<uint32_t>{1});
+  EXPECT_TRUE(table->TakeNewRuns().empty()) << "taken once";
+
+  auto renewed = table->Renew(1);
+  ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+  const Job* next = *renewed;
+  EXPECT_EQ(table->Find(1), next);
+  EXPECT_NE(next->generation(), job->generation());
+  EXPECT_EQ(next->index(), job->index()) << "its counters go on";
+  EXPECT_EQ(next->tan(), JobSpec::Tan::kRemote);
+  MemberAddr tan;
+  EXPECT_TRUE(next->GetHop(Job::kTanHop, &tan)) << "resolved hops carry over";
+  EXPECT_FALSE(next->GetMember(0, &got)) << "members bind afresh";
+  EXPECT_EQ(next->label(), 0u);
+  EXPECT_FALSE(next->NewRunRequest());
+  // The old run's processes are refused, wherever they send from.
+  EXPECT_EQ(next->BindMember(1, b, 0x2222, 13, 0), Job::Bind::kRunEnded);
+  EXPECT_EQ(next->BindMember(0, a, 0x1111, 13, 0), Job::Bind::kRunEnded);
+  EXPECT_TRUE(next->EndedAnywhere(0x2222));
+  EXPECT_FALSE(next->EndedAnywhere(0x3333));
+  EXPECT_FALSE(next->EndedAnywhere(0));
+  // The new run's bind; the same incarnations give the same label again.
+  EXPECT_EQ(next->BindMember(0, a, 0x3333, 13, 0), Job::Bind::kBound);
+  EXPECT_EQ(next->BindMember(1, b, 0x4444, 13, 0), Job::Bind::kBound);
+  const uint32_t next_label = next->label();
+  EXPECT_NE(next_label, 0u);
+  EXPECT_NE(next_label, label);
+  const Job* same = *table->Add(Spec(2, 2));
+  ASSERT_EQ(same->BindMember(1, b, 0x4444, 13, 0), Job::Bind::kBound);
+  ASSERT_EQ(same->BindMember(0, a, 0x3333, 13, 0), Job::Bind::kBound);
+  EXPECT_NE(same->label(), next_label) << "the job id counts too";
+  EXPECT_EQ(table->Renew(99).status().code(), StatusCode::kNotFound);
+  // The old generation is freed once readers moved on; the index stays the job's.
+  EXPECT_EQ(table->Reclaim(), 0u) << "a renewed generation frees no index";
+  EXPECT_EQ(table->size(), 2u);
+}
+
 // A job keeps at most slot_quota chunks ahead of its slowest member's
 // watermark; late data and retransmissions before it always pass.
 TEST(JobTest, SlotQuotaBoundsTheChunksAheadOfTheSlowestMember) {

@@ -168,6 +168,37 @@ TEST_F(PsEngineTest, FourMembersAggregateHereAndCompleteWithTheLast) {
   EXPECT_EQ(ps_.kept(), 0u);
 }
 
+// A job run again (a new run label from its root): the contributions kept
+// for the old run and its answers are forgotten, so the new run's chunk is
+// reduced from the new run's data alone; the old label's datagrams drop.
+TEST_F(PsEngineTest, ANewRunForgetsWhatTheOldRunLeftHere) {
+  auto direct = [&](uint16_t node, uint32_t label, int32_t value) {
+    AggFields f = Direct(node, 2);
+    f.incarnation = label;
+    Feed(Build(f, Pack(std::vector<int32_t>{value})));
+  };
+  direct(0, 0xa, 1);
+  direct(1, 0xa, 2);
+  EXPECT_EQ(Ints(TakeResult()), std::vector<int32_t>{3});
+  direct(0, 0xa, 100);  // a second chunk of the old run, half in
+  AggFields other = Direct(0, 2);
+  other.seq = 2;
+  other.incarnation = 0xa;
+  Feed(Build(other, Pack(std::vector<int32_t>{100})));
+  EXPECT_EQ(out_.size(), 1u) << "a repeat of chunk 1 gets its answer again; chunk 2 waits";
+  out_.clear();
+  // The new run's chunk 1: neither the old answer nor the old data.
+  direct(0, 0xb, 11);
+  EXPECT_TRUE(out_.empty());
+  EXPECT_EQ(ps_.pending(), 1u) << "the old run's chunk 2 is gone";
+  direct(1, 0xa, 50);  // the old run's, late
+  EXPECT_TRUE(out_.empty());
+  direct(1, 0xb, 12);
+  const Result r = TakeResult();
+  EXPECT_EQ(Ints(r), std::vector<int32_t>{23});
+  EXPECT_EQ(r.h.incarnation.host(), 0xbu);
+}
+
 // A node's second contribution to a chunk is not counted again.
 TEST_F(PsEngineTest, ANodesRepeatIsNotCountedTwice) {
   FeedInt(0, 2, {5});

@@ -54,6 +54,7 @@ struct Spec {
   ReduceOp op = ReduceOp::kSum;
   int8_t scale = 0;
   uint32_t aux = 0;  // the chunk's element offset
+  uint32_t incarnation = 0;  // the root's run label
   std::vector<uint16_t> missing;
   Bytes payload;
 };
@@ -94,6 +95,7 @@ Bytes Build(const Spec& s) {
   f.op = s.op;
   f.scale = s.scale;
   f.aux = s.aux;
+  f.incarnation = s.incarnation;
   f.elem_count = static_cast<uint16_t>(s.payload.size() / ElementSize(s.dtype));
   Bytes buf(sizeof(AggHeader) + 2 * s.missing.size() + s.payload.size());
   const uint32_t n = BuildAggregation(f, s.missing.data(), static_cast<uint8_t>(s.missing.size()),
@@ -186,6 +188,42 @@ void ExpectCompleteResult(const Parsed& r, uint32_t seq = 1) {
   EXPECT_EQ(r.f.flags & flags::kIncomplete, 0);
   EXPECT_TRUE(r.missing.empty());
   EXPECT_EQ(r.to, kRoot);
+}
+
+// A job run again: the root's partials come under a new run label. The
+// engine forgets the job's chunks of the old run (their cached results
+// included, which the new run must never get) and drops the old label's
+// datagrams from then on. Label 0 belongs to the current run.
+TEST(TanEngineTest, ANewRunLabelForgetsTheJobsChunksAndEndsTheOldLabel) {
+  Tan tan;
+  auto with = [](Spec s, uint32_t label) {
+    s.incarnation = label;
+    return s;
+  };
+  EXPECT_TRUE(tan.Feed(with(First(Pack<int32_t>({76}), {112}), 0xa), 0).empty());
+  Parsed r = tan.FeedForResult(with(Late(112, Pack<int32_t>({2})), 0xa), 1 * kMs);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{78});
+  EXPECT_EQ(r.f.incarnation, 0xau) << "the result answers the root's run";
+  // Another chunk of the old run left open, and one of another job.
+  Spec other = First(Pack<int32_t>({5}), {9});
+  other.seq = 2;
+  EXPECT_TRUE(tan.Feed(with(other, 0xa), 2 * kMs).empty());
+  Spec job8 = First(Pack<int32_t>({1}), {9});
+  job8.job = 8;
+  EXPECT_TRUE(tan.Feed(with(job8, 0xa), 2 * kMs).empty());
+  EXPECT_EQ(tan.engine().pending(), 2u);
+
+  // The new run's chunk 1: first data again, not answered from the old run.
+  EXPECT_TRUE(tan.Feed(with(First(Pack<int32_t>({10}), {112}), 0xb), 3 * kMs).empty());
+  EXPECT_EQ(tan.counters().new_runs, 1u);
+  EXPECT_EQ(tan.counters().repeat_first, 0u);
+  EXPECT_EQ(tan.engine().pending(), 2u) << "job 7's old chunk 2 went, job 8's stayed";
+  // The old run's late data is dropped; the new run's completes the chunk.
+  EXPECT_TRUE(tan.Feed(with(Late(9, Pack<int32_t>({4}), {}), 0xa), 4 * kMs).empty());
+  EXPECT_EQ(tan.counters().run_ended, 1u);
+  r = tan.FeedForResult(with(Late(112, Pack<int32_t>({20})), 0), 5 * kMs);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{30});
+  EXPECT_EQ(r.f.incarnation, 0xbu);
 }
 
 TEST(TanEngineTest, SeedExampleFirstData76PlusLate2From112Is78) {

@@ -94,6 +94,10 @@ constexpr TanCounterFamily kTanCounters[] = {
      "Datagrams the own TAN dropped: type, length or scale unlike the chunk's first data."},
     {"aggswitch_tan_ignored_total", &aggregator::TanCounters::ignored,
      "Datagrams the own TAN ignored: neither first data nor late data."},
+    {"aggswitch_tan_new_runs_total", &aggregator::TanCounters::new_runs,
+     "Jobs the own TAN saw under a new run label: their chunks were forgotten."},
+    {"aggswitch_tan_run_ended_total", &aggregator::TanCounters::run_ended,
+     "Datagrams the own TAN dropped for the label of a job's run that ended."},
 };
 
 struct MacGaugeFamily {

@@ -102,6 +102,72 @@ TEST_P(AggregationFanInTest, EveryMemberGetsTheExactSumOnce) {
 
 INSTANTIATE_TEST_SUITE_P(Members, AggregationFanInTest, ::testing::Values(1, 2, 3, 8, 64, 256));
 
+// A job run again under its id by new processes: its ranks start at
+// sequence number 0 with new data and new incarnations. The first datagram
+// of the new run is refused for a moment (NACK new_run) while the control
+// thread renews the job; then the new run gets its own sums, never the old
+// run's cached ones, and a process of the old run is told its run ended.
+TEST_F(AggregationTest, ARerunUnderTheSameIdGetsItsOwnSumsAndTheOldRunIsRefused) {
+  AddJob(21, 2);
+  auto send = [&](uint16_t node, uint32_t incarnation, uint32_t seq, int32_t value) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kContribution;
+    f.node_id = node;
+    f.job_id = 21;
+    f.seq = seq;
+    f.job_key = 0x5eed;
+    f.elem_count = 2;
+    f.incarnation = incarnation;
+    Inject(0, Datagram(f, Int32Payload({value, -value})));
+    Step();
+  };
+  auto answers = [&] {
+    std::vector<Result> got;
+    auto out = Drain();
+    for (const Frame& f : out[0]) got.push_back(ParseResult(f));
+    return got;
+  };
+  // The first run: 1 + 2.
+  send(0, 0x100, 0, 1);
+  send(1, 0x101, 0, 2);
+  std::vector<Result> r = answers();
+  ASSERT_EQ(r.size(), 2u);
+  for (const Result& x : r) {
+    EXPECT_EQ(x.payload, Int32Payload({3, -3}));
+    EXPECT_EQ(x.fields.incarnation, x.dst_port == MemberPort(0) ? 0x100u : 0x101u)
+        << "each member's copy carries its own incarnation";
+  }
+  // The rerun: 11 + 12 at the same sequence number.
+  send(0, 0x200, 0, 11);
+  r = answers();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(r[0].fields.aux, static_cast<uint32_t>(aggregator::NackReason::kNewRun));
+  EXPECT_EQ(r[0].fields.incarnation, 0x200u);
+  EXPECT_EQ(Agg().new_run.Get(), 1u);
+  const uint32_t old_generation = jobs_->Find(21)->generation();
+  ASSERT_EQ(jobs_->TakeNewRuns(), std::vector<uint32_t>{21});
+  ASSERT_TRUE(jobs_->Renew(21).ok());  // the control thread's part
+  EXPECT_NE(jobs_->Find(21)->generation(), old_generation);
+  send(0, 0x200, 0, 11);
+  send(1, 0x201, 0, 12);
+  r = answers();
+  ASSERT_EQ(r.size(), 2u);
+  for (const Result& x : r) {
+    EXPECT_EQ(x.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(x.payload, Int32Payload({23, -23})) << "the new run's sum, not the old one's 3";
+    EXPECT_EQ(x.fields.incarnation, x.dst_port == MemberPort(0) ? 0x200u : 0x201u);
+  }
+  // A process of the old run that is still about.
+  send(1, 0x101, 1, 5);
+  r = answers();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(r[0].fields.aux, static_cast<uint32_t>(aggregator::NackReason::kRunEnded));
+  EXPECT_EQ(Agg().run_ended.Get(), 1u);
+  EXPECT_EQ(Agg().completions.Get(), 2u);
+}
+
 // A retransmission before completion counts once and is told that its slot
 // waits (NOTICE held, with how many members it waits for); one after
 // completion gets the cached result.

@@ -14,8 +14,8 @@
 //     kControlUnit, a TASK_INFO phase first) instead of known to the switch.
 //     Chunks hold 8 elements, so 5 chunks; the job has one rank (world 1),
 //     so the true result of a chunk is what the rank sent.
-//   control byte: bit 0 repairs magic and version; bit 1 sets job id 7 (the
-//     client's); bit 2 sets the sequence number of the datagram it answers;
+//   control byte: bit 0 repairs magic and version; bit 1 sets job id 7 and
+//     the incarnation of the datagram it answers (the client's); bit 2 sets the sequence number of the datagram it answers;
 //     bit 3 sets node id 0 (the rank); bits 4-5 set the opcode: unchanged,
 //     RESULT, NACK, NOTICE; bit 6 sends it from another UDP port than the
 //     switch's (a stranger); bit 7 sends the true answer right after it.
@@ -28,7 +28,7 @@
 //     kOutOfRange or kIncomplete after a forged result), never
 //     kInvalidArgument or kInternal;
 //   * a result it returns is the true one unless the switch's own address
-//     sent a datagram that parses as a RESULT of the job: nothing from a
+//     sent a datagram that parses as a RESULT of the job and its run: nothing from a
 //     stranger, nothing unparseable and no other opcode changes the data.
 // ASan and UBSan watch the rest (tests/fuzz/README.md).
 #include <arpa/inet.h>
@@ -224,7 +224,10 @@ class Harness {
         Put16(out + offsetof(AggHeader, magic), aggregator::kAggMagic);
         out[offsetof(AggHeader, version)] = aggregator::kAggVersion;
       }
-      if (control & 0x02) Put32(out + offsetof(AggHeader, job_id), kJob);
+      if (control & 0x02) {
+        Put32(out + offsetof(AggHeader, job_id), kJob);
+        Put32(out + offsetof(AggHeader, incarnation), answering.header->incarnation.host());
+      }
       if (control & 0x04) Put32(out + offsetof(AggHeader, seq), answering.header->seq.host());
       if (control & 0x08) Put16(out + offsetof(AggHeader, node_id), 0);
       static constexpr Opcode kOpcodes[] = {Opcode::kResult, Opcode::kNack, Opcode::kNotice};
@@ -237,7 +240,8 @@ class Harness {
     if (!from_stranger &&
         aggregator::ParseAggregation(out, static_cast<uint32_t>(n), &pkt) == WireError::kOk &&
         (pkt.opcode == Opcode::kResult || pkt.opcode == Opcode::kExceptionRetransmit) &&
-        pkt.header->job_id.host() == kJob) {
+        pkt.header->job_id.host() == kJob &&
+        pkt.header->incarnation.host() == answering.header->incarnation.host()) {
       forged_result_ = true;  // from the switch's own address: the client must believe it
     }
     (from_stranger ? stranger_ : switch_).SendTo(to, out, n);

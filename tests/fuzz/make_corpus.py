@@ -19,7 +19,7 @@ import struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # --- the aggregation header (docs/protocol.md) ---
-MAGIC, VERSION = 0xA65C, 1
+MAGIC, VERSION = 0xA65C, 2
 CONTRIBUTION, PARTIAL, RESULT, LATE, VERIFY, EXC_RETRANSMIT, TASK_INFO, ACK, NACK, NOTICE = range(1, 11)
 DISTRIBUTE, FETCH = 12, 13
 INT32, FLOAT32, FLOAT16, BFLOAT16, BOOL = range(5)
@@ -31,13 +31,13 @@ ELEM = {INT32: 4, FLOAT32: 4, FLOAT16: 2, BFLOAT16: 2, BOOL: 1}
 
 def agg(opcode, payload=b"", dtype=INT32, op=SUM, flags=0, node=0, job=7, seq=0, key=0xDEC0,
         ack=0, expected=0, node_count=0, slot_hint=0xFFFF, scale=0, missing=(), aux=0,
-        elem_count=None):
+        elem_count=None, incarnation=0x1ee7):
     if elem_count is None:
         elem_count = len(payload) // ELEM[dtype]
-    hdr = struct.pack(">HBBHHIIQIIHHHHBBbBI", MAGIC, VERSION, opcode, flags, node, job, seq, key,
+    hdr = struct.pack(">HBBHHIIQIIHHHHBBbBII", MAGIC, VERSION, opcode, flags, node, job, seq, key,
                       ack, 0, expected, node_count, slot_hint, elem_count, dtype, op, scale,
-                      len(missing), aux)
-    assert len(hdr) == 48
+                      len(missing), aux, incarnation)
+    assert len(hdr) == 52
     return hdr + b"".join(struct.pack(">H", m) for m in missing) + payload
 
 

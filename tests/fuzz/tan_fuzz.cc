@@ -84,7 +84,7 @@ struct Seen {
 };
 using ChunkKey = std::pair<uint32_t, uint32_t>;
 
-// Makes a datagram of at least 48 bytes a valid one, keeping as much as it can.
+// Makes a datagram of at least 52 bytes a valid one, keeping as much as it can.
 void Repair(std::vector<uint8_t>& d) {
   if (d.size() < sizeof(AggHeader)) return;
   auto* h = reinterpret_cast<AggHeader*>(d.data());

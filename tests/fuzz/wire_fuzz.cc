@@ -4,13 +4,13 @@
 //
 // Invariants, each a finding when broken:
 //   * an error names a check that really fails: kTruncated exactly when the
-//     input is shorter than the 48-byte header, kBadMagic only when the magic
+//     input is shorter than the 52-byte header, kBadMagic only when the magic
 //     is wrong, ..., kCountMismatch only when header + missing list + payload
 //     exceed the input; kOk only when every check passes;
 //   * a parsed datagram's header, missing list and payload lie inside the
 //     input, back to back in that order, payload_len = elem_count *
 //     ElementSize(dtype), and opcode, dtype and op are the header's;
-//   * ReadAggFields + WriteAggHeader reproduce the 48 header bytes;
+//   * ReadAggFields + WriteAggHeader reproduce the 52 header bytes;
 //   * BuildAggregation of the parsed fields, missing ids and payload
 //     reproduces the datagram up to the payload's end (trailing bytes are
 //     Ethernet padding), refuses a buffer one byte short, and what it builds

@@ -6,7 +6,7 @@
 //   udp_flood --to 10.0.50.253:47000 --count 1000000 [--first-job 100000]
 //             [--task-info] [--rate PPS] [--bind ADDR]
 //
-// Datagram i is a 48-byte CONTRIBUTION header of job first-job + i, seq i,
+// Datagram i is a 52-byte CONTRIBUTION header of job first-job + i, seq i,
 // one int32 element; with --task-info it asks to register the job in-band.
 // Prints one JSON line: {"sent", "seconds", "rate"}. Exit 0 when every
 // datagram went out, 1 on a socket error, 2 on a bad command line.

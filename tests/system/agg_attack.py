@@ -29,18 +29,23 @@ import struct
 import sys
 import time
 
-MAGIC, VERSION = 0xA65C, 1
+MAGIC, VERSION = 0xA65C, 2
 CONTRIBUTION, NACK, TASK_INFO = 1, 9, 7
 FLAG_TASK_INFO, FLAG_ORDERED = 1 << 7, 1 << 8
-HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBI")  # 48 bytes, docs/protocol.md
+HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBII")  # 52 bytes, docs/protocol.md
+# One run of the job for the whole attack (docs/protocol.md, "Runs").
+INCARNATION = 0xa77ac4
 NACK_REASONS = {1: "unknown_job", 2: "key_mismatch", 3: "malformed", 4: "job_table_full",
                 5: "type_mismatch", 6: "task_info_conflict", 7: "rate_limited",
-                8: "in_band_full", 9: "slot_quota", 10: "hold_quota", 11: "member_bound", 12: "no_upstream", 13: "addr_low_mismatch"}
+                8: "in_band_full", 9: "slot_quota", 10: "hold_quota", 11: "member_bound", 12: "no_upstream", 13: "addr_low_mismatch",
+                14: "slot_busy", 15: "no_parameter_node", 16: "members_unbound",
+                17: "not_main_server", 18: "store_full", 19: "not_stored", 20: "new_run",
+                21: "run_ended"}
 
 
 def header(opcode, flags, node, job, seq, key, expected=0, node_count=0, elems=0, ack=0):
     return HEADER.pack(MAGIC, VERSION, opcode, flags, node, job, seq, key, ack, 0, expected,
-                       node_count, 0xFFFF, elems, 0, 0, 0, 0, 0)
+                       node_count, 0xFFFF, elems, 0, 0, 0, 0, 0, INCARNATION)
 
 
 class Attacker:
@@ -113,7 +118,7 @@ def main():
     o.add_argument("--job", type=int, required=True)
     o.add_argument("--members", type=int, default=256)
     o.add_argument("--count", type=int, default=20000)
-    o.add_argument("--elems", type=int, default=14)  # 48 + 56 = 104-byte payloads, 146-byte frames
+    o.add_argument("--elems", type=int, default=14)  # 52 + 56 = 108-byte payloads, 150-byte frames
     s = sub.add_parser("squat")
     s.add_argument("--job", type=int, required=True)
     s.add_argument("--members", type=int, default=256)

@@ -42,13 +42,17 @@ Exit 0 when the result (or distribution, or ACK) matches, 1 when it does
 not, 2 on a timeout, 3 on a NACK. Standard library only.
 """
 import argparse
+import random
 import socket
 import struct
 import sys
 import time
 
-MAGIC, VERSION, CONTRIBUTION, RESULT, ACK, NACK, DISTRIBUTE, FETCH = 0xA65C, 1, 1, 3, 8, 9, 12, 13
-HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBI")  # 48 bytes, docs/protocol.md
+MAGIC, VERSION, CONTRIBUTION, RESULT, ACK, NACK, DISTRIBUTE, FETCH = 0xA65C, 2, 1, 3, 8, 9, 12, 13
+HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBII")  # 52 bytes, docs/protocol.md
+# This process's run of its job (docs/protocol.md, "Runs"): every datagram
+# carries it, and the switch's answers to a member carry it back.
+INCARNATION = random.getrandbits(32) | 1
 FLAG_RETRANSMISSION = 1 << 1
 FLAG_TASK_INFO = 1 << 7
 FLAG_RELEASE = 1 << 10
@@ -57,7 +61,7 @@ NACK_REASONS = {1: "unknown job", 2: "key mismatch", 3: "malformed", 4: "job tab
                 5: "type mismatch", 6: "task info conflict", 7: "rate limited",
                 8: "in-band jobs full", 9: "slot quota", 10: "hold quota", 11: "member bound",
                 16: "members unbound", 17: "not main server", 18: "store full",
-                19: "not stored"}
+                19: "not stored", 20: "new run", 21: "run ended"}
 NACK_MEMBERS_UNBOUND = 16
 
 
@@ -129,7 +133,7 @@ def contribute(a, sock, seq, deadline):
     flags = task_info | final
     while time.monotonic() < deadline:
         header = HEADER.pack(MAGIC, VERSION, CONTRIBUTION, flags, a.node, a.job, seq, a.key,
-                             0, 0, expected, node_count, 0xFFFF, len(values), 0, 0, 0, 0, 0)
+                             0, 0, expected, node_count, 0xFFFF, len(values), 0, 0, 0, 0, 0, INCARNATION)
         sock.sendto(header + payload, (a.switch, a.port))
         flags = task_info | final | FLAG_RETRANSMISSION
         got = receive(sock)
@@ -145,7 +149,8 @@ def contribute(a, sock, seq, deadline):
         if a.expect_ack and opcode == ACK and job == a.job and h[6] == seq:
             print("node %d: ACK: kept" % a.node)
             return 0
-        if magic != MAGIC or version != VERSION or opcode != RESULT or job != a.job or h[6] != seq:
+        if (magic != MAGIC or version != VERSION or opcode != RESULT or job != a.job or h[6] != seq
+                or h[19] != INCARNATION):
             continue
         got = list(struct.unpack_from("<%di" % count, data, HEADER.size))
         print("node %d: result %s of %d from %s:%d" % (a.node, got, seq, peer[0], peer[1]))
@@ -187,7 +192,7 @@ def fetch(a):
     flags = FLAG_RELEASE if a.release else 0
     while time.monotonic() < deadline:
         header = HEADER.pack(MAGIC, VERSION, FETCH, flags, a.node, a.job, a.seq, a.key,
-                             0, 0, 0, 0, 0xFFFF, 0, 0, 0, 0, 0, a.fetch)
+                             0, 0, 0, 0, 0xFFFF, 0, 0, 0, 0, 0, a.fetch, INCARNATION)
         sock.sendto(header, (a.switch, a.port))
         got = receive(sock)
         if got is None:
@@ -230,7 +235,7 @@ def receive_final(a):
         values = list(struct.unpack_from("<%di" % h[13], data, HEADER.size))
         good = values == want if good is None else good and values == want
         ack = HEADER.pack(MAGIC, VERSION, ACK, FLAG_FINAL, 0, a.job, h[6], a.key,
-                          0, 0, 0, 0, 0xFFFF, 0, 0, 0, 0, 0, h[18])
+                          0, 0, 0, 0, 0xFFFF, 0, 0, 0, 0, 0, h[18], INCARNATION)
         sock.sendto(ack, peer)
     if seen != wanted:
         print("main server: final results of %d of %d chunks within %.1f s"
@@ -251,7 +256,7 @@ def main_server(a):
     unbound = 0
     while time.monotonic() < deadline:
         header = HEADER.pack(MAGIC, VERSION, DISTRIBUTE, 0, 0, a.job, a.seq, a.key,
-                             0, 0, 0, 0, 0xFFFF, len(values), 0, 0, 0, 0, 7)
+                             0, 0, 0, 0, 0xFFFF, len(values), 0, 0, 0, 0, 7, INCARNATION)
         sock.sendto(header + payload, (a.switch, a.port))
         got = receive(sock)
         if got is None:

@@ -115,6 +115,41 @@ else
   echo "SKIP af_xdp workers: this machine has no AF_XDP (see ports: above)"
 fi
 
+# A job run again under its id by new processes with new data (--seed): each
+# rank draws a new incarnation, the switch starts a new run at once, and
+# --verify checks that every sum is the new data's, never a result the switch
+# kept from the run before (same job ids, same sequence numbers).
+check "a config job run again under its id gets its own sums" \
+  allreduce "config-rerun" 4 5 --dtype bfloat16 --op max --size 512K --task-info none --seed 2
+check "an in-band job run again under its id gets its own sums" \
+  allreduce "inband-rerun" 4 101 --dtype int32 --op sum --size 1M --iterations 3 --seed 3
+check "  ... the switch started the new runs" \
+  bash -c "grep -q 'job 5: node .* a new run' '$WORK/aggswitch.log' && grep -q 'job 101: node .* a new run' '$WORK/aggswitch.log'"
+
+# Old and new ranks at once: two ranks of job 120 run slowly; a new run of
+# the job starts beside them. The new run completes, and the old ranks fail
+# with an error that says their run ended.
+old_and_new_runs() {
+  local r pids=() rc=0
+  for r in 0 1; do
+    topo_exec "w$r" "$AGG_WORKER" --rank "$r" --world 2 --job 120 --key 0x5eed --switch "$AGG_IP" \
+      --size 64K --iterations 100 --delay-ms 50 --timeout-ms 3000 --quiet >"$WORK/old.$r.out" 2>&1 &
+    pids+=($!)
+  done
+  sleep 1
+  allreduce new-run 2 120 --dtype int32 --op sum --size 64K --iterations 3 --seed 9 || rc=1
+  for r in 0 1; do
+    wait "${pids[$r]}"
+    local code=$?
+    sed "s/^/[old rank $r, exit $code] /" "$WORK/old.$r.out"
+    [ "$code" -ne 0 ] || rc=1
+    grep -q "run ended (NACK 21)" "$WORK/old.$r.out" || rc=1
+  done
+  return $rc
+}
+check "old ranks beside a new run of their job: the new run completes, the old ranks are told their run ended" \
+  old_and_new_runs
+
 # A member that never comes: the others fail with a clear error once nothing
 # has been answered for --timeout-ms, and exit 3.
 missing_member() {

@@ -679,13 +679,13 @@ while not stop:
     if eth != 0x0800 or frame[off + 9] != 17:
         continue
     a = off + (frame[off] & 0xF) * 4 + 8
-    if len(frame) < a + 48:
+    if len(frame) < a + 52:
         continue
     magic, _, opcode, flags, _, job_id, seq = struct.unpack("!HBBHHII", frame[a:a + 16])
     if magic != 0xA65C or opcode != 3 or job_id != job:
         continue
     elems = struct.unpack("!H", frame[a + 38:a + 40])[0]
-    p = a + 48 + 2 * frame[a + 43]
+    p = a + 52 + 2 * frame[a + 43]
     results.setdefault(str(seq), {})[frame[p:p + 4 * elems].hex()] = flags
 json.dump(results, open(out, "w"))
 EOF
@@ -840,13 +840,13 @@ while not stop:
     if eth != 0x0800 or frame[off + 9] != 17:
         continue
     a = off + (frame[off] & 0xF) * 4 + 8
-    if len(frame) < a + 48:
+    if len(frame) < a + 52:
         continue
     magic, _, opcode, flags, node, job, seq = struct.unpack("!HBBHHII", frame[a:a + 16])
     if magic != 0xA65C or (jobs and job not in jobs):
         continue
     n = frame[a + 43]
-    missing = list(struct.unpack("!%dH" % n, frame[a + 48:a + 48 + 2 * n])) if len(frame) >= a + 48 + 2 * n else []
+    missing = list(struct.unpack("!%dH" % n, frame[a + 52:a + 52 + 2 * n])) if len(frame) >= a + 52 + 2 * n else []
     records.append({"t": t, "out": addr[2] == socket.PACKET_OUTGOING, "op": opcode, "flags": flags,
                     "node": node, "job": job, "seq": seq, "missing": missing,
                     "aux": struct.unpack("!I", frame[a + 44:a + 48])[0]})

@@ -420,6 +420,8 @@ std::vector<PsServer::Stat> PsServer::StatsLocked() const {
       {"ignored", t.ignored, kCounter, "datagrams of opcodes the TAN does not take"},
       {"own_data", t.own_data, kCounter, "the own worker's contributions taken as late data"},
       {"own_repeats", t.own_repeats, kCounter, "the own worker's repeats of data taken already"},
+      {"new_runs", t.new_runs, kCounter, "jobs seen under a new run label: their chunks forgotten"},
+      {"run_ended", t.run_ended, kCounter, "datagrams under the label of a job's run that ended"},
       {"pending", engine_.tan().pending(), kGauge, "chunks open at the TAN"},
       {"finished", engine_.tan().finished(), kGauge, "finished chunks' results kept for repeats"},
       {"held_lates", engine_.tan().held_lates(), kGauge, "late payloads held, all chunks"},
