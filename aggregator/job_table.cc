@@ -87,6 +87,7 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       quota_magic_(spec.slot_quota == 0 ? 0 : FastModMagic(spec.slot_quota)),
       hold_quota_(spec.hold_quota),
       hold_window_(std::max<uint32_t>(1, spec.hold_quota / std::max<uint32_t>(1, spec.members - 1u))),
+      new_runs_(new_runs),
       upstreams_(spec.upstreams),
       timeout_cycles_(spec.timeout_cycles),
       batch_(spec.batch || spec.ordered),
@@ -98,7 +99,6 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       mode_(spec.mode),
       store_quota_(spec.store_quota),
       // The TAN, the parents, then the main server.
-      new_runs_(new_runs),
       hops_(new Member[2 + spec.upstreams.size()]),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
@@ -145,14 +145,15 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
   }
 }
 
-bool Job::BindRun(uint16_t index, uint32_t incarnation) const {
-  uint64_t none = 0;
+bool Job::BindRun(uint16_t index, uint64_t seen, uint32_t incarnation) const {
   const uint64_t run = kValid | uint64_t{incarnation} << 32;
-  if (!member_[index].run.compare_exchange_strong(none, run, std::memory_order_relaxed)) {
-    return none == run;
+  uint64_t expected = seen;
+  if (!member_[index].run.compare_exchange_strong(expected, run, std::memory_order_relaxed)) {
+    return expected == run;
   }
-  if (runs_bound_.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
-    // Every member is bound: the label is a hash of their incarnations, in
+  if ((seen & kValid) == 0 &&
+      runs_bound_.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
+    // Every member has sent: the label is a hash of their incarnations, in
     // member order, never 0.
     uint64_t h = 0x6a09e667f3bcc908ull ^ id_;
     for (uint16_t i = 0; i < members_; ++i) {

@@ -297,17 +297,22 @@ class alignas(64) Job {
   Bind BindMember(uint16_t index, const MemberAddr& from, uint32_t incarnation, uint32_t now,
                   uint32_t rebind_ticks) const {
     Member& m = member_[index];
+    const uint64_t run = m.run.load(std::memory_order_relaxed);
     bool bind_run = false;
-    if (incarnation != 0) {
-      const uint64_t run = m.run.load(std::memory_order_relaxed);
-      if (run != (kValid | uint64_t{incarnation} << 32)) {
-        if (Ended(index, incarnation)) return Bind::kRunEnded;
-        if ((run & kValid) != 0) return Bind::kNewRun;
-        bind_run = true;
+    if (run != (kValid | uint64_t{incarnation} << 32)) {
+      if (incarnation != 0 && Ended(index, incarnation)) return Bind::kRunEnded;
+      if ((run & kValid) == 0) {
+        bind_run = true;  // the member's first datagram in this generation
+      } else if (incarnation != 0) {
+        if ((run >> 32) != 0) return Bind::kNewRun;
+        bind_run = true;  // its first incarnation: it had sent none
       }
+      // Else none from a member bound with one: no identity, nothing changes.
     }
     const Bind bound = BindAddress(index, from, now, rebind_ticks);
-    if (bind_run && bound != Bind::kRefused && !BindRun(index, incarnation)) return Bind::kNewRun;
+    if (bind_run && bound != Bind::kRefused && !BindRun(index, run, incarnation)) {
+      return Bind::kNewRun;
+    }
     return bound;
   }
   // Forgets member `index`'s binding and watermark: its next datagram binds
@@ -342,8 +347,9 @@ class alignas(64) Job {
   // The job's run label at this switch: what its partials, late data and
   // relayed ACKs carry to the parent, which binds this switch by it as a
   // member by its incarnation. A hash of every member's incarnation, set
-  // once all of them are bound (so the same run gives the same label after
-  // this switch restarts, and a new run another); 0 before. [any]
+  // once every member has sent in this generation (so the same run gives the
+  // same label after this switch restarts, and a new run another); 0
+  // before, and nothing goes up then (TreeStage). [any]
   uint32_t label() const { return label_.load(std::memory_order_relaxed); }
   // A worker met a new incarnation for member `index`: asks the control
   // thread for a new generation (JobTable::TakeNewRuns). [any]
@@ -652,9 +658,11 @@ class alignas(64) Job {
     Touch(index, now);
     return result;
   }
-  // Binds member `index`'s first incarnation; false when another lcore bound
-  // another one first. The last member to bind sets the run label.
-  bool BindRun(uint16_t index, uint32_t incarnation) const;
+  // Moves member `index`'s run from `seen` (nothing, or a first datagram
+  // without an incarnation) to `incarnation`; false when another lcore bound
+  // another one first. The last member to send its first datagram sets the
+  // run label.
+  bool BindRun(uint16_t index, uint64_t seen, uint32_t incarnation) const;
   void Touch(uint16_t index, uint32_t now) const {
     if (seen_[index].load(std::memory_order_relaxed) != now) {
       seen_[index].store(now, std::memory_order_relaxed);

@@ -1956,6 +1956,24 @@ class ParameterNodeTest : public AggregationTest {
     spec.tan_peer.udp_port = aggregator::kAggUdpPort;
     ASSERT_TRUE(jobs_->Add(spec).ok());
     jobs_->Find(id)->SetHop(aggregator::Job::kTanHop, PsHop());
+    Heard(id, members);
+  }
+
+  // Each member of job `id` sends an ACK: every member has sent in this
+  // generation, so the job has its run label, without which nothing of it
+  // goes to the TAN or up the tree (docs/protocol.md, "Runs").
+  void Heard(uint32_t id, uint16_t members) {
+    for (uint16_t m = 0; m < members; ++m) {
+      aggregator::AggFields f;
+      f.opcode = aggregator::Opcode::kAck;
+      f.node_id = m;
+      f.job_id = id;
+      f.job_key = 0x5eed;
+      f.incarnation = 0x1000u + m;
+      Inject(0, Datagram(f));
+    }
+    Step();
+    (void)Drain();
   }
 
   static constexpr uint16_t kLeafNode = 100;  // a leaf job's node id at its parent
@@ -1985,6 +2003,7 @@ class ParameterNodeTest : public AggregationTest {
     ASSERT_TRUE(jobs_->Add(spec).ok());
     const aggregator::Job* job = jobs_->Find(id);
     job->SetHop(job->ParentHop(0), PsHop());
+    Heard(id, members);
   }
 
   // What the switch sent since the last Drain: to the members (port 0),
@@ -2419,6 +2438,39 @@ TEST_F(ParameterNodeTest, ALeafCarriesFinalUpInItsPartial) {
 // data after it as late data through the bypass entries it left. The TAN
 // (here the parameter node's, standing in for the tree above) folds them in,
 // and the result from above reaches both members, exact; nobody is refused.
+// Nothing of a job goes up the tree before its run label, which every
+// member's first datagram in the job's generation sets: the parent would
+// not know which run it belongs to. A member's data for the parameter node
+// waits (counted up_unlabelled) until the other member has sent, then goes
+// (as a partial listing the chunk's members, and the data) under the label.
+TEST_F(ParameterNodeTest, NothingGoesUpBeforeEveryMemberHasSent) {
+  aggregator::JobSpec spec;
+  spec.id = 9;
+  spec.key = 0x5eed;
+  spec.members = 2;
+  spec.nodes = 2;
+  spec.upstreams = {aggregator::JobPeer{MemberIp(kPs), aggregator::kAggUdpPort, kLeafNode, 0}};
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  const aggregator::Job* job = jobs_->Find(9);
+  job->SetHop(job->ParentHop(0), PsHop());
+  Inject(0, ForPs(9, 3, 0, 4, {5}));
+  Step();
+  auto out = Drain();
+  EXPECT_TRUE(out[1].empty()) << "held back: member 1 has not sent";
+  EXPECT_EQ(Agg().up_unlabelled.Get(), 1u);
+  EXPECT_EQ(jobs_->Find(9)->label(), 0u);
+  Heard(9, 2);
+  const uint32_t label = jobs_->Find(9)->label();
+  ASSERT_NE(label, 0u);
+  Inject(0, ForPs(9, 3, 0, 4, {5}));
+  Step();
+  out = Drain();
+  ASSERT_FALSE(out[1].empty());
+  for (const Frame& f : out[1]) {
+    EXPECT_EQ(ParseResult(f).fields.incarnation, label) << "up under the run label";
+  }
+}
+
 TEST_F(ParameterNodeTest, ALeafSendsAChunkWithNoSlotUpAsMissing) {
   BuildAggregation(", spare_slots: 0");
   AddLeafJob(7, 2);
@@ -2476,6 +2528,8 @@ TEST_F(ParameterNodeTest, ATreeRootSendsAChunkWithNoSlotToTheTanAsMissing) {
   spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
   ASSERT_TRUE(jobs_->Add(spec).ok());
   jobs_->Find(8)->SetHop(aggregator::Job::kTanHop, PsHop());
+  // Worker 0 has sent; the child's partial below is the last member's first.
+  Heard(8, 1);
   const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
   Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
   aggregator::AggFields f;

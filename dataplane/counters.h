@@ -45,6 +45,7 @@ namespace aggswitch::dataplane {
   X(kAggUnknownJob, "agg_unknown_job",                                                        \
     "late data or a result for a job the switch does not hold, or one removed in between")    \
   X(kAggResultRefused, "agg_result_refused", "result not from the job's upstream switch or TAN, or not for this run") \
+  X(kAggUnlabelled, "agg_unlabelled", "late data or data for the parameter node before its job's run label (a member has not sent yet)") \
   X(kAggRunEnded, "agg_run_ended", "late data or data for the parameter node that a child switch sent under an ended run's label") \
   X(kAggRejected, "agg_rejected", "contribution that does not fit its job, with no member address to answer") \
   X(kAggDuplicate, "agg_duplicate", "contribution from a member already counted")             \
@@ -259,6 +260,7 @@ struct PortCounters {
   X(member_refused, "datagrams claiming a member bound to another address, refused (NACK member_bound)") \
   X(new_run, "datagrams with a new incarnation for a member of a job: a new run, started by the control thread (NACK new_run)") \
   X(run_ended, "datagrams of a job's run that a newer run replaced, refused (NACK run_ended) or dropped") \
+  X(up_unlabelled, "partials, first data, late data and data for the parameter node not sent up yet: their job has no run label (a member has not sent in this generation)") \
   X(slot_quota_refused, "chunks refused for lying too far ahead of their job's slowest member (NACK slot_quota)") \
   X(hold_refused, "contributions an ordered slot could not hold: the job's hold quota or the hold pool was used up (NACK hold_quota)") \
   X(slots_kept, "forwarded slots that keep their chunk: they lack members whose bypass entries the full table refused, and only the slot records them")

@@ -174,7 +174,8 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
                  header_offset)) {
     case Up::kCarried: return true;
     case Up::kSent:
-    case Up::kNoMbuf: return false;
+    case Up::kNoMbuf:
+    case Up::kUnlabelled: return false;
     case Up::kTooLong: break;
   }
   answers_.SendIncomplete(job, slot, nullptr, 0);
@@ -230,6 +231,13 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
                                 const uint8_t* payload, uint32_t payload_len, rte_mbuf* carrier,
                                 uint32_t header_offset) {
   AggregationCounters& c = stats_.lcore.agg;
+  if (job.label() == 0) {
+    // The parent (or the TAN) knows this switch's run by its label; without
+    // one it could take this run's chunk for another's (docs/protocol.md,
+    // "Runs"). Every member's first datagram sets it.
+    c.up_unlabelled.Add(1);
+    return Up::kUnlabelled;
+  }
   const bool root = job.is_root();
   const uint32_t len = sizeof(aggregator::AggHeader) + 2 * n_missing + payload_len;
   if (len > kMaxUdpPayload) {
@@ -299,7 +307,8 @@ void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t heade
   // smallest of our current members' (SendPartial); partials carry it, and
   // the last chunks of a job, which no partial follows, learn it from here.
   const std::optional<uint32_t> min_ack = job.SlotWatermark(clock_.SeenNow(), s_.rebind_ticks);
-  if (!min_ack || job.LearnedMembers() != job.members() || !job.TakeRelayedAck(*min_ack)) {
+  if (!min_ack || job.label() == 0 || job.LearnedMembers() != job.members() ||
+      !job.TakeRelayedAck(*min_ack)) {
     TxBuffers::Consumed(m);  // the ACK was read
     return;
   }
@@ -346,6 +355,7 @@ aggregator::AggHeader* TreeStage::TrimToDatagram(rte_mbuf* m, const aggregator::
 void TreeStage::ForwardToPs(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
                             uint16_t in_port, uint16_t add_flags) {
   AggregationCounters& c = stats_.lcore.agg;
+  if (!Labelled(m, job, in_port)) return;
   const aggregator::AggHeader* h = TrimToDatagram(m, job, header_offset, add_flags);
   if (!job.is_root()) {
     c.at_ps_forwarded.Add(1);
@@ -361,9 +371,19 @@ void TreeStage::ForwardToPs(rte_mbuf* m, const aggregator::Job& job, uint32_t he
   tx_.Drop(in_port, DropReason::kAggNoTan, m);
 }
 
+bool TreeStage::Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_port) {
+  if (job.label() != 0) return true;
+  // As SendUp: nothing goes up before the run label. The member's resend
+  // goes once every member has sent.
+  stats_.lcore.agg.up_unlabelled.Add(1);
+  tx_.Drop(in_port, DropReason::kAggUnlabelled, m);
+  return false;
+}
+
 void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
                             uint16_t in_port) {
   AggregationCounters& c = stats_.lcore.agg;
+  if (!Labelled(m, job, in_port)) return;
   auto* h = TrimToDatagram(m, job, header_offset, aggregator::flags::kBypass);
   h->opcode = static_cast<uint8_t>(aggregator::Opcode::kLate);
   if (!job.is_root()) {

@@ -128,6 +128,10 @@ class TreeStage {
     kCarried,  // sent, in the carrier
     kTooLong,  // not sent: longer than the MTU carries (counted)
     kNoMbuf,   // not sent: no mbuf (counted)
+    // Not sent: the job has no run label yet, so nothing of it goes up (a
+    // member has not sent in this generation; counted). Resent as a lost
+    // partial is.
+    kUnlabelled,
   };
   // Completes `f` (the job key, this switch's node id and slot watermark,
   // an in-band job's task info), writes it with `missing` and the payload
@@ -137,6 +141,8 @@ class TreeStage {
   Up SendUp(const aggregator::Job& job, aggregator::AggFields f, const uint16_t* missing,
             uint32_t n_missing, const uint8_t* payload, uint32_t payload_len, rte_mbuf* carrier,
             uint32_t header_offset);
+  // Whether the job has its run label; else drops `m` (counted up_unlabelled).
+  bool Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_port);
   // Cuts `m` to its datagram, from the aggregation header at `header_offset`
   // to where the header says it ends (whatever padding followed), with
   // `add_flags` added and the job's run label as its incarnation; returns

@@ -448,11 +448,14 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
       continue;
     }
     uint16_t resend_flags = h->flags.host() | flags::kRetransmission;
-    if (options_.resend_to_parameter_node && h->opcode == static_cast<uint8_t>(Opcode::kContribution)) {
+    if (options_.resend_to_parameter_node && !due_[d].refused &&
+        h->opcode == static_cast<uint8_t>(Opcode::kContribution)) {
       // For the parameter node: how many ranks the whole allreduce has, in
       // place of the task info (the switch knows the job by now). Not a
       // control unit's TASK_INFO: that is no data, and must keep saying
-      // what the job is.
+      // what the job is. Nor data the switch refused for now (a quota, a
+      // busy slot, a new run): nothing of it was lost, and it goes where it
+      // went.
       resend_flags = static_cast<uint16_t>((resend_flags | flags::kAggregateAtPs) &
                                            ~flags::kTaskInfo);
       h->expected = common::be16_t::FromHost(options_.world);

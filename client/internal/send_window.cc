@@ -160,7 +160,7 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
       const bool query = params_.query &&
                          (e.why == Entry::Why::kTimer || e.why == Entry::Why::kFast) &&
                          (e.queried < kUnansweredQueries || e.held || silent);
-      out[n++] = Due{k, query};
+      out[n++] = Due{k, query, e.why == Entry::Why::kRefused};
       if (query) {
         e.asked = now;
         if (e.queried < UINT8_MAX) ++e.queried;

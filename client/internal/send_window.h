@@ -100,6 +100,7 @@ class SendWindow {
   struct Due {
     uint32_t chunk;
     bool query;  // a QUERY about it; else its data again
+    bool refused = false;  // its data again after the switch refused it for now (Refused)
   };
 
   // Later chunks answered before a chunk is deemed lost (fast retransmit).
