@@ -292,10 +292,19 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   std::sort(late.missing.begin(), late.missing.end());
   // Whose data the payload holds: the sender, and what a covering switch
   // covers less what it missed itself.
+  // A switch the late partial misses took the ids it covers with it, when
+  // the TAN knows them: they come with that switch's own late partial.
   std::vector<uint16_t> content{late.node};
   if (const auto cov = covers_.find({f.job_id, late.node}); cov != covers_.end()) {
+    std::vector<uint16_t> lacks = late.missing;
+    for (const uint16_t m : late.missing) {
+      if (const auto below = covers_.find({f.job_id, m}); below != covers_.end()) {
+        lacks.insert(lacks.end(), below->second.begin(), below->second.end());
+      }
+    }
+    std::sort(lacks.begin(), lacks.end());
     for (const uint16_t n : cov->second) {
-      if (n != late.node && !std::binary_search(late.missing.begin(), late.missing.end(), n)) {
+      if (n != late.node && !std::binary_search(lacks.begin(), lacks.end(), n)) {
         content.push_back(n);
       }
     }

@@ -226,6 +226,23 @@ TEST(TanEngineTest, ANewRunLabelForgetsTheJobsChunksAndEndsTheOldLabel) {
   EXPECT_EQ(r.f.incarnation, 0xbu);
 }
 
+// Three levels: switch 102 covers ranks 2 and 3, through switch 105 (rank
+// 2) and its own rank 3. 102's late partial misses 105, which took rank 2
+// with it: the partial holds rank 3's data alone, and 105's own late
+// partial brings rank 2's. The sum counts each once.
+TEST(TanEngineTest, ALatePartialThatMissesASwitchLacksWhatThatSwitchCovers) {
+  Tan tan;
+  tan.engine().SetCovers(kJob, 102, {2, 3});
+  tan.engine().SetCovers(kJob, 105, {2});
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1}), {102}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(102, Pack<int32_t>({30}), {105}), 1 * kMs).empty())
+      << "105 (and rank 2 with it) still outstanding";
+  const Parsed r = tan.FeedForResult(Late(105, Pack<int32_t>({200})), 2 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{231});
+  EXPECT_EQ(tan.counters().duplicate_late, 0u);
+}
+
 TEST(TanEngineTest, SeedExampleFirstData76PlusLate2From112Is78) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());

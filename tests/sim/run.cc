@@ -344,10 +344,13 @@ common::Status Runner::Build() {
     options.tan.give_up_ns = 2000 * kMs;
     options.tan.node_id = 65534;
     std::vector<tools::CoverSpec> covers;
+    // What every switch of each tree covers, as an operator gives agg-ps
+    // (--covers): a late partial from any depth resolves its ranks.
     for (size_t j = 0; j < s_.jobs.size(); ++j) {
       if (s_.jobs[j].origin == Origin::kInBand) continue;
-      for (int child : trees_[j].at.at(trees_[j].root).children) {
-        covers.push_back(tools::CoverSpec{s_.jobs[j].id, s_.switches[child].node_id, trees_[j].Covers(child)});
+      for (const auto& [sw, node] : trees_[j].at) {
+        if (sw == trees_[j].root) continue;
+        covers.push_back(tools::CoverSpec{s_.jobs[j].id, s_.switches[sw].node_id, trees_[j].Covers(sw)});
       }
     }
     ps_ = std::make_unique<ParamNode>(world_, *ps_host_, kAggPort, options, covers);

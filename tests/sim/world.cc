@@ -20,11 +20,13 @@ void Link::Send(const uint8_t* data, size_t len) {
   for (const LinkFaults::Window& w : faults_.down) {
     if (now >= w.from_ns && now < w.until_ns) {
       ++counters_.lost;
+      world_.TraceLost(id_, data, len);
       return;
     }
   }
   if (faults_.loss > 0 && rng_.Chance(faults_.loss)) {
     ++counters_.lost;
+    world_.TraceLost(id_, data, len);
     return;
   }
   const int copies = faults_.duplicate > 0 && rng_.Chance(faults_.duplicate) ? 2 : 1;
@@ -68,8 +70,9 @@ bool World::Run(uint64_t limit_ns, const std::function<bool()>& done) {
 namespace {
 
 // One line of a frame's headers: Ethernet, IPv4/UDP, the aggregation header.
-void PrintFrame(uint64_t now, uint64_t link, const uint8_t* d, size_t len) {
-  std::fprintf(stderr, "%10.3f ms link %3" PRIu64 ": ", static_cast<double>(now - SimClock::kEpochNs) / 1e6, link);
+void PrintFrame(uint64_t now, uint64_t link, const uint8_t* d, size_t len, const char* note = "") {
+  std::fprintf(stderr, "%10.3f ms link %3" PRIu64 ":%s ", static_cast<double>(now - SimClock::kEpochNs) / 1e6,
+               link, note);
   if (len < 14) {
     std::fprintf(stderr, "runt\n");
     return;
@@ -98,6 +101,10 @@ void PrintFrame(uint64_t now, uint64_t link, const uint8_t* d, size_t len) {
 }
 
 }  // namespace
+
+void World::TraceLost(uint64_t what, const uint8_t* data, size_t len) {
+  if (print_) PrintFrame(now(), what, data, len, " LOST");
+}
 
 void World::Trace(uint64_t what, const uint8_t* data, size_t len) {
   if (print_) PrintFrame(now(), what, data, len);

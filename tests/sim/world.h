@@ -100,6 +100,8 @@ class World {
   void set_print(bool on) { print_ = on; }
   // Folds a delivery into the trace.
   void Trace(uint64_t what, const uint8_t* data, size_t len);
+  // Prints a frame a link lost (--frames); the trace hash leaves it out.
+  void TraceLost(uint64_t what, const uint8_t* data, size_t len);
   uint64_t trace() const { return trace_; }
   uint64_t events() const { return events_; }
 
