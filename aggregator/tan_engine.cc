@@ -127,6 +127,7 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
   f.incarnation = h.incarnation.host();
   const uint16_t in_flags = h.flags.host();
   c.ordered = (in_flags & flags::kOrdered) != 0;
+  c.final = (in_flags & flags::kFinal) != 0;
   c.overflow = (in_flags & flags::kOverflow) != 0;
   c.batch = c.ordered || options_.trigger == TanTrigger::kBatch;
   c.reply_to = from;
@@ -373,7 +374,8 @@ void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector
   StoreResult(f.dtype, c.acc.data(), f.elem_count, payload.data());
 
   f.flags = static_cast<uint16_t>((c.overflow ? flags::kOverflow : 0) |
-                                  (c.ordered ? flags::kOrdered : 0));
+                                  (c.ordered ? flags::kOrdered : 0) |
+                                  (c.final ? flags::kFinal : 0));
   const bool gave_up = !c.outstanding.empty();
   const bool refused = !gave_up && options_.on_complete && !options_.on_complete(f, payload);
   const bool incomplete = gave_up || refused;

@@ -40,7 +40,7 @@
 //     arrival; counted orphan_late when dropped) and goes through the rules
 //     above, in arrival order, when the first data comes.
 //   * Completion: one RESULT (node_id = TanOptions::node_id; OVERFLOW when a
-//     sum saturated here or an input carried it; ORDERED copied; aux, the
+//     sum saturated here or an input carried it; ORDERED and FINAL copied; aux, the
 //     chunk's element offset, copied; no missing list) to the first data's
 //     source. A first data with an empty missing list completes at once (a
 //     parameter-server job sends every chunk so; docs/stragglers.md).
@@ -265,6 +265,7 @@ class TanEngine {
     uint32_t first_len = 0;  // the first data's datagram length
     bool batch = false;
     bool ordered = false;
+    bool final = false;  // the first data's FINAL, which the RESULT carries back
     bool overflow = false;
     std::set<uint16_t> outstanding;
     std::set<uint16_t> merged;  // ids whose data came with a late

@@ -2432,12 +2432,6 @@ TEST_F(ParameterNodeTest, ALeafCarriesFinalUpInItsPartial) {
   EXPECT_EQ(Agg().final_deliveries.Get(), 0u) << "only the root delivers";
 }
 
-// A chunk that finds no slot at a switch of a tree (no spare slot, no room
-// to move) goes up as if its slot had timed out with nobody in: a partial of
-// the sum's identity, flagged CONFLICT, that lists every member, and their
-// data after it as late data through the bypass entries it left. The TAN
-// (here the parameter node's, standing in for the tree above) folds them in,
-// and the result from above reaches both members, exact; nobody is refused.
 // Nothing of a job goes up the tree before its run label, which every
 // member's first datagram in the job's generation sets: the parent would
 // not know which run it belongs to. A member's data for the parameter node
@@ -2471,6 +2465,63 @@ TEST_F(ParameterNodeTest, NothingGoesUpBeforeEveryMemberHasSent) {
   }
 }
 
+// A FINAL chunk whose slot timed out goes through the TAN; the result the
+// TAN sends back reaches the members and, as a chunk the root completed
+// itself would, the job's main server.
+TEST_F(ParameterNodeTest, AFinalChunkCompletedByTheTanReachesTheMainServer) {
+  BuildAggregation(", store: {buffers: 8}");
+  constexpr uint32_t kServer = 0x0a0100c8;
+  aggregator::JobSpec spec;
+  spec.id = 12;
+  spec.key = 0x5eed;
+  spec.members = 2;
+  spec.timeout_cycles = rte_get_tsc_hz() / 100;  // 10 ms
+  spec.tan = aggregator::JobSpec::Tan::kRemote;
+  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
+  spec.main_server_ip = kServer;
+  spec.main_server_port = 45000;
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  const aggregator::Job* job = jobs_->Find(12);
+  job->SetHop(aggregator::Job::kTanHop, PsHop());
+  job->SetHop(job->main_server_hop(), {MemberMac(60).ToU64(), 1, 0, kServer, 45000});
+  Heard(12, 2);
+  Frame f = Contribution(12, 4, 0, Int32Payload({7}));
+  HeaderOf(f)->flags = common::be16_t::FromHost(aggregator::flags::kFinal);
+  Inject(0, f);
+  Step();
+  rte_delay_ms(15);  // the slot times out without member 1
+  Step();
+  std::vector<Result> up = ThroughPs(Drain()[1]);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_TRUE(up[0].fields.flags & aggregator::flags::kFinal);
+  // Member 1's data, late, to the TAN; the TAN's result comes back.
+  Frame late = Contribution(12, 4, 1, Int32Payload({5}));
+  HeaderOf(late)->flags = common::be16_t::FromHost(aggregator::flags::kFinal);
+  Inject(0, late);
+  Step();
+  up = ThroughPs(Drain()[1]);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kLate);
+  auto out = Drain();
+  const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 2u);
+  for (const Result& r : results) EXPECT_EQ(r.payload, Int32Payload({12}));
+  const std::vector<Result> delivered = WithOpcode(out[1], aggregator::Opcode::kResult);
+  ASSERT_EQ(delivered.size(), 1u) << "to the main server";
+  EXPECT_EQ(delivered[0].dst_ip, kServer);
+  EXPECT_EQ(delivered[0].payload, Int32Payload({12}));
+  EXPECT_TRUE(delivered[0].fields.flags & aggregator::flags::kFinal);
+  EXPECT_EQ(Agg().final_deliveries.Get(), 1u);
+  EXPECT_EQ(Agg().final_refused.Get(), 0u);
+}
+
+// A chunk that finds no slot at a switch of a tree (no spare slot, no room
+// to move) goes up as if its slot had timed out with nobody in: a partial of
+// the sum's identity, flagged CONFLICT, that lists every member, and their
+// data after it as late data through the bypass entries it left. The TAN
+// (here the parameter node's, standing in for the tree above) folds them in,
+// and the result from above reaches both members, exact; nobody is refused.
 TEST_F(ParameterNodeTest, ALeafSendsAChunkWithNoSlotUpAsMissing) {
   BuildAggregation(", spare_slots: 0");
   AddLeafJob(7, 2);

@@ -443,15 +443,32 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
     return;
   }
   (exception ? c.exceptions_down : c.results_down).Add(1);
+  // A FINAL chunk that went through the TAN: the root delivers its result to
+  // the main server as it delivers one it completed itself.
+  // (Parameter-server and verify jobs take every result from the TAN, and
+  // deliver none: docs/protocol.md.)
+  const bool final = job.is_root() && !exception && !job.parameter_server() && !job.verify() &&
+                     (flags & aggregator::flags::kFinal) != 0;
   if ((flags & aggregator::flags::kIncomplete) != 0) {
     c.incomplete_results.Add(1);
+    if (final) c.final_refused.Add(1);  // nothing to deliver: the members are told why
   } else {
     // Kept for members that retransmit, while the slot still holds the
     // chunk; an exception as the saturated sum it carries, which a member
     // that asks again takes the same way (docs/parameter-node.md).
-    (void)s_.slots->CacheResult(local_slot, job.id(), job.generation(), seq, pkt.payload,
-                                pkt.payload_len,
-                                exception || (flags & aggregator::flags::kOverflow) != 0);
+    const bool cached =
+        s_.slots->CacheResult(local_slot, job.id(), job.generation(), seq, pkt.payload,
+                              pkt.payload_len,
+                              exception || (flags & aggregator::flags::kOverflow) != 0);
+    if (final) {
+      const aggregator::Slot* slot = s_.slots->Holding(local_slot, job.id(), job.generation(), seq);
+      if (cached) {
+        DeliverFinal(job, local_slot, *slot);
+      } else if (slot == nullptr) {
+        c.final_refused.Add(1);  // the slot went to another chunk: no copy to deliver
+      }
+      // Else a repeat of a result taken already: delivered then.
+    }
   }
   const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h.missing_count + pkt.payload_len;
   rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
