@@ -6,10 +6,29 @@ namespace aggswitch::control {
 
 StragglerPredictor::StragglerPredictor(size_t history) : history_(std::max<size_t>(history, 1)) {}
 
-void StragglerPredictor::Record(std::span<const MemberOffset> offsets) {
+void StragglerPredictor::Record(std::span<const MemberOffset> offsets,
+                                std::span<const uint32_t> held) {
+  // A held member repeats the figure it had over its own samples when it was
+  // first held: its mean stays that figure.
+  std::vector<MemberOffset> kept;
+  for (const uint32_t node : held) {
+    auto figure = held_.find(node);
+    if (figure == held_.end()) {
+      const auto it = offsets_.find(node);
+      if (it == offsets_.end() || it->second.empty()) continue;
+      double sum = 0;
+      for (const auto& sample : it->second) sum += sample.second;
+      figure = held_.emplace(node, sum / static_cast<double>(it->second.size())).first;
+    }
+    kept.push_back({node, figure->second});
+  }
   const uint64_t op = next_op_++;
   recorded_ = std::min(recorded_ + 1, history_);
-  for (const MemberOffset& m : offsets) offsets_[m.node].emplace_back(op, m.offset_s);
+  for (const MemberOffset& m : offsets) {
+    offsets_[m.node].emplace_back(op, m.offset_s);
+    held_.erase(m.node);  // it takes part again
+  }
+  for (const MemberOffset& m : kept) offsets_[m.node].emplace_back(op, m.offset_s);
   // Forget what fell out of the history.
   const uint64_t oldest = next_op_ - recorded_;
   for (auto it = offsets_.begin(); it != offsets_.end();) {

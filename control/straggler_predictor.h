@@ -13,6 +13,7 @@
 //   p.Record(op);                   // one operation
 //   p.TopK(1, /*operations=*/2);    // {113, 4.5}
 //   p.Over(4.0, 2);                 // {113, 4.5}
+//   p.Record(next, /*held=*/{113});  // 113 excluded now: it keeps its 4.5
 //
 // Thread safety: none; the control thread owns a predictor.
 #pragma once
@@ -38,7 +39,11 @@ class StragglerPredictor {
 
   // One operation: the offsets of the members that arrived in it. A member
   // missing from an operation counts only the operations it took part in.
-  void Record(std::span<const MemberOffset> offsets);
+  // The members in `held` were excluded from it (predicted stragglers, whose
+  // data went around the switch): each keeps the figure it had, so that a
+  // prediction goes on naming it instead of forgetting it once its offsets
+  // leave the history.
+  void Record(std::span<const MemberOffset> offsets, std::span<const uint32_t> held = {});
 
   // The `k` members with the largest mean offset over the last `operations`
   // operations (0 or more than recorded: all of them), largest first; equal
@@ -58,6 +63,8 @@ class StragglerPredictor {
   size_t recorded_ = 0;  // operations recorded, up to history_
   // Per member: (operation number, offset), oldest first, within the history.
   std::map<uint32_t, std::deque<std::pair<uint64_t, double>>> offsets_;
+  // Held members: the figure each had when first held.
+  std::map<uint32_t, double> held_;
   uint64_t next_op_ = 0;
 };
 

@@ -57,5 +57,29 @@ TEST(StragglerPredictorTest, OnlyTheHistoryIsKeptAndAbsenceDoesNotCount) {
   EXPECT_DOUBLE_EQ(q.TopK(1, 2)[0].offset_s, 4.0);
 }
 
+// A predicted straggler, once excluded, sends nothing on time to its switch:
+// its operations are recorded as held, and it keeps its figure, so that
+// prediction after prediction names it (and no other member in its place)
+// instead of letting it back in once its offsets leave the history.
+TEST(StragglerPredictorTest, AnExcludedMemberKeepsItsFigure) {
+  StragglerPredictor p(4);
+  p.Record(std::vector<MemberOffset>{{1, 9.0}, {2, 1.0}, {3, 0.5}});
+  p.Record(std::vector<MemberOffset>{{1, 7.0}, {2, 1.0}, {3, 0.5}});
+  ASSERT_EQ(Nodes(p.TopK(1, 2)), std::vector<uint32_t>({1}));
+  const std::vector<uint32_t> held = {1};
+  for (int op = 0; op < 10; ++op) {
+    p.Record(std::vector<MemberOffset>{{2, 1.0}, {3, 0.5}}, held);
+  }
+  const std::vector<MemberOffset> top = p.TopK(1, 2);
+  ASSERT_EQ(Nodes(top), std::vector<uint32_t>({1})) << "still the straggler";
+  EXPECT_DOUBLE_EQ(top[0].offset_s, 8.0);
+  EXPECT_EQ(Nodes(p.Over(2.0, 2)), std::vector<uint32_t>({1}));
+  // Without held, it would have left the history and the top would be 2.
+  StragglerPredictor q(4);
+  q.Record(std::vector<MemberOffset>{{1, 9.0}, {2, 1.0}, {3, 0.5}});
+  for (int op = 0; op < 10; ++op) q.Record(std::vector<MemberOffset>{{2, 1.0}, {3, 0.5}});
+  EXPECT_EQ(Nodes(q.TopK(1, 2)), std::vector<uint32_t>({2}));
+}
+
 }  // namespace
 }  // namespace aggswitch::control

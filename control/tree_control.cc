@@ -111,17 +111,24 @@ void TreeControl::Poll(Clock::time_point now) {
       static_cast<double>(uint64_t{1} << aggregator::Slot::kOffsetShift) /
       static_cast<double>(dp_.tsc_hz());
   std::vector<MemberOffset> offsets;
+  std::vector<uint32_t> held;
   dp_.ProcessOffsetSamples([&](const dataplane::OffsetSample& sample) {
     const Job* job = table_.Find(sample.job_id);
     if (job == nullptr || job->generation() != sample.job_generation) return;
     Prediction& p = predictions_[sample.job_id];
     if (p.generation != sample.job_generation) p = Prediction{sample.job_generation, StragglerPredictor(kPredictionHistory)};
     offsets.clear();
+    held.clear();
     for (uint16_t i = 0; i < sample.members && i < job->members(); ++i) {
-      if (sample.offsets[i] == dataplane::kOffsetMissing) continue;
+      if (sample.offsets[i] == dataplane::kOffsetMissing) {
+        // Excluded: its data went around the slot, so nothing was sampled;
+        // it keeps its figure.
+        if (job->Excluded(i)) held.push_back(job->NodeId(i));
+        continue;
+      }
       offsets.push_back({job->NodeId(i), sample.offsets[i] * seconds_per_unit});
     }
-    p.predictor.Record(offsets);
+    p.predictor.Record(offsets, held);
   });
   // This switch's own TAN.
   const uint64_t now_ns = static_cast<uint64_t>(
@@ -158,12 +165,29 @@ common::Result<StragglerReport> TreeControl::Stragglers(uint32_t job_id,
       report.predicted.push_back({static_cast<uint16_t>(m.node), m.offset_s});
     }
   }
+  if (request.apply && !request.clear && job->is_root() &&
+      job->tan() == aggregator::JobSpec::Tan::kNone) {
+    return common::FailedPrecondition(
+        "job " + std::to_string(job_id) +
+        " has no TAN here: the data of the members it excluded would have nowhere to go "
+        "(give the job a tan, or apply the prediction at a switch below its root)");
+  }
   if (request.apply || request.clear) {
-    // The participation bitmap: the predicted members out, everyone else in.
+    // The participation bitmap: the predicted members out, everyone else in;
+    // never every member, or no slot would ever take a chunk and nothing
+    // would reach the TAN as first data: the least late of them stays in.
     std::vector<bool> exclude(job->members(), false);
+    size_t excluded = 0;
+    int least_late = -1;
     for (const StragglerReport::Member& m : report.predicted) {
       const int index = job->LocalIndex(m.node);
-      if (index >= 0) exclude[static_cast<size_t>(index)] = true;
+      if (index < 0 || exclude[static_cast<size_t>(index)]) continue;
+      exclude[static_cast<size_t>(index)] = true;
+      ++excluded;
+      least_late = index;  // predictions come largest first
+    }
+    if (excluded == job->members() && least_late >= 0) {
+      exclude[static_cast<size_t>(least_late)] = false;
     }
     for (uint16_t i = 0; i < job->members(); ++i) (void)job->SetExcluded(i, exclude[i]);
   }

@@ -77,8 +77,12 @@ class TreeControl {
 
   std::vector<HopInfo> Hops() const;
   // Predicts job `job_id`'s stragglers at this switch; with `apply`, excludes
-  // them (every other member is included again); with `clear`, includes
-  // everyone. NotFound for an unknown job.
+  // them (every other member is included again; never every member: the
+  // least late of them stays in); with `clear`, includes everyone. An
+  // excluded member keeps its figure while it is out (StragglerPredictor's
+  // held members), so that later predictions go on naming it. NotFound for
+  // an unknown job; FailedPrecondition for `apply` at the root of a job
+  // without a TAN (its excluded members' data would have nowhere to go).
   common::Result<StragglerReport> Stragglers(uint32_t job_id, const StragglerRequest& request);
   // Makes the next Poll scan every job's next hops (a job was added, or its
   // TAN changed) instead of waiting for the periodic scan.

@@ -155,5 +155,28 @@ TEST(SimRegressions, AVerifyCrossesTheSwitchesOnItsWayToTheParameterNode) {
   EXPECT_LT(o->sim_ns, 1'000'000'000u) << "answered, not timed out";
 }
 
+// A straggler prediction that names every member of a job at its switch
+// (--top at least the member count) leaves the least late one in. Before,
+// it excluded them all: no slot took a chunk, no first data reached the TAN,
+// their data reached it as late data for nothing, and every rank timed out.
+TEST(SimRegressions, APredictionOfEveryMemberLeavesOneIn) {
+  Scenario s = Tree(0);
+  JobSpecSim j = Job(Origin::kConfig, {0, 0, 0},
+                     {{DType::kInt32, ReduceOp::kSum, 3000, 0}, {DType::kInt32, ReduceOp::kSum, 3000, 0},
+                      {DType::kInt32, ReduceOp::kSum, 3000, 0}, {DType::kInt32, ReduceOp::kSum, 3000, 0}});
+  j.timeout_ms = 5;
+  j.tan = SwitchSpec::Tan::kSelf;
+  j.window = 4;
+  j.max_chunk_elements = 100;
+  j.predict_top = 3;
+  j.predict_every_ns = 2'000'000;
+  s.jobs.push_back(j);
+  Finalize(s);
+  auto o = RunScenario(s, {});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->ok()) << Findings(*o);
+  EXPECT_EQ(o->ops_ok, 12u);
+}
+
 }  // namespace
 }  // namespace aggswitch::sim

@@ -99,6 +99,9 @@ class Runner {
   LinkFaults DrawFaults(uint64_t id);
   Link* NewLink(FrameSink* to, LinkFaults faults);
   client::ClientOptions OptionsFor(size_t job, uint32_t run, uint32_t rank) const;
+  // Applies job `job`'s straggler prediction at its switches, and again
+  // every predict_every_ns until its runs are over.
+  void Predict(size_t job);
   void StartRun(size_t job, uint32_t run);
   common::Status AddApiJobs(size_t sw);
   bool AllDone() const;
@@ -379,6 +382,25 @@ common::Status Runner::AddApiJobs(size_t sw) {
   return common::Status::Ok();
 }
 
+void Runner::Predict(size_t job) {
+  const JobSpecSim& j = s_.jobs[job];
+  const auto& runs = jobs_[job].runs;
+  const bool over = std::all_of(runs.begin(), runs.end(), [](const RunState& r) {
+    return r.started && std::all_of(r.procs.begin(), r.procs.end(), [](const auto& p) { return p->done(); });
+  });
+  if (over) return;
+  // Each switch where the job has ranks, as an operator's aggctl would.
+  control::StragglerRequest request;
+  request.top = j.predict_top;
+  request.apply = true;
+  std::set<int> at(j.rank_switch.begin(), j.rank_switch.end());
+  for (const int sw : at) {
+    if (!switches_[sw]->up() || switches_[sw]->node().tree() == nullptr) continue;
+    (void)switches_[sw]->node().tree()->Stragglers(j.id, request);
+  }
+  world_.At(world_.now() + j.predict_every_ns, [this, job] { Predict(job); });
+}
+
 void Runner::StartRun(size_t job, uint32_t run) {
   const JobSpecSim& j = s_.jobs[job];
   RunState& state = jobs_[job].runs[run];
@@ -388,6 +410,9 @@ void Runner::StartRun(size_t job, uint32_t run) {
     state.procs.push_back(std::make_unique<RankProcess>(
         world_, *jobs_[job].hosts[r], OptionsFor(job, run, r), j.ops,
         [this, job, run, r](uint32_t op) { return RankData(s_, job, run, r, op); }, world_.now()));
+  }
+  if (run == 0 && j.predict_top > 0) {
+    world_.At(world_.now() + j.predict_every_ns, [this, job] { Predict(job); });
   }
   if (run == 0 && j.crash_rank >= 0) {
     RankProcess* victim = state.procs[j.crash_rank].get();

@@ -27,6 +27,7 @@ enum Stream : uint64_t {
   kData = 4,
   kFaults = 5,
   kOps = 6,
+  kPredict = 8,  // 7 is the links' (run.cc)
 };
 
 constexpr uint64_t kMs = 1'000'000;
@@ -296,6 +297,13 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
       job.crash_rank = static_cast<int>(f.Below(job.ranks()));
       job.crash_after_ns = static_cast<uint64_t>(f.Range(0, 200)) * kMs;
     }
+    // Straggler prediction, from a stream of its own (the draws above stay
+    // what they were).
+    Rng p(Mix(seed, kPredict, 1 + j));
+    if (job.timeout_ms > 0 && p.Chance(0.4) && Has(limits, kFeaturePredict)) {
+      job.predict_top = static_cast<uint32_t>(p.Range(1, job.ranks() + 1));
+      job.predict_every_ns = static_cast<uint64_t>(p.Range(5, 60)) * kMs;
+    }
     // Left out by the limits: everything it drew stays drawn.
     if ((limits.skip_jobs >> j & 1) == 0) s.jobs.push_back(std::move(job));
   }
@@ -438,6 +446,9 @@ std::string Scenario::Describe() const {
       << ", chunks of " << j.max_chunk_elements << ", data " << j.data_profile << ", " << j.runs
       << " run(s)";
     if (j.crash_rank >= 0) o << ", rank " << j.crash_rank << " crashes at +" << j.crash_after_ns / kMs << " ms";
+    if (j.predict_top > 0) {
+      o << ", stragglers top " << j.predict_top << " applied every " << j.predict_every_ns / kMs << " ms";
+    }
     o << "\n    ops:";
     for (const OpSpec& op : j.ops) {
       o << " " << aggregator::DTypeName(op.dtype) << "/" << aggregator::ReduceOpName(op.op) << "x" << op.count;

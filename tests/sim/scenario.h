@@ -56,8 +56,9 @@ enum Feature : uint32_t {
   kFeatureLimits = 1u << 6,        // values near the int32 and float limits, low headroom
   kFeatureTinyTables = 1u << 7,    // slot, spare and bypass tables near their minimum
   kFeatureTwoWorkers = 1u << 8,    // two worker lcores per switch (hand-offs)
+  kFeaturePredict = 1u << 9,       // straggler predictions applied while jobs run
 };
-inline constexpr uint32_t kAllFeatures = (1u << 9) - 1;
+inline constexpr uint32_t kAllFeatures = (1u << 10) - 1;
 
 struct Limits {
   uint32_t switches = 8;
@@ -132,6 +133,12 @@ struct JobSpecSim {
   uint64_t rerun_gap_ns = 0;
   int crash_rank = -1;        // a rank whose first run's process dies
   uint64_t crash_after_ns = 0;
+  // Straggler prediction (jobs with slot timers): every `predict_every_ns`
+  // from the job's start, each switch where it has ranks applies the
+  // prediction of its `predict_top` latest members (0: none), as
+  // `aggctl stragglers --top N --apply` would.
+  uint32_t predict_top = 0;
+  uint64_t predict_every_ns = 0;
   // Inputs given by hand (hand-built scenarios): op -> rank -> the bytes
   // RankData returns instead of drawing them.
   std::map<uint32_t, std::map<uint32_t, std::vector<uint8_t>>> inputs;
