@@ -255,8 +255,10 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
                                                  job.upstream->node, job.upstream->vlan});
   } else if (origin == JobSpec::Origin::kInBand && job.nodes > 1) {
     // Its ranks here are a block of the job's (InBandJobConfig), and the
-    // block's index is this switch's node id at its parents.
-    const auto leaf = static_cast<uint16_t>(job.node_ids.front() / job.members);
+    // block's index, past the ranks' ids, is this switch's node id at its
+    // parents.
+    const auto leaf =
+        static_cast<uint16_t>(kInBandLeafBase + job.node_ids.front() / job.members);
     for (const config::UpstreamCandidateConfig& up : agg.upstreams) {
       spec.upstreams.push_back(aggregator::JobPeer{up.address.addr, up.port, leaf, up.vlan});
     }
@@ -367,6 +369,12 @@ config::AggregationJobConfig InBandJobConfig(const dataplane::RegistrationReques
     // each switch: the sender's block.
     const uint32_t first = request.node_id - request.node_id % job.members;
     for (uint32_t n = first; n < first + job.members && n < aggregator::kNoNode; ++n) {
+      job.node_ids.push_back(static_cast<uint16_t>(n));
+    }
+  } else if (request.node_id >= kInBandLeafBase && job.members != 0) {
+    // A leaf's partial registers the job at its parent: the members are
+    // the leaves, by their ids past the ranks'.
+    for (uint32_t n = kInBandLeafBase; n < kInBandLeafBase + job.members && n < aggregator::kNoNode; ++n) {
       job.node_ids.push_back(static_cast<uint16_t>(n));
     }
   }

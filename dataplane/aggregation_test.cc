@@ -1479,7 +1479,8 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
   EXPECT_EQ(job->LocalIndex(7), 3);
   EXPECT_EQ(job->LocalIndex(3), -1);
   ASSERT_EQ(job->upstreams().size(), 2u);
-  EXPECT_EQ(job->upstream_node(), 1) << "ranks 4-7 are the second block";
+  EXPECT_EQ(job->upstream_node(), control::kInBandLeafBase + 1)
+      << "ranks 4-7 are the second block; leaf ids lie past the ranks'";
   // The control thread's ARP resolution of both parents.
   for (uint32_t p = 0; p < 2; ++p) {
     job->SetHop(job->ParentHop(p), {parent_mac[p].ToU64(), 0, 0, parent_ip[p], parent_port[p]});
@@ -1502,7 +1503,7 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
     EXPECT_NE(r.fields.flags & aggregator::flags::kTaskInfo, 0);
     EXPECT_EQ(r.fields.expected, 2) << "the parent's members: the nodes";
     EXPECT_EQ(r.fields.node_count, 1) << "the parent is the root";
-    EXPECT_EQ(r.fields.node_id, 1);
+    EXPECT_EQ(r.fields.node_id, control::kInBandLeafBase + 1);
     EXPECT_EQ(r.fields.addr_low, seq);
     EXPECT_EQ(r.fields.job_key, kKey);
     EXPECT_EQ(r.payload, Int32Payload({40 + 50 + 60 + 70 + 4 * static_cast<int32_t>(seq)}));
@@ -1595,6 +1596,32 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
 
 // A rank whose block lies past the job's nodes (rank 9 of 4 per node, two
 // nodes) registers nothing.
+// At the parent, a leaf's partial registers the job with the leaves as its
+// members, by their node ids past the ranks': a missing list or late data
+// that names a rank (node 1, say) is never taken for a leaf. Before, leaf b
+// was node b, and a late partial of leaf 0 that listed ranks 0 and 1 as
+// missing was taken to miss both leaves.
+TEST_F(InBandTest, ALeafsPartialRegistersItsJobWithTheLeavesAsMembers) {
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kPartial;
+  f.flags = aggregator::flags::kTaskInfo;
+  f.node_id = control::kInBandLeafBase + 1;
+  f.job_id = 33;
+  f.job_key = kKey;
+  f.expected = 2;  // the leaves
+  f.node_count = 1;
+  f.elem_count = 1;
+  Inject(0, Datagram(f, Int32Payload({5})));
+  StepWithRegistration();
+  const aggregator::Job* job = jobs_->Find(33);
+  ASSERT_NE(job, nullptr);
+  EXPECT_TRUE(job->is_root());
+  EXPECT_EQ(job->LocalIndex(control::kInBandLeafBase), 0);
+  EXPECT_EQ(job->LocalIndex(control::kInBandLeafBase + 1), 1);
+  EXPECT_EQ(job->LocalIndex(0), -1) << "a rank's id is no leaf";
+  EXPECT_EQ(job->LocalIndex(1), -1);
+}
+
 TEST_F(InBandTest, MultiNodeRankPastTheLastNodeIsRefused) {
   BuildAggregation(", upstreams: [{address: 10.0.20.1}]");
   Inject(0, WithTaskInfo(32, 0, 9, 4, 1, kKey, 2));
