@@ -295,8 +295,15 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   // covers less what it missed itself.
   // A switch the late partial misses took the ids it covers with it, when
   // the TAN knows them: they come with that switch's own late partial.
+  // With CONTENT the list says what the payload holds, and it lacks nothing.
   std::vector<uint16_t> content{late.node};
-  if (const auto cov = covers_.find({f.job_id, late.node}); cov != covers_.end()) {
+  const bool listed = (late.flags & flags::kContent) != 0;
+  if (listed) {
+    for (const uint16_t n : late.missing) {
+      if (n != late.node) content.push_back(n);
+    }
+    late.missing.clear();
+  } else if (const auto cov = covers_.find({f.job_id, late.node}); cov != covers_.end()) {
     std::vector<uint16_t> lacks = late.missing;
     for (const uint16_t m : late.missing) {
       if (const auto below = covers_.find({f.job_id, m}); below != covers_.end()) {

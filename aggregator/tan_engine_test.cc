@@ -243,6 +243,20 @@ TEST(TanEngineTest, ALatePartialThatMissesASwitchLacksWhatThatSwitchCovers) {
   EXPECT_EQ(tan.counters().duplicate_late, 0u);
 }
 
+// A late partial flagged CONTENT names the ranks it holds: the TAN needs no
+// covers for its sender (a switch two levels down, whose parent listed its
+// ranks as missing).
+TEST(TanEngineTest, ALateThatNamesItsContentResolvesThoseIds) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1}), {7, 8, 9}), 0).empty());
+  Spec late = Late(102, Pack<int32_t>({20}), {7, 9});
+  late.flags |= flags::kContent;
+  EXPECT_TRUE(tan.Feed(late, 1 * kMs).empty()) << "8 is still outstanding, and no more";
+  const Parsed r = tan.FeedForResult(Late(8, Pack<int32_t>({300})), 2 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{321});
+}
+
 TEST(TanEngineTest, SeedExampleFirstData76PlusLate2From112Is78) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());

@@ -82,6 +82,11 @@ inline constexpr uint16_t kRelease = 1 << 10;
 // also delivers to the job's main server until it ACKs (docs/protocol.md,
 // "Final delivery"). Partials carry it up; the delivery carries it too.
 inline constexpr uint16_t kFinal = 1 << 11;
+// On a LATE: its list names the node ids whose data the payload holds, not
+// the ids it lacks. A switch sends a child switch's late partial on so when
+// it listed the ids that child covers as missing (bypass.subswitch: nodes),
+// since the TAN above may not know what the child covers.
+inline constexpr uint16_t kContent = 1 << 12;
 }  // namespace flags
 
 // Reason codes carried in `aux` by a NACK (docs/protocol.md).

@@ -260,6 +260,7 @@ struct PortCounters {
   X(member_refused, "datagrams claiming a member bound to another address, refused (NACK member_bound)") \
   X(new_run, "datagrams with a new incarnation for a member of a job: a new run, started by the control thread (NACK new_run)") \
   X(run_ended, "datagrams of a job's run that a newer run replaced, refused (NACK run_ended) or dropped") \
+  X(late_content_listed, "child switches' late partials sent on naming the ids they hold (CONTENT): their covered ids were listed as missing") \
   X(up_unlabelled, "partials, first data, late data and data for the parameter node not sent up yet: their job has no run label (a member has not sent in this generation)") \
   X(slot_quota_refused, "chunks refused for lying too far ahead of their job's slowest member (NACK slot_quota)") \
   X(hold_refused, "contributions an ordered slot could not hold: the job's hold quota or the hold pool was used up (NACK hold_quota)") \

@@ -1,6 +1,7 @@
 #include "dataplane/tree_stage.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "aggregator/reduce.h"
 
@@ -380,12 +381,64 @@ bool TreeStage::Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_po
   return false;
 }
 
+void TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job) {
+  auto* h = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
+  const int index = job.LocalIndex(h->node_id.host());
+  if (!job.bypass_covered_nodes() || index < 0 || !job.IsSwitch(static_cast<uint16_t>(index)) ||
+      (h->flags.host() & aggregator::flags::kContent) != 0) {
+    return;
+  }
+  const std::span<const uint16_t> covers = job.Covers(static_cast<uint16_t>(index));
+  uint16_t content[kMaxMissingIds];
+  uint32_t n = 0;
+  const uint32_t lacks = h->missing_count;
+  const uint8_t* list = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(aggregator::AggHeader));
+  auto lacked = [&](uint16_t id) {
+    for (uint32_t i = 0; i < lacks; ++i) {
+      if (static_cast<uint16_t>(list[2 * i] << 8 | list[2 * i + 1]) == id) return true;
+    }
+    return false;
+  };
+  // What the child lacks must be ids it covers (ranks): a switch below it
+  // that it missed took ranks this switch cannot name. Then the list stays.
+  for (uint32_t i = 0; i < lacks; ++i) {
+    const auto id = static_cast<uint16_t>(list[2 * i] << 8 | list[2 * i + 1]);
+    if (std::find(covers.begin(), covers.end(), id) == covers.end()) return;
+  }
+  for (const uint16_t id : covers) {
+    if (lacked(id)) continue;
+    if (n == kMaxMissingIds) return;
+    content[n++] = id;
+  }
+  const uint32_t payload_len = rte_pktmbuf_data_len(m) - sizeof(aggregator::AggHeader) - 2 * lacks;
+  if (n > lacks) {
+    const uint32_t more = 2 * (n - lacks);
+    if (rte_pktmbuf_append(m, static_cast<uint16_t>(more)) == nullptr) return;  // no room: as it was
+  } else {
+    rte_pktmbuf_trim(m, static_cast<uint16_t>(2 * (lacks - n)));
+  }
+  uint8_t* out = rte_pktmbuf_mtod_offset(m, uint8_t*, sizeof(aggregator::AggHeader));
+  std::memmove(out + 2 * n, out + 2 * lacks, payload_len);
+  for (uint32_t i = 0; i < n; ++i) {
+    out[2 * i] = static_cast<uint8_t>(content[i] >> 8);
+    out[2 * i + 1] = static_cast<uint8_t>(content[i]);
+  }
+  h = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
+  h->missing_count = static_cast<uint8_t>(n);
+  h->flags = common::be16_t::FromHost(static_cast<uint16_t>(h->flags.host() | aggregator::flags::kContent));
+  stats_.lcore.agg.late_content_listed.Add(1);
+}
+
 void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
                             uint16_t in_port) {
   AggregationCounters& c = stats_.lcore.agg;
   if (!Labelled(m, job, in_port)) return;
   auto* h = TrimToDatagram(m, job, header_offset, aggregator::flags::kBypass);
   h->opcode = static_cast<uint8_t>(aggregator::Opcode::kLate);
+  // A child switch's late partial, whose covered ids this switch listed as
+  // missing: sent on naming them (the TAN may not know what it covers).
+  ListContent(m, job);
+  h = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
   if (!job.is_root()) {
     c.late_forwarded.Add(1);
     SendToHop(m, job, job.ParentHop(h->addr_low.host()), in_port);

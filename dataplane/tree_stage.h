@@ -141,6 +141,12 @@ class TreeStage {
   Up SendUp(const aggregator::Job& job, aggregator::AggFields f, const uint16_t* missing,
             uint32_t n_missing, const uint8_t* payload, uint32_t payload_len, rte_mbuf* carrier,
             uint32_t header_offset);
+  // `m` (a LATE, from its aggregation header on) is a child switch's late
+  // partial and the job lists the ids such a child covers as missing
+  // (bypass.subswitch: nodes): rewrites its list to name the ids its payload
+  // holds, flagged CONTENT (docs/stragglers.md). Leaves it as it is when the
+  // child lacks ids it does not cover, or the mbuf has no room.
+  void ListContent(rte_mbuf* m, const aggregator::Job& job);
   // Whether the job has its run label; else drops `m` (counted up_unlabelled).
   bool Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_port);
   // Cuts `m` to its datagram, from the aggregation header at `header_offset`

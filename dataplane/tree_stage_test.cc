@@ -196,6 +196,58 @@ TEST_F(TreeStageTest, ARootWithoutATanTellsItsMembersTheChunkIsIncomplete) {
   EXPECT_TRUE(r.payload.empty());
 }
 
+// Listing the ranks a child switch covers as missing (bypass.subswitch:
+// nodes), a switch sends that child's late partial on naming the ranks its
+// payload holds, flagged CONTENT: the TAN above may not know what the child
+// covers, and would otherwise take it to hold the child alone.
+TEST_F(TreeStageTest, AChildSwitchsLatePartialGoesOnNamingWhatItHolds) {
+  aggregator::JobSpec spec;
+  spec.id = 12;
+  spec.key = kKey;
+  spec.members = 2;
+  spec.nodes = 3;
+  spec.member_nodes = {4, 101};
+  spec.covers = {{}, {7, 8, 9}};
+  spec.bypass_covered_nodes = true;
+  spec.upstreams = {aggregator::JobPeer{kUpstreamIp, aggregator::kAggUdpPort, 5, 0}};
+  const aggregator::Job& job = **jobs_->Add(spec);
+  for (uint16_t m = 0; m < 2; ++m) {
+    const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), 0, 10, Frames::MemberIp(m),
+                                      Frames::MemberPort(m)};
+    ASSERT_EQ(job.BindMember(m, addr, 0x77u + m, 1, 0), aggregator::Job::Bind::kBound);
+  }
+  job.SetHop(job.ParentHop(0), {0x0200000000aaULL, 1, 10, kUpstreamIp, aggregator::kAggUdpPort});
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kPartial;
+  f.node_id = 101;
+  f.job_id = 12;
+  f.job_key = kKey;
+  f.elem_count = 2;
+  const uint16_t lacks[] = {8};  // the child's own timeout
+  std::vector<uint8_t> datagram(256);
+  datagram.resize(aggregator::BuildAggregation(f, lacks, 1, Frames::Int32Payload({30, 40}).data(), 8,
+                                               datagram.data(), 256));
+  Frame frame(42 + datagram.size());
+  WriteUdpHeaders(frame.data(), fixtures::kSwitchMac.bytes.data(), Frames::MemberMac(1).bytes.data(), 0,
+                  Frames::MemberIp(1), kAggIp, Frames::MemberPort(1), aggregator::kAggUdpPort, 1,
+                  static_cast<uint32_t>(datagram.size()));
+  std::memcpy(frame.data() + 42, datagram.data(), datagram.size());
+  tree_->ForwardLate(Mbuf(frame), job, 42, 0);
+  tx().Flush();
+  auto sent = Sent();
+  ASSERT_EQ(sent[1].size(), 1u);
+  UdpInfo udp;
+  const aggregator::AggPacket pkt = Parse(sent[1].at(0), &udp);
+  EXPECT_EQ(pkt.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(pkt.header->flags.host(), aggregator::flags::kBypass | aggregator::flags::kContent);
+  ASSERT_EQ(pkt.header->missing_count, 2);
+  EXPECT_EQ(pkt.MissingNode(0), 7);
+  EXPECT_EQ(pkt.MissingNode(1), 9);
+  EXPECT_EQ(std::vector<uint8_t>(pkt.payload, pkt.payload + pkt.payload_len),
+            Frames::Int32Payload({30, 40}));
+  EXPECT_EQ(stats().lcore.agg.late_content_listed.Get(), 1u);
+}
+
 TEST_F(TreeStageTest, LateDataWithNowhereToGoIsDroppedWithItsReason) {
   const aggregator::Job& root = *AddJob(8, false);
   const aggregator::Job& unresolved = *AddJob(9, true, /*resolved=*/false);

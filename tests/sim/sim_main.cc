@@ -8,6 +8,7 @@
 //   agg-sim --seeds 200 --from 1000           scenarios 1000..1199, and the summary line
 //   agg-sim --seeds 200 --shrink              a failing seed is shrunk before it is printed
 //   agg-sim --seed 1234 --replay              runs it twice: the traces must agree bit for bit
+//   agg-sim --seed-file tests/sim/seeds.txt   the scenarios listed there ("SEED [LIMITS]" a line)
 //
 // The last line of a run of many: "sim scenarios=N failures=F scenarios_per_s=R".
 // Exit status: 0 when every scenario kept the promise, 1 when one did not,
@@ -20,7 +21,10 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -39,6 +43,36 @@ std::string Command(const std::string& program, uint64_t seed, const sim::Limits
   return cmd;
 }
 
+// The scenarios a seed file lists: "SEED [LIMITS]" a line; '#' starts a
+// comment. InvalidArgument naming the line for anything else.
+common::Result<std::vector<std::pair<uint64_t, sim::Limits>>> ReadSeedFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return common::InvalidArgument("--seed-file: cannot read " + path);
+  std::vector<std::pair<uint64_t, sim::Limits>> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string seed_text, limits_text, extra;
+    if (!(words >> seed_text)) continue;
+    words >> limits_text >> extra;
+    const std::string where = path + ":" + std::to_string(n) + ": ";
+    uint64_t seed = 0;
+    if (seed_text.find_first_not_of("0123456789") != std::string::npos ||
+        !(std::istringstream(seed_text) >> seed) || !extra.empty()) {
+      return common::InvalidArgument(where + "expected SEED [LIMITS], got '" + line + "'");
+    }
+    sim::Limits limits;
+    if (!limits_text.empty()) {
+      auto parsed = sim::Limits::Parse(limits_text);
+      if (!parsed.ok()) return common::InvalidArgument(where + parsed.status().message());
+      limits = *parsed;
+    }
+    out.emplace_back(seed, limits);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,6 +88,9 @@ int main(int argc, char** argv) {
   uint64_t max_shown = 10;
   auto* seed_opt = app.add_option("--seed", seed, "Run the scenario of this seed");
   auto* seeds_opt = app.add_option("--seeds", seeds, "Run this many scenarios, from --from on");
+  std::string seed_file;
+  auto* file_opt = app.add_option("--seed-file", seed_file,
+                                  "Also run the scenarios this file lists, \"SEED [LIMITS]\" a line");
   app.add_option("--from", from, "The first seed of --seeds (default 1)");
   app.add_option("--limits", limits_text,
                  "Bounds on what a scenario draws: switches=,levels=,ranks=,jobs=,ops=,elems=,faults=,features=");
@@ -65,13 +102,14 @@ int main(int argc, char** argv) {
   app.add_flag("--frames", frames, "Print every frame a link delivers (stderr)");
   app.add_option("--show", max_shown, "Failing scenarios printed in full at most (default 10)");
   seed_opt->excludes(seeds_opt);
+  seed_opt->excludes(file_opt);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (seed_opt->count() == 0 && seeds_opt->count() == 0) {
-    std::fprintf(stderr, "agg-sim: give --seed S or --seeds N\n");
+  if (seed_opt->count() == 0 && seeds_opt->count() == 0 && file_opt->count() == 0) {
+    std::fprintf(stderr, "agg-sim: give --seed S, --seeds N or --seed-file FILE\n");
     return 2;
   }
   sim::Limits limits;
@@ -124,11 +162,22 @@ int main(int argc, char** argv) {
     return outcome->ok() ? 0 : 1;
   }
 
+  // The scenarios: the range, then the file's.
+  std::vector<std::pair<uint64_t, sim::Limits>> runs;
+  for (uint64_t k = 0; k < seeds; ++k) runs.emplace_back(from + k, limits);
+  if (!seed_file.empty()) {
+    auto listed = ReadSeedFile(seed_file);
+    if (!listed.ok()) {
+      std::fprintf(stderr, "agg-sim: %s\n", listed.status().message().c_str());
+      return 2;
+    }
+    runs.insert(runs.end(), listed->begin(), listed->end());
+  }
   const auto began = std::chrono::steady_clock::now();
   std::vector<uint64_t> failing;
   uint64_t shown = 0;
-  for (uint64_t k = 0; k < seeds; ++k) {
-    const uint64_t sd = from + k;
+  for (const auto& [sd, run_limits] : runs) {
+    const sim::Limits& limits = run_limits;
     const sim::Scenario s = sim::Generate(sd, limits);
     if (describe) std::printf("%s", s.Describe().c_str());
     auto outcome = sim::RunScenario(s, options);
@@ -158,7 +207,7 @@ int main(int argc, char** argv) {
     for (uint64_t sd : failing) std::printf(" %" PRIu64, sd);
     std::printf("\n");
   }
-  std::printf("sim scenarios=%" PRIu64 " failures=%zu scenarios_per_s=%.2f\n", seeds, failing.size(),
-              secs > 0 ? static_cast<double>(seeds) / secs : 0.0);
+  std::printf("sim scenarios=%zu failures=%zu scenarios_per_s=%.2f\n", runs.size(), failing.size(),
+              secs > 0 ? static_cast<double>(runs.size()) / secs : 0.0);
   return failing.empty() ? 0 : 1;
 }

@@ -87,9 +87,10 @@ local FLAG_BITS = {
   { mask = 0x0200, abbr = "verify_mode",     label = "VERIFY_MODE" },
   { mask = 0x0400, abbr = "release",         label = "RELEASE" },
   { mask = 0x0800, abbr = "final",           label = "FINAL" },
+  { mask = 0x1000, abbr = "content",         label = "CONTENT" },
 }
--- Bits 12..15 are reserved: a flags value at or above this has one of them set.
-local FLAGS_RESERVED_MIN = 0x1000
+-- Bits 13..15 are reserved: a flags value at or above this has one of them set.
+local FLAGS_RESERVED_MIN = 0x2000
 local NO_SLOT_HINT = 0xFFFF
 local MOVED_SLOT_HINT = 0xFFFE  -- the job's moved partition
 
@@ -340,7 +341,12 @@ local function dissect(tvb, pinfo, tree)
   local offset = HEADER_LEN
   if missing_count > 0 then
     local missing_tree = root:add(pf.missing, tvb(offset, missing_len))
-    missing_tree:set_text(string.format("Missing list (%d nodes)", missing_count))
+    if flags % 0x2000 >= 0x1000 then
+      -- CONTENT: the list names the nodes whose data the payload holds.
+      missing_tree:set_text(string.format("Content list (%d nodes, CONTENT)", missing_count))
+    else
+      missing_tree:set_text(string.format("Missing list (%d nodes)", missing_count))
+    end
     for _ = 1, missing_count do
       missing_tree:add(pf.missing_node, tvb(offset, 2))
       offset = offset + 2
