@@ -37,9 +37,10 @@ uint32_t BypassTable::Hash(const BypassKey& key) {
   return static_cast<uint32_t>(Mix64(a + Mix64(b)) >> 32);
 }
 
-void BypassTable::Write(uint32_t i, const BypassKey& key, uint32_t hash, uint64_t now_tsc) {
+void BypassTable::Write(uint32_t i, const BypassKey& key, uint32_t hash, uint64_t now_tsc,
+                        uint64_t ttl) {
   Bucket& b = buckets_[i];
-  b.expiry = now_tsc > UINT64_MAX - ttl_cycles_ ? UINT64_MAX : now_tsc + ttl_cycles_;
+  b.expiry = now_tsc > UINT64_MAX - ttl ? UINT64_MAX : now_tsc + ttl;
   b.job_id = key.job_id;
   b.job_generation = key.job_generation;
   b.seq = key.seq;
@@ -68,7 +69,8 @@ void BypassTable::EraseAt(uint32_t i) {
   AddLive(-1);
 }
 
-BypassInsert BypassTable::Insert(const BypassKey& key, uint64_t now_tsc) {
+BypassInsert BypassTable::Insert(const BypassKey& key, uint64_t now_tsc, uint64_t ttl_cycles) {
+  const uint64_t ttl = ttl_cycles != 0 ? ttl_cycles : ttl_cycles_;
   const uint32_t hash = Hash(key);
   uint32_t reclaim = kNoBucket;
   uint32_t empty = kNoBucket;
@@ -82,13 +84,13 @@ BypassInsert BypassTable::Insert(const BypassKey& key, uint64_t now_tsc) {
     }
     if (Holds(b, key, hash)) {
       if (b.expiry > now_tsc) {
-        Write(i, key, hash, now_tsc);
+        Write(i, key, hash, now_tsc, ttl);
         ++counters_.refreshed;
         return BypassInsert::kRefreshed;
       }
       // Expired: that entry is gone, this is a new one in its place.
       ++counters_.expired;
-      Write(i, key, hash, now_tsc);
+      Write(i, key, hash, now_tsc, ttl);
       ++counters_.created;
       return BypassInsert::kCreated;
     }
@@ -98,12 +100,12 @@ BypassInsert BypassTable::Insert(const BypassKey& key, uint64_t now_tsc) {
   // good a place as the empty bucket after it, and saves a later removal.
   if (reclaim != kNoBucket) {
     ++counters_.expired;
-    Write(reclaim, key, hash, now_tsc);
+    Write(reclaim, key, hash, now_tsc, ttl);
     ++counters_.created;
     return BypassInsert::kCreated;
   }
   if (empty != kNoBucket && live() < capacity_) {
-    Write(empty, key, hash, now_tsc);
+    Write(empty, key, hash, now_tsc, ttl);
     AddLive(1);
     ++counters_.created;
     return BypassInsert::kCreated;
@@ -114,7 +116,7 @@ BypassInsert BypassTable::Insert(const BypassKey& key, uint64_t now_tsc) {
     i = hash & mask_;
     for (uint32_t step = 0; step <= mask_; ++step, i = (i + 1) & mask_) {
       if (!buckets_[i].used) {
-        Write(i, key, hash, now_tsc);
+        Write(i, key, hash, now_tsc, ttl);
         AddLive(1);
         ++counters_.created;
         return BypassInsert::kCreated;

@@ -76,11 +76,12 @@ class BypassTable {
   BypassTable(const BypassTable&) = delete;
   BypassTable& operator=(const BypassTable&) = delete;
 
-  // Adds `key`, expiring at now_tsc + ttl, or moves the expiry of the entry
-  // already there. When the table holds capacity() entries, an expired entry
-  // met along the key's probe, or found by a sweep of kInsertReclaimBuckets
-  // buckets, makes room; otherwise kFull (counted). [owner lcore]
-  BypassInsert Insert(const BypassKey& key, uint64_t now_tsc);
+  // Adds `key`, expiring at now_tsc + ttl (`ttl_cycles`, or the table's
+  // when 0), or moves the expiry of the entry already there. When the table
+  // holds capacity() entries, an expired entry met along the key's probe, or
+  // found by a sweep of kInsertReclaimBuckets buckets, makes room; otherwise
+  // kFull (counted). [owner lcore]
+  BypassInsert Insert(const BypassKey& key, uint64_t now_tsc, uint64_t ttl_cycles = 0);
 
   // True when `key` has an entry that has not expired (counted as matched).
   // The entry is deleted, so a key matches once, unless `keep`: then it
@@ -135,7 +136,7 @@ class BypassTable {
     return b.hash == hash && b.job_id == key.job_id && b.job_generation == key.job_generation &&
            b.seq == key.seq && b.node == key.node;
   }
-  void Write(uint32_t i, const BypassKey& key, uint32_t hash, uint64_t now_tsc);
+  void Write(uint32_t i, const BypassKey& key, uint32_t hash, uint64_t now_tsc, uint64_t ttl);
   // Empties bucket i and shifts the rest of its cluster back (bounded by the
   // cluster's length).
   void EraseAt(uint32_t i);

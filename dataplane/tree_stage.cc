@@ -12,6 +12,8 @@ namespace {
 constexpr uint32_t kMaxUdpPayload = 1500 - 20 - 8;
 // A missing list holds at most 255 ids (missing_count is one byte).
 constexpr uint32_t kMaxMissingIds = 255;
+// How long the bypass entries of a chunk that went up as missing live.
+constexpr uint64_t kUpAsMissingEntryMs = 50;
 // The node id a root uses in its first data to the TAN.
 constexpr uint16_t kRootNodeId = 0xFFFE;
 // Expired bypass entries swept per sweep.
@@ -53,7 +55,7 @@ void TreeStage::ContinueBypassDump(BypassDumpExchange& d) {
 
 uint32_t TreeStage::CollectMissing(const aggregator::Job& job, uint32_t seq,
                                    const aggregator::Slot* slot, bool entries, uint16_t* out,
-                                   uint32_t cap, bool* unrecorded) {
+                                   uint32_t cap, bool* unrecorded, uint64_t entry_ttl) {
   AggregationCounters& c = stats_.lcore.agg;
   uint32_t n = 0;
   bool overflow = false;
@@ -64,7 +66,7 @@ uint32_t TreeStage::CollectMissing(const aggregator::Job& job, uint32_t seq,
     }
     out[n++] = node;
     if (!entry || s_.bypass == nullptr) return;
-    switch (s_.bypass->Insert({job.id(), job.generation(), seq, node}, clock_.tsc)) {
+    switch (s_.bypass->Insert({job.id(), job.generation(), seq, node}, clock_.tsc, entry_ttl)) {
       case aggregator::BypassInsert::kCreated: c.bypass_created.Add(1); break;
       case aggregator::BypassInsert::kRefreshed: break;
       case aggregator::BypassInsert::kFull:
@@ -191,7 +193,14 @@ bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::Ag
   // whose data found no entry would start the chunk here again, and its
   // partial would be a repeat the parent drops).
   bool unrecorded = false;
-  const uint32_t n = CollectMissing(job, seq, nullptr, true, missing, kMaxMissingIds, &unrecorded);
+  // Nothing here resends this partial if it is lost on the way (or refused
+  // for now: a parent starting a new run): its entries live a short while,
+  // and a member's resend after them goes up as missing again (a repeat the
+  // TAN takes as such), where a slot would have sent the partial again.
+  const uint64_t ttl = std::min<uint64_t>(s_.bypass != nullptr ? s_.bypass->ttl_cycles() : 0,
+                                          clock_.hz() / 1000 * kUpAsMissingEntryMs);
+  const uint32_t n =
+      CollectMissing(job, seq, nullptr, true, missing, kMaxMissingIds, &unrecorded, ttl);
   const auto forget = [&] {
     const uint32_t written = n == UINT32_MAX ? kMaxMissingIds : n;
     for (uint32_t i = 0; i < written; ++i) {
