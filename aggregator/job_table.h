@@ -294,9 +294,25 @@ class alignas(64) Job {
   // Binds member `index` (< members()) to `from` and `incarnation` or
   // checks it against its binding, and records `now` (ticks, the caller's
   // clock) as its last datagram. A known member costs three loads. [any]
+  //
+  // `run_id`: the incarnation is the run's id, shared by its ranks (the
+  // kRunId flag): the first one binds the generation, and another one from
+  // any member is a new run (or an ended one), whether that member sent
+  // before or not.
   Bind BindMember(uint16_t index, const MemberAddr& from, uint32_t incarnation, uint32_t now,
-                  uint32_t rebind_ticks) const {
+                  uint32_t rebind_ticks, bool run_id = false) const {
     Member& m = member_[index];
+    if (run_id && incarnation != 0) {
+      uint32_t shared = run_id_.load(std::memory_order_relaxed);
+      if (shared != incarnation) {
+        if (EndedAnywhere(incarnation)) return Bind::kRunEnded;
+        if (shared != 0) return Bind::kNewRun;
+        if (!run_id_.compare_exchange_strong(shared, incarnation, std::memory_order_relaxed) &&
+            shared != incarnation) {
+          return Bind::kNewRun;
+        }
+      }
+    }
     const uint64_t run = m.run.load(std::memory_order_relaxed);
     bool bind_run = false;
     if (run != (kValid | uint64_t{incarnation} << 32)) {
@@ -753,6 +769,7 @@ class alignas(64) Job {
   std::unique_ptr<uint32_t[]> ended_sorted_;
   mutable std::atomic<uint16_t> runs_bound_{0};  // members with an incarnation
   mutable std::atomic<uint32_t> label_{0};
+  mutable std::atomic<uint32_t> run_id_{0};  // the run's id (kRunId), 0 before one came
   mutable std::atomic<uint64_t> new_run_{0};  // valid (63) | member index (47..32) | incarnation
   std::atomic<uint32_t>* const new_runs_;     // the table's count of requests  // hold_quota / (members - 1) chunks, at least 1
   mutable std::atomic<uint64_t> min_ack_cache_{0};    // SlotWatermark() (31..0) | valid (32)

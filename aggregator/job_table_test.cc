@@ -378,6 +378,32 @@ TEST(JobTest, ANewIncarnationIsANewRunAndTheOldOneEnds) {
   EXPECT_EQ(table->size(), 2u);
 }
 
+// With a run id (the same incarnation at every rank, kRunId), a member that
+// never sent in the last run still starts the new one: the generation
+// knows its run by its id, not only by each member's incarnation.
+TEST(JobTest, ARunIdTellsANewRunEvenByAMemberThatNeverSent) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 2));
+  const MemberAddr a = Addr(0x020000000001ull, 1, 0, 0x0a000a01, 40001);
+  const MemberAddr b = Addr(0x020000000002ull, 1, 0, 0x0a000a02, 40002);
+  // The last run: only member 1 sent (member 0 died before it could).
+  ASSERT_EQ(job->BindMember(1, b, 0xaaaa, 10, 0, true), Job::Bind::kBound);
+  EXPECT_EQ(job->BindMember(1, b, 0xaaaa, 11, 0, true), Job::Bind::kKnown);
+  // Member 0 of the next run: never bound, yet a new run.
+  EXPECT_EQ(job->BindMember(0, a, 0xbbbb, 12, 0, true), Job::Bind::kNewRun);
+  job->RequestNewRun(0, 0xbbbb);
+  ASSERT_EQ(table->TakeNewRuns(), std::vector<uint32_t>{1});
+  const Job* next = *table->Renew(1);
+  EXPECT_EQ(next->BindMember(0, a, 0xbbbb, 13, 0, true), Job::Bind::kBound);
+  EXPECT_EQ(next->BindMember(1, b, 0xaaaa, 13, 0, true), Job::Bind::kRunEnded)
+      << "the last run's member";
+  EXPECT_EQ(next->BindMember(1, b, 0xbbbb, 14, 0, true), Job::Bind::kBound);
+  // Without run ids the switch cannot tell: member 0 binds into the run.
+  const Job* plain = *table->Add(Spec(2, 2));
+  ASSERT_EQ(plain->BindMember(1, b, 0xaaaa, 10, 0), Job::Bind::kBound);
+  EXPECT_EQ(plain->BindMember(0, a, 0xbbbb, 12, 0), Job::Bind::kBound);
+}
+
 // A job keeps at most slot_quota chunks ahead of its slowest member's
 // watermark; late data and retransmissions before it always pass.
 TEST(JobTest, SlotQuotaBoundsTheChunksAheadOfTheSlowestMember) {

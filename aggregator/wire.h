@@ -87,6 +87,10 @@ inline constexpr uint16_t kFinal = 1 << 11;
 // it listed the ids that child covers as missing (bypass.subswitch: nodes),
 // since the TAN above may not know what the child covers.
 inline constexpr uint16_t kContent = 1 << 12;
+// On a member's datagram: its incarnation is the run's id, the same at every
+// rank of the run (ClientOptions::run_id), so a switch tells a new run from
+// the last one even by a rank that never sent in the last one.
+inline constexpr uint16_t kRunId = 1 << 13;
 }  // namespace flags
 
 // Reason codes carried in `aux` by a NACK (docs/protocol.md).

@@ -69,6 +69,9 @@ common::Result<SwitchAddress> ParseSwitchAddress(std::string_view text) {
 
 common::Status ValidateClientOptions(const ClientOptions& o) {
   using common::InvalidArgument;
+  if (o.run_id != 0 && o.incarnation != 0 && o.run_id != o.incarnation) {
+    return InvalidArgument("run_id and incarnation: a run id is every rank's incarnation; give one of them");
+  }
   if (o.switches.empty() || o.switches.size() > kMaxSwitches) {
     return InvalidArgument("switches: 1.." + std::to_string(kMaxSwitches) + " expected, got " +
                            std::to_string(o.switches.size()));

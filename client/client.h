@@ -343,6 +343,15 @@ struct ClientOptions {
   // new process is a new run. Set it to replay a run exactly (the fabric
   // simulator does); two processes must never share one.
   uint32_t incarnation = 0;
+  // The run's id, the same at every rank of this run of the job and another
+  // at the next run (a launcher's: SLURM_JOB_ID with its restart count,
+  // TORCHELASTIC_RUN_ID, a number rank 0 drew and broadcast). Not 0: it is
+  // the incarnation of every rank, and the switch tells a new run from the
+  // last one even by a rank that never sent in the last one, such as the
+  // successor of a rank that died before it sent anything (with random
+  // incarnations, such a rank's chunks may be completed with the last run's
+  // leftovers; docs/protocol.md, "Runs"). 0: none.
+  uint32_t run_id = 0;
 };
 
 // "a.b.c.d" or "a.b.c.d:port" (port 1..65535; kAggUdpPort when absent). [any]

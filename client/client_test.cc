@@ -896,6 +896,24 @@ TEST(ClientTest, AChunkAnsweredBeforeTheSwitchRestartedIsResentWhenAskedFor) {
   close(sw);
 }
 
+// With a run id, every datagram a rank sends carries it as its incarnation,
+// flagged RUN_ID, and the ranks' allreduce completes as ever.
+TEST(ClientTest, ARunIdIsEveryRanksIncarnation) {
+  TestSwitch sw({});
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 19, 2);
+  o.run_id = 0x5a5a0001;
+  const auto status = RunRanks(o, {0, 1}, [](Client& c) {
+    std::vector<int32_t> v(500, 1);
+    common::Status s = c.AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+    if (s.ok() && v != std::vector<int32_t>(500, 2)) return common::Internal("wrong sum");
+    return s;
+  });
+  for (const common::Status& st : status) ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(sw.incarnations(), std::set<uint32_t>{0x5a5a0001u});
+  EXPECT_TRUE(sw.saw_flags() & aggregator::flags::kRunId);
+}
+
 // With a parameter node, what is resent after a loss is marked for it, with
 // the allreduce's rank count; first transmissions are not.
 TEST(ClientTest, AResendIsMarkedForTheParameterNodeWhenTheJobHasOne) {
@@ -1141,6 +1159,11 @@ TEST(ClientTest, ArgumentsAndOptionsAreChecked) {
       {[](ClientOptions& o) { o.node_count = 0; }, "node_count: a divisor of world (2)"},
       {[](ClientOptions& o) { o.node_count = 3; }, "node_count: a divisor of world (2)"},
       {[](ClientOptions& o) { o.headroom = 30; }, "headroom"},
+      {[](ClientOptions& o) {
+         o.run_id = 7;
+         o.incarnation = 8;
+       },
+       "run_id and incarnation"},
       {[](ClientOptions& o) { o.window = 0; }, "window"},
       {[](ClientOptions& o) { o.mtu = 9601; }, "mtu"},
       {[](ClientOptions& o) { o.reserve_missing_ids = 256; }, "reserve_missing_ids"},

@@ -282,6 +282,11 @@ void TestSwitch::Loop() {
     }
     job.addrs[node] = from;
     job.incarnations[node] = h.incarnation.host();
+    saw_flags_.fetch_or(h.flags.host());
+    {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      incarnations_.insert(h.incarnation.host());
+    }
     const uint32_t ack = h.ack_watermark.host();
     if (!job.acks[node] || aggregator::SeqBefore(*job.acks[node], ack)) job.acks[node] = ack;
     if (pkt.opcode == Opcode::kAck) {

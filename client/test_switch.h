@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -90,6 +91,13 @@ class TestSwitch {
   uint64_t registrations() const { return registrations_.load(); }  // jobs added in band
   uint64_t task_infos() const { return task_infos_.load(); }        // announcements echoed
   uint64_t acks() const { return acks_.load(); }                    // ACK datagrams
+  // The incarnations the members' datagrams carried, and the flags any
+  // of them carried.
+  std::set<uint32_t> incarnations() const {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    return incarnations_;
+  }
+  uint16_t saw_flags() const { return saw_flags_.load(); }
   uint64_t nacks() const { return nacks_.load(); }
   // Contributions counted in a slot (not retransmissions) that carried the flag.
   uint64_t task_info_flags() const { return task_info_flags_.load(); }
@@ -147,6 +155,8 @@ class TestSwitch {
     uint32_t elem_offset = 0;
   };
   std::vector<Completed> completed_log_;  // guarded by log_mu_
+  std::set<uint32_t> incarnations_;       // guarded by log_mu_
+  std::atomic<uint16_t> saw_flags_{0};
   std::vector<FirstSend> first_sends_;    // guarded by log_mu_
   std::thread thread_;
 };

@@ -244,7 +244,8 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       // checks it against its binding), then records how far it got.
       const auto index = static_cast<uint16_t>(member);
       switch (job->BindMember(index, sender, h.incarnation.host(), clock_.SeenNow(),
-                              s_.rebind_ticks)) {
+                              s_.rebind_ticks,
+                              (h.flags.host() & aggregator::flags::kRunId) != 0)) {
         case aggregator::Job::Bind::kKnown:
         case aggregator::Job::Bind::kBound:
           break;

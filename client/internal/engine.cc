@@ -196,7 +196,10 @@ Engine::Engine(const ClientOptions& options, std::unique_ptr<Transport> transpor
       transport_(std::move(transport)),
       transport_description_(std::move(transport_description)),
       next_seq_(options.first_seq),
-      incarnation_(options.incarnation != 0 ? options.incarnation : DrawIncarnation()) {
+      incarnation_(options.run_id != 0        ? options.run_id
+                   : options.incarnation != 0 ? options.incarnation
+                                              : DrawIncarnation()),
+      run_flag_(options.run_id != 0 ? flags::kRunId : 0) {
   if (options.local_tan) {
     local_tan_.sin_family = AF_INET;
     local_tan_.sin_addr.s_addr = htonl(options.local_tan->ip.addr);
@@ -504,7 +507,7 @@ uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) con
   auto* header = reinterpret_cast<AggHeader*>(buf);
   if (phase.kind == Phase::Kind::kAnnounce) {
     f.opcode = Opcode::kTaskInfo;
-    f.flags = flags::kTaskInfo | (options_.verify ? flags::kVerifyMode : 0);
+    f.flags = flags::kTaskInfo | (options_.verify ? flags::kVerifyMode : 0) | run_flag_;
     f.expected = RanksPerNode(options_);
     f.node_count = options_.node_count;
     aggregator::WriteAggHeader(f, 0, header);
@@ -517,7 +520,7 @@ uint32_t Engine::BuildDatagram(const Phase& phase, uint32_t k, uint8_t* buf) con
   f.opcode = Opcode::kContribution;
   f.flags = phase.flags | (in_band ? flags::kTaskInfo : 0) |
             (in_band && options_.verify ? flags::kVerifyMode : 0) |
-            (self_flag_ && !at_ps ? flags::kBypass : 0);
+            (self_flag_ && !at_ps ? flags::kBypass : 0) | run_flag_;
   if (at_ps) {
     f.expected = options_.world;
   } else if (in_band) {
@@ -815,6 +818,7 @@ void Engine::WriteAndSendAck(const Lane& lane) {
   f.ack_watermark = next_seq_;
   f.addr_low = addr_low_;
   f.incarnation = incarnation_;
+  f.flags = run_flag_;
   // A repeat waits for the last one to leave (AF_XDP zero-copy).
   if (!transport_->SendBufferFree(send_mask_ + 1)) return;
   uint8_t* buf = AckBuffer();

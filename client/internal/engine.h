@@ -234,6 +234,7 @@ class Engine {
   // This process's run (ClientOptions::incarnation, or drawn): every datagram
   // carries it, and only answers with it are taken.
   const uint32_t incarnation_;
+  const uint16_t run_flag_;  // flags::kRunId with ClientOptions::run_id, else 0
   // The last allreduce's ACK: repeats left, when the next is due, and where.
   uint32_t ack_repeats_left_ = 0;
   Clock::time_point ack_due_;

@@ -266,6 +266,10 @@ client::ClientOptions Runner::OptionsFor(size_t job, uint32_t run, uint32_t rank
   o.progress_timeout = std::chrono::milliseconds(3000);
   // Each process its own run, drawn from the seed so that a replay is exact.
   o.incarnation = static_cast<uint32_t>(Mix(s_.seed, kIncarnations, job << 32 | run, rank)) | 1;
+  if (j.run_ids) {
+    o.incarnation = 0;
+    o.run_id = static_cast<uint32_t>(Mix(s_.seed, kIncarnations, job << 32 | run, 0xffff)) | 1;
+  }
   return o;
 }
 

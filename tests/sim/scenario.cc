@@ -28,6 +28,7 @@ enum Stream : uint64_t {
   kFaults = 5,
   kOps = 6,
   kPredict = 8,  // 7 is the links' (run.cc)
+  kRunIds = 9,
 };
 
 constexpr uint64_t kMs = 1'000'000;
@@ -304,6 +305,11 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
       job.predict_top = static_cast<uint32_t>(p.Range(1, job.ranks() + 1));
       job.predict_every_ns = static_cast<uint64_t>(p.Range(5, 60)) * kMs;
     }
+    // Run ids, from a stream of their own. A run that lost a rank before it
+    // sent anything can be told from the next run only by a shared run id
+    // (docs/protocol.md, "Runs"): such a job always has them.
+    Rng ids(Mix(seed, kRunIds, 1 + j));
+    job.run_ids = ids.Chance(0.5) || (job.crash_rank >= 0 && job.runs > 1);
     // Left out by the limits: everything it drew stays drawn.
     if ((limits.skip_jobs >> j & 1) == 0) s.jobs.push_back(std::move(job));
   }
@@ -446,6 +452,7 @@ std::string Scenario::Describe() const {
       << ", chunks of " << j.max_chunk_elements << ", data " << j.data_profile << ", " << j.runs
       << " run(s)";
     if (j.crash_rank >= 0) o << ", rank " << j.crash_rank << " crashes at +" << j.crash_after_ns / kMs << " ms";
+    if (j.run_ids) o << ", run ids";
     if (j.predict_top > 0) {
       o << ", stragglers top " << j.predict_top << " applied every " << j.predict_every_ns / kMs << " ms";
     }

@@ -139,6 +139,9 @@ struct JobSpecSim {
   // `aggctl stragglers --top N --apply` would.
   uint32_t predict_top = 0;
   uint64_t predict_every_ns = 0;
+  // The ranks of each run share a run id (ClientOptions::run_id) instead of
+  // drawing their own incarnations.
+  bool run_ids = false;
   // Inputs given by hand (hand-built scenarios): op -> rank -> the bytes
   // RankData returns instead of drawing them.
   std::map<uint32_t, std::map<uint32_t, std::vector<uint8_t>>> inputs;

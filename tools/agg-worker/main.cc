@@ -482,9 +482,12 @@ int Main(int argc, char** argv) {
   app.add_option("--deadline-ms", text.deadline_ms,
                  "Fail an allreduce that takes longer, ms (0: none)")
       ->capture_default_str();
-  app.add_option("--first-seq", o.first_seq,
-                 "First sequence number (the same on every rank; past an earlier run's when the "
-                 "switch still has the job)")
+  app.add_option("--first-seq", o.first_seq, "First sequence number (the same on every rank)")
+      ->capture_default_str();
+  app.add_option("--run-id", o.run_id,
+                 "This run's id, the same on every rank and another on the next run (a launcher's "
+                 "job id and restart count): the switch then tells a new run from the last one "
+                 "even by a rank that never sent in it; 0: each process draws its own incarnation")
       ->capture_default_str();
   // The job's TAN in this process.
   app.add_option("--tan-listen", text.tan_listen,
