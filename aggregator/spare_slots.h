@@ -61,6 +61,12 @@ class SpareSlots {
   uint32_t count() const { return static_cast<uint32_t>(leases_.size()); }
   // Slots leased (some of whose leases may be over without anyone asking yet).
   uint32_t leased() const { return static_cast<uint32_t>(by_chunk_.size()); }
+  // Leases not over: what a chunk still needs. O(count).
+  uint32_t Live(const LeaseOver& over) const {
+    uint32_t n = 0;
+    for (const std::optional<Lease>& l : leases_) n += l && !over(*l) ? 1 : 0;
+    return n;
+  }
   // Leases granted since the start.
   uint64_t granted() const { return granted_; }
 

@@ -161,6 +161,10 @@ class Dataplane {
   EscalationStats escalation_stats() const {
     return escalations_ ? escalations_->stats() : EscalationStats{};
   }
+  // EscalationPolicy::LiveLeases. [control]
+  uint32_t LiveSpareLeases(std::chrono::steady_clock::time_point now) const {
+    return escalations_ ? escalations_->LiveLeases(now) : 0;
+  }
   // A copy of up to `limit` busy slots of every worker. While the workers run,
   // each copies its own slots when asked (a few hundred per poll loop, so a
   // dump never stalls a worker) and this call waits for all of them, up to

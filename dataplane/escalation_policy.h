@@ -77,6 +77,13 @@ class EscalationPolicy {
 
   // [any]
   EscalationStats stats() const;
+  // Spare slots whose lease is not over at `now` (LeaseOver): what chunks
+  // still need, where stats().leased also counts leases nobody asked to
+  // end yet. [control]
+  uint32_t LiveLeases(Clock::time_point now) const {
+    return spare_ ? spare_->Live([&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); })
+                  : 0;
+  }
 
  private:
   // Whether a spare slot's lease is over: its chunk's job is gone, or every

@@ -525,6 +525,10 @@ void Runner::CheckLeaks(Outcome* out) {
                                 std::to_string(bypass->live()) + " bypass entries after their TTL");
       }
     }
+    if (const uint32_t leased = dp.LiveSpareLeases(world_.clock().Now()); leased != 0) {
+      out->failures.push_back(name + ": " + std::to_string(leased) +
+                              " spare slots still needed by their chunks after the jobs ended");
+    }
     if (control::TreeControl* tree = sw.node().tree(); tree != nullptr && tree->tan_pending() != 0) {
       out->failures.push_back(name + ": its own TAN still holds " + std::to_string(tree->tan_pending()) +
                               " chunks after its give-up time");
