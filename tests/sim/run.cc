@@ -461,6 +461,21 @@ std::string Runner::ExcuseFor(size_t job, uint32_t run, const OpOutcome* earlies
       return "switch s" + std::to_string(r.sw) + " restarted";
     }
   }
+  // A switch of the job that ran out of bypass entries cannot send a chunk
+  // up as missing (it refuses it for now, NACK slot_busy) nor list late
+  // members by entry: its chunks may end INCOMPLETE or time out, which the
+  // ranks are told. Only its failures are excused; a wrong sum never is.
+  for (const auto& [sw, node] : trees_[job].at) {
+    if (!switches_[sw]->up()) continue;
+    dataplane::Dataplane& dp = switches_[sw]->node().dataplane();
+    uint64_t full = 0;
+    for (size_t w = 0; w < dp.worker_count(); ++w) {
+      uint64_t counters[dataplane::kNumAggCounters];
+      dp.worker_stats(w).lcore.agg.Read(counters);
+      full += counters[static_cast<size_t>(dataplane::AggCounter::bypass_full)];
+    }
+    if (full > 0) return "switch s" + std::to_string(sw) + " ran out of bypass entries";
+  }
   const bool uses_ps = j.tan == SwitchSpec::Tan::kRemote;
   for (const Outage& o : s_.param_node_outages) {
     const uint64_t at = start_ns_ + o.at_ns;
