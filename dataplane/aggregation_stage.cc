@@ -1302,6 +1302,28 @@ void AggregationStage::SweepStale() {
   if (evicted != 0) stats_.lcore.agg.stale_slots.Add(evicted);
 }
 
+void AggregationStage::SweepExcluded() {
+  aggregator::SlotTable& slots = *s_.slots;
+  const uint32_t size = slots.size();
+  for (uint32_t k = 0; k < kStaleSweepSlots && k < size; ++k) {
+    const uint32_t local = excluded_cursor_;
+    excluded_cursor_ = excluded_cursor_ + 1 == size ? 0 : excluded_cursor_ + 1;
+    const aggregator::Slot& slot = slots.slot(local);
+    if (slot.state() != aggregator::Slot::State::kAggregating) continue;
+    const aggregator::Job* job = s_.jobs->Find(slot.job_id());
+    if (job == nullptr || job->generation() != slot.job_generation() ||
+        job->excluded_count() == 0 || slot.expected() != job->members()) {
+      continue;
+    }
+    bool awaited = false;
+    for (uint16_t m = 0; m < slot.expected() && !awaited; ++m) {
+      awaited = !slot.HasContributed(m) && !job->Excluded(m);
+    }
+    if (awaited) continue;
+    if (ExpireSlot(local, false)) stats_.lcore.agg.excluded_sent_on.Add(1);
+  }
+}
+
 void AggregationStage::ContinueSlotDump(SlotDumpExchange& d) {
   d.Begin();
   const aggregator::SlotTable& slots = *s_.slots;

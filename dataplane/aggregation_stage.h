@@ -123,6 +123,12 @@ class AggregationStage {
   void SweepStale();
   // Slots SweepStale looks at per call.
   static constexpr uint32_t kStaleSweepSlots = 64;
+  // Sends on, as its timer would, each aggregating slot every member of
+  // whose chunk has contributed or is excluded now: a prediction applied
+  // after the slot took its first contribution (the slot counts on the
+  // members who took part then, and an excluded member's data goes around
+  // it). A bounded share of the slots per call, as SweepStale.
+  void SweepExcluded();
   bool timers_armed() const { return s_.slots->armed_timers() != 0; }
   // A bounded share of a slot dump (Dataplane::DumpSlots).
   void ContinueSlotDump(SlotDumpExchange& d);
@@ -314,6 +320,7 @@ class AggregationStage {
   // By job index: the job generation whose move this worker applied (0:
   // none). Written by this worker only, in the order of its relocation ring.
   std::unique_ptr<uint32_t[]> moves_;
+  uint32_t excluded_cursor_ = 0;  // SweepExcluded's next slot
 };
 
 }  // namespace aggswitch::dataplane

@@ -2492,6 +2492,37 @@ TEST_F(ParameterNodeTest, NothingGoesUpBeforeEveryMemberHasSent) {
   }
 }
 
+// A straggler prediction applied after a chunk's slot took its first
+// contributions: the slot counted on the member it then excludes, whose data
+// now goes around it, and it has no timer. Once every member it awaits is in
+// or excluded, it goes on as its timer would: first data to the TAN listing
+// the excluded member, whose data the TAN folds in.
+TEST_F(ParameterNodeTest, ASlotWaitingOnlyForExcludedMembersGoesOn) {
+  AddJobWithPs(13, 3);
+  Inject(0, Contribution(13, 5, 0, Int32Payload({1})));
+  Inject(0, Contribution(13, 5, 1, Int32Payload({20})));
+  Step();
+  EXPECT_TRUE(Drain()[1].empty()) << "waits for member 2";
+  ASSERT_TRUE(jobs_->Find(13)->SetExcluded(2, true));  // the control thread's apply
+  for (uint32_t i = 0; i < 64 && Agg().excluded_sent_on.Get() == 0; ++i) Step();
+  EXPECT_EQ(Agg().excluded_sent_on.Get(), 1u);
+  std::vector<Result> up = ThroughPs(Drain()[1]);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kPartial);
+  // Member 2's data, flagged by now, goes around the slot to the TAN.
+  Frame late = Contribution(13, 5, 2, Int32Payload({300}));
+  HeaderOf(late)->flags = common::be16_t::FromHost(aggregator::flags::kBypass);
+  Inject(0, late);
+  Step();
+  up = ThroughPs(Drain()[1]);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kLate);
+  auto out = Drain();
+  const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 3u);
+  for (const Result& r : results) EXPECT_EQ(r.payload, Int32Payload({321}));
+}
+
 // A FINAL chunk whose slot timed out goes through the TAN; the result the
 // TAN sends back reaches the members and, as a chunk the root completed
 // itself would, the job's main server.

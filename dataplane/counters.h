@@ -261,6 +261,7 @@ struct PortCounters {
   X(new_run, "datagrams with a new incarnation for a member of a job: a new run, started by the control thread (NACK new_run)") \
   X(run_ended, "datagrams of a job's run that a newer run replaced, refused (NACK run_ended) or dropped") \
   X(late_content_listed, "child switches' late partials sent on naming the ids they hold (CONTENT): their covered ids were listed as missing") \
+  X(excluded_sent_on, "aggregating slots sent on as their timer would: every member they awaited was excluded by a straggler prediction applied since") \
   X(up_unlabelled, "partials, first data, late data and data for the parameter node not sent up yet: their job has no run label (a member has not sent in this generation)") \
   X(slot_quota_refused, "chunks refused for lying too far ahead of their job's slowest member (NACK slot_quota)") \
   X(hold_refused, "contributions an ordered slot could not hold: the job's hold quota or the hold pool was used up (NACK hold_quota)") \

@@ -177,6 +177,7 @@ void Worker::ServeControl() {
   if (channels_.relocate != nullptr) agg_.DrainRelocations();
   // Dead chunks give back the contributions they hold.
   agg_.SweepStale();
+  agg_.SweepExcluded();
   if (tree_.tan_results_waiting()) tree_.DrainTanResults();
   tx_.Flush();
   setup_.agg.jobs->Quiescent(setup_.agg.reader_id);
