@@ -76,6 +76,7 @@ struct FirstData {
   uint8_t dtype, op;
   int8_t scale;
   uint32_t aux;
+  bool final;  // a FINAL partial: the answer may carry FINAL on
   TanPeer from;
 };
 struct Seen {
@@ -198,8 +199,11 @@ class Harness {
     FUZZ_CHECK(socket_.parse_errors == socket_before.parse_errors + (ok ? 0 : 1));
     const aggregator::TanCounters& after = engine_.tan().counters();
     const aggregator::PsCounters& ps_after = engine_.counters();
+    // Each parsed datagram is counted once: by its kind, or as one of a run
+    // that ended here.
     const uint64_t classified = (after.first_data - before.first_data) +
                                 (after.late - before.late) + (after.ignored - before.ignored) +
+                                (after.run_ended - before.run_ended) +
                                 (ps_after.direct - ps_before.direct) -
                                 (ps_after.to_tan - ps_before.to_tan) +
                                 (ps_after.verify - ps_before.verify) -
@@ -231,8 +235,8 @@ class Harness {
     }
     const AggHeader& h = *pkt.header;
     Seen& s = seen_[{h.job_id.host(), h.seq.host()}];
-    s.firsts.push_back(
-        {h.job_key.host(), h.elem_count.host(), h.dtype, h.op, h.scale, h.aux.host(), from});
+    s.firsts.push_back({h.job_key.host(), h.elem_count.host(), h.dtype, h.op, h.scale,
+                        h.aux.host(), (h.flags.host() & aggregator::flags::kFinal) != 0, from});
     const uint32_t len =
         static_cast<uint32_t>(sizeof(AggHeader)) + 2u * h.missing_count + pkt.payload_len;
     s.max_len = std::max(s.max_len, len);
@@ -268,7 +272,7 @@ class Harness {
     // An exception is a saturated sum, and says so.
     FUZZ_CHECK(pkt.opcode != aggregator::Opcode::kExceptionRetransmit || fl == flags::kOverflow);
     FUZZ_CHECK((fl & ~(flags::kOverflow | flags::kOrdered | flags::kIncomplete |
-                       flags::kVerified)) == 0);
+                       flags::kVerified | flags::kFinal)) == 0);
     FUZZ_CHECK(h.missing_count == 0 || (fl & flags::kIncomplete) != 0);
     for (uint32_t i = 1; i < h.missing_count; ++i) {
       FUZZ_CHECK(pkt.MissingNode(i - 1) < pkt.MissingNode(i));
@@ -279,8 +283,9 @@ class Harness {
     FUZZ_CHECK(it != seen_.end());
     const Seen& s = it->second;
     FUZZ_CHECK(o.datagram.size() <= std::max(s.max_len, kPlainMtuPayload));
-    bool matches = false, sender = own_worker_ && o.to == kOwnWorker;
+    bool matches = false, sender = own_worker_ && o.to == kOwnWorker, final = false;
     for (const FirstData& f : s.firsts) {
+      final = final || f.final;
       matches = matches ||
                 (f.key == h.job_key.host() && f.elem_count == h.elem_count.host() &&
                  f.dtype == h.dtype && f.op == h.op && f.scale == h.scale && f.aux == h.aux.host());
@@ -288,6 +293,8 @@ class Harness {
     }
     FUZZ_CHECK(matches);
     FUZZ_CHECK(sender);
+    // FINAL is copied from a partial that carried it, never invented.
+    FUZZ_CHECK((fl & flags::kFinal) == 0 || final);
   }
 
   SgdModel sgd_;  // before engine_: its hook points here
