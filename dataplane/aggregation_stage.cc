@@ -1143,6 +1143,10 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       return;
     }
   }
+  // The member sends its data again. Or the chunk completed, and its
+  // slot here gave way once the partial went up: the parent still has the
+  // result.
+  if (slot == nullptr && !job.is_root()) tree_.AskAbove(job, h);
   answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
                          Answers::To::kBoundMember);
 }

@@ -2620,6 +2620,74 @@ TEST_F(ParameterNodeTest, ALeafSendsAChunkWithNoSlotUpAsMissing) {
   EXPECT_EQ(ParseResult(out[1][0]).payload, Int32Payload({3})) << "job 7's partial, as usual";
 }
 
+// A leaf's slot gives way to another chunk once its partial went up. When
+// the result then comes down, nothing holds it here; a member whose copy
+// was lost asks after the chunk. It is told to resend its data (which the
+// leaf cannot tell apart from a lost contribution), and the leaf asks its
+// parent, which keeps the chunk until every member below acknowledged it:
+// the parent's answer reaches the member. Without the question the
+// member's resend would start the chunk again here, waiting for a member
+// that has its result and never sends again.
+TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
+  AddLeafJob(7, 2);
+  AddLeafJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
+  Inject(0, Contribution(7, s7, 1, Int32Payload({2})));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));  // takes the forwarded slot
+  Step();
+  EXPECT_TRUE(Drain()[1].empty()) << "job 8's chunk waits for its member 1";
+  aggregator::AggFields r;
+  r.opcode = aggregator::Opcode::kResult;
+  r.job_id = 7;
+  r.seq = s7;
+  r.elem_count = 1;
+  r.incarnation = jobs_->Find(7)->label();
+  const Frame result = DatagramFrom(r, Int32Payload({3}), MemberMac(kPs), MemberIp(kPs),
+                                    aggregator::kAggUdpPort);
+  Inject(1, result);
+  Step();
+  ExpectResults(7, 3, 2);  // member 1's copy is lost on the way
+  aggregator::AggFields q;
+  q.opcode = aggregator::Opcode::kQuery;
+  q.node_id = 1;
+  q.job_id = 7;
+  q.seq = s7;
+  q.job_key = 0x5eed;
+  Inject(0, Datagram(q));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result notice = ParseResult(out[0][0]);
+  EXPECT_EQ(notice.fields.opcode, aggregator::Opcode::kNotice);
+  EXPECT_EQ(notice.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kMissing));
+  ASSERT_EQ(out[1].size(), 1u) << "the question to the parent";
+  const Result up = ParseResult(out[1][0]);
+  EXPECT_EQ(up.dst_ip, MemberIp(kPs));
+  EXPECT_EQ(up.fields.opcode, aggregator::Opcode::kQuery);
+  EXPECT_EQ(up.fields.node_id, kLeafNode);
+  EXPECT_EQ(up.fields.job_id, 7u);
+  EXPECT_EQ(up.fields.seq, s7);
+  EXPECT_EQ(up.fields.job_key, 0x5eedu) << "the parent checks it";
+  EXPECT_EQ(up.fields.incarnation, jobs_->Find(7)->label()) << "this switch's run";
+  EXPECT_EQ(up.fields.slot_hint, aggregator::kNoSlotHint);
+  EXPECT_EQ(Agg().queries_up.Get(), 1u);
+  // The parent answers with the chunk's result, as it answers a member.
+  Inject(1, result);
+  Step();
+  ExpectResults(7, 3, 2);
+  // A root has nobody to ask.
+  AddJobWithPs(9, 2);
+  q.job_id = 9;
+  q.seq = 1;
+  Inject(0, Datagram(q));
+  Step();
+  EXPECT_TRUE(Drain()[1].empty());
+  EXPECT_EQ(Agg().queries_up.Get(), 1u);
+}
+
 // The same at a tree's root: the first data goes to the TAN listing the
 // direct member and the child switch, and the child's partial, which found
 // no slot, goes there as late data with its own missing list, which the TAN

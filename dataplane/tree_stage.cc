@@ -311,6 +311,20 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
   return sent;
 }
 
+void TreeStage::AskAbove(const aggregator::Job& job, const aggregator::AggHeader& query) {
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kQuery;
+  f.job_id = job.id();
+  f.seq = query.seq.host();
+  // The member's addr_low picks the parent, as it picked the one its
+  // chunk's partial went to.
+  f.addr_low = query.addr_low.host();
+  f.slot_hint = aggregator::kNoSlotHint;  // the parent finds where it keeps the chunk
+  if (SendUp(job, f, nullptr, 0, nullptr, 0, nullptr, 0) == Up::kSent) {
+    stats_.lcore.agg.queries_up.Add(1);
+  }
+}
+
 void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
                          uint16_t in_port) {
   // The parent frees this job's complete slots by our watermark, the

@@ -75,6 +75,14 @@ class TreeStage {
   // (or a child's partial) to it. False when nothing went (no mbuf, or the
   // list does not fit; counted): the caller refuses the contribution.
   bool SendUpAsMissing(const aggregator::Job& job, const aggregator::AggHeader& chunk);
+  // A member's QUERY about chunk `query.seq` found nothing of the chunk
+  // here, at a switch below the root: the chunk may have completed, its
+  // slot given way once its partial went up, and the result been lost on
+  // the way to this member. The parent keeps a complete chunk until every
+  // member below has acknowledged it, so a QUERY goes up in this switch's
+  // name (queries_up); the parent's answer comes down as any result does,
+  // and reaches every member. Nothing goes before the run is labelled.
+  void AskAbove(const aggregator::Job& job, const aggregator::AggHeader& query);
   // Turns a contribution (or partial) into a LATE datagram flagged BYPASS and
   // sends it towards the TAN. Consumes `m`; a drop is charged to `in_port`
   // (here and below: kOwnFrame for one the switch made).
