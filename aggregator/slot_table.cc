@@ -120,11 +120,12 @@ void SlotTable::PublishResult(Slot& s) {
   }
 }
 
-void SlotTable::Complete(uint32_t local_index, Slot& s, SlotUpdate& u) {
+void SlotTable::Complete(uint32_t local_index, Slot& s, SlotUpdate& u, uint64_t now_tsc) {
   timers_.Cancel(local_index);
   if (s.hold_) ReduceHeld(s, u);
   PublishResult(s);
   s.state_ = Slot::State::kComplete;
+  s.resent_tsc_ = now_tsc;  // the result's age starts now
   complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   u.outcome = SlotOutcome::kCompleted;
 }
@@ -191,7 +192,8 @@ bool SlotTable::ResendForwarded(uint32_t local_index, uint64_t now_tsc) {
 }
 
 bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
-                            uint32_t seq, const uint8_t* payload, uint32_t len, bool overflow) {
+                            uint32_t seq, const uint8_t* payload, uint32_t len, bool overflow,
+                            uint64_t now_tsc) {
   Slot& s = slots_[local_index];
   if (s.state_ != Slot::State::kForwarded || s.job_id_ != job_id ||
       s.job_generation_ != job_generation || s.seq_ != seq || len != s.result_len()) {
@@ -203,6 +205,7 @@ bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_
   s.verifying_ = false;
   s.kept_ = false;
   s.state_ = Slot::State::kComplete;
+  s.resent_tsc_ = now_tsc;
   complete_.store(complete_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return true;
 }
@@ -238,7 +241,11 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     // A forwarded slot's chunk went on, unless it waits for its check or
     // is the only record of members it lacks.
     const bool forwarded = s.state_ == Slot::State::kForwarded && !s.verifying_ && !s.kept_;
-    const bool stale = config_.stale_cycles != 0 && now_tsc - s.first_tsc_ > config_.stale_cycles;
+    // A result ages from when it was made or came down, not from the
+    // chunk's first contribution: a chunk that took long to complete keeps
+    // its result for members that lost it as long as a quick one does.
+    const uint64_t since = complete ? s.resent_tsc_ : s.first_tsc_;
+    const bool stale = config_.stale_cycles != 0 && now_tsc - since > config_.stale_cycles;
     if (!forwarded && !stale &&
         !can_release(release_ctx, s.job_id_, s.job_generation_, s.seq_, complete)) {
       u.outcome = SlotOutcome::kCollision;
@@ -309,7 +316,7 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     }
     u.outcome = SlotOutcome::kAccumulated;
   }
-  if (s.count_ == s.needed_) Complete(local_index, s, u);
+  if (s.count_ == s.needed_) Complete(local_index, s, u, now_tsc);
   return u;
 }
 

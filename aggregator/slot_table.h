@@ -208,7 +208,9 @@ class Slot {
   uint32_t seq_ = 0;
   uint64_t first_tsc_ = 0;
   uint64_t deadline_tsc_ = 0;
-  uint64_t resent_tsc_ = 0;         // kForwarded: when the partial last went up
+  // kForwarded: when the partial last went up; kComplete: when the result
+  // was made or came down (its age, for stale_cycles).
+  uint64_t resent_tsc_ = 0;
   uint8_t resends_ = 0;             // kForwarded: resends so far (the gap's backoff)
   uint64_t* bitmap_ = nullptr;      // max_fan_in bits
   uint8_t* acc_ = nullptr;          // 2 x max_payload: 16-bit floats accumulate as float32
@@ -284,9 +286,10 @@ class SlotTable {
   void MarkForwarded(uint32_t local_index, uint64_t now_tsc, bool hold = false);
   // The final result of a forwarded slot came down from upstream (or the
   // TAN): kept as the slot's result (kComplete) when the slot still holds
-  // chunk (job_id, job_generation, seq) and the length matches. Returns whether.
+  // chunk (job_id, job_generation, seq) and the length matches; the result
+  // ages (SlotTableConfig::stale_cycles) from `now_tsc`. Returns whether.
   bool CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
-                   const uint8_t* payload, uint32_t len, bool overflow);
+                   const uint8_t* payload, uint32_t len, bool overflow, uint64_t now_tsc);
   // Forwarded slot `local_index` lacks members that nothing else records
   // (their bypass entries could not be written): it keeps its chunk, giving
   // way only as an aggregating slot would (the job is done with it, or it is
@@ -349,7 +352,7 @@ class SlotTable {
   // Whether forwarded slot `s` may resend its partial now (it went up a
   // resend gap ago, backed off); if so, it goes now.
   bool TakeResend(Slot& s, uint64_t now_tsc);
-  void Complete(uint32_t local_index, Slot& s, SlotUpdate& u);
+  void Complete(uint32_t local_index, Slot& s, SlotUpdate& u, uint64_t now_tsc);
   // Makes the accumulator the slot's result (Slot::result).
   static void PublishResult(Slot& s);
   // Ordered/batch slots: reduces the held contributions in member order and

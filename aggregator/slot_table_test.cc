@@ -317,12 +317,12 @@ TEST(SlotTableTest, CachesAResultFromAboveInItsForwardedSlot) {
   const auto p = Payload(std::vector<int32_t>{3});
   for (uint16_t m = 0; m < 2; ++m) (void)table.Contribute(0, Make(1, 1, m, 2, p), 1, NeverRelease, nullptr);
   const auto result = Payload(std::vector<int32_t>{42});
-  EXPECT_FALSE(table.CacheResult(0, 1, 1, 1, result.data(), 4, false)) << "complete, not forwarded";
+  EXPECT_FALSE(table.CacheResult(0, 1, 1, 1, result.data(), 4, false, 3)) << "complete, not forwarded";
   table.MarkForwarded(0, 2);
   EXPECT_EQ(table.complete(), 0u);
-  EXPECT_FALSE(table.CacheResult(0, 1, 1, 2, result.data(), 4, false)) << "another seq";
-  EXPECT_FALSE(table.CacheResult(0, 1, 1, 1, result.data(), 8, false)) << "another length";
-  ASSERT_TRUE(table.CacheResult(0, 1, 1, 1, result.data(), 4, true));
+  EXPECT_FALSE(table.CacheResult(0, 1, 1, 2, result.data(), 4, false, 3)) << "another seq";
+  EXPECT_FALSE(table.CacheResult(0, 1, 1, 1, result.data(), 8, false, 3)) << "another length";
+  ASSERT_TRUE(table.CacheResult(0, 1, 1, 1, result.data(), 4, true, 3));
   EXPECT_EQ(table.slot(0).state(), Slot::State::kComplete);
   EXPECT_TRUE(table.slot(0).overflow());
   int32_t got;
@@ -459,6 +459,33 @@ TEST(SlotTableTest, AStaleSlotGivesWayWhateverItsStateAndReturnsWhatItHeld) {
   EXPECT_TRUE(v.stale);
   EXPECT_EQ(v.n_evicted, 0);
   EXPECT_EQ(table.busy(), 1u);
+}
+
+// A result ages from when it was made, or came down from above, not from
+// the chunk's first contribution: a chunk that took long to complete keeps
+// it for a member whose copy was lost as long as a quick chunk does.
+TEST(SlotTableTest, AResultAgesFromWhenItWasMade) {
+  SlotTableConfig cfg{4, 256, 1424};
+  cfg.stale_cycles = 100;
+  SlotTable table(cfg);
+  const auto p = Payload(std::vector<int32_t>{1});
+  ASSERT_EQ(table.Contribute(1, Make(1, 10, 0, 2, p), 5, NeverRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  ASSERT_EQ(table.Contribute(1, Make(1, 10, 1, 2, p), 90, NeverRelease, nullptr).outcome,
+            SlotOutcome::kCompleted);
+  EXPECT_EQ(table.Contribute(1, Make(1, 14, 0, 1, p), 150, NeverRelease, nullptr).outcome,
+            SlotOutcome::kCollision)
+      << "the chunk began 145 cycles ago, its result 60";
+  EXPECT_TRUE(table.Contribute(1, Make(1, 14, 0, 1, p), 191, NeverRelease, nullptr).stale);
+  // The same for a result from above, cached in the slot of a partial that
+  // waited long for its answer.
+  for (uint16_t m = 0; m < 2; ++m) (void)table.Contribute(2, Make(1, 22, m, 2, p), 300, NeverRelease, nullptr);
+  table.MarkForwarded(2, 300);
+  const auto result = Payload(std::vector<int32_t>{2});
+  ASSERT_TRUE(table.CacheResult(2, 1, 1, 22, result.data(), 4, false, 1000));
+  EXPECT_EQ(table.Contribute(2, Make(1, 26, 0, 1, p), 1050, NeverRelease, nullptr).outcome,
+            SlotOutcome::kCollision);
+  EXPECT_TRUE(table.Contribute(2, Make(1, 26, 0, 1, p), 1101, NeverRelease, nullptr).stale);
 }
 
 // Members of one chunk that disagree on addr_low (which switch they chose)

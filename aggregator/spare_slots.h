@@ -6,8 +6,8 @@
 // chunk the spare slot it already holds, or leases it one: the next slot,
 // round robin from where the last search stopped, that is unleased or whose
 // lease the caller says is over (the chunk's job is gone, every member has
-// acknowledged past it, or it is older than aggregation.stale_slot_ms, the
-// rules by which the slot's worker lets it go). The lease that ends to make
+// acknowledged past it, or it is older than twice aggregation.stale_slot_ms,
+// the rules by which the slot's worker lets it go). The lease that ends to make
 // room is returned, so that the caller can tell that chunk's placed-slot
 // owner to forget it.
 //

@@ -495,9 +495,10 @@ struct AggregationConfig {
   uint32_t slots = 4096;                           // aggregation slots, a power of two
   uint16_t max_fan_in = 256;                       // members one job may have at this switch
   uint32_t max_jobs = 1024;                        // jobs the table holds, whatever their origin
-  // A slot whose first contribution is older than this gives way to the next
-  // chunk that hashes onto it: a member died mid-chunk, or its last ACK was
-  // lost. Longer than any chunk should take, and than a client's timeout.
+  // A slot whose first contribution (a complete one: whose result) is older
+  // than this gives way to the next chunk that hashes onto it: a member died
+  // mid-chunk, or its last ACK was lost. Longer than any chunk should take,
+  // and than a client's timeout.
   uint32_t stale_slot_ms = 10000;
   // The slot threshold (docs/stragglers.md, "Slot timers"): a slot whose first
   // contribution is this old sends what it has upstream (or, at the root, to

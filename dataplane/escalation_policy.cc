@@ -35,7 +35,12 @@ bool EscalationPolicy::LeaseOver(const aggregator::SpareSlots::Lease& lease,
       job->LearnedMembers() == job->members()) {
     return true;
   }
-  return now - lease.since >= stale_slot_;
+  // The slot's worker lets an aggregating chunk go when its first
+  // contribution is stale_slot old, and a complete one when its result is:
+  // a chunk completed just before it went stale keeps the slot for as long
+  // again. Only then is the lease surely over by age; ended sooner, the
+  // chunk's retransmissions would lose their way to its result.
+  return now - lease.since >= 2 * stale_slot_;
 }
 
 EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::time_point now) {

@@ -87,8 +87,10 @@ class EscalationPolicy {
 
  private:
   // Whether a spare slot's lease is over: its chunk's job is gone, or every
-  // member has its result, or it is older than stale_slot_ (the rules by
-  // which the spare slot's worker lets the chunk go).
+  // member has its result, or it is older than twice stale_slot_ (the rules
+  // by which the spare slot's worker lets the chunk go: stale_slot_ from its
+  // first contribution while it aggregates, and from its result once
+  // complete).
   bool LeaseOver(const aggregator::SpareSlots::Lease& lease, Clock::time_point now) const;
   // Moves `job` for chunk `seq` when it can (see above).
   bool TryMove(const aggregator::Job& job, uint32_t seq, Clock::time_point now);

@@ -535,7 +535,8 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
     const bool cached =
         s_.slots->CacheResult(local_slot, job.id(), job.generation(), seq, pkt.payload,
                               pkt.payload_len,
-                              exception || (flags & aggregator::flags::kOverflow) != 0);
+                              exception || (flags & aggregator::flags::kOverflow) != 0,
+                              clock_.tsc);
     if (final) {
       const aggregator::Slot* slot = s_.slots->Holding(local_slot, job.id(), job.generation(), seq);
       if (cached) {

@@ -588,10 +588,11 @@ common::Result<Outcome> Runner::Run() {
                            " ms of simulated time");
   }
   for (const std::string& e : build_errors_) out.failures.push_back("simulator: " + e);
-  // The jobs ended: every timer the switches and agg-ps run out, then nothing may be held.
+  // The jobs ended: every timer the switches and agg-ps run out, then nothing
+  // may be held (a spare slot's lease ends by age at twice stale_slot_ms).
   uint64_t quiet = 0;
   for (const SwitchSpec& sw : s_.switches) {
-    quiet = std::max<uint64_t>({quiet, sw.bypass_ttl_ms, sw.stale_slot_ms, sw.give_up_ms});
+    quiet = std::max<uint64_t>({quiet, sw.bypass_ttl_ms, 2ull * sw.stale_slot_ms, sw.give_up_ms});
   }
   quiet = std::max<uint64_t>(quiet, 2000) + 1500;
   world_.Run(world_.now() + quiet * kMs, [] { return false; });
