@@ -137,8 +137,19 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
   LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
   Schedule(id, c, now_ns + options_.give_up_ns);
 
-  // Late data that came first goes through the same rules, in arrival order.
-  for (Late& late : early) {
+  // Late data that came first goes through the same rules, the lates that
+  // hold the most members' data first (in arrival order among equals): a
+  // child switch's late partial and the same members' own data sent around
+  // it may both be here, and merged first, the members' data would leave
+  // the partial's other members out (the partial would count them twice).
+  std::vector<size_t> held_ids(early.size());
+  for (size_t i = 0; i < early.size(); ++i) held_ids[i] = Content(id.job_id, early[i]).size();
+  std::vector<size_t> order(early.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return held_ids[a] > held_ids[b]; });
+  for (const size_t i : order) {
+    Late& late = early[i];
     if (c.phase == Phase::kDone) {
       ++counters_.duplicate_late;  // the chunk completed without it
       continue;
@@ -279,6 +290,34 @@ void TanEngine::Offer(const ChunkId& id, Chunk& c, Late&& late, uint64_t now_ns,
   if (c.outstanding.empty()) Finish(id, c, now_ns, out);
 }
 
+std::vector<uint16_t> TanEngine::Content(uint32_t job_id, const Late& late) const {
+  // Whose data the payload holds: the sender, and what a covering switch
+  // covers less what it missed itself.
+  // A switch the late partial misses took the ids it covers with it, when
+  // the TAN knows them: they come with that switch's own late partial.
+  // With CONTENT the list says what the payload holds.
+  std::vector<uint16_t> content{late.node};
+  if ((late.flags & flags::kContent) != 0) {
+    for (const uint16_t n : late.missing) {
+      if (n != late.node) content.push_back(n);
+    }
+  } else if (const auto cov = covers_.find({job_id, late.node}); cov != covers_.end()) {
+    std::vector<uint16_t> lacks = late.missing;
+    for (const uint16_t m : late.missing) {
+      if (const auto below = covers_.find({job_id, m}); below != covers_.end()) {
+        lacks.insert(lacks.end(), below->second.begin(), below->second.end());
+      }
+    }
+    std::sort(lacks.begin(), lacks.end());
+    for (const uint16_t n : cov->second) {
+      if (n != late.node && !std::binary_search(lacks.begin(), lacks.end(), n)) {
+        content.push_back(n);
+      }
+    }
+  }
+  return content;
+}
+
 TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   const AggFields& f = c.fields;
   if (late.key != f.job_key) {
@@ -291,32 +330,9 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
     return Resolution::kDropped;
   }
   std::sort(late.missing.begin(), late.missing.end());
-  // Whose data the payload holds: the sender, and what a covering switch
-  // covers less what it missed itself.
-  // A switch the late partial misses took the ids it covers with it, when
-  // the TAN knows them: they come with that switch's own late partial.
+  const std::vector<uint16_t> content = Content(f.job_id, late);
   // With CONTENT the list says what the payload holds, and it lacks nothing.
-  std::vector<uint16_t> content{late.node};
-  const bool listed = (late.flags & flags::kContent) != 0;
-  if (listed) {
-    for (const uint16_t n : late.missing) {
-      if (n != late.node) content.push_back(n);
-    }
-    late.missing.clear();
-  } else if (const auto cov = covers_.find({f.job_id, late.node}); cov != covers_.end()) {
-    std::vector<uint16_t> lacks = late.missing;
-    for (const uint16_t m : late.missing) {
-      if (const auto below = covers_.find({f.job_id, m}); below != covers_.end()) {
-        lacks.insert(lacks.end(), below->second.begin(), below->second.end());
-      }
-    }
-    std::sort(lacks.begin(), lacks.end());
-    for (const uint16_t n : cov->second) {
-      if (n != late.node && !std::binary_search(lacks.begin(), lacks.end(), n)) {
-        content.push_back(n);
-      }
-    }
-  }
+  if ((late.flags & flags::kContent) != 0) late.missing.clear();
   bool resolves = false;
   for (const uint16_t n : content) {
     if (c.merged.count(n) != 0) {

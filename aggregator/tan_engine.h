@@ -40,7 +40,9 @@
 //     order); otherwise lates are folded in arrival order.
 //   * Late data before its first data is held (at most give_up_ns after its
 //     arrival; counted orphan_late when dropped) and goes through the rules
-//     above, in arrival order, when the first data comes.
+//     above when the first data comes: the lates that hold the most members'
+//     data first, in arrival order among equals (a child switch's late
+//     partial before the same members' own data sent around it).
 //   * Completion: one RESULT (node_id = TanOptions::node_id; OVERFLOW when a
 //     sum saturated here or an input carried it; ORDERED and FINAL copied; aux, the
 //     chunk's element offset, copied; no missing list) to the first data's
@@ -296,6 +298,10 @@ class TanEngine {
   // The resolution rules for one late of an open chunk: folds it (incremental)
   // or holds it (batch), parks it, or drops it.
   Resolution Resolve(Chunk& c, Late&& late);
+  // The node ids whose data `late` of job `job_id` holds: its sender's, the
+  // ids its CONTENT list names, or what the sender covers (SetCovers) less
+  // what it and the switches it missed lack.
+  std::vector<uint16_t> Content(uint32_t job_id, const Late& late) const;
   // Reduces, calls on_complete when nothing is outstanding, builds the
   // RESULT (INCOMPLETE when ids are outstanding or the hook refused), caches
   // it, moves the chunk to kDone and appends the datagram to `out`.

@@ -534,6 +534,25 @@ TEST(TanEngineTest, LateBeforeFirstDataIsHeldAndMerged) {
   }
 }
 
+// A child switch's late partial and some of its members' own data sent
+// around it (a retransmission to the parameter node) all come before the
+// first data: the partial, which holds the most, is merged first, so that
+// the member only it holds (8) is not left out as a double count.
+TEST(TanEngineTest, HeldLatesThatHoldTheMostAreMergedFirst) {
+  for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+    Tan tan(o);
+    EXPECT_TRUE(tan.Feed(Late(7, Pack<int32_t>({1})), 0).empty());
+    EXPECT_TRUE(tan.Feed(Late(9, Pack<int32_t>({100})), 1).empty());
+    Spec partial = Late(102, Pack<int32_t>({111}), {7, 8, 9});
+    partial.flags |= flags::kContent;  // holds 7, 8 (10) and 9
+    EXPECT_TRUE(tan.Feed(partial, 2).empty());
+    const Parsed r = tan.FeedForResult(First(Pack<int32_t>({1000}), {7, 8, 9}), 3);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1111});
+    EXPECT_EQ(tan.counters().duplicate_late, 2u) << "7's and 9's own data, held by the partial";
+  }
+}
+
 TEST(TanEngineTest, NestedTimeoutMakesTheLatePartialsMissingIdsOutstanding) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {100}), 0).empty());
