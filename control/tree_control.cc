@@ -54,8 +54,15 @@ void TreeControl::Resolve(const Job& job, uint32_t hop, uint32_t ip, uint16_t ud
       job.SetHop(hop, want);
     }
   }
-  const auto due = n.resolved ? options_.arp_refresh : options_.arp_retry;
+  // An unanswered request goes again soon, then less often (100 ms,
+  // doubling, up to arp_retry): until a hop is resolved, what goes there is
+  // dropped (unresolved_next_hop), and a lost first request or a neighbour
+  // that was not up yet must not cost a second.
+  const auto retry = std::min<std::chrono::milliseconds>(
+      options_.arp_retry, kFirstArpRetry * (1u << std::min<uint32_t>(n.unanswered, 4)));
+  const auto due = n.resolved ? options_.arp_refresh : retry;
   if (now - n.requested_at >= due) {
+    if (!n.resolved && n.requests != 0) ++n.unanswered;
     n.requested_at = now;
     ++n.requests;
     SendArpRequest(ip, vlan != 0 ? vlan : options_.own_vlan);
@@ -70,6 +77,7 @@ void TreeControl::Poll(Clock::time_point now) {
     Neighbor& n = it->second;
     learned |= !n.resolved || n.mac48 != r.mac48 || n.port_index != r.port_index || n.vlan != r.vlan;
     n.resolved = true;
+    n.unanswered = 0;
     n.mac48 = r.mac48;
     n.port_index = r.port_index;
     n.vlan = r.vlan;

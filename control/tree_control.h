@@ -55,6 +55,8 @@ class TreeControl {
     common::MacAddr switch_mac;
     uint16_t udp_port = aggregator::kAggUdpPort;  // the aggregation port (a main server's default)
     aggregator::TanOptions tan;  // this switch's own TAN
+    // An unresolved hop's ARP request goes again after 100 ms, doubling up
+    // to this; a resolved one's is refreshed every arp_refresh.
     std::chrono::milliseconds arp_retry{1000};
     std::chrono::milliseconds arp_refresh{60000};
   };
@@ -101,7 +103,9 @@ class TreeControl {
     std::chrono::steady_clock::time_point resolved_at{};
     std::chrono::steady_clock::time_point requested_at{};
     uint64_t requests = 0;
+    uint32_t unanswered = 0;  // requests since the last answer, less the first
   };
+  static constexpr std::chrono::milliseconds kFirstArpRetry{100};
   void Resolve(const aggregator::Job& job, uint32_t hop, uint32_t ip, uint16_t udp_port,
                uint16_t vlan, std::chrono::steady_clock::time_point now);
   void SendArpRequest(uint32_t ip, uint16_t vlan);

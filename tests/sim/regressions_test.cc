@@ -133,6 +133,26 @@ TEST(SimRegressions, AnOverflowAtALeafReachesEveryRank) {
   }
 }
 
+// A leaf whose first ARP for its parent goes unanswered (the parent is
+// down for its first 20 ms) asks again soon, not a second later: until it
+// is answered its partials have nowhere to go. Before, the next request
+// went after arp_retry (1 s), and every chunk of the job waited that long;
+// with more losses on the way, ranks timed out (3 s) on a fabric without a
+// lasting fault.
+TEST(SimRegressions, AnUnansweredArpIsAskedAgainSoon) {
+  Scenario s = Tree(1);
+  s.restarts.push_back({0, 0, 20'000'000});
+  JobSpecSim j = Job(Origin::kConfig, {1, 1}, {{DType::kInt32, ReduceOp::kSum, 64, 0}});
+  j.start_ns = 30'000'000;  // the parent is back
+  s.jobs.push_back(j);
+  Finalize(s);
+  auto o = RunScenario(s, {});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->ok()) << Findings(*o);
+  EXPECT_EQ(o->ops_ok, 2u);
+  EXPECT_LT(o->sim_ns, 600'000'000u) << "the allreduce waited for the next ARP";
+}
+
 // A root's VERIFY to its parameter node crosses the switches between them
 // at L2, as the parameter node's answer does. Before, a switch with an
 // aggregation address took it by the port trigger and dropped it (a
