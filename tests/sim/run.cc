@@ -263,7 +263,7 @@ client::ClientOptions Runner::OptionsFor(size_t job, uint32_t run, uint32_t rank
   o.max_chunk_elements = j.max_chunk_elements;
   o.resend_to_parameter_node = j.resend_to_parameter_node;
   o.verify = j.verify;
-  o.progress_timeout = std::chrono::milliseconds(3000);
+  o.progress_timeout = std::chrono::milliseconds(ProgressTimeoutMs(s_));
   // Each process its own run, drawn from the seed so that a replay is exact.
   o.incarnation = static_cast<uint32_t>(Mix(s_.seed, kIncarnations, job << 32 | run, rank)) | 1;
   if (j.run_ids) {

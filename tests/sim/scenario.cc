@@ -334,10 +334,20 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
     o.down_ns = static_cast<uint64_t>(f.Range(1, 500)) * kMs;
     s.param_node_outages.push_back(o);
   }
-  s.op_bound_ns = 4000 * kMs;
+  s.op_bound_ns = (ProgressTimeoutMs(s) + 1000) * kMs;
   s.limit_ns = 60'000 * kMs;
   Finalize(s);
   return s;
+}
+
+uint64_t ProgressTimeoutMs(const Scenario& s) {
+  uint64_t ms = 3000;
+  bool crash = false;
+  for (const JobSpecSim& j : s.jobs) crash = crash || j.crash_rank >= 0;
+  if (crash) {
+    for (const SwitchSpec& sw : s.switches) ms = std::max<uint64_t>(ms, sw.stale_slot_ms + 1000);
+  }
+  return ms;
 }
 
 void Finalize(Scenario& s) {
@@ -357,7 +367,7 @@ void Finalize(Scenario& s) {
     const int root = job.origin == Origin::kInBand && job.in_band_leaves.empty() ? job.rank_switch[0] : 0;
     if (job.origin == Origin::kInBand || job.tan == SwitchSpec::Tan::kNone) job.tan = s.switches[root].tan;
   }
-  if (s.op_bound_ns == 0) s.op_bound_ns = 4000 * kMs;
+  if (s.op_bound_ns == 0) s.op_bound_ns = (ProgressTimeoutMs(s) + 1000) * kMs;
   if (s.limit_ns == 0) s.limit_ns = 60'000 * kMs;
 }
 

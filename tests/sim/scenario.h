@@ -185,6 +185,12 @@ struct Scenario {
 
 Scenario Generate(uint64_t seed, const Limits& limits);
 
+// How long a rank waits for progress before its allreduce fails (the
+// client's progress_timeout): 3 s; when a rank of some job crashes, also
+// longer than the switches' stale_slot_ms, the time the dead member's
+// chunks may hold slots another job needs, plus a second.
+uint64_t ProgressTimeoutMs(const Scenario& s);
+
 // Fills what a hand-built scenario derives from its switches' parents:
 // each switch's children, node id (100 + index), aggregation address and
 // MAC, and the parameter node's address; and gives every job the defaults
