@@ -333,19 +333,13 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   const std::vector<uint16_t> content = Content(f.job_id, late);
   // With CONTENT the list says what the payload holds, and it lacks nothing.
   if ((late.flags & flags::kContent) != 0) late.missing.clear();
-  bool resolves = false, overlaps = false;
+  bool resolves = false;
   for (const uint16_t n : content) {
-    overlaps = overlaps || c.merged.count(n) != 0;
+    if (c.merged.count(n) != 0) {
+      ++counters_.duplicate_late;  // merging it would count n twice
+      return Resolution::kDropped;
+    }
     resolves = resolves || c.outstanding.count(n) != 0;
-  }
-  // Merging it would count a member twice: a sum would be wrong, and the
-  // late is dropped. Min, max, and and or take a member's data twice as
-  // once (x op x = x): a late that also holds members still outstanding
-  // (a child's late partial after some of its members' own data sent
-  // around it) is merged.
-  if (overlaps && (f.op == ReduceOp::kSum || !resolves)) {
-    ++counters_.duplicate_late;
-    return Resolution::kDropped;
   }
   if (!resolves) {
     if (held_lates_ >= options_.max_held_lates) {

@@ -26,9 +26,7 @@
 //     none). It resolves S ∩ outstanding; the ids of
 //     M that are neither outstanding nor already merged become outstanding
 //     (nested timeouts). A late whose S overlaps ids already merged from
-//     another late (it would count them twice) is a duplicate and is dropped,
-//     unless the op is min, max, and or or (x op x = x) and S holds an
-//     outstanding id too: it is merged.
+//     another late (it would count them twice) is a duplicate and is dropped.
 //     A late that resolves nothing is a duplicate too, but it is parked until
 //     the chunk finishes (counted duplicate_late then): when a nested missing
 //     list later makes one of its ids outstanding it resolves after all, so a

@@ -553,35 +553,6 @@ TEST(TanEngineTest, HeldLatesThatHoldTheMostAreMergedFirst) {
   }
 }
 
-// The same lates after the first data, the members' own data first: a sum
-// cannot take the partial (it would count 7 and 9 twice) and waits for 8's
-// own data; min, max, and and or take it, which counts them twice as once.
-TEST(TanEngineTest, AnIdempotentOpMergesALatePartialThatOverlapsWhatItHas) {
-  for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kOr}) {
-    Tan tan;
-    Spec first = First(Pack<int32_t>({1000}), {7, 8, 9});
-    first.op = op;
-    Spec l7 = Late(7, Pack<int32_t>({1}));
-    Spec l9 = Late(9, Pack<int32_t>({100}));
-    // 7, 8 and 9 hold 1, 10 and 100: their sum and their bitwise or are 111.
-    Spec partial = Late(102, Pack<int32_t>({op == ReduceOp::kMax ? 100 : 111}), {7, 8, 9});
-    partial.flags |= flags::kContent;
-    for (Spec* sp : {&l7, &l9, &partial}) sp->op = op;
-    EXPECT_TRUE(tan.Feed(first, 0).empty());
-    EXPECT_TRUE(tan.Feed(l7, 1).empty());
-    EXPECT_TRUE(tan.Feed(l9, 2).empty());
-    if (op == ReduceOp::kSum) {
-      EXPECT_TRUE(tan.Feed(partial, 3).empty()) << "8 still outstanding";
-      EXPECT_EQ(tan.counters().duplicate_late, 1u);
-      continue;
-    }
-    const Parsed r = tan.FeedForResult(partial, 3);
-    ExpectCompleteResult(r);
-    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{op == ReduceOp::kMax ? 1000 : (1000 | 111)});
-    EXPECT_EQ(tan.counters().duplicate_late, 0u);
-  }
-}
-
 TEST(TanEngineTest, NestedTimeoutMakesTheLatePartialsMissingIdsOutstanding) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {100}), 0).empty());
