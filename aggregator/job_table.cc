@@ -79,6 +79,7 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       generation_(generation),
       member_(new Member[spec.members]),
       seen_(new std::atomic<uint32_t>[spec.members]),
+      bound_at_(new std::atomic<uint32_t>[spec.members]),
       placement_(spec.partition
                      ? JobPlacement::Partition(spec.partition->base, spec.partition->span)
                      : JobPlacement::Hash(SlotOffset(slot_secret, spec.id))),
@@ -102,7 +103,10 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       hops_(new Member[2 + spec.upstreams.size()]),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
-  for (uint16_t i = 0; i < spec.members; ++i) seen_[i].store(0, std::memory_order_relaxed);
+  for (uint16_t i = 0; i < spec.members; ++i) {
+    seen_[i].store(0, std::memory_order_relaxed);
+    bound_at_[i].store(0, std::memory_order_relaxed);
+  }
   if (!spec.member_nodes.empty()) {
     // Contiguous ids (a rack's ranks) map by subtraction; anything else by search.
     bool contiguous = true;
@@ -137,33 +141,76 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       hops_[hop].l2.store(renewed->hops_[hop].l2.load(std::memory_order_relaxed), std::memory_order_relaxed);
       hops_[hop].l3.store(renewed->hops_[hop].l3.load(std::memory_order_relaxed), std::memory_order_relaxed);
     }
+    // Straggler predictions applied stay: they are about the members'
+    // places in the fabric, not about one run of their processes.
+    for (uint16_t i = 0; i < members_; ++i) {
+      if (renewed->Excluded(i)) (void)SetExcluded(i, true);
+    }
     ended_.reset(new uint32_t[members_]);
     ended_sorted_.reset(new uint32_t[members_]);
     for (uint16_t i = 0; i < members_; ++i) ended_[i] = renewed->MemberIncarnation(i);
+    // The members that bound after the member that came back last sent as
+    // its old process came after that run: the new run's processes that
+    // sent first. They keep their incarnations (their addresses bind
+    // afresh); the rest of the old run ends. (A run whose ranks share a run
+    // id ends whole.)
+    const std::optional<uint64_t> request = renewed->NewRunRequest();
+    if (request && renewed->run_id_.load(std::memory_order_relaxed) == 0) {
+      const auto back = static_cast<uint16_t>(*request >> 32);
+      const uint32_t last = renewed->seen_[back].load(std::memory_order_relaxed);
+      for (uint16_t i = 0; i < members_; ++i) {
+        if (i == back || ended_[i] == 0) continue;
+        const auto after =
+            static_cast<int32_t>(renewed->bound_at_[i].load(std::memory_order_relaxed) - last);
+        if (after <= 0) continue;
+        member_[i].run.store(kValid | uint64_t{ended_[i]} << 32, std::memory_order_relaxed);
+        bound_at_[i].store(renewed->bound_at_[i].load(std::memory_order_relaxed),
+                           std::memory_order_relaxed);
+        runs_bound_.fetch_add(1, std::memory_order_relaxed);
+        ended_[i] = 0;
+      }
+    }
     std::copy(ended_.get(), ended_.get() + members_, ended_sorted_.get());
     std::sort(ended_sorted_.get(), ended_sorted_.get() + members_);
   }
 }
 
-bool Job::BindRun(uint16_t index, uint64_t seen, uint32_t incarnation) const {
+bool Job::BindRun(uint16_t index, uint64_t seen, uint32_t incarnation, uint32_t now) const {
   const uint64_t run = kValid | uint64_t{incarnation} << 32;
   uint64_t expected = seen;
   if (!member_[index].run.compare_exchange_strong(expected, run, std::memory_order_relaxed)) {
     return expected == run;
   }
+  if ((seen & kValid) == 0) bound_at_[index].store(now, std::memory_order_relaxed);
   if ((seen & kValid) == 0 &&
       runs_bound_.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
     // Every member has sent: the label is a hash of their incarnations, in
-    // member order, never 0.
-    uint64_t h = 0x6a09e667f3bcc908ull ^ id_;
-    for (uint16_t i = 0; i < members_; ++i) {
-      h = (h ^ member_[i].run.load(std::memory_order_relaxed)) * 0x9e3779b97f4a7c15ull;
-      h ^= h >> 29;
-    }
-    const auto label = static_cast<uint32_t>(h ^ h >> 32);
-    label_.store(label == 0 ? 1 : label, std::memory_order_relaxed);
+    // member order, never 0 (unless UpLabel fixed one first).
+    uint32_t none = 0;
+    label_.compare_exchange_strong(none, HashRuns(), std::memory_order_relaxed);
   }
   return true;
+}
+
+uint32_t Job::HashRuns() const {
+  uint64_t h = 0x6a09e667f3bcc908ull ^ id_;
+  for (uint16_t i = 0; i < members_; ++i) {
+    h = (h ^ member_[i].run.load(std::memory_order_relaxed)) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+  }
+  const auto label = static_cast<uint32_t>(h ^ h >> 32);
+  return label == 0 ? 1 : label;
+}
+
+uint32_t Job::UpLabel() const {
+  uint32_t label = label_.load(std::memory_order_relaxed);
+  if (label != 0 || runs_bound_.load(std::memory_order_acquire) == 0) return label;
+  // Something must go up before every member has sent (one is late from the
+  // run's start, or never comes): the label of the members that have, fixed
+  // from now on for this generation. Members not yet in hash as nothing.
+  uint32_t none = 0;
+  const uint32_t fixed = HashRuns();
+  return label_.compare_exchange_strong(none, fixed, std::memory_order_relaxed) ? fixed : none;
 }
 
 void Job::RequestNewRun(uint16_t index, uint32_t incarnation) const {

@@ -281,8 +281,14 @@ class alignas(64) Job {
   // first nonzero one a member's datagrams carry in this generation. Another
   // one is a new run of the job: the control thread makes the job a new
   // generation (JobTable::Renew), whose members bind afresh, and the old
-  // generation's incarnations are the new one's ended ones. Incarnation 0
-  // (a child switch before its run label) binds nothing and is never new.
+  // generation's incarnations are the new one's ended ones, but for those
+  // of members that bound after the member that came back had last sent
+  // as its old process: they came after that run, and are the new run's
+  // processes that sent first (they keep their incarnations). Only from the
+  // host the member is bound to, or once its address has been silent for
+  // `rebind_ticks` (MayRenew): from elsewhere it is refused as any other
+  // datagram from another address is. Incarnation 0 (a child switch before
+  // its run label) binds nothing and is never new.
   enum class Bind : uint8_t {
     kKnown,     // from the bound address
     kBound,     // the member's first datagram: bound now
@@ -306,10 +312,10 @@ class alignas(64) Job {
       uint32_t shared = run_id_.load(std::memory_order_relaxed);
       if (shared != incarnation) {
         if (EndedAnywhere(incarnation)) return Bind::kRunEnded;
-        if (shared != 0) return Bind::kNewRun;
+        if (shared != 0) return MayRenew(index, from, now, rebind_ticks) ? Bind::kNewRun : Bind::kRefused;
         if (!run_id_.compare_exchange_strong(shared, incarnation, std::memory_order_relaxed) &&
             shared != incarnation) {
-          return Bind::kNewRun;
+          return MayRenew(index, from, now, rebind_ticks) ? Bind::kNewRun : Bind::kRefused;
         }
       }
     }
@@ -320,13 +326,15 @@ class alignas(64) Job {
       if ((run & kValid) == 0) {
         bind_run = true;  // the member's first datagram in this generation
       } else if (incarnation != 0) {
-        if ((run >> 32) != 0) return Bind::kNewRun;
+        if ((run >> 32) != 0) {
+          return MayRenew(index, from, now, rebind_ticks) ? Bind::kNewRun : Bind::kRefused;
+        }
         bind_run = true;  // its first incarnation: it had sent none
       }
       // Else none from a member bound with one: no identity, nothing changes.
     }
     const Bind bound = BindAddress(index, from, now, rebind_ticks);
-    if (bind_run && bound != Bind::kRefused && !BindRun(index, run, incarnation)) {
+    if (bind_run && bound != Bind::kRefused && !BindRun(index, run, incarnation, now)) {
       return Bind::kNewRun;
     }
     return bound;
@@ -365,8 +373,15 @@ class alignas(64) Job {
   // member by its incarnation. A hash of every member's incarnation, set
   // once every member has sent in this generation (so the same run gives the
   // same label after this switch restarts, and a new run another); 0
-  // before, and nothing goes up then (TreeStage). [any]
+  // before, unless UpLabel fixed one. [any]
   uint32_t label() const { return label_.load(std::memory_order_relaxed); }
+  // The label to send up with now: label(), or, when something must go up
+  // before every member has sent (a member late from the run's start, or
+  // one that never comes), a hash of the incarnations of those that have,
+  // fixed from then on for this generation (a new run still gets another:
+  // its members are new processes). 0 while no member has sent: nothing
+  // goes up then (TreeStage). [any]
+  uint32_t UpLabel() const;
   // A worker met a new incarnation for member `index`: asks the control
   // thread for a new generation (JobTable::TakeNewRuns). [any]
   void RequestNewRun(uint16_t index, uint32_t incarnation) const;
@@ -674,11 +689,33 @@ class alignas(64) Job {
     Touch(index, now);
     return result;
   }
+  // Whether `from` may start a new run for member `index`: the member is not
+  // bound yet, `from` is on the host it is bound to (the same ingress port,
+  // MAC, VLAN and IP address; any UDP port, which a restarted process draws
+  // anew), or its bound address has been silent for `rebind_ticks` (as
+  // BindAddress rebinds). Another host, while the rank is alive, is refused.
+  bool MayRenew(uint16_t index, const MemberAddr& from, uint32_t now,
+                uint32_t rebind_ticks) const {
+    const Member& m = member_[index];
+    const uint64_t bound2 = m.l2.load(std::memory_order_relaxed);
+    if ((bound2 & kValid) == 0) return true;
+    const uint64_t l2 = (from.mac48 << 16) | (uint64_t{from.port_index} << 8) | kValid;
+    constexpr uint64_t kAllButUdpPort = ~(uint64_t{0xffff} << 16);
+    const uint64_t host3 =
+        (uint64_t{from.ip} << 32) | (uint64_t{from.vlan & 0xfffu} << 4) | kValid;
+    if (bound2 == l2 && (m.l3.load(std::memory_order_relaxed) & kAllButUdpPort) == host3) {
+      return true;
+    }
+    const uint32_t silent = now - seen_[index].load(std::memory_order_relaxed);
+    return rebind_ticks != 0 && silent >= rebind_ticks;
+  }
   // Moves member `index`'s run from `seen` (nothing, or a first datagram
   // without an incarnation) to `incarnation`; false when another lcore bound
   // another one first. The last member to send its first datagram sets the
   // run label.
-  bool BindRun(uint16_t index, uint64_t seen, uint32_t incarnation) const;
+  bool BindRun(uint16_t index, uint64_t seen, uint32_t incarnation, uint32_t now) const;
+  // A hash of the members' run words in member order (never 0).
+  uint32_t HashRuns() const;
   void Touch(uint16_t index, uint32_t now) const {
     if (seen_[index].load(std::memory_order_relaxed) != now) {
       seen_[index].store(now, std::memory_order_relaxed);
@@ -755,6 +792,8 @@ class alignas(64) Job {
   // When each member last sent (BindMember's clock), by member index; own
   // array, so that the members' cache lines stay two to a line.
   const std::unique_ptr<std::atomic<uint32_t>[]> seen_;
+  // When each member bound its run in this generation (the same clock).
+  const std::unique_ptr<std::atomic<uint32_t>[]> bound_at_;
   const JobPlacement placement_;
   const JobSpec::Placed placed_;
   const uint32_t slot_quota_;

@@ -143,9 +143,11 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   const auto header_offset =
       static_cast<uint32_t>(reinterpret_cast<const uint8_t*>(pkt.header) - data);
   // Where answers go. A hand-off was checked where it arrived; its answers
-  // (slot outcomes only) use the member's bound address instead.
+  // (slot outcomes only) use the member's bound address instead. A datagram
+  // made for the sender (a NOTICE) carries the sender's incarnation back, or
+  // the sender would take it for another run's.
   const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(in_port), meta.vlan,
-                                      udp.src_ip, udp.src_port};
+                                      udp.src_ip, udp.src_port, h.incarnation.host()};
   // A result or an exception from above: the parent switch's, or the TAN's.
   const bool from_above = opcode == Opcode::kResult || opcode == Opcode::kExceptionRetransmit;
   const aggregator::Job* job = s_.jobs->Find(h.job_id.host());
@@ -299,14 +301,16 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       const bool excluded = job->Excluded(index);
       // A FETCH, and a contribution to a job that only stores, take no slot.
       const bool slotless = opcode == Opcode::kFetch || !job->aggregates();
-      if (opcode != Opcode::kQuery && !at_ps && !slotless && (flagged || excluded)) {
+      if (opcode != Opcode::kQuery && !at_ps && !slotless && flagged != excluded) {
+        answers_.SendNotice(*job, h.node_id.host(), h.seq.host(),
+                            excluded ? aggregator::NoticeKind::kSelfFlag
+                                     : aggregator::NoticeKind::kStopFlag,
+                            sender);
+      }
+      // Flagged by a member this switch no longer excludes (the prediction
+      // changed since it was told): the slot waits for it, and counts it.
+      if (opcode != Opcode::kQuery && !at_ps && !slotless && excluded) {
         c.late_self_flagged.Add(1);
-        if (flagged != excluded) {
-          answers_.SendNotice(*job, h.node_id.host(), h.seq.host(),
-                              excluded ? aggregator::NoticeKind::kSelfFlag
-                                       : aggregator::NoticeKind::kStopFlag,
-                              sender);
-        }
         tree_.ForwardLate(m, *job, header_offset, in_port);
         return false;
       }

@@ -2459,12 +2459,13 @@ TEST_F(ParameterNodeTest, ALeafCarriesFinalUpInItsPartial) {
   EXPECT_EQ(Agg().final_deliveries.Get(), 0u) << "only the root delivers";
 }
 
-// Nothing of a job goes up the tree before its run label, which every
-// member's first datagram in the job's generation sets: the parent would
-// not know which run it belongs to. A member's data for the parameter node
-// waits (counted up_unlabelled) until the other member has sent, then goes
-// (as a partial listing the chunk's members, and the data) under the label.
-TEST_F(ParameterNodeTest, NothingGoesUpBeforeEveryMemberHasSent) {
+// What a leaf sends up carries its run label: a hash of its members'
+// incarnations once every member has sent. Something that must go up
+// before (here member 0's data for the parameter node, while member 1 is
+// late from the start) goes under a label of the members that have sent,
+// fixed from then on for the run: member 1's first datagram does not change
+// it, or the parent would take the rest of the run for a new one.
+TEST_F(ParameterNodeTest, ALeafSendsUpBeforeEveryMemberHasSentUnderAFixedLabel) {
   aggregator::JobSpec spec;
   spec.id = 9;
   spec.key = 0x5eed;
@@ -2474,22 +2475,22 @@ TEST_F(ParameterNodeTest, NothingGoesUpBeforeEveryMemberHasSent) {
   ASSERT_TRUE(jobs_->Add(spec).ok());
   const aggregator::Job* job = jobs_->Find(9);
   job->SetHop(job->ParentHop(0), PsHop());
+  EXPECT_EQ(job->label(), 0u);
   Inject(0, ForPs(9, 3, 0, 4, {5}));
   Step();
   auto out = Drain();
-  EXPECT_TRUE(out[1].empty()) << "held back: member 1 has not sent";
-  EXPECT_EQ(Agg().up_unlabelled.Get(), 1u);
-  EXPECT_EQ(jobs_->Find(9)->label(), 0u);
-  Heard(9, 2);
+  ASSERT_FALSE(out[1].empty()) << "member 1 has not sent, and the chunk goes up all the same";
   const uint32_t label = jobs_->Find(9)->label();
   ASSERT_NE(label, 0u);
-  Inject(0, ForPs(9, 3, 0, 4, {5}));
+  for (const Frame& f : out[1]) EXPECT_EQ(ParseResult(f).fields.incarnation, label);
+  EXPECT_EQ(Agg().up_unlabelled.Get(), 0u);
+  Heard(9, 2);  // member 1 comes
+  EXPECT_EQ(jobs_->Find(9)->label(), label) << "fixed for the run";
+  Inject(0, ForPs(9, 4, 1, 4, {6}));
   Step();
   out = Drain();
   ASSERT_FALSE(out[1].empty());
-  for (const Frame& f : out[1]) {
-    EXPECT_EQ(ParseResult(f).fields.incarnation, label) << "up under the run label";
-  }
+  for (const Frame& f : out[1]) EXPECT_EQ(ParseResult(f).fields.incarnation, label);
 }
 
 // A straggler prediction applied after a chunk's slot took its first
@@ -2521,6 +2522,24 @@ TEST_F(ParameterNodeTest, ASlotWaitingOnlyForExcludedMembersGoesOn) {
   const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
   ASSERT_EQ(results.size(), 3u);
   for (const Result& r : results) EXPECT_EQ(r.payload, Int32Payload({321}));
+}
+
+// A predicted straggler's data goes around the slot, and the member is told
+// to flag it (NOTICE self-flag) with its own incarnation: a NOTICE of
+// another run's (0 before) the member drops, and it never flagged its data.
+TEST_F(ParameterNodeTest, ASelfFlagNoticeCarriesTheMembersIncarnation) {
+  AddJobWithPs(13, 3);
+  ASSERT_TRUE(jobs_->Find(13)->SetExcluded(2, true));
+  Frame f = Contribution(13, 5, 2, Int32Payload({300}));
+  HeaderOf(f)->incarnation = common::be32_t::FromHost(0x1002);  // as Heard bound it
+  Inject(0, f);
+  Step();
+  auto out = Drain();
+  const std::vector<Result> notices = WithOpcode(out[0], aggregator::Opcode::kNotice);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kSelfFlag));
+  EXPECT_EQ(notices[0].fields.incarnation, 0x1002u);
+  EXPECT_EQ(Agg().late_self_flagged.Get(), 1u);
 }
 
 // A FINAL chunk whose slot timed out goes through the TAN; the result the

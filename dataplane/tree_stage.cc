@@ -241,10 +241,11 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
                                 const uint8_t* payload, uint32_t payload_len, rte_mbuf* carrier,
                                 uint32_t header_offset) {
   AggregationCounters& c = stats_.lcore.agg;
-  if (job.label() == 0) {
+  const uint32_t label = job.UpLabel();
+  if (label == 0) {
     // The parent (or the TAN) knows this switch's run by its label; without
     // one it could take this run's chunk for another's (docs/protocol.md,
-    // "Runs"). Every member's first datagram sets it.
+    // "Runs"). A member's first datagram gives it one.
     c.up_unlabelled.Add(1);
     return Up::kUnlabelled;
   }
@@ -272,7 +273,7 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
   m->data_len = static_cast<uint16_t>(len);
   m->pkt_len = len;
   f.job_key = job.key();  // the parent switch, or the TAN, checks it
-  f.incarnation = job.label();  // and binds this switch's run by it
+  f.incarnation = label;  // and binds this switch's run by it
   if (job.announces_upstream()) {
     // The parent knows the job from this: its members are the job's nodes,
     // and it is the root.
@@ -366,7 +367,7 @@ aggregator::AggHeader* TreeStage::TrimToDatagram(rte_mbuf* m, const aggregator::
   h->flags = common::be16_t::FromHost(static_cast<uint16_t>(h->flags.host() | add_flags));
   // On up under this switch's run label, as its partials go: the parent
   // and the TAN know this switch's run, not its members'.
-  h->incarnation = common::be32_t::FromHost(job.label());
+  h->incarnation = common::be32_t::FromHost(job.UpLabel());
   const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h->missing_count +
                        h->elem_count.host() * static_cast<uint32_t>(aggregator::ElementSize(
                                                   static_cast<aggregator::DType>(h->dtype)));
@@ -396,9 +397,8 @@ void TreeStage::ForwardToPs(rte_mbuf* m, const aggregator::Job& job, uint32_t he
 }
 
 bool TreeStage::Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_port) {
-  if (job.label() != 0) return true;
-  // As SendUp: nothing goes up before the run label. The member's resend
-  // goes once every member has sent.
+  if (job.UpLabel() != 0) return true;
+  // As SendUp: nothing goes up before the run label.
   stats_.lcore.agg.up_unlabelled.Add(1);
   tx_.Drop(in_port, DropReason::kAggUnlabelled, m);
   return false;

@@ -42,7 +42,6 @@ Exit 0 when the result (or distribution, or ACK) matches, 1 when it does
 not, 2 on a timeout, 3 on a NACK. Standard library only.
 """
 import argparse
-import random
 import socket
 import struct
 import sys
@@ -50,9 +49,12 @@ import time
 
 MAGIC, VERSION, CONTRIBUTION, RESULT, ACK, NACK, DISTRIBUTE, FETCH = 0xA65C, 2, 1, 3, 8, 9, 12, 13
 HEADER = struct.Struct("!HBBHHIIQIIHHHHBBbBII")  # 52 bytes, docs/protocol.md
-# This process's run of its job (docs/protocol.md, "Runs"): every datagram
-# carries it, and the switch's answers to a member carry it back.
-INCARNATION = random.getrandbits(32) | 1
+# The run of its job this process belongs to (docs/protocol.md, "Runs"):
+# every datagram carries it, and the switch's answers to a member carry it
+# back. One invocation stands for one step of a long-lived rank, so by
+# default every invocation for a job shares one (--incarnation: another
+# process, a new run).
+INCARNATION = 0
 FLAG_RETRANSMISSION = 1 << 1
 FLAG_TASK_INFO = 1 << 7
 FLAG_RELEASE = 1 << 10
@@ -106,7 +108,12 @@ def main():
     ap.add_argument("--receive-final", action="store_true")
     ap.add_argument("--linger", type=float, default=1.0)
     ap.add_argument("--node", type=int, default=0)
+    ap.add_argument("--incarnation", type=lambda s: int(s, 0), default=None,
+                    help="this process's run (default: one per job id)")
     a = ap.parse_args()
+    global INCARNATION
+    INCARNATION = a.incarnation if a.incarnation is not None else \
+        ((a.job * 2654435761) & 0xFFFFFFFF) | 1
     if a.fetch is not None:
         return fetch(a)
     if a.main_server:

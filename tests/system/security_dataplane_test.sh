@@ -14,9 +14,10 @@
 #     good): rate limited, bounded, and API jobs never kept out;
 #   - one datagram that takes another tenant's job id: free again after the
 #     idle timeout, at once for a job the operator provisions;
-#   - contributions as rank 1 of job 7, from another port, from rank 1's IP
-#     spoofed, and from another process on rank 1's host: refused, job 7's
-#     results exact;
+#   - contributions as rank 1 of job 7, each with an incarnation of its own,
+#     from another port and from rank 1's IP spoofed: refused, job 7's
+#     results exact; from another process on rank 1's host: a new run of
+#     job 7, whose old run's ranks are told so, none with a wrong sum;
 #   - 10^6 datagrams for distinct unknown jobs while job 7 runs, three
 #     times: job 7 exact, at most 1.5 x its clean time in the median round,
 #     the switch's memory bounded.
@@ -280,11 +281,10 @@ forged_members() {
   topo_exec a0 ip addr add 10.0.50.2/32 dev eth0
   (
     sleep 0.5
-    # Rank 1 from the attacker's port; with rank 1's IP; from another
-    # process on rank 1's own host.
+    # Rank 1 from the attacker's port; with rank 1's IP. Each with an
+    # incarnation of its own: from another host that is no new run.
     topo_exec a0 "${ATTACK[@]}" --key 0x5eed member --job 7 --node 1 --count 300 --first-seq "$NEXT_SEQ" >"$WORK/forge.port.json"
     topo_exec a0 "${ATTACK[@]}" --key 0x5eed --bind 10.0.50.2 member --job 7 --node 1 --count 300 --first-seq "$NEXT_SEQ" >"$WORK/forge.ip.json"
-    topo_exec w1 "${ATTACK[@]}" --key 0x5eed member --job 7 --node 1 --count 300 --first-seq "$NEXT_SEQ" >"$WORK/forge.host.json"
   ) &
   local forger=$!
   job7 forged --dtype int32 --op sum --size 1M --iterations 8 || rc=1
@@ -300,7 +300,33 @@ for p in sys.argv[1:]:
   [ "$(metric aggswitch_aggregation_member_refused_total)" -ge 100 ] || rc=1
   return $rc
 }
-check "rank 1 forged from another port, with its IP spoofed, from its own host: refused, job 7 exact" forged_members
+check "rank 1 forged from another port, with its IP spoofed: refused, job 7 exact" forged_members
+# Another process on rank 1's own host that holds the key looks like rank 1
+# restarted (docs/security.md): it starts a new run of job 7, and the ranks
+# of the run it ended are told so. None of them gets a wrong sum.
+same_host_forger() {
+  local rc=0
+  ( sleep 0.5
+    topo_exec w1 "${ATTACK[@]}" --key 0x5eed member --job 7 --node 1 --count 300 --first-seq "$NEXT_SEQ" >"$WORK/forge.host.json" ) &
+  local forger=$!
+  if job7 forged-host --dtype int32 --op sum --size 1M --iterations 200; then
+    report "job 7 ran to the end: the forger came too late"
+    rc=1
+  fi
+  wait "$forger"
+  cat "$WORK/forge.host.json"
+  grep -l "run ended (NACK 21)" "$WORK"/forged-host.*.out >/dev/null || { report "no rank was told its run ended"; rc=1; }
+  if grep -il "mismatch" "$WORK"/forged-host.*.out; then report "a rank's sum was wrong"; rc=1; fi
+  report "new runs: $(metric aggswitch_aggregation_new_run_total), run ended: $(metric aggswitch_aggregation_run_ended_total)"
+  # The forger's run had every member bound once the real ranks came back
+  # (its rank 1 and their 0, 2 and 3): the real rank 1 ends that whole run,
+  # and the others are told to start again, as a mix of runs is. Started
+  # again together, the ranks run exact.
+  job7 after-host-forger-mixed >/dev/null 2>&1
+  job7 after-host-forger || rc=1
+  return $rc
+}
+check "  ... from another process on its own host: a new run, the old run's ranks told run ended, no wrong sum" same_host_forger
 
 # --- 5. 10^6 datagrams for distinct unknown jobs.
 # Three rounds, each a clean run of job 7 and then one under a flood of 10^6

@@ -498,7 +498,7 @@ elapsed
 # straggler under each of LEAVES (leafa, leafb), the counters of the bypass
 # path: timeouts and bypass entries at those leaves, the late data forwarded
 # by the spine without being counted (two contributions per chunk there: the
-# leaves' partials), merged by the TAN; no entry left.
+# leaves' partials), merged by the TAN.
 straggler_counters() {
   local name="$1" leaves="$2" rc=0 n s late=0 punctual=0
   n=$(chunks "$name")
@@ -525,10 +525,8 @@ straggler_counters() {
   expect_ps merged -eq $((late * n)) || rc=1
   expect_ps completed -eq "$n" || rc=1
   expect_ps gave_up -eq 0 || rc=1
-  for s in "${SWITCHES[@]}"; do
-    expect "$s" bypass_created -eq "$(($(delta "$s" bypass_matched) + $(delta "$s" bypass_expired)))" || rc=1
-    expect_gauge "$s" bypass_entries -eq 0 || rc=1
-  done
+  # The entries stay until bypass.ttl_ms (a straggler's resend goes the
+  # same way as its first datagram); check 15 sees every one expire.
   return $rc
 }
 # one_straggler: the run, with aggctl bypass at leaf A polled while rank 2
@@ -553,14 +551,15 @@ one_straggler() {
     echo "aggctl bypass at leaf A never listed an entry for node 2; last answer:"; echo "$out"
     rc=1
   fi
+  # They stay until bypass.ttl_ms, and are rank 2's alone.
   out=$(topo_exec leafa "$AGGCTL" -s "127.0.0.1:${HTTP[leafa]}" bypass --job 7 2>&1)
-  say "after the run: $out"
-  [ "$out" = "0 live bypass entries; 0 shown (job 7)" ] || rc=1
+  say "after the run: $(tail -1 <<<"$out")"
+  awk '$2 == 7 { n++; if ($4 != 2) bad = 1 } END { exit bad || !n }' <<<"$out" || rc=1
   return $rc
 }
 start_ps
 snapshot
-check "one straggler (rank 2, 500 ms late): int32 sum, 16 KiB x 2, every rank verified; aggctl bypass lists its entries while it is late, none after" \
+check "one straggler (rank 2, 500 ms late): int32 sum, 16 KiB x 2, every rank verified; aggctl bypass lists its entries while it is late, and rank 2's alone after" \
   one_straggler && show_notes
 rm -f "$WORK/NOTES"
 check "  ... leaf A timed out and bypassed it, the spine forwarded it unreduced, the TAN merged it" \
@@ -975,7 +974,6 @@ applied_counters() {
   expect_ps merged -eq $((2 * n)) || rc=1
   expect_ps completed -eq "$n" || rc=1
   expect_ps gave_up -eq 0 || rc=1
-  expect_gauge leafa bypass_entries -eq 0 || rc=1
   # Rank 2's wire: a NOTICE (self-flag), then its contributions flagged BYPASS.
   wire applied '
 notices = [x["t"] for x in r if x["op"] == 10 and not x["out"] and x["node"] == 2 and x["aux"] == 1]
@@ -1177,7 +1175,6 @@ subswitch_counters() {
   expect spine late_flagged -ge "$n" || rc=1
   expect spine late_forwarded -ge "$n" || rc=1
   expect spine first_data_sent -ge "$n" || rc=1
-  expect_gauge spine bypass_entries -eq 0 || rc=1
   expect_ps merged -eq "$n" || rc=1
   expect_ps completed -eq "$n" || rc=1
   expect_ps gave_up -eq 0 || rc=1
@@ -1508,15 +1505,17 @@ rm -f "$WORK/NOTES"
 elapsed
 
 # --- 15. Nothing held: no bypass entry and no armed slot timer on any switch
-# (the entries of check 6, whose straggler never came, expired after
-# bypass.ttl_ms); agg-ps holds no chunk and no late data.
+# (every entry, kept until bypass.ttl_ms, has expired by then; the check
+# waits out the TTL); agg-ps holds no chunk and no late data (its give-up
+# time past: what the last checks left open ends there).
 released() {
   local rc=0 s i
-  for i in $(seq 1 120); do
+  for i in $(seq 1 200); do
     rc=0
     for s in "${SWITCHES[@]}"; do
       [ "$(metric "$s" bypass_entries)" -eq 0 ] && [ "$(metric "$s" slot_timers)" -eq 0 ] || rc=1
     done
+    [ "$(ps_stat pending)" -eq 0 ] && [ "$(ps_stat held_lates)" -eq 0 ] || rc=1
     [ "$rc" -eq 0 ] && break
     sleep 0.1
   done
