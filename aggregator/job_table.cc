@@ -79,7 +79,6 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       generation_(generation),
       member_(new Member[spec.members]),
       seen_(new std::atomic<uint32_t>[spec.members]),
-      bound_at_(new std::atomic<uint32_t>[spec.members]),
       placement_(spec.partition
                      ? JobPlacement::Partition(spec.partition->base, spec.partition->span)
                      : JobPlacement::Hash(SlotOffset(slot_secret, spec.id))),
@@ -103,10 +102,7 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       hops_(new Member[2 + spec.upstreams.size()]),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
-  for (uint16_t i = 0; i < spec.members; ++i) {
-    seen_[i].store(0, std::memory_order_relaxed);
-    bound_at_[i].store(0, std::memory_order_relaxed);
-  }
+  for (uint16_t i = 0; i < spec.members; ++i) seen_[i].store(0, std::memory_order_relaxed);
   if (!spec.member_nodes.empty()) {
     // Contiguous ids (a rack's ranks) map by subtraction; anything else by search.
     bool contiguous = true;
@@ -149,39 +145,17 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
     ended_.reset(new uint32_t[members_]);
     ended_sorted_.reset(new uint32_t[members_]);
     for (uint16_t i = 0; i < members_; ++i) ended_[i] = renewed->MemberIncarnation(i);
-    // The members that bound after the member that came back last sent as
-    // its old process came after that run: the new run's processes that
-    // sent first. They keep their incarnations (their addresses bind
-    // afresh); the rest of the old run ends. (A run whose ranks share a run
-    // id ends whole.)
-    const std::optional<uint64_t> request = renewed->NewRunRequest();
-    if (request && renewed->run_id_.load(std::memory_order_relaxed) == 0) {
-      const auto back = static_cast<uint16_t>(*request >> 32);
-      const uint32_t last = renewed->seen_[back].load(std::memory_order_relaxed);
-      for (uint16_t i = 0; i < members_; ++i) {
-        if (i == back || ended_[i] == 0) continue;
-        const auto after =
-            static_cast<int32_t>(renewed->bound_at_[i].load(std::memory_order_relaxed) - last);
-        if (after <= 0) continue;
-        member_[i].run.store(kValid | uint64_t{ended_[i]} << 32, std::memory_order_relaxed);
-        bound_at_[i].store(renewed->bound_at_[i].load(std::memory_order_relaxed),
-                           std::memory_order_relaxed);
-        runs_bound_.fetch_add(1, std::memory_order_relaxed);
-        ended_[i] = 0;
-      }
-    }
     std::copy(ended_.get(), ended_.get() + members_, ended_sorted_.get());
     std::sort(ended_sorted_.get(), ended_sorted_.get() + members_);
   }
 }
 
-bool Job::BindRun(uint16_t index, uint64_t seen, uint32_t incarnation, uint32_t now) const {
+bool Job::BindRun(uint16_t index, uint64_t seen, uint32_t incarnation) const {
   const uint64_t run = kValid | uint64_t{incarnation} << 32;
   uint64_t expected = seen;
   if (!member_[index].run.compare_exchange_strong(expected, run, std::memory_order_relaxed)) {
     return expected == run;
   }
-  if ((seen & kValid) == 0) bound_at_[index].store(now, std::memory_order_relaxed);
   if ((seen & kValid) == 0 &&
       runs_bound_.fetch_add(1, std::memory_order_acq_rel) + 1 == members_) {
     // Every member has sent: the label is a hash of their incarnations, in

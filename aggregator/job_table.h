@@ -281,10 +281,7 @@ class alignas(64) Job {
   // first nonzero one a member's datagrams carry in this generation. Another
   // one is a new run of the job: the control thread makes the job a new
   // generation (JobTable::Renew), whose members bind afresh, and the old
-  // generation's incarnations are the new one's ended ones, but for those
-  // of members that bound after the member that came back had last sent
-  // as its old process: they came after that run, and are the new run's
-  // processes that sent first (they keep their incarnations). Only from the
+  // generation's incarnations are the new one's ended ones. Only from the
   // host the member is bound to, or once its address has been silent for
   // `rebind_ticks` (MayRenew): from elsewhere it is refused as any other
   // datagram from another address is. Incarnation 0 (a child switch before
@@ -334,7 +331,7 @@ class alignas(64) Job {
       // Else none from a member bound with one: no identity, nothing changes.
     }
     const Bind bound = BindAddress(index, from, now, rebind_ticks);
-    if (bind_run && bound != Bind::kRefused && !BindRun(index, run, incarnation, now)) {
+    if (bind_run && bound != Bind::kRefused && !BindRun(index, run, incarnation)) {
       return Bind::kNewRun;
     }
     return bound;
@@ -713,7 +710,7 @@ class alignas(64) Job {
   // without an incarnation) to `incarnation`; false when another lcore bound
   // another one first. The last member to send its first datagram sets the
   // run label.
-  bool BindRun(uint16_t index, uint64_t seen, uint32_t incarnation, uint32_t now) const;
+  bool BindRun(uint16_t index, uint64_t seen, uint32_t incarnation) const;
   // A hash of the members' run words in member order (never 0).
   uint32_t HashRuns() const;
   void Touch(uint16_t index, uint32_t now) const {
@@ -792,8 +789,6 @@ class alignas(64) Job {
   // When each member last sent (BindMember's clock), by member index; own
   // array, so that the members' cache lines stay two to a line.
   const std::unique_ptr<std::atomic<uint32_t>[]> seen_;
-  // When each member bound its run in this generation (the same clock).
-  const std::unique_ptr<std::atomic<uint32_t>[]> bound_at_;
   const JobPlacement placement_;
   const JobSpec::Placed placed_;
   const uint32_t slot_quota_;

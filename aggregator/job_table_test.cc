@@ -312,36 +312,6 @@ TEST(JobTest, ABoundMemberIsRefusedFromElsewhereUntilSilentOrUnbound) {
 // run of the job, which the control thread starts by renewing the job; the
 // old run's incarnations then end. Once every member has one, the job has a
 // run label: the same members' incarnations give the same label.
-// A new run ends the old run's incarnations, but for those of members
-// that bound after the member that came back had last sent as its old
-// process: they are the new run's processes that sent first (into places
-// the old run had left free), and must not be told their run ended.
-// Without this, restarts of a job one of whose members had not sent went
-// round for ever: the others bound first, the member that came back ended
-// them.
-TEST(JobTest, MembersThatBoundAfterTheOldRunKeepTheirIncarnations) {
-  auto table = MakeTable();
-  const Job* job = *table->Add(Spec(1, 3));
-  const MemberAddr a = Addr(0x020000000001ull, 1, 0, 0x0a000a01, 40001);
-  const MemberAddr b = Addr(0x020000000002ull, 1, 0, 0x0a000a02, 40002);
-  const MemberAddr c = Addr(0x020000000003ull, 1, 0, 0x0a000a03, 40003);
-  ASSERT_EQ(job->BindMember(0, a, 0x1111, 10, 0), Job::Bind::kBound);  // the old run's rank 0
-  ASSERT_EQ(job->BindMember(1, b, 0x0b0b, 10, 0), Job::Bind::kBound);  // ... and rank 1
-  ASSERT_EQ(job->BindMember(0, a, 0x1111, 20, 0), Job::Bind::kKnown);  // rank 0 last sends
-  ASSERT_EQ(job->BindMember(2, c, 0x3333, 30, 0), Job::Bind::kBound);  // the new run's rank 2
-  ASSERT_EQ(job->BindMember(0, a, 0x4444, 31, 0), Job::Bind::kNewRun);  // its rank 0
-  job->RequestNewRun(0, 0x4444);
-  const Job* next = *table->Renew(1);
-  EXPECT_EQ(next->BindMember(0, a, 0x1111, 32, 0), Job::Bind::kRunEnded);
-  EXPECT_EQ(next->BindMember(1, b, 0x0b0b, 32, 0), Job::Bind::kRunEnded) << "bound before rank 0 last sent";
-  EXPECT_EQ(next->BindMember(2, c, 0x3333, 32, 0), Job::Bind::kBound) << "kept its incarnation";
-  EXPECT_EQ(next->MemberIncarnation(2), 0x3333u);
-  EXPECT_EQ(next->BindMember(0, a, 0x4444, 32, 0), Job::Bind::kBound);
-  EXPECT_EQ(next->label(), 0u) << "rank 1 of the new run has not sent";
-  EXPECT_EQ(next->BindMember(1, b, 0x5555, 33, 0), Job::Bind::kBound);
-  EXPECT_NE(next->label(), 0u);
-}
-
 TEST(JobTest, ANewIncarnationIsANewRunAndTheOldOneEnds) {
   auto table = MakeTable();
   JobSpec spec = Spec(1, 2);

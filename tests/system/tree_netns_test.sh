@@ -772,11 +772,14 @@ check "ordered float32, random delays 0-150 ms (threshold 1 s), $ORDERED_RUNS ru
 rm -f "$WORK/NOTES"
 elapsed
 
-# --- 6. A straggler that never comes.
+# --- 6. A straggler that never comes. Job 9, which no check runs again:
+# a run of job 7 would start next to the place rank 7 never took, and a
+# rank of the next run that took it first would end with this run
+# (docs/protocol.md, "Runs").
 never_comes() {
   local rc=0 t0 ms pids i code ranks
   t0=$(date +%s%N)
-  launch never 7 "0 1 2 3 4 5 6" --dtype int32 --size 4K --timeout-ms 8000
+  launch never 9 "0 1 2 3 4 5 6" --dtype int32 --size 4K --timeout-ms 8000
   read -r -a pids <<<"${RANK_PIDS[never]}"
   read -r -a ranks <<<"${RANK_LIST[never]}"
   for i in "${!pids[@]}"; do
