@@ -2693,6 +2693,7 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
   EXPECT_EQ(up.fields.incarnation, jobs_->Find(7)->label()) << "this switch's run";
   EXPECT_EQ(up.fields.slot_hint, aggregator::kNoSlotHint);
   EXPECT_EQ(Agg().queries_up.Get(), 1u);
+  EXPECT_EQ(Agg().partials_sent.Get(), 1u) << "a question is no partial";
   // The parent answers with the chunk's result, as it answers a member.
   Inject(1, result);
   Step();

@@ -296,7 +296,7 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
   }
   const Up sent = m == carrier ? Up::kCarried : Up::kSent;
   if (!root) {
-    c.partials_sent.Add(1);
+    if (f.opcode != aggregator::Opcode::kQuery) c.partials_sent.Add(1);  // queries_up counts those
     SendToHop(m, job, job.ParentHop(f.addr_low), kOwnFrame);
     return sent;
   }
