@@ -54,6 +54,18 @@ void PsEngine::OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t no
     OnVerify(pkt, from, now_ns, out);
     return;
   }
+  if (pkt.opcode == Opcode::kQuery) {
+    // A root asks after a chunk it no longer holds: an answer given here
+    // goes again (with the key, the answer carries it); else the TAN's.
+    const auto done = done_.find(ChunkId{job_id, pkt.header->seq.host()});
+    if (done != done_.end() &&
+        reinterpret_cast<const AggHeader*>(done->second.result.data())->job_key.host() ==
+            pkt.header->job_key.host()) {
+      ++counters_.queries;
+      out->push_back(TanOutput{from, done->second.result});
+      return;
+    }
+  }
   tan_.OnDatagram(pkt, from, now_ns, out);
   if (pkt.opcode == Opcode::kPartial) {
     HandOver(ChunkId{pkt.header->job_id.host(), pkt.header->seq.host()}, now_ns, out);
@@ -167,7 +179,10 @@ void PsEngine::OnVerify(const AggPacket& pkt, const TanPeer& from, uint64_t now_
   // The answer: the same reduction, from this node, with the key as the
   // TAN's results carry it (the root strips it before the members get it).
   d->opcode = static_cast<uint8_t>(overflow ? Opcode::kExceptionRetransmit : Opcode::kResult);
-  d->flags = be16_t::FromHost(overflow ? flags::kOverflow : flags::kVerified);
+  // FINAL goes back with it: the root delivers the chunk to the job's main
+  // server from the answer (docs/protocol.md, "Final delivery").
+  d->flags = be16_t::FromHost(static_cast<uint16_t>((overflow ? flags::kOverflow : flags::kVerified) |
+                                                    (h.flags.host() & flags::kFinal)));
   d->node_id = be16_t::FromHost(options_.tan.node_id);
   d->expected = be16_t::FromHost(0);
   d->node_count = be16_t::FromHost(0);
@@ -233,9 +248,10 @@ void PsEngine::Finish(const ChunkId& id, Chunk& c, bool complete, uint64_t now_n
   f.opcode = Opcode::kResult;
   f.node_id = options_.tan.node_id;
   // VERIFIED: every member counted, no sum saturated.
+  // (FINAL as the members marked the chunk: the root delivers the result.)
   f.flags = static_cast<uint16_t>(
       (overflow ? flags::kOverflow : 0) | (!complete ? flags::kIncomplete : 0) |
-      (complete && !overflow ? flags::kVerified : 0));
+      (complete && !overflow ? flags::kVerified : 0) | (c.fields.flags & flags::kFinal));
   f.expected = 0;
   f.node_count = 0;
   f.ack_watermark = 0;

@@ -94,6 +94,9 @@ struct PsCounters {
   uint64_t verify_omissions = 0;  // ... that lacked members: no answer
   uint64_t verify_to_tan = 0;     // ... of those, passed to the TAN as first data (a missing list)
   uint64_t verify_overflows = 0;  // ... with a saturated sum: EXCEPTION_RETRANSMIT sent
+  // QUERYs (a root asking after a chunk it no longer holds) answered with an
+  // answer given here; the TAN answers those for its own chunks.
+  uint64_t queries = 0;
 };
 
 class PsEngine {

@@ -68,9 +68,23 @@ void TanEngine::OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t n
     OnFirstData(pkt, from, now_ns, out);
   } else if (IsLateData(pkt)) {
     OnLate(pkt, now_ns, out);
+  } else if (pkt.opcode == Opcode::kQuery) {
+    OnQuery(pkt, from, out);
   } else {
     ++counters_.ignored;
   }
+}
+
+void TanEngine::OnQuery(const AggPacket& pkt, const TanPeer& from, std::vector<TanOutput>* out) {
+  ++counters_.queries;
+  const AggHeader& h = *pkt.header;
+  const auto it = chunks_.find(ChunkId{h.job_id.host(), h.seq.host()});
+  // Open: its result comes when it is done. Another key: nobody's to have.
+  if (it == chunks_.end() || it->second.phase != Phase::kDone ||
+      h.job_key.host() != it->second.fields.job_key) {
+    return;
+  }
+  out->push_back(TanOutput{from, it->second.result});
 }
 
 void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,

@@ -75,7 +75,11 @@
 //     late data for it is counted late_after_done and answered with the
 //     result again, to the first data's source (its sender's result was
 //     lost on its way down, or it went around the sender's slot, and the
-//     sender asks again with its data).
+//     sender asks again with its data). A QUERY for it with its key (a
+//     root asking after a chunk it no longer holds, for a member whose
+//     result was lost) gets the result again, to the QUERY's source; one
+//     for an unfinished chunk, or with another key, gets nothing (every
+//     QUERY counted queries).
 //
 // Memory is bounded: at most max_pending unfinished chunks (a new one beyond
 // that is refused and counted refused_full), at most max_pending finished
@@ -159,6 +163,7 @@ struct TanCounters {
   uint64_t own_repeats = 0;      // retransmissions of own data already taken (OfferOwn)
   uint64_t new_runs = 0;         // a job's datagrams under a new run label: its chunks forgotten
   uint64_t run_ended = 0;        // datagrams under the label of a job's run that ended here
+  uint64_t queries = 0;          // QUERYs received (a finished chunk's answered with its RESULT)
 };
 
 // A datagram to send: the whole UDP payload, built with BuildAggregation.
@@ -288,6 +293,7 @@ class TanEngine {
   void OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t now_ns,
                    std::vector<TanOutput>* out);
   void OnLate(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOutput>* out);
+  void OnQuery(const AggPacket& pkt, const TanPeer& from, std::vector<TanOutput>* out);
   // A late datagram's fields and payload, copied.
   static Late CopyLate(const AggPacket& pkt, uint64_t now_ns);
   // Offers one late to an open chunk: resolves it, retries the parked lates

@@ -721,6 +721,26 @@ TEST(TanEngineTest, LateAfterDoneGetsTheResultAgain) {
   EXPECT_EQ(tan.FeedForResult(First(Pack<int32_t>({76}), {112}), 4).datagram, r.datagram);
 }
 
+// A root asks after a chunk it no longer holds (a member lost its result):
+// a finished chunk's result goes again to whoever asks with the key; an
+// open chunk's comes when it is done.
+TEST(TanEngineTest, AQueryForAFinishedChunkGetsItsResultAgain) {
+  Tan tan;
+  Spec query;
+  query.opcode = Opcode::kQuery;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
+  EXPECT_TRUE(tan.Feed(query, 1).empty()) << "still open";
+  const Parsed r = tan.FeedForResult(Late(112, Pack<int32_t>({2})), 2);
+  const Parsed again = tan.FeedForResult(query, 3, kOtherRoot);
+  EXPECT_EQ(again.datagram, r.datagram);
+  EXPECT_EQ(again.to, kOtherRoot);
+  Spec forged = query;
+  forged.key = kKey + 1;
+  EXPECT_TRUE(tan.Feed(forged, 4).empty());
+  EXPECT_EQ(tan.counters().queries, 3u);
+  EXPECT_EQ(tan.counters().completed, 1u);
+}
+
 TEST(TanEngineTest, RepeatedFirstDataGetsTheCachedResult) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());

@@ -98,6 +98,8 @@ constexpr TanCounterFamily kTanCounters[] = {
      "Jobs the own TAN saw under a new run label: their chunks were forgotten."},
     {"aggswitch_tan_run_ended_total", &aggregator::TanCounters::run_ended,
      "Datagrams the own TAN dropped for the label of a job's run that ended."},
+    {"aggswitch_tan_queries_total", &aggregator::TanCounters::queries,
+     "QUERYs the own TAN received from the root: a finished chunk's result goes again."},
 };
 
 struct MacGaugeFamily {

@@ -30,7 +30,8 @@
 //                                                               each job of snap.jobs with counters
 //   aggswitch_tan_{first_data,late_data,merged,duplicate_late,key_mismatches,completed_chunks,
 //                  gave_up_chunks,orphan_late,late_after_done,repeated_first_data,refused,
-//                  malformed,ignored}_total                     counters } the switch's own TAN,
+//                  malformed,ignored,new_runs,run_ended,queries}_total
+//                                                               counters } the switch's own TAN,
 //   aggswitch_tan_pending_chunks                                gauge    } when snap.aggregation
 //                                                                        } has it (tan)
 // and with in-band telemetry on (snap.telemetry):

@@ -1149,8 +1149,13 @@ void AggregationStage::AnswerQuery(const Checked& it) {
   }
   // The member sends its data again. Or the chunk completed, and its
   // slot here gave way once the partial went up: the parent still has the
-  // result.
-  if (slot == nullptr && !job.is_root()) tree_.AskAbove(job, h);
+  // result. At the root, a chunk that went to the TAN (it found no slot
+  // here, or its slot gave way once the first data went): the TAN keeps
+  // the result of a finished chunk for its give-up time.
+  if (slot == nullptr &&
+      (!job.is_root() || job.tan() != aggregator::JobSpec::Tan::kNone)) {
+    tree_.AskAbove(job, h);
+  }
   answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
                          Answers::To::kBoundMember);
 }

@@ -2062,6 +2062,35 @@ class ParameterNodeTest : public AggregationTest {
     return {s7, s8};
   }
 
+  // The main server of the jobs AddFinalJob adds.
+  static constexpr uint32_t kServer = 0x0a0100c8;
+
+  // A root job of two members whose TAN is the parameter node, with a main
+  // server (kServer:45000, resolved), and a slot timer of `timeout_cycles`
+  // (0: none).
+  void AddFinalJob(uint32_t id, uint64_t timeout_cycles = 0) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = 2;
+    spec.timeout_cycles = timeout_cycles;
+    spec.tan = aggregator::JobSpec::Tan::kRemote;
+    spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
+    spec.main_server_ip = kServer;
+    spec.main_server_port = 45000;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+    const aggregator::Job* job = jobs_->Find(id);
+    job->SetHop(aggregator::Job::kTanHop, PsHop());
+    job->SetHop(job->main_server_hop(), {MemberMac(60).ToU64(), 1, 0, kServer, 45000});
+    Heard(id, 2);
+  }
+
+  // `f`, marked FINAL.
+  static Frame Final(Frame f) {
+    HeaderOf(f)->flags = common::be16_t::FromHost(HeaderOf(f)->flags.host() | aggregator::flags::kFinal);
+    return f;
+  }
+
   // Hands what the switch sent the parameter node to it, injects its
   // answers back, and returns what the switch had sent, parsed.
   std::vector<Result> ThroughPs(const std::vector<Frame>& frames) {
@@ -2547,24 +2576,8 @@ TEST_F(ParameterNodeTest, ASelfFlagNoticeCarriesTheMembersIncarnation) {
 // itself would, the job's main server.
 TEST_F(ParameterNodeTest, AFinalChunkCompletedByTheTanReachesTheMainServer) {
   BuildAggregation(", store: {buffers: 8}");
-  constexpr uint32_t kServer = 0x0a0100c8;
-  aggregator::JobSpec spec;
-  spec.id = 12;
-  spec.key = 0x5eed;
-  spec.members = 2;
-  spec.timeout_cycles = rte_get_tsc_hz() / 100;  // 10 ms
-  spec.tan = aggregator::JobSpec::Tan::kRemote;
-  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
-  spec.main_server_ip = kServer;
-  spec.main_server_port = 45000;
-  ASSERT_TRUE(jobs_->Add(spec).ok());
-  const aggregator::Job* job = jobs_->Find(12);
-  job->SetHop(aggregator::Job::kTanHop, PsHop());
-  job->SetHop(job->main_server_hop(), {MemberMac(60).ToU64(), 1, 0, kServer, 45000});
-  Heard(12, 2);
-  Frame f = Contribution(12, 4, 0, Int32Payload({7}));
-  HeaderOf(f)->flags = common::be16_t::FromHost(aggregator::flags::kFinal);
-  Inject(0, f);
+  AddFinalJob(12, rte_get_tsc_hz() / 100);  // a 10 ms slot timer
+  Inject(0, Final(Contribution(12, 4, 0, Int32Payload({7}))));
   Step();
   rte_delay_ms(15);  // the slot times out without member 1
   Step();
@@ -2573,9 +2586,7 @@ TEST_F(ParameterNodeTest, AFinalChunkCompletedByTheTanReachesTheMainServer) {
   EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kPartial);
   EXPECT_TRUE(up[0].fields.flags & aggregator::flags::kFinal);
   // Member 1's data, late, to the TAN; the TAN's result comes back.
-  Frame late = Contribution(12, 4, 1, Int32Payload({5}));
-  HeaderOf(late)->flags = common::be16_t::FromHost(aggregator::flags::kFinal);
-  Inject(0, late);
+  Inject(0, Final(Contribution(12, 4, 1, Int32Payload({5}))));
   Step();
   up = ThroughPs(Drain()[1]);
   ASSERT_EQ(up.size(), 1u);
@@ -2591,6 +2602,61 @@ TEST_F(ParameterNodeTest, AFinalChunkCompletedByTheTanReachesTheMainServer) {
   EXPECT_TRUE(delivered[0].fields.flags & aggregator::flags::kFinal);
   EXPECT_EQ(Agg().final_deliveries.Get(), 1u);
   EXPECT_EQ(Agg().final_refused.Get(), 0u);
+}
+
+// A FINAL chunk that finds no slot at the root goes to the parameter node
+// as direct data, which returns the result FINAL: the root delivers it to
+// the main server from the result itself, as no slot holds the chunk.
+TEST_F(ParameterNodeTest, AFinalChunkWithNoSlotAtTheRootReachesTheMainServer) {
+  BuildAggregation(", spare_slots: 0, store: {buffers: 8}");
+  AddFinalJob(7);
+  AddFinalJob(12);
+  const auto [s7, s12] = CollidingSeqs(*jobs_, config_, 7, 12);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
+  Step();
+  Inject(0, Final(Contribution(12, s12, 0, Int32Payload({7}))));
+  Inject(0, Final(Contribution(12, s12, 1, Int32Payload({5}))));
+  Step();
+  const std::vector<Result> sent = ThroughPs(Drain()[1]);
+  ASSERT_EQ(sent.size(), 2u);
+  for (const Result& r : sent) EXPECT_TRUE(r.fields.flags & aggregator::flags::kConflict);
+  auto out = Drain();
+  const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 2u);
+  for (const Result& r : results) EXPECT_EQ(r.payload, Int32Payload({12}));
+  const std::vector<Result> delivered = WithOpcode(out[1], aggregator::Opcode::kResult);
+  ASSERT_EQ(delivered.size(), 1u) << "to the main server";
+  EXPECT_EQ(delivered[0].dst_ip, kServer);
+  EXPECT_EQ(delivered[0].fields.seq, s12);
+  EXPECT_EQ(delivered[0].fields.job_key, 0u) << "no key, as a slot's delivery";
+  EXPECT_EQ(delivered[0].payload, Int32Payload({12}));
+  EXPECT_EQ(delivered[0].fields.flags, aggregator::flags::kFinal);
+  EXPECT_EQ(Agg().final_deliveries.Get(), 1u);
+  EXPECT_EQ(Agg().final_refused.Get(), 0u);
+}
+
+// A FINAL int32 sum that saturates at a root with a parameter node goes
+// there to be checked; its EXCEPTION_RETRANSMIT answer is the chunk's
+// result, and the main server gets it as the members do: flagged OVERFLOW,
+// never as a right sum, never not at all.
+TEST_F(ParameterNodeTest, ASaturatedFinalChunkReachesTheMainServerFlaggedOverflow) {
+  BuildAggregation(", store: {buffers: 8}");
+  AddFinalJob(12);
+  Inject(0, Final(Contribution(12, 4, 0, Int32Payload({INT32_MAX}))));
+  Inject(0, Final(Contribution(12, 4, 1, Int32Payload({1}))));
+  Step();
+  const std::vector<Result> up = ThroughPs(Drain()[1]);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kVerify);
+  auto out = Drain();
+  const std::vector<Result> exceptions = WithOpcode(out[0], aggregator::Opcode::kExceptionRetransmit);
+  ASSERT_EQ(exceptions.size(), 2u);
+  const std::vector<Result> delivered = WithOpcode(out[1], aggregator::Opcode::kResult);
+  ASSERT_EQ(delivered.size(), 1u) << "to the main server";
+  EXPECT_EQ(delivered[0].dst_ip, kServer);
+  EXPECT_EQ(delivered[0].payload, Int32Payload({INT32_MAX}));
+  EXPECT_EQ(delivered[0].fields.flags, aggregator::flags::kFinal | aggregator::flags::kOverflow);
+  EXPECT_EQ(Agg().final_deliveries.Get(), 1u);
 }
 
 // A chunk that finds no slot at a switch of a tree (no spare slot, no room
@@ -2637,6 +2703,22 @@ TEST_F(ParameterNodeTest, ALeafSendsAChunkWithNoSlotUpAsMissing) {
   out = Drain();
   ASSERT_EQ(out[1].size(), 1u);
   EXPECT_EQ(ParseResult(out[1][0]).payload, Int32Payload({3})) << "job 7's partial, as usual";
+}
+
+// A FINAL chunk that goes up as missing stays FINAL: the TAN returns FINAL
+// with its result, and the root delivers that to the main server.
+TEST_F(ParameterNodeTest, AFinalChunkGoesUpAsMissingStillFinal) {
+  BuildAggregation(", spare_slots: 0");
+  AddLeafJob(7, 2);
+  AddLeafJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
+  Inject(0, Final(Contribution(8, s8, 0, Int32Payload({100}))));
+  Step();
+  const std::vector<Result> up = WithOpcode(Drain()[1], aggregator::Opcode::kPartial);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].fields.seq, s8);
+  EXPECT_EQ(up[0].fields.flags, aggregator::flags::kConflict | aggregator::flags::kFinal);
 }
 
 // A leaf's slot gives way to another chunk once its partial went up. When
@@ -2698,14 +2780,19 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
   Inject(1, result);
   Step();
   ExpectResults(7, 3, 2);
-  // A root has nobody to ask.
+  // A root asks its TAN, which keeps a finished chunk's result (a chunk
+  // that went there leaves no slot at the root).
   AddJobWithPs(9, 2);
   q.job_id = 9;
   q.seq = 1;
   Inject(0, Datagram(q));
   Step();
-  EXPECT_TRUE(Drain()[1].empty());
-  EXPECT_EQ(Agg().queries_up.Get(), 1u);
+  const std::vector<Result> asked = WithOpcode(Drain()[1], aggregator::Opcode::kQuery);
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].dst_ip, MemberIp(kPs));
+  EXPECT_EQ(asked[0].fields.job_id, 9u);
+  EXPECT_EQ(asked[0].fields.job_key, 0x5eedu);
+  EXPECT_EQ(Agg().queries_up.Get(), 2u);
 }
 
 // The same at a tree's root: the first data goes to the TAN listing the

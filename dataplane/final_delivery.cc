@@ -6,8 +6,16 @@ namespace aggswitch::dataplane {
 
 void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::Slot& slot,
                           uint32_t global_slot) {
+  Begin(job, Answers::ChunkFields(job, slot), slot.result(), slot.result_len(), slot.overflow(),
+        global_slot);
+}
+
+void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::AggFields& chunk,
+                          const uint8_t* result, uint32_t len, bool overflow,
+                          uint32_t global_slot) {
   AggregationCounters& c = stats_.lcore.agg;
-  if (job.main_server_ip() == 0 || store_ == nullptr || n_pending_ == kMaxPending) {
+  if (job.main_server_ip() == 0 || store_ == nullptr || n_pending_ == kMaxPending ||
+      len > store_->max_payload()) {
     c.final_refused.Add(1);
     return;
   }
@@ -15,7 +23,7 @@ void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::Slot& sl
   // from the slot, and sends nothing new to the main server.
   for (const Pending& p : pending_) {
     if (p.used && p.job_id == job.id() && p.job_generation == job.generation() &&
-        p.fields.seq == slot.seq()) {
+        p.fields.seq == chunk.seq) {
       return;
     }
   }
@@ -31,12 +39,12 @@ void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::Slot& sl
   p->job_generation = job.generation();
   p->job_index = job.index();
   p->buffer = buffer;
-  p->len = slot.result_len();
-  std::memcpy(store_->BufferData(buffer), slot.result(), p->len);
-  p->fields = Answers::ChunkFields(job, slot);
+  p->len = len;
+  std::memcpy(store_->BufferData(buffer), result, len);
+  p->fields = chunk;
   p->fields.opcode = aggregator::Opcode::kResult;
-  p->fields.flags = static_cast<uint16_t>(
-      aggregator::flags::kFinal | (slot.overflow() ? aggregator::flags::kOverflow : 0));
+  p->fields.flags = static_cast<uint16_t>(aggregator::flags::kFinal |
+                                          (overflow ? aggregator::flags::kOverflow : 0));
   p->fields.aux = global_slot;  // echoed in the ACK: it finds this worker
   p->fields.node_count = job.members();
   p->deadline_tsc = clock_.tsc + give_up_cycles_;

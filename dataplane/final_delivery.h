@@ -43,6 +43,12 @@ class FinalDelivery {
   // final_refused when no buffer or entry is free, or the job has no main
   // server.
   void Begin(const aggregator::Job& job, const aggregator::Slot& slot, uint32_t global_slot);
+  // The same for a result in hand: `chunk` its header's fields (seq,
+  // elements, dtype, op, scale, addr_low), `result` its `len` payload bytes,
+  // `overflow` its flag. The TAN's result for a FINAL chunk that found no
+  // slot at the root, or whose slot went to another chunk meanwhile.
+  void Begin(const aggregator::Job& job, const aggregator::AggFields& chunk, const uint8_t* result,
+             uint32_t len, bool overflow, uint32_t global_slot);
   // The main server ACKed chunk `seq` of `job`; false when no delivery of it
   // is in flight here (ACKed before, given up, or never sent).
   bool Acked(const aggregator::Job& job, uint32_t seq);

@@ -151,6 +151,28 @@ void TreeStage::DeliverFinal(const aggregator::Job& job, uint32_t local, const a
   s_.finals->Begin(job, slot, local * s_.n_workers + s_.index);
 }
 
+void TreeStage::DeliverFinal(const aggregator::Job& job, uint32_t local,
+                             const aggregator::AggPacket& result) {
+  if (s_.finals == nullptr) {
+    stats_.lcore.agg.final_refused.Add(1);
+    return;
+  }
+  // The chunk's fields as ChunkFields gives a slot's: no key, nothing of
+  // the sender's own.
+  const aggregator::AggFields from = aggregator::ReadAggFields(*result.header);
+  aggregator::AggFields chunk;
+  chunk.job_id = job.id();
+  chunk.seq = from.seq;
+  chunk.elem_count = from.elem_count;
+  chunk.dtype = from.dtype;
+  chunk.op = from.op;
+  chunk.scale = from.scale;
+  chunk.addr_low = from.addr_low;
+  s_.finals->Begin(job, chunk, result.payload, result.payload_len,
+                   (from.flags & aggregator::flags::kOverflow) != 0,
+                   local * s_.n_workers + s_.index);
+}
+
 bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
                             aggregator::Opcode opcode, const uint16_t* missing,
                             uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset) {
@@ -215,9 +237,11 @@ bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::Ag
   const auto dtype = static_cast<aggregator::DType>(chunk.dtype);
   aggregator::AggFields f;
   f.opcode = aggregator::Opcode::kPartial;
+  // What the chunk's members marked it: ORDERED, and FINAL (the TAN returns
+  // it with the result, which the root then delivers).
   f.flags = static_cast<uint16_t>(
       aggregator::flags::kConflict |
-      ((chunk.flags.host() & aggregator::flags::kOrdered) != 0 ? aggregator::flags::kOrdered : 0));
+      (chunk.flags.host() & (aggregator::flags::kOrdered | aggregator::flags::kFinal)));
   f.job_id = job.id();
   f.seq = seq;
   f.elem_count = chunk.elem_count.host();
@@ -519,11 +543,12 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
     return;
   }
   (exception ? c.exceptions_down : c.results_down).Add(1);
-  // A FINAL chunk that went through the TAN: the root delivers its result to
-  // the main server as it delivers one it completed itself.
-  // (Parameter-server and verify jobs take every result from the TAN, and
-  // deliver none: docs/protocol.md.)
-  const bool final = job.is_root() && !exception && !job.parameter_server() && !job.verify() &&
+  // A FINAL chunk that went through the TAN or the parameter node: the root
+  // delivers its result to the main server as it delivers one it completed
+  // itself (an exception as the saturated sum it carries, flagged
+  // OVERFLOW). (Parameter-server and verify jobs take every result from the
+  // TAN, and deliver none: docs/protocol.md.)
+  const bool final = job.is_root() && !job.parameter_server() && !job.verify() &&
                      (flags & aggregator::flags::kFinal) != 0;
   if ((flags & aggregator::flags::kIncomplete) != 0) {
     c.incomplete_results.Add(1);
@@ -542,7 +567,9 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
       if (cached) {
         DeliverFinal(job, local_slot, *slot);
       } else if (slot == nullptr) {
-        c.final_refused.Add(1);  // the slot went to another chunk: no copy to deliver
+        // The chunk found no slot here (it went up as missing), or its slot
+        // went to another chunk: the result in hand is the copy.
+        DeliverFinal(job, local_slot, pkt);
       }
       // Else a repeat of a result taken already: delivered then.
     }

@@ -123,10 +123,12 @@ class TreeStage {
   void ContinueBypassDump(BypassDumpExchange& d);
 
  private:
-  // Sends a partial (non-root) or first data (root) with `missing` node ids,
-  // or (`opcode` kVerify, root) a complete result to be checked.
   // A FINAL chunk complete at the root: on to the job's main server.
   void DeliverFinal(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot);
+  // The same from the TAN's result for it, no slot here holding the chunk.
+  void DeliverFinal(const aggregator::Job& job, uint32_t local, const aggregator::AggPacket& result);
+  // Sends a partial (non-root) or first data (root) with `missing` node ids,
+  // or (`opcode` kVerify, root) a complete result to be checked.
   bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
                    aggregator::Opcode opcode, const uint16_t* missing, uint32_t n_missing,
                    rte_mbuf* carrier, uint32_t header_offset);

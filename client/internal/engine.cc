@@ -281,7 +281,7 @@ common::Status Engine::Run(const Request& r) {
     p.op = r.op;
     const bool ordered =
         IsFloat(r.dtype) && r.op == ReduceOp::kSum && options_.float_mode != FloatMode::kFloat;
-    p.flags = ordered ? flags::kOrdered : 0;
+    p.flags = static_cast<uint16_t>((ordered ? flags::kOrdered : 0) | (r.final ? flags::kFinal : 0));
     p.data = static_cast<uint8_t*>(r.data);
     p.count = r.count;
     p.per_chunk = per_chunk;
@@ -326,6 +326,7 @@ common::Status Engine::RunFixedPointSum(Lane& lane, const Request& r, uint32_t p
 
   Phase data;
   data.op = ReduceOp::kSum;
+  const uint16_t final_flag = r.final ? flags::kFinal : 0;
   data.data = static_cast<uint8_t*>(r.data);
   data.count = r.count;
   data.per_chunk = per_chunk;
@@ -334,12 +335,13 @@ common::Status Engine::RunFixedPointSum(Lane& lane, const Request& r, uint32_t p
   if (!scale) {  // NaN or Inf somewhere: no fixed point holds it
     Bump(counters_.float_fallbacks);
     data.dtype = DType::kFloat32;
-    data.flags = flags::kOrdered;
+    data.flags = static_cast<uint16_t>(flags::kOrdered | final_flag);
     return Transfer(lane, data);
   }
   data.kind = Phase::Kind::kFixedPoint;
   data.dtype = DType::kInt32;
   data.scale = *scale;
+  data.flags = final_flag;
   redo_.clear();
   RETURN_IF_ERROR(Transfer(lane, data));
   if (redo_.empty()) return common::Status::Ok();
@@ -355,7 +357,8 @@ common::Status Engine::RunFixedPointSum(Lane& lane, const Request& r, uint32_t p
   redo.scale = 0;
   // The parameter node reduces direct data in rank order: as exact a
   // float32 sum as an ordered one through the switch.
-  redo.flags = options_.resend_to_parameter_node ? flags::kAggregateAtPs : flags::kOrdered;
+  redo.flags = static_cast<uint16_t>(
+      (options_.resend_to_parameter_node ? flags::kAggregateAtPs : flags::kOrdered) | final_flag);
   redo.chunk_map = redo_.data();
   redo.chunks = static_cast<uint32_t>(redo_.size());
   return Transfer(lane, redo);

@@ -68,6 +68,11 @@ struct Request {
   void* data = nullptr;
   size_t count = 0;
   uint32_t addr_low = 0;
+  // The job's final result (docs/protocol.md, "Final delivery"): its data
+  // chunks, and the float32 redo of any that overflowed, go FLAGGED final,
+  // and the root also delivers them to the job's main server. The scale
+  // exchange and the control unit's announcement do not.
+  bool final = false;
 };
 
 class Engine {
@@ -103,6 +108,10 @@ class Engine {
   void RepeatAck(Clock::time_point now);
   // Sends the repeats left at once (the client is being destroyed). [I/O thread]
   void FlushAckRepeats();
+
+  // The sequence number the next chunk goes under: an allreduce's chunks
+  // take the numbers from here on, in order. [I/O thread]
+  uint32_t next_seq() const { return next_seq_; }
 
   ClientStats Stats() const;                                         // [any]
   uint16_t local_port() const { return transport_->local_port(); }  // [any]

@@ -34,7 +34,7 @@
 //   * the engine stays within max_pending chunks (open and finished, of the
 //     TAN and of direct data) and max_held_lates held payloads (each), and
 //     its counters add up: every datagram handled is counted once, as first
-//     data, late, ignored or direct (direct data passed on to the TAN is
+//     data, late, query, ignored or direct (direct data passed on to the TAN is
 //     counted late there too, and to_tan here);
 //   * once give_up_ns has passed with no traffic every chunk is given up or
 //     forgotten, and after another give_up_ns every result too.
@@ -204,6 +204,8 @@ class Harness {
     const uint64_t classified = (after.first_data - before.first_data) +
                                 (after.late - before.late) + (after.ignored - before.ignored) +
                                 (after.run_ended - before.run_ended) +
+                                (after.queries - before.queries) +
+                                (ps_after.queries - ps_before.queries) +
                                 (ps_after.direct - ps_before.direct) -
                                 (ps_after.to_tan - ps_before.to_tan) +
                                 (ps_after.verify - ps_before.verify) -

@@ -346,20 +346,23 @@ void JudgeOp(const OpView& v, std::vector<std::string>* findings) {
   }
   const size_t depth = TreeDepth(tree, tree.root);
 
-  // Checks one rank's bytes.
-  const auto check = [&](uint32_t rank, const std::vector<uint8_t>& got) -> bool {
+  // Checks one rank's bytes, or of a partial copy the chunks it has
+  // (`have`, by chunks of `per_chunk` elements).
+  const auto check = [&](const std::string& who, const std::vector<uint8_t>& got,
+                         const std::vector<bool>* have = nullptr, uint32_t per_chunk = 1) -> bool {
     if (got.size() != size_t{n} * size) {
-      report("rank " + std::to_string(rank) + " got " + std::to_string(got.size()) + " bytes");
+      report(who + " got " + std::to_string(got.size()) + " bytes");
       return false;
     }
+    const auto has = [&](uint32_t e) { return have == nullptr || (*have)[e / per_chunk]; };
     if (!float_sum) {
       for (uint32_t e = 0; e < n; ++e) {
+        if (!has(e)) continue;
         const uint8_t* g = &got[size_t{e} * size];
         const uint8_t* x = &exact[size_t{e} * size];
         const bool both_nan = IsFloat(t) && std::isnan(Widen(t, g)) && std::isnan(Widen(t, x));
         if (std::memcmp(g, x, size) != 0 && !both_nan) {
-          report("rank " + std::to_string(rank) + " element " + std::to_string(e) + ": got " + Show(t, g) +
-                 ", expected " + Show(t, x));
+          report(who + " element " + std::to_string(e) + ": got " + Show(t, g) + ", expected " + Show(t, x));
           return false;
         }
       }
@@ -367,6 +370,7 @@ void JudgeOp(const OpView& v, std::vector<std::string>* findings) {
     }
     for (uint32_t first = 0; first < n; first += plan.per_chunk) {
       const uint32_t last = std::min(n, first + plan.per_chunk);
+      if (!has(first)) continue;
       std::vector<Candidate> candidates;
       bool rounding = false;  // also any sum within rounding
       if (plan.fixed) {
@@ -422,14 +426,14 @@ void JudgeOp(const OpView& v, std::vector<std::string>* findings) {
           element_of(e);
           std::string why;
           if (!WithinRounding(t, elem, &got[size_t{e} * size], depth, &why)) {
-            report("rank " + std::to_string(rank) + " element " + std::to_string(e) + ": got " +
-                   Show(t, &got[size_t{e} * size]) + ", " + why);
+            report(who + " element " + std::to_string(e) + ": got " + Show(t, &got[size_t{e} * size]) + ", " +
+                   why);
             return false;
           }
         }
       }
       if (!matched) {
-        std::string what = "rank " + std::to_string(rank) + " chunk of elements " + std::to_string(first) +
+        std::string what = who + " chunk of elements " + std::to_string(first) +
                            ".." + std::to_string(last - 1) + " matches none of:";
         for (const Candidate& c : candidates) {
           // The first element that differs.
@@ -457,7 +461,7 @@ void JudgeOp(const OpView& v, std::vector<std::string>* findings) {
         report("rank " + std::to_string(r) + " succeeded, but the int32 sum leaves the int32 range");
         continue;
       }
-      if (!check(r, o->data)) continue;
+      if (!check("rank " + std::to_string(r), o->data)) continue;
       if (first_ok != nullptr && *first_ok != o->data) {
         report("rank " + std::to_string(r) + " got other bytes than another rank");
       }
@@ -471,6 +475,44 @@ void JudgeOp(const OpView& v, std::vector<std::string>* findings) {
     if (o->code == common::StatusCode::kOutOfRange && int_sum && may_saturate) continue;
     if (!v.excuse.empty()) continue;
     report("rank " + std::to_string(r) + " failed (" + common::StatusCodeName(o->code) + "): " + o->message);
+  }
+  // A rank whose int32 sum overflowed holds clamped values where it did.
+  const std::vector<uint8_t>* first_result = first_ok;
+  for (uint32_t r = 0; r < world && first_result == nullptr; ++r) {
+    const OpOutcome* o = v.outcomes[r];
+    if (o != nullptr && o->ran && o->code == common::StatusCode::kOutOfRange && int_sum) first_result = &o->data;
+  }
+  for (const OpView::Partial& p : v.partials) {
+    // A chunk flagged OVERFLOW says its int32 sum saturated: its values are
+    // what some order clamped to, not judged but for the flag.
+    std::vector<bool> judged = p.have;
+    for (size_t c = 0; c < p.have.size(); ++c) judged[c] = p.have[c] && !(int_sum && (p.flags[c] & aggregator::flags::kOverflow) != 0);
+    if (!check(p.who, p.data, &judged, p.per_chunk)) continue;
+    for (size_t c = 0; c < p.have.size(); ++c) {
+      if (!p.have[c]) continue;
+      const size_t from = c * p.per_chunk * size;
+      const size_t to = std::min<size_t>(n, (c + 1) * p.per_chunk) * size;
+      if (first_result != nullptr && !std::equal(p.data.begin() + from, p.data.begin() + to, first_result->begin() + from)) {
+        report(p.who + " chunk " + std::to_string(c) + ": other bytes than the ranks got");
+      }
+      // OVERFLOW where the int32 sum left the range, and only where some
+      // order saturates it.
+      bool leaves = false, can = false;
+      for (uint32_t e = static_cast<uint32_t>(c * p.per_chunk); int_sum && e < std::min<size_t>(n, (c + 1) * p.per_chunk); ++e) {
+        element_of(e);
+        int64_t pos = 0, neg = 0;
+        for (const uint8_t* q : elem) {
+          int32_t x;
+          std::memcpy(&x, q, 4);
+          (x > 0 ? pos : neg) += x;
+        }
+        leaves |= pos + neg > INT32_MAX || pos + neg < INT32_MIN;
+        can |= pos > INT32_MAX || neg < INT32_MIN;
+      }
+      const bool flagged = (p.flags[c] & aggregator::flags::kOverflow) != 0;
+      if (leaves && !flagged) report(p.who + " chunk " + std::to_string(c) + ": a saturated int32 sum without OVERFLOW");
+      if (flagged && !can) report(p.who + " chunk " + std::to_string(c) + ": OVERFLOW on a sum no order saturates");
+    }
   }
 }
 

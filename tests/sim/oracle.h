@@ -17,7 +17,10 @@
 //     parameter node can have changed the order; otherwise within the
 //     rounding of the sum, as unordered float sums are;
 //   - min and max of floats: exact, NaN first, min(-0, +0) = -0;
-//   - every rank of an allreduce that succeeded got the same bytes.
+//   - every rank of an allreduce that succeeded got the same bytes;
+//   - a partial copy of the result (the main server's final result) is
+//     judged chunk by chunk as a rank's result, is the same bytes as the
+//     ranks', and carries OVERFLOW exactly where an int32 sum saturated.
 // An allreduce that failed is a finding unless a fault the scenario
 // injected explains it (a crashed rank, a restarted switch, a parameter
 // node that went away) or it is the overflow error above; so is one that
@@ -51,6 +54,19 @@ struct OpView {
   // Why a failure of this allreduce is allowed (a fault that touched it);
   // empty: none is.
   std::string excuse;
+  // What others got of the result, judged as a rank's result is, chunk by
+  // chunk (the main server's final result): the chunks it got, at their
+  // place in `data`, and each chunk's flags. An int32 chunk whose sum leaves
+  // the int32 range must come flagged OVERFLOW, and only a chunk that some
+  // order saturates may.
+  struct Partial {
+    std::string who;
+    std::vector<uint8_t> data;       // count * size(dtype)
+    uint32_t per_chunk = 1;          // elements per chunk
+    std::vector<bool> have;          // by chunk
+    std::vector<uint16_t> flags;     // by chunk
+  };
+  std::vector<Partial> partials;
 };
 
 // Appends a line per broken promise to `findings`.

@@ -74,7 +74,10 @@ void RankProcess::Body() {
     request.data = out.data.data();
     request.count = spec.count;
     request.addr_low = k;  // the client's default: the allreduce's index
+    request.final = spec.final;
+    out.first_seq = engine->next_seq();
     const common::Status status = engine->Run(request);
+    out.next_seq = engine->next_seq();
     out.end_ns = world_.now();
     out.code = status.code();
     out.message = status.message();

@@ -34,6 +34,7 @@ struct OpSpec {
   aggregator::ReduceOp op = aggregator::ReduceOp::kSum;
   uint32_t count = 1;
   uint64_t think_ns = 0;  // computation before it starts
+  bool final = false;     // the run's final result, delivered to the main server too
 };
 
 // What an allreduce returned.
@@ -44,6 +45,10 @@ struct OpOutcome {
   std::vector<uint8_t> data;  // the buffer afterwards (the result when ok)
   uint64_t start_ns = 0;
   uint64_t end_ns = 0;
+  // The sequence numbers it took: from first_seq to next_seq (data chunks
+  // first, in order, then any redo).
+  uint32_t first_seq = 0;
+  uint32_t next_seq = 0;
 };
 
 class RankProcess {

@@ -14,8 +14,10 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "client/internal/engine.h"
 #include "control/api.h"
 #include "tests/sim/host.h"
+#include "tests/sim/main_server.h"
 #include "tests/sim/oracle.h"
 #include "tests/sim/param_node.h"
 #include "tests/sim/rank.h"
@@ -66,10 +68,11 @@ class Segment final : public FrameSink {
 
 // Where each switch's ports lead.
 struct PortPlan {
-  std::vector<std::string> names;  // "h", "c<k>", "up", "ps"
+  std::vector<std::string> names;  // "h", "c<k>", "up", "ps", "ms"
   int hosts = -1;                  // the host segment's port
   int up = -1;
   int ps = -1;
+  int ms = -1;
   std::map<int, int> child;        // child switch -> port
 };
 
@@ -94,6 +97,9 @@ class Runner {
   };
 
   common::Status Build();
+  bool AnyMainServer() const {
+    return std::any_of(s_.jobs.begin(), s_.jobs.end(), [](const JobSpecSim& j) { return j.main_server; });
+  }
   std::string SwitchYaml(size_t i, const std::vector<std::string>& rings) const;
   std::string JobConfig(size_t job, size_t sw, bool json) const;
   LinkFaults DrawFaults(uint64_t id);
@@ -107,6 +113,9 @@ class Runner {
   bool AllDone() const;
   void Watch();
   void CheckLeaks(Outcome* out);
+  // Judges what the main server got of run `run`'s final allreduce `op` of
+  // job `job`, against what its ranks got.
+  void JudgeFinal(size_t job, uint32_t run, uint32_t op, const OpView& v, Outcome* out) const;
   std::string ExcuseFor(size_t job, uint32_t run, const OpOutcome* earliest, uint64_t end) const;
   void Judge(Outcome* out);
   void TearDown();
@@ -121,6 +130,8 @@ class Runner {
   std::vector<std::unique_ptr<SimSwitch>> switches_;
   std::unique_ptr<Host> ps_host_;
   std::unique_ptr<ParamNode> ps_;
+  std::unique_ptr<Host> ms_host_;
+  std::unique_ptr<MainServer> ms_;
   std::vector<JobState> jobs_;
   std::string state_dir_;
   uint64_t start_ns_ = 0;
@@ -179,6 +190,7 @@ std::string Runner::JobConfig(size_t job, size_t sw, bool json) const {
         << key("address") << "\"" << IpText(s_.param_node_ip) << "\", " << key("port") << kAggPort << "}]}";
     }
     if (j.verify) o << ", " << key("verify") << "true";
+    if (j.main_server) o << ", " << key("main_server") << "\"" << IpText(s_.main_server_ip) << "\"";
   }
   o << "}";
   return o.str();
@@ -294,6 +306,7 @@ common::Status Runner::Build() {
     for (int c : s_.switches[i].children) p.child[c] = add("c" + std::to_string(c));
     if (s_.switches[i].parent >= 0) p.up = add("up");
     if (i == 0 && s_.param_node) p.ps = add("ps");
+    if (i == 0 && AnyMainServer()) p.ms = add("ms");
     // Every worker polls a port of its own.
     while (p.names.size() < s_.switches[i].workers) add("x" + std::to_string(p.names.size()));
   }
@@ -361,6 +374,20 @@ common::Status Runner::Build() {
       }
     }
     ps_ = std::make_unique<ParamNode>(world_, *ps_host_, kAggPort, options, covers);
+  }
+  // The main server of the jobs that have one, on the root.
+  if (AnyMainServer()) {
+    common::MacAddr mac;
+    mac.bytes = {0x02, 0x00, 0xff, 0x00, 0x00, 0x02};
+    ms_host_ = std::make_unique<Host>(world_, "main-server", mac, s_.main_server_ip);
+    for (const SwitchSpec& sw : s_.switches) ms_host_->AddNeighbor(sw.ip, sw.mac);
+    ms_host_->SetUplink(NewLink(switches_[0]->port_sink(ports_[0].ms), DrawFaults(link_id++)));
+    switches_[0]->SetLink(ports_[0].ms, NewLink(ms_host_.get(), DrawFaults(link_id++)));
+    std::map<uint32_t, uint64_t> keys;
+    for (const JobSpecSim& j : s_.jobs) {
+      if (j.main_server) keys[j.id] = j.key;
+    }
+    ms_ = std::make_unique<MainServer>(world_, *ms_host_, kAggPort, std::move(keys));
   }
   for (size_t i = 0; i < switches_.size(); ++i) {
     if (common::Status st = switches_[i]->Start(); !st.ok()) return st;
@@ -510,6 +537,7 @@ void Runner::Judge(Outcome* out) {
         }
         v.excuse = ExcuseFor(j, run, earliest, end);
         JudgeOp(v, &out->failures);
+        if (spec.ops[op].final) JudgeFinal(j, run, op, v, out);
       }
       for (uint32_t r = 0; r < state.procs.size(); ++r) {
         if (!state.procs[r]->setup_error().empty()) {
@@ -517,6 +545,102 @@ void Runner::Judge(Outcome* out) {
                                   ": no engine: " + state.procs[r]->setup_error());
         }
       }
+    }
+  }
+}
+
+void Runner::JudgeFinal(size_t job, uint32_t run, uint32_t op, const OpView& view, Outcome* out) const {
+  const JobSpecSim& spec = s_.jobs[job];
+  const OpSpec& o = spec.ops[op];
+  char where[64];
+  std::snprintf(where, sizeof(where), "job %u run %u op %u: the main server", spec.id, run, op);
+  // The sequence numbers the op's chunks went under, and when it began.
+  const OpOutcome* any = nullptr;
+  uint64_t begun = UINT64_MAX;
+  bool answered = false;  // some rank got the result (an overflowed sum is one)
+  for (const OpOutcome* r : view.outcomes) {
+    if (r == nullptr) continue;
+    if (any == nullptr) any = r;
+    begun = std::min(begun, r->start_ns);
+    answered |= r->code == common::StatusCode::kOk || r->code == common::StatusCode::kOutOfRange;
+  }
+  if (any == nullptr) return;  // no rank ran it: nothing was sent
+  client::ClientOptions options;
+  options.max_chunk_elements = spec.max_chunk_elements;
+  const uint32_t per_chunk = client::internal::ChunkElementsFor(options, o.dtype);
+  const auto chunks = static_cast<uint32_t>((o.count + per_chunk - 1) / per_chunk);
+  if (any->next_seq - any->first_seq != chunks) {
+    out->failures.push_back(std::string(where) + ": the ranks took " + std::to_string(any->next_seq - any->first_seq) +
+                            " sequence numbers for " + std::to_string(chunks) + " chunks");
+    return;
+  }
+  // Deliveries of this run: from its final op's start to the next run's.
+  uint64_t until = UINT64_MAX;
+  if (run + 1 < jobs_[job].runs.size()) {
+    for (const auto& p : jobs_[job].runs[run + 1].procs) {
+      if (p->outcomes()[op].ran) until = std::min(until, p->outcomes()[op].start_ns);
+    }
+  }
+  // What an earlier run's delivery of a seq was: its resends may come late.
+  std::map<uint32_t, std::vector<std::vector<uint8_t>>> before;
+  OpView::Partial got;
+  got.who = "the main server";
+  got.data.assign(size_t{o.count} * aggregator::ElementSize(o.dtype), 0);
+  got.per_chunk = per_chunk;
+  got.have.assign(chunks, false);
+  got.flags.assign(chunks, 0);
+  // An earlier run's delivery sent again looks like this run's when the
+  // two runs' results are the same bytes: such a one is taken only for a
+  // chunk nothing else delivered.
+  std::vector<const MainServer::Delivery*> mine, again;
+  for (const MainServer::Delivery& d : ms_->deliveries()) {
+    if (d.job_id != spec.id || d.seq - any->first_seq >= chunks) continue;
+    if (d.at_ns < begun) {
+      before[d.seq].push_back(d.bytes);
+      continue;
+    }
+    if (d.at_ns >= until) continue;
+    const std::vector<std::vector<uint8_t>>& earlier = before[d.seq];
+    (std::find(earlier.begin(), earlier.end(), d.bytes) != earlier.end() ? again : mine).push_back(&d);
+  }
+  for (const MainServer::Delivery* d : again) {
+    if (std::none_of(mine.begin(), mine.end(), [d](const MainServer::Delivery* m) { return m->seq == d->seq; })) {
+      mine.push_back(d);
+    }
+  }
+  for (const MainServer::Delivery* dp : mine) {
+    const MainServer::Delivery& d = *dp;
+    const uint32_t c = d.seq - any->first_seq;
+    const size_t at = size_t{c} * per_chunk * aggregator::ElementSize(o.dtype);
+    const size_t len = size_t{std::min<uint32_t>(per_chunk, o.count - c * per_chunk)} * aggregator::ElementSize(o.dtype);
+    if (d.bytes.size() != len) {
+      out->failures.push_back(std::string(where) + " got " + std::to_string(d.bytes.size()) + " bytes for chunk " +
+                              std::to_string(c) + " of " + std::to_string(len));
+      continue;
+    }
+    if (got.have[c] && (!std::equal(d.bytes.begin(), d.bytes.end(), got.data.begin() + at) || got.flags[c] != d.flags)) {
+      out->failures.push_back(std::string(where) + " got chunk " + std::to_string(c) + " twice, different");
+      continue;
+    }
+    std::copy(d.bytes.begin(), d.bytes.end(), got.data.begin() + at);
+    got.have[c] = true;
+    got.flags[c] = d.flags;
+  }
+  OpView partial = view;
+  partial.outcomes.assign(view.outcomes.size(), nullptr);  // judged already
+  partial.partials.push_back(got);
+  JudgeOp(partial, &out->failures);
+  // Every chunk the ranks got reaches the main server, unless a fault of
+  // the job's, or a restart of the root that delivers it, explains it.
+  if (!answered || !view.excuse.empty()) return;
+  for (const SwitchRestart& r : s_.restarts) {
+    if (r.sw == trees_[job].root && start_ns_ + r.at_ns + r.down_ns >= begun) return;
+  }
+  for (uint32_t c = 0; c < chunks; ++c) {
+    if (!got.have[c]) {
+      out->failures.push_back(std::string(where) + " never got chunk " + std::to_string(c) + " (seq " +
+                              std::to_string(any->first_seq + c) + ") of " + std::to_string(chunks));
+      break;
     }
   }
 }
@@ -534,6 +658,11 @@ void Runner::CheckLeaks(Outcome* out) {
       }
     }
     for (size_t w = 0; w < dp.worker_count(); ++w) {
+      // Final results in delivery live in the store until ACKed or given up.
+      if (const dataplane::ParameterStore* store = dp.worker_store(w); store != nullptr && store->used() != 0) {
+        out->failures.push_back(name + ": worker " + std::to_string(w) + " still holds " +
+                                std::to_string(store->used()) + " store buffers after the jobs ended");
+      }
       const aggregator::BypassTable* bypass = dp.worker_bypass(w);
       if (bypass != nullptr && bypass->live() != 0) {
         out->failures.push_back(name + ": worker " + std::to_string(w) + " still has " +
@@ -636,6 +765,8 @@ common::Result<Outcome> Runner::Run() {
 void Runner::TearDown() {
   world_.Clear();
   jobs_.clear();
+  ms_.reset();
+  ms_host_.reset();
   ps_.reset();
   ps_host_.reset();
   for (auto& sw : switches_) sw->Stop();

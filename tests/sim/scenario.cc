@@ -29,6 +29,7 @@ enum Stream : uint64_t {
   kOps = 6,
   kPredict = 8,  // 7 is the links' (run.cc)
   kRunIds = 9,
+  kFinal = 10,
 };
 
 constexpr uint64_t kMs = 1'000'000;
@@ -310,6 +311,14 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
     // (docs/protocol.md, "Runs"): such a job always has them.
     Rng ids(Mix(seed, kRunIds, 1 + j));
     job.run_ids = ids.Chance(0.5) || (job.crash_rank >= 0 && job.runs > 1);
+    // A main server, from a stream of its own. Verify jobs take every result
+    // from the parameter node and deliver none; a job whose chunks may go to
+    // the parameter node direct is left out too (such chunks are not
+    // delivered either).
+    Rng fin(Mix(seed, kFinal, 1 + j));
+    job.main_server = fin.Chance(0.35) && Has(limits, kFeatureFinal) && job.origin != Origin::kInBand &&
+                      !job.verify && !job.resend_to_parameter_node;
+    MarkFinal(job);
     // Left out by the limits: everything it drew stays drawn.
     if ((limits.skip_jobs >> j & 1) == 0) s.jobs.push_back(std::move(job));
   }
@@ -360,6 +369,7 @@ void Finalize(Scenario& s) {
     sw.mac = Mac(0, 1, static_cast<uint8_t>(1 + i));
   }
   s.param_node_ip = Ip(10, 0, 200, 1);
+  s.main_server_ip = Ip(10, 0, 200, 2);
   for (size_t j = 0; j < s.jobs.size(); ++j) {
     JobSpecSim& job = s.jobs[j];
     if (job.id == 0) job.id = static_cast<uint32_t>(1000 + j);
@@ -440,6 +450,14 @@ const char* TanName(SwitchSpec::Tan t) {
 
 }  // namespace
 
+void MarkFinal(JobSpecSim& job) {
+  for (OpSpec& op : job.ops) op.final = false;
+  if (!job.main_server || job.ops.empty()) return;
+  OpSpec& last = job.ops.back();
+  last.final = !(last.dtype == DType::kFloat32 && last.op == ReduceOp::kSum &&
+                 job.float_mode == client::FloatMode::kFixedPoint);
+}
+
 std::string Scenario::Describe() const {
   std::ostringstream o;
   o << "seed " << seed << " limits " << limits.ToString() << "\n";
@@ -463,12 +481,14 @@ std::string Scenario::Describe() const {
       << " run(s)";
     if (j.crash_rank >= 0) o << ", rank " << j.crash_rank << " crashes at +" << j.crash_after_ns / kMs << " ms";
     if (j.run_ids) o << ", run ids";
+    if (j.main_server) o << ", main server";
     if (j.predict_top > 0) {
       o << ", stragglers top " << j.predict_top << " applied every " << j.predict_every_ns / kMs << " ms";
     }
     o << "\n    ops:";
     for (const OpSpec& op : j.ops) {
-      o << " " << aggregator::DTypeName(op.dtype) << "/" << aggregator::ReduceOpName(op.op) << "x" << op.count;
+      o << " " << aggregator::DTypeName(op.dtype) << "/" << aggregator::ReduceOpName(op.op) << "x" << op.count
+        << (op.final ? " final" : "");
     }
     o << "\n";
   }

@@ -57,8 +57,9 @@ enum Feature : uint32_t {
   kFeatureTinyTables = 1u << 7,    // slot, spare and bypass tables near their minimum
   kFeatureTwoWorkers = 1u << 8,    // two worker lcores per switch (hand-offs)
   kFeaturePredict = 1u << 9,       // straggler predictions applied while jobs run
+  kFeatureFinal = 1u << 10,        // a main server that takes each run's final result
 };
-inline constexpr uint32_t kAllFeatures = (1u << 10) - 1;
+inline constexpr uint32_t kAllFeatures = (1u << 11) - 1;
 
 struct Limits {
   uint32_t switches = 8;
@@ -74,7 +75,7 @@ struct Limits {
   uint32_t skip_jobs = 0;
   uint32_t skip_ops = 0;
 
-  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0x1ff,
+  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0x7ff,
   // skip_jobs=0x0,skip_ops=0x0"
   std::string ToString() const;
   // That form, any subset of its keys; an error names the key.
@@ -142,6 +143,10 @@ struct JobSpecSim {
   // The ranks of each run share a run id (ClientOptions::run_id) instead of
   // drawing their own incarnations.
   bool run_ids = false;
+  // The job names a main server (config and API jobs), which the root
+  // delivers each run's final result to: its last allreduce, marked FINAL
+  // (OpSpec::final) unless it is a float32 sum in fixed point.
+  bool main_server = false;
   // Inputs given by hand (hand-built scenarios): op -> rank -> the bytes
   // RankData returns instead of drawing them.
   std::map<uint32_t, std::map<uint32_t, std::vector<uint8_t>>> inputs;
@@ -169,6 +174,7 @@ struct Scenario {
   std::vector<SwitchSpec> switches;  // [0] is the root
   bool param_node = false;           // agg-ps on the root's "ps" port
   uint32_t param_node_ip = 0;
+  uint32_t main_server_ip = 0;       // on the root's "ms" port, when a job has one
   std::vector<JobSpecSim> jobs;
   LinkProfile links;                 // the most a link may draw
   std::vector<SwitchRestart> restarts;
@@ -197,6 +203,11 @@ uint64_t ProgressTimeoutMs(const Scenario& s);
 // Generate draws (its TAN resolved against its root's, a window, an op
 // bound and a time limit when unset). Generate calls it too.
 void Finalize(Scenario& s);
+
+// Marks the allreduce a job with a main server delivers as its final
+// result: its last, unless that is a float32 sum in fixed point (whose
+// chunks' order on the wire the oracle does not follow); no other. [any]
+void MarkFinal(JobSpecSim& job);
 
 // A job's tree: the switches it spans and, at each, its members in member
 // index order (its ranks there, by node id, then its child switches, by node
