@@ -320,6 +320,12 @@ std::vector<uint16_t> TanEngine::Content(uint32_t job_id, const Late& late) cons
     for (const uint16_t m : late.missing) {
       if (const auto below = covers_.find({job_id, m}); below != covers_.end()) {
         lacks.insert(lacks.end(), below->second.begin(), below->second.end());
+      } else if (std::find(cov->second.begin(), cov->second.end(), m) == cov->second.end()) {
+        // A switch below the sender whose ids the TAN does not know: any of
+        // the sender's ids may have gone with it. The payload is then the
+        // sender's alone, as without covers: the missing switch's own late
+        // partial lists what it lacks in turn.
+        return content;
       }
     }
     std::sort(lacks.begin(), lacks.end());

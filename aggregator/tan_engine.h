@@ -22,8 +22,9 @@
 //     BYPASS (a self-flagged worker), from node X with its own missing list M.
 //     Its payload holds the data of S = {X}, plus C \ M when SetCovers said
 //     that switch X covers the ids C (less what each switch in M covers, when
-//     known), or, with CONTENT, plus the ids its list names (it then lacks
-//     none). It resolves S ∩ outstanding; the ids of
+//     known; when M names a switch whose ids the TAN does not know, S is
+//     {X} alone, as without SetCovers), or, with CONTENT, plus the ids its
+//     list names (it then lacks none). It resolves S ∩ outstanding; the ids of
 //     M that are neither outstanding nor already merged become outstanding
 //     (nested timeouts). A late whose S overlaps ids already merged from
 //     another late (it would count them twice) is a duplicate and is dropped.

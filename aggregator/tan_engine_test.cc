@@ -591,6 +591,23 @@ TEST(TanEngineTest, CoverageResolvesWhatTheLateSwitchCoversLessItsOwnMissing) {
   }
 }
 
+// Three levels, the TAN knowing what switch 103 covers but not what the
+// switch 105 under it does: 103's late partial misses 105, which took node
+// 0 with it. Node 0's data is not in 103's payload, so 103's late cannot
+// resolve it: 105's own late lists 0 as missing, and node 0's late brings it.
+TEST(TanEngineTest, ALateMissingASwitchOfUnknownCoverageResolvesOnlyItsSender) {
+  for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+    Tan tan(o);
+    tan.engine().SetCovers(kJob, 103, {0, 9});
+    EXPECT_TRUE(tan.Feed(Late(0, Pack<int32_t>({1})), 0).empty()) << "held for its first data";
+    EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {103}), 1).empty());
+    EXPECT_TRUE(tan.Feed(Late(103, Pack<int32_t>({90}), {105}), 2).empty()) << "node 9's data";
+    const Parsed r = tan.FeedForResult(Late(105, Pack<int32_t>({0}), {0}), 3);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1091}) << "node 0's data counted";
+  }
+}
+
 TEST(TanEngineTest, CoverageLeavesTheLateSwitchsMissingIdsOutstandingAtGiveUp) {
   Tan tan;
   tan.engine().SetCovers(kJob, 100, {0, 1, 2, 3});

@@ -426,8 +426,11 @@ void JudgeOp(const OpView& v, std::vector<std::string>* findings) {
           element_of(e);
           std::string why;
           if (!WithinRounding(t, elem, &got[size_t{e} * size], depth, &why)) {
+            // The ranks' values, to tell whose data is missing or counted twice.
+            std::string inputs;
+            for (uint32_t r = 0; r < world; ++r) inputs += (r ? ", " : "") + Show(t, elem[r]);
             report(who + " element " + std::to_string(e) + ": got " + Show(t, &got[size_t{e} * size]) + ", " +
-                   why);
+                   why + " (the ranks sent " + inputs + ")");
             return false;
           }
         }
