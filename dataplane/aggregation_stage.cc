@@ -508,7 +508,8 @@ void AggregationStage::AtSlot(const Checked& it) {
     return;
   }
   if (it.main_server) {  // an ACK of a final result
-    if (s_.finals == nullptr || !s_.finals->Acked(*it.job, it.pkt.header->seq.host())) {
+    if (s_.finals == nullptr ||
+        !s_.finals->Acked(*it.job, it.pkt.header->seq.host(), it.pkt.header->incarnation.host())) {
       stats_.lcore.agg.final_ack_unmatched.Add(1);
     }
     TxBuffers::Consumed(it.m);

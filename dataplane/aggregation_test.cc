@@ -542,6 +542,67 @@ TEST_F(StoreTest, AFinalResultIsResentToTheMainServerUntilItsAck) {
   EXPECT_EQ(StoreBuffers(*job), 0u);
 }
 
+// A new run of the job does not end the final delivery of the run before:
+// that run completed, and its final result is the main server's. Each
+// delivery carries its run's label, which the main server's ACK echoes, so
+// the two runs' deliveries of the same seq are told apart.
+TEST_F(StoreTest, AFinalDeliveryOutlivesANewRunOfItsJob) {
+  BuildAggregation(", store: {final_timeout_ms: 5000}");
+  const aggregator::Job* job = AddModeJob(16, 2, aggregator::JobSpec::Mode::kAggregate);
+  job->SetHop(job->main_server_hop(), {ServerMac().ToU64(), 1, 0, kServerIp, kServerPort});
+  auto send = [&](uint16_t node, uint32_t incarnation, int32_t value) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kContribution;
+    f.flags = aggregator::flags::kFinal;
+    f.node_id = node;
+    f.job_id = 16;
+    f.job_key = 0x5eed;
+    f.elem_count = 1;
+    f.incarnation = incarnation;
+    Inject(0, Datagram(f, Int32Payload({value})));
+    Step();
+  };
+  send(0, 0x100, 1);
+  send(1, 0x101, 2);
+  auto out = Drain();
+  const Result first = Only(out, 1);
+  EXPECT_EQ(first.payload, Int32Payload({3}));
+  const uint32_t first_run = first.fields.incarnation;
+  EXPECT_EQ(first_run, jobs_->Find(16)->label());
+  // The next run, at the same seq, before the main server answered.
+  send(0, 0x200, 11);
+  (void)Drain();
+  ASSERT_EQ(jobs_->TakeNewRuns(), std::vector<uint32_t>{16});
+  ASSERT_TRUE(jobs_->Renew(16).ok());
+  send(0, 0x200, 11);
+  send(1, 0x201, 12);
+  const std::vector<Result> second = WithOpcode(Drain()[1], aggregator::Opcode::kResult);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].payload, Int32Payload({23}));
+  EXPECT_NE(second[0].fields.incarnation, first_run);
+  // Both are sent again until their ACKs; the first run's ACK frees its own.
+  rte_delay_ms(15);
+  Step();
+  std::vector<Result> again = WithOpcode(Drain()[1], aggregator::Opcode::kResult);
+  ASSERT_EQ(again.size(), 2u) << "the first run's delivery lives on";
+  aggregator::AggFields ack;
+  ack.opcode = aggregator::Opcode::kAck;
+  ack.flags = aggregator::flags::kFinal;
+  ack.job_id = 16;
+  ack.job_key = 0x5eed;
+  ack.aux = first.fields.aux;
+  ack.incarnation = first_run;
+  Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
+  Step();
+  rte_delay_ms(30);
+  Step();
+  again = WithOpcode(Drain()[1], aggregator::Opcode::kResult);
+  ASSERT_FALSE(again.empty());
+  for (const Result& r : again) EXPECT_EQ(r.payload, Int32Payload({23})) << "only the second run's";
+  EXPECT_EQ(Agg().final_acked.Get(), 1u);
+  EXPECT_EQ(Agg().final_given_up.Get(), 0u);
+}
+
 TEST_F(AggregationTest, ALaterChunkRevealsAMembersLostContribution) {
   AddJob(7, 2);
   const std::vector<uint8_t> one = Int32Payload({1});

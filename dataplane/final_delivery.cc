@@ -46,6 +46,9 @@ void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::AggField
   p->fields.flags = static_cast<uint16_t>(aggregator::flags::kFinal |
                                           (overflow ? aggregator::flags::kOverflow : 0));
   p->fields.aux = global_slot;  // echoed in the ACK: it finds this worker
+  // The run it is the final result of: a new run of the job may deliver the
+  // same seq while this one is in flight, and the ACK tells them apart.
+  p->fields.incarnation = job.label();
   p->fields.node_count = job.members();
   p->deadline_tsc = clock_.tsc + give_up_cycles_;
   p->sends = 0;
@@ -66,10 +69,10 @@ bool FinalDelivery::Send(const aggregator::Job& job, Pending& p) {
   return true;
 }
 
-bool FinalDelivery::Acked(const aggregator::Job& job, uint32_t seq) {
+bool FinalDelivery::Acked(const aggregator::Job& job, uint32_t seq, uint32_t run) {
   for (Pending& p : pending_) {
-    if (p.used && p.job_id == job.id() && p.job_generation == job.generation() &&
-        p.fields.seq == seq) {
+    if (p.used && p.job_id == job.id() && p.fields.seq == seq &&
+        (run == 0 || p.fields.incarnation == run)) {
       stats_.lcore.agg.final_acked.Add(1);
       Free(p);
       return true;
@@ -83,8 +86,10 @@ void FinalDelivery::Run() {
   const uint64_t now = clock_.tsc;
   for (Pending& p : pending_) {
     if (!p.used || now < p.next_tsc) continue;
+    // A new run of the job does not end an earlier run's delivery: that run
+    // completed, and its final result is the main server's.
     const aggregator::Job* job = jobs_->Find(p.job_id);
-    if (job == nullptr || job->generation() != p.job_generation || now >= p.deadline_tsc) {
+    if (job == nullptr || now >= p.deadline_tsc) {
       stats_.lcore.agg.final_given_up.Add(1);
       Free(p);
       continue;

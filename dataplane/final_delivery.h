@@ -49,9 +49,12 @@ class FinalDelivery {
   // slot at the root, or whose slot went to another chunk meanwhile.
   void Begin(const aggregator::Job& job, const aggregator::AggFields& chunk, const uint8_t* result,
              uint32_t len, bool overflow, uint32_t global_slot);
-  // The main server ACKed chunk `seq` of `job`; false when no delivery of it
-  // is in flight here (ACKed before, given up, or never sent).
-  bool Acked(const aggregator::Job& job, uint32_t seq);
+  // The main server ACKed chunk `seq` of `job`, of the run labelled `run`
+  // (the delivery's incarnation, echoed; 0: any run); false when no delivery
+  // of it is in flight here (ACKed before, given up, or never sent). A
+  // delivery lives on through new runs of its job, until ACKed, given up, or
+  // its job is removed.
+  bool Acked(const aggregator::Job& job, uint32_t seq, uint32_t run);
   // Sends the due deliveries again and gives up those past their time
   // (bounded: kMaxPending entries).
   void Run();

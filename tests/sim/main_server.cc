@@ -29,7 +29,7 @@ void MainServer::OnDatagram(const uint8_t* data, size_t len, uint32_t src_ip, ui
     ++strays_;
     return;
   }
-  deliveries_.push_back(Delivery{f.job_id, f.seq, f.flags, world_.now(),
+  deliveries_.push_back(Delivery{f.job_id, f.seq, f.flags, f.incarnation, world_.now(),
                                  std::vector<uint8_t>(pkt.payload, pkt.payload + pkt.payload_len)});
   aggregator::AggFields ack;
   ack.opcode = aggregator::Opcode::kAck;

@@ -26,6 +26,7 @@ class MainServer {
     uint32_t job_id = 0;
     uint32_t seq = 0;
     uint16_t flags = 0;
+    uint32_t run = 0;            // its incarnation: the label of the run it ends
     uint64_t at_ns = 0;          // when it arrived
     std::vector<uint8_t> bytes;  // the chunk's elements
   };

@@ -90,6 +90,9 @@ class Runner {
     std::vector<std::unique_ptr<RankProcess>> procs;  // by rank
     bool started = false;
     uint64_t start_ns = 0;
+    // The job's run label at its root once every process ended (0: not
+    // read): what the run's final deliveries carry.
+    uint32_t label = 0;
   };
   struct JobState {
     std::vector<std::unique_ptr<Host>> hosts;  // by rank
@@ -467,6 +470,15 @@ void Runner::Watch() {
   // Reruns start once every process of the run before has ended.
   for (size_t j = 0; j < jobs_.size(); ++j) {
     JobState& job = jobs_[j];
+    for (RunState& run : job.runs) {
+      if (run.label != 0 || !run.started || run.procs.empty() ||
+          !std::all_of(run.procs.begin(), run.procs.end(), [](const auto& p) { return p->done(); })) {
+        continue;
+      }
+      SimSwitch& root = *switches_[trees_[j].root];
+      if (!root.up()) continue;
+      if (const aggregator::Job* at = root.node().table().Find(s_.jobs[j].id)) run.label = at->label();
+    }
     for (uint32_t run = 1; run < job.runs.size(); ++run) {
       if (job.runs[run].started || !job.runs[run - 1].started) continue;
       const auto& procs = job.runs[run - 1].procs;
@@ -593,8 +605,14 @@ void Runner::JudgeFinal(size_t job, uint32_t run, uint32_t op, const OpView& vie
   // two runs' results are the same bytes: such a one is taken only for a
   // chunk nothing else delivered.
   std::vector<const MainServer::Delivery*> mine, again;
+  // By the run label each carries, when the run's is known; else by time.
+  const uint32_t label = jobs_[job].runs[run].label;
   for (const MainServer::Delivery& d : ms_->deliveries()) {
     if (d.job_id != spec.id || d.seq - any->first_seq >= chunks) continue;
+    if (label != 0) {
+      if (d.run == label) mine.push_back(&d);
+      continue;
+    }
     if (d.at_ns < begun) {
       before[d.seq].push_back(d.bytes);
       continue;
