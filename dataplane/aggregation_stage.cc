@@ -579,6 +579,22 @@ void AggregationStage::Contribute(const Checked& it) {
   }
   JobCounters& jc = s_.job_counters[job.index()];
   const uint32_t local = LocalSlot(it.slot);
+  // The root keeps a copy of a FINAL chunk's result until the main server
+  // ACKs it. A contribution that would complete one while no copy can be
+  // kept waits ("not now"), rather than complete a result nobody delivers.
+  if (contribution.final && job.is_root() && job.main_server_ip() != 0 &&
+      !job.parameter_server() && !job.verify() && s_.finals != nullptr &&
+      !s_.finals->HasRoom() &&
+      (contribution.needed <= 1 || s_.slots->CompletesWith(local, contribution))) {
+    c.final_deferred.Add(1);
+    aggregator::MemberAddr addr;
+    if (job.GetMember(contribution.node, &addr)) {
+      answers_.Nack(m, h, aggregator::NackReason::kStoreFull, addr);
+    } else {
+      tx_.Drop(it.in_port, DropReason::kAggRejected, m);
+    }
+    return;
+  }
   // An ordered slot keeps its contributions until all are in: a copy in a
   // hold buffer, never the mbuf, which RX needs back (hold_buffers.h). The
   // one that completes the slot is reduced at once, from the mbuf.

@@ -542,6 +542,54 @@ TEST_F(StoreTest, AFinalResultIsResentToTheMainServerUntilItsAck) {
   EXPECT_EQ(StoreBuffers(*job), 0u);
 }
 
+// The root keeps at most 64 final results in delivery per worker. A
+// contribution that would complete one more while all are taken is refused
+// for now (NACK store full), not completed into a result the main server
+// would never get; once the main server ACKs one, the member's retry goes in.
+TEST_F(StoreTest, AFinalChunkWaitsWhileEveryDeliveryIsTaken) {
+  BuildAggregation(", store: {final_timeout_ms: 5000}");
+  const aggregator::Job* job = AddModeJob(17, 1, aggregator::JobSpec::Mode::kAggregate);
+  job->SetHop(job->main_server_hop(), {ServerMac().ToU64(), 1, 0, kServerIp, kServerPort});
+  auto final_contribution = [&](uint32_t seq) {
+    Frame f = Contribution(17, seq, 0, Int32Payload({static_cast<int32_t>(seq)}));
+    HeaderOf(f)->flags = common::be16_t::FromHost(aggregator::flags::kFinal);
+    return f;
+  };
+  for (uint32_t seq = 0; seq < FinalDelivery::kMaxPending; ++seq) {
+    Inject(0, final_contribution(seq));
+    Step();
+  }
+  (void)Drain();
+  EXPECT_EQ(Agg().final_deliveries.Get(), FinalDelivery::kMaxPending);
+  Inject(0, final_contribution(64));
+  Step();
+  auto out = Drain();
+  EXPECT_TRUE(WithOpcode(out[0], aggregator::Opcode::kResult).empty()) << "not completed";
+  const std::vector<Result> nacks = WithOpcode(out[0], aggregator::Opcode::kNack);
+  ASSERT_EQ(nacks.size(), 1u);
+  EXPECT_EQ(nacks[0].fields.aux, static_cast<uint32_t>(aggregator::NackReason::kStoreFull));
+  EXPECT_EQ(Agg().final_deferred.Get(), 1u);
+  EXPECT_EQ(Agg().final_refused.Get(), 0u);
+  aggregator::AggFields ack;
+  ack.opcode = aggregator::Opcode::kAck;
+  ack.flags = aggregator::flags::kFinal;
+  ack.job_id = 17;
+  ack.job_key = 0x5eed;
+  ack.seq = 0;
+  Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
+  Step();
+  Inject(0, final_contribution(64));
+  Step();
+  out = Drain();
+  const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].payload, Int32Payload({64}));
+  bool delivered = false;
+  for (const Result& r : WithOpcode(out[1], aggregator::Opcode::kResult)) delivered |= r.fields.seq == 64;
+  EXPECT_TRUE(delivered) << "to the main server";
+  EXPECT_EQ(Agg().final_refused.Get(), 0u);
+}
+
 // A new run of the job does not end the final delivery of the run before:
 // that run completed, and its final result is the main server's. Each
 // delivery carries its run's label, which the main server's ACK echoes, so

@@ -59,6 +59,10 @@ class FinalDelivery {
   // (bounded: kMaxPending entries).
   void Run();
   bool pending() const { return n_pending_ != 0; }
+  // Whether Begin would find a delivery entry and a store buffer now.
+  bool HasRoom() const {
+    return store_ != nullptr && n_pending_ < kMaxPending && store_->used() < store_->capacity();
+  }
 
  private:
   struct Pending {
