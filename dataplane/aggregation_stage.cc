@@ -214,7 +214,16 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       return false;
     }
     if (opcode == Opcode::kLate) {
-      // Late data from below: forwarded unreduced (docs/stragglers.md).
+      // Late data from below: forwarded unreduced (docs/stragglers.md). It
+      // carries the run label of the child switch that sent it: a new one
+      // is that child's new run, taken up here as from its partial, and the
+      // late goes on only in the run it belongs to (its member's resend
+      // brings it again); else the TAN would take it for the old run's.
+      if (!from_above && h.incarnation.host() != 0 &&
+          !BindLateSender(*job, udp, sender, h.incarnation.host())) {
+        tx_.Drop(in_port, DropReason::kAggRejected, m);
+        return false;
+      }
       tree_.ForwardLate(m, *job, header_offset, in_port);
       return false;
     }
@@ -433,6 +442,35 @@ void AggregationStage::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket
   }
   c.unknown_jobs.Add(1);
   answers_.Nack(m, h, aggregator::NackReason::kUnknownJob, sender);
+}
+
+bool AggregationStage::BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
+                                      const aggregator::MemberAddr& sender, uint32_t label) {
+  AggregationCounters& c = stats_.lcore.agg;
+  // The member bound to where it came from (bounded by the job's members).
+  for (uint16_t i = 0; i < job.members(); ++i) {
+    aggregator::MemberAddr bound;
+    if (!job.GetMember(i, &bound) || bound.ip != udp.src_ip || bound.udp_port != udp.src_port) {
+      continue;
+    }
+    switch (job.BindMember(i, sender, label, clock_.SeenNow(), s_.rebind_ticks)) {
+      case aggregator::Job::Bind::kKnown:
+      case aggregator::Job::Bind::kBound:
+      case aggregator::Job::Bind::kRebound:
+        return true;
+      case aggregator::Job::Bind::kRefused:
+        c.member_refused.Add(1);
+        return false;
+      case aggregator::Job::Bind::kNewRun:
+        job.RequestNewRun(i, label);
+        c.new_run.Add(1);
+        return false;
+      case aggregator::Job::Bind::kRunEnded:
+        c.run_ended.Add(1);
+        return false;
+    }
+  }
+  return true;  // from no member bound yet: the TAN's run rule holds
 }
 
 void AggregationStage::Dispatch(Checked* items, uint16_t n) {

@@ -285,6 +285,12 @@ class AggregationStage {
   // waits without it, that earlier contribution was lost: the member is told
   // at once (NOTICE missing, unasked) and resends it about a round trip
   // before its own loss detection, which needs later results, would.
+  // A LATE from a child switch under run label `label`: checks it against
+  // the member bound to where it came from, as that child's partial would
+  // be (a new label is the child's new run: RequestNewRun). Returns whether
+  // the late goes on.
+  bool BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
+                      const aggregator::MemberAddr& sender, uint32_t label);
   void NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node);
   // A member whose ack watermark is past an aggregating slot's chunk has
   // that chunk's result, yet the slot lacks its data: the result came from

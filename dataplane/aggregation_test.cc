@@ -2908,6 +2908,45 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
 // direct member and the child switch, and the child's partial, which found
 // no slot, goes there as late data with its own missing list, which the TAN
 // waits for too.
+// A child switch's late data carries its run label. A new label is the
+// child's new run (its members restarted, and their data went around its
+// slots as predicted stragglers'): the root takes it up as from the child's
+// partial, and does not send the late to the TAN under the old run, whose
+// finished chunk would answer it with the old run's sum.
+TEST_F(ParameterNodeTest, AChildsLateUnderANewRunLabelStartsANewRunAbove) {
+  aggregator::JobSpec spec;
+  spec.id = 9;
+  spec.key = 0x5eed;
+  spec.members = 2;
+  spec.member_nodes = {0, kChild};
+  spec.covers = {{}, {4, 5}};
+  spec.tan = aggregator::JobSpec::Tan::kRemote;
+  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  jobs_->Find(9)->SetHop(aggregator::Job::kTanHop, PsHop());
+  auto from_child = [&](aggregator::Opcode opcode, uint16_t node, uint32_t label) {
+    aggregator::AggFields f;
+    f.opcode = opcode;
+    f.flags = opcode == aggregator::Opcode::kLate ? aggregator::flags::kBypass : 0;
+    f.node_id = node;
+    f.job_id = 9;
+    f.seq = 1;
+    f.job_key = 0x5eed;
+    f.elem_count = 1;
+    f.incarnation = label;
+    Inject(0, DatagramFrom(f, Int32Payload({40}), MemberMac(kChild), MemberIp(kChild), MemberPort(kChild)));
+    Step();
+  };
+  from_child(aggregator::Opcode::kPartial, kChild, 0xa1);  // binds the child in run 0xa1
+  (void)Drain();
+  from_child(aggregator::Opcode::kLate, 4, 0xa1);
+  EXPECT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kLate).size(), 1u) << "its run: on to the TAN";
+  from_child(aggregator::Opcode::kLate, 4, 0xb2);
+  EXPECT_TRUE(WithOpcode(Drain()[1], aggregator::Opcode::kLate).empty()) << "not under the old run";
+  EXPECT_EQ(Agg().new_run.Get(), 1u);
+  EXPECT_EQ(jobs_->TakeNewRuns(), std::vector<uint32_t>{9});
+}
+
 TEST_F(ParameterNodeTest, ATreeRootSendsAChunkWithNoSlotToTheTanAsMissing) {
   BuildAggregation(", spare_slots: 0");
   AddJobWithPs(7, 2);

@@ -362,7 +362,11 @@ void JudgeOp(const OpView& v, std::vector<std::string>* findings) {
         const uint8_t* x = &exact[size_t{e} * size];
         const bool both_nan = IsFloat(t) && std::isnan(Widen(t, g)) && std::isnan(Widen(t, x));
         if (std::memcmp(g, x, size) != 0 && !both_nan) {
-          report(who + " element " + std::to_string(e) + ": got " + Show(t, g) + ", expected " + Show(t, x));
+          element_of(e);
+          std::string inputs;
+          for (uint32_t r = 0; r < world; ++r) inputs += (r ? ", " : "") + Show(t, elem[r]);
+          report(who + " element " + std::to_string(e) + ": got " + Show(t, g) + ", expected " + Show(t, x) +
+                 " (the ranks sent " + inputs + ")");
           return false;
         }
       }
