@@ -28,8 +28,8 @@
 //     only OVERFLOW, ORDERED, INCOMPLETE and VERIFIED flags, a sorted missing
 //     list only when INCOMPLETE, and the job key, elem_count, dtype, op,
 //     scale and aux of a first data or direct contribution of its chunk;
-//   * it goes to a sender of that chunk's first data or direct data, or to
-//     the own worker;
+//   * it goes to a sender of that chunk's first data or direct data, to one
+//     that asked after it (QUERY), or to the own worker;
 //   * it is no longer than max(that first data, 1472 bytes);
 //   * the engine stays within max_pending chunks (open and finished, of the
 //     TAN and of direct data) and max_held_lates held payloads (each), and
@@ -81,6 +81,7 @@ struct FirstData {
 };
 struct Seen {
   std::vector<FirstData> firsts;  // and direct contributions
+  std::vector<TanPeer> askers;    // QUERYs' sources: a finished chunk's result goes to them
   uint32_t max_len = 0;  // the longest first data (header, missing list, payload)
 };
 using ChunkKey = std::pair<uint32_t, uint32_t>;
@@ -231,6 +232,10 @@ class Harness {
         pkt.opcode == aggregator::Opcode::kContribution &&
         (pkt.header->flags.host() &
          (aggregator::flags::kAggregateAtPs | aggregator::flags::kConflict)) != 0;
+    if (pkt.opcode == aggregator::Opcode::kQuery) {
+      seen_[{pkt.header->job_id.host(), pkt.header->seq.host()}].askers.push_back(from);
+      return;
+    }
     if (pkt.opcode != aggregator::Opcode::kPartial && pkt.opcode != aggregator::Opcode::kVerify &&
         !direct) {
       return;
@@ -271,8 +276,9 @@ class Harness {
                h.node_id.host() == kTanNode);
     const uint16_t fl = h.flags.host();
     namespace flags = aggregator::flags;
-    // An exception is a saturated sum, and says so.
-    FUZZ_CHECK(pkt.opcode != aggregator::Opcode::kExceptionRetransmit || fl == flags::kOverflow);
+    // An exception is a saturated sum, and says so (FINAL kept from its VERIFY).
+    FUZZ_CHECK(pkt.opcode != aggregator::Opcode::kExceptionRetransmit ||
+               (fl & ~flags::kFinal) == flags::kOverflow);
     FUZZ_CHECK((fl & ~(flags::kOverflow | flags::kOrdered | flags::kIncomplete |
                        flags::kVerified | flags::kFinal)) == 0);
     FUZZ_CHECK(h.missing_count == 0 || (fl & flags::kIncomplete) != 0);
@@ -293,6 +299,7 @@ class Harness {
                  f.dtype == h.dtype && f.op == h.op && f.scale == h.scale && f.aux == h.aux.host());
       sender = sender || f.from == o.to;
     }
+    for (const TanPeer& asker : s.askers) sender = sender || asker == o.to;
     FUZZ_CHECK(matches);
     FUZZ_CHECK(sender);
     // FINAL is copied from a partial that carried it, never invented.
