@@ -70,15 +70,18 @@ bool FinalDelivery::Send(const aggregator::Job& job, Pending& p) {
 }
 
 bool FinalDelivery::Acked(const aggregator::Job& job, uint32_t seq, uint32_t run) {
+  // The delivery of that run; else (a main server that does not echo the
+  // label) one of that seq.
+  Pending* any = nullptr;
   for (Pending& p : pending_) {
-    if (p.used && p.job_id == job.id() && p.fields.seq == seq &&
-        (run == 0 || p.fields.incarnation == run)) {
-      stats_.lcore.agg.final_acked.Add(1);
-      Free(p);
-      return true;
-    }
+    if (!p.used || p.job_id != job.id() || p.fields.seq != seq) continue;
+    if (p.fields.incarnation == run || any == nullptr) any = &p;
+    if (p.fields.incarnation == run) break;
   }
-  return false;
+  if (any == nullptr) return false;
+  stats_.lcore.agg.final_acked.Add(1);
+  Free(*any);
+  return true;
 }
 
 void FinalDelivery::Run() {

@@ -33,7 +33,7 @@ retried until the timeout, any other NACK ends it:
 
 As the main server, --receive-final waits for the final result of --seq
 (RESULT with FINAL), checks it against --expect, and ACKs every copy that
-comes (ACK flagged FINAL, echoing aux) until --linger seconds pass without one:
+comes (ACK flagged FINAL, echoing aux and the run label) until --linger seconds pass without one:
 
     agg_member.py --main-server --receive-final --switch 10.0.10.253 --job 8 \
                   --key 0x5eed --seq 3 --chunks 40 --expect 10,20 --bind-port 45000
@@ -241,8 +241,9 @@ def receive_final(a):
         last = time.monotonic()
         values = list(struct.unpack_from("<%di" % h[13], data, HEADER.size))
         good = values == want if good is None else good and values == want
+        # Echoing aux (the worker that keeps it) and the delivery's run label.
         ack = HEADER.pack(MAGIC, VERSION, ACK, FLAG_FINAL, 0, a.job, h[6], a.key,
-                          0, 0, 0, 0, 0xFFFF, 0, 0, 0, 0, 0, h[18], INCARNATION)
+                          0, 0, 0, 0, 0xFFFF, 0, 0, 0, 0, 0, h[18], h[19])
         sock.sendto(ack, peer)
     if seen != wanted:
         print("main server: final results of %d of %d chunks within %.1f s"
