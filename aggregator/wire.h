@@ -80,7 +80,9 @@ inline constexpr uint16_t kVerifyMode = 1 << 9;
 inline constexpr uint16_t kRelease = 1 << 10;
 // On a contribution: the chunk is the job's final result, which the root
 // also delivers to the job's main server until it ACKs (docs/protocol.md,
-// "Final delivery"). Partials carry it up; the delivery carries it too.
+// "Final delivery"). Partials carry it up; the delivery carries it too. On
+// an ACK or a FETCH: the job's main server sent it, to the switch it is
+// addressed to (no other switch's port trigger takes it on the way).
 inline constexpr uint16_t kFinal = 1 << 11;
 // On a LATE: its list names the node ids whose data the payload holds, not
 // the ids it lacks. A switch sends a child switch's late partial on so when

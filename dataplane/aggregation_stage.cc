@@ -1141,14 +1141,20 @@ void AggregationStage::AnswerFetch(const Checked& it) {
   }
   aggregator::AggFields f = aggregator::ReadAggFields(h);
   f.job_key = 0;
-  f.flags = 0;
+  // To the main server flagged FINAL as its FETCH was: it crosses the
+  // switches on the way instead of being taken for a member's FETCH. With
+  // RELEASE when the copy goes with it: the asker tells the answer that
+  // freed it from a late duplicate of an earlier answer.
+  const bool release = (h.flags.host() & aggregator::flags::kRelease) != 0;
+  f.flags = static_cast<uint16_t>((it.main_server ? aggregator::flags::kFinal : 0) |
+                                  (release ? aggregator::flags::kRelease : 0));
   f.elem_count = copy->elem_count;
   f.dtype = static_cast<aggregator::DType>(copy->dtype);
   f.op = static_cast<aggregator::ReduceOp>(copy->op);
   f.scale = copy->scale;
   if (answers_.SendData(f, copy->data, copy->len(), to)) {
     c.fetches.Add(1);
-    if ((h.flags.host() & aggregator::flags::kRelease) != 0) {
+    if (release) {
       s_.store->Release(copy);
       c.store_released.Add(1);
     }

@@ -374,6 +374,7 @@ TEST_F(StoreTest, StoreModeKeepsEveryMembersContributionForFetch) {
   EXPECT_EQ(r.fields.job_key, 0u);
   EXPECT_EQ(r.fields.elem_count, 3u);
   EXPECT_EQ(r.payload, sent[2]);
+  EXPECT_EQ(r.fields.flags, 0) << "to a member: no FINAL";
   // The main server takes member 3's copy, which frees it.
   Inject(1, DatagramFrom(Fetch(11, 3, 0, 3, true), {}, ServerMac(), kServerIp, kServerPort));
   Step();
@@ -383,6 +384,8 @@ TEST_F(StoreTest, StoreModeKeepsEveryMembersContributionForFetch) {
   EXPECT_EQ(r.dst_ip, kServerIp);
   EXPECT_EQ(r.dst_port, kServerPort);
   EXPECT_EQ(r.payload, sent[3]);
+  EXPECT_EQ(r.fields.flags, aggregator::flags::kFinal | aggregator::flags::kRelease)
+      << "to the main server flagged FINAL (the switches on its way let it cross), and RELEASE: the copy is freed";
   EXPECT_EQ(StoreBuffers(*job), 3u);
   EXPECT_EQ(Agg().store_released.Get(), 1u);
   // Gone now; and nothing was kept of chunk 4.

@@ -105,16 +105,17 @@ Classifier::Ipv4Class Classifier::ClassifyIpv4(const uint8_t* data, uint32_t len
   const auto opcode = static_cast<aggregator::Opcode>(data[opcode_at]);
   const uint32_t flags_at = opcode_at - offsetof(aggregator::AggHeader, opcode) +
                             offsetof(aggregator::AggHeader, flags);
+  const uint16_t flags = len > flags_at + 1 ? static_cast<uint16_t>(data[flags_at] << 8 | data[flags_at + 1]) : 0;
   // A contribution for the parameter node that is not addressed here is a
-  // root's, on its way there (a worker sends such data to its switch).
-  const bool for_ps =
-      len > flags_at + 1 &&
-      ((data[flags_at] << 8 | data[flags_at + 1]) &
-       (aggregator::flags::kAggregateAtPs | aggregator::flags::kConflict)) != 0;
+  // root's, on its way there (a worker sends such data to its switch). An
+  // ACK or FETCH flagged FINAL is a main server's, which addresses the
+  // switch it means (the root it ACKs, the switch whose store it reads).
+  const bool for_ps = (flags & (aggregator::flags::kAggregateAtPs | aggregator::flags::kConflict)) != 0;
+  const bool main_server = (flags & aggregator::flags::kFinal) != 0;
   const bool from_a_worker =
-      (opcode == aggregator::Opcode::kContribution && !for_ps) ||
-      opcode == aggregator::Opcode::kTaskInfo || opcode == aggregator::Opcode::kAck ||
-      opcode == aggregator::Opcode::kQuery || opcode == aggregator::Opcode::kFetch;
+      (opcode == aggregator::Opcode::kContribution && !for_ps) || opcode == aggregator::Opcode::kTaskInfo ||
+      opcode == aggregator::Opcode::kQuery ||
+      ((opcode == aggregator::Opcode::kAck || opcode == aggregator::Opcode::kFetch) && !main_server);
   return from_a_worker ? Ipv4Class::kAggregation : Ipv4Class::kOther;
 }
 

@@ -116,6 +116,33 @@ TEST_F(ClassifyTest, AggregationTrafficByAddressOrPortButNotWhatGoesToAnotherSwi
   Free(b);
 }
 
+// A main server addresses the switch it means: its FETCH of a leaf's kept
+// contribution, and its ACK of the root's final result, flagged FINAL, cross
+// every other switch on the way. A worker's FETCH and ACK (no FINAL) to a
+// peer are still taken by the port trigger, and what is addressed here is
+// taken either way.
+TEST_F(ClassifyTest, AMainServersFetchAndAckForAnotherSwitchCrossIt) {
+  Classifier c = Make();
+  const uint32_t leaf = 0x0a000a63;  // 10.0.10.99: another switch's address
+  using aggregator::Opcode;
+  using aggregator::flags::kFinal;
+  using aggregator::flags::kRelease;
+  Burst b = Sort(c, 0, {Contribution(1, leaf, Opcode::kFetch, kFinal),             // the main server's, to the leaf
+                        Contribution(2, leaf, Opcode::kFetch, kFinal | kRelease),  // and with RELEASE
+                        Contribution(3, leaf, Opcode::kAck, kFinal),               // its ACK, to the root
+                        Contribution(4, leaf, Opcode::kFetch),                     // a worker's, to a peer
+                        Contribution(5, leaf, Opcode::kAck),                       // a worker's, to a peer
+                        Contribution(6, kAggIp, Opcode::kFetch, kFinal),           // the main server's, to us
+                        Contribution(7, kAggIp, Opcode::kAck, kFinal)});           // its ACK, to us
+  ASSERT_EQ(b.l2.n, 3);
+  ASSERT_EQ(b.agg.n, 4);
+  for (uint16_t i = 0; i < b.l2.n; ++i) {
+    const auto* h = reinterpret_cast<const aggregator::AggHeader*>(rte_pktmbuf_mtod(b.l2.m[i], const uint8_t*) + 42);
+    EXPECT_EQ(h->node_id.host(), i + 1) << "only the main server's datagrams for another switch cross";
+  }
+  Free(b);
+}
+
 TEST_F(ClassifyTest, NoAggregationAddressTakesThePortAloneAndOurSourceIsSpoofed) {
   Classifier c = Make(/*address=*/0);
   Burst b = Sort(c, 0, {Contribution(1, 0x0a000a63, aggregator::Opcode::kResult)});

@@ -131,6 +131,7 @@ common::Result<uint32_t> SimTransport::Send(const client::internal::OutDatagram*
   if (killed_) return common::Unavailable("the process was killed");
   for (uint32_t i = 0; i < n; ++i) {
     const sockaddr_in& to = *datagrams[i].to;
+    if (tap_) tap_(datagrams[i].data, datagrams[i].length);
     (void)host_.Send(port_, ntohl(to.sin_addr.s_addr), ntohs(to.sin_port), datagrams[i].data,
                      datagrams[i].length);
   }

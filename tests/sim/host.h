@@ -103,6 +103,8 @@ class SimTransport final : public client::internal::Transport {
   bool killed() const { return killed_; }
   // Whether the owner's fiber waits in Wait or SleepUntil.
   bool waiting() const { return waiting_; }
+  // Calls `tap` with every datagram sent from now on (a packet capture).
+  void SetTap(std::function<void(const uint8_t* data, size_t len)> tap) { tap_ = std::move(tap); }
 
  private:
   struct Datagram {
@@ -118,6 +120,7 @@ class SimTransport final : public client::internal::Transport {
   uint16_t port_ = 0;
   std::vector<std::vector<uint8_t>> buffers_;
   std::function<void()> wake_;
+  std::function<void(const uint8_t*, size_t)> tap_;
   std::deque<Datagram> queue_;
   std::vector<Datagram> batch_;
   std::vector<client::internal::InDatagram> in_;

@@ -1,7 +1,9 @@
 #include "tests/sim/rank.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "aggregator/wire.h"
 #include "client/internal/engine.h"
 
 namespace aggswitch::sim {
@@ -41,6 +43,20 @@ void RankProcess::WakeSoon() {
   });
 }
 
+void RankProcess::Record(const uint8_t* data, size_t len) {
+  aggregator::AggPacket pkt;
+  if (aggregator::ParseAggregation(data, static_cast<uint32_t>(len), &pkt) != aggregator::WireError::kOk ||
+      pkt.opcode != aggregator::Opcode::kContribution) {
+    return;
+  }
+  const aggregator::AggFields f = aggregator::ReadAggFields(*pkt.header);
+  if ((f.flags & aggregator::flags::kAggregateAtPs) != 0) return;
+  SentContribution c{static_cast<uint8_t>(f.dtype), static_cast<uint8_t>(f.op), f.scale,
+                     std::vector<uint8_t>(pkt.payload, pkt.payload + pkt.payload_len)};
+  std::vector<SentContribution>& versions = sent_[f.seq];
+  if (std::find(versions.begin(), versions.end(), c) == versions.end()) versions.push_back(std::move(c));
+}
+
 void RankProcess::Kill() {
   if (killed_) return;
   killed_ = true;
@@ -53,6 +69,7 @@ void RankProcess::Body() {
       world_, host_, options_.bind_port, client::internal::Engine::SendBuffers(options_),
       options_.mtu, [this] { WakeSoon(); });
   transport_ = transport.get();
+  transport_->SetTap([this](const uint8_t* data, size_t len) { Record(data, len); });
   auto created = client::internal::Engine::Create(options_, std::move(transport), "sim",
                                                   world_.clock());
   if (!created.ok()) {

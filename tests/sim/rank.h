@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,16 @@ struct OpOutcome {
   uint32_t next_seq = 0;
 };
 
+// A contribution as it went on the wire: what a switch that keeps it
+// (both mode) must give back to a FETCH.
+struct SentContribution {
+  uint8_t dtype = 0;
+  uint8_t op = 0;
+  int8_t scale = 0;
+  std::vector<uint8_t> payload;
+  friend bool operator==(const SentContribution&, const SentContribution&) = default;
+};
+
 class RankProcess {
  public:
   // The input of allreduce k: count * size(dtype) bytes.
@@ -69,12 +80,16 @@ class RankProcess {
   bool done() const { return fiber_.done(); }
   const std::vector<OpOutcome>& outcomes() const { return outcomes_; }
   const client::ClientOptions& options() const { return options_; }
+  // Every distinct contribution it sent, by sequence number (none marked
+  // for the parameter node: switches do not keep those).
+  const std::map<uint32_t, std::vector<SentContribution>>& sent() const { return sent_; }
   // Why the engine could not be created (then nothing ran).
   const std::string& setup_error() const { return setup_error_; }
 
  private:
   void Body();
   void WakeSoon();
+  void Record(const uint8_t* data, size_t len);
 
   World& world_;
   Host& host_;
@@ -82,6 +97,7 @@ class RankProcess {
   const std::vector<OpSpec> ops_;
   const DataFor data_for_;
   std::vector<OpOutcome> outcomes_;
+  std::map<uint32_t, std::vector<SentContribution>> sent_;
   SimTransport* transport_ = nullptr;  // owned by the engine while the body runs
   Fiber fiber_;
   bool killed_ = false;

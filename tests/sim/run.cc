@@ -93,6 +93,11 @@ class Runner {
     // The job's run label at its root once every process ended (0: not
     // read): what the run's final deliveries carry.
     uint32_t label = 0;
+    // Both mode: the main server read back what the switches kept of it
+    // (fetch_started: it began to), once every process ended.
+    bool fetch_started = false;
+    bool fetched = false;
+    std::vector<MainServer::Fetched> kept;
   };
   struct JobState {
     std::vector<std::unique_ptr<Host>> hosts;  // by rank
@@ -115,6 +120,11 @@ class Runner {
   common::Status AddApiJobs(size_t sw);
   bool AllDone() const;
   void Watch();
+  // Has the main server read back (and free) every contribution the ranks
+  // of run `run` of job `job` sent.
+  void FetchKept(size_t job, uint32_t run);
+  // Judges those answers against what each rank sent.
+  void JudgeKept(size_t job, uint32_t run, Outcome* out) const;
   void CheckLeaks(Outcome* out);
   // Judges what the main server got of run `run`'s final allreduce `op` of
   // job `job`, against what its ranks got.
@@ -193,8 +203,13 @@ std::string Runner::JobConfig(size_t job, size_t sw, bool json) const {
         << key("address") << "\"" << IpText(s_.param_node_ip) << "\", " << key("port") << kAggPort << "}]}";
     }
     if (j.verify) o << ", " << key("verify") << "true";
-    if (j.main_server) o << ", " << key("main_server") << "\"" << IpText(s_.main_server_ip) << "\"";
   }
+  // The root delivers final results to the main server; every switch of a
+  // job in both mode answers its FETCHes.
+  if (j.main_server && (j.keep || static_cast<int>(sw) == tree.root)) {
+    o << ", " << key("main_server") << "\"" << IpText(s_.main_server_ip) << "\"";
+  }
+  if (j.keep) o << ", " << key("mode") << "\"both\"";
   o << "}";
   return o.str();
 }
@@ -237,6 +252,11 @@ std::string Runner::SwitchYaml(size_t i, const std::vector<std::string>& rings) 
     << "  hold: {buffers: " << sw.hold_buffers << "}\n"
     << "  in_band: {idle_timeout_ms: 1000}\n"
     << "  state_file: " << state_dir_ << "/s" << i << ".json\n";
+  // Room for several runs' kept contributions (kKeptPerRun) of every job in
+  // both mode here.
+  bool keeps = false;
+  for (size_t j = 0; j < s_.jobs.size(); ++j) keeps |= s_.jobs[j].keep && trees_[j].at.count(static_cast<int>(i)) != 0;
+  if (keeps) y << "  store: {buffers: " << 8 * kKeptPerRun << ", per_job: " << 8 * kKeptPerRun << "}\n";
   if (sw.tan == SwitchSpec::Tan::kSelf) {
     y << "  tan: {strategy: self}\n";
   } else if (sw.tan == SwitchSpec::Tan::kRemote) {
@@ -461,9 +481,26 @@ bool Runner::AllDone() const {
       for (const auto& p : run.procs) {
         if (!p->done()) return false;
       }
+      if (!run.fetched && s_.jobs[&job - jobs_.data()].keep) return false;
     }
   }
   return true;
+}
+
+void Runner::FetchKept(size_t job, uint32_t run) {
+  const JobSpecSim& j = s_.jobs[job];
+  RunState& state = jobs_[job].runs[run];
+  std::vector<MainServer::FetchRequest> requests;
+  for (uint32_t r = 0; r < state.procs.size(); ++r) {
+    for (const auto& [seq, versions] : state.procs[r]->sent()) {
+      requests.push_back(MainServer::FetchRequest{j.id, s_.switches[j.rank_switch[r]].ip, seq, static_cast<uint16_t>(r)});
+    }
+  }
+  ms_->Fetch(std::move(requests), [this, job, run](std::vector<MainServer::Fetched> got) {
+    RunState& done = jobs_[job].runs[run];
+    done.kept = std::move(got);
+    done.fetched = true;
+  });
 }
 
 void Runner::Watch() {
@@ -471,10 +508,18 @@ void Runner::Watch() {
   for (size_t j = 0; j < jobs_.size(); ++j) {
     JobState& job = jobs_[j];
     for (RunState& run : job.runs) {
-      if (run.label != 0 || !run.started || run.procs.empty() ||
+      if (!run.started || run.procs.empty() ||
           !std::all_of(run.procs.begin(), run.procs.end(), [](const auto& p) { return p->done(); })) {
         continue;
       }
+      // Both mode: what the switches kept is read back a little after the
+      // last process ended (a resend of its may still be on a link).
+      if (s_.jobs[j].keep && !run.fetch_started) {
+        run.fetch_started = true;
+        const auto index = static_cast<uint32_t>(&run - job.runs.data());
+        world_.At(world_.now() + 10 * kMs, [this, j, index] { FetchKept(j, index); });
+      }
+      if (run.label != 0) continue;
       SimSwitch& root = *switches_[trees_[j].root];
       if (!root.up()) continue;
       if (const aggregator::Job* at = root.node().table().Find(s_.jobs[j].id)) run.label = at->label();
@@ -483,6 +528,8 @@ void Runner::Watch() {
       if (job.runs[run].started || !job.runs[run - 1].started) continue;
       const auto& procs = job.runs[run - 1].procs;
       if (!std::all_of(procs.begin(), procs.end(), [](const auto& p) { return p->done(); })) continue;
+      // A new run's contributions would replace the old run's copies.
+      if (s_.jobs[j].keep && !job.runs[run - 1].fetched) continue;
       job.runs[run].started = true;  // StartRun sets it again, at its time
       world_.At(world_.now() + s_.jobs[j].rerun_gap_ns, [this, j, run] { StartRun(j, run); });
     }
@@ -551,12 +598,68 @@ void Runner::Judge(Outcome* out) {
         JudgeOp(v, &out->failures);
         if (spec.ops[op].final) JudgeFinal(j, run, op, v, out);
       }
+      if (spec.keep) JudgeKept(j, run, out);
       for (uint32_t r = 0; r < state.procs.size(); ++r) {
         if (!state.procs[r]->setup_error().empty()) {
           out->failures.push_back("job " + std::to_string(spec.id) + " rank " + std::to_string(r) +
                                   ": no engine: " + state.procs[r]->setup_error());
         }
       }
+    }
+  }
+}
+
+void Runner::JudgeKept(size_t job, uint32_t run, Outcome* out) const {
+  const JobSpecSim& spec = s_.jobs[job];
+  const RunState& state = jobs_[job].runs[run];
+  if (!state.fetched) {
+    if (state.fetch_started) {
+      out->failures.push_back("job " + std::to_string(spec.id) + " run " + std::to_string(run) +
+                              ": the main server's FETCHes did not end");
+    }
+    return;
+  }
+  for (const MainServer::Fetched& f : state.kept) {
+    const uint16_t r = f.request.node;
+    const int sw = spec.rank_switch[r];
+    char where[128];
+    std::snprintf(where, sizeof(where), "job %u run %u: switch s%d, asked for rank %u's contribution to seq %u,",
+                  spec.id, run, sw, r, f.request.seq);
+    // Which allreduce of the rank's the chunk was part of, and how it ended.
+    const OpOutcome* op = nullptr;
+    for (const OpOutcome& o : state.procs[r]->outcomes()) {
+      if (o.ran && f.request.seq - o.first_seq < o.next_seq - o.first_seq) op = &o;
+    }
+    // A copy is lost with its switch's restart, and a rank that failed may
+    // have had its contribution refused; otherwise a contribution that was
+    // reduced was kept.
+    bool restarted = !switches_[sw]->up();
+    for (const SwitchRestart& x : s_.restarts) {
+      restarted |= x.sw == sw && start_ns_ + x.at_ns + x.down_ns >= state.start_ns;
+    }
+    const bool reduced = op != nullptr && (op->code == common::StatusCode::kOk ||
+                                           op->code == common::StatusCode::kOutOfRange);
+    const std::string excuse = ExcuseFor(job, run, op, op != nullptr ? op->end_ns : 0);
+    const bool may_miss = restarted || !reduced || !excuse.empty();
+    if (!f.answered) {
+      if (!may_miss) out->failures.push_back(std::string(where) + " never answered");
+      continue;
+    }
+    if (!f.found) {
+      if (f.nack != static_cast<uint32_t>(aggregator::NackReason::kNotStored)) {
+        out->failures.push_back(std::string(where) + " answered NACK reason " + std::to_string(f.nack) +
+                                " (docs/protocol.md), not the copy or not stored");
+      } else if (!may_miss) {
+        out->failures.push_back(std::string(where) + " answered not_stored for a contribution it reduced");
+      }
+      continue;
+    }
+    const auto sent = state.procs[r]->sent().find(f.request.seq);
+    if (sent == state.procs[r]->sent().end() ||
+        std::find(sent->second.begin(), sent->second.end(), f.copy) == sent->second.end()) {
+      out->failures.push_back(std::string(where) + " gave back " + std::to_string(f.copy.payload.size()) +
+                              " bytes (dtype " + std::to_string(f.copy.dtype) + ", scale " +
+                              std::to_string(f.copy.scale) + ") that the rank never sent it");
     }
   }
 }
@@ -676,7 +779,8 @@ void Runner::CheckLeaks(Outcome* out) {
       }
     }
     for (size_t w = 0; w < dp.worker_count(); ++w) {
-      // Final results in delivery live in the store until ACKed or given up.
+      // Final results in delivery live in the store until ACKed or given up,
+      // kept contributions until the main server's RELEASE.
       if (const dataplane::ParameterStore* store = dp.worker_store(w); store != nullptr && store->used() != 0) {
         out->failures.push_back(name + ": worker " + std::to_string(w) + " still holds " +
                                 std::to_string(store->used()) + " store buffers after the jobs ended");

@@ -30,6 +30,7 @@ enum Stream : uint64_t {
   kPredict = 8,  // 7 is the links' (run.cc)
   kRunIds = 9,
   kFinal = 10,
+  kKeep = 14,  // 11 and 12 draw slot secrets, 13 incarnations (run.cc)
 };
 
 constexpr uint64_t kMs = 1'000'000;
@@ -316,8 +317,27 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
     // the parameter node direct is left out too (such chunks are not
     // delivered either).
     Rng fin(Mix(seed, kFinal, 1 + j));
-    job.main_server = fin.Chance(0.35) && Has(limits, kFeatureFinal) && job.origin != Origin::kInBand &&
-                      !job.verify && !job.resend_to_parameter_node;
+    const bool may_serve = job.origin != Origin::kInBand && !job.verify && !job.resend_to_parameter_node;
+    job.main_server = fin.Chance(0.35) && Has(limits, kFeatureFinal) && may_serve;
+    // Both mode, from a stream of its own: a job whose every contribution is
+    // kept where it arrives (none bypasses the switch for a predicted
+    // straggler), and whose main server fetches them all once a run ended.
+    // A run's copies must fit the job's share of the store at once
+    // (SwitchYaml's aggregation.store): its chunks are made large enough.
+    Rng keep(Mix(seed, kKeep, 1 + j));
+    if (keep.Chance(0.3) && Has(limits, kFeatureKeep) && may_serve) {
+      job.keep = true;
+      job.main_server = true;
+      job.predict_top = 0;
+      job.predict_every_ns = 0;
+      uint64_t elems = 0;
+      for (const OpSpec& op : job.ops) elems += op.count;
+      // Chunks over every op, times the ranks at one switch at most, within
+      // kKeptPerRun (fixed-point float ops add an exponent exchange each).
+      const uint64_t chunks_allowed = std::max<uint64_t>(1, kKeptPerRun / job.ranks() / 2);
+      const uint64_t at_least = (elems + chunks_allowed - 1) / chunks_allowed;
+      job.max_chunk_elements = std::max<uint32_t>(job.max_chunk_elements, static_cast<uint32_t>(at_least));
+    }
     MarkFinal(job);
     // Left out by the limits: everything it drew stays drawn.
     if ((limits.skip_jobs >> j & 1) == 0) s.jobs.push_back(std::move(job));
@@ -482,6 +502,7 @@ std::string Scenario::Describe() const {
     if (j.crash_rank >= 0) o << ", rank " << j.crash_rank << " crashes at +" << j.crash_after_ns / kMs << " ms";
     if (j.run_ids) o << ", run ids";
     if (j.main_server) o << ", main server";
+    if (j.keep) o << ", both mode";
     if (j.predict_top > 0) {
       o << ", stragglers top " << j.predict_top << " applied every " << j.predict_every_ns / kMs << " ms";
     }

@@ -58,8 +58,9 @@ enum Feature : uint32_t {
   kFeatureTwoWorkers = 1u << 8,    // two worker lcores per switch (hand-offs)
   kFeaturePredict = 1u << 9,       // straggler predictions applied while jobs run
   kFeatureFinal = 1u << 10,        // a main server that takes each run's final result
+  kFeatureKeep = 1u << 11,         // jobs in both mode, whose main server FETCHes what they kept
 };
-inline constexpr uint32_t kAllFeatures = (1u << 11) - 1;
+inline constexpr uint32_t kAllFeatures = (1u << 12) - 1;
 
 struct Limits {
   uint32_t switches = 8;
@@ -75,7 +76,7 @@ struct Limits {
   uint32_t skip_jobs = 0;
   uint32_t skip_ops = 0;
 
-  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0x7ff,
+  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0xfff,
   // skip_jobs=0x0,skip_ops=0x0"
   std::string ToString() const;
   // That form, any subset of its keys; an error names the key.
@@ -147,11 +148,22 @@ struct JobSpecSim {
   // delivers each run's final result to: its last allreduce, marked FINAL
   // (OpSpec::final) unless it is a float32 sum in fixed point.
   bool main_server = false;
+  // Both mode (aggregation.jobs[].mode, at every switch of the job): each
+  // switch keeps its ranks' contributions as it reduces them, and once a run
+  // has ended the main server (which such a job always has) FETCHes every
+  // contribution each rank sent, then frees it (RELEASE).
+  bool keep = false;
   // Inputs given by hand (hand-built scenarios): op -> rank -> the bytes
   // RankData returns instead of drawing them.
   std::map<uint32_t, std::map<uint32_t, std::vector<uint8_t>>> inputs;
   uint32_t ranks() const { return static_cast<uint32_t>(rank_switch.size()); }
 };
+
+// What a run of a job in both mode keeps at one switch at most, about: its
+// chunks over every allreduce (an exponent exchange's included) times its
+// ranks there. Generate makes such a job's chunks large enough; the
+// switches' stores (aggregation.store) hold several times as much.
+inline constexpr uint64_t kKeptPerRun = 4096;
 
 struct SwitchRestart {
   int sw = 0;
