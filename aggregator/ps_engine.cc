@@ -247,11 +247,16 @@ void PsEngine::Finish(const ChunkId& id, Chunk& c, bool complete, uint64_t now_n
 
   f.opcode = Opcode::kResult;
   f.node_id = options_.tan.node_id;
-  // VERIFIED: every member counted, no sum saturated.
   // (FINAL as the members marked the chunk: the root delivers the result.)
-  f.flags = static_cast<uint16_t>(
-      (overflow ? flags::kOverflow : 0) | (!complete ? flags::kIncomplete : 0) |
-      (complete && !overflow ? flags::kVerified : 0) | (c.fields.flags & flags::kFinal));
+  f.flags = static_cast<uint16_t>((overflow ? flags::kOverflow : 0) | (c.fields.flags & flags::kFinal));
+  // A complete chunk goes through the TAN's completion hook as the TAN's
+  // own do (agg-ps --sgd: the parameters in place of the gradient's sum),
+  // or a parameter-server job's chunk that found no slot at its root would
+  // give its members the sum.
+  const bool refused = complete && options_.tan.on_complete && !options_.tan.on_complete(f, payload);
+  // VERIFIED: every member counted, no sum saturated.
+  f.flags = static_cast<uint16_t>(f.flags | (!complete || refused ? flags::kIncomplete : 0) |
+                                  (complete && !refused && !overflow ? flags::kVerified : 0));
   f.expected = 0;
   f.node_count = 0;
   f.ack_watermark = 0;
@@ -260,7 +265,7 @@ void PsEngine::Finish(const ChunkId& id, Chunk& c, bool complete, uint64_t now_n
   const uint32_t n = BuildAggregation(f, nullptr, 0, payload.data(), payload_len, result.data(),
                                       static_cast<uint32_t>(result.size()));
   result.resize(n);  // n == size: the lengths are ours
-  (complete ? counters_.reduced : counters_.gave_up) += 1;
+  (refused ? counters_.refused : complete ? counters_.reduced : counters_.gave_up) += 1;
   out->push_back(TanOutput{c.reply_to, result});
 
   Forget(chunks_.find(id));

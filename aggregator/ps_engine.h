@@ -22,9 +22,11 @@
 //       kept contribution goes to the TAN as late data, in node order: the
 //       first data covers some of them, the rest resolve outstanding ids) or
 //       `expected` distinct nodes are in: then they are reduced here, in
-//       ascending node id (the same bits whatever the arrival order), and one
-//       RESULT goes to the first one's sender: VERIFIED, or OVERFLOW when a
-//       sum saturated (here, or an input said so). A chunk still
+//       ascending node id (the same bits whatever the arrival order), the
+//       TAN's completion hook (TanOptions::on_complete: agg-ps --sgd) sees
+//       the sum as it sees the TAN's, and one RESULT goes to the first one's
+//       sender: VERIFIED, or OVERFLOW when a sum saturated (here, or an input
+//       said so), or INCOMPLETE when the hook refused it. A chunk still
 //       short give_up_ns after its first contribution gets a RESULT with
 //       INCOMPLETE (no missing list: the engine knows how many members the
 //       chunk has, not which).
@@ -84,6 +86,7 @@ struct PsCounters {
   uint64_t to_tan = 0;          // direct contributions passed to the TAN as late data
   uint64_t reduced = 0;         // chunks reduced here from direct contributions
   uint64_t gave_up = 0;         // INCOMPLETE results for chunks still short at the give-up
+  uint64_t refused = 0;         // INCOMPLETE results: the TAN's completion hook refused the chunk
   uint64_t duplicates = 0;      // a node's second direct contribution to a chunk
   uint64_t results_again = 0;   // results sent again for a finished chunk
   uint64_t key_mismatch = 0;    // another key than the chunk's first contribution

@@ -10,6 +10,8 @@
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <span>
 #include <random>
 #include <vector>
 
@@ -351,6 +353,60 @@ TEST_F(PsEngineTest, ConflictsAreAggregatedHere) {
   Feed(Build(Direct(1, 2, flags::kConflict), Pack(std::vector<int32_t>{2})));
   EXPECT_EQ(Ints(TakeResult()), (std::vector<int32_t>{3}));
   EXPECT_EQ(ps_.counters().conflicts, 2u);
+}
+
+// A parameter-server job's chunk that found no slot at its root is reduced
+// here from its CONFLICT data: the TAN's completion hook (agg-ps --sgd) sees
+// that sum as it sees the TAN's, once, and the members get what it wrote
+// (the parameters), not the gradient's sum; a refusal makes it INCOMPLETE.
+TEST_F(PsEngineTest, AChunkReducedHereGoesThroughTheCompletionHook) {
+  struct Seen {
+    int calls = 0;
+    uint32_t aux = 0;
+    std::vector<float> sum;
+  };
+  auto seen = std::make_shared<Seen>();
+  auto accept = std::make_shared<bool>(true);
+  PsOptions o = Options();
+  o.tan.on_complete = [seen, accept](const AggFields& f, std::span<uint8_t> payload) {
+    ++seen->calls;
+    seen->aux = f.aux;
+    seen->sum = Unpack<float>(payload.data(), payload.size());
+    for (size_t i = 0; i < payload.size() / 4; ++i) {
+      const float p = -0.5f * seen->sum[i];  // one step from zero, rate 0.5
+      std::memcpy(payload.data() + 4 * i, &p, 4);
+    }
+    return *accept;
+  };
+  PsEngine ps(o);
+  const auto feed = [&](uint16_t node, uint32_t seq, std::vector<float> values) {
+    AggFields f = Direct(node, 2, flags::kConflict | flags::kAggregateAtPs);
+    f.dtype = DType::kFloat32;
+    f.seq = seq;
+    const Bytes d = Build(f, Pack(values));
+    AggPacket pkt;
+    ASSERT_EQ(ParseAggregation(d.data(), static_cast<uint32_t>(d.size()), &pkt), WireError::kOk);
+    ps.OnDatagram(pkt, kRoot, 0, &out_);
+  };
+  feed(0, 1, {1.0f, 2.0f});
+  feed(1, 1, {3.0f, -6.0f});
+  Result r = TakeResult();
+  EXPECT_EQ(seen->calls, 1);
+  EXPECT_EQ(seen->aux, 512u) << "the chunk's element offset: where in the model it goes";
+  EXPECT_EQ(seen->sum, (std::vector<float>{4.0f, -4.0f}));
+  EXPECT_EQ(Unpack<float>(r.payload.data(), r.payload.size()), (std::vector<float>{-2.0f, 2.0f}));
+  EXPECT_EQ(r.h.flags.host(), flags::kVerified);
+  // A repeat gets the kept answer: the hook ran once.
+  feed(1, 1, {3.0f, -6.0f});
+  EXPECT_EQ(Unpack<float>(TakeResult().payload.data(), 8), (std::vector<float>{-2.0f, 2.0f}));
+  EXPECT_EQ(seen->calls, 1);
+  // Refused: INCOMPLETE, counted.
+  *accept = false;
+  feed(0, 2, {1.0f, 1.0f});
+  feed(1, 2, {1.0f, 1.0f});
+  EXPECT_EQ(TakeResult().h.flags.host() & (flags::kIncomplete | flags::kVerified), flags::kIncomplete);
+  EXPECT_EQ(ps.counters().refused, 1u);
+  EXPECT_EQ(ps.counters().reduced, 1u);
 }
 
 // What does not belong to the chunk is counted and left out.

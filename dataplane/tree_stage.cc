@@ -566,9 +566,12 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
       const aggregator::Slot* slot = s_.slots->Holding(local_slot, job.id(), job.generation(), seq);
       if (cached) {
         DeliverFinal(job, local_slot, *slot);
-      } else if (slot == nullptr) {
-        // The chunk found no slot here (it went up as missing), or its slot
-        // went to another chunk: the result in hand is the copy.
+      } else if (slot == nullptr || slot->state() == aggregator::Slot::State::kAggregating) {
+        // The chunk found no slot here (it went up as missing), its slot
+        // went to another chunk, or a member's resend claimed a slot for it
+        // again after its first data went up: the result in hand is the
+        // copy. (Should that slot go up too, its answer is this result
+        // again: delivered twice, the same bytes.)
         DeliverFinal(job, local_slot, pkt);
       }
       // Else a repeat of a result taken already: delivered then.

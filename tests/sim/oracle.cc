@@ -208,21 +208,38 @@ std::string Show(DType t, const uint8_t* p) {
   }
 }
 
+// A float sum of `elem`, exactly (in long double), its specials apart, and
+// how far from it any order of summing in `t` may round, through a tree of
+// `depth` levels.
+struct SumEstimate {
+  bool nan = false, pos_inf = false, neg_inf = false;
+  long double sum = 0, abs_sum = 0, pos = 0, neg = 0;
+  long double bound = 0;
+};
+
+SumEstimate Estimate(DType t, const std::vector<const uint8_t*>& elem, size_t depth) {
+  SumEstimate e;
+  for (const uint8_t* p : elem) {
+    const float v = Widen(t, p);
+    if (std::isnan(v)) e.nan = true;
+    else if (std::isinf(v)) (v > 0 ? e.pos_inf : e.neg_inf) = true;
+    else {
+      e.sum += v;
+      e.abs_sum += std::fabs(v);
+      (v > 0 ? e.pos : e.neg) += v;
+    }
+  }
+  e.bound = Epsilon(t) * (static_cast<long double>(elem.size()) + 2.0L * depth + 2) * e.abs_sum +
+            (t == DType::kFloat16 ? std::ldexp(1.0, -24) : std::numeric_limits<float>::denorm_min());
+  return e;
+}
+
 // Whether `got` is within the rounding of a float sum of `elem` in some order.
 bool WithinRounding(DType t, const std::vector<const uint8_t*>& elem, const uint8_t* got, size_t depth,
                     std::string* why) {
-  bool nan = false, pos_inf = false, neg_inf = false;
-  long double sum = 0, abs_sum = 0, pos = 0, neg = 0;
-  for (const uint8_t* p : elem) {
-    const float v = Widen(t, p);
-    if (std::isnan(v)) nan = true;
-    else if (std::isinf(v)) (v > 0 ? pos_inf : neg_inf) = true;
-    else {
-      sum += v;
-      abs_sum += std::fabs(v);
-      (v > 0 ? pos : neg) += v;
-    }
-  }
+  const SumEstimate est = Estimate(t, elem, depth);
+  const bool nan = est.nan, pos_inf = est.pos_inf, neg_inf = est.neg_inf;
+  const long double sum = est.sum, pos = est.pos, neg = est.neg;
   const float g = Widen(t, got);
   if (nan) {
     if (std::isnan(g)) return true;
@@ -243,9 +260,7 @@ bool WithinRounding(DType t, const std::vector<const uint8_t*>& elem, const uint
     *why = pos_inf ? "expected +Inf" : "expected -Inf";
     return false;
   }
-  const long double bound =
-      Epsilon(t) * (static_cast<long double>(elem.size()) + 2.0L * depth + 2) * abs_sum +
-      (t == DType::kFloat16 ? std::ldexp(1.0, -24) : std::numeric_limits<float>::denorm_min());
+  const long double bound = est.bound;
   if (std::isfinite(g) && std::fabs(static_cast<long double>(g) - sum) <= bound) return true;
   char buf[160];
   std::snprintf(buf, sizeof(buf), "expected %.9Lg within %.3Lg", sum, bound);
@@ -345,6 +360,28 @@ void JudgeOp(const OpView& v, std::vector<std::string>* findings) {
     }
   }
   const size_t depth = TreeDepth(tree, tree.root);
+  // A parameter-server job's gradient: agg-ps answers with its parameters.
+  const bool sgd = j.learning_rate > 0 && float_sum && t == DType::kFloat32;
+  // Whether element e of `got` is the parameters after the step.
+  const auto sgd_step = [&](uint32_t e, const uint8_t* got, std::string* why) {
+    if (e < v.known.size() && !v.known[e]) return true;
+    element_of(e);
+    const SumEstimate grad = Estimate(t, elem, depth);
+    const long double before = e < v.params.size() ? v.params[e] : 0.0f;
+    const long double rate = j.learning_rate;
+    const long double want = before - rate * grad.sum;
+    // The sum's rounding, scaled, then the product's and the difference's.
+    const long double bound = rate * grad.bound +
+                              2 * Epsilon(t) * (std::fabs(before) + std::fabs(rate * grad.sum) + std::fabs(want)) +
+                              4 * static_cast<long double>(std::numeric_limits<float>::denorm_min());
+    const float g = Widen(t, got);
+    if (std::isfinite(g) && std::fabs(static_cast<long double>(g) - want) <= bound) return true;
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "expected the parameters %.9Lg - %.9Lg * %.9Lg = %.9Lg within %.3Lg", before,
+                  rate, grad.sum, want, bound);
+    *why = buf;
+    return false;
+  };
 
   // Checks one rank's bytes, or of a partial copy the chunks it has
   // (`have`, by chunks of `per_chunk` elements).
@@ -369,6 +406,18 @@ void JudgeOp(const OpView& v, std::vector<std::string>* findings) {
                  " (the ranks sent " + inputs + ")");
           return false;
         }
+      }
+      return true;
+    }
+    if (sgd) {
+      for (uint32_t e = 0; e < n; ++e) {
+        std::string why;
+        if (!has(e) || sgd_step(e, &got[size_t{e} * size], &why)) continue;
+        std::string inputs;
+        for (uint32_t r = 0; r < world; ++r) inputs += (r ? ", " : "") + Show(t, elem[r]);
+        report(who + " element " + std::to_string(e) + ": got " + Show(t, &got[size_t{e} * size]) + ", " + why +
+               " (the ranks sent " + inputs + ")");
+        return false;
       }
       return true;
     }

@@ -17,6 +17,9 @@
 //     parameter node can have changed the order; otherwise within the
 //     rounding of the sum, as unordered float sums are;
 //   - min and max of floats: exact, NaN first, min(-0, +0) = -0;
+//   - a parameter-server job's float32 sum: the parameters before it, less
+//     the learning rate times the sum, within the sum's rounding and the
+//     two of the step (agg-ps --sgd); its other allreduces as any job's;
 //   - every rank of an allreduce that succeeded got the same bytes;
 //   - a partial copy of the result (the main server's final result) is
 //     judged chunk by chunk as a rank's result, is the same bytes as the
@@ -67,6 +70,13 @@ struct OpView {
     std::vector<uint16_t> flags;     // by chunk
   };
   std::vector<Partial> partials;
+  // A parameter-server job's float32 sum (JobSpecSim::learning_rate): every
+  // rank gets the job's parameters after one SGD step, params - rate * sum,
+  // within the sum's rounding and the step's two, from `params`: what they
+  // were before (zero beyond its end). Element e with known[e] false is not
+  // judged (a step that failed, or agg-ps restarted, left it unknown).
+  std::vector<float> params;
+  std::vector<bool> known;
 };
 
 // Appends a line per broken promise to `findings`.

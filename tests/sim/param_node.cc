@@ -5,8 +5,13 @@
 namespace aggswitch::sim {
 
 ParamNode::ParamNode(World& world, Host& host, uint16_t port, aggregator::PsOptions options,
-                     std::vector<tools::CoverSpec> covers)
-    : world_(world), host_(host), port_(port), options_(std::move(options)), covers_(std::move(covers)) {
+                     std::vector<tools::CoverSpec> covers, std::vector<tools::SgdJob> sgd)
+    : world_(world),
+      host_(host),
+      port_(port),
+      options_(std::move(options)),
+      covers_(std::move(covers)),
+      sgd_jobs_(std::move(sgd)) {
   Restart();
 }
 
@@ -18,12 +23,22 @@ void ParamNode::Crash() {
   if (engine_ == nullptr) return;
   host_.Unbind(port_);
   engine_.reset();
+  sgd_.reset();
   ++life_;
 }
 
 void ParamNode::Restart() {
   if (engine_ != nullptr) return;
-  engine_ = std::make_unique<aggregator::PsEngine>(options_);
+  aggregator::PsOptions options = options_;
+  if (!sgd_jobs_.empty()) {
+    // As agg-ps --sgd: the model answers every complete chunk of its jobs.
+    sgd_ = std::make_unique<tools::SgdModel>();
+    for (const tools::SgdJob& job : sgd_jobs_) (void)sgd_->AddJob(job);
+    options.tan.on_complete = [model = sgd_.get()](const aggregator::AggFields& f, std::span<uint8_t> payload) {
+      return model->Apply(f, payload);
+    };
+  }
+  engine_ = std::make_unique<aggregator::PsEngine>(options);
   for (const tools::CoverSpec& c : covers_) engine_->SetCovers(c.job_id, c.switch_node, c.ids);
   host_.Bind(port_, [this](const uint8_t* data, size_t len, uint32_t ip, uint16_t p) {
     OnDatagram(data, len, ip, p);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -203,6 +204,7 @@ std::string Runner::JobConfig(size_t job, size_t sw, bool json) const {
         << key("address") << "\"" << IpText(s_.param_node_ip) << "\", " << key("port") << kAggPort << "}]}";
     }
     if (j.verify) o << ", " << key("verify") << "true";
+    if (j.learning_rate > 0) o << ", " << key("parameter_server") << "true";
   }
   // The root delivers final results to the main server; every switch of a
   // job in both mode answers its FETCHes.
@@ -396,7 +398,11 @@ common::Status Runner::Build() {
         covers.push_back(tools::CoverSpec{s_.jobs[j].id, s_.switches[sw].node_id, trees_[j].Covers(sw)});
       }
     }
-    ps_ = std::make_unique<ParamNode>(world_, *ps_host_, kAggPort, options, covers);
+    std::vector<tools::SgdJob> sgd;
+    for (const JobSpecSim& j : s_.jobs) {
+      if (j.learning_rate > 0) sgd.push_back(tools::SgdJob{j.id, j.learning_rate});
+    }
+    ps_ = std::make_unique<ParamNode>(world_, *ps_host_, kAggPort, options, covers, std::move(sgd));
   }
   // The main server of the jobs that have one, on the root.
   if (AnyMainServer()) {
@@ -573,6 +579,13 @@ std::string Runner::ExcuseFor(size_t job, uint32_t run, const OpOutcome* earlies
 void Runner::Judge(Outcome* out) {
   for (size_t j = 0; j < s_.jobs.size(); ++j) {
     const JobSpecSim& spec = s_.jobs[j];
+    // A parameter-server job's parameters at agg-ps, as its allreduces left
+    // them (runs and allreduces follow each other): zero at first, then
+    // what the ranks got from each step; unknown where a step failed, and
+    // everywhere once agg-ps restarted (it starts again from zero).
+    std::vector<float> params;
+    std::vector<bool> known;
+    uint64_t since = start_ns_;  // the last step's start
     for (uint32_t run = 0; run < jobs_[j].runs.size(); ++run) {
       const RunState& state = jobs_[j].runs[run];
       for (uint32_t op = 0; op < spec.ops.size(); ++op) {
@@ -595,7 +608,34 @@ void Runner::Judge(Outcome* out) {
           }
         }
         v.excuse = ExcuseFor(j, run, earliest, end);
+        const OpSpec& o = spec.ops[op];
+        const bool step = spec.learning_rate > 0 && o.dtype == aggregator::DType::kFloat32 &&
+                          o.op == aggregator::ReduceOp::kSum && earliest != nullptr;
+        if (step) {
+          for (const Outage& x : s_.param_node_outages) {
+            if (start_ns_ + x.at_ns >= since && start_ns_ + x.at_ns <= end) known.assign(known.size(), false);
+          }
+          if (params.size() < o.count) {
+            params.resize(o.count, 0.0f);
+            known.resize(o.count, true);
+          }
+          v.params = params;
+          v.known = known;
+          since = earliest->start_ns;
+        }
         JudgeOp(v, &out->failures);
+        if (step) {
+          // The step every rank got the result of is what agg-ps holds now;
+          // one that failed may have been applied in part.
+          const OpOutcome* ok = nullptr;
+          for (const OpOutcome* r : v.outcomes) {
+            if (r != nullptr && r->code == common::StatusCode::kOk) ok = r;
+          }
+          for (uint32_t e = 0; e < o.count; ++e) {
+            if (ok != nullptr) std::memcpy(&params[e], ok->data.data() + size_t{e} * 4, 4);
+            known[e] = ok != nullptr;
+          }
+        }
         if (spec.ops[op].final) JudgeFinal(j, run, op, v, out);
       }
       if (spec.keep) JudgeKept(j, run, out);

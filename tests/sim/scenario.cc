@@ -31,6 +31,7 @@ enum Stream : uint64_t {
   kRunIds = 9,
   kFinal = 10,
   kKeep = 14,  // 11 and 12 draw slot secrets, 13 incarnations (run.cc)
+  kSgd = 15,
 };
 
 constexpr uint64_t kMs = 1'000'000;
@@ -338,6 +339,31 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
       const uint64_t at_least = (elems + chunks_allowed - 1) / chunks_allowed;
       job.max_chunk_elements = std::max<uint32_t>(job.max_chunk_elements, static_cast<uint32_t>(at_least));
     }
+    // A parameter-server job, from a stream of its own: a root job (config
+    // or API) on agg-ps, which answers every chunk. Its float32 sums are
+    // gradients (the client's float modes: agg-ps refuses fixed point), its
+    // other sums become float32 ones (agg-ps refuses sums of other types),
+    // and its values stay finite (a NaN or infinity would propagate through
+    // every later step). No final result (the root delivers none for it),
+    // no both mode.
+    Rng sgd(Mix(seed, kSgd, 1 + j));
+    if (sgd.Chance(0.25) && Has(limits, kFeatureSgd) && s.param_node && job.origin != Origin::kInBand) {
+      const float rates[] = {0.5f, 0.125f, 0.01f, 0.001f};
+      job.learning_rate = rates[sgd.Below(std::size(rates))];
+      job.tan = SwitchSpec::Tan::kRemote;
+      job.verify = false;
+      job.main_server = false;
+      job.keep = false;
+      if (job.float_mode == client::FloatMode::kFixedPoint) {
+        job.float_mode = sgd.Chance(0.5) ? client::FloatMode::kFloat : client::FloatMode::kFloatOrdered;
+      }
+      if (job.data_profile == static_cast<uint32_t>(DataProfile::kSpecial)) {
+        job.data_profile = static_cast<uint32_t>(DataProfile::kSmall);
+      }
+      for (OpSpec& op : job.ops) {
+        if (op.op == ReduceOp::kSum) op.dtype = DType::kFloat32;
+      }
+    }
     MarkFinal(job);
     // Left out by the limits: everything it drew stays drawn.
     if ((limits.skip_jobs >> j & 1) == 0) s.jobs.push_back(std::move(job));
@@ -503,6 +529,7 @@ std::string Scenario::Describe() const {
     if (j.run_ids) o << ", run ids";
     if (j.main_server) o << ", main server";
     if (j.keep) o << ", both mode";
+    if (j.learning_rate > 0) o << ", parameter server (agg-ps --sgd, learning rate " << j.learning_rate << ")";
     if (j.predict_top > 0) {
       o << ", stragglers top " << j.predict_top << " applied every " << j.predict_every_ns / kMs << " ms";
     }

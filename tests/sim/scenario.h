@@ -59,8 +59,9 @@ enum Feature : uint32_t {
   kFeaturePredict = 1u << 9,       // straggler predictions applied while jobs run
   kFeatureFinal = 1u << 10,        // a main server that takes each run's final result
   kFeatureKeep = 1u << 11,         // jobs in both mode, whose main server FETCHes what they kept
+  kFeatureSgd = 1u << 12,          // parameter-server jobs: agg-ps --sgd answers every chunk
 };
-inline constexpr uint32_t kAllFeatures = (1u << 12) - 1;
+inline constexpr uint32_t kAllFeatures = (1u << 13) - 1;
 
 struct Limits {
   uint32_t switches = 8;
@@ -76,7 +77,7 @@ struct Limits {
   uint32_t skip_jobs = 0;
   uint32_t skip_ops = 0;
 
-  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0xfff,
+  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0x1fff,
   // skip_jobs=0x0,skip_ops=0x0"
   std::string ToString() const;
   // That form, any subset of its keys; an error names the key.
@@ -153,6 +154,12 @@ struct JobSpecSim {
   // has ended the main server (which such a job always has) FETCHes every
   // contribution each rank sent, then frees it (RELEASE).
   bool keep = false;
+  // A parameter-server job (parameter_server at its root, agg-ps its TAN,
+  // run there with --sgd ID=learning_rate; 0: not one): every chunk goes to
+  // agg-ps, and a float32 sum comes back as the job's parameters after one
+  // SGD step, params - learning_rate * sum (tools/agg-ps/sgd.h). Its sums
+  // are float32 in float or ordered mode, its values never special.
+  float learning_rate = 0;
   // Inputs given by hand (hand-built scenarios): op -> rank -> the bytes
   // RankData returns instead of drawing them.
   std::map<uint32_t, std::map<uint32_t, std::vector<uint8_t>>> inputs;

@@ -432,6 +432,8 @@ std::vector<PsServer::Stat> PsServer::StatsLocked() const {
       {"direct_reduced", p.reduced, kCounter, "chunks reduced here from direct contributions"},
       {"direct_gave_up", p.gave_up, kCounter,
        "INCOMPLETE results: direct contributions still short at the give-up"},
+      {"direct_refused", p.refused, kCounter,
+       "INCOMPLETE results: the --sgd model refused a chunk reduced from direct contributions"},
       {"direct_duplicates", p.duplicates, kCounter, "a node's second direct contribution to a chunk"},
       {"results_again", p.results_again, kCounter, "answers sent again for a finished chunk"},
       {"direct_queries", p.queries, kCounter, "QUERYs from roots answered with an answer given here"},
