@@ -625,12 +625,7 @@ void AggregationStage::Contribute(const Checked& it) {
       !s_.finals->HasRoom() &&
       (contribution.needed <= 1 || s_.slots->CompletesWith(local, contribution))) {
     c.final_deferred.Add(1);
-    aggregator::MemberAddr addr;
-    if (job.GetMember(contribution.node, &addr)) {
-      answers_.Nack(m, h, aggregator::NackReason::kStoreFull, addr);
-    } else {
-      tx_.Drop(it.in_port, DropReason::kAggRejected, m);
-    }
+    NackMember(it, aggregator::NackReason::kStoreFull, DropReason::kAggRejected);
     return;
   }
   // An ordered slot keeps its contributions until all are in: a copy in a
@@ -646,12 +641,7 @@ void AggregationStage::Contribute(const Checked& it) {
     if (held == nullptr) {
       c.hold_refused.Add(1);
       jc.quota_refused.Add(1);
-      aggregator::MemberAddr addr;
-      if (job.GetMember(contribution.node, &addr)) {
-        answers_.Nack(m, h, aggregator::NackReason::kHoldQuota, addr);
-      } else {
-        tx_.Drop(it.in_port, DropReason::kAggRejected, m);
-      }
+      NackMember(it, aggregator::NackReason::kHoldQuota, DropReason::kAggRejected);
       return;
     }
     contribution.payload = HoldBuffers::Data(held);
@@ -784,12 +774,7 @@ void AggregationStage::Contribute(const Checked& it) {
       refused = aggregator::NackReason::kMalformed;
       break;
   }
-  aggregator::MemberAddr addr;
-  if (job.GetMember(contribution.node, &addr)) {
-    answers_.Nack(m, h, refused, addr);
-  } else {
-    tx_.Drop(it.in_port, DropReason::kAggRejected, m);
-  }
+  NackMember(it, refused, DropReason::kAggRejected);
 }
 
 bool AggregationStage::Redirect(const Checked& it) {
@@ -953,13 +938,16 @@ void AggregationStage::RefuseSlotBusy(const Checked& it) {
 }
 
 void AggregationStage::NackSlotBusy(const Checked& it) {
-  const aggregator::Job& job = *it.job;
   stats_.lcore.agg.slot_busy.Add(1);
+  NackMember(it, aggregator::NackReason::kSlotBusy, DropReason::kAggCollision);
+}
+
+void AggregationStage::NackMember(const Checked& it, aggregator::NackReason reason, DropReason otherwise) {
   aggregator::MemberAddr addr;
-  if (it.member >= 0 && job.GetMember(static_cast<uint16_t>(it.member), &addr)) {
-    answers_.Nack(it.m, *it.pkt.header, aggregator::NackReason::kSlotBusy, addr);
+  if (it.member >= 0 && it.job->GetMember(static_cast<uint16_t>(it.member), &addr)) {
+    answers_.Nack(it.m, *it.pkt.header, reason, addr);
   } else {
-    tx_.Drop(it.in_port, DropReason::kAggCollision, it.m);
+    tx_.Drop(it.in_port, otherwise, it.m);
   }
 }
 

@@ -240,6 +240,10 @@ class AggregationStage {
   // NACK slot_busy to the member (or the datagram dropped, counted, when it
   // has no address here). Consumes the datagram.
   void NackSlotBusy(const Checked& c);
+  // NACK `reason` to the member whose datagram it is, at its bound address;
+  // without one (no member, or not bound here) dropped as `otherwise`.
+  // Consumes the datagram.
+  void NackMember(const Checked& c, aggregator::NackReason reason, DropReason otherwise);
   // A contribution (or a child's partial) to a chunk that has no slot here,
   // in a job that sends such chunks up as missing: the first sends the
   // chunk up (TreeStage::SendUpAsMissing), and each goes on as late data
