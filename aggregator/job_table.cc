@@ -177,6 +177,7 @@ uint32_t Job::HashRuns() const {
 }
 
 uint32_t Job::UpLabel() const {
+  if (const uint32_t id = run_id_.load(std::memory_order_relaxed); id != 0) return id;
   uint32_t label = label_.load(std::memory_order_relaxed);
   if (label != 0 || runs_bound_.load(std::memory_order_acquire) == 0) return label;
   // Something must go up before every member has sent (one is late from the

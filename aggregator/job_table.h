@@ -367,11 +367,20 @@ class alignas(64) Job {
   }
   // The job's run label at this switch: what its partials, late data and
   // relayed ACKs carry to the parent, which binds this switch by it as a
-  // member by its incarnation. A hash of every member's incarnation, set
-  // once every member has sent in this generation (so the same run gives the
+  // member by its incarnation. The run's id when its members send one (the
+  // kRunId flag): then the label says which run it is at every switch of
+  // the tree, and the parent tells a new run by it even from a child switch
+  // that sent nothing in the last one (those go up flagged kRunId, see
+  // run_labelled()). Else a hash of every member's incarnation, set once
+  // every member has sent in this generation (so the same run gives the
   // same label after this switch restarts, and a new run another); 0
   // before, unless UpLabel fixed one. [any]
-  uint32_t label() const { return label_.load(std::memory_order_relaxed); }
+  uint32_t label() const {
+    const uint32_t id = run_id_.load(std::memory_order_relaxed);
+    return id != 0 ? id : label_.load(std::memory_order_relaxed);
+  }
+  // Whether the label is the run's id (what goes up is flagged kRunId). [any]
+  bool run_labelled() const { return run_id_.load(std::memory_order_relaxed) != 0; }
   // The label to send up with now: label(), or, when something must go up
   // before every member has sent (a member late from the run's start, or
   // one that never comes), a hash of the incarnations of those that have,

@@ -2634,6 +2634,36 @@ TEST_F(ParameterNodeTest, ALeafSendsUpBeforeEveryMemberHasSentUnderAFixedLabel) 
   for (const Frame& f : out[1]) EXPECT_EQ(ParseResult(f).fields.incarnation, label);
 }
 
+// A leaf whose members send the run's id (RUN_ID) sends up under that id,
+// flagged RUN_ID, not under a hash of its members' incarnations: the parent
+// binds it by the run id, and so tells a new run from the last one even by
+// a leaf that sent nothing in the last (its ranks died before they sent),
+// instead of completing a chunk with the last run's partials of the others.
+TEST_F(ParameterNodeTest, ALeafOfARunWithARunIdSendsUpUnderIt) {
+  aggregator::JobSpec spec;
+  spec.id = 9;
+  spec.key = 0x5eed;
+  spec.members = 2;
+  spec.nodes = 2;
+  spec.upstreams = {aggregator::JobPeer{MemberIp(kPs), aggregator::kAggUdpPort, kLeafNode, 0}};
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  const aggregator::Job* job = jobs_->Find(9);
+  job->SetHop(job->ParentHop(0), PsHop());
+  for (uint16_t node = 0; node < 2; ++node) {
+    Frame f = Contribution(9, 3, node, Int32Payload({node + 1}));
+    HeaderOf(f)->incarnation = common::be32_t::FromHost(0x5151);
+    HeaderOf(f)->flags = common::be16_t::FromHost(aggregator::flags::kRunId);
+    Inject(0, f);
+  }
+  Step();
+  const std::vector<Result> up = WithOpcode(Drain()[1], aggregator::Opcode::kPartial);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].payload, Int32Payload({3}));
+  EXPECT_EQ(up[0].fields.incarnation, 0x5151u) << "the run's id, as its label";
+  EXPECT_EQ(up[0].fields.flags & aggregator::flags::kRunId, aggregator::flags::kRunId);
+  EXPECT_EQ(jobs_->Find(9)->label(), 0x5151u);
+}
+
 // A straggler prediction applied after a chunk's slot took its first
 // contributions: the slot counted on the member it then excludes, whose data
 // now goes around it, and it has no timer. Once every member it awaits is in

@@ -298,6 +298,7 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
   m->pkt_len = len;
   f.job_key = job.key();  // the parent switch, or the TAN, checks it
   f.incarnation = label;  // and binds this switch's run by it
+  if (job.run_labelled()) f.flags = static_cast<uint16_t>(f.flags | aggregator::flags::kRunId);
   if (job.announces_upstream()) {
     // The parent knows the job from this: its members are the job's nodes,
     // and it is the root.
@@ -376,6 +377,7 @@ void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t heade
   f.ack_watermark = *min_ack;
   f.addr_low = addr_low;
   f.incarnation = job.label();
+  f.flags = job.run_labelled() ? aggregator::flags::kRunId : 0;
   // The ACK it answers is the same size: the relay is written over it.
   rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
   m->data_len = sizeof(aggregator::AggHeader);
@@ -388,9 +390,12 @@ void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t heade
 aggregator::AggHeader* TreeStage::TrimToDatagram(rte_mbuf* m, const aggregator::Job& job,
                                                  uint32_t header_offset, uint16_t add_flags) {
   auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(m, uint8_t*) + header_offset);
-  h->flags = common::be16_t::FromHost(static_cast<uint16_t>(h->flags.host() | add_flags));
   // On up under this switch's run label, as its partials go: the parent
-  // and the TAN know this switch's run, not its members'.
+  // and the TAN know this switch's run, not its members'. Flagged kRunId
+  // when that is the run's id; not the member's flag else.
+  const uint16_t run_id = job.run_labelled() ? aggregator::flags::kRunId : 0;
+  h->flags = common::be16_t::FromHost(
+      static_cast<uint16_t>((h->flags.host() & ~aggregator::flags::kRunId) | add_flags | run_id));
   h->incarnation = common::be32_t::FromHost(job.UpLabel());
   const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h->missing_count +
                        h->elem_count.host() * static_cast<uint32_t>(aggregator::ElementSize(

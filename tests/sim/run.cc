@@ -525,9 +525,22 @@ void Runner::Watch() {
         const auto index = static_cast<uint32_t>(&run - job.runs.data());
         world_.At(world_.now() + 10 * kMs, [this, j, index] { FetchKept(j, index); });
       }
-      if (run.label != 0) continue;
+    }
+    // The run's label at its root, read while the run is the root's last:
+    // once every process has its last allreduce's answer (they may idle on
+    // for their ACK repeats), before the next run starts. A restarted root
+    // that came back after that knows only the next run's.
+    for (size_t r = 0; r < job.runs.size(); ++r) {
+      RunState& run = job.runs[r];
+      if (run.label != 0 || !run.started || run.procs.empty() ||
+          (r + 1 < job.runs.size() && !job.runs[r + 1].procs.empty())) {
+        continue;
+      }
+      const bool answered = std::all_of(run.procs.begin(), run.procs.end(), [](const auto& p) {
+        return p->done() || (!p->outcomes().empty() && p->outcomes().back().end_ns != 0);
+      });
       SimSwitch& root = *switches_[trees_[j].root];
-      if (!root.up()) continue;
+      if (!answered || !root.up()) continue;
       if (const aggregator::Job* at = root.node().table().Find(s_.jobs[j].id)) run.label = at->label();
     }
     for (uint32_t run = 1; run < job.runs.size(); ++run) {
