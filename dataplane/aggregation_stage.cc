@@ -1072,8 +1072,6 @@ bool AggregationStage::Keep(const Checked& it) {
   const auto member = static_cast<uint16_t>(it.member);
   const ParameterStore::Kept kept =
       s_.store != nullptr ? s_.store->Keep(job, member, it.pkt) : ParameterStore::Kept::kFull;
-  aggregator::MemberAddr addr;
-  const bool bound = job.GetMember(member, &addr);
   switch (kept) {
     case ParameterStore::Kept::kStored:
     case ParameterStore::Kept::kReplaced:
@@ -1082,16 +1080,13 @@ bool AggregationStage::Keep(const Checked& it) {
     case ParameterStore::Kept::kJobFull:
     case ParameterStore::Kept::kFull:
       c.store_full.Add(1);
-      if (bound) {
-        answers_.Nack(it.m, *it.pkt.header, NackReason::kStoreFull, addr);
-      } else {
-        tx_.Drop(it.in_port, DropReason::kAggRejected, it.m);
-      }
+      NackMember(it, NackReason::kStoreFull, DropReason::kAggRejected);
       return false;
   }
   if (job.aggregates()) return true;
   // Store mode: the ACK tells the member its contribution is kept.
-  if (bound) {
+  aggregator::MemberAddr addr;
+  if (job.GetMember(member, &addr)) {
     answers_.Answer(it.m, *it.pkt.header, aggregator::Opcode::kAck, NackReason{0}, addr);
   } else {
     TxBuffers::Consumed(it.m);

@@ -53,7 +53,7 @@ struct OpOutcome {
 };
 
 // A contribution as it went on the wire: what a switch that keeps it
-// (both mode) must give back to a FETCH.
+// (store and both mode) must give back to a FETCH.
 struct SentContribution {
   uint8_t dtype = 0;
   uint8_t op = 0;
@@ -62,10 +62,28 @@ struct SentContribution {
   friend bool operator==(const SentContribution&, const SentContribution&) = default;
 };
 
-class RankProcess {
+// One process of one rank, as the runner and the oracle see it: what each
+// of its operations returned, what it sent, and a crash.
+class Process {
  public:
-  // The input of allreduce k: count * size(dtype) bytes.
+  // The input of operation k: count * size(dtype) bytes.
   using DataFor = std::function<std::vector<uint8_t>(uint32_t op)>;
+
+  virtual ~Process() = default;
+  // A crash: the process is gone from now on.
+  virtual void Kill() = 0;
+  // Its program ran to the end (or it was killed and unwound).
+  virtual bool done() const = 0;
+  virtual const std::vector<OpOutcome>& outcomes() const = 0;
+  // Every distinct contribution it sent, by sequence number (none marked
+  // for the parameter node: switches do not keep those).
+  virtual const std::map<uint32_t, std::vector<SentContribution>>& sent() const = 0;
+  // Why it could not start (then nothing ran).
+  virtual const std::string& setup_error() const = 0;
+};
+
+class RankProcess final : public Process {
+ public:
 
   RankProcess(World& world, Host& host, client::ClientOptions options, std::vector<OpSpec> ops,
               DataFor data_for, uint64_t start_ns);
@@ -73,18 +91,14 @@ class RankProcess {
   RankProcess(const RankProcess&) = delete;
   RankProcess& operator=(const RankProcess&) = delete;
 
-  // A crash: the process is gone from now on.
-  void Kill();
+  void Kill() override;
   bool killed() const { return killed_; }
-  // Its program ran to the end (or it was killed and unwound).
-  bool done() const { return fiber_.done(); }
-  const std::vector<OpOutcome>& outcomes() const { return outcomes_; }
+  bool done() const override { return fiber_.done(); }
+  const std::vector<OpOutcome>& outcomes() const override { return outcomes_; }
   const client::ClientOptions& options() const { return options_; }
-  // Every distinct contribution it sent, by sequence number (none marked
-  // for the parameter node: switches do not keep those).
-  const std::map<uint32_t, std::vector<SentContribution>>& sent() const { return sent_; }
+  const std::map<uint32_t, std::vector<SentContribution>>& sent() const override { return sent_; }
   // Why the engine could not be created (then nothing ran).
-  const std::string& setup_error() const { return setup_error_; }
+  const std::string& setup_error() const override { return setup_error_; }
 
  private:
   void Body();

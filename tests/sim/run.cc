@@ -23,6 +23,7 @@
 #include "tests/sim/param_node.h"
 #include "tests/sim/rank.h"
 #include "tests/sim/sim_switch.h"
+#include "tests/sim/store_rank.h"
 #include "tests/sim/world.h"
 
 namespace aggswitch::sim {
@@ -88,7 +89,7 @@ class Runner {
 
  private:
   struct RunState {
-    std::vector<std::unique_ptr<RankProcess>> procs;  // by rank
+    std::vector<std::unique_ptr<Process>> procs;  // by rank
     bool started = false;
     uint64_t start_ns = 0;
     // The job's run label at its root once every process ended (0: not
@@ -211,7 +212,7 @@ std::string Runner::JobConfig(size_t job, size_t sw, bool json) const {
   if (j.main_server && (j.keep || static_cast<int>(sw) == tree.root)) {
     o << ", " << key("main_server") << "\"" << IpText(s_.main_server_ip) << "\"";
   }
-  if (j.keep) o << ", " << key("mode") << "\"both\"";
+  if (j.keep) o << ", " << key("mode") << (j.store ? "\"store\"" : "\"both\"");
   o << "}";
   return o.str();
 }
@@ -467,15 +468,30 @@ void Runner::StartRun(size_t job, uint32_t run) {
   state.started = true;
   state.start_ns = world_.now();
   for (uint32_t r = 0; r < j.ranks(); ++r) {
-    state.procs.push_back(std::make_unique<RankProcess>(
-        world_, *jobs_[job].hosts[r], OptionsFor(job, run, r), j.ops,
-        [this, job, run, r](uint32_t op) { return RankData(s_, job, run, r, op); }, world_.now()));
+    auto data = [this, job, run, r](uint32_t op) { return RankData(s_, job, run, r, op); };
+    const client::ClientOptions o = OptionsFor(job, run, r);
+    if (j.store) {
+      StoreRank::Options so;
+      so.job_id = j.id;
+      so.key = j.key;
+      so.node = static_cast<uint16_t>(r);
+      so.incarnation = o.run_id != 0 ? o.run_id : o.incarnation;
+      so.run_id = o.run_id != 0;
+      so.switch_ip = s_.switches[j.rank_switch[r]].ip;
+      so.switch_port = kAggPort;
+      so.window = j.window;
+      so.max_chunk_elements = j.max_chunk_elements;
+      so.progress_timeout_ns = ProgressTimeoutMs(s_) * kMs;
+      state.procs.push_back(std::make_unique<StoreRank>(world_, *jobs_[job].hosts[r], so, j.ops, data, world_.now()));
+    } else {
+      state.procs.push_back(std::make_unique<RankProcess>(world_, *jobs_[job].hosts[r], o, j.ops, data, world_.now()));
+    }
   }
   if (run == 0 && j.predict_top > 0) {
     world_.At(world_.now() + j.predict_every_ns, [this, job] { Predict(job); });
   }
   if (run == 0 && j.crash_rank >= 0) {
-    RankProcess* victim = state.procs[j.crash_rank].get();
+    Process* victim = state.procs[j.crash_rank].get();
     world_.At(world_.now() + j.crash_after_ns, [victim] { victim->Kill(); });
   }
 }
@@ -621,6 +637,19 @@ void Runner::Judge(Outcome* out) {
           }
         }
         v.excuse = ExcuseFor(j, run, earliest, end);
+        if (spec.store) {
+          // Nothing reduced: each rank's operation succeeds (every chunk
+          // ACKed, judged by what the main server reads back) or fails
+          // for a fault of the scenario's.
+          for (uint32_t r = 0; r < v.outcomes.size(); ++r) {
+            const OpOutcome* o = v.outcomes[r];
+            if (o == nullptr || o->code == common::StatusCode::kOk || !v.excuse.empty()) continue;
+            out->failures.push_back("job " + std::to_string(spec.id) + " run " + std::to_string(run) + " op " +
+                                    std::to_string(op) + " (store): rank " + std::to_string(r) + " failed (" +
+                                    common::StatusCodeName(o->code) + "): " + o->message);
+          }
+          continue;
+        }
         const OpSpec& o = spec.ops[op];
         const bool step = spec.learning_rate > 0 && o.dtype == aggregator::DType::kFloat32 &&
                           o.op == aggregator::ReduceOp::kSum && earliest != nullptr;

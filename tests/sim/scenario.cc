@@ -331,6 +331,13 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
       job.main_server = true;
       job.predict_top = 0;
       job.predict_every_ns = 0;
+      // Store mode: on one switch, its first rank's, without timers.
+      job.store = keep.Chance(0.4) && Has(limits, kFeatureStore);
+      if (job.store) {
+        job.rank_switch.assign(job.ranks(), job.rank_switch.front());
+        job.timeout_ms = 0;
+        job.batch = false;
+      }
       uint64_t elems = 0;
       for (const OpSpec& op : job.ops) elems += op.count;
       // Chunks over every op, times the ranks at one switch at most, within
@@ -347,7 +354,8 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
     // every later step). No final result (the root delivers none for it),
     // no both mode.
     Rng sgd(Mix(seed, kSgd, 1 + j));
-    if (sgd.Chance(0.25) && Has(limits, kFeatureSgd) && s.param_node && job.origin != Origin::kInBand) {
+    if (sgd.Chance(0.25) && Has(limits, kFeatureSgd) && s.param_node && job.origin != Origin::kInBand &&
+        !job.store) {
       const float rates[] = {0.5f, 0.125f, 0.01f, 0.001f};
       job.learning_rate = rates[sgd.Below(std::size(rates))];
       job.tan = SwitchSpec::Tan::kRemote;
@@ -420,7 +428,8 @@ void Finalize(Scenario& s) {
     JobSpecSim& job = s.jobs[j];
     if (job.id == 0) job.id = static_cast<uint32_t>(1000 + j);
     if (job.key == 0) job.key = Mix(s.seed, kJob, 100 + j) | 1;
-    const int root = job.origin == Origin::kInBand && job.in_band_leaves.empty() ? job.rank_switch[0] : 0;
+    const bool flat = (job.origin == Origin::kInBand && job.in_band_leaves.empty()) || job.store;
+    const int root = flat ? job.rank_switch[0] : 0;
     if (job.origin == Origin::kInBand || job.tan == SwitchSpec::Tan::kNone) job.tan = s.switches[root].tan;
   }
   if (s.op_bound_ns == 0) s.op_bound_ns = (ProgressTimeoutMs(s) + 1000) * kMs;
@@ -430,7 +439,7 @@ void Finalize(Scenario& s) {
 JobTree TreeOf(const Scenario& s, size_t job) {
   const JobSpecSim& j = s.jobs[job];
   JobTree t;
-  if (j.origin == Origin::kInBand && j.in_band_leaves.empty()) {
+  if ((j.origin == Origin::kInBand && j.in_band_leaves.empty()) || j.store) {
     // Flat: every rank at one switch, which is the job's root.
     t.root = j.rank_switch.front();
     for (uint32_t r = 0; r < j.ranks(); ++r) t.at[t.root].ranks.push_back(static_cast<uint16_t>(r));
@@ -498,7 +507,7 @@ const char* TanName(SwitchSpec::Tan t) {
 
 void MarkFinal(JobSpecSim& job) {
   for (OpSpec& op : job.ops) op.final = false;
-  if (!job.main_server || job.ops.empty()) return;
+  if (!job.main_server || job.store || job.ops.empty()) return;  // a store job has no result
   OpSpec& last = job.ops.back();
   last.final = !(last.dtype == DType::kFloat32 && last.op == ReduceOp::kSum &&
                  job.float_mode == client::FloatMode::kFixedPoint);
@@ -528,7 +537,7 @@ std::string Scenario::Describe() const {
     if (j.crash_rank >= 0) o << ", rank " << j.crash_rank << " crashes at +" << j.crash_after_ns / kMs << " ms";
     if (j.run_ids) o << ", run ids";
     if (j.main_server) o << ", main server";
-    if (j.keep) o << ", both mode";
+    if (j.keep) o << (j.store ? ", store mode" : ", both mode");
     if (j.learning_rate > 0) o << ", parameter server (agg-ps --sgd, learning rate " << j.learning_rate << ")";
     if (j.predict_top > 0) {
       o << ", stragglers top " << j.predict_top << " applied every " << j.predict_every_ns / kMs << " ms";

@@ -60,8 +60,9 @@ enum Feature : uint32_t {
   kFeatureFinal = 1u << 10,        // a main server that takes each run's final result
   kFeatureKeep = 1u << 11,         // jobs in both mode, whose main server FETCHes what they kept
   kFeatureSgd = 1u << 12,          // parameter-server jobs: agg-ps --sgd answers every chunk
+  kFeatureStore = 1u << 13,        // of the jobs kFeatureKeep draws, some in store mode
 };
-inline constexpr uint32_t kAllFeatures = (1u << 13) - 1;
+inline constexpr uint32_t kAllFeatures = (1u << 14) - 1;
 
 struct Limits {
   uint32_t switches = 8;
@@ -77,7 +78,7 @@ struct Limits {
   uint32_t skip_jobs = 0;
   uint32_t skip_ops = 0;
 
-  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0x1fff,
+  // "switches=8,levels=3,ranks=64,jobs=8,ops=6,elems=4096,faults=0x7f,features=0x3fff,
   // skip_jobs=0x0,skip_ops=0x0"
   std::string ToString() const;
   // That form, any subset of its keys; an error names the key.
@@ -154,6 +155,11 @@ struct JobSpecSim {
   // has ended the main server (which such a job always has) FETCHes every
   // contribution each rank sent, then frees it (RELEASE).
   bool keep = false;
+  // Store mode (with keep): the job reduces nothing. Its ranks, all on one
+  // switch (a store job spans no switches), send each chunk and take the
+  // switch's ACK (StoreRank); the main server reads the copies back as in
+  // both mode.
+  bool store = false;
   // A parameter-server job (parameter_server at its root, agg-ps its TAN,
   // run there with --sgd ID=learning_rate; 0: not one): every chunk goes to
   // agg-ps, and a float32 sum comes back as the job's parameters after one
