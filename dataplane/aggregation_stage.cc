@@ -220,7 +220,8 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       // late goes on only in the run it belongs to (its member's resend
       // brings it again); else the TAN would take it for the old run's.
       if (!from_above && h.incarnation.host() != 0 &&
-          !BindLateSender(*job, udp, sender, h.incarnation.host())) {
+          !BindLateSender(*job, udp, sender, h.incarnation.host(),
+                          (h.flags.host() & aggregator::flags::kRunId) != 0, h.node_id.host())) {
         tx_.Drop(in_port, DropReason::kAggRejected, m);
         return false;
       }
@@ -445,15 +446,29 @@ void AggregationStage::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket
 }
 
 bool AggregationStage::BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
-                                      const aggregator::MemberAddr& sender, uint32_t label) {
+                                      const aggregator::MemberAddr& sender, uint32_t label, bool run_id,
+                                      uint16_t node) {
   AggregationCounters& c = stats_.lcore.agg;
-  // The member bound to where it came from (bounded by the job's members).
-  for (uint16_t i = 0; i < job.members(); ++i) {
+  // The member bound to where it came from (bounded by the job's members);
+  // else the one child switch below which `node` is, not bound yet.
+  int from = -1;
+  int below = -1;
+  for (uint16_t i = 0; i < job.members() && from < 0; ++i) {
     aggregator::MemberAddr bound;
-    if (!job.GetMember(i, &bound) || bound.ip != udp.src_ip || bound.udp_port != udp.src_port) {
+    if (job.GetMember(i, &bound)) {
+      if (bound.ip == udp.src_ip && bound.udp_port == udp.src_port) from = i;
       continue;
     }
-    switch (job.BindMember(i, sender, label, clock_.SeenNow(), s_.rebind_ticks)) {
+    if (!job.IsSwitch(i)) continue;
+    const std::span<const uint16_t> covers = job.Covers(i);
+    if (job.NodeId(i) == node || std::find(covers.begin(), covers.end(), node) != covers.end()) {
+      below = below < 0 ? i : job.members();  // two children name it: neither
+    }
+  }
+  if (from < 0 && below >= 0 && below < job.members()) from = below;
+  if (from >= 0) {
+    const auto i = static_cast<uint16_t>(from);
+    switch (job.BindMember(i, sender, label, clock_.SeenNow(), s_.rebind_ticks, run_id)) {
       case aggregator::Job::Bind::kKnown:
       case aggregator::Job::Bind::kBound:
       case aggregator::Job::Bind::kRebound:

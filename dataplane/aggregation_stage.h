@@ -289,12 +289,16 @@ class AggregationStage {
   // waits without it, that earlier contribution was lost: the member is told
   // at once (NOTICE missing, unasked) and resends it about a round trip
   // before its own loss detection, which needs later results, would.
-  // A LATE from a child switch under run label `label`: checks it against
-  // the member bound to where it came from, as that child's partial would
-  // be (a new label is the child's new run: RequestNewRun). Returns whether
-  // the late goes on.
+  // A LATE from a child switch under run label `label` (`run_id`: flagged
+  // RUN_ID, the run's id), for node `node`:
+  // checks it against the member bound to where it came from, as that
+  // child's partial would be (a new label is the child's new run:
+  // RequestNewRun). From a child not bound yet (its late overtook its first
+  // partial), binds the one child whose node id or covered ids name `node`,
+  // as its partial would have: without that, this switch has no run label
+  // yet and the late could not go on. Returns whether the late goes on.
   bool BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
-                      const aggregator::MemberAddr& sender, uint32_t label);
+                      const aggregator::MemberAddr& sender, uint32_t label, bool run_id, uint16_t node);
   void NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node);
   // A member whose ack watermark is past an aggregating slot's chunk has
   // that chunk's result, yet the slot lacks its data: the result came from

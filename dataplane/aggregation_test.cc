@@ -2980,6 +2980,50 @@ TEST_F(ParameterNodeTest, AChildsLateUnderANewRunLabelStartsANewRunAbove) {
   EXPECT_EQ(jobs_->TakeNewRuns(), std::vector<uint32_t>{9});
 }
 
+// A child switch's late data that overtakes its first partial (a hand-off
+// between the child's workers can reorder them) binds the child here as its
+// partial would: the one child whose covered ids name the late's node. Before,
+// this switch had no run label yet and dropped the late (up_unlabelled), and
+// the chunk waited on its member's resends.
+TEST_F(ParameterNodeTest, AChildsLateBeforeItsFirstPartialBindsTheChild) {
+  aggregator::JobSpec spec;
+  spec.id = 9;
+  spec.key = 0x5eed;
+  spec.members = 2;
+  spec.member_nodes = {0, kChild};
+  spec.covers = {{}, {4, 5}};
+  spec.tan = aggregator::JobSpec::Tan::kRemote;
+  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  jobs_->Find(9)->SetHop(aggregator::Job::kTanHop, PsHop());
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kLate;
+  f.flags = aggregator::flags::kBypass;
+  f.node_id = 4;  // below the child
+  f.job_id = 9;
+  f.seq = 1;
+  f.job_key = 0x5eed;
+  f.elem_count = 1;
+  f.incarnation = 0xa1;
+  Inject(0, DatagramFrom(f, Int32Payload({40}), MemberMac(kChild), MemberIp(kChild), MemberPort(kChild)));
+  Step();
+  const std::vector<Result> late = WithOpcode(Drain()[1], aggregator::Opcode::kLate);
+  ASSERT_EQ(late.size(), 1u) << "on to the TAN";
+  EXPECT_NE(late[0].fields.incarnation, 0u) << "under this switch's run label";
+  EXPECT_EQ(Agg().up_unlabelled.Get(), 0u);
+  EXPECT_EQ(jobs_->Find(9)->MemberIncarnation(1), 0xa1u) << "the child bound by its label";
+  // The child's own partial under the same label is its run's.
+  f.opcode = aggregator::Opcode::kPartial;
+  f.flags = 0;
+  f.node_id = kChild;
+  f.seq = 2;
+  Inject(0, DatagramFrom(f, Int32Payload({40}), MemberMac(kChild), MemberIp(kChild), MemberPort(kChild)));
+  Step();
+  (void)Drain();
+  EXPECT_EQ(Agg().new_run.Get(), 0u);
+  EXPECT_EQ(Agg().member_refused.Get(), 0u);
+}
+
 TEST_F(ParameterNodeTest, ATreeRootSendsAChunkWithNoSlotToTheTanAsMissing) {
   BuildAggregation(", spare_slots: 0");
   AddJobWithPs(7, 2);
