@@ -54,14 +54,17 @@ void PsEngine::OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t no
     OnVerify(pkt, from, now_ns, out);
     return;
   }
-  if (pkt.opcode == Opcode::kQuery) {
-    // A root asks after a chunk it no longer holds: an answer given here
-    // goes again (with the key, the answer carries it); else the TAN's.
+  if (pkt.opcode == Opcode::kQuery || pkt.opcode == Opcode::kPartial) {
+    // A root asks after a chunk it no longer holds, or sends first data for
+    // one answered here from direct data (a member's resend found a slot at
+    // the root after its chunk had none): the answer given here goes again
+    // (with the key, the answer carries it). The chunk is not reduced a
+    // second time: a --sgd job's step would be applied twice.
     const auto done = done_.find(ChunkId{job_id, pkt.header->seq.host()});
     if (done != done_.end() &&
         reinterpret_cast<const AggHeader*>(done->second.result.data())->job_key.host() ==
             pkt.header->job_key.host()) {
-      ++counters_.queries;
+      ++(pkt.opcode == Opcode::kQuery ? counters_.queries : counters_.results_again);
       out->push_back(TanOutput{from, done->second.result});
       return;
     }

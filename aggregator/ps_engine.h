@@ -30,6 +30,8 @@
 //       short give_up_ns after its first contribution gets a RESULT with
 //       INCOMPLETE (no missing list: the engine knows how many members the
 //       chunk has, not which).
+//     First data (a PARTIAL) for a chunk answered here is answered the
+//     same way, not reduced again at the TAN.
 //     Every kept contribution of a chunk must carry the first one's key,
 //     dtype, op, scale, elem_count and expected (else counted malformed or
 //     key_mismatch). A finished chunk's result is kept for give_up_ns and

@@ -400,6 +400,19 @@ TEST_F(PsEngineTest, AChunkReducedHereGoesThroughTheCompletionHook) {
   feed(1, 1, {3.0f, -6.0f});
   EXPECT_EQ(Unpack<float>(TakeResult().payload.data(), 8), (std::vector<float>{-2.0f, 2.0f}));
   EXPECT_EQ(seen->calls, 1);
+  // So does the root's first data for the chunk (a member's resend found a
+  // slot there after all): not reduced, nor stepped, a second time.
+  {
+    AggFields f = First();
+    f.dtype = DType::kFloat32;
+    const Bytes d = Build(f, Pack(std::vector<float>{4.0f, -4.0f}));
+    AggPacket pkt;
+    ASSERT_EQ(ParseAggregation(d.data(), static_cast<uint32_t>(d.size()), &pkt), WireError::kOk);
+    ps.OnDatagram(pkt, kRoot, 0, &out_);
+  }
+  EXPECT_EQ(Unpack<float>(TakeResult().payload.data(), 8), (std::vector<float>{-2.0f, 2.0f}));
+  EXPECT_EQ(seen->calls, 1);
+  EXPECT_EQ(ps.tan().counters().first_data, 0u);
   // Refused: INCOMPLETE, counted.
   *accept = false;
   feed(0, 2, {1.0f, 1.0f});

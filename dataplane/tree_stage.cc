@@ -611,6 +611,16 @@ void TreeStage::DrainTanResults() {
       tx_.Drop(kOwnFrame, DropReason::kAggUnknownJob, pkts[i]);  // the job went meanwhile
       continue;
     }
+    // Of this run only, as a result from a remote TAN must be (Check): the
+    // TAN answers under the label the chunk's data went up with, and a late
+    // of the run before, answered after this switch began the job's new run,
+    // would give the new run's members the old run's sum.
+    const uint32_t run = pkt.header->incarnation.host();
+    if (run != 0 && run != job->label()) {
+      stats_.lcore.agg.results_refused.Add(1);
+      tx_.Drop(kOwnFrame, DropReason::kAggResultRefused, pkts[i]);
+      continue;
+    }
     ResultFromAbove(pkts[i], *job, pkt, 0, kOwnFrame, LocalSlot(*job, pkt.header->seq.host()));
   }
 }

@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
+#include <rte_ring.h>
+
+#include <cstring>
 
 #include "dataplane/stage_test_fixture.h"
 
@@ -295,6 +298,62 @@ TEST_F(TreeStageTest, AResultFromAboveReachesEveryMemberWithoutTheKey) {
   EXPECT_EQ(r.fields.job_key, 0u);
   EXPECT_EQ(r.payload, Frames::Int32Payload({60}));
   EXPECT_EQ(stats().lcore.agg.results_down.Get(), 1u);
+}
+
+// This switch's own TAN answers under the run label the chunk's data went
+// up with. An answer under another label (the run before: its late data
+// came after the job's new run began here) never reaches the new run's
+// members, as a remote TAN's would not; one under the job's label does.
+TEST_F(TreeStageTest, AnOwnTansResultOfAnotherRunIsRefused) {
+  aggregator::JobSpec spec;
+  spec.id = 6;
+  spec.key = kKey;
+  spec.members = 3;
+  spec.tan = aggregator::JobSpec::Tan::kSelf;
+  auto added = jobs_->Add(spec);
+  ASSERT_TRUE(added.ok());
+  const aggregator::Job& job = **added;
+  for (uint16_t m = 0; m < 3; ++m) {
+    const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), static_cast<uint8_t>(m % 2), 10,
+                                      Frames::MemberIp(m), Frames::MemberPort(m)};
+    ASSERT_EQ(job.BindMember(m, addr, 0x100u + m, 1, 0), aggregator::Job::Bind::kBound);
+  }
+  ASSERT_NE(job.label(), 0u);
+  rte_ring* down = rte_ring_create("tree_test_tan_down", 16, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_NE(down, nullptr);
+  TreeStage::Setup ts;
+  ts.jobs = jobs_.get();
+  ts.slots = slots_.get();
+  ts.bypass = bypass_.get();
+  ts.regions = aggregator::SlotRegions::Make(4, 0);
+  ts.tan_down = down;
+  TreeStage tree(ts, Pool(), stats(), tx(), *answers_, clock_);
+  const auto result = [&](uint32_t label) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kResult;
+    f.node_id = 0xfffe;
+    f.job_id = 6;
+    f.seq = 4;
+    f.elem_count = 1;
+    f.incarnation = label;
+    const std::vector<uint8_t> payload = Frames::Int32Payload({60});
+    uint8_t buf[sizeof(aggregator::AggHeader) + 4];
+    ASSERT_EQ(aggregator::BuildAggregation(f, nullptr, 0, payload.data(), 4, buf, sizeof(buf)), sizeof(buf));
+    rte_mbuf* m = rte_pktmbuf_alloc(Pool());
+    ASSERT_NE(m, nullptr);
+    std::memcpy(rte_pktmbuf_append(m, sizeof(buf)), buf, sizeof(buf));
+    ASSERT_EQ(rte_ring_sp_enqueue(down, m), 0);
+    tree.DrainTanResults();
+    tx().Flush();
+  };
+  result(0x5eed5eed);  // the run before's
+  auto sent = Sent();
+  EXPECT_TRUE(sent[0].empty() && sent[1].empty()) << "no member gets another run's result";
+  EXPECT_EQ(stats().lcore.agg.results_refused.Get(), 1u);
+  result(job.label());
+  sent = Sent();
+  EXPECT_EQ(sent[0].size() + sent[1].size(), 3u) << "every member gets its run's";
+  rte_ring_free(down);
 }
 
 }  // namespace

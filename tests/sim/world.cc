@@ -95,9 +95,9 @@ void PrintFrame(uint64_t now, uint64_t link, const uint8_t* d, size_t len, const
     return;
   }
   const aggregator::AggHeader& h = *pkt.header;
-  std::fprintf(stderr, "op %u job %u seq %u node %u flags %04x aux %u n %u missing %u ack %u\n",
+  std::fprintf(stderr, "op %u job %u seq %u node %u flags %04x aux %u n %u missing %u ack %u run %08x\n",
                h.opcode, h.job_id.host(), h.seq.host(), h.node_id.host(), h.flags.host(), h.aux.host(),
-               h.elem_count.host(), h.missing_count, h.ack_watermark.host());
+               h.elem_count.host(), h.missing_count, h.ack_watermark.host(), h.incarnation.host());
 }
 
 }  // namespace
