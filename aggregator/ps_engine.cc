@@ -64,7 +64,7 @@ void PsEngine::OnDatagram(const AggPacket& pkt, const TanPeer& from, uint64_t no
     if (done != done_.end() &&
         reinterpret_cast<const AggHeader*>(done->second.result.data())->job_key.host() ==
             pkt.header->job_key.host()) {
-      ++(pkt.opcode == Opcode::kQuery ? counters_.queries : counters_.results_again);
+      ++(pkt.opcode == Opcode::kQuery ? counters_.queries : counters_.first_again);
       out->push_back(TanOutput{from, done->second.result});
       return;
     }

@@ -91,6 +91,7 @@ struct PsCounters {
   uint64_t refused = 0;         // INCOMPLETE results: the TAN's completion hook refused the chunk
   uint64_t duplicates = 0;      // a node's second direct contribution to a chunk
   uint64_t results_again = 0;   // results sent again for a finished chunk
+  uint64_t first_again = 0;     // a root's first data for a chunk answered here: answered again
   uint64_t key_mismatch = 0;    // another key than the chunk's first contribution
   uint64_t malformed = 0;       // expected 0, node_id >= 65535, fields differ, too large
   uint64_t refused_full = 0;    // chunks or contributions refused at the bounds

@@ -413,6 +413,7 @@ TEST_F(PsEngineTest, AChunkReducedHereGoesThroughTheCompletionHook) {
   EXPECT_EQ(Unpack<float>(TakeResult().payload.data(), 8), (std::vector<float>{-2.0f, 2.0f}));
   EXPECT_EQ(seen->calls, 1);
   EXPECT_EQ(ps.tan().counters().first_data, 0u);
+  EXPECT_EQ(ps.counters().first_again, 1u);
   // Refused: INCOMPLETE, counted.
   *accept = false;
   feed(0, 2, {1.0f, 1.0f});

@@ -2777,6 +2777,52 @@ TEST_F(ParameterNodeTest, AFinalChunkWithNoSlotAtTheRootReachesTheMainServer) {
   EXPECT_EQ(Agg().final_refused.Get(), 0u);
 }
 
+// A FINAL result from the parameter node that finds no room to keep it for
+// the main server (here the store's one buffer holds another delivery) does
+// not reach the members either: it is dropped (final_deferred), and comes
+// again when the members resend, once a delivery was ACKed. Before, the
+// members had it and the main server never did.
+TEST_F(ParameterNodeTest, AFinalResultFromAboveWaitsWhileNoDeliveryIsFree) {
+  BuildAggregation(", spare_slots: 0, store: {buffers: 1}");
+  AddFinalJob(7);
+  AddFinalJob(12);
+  const auto [s7, s12] = CollidingSeqs(*jobs_, config_, 7, 12);
+  Inject(0, Final(Contribution(7, s7, 0, Int32Payload({1}))));
+  Inject(0, Final(Contribution(7, s7, 1, Int32Payload({2}))));
+  Step();
+  (void)Drain();
+  ASSERT_EQ(Agg().final_deliveries.Get(), 1u) << "job 7's final chunk holds the one buffer, and its slot";
+  const auto through_ps = [&] {
+    Inject(0, Final(Contribution(12, s12, 0, Int32Payload({7}))));
+    Inject(0, Final(Contribution(12, s12, 1, Int32Payload({5}))));
+    Step();
+    (void)ThroughPs(Drain()[1]);
+    return Drain();
+  };
+  auto out = through_ps();
+  EXPECT_TRUE(WithOpcode(out[0], aggregator::Opcode::kResult).empty()) << "not to the members either";
+  EXPECT_EQ(Agg().final_deferred.Get(), 1u);
+  EXPECT_EQ(Agg().final_refused.Get(), 0u);
+  // The main server ACKs job 7's: room again, and the resends bring it.
+  aggregator::AggFields ack;
+  ack.opcode = aggregator::Opcode::kAck;
+  ack.flags = aggregator::flags::kFinal;
+  ack.job_id = 7;
+  ack.job_key = 0x5eed;
+  ack.seq = s7;
+  Inject(1, DatagramFrom(ack, {}, MemberMac(60), kServer, 45000));
+  Step();
+  (void)Drain();
+  out = through_ps();
+  const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 2u);
+  for (const Result& r : results) EXPECT_EQ(r.payload, Int32Payload({12}));
+  const std::vector<Result> delivered = WithOpcode(out[1], aggregator::Opcode::kResult);
+  ASSERT_EQ(delivered.size(), 1u) << "to the main server";
+  EXPECT_EQ(delivered[0].fields.seq, s12);
+  EXPECT_EQ(Agg().final_refused.Get(), 0u);
+}
+
 // A FINAL int32 sum that saturates at a root with a parameter node goes
 // there to be checked; its EXCEPTION_RETRANSMIT answer is the chunk's
 // result, and the main server gets it as the members do: flagged OVERFLOW,

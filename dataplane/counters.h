@@ -242,7 +242,7 @@ struct PortCounters {
   X(final_given_up, "final results given up: no ACK from the main server within aggregation.store.final_timeout_ms") \
   X(final_ack_unmatched, "main server ACKs of a final result not in delivery here: ACKed before, given up, or never sent") \
   X(final_refused, "final results not delivered: no store buffer or delivery entry free, or no main server") \
-  X(final_deferred, "contributions that would complete a FINAL chunk refused for now (NACK store_full): no delivery entry or store buffer free") \
+  X(final_deferred, "contributions that would complete a FINAL chunk refused for now (NACK store_full), or FINAL results from above dropped to come again: no delivery entry or store buffer free") \
   X(results_refused, "results not from the job's upstream or TAN")                     \
   X(verify_sent, "complete results sent to the parameter node to be checked (VERIFY)") \
   X(exceptions_down, "EXCEPTION_RETRANSMITs (a saturated sum, to be redone in float32) received from upstream or the parameter node and replicated to members") \

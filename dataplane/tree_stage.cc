@@ -555,6 +555,17 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
   // TAN, and deliver none: docs/protocol.md.)
   const bool final = job.is_root() && !job.parameter_server() && !job.verify() &&
                      (flags & aggregator::flags::kFinal) != 0;
+  if (final && (flags & aggregator::flags::kIncomplete) == 0 && s_.finals != nullptr &&
+      !s_.finals->HasRoom()) {
+    // No room to keep the final result for the main server now (every
+    // delivery waits for its ACK): the result waits too, as a contribution
+    // that would complete a final chunk here does, rather than reach the
+    // members and never the main server. The members' resends bring it
+    // down again.
+    c.final_deferred.Add(1);
+    tx_.Drop(in_port, DropReason::kAggResultRefused, m);
+    return;
+  }
   if ((flags & aggregator::flags::kIncomplete) != 0) {
     c.incomplete_results.Add(1);
     if (final) c.final_refused.Add(1);  // nothing to deliver: the members are told why

@@ -207,6 +207,7 @@ class Harness {
                                 (after.run_ended - before.run_ended) +
                                 (after.queries - before.queries) +
                                 (ps_after.queries - ps_before.queries) +
+                                (ps_after.first_again - ps_before.first_again) +
                                 (ps_after.direct - ps_before.direct) -
                                 (ps_after.to_tan - ps_before.to_tan) +
                                 (ps_after.verify - ps_before.verify) -

@@ -437,6 +437,8 @@ std::vector<PsServer::Stat> PsServer::StatsLocked() const {
       {"direct_duplicates", p.duplicates, kCounter, "a node's second direct contribution to a chunk"},
       {"results_again", p.results_again, kCounter, "answers sent again for a finished chunk"},
       {"direct_queries", p.queries, kCounter, "QUERYs from roots answered with an answer given here"},
+      {"direct_first_again", p.first_again, kCounter,
+       "first data from roots for chunks answered here, answered again (not reduced twice)"},
       {"direct_key_mismatch", p.key_mismatch, kCounter,
        "direct contributions with another key than the chunk's first"},
       {"direct_malformed", p.malformed, kCounter,
