@@ -2197,6 +2197,21 @@ class ParameterNodeTest : public AggregationTest {
     Heard(id, 2);
   }
 
+  // A root job whose TAN is the parameter node, of two members: worker 0
+  // and the child switch kChild, which covers node ids 4 and 5.
+  void AddRootOverChild(uint32_t id) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = 2;
+    spec.member_nodes = {0, kChild};
+    spec.covers = {{}, {4, 5}};
+    spec.tan = aggregator::JobSpec::Tan::kRemote;
+    spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+    jobs_->Find(id)->SetHop(aggregator::Job::kTanHop, PsHop());
+  }
+
   // `f`, marked FINAL.
   static Frame Final(Frame f) {
     HeaderOf(f)->flags = common::be16_t::FromHost(HeaderOf(f)->flags.host() | aggregator::flags::kFinal);
@@ -2993,16 +3008,7 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
 // partial, and does not send the late to the TAN under the old run, whose
 // finished chunk would answer it with the old run's sum.
 TEST_F(ParameterNodeTest, AChildsLateUnderANewRunLabelStartsANewRunAbove) {
-  aggregator::JobSpec spec;
-  spec.id = 9;
-  spec.key = 0x5eed;
-  spec.members = 2;
-  spec.member_nodes = {0, kChild};
-  spec.covers = {{}, {4, 5}};
-  spec.tan = aggregator::JobSpec::Tan::kRemote;
-  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
-  ASSERT_TRUE(jobs_->Add(spec).ok());
-  jobs_->Find(9)->SetHop(aggregator::Job::kTanHop, PsHop());
+  AddRootOverChild(9);
   auto from_child = [&](aggregator::Opcode opcode, uint16_t node, uint32_t label) {
     aggregator::AggFields f;
     f.opcode = opcode;
@@ -3032,16 +3038,7 @@ TEST_F(ParameterNodeTest, AChildsLateUnderANewRunLabelStartsANewRunAbove) {
 // this switch had no run label yet and dropped the late (up_unlabelled), and
 // the chunk waited on its member's resends.
 TEST_F(ParameterNodeTest, AChildsLateBeforeItsFirstPartialBindsTheChild) {
-  aggregator::JobSpec spec;
-  spec.id = 9;
-  spec.key = 0x5eed;
-  spec.members = 2;
-  spec.member_nodes = {0, kChild};
-  spec.covers = {{}, {4, 5}};
-  spec.tan = aggregator::JobSpec::Tan::kRemote;
-  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
-  ASSERT_TRUE(jobs_->Add(spec).ok());
-  jobs_->Find(9)->SetHop(aggregator::Job::kTanHop, PsHop());
+  AddRootOverChild(9);
   aggregator::AggFields f;
   f.opcode = aggregator::Opcode::kLate;
   f.flags = aggregator::flags::kBypass;
@@ -3073,16 +3070,7 @@ TEST_F(ParameterNodeTest, AChildsLateBeforeItsFirstPartialBindsTheChild) {
 TEST_F(ParameterNodeTest, ATreeRootSendsAChunkWithNoSlotToTheTanAsMissing) {
   BuildAggregation(", spare_slots: 0");
   AddJobWithPs(7, 2);
-  aggregator::JobSpec spec;
-  spec.id = 8;
-  spec.key = 0x5eed;
-  spec.members = 2;
-  spec.member_nodes = {0, kChild};
-  spec.covers = {{}, {4, 5}};
-  spec.tan = aggregator::JobSpec::Tan::kRemote;
-  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
-  ASSERT_TRUE(jobs_->Add(spec).ok());
-  jobs_->Find(8)->SetHop(aggregator::Job::kTanHop, PsHop());
+  AddRootOverChild(8);
   // Worker 0 has sent; the child's partial below is the last member's first.
   Heard(8, 1);
   const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
