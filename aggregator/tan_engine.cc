@@ -103,7 +103,11 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
     // The same chunk again (the root reused its slot, or retransmitted): the
     // answer, once there is one, is always the same datagram.
     ++counters_.repeat_first;
-    if (c.phase == Phase::kDone) out->push_back(TanOutput{from, c.result});
+    if (c.phase == Phase::kDone) {
+      out->push_back(TanOutput{from, c.result});
+    } else if (h.missing_count == 0) {
+      Complete(id, it->second, pkt, now_ns, out);
+    }
     return;
   }
   if (pkt.payload_len > options_.max_payload) {
@@ -171,6 +175,31 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
     Offer(id, c, std::move(late), now_ns, out);
   }
   if (c.phase == Phase::kOpen && c.outstanding.empty()) Finish(id, c, now_ns, out);
+}
+
+void TanEngine::Complete(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64_t now_ns,
+                         std::vector<TanOutput>* out) {
+  const AggHeader& h = *pkt.header;
+  AggFields& f = c.fields;
+  if (pkt.dtype != f.dtype || pkt.op != f.op || h.scale != f.scale ||
+      h.elem_count.host() != f.elem_count ||
+      pkt.payload_len != f.elem_count * static_cast<uint32_t>(ElementSize(f.dtype))) {
+    ++counters_.malformed;
+    return;
+  }
+  // The root reduced the chunk again and nothing is missing from it now
+  // (each child's partial reached it, where the lates that would have made
+  // up for them did not all reach here): it is the whole chunk, and what
+  // was merged here already is in it.
+  ++counters_.complete_again;
+  Release(c.held);
+  Release(c.parked);
+  c.outstanding.clear();
+  c.merged.clear();
+  c.overflow = (h.flags.host() & flags::kOverflow) != 0;
+  std::fill(c.acc.begin(), c.acc.end(), 0);
+  LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
+  Finish(id, c, now_ns, out);
 }
 
 void TanEngine::OnLate(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOutput>* out) {
@@ -301,6 +330,9 @@ void TanEngine::Offer(const ChunkId& id, Chunk& c, Late&& late, uint64_t now_ns,
       if (pr == Resolution::kMergedNewIds) r = pr;
     }
   }
+  while (r != Resolution::kDropped && !c.outstanding.empty() && !c.parked.empty() &&
+         ResolveByMembers(c)) {
+  }
   if (c.outstanding.empty()) Finish(id, c, now_ns, out);
 }
 
@@ -351,8 +383,6 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   }
   std::sort(late.missing.begin(), late.missing.end());
   const std::vector<uint16_t> content = Content(f.job_id, late);
-  // With CONTENT the list says what the payload holds, and it lacks nothing.
-  if ((late.flags & flags::kContent) != 0) late.missing.clear();
   bool resolves = false;
   for (const uint16_t n : content) {
     if (c.merged.count(n) != 0) {
@@ -362,7 +392,11 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
     resolves = resolves || c.outstanding.count(n) != 0;
   }
   if (!resolves) {
-    if (held_lates_ >= options_.max_held_lates) {
+    // One parked late per sender and missing list: a resend adds nothing.
+    const bool again = std::any_of(c.parked.begin(), c.parked.end(), [&](const Late& p) {
+      return p.node == late.node && p.flags == late.flags && p.missing == late.missing;
+    });
+    if (again || held_lates_ >= options_.max_held_lates) {
       ++counters_.duplicate_late;
       return Resolution::kDropped;
     }
@@ -375,25 +409,157 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
     return Resolution::kDropped;
   }
 
-  ++counters_.merged;
   for (const uint16_t n : content) {
     c.outstanding.erase(n);
     c.merged.insert(n);
   }
   bool new_ids = false;
-  for (const uint16_t n : late.missing) {
-    if (c.merged.count(n) == 0 && c.outstanding.insert(n).second) new_ids = true;
+  // With CONTENT the list says what the payload holds, and it lacks nothing.
+  if ((late.flags & flags::kContent) == 0) {
+    for (const uint16_t n : late.missing) {
+      if (c.merged.count(n) == 0 && c.outstanding.insert(n).second) new_ids = true;
+    }
   }
+  Fold(c, std::move(late));
+  return new_ids ? Resolution::kMergedNewIds : Resolution::kMerged;
+}
+
+void TanEngine::Fold(Chunk& c, Late&& late) {
+  ++counters_.merged;
   c.overflow = c.overflow || (late.flags & flags::kOverflow) != 0;
   if (c.batch) {
     c.held.push_back(std::move(late));
     ++held_lates_;
   } else {
+    const AggFields& f = c.fields;
     const bool saturated =
         Accumulate(f.dtype, f.op, c.acc.data(), late.payload.data(), f.elem_count);
     c.overflow = c.overflow || saturated;
   }
-  return new_ids ? Resolution::kMergedNewIds : Resolution::kMerged;
+}
+
+bool TanEngine::Subtree(const Chunk& c, uint16_t node, const std::vector<uint16_t>& ranks,
+                        const std::multimap<uint16_t, size_t>& by_node, int depth,
+                        SubtreeChoice* choice) const {
+  // Data of a switch's rank merged already: the late that names it missing
+  // lacks it, as it must.
+  if (c.merged.count(node) != 0) {
+    if (!std::binary_search(ranks.begin(), ranks.end(), node)) return false;
+    choice->merged_refs.insert(node);
+    return true;
+  }
+  if (depth > 8 || choice->nodes.count(node) != 0) return false;  // no tree is deeper; no cycles
+  // A late from the node: whatever it lacks must be accounted for in turn.
+  // Those that lack the most first: a rank merged already must be one they
+  // lack.
+  std::vector<size_t> from;
+  for (auto [it, last] = by_node.equal_range(node); it != last; ++it) from.push_back(it->second);
+  std::stable_sort(from.begin(), from.end(), [&](size_t a, size_t b) {
+    return c.parked[a].missing.size() > c.parked[b].missing.size();
+  });
+  for (const size_t i : from) {
+    const Late& late = c.parked[i];
+    SubtreeChoice tried = *choice;
+    tried.nodes.insert(node);
+    tried.lates.push_back(i);
+    bool whole = true;
+    if ((late.flags & flags::kContent) != 0) {
+      // It names what it holds: ranks of the switch, each not merged. The
+      // rest of the node's ranks, when the TAN knows them, must be
+      // accounted for on their own; when it does not, nothing says what
+      // the rest is.
+      for (const uint16_t n : late.missing) {
+        whole = whole && std::binary_search(ranks.begin(), ranks.end(), n) &&
+                c.merged.count(n) == 0 && tried.nodes.insert(n).second;
+      }
+      const auto cov = covers_.find({c.fields.job_id, node});
+      whole = whole && cov != covers_.end();
+      if (whole) {
+        for (const uint16_t r : cov->second) {
+          if (std::find(late.missing.begin(), late.missing.end(), r) != late.missing.end()) continue;
+          whole = whole && r != node && Subtree(c, r, ranks, by_node, depth + 1, &tried);
+        }
+      }
+    } else {
+      for (const uint16_t m : late.missing) {
+        whole = whole && m != node && Subtree(c, m, ranks, by_node, depth + 1, &tried);
+      }
+    }
+    if (whole) {
+      *choice = std::move(tried);
+      return true;
+    }
+  }
+  // No usable late from it: a switch whose ranks are known is whole when
+  // each of them is.
+  const auto cov = covers_.find({c.fields.job_id, node});
+  if (cov == covers_.end()) return false;
+  SubtreeChoice tried = *choice;
+  tried.nodes.insert(node);
+  for (const uint16_t r : cov->second) {
+    if (r == node || !Subtree(c, r, ranks, by_node, depth + 1, &tried)) return false;
+  }
+  *choice = std::move(tried);
+  return true;
+}
+
+bool TanEngine::ResolveByMembers(Chunk& c) {
+  const uint32_t job_id = c.fields.job_id;
+  std::multimap<uint16_t, size_t> by_node;
+  for (size_t i = 0; i < c.parked.size(); ++i) by_node.emplace(c.parked[i].node, i);
+  for (const auto& [key, ranks] : covers_) {
+    if (key.first != job_id) continue;
+    const uint16_t sw = key.second;
+    if (c.merged.count(sw) != 0) continue;
+    // Awaited here: the switch itself (its whole share), or its ranks (a
+    // root that lists the ids a child covers), some of them merged already.
+    const bool awaited = c.outstanding.count(sw) != 0;
+    bool any_outstanding = false;
+    bool accounted = true;
+    for (const uint16_t r : ranks) {
+      const bool out = c.outstanding.count(r) != 0;
+      any_outstanding = any_outstanding || out;
+      accounted = accounted && (out || c.merged.count(r) != 0 || awaited);
+    }
+    if (!(awaited || any_outstanding) || !accounted) continue;
+    SubtreeChoice choice;
+    if (!Subtree(c, sw, ranks, by_node, 0, &choice)) continue;
+    // Every rank merged already must be one the chosen lates lack (named
+    // missing by one of them): else they would count it twice.
+    bool twice = false;
+    for (const uint16_t r : ranks) {
+      twice = twice || (c.merged.count(r) != 0 && choice.merged_refs.count(r) == 0);
+    }
+    if (twice) continue;
+    // The switch's whole share is here, each part once: merge it.
+    ++counters_.by_members;
+    std::set<uint16_t> done(choice.nodes.begin(), choice.nodes.end());
+    for (const uint16_t r : ranks) {
+      if (c.merged.count(r) == 0) done.insert(r);
+    }
+    done.insert(sw);
+    for (const uint16_t n : done) {
+      c.outstanding.erase(n);
+      c.merged.insert(n);
+    }
+    std::vector<size_t> chosen = choice.lates;
+    std::sort(chosen.begin(), chosen.end());
+    std::vector<Late> parked;
+    parked.swap(c.parked);
+    held_lates_ -= parked.size();
+    size_t next = 0;
+    for (size_t i = 0; i < parked.size(); ++i) {
+      if (next < chosen.size() && chosen[next] == i) {
+        ++next;
+        Fold(c, std::move(parked[i]));
+      } else {
+        c.parked.push_back(std::move(parked[i]));
+        ++held_lates_;
+      }
+    }
+    return true;  // the outstanding ids changed
+  }
+  return false;
 }
 
 void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector<TanOutput>* out) {

@@ -17,7 +17,11 @@
 // Per chunk (job id, seq):
 //   * First data: a PARTIAL from the root: its payload (the root's reduction),
 //     its missing list (node ids still outstanding), its job key. The RESULT
-//     goes back to where the first data came from (`from`).
+//     goes back to where the first data came from (`from`). A first data
+//     again while the chunk is open, listing nothing missing, completes it
+//     as that payload (the root reduced the chunk again, every child's
+//     partial in, where the lates that would have made up for them did not
+//     all come; counted complete_again); any other repeat changes nothing.
 //   * Late data: a LATE (the switch sets BYPASS on it), or a CONTRIBUTION with
 //     BYPASS (a self-flagged worker), from node X with its own missing list M.
 //     Its payload holds the data of S = {X}, plus C \ M when SetCovers said
@@ -31,7 +35,17 @@
 //     A late that resolves nothing is a duplicate too, but it is parked until
 //     the chunk finishes (counted duplicate_late then): when a nested missing
 //     list later makes one of its ids outstanding it resolves after all, so a
-//     leaf's late that overtakes its switch's late partial is not lost. Its
+//     leaf's late that overtakes its switch's late partial is not lost. An
+//     awaited switch whose ranks the TAN knows (the switch outstanding, or
+//     its ranks, as a root lists them) is resolved when the parked lates
+//     hold its whole share, each part once: its late partial and those of
+//     the switches below it that it lacks, down to lates that lack nothing
+//     (or ranks merged already), or else its ranks' own data (its late
+//     partial was lost, or went up as missing and then lost, while its
+//     members' data went around it). They are merged, and what they stand
+//     for; a late partial for it that still comes overlaps them and is a
+//     duplicate (counted by_members). One late is parked per sender and
+//     missing list (a resend adds nothing). Its
 //     key must be the first data's key, and its dtype, op, scale and
 //     elem_count the first data's (else counted key_mismatch or malformed).
 //   * Triggers: kIncremental folds each resolving late into the first data on
@@ -165,6 +179,10 @@ struct TanCounters {
   uint64_t new_runs = 0;         // a job's datagrams under a new run label: its chunks forgotten
   uint64_t run_ended = 0;        // datagrams under the label of a job's run that ended here
   uint64_t queries = 0;          // QUERYs received (a finished chunk's answered with its RESULT)
+  // outstanding switches resolved by their ranks' own late data, every one of them here
+  uint64_t by_members = 0;
+  // open chunks completed by a repeated first data that lists nothing missing
+  uint64_t complete_again = 0;
 };
 
 // A datagram to send: the whole UDP payload, built with BuildAggregation.
@@ -305,6 +323,31 @@ class TanEngine {
   // The resolution rules for one late of an open chunk: folds it (incremental)
   // or holds it (batch), parks it, or drops it.
   Resolution Resolve(Chunk& c, Late&& late);
+  // A repeated first data of an open chunk that lists nothing missing: the
+  // chunk is that, whatever was merged here (counted complete_again).
+  void Complete(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64_t now_ns,
+                std::vector<TanOutput>* out);
+  // Folds (incremental) or holds (batch) a late whose ids are accounted for.
+  void Fold(Chunk& c, Late&& late);
+  // Lates that together hold a switch's whole share (SubtreeChoice).
+  struct SubtreeChoice {
+    std::vector<size_t> lates;        // indexes into Chunk::parked
+    std::set<uint16_t> nodes;         // the ids they stand for
+    std::set<uint16_t> merged_refs;   // ranks they lack, merged already
+  };
+  // Whether the parked lates hold all of `node`'s share within a switch of
+  // ranks `ranks`: a late from it, each id it lacks accounted for the same
+  // way (or merged already), or, for a switch whose ranks the TAN knows,
+  // each of them so. Adds what it takes to `choice`.
+  bool Subtree(const Chunk& c, uint16_t node, const std::vector<uint16_t>& ranks,
+               const std::multimap<uint16_t, size_t>& by_node, int depth,
+               SubtreeChoice* choice) const;
+  // A switch whose ranks the TAN knows (SetCovers), awaited here (itself, or
+  // its ranks), whose whole share the parked lates hold, each part once
+  // (its late partial and those of the switches below it it lacks, or its
+  // ranks' own data), is resolved by them: they are merged, and the switch
+  // and its ranks with them. True when one was (the outstanding ids changed).
+  bool ResolveByMembers(Chunk& c);
   // The node ids whose data `late` of job `job_id` holds: its sender's, the
   // ids its CONTENT list names, or what the sender covers (SetCovers) less
   // what it and the switches it missed lack.

@@ -243,6 +243,115 @@ TEST(TanEngineTest, ALatePartialThatMissesASwitchLacksWhatThatSwitchCovers) {
   EXPECT_EQ(tan.counters().duplicate_late, 0u);
 }
 
+// A leaf switch found no slot for a chunk and sent it up as missing (its
+// partial of the op's identity, naming every member), and that partial was
+// lost on its way here; its members' data went around it, each as late data.
+// Every rank the switch covers is here on its own: they are the switch's
+// whole share, counted once each, and the chunk completes. The switch's
+// partial, should it still come, would count them twice: a duplicate.
+TEST(TanEngineTest, AnOutstandingSwitchIsResolvedByEveryRanksOwnData) {
+  Tan tan;
+  tan.engine().SetCovers(kJob, 101, {0, 1, 2});
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {101}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(0, Pack<int32_t>({1})), 1 * kMs).empty());
+  EXPECT_TRUE(tan.Feed(Late(1, Pack<int32_t>({20})), 2 * kMs).empty());
+  EXPECT_TRUE(tan.Feed(Late(1, Pack<int32_t>({20})), 3 * kMs).empty()) << "a resend, parked once";
+  EXPECT_EQ(tan.counters().by_members, 0u) << "rank 2 is not here yet";
+  const Parsed r = tan.FeedForResult(Late(2, Pack<int32_t>({300})), 4 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1321});
+  EXPECT_EQ(tan.counters().by_members, 1u);
+  // The switch's lost partial comes after all: the result again, unchanged.
+  const Parsed again = tan.FeedForResult(Late(101, Pack<int32_t>({0}), {0, 1, 2}), 5 * kMs);
+  EXPECT_EQ(again.datagram, r.datagram);
+}
+
+// A root that lists the ranks a timed-out child covers (bypass.subswitch
+// nodes) as missing, and is its own TAN: it knows what its child 101
+// covers, not what 101's child 103 does. 101's late partial lacks 103, and
+// 103's lacks nothing: together they are 101's whole share.
+TEST(TanEngineTest, ALatePartialAndTheLatesOfWhatItLacksResolveTheRanksListed) {
+  Tan tan;
+  tan.engine().SetCovers(kJob, 101, {3, 4});
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {3, 4}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(101, Pack<int32_t>({30}), {103}), 1 * kMs).empty())
+      << "103 is no id the chunk awaits, and which ranks 101 lacks with it is unknown";
+  const Parsed r = tan.FeedForResult(Late(103, Pack<int32_t>({400})), 2 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1430});
+  EXPECT_EQ(tan.counters().by_members, 1u);
+}
+
+// Ranks 6 and 7 (predicted stragglers, under switch 106 under 102) came on
+// their own and were merged. Two late partials of 106 are here: one that
+// holds them too (from before they were excluded) and one that lacks them.
+// Only the second may complete 102's share; the first would count 6 and 7
+// twice, and alone it leaves the chunk open (given up on, never wrong).
+TEST(TanEngineTest, ALateHoldingRanksMergedAlreadyIsNeverCountedWithThem) {
+  for (const bool lacking_comes : {false, true}) {
+    SCOPED_TRACE(lacking_comes ? "the partial lacking 6 and 7 comes" : "it does not");
+    Tan tan;
+    tan.engine().SetCovers(kJob, 102, {2, 4, 6, 7});
+    EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {2, 4, 6, 7}), 0).empty());
+    EXPECT_TRUE(tan.Feed(Late(6, Pack<int32_t>({60})), 1 * kMs).empty());
+    EXPECT_TRUE(tan.Feed(Late(7, Pack<int32_t>({700})), 1 * kMs).empty());
+    EXPECT_TRUE(tan.Feed(Late(102, Pack<int32_t>({2}), {106}), 2 * kMs).empty());
+    EXPECT_TRUE(tan.Feed(Late(106, Pack<int32_t>({764})), 3 * kMs).empty())
+        << "106's partial that holds 4, 6 and 7: 6 and 7 would count twice";
+    if (!lacking_comes) {
+      const std::vector<TanOutput> out = tan.Expire(kGiveUp + 1 * kMs);
+      ASSERT_EQ(out.size(), 1u);
+      const Parsed r = ParseOutput(out[0]);
+      EXPECT_NE(r.f.flags & flags::kIncomplete, 0);
+      EXPECT_EQ(tan.counters().by_members, 0u);
+      continue;
+    }
+    const Parsed r = tan.FeedForResult(Late(106, Pack<int32_t>({4}), {6, 7}), 4 * kMs);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1766});
+    EXPECT_EQ(tan.counters().by_members, 1u);
+  }
+}
+
+// A child's late partial that held nothing (the chunk found no slot there:
+// it went up as missing), sent on by a root that names what it holds
+// (CONTENT, naming no rank): it resolves no rank of the child. The chunk
+// completes only with the rank's own data.
+TEST(TanEngineTest, ALateNamingNoRankHoldsNoRanksData) {
+  Tan tan;
+  tan.engine().SetCovers(kJob, 101, {1, 2, 3});
+  tan.engine().SetCovers(kJob, 102, {0});
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {0}), 0).empty());
+  Spec empty = Late(102, Pack<int32_t>({0}), {});
+  empty.flags |= flags::kContent;
+  EXPECT_TRUE(tan.Feed(empty, 1 * kMs).empty()) << "rank 0's data is not in it";
+  EXPECT_EQ(tan.counters().by_members, 0u);
+  const Parsed r = tan.FeedForResult(Late(0, Pack<int32_t>({5})), 2 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1005});
+}
+
+// The root sent the chunk as first data while a child's partial was lost
+// (or the chunk found no slot there), and the lates that would make up for
+// it never came. Its slot reduced the chunk again, each child's partial in,
+// and sends it with nothing missing: the chunk is that, what was merged
+// here already included in it.
+TEST(TanEngineTest, AFirstDataAgainWithNothingMissingCompletesTheChunk) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({0}), {101, 102}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(102, Pack<int32_t>({20})), 1 * kMs).empty());
+  const Parsed r = tan.FeedForResult(First(Pack<int32_t>({21}), {}), 2 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{21});
+  EXPECT_EQ(tan.counters().complete_again, 1u);
+  // A first data again that still lacks someone changes nothing.
+  Tan other;
+  EXPECT_TRUE(other.Feed(First(Pack<int32_t>({0}), {101, 102}), 0).empty());
+  EXPECT_TRUE(other.Feed(First(Pack<int32_t>({1}), {102}), 1 * kMs).empty());
+  EXPECT_EQ(other.counters().complete_again, 0u);
+  EXPECT_EQ(other.counters().repeat_first, 1u);
+}
+
 // A late partial flagged CONTENT names the ranks it holds: the TAN needs no
 // covers for its sender (a switch two levels down, whose parent listed its
 // ranks as missing).

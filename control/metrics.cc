@@ -100,6 +100,10 @@ constexpr TanCounterFamily kTanCounters[] = {
      "Datagrams the own TAN dropped for the label of a job's run that ended."},
     {"aggswitch_tan_queries_total", &aggregator::TanCounters::queries,
      "QUERYs the own TAN received from the root: a finished chunk's result goes again."},
+    {"aggswitch_tan_by_members_total", &aggregator::TanCounters::by_members,
+     "Outstanding child switches the own TAN resolved by every rank's own late data."},
+    {"aggswitch_tan_complete_again_total", &aggregator::TanCounters::complete_again,
+     "Open chunks the own TAN completed from the root's first data again, nothing missing."},
 };
 
 struct MacGaugeFamily {

@@ -586,21 +586,36 @@ void AggregationStage::Contribute(const Checked& it) {
   const aggregator::AggHeader& h = *pkt.header;
   rte_mbuf* m = it.m;
   const uint32_t seq = h.seq.host();
-  if (Redirect(it)) return;
-  if (pkt.opcode == aggregator::Opcode::kQuery) {
-    AnswerQuery(it);
-    return;
-  }
+  const bool at_ps = IsForPs(pkt);
+  // At the root, data for the parameter node whose chunk no slot here holds
+  // goes there as its member sent it (ToParameterNode), entry or not: the
+  // parameter node hands it to the TAN when the chunk's first data came, and
+  // else reduces it with the other members' resends. As late data it would
+  // wait for first data nobody sends again (the partial was lost, and its
+  // forwarded slot went to another chunk), while the members the partial
+  // counted send theirs there directly: neither completes.
+  const bool direct_to_ps =
+      at_ps && job.is_root() &&
+      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) == nullptr;
   // Late data that a timeout left a bypass entry for: flagged and on to the
   // TAN. Unless the chunk's result came down meanwhile: the usual path
-  // answers the member with it (the entry stays for its TTL).
-  if (tree_.bypass_live() && !CompleteHere(it, seq) &&
+  // answers the member with it (the entry stays for its TTL). Before any
+  // spare slot the chunk was given: a chunk that went up as missing here
+  // while its first contributions waited for the control thread's answer
+  // goes that way whole (in a spare slot they would be counted twice: there
+  // and as late data).
+  if (pkt.opcode != aggregator::Opcode::kQuery && tree_.bypass_live() && !direct_to_ps &&
+      !CompleteHere(it, seq) &&
       tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
     c.late_flagged.Add(1);
     tree_.ForwardLate(m, job, it.header_offset, it.in_port);
     return;
   }
-  const bool at_ps = IsForPs(pkt);
+  if (Redirect(it)) return;
+  if (pkt.opcode == aggregator::Opcode::kQuery) {
+    AnswerQuery(it);
+    return;
+  }
   if (at_ps && ToParameterNode(it)) return;
   if (pkt.opcode == aggregator::Opcode::kContribution && !at_ps &&
       (h.flags.host() & aggregator::flags::kRetransmission) == 0) {

@@ -2266,6 +2266,59 @@ class ParameterNodeTest : public AggregationTest {
     return Datagram(f, Int32Payload(values));
   }
 
+  // The switch of BuildAggregation(extra) on two worker lcores: worker 0
+  // polls a0, a1 and b, worker 1 the trunk. Each owns every other slot
+  // (global slot % 2) and keeps its own bypass entries. Both TX queues of a
+  // port share its ring: the workers are polled in turn on this thread
+  // (StepWorkers), never at once.
+  void BuildAggregationOnTwoWorkers(const std::string& extra) {
+    dp_.reset();
+    FreeRings();
+    auto jobs = aggregator::JobTable::Create(64, 256);
+    ASSERT_TRUE(jobs.ok());
+    jobs_ = std::move(jobs).value();
+    std::string yaml =
+        DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024" + extra + "}\n");
+    const auto replace = [&](const std::string& from, const std::string& to) {
+      const size_t at = yaml.find(from);
+      ASSERT_NE(at, std::string::npos) << from;
+      yaml.replace(at, from.size(), to);
+    };
+    replace("lcores: \"0,1\"", "lcores: \"0,1,2\"");
+    replace("workers: [{lcore: 1, rx: [a0, a1, b, t]}]",
+            "workers: [{lcore: 1, rx: [a0, a1, b]}, {lcore: 2, rx: [t]}]");
+    config::ConfigLoad load = config::LoadConfigText(yaml, "test.yaml");
+    ASSERT_TRUE(load.ok()) << load.FormatErrors();
+    for (int p = 0; p < kPorts; ++p) {
+      rte_ring* rx = rte_ring_create((names_[p] + "_rx").c_str(), 256, SOCKET_ID_ANY,
+                                     RING_F_SP_ENQ | RING_F_SC_DEQ);
+      rte_ring* tx = rte_ring_create((names_[p] + "_tx").c_str(), 1024, SOCKET_ID_ANY,
+                                     RING_F_SP_ENQ | RING_F_SC_DEQ);
+      ASSERT_NE(rx, nullptr);
+      ASSERT_NE(tx, nullptr);
+      rx_.push_back(rx);
+      tx_.push_back(tx);
+      rte_ring* txs[2] = {tx, tx};
+      ASSERT_GE(rte_eth_from_rings(names_[p].c_str(), &rx, 1, txs, 2, SOCKET_ID_ANY), 0);
+    }
+    config_ = load.config;
+    auto dp = Dataplane::Create(load.config, jobs_.get());
+    ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+    dp_ = std::move(dp).value();
+    ASSERT_EQ(dp_->worker_count(), 2u);
+    in_band_ = std::make_unique<InBandControl>(*jobs_, config_);
+  }
+
+  // Step on a switch of two workers: both polled in turn, so that what one
+  // hands the other is taken in the same step.
+  void StepWorkers() {
+    for (uint32_t i = 0; i < Worker::kControlEvery; ++i) {
+      dp_->PollWorkerOnce(0);
+      dp_->PollWorkerOnce(1);
+    }
+    dp_->ProcessLearnRequests();
+  }
+
   aggregator::PsEngine ps_{aggregator::PsOptions{}};
   uint64_t now_ns_ = 1;
 };
@@ -2365,6 +2418,65 @@ TEST_F(ParameterNodeTest, ARetransmissionReleasesAPartlyFilledSlotToTheParameter
     EXPECT_EQ(r.dst_ip, MemberIp(2));
     EXPECT_EQ(r.payload, Int32Payload({15}));
   }
+}
+
+// At the root, data for the parameter node whose chunk no slot holds any
+// more goes there as its member sent it, even when the chunk's release left
+// a bypass entry for that member. Here the partial that released the slot,
+// and the member's data behind it as late data, were lost, and the slot went
+// to another chunk: the members' resends for the parameter node all reach it
+// unreduced, and it sums them. As late data, the member's resend would wait
+// there for first data nobody sends again.
+TEST_F(ParameterNodeTest, ARootSendsAResendForTheParameterNodeThereWhenNoSlotHoldsItsChunk) {
+  constexpr uint16_t kMembers = 16;
+  AddJobWithPs(7, kMembers);
+  AddJobWithPs(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  for (uint16_t m = 1; m < kMembers; ++m) {
+    Inject(0, Contribution(7, s7, m, Int32Payload({1 << m})));
+  }
+  Step();
+  EXPECT_TRUE(Drain().empty()) << "the slot waits for member 0";
+  // Member 0's resend releases the slot: its partial (lacking member 0) and
+  // the resend behind it as late data, both lost on the way.
+  Inject(0, ForPs(7, s7, 0, kMembers, {1}));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 2u);
+  EXPECT_EQ(ParseResult(out[1][0]).fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(MissingCount(out[1][0]), 1);
+  EXPECT_EQ(ParseResult(out[1][1]).fields.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(Agg().released_to_ps.Get(), 1u);
+  // The forwarded slot gives way to job 8's chunk.
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
+  Step();
+  EXPECT_TRUE(Drain().empty()) << "job 8's chunk waits for its member 1";
+  const uint64_t late_flagged = Agg().late_flagged.Get();
+  const uint64_t at_ps = Agg().at_ps_forwarded.Get();
+  Inject(0, ForPs(7, s7, 0, kMembers, {1}));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[1].size(), 1u);
+  const Result again = ParseResult(out[1][0]);
+  EXPECT_EQ(again.fields.opcode, aggregator::Opcode::kContribution) << "not as late data";
+  EXPECT_NE(again.fields.flags & aggregator::flags::kAggregateAtPs, 0);
+  EXPECT_EQ(again.fields.node_id, 0u);
+  EXPECT_EQ(again.fields.expected, kMembers);
+  EXPECT_EQ(again.payload, Int32Payload({1})) << "unreduced";
+  EXPECT_EQ(Agg().late_flagged.Get(), late_flagged) << "its bypass entry not matched";
+  EXPECT_EQ(Agg().at_ps_forwarded.Get(), at_ps + 1);
+  // The other members resend theirs for the parameter node too: it sums
+  // all sixteen, and every member gets the sum.
+  std::vector<Frame> to_ps = out[1];
+  for (uint16_t m = 1; m < kMembers; ++m) Inject(0, ForPs(7, s7, m, kMembers, {1 << m}));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[1].size(), kMembers - 1u);
+  to_ps.insert(to_ps.end(), out[1].begin(), out[1].end());
+  for (const Result& r : ThroughPs(to_ps)) {
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kContribution);
+  }
+  ExpectResults(7, (1 << kMembers) - 1, kMembers);
 }
 
 // At the root of a job without a parameter node, data for one is refused
@@ -3154,6 +3266,63 @@ TEST_F(ParameterNodeTest, ARefusedContributionWhoseSlotTookItsChunkMeanwhileMeet
   EXPECT_EQ(up.payload, Int32Payload({300}));
   EXPECT_EQ(Agg().conflicts_up.Get(), 0u);
   EXPECT_EQ(Agg().slot_busy.Get(), 0u);
+}
+
+// A member's data for a chunk that went up as missing here follows it as
+// late data, even when the control thread has given the chunk a spare slot
+// meanwhile. The chunk's first contributions waited for the control
+// thread's answer when a member's resend for the parameter node sent the
+// chunk up as missing (bypass entries for every member, on the worker that
+// owns its home slot); the spare slot the answer brings belongs to the other
+// worker, which has no entries. The held contributions go up behind the
+// partial as late data: none is counted in the spare slot (and then again as
+// late data), and no partial of the spare slot follows.
+TEST_F(ParameterNodeTest, AMembersDataFollowsItsChunkUpAsMissingEvenWhenTheChunkGotASpareSlot) {
+  BuildAggregationOnTwoWorkers(", spare_slots: 1");
+  AddLeafJob(7, 2);
+  AddLeafJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  const aggregator::SlotRegions& regions = dp_->slot_regions();
+  const uint32_t home = regions.Of(false, jobs_->Find(8)->placement(), s8);
+  ASSERT_EQ(home % 2, 0u) << "worker 0 owns the chunk's home slot";
+  ASSERT_EQ(regions.Spare(0) % 2, 1u) << "worker 1 owns the spare slot";
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // holds the slot
+  StepWorkers();
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
+  Inject(0, Contribution(8, s8, 1, Int32Payload({200})));
+  StepWorkers();
+  EXPECT_TRUE(Drain().empty()) << "both contributions wait for the control thread";
+  EXPECT_EQ(Agg().escalations.Get(), 2u);
+  // Member 1 resends for the parameter node: the chunk goes up as missing.
+  Inject(0, ForPs(8, s8, 1, 2, {200}));
+  StepWorkers();
+  auto out = Drain();
+  ASSERT_EQ(out[1].size(), 2u);
+  const Result up = ParseResult(out[1][0]);
+  EXPECT_EQ(up.fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(up.fields.flags, aggregator::flags::kConflict);
+  EXPECT_EQ(MissingCount(out[1][0]), 2);
+  EXPECT_EQ(ParseResult(out[1][1]).fields.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(Agg().conflicts_up.Get(), 1u);
+  // The control thread answers both escalations with the spare slot.
+  EXPECT_EQ(dp_->ProcessEscalations(std::chrono::steady_clock::now()), 2u);
+  EXPECT_EQ(dp_->escalation_stats().granted, 1u);
+  StepWorkers();
+  out = Drain();
+  EXPECT_EQ(out.count(0), 0u) << "no member is told of the spare slot";
+  EXPECT_TRUE(WithOpcode(out[1], aggregator::Opcode::kPartial).empty())
+      << "no partial of the spare slot";
+  std::set<uint32_t> late_from;
+  for (const Result& r : WithOpcode(out[1], aggregator::Opcode::kLate)) {
+    EXPECT_EQ(r.fields.seq, s8);
+    late_from.insert(r.fields.node_id);
+  }
+  EXPECT_EQ(late_from, (std::set<uint32_t>{0, 1})) << "both held contributions, as late data";
+  EXPECT_EQ(out[1].size(), 2u);
+  EXPECT_EQ(Agg().late_flagged.Get(), 3u) << "the resend and both held contributions";
+  EXPECT_EQ(dp_->worker_stats(1).lcore.agg.contributions.Get(), 0u)
+      << "nothing counted in the spare slot";
+  EXPECT_EQ(dp_->worker_stats(1).lcore.agg.partials_sent.Get(), 0u);
 }
 
 // Without slot timers a leaf presumes no TAN above it: a chunk that finds no

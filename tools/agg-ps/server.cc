@@ -423,6 +423,8 @@ std::vector<PsServer::Stat> PsServer::StatsLocked() const {
       {"new_runs", t.new_runs, kCounter, "jobs seen under a new run label: their chunks forgotten"},
       {"run_ended", t.run_ended, kCounter, "datagrams under the label of a job's run that ended"},
       {"queries", t.queries, kCounter, "QUERYs from roots after chunks the TAN finished (answered again)"},
+      {"by_members", t.by_members, kCounter, "outstanding switches resolved by every rank's own late data"},
+      {"complete_again", t.complete_again, kCounter, "open chunks completed by a first data again with nothing missing"},
       {"pending", engine_.tan().pending(), kGauge, "chunks open at the TAN"},
       {"finished", engine_.tan().finished(), kGauge, "finished chunks' results kept for repeats"},
       {"held_lates", engine_.tan().held_lates(), kGauge, "late payloads held, all chunks"},
