@@ -53,6 +53,7 @@ namespace aggswitch::dataplane {
   X(kAggHintRefused, "agg_hint_refused", "datagram whose slot hint names a spare slot that does not hold its chunk") \
   X(kAggHandoffFull, "agg_handoff_full", "the slot owner's hand-off ring was full")           \
   X(kAggNoTan, "agg_no_tan", "late data, or data for the parameter node, at a root job without a TAN") \
+  X(kAggTanBusy, "agg_tan_busy", "first or late data for the root's own TAN while its input ring was full (late data: three quarters full)") \
   X(kAggUnresolvedHop, "agg_unresolved_hop", "the job's upstream or TAN address is not resolved yet") \
   X(kIntMalformed, "int_malformed",                                                           \
     "datagram to the INT port from a fabric port without valid INT headers of this domain")   \
@@ -223,6 +224,7 @@ struct PortCounters {
   X(late_self_flagged, "contributions their sender flagged for bypass, or from an excluded member") \
   X(late_forwarded, "late datagrams forwarded towards the TAN unreduced")              \
   X(late_no_tan, "late datagrams dropped at the root: the job has no TAN")             \
+  X(tan_busy, "first data (ring full) and late data (ring three quarters full) the root's own TAN could not take yet: the slot resends the one, the member the other") \
   X(at_ps_forwarded, "contributions marked AGGREGATE_AT_PS or CONFLICT forwarded towards the parameter node unreduced") \
   X(released_to_ps, "slots given up early: a contribution marked AGGREGATE_AT_PS found its chunk partly aggregated, whose partial went on") \
   X(no_parameter_node, "contributions marked AGGREGATE_AT_PS refused or dropped: the job's root has no parameter node") \

@@ -1032,14 +1032,21 @@ size_t Dataplane::ProcessTanInput(const std::function<void(const uint8_t*, uint3
   size_t handled = 0;
   for (WorkerParts& w : workers_) {
     if (w.channels->tan_up == nullptr) continue;
-    rte_mbuf* pkts[32];
-    const unsigned n =
-        rte_ring_sc_dequeue_burst(w.channels->tan_up.get(), reinterpret_cast<void**>(pkts), 32, nullptr);
-    for (unsigned i = 0; i < n; ++i) {
-      fn(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]));
-      rte_pktmbuf_free(pkts[i]);
+    // Everything queued, at most a ring's worth: a burst per poll fell behind
+    // the late data of many excluded members, and the full ring then dropped
+    // the root's first data, which no resend of a late makes up for.
+    for (unsigned budget = WorkerChannels::kTanRingSize; budget > 0;) {
+      rte_mbuf* pkts[32];
+      const unsigned n = rte_ring_sc_dequeue_burst(w.channels->tan_up.get(),
+                                                   reinterpret_cast<void**>(pkts), 32, nullptr);
+      for (unsigned i = 0; i < n; ++i) {
+        fn(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]));
+        rte_pktmbuf_free(pkts[i]);
+      }
+      handled += n;
+      if (n < 32) break;
+      budget = budget > n ? budget - n : 0;
     }
-    handled += n;
   }
   return handled;
 }

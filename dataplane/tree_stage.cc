@@ -327,10 +327,7 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
   }
   if (f.opcode == aggregator::Opcode::kPartial) c.first_data_sent.Add(1);
   if (job.tan() == aggregator::JobSpec::Tan::kSelf) {
-    if (s_.tan_up == nullptr || rte_ring_sp_enqueue(s_.tan_up, m) != 0) {
-      c.late_no_tan.Add(1);
-      tx_.Drop(kOwnFrame, DropReason::kAggNoTan, m);
-    }
+    (void)ToOwnTan(m, kOwnFrame, true);
   } else {
     SendToHop(m, job, aggregator::Job::kTanHop, kOwnFrame);
   }
@@ -502,16 +499,33 @@ void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t he
       SendToHop(m, job, aggregator::Job::kTanHop, in_port);
       return;
     case aggregator::JobSpec::Tan::kSelf:
-      if (s_.tan_up != nullptr && rte_ring_sp_enqueue(s_.tan_up, m) == 0) {
-        c.late_forwarded.Add(1);
-        return;
-      }
-      break;
+      if (ToOwnTan(m, in_port, false)) c.late_forwarded.Add(1);
+      return;
     case aggregator::JobSpec::Tan::kNone:
       break;
   }
   c.late_no_tan.Add(1);
   tx_.Drop(in_port, DropReason::kAggNoTan, m);
+}
+
+bool TreeStage::ToOwnTan(rte_mbuf* m, uint16_t in_port, bool first_data) {
+  AggregationCounters& c = stats_.lcore.agg;
+  if (s_.tan_up == nullptr) {
+    c.late_no_tan.Add(1);
+    tx_.Drop(in_port, DropReason::kAggNoTan, m);
+    return false;
+  }
+  // The last quarter of the ring is the first data's: late data is resent
+  // by its member, where a first data lost here waits for the slot's
+  // backed-off resend, and every late of the chunk waits with it.
+  const unsigned size = rte_ring_get_size(s_.tan_up);
+  if ((!first_data && rte_ring_free_count(s_.tan_up) <= size / 4) ||
+      rte_ring_sp_enqueue(s_.tan_up, m) != 0) {
+    c.tan_busy.Add(1);
+    tx_.Drop(in_port, DropReason::kAggTanBusy, m);
+    return false;
+  }
+  return true;
 }
 
 void TreeStage::SendToHop(rte_mbuf* m, const aggregator::Job& job, uint32_t hop,

@@ -123,6 +123,11 @@ class TreeStage {
   void ContinueBypassDump(BypassDumpExchange& d);
 
  private:
+  // `m` (first data when `first_data`, else late data) to the root's own
+  // TAN through its input ring; false when it was dropped and counted: no
+  // ring (late_no_tan), or the ring full, or three quarters full for late
+  // data (tan_busy).
+  bool ToOwnTan(rte_mbuf* m, uint16_t in_port, bool first_data);
   // A FINAL chunk complete at the root: on to the job's main server.
   void DeliverFinal(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot);
   // The same from the TAN's result for it, no slot here holding the chunk.

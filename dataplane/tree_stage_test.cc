@@ -356,5 +356,66 @@ TEST_F(TreeStageTest, AnOwnTansResultOfAnotherRunIsRefused) {
   rte_ring_free(down);
 }
 
+// A root that is its own TAN hands it first and late data through a ring
+// the control thread drains. Late data, which its member resends, may fill
+// three quarters of it; the last quarter is the first data's: lost there,
+// a chunk waits for its slot's backed-off resend, and every late of the
+// chunk with it. Beyond that, late data is dropped, counted tan_busy.
+TEST_F(TreeStageTest, TheLastQuarterOfTheOwnTansRingIsKeptForFirstData) {
+  aggregator::JobSpec spec;
+  spec.id = 6;
+  spec.key = kKey;
+  spec.members = 3;
+  spec.tan = aggregator::JobSpec::Tan::kSelf;
+  auto added = jobs_->Add(spec);
+  ASSERT_TRUE(added.ok());
+  const aggregator::Job& job = **added;
+  for (uint16_t m = 0; m < 3; ++m) {
+    const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), static_cast<uint8_t>(m % 2), 10,
+                                      Frames::MemberIp(m), Frames::MemberPort(m)};
+    ASSERT_EQ(job.BindMember(m, addr, 0, 1, 0), aggregator::Job::Bind::kBound);
+  }
+  constexpr unsigned kRing = 16;  // holds 15
+  rte_ring* up = rte_ring_create("tree_test_tan_up", kRing, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_NE(up, nullptr);
+  TreeStage::Setup ts;
+  ts.jobs = jobs_.get();
+  ts.slots = slots_.get();
+  ts.bypass = bypass_.get();
+  ts.regions = aggregator::SlotRegions::Make(4, 0);
+  ts.tan_up = up;
+  TreeStage tree(ts, Pool(), stats(), tx(), *answers_, clock_);
+  const auto late = [&](uint16_t node) {
+    aggregator::AggFields f;
+    f.node_id = node;
+    f.job_id = 6;
+    f.job_key = kKey;
+    f.elem_count = 1;
+    tree.ForwardLate(Mbuf(Frames::Datagram(f, Frames::Int32Payload({1}))), job, 42, 0);
+  };
+  const unsigned lates = rte_ring_get_capacity(up) - kRing / 4;
+  for (unsigned i = 0; i < 20; ++i) late(static_cast<uint16_t>(i % 3));
+  EXPECT_EQ(rte_ring_count(up), lates) << "late data stops where the last quarter begins";
+  EXPECT_EQ(stats().lcore.agg.late_forwarded.Get(), lates);
+  EXPECT_EQ(stats().lcore.agg.tan_busy.Get(), 20 - lates);
+  EXPECT_EQ(Drops(0, DropReason::kAggTanBusy), 20 - lates);
+  EXPECT_EQ(stats().lcore.agg.late_no_tan.Get(), 0u);
+  // A slot's first data (a member missing: the slot timed out) still goes.
+  const aggregator::Slot& slot = Contribute(job, 4, 2);
+  (void)tree.FinishSlot(job, 0, slot, /*expired=*/true, nullptr, 0);
+  EXPECT_EQ(stats().lcore.agg.first_data_sent.Get(), 1u);
+  EXPECT_EQ(rte_ring_count(up), lates + 1);
+  rte_mbuf* pkts[kRing];
+  const unsigned n = rte_ring_sc_dequeue_burst(up, reinterpret_cast<void**>(pkts), kRing, nullptr);
+  ASSERT_EQ(n, lates + 1);
+  aggregator::AggPacket first;
+  ASSERT_EQ(aggregator::ParseAggregation(rte_pktmbuf_mtod(pkts[n - 1], const uint8_t*),
+                                         rte_pktmbuf_data_len(pkts[n - 1]), &first),
+            aggregator::WireError::kOk);
+  EXPECT_EQ(first.opcode, aggregator::Opcode::kPartial);
+  for (unsigned i = 0; i < n; ++i) rte_pktmbuf_free(pkts[i]);
+  rte_ring_free(up);
+}
+
 }  // namespace
 }  // namespace aggswitch::dataplane
