@@ -448,7 +448,10 @@ bool TanEngine::Subtree(const Chunk& c, uint16_t node, const std::vector<uint16_
     choice->merged_refs.insert(node);
     return true;
   }
-  if (depth > 8 || choice->nodes.count(node) != 0) return false;  // no tree is deeper; no cycles
+  // No tree is deeper, no cycles; and a bounded search, whatever lates a
+  // sender with the key parks here.
+  if (depth > 8 || choice->nodes.count(node) != 0 || subtree_budget_ == 0) return false;
+  --subtree_budget_;
   // A late from the node: whatever it lacks must be accounted for in turn.
   // Those that lack the most first: a rank merged already must be one they
   // lack.
@@ -507,9 +510,10 @@ bool TanEngine::ResolveByMembers(Chunk& c) {
   const uint32_t job_id = c.fields.job_id;
   std::multimap<uint16_t, size_t> by_node;
   for (size_t i = 0; i < c.parked.size(); ++i) by_node.emplace(c.parked[i].node, i);
-  for (const auto& [key, ranks] : covers_) {
-    if (key.first != job_id) continue;
-    const uint16_t sw = key.second;
+  for (auto it = covers_.lower_bound({job_id, 0}); it != covers_.end() && it->first.first == job_id;
+       ++it) {
+    const uint16_t sw = it->first.second;
+    const std::vector<uint16_t>& ranks = it->second;
     if (c.merged.count(sw) != 0) continue;
     // Awaited here: the switch itself (its whole share), or its ranks (a
     // root that lists the ids a child covers), some of them merged already.
@@ -523,6 +527,7 @@ bool TanEngine::ResolveByMembers(Chunk& c) {
     }
     if (!(awaited || any_outstanding) || !accounted) continue;
     SubtreeChoice choice;
+    subtree_budget_ = kSubtreeBudget;
     if (!Subtree(c, sw, ranks, by_node, 0, &choice)) continue;
     // Every rank merged already must be one the chosen lates lack (named
     // missing by one of them): else they would count it twice.

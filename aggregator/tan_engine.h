@@ -339,9 +339,12 @@ class TanEngine {
   // ranks `ranks`: a late from it, each id it lacks accounted for the same
   // way (or merged already), or, for a switch whose ranks the TAN knows,
   // each of them so. Adds what it takes to `choice`.
+  // At most kSubtreeBudget steps per switch tried (subtree_budget_).
   bool Subtree(const Chunk& c, uint16_t node, const std::vector<uint16_t>& ranks,
                const std::multimap<uint16_t, size_t>& by_node, int depth,
                SubtreeChoice* choice) const;
+  static constexpr uint32_t kSubtreeBudget = 4096;
+  mutable uint32_t subtree_budget_ = 0;
   // A switch whose ranks the TAN knows (SetCovers), awaited here (itself, or
   // its ranks), whose whole share the parked lates hold, each part once
   // (its late partial and those of the switches below it it lacks, or its
