@@ -42,12 +42,8 @@ class TreeStageTest : public StageTest {
     clock_.tsc = rte_rdtsc();
     answers_ = std::make_unique<Answers>(plan(), Pool(), stats(), tx(),
                                          Answers::Source{kAggIp, aggregator::kAggUdpPort}, clock_);
-    TreeStage::Setup s;
-    s.jobs = jobs_.get();
-    s.slots = slots_.get();
-    s.bypass = bypass_.get();
-    s.regions = aggregator::SlotRegions::Make(4, 0);
-    tree_ = std::make_unique<TreeStage>(s, Pool(), stats(), tx(), *answers_, clock_);
+    tree_ = std::make_unique<TreeStage>(OwnTanSetup(nullptr, nullptr), Pool(), stats(), tx(),
+                                        *answers_, clock_);
   }
   void TearDown() override {
     tree_.reset();
@@ -82,6 +78,37 @@ class TreeStageTest : public StageTest {
                   {0x0200000000aaULL, 1, 10, kUpstreamIp, aggregator::kAggUdpPort});
     }
     return job;
+  }
+  // Root job `id`, its own TAN, three members bound under incarnations
+  // `incarnation` + member (0: none).
+  const aggregator::Job* AddOwnTanJob(uint32_t id, uint32_t incarnation) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = kKey;
+    spec.members = 3;
+    spec.tan = aggregator::JobSpec::Tan::kSelf;
+    auto added = jobs_->Add(spec);
+    EXPECT_TRUE(added.ok());
+    const aggregator::Job* job = *added;
+    for (uint16_t m = 0; m < 3; ++m) {
+      const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), static_cast<uint8_t>(m % 2), 10,
+                                        Frames::MemberIp(m), Frames::MemberPort(m)};
+      const uint32_t inc = incarnation == 0 ? 0 : incarnation + m;
+      EXPECT_EQ(job->BindMember(m, addr, inc, 1, 0), aggregator::Job::Bind::kBound);
+    }
+    return job;
+  }
+  // The fixture's tables, with the rings to and from the control thread's
+  // own TAN (null: none).
+  TreeStage::Setup OwnTanSetup(rte_ring* up, rte_ring* down) {
+    TreeStage::Setup ts;
+    ts.jobs = jobs_.get();
+    ts.slots = slots_.get();
+    ts.bypass = bypass_.get();
+    ts.regions = aggregator::SlotRegions::Make(4, 0);
+    ts.tan_up = up;
+    ts.tan_down = down;
+    return ts;
   }
   const aggregator::Slot& Contribute(const aggregator::Job& job, uint32_t seq, uint16_t n) {
     return fixtures::ContributeInSlot0(*slots_, job, seq, n, clock_.tsc);
@@ -305,29 +332,12 @@ TEST_F(TreeStageTest, AResultFromAboveReachesEveryMemberWithoutTheKey) {
 // came after the job's new run began here) never reaches the new run's
 // members, as a remote TAN's would not; one under the job's label does.
 TEST_F(TreeStageTest, AnOwnTansResultOfAnotherRunIsRefused) {
-  aggregator::JobSpec spec;
-  spec.id = 6;
-  spec.key = kKey;
-  spec.members = 3;
-  spec.tan = aggregator::JobSpec::Tan::kSelf;
-  auto added = jobs_->Add(spec);
-  ASSERT_TRUE(added.ok());
-  const aggregator::Job& job = **added;
-  for (uint16_t m = 0; m < 3; ++m) {
-    const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), static_cast<uint8_t>(m % 2), 10,
-                                      Frames::MemberIp(m), Frames::MemberPort(m)};
-    ASSERT_EQ(job.BindMember(m, addr, 0x100u + m, 1, 0), aggregator::Job::Bind::kBound);
-  }
+  const aggregator::Job& job = *AddOwnTanJob(6, 0x100u);
+  ASSERT_FALSE(HasFailure());
   ASSERT_NE(job.label(), 0u);
   rte_ring* down = rte_ring_create("tree_test_tan_down", 16, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
   ASSERT_NE(down, nullptr);
-  TreeStage::Setup ts;
-  ts.jobs = jobs_.get();
-  ts.slots = slots_.get();
-  ts.bypass = bypass_.get();
-  ts.regions = aggregator::SlotRegions::Make(4, 0);
-  ts.tan_down = down;
-  TreeStage tree(ts, Pool(), stats(), tx(), *answers_, clock_);
+  TreeStage tree(OwnTanSetup(nullptr, down), Pool(), stats(), tx(), *answers_, clock_);
   const auto result = [&](uint32_t label) {
     aggregator::AggFields f;
     f.opcode = aggregator::Opcode::kResult;
@@ -362,29 +372,12 @@ TEST_F(TreeStageTest, AnOwnTansResultOfAnotherRunIsRefused) {
 // a chunk waits for its slot's backed-off resend, and every late of the
 // chunk with it. Beyond that, late data is dropped, counted tan_busy.
 TEST_F(TreeStageTest, TheLastQuarterOfTheOwnTansRingIsKeptForFirstData) {
-  aggregator::JobSpec spec;
-  spec.id = 6;
-  spec.key = kKey;
-  spec.members = 3;
-  spec.tan = aggregator::JobSpec::Tan::kSelf;
-  auto added = jobs_->Add(spec);
-  ASSERT_TRUE(added.ok());
-  const aggregator::Job& job = **added;
-  for (uint16_t m = 0; m < 3; ++m) {
-    const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), static_cast<uint8_t>(m % 2), 10,
-                                      Frames::MemberIp(m), Frames::MemberPort(m)};
-    ASSERT_EQ(job.BindMember(m, addr, 0, 1, 0), aggregator::Job::Bind::kBound);
-  }
+  const aggregator::Job& job = *AddOwnTanJob(6, 0);
+  ASSERT_FALSE(HasFailure());
   constexpr unsigned kRing = 16;  // holds 15
   rte_ring* up = rte_ring_create("tree_test_tan_up", kRing, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
   ASSERT_NE(up, nullptr);
-  TreeStage::Setup ts;
-  ts.jobs = jobs_.get();
-  ts.slots = slots_.get();
-  ts.bypass = bypass_.get();
-  ts.regions = aggregator::SlotRegions::Make(4, 0);
-  ts.tan_up = up;
-  TreeStage tree(ts, Pool(), stats(), tx(), *answers_, clock_);
+  TreeStage tree(OwnTanSetup(up, nullptr), Pool(), stats(), tx(), *answers_, clock_);
   const auto late = [&](uint16_t node) {
     aggregator::AggFields f;
     f.node_id = node;
