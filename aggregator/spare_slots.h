@@ -11,8 +11,19 @@
 // room is returned, so that the caller can tell that chunk's placed-slot
 // owner to forget it.
 //
+// Of two or more spare slots, the last free one is kept for a job's oldest
+// chunk (`oldest`: the caller says whether the chunk is one its job's
+// slowest member waits for, at its members' ack watermark). A complete
+// chunk keeps its slot, home or spare, until its job's watermark passes it;
+// so two jobs each holding the home slot of the other's oldest chunk, with
+// every spare slot leased to chunks that wait behind those, would wait for
+// each other until their slots went stale. An oldest chunk placed completes
+// once its members send it (they all wait for it), its job's watermark
+// moves past it and the complete chunks after it, and their slots and its
+// lease come free.
+//
 //   SpareSlots spare(256);
-//   SpareSlots::Grant g = spare.Acquire(key, placed_slot, now, over);
+//   SpareSlots::Grant g = spare.Acquire(key, placed_slot, now, over, oldest);
 //   if (g.hint == SpareSlots::kNone) refuse (NACK slot_busy);
 //   if (g.ended) tell g.ended->placed_slot's owner to erase g.ended->key;
 //
@@ -53,10 +64,11 @@ class SpareSlots {
   // `count` spare slots, at most SlotRegions::kMaxSpareSlots.
   explicit SpareSlots(uint32_t count);
 
-  // The spare slot of chunk `key`, leased now if it has none (see above).
+  // The spare slot of chunk `key`, leased now if it has none (see above):
+  // the last free one only when `oldest`, or when it is the only spare slot.
   // Examines at most every slot once.
   Grant Acquire(const ChunkKey& key, uint32_t placed_slot, Clock::time_point now,
-                const LeaseOver& over);
+                const LeaseOver& over, bool oldest = true);
 
   uint32_t count() const { return static_cast<uint32_t>(leases_.size()); }
   // Slots leased (some of whose leases may be over without anyone asking yet).

@@ -52,6 +52,20 @@ TEST(SpareSlotsTest, ALeaseThatIsOverMakesRoomAndIsReturned) {
   EXPECT_EQ(spare.Acquire({7, 1, 10}, 100, t0, never).hint, SpareSlots::kNone);
 }
 
+// A chunk behind its job's oldest leaves the last free slot to an oldest
+// chunk (of two or more slots); the only spare slot goes to anyone.
+TEST(SpareSlotsTest, TheLastFreeSlotIsKeptForAnOldestChunk) {
+  SpareSlots spare(2);
+  const Clock::time_point now{};
+  const auto never = [](const SpareSlots::Lease&) { return false; };
+  EXPECT_NE(spare.Acquire({7, 1, 10}, 100, now, never, /*oldest=*/false).hint, SpareSlots::kNone);
+  EXPECT_EQ(spare.Acquire({8, 1, 20}, 200, now, never, /*oldest=*/false).hint, SpareSlots::kNone);
+  EXPECT_NE(spare.Acquire({9, 1, 5}, 300, now, never, /*oldest=*/true).hint, SpareSlots::kNone);
+  EXPECT_EQ(spare.granted(), 2u);
+  SpareSlots one(1);
+  EXPECT_NE(one.Acquire({7, 1, 10}, 100, now, never, /*oldest=*/false).hint, SpareSlots::kNone);
+}
+
 TEST(SpareSlotsTest, NoSpareSlotsLeasesNothing) {
   SpareSlots spare(0);
   EXPECT_EQ(spare.Acquire({1, 1, 1}, 0, Clock::time_point{}, [](const SpareSlots::Lease&) {

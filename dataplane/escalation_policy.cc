@@ -64,9 +64,18 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   // freed since would split it.
   const bool goes_on = current && job->WhenNoSlot() != aggregator::Job::NoSlot::kRefuse;
   if (spare_ && !(goes_on && WentOn(key, now))) {
+    // At the root of a job without a TAN, where its results are made and
+    // kept until its members' ack watermark passes them and nothing else
+    // takes a chunk that finds no slot: a chunk behind the one its slowest
+    // member waits for leaves the last free spare slot to such a job's
+    // oldest chunk (spare_slots.h).
+    const std::optional<uint32_t> min_ack = current && job->is_root() && !goes_on
+                                                ? job->MinAck()
+                                                : std::optional<uint32_t>{};
+    const bool behind = min_ack && aggregator::SeqBefore(*min_ack, e.seq);
     const aggregator::SpareSlots::Grant g = spare_->Acquire(
         key, e.placed_slot, now,
-        [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); });
+        [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); }, !behind);
     leased_.store(spare_->leased(), std::memory_order_relaxed);
     granted_.store(spare_->granted(), std::memory_order_relaxed);
     if (g.hint != aggregator::SpareSlots::kNone) {
