@@ -770,6 +770,7 @@ void AggregationStage::Contribute(const Checked& it) {
       // on a timer that cannot help.
       c.duplicates.Add(1);
       jc.duplicates.Add(1);
+      if (pkt.opcode == aggregator::Opcode::kPartial) AskAboveIfDone(job, *u.slot, h);
       aggregator::MemberAddr addr;
       if (job.GetMember(contribution.node, &addr)) {
         answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
@@ -1270,6 +1271,23 @@ void AggregationStage::NoticeForgotten(const aggregator::Job& job, const aggrega
     if (!ack || !aggregator::SeqBefore(seq, *ack) || !job.GetMember(node, &addr)) continue;
     if (answers_.SendNotice(job, job.NodeId(node), seq, aggregator::NoticeKind::kMissing, addr)) {
       stats_.lcore.agg.resync_notices.Add(1);
+    }
+  }
+}
+
+void AggregationStage::AskAboveIfDone(const aggregator::Job& job, const aggregator::Slot& slot,
+                                      const aggregator::AggHeader& h) {
+  if ((job.is_root() && job.tan() == aggregator::JobSpec::Tan::kNone) ||
+      slot.state() != aggregator::Slot::State::kAggregating) {
+    return;
+  }
+  const uint32_t seq = slot.seq();
+  for (uint16_t node = 0; node < job.members(); ++node) {
+    if (slot.HasContributed(node) || job.Excluded(node)) continue;
+    const std::optional<uint32_t> ack = job.GetAck(node);
+    if (ack && aggregator::SeqBefore(seq, *ack)) {
+      tree_.AskAbove(job, h);
+      return;
     }
   }
 }

@@ -309,6 +309,20 @@ class AggregationStage {
   // kept. Called while a held member asks after the chunk (a QUERY), so
   // at most once per such question; O(members).
   void NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot);
+  // A member the aggregating `slot` lacks that has moved past its chunk
+  // (its ack watermark says it holds the result) means the chunk completed
+  // before: its slot here gave way once the partial (at a root, the first
+  // data) went up, the result came down and missed a child switch, and
+  // that child's partial, sent again, claimed a slot for the chunk anew,
+  // which the members that moved on never complete (a child switch keeps
+  // nothing to resend, and takes no NOTICE: NoticeForgotten cannot help).
+  // The parent keeps the result until every member below has acknowledged
+  // it, a TAN a finished chunk's for its give-up time: it is asked for it
+  // (TreeStage::AskAbove), and its answer reaches every member here. Not
+  // at a root without a TAN. Called on a counted child's repeated partial;
+  // O(members).
+  void AskAboveIfDone(const aggregator::Job& job, const aggregator::Slot& slot,
+                      const aggregator::AggHeader& h);
   // Every kOffsetSampleEvery-th chunk: its members' arrival offsets, up to
   // the control thread, when a free sample is at hand.
   void SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired);
