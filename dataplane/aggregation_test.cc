@@ -2705,6 +2705,48 @@ TEST_F(ParameterNodeTest, ASaturatedSumBringsEveryMemberAnExceptionRetransmit) {
   EXPECT_EQ(ParseResult(out[0][0]).fields.flags, aggregator::flags::kOverflow);
 }
 
+// A result from above that found its chunk's slot here given way is only
+// passed on; a child switch that lost its copy sends its partial again, and
+// that partial claims a slot anew, which the members that have the result
+// (their ack watermark past the chunk) never complete. The repeat asks
+// above for the result (a QUERY to the parent), whose answer reaches every
+// member; a repeat while no member has moved past the chunk asks nothing.
+TEST_F(ParameterNodeTest, AChildsPartialAgainForAChunkOthersHaveAsksAbove) {
+  AddLeafJob(7, 2);
+  const auto partial = [&](uint32_t seq) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kPartial;
+    f.node_id = 0;  // a child switch, member 0 here
+    f.job_id = 7;
+    f.seq = seq;
+    f.job_key = 0x5eed;
+    f.ack_watermark = seq;
+    f.elem_count = 1;
+    Inject(0, Datagram(f, Int32Payload({5})));
+    Step();
+    return Drain();
+  };
+  const auto queries_up = [](std::map<int, std::vector<Frame>>& out, uint32_t seq) {
+    size_t n = 0;
+    for (const Result& r : WithOpcode(out[1], aggregator::Opcode::kQuery)) n += r.fields.seq == seq;
+    return n;
+  };
+  // Chunk 3: nobody has moved past it; its partial again is a plain repeat.
+  auto out = partial(3);
+  out = partial(3);
+  EXPECT_EQ(queries_up(out, 3), 0u) << "member 1 may still send";
+  // Member 1 has chunk 4's result: its contribution to chunk 5 says so.
+  Inject(0, Contribution(7, 5, 1, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1,
+                         /*ack=*/5));
+  Step();
+  (void)Drain();
+  out = partial(4);
+  EXPECT_EQ(queries_up(out, 4), 0u) << "the first partial claims the slot";
+  out = partial(4);
+  EXPECT_EQ(queries_up(out, 4), 1u) << "the repeat asks the parent for the result";
+  EXPECT_EQ(Agg().queries_up.Get(), 1u);
+}
+
 // A leaf carries FINAL up in its partial, so that the root, which delivers
 // final results to the main server, knows the chunk is one; a chunk nobody
 // marked goes up unmarked.
