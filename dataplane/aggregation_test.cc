@@ -512,12 +512,7 @@ TEST_F(StoreTest, AFinalResultIsResentToTheMainServerUntilItsAck) {
   EXPECT_EQ(r.payload, Int32Payload({15, 30}));
   EXPECT_EQ(Agg().final_resends.Get(), 1u);
   // The ACK echoes aux; nothing more is sent, and the copy is freed.
-  aggregator::AggFields ack;
-  ack.opcode = aggregator::Opcode::kAck;
-  ack.flags = aggregator::flags::kFinal;
-  ack.job_id = 15;
-  ack.job_key = 0x5eed;
-  ack.seq = 1;
+  aggregator::AggFields ack = FinalAck(15, 1);
   ack.aux = r.fields.aux;
   Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
   Step();
@@ -573,12 +568,7 @@ TEST_F(StoreTest, AFinalChunkWaitsWhileEveryDeliveryIsTaken) {
   EXPECT_EQ(nacks[0].fields.aux, static_cast<uint32_t>(aggregator::NackReason::kStoreFull));
   EXPECT_EQ(Agg().final_deferred.Get(), 1u);
   EXPECT_EQ(Agg().final_refused.Get(), 0u);
-  aggregator::AggFields ack;
-  ack.opcode = aggregator::Opcode::kAck;
-  ack.flags = aggregator::flags::kFinal;
-  ack.job_id = 17;
-  ack.job_key = 0x5eed;
-  ack.seq = 0;
+  aggregator::AggFields ack = FinalAck(17, 0);
   Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
   Step();
   Inject(0, final_contribution(64));
@@ -636,11 +626,7 @@ TEST_F(StoreTest, AFinalDeliveryOutlivesANewRunOfItsJob) {
   Step();
   std::vector<Result> again = WithOpcode(Drain()[1], aggregator::Opcode::kResult);
   ASSERT_EQ(again.size(), 2u) << "the first run's delivery lives on";
-  aggregator::AggFields ack;
-  ack.opcode = aggregator::Opcode::kAck;
-  ack.flags = aggregator::flags::kFinal;
-  ack.job_id = 16;
-  ack.job_key = 0x5eed;
+  aggregator::AggFields ack = FinalAck(16, 0);
   ack.aux = first.fields.aux;
   ack.incarnation = first_run;
   Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
@@ -2973,12 +2959,7 @@ TEST_F(ParameterNodeTest, AFinalResultFromAboveWaitsWhileNoDeliveryIsFree) {
   EXPECT_EQ(Agg().final_deferred.Get(), 1u);
   EXPECT_EQ(Agg().final_refused.Get(), 0u);
   // The main server ACKs job 7's: room again, and the resends bring it.
-  aggregator::AggFields ack;
-  ack.opcode = aggregator::Opcode::kAck;
-  ack.flags = aggregator::flags::kFinal;
-  ack.job_id = 7;
-  ack.job_key = 0x5eed;
-  ack.seq = s7;
+  aggregator::AggFields ack = FinalAck(7, s7);
   Inject(1, DatagramFrom(ack, {}, MemberMac(60), kServer, 45000));
   Step();
   (void)Drain();

@@ -296,6 +296,17 @@ class AggregationTest : public DataplaneTest {
     return Datagram(f, payload, vlan);
   }
 
+  // The main server's ACK of the final result of chunk `seq` of `job`.
+  static aggregator::AggFields FinalAck(uint32_t job, uint32_t seq) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kAck;
+    f.flags = aggregator::flags::kFinal;
+    f.job_id = job;
+    f.seq = seq;
+    f.job_key = 0x5eed;
+    return f;
+  }
+
   // Any aggregation datagram from member f.node_id, with `payload` after the header.
   static Frame Datagram(const aggregator::AggFields& f, const std::vector<uint8_t>& payload = {},
                         int vlan = -1) {
