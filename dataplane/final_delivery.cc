@@ -70,13 +70,19 @@ bool FinalDelivery::Send(const aggregator::Job& job, Pending& p) {
 }
 
 bool FinalDelivery::Acked(const aggregator::Job& job, uint32_t seq, uint32_t run) {
-  // The delivery of that run; else (a main server that does not echo the
-  // label) one of that seq.
+  // The delivery of that run; with label 0 (a main server that does not
+  // echo the label), one of that seq of any run. An ACK that names a run
+  // no delivery of the seq has is a repeat of one that came before (a
+  // duplicate, or a resend crossing the first ACK): it frees nothing, where
+  // freeing another run's delivery would lose that run's final result.
   Pending* any = nullptr;
   for (Pending& p : pending_) {
     if (!p.used || p.job_id != job.id() || p.fields.seq != seq) continue;
-    if (p.fields.incarnation == run || any == nullptr) any = &p;
-    if (p.fields.incarnation == run) break;
+    if (p.fields.incarnation == run) {
+      any = &p;
+      break;
+    }
+    if (run == 0 && any == nullptr) any = &p;
   }
   if (any == nullptr) return false;
   stats_.lcore.agg.final_acked.Add(1);

@@ -50,8 +50,9 @@ class FinalDelivery {
   void Begin(const aggregator::Job& job, const aggregator::AggFields& chunk, const uint8_t* result,
              uint32_t len, bool overflow, uint32_t global_slot);
   // The main server ACKed chunk `seq` of `job`, of the run labelled `run`
-  // (the delivery's incarnation, echoed; a label no delivery of `seq`
-  // carries, 0 included, frees one of any run); false when no delivery
+  // (the delivery's incarnation, echoed; label 0, when no delivery of `seq`
+  // carries it, frees one of any run, and another label none carries frees
+  // nothing); false when no delivery
   // of it is in flight here (ACKed before, given up, or never sent). A
   // delivery lives on through new runs of its job, until ACKed, given up, or
   // its job is removed.
