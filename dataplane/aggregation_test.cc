@@ -638,6 +638,23 @@ TEST_F(StoreTest, AFinalDeliveryOutlivesANewRunOfItsJob) {
   for (const Result& r : again) EXPECT_EQ(r.payload, Int32Payload({23})) << "only the second run's";
   EXPECT_EQ(Agg().final_acked.Get(), 1u);
   EXPECT_EQ(Agg().final_given_up.Get(), 0u);
+  // The first run's ACK again (a duplicate): it frees nothing, and the
+  // second run's delivery goes on until its own ACK.
+  Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
+  Step();
+  EXPECT_EQ(Agg().final_ack_unmatched.Get(), 1u);
+  EXPECT_EQ(Agg().final_acked.Get(), 1u);
+  rte_delay_ms(50);
+  Step();
+  again = WithOpcode(Drain()[1], aggregator::Opcode::kResult);
+  ASSERT_FALSE(again.empty()) << "the second run's delivery lives on";
+  for (const Result& r : again) EXPECT_EQ(r.payload, Int32Payload({23}));
+  ack.incarnation = second[0].fields.incarnation;
+  ack.aux = second[0].fields.aux;
+  Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
+  Step();
+  EXPECT_EQ(Agg().final_acked.Get(), 2u);
+  EXPECT_EQ(StoreBuffers(*jobs_->Find(16)), 0u);
 }
 
 TEST_F(AggregationTest, ALaterChunkRevealsAMembersLostContribution) {
@@ -3289,6 +3306,47 @@ TEST_F(ParameterNodeTest, ARefusedContributionWhoseSlotTookItsChunkMeanwhileMeet
   EXPECT_EQ(up.payload, Int32Payload({300}));
   EXPECT_EQ(Agg().conflicts_up.Get(), 0u);
   EXPECT_EQ(Agg().slot_busy.Get(), 0u);
+}
+
+// Below the root too, a chunk behind the one its job's slowest member waits
+// for leaves the last free spare slot to a job's oldest chunk. A leaf keeps
+// its complete chunks until its members' watermark passes them, so two jobs
+// whose chunks each hold the home slot of the other's oldest, with the
+// spare slots taken by chunks behind those, would wait for each other.
+TEST_F(ParameterNodeTest, BelowTheRootTheLastSpareSlotIsKeptForAJobsOldestChunk) {
+  BuildAggregation(", spare_slots: 2");
+  for (const uint32_t id : {7u, 8u, 9u, 10u}) AddLeafJob(id, 2);
+  const uint32_t s8 = CollidingSeqs(*jobs_, config_, 7, 8).second;
+  const uint32_t s9 = CollidingSeqs(*jobs_, config_, 7, 9).second;
+  const uint32_t s10 = CollidingSeqs(*jobs_, config_, 7, 10).second;
+  ASSERT_GT(s8, 0u) << "behind the watermark (0) its members sent";
+  ASSERT_GT(s9, 0u);
+  // Job 10's members have every chunk before s10: s10 is its oldest.
+  for (uint16_t m = 0; m < 2; ++m) {
+    aggregator::AggFields ack;
+    ack.opcode = aggregator::Opcode::kAck;
+    ack.node_id = m;
+    ack.job_id = 10;
+    ack.job_key = 0x5eed;
+    ack.seq = s10;
+    ack.ack_watermark = s10;
+    ack.incarnation = 0x1000u + m;
+    Inject(0, Datagram(ack));
+  }
+  Inject(0, Contribution(7, 0, 0, Int32Payload({1})));  // holds the slot
+  Step();
+  Inject(0, Contribution(9, s9, 0, Int32Payload({9})));  // behind: one of two free
+  StepThroughControl();
+  EXPECT_EQ(dp_->escalation_stats().granted, 1u);
+  Inject(0, Contribution(8, s8, 0, Int32Payload({8})));  // behind: not the last
+  StepThroughControl();
+  EXPECT_EQ(dp_->escalation_stats().granted, 1u);
+  EXPECT_EQ(dp_->escalation_stats().refused, 1u);
+  Inject(0, Contribution(10, s10, 0, Int32Payload({10}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                         -1, s10));  // the oldest: the last one
+  StepThroughControl();
+  EXPECT_EQ(dp_->escalation_stats().granted, 2u);
+  EXPECT_EQ(dp_->escalation_stats().refused, 1u);
 }
 
 // A member's data for a chunk that went up as missing here follows it as

@@ -64,14 +64,12 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   // freed since would split it.
   const bool goes_on = current && job->WhenNoSlot() != aggregator::Job::NoSlot::kRefuse;
   if (spare_ && !(goes_on && WentOn(key, now))) {
-    // At the root of a job without a TAN, where its results are made and
-    // kept until its members' ack watermark passes them and nothing else
-    // takes a chunk that finds no slot: a chunk behind the one its slowest
-    // member waits for leaves the last free spare slot to such a job's
-    // oldest chunk (spare_slots.h).
-    const std::optional<uint32_t> min_ack = current && job->is_root() && !goes_on
-                                                ? job->MinAck()
-                                                : std::optional<uint32_t>{};
+    // Every switch keeps a job's complete chunks until its members' ack
+    // watermark passes them, and a chunk that finds no slot may find no way
+    // on either (no bypass entry, no TAN): a chunk behind the one its
+    // slowest member here waits for leaves the last free spare slot to a
+    // job's oldest chunk (spare_slots.h).
+    const std::optional<uint32_t> min_ack = current ? job->MinAck() : std::optional<uint32_t>{};
     const bool behind = min_ack && aggregator::SeqBefore(*min_ack, e.seq);
     const aggregator::SpareSlots::Grant g = spare_->Acquire(
         key, e.placed_slot, now,
