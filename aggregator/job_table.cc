@@ -229,6 +229,19 @@ bool Job::SetExcluded(uint16_t index, bool excluded) const {
   return true;
 }
 
+bool Job::TakeRelayedAck(uint32_t watermark, uint32_t now, uint32_t gap) const {
+  constexpr uint64_t kTickMask = (uint64_t{1} << 31) - 1;
+  const uint64_t next = kAckValid | (uint64_t{now} & kTickMask) << 33 | watermark;
+  uint64_t cur = relayed_ack_.load(std::memory_order_relaxed);
+  for (;;) {
+    const bool news = (cur & kAckValid) == 0 || SeqBefore(static_cast<uint32_t>(cur), watermark);
+    const bool again = (cur & kAckValid) != 0 && static_cast<uint32_t>(cur) == watermark &&
+                       ((now - (cur >> 33)) & kTickMask) >= gap;
+    if (!news && !again) return false;
+    if (relayed_ack_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
+  }
+}
+
 std::optional<uint32_t> Job::MinAck() const {
   std::optional<uint32_t> min;
   for (uint16_t node = 0; node < members_; ++node) {

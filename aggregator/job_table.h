@@ -627,9 +627,13 @@ class alignas(64) Job {
 
   // The ack watermark this switch last passed upstream (non-root jobs): an
   // ACK that moves the members' minimum past it is relayed, so the parent
-  // can free the job's last slots. Returns whether `watermark` is news and
-  // records it (racing workers relay it once). [any]
-  bool TakeRelayedAck(uint32_t watermark) const { return AdvanceWatermark(relayed_ack_, watermark); }
+  // can free the job's last slots. The members repeat their last ACK (the
+  // relay may be lost as theirs may), so the same watermark is passed on
+  // again once `gap` ticks of the members' clock have gone by since it last
+  // was: a few relays per round of repeats, not one per member. Returns
+  // whether to relay `watermark` at tick `now`, and records it (racing
+  // workers relay it once). [any]
+  bool TakeRelayedAck(uint32_t watermark, uint32_t now, uint32_t gap) const;
 
   // --- Participation (straggler prediction): who the slots wait for ---
 
@@ -837,7 +841,8 @@ class alignas(64) Job {
   const uint16_t main_server_port_;
   const JobSpec::Mode mode_;
   const uint32_t store_quota_;
-  mutable std::atomic<uint64_t> relayed_ack_{0};  // watermark (31..0) | valid (32)
+  // watermark (31..0) | valid (32) | tick of the last relay, 31 bits (63..33)
+  mutable std::atomic<uint64_t> relayed_ack_{0};
   mutable std::atomic<uint16_t> tan_member_{kNoNode};
   mutable std::atomic<uint64_t> tan_target_{0};  // ip (63..32) | port (31..16) | JobSpec::Tan (7..0)
   const std::unique_ptr<Member[]> hops_;            // kTanHop, the parents, the main server

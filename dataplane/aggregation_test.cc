@@ -3308,6 +3308,45 @@ TEST_F(ParameterNodeTest, ARefusedContributionWhoseSlotTookItsChunkMeanwhileMeet
   EXPECT_EQ(Agg().slot_busy.Get(), 0u);
 }
 
+// A leaf relays its members' ACK when it moves their smallest watermark,
+// and their repeats of it pass the same watermark on again, at most once a
+// few ticks: a relayed ACK lost on the way up would otherwise leave the
+// parent holding the job's last complete slots until stale_slot_ms.
+TEST_F(ParameterNodeTest, ALeafRelaysItsMembersRepeatedAckAgain) {
+  BuildAggregation("");
+  AddLeafJob(7, 2);
+  const uint64_t relayed = Agg().acks_relayed.Get();  // watermark 0, as the members were heard
+  auto ack = [&](uint16_t m) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kAck;
+    f.node_id = m;
+    f.job_id = 7;
+    f.job_key = 0x5eed;
+    f.seq = 4;
+    f.ack_watermark = 5;
+    f.incarnation = 0x1000u + m;
+    Inject(0, Datagram(f));
+    Step();
+    std::vector<uint32_t> up;
+    auto out = Drain();
+    for (const Frame& frame : out[1]) {
+      const Result r = ParseResult(frame);
+      EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kAck);
+      EXPECT_EQ(r.fields.node_id, kLeafNode);
+      up.push_back(r.fields.ack_watermark);
+    }
+    return up;
+  };
+  EXPECT_TRUE(ack(0).empty()) << "member 1 is still at 0";
+  EXPECT_EQ(ack(1), std::vector<uint32_t>{5});
+  EXPECT_TRUE(ack(0).empty()) << "a repeat at once is not relayed";
+  rte_delay_ms(2 * TreeStage::kAckRelayGapTicks + 2);  // a tick is at most a millisecond
+  Step();  // the worker reads the clock
+  EXPECT_EQ(ack(1), std::vector<uint32_t>{5}) << "a later repeat is";
+  EXPECT_TRUE(ack(0).empty());
+  EXPECT_EQ(Agg().acks_relayed.Get(), relayed + 2);
+}
+
 // Below the root too, a chunk behind the one its job's slowest member waits
 // for leaves the last free spare slot to a job's oldest chunk. A leaf keeps
 // its complete chunks until its members' watermark passes them, so two jobs

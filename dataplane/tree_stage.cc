@@ -353,9 +353,10 @@ void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t heade
   // The parent frees this job's complete slots by our watermark, the
   // smallest of our current members' (SendPartial); partials carry it, and
   // the last chunks of a job, which no partial follows, learn it from here.
-  const std::optional<uint32_t> min_ack = job.SlotWatermark(clock_.SeenNow(), s_.rebind_ticks);
+  const uint32_t now = clock_.SeenNow();
+  const std::optional<uint32_t> min_ack = job.SlotWatermark(now, s_.rebind_ticks);
   if (!min_ack || job.label() == 0 || job.LearnedMembers() != job.members() ||
-      !job.TakeRelayedAck(*min_ack)) {
+      !job.TakeRelayedAck(*min_ack, now, kAckRelayGapTicks)) {
     TxBuffers::Consumed(m);  // the ACK was read
     return;
   }

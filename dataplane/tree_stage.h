@@ -97,8 +97,14 @@ class TreeStage {
                    uint16_t in_port, uint16_t add_flags);
   // An ACK from a member of a non-root job: when it moves the members'
   // smallest watermark, an ACK with that watermark goes upstream (written
-  // over `m`). Consumes `m`.
+  // over `m`); the members' repeats of their last ACK pass the same
+  // watermark on again, at most once per kAckRelayGapTicks. Consumes `m`.
   void RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset, uint16_t in_port);
+  // Ticks of the members' clock (half a millisecond to one) between two
+  // relays of one watermark: under the clients' shortest retransmission
+  // timeout (5 ms), the interval of their ACK repeats, so that each round
+  // of repeats is relayed.
+  static constexpr uint32_t kAckRelayGapTicks = 4;
   // A RESULT (or EXCEPTION_RETRANSMIT) from upstream or the TAN: cached in
   // local slot `local_slot` when it holds the chunk (an exception as an
   // overflowed result), replicated to every member with this switch's slot
