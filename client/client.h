@@ -88,12 +88,14 @@
 // at a rank that is not its node's control unit in TaskInfoMode::kControlUnit
 // (the control unit's announcement may not have reached the switch yet), "rate limited" (in-band
 // registrations over the switch's rate), "slot quota" and "hold quota" (the
-// job is as far ahead of its slowest rank as the switch lets it be), and
+// job is as far ahead of its slowest rank as the switch lets it be),
 // "member bound" (the switch still has this rank bound to the address of its
-// previous process; docs/security.md). After a failed allreduce the ranks
-// may disagree about sequence numbers, so every later allreduce of that client
-// fails at once with kFailedPrecondition; create a new client with a new job
-// id.
+// previous process; docs/security.md), and "store full" (the root has no room
+// yet to deliver a FINAL chunk's result to the job's main server, or the
+// job's share of the parameter store is full until copies are released).
+// After a failed allreduce the ranks may disagree about sequence numbers, so
+// every later allreduce of that client fails at once with
+// kFailedPrecondition; create a new client with a new job id.
 //
 // Restarting a job: the switch keeps a job and the results of its recent
 // chunks until the job is removed. A new run of the same job id against the

@@ -567,6 +567,7 @@ TEST(ClientTest, TransientRefusalsAreRetriedAndNamedWhenTheyLast) {
        {std::pair{aggregator::NackReason::kSlotQuota, "slot quota (NACK 9)"},
         std::pair{aggregator::NackReason::kMemberBound, "member bound elsewhere (NACK 11)"},
         std::pair{aggregator::NackReason::kSlotBusy, "slot busy (NACK 14)"},
+        std::pair{aggregator::NackReason::kStoreFull, "store full (NACK 18)"},
         std::pair{aggregator::NackReason::kRateLimited, "registration rate limited (NACK 7)"}}) {
     TestSwitch::Options always;
     always.refuse_first = -1;
@@ -584,6 +585,26 @@ TEST(ClientTest, TransientRefusalsAreRetriedAndNamedWhenTheyLast) {
               std::string::npos)
         << status.message();
   }
+}
+
+// A root that has no room yet to deliver a FINAL chunk's result to the main
+// server refuses the contribution that would complete it with NACK store
+// full, for now: the chunk goes again and the allreduce completes.
+TEST(ClientTest, AStoreFullRefusalIsRetried) {
+  TestSwitch::Options deferred;
+  deferred.refuse_first = 3;
+  deferred.refuse_with = aggregator::NackReason::kStoreFull;
+  TestSwitch sw(deferred);
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 42, 1);
+  o.retransmit_timeout = std::chrono::microseconds(2000);
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok());
+  std::vector<int32_t> v(kFullChunk * 3, 7);
+  const common::Status status = (*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(v[0], 7);
+  EXPECT_EQ((*client)->stats().transient_nacks, 3u);
 }
 
 // A chunk the switch moved to a spare slot (NOTICE relocated) is asked

@@ -761,7 +761,8 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
   const auto why = static_cast<NackReason>(reason);
   // "Not now": the control unit's announcement has not registered the job yet, or the
   // switch refuses this chunk for the moment (a rate, a quota, a binding, a
-  // busy slot).
+  // busy slot, a full store: the root defers a chunk that would complete a
+  // FINAL result while it has no room to deliver it to the main server).
   // The chunk goes again on its retransmission timer; if nothing moves, the
   // stall message says why.
   const bool transient =
@@ -769,7 +770,8 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
        !ControlUnit()) ||
       why == NackReason::kRateLimited || why == NackReason::kSlotQuota ||
       why == NackReason::kHoldQuota || why == NackReason::kMemberBound ||
-      why == NackReason::kSlotBusy || why == NackReason::kNewRun;
+      why == NackReason::kSlotBusy || why == NackReason::kNewRun ||
+      why == NackReason::kStoreFull;
   if (transient) {
     Bump(counters_.transient_nacks);
     last_transient_nack_ = reason;

@@ -29,10 +29,13 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   e.sent = now;
   e.timeout = timeout;
   e.initial = timeout;
-  // The last kFastThreshold chunks of a transfer have too few chunks after
-  // them for a fast retransmit to reveal their loss: they are asked after
-  // one probe interval, not a timeout (TCP's tail loss probe).
-  e.due = now + (chunks_ - k <= kFastThreshold ? std::min(timeout, probe_) : timeout);
+  // A chunk with too few chunks after it for a fast retransmit to reveal its
+  // loss is asked after one probe interval, not a timeout (TCP's tail loss
+  // probe): one of the last kFastThreshold chunks of a transfer, and every
+  // chunk of a window of kFastThreshold or fewer, where no chunk
+  // kFastThreshold later is sent before it is answered.
+  const bool no_fast = chunks_ - k <= kFastThreshold || params_.window <= kFastThreshold;
+  e.due = now + (no_fast ? std::min(timeout, probe_) : timeout);
   e.resends = 0;
   e.why = Entry::Why::kTimer;
   e.answered = false;

@@ -51,9 +51,12 @@
 // answer to a query, or the switch's word when a later chunk of this sender
 // arrived first) makes its data due at once.
 //
-// The last kFastThreshold chunks of a transfer (all of a one-chunk one) have
-// no later chunks to reveal their loss: they are first asked after once a
-// probe interval has passed, not a timeout.
+// The last kFastThreshold chunks of a transfer (all of a one-chunk one), and
+// every chunk when the window is kFastThreshold or smaller, have no later
+// chunks to reveal their loss: they are first asked after once a probe
+// interval has passed, not a timeout. (A timeout would be paid for every
+// loss; and since a round trip includes the wait for the other members,
+// each rank's timeouts would feed the others' round trips.)
 //
 // Once a chunk is in recovery, each step is followed up after the probe
 // interval (SetProbe: about two round trips), not its timeout: a query, or

@@ -550,6 +550,44 @@ TEST(SendWindowTest, TheTailOfATransferIsAskedAfterOneProbe) {
   EXPECT_EQ(w.NextDue(), t0 + milliseconds(2));
 }
 
+// A window of three chunks or fewer never has three later chunks answered
+// while a chunk is out: no fast retransmit can reveal a loss, and every chunk,
+// not only the transfer's last three, is asked after one probe interval. A
+// window of four keeps its timeouts outside the tail.
+TEST(SendWindowTest, EveryChunkOfANarrowWindowIsAskedAfterOneProbe) {
+  const Clock::time_point t0{};
+  SendWindow::Due due[8];
+  for (const uint32_t window : {1u, 2u, 3u}) {
+    SendWindow w;
+    w.Reset(0, 100, {.window = window, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+    w.SetProbe(milliseconds(2));
+    while (w.CanSend()) w.MarkSent(t0, kTimeout);
+    // The first is answered; the next chunk, sent then, is asked after as
+    // soon as the others, a probe interval after its send.
+    const Clock::time_point t1 = t0 + milliseconds(1);
+    uint32_t k = 0;
+    Clock::duration rtt;
+    ASSERT_EQ(w.Complete(0, t1, &k, &rtt), Match::kNew);
+    ASSERT_TRUE(w.CanSend());
+    EXPECT_EQ(w.MarkSent(t1, kTimeout), window);
+    EXPECT_EQ(w.TakeDue(t0 + milliseconds(2) - microseconds(1), due, 8), 0u) << "window " << window;
+    ASSERT_EQ(w.TakeDue(t0 + milliseconds(2), due, 8), window - 1) << "window " << window;
+    for (uint32_t i = 0; i + 1 < window; ++i) {
+      EXPECT_EQ(due[i].chunk, 1 + i);
+      EXPECT_TRUE(due[i].query);
+    }
+    ASSERT_EQ(w.TakeDue(t1 + milliseconds(2), due, 8), 1u) << "window " << window;
+    EXPECT_EQ(due[0].chunk, window);
+    EXPECT_TRUE(due[0].query);
+  }
+  SendWindow w;
+  w.Reset(0, 100, {.window = 4, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(milliseconds(2));
+  while (w.CanSend()) w.MarkSent(t0, kTimeout);
+  EXPECT_EQ(w.TakeDue(t0 + kTimeout - milliseconds(1), due, 8), 0u);
+  EXPECT_EQ(w.TakeDue(t0 + kTimeout, due, 8), 4u);
+}
+
 // "missing" makes the data due at once; three later results do not turn it
 // back into a question.
 TEST(SendWindowTest, AFastRetransmitLeavesAMissingChunksDataDue) {

@@ -85,6 +85,10 @@ void RankProcess::Body() {
     out.data = data_for_(k);
     out.ran = true;
     out.start_ns = world_.now();
+    // Until Run returns: an allreduce the scenario's end cuts short failed,
+    // and its buffer, reduced in part, is no result to judge.
+    out.code = common::StatusCode::kUnavailable;
+    out.message = "still running when the scenario ended";
     client::internal::Request request;
     request.dtype = spec.dtype;
     request.op = spec.op;

@@ -69,6 +69,9 @@ void StoreRank::Begin(uint32_t op) {
   OpOutcome& out = outcomes_[op];
   out.ran = true;
   out.start_ns = world_.now();
+  // Until Finish: an operation the scenario's end cuts short failed.
+  out.code = common::StatusCode::kUnavailable;
+  out.message = "still running when the scenario ended";
   data_ = data_for_(op);
   out.data = data_;
   client::ClientOptions sizing;
