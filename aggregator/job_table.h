@@ -321,7 +321,12 @@ class alignas(64) Job {
     if (run != (kValid | uint64_t{incarnation} << 32)) {
       if (incarnation != 0 && Ended(index, incarnation)) return Bind::kRunEnded;
       if ((run & kValid) == 0) {
-        bind_run = true;  // the member's first datagram in this generation
+        // The member's first datagram in this generation. Once another
+        // member has started a new run, a first incarnation is the new
+        // run's too: bound here, it would be one of the ended run's in the
+        // next generation, and the member refused for good.
+        if (incarnation != 0 && new_run_.load(std::memory_order_relaxed) != 0) return Bind::kNewRun;
+        bind_run = true;
       } else if (incarnation != 0) {
         if ((run >> 32) != 0) {
           return MayRenew(index, from, now, rebind_ticks) ? Bind::kNewRun : Bind::kRefused;

@@ -308,6 +308,28 @@ TEST(JobTest, ABoundMemberIsRefusedFromElsewhereUntilSilentOrUnbound) {
   EXPECT_EQ(job->BindMember(1, home, 0, 1201, 0), Job::Bind::kBound);
 }
 
+// A member whose first datagram of a generation comes once another member
+// has started a new run belongs to the new run: it is told so (new run) and
+// binds in the new generation. Bound in the old one, its incarnation would
+// be one of the ended run's, and every datagram of it refused (run ended).
+TEST(JobTest, AFirstIncarnationAfterANewRunStartedIsTheNewRuns) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 3));
+  const MemberAddr a = Addr(0x020000000001ull, 1, 0, 0x0a000a01, 40001);
+  const MemberAddr c = Addr(0x020000000003ull, 1, 0, 0x0a000a03, 40003);
+  ASSERT_EQ(job->BindMember(0, a, 0x1111, 10, 0), Job::Bind::kBound);
+  // Member 2 has not sent in this generation (the switch restarted, say).
+  ASSERT_EQ(job->BindMember(0, a, 0x3333, 11, 0), Job::Bind::kNewRun);
+  job->RequestNewRun(0, 0x3333);
+  EXPECT_EQ(job->BindMember(2, c, 0x5555, 12, 0), Job::Bind::kNewRun);
+  EXPECT_EQ(job->MemberIncarnation(2), 0u) << "not bound in the run that ends";
+  ASSERT_EQ(table->TakeNewRuns(), std::vector<uint32_t>{1});
+  const Job* next = *table->Renew(1);
+  EXPECT_FALSE(next->EndedAnywhere(0x5555));
+  EXPECT_EQ(next->BindMember(2, c, 0x5555, 13, 0), Job::Bind::kBound);
+  EXPECT_EQ(next->BindMember(0, a, 0x1111, 13, 0), Job::Bind::kRunEnded);
+}
+
 // A member is bound to the first incarnation it sends; another one is a new
 // run of the job, which the control thread starts by renewing the job; the
 // old run's incarnations then end. Once every member has one, the job has a

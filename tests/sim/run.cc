@@ -597,6 +597,27 @@ std::string Runner::ExcuseFor(size_t job, uint32_t run, const OpOutcome* earlies
     }
     if (full > 0) return "switch s" + std::to_string(sw) + " ran out of bypass entries";
   }
+  // A rerun without run ids after a restart of one of the job's switches:
+  // a rank of the new run that sent first into a place the restarted
+  // switch had not bound again (a member of the old run it had not heard
+  // from since) ends with the old run, told so (NACK run ended), once a
+  // member the old run had bound there comes back after it. The switch
+  // cannot tell the two apart (docs/protocol.md, "Runs"; run ids can).
+  if (run > 0 && !j.run_ids) {
+    bool run_ended = false;
+    for (const auto& p : jobs_[job].runs[run].procs) {
+      for (const OpOutcome& o : p->outcomes()) {
+        run_ended |= o.message.find("(NACK 21)") != std::string::npos ||
+                     o.message.find("NACK reason 21") != std::string::npos;
+      }
+    }
+    for (const SwitchRestart& r : s_.restarts) {
+      if (run_ended && trees_[job].at.count(r.sw) != 0 && start_ns_ + r.at_ns <= from) {
+        return "a rank of the rerun was taken for the old run's after switch s" +
+               std::to_string(r.sw) + " restarted";
+      }
+    }
+  }
   const bool uses_ps = j.tan == SwitchSpec::Tan::kRemote;
   for (const Outage& o : s_.param_node_outages) {
     const uint64_t at = start_ns_ + o.at_ns;
