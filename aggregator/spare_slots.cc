@@ -13,8 +13,9 @@ SpareSlots::Grant SpareSlots::Acquire(const ChunkKey& key, uint32_t placed_slot,
   }
   const auto n = static_cast<uint32_t>(leases_.size());
   // A chunk that is not its job's oldest must find two free slots: it takes
-  // the first and leaves the other (see spare_slots.h).
-  const uint32_t want = oldest || n < 2 ? 1 : 2;
+  // the first and leaves the other (see spare_slots.h). Of a single spare
+  // slot, it takes none.
+  const uint32_t want = oldest ? 1 : 2;
   std::optional<uint32_t> take;
   uint32_t found = 0;
   uint32_t i = cursor_;

@@ -11,8 +11,8 @@
 // room is returned, so that the caller can tell that chunk's placed-slot
 // owner to forget it.
 //
-// Of two or more spare slots, the last free one is kept for a job's oldest
-// chunk (`oldest`: the caller says whether the chunk is one its job's
+// The last free spare slot, the only one included, is kept for a job's
+// oldest chunk (`oldest`: the caller says whether the chunk is one its job's
 // slowest member waits for, at its members' ack watermark). A complete
 // chunk keeps its slot, home or spare, until its job's watermark passes it;
 // so two jobs each holding the home slot of the other's oldest chunk, with
@@ -65,7 +65,7 @@ class SpareSlots {
   explicit SpareSlots(uint32_t count);
 
   // The spare slot of chunk `key`, leased now if it has none (see above):
-  // the last free one only when `oldest`, or when it is the only spare slot.
+  // the last free one (the only one included) only when `oldest`.
   // Examines at most every slot once.
   Grant Acquire(const ChunkKey& key, uint32_t placed_slot, Clock::time_point now,
                 const LeaseOver& over, bool oldest = true);

@@ -53,7 +53,7 @@ TEST(SpareSlotsTest, ALeaseThatIsOverMakesRoomAndIsReturned) {
 }
 
 // A chunk behind its job's oldest leaves the last free slot to an oldest
-// chunk (of two or more slots); the only spare slot goes to anyone.
+// chunk, the only spare slot included.
 TEST(SpareSlotsTest, TheLastFreeSlotIsKeptForAnOldestChunk) {
   SpareSlots spare(2);
   const Clock::time_point now{};
@@ -63,7 +63,9 @@ TEST(SpareSlotsTest, TheLastFreeSlotIsKeptForAnOldestChunk) {
   EXPECT_NE(spare.Acquire({9, 1, 5}, 300, now, never, /*oldest=*/true).hint, SpareSlots::kNone);
   EXPECT_EQ(spare.granted(), 2u);
   SpareSlots one(1);
-  EXPECT_NE(one.Acquire({7, 1, 10}, 100, now, never, /*oldest=*/false).hint, SpareSlots::kNone);
+  EXPECT_EQ(one.Acquire({7, 1, 10}, 100, now, never, /*oldest=*/false).hint, SpareSlots::kNone);
+  EXPECT_NE(one.Acquire({9, 1, 5}, 300, now, never, /*oldest=*/true).hint, SpareSlots::kNone);
+  EXPECT_EQ(one.granted(), 1u);
 }
 
 TEST(SpareSlotsTest, NoSpareSlotsLeasesNothing) {

@@ -1101,9 +1101,11 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
     AddJob(9, 2);
     const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
     const uint32_t s9 = CollidingSeqs(*jobs_, config_, 7, 9).second;
-    Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
-    Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
-    Inject(0, Contribution(9, s9, 0, Int32Payload({1000})));
+    // Each chunk is the one its job's members wait for (their ack
+    // watermark): a spare slot is never kept from such a chunk.
+    Inject(0, Contribution(7, s7, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, s7));
+    Inject(0, Contribution(8, s8, 0, Int32Payload({100}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, s8));
+    Inject(0, Contribution(9, s9, 0, Int32Payload({1000}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, s9));
     StepThroughControl();
     auto out = Drain();
     const std::vector<Result> nacks = WithOpcode(out[0], aggregator::Opcode::kNack);

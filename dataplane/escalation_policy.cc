@@ -71,9 +71,14 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
     // job's oldest chunk (spare_slots.h).
     const std::optional<uint32_t> min_ack = current ? job->MinAck() : std::optional<uint32_t>{};
     const bool behind = min_ack && aggregator::SeqBefore(*min_ack, e.seq);
+    // The only spare slot is kept so only from a chunk that, refused, has
+    // no way on: it waits for a slot here, and with it its job's watermark
+    // and every complete chunk of the job. A chunk that goes on without a
+    // slot (to the parameter node, or up as missing) may take it.
+    const bool oldest = !behind || (goes_on && spare_->count() < 2);
     const aggregator::SpareSlots::Grant g = spare_->Acquire(
         key, e.placed_slot, now,
-        [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); }, !behind);
+        [&](const aggregator::SpareSlots::Lease& l) { return LeaseOver(l, now); }, oldest);
     leased_.store(spare_->leased(), std::memory_order_relaxed);
     granted_.store(spare_->granted(), std::memory_order_relaxed);
     if (g.hint != aggregator::SpareSlots::kNone) {
