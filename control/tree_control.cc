@@ -54,19 +54,23 @@ void TreeControl::Resolve(const Job& job, uint32_t hop, uint32_t ip, uint16_t ud
       job.SetHop(hop, want);
     }
   }
-  // An unanswered request goes again soon, then less often (100 ms,
-  // doubling, up to arp_retry): until a hop is resolved, what goes there is
-  // dropped (unresolved_next_hop), and a lost first request or a neighbour
-  // that was not up yet must not cost a second.
-  const auto retry = std::min<std::chrono::milliseconds>(
-      options_.arp_retry, kFirstArpRetry * (1u << std::min<uint32_t>(n.unanswered, 4)));
-  const auto due = n.resolved ? options_.arp_refresh : retry;
+  // An unanswered request goes again soon, then less often (10 ms,
+  // doubling, up to arp_retry), and the scan comes back for it then: until
+  // a hop is resolved, what goes there is dropped (unresolved_next_hop), and
+  // a lost first request or a neighbour that was not up yet must cost
+  // milliseconds, not a scan interval.
+  const auto retry = [&] {
+    return std::min<std::chrono::milliseconds>(
+        options_.arp_retry, kFirstArpRetry * (1u << std::min<uint32_t>(n.unanswered, 4)));
+  };
+  const auto due = n.resolved ? options_.arp_refresh : retry();
   if (now - n.requested_at >= due) {
     if (!n.resolved && n.requests != 0) ++n.unanswered;
     n.requested_at = now;
     ++n.requests;
     SendArpRequest(ip, vlan != 0 ? vlan : options_.own_vlan);
   }
+  if (!n.resolved && n.requested_at + retry() < retry_due_) retry_due_ = n.requested_at + retry();
 }
 
 void TreeControl::Poll(Clock::time_point now) {
@@ -84,7 +88,8 @@ void TreeControl::Poll(Clock::time_point now) {
     n.resolved_at = now;
   });
   if (learned || now >= next_scan_) {
-    next_scan_ = now + std::chrono::milliseconds(200);
+    next_scan_ = now + kScanInterval;
+    retry_due_ = next_scan_;
     table_.ForEach([&](const Job& job) {
       if (job.main_server_ip() != 0 && job.is_root()) {
         // The root delivers final results there (docs/protocol.md, "Final
@@ -113,6 +118,7 @@ void TreeControl::Poll(Clock::time_point now) {
         }
       }
     });
+    next_scan_ = retry_due_;
   }
   // Arrival offsets for straggler prediction, in seconds, by node id.
   const double seconds_per_unit =

@@ -105,7 +105,12 @@ class TreeControl {
     uint64_t requests = 0;
     uint32_t unanswered = 0;  // requests since the last answer, less the first
   };
-  static constexpr std::chrono::milliseconds kFirstArpRetry{100};
+  // The first wait for an answer, doubled with each unanswered request
+  // (16 times it at most) up to Options::arp_retry.
+  static constexpr std::chrono::milliseconds kFirstArpRetry{10};
+  // How often the jobs' next hops are looked at with every one resolved;
+  // sooner while a request waits for its answer.
+  static constexpr std::chrono::milliseconds kScanInterval{200};
   void Resolve(const aggregator::Job& job, uint32_t hop, uint32_t ip, uint16_t udp_port,
                uint16_t vlan, std::chrono::steady_clock::time_point now);
   void SendArpRequest(uint32_t ip, uint16_t vlan);
@@ -123,6 +128,8 @@ class TreeControl {
   static constexpr size_t kPredictionHistory = 256;  // sampled operations kept per job
   std::map<uint32_t, Prediction> predictions_;       // by job id
   std::chrono::steady_clock::time_point next_scan_{};
+  // The earliest time an unanswered request is due again, found by a scan.
+  std::chrono::steady_clock::time_point retry_due_{};
   uint64_t arp_requests_ = 0;
   std::vector<aggregator::TanOutput> out_;
 };

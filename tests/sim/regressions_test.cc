@@ -153,6 +153,24 @@ TEST(SimRegressions, AnUnansweredArpIsAskedAgainSoon) {
   EXPECT_LT(o->sim_ns, 600'000'000u) << "the allreduce waited for the next ARP";
 }
 
+// The second request comes within milliseconds too, not at the next scan of
+// the jobs' hops: a leaf whose first ARP went unanswered (the parent down
+// for its first 2 ms) had every chunk wait 200 ms, long enough for a slot
+// timer above to send its chunks on without the leaf's share.
+TEST(SimRegressions, AnUnansweredArpIsAskedAgainWithinMilliseconds) {
+  Scenario s = Tree(1);
+  s.restarts.push_back({0, 0, 2'000'000});
+  JobSpecSim j = Job(Origin::kConfig, {1, 1}, {{DType::kInt32, ReduceOp::kSum, 64, 0}});
+  j.start_ns = 5'000'000;  // the parent is back
+  s.jobs.push_back(j);
+  Finalize(s);
+  auto o = RunScenario(s, {});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->ok()) << Findings(*o);
+  EXPECT_EQ(o->ops_ok, 2u);
+  EXPECT_LT(o->sim_ns, 100'000'000u) << "the allreduce waited for the next scan";
+}
+
 // A root's VERIFY to its parameter node crosses the switches between them
 // at L2, as the parameter node's answer does. Before, a switch with an
 // aggregation address took it by the port trigger and dropped it (a
