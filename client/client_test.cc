@@ -546,22 +546,27 @@ TEST(ClientTest, RefusalsSurfaceWithTheirReason) {
                 "addr_low mismatch (NACK 13)");
 }
 
-// "Not now" refusals (a quota, a rate, a binding) are retried on the
+// "Not now" refusals (a quota, a rate, a binding, a root with no room yet
+// to deliver a FINAL chunk to the main server) are retried on the
 // retransmission timer; when nothing moves, the error says why.
 TEST(ClientTest, TransientRefusalsAreRetriedAndNamedWhenTheyLast) {
-  TestSwitch::Options some;
-  some.refuse_first = 5;
-  some.refuse_with = aggregator::NackReason::kHoldQuota;
-  TestSwitch sw(some);
-  ASSERT_TRUE(sw.ok());
-  ClientOptions o = Options({sw.address()}, 40, 1);
-  o.retransmit_timeout = std::chrono::microseconds(2000);
-  auto client = Client::Create(o);
-  ASSERT_TRUE(client.ok());
-  std::vector<int32_t> v(kFullChunk * 3, 7);
-  EXPECT_TRUE((*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum).ok());
-  EXPECT_EQ(v[0], 7);
-  EXPECT_EQ((*client)->stats().transient_nacks, 5u);
+  for (const aggregator::NackReason reason :
+       {aggregator::NackReason::kHoldQuota, aggregator::NackReason::kStoreFull}) {
+    TestSwitch::Options some;
+    some.refuse_first = 5;
+    some.refuse_with = reason;
+    TestSwitch sw(some);
+    ASSERT_TRUE(sw.ok());
+    ClientOptions o = Options({sw.address()}, 40, 1);
+    o.retransmit_timeout = std::chrono::microseconds(2000);
+    auto client = Client::Create(o);
+    ASSERT_TRUE(client.ok());
+    std::vector<int32_t> v(kFullChunk * 3, 7);
+    const common::Status status = (*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+    EXPECT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(v[0], 7);
+    EXPECT_EQ((*client)->stats().transient_nacks, 5u);
+  }
 
   for (const auto& [reason, text] :
        {std::pair{aggregator::NackReason::kSlotQuota, "slot quota (NACK 9)"},
@@ -585,26 +590,6 @@ TEST(ClientTest, TransientRefusalsAreRetriedAndNamedWhenTheyLast) {
               std::string::npos)
         << status.message();
   }
-}
-
-// A root that has no room yet to deliver a FINAL chunk's result to the main
-// server refuses the contribution that would complete it with NACK store
-// full, for now: the chunk goes again and the allreduce completes.
-TEST(ClientTest, AStoreFullRefusalIsRetried) {
-  TestSwitch::Options deferred;
-  deferred.refuse_first = 3;
-  deferred.refuse_with = aggregator::NackReason::kStoreFull;
-  TestSwitch sw(deferred);
-  ASSERT_TRUE(sw.ok());
-  ClientOptions o = Options({sw.address()}, 42, 1);
-  o.retransmit_timeout = std::chrono::microseconds(2000);
-  auto client = Client::Create(o);
-  ASSERT_TRUE(client.ok());
-  std::vector<int32_t> v(kFullChunk * 3, 7);
-  const common::Status status = (*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
-  EXPECT_TRUE(status.ok()) << status.ToString();
-  EXPECT_EQ(v[0], 7);
-  EXPECT_EQ((*client)->stats().transient_nacks, 3u);
 }
 
 // A chunk the switch moved to a spare slot (NOTICE relocated) is asked

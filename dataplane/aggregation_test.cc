@@ -2107,17 +2107,23 @@ class ParameterNodeTest : public AggregationTest {
   // generation, so the job has its run label, without which nothing of it
   // goes to the TAN or up the tree (docs/protocol.md, "Runs").
   void Heard(uint32_t id, uint16_t members) {
-    for (uint16_t m = 0; m < members; ++m) {
-      aggregator::AggFields f;
-      f.opcode = aggregator::Opcode::kAck;
-      f.node_id = m;
-      f.job_id = id;
-      f.job_key = 0x5eed;
-      f.incarnation = 0x1000u + m;
-      Inject(0, Datagram(f));
-    }
+    for (uint16_t m = 0; m < members; ++m) Inject(0, MemberAck(id, m, 0));
     Step();
     (void)Drain();
+  }
+
+  // Member `node` of job `id` (incarnation 0x1000 + node) ACKs up to
+  // `watermark`.
+  static Frame MemberAck(uint32_t id, uint16_t node, uint32_t watermark) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kAck;
+    f.node_id = node;
+    f.job_id = id;
+    f.job_key = 0x5eed;
+    f.seq = watermark != 0 ? watermark - 1 : 0;
+    f.ack_watermark = watermark;
+    f.incarnation = 0x1000u + node;
+    return Datagram(f);
   }
 
   static constexpr uint16_t kLeafNode = 100;  // a leaf job's node id at its parent
@@ -3319,15 +3325,7 @@ TEST_F(ParameterNodeTest, ALeafRelaysItsMembersRepeatedAckAgain) {
   AddLeafJob(7, 2);
   const uint64_t relayed = Agg().acks_relayed.Get();  // watermark 0, as the members were heard
   auto ack = [&](uint16_t m) {
-    aggregator::AggFields f;
-    f.opcode = aggregator::Opcode::kAck;
-    f.node_id = m;
-    f.job_id = 7;
-    f.job_key = 0x5eed;
-    f.seq = 4;
-    f.ack_watermark = 5;
-    f.incarnation = 0x1000u + m;
-    Inject(0, Datagram(f));
+    Inject(0, MemberAck(7, m, 5));
     Step();
     std::vector<uint32_t> up;
     auto out = Drain();
@@ -3363,17 +3361,7 @@ TEST_F(ParameterNodeTest, BelowTheRootTheLastSpareSlotIsKeptForAJobsOldestChunk)
   ASSERT_GT(s8, 0u) << "behind the watermark (0) its members sent";
   ASSERT_GT(s9, 0u);
   // Job 10's members have every chunk before s10: s10 is its oldest.
-  for (uint16_t m = 0; m < 2; ++m) {
-    aggregator::AggFields ack;
-    ack.opcode = aggregator::Opcode::kAck;
-    ack.node_id = m;
-    ack.job_id = 10;
-    ack.job_key = 0x5eed;
-    ack.seq = s10;
-    ack.ack_watermark = s10;
-    ack.incarnation = 0x1000u + m;
-    Inject(0, Datagram(ack));
-  }
+  for (uint16_t m = 0; m < 2; ++m) Inject(0, MemberAck(10, m, s10));
   Inject(0, Contribution(7, 0, 0, Int32Payload({1})));  // holds the slot
   Step();
   Inject(0, Contribution(9, s9, 0, Int32Payload({9})));  // behind: one of two free

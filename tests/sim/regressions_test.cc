@@ -133,20 +133,25 @@ TEST(SimRegressions, AnOverflowAtALeafReachesEveryRank) {
   }
 }
 
-// A leaf whose first ARP for its parent goes unanswered (the parent is
-// down for its first 20 ms) asks again soon, not a second later: until it
-// is answered its partials have nowhere to go. Before, the next request
-// went after arp_retry (1 s), and every chunk of the job waited that long;
-// with more losses on the way, ranks timed out (3 s) on a fabric without a
-// lasting fault.
-TEST(SimRegressions, AnUnansweredArpIsAskedAgainSoon) {
+// A job of one rank at each of two switches, the parent down for its first
+// `down_ns` and the job starting at `start_ns`, once it is back: until the
+// leaf's ARP for the parent is answered, its partials have nowhere to go.
+common::Result<Outcome> RunWithParentDownAtFirst(uint64_t down_ns, uint64_t start_ns) {
   Scenario s = Tree(1);
-  s.restarts.push_back({0, 0, 20'000'000});
+  s.restarts.push_back({0, 0, down_ns});
   JobSpecSim j = Job(Origin::kConfig, {1, 1}, {{DType::kInt32, ReduceOp::kSum, 64, 0}});
-  j.start_ns = 30'000'000;  // the parent is back
+  j.start_ns = start_ns;
   s.jobs.push_back(j);
   Finalize(s);
-  auto o = RunScenario(s, {});
+  return RunScenario(s, {});
+}
+
+// A leaf whose first ARP for its parent goes unanswered asks again soon,
+// not a second later. Before, the next request went after arp_retry (1 s),
+// and every chunk of the job waited that long; with more losses on the
+// way, ranks timed out (3 s) on a fabric without a lasting fault.
+TEST(SimRegressions, AnUnansweredArpIsAskedAgainSoon) {
+  auto o = RunWithParentDownAtFirst(20'000'000, 30'000'000);
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_TRUE(o->ok()) << Findings(*o);
   EXPECT_EQ(o->ops_ok, 2u);
@@ -154,17 +159,11 @@ TEST(SimRegressions, AnUnansweredArpIsAskedAgainSoon) {
 }
 
 // The second request comes within milliseconds too, not at the next scan of
-// the jobs' hops: a leaf whose first ARP went unanswered (the parent down
-// for its first 2 ms) had every chunk wait 200 ms, long enough for a slot
-// timer above to send its chunks on without the leaf's share.
+// the jobs' hops: a leaf whose first ARP went unanswered had every chunk
+// wait 200 ms, long enough for a slot timer above to send its chunks on
+// without the leaf's share.
 TEST(SimRegressions, AnUnansweredArpIsAskedAgainWithinMilliseconds) {
-  Scenario s = Tree(1);
-  s.restarts.push_back({0, 0, 2'000'000});
-  JobSpecSim j = Job(Origin::kConfig, {1, 1}, {{DType::kInt32, ReduceOp::kSum, 64, 0}});
-  j.start_ns = 5'000'000;  // the parent is back
-  s.jobs.push_back(j);
-  Finalize(s);
-  auto o = RunScenario(s, {});
+  auto o = RunWithParentDownAtFirst(2'000'000, 5'000'000);
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_TRUE(o->ok()) << Findings(*o);
   EXPECT_EQ(o->ops_ok, 2u);
