@@ -3158,6 +3158,46 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
   EXPECT_EQ(Agg().queries_up.Get(), 2u);
 }
 
+// A leaf asks its parent only under its run's label. Before every member
+// has sent in this generation (a leaf back from a restart, a member still
+// backing off), a member's question is not passed up: a label fixed from
+// some members would differ from the run's, the parent would take it for a
+// new run, and a parameter server would apply a chunk's step again. The
+// member asks again; once every member has sent, the question goes up
+// under the run's label.
+TEST_F(ParameterNodeTest, ALeafAsksItsParentOnlyUnderItsRunsLabel) {
+  aggregator::JobSpec spec;
+  spec.id = 9;
+  spec.key = 0x5eed;
+  spec.members = 2;
+  spec.nodes = 2;
+  spec.upstreams = {aggregator::JobPeer{MemberIp(kPs), aggregator::kAggUdpPort, kLeafNode, 0}};
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  const aggregator::Job* job = jobs_->Find(9);
+  job->SetHop(job->ParentHop(0), PsHop());
+  aggregator::AggFields q;
+  q.opcode = aggregator::Opcode::kQuery;
+  q.node_id = 0;
+  q.job_id = 9;
+  q.seq = 4;
+  q.job_key = 0x5eed;
+  q.incarnation = 0x1000;
+  Inject(0, Datagram(q));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(WithOpcode(out[0], aggregator::Opcode::kNotice).size(), 1u) << "missing, to the member";
+  EXPECT_TRUE(out[1].empty()) << "member 1 has not sent: nothing goes up";
+  EXPECT_EQ(job->label(), 0u) << "and no label is fixed";
+  Inject(0, MemberAck(9, 1, 0));
+  Inject(0, Datagram(q));
+  Step();
+  const uint32_t label = job->label();
+  ASSERT_NE(label, 0u);
+  const std::vector<Result> up = WithOpcode(Drain()[1], aggregator::Opcode::kQuery);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].fields.incarnation, label);
+}
+
 // The same at a tree's root: the first data goes to the TAN listing the
 // direct member and the child switch, and the child's partial, which found
 // no slot, goes there as late data with its own missing list, which the TAN

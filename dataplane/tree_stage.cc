@@ -335,6 +335,15 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
 }
 
 void TreeStage::AskAbove(const aggregator::Job& job, const aggregator::AggHeader& query) {
+  // A query is no reason to fix the run label before every member has sent
+  // (as a partial or late data must): fixed from some members only, after
+  // this switch restarted, it would differ from the run's, and the parent,
+  // taking it for a new run, would have the chunk reduced anew (a parameter
+  // server would apply its step twice). The member asks again on its timer.
+  if (job.label() == 0) {
+    stats_.lcore.agg.up_unlabelled.Add(1);
+    return;
+  }
   aggregator::AggFields f;
   f.opcode = aggregator::Opcode::kQuery;
   f.job_id = job.id();

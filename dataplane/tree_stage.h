@@ -81,7 +81,8 @@ class TreeStage {
   // the way to this member. The parent keeps a complete chunk until every
   // member below has acknowledged it, so a QUERY goes up in this switch's
   // name (queries_up); the parent's answer comes down as any result does,
-  // and reaches every member. Nothing goes before the run is labelled.
+  // and reaches every member. Nothing goes before the run is labelled, and
+  // a question does not fix the label (up_unlabelled): only data does.
   void AskAbove(const aggregator::Job& job, const aggregator::AggHeader& query);
   // Turns a contribution (or partial) into a LATE datagram flagged BYPASS and
   // sends it towards the TAN. Consumes `m`; a drop is charged to `in_port`
