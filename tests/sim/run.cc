@@ -387,7 +387,7 @@ common::Status Runner::Build() {
     ps_host_->SetUplink(NewLink(switches_[0]->port_sink(ports_[0].ps), DrawFaults(link_id++)));
     switches_[0]->SetLink(ports_[0].ps, NewLink(ps_host_.get(), DrawFaults(link_id++)));
     aggregator::PsOptions options;
-    options.tan.give_up_ns = 2000 * kMs;
+    options.tan.give_up_ns = TanGiveUpMs(s_) * kMs;
     options.tan.node_id = 65534;
     std::vector<tools::CoverSpec> covers;
     // What every switch of each tree covers, as an operator gives agg-ps

@@ -398,6 +398,7 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
     s.param_node_outages.push_back(o);
   }
   s.op_bound_ns = (ProgressTimeoutMs(s) + 1000) * kMs;
+  for (SwitchSpec& sw : s.switches) sw.give_up_ms = static_cast<uint32_t>(TanGiveUpMs(s));
   s.limit_ns = 60'000 * kMs;
   Finalize(s);
   return s;
@@ -411,6 +412,12 @@ uint64_t ProgressTimeoutMs(const Scenario& s) {
     for (const SwitchSpec& sw : s.switches) ms = std::max<uint64_t>(ms, sw.stale_slot_ms + 1000);
   }
   return ms;
+}
+
+uint64_t TanGiveUpMs(const Scenario& s) {
+  bool crash = false;
+  for (const JobSpecSim& j : s.jobs) crash = crash || j.crash_rank >= 0;
+  return crash ? std::max<uint64_t>(2000, ProgressTimeoutMs(s)) : 2000;
 }
 
 void Finalize(Scenario& s) {

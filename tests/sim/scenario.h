@@ -222,6 +222,13 @@ Scenario Generate(uint64_t seed, const Limits& limits);
 // chunks may hold slots another job needs, plus a second.
 uint64_t ProgressTimeoutMs(const Scenario& s);
 
+// How long a TAN (agg-ps, and each switch's own) waits for a chunk's late
+// data before it answers INCOMPLETE: 2 s; when a rank of some job crashes,
+// as long as the ranks' progress timeout, since a leaf without slot timers
+// or spare slots may hold another job's chunk back until the dead member's
+// slots there go stale (stale_slot_ms).
+uint64_t TanGiveUpMs(const Scenario& s);
+
 // Fills what a hand-built scenario derives from its switches' parents:
 // each switch's children, node id (100 + index), aggregation address and
 // MAC, and the parameter node's address; and gives every job the defaults
