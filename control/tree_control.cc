@@ -61,7 +61,7 @@ void TreeControl::Resolve(const Job& job, uint32_t hop, uint32_t ip, uint16_t ud
   // milliseconds, not a scan interval.
   const auto retry = [&] {
     return std::min<std::chrono::milliseconds>(
-        options_.arp_retry, kFirstArpRetry * (1u << std::min<uint32_t>(n.unanswered, 4)));
+        options_.arp_retry, kFirstArpRetry * (1u << std::min<uint32_t>(n.unanswered, 7)));
   };
   const auto due = n.resolved ? options_.arp_refresh : retry();
   if (now - n.requested_at >= due) {

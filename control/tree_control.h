@@ -106,7 +106,7 @@ class TreeControl {
     uint32_t unanswered = 0;  // requests since the last answer, less the first
   };
   // The first wait for an answer, doubled with each unanswered request
-  // (16 times it at most) up to Options::arp_retry.
+  // (128 times it at most) up to Options::arp_retry.
   static constexpr std::chrono::milliseconds kFirstArpRetry{10};
   // How often the jobs' next hops are looked at with every one resolved;
   // sooner while a request waits for its answer.
