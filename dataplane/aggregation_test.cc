@@ -2141,8 +2141,10 @@ class ParameterNodeTest : public AggregationTest {
 
   // Job `id`, a leaf of `members` members under node 50 (the parameter
   // node stands in for the tree above), with slot timers of
-  // `timeout_cycles` (1 s by default: none fires in a test).
-  void AddLeafJob(uint32_t id, uint16_t members, uint64_t timeout_cycles = rte_get_tsc_hz()) {
+  // `timeout_cycles` (1 s by default: none fires in a test); its members
+  // heard from (Heard) unless `heard` is false.
+  void AddLeafJob(uint32_t id, uint16_t members, uint64_t timeout_cycles = rte_get_tsc_hz(),
+                  bool heard = true) {
     aggregator::JobSpec spec;
     spec.id = id;
     spec.key = 0x5eed;
@@ -2153,7 +2155,7 @@ class ParameterNodeTest : public AggregationTest {
     ASSERT_TRUE(jobs_->Add(spec).ok());
     const aggregator::Job* job = jobs_->Find(id);
     job->SetHop(job->ParentHop(0), PsHop());
-    Heard(id, members);
+    if (heard) Heard(id, members);
   }
 
   // What the switch sent since the last Drain: to the members (port 0),
@@ -2787,15 +2789,8 @@ TEST_F(ParameterNodeTest, ALeafCarriesFinalUpInItsPartial) {
 // fixed from then on for the run: member 1's first datagram does not change
 // it, or the parent would take the rest of the run for a new one.
 TEST_F(ParameterNodeTest, ALeafSendsUpBeforeEveryMemberHasSentUnderAFixedLabel) {
-  aggregator::JobSpec spec;
-  spec.id = 9;
-  spec.key = 0x5eed;
-  spec.members = 2;
-  spec.nodes = 2;
-  spec.upstreams = {aggregator::JobPeer{MemberIp(kPs), aggregator::kAggUdpPort, kLeafNode, 0}};
-  ASSERT_TRUE(jobs_->Add(spec).ok());
+  AddLeafJob(9, 2, rte_get_tsc_hz(), /*heard=*/false);
   const aggregator::Job* job = jobs_->Find(9);
-  job->SetHop(job->ParentHop(0), PsHop());
   EXPECT_EQ(job->label(), 0u);
   Inject(0, ForPs(9, 3, 0, 4, {5}));
   Step();
@@ -2820,15 +2815,8 @@ TEST_F(ParameterNodeTest, ALeafSendsUpBeforeEveryMemberHasSentUnderAFixedLabel) 
 // a leaf that sent nothing in the last (its ranks died before they sent),
 // instead of completing a chunk with the last run's partials of the others.
 TEST_F(ParameterNodeTest, ALeafOfARunWithARunIdSendsUpUnderIt) {
-  aggregator::JobSpec spec;
-  spec.id = 9;
-  spec.key = 0x5eed;
-  spec.members = 2;
-  spec.nodes = 2;
-  spec.upstreams = {aggregator::JobPeer{MemberIp(kPs), aggregator::kAggUdpPort, kLeafNode, 0}};
-  ASSERT_TRUE(jobs_->Add(spec).ok());
+  AddLeafJob(9, 2, rte_get_tsc_hz(), /*heard=*/false);
   const aggregator::Job* job = jobs_->Find(9);
-  job->SetHop(job->ParentHop(0), PsHop());
   for (uint16_t node = 0; node < 2; ++node) {
     Frame f = Contribution(9, 3, node, Int32Payload({node + 1}));
     HeaderOf(f)->incarnation = common::be32_t::FromHost(0x5151);
@@ -3166,15 +3154,8 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
 // member asks again; once every member has sent, the question goes up
 // under the run's label.
 TEST_F(ParameterNodeTest, ALeafAsksItsParentOnlyUnderItsRunsLabel) {
-  aggregator::JobSpec spec;
-  spec.id = 9;
-  spec.key = 0x5eed;
-  spec.members = 2;
-  spec.nodes = 2;
-  spec.upstreams = {aggregator::JobPeer{MemberIp(kPs), aggregator::kAggUdpPort, kLeafNode, 0}};
-  ASSERT_TRUE(jobs_->Add(spec).ok());
+  AddLeafJob(9, 2, rte_get_tsc_hz(), /*heard=*/false);
   const aggregator::Job* job = jobs_->Find(9);
-  job->SetHop(job->ParentHop(0), PsHop());
   aggregator::AggFields q;
   q.opcode = aggregator::Opcode::kQuery;
   q.node_id = 0;
