@@ -701,13 +701,7 @@ TEST_F(AggregationTest, ALaterChunkRevealsAMembersLostContribution) {
 TEST_F(AggregationTest, QueriesAreAnsweredFromTheChunksSlot) {
   AddJob(7, 3);
   const auto query = [](uint32_t job, uint32_t seq, uint16_t node, uint64_t key = 0x5eed) {
-    aggregator::AggFields f;
-    f.opcode = aggregator::Opcode::kQuery;
-    f.node_id = node;
-    f.job_id = job;
-    f.seq = seq;
-    f.job_key = key;
-    return Datagram(f);
+    return Datagram(QueryFields(job, seq, node, key));
   };
   const auto notice = [](const Frame& f) {
     const Result r = ParseResult(f);
@@ -793,12 +787,7 @@ TEST_F(AggregationTest, MembersPastAChunkTheSlotLacksAreAskedForIt) {
   Step();
   (void)Drain();
   EXPECT_EQ(Agg().resync_notices.Get(), 0u) << "nobody asked after chunk 5 yet";
-  aggregator::AggFields q;
-  q.opcode = aggregator::Opcode::kQuery;
-  q.node_id = 2;
-  q.job_id = 7;
-  q.seq = 5;
-  q.job_key = 0x5eed;
+  aggregator::AggFields q = QueryFields(7, 5, 2);
   q.ack_watermark = 5;
   Inject(0, Datagram(q));
   Step();
@@ -2413,13 +2402,7 @@ TEST_F(ParameterNodeTest, ARetransmissionReleasesAPartlyFilledSlotToTheParameter
   // Member 2's result was lost: the slot did not count it (its data went
   // around as late data), yet its query and its resend get the result,
   // not another trip to the parameter node.
-  aggregator::AggFields q;
-  q.opcode = aggregator::Opcode::kQuery;
-  q.node_id = 2;
-  q.job_id = 7;
-  q.seq = 4;
-  q.job_key = 0x5eed;
-  Inject(0, Datagram(q));
+  Inject(0, Datagram(QueryFields(7, 4, 2)));
   Inject(0, ForPs(7, 4, 2, 4, {4}));
   Step();
   out = Drain();
@@ -3102,12 +3085,7 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
   Inject(1, result);
   Step();
   ExpectResults(7, 3, 2);  // member 1's copy is lost on the way
-  aggregator::AggFields q;
-  q.opcode = aggregator::Opcode::kQuery;
-  q.node_id = 1;
-  q.job_id = 7;
-  q.seq = s7;
-  q.job_key = 0x5eed;
+  aggregator::AggFields q = QueryFields(7, s7, 1);
   Inject(0, Datagram(q));
   Step();
   auto out = Drain();
@@ -3156,12 +3134,7 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
 TEST_F(ParameterNodeTest, ALeafAsksItsParentOnlyUnderItsRunsLabel) {
   AddLeafJob(9, 2, rte_get_tsc_hz(), /*heard=*/false);
   const aggregator::Job* job = jobs_->Find(9);
-  aggregator::AggFields q;
-  q.opcode = aggregator::Opcode::kQuery;
-  q.node_id = 0;
-  q.job_id = 9;
-  q.seq = 4;
-  q.job_key = 0x5eed;
+  aggregator::AggFields q = QueryFields(9, 4, 0);
   q.incarnation = 0x1000;
   Inject(0, Datagram(q));
   Step();

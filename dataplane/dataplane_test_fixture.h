@@ -307,6 +307,18 @@ class AggregationTest : public DataplaneTest {
     return f;
   }
 
+  // Member `node`'s QUERY about chunk `seq` of `job` (header only).
+  static aggregator::AggFields QueryFields(uint32_t job, uint32_t seq, uint16_t node,
+                                           uint64_t key = 0x5eed) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kQuery;
+    f.node_id = node;
+    f.job_id = job;
+    f.seq = seq;
+    f.job_key = key;
+    return f;
+  }
+
   // Any aggregation datagram from member f.node_id, with `payload` after the header.
   static Frame Datagram(const aggregator::AggFields& f, const std::vector<uint8_t>& payload = {},
                         int vlan = -1) {
