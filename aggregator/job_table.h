@@ -590,6 +590,20 @@ class alignas(64) Job {
     }
     return NoSlot::kRefuse;
   }
+  // Whether a datagram of `opcode` that finds no slot goes on without one
+  // the `way` WhenNoSlot says: the parameter node takes members'
+  // contributions only, so a child switch's partial there waits for a slot.
+  static bool GoesOnWithoutSlot(NoSlot way, Opcode opcode) {
+    switch (way) {
+      case NoSlot::kToParameterNode: return opcode == Opcode::kContribution;
+      case NoSlot::kUpAsMissing:
+        return opcode == Opcode::kContribution || opcode == Opcode::kPartial;
+      case NoSlot::kRefuse: break;
+    }
+    return false;
+  }
+  // [any]
+  bool GoesOnWithoutSlot(Opcode opcode) const { return GoesOnWithoutSlot(WhenNoSlot(), opcode); }
   // The TAN's address and UDP port; ip 0 unless tan() is kRemote. [any]
   JobPeer tan_peer() const {
     const uint64_t t = tan_target_.load(std::memory_order_acquire);

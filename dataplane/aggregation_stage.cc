@@ -919,7 +919,8 @@ void AggregationStage::Escalate(const Checked& it) {
     const Via at = it.where == Where::kMoved ? Via::kSwitch : Via::kHome;
     Escalation e{FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, at,
                           aggregator::RelocationMap::kNone},
-                 job.id(), job.generation(), h.seq.host(), it.slot};
+                 job.id(), job.generation(), h.seq.host(), it.slot,
+                 job.GoesOnWithoutSlot(it.pkt.opcode)};
     if (rte_ring_sp_enqueue_elem(channels_.escalate.get(), &e, sizeof(e)) == 0) {
       stats_.lcore.agg.escalations.Add(1);
       return;
@@ -940,30 +941,21 @@ void AggregationStage::RefuseSlotBusy(const Checked& it) {
     Contribute(it);
     return;
   }
-  switch (job.WhenNoSlot()) {
-    case aggregator::Job::NoSlot::kToParameterNode:
-      if (opcode == aggregator::Opcode::kContribution) {
-        // The parameter node aggregates the chunk instead: every member's
-        // contribution that finds no slot goes there, and it knows from
-        // `expected` when all are in (docs/parameter-node.md).
-        auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(it.m, uint8_t*) +
-                                                           it.header_offset);
-        h->expected = common::be16_t::FromHost(job.members());
-        c.conflicts_to_ps.Add(1);
-        tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port,
-                          aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
-        return;
-      }
-      break;
-    case aggregator::Job::NoSlot::kUpAsMissing:
-      if ((opcode == aggregator::Opcode::kContribution ||
-           opcode == aggregator::Opcode::kPartial) &&
-          UpAsMissing(it)) {
-        return;
-      }
-      break;
-    case aggregator::Job::NoSlot::kRefuse:
-      break;
+  const aggregator::Job::NoSlot way = job.WhenNoSlot();
+  if (aggregator::Job::GoesOnWithoutSlot(way, opcode)) {
+    if (way == aggregator::Job::NoSlot::kToParameterNode) {
+      // The parameter node aggregates the chunk instead: every member's
+      // contribution that finds no slot goes there, and it knows from
+      // `expected` when all are in (docs/parameter-node.md).
+      auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(it.m, uint8_t*) +
+                                                         it.header_offset);
+      h->expected = common::be16_t::FromHost(job.members());
+      c.conflicts_to_ps.Add(1);
+      tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port,
+                        aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
+      return;
+    }
+    if (UpAsMissing(it)) return;
   }
   NackSlotBusy(it);
 }

@@ -2799,7 +2799,6 @@ TEST_F(ParameterNodeTest, ALeafSendsUpBeforeEveryMemberHasSentUnderAFixedLabel) 
 // instead of completing a chunk with the last run's partials of the others.
 TEST_F(ParameterNodeTest, ALeafOfARunWithARunIdSendsUpUnderIt) {
   AddLeafJob(9, 2, rte_get_tsc_hz(), /*heard=*/false);
-  const aggregator::Job* job = jobs_->Find(9);
   for (uint16_t node = 0; node < 2; ++node) {
     Frame f = Contribution(9, 3, node, Int32Payload({node + 1}));
     HeaderOf(f)->incarnation = common::be32_t::FromHost(0x5151);

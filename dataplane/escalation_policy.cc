@@ -62,7 +62,7 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   // A chunk whose first contribution went on without a slot (to the
   // parameter node, or up as missing) goes that way whole: a spare slot
   // freed since would split it.
-  const bool goes_on = current && job->WhenNoSlot() != aggregator::Job::NoSlot::kRefuse;
+  const bool goes_on = current && e.goes_on;
   if (spare_ && !(goes_on && WentOn(key, now))) {
     // Every switch keeps a job's complete chunks until its members' ack
     // watermark passes them, and a chunk that finds no slot may find no way

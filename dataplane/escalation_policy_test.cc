@@ -38,8 +38,27 @@ const Job* AddLeafJob(JobTable& jobs, uint32_t id, uint32_t acked) {
   return job;
 }
 
+// A job of two child switches at the root, with agg-ps its TAN and no
+// covers known (as an in-band job registered by its leaves' partials): a
+// chunk that finds no slot goes to the parameter node, which takes only
+// members' contributions.
+const Job* AddRootJobOfLeaves(JobTable& jobs, uint32_t id) {
+  JobSpec spec;
+  spec.id = id;
+  spec.key = 0xbeef000000000000ull | id;
+  spec.members = 2;
+  spec.nodes = 1;
+  spec.member_nodes = {1000, 1001};
+  spec.tan = JobSpec::Tan::kRemote;
+  spec.tan_peer = aggregator::JobPeer{0x0a000009, 47100, 0, 0};
+  auto added = jobs.Add(spec);
+  EXPECT_TRUE(added.ok()) << added.status().ToString();
+  return added.ok() ? *added : nullptr;
+}
+
 Escalation At(const Job& job, uint32_t seq) {
-  return Escalation{FrameRef{}, job.id(), job.generation(), seq, seq % 32};
+  return Escalation{FrameRef{}, job.id(), job.generation(), seq, seq % 32,
+                    job.WhenNoSlot() != Job::NoSlot::kRefuse};
 }
 
 // The only spare slot, too, is kept for a job's oldest chunk. Leased to a
@@ -57,6 +76,43 @@ TEST(EscalationPolicyTest, TheOnlySpareSlotIsKeptForAnOldestChunk) {
   const EscalationPolicy::Answer oldest = policy.Decide(At(*a, 10), now);
   EXPECT_EQ(oldest.kind, Kind::kPlace);
   EXPECT_EQ(oldest.hint, 0u);
+}
+
+// A child switch's partial that finds no slot at a root whose chunks go to
+// the parameter node goes nowhere: it is refused, and its chunk is not one
+// that went on without a slot, so its retry may take a spare slot freed
+// since. Taken for gone on, it was refused every spare slot for as long as
+// twice stale_slot_ms, and its members' data waited at their leaf.
+TEST(EscalationPolicyTest, APartialRefusedAtTheRootMayTakeASpareSlotLater) {
+  auto jobs = MakeTable();
+  const Job* holder = AddLeafJob(*jobs, 7, 10);
+  const Job* root = AddRootJobOfLeaves(*jobs, 8);
+  ASSERT_NE(root, nullptr);
+  root->UpdateAck(0, 3);  // chunk 3 is the one its leaves wait for
+  root->UpdateAck(1, 3);
+  ASSERT_EQ(root->WhenNoSlot(), Job::NoSlot::kToParameterNode);
+  const SlotRegions regions = SlotRegions::Make(33, 0, 1);
+  EscalationPolicy policy(*jobs, regions, std::chrono::milliseconds(1000));
+  const EscalationPolicy::Clock::time_point now{};
+  ASSERT_EQ(policy.Decide(At(*holder, 10), now).kind, Kind::kPlace);
+
+  Escalation partial = At(*root, 3);
+  partial.goes_on = root->GoesOnWithoutSlot(aggregator::Opcode::kPartial);
+  EXPECT_FALSE(partial.goes_on);
+  Escalation contribution = At(*root, 4);
+  contribution.goes_on = root->GoesOnWithoutSlot(aggregator::Opcode::kContribution);
+  EXPECT_TRUE(contribution.goes_on);
+  EXPECT_EQ(policy.Decide(partial, now).kind, Kind::kRefuse);
+  EXPECT_EQ(policy.Decide(contribution, now).kind, Kind::kRefuse);
+
+  // The holder's job is gone, and its lease with it.
+  ASSERT_TRUE(jobs->Remove(holder->id()).ok());
+  // The contribution's chunk went to the parameter node, and goes there
+  // whole; the partial's takes the spare slot.
+  EXPECT_EQ(policy.Decide(contribution, now).kind, Kind::kRefuse);
+  const EscalationPolicy::Answer retry = policy.Decide(partial, now);
+  EXPECT_EQ(retry.kind, Kind::kPlace);
+  EXPECT_EQ(retry.hint, 0u);
 }
 
 }  // namespace

@@ -76,8 +76,12 @@ struct Escalation {
   uint32_t job_generation;
   uint32_t seq;
   uint32_t placed_slot;  // global
+  // Whether the datagram, refused a slot, goes on without one
+  // (Job::GoesOnWithoutSlot): a child switch's partial at a root whose
+  // chunks go to the parameter node does not, and waits for a slot.
+  bool goes_on;
 };
-static_assert(sizeof(Escalation) == 32);
+static_assert(sizeof(Escalation) == 40);
 
 // The control thread's answer to an escalation, or its word that a chunk
 // moved earlier has lost its spare slot (control -> the worker that owns the
