@@ -184,7 +184,7 @@ common::Result<StragglerReport> TreeControl::Stragglers(uint32_t job_id,
     return common::FailedPrecondition(
         "job " + std::to_string(job_id) +
         " has no TAN here: the data of the members it excluded would have nowhere to go "
-        "(give the job a tan, or apply the prediction at a switch below its root)");
+        "(give the job a tan at its root; a switch below a root without one cannot place them either)");
   }
   if (request.apply || request.clear) {
     // The participation bitmap: the predicted members out, everyone else in;

@@ -302,9 +302,15 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
       job.crash_after_ns = static_cast<uint64_t>(f.Range(0, 200)) * kMs;
     }
     // Straggler prediction, from a stream of its own (the draws above stay
-    // what they were).
+    // what they were). Only where the job's root has a TAN: the excluded
+    // members' data goes there as late data, and a root without one ends
+    // every chunk that lacks them INCOMPLETE (docs/stragglers.md). A config
+    // or API job with timers has one (above); an in-band job's timeout_ms is
+    // not its own (it takes the switches'), and its TAN is its root
+    // switch's, which may be none.
     Rng p(Mix(seed, kPredict, 1 + j));
-    if (job.timeout_ms > 0 && p.Chance(0.4) && Has(limits, kFeaturePredict)) {
+    if (job.timeout_ms > 0 && job.tan != SwitchSpec::Tan::kNone && p.Chance(0.4) &&
+        Has(limits, kFeaturePredict)) {
       job.predict_top = static_cast<uint32_t>(p.Range(1, job.ranks() + 1));
       job.predict_every_ns = static_cast<uint64_t>(p.Range(5, 60)) * kMs;
     }
