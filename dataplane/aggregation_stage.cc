@@ -980,9 +980,20 @@ bool AggregationStage::UpAsMissing(const Checked& it) {
   const uint32_t seq = h.seq.host();
   if (!tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
     // The chunk's first datagram here: up it goes with every member listed
-    // and their entries written, this one's matched at once.
-    if (!tree_.SendUpAsMissing(job, h)) return false;
+    // and their entries written, this one's matched at once. A child
+    // switch's own up-as-missing partial holds nothing: what it lists is
+    // listed in its place, and it goes no further.
+    const bool empty = it.pkt.opcode == aggregator::Opcode::kPartial &&
+                       (h.flags.host() & aggregator::flags::kConflict) != 0;
+    bool flattened = false;
+    if (!tree_.SendUpAsMissing(job, h, empty ? &it.pkt : nullptr, it.member, &flattened)) {
+      return false;
+    }
     stats_.lcore.agg.conflicts_up.Add(1);
+    if (flattened) {
+      TxBuffers::Consumed(it.m);
+      return true;
+    }
     (void)tree_.MatchBypass(job, seq, it.member, h.node_id.host());
   }
   stats_.lcore.agg.late_flagged.Add(1);

@@ -207,7 +207,10 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
   return false;
 }
 
-bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::AggHeader& chunk) {
+bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::AggHeader& chunk,
+                                const aggregator::AggPacket* empty, int empty_member,
+                                bool* flattened) {
+  if (flattened != nullptr) *flattened = false;
   uint16_t missing[kMaxMissingIds];
   const uint32_t seq = chunk.seq.host();
   // The entries first: they are what sends the members' data on as late
@@ -234,6 +237,25 @@ bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::Ag
     forget();
     return false;
   }
+  uint32_t listed = n;
+  bool in_its_place = false;
+  if (empty != nullptr && empty_member >= 0 && !job.bypass_covered_nodes() &&
+      job.IsSwitch(static_cast<uint16_t>(empty_member))) {
+    // A child's up-as-missing partial holds nothing: list what it lists in
+    // its place (as a slot here would inherit them), and no entry for it.
+    const uint16_t child = job.NodeId(static_cast<uint16_t>(empty_member));
+    const uint32_t k = empty->header->missing_count;
+    uint16_t* at = std::find(missing, missing + n, child);
+    if (at != missing + n && k != 0 && n - 1 + k <= kMaxMissingIds) {
+      if (s_.bypass != nullptr) {
+        (void)s_.bypass->Match({job.id(), job.generation(), seq, child}, clock_.tsc);
+      }
+      std::copy(at + 1, missing + n, at);
+      listed = n - 1;
+      for (uint32_t i = 0; i < k; ++i) missing[listed++] = empty->MissingNode(i);
+      in_its_place = true;
+    }
+  }
   const auto dtype = static_cast<aggregator::DType>(chunk.dtype);
   aggregator::AggFields f;
   f.opcode = aggregator::Opcode::kPartial;
@@ -250,13 +272,14 @@ bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::Ag
   f.scale = chunk.scale;
   f.aux = chunk.aux.host();
   f.addr_low = chunk.addr_low.host();
-  if (SendUp(job, f, missing, n, nullptr,
+  if (SendUp(job, f, missing, listed, nullptr,
              f.elem_count * static_cast<uint32_t>(aggregator::ElementSize(dtype)), nullptr,
              0) != Up::kSent) {
     // Without the partial, the members' data must not go on as late data.
     forget();
     return false;
   }
+  if (flattened != nullptr) *flattened = in_its_place;
   return true;
 }
 

@@ -74,7 +74,16 @@ class TreeStage {
   // data (MatchBypass, ForwardLate). `chunk`: the header of a contribution
   // (or a child's partial) to it. False when nothing went (no mbuf, or the
   // list does not fit; counted): the caller refuses the contribution.
-  bool SendUpAsMissing(const aggregator::Job& job, const aggregator::AggHeader& chunk);
+  // `empty`: when `chunk` is a child switch's own up-as-missing partial
+  // (CONFLICT: the op's identity, every id of its share listed), that
+  // packet; the child is then listed as the ids its partial lists, not
+  // itself, and gets no entry: its partial holds nothing, and sent on as a
+  // late partial it would be the only record of those ids, which nothing
+  // resends if it is lost. `*flattened` says whether that was done (the
+  // caller then drops the child's partial instead of sending it on).
+  bool SendUpAsMissing(const aggregator::Job& job, const aggregator::AggHeader& chunk,
+                       const aggregator::AggPacket* empty = nullptr, int empty_member = -1,
+                       bool* flattened = nullptr);
   // A member's QUERY about chunk `query.seq` found nothing of the chunk
   // here, at a switch below the root: the chunk may have completed, its
   // slot given way once its partial went up, and the result been lost on

@@ -10,6 +10,7 @@
 #include <rte_cycles.h>
 #include <rte_ring.h>
 
+#include <array>
 #include <cstring>
 
 #include "dataplane/stage_test_fixture.h"
@@ -210,6 +211,61 @@ TEST_F(TreeStageTest, AChunkWithNoSlotGoesUpListingEveryMember) {
   EXPECT_EQ(v[1], -std::numeric_limits<float>::infinity());
   EXPECT_EQ(stats().lcore.agg.bypass_created.Get(), 3u);
   for (uint16_t m = 0; m < 3; ++m) EXPECT_TRUE(tree_->MatchBypass(job, 9, m, m)) << m;
+}
+
+// A child switch's own up-as-missing partial (CONFLICT: the identity, its
+// share listed) that finds no slot here either holds nothing: the partial
+// that goes up lists what the child listed in the child's place, and the
+// child gets no entry, so that nothing but the members' own data (late
+// already) is left to reach the TAN (seed 100020: the child's partial, sent
+// on as a late partial, was lost, and the root's own TAN, which knows no
+// switch two levels down, gave up on the child).
+TEST_F(TreeStageTest, AChildsEmptyPartialIsListedAsWhatItLists) {
+  aggregator::JobSpec spec;
+  spec.id = 4;
+  spec.key = kKey;
+  spec.members = 2;
+  spec.member_nodes = {0, 7};
+  spec.covers = {{}, {20, 21}};
+  spec.nodes = 4;
+  spec.upstreams = {aggregator::JobPeer{kUpstreamIp, aggregator::kAggUdpPort, 5, 0}};
+  auto added = jobs_->Add(spec);
+  ASSERT_TRUE(added.ok());
+  const aggregator::Job& job = **added;
+  for (uint16_t m = 0; m < 2; ++m) {
+    const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), static_cast<uint8_t>(m % 2),
+                                      10, Frames::MemberIp(m), Frames::MemberPort(m)};
+    EXPECT_EQ(job.BindMember(m, addr, 0, 1, 0), aggregator::Job::Bind::kBound);
+  }
+  job.SetHop(job.ParentHop(0), {0x0200000000aaULL, 1, 10, kUpstreamIp, aggregator::kAggUdpPort});
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kPartial;
+  f.flags = aggregator::flags::kConflict;
+  f.node_id = 7;
+  f.job_id = 4;
+  f.job_key = kKey;
+  f.seq = 9;
+  f.elem_count = 1;
+  const uint16_t child_missing[2] = {20, 21};
+  const uint8_t identity[4] = {};
+  uint8_t buf[128];
+  const uint32_t len =
+      aggregator::BuildAggregation(f, child_missing, 2, identity, sizeof identity, buf, sizeof buf);
+  ASSERT_NE(len, 0u);
+  aggregator::AggPacket child;
+  ASSERT_EQ(aggregator::ParseAggregation(buf, len, &child), aggregator::WireError::kOk);
+  bool flattened = false;
+  ASSERT_TRUE(tree_->SendUpAsMissing(job, *child.header, &child, 1, &flattened));
+  EXPECT_TRUE(flattened);
+  std::map<int, std::vector<Frame>> sent;
+  const aggregator::AggPacket pkt = PartialUp(sent);
+  EXPECT_EQ(pkt.header->flags.host(), aggregator::flags::kConflict);
+  ASSERT_EQ(pkt.header->missing_count, 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(pkt.MissingNode(static_cast<uint32_t>(i)), (std::array<uint16_t, 3>{0, 20, 21}[i]));
+  }
+  EXPECT_TRUE(tree_->MatchBypass(job, 9, 0, 0)) << "the worker's entry";
+  EXPECT_FALSE(tree_->MatchBypass(job, 9, 1, 7)) << "none for the child";
 }
 
 TEST_F(TreeStageTest, ARootWithoutATanTellsItsMembersTheChunkIsIncomplete) {
