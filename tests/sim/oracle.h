@@ -27,7 +27,8 @@
 // An allreduce that failed is a finding unless a fault the scenario
 // injected explains it (a crashed rank, a restarted switch, a parameter
 // node that went away) or it is the overflow error above; so is one that
-// succeeded after the scenario's bound on its time.
+// succeeded after the scenario's bound on its time (more for an allreduce
+// of more windows of chunks).
 //
 //   OpView v{...};
 //   JudgeOp(v, &findings);
