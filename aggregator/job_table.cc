@@ -125,8 +125,11 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
   if (any_switch) {
     covers_.resize(members_);
     for (uint16_t i = 0; i < members_ && i < spec.covers.size(); ++i) {
-      if (!spec.covers[i].empty()) covers_[i] = spec.covers[i];
+      if (spec.covers[i].empty()) continue;
+      covers_[i] = spec.covers[i];
+      for (const uint16_t id : spec.covers[i]) covered_by_.push_back(uint32_t{id} << 16 | i);
     }
+    std::sort(covered_by_.begin(), covered_by_.end());
   }
   SetTan(spec.tan, spec.tan_peer);
   SetTanMember(spec.tan_member);
@@ -260,6 +263,13 @@ std::optional<uint32_t> Job::SlotWatermark(uint32_t now, uint32_t gone_ticks) co
     if (ack && (!min || SeqBefore(*ack, *min))) min = ack;
   }
   return min ? min : MinAck();
+}
+
+int Job::CoveringChild(uint16_t node) const {
+  if (covered_by_.empty() || LocalIndex(node) >= 0) return -1;
+  const auto it = std::lower_bound(covered_by_.begin(), covered_by_.end(), uint32_t{node} << 16);
+  if (it == covered_by_.end() || (*it >> 16) != node) return -1;
+  return static_cast<int>(*it & 0xffff);
 }
 
 uint16_t Job::LearnedMembers() const {

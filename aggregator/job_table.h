@@ -519,6 +519,9 @@ class alignas(64) Job {
     if (covers_.empty() || !covers_[index]) return {};
     return *covers_[index];
   }
+  // The member index of the child switch that covers node `node` (not a
+  // member itself), or -1 when none does. O(log covered ids). [any]
+  int CoveringChild(uint16_t node) const;
   bool is_root() const { return upstreams_.empty(); }
   // Whether some member is a child switch (the job is a tree's inner node).
   bool has_child_switches() const { return !covers_.empty(); }
@@ -850,6 +853,9 @@ class alignas(64) Job {
   std::unique_ptr<uint16_t[]> member_nodes_;      // else: node id by index
   std::unique_ptr<uint32_t[]> sorted_nodes_;      // and (node << 16 | index), sorted
   std::vector<std::optional<std::vector<uint16_t>>> covers_;  // by index; empty: no switches
+  // Every id the child switches cover, with the member index of the child:
+  // (id << 16 | index), sorted (CoveringChild).
+  std::vector<uint32_t> covered_by_;
   const std::vector<JobPeer> upstreams_;
   const uint64_t timeout_cycles_;
   const bool batch_;

@@ -70,6 +70,28 @@ TEST(JobTableTest, AddFindRemove) {
   EXPECT_EQ(table->pending_reclaim(), 0u);
 }
 
+// Which child switch covers a rank: what a switch asks of late data from
+// below. A member (a rank here, or a child switch that covers itself) is
+// covered by nobody, and so is an id no child names.
+TEST(JobTableTest, CoveringChildNamesTheChildSwitchOfARank) {
+  auto table = MakeTable();
+  JobSpec spec = Spec(7, 3);
+  spec.member_nodes = {2, 100, 101};
+  spec.covers = {{}, {0, 1, 100}, {3, 4}};
+  auto added = table->Add(spec);
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  const Job& job = **added;
+  EXPECT_EQ(job.CoveringChild(0), 1);
+  EXPECT_EQ(job.CoveringChild(1), 1);
+  EXPECT_EQ(job.CoveringChild(3), 2);
+  EXPECT_EQ(job.CoveringChild(4), 2);
+  EXPECT_EQ(job.CoveringChild(2), -1);    // a rank here
+  EXPECT_EQ(job.CoveringChild(100), -1);  // the child itself
+  EXPECT_EQ(job.CoveringChild(5), -1);    // nobody's
+  const Job* flat = *table->Add(Spec(8, 4));
+  EXPECT_EQ(flat->CoveringChild(0), -1);
+}
+
 TEST(JobTableTest, RejectsDuplicatesAndBadSpecs) {
   auto table = MakeTable(16, 8);
   ASSERT_TRUE(table->Add(Spec(1)).ok());

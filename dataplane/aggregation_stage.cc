@@ -225,6 +225,21 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
         tx_.Drop(in_port, DropReason::kAggRejected, m);
         return false;
       }
+      // A rank's data from a child switch goes on from the owner of its
+      // chunk's home slot, which may hold it already (LateCountedHere).
+      if (job->CoveringChild(h.node_id.host()) >= 0) {
+        out->m = m;
+        out->job = job;
+        out->header_offset = header_offset;
+        out->slot = s_.regions.Of(job->in_band(), job->placement(), h.seq.host());
+        out->where = Where::kHome;
+        out->claim = false;
+        out->member = -1;
+        out->main_server = false;
+        out->meta = meta;
+        out->in_port = in_port;
+        return true;
+      }
       tree_.ForwardLate(m, *job, header_offset, in_port);
       return false;
     }
@@ -556,6 +571,15 @@ void AggregationStage::Reduce(Checked* items, uint16_t n) {
 
 void AggregationStage::AtSlot(const Checked& it) {
   const aggregator::Opcode opcode = it.pkt.opcode;
+  if (opcode == aggregator::Opcode::kLate) {  // a rank's, from a child switch
+    if (LateCountedHere(*it.job, it.pkt.header->seq.host(), it.pkt.header->node_id.host())) {
+      stats_.lcore.agg.late_counted.Add(1);
+      tx_.Drop(it.in_port, DropReason::kAggDuplicate, it.m);
+      return;
+    }
+    tree_.ForwardLate(it.m, *it.job, it.header_offset, it.in_port);
+    return;
+  }
   if (opcode == aggregator::Opcode::kFetch) {
     AnswerFetch(it);
     return;
@@ -1263,6 +1287,36 @@ void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint1
       answers_.SendNotice(job, job.NodeId(node), earlier, aggregator::NoticeKind::kMissing, addr)) {
     stats_.lcore.agg.gap_notices.Add(1);
   }
+}
+
+bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
+                                       uint16_t node) const {
+  const int child = job.CoveringChild(node);
+  if (child < 0) return false;
+  // The chunk's slot, at home or in the moved partition, when this lcore
+  // owns it (a spare slot's chunk, or another worker's, goes on as before).
+  const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
+  const aggregator::Slot* s = nullptr;
+  const uint32_t home = region.Of(job.placement(), seq);
+  if (home % s_.n_workers == s_.index) {
+    s = s_.slots->Holding(LocalSlot(home), job.id(), job.generation(), seq);
+  }
+  if (s == nullptr && MoveApplied(job) && job.MovedFrom(seq)) {
+    const uint32_t moved = MovedSlot(job, seq);
+    if (moved % s_.n_workers != s_.index) return false;
+    s = s_.slots->Holding(LocalSlot(moved), job.id(), job.generation(), seq);
+  }
+  if (s == nullptr ||
+      (s->state() != aggregator::Slot::State::kAggregating &&
+       s->state() != aggregator::Slot::State::kForwarded) ||
+      !s->HasContributed(static_cast<uint16_t>(child)) || s->inherited_overflow()) {
+    return false;
+  }
+  for (uint16_t i = 0; i < s->inherited_count(); ++i) {
+    const uint16_t id = s->inherited(i);
+    if (id == node || job.CoveringChild(id) < 0) return false;
+  }
+  return true;
 }
 
 void AggregationStage::NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot) {

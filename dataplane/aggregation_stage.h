@@ -300,6 +300,19 @@ class AggregationStage {
   bool BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
                       const aggregator::MemberAddr& sender, uint32_t label, bool run_id, uint16_t node);
   void NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node);
+  // Late data of rank `node` from a child switch, for a chunk whose slot on
+  // this lcore (still waiting for its answer: aggregating or forwarded)
+  // counted the partial of the child that covers `node` without the child
+  // listing `node` missing: that partial holds the rank's data already, and
+  // the slot's partial carries it on. The child's slot gave way once its
+  // partial went up, and the rank's resend found no slot there and went up
+  // as late data (a CONFLICT partial, which the slot takes as a repeat):
+  // sent on, the TAN would get the rank twice, and whichever of the two
+  // came second it would drop, with every other rank the partial holds.
+  // False when the slot's inherited missing ids name `node`, or an id no
+  // child covers (a switch below a child: its ranks are unknown here), or
+  // overflowed. O(inherited ids × log covered ids).
+  bool LateCountedHere(const aggregator::Job& job, uint32_t seq, uint16_t node) const;
   // A member whose ack watermark is past an aggregating slot's chunk has
   // that chunk's result, yet the slot lacks its data: the result came from
   // an earlier life of the slot (the switch restarted, or the job was

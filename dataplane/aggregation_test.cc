@@ -3162,20 +3162,24 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentOnlyUnderItsRunsLabel) {
 // finished chunk would answer it with the old run's sum.
 TEST_F(ParameterNodeTest, AChildsLateUnderANewRunLabelStartsANewRunAbove) {
   AddRootOverChild(9);
-  auto from_child = [&](aggregator::Opcode opcode, uint16_t node, uint32_t label) {
+  auto from_child = [&](aggregator::Opcode opcode, uint16_t node, uint32_t label,
+                        uint32_t seq = 1) {
     aggregator::AggFields f;
     f.opcode = opcode;
     f.flags = opcode == aggregator::Opcode::kLate ? aggregator::flags::kBypass : 0;
     f.node_id = node;
     f.job_id = 9;
-    f.seq = 1;
+    f.seq = seq;
     f.job_key = 0x5eed;
     f.elem_count = 1;
     f.incarnation = label;
     Inject(0, DatagramFrom(f, Int32Payload({40}), MemberMac(kChild), MemberIp(kChild), MemberPort(kChild)));
     Step();
   };
-  from_child(aggregator::Opcode::kPartial, kChild, 0xa1);  // binds the child in run 0xa1
+  // Binds the child in run 0xa1. Its partial of chunk 2: the lates below are
+  // chunk 1's, whose slot here holds nothing of the child (a late for a
+  // rank a counted partial holds goes no further).
+  from_child(aggregator::Opcode::kPartial, kChild, 0xa1, 2);
   (void)Drain();
   from_child(aggregator::Opcode::kLate, 4, 0xa1);
   EXPECT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kLate).size(), 1u) << "its run: on to the TAN";
@@ -3218,6 +3222,54 @@ TEST_F(ParameterNodeTest, AChildsLateBeforeItsFirstPartialBindsTheChild) {
   (void)Drain();
   EXPECT_EQ(Agg().new_run.Get(), 0u);
   EXPECT_EQ(Agg().member_refused.Get(), 0u);
+}
+
+// A child switch's slot gives way once its partial went up; a member's
+// resend then finds no slot there and goes up as late data (behind a
+// CONFLICT partial that lists every member, which the slot here takes as
+// a repeat). Where the chunk's slot counted the child's partial without the
+// child listing that member missing, the partial holds the member's data
+// already: the late goes no further. Sent on, the TAN would get it twice
+// and drop whichever came second: the rank's own data first, the partial
+// after it, with every other rank only it held (seed 100114).
+TEST_F(ParameterNodeTest, AChildsLateForARankItsCountedPartialHeldGoesNoFurther) {
+  AddRootOverChild(9);
+  auto from_child = [&](aggregator::Opcode opcode, uint16_t node, uint32_t seq,
+                        std::vector<uint16_t> missing) {
+    aggregator::AggFields f;
+    f.opcode = opcode;
+    f.flags = opcode == aggregator::Opcode::kLate ? aggregator::flags::kBypass : 0;
+    f.node_id = node;
+    f.job_id = 9;
+    f.seq = seq;
+    f.job_key = 0x5eed;
+    f.elem_count = 1;
+    f.incarnation = 0xa1;
+    std::vector<uint8_t> dgram(256);
+    dgram.resize(aggregator::BuildAggregation(f, missing.data(),
+                                              static_cast<uint32_t>(missing.size()),
+                                              Int32Payload({40}).data(), 4, dgram.data(), 256));
+    Frame frame(46 + dgram.size());
+    const uint32_t hdr = WriteUdpHeaders(frame.data(), kSwitchMac.bytes.data(),
+                                         MemberMac(kChild).bytes.data(), 0, MemberIp(kChild),
+                                         kAggIp, MemberPort(kChild), aggregator::kAggUdpPort, 1,
+                                         static_cast<uint32_t>(dgram.size()));
+    frame.resize(hdr + dgram.size());
+    std::memcpy(frame.data() + hdr, dgram.data(), dgram.size());
+    Inject(0, frame);
+    Step();
+    return WithOpcode(Drain()[1], aggregator::Opcode::kLate);
+  };
+  // Chunk 1: the child's partial holds ranks 4 and 5; worker 0 has not sent.
+  EXPECT_TRUE(from_child(aggregator::Opcode::kPartial, kChild, 1, {}).empty());
+  EXPECT_TRUE(from_child(aggregator::Opcode::kLate, 4, 1, {}).empty()) << "counted here already";
+  EXPECT_EQ(Agg().late_counted.Get(), 1u);
+  // Chunk 2: the child's partial lacks rank 5, whose late data goes on.
+  EXPECT_TRUE(from_child(aggregator::Opcode::kPartial, kChild, 2, {5}).empty());
+  EXPECT_EQ(from_child(aggregator::Opcode::kLate, 5, 2, {}).size(), 1u) << "the child lacked it";
+  // Chunk 3: no slot here holds it: on to the TAN, as before.
+  EXPECT_EQ(from_child(aggregator::Opcode::kLate, 4, 3, {}).size(), 1u);
+  EXPECT_EQ(Agg().late_counted.Get(), 1u);
 }
 
 TEST_F(ParameterNodeTest, ATreeRootSendsAChunkWithNoSlotToTheTanAsMissing) {
