@@ -193,11 +193,24 @@ bool SlotTable::ResendForwarded(uint32_t local_index, uint64_t now_tsc) {
 
 bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
                             uint32_t seq, const uint8_t* payload, uint32_t len, bool overflow,
-                            uint64_t now_tsc) {
+                            uint64_t now_tsc, SlotUpdate* released) {
   Slot& s = slots_[local_index];
-  if (s.state_ != Slot::State::kForwarded || s.job_id_ != job_id ||
+  const bool aggregating = s.state_ == Slot::State::kAggregating;
+  if ((s.state_ != Slot::State::kForwarded && !aggregating) || s.job_id_ != job_id ||
       s.job_generation_ != job_generation || s.seq_ != seq || len != s.result_len()) {
     return false;
+  }
+  if (aggregating) {
+    if (s.hold_) {
+      if (released == nullptr) return false;
+      uint16_t n = 0;
+      for (uint16_t m = 0; m < s.expected_; ++m) {
+        if (s.HasContributed(m)) released_[n++] = s.held_handle_[m];
+      }
+      released->released = released_.get();
+      released->n_released = n;
+    }
+    timers_.Cancel(local_index);
   }
   std::memcpy(s.result_, payload, len);
   s.result_view_ = s.result_;

@@ -288,8 +288,17 @@ class SlotTable {
   // TAN): kept as the slot's result (kComplete) when the slot still holds
   // chunk (job_id, job_generation, seq) and the length matches; the result
   // ages (SlotTableConfig::stale_cycles) from `now_tsc`. Returns whether.
+  // An aggregating slot of the chunk takes it too: members' resends claimed
+  // the chunk a slot again after its first slot went up and gave way, and
+  // the result covers every member, those it counted included. It would
+  // otherwise wait for members that have the result and send no more, and
+  // tell one whose copy was lost "held" until its timeout. Its timer is
+  // disarmed, and the contributions a holding slot kept come back in
+  // `released` (and `n_released`); without `released`, a holding slot that
+  // aggregates is left as it is (false).
   bool CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
-                   const uint8_t* payload, uint32_t len, bool overflow, uint64_t now_tsc);
+                   const uint8_t* payload, uint32_t len, bool overflow, uint64_t now_tsc,
+                   SlotUpdate* released = nullptr);
   // Forwarded slot `local_index` lacks members that nothing else records
   // (their bypass entries could not be written): it keeps its chunk, giving
   // way only as an aggregating slot would (the job is done with it, or it is

@@ -331,6 +331,61 @@ TEST(SlotTableTest, CachesAResultFromAboveInItsForwardedSlot) {
   EXPECT_EQ(table.complete(), 1u);
 }
 
+// A chunk whose first slot went up and gave way, claimed a slot again by
+// members' resends (seed 140459): the final result coming down completes
+// that aggregating slot, so that a member whose copy was lost gets it from
+// there (kLateForwarded on a complete slot, or kDuplicateCompleted), rather
+// than being counted and told "held" by a slot waiting for members that
+// have the result and send no more. Its timer goes.
+TEST(SlotTableTest, AResultFromAboveCompletesAnAggregatingSlotOfItsChunk) {
+  SlotTable table(SlotTableConfig{.slots = 2, .timer_tick_shift = 4});
+  const auto p = Payload(std::vector<int32_t>{3});
+  Contribution c = Make(1, 1, 0, 4, p);
+  c.timeout_cycles = 100;
+  EXPECT_EQ(table.Contribute(0, c, 1, NeverRelease, nullptr).outcome, SlotOutcome::kAccumulated);
+  const auto result = Payload(std::vector<int32_t>{42});
+  EXPECT_FALSE(table.CacheResult(0, 1, 1, 2, result.data(), 4, false, 3)) << "another seq";
+  EXPECT_FALSE(table.CacheResult(0, 1, 2, 1, result.data(), 4, false, 3)) << "another run";
+  ASSERT_TRUE(table.CacheResult(0, 1, 1, 1, result.data(), 4, false, 3));
+  EXPECT_EQ(table.slot(0).state(), Slot::State::kComplete);
+  EXPECT_EQ(table.complete(), 1u);
+  int32_t got;
+  std::memcpy(&got, table.slot(0).result(), 4);
+  EXPECT_EQ(got, 42);
+  uint32_t expired[2];
+  EXPECT_EQ(table.Expired(10'000, 2, expired), 0u) << "its timer was disarmed";
+  // A member it did not count, whose copy of the result was lost: late,
+  // answered with the result (AggregationStage::Contribute); one it counted
+  // gets the result as a duplicate.
+  EXPECT_EQ(table.Contribute(0, Make(1, 1, 2, 4, p), 4, NeverRelease, nullptr).outcome,
+            SlotOutcome::kLateForwarded);
+  EXPECT_EQ(table.Contribute(0, Make(1, 1, 0, 4, p), 4, NeverRelease, nullptr).outcome,
+            SlotOutcome::kDuplicateCompleted);
+}
+
+// A holding slot completed so gives its held contributions back, and is
+// left aggregating when the caller takes none.
+TEST(SlotTableTest, AResultFromAboveGivesBackWhatAHoldingSlotHeld) {
+  SlotTable table(SlotTableConfig{.slots = 2});
+  const auto p = Payload(std::vector<int32_t>{3});
+  int handles[3];
+  for (uint16_t m : {0, 2}) {
+    Contribution c = Make(1, 1, m, 3, p);
+    c.ordered = true;
+    c.handle = &handles[m];
+    EXPECT_EQ(table.Contribute(0, c, 1, NeverRelease, nullptr).outcome, SlotOutcome::kHeld);
+  }
+  const auto result = Payload(std::vector<int32_t>{42});
+  EXPECT_FALSE(table.CacheResult(0, 1, 1, 1, result.data(), 4, false, 3));
+  EXPECT_EQ(table.slot(0).state(), Slot::State::kAggregating);
+  SlotUpdate u;
+  ASSERT_TRUE(table.CacheResult(0, 1, 1, 1, result.data(), 4, false, 3, &u));
+  EXPECT_EQ(table.slot(0).state(), Slot::State::kComplete);
+  ASSERT_EQ(u.n_released, 2u);
+  EXPECT_EQ(u.released[0], &handles[0]);
+  EXPECT_EQ(u.released[1], &handles[2]);
+}
+
 TEST(SlotTableTest, DuplicatesNeverCountTwice) {
   SlotTable table(SlotTableConfig{4, 256, 1424});
   const auto p = Payload(std::vector<int32_t>{5, 6});

@@ -1243,6 +1243,12 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       return;
     }
     if (slot->state() == aggregator::Slot::State::kAggregating) {
+      // Members that moved past the chunk may have its result from a slot
+      // that went up and gave way; this one, a resend's, waits for them in
+      // vain, and the result that came down (or the parent's answer to the
+      // member's query) missed this member. Asked for again, it completes
+      // this slot (TreeStage::ResultFromAbove).
+      AskAboveIfDone(job, *slot, h);
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
                              slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
       NoticeForgotten(job, *slot);

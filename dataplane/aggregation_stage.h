@@ -332,8 +332,9 @@ class AggregationStage {
   // The parent keeps the result until every member below has acknowledged
   // it, a TAN a finished chunk's for its give-up time: it is asked for it
   // (TreeStage::AskAbove), and its answer reaches every member here. Not
-  // at a root without a TAN. Called on a counted child's repeated partial;
-  // O(members).
+  // at a root without a TAN. Called on a counted child's repeated partial,
+  // and on a counted member's QUERY (a member whose result was lost, whose
+  // resend claimed the slot after the result came down); O(members).
   void AskAboveIfDone(const aggregator::Job& job, const aggregator::Slot& slot,
                       const aggregator::AggHeader& h);
   // Every kOffsetSampleEvery-th chunk: its members' arrival offsets, up to

@@ -3123,6 +3123,115 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
   EXPECT_EQ(Agg().queries_up.Get(), 2u);
 }
 
+// Chunk s7's slot went up and gave way to job 8's chunk, which went up too;
+// a member whose answer was slow resends, and claims a slot for s7 again
+// (seed 140459). The result that comes down completes that slot, so that a
+// member whose copy was lost gets it there, rather than a NOTICE missing and
+// then "held" by a slot that waits for members that have the result.
+TEST_F(ParameterNodeTest, AResultFromAboveCompletesASlotItsChunkClaimedAgain) {
+  AddLeafJob(7, 3);
+  AddLeafJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  for (uint16_t m = 0; m < 3; ++m) Inject(0, Contribution(7, s7, m, Int32Payload({1})));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+  for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(8, s8, m, Int32Payload({100})));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+  Frame resent = Contribution(7, s7, 2, Int32Payload({1}));
+  HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, resent);
+  Step();
+  (void)Drain();
+  aggregator::AggFields r;
+  r.opcode = aggregator::Opcode::kResult;
+  r.job_id = 7;
+  r.seq = s7;
+  r.elem_count = 1;
+  r.incarnation = jobs_->Find(7)->label();
+  Inject(1, DatagramFrom(r, Int32Payload({3}), MemberMac(kPs), MemberIp(kPs),
+                         aggregator::kAggUdpPort));
+  Step();
+  ExpectResults(7, 3, 3);  // member 1's copy is lost on the way
+  Inject(0, Datagram(QueryFields(7, s7, 1)));
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result again = ParseResult(out[0][0]);
+  EXPECT_EQ(again.fields.opcode, aggregator::Opcode::kResult);
+  EXPECT_EQ(again.dst_ip, MemberIp(1));
+  EXPECT_EQ(again.payload, Int32Payload({3}));
+  EXPECT_TRUE(out[1].empty());
+}
+
+// The same, the result down before the resend claimed the slot again (or
+// the parent's answer to the leaf's question lost): the slot counts the
+// member whose copy was lost and waits for the others, which have moved
+// past the chunk. Its question about the chunk asks the parent too, whose
+// answer completes the slot and reaches it.
+TEST_F(ParameterNodeTest, AHeldMemberOfAChunkOthersHaveAsksAbove) {
+  AddLeafJob(7, 3);
+  AddLeafJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  for (uint16_t m = 0; m < 3; ++m) Inject(0, Contribution(7, s7, m, Int32Payload({1})));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+  for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(8, s8, m, Int32Payload({100})));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+  aggregator::AggFields r;
+  r.opcode = aggregator::Opcode::kResult;
+  r.job_id = 7;
+  r.seq = s7;
+  r.elem_count = 1;
+  r.incarnation = jobs_->Find(7)->label();
+  const Frame result = DatagramFrom(r, Int32Payload({3}), MemberMac(kPs), MemberIp(kPs),
+                                    aggregator::kAggUdpPort);
+  Inject(1, result);
+  Step();
+  ExpectResults(7, 3, 3);  // member 2's copy is lost on the way
+  // Members 0 and 1 moved on: their watermarks are past s7.
+  for (uint16_t m = 0; m < 2; ++m) {
+    Inject(0, Contribution(7, s7 + 1, m, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                           -1, /*ack=*/s7 + 1));
+  }
+  Step();
+  (void)Drain();
+  Frame resent = Contribution(7, s7, 2, Int32Payload({1}));
+  HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, resent);
+  Step();
+  (void)Drain();
+  const uint64_t asked = Agg().queries_up.Get();
+  Inject(0, Datagram(QueryFields(7, s7, 2)));
+  Step();
+  auto out = Drain();
+  std::map<uint32_t, uint32_t> told;  // member IP -> NOTICE kind (members past it: missing)
+  for (const Frame& f : out[0]) {
+    const Result n = ParseResult(f);
+    ASSERT_EQ(n.fields.opcode, aggregator::Opcode::kNotice);
+    told[n.dst_ip] = n.fields.aux;
+  }
+  const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+  EXPECT_EQ(told, (std::map<uint32_t, uint32_t>{
+                      {MemberIp(0), missing},
+                      {MemberIp(1), missing},
+                      {MemberIp(2), static_cast<uint32_t>(aggregator::NoticeKind::kHeld)}}));
+  const std::vector<Result> up = WithOpcode(out[1], aggregator::Opcode::kQuery);
+  ASSERT_EQ(up.size(), 1u) << "the question to the parent";
+  EXPECT_EQ(up[0].fields.seq, s7);
+  EXPECT_EQ(Agg().queries_up.Get(), asked + 1);
+  Inject(1, result);
+  Step();
+  ExpectResults(7, 3, 3);
+  Inject(0, Datagram(QueryFields(7, s7, 2)));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 1u);
+  EXPECT_EQ(ParseResult(out[0][0]).fields.opcode, aggregator::Opcode::kResult)
+      << "the slot holds the result now";
+}
+
 // A leaf asks its parent only under its run's label. Before every member
 // has sent in this generation (a leaf back from a restart, a member still
 // backing off), a member's question is not passed up: a label fixed from

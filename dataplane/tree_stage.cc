@@ -620,11 +620,15 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
     // Kept for members that retransmit, while the slot still holds the
     // chunk; an exception as the saturated sum it carries, which a member
     // that asks again takes the same way (docs/parameter-node.md).
+    // A slot that aggregates the chunk (members' resends claimed it again
+    // after its first slot went up) completes with it too.
+    aggregator::SlotUpdate released;
     const bool cached =
         s_.slots->CacheResult(local_slot, job.id(), job.generation(), seq, pkt.payload,
                               pkt.payload_len,
                               exception || (flags & aggregator::flags::kOverflow) != 0,
-                              clock_.tsc);
+                              clock_.tsc, s_.holds != nullptr ? &released : nullptr);
+    for (uint16_t i = 0; i < released.n_released; ++i) s_.holds->Give(released.released[i]);
     if (final) {
       const aggregator::Slot* slot = s_.slots->Holding(local_slot, job.id(), job.generation(), seq);
       if (cached) {

@@ -27,6 +27,7 @@
 #include "dataplane/answers.h"
 #include "dataplane/counters.h"
 #include "dataplane/final_delivery.h"
+#include "dataplane/hold_buffers.h"
 #include "dataplane/tx_buffers.h"
 #include "dataplane/worker_messages.h"
 
@@ -50,6 +51,10 @@ class TreeStage {
     // aggregation header on).
     rte_ring* tan_up = nullptr;
     rte_ring* tan_down = nullptr;
+    // Copies of the contributions ordered and batch slots hold
+    // (AggregationSetup::holds): a result from above that completes such a
+    // slot gives them back.
+    HoldBuffers* holds = nullptr;
   };
 
   TreeStage(const Setup& setup, rte_mempool* pool, LcoreStats& stats, TxBuffers& tx,

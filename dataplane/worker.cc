@@ -35,7 +35,7 @@ Worker::Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& m
               setup.agg.final_give_up_cycles),
       tree_({setup.agg.jobs, setup.agg.slots, setup.agg.bypass, setup.agg.regions,
              setup.agg.n_workers, setup.agg.index, setup.agg.rebind_ticks, &finals_,
-             channels.tan_up.get(), channels.tan_down.get()},
+             channels.tan_up.get(), channels.tan_down.get(), setup.agg.holds},
             pool, stats, tx_, answers_, clock_),
       agg_(WithFinals(setup.agg, &finals_), channels, stats, tx_, answers_, tree_, clock_),
       own_(plan, stats, tx_, channels.neighbors.get()),
