@@ -1268,22 +1268,26 @@ void AggregationStage::AnswerQuery(const Checked& it) {
                          Answers::To::kBoundMember);
 }
 
+const aggregator::Slot* AggregationStage::OwnSlotOf(const aggregator::Job& job, uint32_t seq) const {
+  const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
+  const aggregator::Slot* s = nullptr;
+  const uint32_t home = region.Of(job.placement(), seq);
+  if (home % s_.n_workers == s_.index) {
+    s = s_.slots->Holding(LocalSlot(home), job.id(), job.generation(), seq);
+  }
+  if (s == nullptr && MoveApplied(job) && job.MovedFrom(seq)) {
+    const uint32_t moved = MovedSlot(job, seq);
+    if (moved % s_.n_workers != s_.index) return nullptr;
+    s = s_.slots->Holding(LocalSlot(moved), job.id(), job.generation(), seq);
+  }
+  return s;
+}
+
 void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node) {
   const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
   if (region.size <= gap_distance_) return;
   const uint32_t earlier = seq - gap_distance_;
-  // At home, or in the moved partition; a slot of another worker (the
-  // region wrapped there, or the partitions differ) is not looked at.
-  const aggregator::Slot* s = nullptr;
-  const uint32_t home = region.Of(job.placement(), earlier);
-  if (home % s_.n_workers == s_.index) {
-    s = s_.slots->Holding(LocalSlot(home), job.id(), job.generation(), earlier);
-  }
-  if (s == nullptr && MoveApplied(job) && job.MovedFrom(earlier)) {
-    const uint32_t moved = MovedSlot(job, earlier);
-    if (moved % s_.n_workers != s_.index) return;
-    s = s_.slots->Holding(LocalSlot(moved), job.id(), job.generation(), earlier);
-  }
+  const aggregator::Slot* s = OwnSlotOf(job, earlier);
   if (s == nullptr || s->state() != aggregator::Slot::State::kAggregating ||
       s->HasContributed(node) || job.Excluded(node)) {
     return;
@@ -1299,19 +1303,8 @@ bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
                                        uint16_t node) const {
   const int child = job.CoveringChild(node);
   if (child < 0) return false;
-  // The chunk's slot, at home or in the moved partition, when this lcore
-  // owns it (a spare slot's chunk, or another worker's, goes on as before).
-  const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
-  const aggregator::Slot* s = nullptr;
-  const uint32_t home = region.Of(job.placement(), seq);
-  if (home % s_.n_workers == s_.index) {
-    s = s_.slots->Holding(LocalSlot(home), job.id(), job.generation(), seq);
-  }
-  if (s == nullptr && MoveApplied(job) && job.MovedFrom(seq)) {
-    const uint32_t moved = MovedSlot(job, seq);
-    if (moved % s_.n_workers != s_.index) return false;
-    s = s_.slots->Holding(LocalSlot(moved), job.id(), job.generation(), seq);
-  }
+  // A spare slot's chunk, or another worker's, goes on as before.
+  const aggregator::Slot* s = OwnSlotOf(job, seq);
   if (s == nullptr ||
       (s->state() != aggregator::Slot::State::kAggregating &&
        s->state() != aggregator::Slot::State::kForwarded) ||

@@ -299,6 +299,11 @@ class AggregationStage {
   // yet and the late could not go on. Returns whether the late goes on.
   bool BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
                       const aggregator::MemberAddr& sender, uint32_t label, bool run_id, uint16_t node);
+  // The slot that holds chunk `seq` of `job`, at home or in its moved
+  // partition, when this lcore owns that slot; nullptr otherwise (a slot of
+  // another worker, where the region wrapped or the partitions differ, is
+  // not looked at).
+  const aggregator::Slot* OwnSlotOf(const aggregator::Job& job, uint32_t seq) const;
   void NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node);
   // Late data of rank `node` from a child switch, for a chunk whose slot on
   // this lcore (still waiting for its answer: aggregating or forwarded)

@@ -2115,6 +2115,35 @@ class ParameterNodeTest : public AggregationTest {
     return Datagram(f);
   }
 
+  // The RESULT of one int32 `value` for chunk `seq` of leaf job `id`, from
+  // its parent (node 50), under the job's run label: to inject on port 1.
+  Frame ResultFromParent(uint32_t id, uint32_t seq, int32_t value) const {
+    aggregator::AggFields r;
+    r.opcode = aggregator::Opcode::kResult;
+    r.job_id = id;
+    r.seq = seq;
+    r.elem_count = 1;
+    r.incarnation = jobs_->Find(id)->label();
+    return DatagramFrom(r, Int32Payload({value}), MemberMac(kPs), MemberIp(kPs),
+                        aggregator::kAggUdpPort);
+  }
+
+  // Leaf jobs 7 (three members) and 8 (two) on colliding chunks: job 7's
+  // chunk, a 1 from each member, goes up, and its forwarded slot gives way
+  // to job 8's, which goes up too. Returns job 7's chunk.
+  uint32_t GiveWayAfterGoingUp() {
+    AddLeafJob(7, 3);
+    AddLeafJob(8, 2);
+    const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+    for (uint16_t m = 0; m < 3; ++m) Inject(0, Contribution(7, s7, m, Int32Payload({1})));
+    Step();
+    EXPECT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+    for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(8, s8, m, Int32Payload({100})));
+    Step();
+    EXPECT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+    return s7;
+  }
+
   static constexpr uint16_t kLeafNode = 100;  // a leaf job's node id at its parent
   static constexpr uint16_t kChild = 101;     // a child switch of a root job
 
@@ -2212,6 +2241,23 @@ class ParameterNodeTest : public AggregationTest {
     spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
     ASSERT_TRUE(jobs_->Add(spec).ok());
     jobs_->Find(id)->SetHop(aggregator::Job::kTanHop, PsHop());
+  }
+
+  // A datagram of the child switch kChild (AddRootOverChild) under run
+  // `label`: of node `node`, for chunk `seq` of job `id`; a LATE flagged
+  // BYPASS, as a switch sends late data on.
+  static aggregator::AggFields FromChild(aggregator::Opcode opcode, uint32_t id, uint16_t node,
+                                         uint32_t seq, uint32_t label) {
+    aggregator::AggFields f;
+    f.opcode = opcode;
+    f.flags = opcode == aggregator::Opcode::kLate ? aggregator::flags::kBypass : 0;
+    f.node_id = node;
+    f.job_id = id;
+    f.seq = seq;
+    f.job_key = 0x5eed;
+    f.elem_count = 1;
+    f.incarnation = label;
+    return f;
   }
 
   // `f`, marked FINAL.
@@ -3073,15 +3119,7 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
   Inject(0, Contribution(8, s8, 0, Int32Payload({100})));  // takes the forwarded slot
   Step();
   EXPECT_TRUE(Drain()[1].empty()) << "job 8's chunk waits for its member 1";
-  aggregator::AggFields r;
-  r.opcode = aggregator::Opcode::kResult;
-  r.job_id = 7;
-  r.seq = s7;
-  r.elem_count = 1;
-  r.incarnation = jobs_->Find(7)->label();
-  const Frame result = DatagramFrom(r, Int32Payload({3}), MemberMac(kPs), MemberIp(kPs),
-                                    aggregator::kAggUdpPort);
-  Inject(1, result);
+  Inject(1, ResultFromParent(7, s7, 3));
   Step();
   ExpectResults(7, 3, 2);  // member 1's copy is lost on the way
   aggregator::AggFields q = QueryFields(7, s7, 1);
@@ -3105,7 +3143,7 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
   EXPECT_EQ(Agg().queries_up.Get(), 1u);
   EXPECT_EQ(Agg().partials_sent.Get(), 1u) << "a question is no partial";
   // The parent answers with the chunk's result, as it answers a member.
-  Inject(1, result);
+  Inject(1, ResultFromParent(7, s7, 3));
   Step();
   ExpectResults(7, 3, 2);
   // A root asks its TAN, which keeps a finished chunk's result (a chunk
@@ -3129,28 +3167,13 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
 // member whose copy was lost gets it there, rather than a NOTICE missing and
 // then "held" by a slot that waits for members that have the result.
 TEST_F(ParameterNodeTest, AResultFromAboveCompletesASlotItsChunkClaimedAgain) {
-  AddLeafJob(7, 3);
-  AddLeafJob(8, 2);
-  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
-  for (uint16_t m = 0; m < 3; ++m) Inject(0, Contribution(7, s7, m, Int32Payload({1})));
-  Step();
-  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
-  for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(8, s8, m, Int32Payload({100})));
-  Step();
-  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+  const uint32_t s7 = GiveWayAfterGoingUp();
   Frame resent = Contribution(7, s7, 2, Int32Payload({1}));
   HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
   Inject(0, resent);
   Step();
   (void)Drain();
-  aggregator::AggFields r;
-  r.opcode = aggregator::Opcode::kResult;
-  r.job_id = 7;
-  r.seq = s7;
-  r.elem_count = 1;
-  r.incarnation = jobs_->Find(7)->label();
-  Inject(1, DatagramFrom(r, Int32Payload({3}), MemberMac(kPs), MemberIp(kPs),
-                         aggregator::kAggUdpPort));
+  Inject(1, ResultFromParent(7, s7, 3));
   Step();
   ExpectResults(7, 3, 3);  // member 1's copy is lost on the way
   Inject(0, Datagram(QueryFields(7, s7, 1)));
@@ -3170,24 +3193,8 @@ TEST_F(ParameterNodeTest, AResultFromAboveCompletesASlotItsChunkClaimedAgain) {
 // past the chunk. Its question about the chunk asks the parent too, whose
 // answer completes the slot and reaches it.
 TEST_F(ParameterNodeTest, AHeldMemberOfAChunkOthersHaveAsksAbove) {
-  AddLeafJob(7, 3);
-  AddLeafJob(8, 2);
-  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
-  for (uint16_t m = 0; m < 3; ++m) Inject(0, Contribution(7, s7, m, Int32Payload({1})));
-  Step();
-  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
-  for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(8, s8, m, Int32Payload({100})));
-  Step();
-  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
-  aggregator::AggFields r;
-  r.opcode = aggregator::Opcode::kResult;
-  r.job_id = 7;
-  r.seq = s7;
-  r.elem_count = 1;
-  r.incarnation = jobs_->Find(7)->label();
-  const Frame result = DatagramFrom(r, Int32Payload({3}), MemberMac(kPs), MemberIp(kPs),
-                                    aggregator::kAggUdpPort);
-  Inject(1, result);
+  const uint32_t s7 = GiveWayAfterGoingUp();
+  Inject(1, ResultFromParent(7, s7, 3));
   Step();
   ExpectResults(7, 3, 3);  // member 2's copy is lost on the way
   // Members 0 and 1 moved on: their watermarks are past s7.
@@ -3221,7 +3228,7 @@ TEST_F(ParameterNodeTest, AHeldMemberOfAChunkOthersHaveAsksAbove) {
   ASSERT_EQ(up.size(), 1u) << "the question to the parent";
   EXPECT_EQ(up[0].fields.seq, s7);
   EXPECT_EQ(Agg().queries_up.Get(), asked + 1);
-  Inject(1, result);
+  Inject(1, ResultFromParent(7, s7, 3));
   Step();
   ExpectResults(7, 3, 3);
   Inject(0, Datagram(QueryFields(7, s7, 2)));
@@ -3273,15 +3280,7 @@ TEST_F(ParameterNodeTest, AChildsLateUnderANewRunLabelStartsANewRunAbove) {
   AddRootOverChild(9);
   auto from_child = [&](aggregator::Opcode opcode, uint16_t node, uint32_t label,
                         uint32_t seq = 1) {
-    aggregator::AggFields f;
-    f.opcode = opcode;
-    f.flags = opcode == aggregator::Opcode::kLate ? aggregator::flags::kBypass : 0;
-    f.node_id = node;
-    f.job_id = 9;
-    f.seq = seq;
-    f.job_key = 0x5eed;
-    f.elem_count = 1;
-    f.incarnation = label;
+    const aggregator::AggFields f = FromChild(opcode, 9, node, seq, label);
     Inject(0, DatagramFrom(f, Int32Payload({40}), MemberMac(kChild), MemberIp(kChild), MemberPort(kChild)));
     Step();
   };
@@ -3345,15 +3344,7 @@ TEST_F(ParameterNodeTest, AChildsLateForARankItsCountedPartialHeldGoesNoFurther)
   AddRootOverChild(9);
   auto from_child = [&](aggregator::Opcode opcode, uint16_t node, uint32_t seq,
                         std::vector<uint16_t> missing) {
-    aggregator::AggFields f;
-    f.opcode = opcode;
-    f.flags = opcode == aggregator::Opcode::kLate ? aggregator::flags::kBypass : 0;
-    f.node_id = node;
-    f.job_id = 9;
-    f.seq = seq;
-    f.job_key = 0x5eed;
-    f.elem_count = 1;
-    f.incarnation = 0xa1;
+    const aggregator::AggFields f = FromChild(opcode, 9, node, seq, 0xa1);
     std::vector<uint8_t> dgram(256);
     dgram.resize(aggregator::BuildAggregation(f, missing.data(),
                                               static_cast<uint32_t>(missing.size()),
