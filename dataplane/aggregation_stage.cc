@@ -160,6 +160,20 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     HandleUnknownJob(m, pkt, sender, in_port, meta, source);
     return false;
   }
+  // On to the slot: `*out` filled.
+  const auto take = [&](uint32_t slot, Where where, bool claim, int member, bool main_server) {
+    out->m = m;
+    out->job = job;
+    out->header_offset = header_offset;
+    out->slot = slot;
+    out->where = where;
+    out->claim = claim;
+    out->member = member;
+    out->main_server = main_server;
+    out->meta = meta;
+    out->in_port = in_port;
+    return true;
+  };
   const bool from_member = opcode != Opcode::kLate && !from_above;
   // Data for the parameter node: it never takes a slot (docs/parameter-node.md).
   const bool at_ps =
@@ -226,19 +240,14 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
         return false;
       }
       // A rank's data from a child switch goes on from the owner of its
-      // chunk's home slot, which may hold it already (LateCountedHere).
+      // chunk's home slot, which may hold it already (LateCountedHere);
+      // handed here, it is not handed on again should the placement have
+      // changed meanwhile.
       if (job->CoveringChild(h.node_id.host()) >= 0) {
-        out->m = m;
-        out->job = job;
-        out->header_offset = header_offset;
-        out->slot = s_.regions.Of(job->in_band(), job->placement(), h.seq.host());
-        out->where = Where::kHome;
-        out->claim = false;
-        out->member = -1;
-        out->main_server = false;
-        out->meta = meta;
-        out->in_port = in_port;
-        return true;
+        const uint32_t home = s_.regions.Of(job->in_band(), job->placement(), h.seq.host());
+        if (source != Source::kHandoff || home % s_.n_workers == s_.index) {
+          return take(home, Where::kHome, false, -1, false);
+        }
       }
       tree_.ForwardLate(m, *job, header_offset, in_port);
       return false;
@@ -408,17 +417,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       return false;
     }
   }
-  out->m = m;
-  out->job = job;
-  out->header_offset = header_offset;
-  out->slot = slot;
-  out->where = where;
-  out->claim = claim;
-  out->member = member;
-  out->main_server = main_server;
-  out->meta = meta;
-  out->in_port = in_port;
-  return true;
+  return take(slot, where, claim, member, main_server);
 }
 
 void AggregationStage::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket& pkt,
