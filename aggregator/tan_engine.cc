@@ -370,6 +370,21 @@ std::vector<uint16_t> TanEngine::Content(uint32_t job_id, const Late& late) cons
   return content;
 }
 
+std::set<uint16_t> TanEngine::Lacks(uint32_t job_id, const std::set<uint16_t>& outstanding) const {
+  std::set<uint16_t> lacks = outstanding;
+  std::vector<uint16_t> todo(outstanding.begin(), outstanding.end());
+  while (!todo.empty()) {  // each id is taken once: ends
+    const uint16_t id = todo.back();
+    todo.pop_back();
+    const auto cov = covers_.find({job_id, id});
+    if (cov == covers_.end()) continue;
+    for (const uint16_t n : cov->second) {
+      if (lacks.insert(n).second) todo.push_back(n);
+    }
+  }
+  return lacks;
+}
+
 TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   const AggFields& f = c.fields;
   if (late.key != f.job_key) {
@@ -403,6 +418,17 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
     c.parked.push_back(std::move(late));
     ++held_lates_;
     return Resolution::kParked;
+  }
+  // What the chunk still lacks: its outstanding ids, and what the switches
+  // among them cover, as far as the TAN knows. A late whose payload holds
+  // another id besides its sender overlaps what the first data (or an
+  // earlier late) holds already: merged, it would count that id twice.
+  const std::set<uint16_t> lacks = Lacks(f.job_id, c.outstanding);
+  for (const uint16_t n : content) {
+    if (n != late.node && lacks.count(n) == 0) {
+      ++counters_.duplicate_late;
+      return Resolution::kDropped;
+    }
   }
   if (c.batch && held_lates_ >= options_.max_held_lates) {
     ++counters_.refused_full;

@@ -355,6 +355,9 @@ class TanEngine {
   // ids its CONTENT list names, or what the sender covers (SetCovers) less
   // what it and the switches it missed lack.
   std::vector<uint16_t> Content(uint32_t job_id, const Late& late) const;
+  // `outstanding`, and every id the switches among them cover (SetCovers),
+  // all the way down.
+  std::set<uint16_t> Lacks(uint32_t job_id, const std::set<uint16_t>& outstanding) const;
   // Reduces, calls on_complete when nothing is outstanding, builds the
   // RESULT (INCOMPLETE when ids are outstanding or the hook refused), caches
   // it, moves the chunk to kDone and appends the datagram to `out`.

@@ -243,6 +243,24 @@ TEST(TanEngineTest, ALatePartialThatMissesASwitchLacksWhatThatSwitchCovers) {
   EXPECT_EQ(tan.counters().duplicate_late, 0u);
 }
 
+// A switch's late partial that holds a rank the first data holds already:
+// the chunk lacks rank 1 only, and switch 105's partial holds ranks 0 and
+// 1 (its slot forwarded it as late data where the first data later came
+// from a second slot of 105's, which had rank 0 alone). Merged, it would
+// count rank 0 twice and return a wrong sum as complete; rank 1's own data
+// completes the chunk.
+TEST(TanEngineTest, ALateThatOverlapsTheFirstDataIsADuplicate) {
+  Tan tan;
+  tan.engine().SetCovers(kJob, 105, {0, 1});
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1}), {1}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(105, Pack<int32_t>({21})), 1 * kMs).empty())
+      << "rank 0 is in the first data";
+  EXPECT_EQ(tan.counters().duplicate_late, 1u);
+  const Parsed r = tan.FeedForResult(Late(1, Pack<int32_t>({20})), 2 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{21});
+}
+
 // A leaf switch found no slot for a chunk and sent it up as missing (its
 // partial of the op's identity, naming every member), and that partial was
 // lost on its way here; its members' data went around it, each as late data.
