@@ -1231,11 +1231,15 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       // held, and the member's data would change nothing. The partial goes
       // again, at most once per resend gap, as for a resend of the data
       // (SlotOutcome::kForwardedAgain): it or the answer may have been lost,
-      // and the parent answers a repeat with its cached result.
+      // and the parent answers a repeat with its cached result. Members
+      // past the chunk that the slot lacks have its result from before the
+      // switch restarted, and the answer from above waits for their data:
+      // they are asked for it, as for an aggregating slot, at the same rate.
       const uint32_t local = LocalSlot(it.slot);
       if (s_.slots->ResendForwarded(local, clock_.tsc)) {
         c.partials_resent.Add(1);
         (void)tree_.FinishSlot(job, local, *slot, false, nullptr, 0);
+        NoticeForgotten(job, *slot);
       }
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld, 0, addr,
                              Answers::To::kBoundMember);

@@ -318,14 +318,17 @@ class AggregationStage {
   // child covers (a switch below a child: its ranks are unknown here), or
   // overflowed. O(inherited ids × log covered ids).
   bool LateCountedHere(const aggregator::Job& job, uint32_t seq, uint16_t node) const;
-  // A member whose ack watermark is past an aggregating slot's chunk has
-  // that chunk's result, yet the slot lacks its data: the result came from
-  // an earlier life of the slot (the switch restarted, or the job was
-  // added again) and did not reach every member. The member reduced it
-  // into its buffer and will not send the chunk again unless told: each
-  // such member gets a NOTICE missing, and resends the contribution it
-  // kept. Called while a held member asks after the chunk (a QUERY), so
-  // at most once per such question; O(members).
+  // A member whose ack watermark is past a slot's chunk has that chunk's
+  // result, yet the slot lacks its data: the result came from an earlier
+  // life of the slot (the switch restarted, or the job was added again)
+  // and did not reach every member. The member reduced it into its buffer
+  // and will not send the chunk again unless told: each such member gets
+  // a NOTICE missing, and resends the contribution it kept. Its data
+  // completes an aggregating slot, or goes on as late data after a
+  // forwarded one's partial (its slot timed out waiting for it). Called
+  // while a held member asks after the chunk (a QUERY): each time for an
+  // aggregating slot, at most once per resend gap for a forwarded one;
+  // O(members).
   void NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot);
   // A member the aggregating `slot` lacks that has moved past its chunk
   // (its ack watermark says it holds the result) means the chunk completed

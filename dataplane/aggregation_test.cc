@@ -2942,6 +2942,75 @@ TEST_F(ParameterNodeTest, AFinalChunkCompletedByTheTanReachesTheMainServer) {
   EXPECT_EQ(Agg().final_refused.Get(), 0u);
 }
 
+// The switch restarted after sending a chunk's result to some members
+// only: member 2 lost it and resends the chunk, whose slot times out
+// waiting for the others and sends its first data to the TAN without them.
+// Member 0 has the result (its watermark is past the chunk) and sends no
+// more of it unasked; the TAN would wait for it until its give-up. When
+// member 2 asks after the chunk and the partial goes again, member 0 is
+// told the switch lacks its data; member 1, whose watermark is not past
+// the chunk, is not. Their data goes on late, and the TAN answers with
+// the whole sum.
+TEST_F(ParameterNodeTest, MembersPastAChunkWhoseSlotTimedOutAreAskedForIt) {
+  BuildAggregation("");
+  aggregator::JobSpec spec;
+  spec.id = 7;
+  spec.key = 0x5eed;
+  spec.members = 3;
+  spec.timeout_cycles = rte_get_tsc_hz() / 100;  // a 10 ms slot timer
+  spec.tan = aggregator::JobSpec::Tan::kRemote;
+  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  jobs_->Find(7)->SetHop(aggregator::Job::kTanHop, PsHop());
+  Heard(7, 3);
+  Inject(0, MemberAck(7, 0, 9));
+  Inject(0, MemberAck(7, 1, 4));
+  Frame resent = Contribution(7, 5, 2, Int32Payload({4}));
+  HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, resent);
+  Step();
+  rte_delay_ms(15);  // the slot times out without members 0 and 1
+  Step();
+  const std::vector<Frame> first = Drain()[1];
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(MissingCount(first[0]), 2);
+  std::vector<Result> up = ThroughPs(first);
+  EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kPartial);
+
+  rte_delay_ms(6);  // past the resend gap
+  aggregator::AggFields q = QueryFields(7, 5, 2);
+  q.ack_watermark = 5;
+  Inject(0, Datagram(q));
+  Step();
+  auto out = Drain();
+  std::map<uint32_t, uint32_t> told;  // member IP -> NOTICE kind about chunk 5
+  for (const Result& r : WithOpcode(out[0], aggregator::Opcode::kNotice)) {
+    EXPECT_EQ(r.fields.seq, 5u);
+    told[r.dst_ip] = r.fields.aux;
+  }
+  const auto held = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
+  const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+  EXPECT_EQ(told, (std::map<uint32_t, uint32_t>{{MemberIp(2), held}, {MemberIp(0), missing}}));
+  EXPECT_EQ(Agg().resync_notices.Get(), 1u);
+  EXPECT_EQ(WithOpcode(out[1], aggregator::Opcode::kPartial).size(), 1u) << "the partial again";
+
+  // Member 0 resends its kept chunk 5, member 1 sends its own: late, to the TAN.
+  Frame again = Contribution(7, 5, 0, Int32Payload({1}));
+  HeaderOf(again)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, again);
+  Inject(0, Contribution(7, 5, 1, Int32Payload({2})));
+  Step();
+  up = ThroughPs(Drain()[1]);
+  ASSERT_EQ(up.size(), 2u);
+  for (const Result& r : up) EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kLate);
+  const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 3u);
+  for (const Result& r : results) {
+    EXPECT_EQ(r.payload, Int32Payload({7}));
+    EXPECT_FALSE(r.fields.flags & aggregator::flags::kIncomplete);
+  }
+}
+
 // A FINAL chunk that finds no slot at the root goes to the parameter node
 // as direct data, which returns the result FINAL: the root delivers it to
 // the main server from the result itself, as no slot holds the chunk.
