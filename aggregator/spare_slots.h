@@ -13,8 +13,9 @@
 //
 // The last free spare slot, the only one included, is kept for a job's
 // oldest chunk (`oldest`: the caller says whether the chunk is one its job's
-// slowest member waits for, at its members' ack watermark). A complete
-// chunk keeps its slot, home or spare, until its job's watermark passes it;
+// slowest member waits for, at its members' ack watermark). At a job's root
+// a complete chunk keeps its slot, home or spare, until its job's watermark
+// passes it;
 // so two jobs each holding the home slot of the other's oldest chunk, with
 // every spare slot leased to chunks that wait behind those, would wait for
 // each other until their slots went stale. An oldest chunk placed completes

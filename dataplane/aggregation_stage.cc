@@ -21,7 +21,7 @@ struct ReleaseContext {
 };
 
 // A slot whose job registration is gone may give way at once; a complete one
-// also once every member acknowledged its result.
+// also once every member acknowledged its result, or at once below the root.
 bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                     bool complete) {
   const auto& r = *static_cast<const ReleaseContext*>(ctx);
@@ -35,8 +35,16 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
     const std::optional<uint32_t> watermark = job->SlotWatermark(r.now, r.gone_ticks);
     return watermark && aggregator::SeqBefore(seq, *watermark);
   }
-  // A result stays until every member, gone or not, has it: a member
-  // presumed gone may yet retransmit.
+  // Below the root a complete slot holds a result that came down from the
+  // parent, which keeps it until every member below has acknowledged it
+  // (its members' watermarks, relayed): a member whose copy was lost gets
+  // it from there (TreeStage::AskAbove). Kept here too, it would hold the
+  // slot until its job's slowest member moves on, which may wait on a
+  // chunk of another job that needs this slot, at this switch or at
+  // another: two jobs would hold each other's oldest chunks back.
+  if (!job->is_root()) return true;
+  // At the root a result stays until every member, gone or not, has it: a
+  // member presumed gone may yet retransmit.
   const std::optional<uint32_t> min_ack = job->MinAck();
   return min_ack && aggregator::SeqBefore(seq, *min_ack) &&
          job->LearnedMembers() == job->members();

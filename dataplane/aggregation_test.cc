@@ -3667,6 +3667,49 @@ TEST_F(ParameterNodeTest, ALeafWithoutTimersRefusesAChunkWithNoSlot) {
   EXPECT_EQ(Agg().conflicts_up.Get(), 0u);
 }
 
+// Below the root a complete slot holds a result that came down from the
+// parent, which keeps it until every member below has acknowledged it: it
+// gives way to another chunk at once (seeds 130625 and 180086, where two
+// jobs' complete chunks, each ahead of its job's watermark, held the slots
+// of the other's oldest chunk at two switches without spare slots, and
+// neither watermark moved). A member whose copy was lost asks the parent.
+TEST_F(ParameterNodeTest, BelowTheRootACompleteSlotGivesWayToAnotherChunk) {
+  BuildAggregation(", spare_slots: 0");
+  AddLeafJob(7, 2, 0);
+  AddLeafJob(8, 2, 0);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
+  Inject(0, Contribution(7, s7, 1, Int32Payload({2})));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+  Inject(1, ResultFromParent(7, s7, 3));
+  Step();
+  ExpectResults(7, 3, 2);  // member 1's copy is lost on the way
+  // Job 7's members have not acknowledged chunk s7: its slot is complete.
+  Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
+  Inject(0, Contribution(8, s8, 1, Int32Payload({20})));
+  Step();
+  auto out = Drain();
+  EXPECT_TRUE(WithOpcode(out[0], aggregator::Opcode::kNack).empty());
+  EXPECT_EQ(Agg().slot_busy.Get(), 0u);
+  const std::vector<Result> up = WithOpcode(out[1], aggregator::Opcode::kPartial);
+  ASSERT_EQ(up.size(), 1u) << "job 8's chunk took the slot and went up";
+  EXPECT_EQ(up[0].fields.job_id, 8u);
+  EXPECT_EQ(up[0].payload, Int32Payload({120}));
+  // Member 1 of job 7 asks after s7: the parent is asked, and its answer
+  // reaches the member.
+  Inject(0, Datagram(QueryFields(7, s7, 1)));
+  Step();
+  out = Drain();
+  const std::vector<Result> asked = WithOpcode(out[1], aggregator::Opcode::kQuery);
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].fields.job_id, 7u);
+  EXPECT_EQ(asked[0].fields.seq, s7);
+  Inject(1, ResultFromParent(7, s7, 3));
+  Step();
+  ExpectResults(7, 3, 2);
+}
+
 TEST_F(AggregationTest, SlotDumpShowsBusySlotsUntilReleased) {
   AddJob(7, 2);
   Inject(0, Contribution(7, 4, 0, Int32Payload({1, 2})));

@@ -64,7 +64,7 @@ EscalationPolicy::Answer EscalationPolicy::Decide(const Escalation& e, Clock::ti
   // freed since would split it.
   const bool goes_on = current && e.goes_on;
   if (spare_ && !(goes_on && WentOn(key, now))) {
-    // Every switch keeps a job's complete chunks until its members' ack
+    // A root keeps a job's complete chunks until its members' ack
     // watermark passes them, and a chunk that finds no slot may find no way
     // on either (no bypass entry, no TAN): a chunk behind the one its
     // slowest member here waits for leaves the last free spare slot to a
