@@ -941,6 +941,29 @@ TEST(ClientTest, AResendIsMarkedForTheParameterNodeWhenTheJobHasOne) {
   EXPECT_EQ(sw.for_parameter_node_malformed(), 0u);
 }
 
+// An in-band job whose only datagram, the one that would register it, is
+// lost: the resend for the parameter node carries no task info, and the
+// switch, which does not know the job, refuses it (unknown job). The chunk
+// goes again with its task info, registers the job and completes (seeds
+// 200101 and 230190).
+TEST(ClientTest, AResendForTheParameterNodeToAnUnknownJobGoesAgainWithItsTaskInfo) {
+  TestSwitch::Options so;
+  so.lose_first = 1;
+  TestSwitch sw(so);
+  ASSERT_TRUE(sw.ok());
+  ClientOptions o = Options({sw.address()}, 21, 1);
+  o.resend_to_parameter_node = true;
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::vector<int32_t> v(10, 2);  // one chunk
+  const common::Status s = (*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(v, std::vector<int32_t>(10, 2));
+  EXPECT_EQ(sw.registrations(), 1u);
+  EXPECT_GE(sw.nacks(), 1u);
+  EXPECT_GE((*client)->stats().transient_nacks, 1u);
+}
+
 TEST(ClientTest, AnUnreachableSwitchFailsWithinTheProgressTimeout) {
   // A port nobody listens on.
   uint16_t port;

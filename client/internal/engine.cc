@@ -457,7 +457,8 @@ void Engine::PlanSends(Lane& lane, const Phase& phase, Clock::time_point now) {
     if (options_.resend_to_parameter_node && !due_[d].refused &&
         h->opcode == static_cast<uint8_t>(Opcode::kContribution)) {
       // For the parameter node: how many ranks the whole allreduce has, in
-      // place of the task info (the switch knows the job by now). Not a
+      // place of the task info (the switch knows the job by now; if it does
+      // not, its NACK unknown job puts the task info back: OnNack). Not a
       // control unit's TASK_INFO: that is no data, and must keep saying
       // what the job is. Nor data the switch refused for now (a quota, a
       // busy slot, a new run): nothing of it was lost, and it goes where it
@@ -588,7 +589,7 @@ common::Status Engine::OnDatagram(Lane& lane, const Phase& phase, const sockaddr
         break;
       }
       case Opcode::kNack:
-        if (h.node_id.host() == options_.rank) return OnNack(lane, h);
+        if (h.node_id.host() == options_.rank) return OnNack(lane, phase, h);
         break;
       case Opcode::kNotice:
         if (h.node_id.host() == options_.rank) {
@@ -749,7 +750,32 @@ common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator
   return common::Status::Ok();
 }
 
-common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
+bool Engine::RestoreTaskInfo(const Phase& phase, uint32_t seq) {
+  // Only a contribution of an in-band job whose data is not for the
+  // parameter node by itself (the float32 redo of a saturated sum) carries
+  // the task info when first built.
+  if (options_.task_info != TaskInfoMode::kInBand || phase.kind == Phase::Kind::kAnnounce ||
+      (phase.flags & flags::kAggregateAtPs) != 0) {
+    return false;
+  }
+  const uint32_t k = seq - window_.base();
+  if (k >= window_.sent() || window_.Answered(k)) return false;
+  auto* h = reinterpret_cast<AggHeader*>(WindowBuffer(k));
+  const uint16_t f = h->flags.host();
+  if (h->seq.host() != seq || static_cast<Opcode>(h->opcode) != Opcode::kContribution ||
+      (f & flags::kTaskInfo) != 0) {
+    return false;
+  }
+  // Undo what the resend for the parameter node changed (PlanSends).
+  h->flags = common::be16_t::FromHost(
+      static_cast<uint16_t>((f & ~flags::kAggregateAtPs) | flags::kTaskInfo |
+                            (options_.verify ? flags::kVerifyMode : 0)));
+  h->expected = common::be16_t::FromHost(RanksPerNode(options_));
+  h->node_count = common::be16_t::FromHost(options_.node_count);
+  return true;
+}
+
+common::Status Engine::OnNack(const Lane& lane, const Phase& phase, const AggHeader& h) {
   const uint32_t seq = h.seq.host();
   // Only the refusal of a datagram of this transfer says something about it;
   // a late one for an earlier transfer's retransmission does not.
@@ -759,6 +785,19 @@ common::Status Engine::OnNack(const Lane& lane, const AggHeader& h) {
   }
   const uint32_t reason = h.aux.host();
   const auto why = static_cast<NackReason>(reason);
+  // An in-band job the switch does not know, refused a resend that went
+  // without the task info (marked AGGREGATE_AT_PS for the parameter node):
+  // the datagram that would have registered the job was lost, or the switch
+  // dropped the job since (it restarted, or reaped it idle). The chunk goes
+  // again as it was first built, with the task info, which registers the
+  // job; a refusal of that is final.
+  if (why == NackReason::kUnknownJob && RestoreTaskInfo(phase, seq)) {
+    Bump(counters_.transient_nacks);
+    last_transient_nack_ = reason;
+    window_.Refused(seq, clock_.Now() + std::min<Clock::duration>(options_.retransmit_timeout,
+                                                                  kQuotaRetry));
+    return common::Status::Ok();
+  }
   // "Not now": the control unit's announcement has not registered the job yet, or the
   // switch refuses this chunk for the moment (a rate, a quota, a binding, a
   // busy slot, a full store: the root defers a chunk that would complete a

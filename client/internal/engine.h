@@ -181,7 +181,12 @@ class Engine {
   common::Status OnDatagram(Lane& lane, const Phase& phase, const sockaddr_in& from,
                             const uint8_t* data, uint32_t len);
   common::Status OnResult(Lane& lane, const Phase& phase, const aggregator::AggPacket& pkt);
-  common::Status OnNack(const Lane& lane, const aggregator::AggHeader& h);
+  common::Status OnNack(const Lane& lane, const Phase& phase, const aggregator::AggHeader& h);
+  // Chunk `seq`, outstanding, went to its switch without the task info of an
+  // in-band job (a resend for the parameter node): puts the task info back
+  // into its datagram, as BuildDatagram wrote it. False when there is none
+  // to put back.
+  bool RestoreTaskInfo(const Phase& phase, uint32_t seq);
   void OnNotice(const aggregator::AggHeader& h);
   // ACKs the last allreduce to `lane`'s switch and schedules the repeats.
   void SendAck(Lane& lane);
