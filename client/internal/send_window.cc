@@ -179,18 +179,15 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
         e.timeout = std::max(e.timeout, std::min(backed_off, params_.max_timeout));
         backed_off_ = backed_off_ || e.timeout != e.initial;
       }
-      // A question, data sent on a loss signal, or data sent again after
-      // a refusal for now (the switch answered a moment ago) should be
-      // answered within a probe interval; without an answer the chunk is
-      // asked after again.
+      // A question, or data sent on a loss signal, should be answered within
+      // a probe interval; without an answer the chunk is asked after again.
       // The last question before the data goes waits a whole timeout: the
       // data goes after a timeout of silence, not a few round trips of a
       // switch descheduled on a loaded host. The questions about a held
       // chunk wait twice as long each time none is answered (up to the
       // timeout), so that a stalled switch is not sent a window of questions
       // every probe interval.
-      const bool answer_soon = query || why == Entry::Why::kFast || why == Entry::Why::kMissing ||
-                               why == Entry::Why::kRefused;
+      const bool answer_soon = query || why == Entry::Why::kFast || why == Entry::Why::kMissing;
       Clock::duration wait = std::min(e.timeout, probe_);
       if (query && !e.held && e.queried >= kUnansweredQueries) {
         wait = e.timeout;

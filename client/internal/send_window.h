@@ -59,9 +59,9 @@
 // each rank's timeouts would feed the others' round trips.)
 //
 // Once a chunk is in recovery, each step is followed up after the probe
-// interval (SetProbe: about two round trips), not its timeout: a query,
-// data resent on a loss signal, or data resent after a refusal for now,
-// left unanswered that long is asked after again. A step lost again then costs a probe interval, where a timeout
+// interval (SetProbe: about two round trips), not its timeout: a query, or
+// data resent on a loss signal, left unanswered that long is asked after
+// again. A step lost again then costs a probe interval, where a timeout
 // floor of several round trips would leave the window standing. Each query
 // in a row left unanswered doubles the wait for the next answer (up to the
 // timeout): a switch descheduled for a few round trips on a loaded host is

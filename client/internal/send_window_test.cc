@@ -216,33 +216,6 @@ TEST(SendWindowTest, ARefusedChunkIsDueSoonAndItsResendDoesNotBackOff) {
   EXPECT_FALSE(w.Refused(103, t0)) << "not of this transfer";
 }
 
-// The data sent again after a refusal for now (a busy slot, a quota) is
-// answered within a round trip: refused again, or taken. Lost, it is asked
-// after once a probe interval has passed, not after the chunk's timeout,
-// which earlier timeouts may have backed off to the limit: a chunk that
-// waited for a busy slot would otherwise miss the slot coming free by that
-// much (seed 270018, where another job's chunk took it meanwhile and
-// waited in turn for a member backed off so).
-TEST(SendWindowTest, AResendAfterARefusalLeftUnansweredIsAskedAfterOneProbe) {
-  SendWindow w;
-  w.Reset(0, 1, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
-  w.SetProbe(milliseconds(2));
-  const Clock::time_point t0{};
-  w.MarkSent(t0, milliseconds(100));
-  SendWindow::Due due[2];
-  // Its timer fires twice (a question, then the data): the timeout backs off.
-  ASSERT_EQ(w.TakeDue(t0 + milliseconds(2), due, 2), 1u);  // the tail: asked after one probe
-  ASSERT_TRUE(w.Missing(0, t0 + milliseconds(3)));
-  ASSERT_EQ(w.TakeDue(t0 + milliseconds(3), due, 2), 1u);
-  ASSERT_TRUE(w.Refused(0, t0 + milliseconds(5)));
-  ASSERT_EQ(w.TakeDue(t0 + milliseconds(5), due, 2), 1u);
-  EXPECT_FALSE(due[0].query) << "refused: the data";
-  EXPECT_TRUE(due[0].refused);
-  EXPECT_EQ(w.NextDue(), t0 + milliseconds(7)) << "asked after one probe interval";
-  ASSERT_EQ(w.TakeDue(t0 + milliseconds(7), due, 2), 1u);
-  EXPECT_TRUE(due[0].query);
-}
-
 // NOTICE held: the switch has the chunk and waits for other members. It
 // is not fast-retransmitted, and goes again only after its timeout, counted
 // from the notice.
