@@ -920,16 +920,27 @@ TEST(ClientTest, ARunIdIsEveryRanksIncarnation) {
   EXPECT_TRUE(sw.saw_flags() & aggregator::flags::kRunId);
 }
 
+// A test switch that loses the first contribution it receives.
+TestSwitch::Options LosingTheFirstContribution() {
+  TestSwitch::Options so;
+  so.lose_first = 1;
+  return so;
+}
+
+// One rank of job `job` at `sw`, whose resends are marked for the
+// parameter node.
+ClientOptions ResendingToTheParameterNode(const TestSwitch& sw, uint32_t job) {
+  ClientOptions o = Options({sw.address()}, job, 1);
+  o.resend_to_parameter_node = true;
+  return o;
+}
+
 // With a parameter node, what is resent after a loss is marked for it, with
 // the allreduce's rank count; first transmissions are not.
 TEST(ClientTest, AResendIsMarkedForTheParameterNodeWhenTheJobHasOne) {
-  TestSwitch::Options so;
-  so.lose_first = 1;
-  TestSwitch sw(so);
+  TestSwitch sw(LosingTheFirstContribution());
   ASSERT_TRUE(sw.ok());
-  ClientOptions o = Options({sw.address()}, 18, 1);
-  o.resend_to_parameter_node = true;
-  auto client = Client::Create(o);
+  auto client = Client::Create(ResendingToTheParameterNode(sw, 18));
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   std::vector<int32_t> v(3000, 2);
   ASSERT_TRUE((*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum).ok());
@@ -947,13 +958,9 @@ TEST(ClientTest, AResendIsMarkedForTheParameterNodeWhenTheJobHasOne) {
 // goes again with its task info, registers the job and completes (seeds
 // 200101 and 230190).
 TEST(ClientTest, AResendForTheParameterNodeToAnUnknownJobGoesAgainWithItsTaskInfo) {
-  TestSwitch::Options so;
-  so.lose_first = 1;
-  TestSwitch sw(so);
+  TestSwitch sw(LosingTheFirstContribution());
   ASSERT_TRUE(sw.ok());
-  ClientOptions o = Options({sw.address()}, 21, 1);
-  o.resend_to_parameter_node = true;
-  auto client = Client::Create(o);
+  auto client = Client::Create(ResendingToTheParameterNode(sw, 21));
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   std::vector<int32_t> v(10, 2);  // one chunk
   const common::Status s = (*client)->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);

@@ -787,18 +787,9 @@ TEST_F(AggregationTest, MembersPastAChunkTheSlotLacksAreAskedForIt) {
   Step();
   (void)Drain();
   EXPECT_EQ(Agg().resync_notices.Get(), 0u) << "nobody asked after chunk 5 yet";
-  aggregator::AggFields q = QueryFields(7, 5, 2);
-  q.ack_watermark = 5;
-  Inject(0, Datagram(q));
-  Step();
-  std::map<uint32_t, uint32_t> told;  // member IP -> NOTICE kind about chunk 5
-  auto out = Drain();
-  for (const Frame& f : out[0]) {
-    const Result r = ParseResult(f);
-    ASSERT_EQ(r.fields.opcode, aggregator::Opcode::kNotice);
-    EXPECT_EQ(r.fields.seq, 5u);
-    told[r.dst_ip] = r.fields.aux;
-  }
+  auto out = AskAfter(7, 5, 2, /*watermark=*/5);
+  const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], 5);
+  EXPECT_EQ(out[0].size(), told.size()) << "NOTICEs only";
   const auto held = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
   const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
   EXPECT_EQ(told, (std::map<uint32_t, uint32_t>{{MemberIp(2), held}, {MemberIp(0), missing}}));
@@ -2176,6 +2167,15 @@ class ParameterNodeTest : public AggregationTest {
     if (heard) Heard(id, members);
   }
 
+  // Jobs 7 and 8, leaves of two members without slot timers, on a table
+  // without spare slots. Returns a chunk of each, both placed on one slot.
+  std::pair<uint32_t, uint32_t> LeafJobsWithoutTimersOnOneSlot() {
+    BuildAggregation(", spare_slots: 0");
+    AddLeafJob(7, 2, 0);
+    AddLeafJob(8, 2, 0);
+    return CollidingSeqs(*jobs_, config_, 7, 8);
+  }
+
   // What the switch sent since the last Drain: to the members (port 0),
   // `count` results of job `job` carrying the int32 sum `sum`.
   void ExpectResults(uint32_t job, int32_t sum, size_t count) {
@@ -2978,16 +2978,8 @@ TEST_F(ParameterNodeTest, MembersPastAChunkWhoseSlotTimedOutAreAskedForIt) {
   EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kPartial);
 
   rte_delay_ms(6);  // past the resend gap
-  aggregator::AggFields q = QueryFields(7, 5, 2);
-  q.ack_watermark = 5;
-  Inject(0, Datagram(q));
-  Step();
-  auto out = Drain();
-  std::map<uint32_t, uint32_t> told;  // member IP -> NOTICE kind about chunk 5
-  for (const Result& r : WithOpcode(out[0], aggregator::Opcode::kNotice)) {
-    EXPECT_EQ(r.fields.seq, 5u);
-    told[r.dst_ip] = r.fields.aux;
-  }
+  auto out = AskAfter(7, 5, 2, /*watermark=*/5);
+  const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], 5);
   const auto held = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
   const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
   EXPECT_EQ(told, (std::map<uint32_t, uint32_t>{{MemberIp(2), held}, {MemberIp(0), missing}}));
@@ -3652,10 +3644,7 @@ TEST_F(ParameterNodeTest, AMembersDataFollowsItsChunkUpAsMissingEvenWhenTheChunk
 // Without slot timers a leaf presumes no TAN above it: a chunk that finds no
 // slot is refused for now (NACK slot_busy), and the member retries.
 TEST_F(ParameterNodeTest, ALeafWithoutTimersRefusesAChunkWithNoSlot) {
-  BuildAggregation(", spare_slots: 0");
-  AddLeafJob(7, 2, 0);
-  AddLeafJob(8, 2, 0);
-  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  const auto [s7, s8] = LeafJobsWithoutTimersOnOneSlot();
   Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
   Inject(0, Contribution(8, s8, 0, Int32Payload({100})));
   Step();
@@ -3674,10 +3663,7 @@ TEST_F(ParameterNodeTest, ALeafWithoutTimersRefusesAChunkWithNoSlot) {
 // of the other's oldest chunk at two switches without spare slots, and
 // neither watermark moved). A member whose copy was lost asks the parent.
 TEST_F(ParameterNodeTest, BelowTheRootACompleteSlotGivesWayToAnotherChunk) {
-  BuildAggregation(", spare_slots: 0");
-  AddLeafJob(7, 2, 0);
-  AddLeafJob(8, 2, 0);
-  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  const auto [s7, s8] = LeafJobsWithoutTimersOnOneSlot();
   Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
   Inject(0, Contribution(7, s7, 1, Int32Payload({2})));
   Step();

@@ -369,6 +369,28 @@ class AggregationTest : public DataplaneTest {
     return out;
   }
 
+  // Member `node` of job `job` asks after chunk `seq` (a QUERY carrying
+  // ack watermark `watermark`); returns what the switch sent.
+  std::map<int, std::vector<Frame>> AskAfter(uint32_t job, uint32_t seq, uint16_t node,
+                                             uint32_t watermark) {
+    aggregator::AggFields q = QueryFields(job, seq, node);
+    q.ack_watermark = watermark;
+    Inject(0, Datagram(q));
+    Step();
+    return Drain();
+  }
+
+  // The NOTICEs among `frames`, all about chunk `seq`: the kind each
+  // member was told (NoticeKind), by its IP.
+  static std::map<uint32_t, uint32_t> NoticeKinds(const std::vector<Frame>& frames, uint32_t seq) {
+    std::map<uint32_t, uint32_t> told;
+    for (const Result& r : WithOpcode(frames, aggregator::Opcode::kNotice)) {
+      EXPECT_EQ(r.fields.seq, seq);
+      told[r.dst_ip] = r.fields.aux;
+    }
+    return told;
+  }
+
   // Parses a frame the switch sent as a result datagram.
   static Result ParseResult(const Frame& f) {
     Result r{};
