@@ -35,10 +35,12 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
     const std::optional<uint32_t> watermark = job->SlotWatermark(r.now, r.gone_ticks);
     return watermark && aggregator::SeqBefore(seq, *watermark);
   }
-  // Below the root a complete slot holds a result that came down from the
-  // parent, which keeps it until every member below has acknowledged it
-  // (its members' watermarks, relayed): a member whose copy was lost gets
-  // it from there (TreeStage::AskAbove). Kept here too, it would hold the
+  // Below the root a complete slot holds a result that came down from
+  // above, and the root keeps it until every member below has acknowledged
+  // it (their watermarks, relayed; its TAN, a finished chunk's for its
+  // give-up time): a member whose copy was lost gets it from there, each
+  // switch on the way that has nothing of the chunk asking its parent
+  // (TreeStage::AskAbove). Kept here too, it would hold the
   // slot until its job's slowest member moves on, which may wait on a
   // chunk of another job that needs this slot, at this switch or at
   // another: two jobs would hold each other's oldest chunks back.
