@@ -243,9 +243,24 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       // is that child's new run, taken up here as from its partial, and the
       // late goes on only in the run it belongs to (its member's resend
       // brings it again); else the TAN would take it for the old run's.
+      const bool run_id = (h.flags.host() & aggregator::flags::kRunId) != 0;
+      bool new_run = false;
       if (!from_above && h.incarnation.host() != 0 &&
-          !BindLateSender(*job, udp, sender, h.incarnation.host(),
-                          (h.flags.host() & aggregator::flags::kRunId) != 0, h.node_id.host())) {
+          !BindLateSender(*job, udp, sender, h.incarnation.host(), run_id, h.node_id.host(),
+                          &new_run)) {
+        // At the root, a late under a run id that starts a new run here goes
+        // on to the TAN under that id: it is the label the root's first data
+        // of the new run carries (a run id is the same at every switch), and
+        // the TAN holds it until that first data comes. Dropped, it would
+        // not come again: the child switch forwarded it once, and the
+        // member's resend may be reduced into the child's slot anew (its
+        // forwarded slot gone by then), whose partial the parent takes for a
+        // repeat of the first.
+        if (new_run && run_id && job->is_root() &&
+            job->tan() != aggregator::JobSpec::Tan::kNone) {
+          tree_.ForwardLate(m, *job, header_offset, in_port, h.incarnation.host());
+          return false;
+        }
         tx_.Drop(in_port, DropReason::kAggRejected, m);
         return false;
       }
@@ -471,8 +486,9 @@ void AggregationStage::HandleUnknownJob(rte_mbuf* m, const aggregator::AggPacket
 
 bool AggregationStage::BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
                                       const aggregator::MemberAddr& sender, uint32_t label, bool run_id,
-                                      uint16_t node) {
+                                      uint16_t node, bool* new_run) {
   AggregationCounters& c = stats_.lcore.agg;
+  if (new_run != nullptr) *new_run = false;
   // The member bound to where it came from (bounded by the job's members);
   // else the one child switch below which `node` is, not bound yet.
   int from = -1;
@@ -503,6 +519,7 @@ bool AggregationStage::BindLateSender(const aggregator::Job& job, const UdpInfo&
       case aggregator::Job::Bind::kNewRun:
         job.RequestNewRun(i, label);
         c.new_run.Add(1);
+        if (new_run != nullptr) *new_run = true;
         return false;
       case aggregator::Job::Bind::kRunEnded:
         c.run_ended.Add(1);

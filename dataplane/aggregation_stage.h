@@ -296,9 +296,12 @@ class AggregationStage {
   // RequestNewRun). From a child not bound yet (its late overtook its first
   // partial), binds the one child whose node id or covered ids name `node`,
   // as its partial would have: without that, this switch has no run label
-  // yet and the late could not go on. Returns whether the late goes on.
+  // yet and the late could not go on. Returns whether the late goes on;
+  // `*new_run` (when not null) is set when it does not because its label
+  // started a new run here.
   bool BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
-                      const aggregator::MemberAddr& sender, uint32_t label, bool run_id, uint16_t node);
+                      const aggregator::MemberAddr& sender, uint32_t label, bool run_id, uint16_t node,
+                      bool* new_run = nullptr);
   // The slot that holds chunk `seq` of `job`, at home or in its moved
   // partition, when this lcore owns that slot; nullptr otherwise (a slot of
   // another worker, where the region wrapped or the partitions differ, is

@@ -3358,6 +3358,32 @@ TEST_F(ParameterNodeTest, AChildsLateUnderANewRunLabelStartsANewRunAbove) {
   EXPECT_EQ(jobs_->TakeNewRuns(), std::vector<uint32_t>{9});
 }
 
+// The same under run ids (the kRunId flag): the new run's id is the label
+// the root's own first data of that run will carry, so the late goes on to
+// the TAN under it, which holds it until that first data comes. Dropped, it
+// would not come again: its child forwarded it once, and the member's
+// resend may be reduced into a fresh slot there, whose partial the root's
+// slot takes for a repeat.
+TEST_F(ParameterNodeTest, AChildsLateUnderANewRunIdGoesOnToTheTanUnderThatId) {
+  AddRootOverChild(9);
+  auto from_child = [&](aggregator::Opcode opcode, uint16_t node, uint32_t label,
+                        uint32_t seq = 1) {
+    aggregator::AggFields f = FromChild(opcode, 9, node, seq, label);
+    f.flags = static_cast<uint16_t>(f.flags | aggregator::flags::kRunId);
+    Inject(0, DatagramFrom(f, Int32Payload({40}), MemberMac(kChild), MemberIp(kChild), MemberPort(kChild)));
+    Step();
+  };
+  from_child(aggregator::Opcode::kPartial, kChild, 0xa1, 2);
+  (void)Drain();
+  from_child(aggregator::Opcode::kLate, 4, 0xb2);
+  const std::vector<Result> late = WithOpcode(Drain()[1], aggregator::Opcode::kLate);
+  ASSERT_EQ(late.size(), 1u) << "on to the TAN";
+  EXPECT_EQ(late[0].fields.incarnation, 0xb2u) << "under the new run's id, not the old run's";
+  EXPECT_NE(late[0].fields.flags & aggregator::flags::kRunId, 0u);
+  EXPECT_EQ(Agg().new_run.Get(), 1u);
+  EXPECT_EQ(jobs_->TakeNewRuns(), std::vector<uint32_t>{9});
+}
+
 // A child switch's late data that overtakes its first partial (a hand-off
 // between the child's workers can reorder them) binds the child here as its
 // partial would: the one child whose covered ids name the late's node. Before,

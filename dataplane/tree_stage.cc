@@ -512,11 +512,15 @@ void TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job) {
 }
 
 void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
-                            uint16_t in_port) {
+                            uint16_t in_port, uint32_t label) {
   AggregationCounters& c = stats_.lcore.agg;
-  if (!Labelled(m, job, in_port)) return;
+  if (label == 0 && !Labelled(m, job, in_port)) return;
   auto* h = TrimToDatagram(m, job, header_offset, aggregator::flags::kBypass);
   h->opcode = static_cast<uint8_t>(aggregator::Opcode::kLate);
+  if (label != 0) {
+    h->incarnation = common::be32_t::FromHost(label);
+    h->flags = common::be16_t::FromHost(static_cast<uint16_t>(h->flags.host() | aggregator::flags::kRunId));
+  }
   // A child switch's late partial, whose covered ids this switch listed as
   // missing: sent on naming them (the TAN may not know what it covers).
   ListContent(m, job);

@@ -100,9 +100,11 @@ class TreeStage {
   void AskAbove(const aggregator::Job& job, const aggregator::AggHeader& query);
   // Turns a contribution (or partial) into a LATE datagram flagged BYPASS and
   // sends it towards the TAN. Consumes `m`; a drop is charged to `in_port`
-  // (here and below: kOwnFrame for one the switch made).
+  // (here and below: kOwnFrame for one the switch made). `label`, when not
+  // 0, is the run label it carries instead of the job's (a root's late of a
+  // new run, under that run's id).
   void ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
-                   uint16_t in_port);
+                   uint16_t in_port, uint32_t label = 0);
   // A contribution for the job's parameter node (docs/parameter-node.md),
   // `add_flags` added to its flags (AGGREGATE_AT_PS, CONFLICT): on towards
   // the parameter node unreduced, through the parent switch, or from the root
