@@ -314,6 +314,16 @@ class SlotTable {
   // the member's resent data (kForwardedAgain): once the resend gap has
   // passed (SlotTableConfig::resend_gap_cycles). [owner lcore]
   bool ResendForwarded(uint32_t local_index, uint64_t now_tsc);
+  // The parent refused forwarded slot `local_index`'s partial for now (a
+  // NACK slot quota, slot busy, hold quota or new run): nothing was lost, so
+  // the resend gap goes back to its first, counted from `now_tsc`, and the
+  // next retransmission or query of a member after it sends the partial
+  // again, as a client sends its data again soon after such a NACK. Backed
+  // off, a chunk the parent's quota refused waited up to 32 gaps after the
+  // quota had room. Returns whether the slot is forwarded and holds chunk
+  // (job_id, job_generation, seq). [owner lcore]
+  bool RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
+                    uint64_t now_tsc);
   // Frees the holding slots among the next `budget` (from a cursor that
   // wraps around the table) whose chunk is older than stale_cycles while
   // it still aggregates: a member died, or will never send it. Such a slot

@@ -144,6 +144,11 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     case Opcode::kDistribute:
     case Opcode::kFetch:
       break;
+    case Opcode::kNack:
+      // A refusal for now of a partial this switch sent up (the answer to
+      // it, from its parent or TAN, is checked as a result from above).
+      if (Refusal(pkt.header->aux.host())) break;
+      [[fallthrough]];
     default:
       c.unsupported.Add(1);
       tx_.Drop(in_port, DropReason::kAggUnsupported, m);
@@ -158,8 +163,10 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   // the sender would take it for another run's.
   const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(in_port), meta.vlan,
                                       udp.src_ip, udp.src_port, h.incarnation.host()};
-  // A result or an exception from above: the parent switch's, or the TAN's.
-  const bool from_above = opcode == Opcode::kResult || opcode == Opcode::kExceptionRetransmit;
+  // A result or an exception from above: the parent switch's, or the TAN's;
+  // or its refusal for now of a partial.
+  const bool from_above = opcode == Opcode::kResult || opcode == Opcode::kExceptionRetransmit ||
+                          opcode == Opcode::kNack;
   const aggregator::Job* job = s_.jobs->Find(h.job_id.host());
   if (job == nullptr) {
     if (opcode == Opcode::kLate || from_above) {
@@ -622,7 +629,10 @@ void AggregationStage::AtSlot(const Checked& it) {
       it.member >= 0 && !IsForPs(it.pkt) && !Keep(it)) {
     return;
   }
-  if (opcode != aggregator::Opcode::kResult && opcode != aggregator::Opcode::kExceptionRetransmit) {
+  if (opcode == aggregator::Opcode::kNack) {
+    if (!RedirectResult(it)) RefusedAbove(it);
+  } else if (opcode != aggregator::Opcode::kResult &&
+             opcode != aggregator::Opcode::kExceptionRetransmit) {
     Contribute(it);
   } else if (!RedirectResult(it)) {
     tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port, LocalSlot(it.slot));
@@ -902,6 +912,23 @@ bool AggregationStage::RedirectResult(const Checked& it) {
     return false;
   }
   return SentOn(it, seq);
+}
+
+bool AggregationStage::Refusal(uint32_t reason) {
+  using aggregator::NackReason;
+  return reason == static_cast<uint32_t>(NackReason::kSlotQuota) ||
+         reason == static_cast<uint32_t>(NackReason::kSlotBusy) ||
+         reason == static_cast<uint32_t>(NackReason::kHoldQuota) ||
+         reason == static_cast<uint32_t>(NackReason::kNewRun);
+}
+
+void AggregationStage::RefusedAbove(const Checked& it) {
+  const aggregator::Job& job = *it.job;
+  if (s_.slots->RefusedAbove(LocalSlot(it.slot), job.id(), job.generation(),
+                             it.pkt.header->seq.host(), clock_.tsc)) {
+    stats_.lcore.agg.partials_refused_above.Add(1);
+  }
+  TxBuffers::Consumed(it.m);
 }
 
 bool AggregationStage::SentOn(const Checked& it, uint32_t seq) {

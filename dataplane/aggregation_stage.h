@@ -205,6 +205,15 @@ class AggregationStage {
   // does, so that the result is kept there for the members that ask again.
   // Returns true when it was sent on.
   bool RedirectResult(const Checked& c);
+  // The parent (or, at the root, the TAN) refused the partial of a chunk
+  // for now (Refusal): a forwarded slot that holds the chunk sends it again
+  // after the first resend gap, not a backed-off one
+  // (SlotTable::RefusedAbove). Consumes the datagram.
+  void RefusedAbove(const Checked& c);
+  // Whether a NACK from above says "not now" about a partial: a quota or a
+  // busy slot there, or a new run starting; the others mean nothing to a
+  // switch (an unsupported opcode, as before).
+  static bool Refusal(uint32_t reason);
   // Sends `c`, at a slot that does not hold its chunk `seq`, on to where the
   // switch sent the chunk: the spare slot in this worker's relocation map,
   // or, from the home slot, the moved partition. False: nowhere.

@@ -1691,6 +1691,99 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
   EXPECT_EQ(Agg().task_info_conflicts.Get(), 1u);
 }
 
+// The parent refuses a leaf's partial for now (NACK slot quota: the chunk
+// lies too far ahead of its slowest leaf there). Nothing was lost: the
+// partial goes again on the members' next question after the first resend
+// gap, as a client sends its data again soon after such a NACK, not after
+// the gap its earlier resends backed off to (up to 160 ms: a root whose
+// quota was smaller than the ranks' window stalled every chunk past it that
+// long, seed 331507). A refusal from another address, and a NACK that is no
+// refusal for now, change nothing.
+TEST_F(InBandTest, AParentsRefusalForNowOfAPartialUndoesItsResendBackoff) {
+  BuildAggregation(", upstreams: [{address: 10.0.20.1}]");
+  const uint32_t parent_ip = 0x0a001401;
+  const common::MacAddr parent_mac = common::MacAddr::FromU64(0x0200000014a1ULL);
+  auto fields = [&](uint16_t node) {
+    aggregator::AggFields f;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = node;
+    f.job_id = 31;
+    f.seq = 0;
+    f.job_key = kKey;
+    f.expected = 4;
+    f.node_count = 2;
+    return f;
+  };
+  auto send = [&](uint16_t node) {
+    aggregator::AggFields f = fields(node);
+    f.elem_count = 1;
+    Inject(0, Datagram(f, Int32Payload({node})));
+  };
+  send(4);
+  StepWithRegistration();
+  const aggregator::Job* job = jobs_->Find(31);
+  ASSERT_NE(job, nullptr);
+  job->SetHop(job->ParentHop(0), {parent_mac.ToU64(), 0, 0, parent_ip, aggregator::kAggUdpPort});
+  for (uint16_t node = 5; node < 8; ++node) send(node);
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 1u);
+  ASSERT_EQ(ParseResult(out[0][0]).fields.opcode, aggregator::Opcode::kPartial);
+
+  // Rank 4 asks after chunk 0; whether the partial goes up again with the
+  // answer.
+  auto ask = [&] {
+    aggregator::AggFields f = fields(4);
+    f.opcode = aggregator::Opcode::kQuery;
+    Inject(0, Datagram(f));
+    Step();
+    size_t partials = 0;
+    for (const auto& [port, frames] : Drain()) {
+      for (const Result& r : Results(frames)) {
+        partials += r.fields.opcode == aggregator::Opcode::kPartial;
+      }
+    }
+    return partials;
+  };
+  // Asked after each gap, the partial goes up three times, the gap doubling
+  // to 40 ms.
+  for (int gap_ms : {5, 10, 20}) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms + 1));
+    Step();
+    ASSERT_EQ(ask(), 1u) << "after " << gap_ms << " ms";
+  }
+  EXPECT_EQ(Agg().partials_resent.Get(), 3u);
+
+  auto refuse = [&](aggregator::NackReason why, uint32_t from_ip) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kNack;
+    f.job_id = 31;
+    f.seq = 0;
+    f.node_id = static_cast<uint16_t>(control::kInBandLeafBase + 1);
+    f.aux = static_cast<uint32_t>(why);
+    Inject(0, DatagramFrom(f, {}, parent_mac, from_ip, aggregator::kAggUdpPort));
+    Step();
+    EXPECT_TRUE(Drain().empty()) << "nothing answers a NACK";
+  };
+  refuse(aggregator::NackReason::kSlotQuota, parent_ip + 7);
+  refuse(aggregator::NackReason::kKeyMismatch, parent_ip);
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();
+  EXPECT_EQ(ask(), 0u) << "still within the 40 ms gap";
+  EXPECT_EQ(Agg().partials_refused_above.Get(), 0u);
+  EXPECT_EQ(Agg().results_refused.Get(), 1u) << "the refusal from elsewhere";
+  EXPECT_EQ(Agg().unsupported.Get(), 1u) << "a NACK that is no refusal for now";
+
+  refuse(aggregator::NackReason::kSlotQuota, parent_ip);
+  EXPECT_EQ(Agg().partials_refused_above.Get(), 1u);
+  EXPECT_EQ(ask(), 0u) << "within the first gap of the refusal";
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();
+  EXPECT_EQ(ask(), 1u) << "the first gap after the refusal";
+  EXPECT_EQ(Agg().partials_resent.Get(), 4u);
+}
+
 // A rank whose block lies past the job's nodes (rank 9 of 4 per node, two
 // nodes) registers nothing.
 // At the parent, a leaf's partial registers the job with the leaves as its

@@ -216,6 +216,7 @@ struct PortCounters {
   X(partials_received, "partials from child switches counted into a slot")             \
   X(partials_sent, "partials sent to the upstream switch")                              \
   X(partials_resent, "partials sent again because a counted member retransmitted")     \
+  X(partials_refused_above, "partials the upstream switch refused for now (NACK slot_quota, slot_busy, hold_quota, new_run): resent after the first gap") \
   X(queries_up, "QUERYs sent to the upstream switch for a member whose chunk had no slot here") \
   X(first_data_sent, "root results that missed members, sent to the TAN as first data") \
   X(timeouts, "slots whose timer expired before every member contributed")             \
