@@ -673,13 +673,16 @@ void AggregationStage::Contribute(const Checked& it) {
   }
   if (Redirect(it)) return;
   if (pkt.opcode == aggregator::Opcode::kQuery) {
+    NoticeGap(job, seq, h.ack_watermark.host(), /*first=*/false,
+              static_cast<uint16_t>(it.member));
     AnswerQuery(it);
     return;
   }
   if (at_ps && ToParameterNode(it)) return;
-  if (pkt.opcode == aggregator::Opcode::kContribution && !at_ps &&
-      (h.flags.host() & aggregator::flags::kRetransmission) == 0) {
-    NoticeGap(job, seq, static_cast<uint16_t>(it.member));
+  if (pkt.opcode == aggregator::Opcode::kContribution && !at_ps) {
+    NoticeGap(job, seq, h.ack_watermark.host(),
+              (h.flags.host() & aggregator::flags::kRetransmission) == 0,
+              static_cast<uint16_t>(it.member));
   }
   aggregator::Contribution contribution;
   contribution.job_id = job.id();
@@ -1340,18 +1343,38 @@ const aggregator::Slot* AggregationStage::OwnSlotOf(const aggregator::Job& job, 
   return s;
 }
 
-void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node) {
+void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint32_t ack, bool first,
+                                 uint16_t node) {
   const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
-  if (region.size <= gap_distance_) return;
+  if (region.size <= gap_distance_ || job.Excluded(node)) return;
   const uint32_t earlier = seq - gap_distance_;
-  const aggregator::Slot* s = OwnSlotOf(job, earlier);
-  if (s == nullptr || s->state() != aggregator::Slot::State::kAggregating ||
-      s->HasContributed(node) || job.Excluded(node)) {
+  if (first) {
+    if (LacksContribution(job, earlier, node)) SendGapNotice(job, earlier, node);
     return;
   }
+  // A resend or a QUERY: the first transmissions that would have revealed
+  // a gap may have gone before the earlier chunk's slot took anybody, or
+  // been refused (the slot quota that chunk holds back), and none is left
+  // to come once the member's window is full. The member's oldest chunk
+  // without a result, as far behind as a gap, went before this one: its
+  // loss would otherwise show only to the member's retransmission timer,
+  // backed off while the job stood still.
+  if (!aggregator::SeqBefore(earlier, ack) && LacksContribution(job, ack, node)) {
+    SendGapNotice(job, ack, node);
+  }
+}
+
+bool AggregationStage::LacksContribution(const aggregator::Job& job, uint32_t seq,
+                                         uint16_t node) const {
+  const aggregator::Slot* s = OwnSlotOf(job, seq);
+  return s != nullptr && s->state() == aggregator::Slot::State::kAggregating &&
+         !s->HasContributed(node);
+}
+
+void AggregationStage::SendGapNotice(const aggregator::Job& job, uint32_t seq, uint16_t node) {
   aggregator::MemberAddr addr;
   if (job.GetMember(node, &addr) &&
-      answers_.SendNotice(job, job.NodeId(node), earlier, aggregator::NoticeKind::kMissing, addr)) {
+      answers_.SendNotice(job, job.NodeId(node), seq, aggregator::NoticeKind::kMissing, addr)) {
     stats_.lcore.agg.gap_notices.Add(1);
   }
 }

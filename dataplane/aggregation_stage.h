@@ -298,6 +298,11 @@ class AggregationStage {
   // waits without it, that earlier contribution was lost: the member is told
   // at once (NOTICE missing, unasked) and resends it about a round trip
   // before its own loss detection, which needs later results, would.
+  // Likewise, on its resends and QUERYs (not `first`, a first
+  // transmission), for the chunk at its ack watermark `ack`, when that lies
+  // gap_distance_ or more before `seq`: the chunk it waits for, whose loss
+  // no first transmission may be left to reveal. At most one NOTICE per
+  // datagram.
   // A LATE from a child switch under run label `label` (`run_id`: flagged
   // RUN_ID, the run's id), for node `node`:
   // checks it against the member bound to where it came from, as that
@@ -316,7 +321,10 @@ class AggregationStage {
   // another worker, where the region wrapped or the partitions differ, is
   // not looked at).
   const aggregator::Slot* OwnSlotOf(const aggregator::Job& job, uint32_t seq) const;
-  void NoticeGap(const aggregator::Job& job, uint32_t seq, uint16_t node);
+  void NoticeGap(const aggregator::Job& job, uint32_t seq, uint32_t ack, bool first, uint16_t node);
+  // Whether this lcore's slot of chunk `seq` still waits without `node`.
+  bool LacksContribution(const aggregator::Job& job, uint32_t seq, uint16_t node) const;
+  void SendGapNotice(const aggregator::Job& job, uint32_t seq, uint16_t node);
   // Late data of rank `node` from a child switch, for a chunk whose slot on
   // this lcore (still waiting for its answer: aggregating or forwarded)
   // counted the partial of the child that covers `node` without the child

@@ -693,6 +693,56 @@ TEST_F(AggregationTest, ALaterChunkRevealsAMembersLostContribution) {
   EXPECT_EQ(Agg().nacks_suppressed.Get(), 0u);
 }
 
+// A member whose contribution to the chunk at its ack watermark was lost,
+// and whose later chunks went long ago (so no first transmission of one
+// can reveal it), is told on any datagram it sends about a chunk a gap
+// past it, a resend or a QUERY: it sent that chunk before. Else only its
+// retransmission timer, backed off while the job stood still, asks after
+// the chunk, and a TAN may give up on it first (seed 310576).
+TEST_F(AggregationTest, AResendOrQueryPastAMembersWatermarkRevealsItsLostContribution) {
+  AddJob(7, 2);
+  const std::vector<uint8_t> one = Int32Payload({1});
+  Inject(0, Contribution(7, 10, 1, one, DType::kInt32, ReduceOp::kSum, 0x5eed, -1, /*ack=*/10));
+  Step();  // node 0's chunk 10 is lost
+  (void)Drain();
+  const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+  const auto told_10 = [&](const std::vector<Frame>& frames, uint16_t node) {
+    size_t n = 0;
+    for (const Result& r : WithOpcode(frames, aggregator::Opcode::kNotice)) {
+      if (r.fields.seq == 10 && r.dst_ip == MemberIp(node) && r.fields.aux == missing) ++n;
+    }
+    return n;
+  };
+  // Within reordering distance of its watermark: no conclusion.
+  auto out = AskAfter(7, 12, 0, /*watermark=*/10);
+  EXPECT_EQ(told_10(out[0], 0), 0u);
+  EXPECT_EQ(Agg().gap_notices.Get(), 0u);
+  // A QUERY about chunk 13, a gap past chunk 10, which it still waits for.
+  out = AskAfter(7, 13, 0, /*watermark=*/10);
+  EXPECT_EQ(told_10(out[0], 0), 1u);
+  EXPECT_EQ(Agg().gap_notices.Get(), 1u);
+  // So does a resend of chunk 15.
+  Frame resent = Contribution(7, 15, 0, one, DType::kInt32, ReduceOp::kSum, 0x5eed, -1, /*ack=*/10);
+  HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, resent);
+  Step();
+  out = Drain();
+  EXPECT_EQ(told_10(out[0], 0), 1u);
+  EXPECT_EQ(Agg().gap_notices.Get(), 2u);
+  // Node 1, counted in chunk 10, is told nothing about it.
+  out = AskAfter(7, 14, 1, /*watermark=*/10);
+  EXPECT_EQ(told_10(out[0], 1), 0u);
+  EXPECT_EQ(Agg().gap_notices.Get(), 2u);
+  // Node 0 resends chunk 10: complete, and a later query says nothing of it.
+  Inject(0, Contribution(7, 10, 0, one, DType::kInt32, ReduceOp::kSum, 0x5eed, -1, /*ack=*/10));
+  Step();
+  out = Drain();
+  EXPECT_EQ(WithOpcode(out[0], aggregator::Opcode::kResult).size(), 2u);
+  out = AskAfter(7, 13, 0, /*watermark=*/10);
+  EXPECT_EQ(told_10(out[0], 0), 0u);
+  EXPECT_EQ(Agg().gap_notices.Get(), 2u);
+}
+
 // A member's QUERY about a chunk it sent (a header, no data) is answered
 // from the chunk's slot: NOTICE held while the slot waits for others,
 // NOTICE missing when the switch lacks its contribution (or the job), its
