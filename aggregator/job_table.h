@@ -391,7 +391,10 @@ class alignas(64) Job {
   // one that never comes), a hash of the incarnations of those that have,
   // fixed from then on for this generation (a new run still gets another:
   // its members are new processes). 0 while no member has sent: nothing
-  // goes up then (TreeStage). [any]
+  // goes up then (TreeStage). A parameter-server job's root fixes none
+  // early: 0 until every member has sent (a label of some members, after a
+  // restart, is a new run to its TAN, which would apply a chunk's step
+  // again). [any]
   uint32_t UpLabel() const;
   // A worker met a new incarnation for member `index`: asks the control
   // thread for a new generation (JobTable::TakeNewRuns). [any]

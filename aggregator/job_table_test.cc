@@ -466,6 +466,44 @@ TEST(JobTest, ARunIdTellsANewRunEvenByAMemberThatNeverSent) {
   EXPECT_EQ(plain->BindMember(0, a, 0xbbbb, 12, 0), Job::Bind::kBound);
 }
 
+// Something that must go up before every member has sent goes under a
+// label of the members that have, fixed for the generation. Not at a
+// parameter-server job's root: back from a restart, with one member sent
+// again, such a label would be a new run to its TAN, which would apply the
+// step of a chunk it answered before the restart again (seed 350100). The
+// root waits for every member, and then has the run's label, as before the
+// restart.
+TEST(JobTest, AParameterServerRootFixesNoLabelBeforeEveryMemberHasSent) {
+  const MemberAddr a = Addr(0x020000000001ull, 1, 0, 0x0a000a01, 40001);
+  const MemberAddr b = Addr(0x020000000002ull, 1, 0, 0x0a000a02, 40002);
+  JobSpec spec = Spec(1, 2);
+  spec.tan = JobSpec::Tan::kRemote;
+  spec.tan_peer = JobPeer{0x0a000005, 47000, 0, 0};
+  spec.parameter_server = true;
+  // The run before the restart: both members sent.
+  auto before = MakeTable();
+  const Job* run = *before->Add(spec);
+  ASSERT_EQ(run->BindMember(0, a, 0x1111, 10, 0), Job::Bind::kBound);
+  ASSERT_EQ(run->BindMember(1, b, 0x2222, 10, 0), Job::Bind::kBound);
+  const uint32_t label = run->UpLabel();
+  ASSERT_NE(label, 0u);
+  // After it: member 1 sends again, member 0 not yet.
+  auto after = MakeTable();
+  const Job* job = *after->Add(spec);
+  ASSERT_EQ(job->BindMember(1, b, 0x2222, 20, 0), Job::Bind::kBound);
+  EXPECT_EQ(job->UpLabel(), 0u) << "no label of member 1 alone";
+  EXPECT_EQ(job->label(), 0u) << "and none fixed";
+  ASSERT_EQ(job->BindMember(0, a, 0x1111, 21, 0), Job::Bind::kBound);
+  EXPECT_EQ(job->UpLabel(), label) << "the run's label, its TAN goes on";
+  // Any other job fixes one early, as it must for a member that never comes.
+  const Job* plain = *after->Add(Spec(2, 2));
+  ASSERT_EQ(plain->BindMember(1, b, 0x2222, 20, 0), Job::Bind::kBound);
+  const uint32_t early = plain->UpLabel();
+  EXPECT_NE(early, 0u);
+  ASSERT_EQ(plain->BindMember(0, a, 0x1111, 21, 0), Job::Bind::kBound);
+  EXPECT_EQ(plain->UpLabel(), early) << "fixed for the generation";
+}
+
 // A job keeps at most slot_quota chunks ahead of its slowest member's
 // watermark; late data and retransmissions before it always pass.
 TEST(JobTest, SlotQuotaBoundsTheChunksAheadOfTheSlowestMember) {
