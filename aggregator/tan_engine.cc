@@ -1,6 +1,7 @@
 #include "aggregator/tan_engine.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "aggregator/reduce.h"
 
@@ -107,6 +108,8 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
       out->push_back(TanOutput{from, c.result});
     } else if (h.missing_count == 0) {
       Complete(id, it->second, pkt, now_ns, out);
+    } else {
+      Refine(id, it->second, pkt, now_ns, out);
     }
     return;
   }
@@ -151,6 +154,7 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
   c.reply_to = from;
   c.first_len = static_cast<uint32_t>(sizeof(AggHeader)) + 2u * h.missing_count + pkt.payload_len;
   for (uint32_t i = 0; i < h.missing_count; ++i) c.outstanding.insert(pkt.MissingNode(i));
+  c.first_missing = c.outstanding;
   c.acc.assign(size_t{f.elem_count} * AccumulatorElementSize(f.dtype), 0);
   LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
   Schedule(id, c, now_ns + options_.give_up_ns);
@@ -200,6 +204,58 @@ void TanEngine::Complete(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint
   std::fill(c.acc.begin(), c.acc.end(), 0);
   LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
   Finish(id, c, now_ns, out);
+}
+
+void TanEngine::Refine(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64_t now_ns,
+                       std::vector<TanOutput>* out) {
+  const AggHeader& h = *pkt.header;
+  AggFields& f = c.fields;
+  if (pkt.dtype != f.dtype || pkt.op != f.op || h.scale != f.scale ||
+      h.elem_count.host() != f.elem_count ||
+      pkt.payload_len != f.elem_count * static_cast<uint32_t>(ElementSize(f.dtype))) {
+    return;  // not the chunk's shape: a repeat that changes nothing
+  }
+  std::set<uint16_t> missing;
+  for (uint32_t i = 0; i < h.missing_count; ++i) missing.insert(pkt.MissingNode(i));
+  // The root reduced the chunk again (a child's partial that came after its
+  // entries had gone took a slot there anew, and that child's late partial
+  // never comes): the payload holds every id but `missing` and what the
+  // switches among them cover. It takes the first data's place when it
+  // holds what the one in use lacked and is still awaited (not an id a
+  // late's own missing list made outstanding: that may lie below one it
+  // lacks), and lacks only what can come here: ids awaited, merged (their
+  // senders have no result and send them again) or sent by a parked late.
+  const std::set<uint16_t> lacks = Lacks(f.job_id, missing);
+  bool gains = false;
+  for (const uint16_t n : c.outstanding) {
+    gains = gains || (c.first_missing.count(n) != 0 && lacks.count(n) == 0);
+  }
+  if (!gains || (c.own_node >= 0 && lacks.count(static_cast<uint16_t>(c.own_node)) != 0)) return;
+  for (const uint16_t n : missing) {
+    const bool parked = std::any_of(c.parked.begin(), c.parked.end(),
+                                    [&](const Late& p) { return p.node == n; });
+    if (c.outstanding.count(n) == 0 && c.merged.count(n) == 0 && !parked) return;
+  }
+  // The lates kept here go through the rules again, against what it lacks.
+  std::vector<Late> again;
+  again.swap(c.held);
+  again.insert(again.end(), std::make_move_iterator(c.parked.begin()),
+               std::make_move_iterator(c.parked.end()));
+  c.parked.clear();
+  held_lates_ -= again.size();
+  c.first_missing = missing;
+  c.outstanding = std::move(missing);
+  c.merged.clear();
+  c.overflow = (h.flags.host() & flags::kOverflow) != 0;
+  std::fill(c.acc.begin(), c.acc.end(), 0);
+  LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
+  for (Late& late : again) {
+    if (c.phase == Phase::kDone) {
+      ++counters_.duplicate_late;  // the chunk completed without it
+      continue;
+    }
+    Offer(id, c, std::move(late), now_ns, out);
+  }
 }
 
 void TanEngine::OnLate(const AggPacket& pkt, uint64_t now_ns, std::vector<TanOutput>* out) {

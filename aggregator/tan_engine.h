@@ -21,7 +21,16 @@
 //     again while the chunk is open, listing nothing missing, completes it
 //     as that payload (the root reduced the chunk again, every child's
 //     partial in, where the lates that would have made up for them did not
-//     all come; counted complete_again); any other repeat changes nothing.
+//     all come; counted complete_again). One that lists ids missing takes
+//     the first data's place (Refine) when it holds an id that the first
+//     data in use listed and that is still outstanding, and lacks only ids
+//     outstanding, merged here (awaited again: their senders have no
+//     result and send again) or sent by a parked late (offered to it
+//     again), not the own worker's: a child's partial that came after the
+//     root's bypass entries had gone was reduced there in a slot anew, so
+//     its late partial never comes, and the ranks it lacks send their data
+//     as lates that the first data alone could not place. Any other repeat
+//     changes nothing.
 //   * Late data: a LATE (the switch sets BYPASS on it), or a CONTRIBUTION with
 //     BYPASS (a self-flagged worker), from node X with its own missing list M.
 //     Its payload holds the data of S = {X}, plus C \ M when SetCovers said
@@ -296,6 +305,7 @@ class TanEngine {
     bool final = false;  // the first data's FINAL, which the RESULT carries back
     bool overflow = false;
     std::set<uint16_t> outstanding;
+    std::set<uint16_t> first_missing;  // what the first data in use listed missing
     std::set<uint16_t> merged;  // ids whose data came with a late
     int32_t own_node = -1;      // the node whose own data OfferOwn took
     uint32_t own_incarnation = 0;  // and its incarnation, which its results carry
@@ -327,6 +337,13 @@ class TanEngine {
   // chunk is that, whatever was merged here (counted complete_again).
   void Complete(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64_t now_ns,
                 std::vector<TanOutput>* out);
+  // A repeated first data of an open chunk that lists ids missing: the
+  // chunk becomes that, its held and parked lates offered to it again, when
+  // it holds an id the first data in use lacked and that is still awaited,
+  // and lacks only what is awaited, merged or parked here (above); else it
+  // changes nothing.
+  void Refine(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64_t now_ns,
+              std::vector<TanOutput>* out);
   // Folds (incremental) or holds (batch) a late whose ids are accounted for.
   void Fold(Chunk& c, Late&& late);
   // Lates that together hold a switch's whole share (SubtreeChoice).

@@ -362,12 +362,83 @@ TEST(TanEngineTest, AFirstDataAgainWithNothingMissingCompletesTheChunk) {
   ExpectCompleteResult(r);
   EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{21});
   EXPECT_EQ(tan.counters().complete_again, 1u);
-  // A first data again that still lacks someone changes nothing.
+  // A first data again that still lacks someone does not complete it.
   Tan other;
   EXPECT_TRUE(other.Feed(First(Pack<int32_t>({0}), {101, 102}), 0).empty());
   EXPECT_TRUE(other.Feed(First(Pack<int32_t>({1}), {102}), 1 * kMs).empty());
   EXPECT_EQ(other.counters().complete_again, 0u);
   EXPECT_EQ(other.counters().repeat_first, 1u);
+}
+
+// Seed 360566: an in-band job's root, its own TAN (which knows no covers),
+// sent a chunk that found no slot there up as missing, every child listed.
+// Two children's late partials came; the third's partial came after the
+// root's entries had gone and took a slot there anew, which reduced the
+// chunk again, every child's partial in but for a rank that child lacked
+// (an excluded straggler, its data sent around it as a late). That first
+// data again takes the first one's place: the rank's parked late completes
+// it. Before, the TAN waited for the child's late partial until its give-up.
+TEST(TanEngineTest, AFirstDataAgainLackingOnlyParkedLatesTakesTheFirstOnesPlace) {
+  for (const bool batch : {false, true}) {
+    SCOPED_TRACE(batch ? "batch" : "incremental");
+    Tan tan(batch ? Tan::Batch() : Tan::Defaults());
+    EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({0}), {100, 101, 102}), 0).empty());
+    EXPECT_TRUE(tan.Feed(Late(101, Pack<int32_t>({30})), 1 * kMs).empty());
+    EXPECT_TRUE(tan.Feed(Late(102, Pack<int32_t>({400})), 2 * kMs).empty());
+    // Child 100's ranks 0 and 1, each its own late: nothing the TAN awaits.
+    EXPECT_TRUE(tan.Feed(Late(0, Pack<int32_t>({1})), 3 * kMs).empty());
+    EXPECT_TRUE(tan.Feed(Late(1, Pack<int32_t>({2})), 4 * kMs).empty());
+    // A repeat that lacks an id neither awaited, merged nor parked here
+    // changes nothing.
+    EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({431}), {5}), 5 * kMs).empty());
+    const Parsed r = tan.FeedForResult(First(Pack<int32_t>({432}), {0}), 6 * kMs);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{433});
+    EXPECT_EQ(tan.counters().repeat_first, 2u);
+    EXPECT_EQ(tan.counters().complete_again, 0u);
+    EXPECT_EQ(tan.engine().held_lates(), 0u);
+    EXPECT_EQ(tan.engine().pending(), 0u);
+  }
+}
+
+// The same, where the root's slot anew timed out on a child whose late
+// partial was merged here already: that child's data is awaited again (its
+// ranks have no result, it sends the partial again, now a late), in batch
+// mode taken from the lates held here.
+TEST(TanEngineTest, AFirstDataAgainLackingAMergedIdAwaitsItAgain) {
+  for (const bool batch : {false, true}) {
+    SCOPED_TRACE(batch ? "batch" : "incremental");
+    Tan tan(batch ? Tan::Batch() : Tan::Defaults());
+    EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({0}), {100, 101, 102}), 0).empty());
+    EXPECT_TRUE(tan.Feed(Late(101, Pack<int32_t>({30})), 1 * kMs).empty());
+    EXPECT_TRUE(tan.Feed(Late(102, Pack<int32_t>({400})), 2 * kMs).empty());
+    EXPECT_TRUE(tan.Feed(Late(0, Pack<int32_t>({1})), 3 * kMs).empty());
+    EXPECT_TRUE(tan.Feed(Late(1, Pack<int32_t>({2})), 4 * kMs).empty());
+    std::vector<TanOutput> out = tan.Feed(First(Pack<int32_t>({402}), {101, 0}), 5 * kMs);
+    if (!batch) {
+      EXPECT_TRUE(out.empty()) << "child 101's data was folded; it comes again";
+      out = tan.Feed(Late(101, Pack<int32_t>({30})), 6 * kMs);
+    }
+    ASSERT_EQ(out.size(), 1u);
+    const Parsed r = ParseOutput(out[0]);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{433});
+    EXPECT_EQ(tan.engine().held_lates(), 0u);
+  }
+}
+
+// A first data again that lists what the one in use listed changes nothing,
+// though a late's own missing list made another id outstanding since: that
+// id may lie below the one it lists (no covers say), and the late's data,
+// merged here, would be lost.
+TEST(TanEngineTest, AFirstDataAgainListingTheSameChangesNothing) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {101}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(101, Pack<int32_t>({20}), {5}), 1 * kMs).empty());
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {101}), 2 * kMs).empty());
+  const Parsed r = tan.FeedForResult(Late(5, Pack<int32_t>({3})), 3 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1023});
 }
 
 // A late partial flagged CONTENT names the ranks it holds: the TAN needs no
