@@ -43,6 +43,7 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   e.held = false;
   e.helds = 0;
   e.queried = 0;
+  e.reask = false;
   next_due_ = std::min(next_due_, e.due);
   return k;
 }
@@ -56,6 +57,7 @@ SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint
   Entry& e = entries_[k & mask_];
   if (e.answered) return Match::kDuplicate;
   e.answered = true;
+  ++results_;
   while (acked_ != sent_ && entries_[acked_ & mask_].answered) ++acked_;
   if (acked_ == sent_) {
     next_due_ = Clock::time_point::max();
@@ -88,6 +90,19 @@ SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint
     }
     fast_checked_ = std::max(fast_checked_, last + 1);
   }
+  if (acked_ != sent_) {
+    // The chunk the window waits on, held at the switch when asked: later
+    // chunks answered since then say its slot has most likely completed as
+    // well and its result to this sender was lost. Asked once more now, not
+    // a probe interval (the other members' waits inflate it) later.
+    Entry& w = entries_[acked_ & mask_];
+    if (w.reask && w.held && results_ - w.held_results >= kFastThreshold) {
+      w.reask = false;
+      w.why = Entry::Why::kFast;
+      w.due = std::min(w.due, now);
+      next_due_ = std::min(next_due_, w.due);
+    }
+  }
   *chunk = k;
   *rtt = e.resends == 0 ? now - e.sent : Clock::duration::zero();
   return Match::kNew;
@@ -118,6 +133,8 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
   if (e.queried > 0) answered_asked_ = std::max(answered_asked_, e.asked);
   e.fast = true;
   e.held = true;
+  e.reask = params_.query;
+  e.held_results = results_;
   e.queried = 0;
   e.why = Entry::Why::kTimer;
   Clock::duration wait = std::min(e.timeout, probe_);

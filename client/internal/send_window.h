@@ -47,7 +47,13 @@
 // doubling with each "held" in a row up to the chunk's timeout (a straggler
 // may keep the slot waiting for seconds), to recover the result if it is
 // lost once the slot completes, and its data
-// goes again only when the switch later says it lacks it; "missing" (the
+// goes again only when the switch later says it lacks it. With `query`,
+// the chunk at the ack watermark is asked once more, at once, when
+// kFastThreshold results of later chunks arrive after its "held": the slot
+// has most likely completed since and its result to this sender was lost
+// (every other member moves on; the window, and so the job, waits on it for
+// a probe interval that the waits for the other members have inflated),
+// and a QUERY costs a header (at most one per "held" answer). "missing" (the
 // answer to a query, or the switch's word when a later chunk of this sender
 // arrived first) makes its data due at once.
 //
@@ -210,6 +216,8 @@ class SendWindow {
     bool held = false;     // the switch said it holds the contribution, and not since that it lacks it
     uint8_t helds = 0;     // "held" answers in a row (each doubles the wait for the next question)
     uint8_t queried = 0;   // QUERYs sent since its last send or answer
+    bool reask = false;    // held, and not yet asked again on later results since
+    uint32_t held_results = 0;  // results_ at its last "held"
     Clock::time_point asked;  // its last QUERY
   };
 
@@ -226,6 +234,7 @@ class SendWindow {
   uint32_t acked_ = 0;
   Clock::duration probe_ = Clock::duration::max();
   uint32_t fast_checked_ = 0;  // chunks below it were checked for a fast retransmit
+  uint32_t results_ = 0;       // first results matched (kNew), wrapping
   bool backed_off_ = false;    // an outstanding chunk's timeout grew since the last result
   // When the latest question the switch answered ("held" or "missing") was
   // asked.

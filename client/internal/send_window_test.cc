@@ -249,6 +249,56 @@ TEST(SendWindowTest, AHeldChunkWaitsItsTimeoutFromTheNoticeAndIsNeverFastRetrans
   EXPECT_FALSE(w.Held(0xFFFFFFFFu, t)) << "an earlier transfer's";
 }
 
+// With queries, the chunk at the ack watermark that the switch said it
+// holds is asked once more as soon as three later chunks have their results
+// after that "held": its slot has most likely completed too, and its result
+// to this rank was lost, while every other member waits on this rank's
+// window (seed 310576: 580 ms, a probe interval inflated by the others'
+// waits). Once per "held"; results before the "held" do not count.
+TEST(SendWindowTest, LaterResultsAfterHeldAskAgainAboutTheWatermarksChunkOnce) {
+  SendWindow w;
+  w.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(milliseconds(300));
+  const Clock::time_point t0{};
+  for (int i = 0; i < 8; ++i) w.MarkSent(t0, milliseconds(500));
+  uint32_t k;
+  Clock::duration rtt;
+  Clock::time_point t = t0 + milliseconds(1);
+  ASSERT_EQ(w.Complete(1, t, &k, &rtt), Match::kNew);  // before the "held": not counted
+  EXPECT_TRUE(w.Held(0, t));
+  SendWindow::Due due[8];
+  t += milliseconds(1);
+  ASSERT_EQ(w.Complete(2, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.Complete(3, t, &k, &rtt), Match::kNew);
+  EXPECT_EQ(w.TakeDue(t, due, 8), 0u) << "two results since the \"held\"";
+  ASSERT_EQ(w.Complete(4, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.TakeDue(t, due, 8), 1u) << "three: asked now, not a probe interval later";
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_TRUE(due[0].query) << "held: a question, not the data";
+  // Once per "held": more results ask nothing more.
+  ASSERT_EQ(w.Complete(5, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.Complete(6, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.Complete(7, t, &k, &rtt), Match::kNew);
+  EXPECT_EQ(w.TakeDue(t + milliseconds(1), due, 8), 0u);
+  // Held again: no later chunk is left to answer, so the probe asks.
+  EXPECT_TRUE(w.Held(0, t + milliseconds(1)));
+  EXPECT_EQ(w.TakeDue(t + milliseconds(100), due, 8), 0u);
+}
+
+// Without queries a held chunk's data is not resent on later results.
+TEST(SendWindowTest, LaterResultsAfterHeldResendNothingWithoutQueries) {
+  SendWindow w;
+  w.Reset(0, 6, Params(8));
+  const Clock::time_point t0{};
+  for (int i = 0; i < 6; ++i) w.MarkSent(t0, kTimeout);
+  EXPECT_TRUE(w.Held(0, t0));
+  uint32_t k;
+  Clock::duration rtt;
+  for (uint32_t seq = 1; seq <= 4; ++seq) ASSERT_EQ(w.Complete(seq, t0, &k, &rtt), Match::kNew);
+  SendWindow::Due due[8];
+  EXPECT_EQ(w.TakeDue(t0 + milliseconds(1), due, 8), 0u);
+}
+
 // With queries: a timeout asks first; "held" answers it (the next timeout
 // asks again), "missing" makes the data due at once without backing off,
 // and two questions in a row left unanswered send the data. A fast
