@@ -1103,6 +1103,10 @@ bool AggregationStage::ToParameterNode(const Checked& it) {
   // A complete or forwarded slot answers it as any repeat: the cached
   // result, the partial again, or (not counted) its data on as late data.
   if (slot->state() != aggregator::Slot::State::kAggregating) return false;
+  // A partial that cannot carry the list of the members it lacks would end
+  // the chunk INCOMPLETE: the slot keeps aggregating instead, and counts the
+  // member's data as any contribution (the others are still to come).
+  if (!tree_.MissingListFits(job, *slot)) return false;
   // The chunk is partly here: its partial goes on now, as on a timeout
   // (bypass entries for the members it lacks), and this member's data after
   // it as late data, unless the partial holds it already.

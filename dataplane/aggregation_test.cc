@@ -2605,6 +2605,38 @@ TEST_F(ParameterNodeTest, ARetransmissionReleasesAPartlyFilledSlotToTheParameter
   }
 }
 
+// A retransmission marked AGGREGATE_AT_PS whose chunk's slot lacks more
+// members than its partial's missing list has room for (a chunk sized to
+// the MTU leaves room for a few ids) does not release the slot, which would
+// answer the chunk INCOMPLETE: it counts as any contribution, and the chunk
+// completes here when the others come (seed 430038, 52 members).
+TEST_F(ParameterNodeTest, ARetransmissionForTheParameterNodeKeepsASlotWhosePartialCouldNotListItsMissing) {
+  constexpr uint16_t kMembers = 32;
+  constexpr size_t kElems = 350;  // 1400 bytes: room for 10 missing ids
+  AddJobWithPs(7, kMembers);
+  auto data = [](uint16_t m) { return std::vector<int32_t>(kElems, m + 1); };
+  for (uint16_t m = 0; m < 10; ++m) Inject(0, Contribution(7, 4, m, Int32Payload(data(m))));
+  Step();
+  EXPECT_TRUE(Drain().empty());
+  Inject(0, ForPs(7, 4, 10, kMembers, data(10)));
+  Step();
+  EXPECT_TRUE(Drain().empty()) << "nothing to the parameter node, nothing INCOMPLETE";
+  EXPECT_EQ(Agg().released_to_ps.Get(), 0u);
+  EXPECT_EQ(Agg().incomplete_results.Get(), 0u);
+  for (uint16_t m = 11; m < kMembers; ++m) Inject(0, Contribution(7, 4, m, Int32Payload(data(m))));
+  Step();
+  const auto out = Drain();
+  ASSERT_EQ(out.count(1), 0u);
+  ASSERT_EQ(out.at(0).size(), kMembers);
+  const std::vector<uint8_t> sum = Int32Payload(std::vector<int32_t>(kElems, kMembers * (kMembers + 1) / 2));
+  for (const Frame& f : out.at(0)) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kResult);
+    EXPECT_EQ(r.fields.flags & aggregator::flags::kIncomplete, 0);
+    EXPECT_EQ(r.payload, sum);
+  }
+}
+
 // At the root, data for the parameter node whose chunk no slot holds any
 // more goes there as its member sent it, even when the chunk's release left
 // a bypass entry for that member. Here the partial that released the slot,

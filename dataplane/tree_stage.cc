@@ -143,6 +143,14 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
   return consumed;
 }
 
+bool TreeStage::MissingListFits(const aggregator::Job& job, const aggregator::Slot& slot) {
+  uint16_t missing[kMaxMissingIds];
+  const uint32_t n =
+      CollectMissing(job, slot.seq(), &slot, false, missing, kMaxMissingIds, nullptr);
+  return n != UINT32_MAX &&
+         sizeof(aggregator::AggHeader) + 2 * n + slot.result_len() <= kMaxUdpPayload;
+}
+
 void TreeStage::DeliverFinal(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot) {
   if (s_.finals == nullptr) {
     stats_.lcore.agg.final_refused.Add(1);

@@ -71,6 +71,11 @@ class TreeStage {
   // whether the carrier was consumed.
   bool FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
                   bool expired, rte_mbuf* carrier, uint32_t header_offset);
+  // Whether the partial that FinishSlot would send now for aggregating
+  // `slot` fits one datagram with its missing list: a chunk sized to the
+  // MTU has room for a few missing ids only (the client's
+  // reserve_missing_ids). [owner lcore]
+  bool MissingListFits(const aggregator::Job& job, const aggregator::Slot& slot);
   // Chunk `chunk.seq` of `job` has no slot here (Job::NoSlot::kUpAsMissing):
   // it goes on as its slot's timeout with nobody in would send it, a partial
   // (first data at the root) of the op's identity, flagged CONFLICT, that
