@@ -320,8 +320,10 @@ class SlotTable {
   // next retransmission or query of a member after it sends the partial
   // again, as a client sends its data again soon after such a NACK. Backed
   // off, a chunk the parent's quota refused waited up to 32 gaps after the
-  // quota had room. Returns whether the slot is forwarded and holds chunk
-  // (job_id, job_generation, seq). [owner lcore]
+  // quota had room. The slot, the partial's only copy now, keeps its chunk
+  // as KeepForwarded says, until the answer comes down. Returns whether the
+  // slot is forwarded and holds chunk (job_id, job_generation, seq).
+  // [owner lcore]
   bool RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                     uint64_t now_tsc);
   // Frees the holding slots among the next `budget` (from a cursor that
