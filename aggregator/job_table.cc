@@ -183,12 +183,13 @@ uint32_t Job::UpLabel() const {
   if (const uint32_t id = run_id_.load(std::memory_order_relaxed); id != 0) return id;
   uint32_t label = label_.load(std::memory_order_relaxed);
   if (label != 0 || runs_bound_.load(std::memory_order_acquire) == 0) return label;
-  // A parameter-server job's root waits for every member instead: its TAN
-  // applies a chunk's step once per run, and a label of some members only
-  // (this switch restarted, the others have not sent again yet) is another
-  // run's to it, which would apply the step of a chunk it answered before
-  // the restart again. Nothing goes up meanwhile (up_unlabelled): the chunk
-  // is held as a lost partial is, and its answer needs every member anyway.
+  // A parameter-server job's switches wait for every member instead: its
+  // root's TAN applies a chunk's step once per run, and a label of some
+  // members only (this switch restarted, the others have not sent again
+  // yet) is another run's to the root and its TAN, which would apply the
+  // step of a chunk it answered before the restart again. Nothing goes up
+  // meanwhile (up_unlabelled): the chunk is held as a lost partial is, and
+  // its answer needs every member anyway.
   if (parameter_server_) return 0;
   // Something must go up before every member has sent (one is late from the
   // run's start, or never comes): the label of the members that have, fixed

@@ -391,7 +391,7 @@ class alignas(64) Job {
   // one that never comes), a hash of the incarnations of those that have,
   // fixed from then on for this generation (a new run still gets another:
   // its members are new processes). 0 while no member has sent: nothing
-  // goes up then (TreeStage). A parameter-server job's root fixes none
+  // goes up then (TreeStage). A parameter-server job's switches fix none
   // early: 0 until every member has sent (a label of some members, after a
   // restart, is a new run to its TAN, which would apply a chunk's step
   // again). [any]

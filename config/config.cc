@@ -983,7 +983,9 @@ class Validator {
         CheckTan(path + ".tan", *job.tan);
       }
     }
-    if (job.parameter_server) {
+    // Below the root, parameter_server says only that the job's root has
+    // one: this switch then fixes no run label before every member has sent.
+    if (job.parameter_server && !job.upstream) {
       CheckRemoteTan(job, path, "parameter_server", "parameter server", "a parameter-server job",
                      "the agg-ps --sgd that answers every chunk");
     }

@@ -656,7 +656,8 @@ TEST(ValidateTest, TreeTimersBypassAndTan) {
 }
 
 // A parameter-server job: rooted here, with a remote TAN (the job's tan,
-// else aggregation.tan), the agg-ps --sgd that answers every chunk.
+// else aggregation.tan), the agg-ps --sgd that answers every chunk; or
+// below such a root, with an upstream and no TAN.
 TEST(ValidateTest, ParameterServerJobs) {
   auto with = [](auto change) {
     Config config = TreeConfig(TreeJob(7, {0, 1}, {}));
@@ -685,15 +686,11 @@ TEST(ValidateTest, ParameterServerJobs) {
                        }),
                        "aggregation.jobs[0].parameter_server",
                        "got strategy \"self\" (aggregation.jobs[0].tan)"));
-  EXPECT_TRUE(OneError(with([&](auto& a) {
-                         a.tan = remote;
-                         a.jobs[0].upstream = UpstreamConfig{
-                             *common::Ipv4Addr::Parse("10.0.10.1"), 47000, 100, 0, {}};
-                       }),
-                       "aggregation.jobs[0].parameter_server",
-                       "only a root job (without upstream) has a parameter server: its TAN, "
-                       "chosen at the root, answers every chunk; this job has an upstream "
-                       "(aggregation.jobs[0].upstream)"));
+  // Below the root it says the root has one, and needs no TAN here.
+  EXPECT_TRUE(ErrorsOf(with([&](auto& a) {
+                a.jobs[0].upstream =
+                    UpstreamConfig{*common::Ipv4Addr::Parse("10.0.10.1"), 47000, 100, 0, {}};
+              })).empty());
   // Off, a job needs none of it.
   EXPECT_TRUE(ErrorsOf(with([](auto& a) { a.jobs[0].parameter_server = false; })).empty());
 }

@@ -1975,7 +1975,8 @@ TEST(TreeLoaderTest, TanErrors) {
                        "aggregation.jobs[0].tan_member", 9, "expected a node id 0..65534"));
 }
 
-// parameter_server: a root job whose remote TAN (agg-ps --sgd) answers every chunk.
+// parameter_server: a root job whose remote TAN (agg-ps --sgd) answers every
+// chunk, or a job below such a root.
 TEST(TreeLoaderTest, ParameterServer) {
   const std::string ports =
       "ports: [{name: p0, devargs: d, access: 10}]\naggregation:\n"
@@ -2010,13 +2011,14 @@ TEST(TreeLoaderTest, ParameterServer) {
                             "      parameter_server: true\n"),
                        "aggregation.jobs[0].parameter_server", 10,
                        "got strategy \"self\" (aggregation.jobs[0].tan, line 9)"));
-  EXPECT_TRUE(OneError(Load(ports + remote + job +
-                            "      upstream: {address: 10.0.9.1, node: 100}\n"
-                            "      parameter_server: true\n"),
-                       "aggregation.jobs[0].parameter_server", 10,
-                       "only a root job (without upstream) has a parameter server: its TAN, "
-                       "chosen at the root, answers every chunk; this job has an upstream "
-                       "(aggregation.jobs[0].upstream, line 9)"));
+  // Below the root: the job's root has a parameter server, and this switch
+  // needs no TAN for it.
+  const ConfigLoad below =
+      Load(ports + job +
+           "      upstream: {address: 10.0.9.1, node: 100}\n"
+           "      parameter_server: true\n");
+  ASSERT_TRUE(below.ok()) << below.FormatErrors();
+  EXPECT_TRUE(below.config.aggregation.jobs[0].parameter_server);
 }
 
 TEST(TreeLoaderTest, PartialsNeedTheSwitchsOwnAddress) {

@@ -205,8 +205,10 @@ std::string Runner::JobConfig(size_t job, size_t sw, bool json) const {
         << key("address") << "\"" << IpText(s_.param_node_ip) << "\", " << key("port") << kAggPort << "}]}";
     }
     if (j.verify) o << ", " << key("verify") << "true";
-    if (j.learning_rate > 0) o << ", " << key("parameter_server") << "true";
   }
+  // Every switch of a parameter-server job says so (below the root: hold
+  // back the run label until every member has sent).
+  if (j.learning_rate > 0) o << ", " << key("parameter_server") << "true";
   // The root delivers final results to the main server; every switch of a
   // job in both mode answers its FETCHes.
   if (j.main_server && (j.keep || static_cast<int>(sw) == tree.root)) {
