@@ -493,6 +493,35 @@ class alignas(64) Job {
   // Members with a learned address. O(members).
   uint16_t LearnedMembers() const;
 
+  // --- Its oldest chunk held back at the root [any] ---
+  //
+  // The job's oldest chunk `seq` (its slot watermark) found its home slot at
+  // this root held by a complete chunk of job `holder`, whose result waits
+  // for that job's watermark. Kept until a contribution to `seq` takes a
+  // slot (ClearOldestBlocked), or another chunk is noted. A hint for the
+  // release check: two jobs each held back by the other's result
+  // (aggregation_stage.cc, SlotReleasable). One relaxed store when it
+  // changes.
+  void NoteOldestBlocked(uint32_t seq, uint32_t holder) const {
+    const uint64_t v = kBlockedValid | uint64_t{holder} << 32 | seq;
+    if (oldest_blocked_.load(std::memory_order_relaxed) != v) {
+      oldest_blocked_.store(v, std::memory_order_relaxed);
+    }
+  }
+  // A contribution to chunk `seq` took a slot: when it was the chunk noted,
+  // nothing holds it back any more. One relaxed load otherwise.
+  void ClearOldestBlocked(uint32_t seq) const {
+    const uint64_t v = oldest_blocked_.load(std::memory_order_relaxed);
+    if ((v & kBlockedValid) != 0 && static_cast<uint32_t>(v) == seq) {
+      oldest_blocked_.store(0, std::memory_order_relaxed);
+    }
+  }
+  // Whether chunk `seq` is noted as held back by a result of job `holder`.
+  bool OldestBlockedBy(uint32_t seq, uint32_t holder) const {
+    return oldest_blocked_.load(std::memory_order_relaxed) ==
+           (kBlockedValid | uint64_t{holder} << 32 | seq);
+  }
+
   // --- The tree, fixed for the job's life [any] ---
 
   // The member index of node id `node`, or -1 when it is not a member here.
@@ -845,6 +874,9 @@ class alignas(64) Job {
   mutable std::atomic<uint64_t> new_run_{0};  // valid (63) | member index (47..32) | incarnation
   std::atomic<uint32_t>* const new_runs_;     // the table's count of requests  // hold_quota / (members - 1) chunks, at least 1
   mutable std::atomic<uint64_t> min_ack_cache_{0};    // SlotWatermark() (31..0) | valid (32)
+  // NoteOldestBlocked: kBlockedValid | holder job id (63..32) | seq (31..0); 0: none.
+  static constexpr uint64_t kBlockedValid = uint64_t{1} << 63;
+  mutable std::atomic<uint64_t> oldest_blocked_{0};
   mutable std::atomic<uint32_t> min_ack_refreshed_{0};  // the tick of its last refresh
   // A member at or before the cached watermark moved on since its refresh.
   // A move that races a refresh on another lcore (between its read of the

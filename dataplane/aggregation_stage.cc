@@ -18,10 +18,24 @@ struct ReleaseContext {
   const aggregator::JobTable* jobs;
   uint32_t now;         // LcoreClock::SeenNow()
   uint32_t gone_ticks;  // AggregationSetup::rebind_ticks
+  // The chunk that wants the slot, at a root without spare slots: it may
+  // take a complete slot of another job that holds it back while that job
+  // is held back by it (SlotReleasable); else null.
+  const aggregator::Job* taker = nullptr;
+  uint32_t taker_seq = 0;
 };
 
+// Whether `taker`'s chunk `seq` is its job's oldest at this switch: the one
+// its current members' watermark waits on. O(members); only on a collision.
+bool IsOldest(const aggregator::Job& taker, uint32_t seq, uint32_t now, uint32_t gone_ticks) {
+  const std::optional<uint32_t> watermark = taker.SlotWatermark(now, gone_ticks);
+  return watermark && *watermark == seq;
+}
+
 // A slot whose job registration is gone may give way at once; a complete one
-// also once every member acknowledged its result, or at once below the root.
+// also once every member acknowledged its result, or at once below the root,
+// or at a root to another job's oldest chunk that it and that job hold back
+// in turn.
 bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                     bool complete) {
   const auto& r = *static_cast<const ReleaseContext*>(ctx);
@@ -48,8 +62,25 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
   // At the root a result stays until every member, gone or not, has it: a
   // member presumed gone may yet retransmit.
   const std::optional<uint32_t> min_ack = job->MinAck();
-  return min_ack && aggregator::SeqBefore(seq, *min_ack) &&
-         job->LearnedMembers() == job->members();
+  if (min_ack && aggregator::SeqBefore(seq, *min_ack) &&
+      job->LearnedMembers() == job->members()) {
+    return true;
+  }
+  // Except when two jobs hold each other's oldest chunk back, at a root
+  // with no spare slot to lease either of them (the caller sets `taker`
+  // only then): the taker's chunk is its job's oldest, and this job's oldest
+  // found its home slot held by a result of the taker's job
+  // (Job::NoteOldestBlocked). Each job's results past its watermark wait
+  // for that watermark, so neither would move before its slots went stale,
+  // and after that again, as often as their windows meet in the region.
+  // Every member was sent this result; the one copy goes as it would once
+  // stale, only sooner.
+  if (r.taker == nullptr || r.taker == job ||
+      !IsOldest(*r.taker, r.taker_seq, r.now, r.gone_ticks)) {
+    return false;
+  }
+  const std::optional<uint32_t> oldest = job->SlotWatermark(r.now, r.gone_ticks);
+  return oldest && job->OldestBlockedBy(*oldest, r.taker->id());
 }
 
 }  // namespace
@@ -741,9 +772,25 @@ void AggregationStage::Contribute(const Checked& it) {
     contribution.handle = held;
   }
   ReleaseContext release{s_.jobs, clock_.SeenNow(), s_.rebind_ticks};
+  if (job.is_root() && s_.regions.spare.size == 0) {
+    release.taker = &job;
+    release.taker_seq = seq;
+  }
   const aggregator::SlotUpdate u =
       s_.slots->Contribute(local, contribution, clock_.tsc, SlotReleasable, &release);
   if (u.stale) c.stale_slots.Add(1);
+  if (release.taker != nullptr) {
+    // What SlotReleasable asks of the other job: whether this job's oldest
+    // chunk waits on one of its results.
+    if (u.outcome == aggregator::SlotOutcome::kCollision) {
+      if (u.slot->state() == aggregator::Slot::State::kComplete &&
+          IsOldest(job, seq, release.now, release.gone_ticks)) {
+        job.NoteOldestBlocked(seq, u.slot->job_id());
+      }
+    } else {
+      job.ClearOldestBlocked(seq);
+    }
+  }
   for (uint16_t i = 0; i < u.n_evicted; ++i) s_.holds->Give(u.evicted[i]);
   // Held now, or handed back among `released` at completion; else unused.
   if (held != nullptr && u.outcome != aggregator::SlotOutcome::kHeld &&

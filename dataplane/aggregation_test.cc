@@ -1151,6 +1151,67 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
   }
 }
 
+// Two jobs at their root, each holding the other's oldest chunk back with a
+// result past its own watermark (a window wider than the region wraps
+// round), and no spare slot: the result gives way to the other job's oldest
+// chunk, whose completion lets the first job's members move on, rather than
+// both waiting until aggregation.stale_slot_ms, again at every turn of
+// their windows.
+TEST_F(AggregationTest, TwoJobsHoldingEachOthersOldestChunkAtTheRootGiveWay) {
+  BuildAggregation(", spare_slots: 0");
+  AddJob(7, 2);
+  AddJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  const uint32_t region = dp_->slot_regions().provisioned.size;
+  // Job 7 waits on s7 and has the result of s7 + 1; job 8 waits on s8 + 1
+  // and has the result of s8 + region, on s7's slot. s7 + 1 and s8 + 1
+  // share a slot too.
+  const auto contribute = [&](uint32_t job, uint32_t seq, uint32_t ack, int32_t v) {
+    for (const uint16_t node : {0, 1}) {
+      Inject(0, Contribution(job, seq, node, Int32Payload({v}), DType::kInt32, ReduceOp::kSum,
+                             0x5eed, -1, ack));
+    }
+    StepThroughControl();
+  };
+  // What the members got since the last Drain: `count` results of `job`
+  // carrying `sum`, and no NACK.
+  const auto expect_results = [&](uint32_t job, int32_t sum, size_t count) {
+    const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+    ASSERT_EQ(results.size(), count);
+    for (const Result& r : results) {
+      EXPECT_EQ(r.fields.job_id, job);
+      EXPECT_EQ(r.payload, Int32Payload({sum}));
+    }
+  };
+  contribute(7, s7 + 1, s7, 1);
+  expect_results(7, 2, 2);
+  contribute(8, s8 + region, s8 + 1, 10);
+  expect_results(8, 20, 2);
+  EXPECT_EQ(Agg().collisions.Get(), 0u);
+  contribute(7, s7, s7, 100);  // job 7's oldest: job 8's result holds its slot
+  auto out = Drain();
+  ASSERT_EQ(WithOpcode(out[0], aggregator::Opcode::kNack).size(), 2u);
+  EXPECT_EQ(Agg().slot_busy.Get(), 2u);
+  // Job 8's oldest finds job 7's result of s7 + 1, which waits on s7: it
+  // takes the slot.
+  contribute(8, s8 + 1, s8 + 1, 1000);
+  expect_results(8, 2000, 2);
+  EXPECT_EQ(Agg().slot_busy.Get(), 2u);
+  // Job 8's members move past s8 + region: job 7's oldest takes its slot.
+  for (const uint16_t node : {0, 1}) {
+    aggregator::AggFields ack;
+    ack.opcode = aggregator::Opcode::kAck;
+    ack.node_id = node;
+    ack.job_id = 8;
+    ack.job_key = 0x5eed;
+    ack.ack_watermark = s8 + region + 1;
+    Inject(0, Datagram(ack));
+  }
+  contribute(7, s7, s7, 100);
+  expect_results(7, 200, 2);
+  EXPECT_EQ(Agg().slot_busy.Get(), 2u);
+}
+
 // Static placement. Round robin gives each job a partition of its slot
 // quota that no other job's meets: two jobs' whole windows run side by side
 // with no collision, every chunk's members meeting in the one slot of the
