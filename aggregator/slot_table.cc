@@ -211,6 +211,20 @@ bool SlotTable::RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job
   return true;
 }
 
+bool SlotTable::MissedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
+                            uint32_t seq, uint64_t now_tsc) {
+  Slot& s = slots_[local_index];
+  if (s.state_ != Slot::State::kForwarded || s.job_id_ != job_id ||
+      s.job_generation_ != job_generation || s.seq_ != seq) {
+    return false;
+  }
+  // Lost, the partial is nowhere above either (RefusedAbove).
+  s.kept_ = true;
+  if (now_tsc - s.resent_tsc_ < config_.resend_gap_cycles) return false;
+  s.resent_tsc_ = now_tsc;
+  return true;
+}
+
 bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
                             uint32_t seq, const uint8_t* payload, uint32_t len, bool overflow,
                             uint64_t now_tsc, SlotUpdate* released) {

@@ -326,6 +326,18 @@ class SlotTable {
   // [owner lcore]
   bool RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                     uint64_t now_tsc);
+  // The parent says it lacks forwarded slot `local_index`'s partial (a
+  // NOTICE missing): it was lost on the way, and no member may ask again
+  // (the excluded ones' data goes around the slot). Whether it goes again
+  // now: once the first resend gap has passed since it last went, so that
+  // a burst of notices sends it once; its backoff is left as it is. The
+  // slot, the partial's only copy, keeps its chunk as KeepForwarded says,
+  // until the answer comes down. False when the slot is not forwarded or
+  // holds another chunk. [owner lcore]
+  bool MissedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
+                   uint64_t now_tsc);
+  // The first gap between two sends of a forwarded slot's partial.
+  uint64_t resend_gap_cycles() const { return config_.resend_gap_cycles; }
   // Frees the holding slots among the next `budget` (from a cursor that
   // wraps around the table) whose chunk is older than stale_cycles while
   // it still aggregates: a member died, or will never send it. Such a slot

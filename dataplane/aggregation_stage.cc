@@ -180,6 +180,14 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       // it, from its parent or TAN, is checked as a result from above).
       if (Refusal(pkt.header->aux.host())) break;
       [[fallthrough]];
+    case Opcode::kNotice:
+      // That its parent (or TAN) lacks a partial this switch sent up (the
+      // answer to its QUERY, or a gap there), checked as a NACK from above.
+      if (opcode == Opcode::kNotice &&
+          pkt.header->aux.host() == static_cast<uint32_t>(aggregator::NoticeKind::kMissing)) {
+        break;
+      }
+      [[fallthrough]];
     default:
       c.unsupported.Add(1);
       tx_.Drop(in_port, DropReason::kAggUnsupported, m);
@@ -195,9 +203,9 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
   const aggregator::MemberAddr sender{Mac48(data + 6), static_cast<uint8_t>(in_port), meta.vlan,
                                       udp.src_ip, udp.src_port, h.incarnation.host()};
   // A result or an exception from above: the parent switch's, or the TAN's;
-  // or its refusal for now of a partial.
+  // or its refusal for now of a partial, or its notice that it lacks one.
   const bool from_above = opcode == Opcode::kResult || opcode == Opcode::kExceptionRetransmit ||
-                          opcode == Opcode::kNack;
+                          opcode == Opcode::kNack || opcode == Opcode::kNotice;
   const aggregator::Job* job = s_.jobs->Find(h.job_id.host());
   if (job == nullptr) {
     if (opcode == Opcode::kLate || from_above) {
@@ -662,6 +670,8 @@ void AggregationStage::AtSlot(const Checked& it) {
   }
   if (opcode == aggregator::Opcode::kNack) {
     if (!RedirectResult(it)) RefusedAbove(it);
+  } else if (opcode == aggregator::Opcode::kNotice) {
+    if (!RedirectResult(it)) MissingAbove(it);
   } else if (opcode != aggregator::Opcode::kResult &&
              opcode != aggregator::Opcode::kExceptionRetransmit) {
     Contribute(it);
@@ -698,6 +708,7 @@ void AggregationStage::Contribute(const Checked& it) {
   if (pkt.opcode != aggregator::Opcode::kQuery && tree_.bypass_live() && !direct_to_ps &&
       !CompleteHere(it, seq) &&
       tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
+    UpAsMissingAbove(it);
     c.late_flagged.Add(1);
     tree_.ForwardLate(m, job, it.header_offset, it.in_port);
     return;
@@ -979,6 +990,55 @@ void AggregationStage::RefusedAbove(const Checked& it) {
     stats_.lcore.agg.partials_refused_above.Add(1);
   }
   TxBuffers::Consumed(it.m);
+}
+
+void AggregationStage::MissingAbove(const Checked& it) {
+  const aggregator::Job& job = *it.job;
+  const uint32_t seq = it.pkt.header->seq.host();
+  const uint32_t local = LocalSlot(it.slot);
+  const aggregator::Slot* slot = s_.slots->Holding(local, job.id(), job.generation(), seq);
+  if (slot != nullptr) {
+    if (slot->state() == aggregator::Slot::State::kForwarded &&
+        s_.slots->MissedAbove(local, job.id(), job.generation(), seq, clock_.tsc)) {
+      stats_.lcore.agg.partials_missing_above.Add(1);
+      (void)tree_.FinishSlot(job, local, *slot, false, nullptr, 0);
+    }
+  } else if (job.WhenNoSlot() == aggregator::Job::NoSlot::kUpAsMissing) {
+    // The slot gave way (its partial lost on the way), and none may take
+    // the chunk again: the members' data goes around it as late data (the
+    // excluded ones', and that of those the lost partial listed missing).
+    LackedAbove& e = LackedAboveOf(job, seq);
+    const bool same = e.job_id == job.id() && e.job_generation == job.generation() && e.seq == seq;
+    if (!same) e = LackedAbove{job.id(), job.generation(), seq, job.label(), false, 0};
+    e.label = job.label();
+    e.armed = true;
+  }
+  TxBuffers::Consumed(it.m);
+}
+
+void AggregationStage::UpAsMissingAbove(const Checked& it) {
+  const aggregator::Job& job = *it.job;
+  const aggregator::AggHeader& h = *it.pkt.header;
+  const uint32_t seq = h.seq.host();
+  LackedAbove& e = LackedAboveOf(job, seq);
+  if (!e.armed || e.job_id != job.id() || e.job_generation != job.generation() || e.seq != seq ||
+      e.label != job.label() || it.pkt.opcode != aggregator::Opcode::kContribution ||
+      it.member < 0 ||
+      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr) {
+    return;
+  }
+  // The notices that answered the questions asked before it went are no
+  // news: once per first resend gap, as a slot resends its partial.
+  if (e.sent_tsc != 0 && clock_.tsc - e.sent_tsc < s_.slots->resend_gap_cycles()) {
+    e.armed = false;
+    return;
+  }
+  // Not sent (no mbuf, no run label yet): the next member data tries again.
+  if (!tree_.SendUpAsMissing(job, h)) return;
+  e.armed = false;
+  e.sent_tsc = clock_.tsc;
+  stats_.lcore.agg.partials_missing_above.Add(1);
+  stats_.lcore.agg.conflicts_up.Add(1);
 }
 
 bool AggregationStage::SentOn(const Checked& it, uint32_t seq) {

@@ -214,6 +214,24 @@ class AggregationStage {
   // busy slot there, or a new run starting; the others mean nothing to a
   // switch (an unsupported opcode, as before).
   static bool Refusal(uint32_t reason);
+  // The parent (or, at the root, the TAN) lacks the partial of a chunk (a
+  // NOTICE missing, the answer to this switch's QUERY or a gap it saw): it
+  // was lost on the way. A forwarded slot that holds the chunk sends it
+  // again now, at most once per first resend gap (SlotTable::MissedAbove),
+  // and keeps the chunk. Without a slot holding it (it gave way, and every
+  // member's data goes around one as late data), the chunk is marked
+  // lacked above (where the switch sends a chunk that finds no slot up as
+  // missing, Job::NoSlot::kUpAsMissing): the next member's data to it,
+  // whose header has the chunk's shape (the NOTICE and a QUERY do not),
+  // sends it up as missing (UpAsMissingAbove). A complete or aggregating
+  // slot's answer or partial is on its way: nothing. Consumes the datagram.
+  void MissingAbove(const Checked& c);
+  // Before member data `c` to a chunk no slot holds goes on as late data:
+  // when the parent said it lacks the chunk (MissingAbove) and it did not
+  // go up as missing within the first resend gap, it does now
+  // (TreeStage::SendUpAsMissing), so that the parent counts this switch and
+  // completes the chunk without its members, whose data follows.
+  void UpAsMissingAbove(const Checked& c);
   // Sends `c`, at a slot that does not hold its chunk `seq`, on to where the
   // switch sent the chunk: the spare slot in this worker's relocation map,
   // or, from the home slot, the moved partition. False: nowhere.
@@ -391,6 +409,22 @@ class AggregationStage {
   // none). Written by this worker only, in the order of its relocation ring.
   std::unique_ptr<uint32_t[]> moves_;
   uint32_t excluded_cursor_ = 0;  // SweepExcluded's next slot
+  // Chunks the parent said it lacks that no slot here held (MissingAbove),
+  // a few, by job and seq, each overwriting whichever it maps to: this
+  // worker's only, as are the slots of the chunks they name.
+  struct LackedAbove {
+    uint32_t job_id = 0;
+    uint32_t job_generation = 0;
+    uint32_t seq = 0;
+    uint32_t label = 0;     // the run it was noticed in
+    bool armed = false;     // up as missing with the next member data
+    uint64_t sent_tsc = 0;  // when it last went up as missing so
+  };
+  static constexpr uint32_t kLackedAbove = 16;
+  LackedAbove& LackedAboveOf(const aggregator::Job& job, uint32_t seq) {
+    return lacked_above_[((seq * 2654435761u) >> 28 ^ job.index()) % kLackedAbove];
+  }
+  LackedAbove lacked_above_[kLackedAbove] = {};
 };
 
 }  // namespace aggswitch::dataplane

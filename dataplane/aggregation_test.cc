@@ -1802,6 +1802,80 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
   EXPECT_EQ(Agg().task_info_conflicts.Get(), 1u);
 }
 
+// The parent says it lacks a leaf's partial (NOTICE missing, its answer
+// to the leaf's QUERY or a gap it saw): the partial was lost on the way.
+// The forwarded slot sends it again at once, without waiting for a
+// member's question (none may come: the excluded members' data goes around
+// the slot, seed 400550), once per first resend gap however many notices
+// come, and keeps its chunk. A notice from another address, or one that
+// is no NOTICE missing, changes nothing.
+TEST_F(InBandTest, AParentsNoticeMissingOfAPartialSendsItAgainAtOnce) {
+  BuildAggregation(", upstreams: [{address: 10.0.20.1}]");
+  const uint32_t parent_ip = 0x0a001401;
+  const common::MacAddr parent_mac = common::MacAddr::FromU64(0x0200000014a1ULL);
+  auto send = [&](uint16_t node) {
+    aggregator::AggFields f;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = node;
+    f.job_id = 31;
+    f.seq = 0;
+    f.job_key = kKey;
+    f.expected = 4;
+    f.node_count = 2;
+    f.elem_count = 1;
+    Inject(0, Datagram(f, Int32Payload({node})));
+  };
+  send(4);
+  StepWithRegistration();
+  const aggregator::Job* job = jobs_->Find(31);
+  ASSERT_NE(job, nullptr);
+  job->SetHop(job->ParentHop(0), {parent_mac.ToU64(), 0, 0, parent_ip, aggregator::kAggUdpPort});
+  for (uint16_t node = 5; node < 8; ++node) send(node);
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 1u);
+  const Result first = ParseResult(out[0][0]);
+  ASSERT_EQ(first.fields.opcode, aggregator::Opcode::kPartial);
+
+  // The parent's NOTICE (of `kind`, from `from_ip`) about chunk 0: how many
+  // partials go up.
+  auto notice = [&](aggregator::NoticeKind kind, uint32_t from_ip) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kNotice;
+    f.job_id = 31;
+    f.seq = 0;
+    f.node_id = static_cast<uint16_t>(control::kInBandLeafBase + 1);
+    f.aux = static_cast<uint32_t>(kind);
+    f.incarnation = first.fields.incarnation;
+    Inject(0, DatagramFrom(f, {}, parent_mac, from_ip, aggregator::kAggUdpPort));
+    Step();
+    size_t partials = 0;
+    for (const auto& [port, frames] : Drain()) {
+      for (const Result& r : Results(frames)) {
+        partials += r.fields.opcode == aggregator::Opcode::kPartial;
+      }
+    }
+    return partials;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();
+  EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, parent_ip + 7), 0u) << "from elsewhere";
+  EXPECT_EQ(notice(aggregator::NoticeKind::kHeld, parent_ip), 0u) << "no NOTICE missing";
+  EXPECT_EQ(Agg().results_refused.Get(), 1u);
+  EXPECT_EQ(Agg().unsupported.Get(), 1u);
+  EXPECT_EQ(Agg().partials_missing_above.Get(), 0u);
+
+  ASSERT_EQ(notice(aggregator::NoticeKind::kMissing, parent_ip), 1u) << "lost: sent again at once";
+  EXPECT_EQ(Agg().partials_missing_above.Get(), 1u);
+  EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, parent_ip), 0u)
+      << "a burst of notices sends it once";
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();
+  EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, parent_ip), 1u) << "a gap later, again";
+  EXPECT_EQ(Agg().partials_missing_above.Get(), 2u);
+}
+
 // The parent refuses a leaf's partial for now (NACK slot quota: the chunk
 // lies too far ahead of its slowest leaf there). Nothing was lost: the
 // partial goes again on the members' next question after the first resend
@@ -3237,6 +3311,73 @@ TEST_F(ParameterNodeTest, MembersPastAChunkWhoseSlotTimedOutAreAskedForIt) {
     EXPECT_EQ(r.payload, Int32Payload({7}));
     EXPECT_FALSE(r.fields.flags & aggregator::flags::kIncomplete);
   }
+}
+
+// A leaf's partial was lost on the way (here: dropped), listing member 1
+// missing, and its expired slot gave way to another chunk. Member 1's data
+// then goes around a slot as late data by its entry, as does every
+// excluded member's, and nothing sent the chunk up again: the parent
+// waited for this leaf for good (seed 400550). Its NOTICE missing marks
+// the chunk, and the next member data to it sends the chunk up as missing
+// (the NOTICE has no chunk's shape; the data has), once, before the data
+// goes on late.
+TEST_F(ParameterNodeTest, AParentsNoticeMissingOfAChunkWithNoSlotSendsItUpAsMissing) {
+  BuildAggregation(", spare_slots: 0");
+  auto ParseAll = [](const std::vector<Frame>& frames) {
+    std::vector<Result> out;
+    for (const Frame& f : frames) out.push_back(ParseResult(f));
+    return out;
+  };
+  AddLeafJob(7, 2, rte_get_tsc_hz() / 100);  // a 10 ms slot timer
+  AddLeafJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
+  Step();
+  rte_delay_ms(15);  // the slot times out without member 1
+  Step();
+  std::vector<Frame> lost = Drain()[1];
+  ASSERT_EQ(lost.size(), 1u);
+  ASSERT_EQ(MissingCount(lost[0]), 1);
+  for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(8, s8, m, Int32Payload({100})));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u) << "job 8's";
+
+  auto notice = [&] {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kNotice;
+    f.job_id = 7;
+    f.seq = s7;
+    f.node_id = kLeafNode;
+    f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+    f.incarnation = jobs_->Find(7)->label();
+    Inject(1, DatagramFrom(f, {}, MemberMac(kPs), MemberIp(kPs), aggregator::kAggUdpPort));
+    Step();
+  };
+  notice();
+  notice();
+  EXPECT_TRUE(Drain().empty()) << "nothing to send it with yet";
+  EXPECT_EQ(Agg().unsupported.Get(), 0u);
+
+  Inject(0, Contribution(7, s7, 1, Int32Payload({2})));
+  Step();
+  std::vector<Result> up = ParseAll(Drain()[1]);
+  ASSERT_EQ(up.size(), 2u);
+  EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_TRUE(up[0].fields.flags & aggregator::flags::kConflict) << "up as missing";
+  EXPECT_EQ(up[0].fields.seq, s7);
+  EXPECT_EQ(up[1].fields.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(Agg().partials_missing_above.Get(), 1u);
+
+  // Member 0's resend goes on late by the entries that partial wrote, and
+  // sends nothing up again.
+  Frame again = Contribution(7, s7, 0, Int32Payload({1}));
+  HeaderOf(again)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, again);
+  Step();
+  up = ParseAll(Drain()[1]);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(Agg().partials_missing_above.Get(), 1u);
 }
 
 // A FINAL chunk that finds no slot at the root goes to the parameter node
