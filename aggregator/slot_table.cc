@@ -191,13 +191,20 @@ bool SlotTable::ResendForwarded(uint32_t local_index, uint64_t now_tsc) {
   return s.state_ == Slot::State::kForwarded && TakeResend(s, now_tsc);
 }
 
+Slot* SlotTable::ForwardedChunk(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
+                                uint32_t seq) {
+  Slot& s = slots_[local_index];
+  return s.state_ == Slot::State::kForwarded && s.job_id_ == job_id &&
+                 s.job_generation_ == job_generation && s.seq_ == seq
+             ? &s
+             : nullptr;
+}
+
 bool SlotTable::RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
                              uint32_t seq, uint64_t now_tsc) {
-  Slot& s = slots_[local_index];
-  if (s.state_ != Slot::State::kForwarded || s.job_id_ != job_id ||
-      s.job_generation_ != job_generation || s.seq_ != seq) {
-    return false;
-  }
+  Slot* forwarded = ForwardedChunk(local_index, job_id, job_generation, seq);
+  if (forwarded == nullptr) return false;
+  Slot& s = *forwarded;
   s.resent_tsc_ = now_tsc;
   s.resends_ = 0;
   // Refused, the partial is nowhere above: this slot is its only copy. It
@@ -213,11 +220,9 @@ bool SlotTable::RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job
 
 bool SlotTable::MissedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
                             uint32_t seq, uint64_t now_tsc) {
-  Slot& s = slots_[local_index];
-  if (s.state_ != Slot::State::kForwarded || s.job_id_ != job_id ||
-      s.job_generation_ != job_generation || s.seq_ != seq) {
-    return false;
-  }
+  Slot* forwarded = ForwardedChunk(local_index, job_id, job_generation, seq);
+  if (forwarded == nullptr) return false;
+  Slot& s = *forwarded;
   // Lost, the partial is nowhere above either (RefusedAbove).
   s.kept_ = true;
   if (now_tsc - s.resent_tsc_ < config_.resend_gap_cycles) return false;

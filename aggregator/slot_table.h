@@ -385,6 +385,10 @@ class SlotTable {
   // Whether forwarded slot `s` may resend its partial now (it went up a
   // resend gap ago, backed off); if so, it goes now.
   bool TakeResend(Slot& s, uint64_t now_tsc);
+  // Slot `local_index` when it is forwarded and holds chunk (job_id,
+  // job_generation, seq); else null.
+  Slot* ForwardedChunk(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
+                       uint32_t seq);
   void Complete(uint32_t local_index, Slot& s, SlotUpdate& u, uint64_t now_tsc);
   // Makes the accumulator the slot's result (Slot::result).
   static void PublishResult(Slot& s);

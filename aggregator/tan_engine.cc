@@ -181,13 +181,18 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
   if (c.phase == Phase::kOpen && c.outstanding.empty()) Finish(id, c, now_ns, out);
 }
 
+bool TanEngine::SameShape(const Chunk& c, const AggPacket& pkt) {
+  const AggFields& f = c.fields;
+  return pkt.dtype == f.dtype && pkt.op == f.op && pkt.header->scale == f.scale &&
+         pkt.header->elem_count.host() == f.elem_count &&
+         pkt.payload_len == f.elem_count * static_cast<uint32_t>(ElementSize(f.dtype));
+}
+
 void TanEngine::Complete(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64_t now_ns,
                          std::vector<TanOutput>* out) {
   const AggHeader& h = *pkt.header;
   AggFields& f = c.fields;
-  if (pkt.dtype != f.dtype || pkt.op != f.op || h.scale != f.scale ||
-      h.elem_count.host() != f.elem_count ||
-      pkt.payload_len != f.elem_count * static_cast<uint32_t>(ElementSize(f.dtype))) {
+  if (!SameShape(c, pkt)) {
     ++counters_.malformed;
     return;
   }
@@ -210,11 +215,7 @@ void TanEngine::Refine(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64
                        std::vector<TanOutput>* out) {
   const AggHeader& h = *pkt.header;
   AggFields& f = c.fields;
-  if (pkt.dtype != f.dtype || pkt.op != f.op || h.scale != f.scale ||
-      h.elem_count.host() != f.elem_count ||
-      pkt.payload_len != f.elem_count * static_cast<uint32_t>(ElementSize(f.dtype))) {
-    return;  // not the chunk's shape: a repeat that changes nothing
-  }
+  if (!SameShape(c, pkt)) return;  // a repeat that changes nothing
   std::set<uint16_t> missing;
   for (uint32_t i = 0; i < h.missing_count; ++i) missing.insert(pkt.MissingNode(i));
   // The root reduced the chunk again (a child's partial that came after its

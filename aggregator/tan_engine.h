@@ -333,6 +333,9 @@ class TanEngine {
   // The resolution rules for one late of an open chunk: folds it (incremental)
   // or holds it (batch), parks it, or drops it.
   Resolution Resolve(Chunk& c, Late&& late);
+  // Whether `pkt` has chunk `c`'s dtype, op, scale and element count, and a
+  // payload of that many elements.
+  static bool SameShape(const Chunk& c, const AggPacket& pkt);
   // A repeated first data of an open chunk that lists nothing missing: the
   // chunk is that, whatever was merged here (counted complete_again).
   void Complete(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64_t now_ns,

@@ -2438,8 +2438,6 @@ TEST_F(JobControlTreeTest, ConfigRulesNameTheKey) {
        R"(tan_member: expected the node id of a worker of this job here (one that also runs the job's TAN), got "100")"},
       {R"({"members": 2, "tan_member": 5})",
        R"(tan_member: expected the node id of a worker of this job here (one that also runs the job's TAN), got "5")"},
-      {R"({"members": 2, "upstream": {"address": "10.0.9.2", "node": 5}, "parameter_server": true})",
-       R"(parameter_server: only a root job (without upstream) has a parameter server: its TAN, chosen at the root, answers every chunk; this job has an upstream (upstream))"},
       {R"({"members": 2, "tan": {"strategy": "self"}, "parameter_server": true})",
        R"(parameter_server: expected a remote tan for a parameter-server job (the job's tan, or aggregation.tan, with a strategy other than "self": the agg-ps --sgd that answers every chunk), got strategy "self" (tan))"},
       {R"({"members": 2, "ordered": true, "trigger": "incremental"})",
