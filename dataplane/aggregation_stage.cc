@@ -176,17 +176,10 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     case Opcode::kFetch:
       break;
     case Opcode::kNack:
-      // A refusal for now of a partial this switch sent up (the answer to
-      // it, from its parent or TAN, is checked as a result from above).
-      if (Refusal(pkt.header->aux.host())) break;
-      [[fallthrough]];
     case Opcode::kNotice:
-      // That its parent (or TAN) lacks a partial this switch sent up (the
-      // answer to its QUERY, or a gap there), checked as a NACK from above.
-      if (opcode == Opcode::kNotice &&
-          pkt.header->aux.host() == static_cast<uint32_t>(aggregator::NoticeKind::kMissing)) {
-        break;
-      }
+      // Its parent's (or TAN's) word on a partial this switch sent up,
+      // checked below as a result from above.
+      if (AboutPartialSentUp(opcode, pkt.header->aux.host())) break;
       [[fallthrough]];
     default:
       c.unsupported.Add(1);
@@ -975,12 +968,15 @@ bool AggregationStage::RedirectResult(const Checked& it) {
   return SentOn(it, seq);
 }
 
-bool AggregationStage::Refusal(uint32_t reason) {
+bool AggregationStage::AboutPartialSentUp(aggregator::Opcode opcode, uint32_t aux) {
   using aggregator::NackReason;
-  return reason == static_cast<uint32_t>(NackReason::kSlotQuota) ||
-         reason == static_cast<uint32_t>(NackReason::kSlotBusy) ||
-         reason == static_cast<uint32_t>(NackReason::kHoldQuota) ||
-         reason == static_cast<uint32_t>(NackReason::kNewRun);
+  if (opcode == aggregator::Opcode::kNotice) {
+    return aux == static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+  }
+  return aux == static_cast<uint32_t>(NackReason::kSlotQuota) ||
+         aux == static_cast<uint32_t>(NackReason::kSlotBusy) ||
+         aux == static_cast<uint32_t>(NackReason::kHoldQuota) ||
+         aux == static_cast<uint32_t>(NackReason::kNewRun);
 }
 
 void AggregationStage::RefusedAbove(const Checked& it) {
@@ -1008,8 +1004,9 @@ void AggregationStage::MissingAbove(const Checked& it) {
     // the chunk again: the members' data goes around it as late data (the
     // excluded ones', and that of those the lost partial listed missing).
     LackedAbove& e = LackedAboveOf(job, seq);
-    const bool same = e.job_id == job.id() && e.job_generation == job.generation() && e.seq == seq;
-    if (!same) e = LackedAbove{job.id(), job.generation(), seq, job.label(), false, 0};
+    if (e.job_id != job.id() || e.job_generation != job.generation() || e.seq != seq) {
+      e = LackedAbove{job.id(), job.generation(), seq};
+    }
     e.label = job.label();
     e.armed = true;
   }

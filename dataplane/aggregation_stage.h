@@ -206,14 +206,15 @@ class AggregationStage {
   // Returns true when it was sent on.
   bool RedirectResult(const Checked& c);
   // The parent (or, at the root, the TAN) refused the partial of a chunk
-  // for now (Refusal): a forwarded slot that holds the chunk sends it again
+  // for now (AboutPartialSentUp): a forwarded slot that holds the chunk sends it again
   // after the first resend gap, not a backed-off one
   // (SlotTable::RefusedAbove). Consumes the datagram.
   void RefusedAbove(const Checked& c);
-  // Whether a NACK from above says "not now" about a partial: a quota or a
-  // busy slot there, or a new run starting; the others mean nothing to a
-  // switch (an unsupported opcode, as before).
-  static bool Refusal(uint32_t reason);
+  // Whether a NACK or NOTICE from above (`aux`, its reason or kind) is
+  // about a partial this switch sent up: a NACK "not now" (a quota or a busy
+  // slot there, or a new run starting), or a NOTICE missing. The others
+  // mean nothing to a switch (an unsupported opcode, as before).
+  static bool AboutPartialSentUp(aggregator::Opcode opcode, uint32_t aux);
   // The parent (or, at the root, the TAN) lacks the partial of a chunk (a
   // NOTICE missing, the answer to this switch's QUERY or a gap it saw): it
   // was lost on the way. A forwarded slot that holds the chunk sends it
