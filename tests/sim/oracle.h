@@ -75,7 +75,8 @@ struct OpView {
   // rank gets the job's parameters after one SGD step, params - rate * sum,
   // within the sum's rounding and the step's two, from `params`: what they
   // were before (zero beyond its end). Element e with known[e] false is not
-  // judged (a step that failed, or agg-ps restarted, left it unknown).
+  // judged (a step that failed or that every rank died in, or agg-ps
+  // restarted, left it unknown).
   std::vector<float> params;
   std::vector<bool> known;
 };

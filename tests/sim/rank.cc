@@ -104,6 +104,7 @@ void RankProcess::Body() {
     out.message = status.message();
     if (killed_) {
       out.ran = false;  // it died in the middle: nothing came back
+      out.died = true;
       break;
     }
     // As client::Client: after a failure the ranks may disagree about

@@ -41,6 +41,9 @@ struct OpSpec {
 // What an allreduce returned.
 struct OpOutcome {
   bool ran = false;
+  // Its process died in the middle of it (ran is false then): what it sent
+  // may have been reduced, and answered, though nothing came back to it.
+  bool died = false;
   common::StatusCode code = common::StatusCode::kOk;
   std::string message;
   std::vector<uint8_t> data;  // the buffer afterwards (the result when ok)

@@ -215,5 +215,41 @@ TEST(SimRegressions, APredictionOfEveryMemberLeavesOneIn) {
   EXPECT_EQ(o->ops_ok, 12u);
 }
 
+// agg-ps keeps a parameter-server job's parameters across its runs, and
+// applies the step of every chunk it answers, also of an allreduce whose
+// ranks all died before they got the rest: the next run's step starts from
+// those parameters, not from the ones before the allreduce. Before, the
+// oracle took such an allreduce for one never begun and expected the next
+// run's parameters from zero: the real result, built on the dead run's
+// chunks as documented, was judged a wrong value.
+TEST(SimRegressions, AStepEveryRankDiedInLeavesTheParametersUnknown) {
+  Scenario s = Tree(0);
+  s.param_node = true;
+  constexpr uint32_t kCount = 2000;
+  JobSpecSim j = Job(Origin::kApi, {0}, {{DType::kFloat32, ReduceOp::kSum, kCount, 0}});
+  j.tan = SwitchSpec::Tan::kRemote;
+  j.learning_rate = 0.5f;
+  j.float_mode = client::FloatMode::kFloat;
+  j.window = 1;
+  j.max_chunk_elements = 1;  // one round trip per element: the crash falls in the middle
+  j.runs = 2;
+  j.run_ids = true;
+  j.crash_rank = 0;
+  j.crash_after_ns = 20'000'000;
+  std::vector<uint8_t> grad(size_t{kCount} * 4);
+  for (uint32_t e = 0; e < kCount; ++e) {
+    const float g = 1000.0f + static_cast<float>(e);
+    std::memcpy(&grad[size_t{e} * 4], &g, 4);
+  }
+  j.inputs[0] = {{0, grad}};
+  s.jobs.push_back(j);
+  Finalize(s);
+  auto o = RunScenario(s, {});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->ok()) << Findings(*o);
+  EXPECT_EQ(o->ops, 1u) << "the first run's rank died in its allreduce";
+  EXPECT_EQ(o->ops_ok, 1u) << "the second run's succeeded";
+}
+
 }  // namespace
 }  // namespace aggswitch::sim

@@ -632,9 +632,11 @@ void Runner::Judge(Outcome* out) {
   for (size_t j = 0; j < s_.jobs.size(); ++j) {
     const JobSpecSim& spec = s_.jobs[j];
     // A parameter-server job's parameters at agg-ps, as its allreduces left
-    // them (runs and allreduces follow each other): zero at first, then
-    // what the ranks got from each step; unknown where a step failed, and
-    // everywhere once agg-ps restarted (it starts again from zero).
+    // them (runs and allreduces follow each other, and agg-ps keeps them
+    // across runs): zero at first, then what the ranks got from each step;
+    // unknown where a step failed or every rank died in it (agg-ps applied
+    // the chunks it answered before), and everywhere once agg-ps restarted
+    // (it starts again from zero).
     std::vector<float> params;
     std::vector<bool> known;
     uint64_t since = start_ns_;  // the last step's start
@@ -647,11 +649,13 @@ void Runner::Judge(Outcome* out) {
         v.run = run;
         v.op = op;
         const OpOutcome* earliest = nullptr;
+        const OpOutcome* died = nullptr;  // a rank whose process died in it
         uint64_t end = 0;
         for (uint32_t r = 0; r < spec.ranks(); ++r) {
           const OpOutcome* o = r < state.procs.size() ? &state.procs[r]->outcomes()[op] : nullptr;
           v.outcomes.push_back(o != nullptr && o->ran ? o : nullptr);
           v.inputs.push_back(RankData(s_, j, run, r, op));
+          if (o != nullptr && o->died && died == nullptr) died = o;
           if (o != nullptr && o->ran) {
             ++out->ops;
             if (o->code == common::StatusCode::kOk) ++out->ops_ok;
@@ -674,8 +678,11 @@ void Runner::Judge(Outcome* out) {
           continue;
         }
         const OpSpec& o = spec.ops[op];
+        // A step some rank began. One that every rank died in is a step
+        // too: agg-ps applied what it answered of it before they died.
+        const OpOutcome* began = earliest != nullptr ? earliest : died;
         const bool step = spec.learning_rate > 0 && o.dtype == aggregator::DType::kFloat32 &&
-                          o.op == aggregator::ReduceOp::kSum && earliest != nullptr;
+                          o.op == aggregator::ReduceOp::kSum && began != nullptr;
         if (step) {
           for (const Outage& x : s_.param_node_outages) {
             if (start_ns_ + x.at_ns >= since && start_ns_ + x.at_ns <= end) known.assign(known.size(), false);
@@ -686,12 +693,13 @@ void Runner::Judge(Outcome* out) {
           }
           v.params = params;
           v.known = known;
-          since = earliest->start_ns;
+          since = began->start_ns;
         }
         JudgeOp(v, &out->failures);
         if (step) {
           // The step every rank got the result of is what agg-ps holds now;
-          // one that failed may have been applied in part.
+          // one that failed, or that its ranks died in, may have been
+          // applied in part.
           const OpOutcome* ok = nullptr;
           for (const OpOutcome* r : v.outcomes) {
             if (r != nullptr && r->code == common::StatusCode::kOk) ok = r;

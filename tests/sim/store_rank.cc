@@ -51,7 +51,10 @@ StoreRank::~StoreRank() {
 
 void StoreRank::Kill() {
   if (done_) return;
-  if (in_progress_) outcomes_[op_].ran = false;  // it died in the middle: nothing came back
+  if (in_progress_) {
+    outcomes_[op_].ran = false;  // it died in the middle: nothing came back
+    outcomes_[op_].died = true;
+  }
   done_ = true;
   ++life_;
   host_.Unbind(port_);
