@@ -157,6 +157,7 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
   c.first_missing = c.outstanding;
   c.acc.assign(size_t{f.elem_count} * AccumulatorElementSize(f.dtype), 0);
   LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
+  c.acc_empty = (in_flags & flags::kConflict) != 0;
   Schedule(id, c, now_ns + options_.give_up_ns);
 
   // Late data that came first goes through the same rules, the lates that
@@ -208,6 +209,7 @@ void TanEngine::Complete(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint
   c.overflow = (h.flags.host() & flags::kOverflow) != 0;
   std::fill(c.acc.begin(), c.acc.end(), 0);
   LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
+  c.acc_empty = (h.flags.host() & flags::kConflict) != 0;
   Finish(id, c, now_ns, out);
 }
 
@@ -250,6 +252,7 @@ void TanEngine::Refine(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64
   c.overflow = (h.flags.host() & flags::kOverflow) != 0;
   std::fill(c.acc.begin(), c.acc.end(), 0);
   LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
+  c.acc_empty = (h.flags.host() & flags::kConflict) != 0;
   for (Late& late : again) {
     if (c.phase == Phase::kDone) {
       ++counters_.duplicate_late;  // the chunk completed without it
@@ -514,11 +517,21 @@ void TanEngine::Fold(Chunk& c, Late&& late) {
     c.held.push_back(std::move(late));
     ++held_lates_;
   } else {
-    const AggFields& f = c.fields;
-    const bool saturated =
-        Accumulate(f.dtype, f.op, c.acc.data(), late.payload.data(), f.elem_count);
+    const bool saturated = Reduce(c, late.payload.data());
     c.overflow = c.overflow || saturated;
   }
+}
+
+bool TanEngine::Reduce(Chunk& c, const uint8_t* payload) {
+  const AggFields& f = c.fields;
+  if (c.acc_empty) {
+    // Nobody's data yet: this one is loaded as a slot loads its first
+    // contribution (its bits kept), not reduced into the identity.
+    c.acc_empty = false;
+    LoadFirst(f.dtype, payload, f.elem_count, c.acc.data());
+    return false;
+  }
+  return Accumulate(f.dtype, f.op, c.acc.data(), payload, f.elem_count);
 }
 
 bool TanEngine::Subtree(const Chunk& c, uint16_t node, const std::vector<uint16_t>& ranks,
@@ -661,8 +674,7 @@ void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector
                        [](const Late* a, const Late* b) { return a->node < b->node; });
     }
     for (const Late* l : order) {
-      const bool saturated =
-          Accumulate(f.dtype, f.op, c.acc.data(), l->payload.data(), f.elem_count);
+      const bool saturated = Reduce(c, l->payload.data());
       c.overflow = c.overflow || saturated;
     }
   }

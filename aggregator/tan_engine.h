@@ -31,6 +31,13 @@
 //     its late partial never comes, and the ranks it lacks send their data
 //     as lates that the first data alone could not place. Any other repeat
 //     changes nothing.
+//   * A first data flagged CONFLICT holds nobody's data: the root found no
+//     slot for the chunk and sent the op's identity (docs/aggregation.md,
+//     "Collisions"). The first late folded into it is taken as it is, as a
+//     slot takes a chunk's first contribution, and the others are reduced
+//     into that: a chunk of one contribution comes back bit for bit as
+//     sent (a NaN's payload too), the same bytes a slot would have given
+//     it, where folding it into the identity would make any NaN canonical.
 //   * Late data: a LATE (the switch sets BYPASS on it), or a CONTRIBUTION with
 //     BYPASS (a self-flagged worker), from node X with its own missing list M.
 //     Its payload holds the data of S = {X}, plus C \ M when SetCovers said
@@ -310,6 +317,9 @@ class TanEngine {
     int32_t own_node = -1;      // the node whose own data OfferOwn took
     uint32_t own_incarnation = 0;  // and its incarnation, which its results carry
     std::vector<uint8_t> acc;   // first data, plus the folded lates when incremental
+    // The first data in use holds nobody's data (CONFLICT): acc is the op's
+    // identity, and the next late folded in is loaded into it, not reduced.
+    bool acc_empty = false;
     std::vector<Late> held;     // batch: resolving lates in arrival order
     std::vector<Late> parked;   // lates that resolved nothing (yet)
     // kDone: the RESULT datagram, sent again to a repeated first data.
@@ -349,6 +359,9 @@ class TanEngine {
               std::vector<TanOutput>* out);
   // Folds (incremental) or holds (batch) a late whose ids are accounted for.
   void Fold(Chunk& c, Late&& late);
+  // Reduces `payload` into the chunk's accumulator (loads it, when the
+  // accumulator holds nobody's data yet); true when a sum saturated.
+  bool Reduce(Chunk& c, const uint8_t* payload);
   // Lates that together hold a switch's whole share (SubtreeChoice).
   struct SubtreeChoice {
     std::vector<size_t> lates;        // indexes into Chunk::parked

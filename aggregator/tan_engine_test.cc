@@ -1154,6 +1154,92 @@ TEST(TanEngineTest, SixteenBitFloatsAccumulateInFloat32LikeTheSwitch) {
   EXPECT_EQ(tan.FeedForResult(First(Pack(odd), {}, DType::kFloat16), 0).payload, Pack(odd));
 }
 
+// A root whose chunk found no slot sends the op's identity as first data,
+// flagged CONFLICT, and every member's data as late data. A chunk of one
+// contribution must come back as a slot gives it, bit for bit as sent (NaN
+// payloads too): a single-rank job's FINAL chunk completed from a slot and,
+// once that slot went to a later chunk, again through here from a stale
+// copy of its contribution, reached the job's main server twice, as two
+// different NaNs, when the late was reduced into the identity.
+TEST(TanEngineTest, AFirstDataThatHoldsNobodyTakesItsOneLateBitForBit) {
+  struct Case {
+    DType dtype;
+    ReduceOp op;
+    Bytes data;
+  };
+  const std::vector<Case> cases = {
+      {DType::kFloat32, ReduceOp::kMax,
+       Pack<uint32_t>({0xC2618000u, 0x7FAAF998u, 0x7F800000u, 0xC1970000u})},
+      {DType::kFloat32, ReduceOp::kSum, Pack<uint32_t>({0xFFC00001u, 0x80000000u, 0x3F800000u})},
+      {DType::kFloat32, ReduceOp::kMin, Pack<uint32_t>({0x7F800001u, 0x00000000u})},
+      {DType::kFloat16, ReduceOp::kMax, Pack<uint16_t>({0x7F4E, 0x8000, 0x0000, 0x53E8})},
+      {DType::kBFloat16, ReduceOp::kMin, Pack<uint16_t>({0xFFC1, 0x0001, 0x3F80})},
+      {DType::kInt32, ReduceOp::kSum, Pack<int32_t>({-5, 0, std::numeric_limits<int32_t>::max()})},
+  };
+  for (const Case& k : cases) {
+    for (const bool ordered : {false, true}) {
+      for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+        SCOPED_TRACE(::testing::Message() << DTypeName(k.dtype) << " op " << static_cast<int>(k.op)
+                                          << (ordered ? " ordered" : "")
+                                          << (o.trigger == TanTrigger::kBatch ? " batch" : ""));
+        Bytes identity(k.data.size());
+        StoreIdentity(k.dtype, k.op, static_cast<uint32_t>(k.data.size() / ElementSize(k.dtype)),
+                      identity.data());
+        Spec first = First(identity, {4}, k.dtype);
+        first.op = k.op;
+        first.flags = static_cast<uint16_t>(flags::kConflict | flags::kFinal |
+                                            (ordered ? flags::kOrdered : 0));
+        Spec late = Late(4, k.data, {}, k.dtype);
+        late.op = k.op;
+        // The first data first, and the late before it (held until it comes).
+        {
+          Tan tan(o);
+          EXPECT_TRUE(tan.Feed(first, 0).empty());
+          const Parsed r = tan.FeedForResult(late, 1);
+          ExpectCompleteResult(r);
+          EXPECT_EQ(r.payload, k.data);
+        }
+        {
+          Tan tan(o);
+          EXPECT_TRUE(tan.Feed(late, 0).empty());
+          const Parsed r = tan.FeedForResult(first, 1);
+          ExpectCompleteResult(r);
+          EXPECT_EQ(r.payload, k.data);
+        }
+      }
+    }
+  }
+}
+
+// Only the first late is taken as it is: two members' data is reduced (a NaN
+// canonical, as a slot makes it), and a first data that holds members (no
+// CONFLICT) is reduced with its late even when its values are the identity's.
+TEST(TanEngineTest, AFirstDataThatHoldsNobodyReducesItsOtherLatesAsASlotWould) {
+  const Bytes nan = Pack<uint32_t>({0x7FAAF998u, 0x3F800000u});
+  const Bytes two = Pack<uint32_t>({0x40000000u, 0x40000000u});
+  const Bytes identity = Pack<uint32_t>({0xFF800000u, 0xFF800000u});  // max's -Inf
+  const Bytes expected = Pack<uint32_t>({kCanonicalNaNBits, 0x40000000u});
+  for (const TanOptions& o : {Tan::Defaults(), Tan::Batch()}) {
+    Tan tan(o);
+    Spec first = First(identity, {4, 5}, DType::kFloat32);
+    first.op = ReduceOp::kMax;
+    first.flags = flags::kConflict;
+    Spec a = Late(4, nan, {}, DType::kFloat32);
+    Spec b = Late(5, two, {}, DType::kFloat32);
+    a.op = b.op = ReduceOp::kMax;
+    EXPECT_TRUE(tan.Feed(first, 0).empty());
+    EXPECT_TRUE(tan.Feed(a, 1).empty());
+    EXPECT_EQ(tan.FeedForResult(b, 2).payload, expected);
+
+    Tan holds(o);
+    first.flags = 0;  // -Inf from a member: it counts
+    first.missing = {4};
+    EXPECT_TRUE(holds.Feed(first, 0).empty());
+    EXPECT_EQ(holds.FeedForResult(a, 1).payload,
+              Pack<uint32_t>({kCanonicalNaNBits, 0x3F800000u}));
+  }
+}
+
 TEST(TanEngineTest, BypassContributionIsLateData) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
