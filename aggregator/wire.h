@@ -141,6 +141,13 @@ enum class NackReason : uint32_t {
   // The datagram belongs to a run of the job that has ended: a member of a
   // newer run (another incarnation) took the job since. Never retried.
   kRunEnded = 21,
+  // A chunk's result reached some members before the switch restarted (or
+  // the job was added again), and the switch that must compute it again
+  // cannot give the others the same bytes: a float sum in arrival order
+  // comes out of another order with other rounding. The member that asks
+  // after it is told so rather than sent a result other members do not
+  // hold. Never retried.
+  kResultLost = 22,
 };
 
 // What a NOTICE (switch -> worker) tells, in `aux` (docs/stragglers.md).

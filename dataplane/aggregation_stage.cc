@@ -1400,6 +1400,11 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       // past the chunk that the slot lacks have its result from before the
       // switch restarted, and the answer from above waits for their data:
       // they are asked for it, as for an aggregating slot, at the same rate.
+      if (ResultLost(job, *slot)) {
+        c.results_lost.Add(1);
+        answers_.Nack(m, h, aggregator::NackReason::kResultLost, addr);
+        return;
+      }
       const uint32_t local = LocalSlot(it.slot);
       if (s_.slots->ResendForwarded(local, clock_.tsc)) {
         c.partials_resent.Add(1);
@@ -1416,6 +1421,11 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       // vain, and the result that came down (or the parent's answer to the
       // member's query) missed this member. Asked for again, it completes
       // this slot (TreeStage::ResultFromAbove).
+      if (ResultLost(job, *slot)) {
+        c.results_lost.Add(1);
+        answers_.Nack(m, h, aggregator::NackReason::kResultLost, addr);
+        return;
+      }
       AskAboveIfDone(job, *slot, h);
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
                              slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
@@ -1504,6 +1514,27 @@ bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
     if (id == node || job.CoveringChild(id) < 0) return false;
   }
   return true;
+}
+
+bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::Slot& slot) const {
+  // Below the root the parent, and at a root a remote TAN, may still hold
+  // the result and answer the slot's partial or first data with it.
+  if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kRemote) return false;
+  // Integers, fixed point, min, max and member order give the same bytes
+  // from the same data in any order.
+  const aggregator::DType t = slot.dtype();
+  if (slot.op() != aggregator::ReduceOp::kSum || slot.ordered() ||
+      (t != aggregator::DType::kFloat32 && t != aggregator::DType::kFloat16 &&
+       t != aggregator::DType::kBFloat16)) {
+    return false;
+  }
+  const uint32_t seq = slot.seq();
+  for (uint16_t node = 0; node < job.members(); ++node) {
+    if (slot.HasContributed(node) || job.Excluded(node)) continue;
+    const std::optional<uint32_t> ack = job.GetAck(node);
+    if (ack && aggregator::SeqBefore(seq, *ack)) return true;
+  }
+  return false;
 }
 
 void AggregationStage::NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot) {

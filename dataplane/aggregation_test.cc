@@ -859,6 +859,47 @@ TEST_F(AggregationTest, MembersPastAChunkTheSlotLacksAreAskedForIt) {
   EXPECT_EQ(Agg().resync_notices.Get(), 1u);
 }
 
+// As above, but a float32 sum in arrival order: the data the members past
+// the chunk would resend reduces, in another order, to other bytes than
+// the result they hold, and the ranks would disagree. The root, which has
+// no TAN that could still hold the result, asks none of them for its data
+// and tells the member that asks after the chunk that its result is lost
+// (NACK result_lost). A float max, the same in any order, is asked again.
+TEST_F(AggregationTest, AFloatSumWhoseResultOnlySomeMembersHoldIsLost) {
+  AddJob(7, 3);
+  std::vector<uint8_t> f(4);
+  const float x = 0.1f;
+  std::memcpy(f.data(), &x, 4);
+  for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+    const uint32_t seq = op == ReduceOp::kSum ? 5 : 15;
+    // Member 2 lost chunk seq's result with the old process and resends
+    // it; member 0 had it and is past it; member 1 is behind.
+    Frame resent = Contribution(7, seq, 2, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq);
+    HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+    Inject(0, resent);
+    Inject(0, Contribution(7, seq + 4, 0, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq + 4));
+    Inject(0, Contribution(7, seq - 1, 1, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq - 1));
+    Step();
+    (void)Drain();
+    const uint64_t resyncs = Agg().resync_notices.Get();
+    auto out = AskAfter(7, seq, 2, /*watermark=*/seq);
+    if (op == ReduceOp::kMax) {
+      const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+      EXPECT_EQ(NoticeKinds(out[0], seq).at(MemberIp(0)), missing);
+      EXPECT_EQ(Agg().resync_notices.Get(), resyncs + 1);
+      continue;
+    }
+    ASSERT_EQ(out[0].size(), 1u) << "one answer, to the member that asked";
+    const Result nack = ParseResult(out[0][0]);
+    EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
+    EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kResultLost));
+    EXPECT_EQ(nack.fields.seq, seq);
+    EXPECT_EQ(nack.dst_ip, MemberIp(2));
+    EXPECT_EQ(Agg().resync_notices.Get(), resyncs) << "nobody asked for data again";
+    EXPECT_EQ(Agg().results_lost.Get(), 1u);
+  }
+}
+
 // Refused datagrams are answered with a NACK that names the reason, sent
 // back to the sender on its port; nothing is counted into a slot.
 TEST_F(AggregationTest, WrongKeyAndUnknownJobAreNackedAndCounted) {

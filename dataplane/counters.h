@@ -267,6 +267,7 @@ struct PortCounters {
   X(member_refused, "datagrams claiming a member bound to another address, refused (NACK member_bound)") \
   X(new_run, "datagrams with a new incarnation for a member of a job: a new run, started by the control thread (NACK new_run)") \
   X(run_ended, "datagrams of a job's run that a newer run replaced, refused (NACK run_ended) or dropped") \
+  X(results_lost, "queries after a float sum's chunk whose result only some members hold, and that this root would reduce again in another order: refused (NACK result_lost)") \
   X(late_content_listed, "child switches' late partials sent on naming the ids they hold (CONTENT): their covered ids were listed as missing") \
   X(excluded_sent_on, "aggregating slots sent on as their timer would: every member they awaited was excluded by a straggler prediction applied since") \
   X(up_unlabelled, "partials, first data, late data and data for the parameter node not sent up yet: their job has no run label (a member has not sent in this generation)") \

@@ -116,6 +116,12 @@ NackText DescribeNack(uint32_t reason) {
               "a process of a newer run of this job (the same job id, started again) took the "
               "job at the switch, and this process belongs to the run that ended: stop it, or "
               "restart every rank of the job together"};
+    case NackReason::kResultLost:
+      return {"result lost",
+              "the switch restarted after sending this chunk's result to other ranks only, and a "
+              "float sum in arrival order cannot be reduced again to the bytes they hold: run the "
+              "allreduce again, or use ordered floats or fixed point, which the switch reduces "
+              "again bit for bit"};
     case NackReason::kAddrLowMismatch:
       return {"addr_low mismatch",
               "the members of a chunk carry different addr_low values (the low bits of their "

@@ -620,6 +620,24 @@ std::string Runner::ExcuseFor(size_t job, uint32_t run, const OpOutcome* earlies
       }
     }
   }
+  // A chunk whose result reached some ranks before a switch of the job
+  // restarted, a float sum in arrival order that cannot be reduced again
+  // to the same bytes: the ranks that lacked it are told (NACK result
+  // lost) and stop, as after any failure, and the run's later allreduces
+  // fail without them, told so.
+  {
+    bool result_lost = false;
+    for (const auto& p : jobs_[job].runs[run].procs) {
+      for (const OpOutcome& o : p->outcomes()) {
+        result_lost |= o.message.find("(NACK 22)") != std::string::npos;
+      }
+    }
+    for (const SwitchRestart& r : s_.restarts) {
+      if (result_lost && trees_[job].at.count(r.sw) != 0 && start_ns_ + r.at_ns <= from) {
+        return "a rank lost a chunk's result when switch s" + std::to_string(r.sw) + " restarted";
+      }
+    }
+  }
   const bool uses_ps = j.tan == SwitchSpec::Tan::kRemote;
   for (const Outage& o : s_.param_node_outages) {
     const uint64_t at = start_ns_ + o.at_ns;

@@ -40,7 +40,7 @@ NACK_REASONS = {1: "unknown_job", 2: "key_mismatch", 3: "malformed", 4: "job_tab
                 8: "in_band_full", 9: "slot_quota", 10: "hold_quota", 11: "member_bound", 12: "no_upstream", 13: "addr_low_mismatch",
                 14: "slot_busy", 15: "no_parameter_node", 16: "members_unbound",
                 17: "not_main_server", 18: "store_full", 19: "not_stored", 20: "new_run",
-                21: "run_ended"}
+                21: "run_ended", 22: "result_lost"}
 
 
 def header(opcode, flags, node, job, seq, key, expected=0, node_count=0, elems=0, ack=0):

@@ -63,7 +63,7 @@ NACK_REASONS = {1: "unknown job", 2: "key mismatch", 3: "malformed", 4: "job tab
                 5: "type mismatch", 6: "task info conflict", 7: "rate limited",
                 8: "in-band jobs full", 9: "slot quota", 10: "hold quota", 11: "member bound",
                 16: "members unbound", 17: "not main server", 18: "store full",
-                19: "not stored", 20: "new run", 21: "run ended"}
+                19: "not stored", 20: "new run", 21: "run ended", 22: "result lost"}
 NACK_MEMBERS_UNBOUND = 16
 
 

@@ -57,6 +57,7 @@ local nack_reason_names = {
   [19] = "not stored (FETCH)",
   [20] = "new run: the switch starts it",
   [21] = "the datagram's run has ended",
+  [22] = "result lost: reduced again it would round otherwise",
 }
 
 -- size: bytes per element; numeric: sum/min/max allowed; logical: and/or allowed.
