@@ -208,6 +208,14 @@ void Job::RequestNewRun(uint16_t index, uint32_t incarnation) const {
   }
 }
 
+bool Job::EndRunAbove(uint32_t label) const {
+  if (label == 0 || label != this->label()) return false;
+  uint32_t none = 0;
+  if (!ended_above_.compare_exchange_strong(none, label, std::memory_order_relaxed)) return false;
+  if (new_runs_ != nullptr) new_runs_->fetch_add(1, std::memory_order_release);
+  return true;
+}
+
 Job::~Job() = default;
 
 void Job::SetHop(uint32_t hop, const MemberAddr& addr) const {
@@ -505,7 +513,7 @@ std::vector<uint32_t> JobTable::TakeNewRuns() {
   std::vector<uint32_t> ids;
   if (new_runs_.exchange(0, std::memory_order_acquire) == 0) return ids;
   for (const auto& job : live_) {
-    if (job != nullptr && job->NewRunRequest()) ids.push_back(job->id_);
+    if (job != nullptr && (job->NewRunRequest() || job->RunEndedAbove())) ids.push_back(job->id_);
   }
   return ids;
 }

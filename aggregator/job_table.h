@@ -405,6 +405,23 @@ class alignas(64) Job {
     if (r == 0) return std::nullopt;
     return r & ~kNewRunValid;
   }
+  // This switch's parent (or, at the root, its TAN) ended the run this
+  // switch sends up as `label` (NACK run_ended about it): a newer run of the
+  // job holds the tree above, which will take nothing of this one again.
+  // Asks the control thread for a new generation as a new run does
+  // (JobTable::TakeNewRuns), so the run ends here too: its members'
+  // incarnations become the ended ones, and the ranks are told (NACK
+  // run_ended) instead of waiting on chunks nobody above answers; their
+  // successors bind afresh and go up under a new label. Only about the
+  // job's label now (nonzero): a NACK about an earlier one is stale.
+  // Returns whether this call made the request (once per generation). [any]
+  bool EndRunAbove(uint32_t label) const;
+  // The label EndRunAbove ended, nullopt when none. [any]
+  std::optional<uint32_t> RunEndedAbove() const {
+    const uint32_t l = ended_above_.load(std::memory_order_relaxed);
+    if (l == 0) return std::nullopt;
+    return l;
+  }
   // When member `index` last sent (BindMember's clock); nullopt before it
   // was bound. [any]
   std::optional<uint32_t> LastSeen(uint16_t index) const {
@@ -872,6 +889,7 @@ class alignas(64) Job {
   mutable std::atomic<uint32_t> label_{0};
   mutable std::atomic<uint32_t> run_id_{0};  // the run's id (kRunId), 0 before one came
   mutable std::atomic<uint64_t> new_run_{0};  // valid (63) | member index (47..32) | incarnation
+  mutable std::atomic<uint32_t> ended_above_{0};  // the label EndRunAbove ended; 0: none
   std::atomic<uint32_t>* const new_runs_;     // the table's count of requests  // hold_quota / (members - 1) chunks, at least 1
   mutable std::atomic<uint64_t> min_ack_cache_{0};    // SlotWatermark() (31..0) | valid (32)
   // NoteOldestBlocked: kBlockedValid | holder job id (63..32) | seq (31..0); 0: none.
@@ -963,14 +981,15 @@ class JobTable {
   // absent.
   common::Status Remove(uint32_t id);
   // Replaces job `id` with a new generation of itself, for a new run
-  // (Job::RequestNewRun): the same spec, index and counters, its TAN choice
+  // (Job::RequestNewRun), or for the end of its run above
+  // (Job::EndRunAbove): the same spec, index and counters, its TAN choice
   // and resolved hops; members unbound, nobody excluded, no move; the old
   // generation's member incarnations end (Job::Ended). Readers may use the
   // old generation until their quiescent point; the index stays taken.
   // NotFound when absent.
   common::Result<const Job*> Renew(uint32_t id);
-  // The ids of jobs whose workers asked for a new run since the last call;
-  // O(1) when none did. [control]
+  // The ids of jobs whose workers asked for a new run (or met the end of
+  // their run above) since the last call; O(1) when none did. [control]
   std::vector<uint32_t> TakeNewRuns();
   // Frees the removed jobs and replaced arrays that every online reader has
   // moved past, and returns their indices to the free pool. Never waits.
@@ -1043,7 +1062,7 @@ class JobTable {
   uint32_t next_reader_ = 0;
   std::function<void(uint16_t)> reclaim_hook_;
   common::SipKey slot_secret_;
-  std::atomic<uint32_t> new_runs_{0};  // Job::RequestNewRun since TakeNewRuns [any]
+  std::atomic<uint32_t> new_runs_{0};  // Job::RequestNewRun, EndRunAbove since TakeNewRuns [any]
 };
 
 }  // namespace aggswitch::aggregator

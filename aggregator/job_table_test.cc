@@ -352,6 +352,42 @@ TEST(JobTest, AFirstIncarnationAfterANewRunStartedIsTheNewRuns) {
   EXPECT_EQ(next->BindMember(0, a, 0x1111, 13, 0), Job::Bind::kRunEnded);
 }
 
+// A switch whose parent ended the run it sends up under its label (NACK
+// run_ended) ends that run too: the control thread renews the job as for a
+// new run, and its members' incarnations end, so that they are told (run
+// ended) instead of waiting on chunks the parent will never take. Only
+// about its label now, and asked once.
+TEST(JobTest, ARunItsParentEndedEndsHereToo) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 2));
+  const MemberAddr a = Addr(0x020000000001ull, 1, 0, 0x0a000a01, 40001);
+  const MemberAddr b = Addr(0x020000000002ull, 1, 0, 0x0a000a02, 40002);
+  EXPECT_FALSE(job->EndRunAbove(0)) << "no label yet";
+  ASSERT_EQ(job->BindMember(0, a, 0x1111, 10, 0), Job::Bind::kBound);
+  ASSERT_EQ(job->BindMember(1, b, 0x2222, 10, 0), Job::Bind::kBound);
+  const uint32_t label = job->label();
+  ASSERT_NE(label, 0u);
+  EXPECT_FALSE(job->EndRunAbove(label + 1)) << "another run's label";
+  EXPECT_FALSE(job->RunEndedAbove());
+  EXPECT_TRUE(table->TakeNewRuns().empty());
+  EXPECT_TRUE(job->EndRunAbove(label));
+  EXPECT_FALSE(job->EndRunAbove(label)) << "asked once";
+  EXPECT_EQ(job->RunEndedAbove(), label);
+  EXPECT_FALSE(job->NewRunRequest()) << "no member started a new run";
+  ASSERT_EQ(table->TakeNewRuns(), std::vector<uint32_t>{1});
+  EXPECT_TRUE(table->TakeNewRuns().empty()) << "taken once";
+  const Job* next = *table->Renew(1);
+  EXPECT_FALSE(next->RunEndedAbove());
+  EXPECT_EQ(next->label(), 0u);
+  EXPECT_EQ(next->BindMember(0, a, 0x1111, 11, 0), Job::Bind::kRunEnded);
+  EXPECT_EQ(next->BindMember(1, b, 0x2222, 11, 0), Job::Bind::kRunEnded);
+  // Their successors bind afresh, under a new label.
+  EXPECT_EQ(next->BindMember(0, a, 0x3333, 12, 0), Job::Bind::kBound);
+  EXPECT_EQ(next->BindMember(1, b, 0x4444, 12, 0), Job::Bind::kBound);
+  EXPECT_NE(next->label(), 0u);
+  EXPECT_NE(next->label(), label);
+}
+
 // A member is bound to the first incarnation it sends; another one is a new
 // run of the job, which the control thread starts by renewing the job; the
 // old run's incarnations then end. Once every member has one, the job has a

@@ -593,7 +593,9 @@ size_t JobControl::StartNewRuns() {
   for (const uint32_t id : table_.TakeNewRuns()) {
     const Job* old = table_.Find(id);
     if (old == nullptr) continue;
-    const uint64_t request = old->NewRunRequest().value_or(0);
+    const std::optional<uint64_t> new_run = old->NewRunRequest();
+    const uint64_t request = new_run.value_or(0);
+    const uint32_t ended_above = old->RunEndedAbove().value_or(0);
     const uint32_t old_generation = old->generation();
     const uint16_t node = old->NodeId(static_cast<uint16_t>(request >> 32));
     common::Result<const Job*> renewed = table_.Renew(id);
@@ -608,10 +610,18 @@ size_t JobControl::StartNewRuns() {
       it->second.generation = job.generation();
     }
     if (admission_ != nullptr && job.in_band()) admission_->Record(job);
-    AGG_LOG(kInfo,
-            "job %u: node %u sent as incarnation %08x, a new run: the job starts again "
-            "(generation %u), and datagrams of the run that ended are refused (NACK run_ended)",
-            id, node, static_cast<uint32_t>(request), job.generation());
+    if (new_run) {
+      AGG_LOG(kInfo,
+              "job %u: node %u sent as incarnation %08x, a new run: the job starts again "
+              "(generation %u), and datagrams of the run that ended are refused (NACK run_ended)",
+              id, node, static_cast<uint32_t>(request), job.generation());
+    } else {
+      AGG_LOG(kWarning,
+              "job %u: the switch above ended its run %08x (NACK run_ended): a newer run holds "
+              "the job there; the run ends here too (generation %u), and its members' datagrams "
+              "are refused (NACK run_ended)",
+              id, ended_above, job.generation());
+    }
     ++started;
   }
   if (started > 0 && change_hook_) change_hook_();

@@ -266,7 +266,8 @@ class JobControl {
   // Runs every queued command and wakes its caller. Returns how many ran. [control]
   size_t ProcessPending();
   // Starts the new runs the workers asked for (Job::RequestNewRun: a member
-  // sent with a new incarnation): each such job becomes a new generation of
+  // sent with a new incarnation; Job::EndRunAbove: the switch above ended
+  // this switch's run): each such job becomes a new generation of
   // itself (JobTable::Renew), keeping its TAN choice and its in-band
   // admission, and the old run's incarnations end. Returns how many. [control]
   size_t StartNewRuns();

@@ -661,7 +661,10 @@ void AggregationStage::AtSlot(const Checked& it) {
       it.member >= 0 && !IsForPs(it.pkt) && !Keep(it)) {
     return;
   }
-  if (opcode == aggregator::Opcode::kNack) {
+  if (opcode == aggregator::Opcode::kNack &&
+      it.pkt.header->aux.host() == static_cast<uint32_t>(aggregator::NackReason::kRunEnded)) {
+    RunEndedAbove(it);  // about the job's run, not a slot's chunk
+  } else if (opcode == aggregator::Opcode::kNack) {
     if (!RedirectResult(it)) RefusedAbove(it);
   } else if (opcode == aggregator::Opcode::kNotice) {
     if (!RedirectResult(it)) MissingAbove(it);
@@ -976,7 +979,17 @@ bool AggregationStage::AboutPartialSentUp(aggregator::Opcode opcode, uint32_t au
   return aux == static_cast<uint32_t>(NackReason::kSlotQuota) ||
          aux == static_cast<uint32_t>(NackReason::kSlotBusy) ||
          aux == static_cast<uint32_t>(NackReason::kHoldQuota) ||
-         aux == static_cast<uint32_t>(NackReason::kNewRun);
+         aux == static_cast<uint32_t>(NackReason::kNewRun) ||
+         aux == static_cast<uint32_t>(NackReason::kRunEnded);
+}
+
+void AggregationStage::RunEndedAbove(const Checked& it) {
+  // Check let it through only under the job's label now (or none): the
+  // parent ended this switch's run, not an earlier one's.
+  if (it.job->EndRunAbove(it.pkt.header->incarnation.host())) {
+    stats_.lcore.agg.runs_ended_above.Add(1);
+  }
+  TxBuffers::Consumed(it.m);
 }
 
 void AggregationStage::RefusedAbove(const Checked& it) {

@@ -212,9 +212,17 @@ class AggregationStage {
   void RefusedAbove(const Checked& c);
   // Whether a NACK or NOTICE from above (`aux`, its reason or kind) is
   // about a partial this switch sent up: a NACK "not now" (a quota or a busy
-  // slot there, or a new run starting), or a NOTICE missing. The others
-  // mean nothing to a switch (an unsupported opcode, as before).
+  // slot there, or a new run starting), a NACK run ended (RunEndedAbove), or
+  // a NOTICE missing. The others mean nothing to a switch (an unsupported
+  // opcode, as before).
   static bool AboutPartialSentUp(aggregator::Opcode opcode, uint32_t aux);
+  // The parent (or, at the root, the TAN) refused what this switch sent up
+  // under its run label with NACK run_ended: a newer run of the job holds
+  // the tree above, and will take nothing of this run. The run ends here
+  // too (Job::EndRunAbove: the control thread renews the job), so that the
+  // members are told, NACK run_ended, rather than left to time out.
+  // Consumes the datagram.
+  void RunEndedAbove(const Checked& c);
   // The parent (or, at the root, the TAN) lacks the partial of a chunk (a
   // NOTICE missing, the answer to this switch's QUERY or a gap it saw): it
   // was lost on the way. A forwarded slot that holds the chunk sends it

@@ -3802,6 +3802,68 @@ TEST_F(ParameterNodeTest, AChildsLateUnderANewRunIdGoesOnToTheTanUnderThatId) {
   EXPECT_EQ(jobs_->TakeNewRuns(), std::vector<uint32_t>{9});
 }
 
+// The parent refuses a leaf's partial NACK run_ended: a newer run of the
+// job holds the tree above, under which the leaf's label is an ended run's
+// (seed 470838: the root had bound the leaf's new run in a place a
+// renewal left free, and a later renewal ended it). Dropped as unsupported,
+// the leaf's ranks were told nothing and timed out; the run now ends at the
+// leaf too: the control thread renews its job, and the members' data of
+// that run is refused NACK run_ended, which ends their operation. A NACK
+// about another label, or from another address, changes nothing.
+TEST_F(ParameterNodeTest, ALeafWhoseRunItsParentEndedEndsItAndTellsItsMembers) {
+  AddLeafJob(7, 2);
+  const uint32_t label = jobs_->Find(7)->label();
+  ASSERT_NE(label, 0u);
+  for (uint16_t m = 0; m < 2; ++m) {
+    Frame f = Contribution(7, 0, m, Int32Payload({1}));
+    HeaderOf(f)->incarnation = common::be32_t::FromHost(0x1000u + m);
+    Inject(0, f);
+  }
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+
+  auto run_ended = [&](uint32_t about, uint32_t from_ip) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kNack;
+    f.job_id = 7;
+    f.seq = 0;
+    f.node_id = kLeafNode;
+    f.aux = static_cast<uint32_t>(aggregator::NackReason::kRunEnded);
+    f.incarnation = about;
+    Inject(1, DatagramFrom(f, {}, MemberMac(kPs), from_ip, aggregator::kAggUdpPort));
+    Step();
+    EXPECT_TRUE(Drain().empty()) << "nothing answers a NACK";
+  };
+  run_ended(label + 1, MemberIp(kPs));  // an earlier run's label
+  run_ended(label, MemberIp(kPs) + 7);  // not the parent
+  EXPECT_EQ(Agg().results_refused.Get(), 2u);
+  EXPECT_EQ(Agg().runs_ended_above.Get(), 0u);
+  EXPECT_TRUE(jobs_->TakeNewRuns().empty());
+
+  run_ended(label, MemberIp(kPs));
+  run_ended(label, MemberIp(kPs));  // one per partial refused: asked once
+  EXPECT_EQ(Agg().unsupported.Get(), 0u);
+  EXPECT_EQ(Agg().runs_ended_above.Get(), 1u);
+  EXPECT_EQ(jobs_->Find(7)->RunEndedAbove(), label);
+  const uint32_t old_generation = jobs_->Find(7)->generation();
+  ASSERT_EQ(jobs_->TakeNewRuns(), std::vector<uint32_t>{7});
+  ASSERT_TRUE(jobs_->Renew(7).ok());  // the control thread's part
+  EXPECT_NE(jobs_->Find(7)->generation(), old_generation);
+
+  // A member of the ended run resends, and asks after its chunk: told.
+  Frame again = Contribution(7, 0, 1, Int32Payload({1}));
+  HeaderOf(again)->incarnation = common::be32_t::FromHost(0x1001);
+  HeaderOf(again)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, again);
+  Step();
+  auto out = Drain();
+  EXPECT_TRUE(out[1].empty()) << "nothing of the ended run goes up";
+  const std::vector<Result> told = WithOpcode(out[0], aggregator::Opcode::kNack);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].fields.aux, static_cast<uint32_t>(aggregator::NackReason::kRunEnded));
+  EXPECT_EQ(told[0].fields.incarnation, 0x1001u);
+}
+
 // A child switch's late data that overtakes its first partial (a hand-off
 // between the child's workers can reorder them) binds the child here as its
 // partial would: the one child whose covered ids name the late's node. Before,

@@ -217,6 +217,7 @@ struct PortCounters {
   X(partials_sent, "partials sent to the upstream switch")                              \
   X(partials_resent, "partials sent again because a counted member retransmitted")     \
   X(partials_refused_above, "partials the upstream switch refused for now (NACK slot_quota, slot_busy, hold_quota, new_run): resent after the first gap") \
+  X(runs_ended_above, "a job's runs the upstream switch ended (NACK run_ended about this switch's run label): ended here too, the members refused NACK run_ended") \
   X(partials_missing_above, "partials the upstream switch said it lacked (NOTICE missing): sent again at once, or, their slot gone, the chunk sent up as missing with a member's next data") \
   X(queries_up, "QUERYs sent to the upstream switch for a member whose chunk had no slot here") \
   X(first_data_sent, "root results that missed members, sent to the TAN as first data") \
