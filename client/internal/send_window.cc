@@ -44,6 +44,7 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   e.helds = 0;
   e.queried = 0;
   e.reask = false;
+  e.asked = Clock::time_point{};
   next_due_ = std::min(next_due_, e.due);
   return k;
 }
@@ -157,6 +158,14 @@ bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
   e.due = now;
   next_due_ = std::min(next_due_, now);
   return true;
+}
+
+void SendWindow::AskBy(Clock::time_point when) {
+  if (!params_.query || acked_ == sent_) return;
+  Entry& w = entries_[acked_ & mask_];
+  if (w.answered || !w.held || w.due <= when || w.asked >= when) return;
+  w.due = when;
+  next_due_ = std::min(next_due_, when);
 }
 
 uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {

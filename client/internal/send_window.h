@@ -183,6 +183,17 @@ class SendWindow {
   // `seq` is not outstanding.
   bool Missing(uint32_t seq, Clock::time_point now);
 
+  // The sender gives up on the transfer (its progress timeout) a probe
+  // interval after `when`. The chunk at the ack watermark, when the switch
+  // said it holds its contribution and its next question is due later than
+  // `when` (the questions about a held chunk back off up to its timeout),
+  // is asked at `when`: a result lost since its last question (the slot
+  // completed after a long wait, and the copy to this sender was lost) is
+  // then recovered before the sender gives up with the result waiting at
+  // the switch. At most one question per `when`: none once the chunk was
+  // asked at or after it. O(1).
+  void AskBy(Clock::time_point when);
+
   // How long an answer to a question about a chunk may take (a QUERY, or
   // data resent on a loss signal: a fast retransmit or "missing"): the
   // chunk is asked after again that long after it, or after its timeout

@@ -285,6 +285,57 @@ TEST(SendWindowTest, LaterResultsAfterHeldAskAgainAboutTheWatermarksChunkOnce) {
   EXPECT_EQ(w.TakeDue(t + milliseconds(100), due, 8), 0u);
 }
 
+// The questions about a held chunk back off up to its timeout (a second),
+// so a result lost once the slot completed late waits up to that long for
+// the next one, and the sender's progress timeout may come first, with the
+// result at the switch (seed 410396: the question due 4 ms after the rank
+// gave up). AskBy, a probe interval before that, asks it once more in time,
+// once, and only about a held chunk at the watermark due later.
+TEST(SendWindowTest, AHeldChunkIsAskedOnceMoreBeforeTheSenderGivesUp) {
+  SendWindow w;
+  w.Reset(0, 1, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(milliseconds(1));
+  const Clock::time_point t0{};
+  w.MarkSent(t0, milliseconds(10));
+  SendWindow::Due due[8];
+  // Questions answered "held": the timeout backs off, and the waits
+  // double, up to a second.
+  Clock::time_point t = t0;
+  for (; t < t0 + milliseconds(2812); t += milliseconds(1)) {
+    if (w.TakeDue(t, due, 8) == 0) continue;
+    ASSERT_TRUE(due[0].query);
+    ASSERT_TRUE(w.Held(0, t));
+  }
+  EXPECT_EQ(w.TimeoutOf(0), milliseconds(1000));
+  ASSERT_TRUE(w.Held(0, t));  // next question due at 3812 ms
+  const Clock::time_point last_call = t0 + milliseconds(3757);
+  EXPECT_EQ(w.TakeDue(last_call, due, 8), 0u) << "backed off past the sender's give-up";
+  w.AskBy(t0 + milliseconds(3900));
+  EXPECT_EQ(w.TakeDue(last_call, due, 8), 0u) << "due before that anyway";
+  w.AskBy(last_call);
+  EXPECT_LE(w.NextDue(), last_call);
+  ASSERT_EQ(w.TakeDue(last_call, due, 8), 1u);
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_TRUE(due[0].query) << "held: a question, not the data";
+  w.AskBy(last_call);
+  EXPECT_EQ(w.TakeDue(last_call + microseconds(500), due, 8), 0u) << "once per give-up time";
+
+  // Not held: its own timer decides.
+  SendWindow u;
+  u.Reset(0, 1, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  u.SetProbe(milliseconds(5));
+  u.MarkSent(t0, milliseconds(10));
+  u.AskBy(t0 + milliseconds(1));
+  EXPECT_EQ(u.TakeDue(t0 + milliseconds(1), due, 8), 0u) << "not held";
+  // Without queries, nothing.
+  SendWindow v;
+  v.Reset(0, 1, Params(8));
+  v.MarkSent(t0, kTimeout);
+  ASSERT_TRUE(v.Held(0, t0));
+  v.AskBy(t0 + milliseconds(1));
+  EXPECT_EQ(v.TakeDue(t0 + milliseconds(1), due, 8), 0u) << "no queries";
+}
+
 // Without queries a held chunk's data is not resent on later results.
 TEST(SendWindowTest, LaterResultsAfterHeldResendNothingWithoutQueries) {
   SendWindow w;
