@@ -74,6 +74,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.final_ = false;
   s.verifying_ = false;
   s.kept_ = false;
+  s.swept_ = false;
   s.first_tsc_ = now_tsc;
   s.resent_tsc_ = 0;
   s.resends_ = 0;
@@ -171,6 +172,7 @@ uint32_t SlotTable::SweepStale(uint64_t now_tsc, uint32_t budget, void** handles
         if (s.HasContributed(m)) handles[n++] = s.held_handle_[m];
       }
       Release(i);
+      s.swept_ = true;  // its chunk, members and bitmap stay for Contribute
       ++*evicted;
     }
     sweep_cursor_ = sweep_cursor_ + 1 == config_.slots ? 0 : sweep_cursor_ + 1;
@@ -314,6 +316,14 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
       u.n_evicted = n;
     }
     Release(local_index);
+  }
+  if (s.state_ == Slot::State::kFree && s.swept_ && s.job_id_ == c.job_id &&
+      s.job_generation_ == c.job_generation && s.seq_ == c.seq && c.node < s.expected_ &&
+      s.HasContributed(c.node)) {
+    // Swept stale, the chunk waits for a member that does not send: a
+    // member it had counted does not claim the slot for it again.
+    u.outcome = SlotOutcome::kCollision;
+    return u;
   }
   if (s.state_ == Slot::State::kFree) {
     Claim(local_index, s, c, now_tsc);

@@ -190,6 +190,7 @@ class Slot {
   bool final_ = false;
   bool verifying_ = false;
   bool kept_ = false;
+  bool swept_ = false;
   DType dtype_ = DType::kInt32;
   ReduceOp op_ = ReduceOp::kSum;
   int8_t scale_ = 0;
@@ -253,7 +254,9 @@ class SlotTable {
   SlotTable(const SlotTable&) = delete;
   SlotTable& operator=(const SlotTable&) = delete;
 
-  // Counts and reduces one contribution into slot `local_index`. [owner lcore]
+  // Counts and reduces one contribution into slot `local_index`; a member
+  // of a chunk SweepStale freed the slot of finds it busy (kCollision).
+  // [owner lcore]
   SlotUpdate Contribute(uint32_t local_index, const Contribution& c, uint64_t now_tsc,
                         ReleaseCheck can_release, void* release_ctx);
   // Frees a complete slot whose result is no longer needed. [owner lcore]
@@ -346,7 +349,13 @@ class SlotTable {
   // `max_handles`; a slot whose handles would not all fit waits for the
   // next call), so that a dead chunk does not keep pool buffers that live
   // chunks wait for. Returns the handles written; `*evicted` counts the
-  // slots freed. [owner lcore]
+  // slots freed. A freed slot remembers the chunk and the members it had
+  // counted: their contributions to that chunk find the slot busy
+  // (kCollision) until another chunk, or a member the chunk lacked, claims
+  // it. The chunk waits for a member that has not sent for stale_cycles;
+  // claimed again by the members it had, it held the slot that long once
+  // more, and other jobs' chunks that needed it waited again, as many times
+  // as those members asked before their own timeout. [owner lcore]
   uint32_t SweepStale(uint64_t now_tsc, uint32_t budget, void** handles, uint32_t max_handles,
                       uint32_t* evicted);
   // The resend gap doubles this many times at most (32 gaps).

@@ -705,6 +705,47 @@ TEST(SlotTableTest, SweepingFreesStaleHoldingSlotsAndWhatTheyHeld) {
   EXPECT_EQ(handles[0], &tokens[2]);
 }
 
+// A chunk swept stale waits for a member that does not send (it died): the
+// members it had counted, asking again, do not claim the slot for it, which
+// would hold the slot a stale limit more, as often as they ask; another
+// chunk, or the member it lacked, does (seed 540215: a parameter-server
+// job's chunks, their third member dead, claimed a middle switch's slots
+// again after each sweep, and another job's allreduce waited twice).
+TEST(SlotTableTest, ASweptChunkIsNotClaimedAgainByTheMembersItHad) {
+  SlotTableConfig config{4, 256, 1424};
+  config.stale_cycles = 100;
+  SlotTable table(config);
+  const auto one = Payload(std::vector<int32_t>{1});
+  int tokens[4];
+  auto held = [&](uint32_t job, uint32_t seq, uint16_t node, int* token) {
+    Contribution c = Make(job, seq, node, 2, one);
+    c.hold = true;
+    c.handle = token;
+    return c;
+  };
+  for (uint32_t local : {0u, 1u}) {
+    ASSERT_EQ(table.Contribute(local, held(1, 7 + local, 0, &tokens[local]), 0, NeverRelease, nullptr)
+                  .outcome,
+              SlotOutcome::kHeld);
+  }
+  void* handles[8];
+  uint32_t evicted = 0;
+  ASSERT_EQ(table.SweepStale(150, 8, handles, 8, &evicted), 2u);
+  ASSERT_EQ(evicted, 2u);
+  const SlotUpdate again = table.Contribute(0, held(1, 7, 0, &tokens[2]), 160, NeverRelease, nullptr);
+  EXPECT_EQ(again.outcome, SlotOutcome::kCollision) << "the member it had, for the same chunk";
+  EXPECT_EQ(table.slot(0).state(), Slot::State::kFree);
+  EXPECT_EQ(table.Contribute(0, held(2, 7, 0, &tokens[2]), 170, NeverRelease, nullptr).outcome,
+            SlotOutcome::kHeld)
+      << "another chunk takes the slot";
+  EXPECT_EQ(table.Contribute(1, held(1, 8, 1, &tokens[3]), 180, NeverRelease, nullptr).outcome,
+            SlotOutcome::kHeld)
+      << "the member the chunk lacked claims it";
+  EXPECT_EQ(table.Contribute(1, held(1, 8, 0, &tokens[1]), 190, NeverRelease, nullptr).outcome,
+            SlotOutcome::kCompleted)
+      << "and the member it had meets it there";
+}
+
 TEST(SlotTableTest, Float16ResultIsNarrowedFromFloat32) {
   SlotTable table(SlotTableConfig{4, 256, 1424});
   // 1.5 and 2.25 in float16.
