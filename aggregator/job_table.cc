@@ -179,7 +179,7 @@ uint32_t Job::HashRuns() const {
   return label == 0 ? 1 : label;
 }
 
-uint32_t Job::UpLabel() const {
+uint32_t Job::UpLabel(bool settling) const {
   if (const uint32_t id = run_id_.load(std::memory_order_relaxed); id != 0) return id;
   uint32_t label = label_.load(std::memory_order_relaxed);
   if (label != 0 || runs_bound_.load(std::memory_order_acquire) == 0) return label;
@@ -191,6 +191,14 @@ uint32_t Job::UpLabel() const {
   // meanwhile (up_unlabelled): the chunk is held as a lost partial is, and
   // its answer needs every member anyway.
   if (parameter_server_) return 0;
+  // So does any job's switch for a while after it started (`settling`):
+  // back from a restart, the run's members resend what is unanswered
+  // within their retransmission timeout, and once all of them have sent,
+  // the label is the one the parent knows from before the restart. A label
+  // of the first of them would be a new run to the parent, ending the
+  // run's other switches' labels (docs/protocol.md, "Runs"). After the
+  // grace, a member still missing may never come: as below.
+  if (settling) return 0;
   // Something must go up before every member has sent (one is late from the
   // run's start, or never comes): the label of the members that have, fixed
   // from now on for this generation. Members not yet in hash as nothing.

@@ -394,8 +394,12 @@ class alignas(64) Job {
   // goes up then (TreeStage). A parameter-server job's switches fix none
   // early: 0 until every member has sent (a label of some members, after a
   // restart, is a new run to its TAN, which would apply a chunk's step
-  // again). [any]
-  uint32_t UpLabel() const;
+  // again). Nor does any job's while `settling` (the switch started less
+  // than its restart grace ago, TreeStage::Settling): back from a restart,
+  // its members' resends come within that, and with every member in, the
+  // label is the one the run had before the restart, where a label of some
+  // members would be a new run to the parent. [any]
+  uint32_t UpLabel(bool settling = false) const;
   // A worker met a new incarnation for member `index`: asks the control
   // thread for a new generation (JobTable::TakeNewRuns). [any]
   void RequestNewRun(uint16_t index, uint32_t incarnation) const;

@@ -540,6 +540,59 @@ TEST(JobTest, AParameterServerRootFixesNoLabelBeforeEveryMemberHasSent) {
   EXPECT_EQ(plain->UpLabel(), early) << "fixed for the generation";
 }
 
+// Within its restart grace (`settling`), no job's switch fixes a label of
+// some members: back from a restart, with one member sent again, that label
+// would be a new run to the parent, which would end the run's labels at the
+// other switches (seeds 550246, 470838). Once every member has sent, the
+// label is the run's from before the restart. After the grace a member
+// still missing may never come: the label of those that sent, as before.
+TEST(JobTest, NoLabelIsFixedEarlyWithinTheRestartGrace) {
+  const MemberAddr a = Addr(0x020000000001ull, 1, 0, 0x0a000a01, 40001);
+  const MemberAddr b = Addr(0x020000000002ull, 1, 0, 0x0a000a02, 40002);
+  // The run before the restart: both members sent.
+  auto before = MakeTable();
+  const Job* run = *before->Add(Spec(1, 2));
+  ASSERT_EQ(run->BindMember(0, a, 0x1111, 10, 0), Job::Bind::kBound);
+  ASSERT_EQ(run->BindMember(1, b, 0x2222, 10, 0), Job::Bind::kBound);
+  const uint32_t label = run->UpLabel();
+  ASSERT_NE(label, 0u);
+  // After it, within the grace: member 1 sends again, member 0 not yet.
+  auto after = MakeTable();
+  const Job* job = *after->Add(Spec(1, 2));
+  ASSERT_EQ(job->BindMember(1, b, 0x2222, 20, 0), Job::Bind::kBound);
+  EXPECT_EQ(job->UpLabel(/*settling=*/true), 0u) << "no label of member 1 alone";
+  EXPECT_EQ(job->label(), 0u) << "and none fixed";
+  ASSERT_EQ(job->BindMember(0, a, 0x1111, 21, 0), Job::Bind::kBound);
+  EXPECT_EQ(job->UpLabel(true), label) << "the run's label: the parent goes on";
+  EXPECT_EQ(job->UpLabel(false), label);
+  // After the grace, member 0 never came: the label of member 1 alone,
+  // fixed for the generation.
+  auto later = MakeTable();
+  const Job* alone = *later->Add(Spec(1, 2));
+  ASSERT_EQ(alone->BindMember(1, b, 0x2222, 20, 0), Job::Bind::kBound);
+  EXPECT_EQ(alone->UpLabel(true), 0u);
+  const uint32_t early = alone->UpLabel(false);
+  EXPECT_NE(early, 0u);
+  EXPECT_NE(early, label);
+  ASSERT_EQ(alone->BindMember(0, a, 0x1111, 30, 0), Job::Bind::kBound);
+  EXPECT_EQ(alone->UpLabel(true), early) << "fixed: the grace does not undo it";
+  // A rerun (new processes) gets another label, with every member in or
+  // fixed early after the grace: its incarnations are new.
+  ASSERT_EQ(job->BindMember(1, b, 0x4444, 40, 0), Job::Bind::kNewRun);
+  const Job* rerun = *after->Renew(1);
+  ASSERT_EQ(rerun->BindMember(1, b, 0x4444, 41, 0), Job::Bind::kBound);
+  EXPECT_EQ(rerun->UpLabel(true), 0u);
+  const uint32_t rerun_early = rerun->UpLabel(false);
+  EXPECT_NE(rerun_early, 0u);
+  EXPECT_NE(rerun_early, label);
+  EXPECT_NE(rerun_early, early);
+  const Job* rerun2 = *after->Renew(1);
+  ASSERT_EQ(rerun2->BindMember(1, b, 0x6666, 50, 0), Job::Bind::kBound);
+  ASSERT_EQ(rerun2->BindMember(0, a, 0x5555, 50, 0), Job::Bind::kBound);
+  EXPECT_NE(rerun2->UpLabel(true), 0u);
+  EXPECT_NE(rerun2->UpLabel(true), label);
+}
+
 // A job keeps at most slot_quota chunks ahead of its slowest member's
 // watermark; late data and retransmissions before it always pass.
 TEST(JobTest, SlotQuotaBoundsTheChunksAheadOfTheSlowestMember) {

@@ -782,6 +782,8 @@ class Validator {
           kMaxTimeoutMs, "milliseconds");
     range("aggregation.member_rebind_ms", agg.loc, agg.member_rebind_ms, 0, kMaxTimeoutMs,
           "milliseconds (0: only the API rebinds)");
+    range("aggregation.restart_grace_ms", agg.loc, agg.restart_grace_ms, 0, kMaxTimeoutMs,
+          "milliseconds (0: none)");
     const InBandConfig& in_band = agg.in_band;
     if (buffers_ok &&
         range("aggregation.in_band.held_total", in_band.loc, agg.InBandHeldTotal(), 1,

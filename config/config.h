@@ -541,6 +541,14 @@ struct AggregationConfig {
   // until the bound address has been silent this long; 0: only the API
   // unbinds (DELETE /api/v1/jobs/<id>/members/<node>).
   uint32_t member_rebind_ms = 30000;
+  // For this long after the switch started, no job fixes its run label
+  // before every member has sent (Job::UpLabel; docs/protocol.md, "Runs"):
+  // back from a restart, a run's members resend within their longest
+  // retransmission timeout (the clients' max_retransmit_timeout, 1 s by
+  // default), and with all of them in, the label is the run's from before
+  // the restart; one of some members would be a new run to the parent.
+  // 0: none.
+  uint32_t restart_grace_ms = 1000;
   InBandConfig in_band;
   SourceLoc loc;
 

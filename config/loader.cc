@@ -757,6 +757,10 @@ class Loader {
                  [&](auto& n, auto& p) {
                    ReadUnsigned(n, p, agg.member_rebind_ms, {}, "milliseconds (0: only the API)");
                  }},
+                {"restart_grace_ms",
+                 [&](auto& n, auto& p) {
+                   ReadUnsigned(n, p, agg.restart_grace_ms, {}, "milliseconds (0: none)");
+                 }},
                 {"in_band", [&](auto& n, auto& p) { LoadInBand(n, p, agg.in_band); }},
                 {"state_file",
                  [&](auto& n, auto& p) {

@@ -1336,6 +1336,7 @@ TEST(LimitsLoaderTest, ReadsEveryFieldAndDerivesTheDefaults) {
   slots_per_job: 2048
   hold: {buffers: 32768, per_job: 8192}
   member_rebind_ms: 0
+  restart_grace_ms: 2500
   in_band:
     slots: 2048
     slots_per_job: 128
@@ -1353,6 +1354,7 @@ TEST(LimitsLoaderTest, ReadsEveryFieldAndDerivesTheDefaults) {
   EXPECT_EQ(a.hold.buffers, 32768u);
   EXPECT_EQ(a.HoldPerJob(), 8192u);
   EXPECT_EQ(a.member_rebind_ms, 0u);
+  EXPECT_EQ(a.restart_grace_ms, 2500u);
   EXPECT_EQ(a.InBandSlots(), 2048u);
   EXPECT_EQ(a.InBandSlotsPerJob(), 128u);
   EXPECT_EQ(a.InBandHeldPerJob(), 1024u);
@@ -1371,6 +1373,7 @@ TEST(LimitsLoaderTest, ReadsEveryFieldAndDerivesTheDefaults) {
   EXPECT_EQ(d.InBandMaxJobs(), 256u);
   EXPECT_EQ(d.InBandHeldTotal(), 4096u) << "a quarter of 16384";
   EXPECT_EQ(d.member_rebind_ms, 30000u);
+  EXPECT_EQ(d.restart_grace_ms, 1000u) << "the clients' longest retransmission timeout";
   // Small tables get small defaults; no in-band registration, no region.
   load = Load(ports + "aggregation:\n  slots: 64\n  in_band_registration: false\n");
   ASSERT_TRUE(load.ok()) << Dump(load);
@@ -1433,6 +1436,8 @@ TEST(LimitsLoaderTest, Errors) {
   EXPECT_TRUE(OneError(Load(agg + "  in_band: {rate: 5}\n"), "aggregation.in_band.rate", 3,
                        "unknown key \"rate\""));
   EXPECT_TRUE(OneError(Load(agg + "  member_rebind_ms: 3600001\n"), "aggregation.member_rebind_ms",
+                       3, "expected 0..3600000 milliseconds"));
+  EXPECT_TRUE(OneError(Load(agg + "  restart_grace_ms: 3600001\n"), "aggregation.restart_grace_ms",
                        3, "expected 0..3600000 milliseconds"));
 }
 

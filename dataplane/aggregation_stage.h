@@ -95,6 +95,11 @@ struct AggregationSetup {
   // watermark holds no slot of the job (Job::SlotWatermark; 0: never).
   uint32_t seen_shift = 21;
   uint32_t rebind_ticks = 0;
+  // When the dataplane started (TSC cycles), and how long after it no job
+  // fixes its run label before every member has sent (Job::UpLabel): the
+  // restart grace, in which a restarted switch's members resend (0: none).
+  uint64_t started_tsc = 0;
+  uint64_t settle_cycles = 0;
   uint16_t n_workers = 1;
   uint16_t index = 0;  // this worker's position; owns slots i % n_workers == index
   rte_ring* handoff[config::kMaxWorkers] = {};  // each worker's hand-off ring (FrameRef, MP/SC)

@@ -311,6 +311,12 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
     while ((uint64_t{2} << agg.seen_shift) <= tsc_hz_ / 1000) ++agg.seen_shift;
     seen_shift_ = agg.seen_shift;
     agg.rebind_ticks = MillisecondsToTicks(config.aggregation.member_rebind_ms);
+    // The restart grace (aggregation.restart_grace_ms, Job::UpLabel), from
+    // now: a switch back from a restart waits that long for every member of
+    // a run before it labels what it sends up with some of them.
+    agg.started_tsc = clock_->Cycles();
+    agg.settle_cycles = static_cast<uint64_t>(config.aggregation.restart_grace_ms * 1e-3 *
+                                              static_cast<double>(tsc_hz_));
     // Final results: sent again after 10 ms, 20, 40, ... (FinalDelivery).
     agg.final_retry_cycles = tsc_hz_ / 100;
     agg.final_give_up_cycles = static_cast<uint64_t>(config.aggregation.store.final_timeout_ms * 1e-3 *

@@ -244,13 +244,17 @@ class AggregationTest : public DataplaneTest {
   void SetUp() override { BuildAggregation(); }
 
   // (Re)builds the switch with a fresh job table of `max_jobs` and the
-  // aggregation section {address: 10.0.10.253, slots: 1024, <extra>}.
+  // aggregation section {address: 10.0.10.253, slots: 1024, <extra>}: no
+  // restart grace (restart_grace_ms: 0) unless `extra` gives one, so that
+  // a test's switch fixes its run labels early from its start.
   void BuildAggregation(const std::string& extra = "", uint32_t max_jobs = 64) {
     dp_.reset();
     auto jobs = aggregator::JobTable::Create(max_jobs, 256);
     ASSERT_TRUE(jobs.ok());
     jobs_ = std::move(jobs).value();
-    Build(DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024" + extra + "}\n"), 1024,
+    const std::string grace =
+        extra.find("restart_grace_ms") == std::string::npos ? ", restart_grace_ms: 0" : "";
+    Build(DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024" + grace + extra + "}\n"), 1024,
           jobs_.get());
     in_band_ = std::make_unique<InBandControl>(*jobs_, config_);
   }

@@ -296,11 +296,12 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
                                 const uint8_t* payload, uint32_t payload_len, rte_mbuf* carrier,
                                 uint32_t header_offset) {
   AggregationCounters& c = stats_.lcore.agg;
-  const uint32_t label = job.UpLabel();
+  const uint32_t label = job.UpLabel(Settling());
   if (label == 0) {
     // The parent (or the TAN) knows this switch's run by its label; without
     // one it could take this run's chunk for another's (docs/protocol.md,
-    // "Runs"). A member's first datagram gives it one.
+    // "Runs"). A member's first datagram gives it one (every member's,
+    // within the switch's restart grace).
     c.up_unlabelled.Add(1);
     return Up::kUnlabelled;
   }
@@ -426,7 +427,7 @@ void TreeStage::RelayAck(rte_mbuf* m, const aggregator::Job& job, uint32_t heade
 }
 
 aggregator::AggHeader* TreeStage::TrimToDatagram(rte_mbuf* m, const aggregator::Job& job,
-                                                 uint32_t header_offset, uint16_t add_flags) {
+                                                 uint32_t header_offset, uint16_t add_flags) const {
   auto* h = reinterpret_cast<aggregator::AggHeader*>(rte_pktmbuf_mtod(m, uint8_t*) + header_offset);
   // On up under this switch's run label, as its partials go: the parent
   // and the TAN know this switch's run, not its members'. Flagged kRunId
@@ -434,7 +435,7 @@ aggregator::AggHeader* TreeStage::TrimToDatagram(rte_mbuf* m, const aggregator::
   const uint16_t run_id = job.run_labelled() ? aggregator::flags::kRunId : 0;
   h->flags = common::be16_t::FromHost(
       static_cast<uint16_t>((h->flags.host() & ~aggregator::flags::kRunId) | add_flags | run_id));
-  h->incarnation = common::be32_t::FromHost(job.UpLabel());
+  h->incarnation = common::be32_t::FromHost(job.UpLabel(Settling()));
   const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h->missing_count +
                        h->elem_count.host() * static_cast<uint32_t>(aggregator::ElementSize(
                                                   static_cast<aggregator::DType>(h->dtype)));
@@ -464,7 +465,7 @@ void TreeStage::ForwardToPs(rte_mbuf* m, const aggregator::Job& job, uint32_t he
 }
 
 bool TreeStage::Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_port) {
-  if (job.UpLabel() != 0) return true;
+  if (job.UpLabel(Settling()) != 0) return true;
   // As SendUp: nothing goes up before the run label.
   stats_.lcore.agg.up_unlabelled.Add(1);
   tx_.Drop(in_port, DropReason::kAggUnlabelled, m);

@@ -43,6 +43,11 @@ class TreeStage {
     uint16_t n_workers = 1;
     uint16_t index = 0;         // this worker's position (AggregationSetup::index)
     uint32_t rebind_ticks = 0;  // AggregationSetup::rebind_ticks
+    // When the switch started, and its restart grace (TSC cycles;
+    // AggregationSetup::started_tsc, settle_cycles): no run label is fixed
+    // early before settle_cycles have passed since started_tsc (Settling).
+    uint64_t started_tsc = 0;
+    uint64_t settle_cycles = 0;
     // The root's deliveries of FINAL chunks to their job's main server;
     // null: none.
     FinalDelivery* finals = nullptr;
@@ -196,8 +201,12 @@ class TreeStage {
   // to where the header says it ends (whatever padding followed), with
   // `add_flags` added and the job's run label as its incarnation; returns
   // the header.
-  static aggregator::AggHeader* TrimToDatagram(rte_mbuf* m, const aggregator::Job& job,
-                                               uint32_t header_offset, uint16_t add_flags);
+  aggregator::AggHeader* TrimToDatagram(rte_mbuf* m, const aggregator::Job& job,
+                                        uint32_t header_offset, uint16_t add_flags) const;
+  // Whether the switch started less than its restart grace ago: no job's
+  // run label is fixed before every member has sent then (Job::UpLabel).
+  // Two loads and a compare; never again once the grace has passed.
+  bool Settling() const { return clock_.tsc - s_.started_tsc < s_.settle_cycles; }
   // Sends `m` (from its aggregation header on) to the job's `hop`
   // (Job::kTanHop or a ParentHop). Consumes `m`.
   void SendToHop(rte_mbuf* m, const aggregator::Job& job, uint32_t hop, uint16_t in_port);

@@ -80,6 +80,35 @@ class TreeStageTest : public StageTest {
     }
     return job;
   }
+  // Leaf job `id` (as AddJob) whose members [0, bound) are bound under
+  // incarnations 0x100 + member; the others have not sent.
+  const aggregator::Job* AddLeafJobSentBy(uint32_t id, uint16_t bound) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = kKey;
+    spec.members = 3;
+    spec.nodes = 2;
+    spec.upstreams = {aggregator::JobPeer{kUpstreamIp, aggregator::kAggUdpPort, 5, 0}};
+    auto added = jobs_->Add(spec);
+    EXPECT_TRUE(added.ok());
+    const aggregator::Job* job = *added;
+    for (uint16_t m = 0; m < bound; ++m) BindWith(*job, m, 0x100 + m);
+    job->SetHop(job->ParentHop(0), {0x0200000000aaULL, 1, 10, kUpstreamIp, aggregator::kAggUdpPort});
+    return job;
+  }
+  static void BindWith(const aggregator::Job& job, uint16_t m, uint32_t incarnation) {
+    const aggregator::MemberAddr addr{Frames::MemberMac(m).ToU64(), static_cast<uint8_t>(m % 2),
+                                      10, Frames::MemberIp(m), Frames::MemberPort(m)};
+    EXPECT_EQ(job.BindMember(m, addr, incarnation, 1, 0), aggregator::Job::Bind::kBound);
+  }
+  // The tree stage again, started `ago` cycles before now with a restart
+  // grace of `grace` cycles.
+  void StartedAgo(uint64_t ago, uint64_t grace) {
+    TreeStage::Setup ts = OwnTanSetup(nullptr, nullptr);
+    ts.started_tsc = clock_.tsc - ago;
+    ts.settle_cycles = grace;
+    tree_ = std::make_unique<TreeStage>(ts, Pool(), stats(), tx(), *answers_, clock_);
+  }
   // Root job `id`, its own TAN, three members bound under incarnations
   // `incarnation` + member (0: none).
   const aggregator::Job* AddOwnTanJob(uint32_t id, uint32_t incarnation) {
@@ -184,6 +213,58 @@ TEST_F(TreeStageTest, ATimeoutNamesTheMissingAndLeavesABypassEntryForTheirLateDa
 // A chunk with no slot here goes up as a timeout with nobody in would send
 // it: every member listed, an entry for each, and the op's identity as the
 // payload (a float max: -Inf), in the chunk's own shape.
+// A leaf back from a restart, within its restart grace: a slot whose timer
+// fires before every member has sent again sends nothing up (up_unlabelled,
+// the slot forwarded as if its partial were lost), rather than fix a label
+// of the members that did, which the parent would take for a new run
+// (docs/protocol.md, "Runs"; seeds 550246, 470838). Once the last member
+// has sent, the resend goes under the run's label from before the restart.
+TEST_F(TreeStageTest, WithinTheRestartGraceATimeoutFixesNoLabelOfSomeMembers) {
+  const uint64_t hz = rte_get_tsc_hz();
+  // The run's label before the restart, every member in.
+  const uint32_t run_label = AddLeafJobSentBy(3, 3)->label();
+  ASSERT_NE(run_label, 0u);
+  // The restart: the job's table afresh, the stage started 100 ms ago with
+  // a second's grace; members 0 and 1 have sent again, member 2 not yet.
+  jobs_ = std::move(aggregator::JobTable::Create(8, 16)).value();
+  StartedAgo(hz / 10, hz);
+  const aggregator::Job& job = *AddLeafJobSentBy(3, 2);
+  const aggregator::Slot& slot = Contribute(job, 4, 2);
+  aggregator::SlotUpdate u;
+  ASSERT_TRUE(slots_->Expire(0, &u));  // its timer fired
+  EXPECT_FALSE(tree_->FinishSlot(job, 0, slot, /*expired=*/true, nullptr, 0));
+  EXPECT_EQ(slot.state(), aggregator::Slot::State::kForwarded);
+  tx().Flush();
+  EXPECT_EQ(Sent()[1].size(), 0u) << "nothing up within the grace";
+  EXPECT_EQ(stats().lcore.agg.up_unlabelled.Get(), 1u);
+  EXPECT_EQ(job.label(), 0u) << "no label fixed";
+  // Member 2 sends again: the label is the run's, and the partial (resent
+  // on a member's retransmission) goes under it.
+  BindWith(job, 2, 0x102);
+  ASSERT_EQ(job.label(), run_label);
+  (void)tree_->FinishSlot(job, 0, slot, false, nullptr, 0);
+  std::map<int, std::vector<Frame>> sent;
+  const aggregator::AggPacket pkt = PartialUp(sent);
+  EXPECT_EQ(pkt.header->incarnation.host(), run_label);
+  EXPECT_EQ(pkt.header->missing_count, 1) << "member 2's data goes as late data";
+}
+
+// After the grace (a switch up for longer, or a member that never came
+// back), a timeout before every member has sent fixes the label of those
+// that did, as it always did: the others' partials go on.
+TEST_F(TreeStageTest, AfterTheRestartGraceATimeoutFixesTheLabelOfThoseThatSent) {
+  const uint64_t hz = rte_get_tsc_hz();
+  StartedAgo(2 * hz, hz);
+  const aggregator::Job& job = *AddLeafJobSentBy(3, 2);
+  const aggregator::Slot& slot = Contribute(job, 4, 2);
+  (void)tree_->FinishSlot(job, 0, slot, /*expired=*/true, nullptr, 0);
+  std::map<int, std::vector<Frame>> sent;
+  const aggregator::AggPacket pkt = PartialUp(sent);
+  EXPECT_NE(pkt.header->incarnation.host(), 0u);
+  EXPECT_EQ(pkt.header->incarnation.host(), job.label()) << "fixed for the generation";
+  EXPECT_EQ(stats().lcore.agg.up_unlabelled.Get(), 0u);
+}
+
 TEST_F(TreeStageTest, AChunkWithNoSlotGoesUpListingEveryMember) {
   const aggregator::Job& job = *AddJob(3, true);
   aggregator::AggFields f;

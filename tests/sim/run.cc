@@ -104,12 +104,6 @@ class Runner {
   struct JobState {
     std::vector<std::unique_ptr<Host>> hosts;  // by rank
     std::vector<RunState> runs;
-    // When the root made the job a new generation of itself (a new run, or
-    // a label it took for one), as Watch saw it; and the root node and
-    // generation it saw last (a restarted root's table starts again).
-    std::vector<uint64_t> renewals;
-    const void* root_node = nullptr;
-    uint32_t root_generation = 0;
   };
 
   common::Status Build();
@@ -537,15 +531,6 @@ void Runner::Watch() {
   // Reruns start once every process of the run before has ended.
   for (size_t j = 0; j < jobs_.size(); ++j) {
     JobState& job = jobs_[j];
-    if (SimSwitch& root = *switches_[trees_[j].root]; root.up()) {
-      const aggregator::Job* at = root.node().table().Find(s_.jobs[j].id);
-      const void* node = &root.node();
-      if (at != nullptr) {
-        if (node == job.root_node && at->generation() > job.root_generation) job.renewals.push_back(world_.now());
-        job.root_node = node;
-        job.root_generation = at->generation();
-      }
-    }
     for (RunState& run : job.runs) {
       if (!run.started || run.procs.empty() ||
           !std::all_of(run.procs.begin(), run.procs.end(), [](const auto& p) { return p->done(); })) {
@@ -620,14 +605,6 @@ std::string Runner::ExcuseFor(size_t job, uint32_t run, const OpOutcome* earlies
   // from since) ends with the old run, told so (NACK run ended), once a
   // member the old run had bound there comes back after it. The switch
   // cannot tell the two apart (docs/protocol.md, "Runs"; run ids can).
-  //
-  // Or the root took the restarted switch's label for a new run before
-  // this one began (a label fixed before every member had sent again): a
-  // generation of the job no run started, more than the runs before this
-  // one made. The ranks of this run that sent first into it end with it
-  // too, told so or not yet: those whose chunks it gave up before get the
-  // result it gave (INCOMPLETE), and the others, once the member it bound
-  // comes back, time out or end INCOMPLETE without them.
   if (run > 0 && !j.run_ids) {
     bool run_ended = false;
     for (const auto& p : jobs_[job].runs[run].procs) {
@@ -636,17 +613,8 @@ std::string Runner::ExcuseFor(size_t job, uint32_t run, const OpOutcome* earlies
                      o.message.find("NACK reason 21") != std::string::npos;
       }
     }
-    const uint64_t began = jobs_[job].runs[run].start_ns;
-    const std::vector<uint64_t>& renewals = jobs_[job].renewals;
-    const auto before = static_cast<size_t>(
-        std::count_if(renewals.begin(), renewals.end(), [began](uint64_t t) { return t < began; }));
     for (const SwitchRestart& r : s_.restarts) {
-      const uint64_t at = start_ns_ + r.at_ns;
-      if (trees_[job].at.count(r.sw) == 0 || at > from) continue;
-      const bool taken_for_new =
-          before > run - 1 && std::any_of(renewals.begin(), renewals.end(),
-                                          [at, began](uint64_t t) { return t >= at && t < began; });
-      if (run_ended || taken_for_new) {
+      if (run_ended && trees_[job].at.count(r.sw) != 0 && start_ns_ + r.at_ns <= from) {
         return "a rank of the rerun was taken for the old run's after switch s" +
                std::to_string(r.sw) + " restarted";
       }
