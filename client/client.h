@@ -33,7 +33,8 @@
 // later, then at doubling intervals up to its timeout while it stays held,
 // only to recover a result lost once the slot completes), or with a
 // NOTICE "missing", upon which the chunk is resent with the RETRANSMISSION
-// flag. The switch also says "missing" unasked when a later chunk of this
+// flag (and, at the ack watermark, asked after again once three later
+// chunks are answered after that resend). The switch also says "missing" unasked when a later chunk of this
 // rank arrives while an earlier one's slot still lacks it. A question (or a
 // resend) left unanswered for two round trips is asked again; two questions
 // in a row left unanswered make the chunk go again. Each timeout of a chunk

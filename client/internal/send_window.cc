@@ -92,12 +92,15 @@ SendWindow::Match SendWindow::Complete(uint32_t seq, Clock::time_point now, uint
     fast_checked_ = std::max(fast_checked_, last + 1);
   }
   if (acked_ != sent_) {
-    // The chunk the window waits on, held at the switch when asked: later
-    // chunks answered since then say its slot has most likely completed as
-    // well and its result to this sender was lost. Asked once more now, not
-    // a probe interval (the other members' waits inflate it) later.
+    // The chunk the window waits on, held at the switch when asked, or
+    // sent again on the switch's word that it lacks it: later chunks
+    // answered since then say its slot has most likely completed as well
+    // and its result to this sender was lost, or the resend was lost on its
+    // way (an excluded member's data goes around its switch, which answers
+    // "missing" whether or not the data reached the TAN). Asked once more
+    // now, not a probe interval (the other members' waits inflate it) later.
     Entry& w = entries_[acked_ & mask_];
-    if (w.reask && w.held && results_ - w.held_results >= kFastThreshold) {
+    if (w.reask && results_ - w.reask_results >= kFastThreshold) {
       w.reask = false;
       w.why = Entry::Why::kFast;
       w.due = std::min(w.due, now);
@@ -122,6 +125,7 @@ bool SendWindow::Refused(uint32_t seq, Clock::time_point when) {
   Entry& e = *found;
   e.why = Entry::Why::kRefused;
   e.held = false;
+  e.reask = false;  // refused, not lost: nothing to ask on later results
   e.due = std::min(e.due, when);
   next_due_ = std::min(next_due_, e.due);
   return true;
@@ -135,7 +139,7 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
   e.fast = true;
   e.held = true;
   e.reask = params_.query;
-  e.held_results = results_;
+  e.reask_results = results_;
   e.queried = 0;
   e.why = Entry::Why::kTimer;
   Clock::duration wait = std::min(e.timeout, probe_);
@@ -154,6 +158,7 @@ bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
   e.queried = 0;
   e.held = false;
   e.helds = 0;
+  e.reask = false;  // armed again when its data goes
   e.why = Entry::Why::kMissing;
   e.due = now;
   next_due_ = std::min(next_due_, now);
@@ -214,6 +219,14 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
       // timeout), so that a stalled switch is not sent a window of questions
       // every probe interval.
       const bool answer_soon = query || why == Entry::Why::kFast || why == Entry::Why::kMissing;
+      if (why == Entry::Why::kMissing) {
+        // Its data went again on the switch's word that it lacks it:
+        // kFastThreshold later results before the answer say the resend
+        // was lost too, and ask again at once (Complete) about the window's
+        // oldest chunk, once per resend.
+        e.reask = params_.query;
+        e.reask_results = results_;
+      }
       Clock::duration wait = std::min(e.timeout, probe_);
       if (query && !e.held && e.queried >= kUnansweredQueries) {
         wait = e.timeout;

@@ -55,7 +55,12 @@
 // a probe interval that the waits for the other members have inflated),
 // and a QUERY costs a header (at most one per "held" answer). "missing" (the
 // answer to a query, or the switch's word when a later chunk of this sender
-// arrived first) makes its data due at once.
+// arrived first) makes its data due at once; kFastThreshold later results
+// after that resend, at the ack watermark, ask again at once as well (at
+// most once per resend): the resend was most likely lost too. An excluded
+// member (docs/stragglers.md, self-flagging) meets this on every loss: its
+// data goes around the switch, which answers each question "missing", so
+// only the answer that never comes tells a lost resend.
 //
 // The last kFastThreshold chunks of a transfer (all of a one-chunk one), and
 // every chunk when the window is kFastThreshold or smaller, have no later
@@ -227,8 +232,8 @@ class SendWindow {
     bool held = false;     // the switch said it holds the contribution, and not since that it lacks it
     uint8_t helds = 0;     // "held" answers in a row (each doubles the wait for the next question)
     uint8_t queried = 0;   // QUERYs sent since its last send or answer
-    bool reask = false;    // held, and not yet asked again on later results since
-    uint32_t held_results = 0;  // results_ at its last "held"
+    bool reask = false;    // held, or its data resent on "missing", and not yet asked again on later results since
+    uint32_t reask_results = 0;  // results_ at its last "held" or resend on "missing"
     Clock::time_point asked;  // its last QUERY
   };
 

@@ -285,6 +285,53 @@ TEST(SendWindowTest, LaterResultsAfterHeldAskAgainAboutTheWatermarksChunkOnce) {
   EXPECT_EQ(w.TakeDue(t + milliseconds(100), due, 8), 0u);
 }
 
+// An excluded member's data goes around its switch, which answers every
+// question about it "missing": the member cannot tell data that reached
+// the TAN from data lost on the way. Its resend on that word, lost in
+// turn, was followed up only after a probe interval, two round trips that
+// the other members' waits had stretched to most of a second, while the
+// whole job waited on the chunk (seed 98172). Later chunks answered since
+// the resend ask about the watermark's chunk again at once, once per
+// resend, as they do after a "held".
+TEST(SendWindowTest, LaterResultsAfterADataResendAskAgainAboutTheWatermarksChunk) {
+  SendWindow w;
+  w.Reset(0, 12, {.window = 12, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(milliseconds(300));
+  const Clock::time_point t0{};
+  for (int i = 0; i < 12; ++i) w.MarkSent(t0, milliseconds(500));
+  uint32_t k;
+  Clock::duration rtt;
+  SendWindow::Due due[12];
+  Clock::time_point t = t0 + milliseconds(1);
+  // Chunk 0's contribution was lost: three later results ask (fast), and
+  // the switch says it lacks it.
+  for (uint32_t seq = 1; seq <= 3; ++seq) ASSERT_EQ(w.Complete(seq, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.TakeDue(t, due, 12), 1u);
+  EXPECT_TRUE(due[0].query) << "fast: asks";
+  EXPECT_TRUE(w.Missing(0, t));
+  ASSERT_EQ(w.TakeDue(t, due, 12), 1u);
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_FALSE(due[0].query) << "missing: the data";
+  // The resend is lost too. Two later results: nothing yet.
+  t += milliseconds(1);
+  ASSERT_EQ(w.Complete(4, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.Complete(5, t, &k, &rtt), Match::kNew);
+  EXPECT_EQ(w.TakeDue(t, due, 12), 0u) << "two results since the resend";
+  ASSERT_EQ(w.Complete(6, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.TakeDue(t, due, 12), 1u) << "three: asked now, not a probe interval later";
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_TRUE(due[0].query);
+  // Once per question: three more results ask again only about that one.
+  EXPECT_TRUE(w.Missing(0, t));
+  ASSERT_EQ(w.TakeDue(t, due, 12), 1u);
+  EXPECT_FALSE(due[0].query);
+  for (uint32_t seq = 7; seq <= 9; ++seq) ASSERT_EQ(w.Complete(seq, t, &k, &rtt), Match::kNew);
+  ASSERT_EQ(w.TakeDue(t, due, 12), 1u);
+  EXPECT_TRUE(due[0].query);
+  ASSERT_EQ(w.Complete(10, t, &k, &rtt), Match::kNew);
+  EXPECT_EQ(w.TakeDue(t, due, 12), 0u) << "one result since the question";
+}
+
 // The questions about a held chunk back off up to its timeout (a second),
 // so a result lost once the slot completed late waits up to that long for
 // the next one, and the sender's progress timeout may come first, with the
