@@ -24,28 +24,27 @@
 //
 // On the wire (docs/protocol.md): chunk k of an allreduce is one CONTRIBUTION
 // datagram with the next sequence number of this client (chunking.h); at most
-// `window` chunks are unanswered at a time. A chunk still unanswered when
-// three chunks sent after it are answered (fast retransmit, once per chunk),
-// or for its retransmission timeout (from the measured round trips to its
-// switch, as TCP's: RFC 6298), is asked after with a QUERY, a header: the
-// switch answers with the chunk's retained result, with a NOTICE "held" while
-// the chunk waits for other members (the chunk asks again two round trips
-// later, then at doubling intervals up to its timeout while it stays held,
-// only to recover a result lost once the slot completes), or with a
-// NOTICE "missing", upon which the chunk is resent with the RETRANSMISSION
-// flag (and, at the ack watermark, asked after again once three later
-// chunks are answered after that resend). The switch also says "missing" unasked when a later chunk of this
-// rank arrives while an earlier one's slot still lacks it. A question (or a
-// resend) left unanswered for two round trips is asked again; two questions
-// in a row left unanswered make the chunk go again. Each timeout of a chunk
-// grows by `backoff` up to `max_retransmit_timeout` until the next new
-// result. Every contribution
-// carries the ack watermark (every result below it has arrived), and an ACK
-// datagram after the last result of each allreduce lets the switch free the
-// job's slots (repeated twice, a retransmission timeout apart, while no next
-// allreduce starts: slots it leaves held may be another job's). Results carry
-// no job key: they are matched by job, sequence number and sender (the switch
-// this rank sends to, or local_tan); duplicate results are ignored.
+// `window` chunks are unanswered at a time. A chunk still unanswered when three
+// chunks sent after it are answered (fast retransmit, once per chunk), or for
+// its retransmission timeout (from the measured round trips to its switch, as
+// TCP's: RFC 6298), is asked after with a QUERY, a header: the switch answers
+// with the chunk's retained result, with a NOTICE "held" while the chunk waits
+// for other members (the chunk asks again two round trips later, then at
+// doubling intervals up to its timeout while it stays held, only to recover a
+// result lost once the slot completes), or with a NOTICE "missing", upon which
+// the chunk is resent with the RETRANSMISSION flag (and, at the ack watermark,
+// asked after again once three later chunks are answered after that resend).
+// The switch also says "missing" unasked when a later chunk of this rank
+// arrives while an earlier one's slot still lacks it. A question (or a resend)
+// left unanswered for two round trips is asked again; two questions in a row
+// left unanswered make the chunk go again. Each timeout of a chunk grows by
+// `backoff` up to `max_retransmit_timeout` until the next new result. Every
+// contribution carries the ack watermark (every result below it has arrived),
+// and an ACK datagram after the last result of each allreduce lets the switch
+// free the job's slots (repeated twice, a retransmission timeout apart, while
+// no next allreduce starts: slots it leaves held may be another job's). Results
+// carry no job key: they are matched by job, sequence number and sender (the
+// switch this rank sends to, or local_tan); duplicate results are ignored.
 //
 // float32 sums travel as int32 fixed point by default (fixed_point.h says how
 // the scale is chosen): one extra one-element exchange per allreduce, and

@@ -254,8 +254,8 @@ class AggregationTest : public DataplaneTest {
     jobs_ = std::move(jobs).value();
     const std::string grace =
         extra.find("restart_grace_ms") == std::string::npos ? ", restart_grace_ms: 0" : "";
-    Build(DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024" + grace + extra + "}\n"), 1024,
-          jobs_.get());
+    Build(DefaultYaml("aggregation: {address: 10.0.10.253, slots: 1024" + grace + extra + "}\n"),
+          1024, jobs_.get());
     in_band_ = std::make_unique<InBandControl>(*jobs_, config_);
   }
   void TearDown() override {

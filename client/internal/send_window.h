@@ -232,7 +232,9 @@ class SendWindow {
     bool held = false;     // the switch said it holds the contribution, and not since that it lacks it
     uint8_t helds = 0;     // "held" answers in a row (each doubles the wait for the next question)
     uint8_t queried = 0;   // QUERYs sent since its last send or answer
-    bool reask = false;    // held, or its data resent on "missing", and not yet asked again on later results since
+    // Held, or its data resent on "missing", and not yet asked again on
+    // later results since.
+    bool reask = false;
     uint32_t reask_results = 0;  // results_ at its last "held" or resend on "missing"
     Clock::time_point asked;  // its last QUERY
   };
