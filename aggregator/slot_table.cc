@@ -17,14 +17,15 @@ SlotTable::SlotTable(const SlotTableConfig& config)
   // Every array in one region on huge pages: a contribution to a cold slot
   // touches five of them.
   memory_ = HugeRegion::Allocate(
-      HugeRegion::Footprint<Slot>(n) + HugeRegion::Footprint<uint64_t>(n * bitmap_words_) +
+      HugeRegion::Footprint<Slot>(n) + HugeRegion::Footprint<uint64_t>(2 * n * bitmap_words_) +
       HugeRegion::Footprint<uint8_t>(n * 2 * config_.max_payload) +
       HugeRegion::Footprint<uint8_t>(n * config_.max_payload) +
       HugeRegion::Footprint<const uint8_t*>(n * fan_in) + HugeRegion::Footprint<void*>(n * fan_in) +
       HugeRegion::Footprint<uint16_t>(n * config_.max_inherited) +
       HugeRegion::Footprint<uint32_t>(n * fan_in));
   slots_ = memory_.Carve<Slot>(n);
-  uint64_t* bitmaps = memory_.Carve<uint64_t>(n * bitmap_words_);
+  // Each slot's bitmap, then the given-up chunk's of each (Slot::gone_bitmap_).
+  uint64_t* bitmaps = memory_.Carve<uint64_t>(2 * n * bitmap_words_);
   uint8_t* acc = memory_.Carve<uint8_t>(n * 2 * config_.max_payload);
   uint8_t* results = memory_.Carve<uint8_t>(n * config_.max_payload);
   const uint8_t** held_payloads = memory_.Carve<const uint8_t*>(n * fan_in);
@@ -40,6 +41,7 @@ SlotTable::SlotTable(const SlotTableConfig& config)
   for (size_t i = 0; i < n; ++i) {
     Slot& s = *new (&slots_[i]) Slot();
     s.bitmap_ = &bitmaps[i * bitmap_words_];
+    s.gone_bitmap_ = &bitmaps[(n + i) * bitmap_words_];
     s.acc_ = &acc[i * 2 * config_.max_payload];
     s.result_ = &results[i * config_.max_payload];
     s.result_view_ = s.result_;
@@ -74,7 +76,10 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.final_ = false;
   s.verifying_ = false;
   s.kept_ = false;
-  s.swept_ = false;
+  if (s.gone_ && s.gone_job_id_ == c.job_id && s.gone_generation_ == c.job_generation &&
+      s.gone_seq_ == c.seq) {
+    s.gone_ = false;  // the member it lacked came: the chunk may complete here after all
+  }
   s.first_tsc_ = now_tsc;
   s.resent_tsc_ = 0;
   s.resends_ = 0;
@@ -82,6 +87,15 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   if (s.deadline_tsc_ != 0) timers_.Arm(local_index, s.deadline_tsc_);
   std::memset(s.bitmap_, 0, bitmap_words_ * sizeof(uint64_t));
   busy_.store(busy_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void SlotTable::GiveUp(Slot& s, uint64_t now_tsc) {
+  s.gone_ = true;
+  s.gone_job_id_ = s.job_id_;
+  s.gone_generation_ = s.job_generation_;
+  s.gone_seq_ = s.seq_;
+  s.gone_tsc_ = now_tsc;
+  std::memcpy(s.gone_bitmap_, s.bitmap_, bitmap_words_ * sizeof(uint64_t));
 }
 
 void SlotTable::Release(uint32_t local_index) {
@@ -171,8 +185,8 @@ uint32_t SlotTable::SweepStale(uint64_t now_tsc, uint32_t budget, void** handles
       for (uint16_t m = 0; m < s.expected_; ++m) {
         if (s.HasContributed(m)) handles[n++] = s.held_handle_[m];
       }
+      GiveUp(s, now_tsc);
       Release(i);
-      s.swept_ = true;  // its chunk, members and bitmap stay for Contribute
       ++*evicted;
     }
     sweep_cursor_ = sweep_cursor_ + 1 == config_.slots ? 0 : sweep_cursor_ + 1;
@@ -305,7 +319,17 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
       u.outcome = SlotOutcome::kCollision;
       return u;
     }
+    if (GivenUpTo(s, c, now_tsc)) {
+      // The slot would give way, but not to a chunk it gave up (below):
+      // what holds it stays until a chunk that takes it comes.
+      u.outcome = SlotOutcome::kCollision;
+      return u;
+    }
     u.stale = stale && !forwarded;
+    // A chunk that still aggregates after the stale limit waits for a member
+    // that does not send: the members it had must not claim a slot for it
+    // again once this chunk is done with the slot.
+    if (u.stale && s.state_ == Slot::State::kAggregating) GiveUp(s, now_tsc);
     if (s.state_ == Slot::State::kAggregating && s.hold_) {
       // The contributions a holding slot holds go back to the caller.
       uint16_t n = 0;
@@ -317,10 +341,8 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     }
     Release(local_index);
   }
-  if (s.state_ == Slot::State::kFree && s.swept_ && s.job_id_ == c.job_id &&
-      s.job_generation_ == c.job_generation && s.seq_ == c.seq && c.node < s.expected_ &&
-      s.HasContributed(c.node)) {
-    // Swept stale, the chunk waits for a member that does not send: a
+  if (s.state_ == Slot::State::kFree && GivenUpTo(s, c, now_tsc)) {
+    // Given up stale, the chunk waits for a member that does not send: a
     // member it had counted does not claim the slot for it again.
     u.outcome = SlotOutcome::kCollision;
     return u;

@@ -190,7 +190,16 @@ class Slot {
   bool final_ = false;
   bool verifying_ = false;
   bool kept_ = false;
-  bool swept_ = false;
+  // The chunk this slot last gave up stale while it still aggregated (swept,
+  // or taken over by another chunk), and the members it had counted: kept
+  // apart from the slot's own chunk, so that another chunk using the slot in
+  // between does not forget it (SlotTable::GivenUpTo).
+  bool gone_ = false;
+  uint32_t gone_job_id_ = 0;
+  uint32_t gone_generation_ = 0;
+  uint32_t gone_seq_ = 0;
+  uint64_t gone_tsc_ = 0;            // when it was given up
+  uint64_t* gone_bitmap_ = nullptr;  // max_fan_in bits: the members it had counted
   DType dtype_ = DType::kInt32;
   ReduceOp op_ = ReduceOp::kSum;
   int8_t scale_ = 0;
@@ -254,9 +263,11 @@ class SlotTable {
   SlotTable(const SlotTable&) = delete;
   SlotTable& operator=(const SlotTable&) = delete;
 
-  // Counts and reduces one contribution into slot `local_index`; a member
-  // of a chunk SweepStale freed the slot of finds it busy (kCollision).
-  // [owner lcore]
+  // Counts and reduces one contribution into slot `local_index`. A member
+  // of a chunk the slot gave up stale (SweepStale, or taken over by another
+  // chunk) finds it busy (kCollision) for stale_cycles after that, whichever
+  // chunk holds the slot meanwhile, unless the member the chunk lacked
+  // claimed it again first. [owner lcore]
   SlotUpdate Contribute(uint32_t local_index, const Contribution& c, uint64_t now_tsc,
                         ReleaseCheck can_release, void* release_ctx);
   // Frees a complete slot whose result is no longer needed. [owner lcore]
@@ -350,12 +361,14 @@ class SlotTable {
   // next call), so that a dead chunk does not keep pool buffers that live
   // chunks wait for. Returns the handles written; `*evicted` counts the
   // slots freed. A freed slot remembers the chunk and the members it had
-  // counted: their contributions to that chunk find the slot busy
-  // (kCollision) until another chunk, or a member the chunk lacked, claims
-  // it. The chunk waits for a member that has not sent for stale_cycles;
-  // claimed again by the members it had, it held the slot that long once
-  // more, and other jobs' chunks that needed it waited again, as many times
-  // as those members asked before their own timeout. [owner lcore]
+  // counted, as one taken over stale by another chunk does: their
+  // contributions to that chunk find the slot busy (kCollision) for
+  // stale_cycles, whether it is free or other chunks use it meanwhile,
+  // until a member the chunk lacked claims it (GivenUpTo). The chunk waits
+  // for a member that has not sent for stale_cycles; claimed again by the
+  // members it had, it held the slot that long once more, and other jobs'
+  // chunks that needed it waited again, as many times as those members
+  // asked before their own timeout. [owner lcore]
   uint32_t SweepStale(uint64_t now_tsc, uint32_t budget, void** handles, uint32_t max_handles,
                       uint32_t* evicted);
   // The resend gap doubles this many times at most (32 gaps).
@@ -391,6 +404,23 @@ class SlotTable {
 
  private:
   void Claim(uint32_t local_index, Slot& s, const Contribution& c, uint64_t now_tsc);
+  // Slot `s` gives up its aggregating chunk as stale: it remembers the chunk
+  // and the members it had counted (Slot::gone_), in place of the chunk it
+  // gave up before.
+  void GiveUp(Slot& s, uint64_t now_tsc);
+  // Whether `c` is from a member that the chunk slot `s` gave up last had
+  // counted, within stale_cycles of giving it up: it does not claim a slot
+  // for that chunk again. The chunk waits for a member that sent nothing for
+  // stale_cycles, most likely dead; claimed again by the members it had, it
+  // would keep the slot from other jobs' chunks a stale limit more. The
+  // member it lacked claims it as any chunk's first member does. Bounded, so
+  // that a job that sends the same chunk again under the same generation
+  // (incarnation 0) is not refused for good.
+  bool GivenUpTo(const Slot& s, const Contribution& c, uint64_t now_tsc) const {
+    return s.gone_ && s.gone_job_id_ == c.job_id && s.gone_generation_ == c.job_generation &&
+           s.gone_seq_ == c.seq && ((s.gone_bitmap_[c.node >> 6] >> (c.node & 63)) & 1) != 0 &&
+           now_tsc - s.gone_tsc_ <= config_.stale_cycles;
+  }
   // Whether forwarded slot `s` may resend its partial now (it went up a
   // resend gap ago, backed off); if so, it goes now.
   bool TakeResend(Slot& s, uint64_t now_tsc);

@@ -746,6 +746,71 @@ TEST(SlotTableTest, ASweptChunkIsNotClaimedAgainByTheMembersItHad) {
       << "and the member it had meets it there";
 }
 
+// A chunk given up stale is remembered apart from the chunk that holds the
+// slot: taken over by another chunk (an incremental slot, which no sweep
+// frees) or swept, it is not claimed again by the members it had once that
+// other chunk gives way, for a stale limit; the member it lacked still
+// claims it (seed 270018: a job's chunk at a leaf without spare slots
+// waited for a rank that had died, another job's chunk took the stale slot
+// and completed, and the dead chunk's live members claimed the slot again a
+// few milliseconds later, ahead of a third job's chunk, which waited past
+// its ranks' timeout).
+TEST(SlotTableTest, AChunkGivenUpStaleIsNotClaimedAgainAfterAnotherChunkUsedTheSlot) {
+  SlotTableConfig config{4, 256, 1424};
+  config.stale_cycles = 100;
+  SlotTable table(config);
+  const auto one = Payload(std::vector<int32_t>{1});
+  // Job 1's chunk 7: two of its three members in, the third dead.
+  for (uint16_t m = 0; m < 2; ++m) {
+    ASSERT_EQ(table.Contribute(0, Make(1, 7, m, 3, one), 0, AlwaysRelease, nullptr).outcome,
+              SlotOutcome::kAccumulated);
+  }
+  // Stale: job 2's chunk takes the slot over and completes at once; its
+  // result has been acknowledged, so it gives way to the next chunk.
+  const SlotUpdate taken = table.Contribute(0, Make(2, 3, 0, 1, one), 150, AlwaysRelease, nullptr);
+  ASSERT_EQ(taken.outcome, SlotOutcome::kCompleted);
+  EXPECT_TRUE(taken.stale);
+  // A member job 1's chunk had, asking again, does not claim it back.
+  EXPECT_EQ(table.Contribute(0, Make(1, 7, 1, 3, one), 160, AlwaysRelease, nullptr).outcome,
+            SlotOutcome::kCollision);
+  EXPECT_EQ(table.slot(0).job_id(), 2u) << "the slot is left as it was";
+  // A third job's chunk does.
+  EXPECT_EQ(table.Contribute(0, Make(3, 5, 0, 2, one), 170, AlwaysRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+  // Swept, job 3's chunk is given up in its turn, and job 1's is forgotten.
+  Contribution held = Make(4, 9, 0, 2, one);
+  int token = 0;
+  held.hold = true;
+  held.handle = &token;
+  ASSERT_EQ(table.Contribute(1, held, 0, AlwaysRelease, nullptr).outcome, SlotOutcome::kHeld);
+  void* handles[4];
+  uint32_t evicted = 0;
+  ASSERT_EQ(table.SweepStale(150, 4, handles, 4, &evicted), 1u);
+  ASSERT_EQ(table.Contribute(1, Make(2, 4, 0, 1, one), 160, AlwaysRelease, nullptr).outcome,
+            SlotOutcome::kCompleted)
+      << "another chunk uses the swept slot";
+  held.handle = &token;
+  EXPECT_EQ(table.Contribute(1, held, 170, AlwaysRelease, nullptr).outcome,
+            SlotOutcome::kCollision)
+      << "the swept chunk's member, once that chunk gave way";
+  // The member the swept chunk lacked claims it, and the one it had meets it.
+  Contribution lacked = held;
+  lacked.node = 1;
+  EXPECT_EQ(table.Contribute(1, lacked, 180, AlwaysRelease, nullptr).outcome, SlotOutcome::kHeld);
+  EXPECT_EQ(table.Contribute(1, held, 190, AlwaysRelease, nullptr).outcome,
+            SlotOutcome::kCompleted);
+  // A stale limit after it was given up, the chunk is no longer remembered:
+  // a job that sends the same chunk again without a new generation is not
+  // refused for good.
+  const SlotUpdate again = table.Contribute(2, Make(5, 1, 0, 2, one), 0, AlwaysRelease, nullptr);
+  ASSERT_EQ(again.outcome, SlotOutcome::kAccumulated);
+  ASSERT_TRUE(table.Contribute(2, Make(6, 1, 0, 1, one), 120, AlwaysRelease, nullptr).stale);
+  EXPECT_EQ(table.Contribute(2, Make(5, 1, 0, 2, one), 220, AlwaysRelease, nullptr).outcome,
+            SlotOutcome::kCollision);
+  EXPECT_EQ(table.Contribute(2, Make(5, 1, 0, 2, one), 221, AlwaysRelease, nullptr).outcome,
+            SlotOutcome::kAccumulated);
+}
+
 TEST(SlotTableTest, Float16ResultIsNarrowedFromFloat32) {
   SlotTable table(SlotTableConfig{4, 256, 1424});
   // 1.5 and 2.25 in float16.
