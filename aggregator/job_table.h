@@ -76,6 +76,11 @@ inline constexpr uint32_t kMaxJobTableJobs = 65536;
 inline constexpr uint32_t kMaxJobReaders = 128;
 // Not a node id (node ids are 0..65534).
 inline constexpr uint16_t kNoNode = 0xFFFF;
+// The node id of leaf 0 of an in-band job of several nodes at its parent
+// (leaf b is kInBandLeafBase + b): past every rank's (a rank's node id is
+// its global rank), so that a missing list or late data that names a rank
+// is never taken for a leaf.
+inline constexpr uint16_t kInBandLeafBase = 0xF000;
 // Parent switches a job may choose among (JobSpec::upstreams).
 inline constexpr uint32_t kMaxUpstreams = 16;
 
@@ -568,6 +573,12 @@ class alignas(64) Job {
   }
   // Whether member `index` is a child switch, and the node ids it covers.
   bool IsSwitch(uint16_t index) const { return !covers_.empty() && covers_[index].has_value(); }
+  // Whether member `index` is a switch below this one: a child switch
+  // (IsSwitch), or a leaf of an in-band job of several nodes, known here by
+  // its node id (kInBandLeafBase + its block), not by what it covers.
+  bool MemberIsSwitch(uint16_t index) const {
+    return IsSwitch(index) || (in_band() && NodeId(index) >= kInBandLeafBase);
+  }
   std::span<const uint16_t> Covers(uint16_t index) const {
     if (covers_.empty() || !covers_[index]) return {};
     return *covers_[index];

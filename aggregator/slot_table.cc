@@ -83,6 +83,8 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.first_tsc_ = now_tsc;
   s.resent_tsc_ = 0;
   s.resends_ = 0;
+  s.told_tsc_ = now_tsc;
+  s.tolds_ = 0;
   s.deadline_tsc_ = c.timeout_cycles == 0 ? 0 : now_tsc + c.timeout_cycles;
   if (s.deadline_tsc_ != 0) timers_.Arm(local_index, s.deadline_tsc_);
   std::memset(s.bitmap_, 0, bitmap_words_ * sizeof(uint64_t));
@@ -199,6 +201,16 @@ bool SlotTable::TakeResend(Slot& s, uint64_t now_tsc) {
   if (now_tsc - s.resent_tsc_ < gap) return false;
   s.resent_tsc_ = now_tsc;
   if (s.resends_ < kMaxResendBackoff) ++s.resends_;
+  return true;
+}
+
+bool SlotTable::TellAbsent(uint32_t local_index, uint64_t now_tsc) {
+  Slot& s = slots_[local_index];
+  if (s.state_ != Slot::State::kAggregating) return false;
+  const uint64_t gap = config_.resend_gap_cycles << s.tolds_;
+  if (now_tsc - s.told_tsc_ < gap) return false;
+  s.told_tsc_ = now_tsc;
+  if (s.tolds_ < kMaxResendBackoff) ++s.tolds_;
   return true;
 }
 

@@ -222,6 +222,10 @@ class Slot {
   // was made or came down (its age, for stale_cycles).
   uint64_t resent_tsc_ = 0;
   uint8_t resends_ = 0;             // kForwarded: resends so far (the gap's backoff)
+  // kAggregating: when its absent members were last told (TellAbsent; its
+  // first contribution's time until then), and how often (the backoff).
+  uint64_t told_tsc_ = 0;
+  uint8_t tolds_ = 0;
   uint64_t* bitmap_ = nullptr;      // max_fan_in bits
   uint8_t* acc_ = nullptr;          // 2 x max_payload: 16-bit floats accumulate as float32
   uint8_t* result_ = nullptr;       // max_payload
@@ -350,6 +354,19 @@ class SlotTable {
   // holds another chunk. [owner lcore]
   bool MissedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                    uint64_t now_tsc);
+  // Another chunk was refused slot `local_index` (NACK slot_busy: the slot
+  // holds this chunk and no spare slot is free): whether to tell the members
+  // the slot's chunk still lacks, now, that their data is missing (NOTICE
+  // missing). A member whose data, or whose resend after a refusal of its
+  // own, was lost would otherwise ask again only at its backed-off timeout
+  // (up to a second), and the refused chunks wait that long behind it. Yes
+  // when the slot aggregates and a resend gap has passed since its first
+  // contribution (the members' first sends are on their way before that),
+  // then after twice that gap since it last said yes, doubling up to
+  // kMaxResendBackoff times (a dead member's chunk, which holds the slot
+  // until it goes stale, costs a few dozen notices, not one per gap); the
+  // time is noted. [owner lcore]
+  bool TellAbsent(uint32_t local_index, uint64_t now_tsc);
   // The first gap between two sends of a forwarded slot's partial.
   uint64_t resend_gap_cycles() const { return config_.resend_gap_cycles; }
   // Frees the holding slots among the next `budget` (from a cursor that

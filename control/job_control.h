@@ -147,10 +147,9 @@ common::Result<const aggregator::Job*> AdmitJob(aggregator::JobTable& table,
 // docs/aggregation.md, "Several nodes"). [any]
 config::AggregationJobConfig InBandJobConfig(const dataplane::RegistrationRequest& request);
 
-// The node id of leaf 0 of an in-band job of several nodes at its parent:
-// past every rank's (a rank's node id is its global rank), so that a missing
-// list or late data that names a rank is never taken for a leaf.
-inline constexpr uint16_t kInBandLeafBase = 0xF000;
+// The node id of leaf 0 of an in-band job of several nodes at its parent
+// (aggregator::kInBandLeafBase, where the switch's stages read it too).
+inline constexpr uint16_t kInBandLeafBase = aggregator::kInBandLeafBase;
 
 // Adds every job of aggregation.jobs with Origin::kConfig (AdmitJob;
 // `tsc_hz` converts the timers); the first failure is returned naming its

@@ -3,6 +3,7 @@
 #include <rte_cycles.h>
 #include <rte_prefetch.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "dataplane/mac_table.h"
@@ -1154,7 +1155,34 @@ void AggregationStage::RefuseSlotBusy(const Checked& it) {
     }
     if (UpAsMissing(it)) return;
   }
+  NoticeAbsent(it);
   NackSlotBusy(it);
+}
+
+void AggregationStage::NoticeAbsent(const Checked& it) {
+  if (it.slot % s_.n_workers != s_.index) return;
+  const uint32_t local = LocalSlot(it.slot);
+  const aggregator::Slot& slot = s_.slots->slot(local);
+  if (slot.state() != aggregator::Slot::State::kAggregating) return;
+  const aggregator::Job* holder = s_.jobs->Find(slot.job_id());
+  if (holder == nullptr || holder->generation() != slot.job_generation() ||
+      !s_.slots->TellAbsent(local, clock_.tsc)) {
+    return;
+  }
+  const uint32_t seq = slot.seq();
+  const uint16_t members = std::min(holder->members(), slot.expected());
+  for (uint16_t node = 0; node < members; ++node) {
+    if (slot.HasContributed(node) || holder->Excluded(node) || holder->MemberIsSwitch(node)) {
+      continue;
+    }
+    const std::optional<uint32_t> ack = holder->GetAck(node);
+    aggregator::MemberAddr addr;
+    if ((ack && aggregator::SeqBefore(seq, *ack)) || !holder->GetMember(node, &addr)) continue;
+    if (answers_.SendNotice(*holder, holder->NodeId(node), seq, aggregator::NoticeKind::kMissing,
+                            addr)) {
+      stats_.lcore.agg.busy_notices.Add(1);
+    }
+  }
 }
 
 void AggregationStage::NackSlotBusy(const Checked& it) {

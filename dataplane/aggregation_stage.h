@@ -278,6 +278,17 @@ class AggregationStage {
   // late data behind the chunk sent up as missing (UpAsMissing); else, or
   // when that cannot be sent, NACK slot_busy.
   void RefuseSlotBusy(const Checked& c);
+  // `c` is refused slot_busy at its placed slot: when this lcore owns that
+  // slot and the chunk there aggregates, the members that chunk lacks are
+  // told NOTICE missing (SlotTable::TellAbsent says when): the chunk keeps
+  // the slot from the refused one until they send, and a member whose data
+  // was lost, or whose own refused resend went unanswered, would wait its
+  // backed-off timeout before it asked again. Not those that are excluded,
+  // hold the chunk's result already (past it by their ack watermark:
+  // NoticeForgotten's), or are switches below (Job::MemberIsSwitch: a
+  // NOTICE missing from here is a lost partial to them; they send theirs
+  // again on their own members' questions). O(members).
+  void NoticeAbsent(const Checked& c);
   // NACK slot_busy to the member (or the datagram dropped, counted, when it
   // has no address here). Consumes the datagram.
   void NackSlotBusy(const Checked& c);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -1190,6 +1191,90 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
     EXPECT_EQ(Agg().slot_busy.Get(), none ? 2u : 1u);
     EXPECT_EQ(dp_->escalation_stats().refused, none ? 0u : 1u);
   }
+}
+
+// A chunk refused its slot (NACK slot_busy: no spare slot) waits for the
+// chunk there, and that one for its members: those it lacks are told NOTICE
+// missing, so that one whose data, or whose resend after a refusal of its
+// own, was lost sends it again now instead of at its backed-off timeout (up
+// to a second) while the refused chunk waits behind it (seed 270018). Not
+// within a resend gap (5 ms) of the chunk's first contribution (the others'
+// first sends are on their way), then once per gap, doubling: a refusal
+// within it tells nobody again.
+TEST_F(AggregationTest, ARefusalTellsTheMembersTheBusySlotsChunkLacksTheirDataIsMissing) {
+  BuildAggregation(", spare_slots: 0");
+  AddJob(7, 3);
+  AddJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  // Job 7's members send from their addresses (the chunk before, complete).
+  for (const uint16_t node : {0, 1, 2}) {
+    Inject(0, Contribution(7, s7 - 1, node, Int32Payload({1}), DType::kInt32, ReduceOp::kSum,
+                           0x5eed, -1, s7 - 1));
+  }
+  Step();
+  (void)Drain();
+  // Job 8's members `nodes` send chunk s8, in one burst (one reading of the
+  // clock), after `first` when given; returns the node ids of job 7's
+  // members told NOTICE missing about s7, and checks that each of job 8's
+  // got NACK slot_busy.
+  const auto refused = [&](std::vector<uint16_t> nodes, std::optional<Frame> first = {}) {
+    if (first) Inject(0, *first);
+    for (const uint16_t node : nodes) {
+      Inject(0, Contribution(8, s8, node, Int32Payload({100}), DType::kInt32, ReduceOp::kSum,
+                             0x5eed, -1, s8));
+    }
+    StepThroughControl();
+    const auto out = Drain();
+    const auto at = out.find(0);
+    const std::vector<Frame> none;
+    const std::vector<Frame>& frames = at == out.end() ? none : at->second;
+    const std::vector<Result> nacks = WithOpcode(frames, aggregator::Opcode::kNack);
+    EXPECT_EQ(nacks.size(), nodes.size());
+    for (const Result& r : nacks) {
+      EXPECT_EQ(r.fields.job_id, 8u);
+      EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kSlotBusy));
+    }
+    std::multiset<uint16_t> told;
+    for (const Result& r : WithOpcode(frames, aggregator::Opcode::kNotice)) {
+      EXPECT_EQ(r.fields.job_id, 7u);
+      EXPECT_EQ(r.fields.seq, s7);
+      EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kMissing));
+      EXPECT_EQ(r.dst_port, MemberPort(r.fields.node_id));
+      told.insert(r.fields.node_id);
+    }
+    return told;
+  };
+  // Member 0 starts chunk s7, and job 8's chunk s8 finds it in its slot at
+  // once: the others' first sends may be on their way.
+  EXPECT_TRUE(refused({0}, Contribution(7, s7, 0, Int32Payload({1}), DType::kInt32,
+                                        ReduceOp::kSum, 0x5eed, -1, s7))
+                  .empty())
+      << "within a resend gap of the chunk's first contribution";
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();  // a poll reads the clock for the next one
+  // A gap later: told, once for both refusals of the burst.
+  EXPECT_EQ(refused({1, 0}), (std::multiset<uint16_t>{1, 2}));
+  EXPECT_EQ(Agg().busy_notices.Get(), 2u);
+  // Member 1's data comes; after twice the gap the next refusal tells
+  // member 2 alone.
+  Inject(0, Contribution(7, s7, 1, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1,
+                         s7));
+  Step();
+  std::this_thread::sleep_for(std::chrono::milliseconds(11));
+  Step();
+  EXPECT_EQ(refused({1}), (std::multiset<uint16_t>{2}));
+  EXPECT_EQ(Agg().busy_notices.Get(), 3u);
+  // Member 2's data completes the chunk, whose result its slot keeps until
+  // job 7's members move past it: a complete chunk lacks nobody.
+  Inject(0, Contribution(7, s7, 2, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1,
+                         s7));
+  Step();
+  EXPECT_EQ(WithOpcode(Drain()[0], aggregator::Opcode::kResult).size(), 3u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(21));
+  Step();
+  EXPECT_TRUE(refused({0}).empty());
+  EXPECT_EQ(Agg().busy_notices.Get(), 3u);
+  EXPECT_EQ(Agg().slot_busy.Get(), 5u);
 }
 
 // Two jobs at their root, each holding the other's oldest chunk back with a

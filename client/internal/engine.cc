@@ -401,7 +401,8 @@ common::Status Engine::Transfer(Lane& lane, const Phase& phase) {
     const Clock::time_point now = clock_.Now();
     const Clock::time_point stalled = last_progress_ + options_.progress_timeout;
     if (now >= stalled) return common::Unavailable(StallMessage(lane, phase));
-    // A held chunk's questions back off up to a second: it is asked once
+    // A held chunk's questions back off up to a second, and so may the wait
+    // after a refused chunk's resend that went unanswered: it is asked once
     // more before the rank gives up, in time for the answer.
     window_.AskBy(stalled - lane.timer.probe());
     if (now >= op_deadline_) {

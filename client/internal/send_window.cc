@@ -41,6 +41,7 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   e.answered = false;
   e.fast = false;
   e.held = false;
+  e.refused = false;
   e.helds = 0;
   e.queried = 0;
   e.reask = false;
@@ -125,6 +126,7 @@ bool SendWindow::Refused(uint32_t seq, Clock::time_point when) {
   Entry& e = *found;
   e.why = Entry::Why::kRefused;
   e.held = false;
+  e.refused = true;
   e.reask = false;  // refused, not lost: nothing to ask on later results
   e.due = std::min(e.due, when);
   next_due_ = std::min(next_due_, e.due);
@@ -138,6 +140,7 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
   if (e.queried > 0) answered_asked_ = std::max(answered_asked_, e.asked);
   e.fast = true;
   e.held = true;
+  e.refused = false;
   e.reask = params_.query;
   e.reask_results = results_;
   e.queried = 0;
@@ -157,6 +160,7 @@ bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
   if (e.queried > 0) answered_asked_ = std::max(answered_asked_, e.asked);
   e.queried = 0;
   e.held = false;
+  e.refused = false;
   e.helds = 0;
   e.reask = false;  // armed again when its data goes
   e.why = Entry::Why::kMissing;
@@ -168,7 +172,10 @@ bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
 void SendWindow::AskBy(Clock::time_point when) {
   if (!params_.query || acked_ == sent_) return;
   Entry& w = entries_[acked_ & mask_];
-  if (w.answered || !w.held || w.due <= when || w.asked >= when) return;
+  // A refused chunk whose data is still to go again (soon: Refused) is no
+  // question yet.
+  const bool waits = w.held || (w.refused && w.why == Entry::Why::kTimer);
+  if (w.answered || !waits || w.due <= when || w.asked >= when) return;
   w.due = when;
   next_due_ = std::min(next_due_, when);
 }

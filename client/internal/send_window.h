@@ -195,8 +195,12 @@ class SendWindow {
   // is asked at `when`: a result lost since its last question (the slot
   // completed after a long wait, and the copy to this sender was lost) is
   // then recovered before the sender gives up with the result waiting at
-  // the switch. At most one question per `when`: none once the chunk was
-  // asked at or after it. O(1).
+  // the switch. So is one the switch last refused for now (Refused) whose
+  // data went again and waits its timer: that resend, or its refusal, was
+  // lost (the switch also rate-limits its NACKs), and the wait, backed off
+  // up to a second by earlier losses, would otherwise end past the give-up
+  // while the slot may be free by now. At most one question per `when`:
+  // none once the chunk was asked at or after it. O(1).
   void AskBy(Clock::time_point when);
 
   // How long an answer to a question about a chunk may take (a QUERY, or
@@ -230,6 +234,7 @@ class SendWindow {
     bool answered = false;
     bool fast = false;     // came due early once (fast retransmit), or was held
     bool held = false;     // the switch said it holds the contribution, and not since that it lacks it
+    bool refused = false;  // the switch's last word about it was a refusal for now (Refused)
     uint8_t helds = 0;     // "held" answers in a row (each doubles the wait for the next question)
     uint8_t queried = 0;   // QUERYs sent since its last send or answer
     // Held, or its data resent on "missing", and not yet asked again on

@@ -383,6 +383,52 @@ TEST(SendWindowTest, AHeldChunkIsAskedOnceMoreBeforeTheSenderGivesUp) {
   EXPECT_EQ(v.TakeDue(t0 + milliseconds(1), due, 8), 0u) << "no queries";
 }
 
+// A chunk refused for now (NACK slot_busy) goes again soon; when that resend
+// or its NACK is lost, the chunk waits its timeout, backed off by earlier
+// losses up to a second, past the sender's give-up while the slot that
+// refused it may be free by then (seed 270018). AskBy asks it once more in
+// time, once; not while its data is still to go again soon.
+TEST(SendWindowTest, ARefusedChunkWhoseResendWentUnansweredIsAskedBeforeTheSenderGivesUp) {
+  SendWindow w;
+  w.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  w.SetProbe(milliseconds(1));
+  const Clock::time_point t0{};
+  // Chunk 0 of 8 (not a tail chunk: due at its timeout), sent with a
+  // timeout backed off while nothing moved.
+  w.MarkSent(t0, milliseconds(1000));
+  SendWindow::Due due[8];
+  ASSERT_TRUE(w.Refused(0, t0 + milliseconds(2)));
+  w.AskBy(t0 + milliseconds(1));
+  EXPECT_EQ(w.TakeDue(t0 + milliseconds(1), due, 8), 0u) << "its data goes again soon anyway";
+  ASSERT_EQ(w.TakeDue(t0 + milliseconds(2), due, 8), 1u);
+  EXPECT_FALSE(due[0].query);
+  EXPECT_TRUE(due[0].refused);
+  // That resend goes unanswered: next due a second later.
+  const Clock::time_point last_call = t0 + milliseconds(500);
+  EXPECT_EQ(w.TakeDue(last_call, due, 8), 0u) << "waits its timeout";
+  w.AskBy(last_call);
+  EXPECT_LE(w.NextDue(), last_call);
+  ASSERT_EQ(w.TakeDue(last_call, due, 8), 1u);
+  EXPECT_EQ(due[0].chunk, 0u);
+  EXPECT_TRUE(due[0].query) << "a question: the switch says whether it lacks the data";
+  w.AskBy(last_call);
+  EXPECT_EQ(w.TakeDue(last_call + microseconds(500), due, 8), 0u) << "once per give-up time";
+
+  // The switch's later word ends it: "held" is AskBy's own case, "missing"
+  // sends the data at once, and a chunk never refused waits its timer.
+  SendWindow u;
+  u.Reset(0, 8, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
+  u.SetProbe(milliseconds(1));
+  u.MarkSent(t0, milliseconds(1000));
+  ASSERT_TRUE(u.Refused(0, t0));
+  ASSERT_EQ(u.TakeDue(t0, due, 8), 1u);
+  ASSERT_TRUE(u.Missing(0, t0 + milliseconds(1)));
+  ASSERT_EQ(u.TakeDue(t0 + milliseconds(1), due, 8), 1u);
+  EXPECT_FALSE(due[0].query);
+  u.AskBy(t0 + microseconds(1500));
+  EXPECT_EQ(u.TakeDue(t0 + microseconds(1500), due, 8), 0u) << "no longer refused";
+}
+
 // Without queries a held chunk's data is not resent on later results.
 TEST(SendWindowTest, LaterResultsAfterHeldResendNothingWithoutQueries) {
   SendWindow w;
