@@ -76,11 +76,6 @@ inline constexpr uint32_t kMaxJobTableJobs = 65536;
 inline constexpr uint32_t kMaxJobReaders = 128;
 // Not a node id (node ids are 0..65534).
 inline constexpr uint16_t kNoNode = 0xFFFF;
-// The node id of leaf 0 of an in-band job of several nodes at its parent
-// (leaf b is kInBandLeafBase + b): past every rank's (a rank's node id is
-// its global rank), so that a missing list or late data that names a rank
-// is never taken for a leaf.
-inline constexpr uint16_t kInBandLeafBase = 0xF000;
 // Parent switches a job may choose among (JobSpec::upstreams).
 inline constexpr uint32_t kMaxUpstreams = 16;
 
@@ -114,7 +109,8 @@ struct JobSpec {
   // Unique, at most 65534 each.
   std::vector<uint16_t> member_nodes;
   // Per member index: the node ids a child switch covers (variant 2 bypass
-  // entries); empty for workers. Empty vector: no child switches.
+  // entries), or only its own where they are not known (an in-band job's
+  // leaves at its root); empty for workers. Empty vector: no child switches.
   std::vector<std::vector<uint16_t>> covers;
   // The parent switches; empty: this switch is the job's root. A config or
   // API job has one (aggregation.jobs[].upstream). An in-band job of several
@@ -573,12 +569,6 @@ class alignas(64) Job {
   }
   // Whether member `index` is a child switch, and the node ids it covers.
   bool IsSwitch(uint16_t index) const { return !covers_.empty() && covers_[index].has_value(); }
-  // Whether member `index` is a switch below this one: a child switch
-  // (IsSwitch), or a leaf of an in-band job of several nodes, known here by
-  // its node id (kInBandLeafBase + its block), not by what it covers.
-  bool MemberIsSwitch(uint16_t index) const {
-    return IsSwitch(index) || (in_band() && NodeId(index) >= kInBandLeafBase);
-  }
   std::span<const uint16_t> Covers(uint16_t index) const {
     if (covers_.empty() || !covers_[index]) return {};
     return *covers_[index];
@@ -641,7 +631,8 @@ class alignas(64) Job {
     // As if the chunk's slot had timed out with nobody in: a partial of the
     // op's identity (first data at the root) lists every member, and their
     // data follows as late data, which the TAN folds in. At a root with a
-    // TAN (its own, or one with child switches), and at a non-root switch
+    // TAN (its own, or one with child switches: a configured tree's, or an
+    // in-band job's, whose members are its leaves), and at a non-root switch
     // with slot timers, which presume a TAN at the tree's root as every
     // timeout does.
     kUpAsMissing,

@@ -249,6 +249,19 @@ JobSpec JobSpecFromConfig(const config::AggregationJobConfig& job,
       // A child switch always covers something, if only itself: that marks it as a switch.
       if (covers.empty()) covers.push_back(job.switches[i].node);
     }
+    if (origin == JobSpec::Origin::kInBand && job.nodes == 1 &&
+        job.node_ids.front() >= kInBandLeafBase) {
+      // Registered by a leaf's partial (InBandJobConfig): its members are
+      // the leaves, child switches, each covering itself here (the ranks
+      // below are not named). As a tree's root, a leaf's partial that finds
+      // no slot goes to the TAN as missing (Job::WhenNoSlot) rather than
+      // waiting for one: the leaf keeps that partial's slot until the answer
+      // comes down, and another job's chunk refused there could hold the
+      // very result here that keeps the partial out (seed 666491).
+      for (size_t i = 0; i < spec.member_nodes.size(); ++i) {
+        spec.covers[i] = {spec.member_nodes[i]};
+      }
+    }
   }
   if (job.upstream) {
     spec.upstreams.push_back(aggregator::JobPeer{job.upstream->address.addr, job.upstream->port,

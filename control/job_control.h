@@ -143,13 +143,15 @@ common::Result<const aggregator::Job*> AdmitJob(aggregator::JobTable& table,
 // [b * expected, (b + 1) * expected) for b = node_id / expected, and the
 // leaf's node id at its parent is kInBandLeafBase + b. A registration from
 // such an id (a leaf's partial at its parent) has the leaves as members,
-// kInBandLeafBase .. kInBandLeafBase + expected - 1 (JobSpecFromConfig;
-// docs/aggregation.md, "Several nodes"). [any]
+// kInBandLeafBase .. kInBandLeafBase + expected - 1, which JobSpecFromConfig
+// makes child switches that cover only themselves (docs/aggregation.md,
+// "Several nodes"). [any]
 config::AggregationJobConfig InBandJobConfig(const dataplane::RegistrationRequest& request);
 
-// The node id of leaf 0 of an in-band job of several nodes at its parent
-// (aggregator::kInBandLeafBase, where the switch's stages read it too).
-inline constexpr uint16_t kInBandLeafBase = aggregator::kInBandLeafBase;
+// The node id of leaf 0 of an in-band job of several nodes at its parent:
+// past every rank's (a rank's node id is its global rank), so that a missing
+// list or late data that names a rank is never taken for a leaf.
+inline constexpr uint16_t kInBandLeafBase = 0xF000;
 
 // Adds every job of aggregation.jobs with Origin::kConfig (AdmitJob;
 // `tsc_hz` converts the timers); the first failure is returned naming its

@@ -1172,7 +1172,7 @@ void AggregationStage::NoticeAbsent(const Checked& it) {
   const uint32_t seq = slot.seq();
   const uint16_t members = std::min(holder->members(), slot.expected());
   for (uint16_t node = 0; node < members; ++node) {
-    if (slot.HasContributed(node) || holder->Excluded(node) || holder->MemberIsSwitch(node)) {
+    if (slot.HasContributed(node) || holder->Excluded(node) || holder->IsSwitch(node)) {
       continue;
     }
     const std::optional<uint32_t> ack = holder->GetAck(node);

@@ -285,9 +285,9 @@ class AggregationStage {
   // was lost, or whose own refused resend went unanswered, would wait its
   // backed-off timeout before it asked again. Not those that are excluded,
   // hold the chunk's result already (past it by their ack watermark:
-  // NoticeForgotten's), or are switches below (Job::MemberIsSwitch: a
-  // NOTICE missing from here is a lost partial to them; they send theirs
-  // again on their own members' questions). O(members).
+  // NoticeForgotten's), or are switches below (Job::IsSwitch, an in-band
+  // job's leaves too: a NOTICE missing from here is a lost partial to them;
+  // they send theirs again on their own members' questions). O(members).
   void NoticeAbsent(const Checked& c);
   // NACK slot_busy to the member (or the datagram dropped, counted, when it
   // has no address here). Consumes the datagram.

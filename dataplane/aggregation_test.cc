@@ -4129,6 +4129,91 @@ TEST_F(ParameterNodeTest, ATreeRootSendsAChunkWithNoSlotToTheTanAsMissing) {
   EXPECT_EQ(Agg().slot_busy.Get(), 0u);
 }
 
+// An in-band job of two leaves is registered at its root by a leaf's
+// partial, with the leaves as its members: child switches, as a configured
+// tree's. A leaf's partial that finds no slot there (a result of another
+// job holds it, no spare slot, no room to move) goes to the TAN as missing,
+// a CONFLICT first data that lists both leaves, and the partials behind it
+// as late data; nobody is refused. It was refused NACK slot_busy, and the
+// leaf kept that partial's slot until the answer came down: a chunk of the
+// other job refused there in turn kept its watermark, and with it the
+// result that kept the partial out, until the TAN gave the chunk up
+// (INCOMPLETE, seed 666491).
+TEST_F(ParameterNodeTest, AnInBandTreeRootSendsALeafsPartialWithNoSlotToTheTanAsMissing) {
+  BuildAggregation(", spare_slots: 0, tan: {strategy: fixed, candidates: [{address: 10.1.0.60}]}");
+  ASSERT_EQ(MemberIp(kPs), 0x0a01003cu) << "the candidate above";
+  const auto partial = [](uint32_t job, uint32_t seq, uint16_t leaf, int32_t value) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kPartial;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = static_cast<uint16_t>(control::kInBandLeafBase + leaf);
+    f.job_id = job;
+    f.seq = seq;
+    f.job_key = 0x5eed;
+    f.expected = 2;  // the leaves
+    f.node_count = 1;
+    f.elem_count = 1;
+    return Datagram(f, Int32Payload({value}));
+  };
+  // Job 21's chunk 0 completes: its result stays in its slot until both
+  // leaves acknowledge it.
+  Inject(0, partial(21, 0, 0, 1));
+  Inject(0, partial(21, 0, 1, 2));
+  Step();
+  Register();
+  Step();
+  const aggregator::Job* job21 = jobs_->Find(21);
+  ASSERT_NE(job21, nullptr);
+  EXPECT_TRUE(job21->is_root());
+  EXPECT_TRUE(job21->IsSwitch(0));
+  EXPECT_TRUE(job21->IsSwitch(1));
+  EXPECT_EQ(WithOpcode(Drain()[0], aggregator::Opcode::kResult).size(), 2u);
+  // Job 22, registered by an acknowledgement-free chunk elsewhere, then the
+  // chunk whose home slot job 21's result holds.
+  const aggregator::SlotRegions regions = aggregator::SlotRegions::Make(
+      config_.aggregation.slots, config_.aggregation.InBandSlots(),
+      config_.aggregation.SpareSlots());
+  const uint32_t held = regions.Of(true, job21->placement(), 0);
+  Inject(0, partial(22, 0, 0, 0));
+  Step();
+  Register();
+  Step();
+  const aggregator::Job* job22 = jobs_->Find(22);
+  ASSERT_NE(job22, nullptr);
+  job22->SetHop(aggregator::Job::kTanHop, PsHop());
+  uint32_t s22 = 1;
+  while (regions.Of(true, job22->placement(), s22) != held) ++s22;
+  ASSERT_LT(s22, job22->slot_quota()) << "within the job's slot quota";
+  (void)Drain();
+  Inject(0, partial(22, s22, 0, 30));
+  Step();
+  auto out = Drain();
+  EXPECT_TRUE(WithOpcode(out[0], aggregator::Opcode::kNack).empty()) << "no NACK slot_busy";
+  ASSERT_EQ(out[1].size(), 2u);
+  const Result first = ParseResult(out[1][0]);
+  EXPECT_EQ(first.fields.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(first.fields.flags & aggregator::flags::kConflict, aggregator::flags::kConflict);
+  EXPECT_EQ(first.fields.seq, s22);
+  const aggregator::AggHeader* h = HeaderOf(out[1][0]);
+  ASSERT_EQ(h->missing_count, 2);
+  const auto* ids = reinterpret_cast<const uint8_t*>(h + 1);
+  EXPECT_EQ(ids[0] << 8 | ids[1], control::kInBandLeafBase) << "every leaf listed";
+  EXPECT_EQ(ids[2] << 8 | ids[3], control::kInBandLeafBase + 1);
+  const Result late = ParseResult(out[1][1]);
+  EXPECT_EQ(late.fields.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(late.fields.node_id, control::kInBandLeafBase);
+  Inject(0, partial(22, s22, 1, 40));
+  Step();
+  auto second = Drain();
+  ASSERT_EQ(second[1].size(), 1u) << "the other leaf's partial behind it, as late data";
+  EXPECT_EQ(ParseResult(second[1][0]).fields.opcode, aggregator::Opcode::kLate);
+  out[1].push_back(second[1][0]);
+  (void)ThroughPs(out[1]);
+  ExpectResults(22, 70, 2);
+  EXPECT_EQ(Agg().conflicts_up.Get(), 1u);
+  EXPECT_EQ(Agg().slot_busy.Get(), 0u);
+}
+
 // A contribution that was refused a spare slot after its home slot took its
 // chunk (another member's contribution found the slot free while the
 // control thread decided) meets the other there: the chunk is not sent up

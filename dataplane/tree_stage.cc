@@ -489,6 +489,10 @@ void TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job) {
     return;
   }
   const std::span<const uint16_t> covers = job.Covers(static_cast<uint16_t>(index));
+  // A child that covers only itself (an in-band job's leaf at its root:
+  // the ranks below it are not named here) has no content to name but its
+  // own id, which the sender's id says already: the list stays.
+  if (covers.size() == 1 && covers[0] == h->node_id.host()) return;
   uint16_t content[kMaxMissingIds];
   uint32_t n = 0;
   const uint32_t lacks = h->missing_count;
