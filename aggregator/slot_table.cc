@@ -239,10 +239,9 @@ bool SlotTable::RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job
   // keeps the chunk until the answer comes down (CacheResult), as a slot
   // that is the only record of members it lacks does (KeepForwarded). Given
   // way, the chunk started again here only from a member's data that takes
-  // a slot, and none may: the data of those the refused partial listed
-  // missing goes around it, the excluded members' too (their entries stay,
-  // TreeStage::CollectMissing); the parent then waited for this switch for
-  // good.
+  // a slot, and none may: the excluded members' data goes around it, as
+  // does the data of those the refused partial listed missing (their
+  // entries stay); the parent then waited for this switch for good.
   s.kept_ = true;
   return true;
 }

@@ -3751,45 +3751,6 @@ TEST_F(ParameterNodeTest, AResultFromAboveCompletesASlotItsChunkClaimedAgain) {
   EXPECT_TRUE(out[1].empty());
 }
 
-// A predicted straggler (member 2) is excluded: chunk s7's slot completes
-// without it and goes up listing it, and its forwarded slot gives way to job
-// 8's chunk. Member 2's data went around the slot, but was lost above (seed
-// 665239: dropped by a root that had no run label yet). The next apply
-// includes it again, and its resend is a member's data now: without a
-// record of the chunk it would start s7 here anew with the resends of the
-// others, a repeat the parent drops, and the TAN would never have member
-// 2's data. The bypass entry written for it when the slot went up keeps it
-// late: the resend goes on as LATE, and takes no slot.
-TEST_F(ParameterNodeTest, AnExcludedMembersResendStaysLateAfterItIsIncludedAgain) {
-  AddLeafJob(7, 3);
-  AddLeafJob(8, 2);
-  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
-  ASSERT_TRUE(jobs_->Find(7)->SetExcluded(2, true));  // the control thread's apply
-  for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(7, s7, m, Int32Payload({1})));
-  Step();
-  std::vector<Frame> up = Drain()[1];
-  ASSERT_EQ(up.size(), 1u);
-  EXPECT_EQ(ParseResult(up[0]).fields.opcode, aggregator::Opcode::kPartial);
-  EXPECT_EQ(MissingCount(up[0]), 1) << "member 2, excluded";
-  for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(8, s8, m, Int32Payload({100})));
-  Step();
-  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u) << "job 8's";
-
-  ASSERT_TRUE(jobs_->Find(7)->SetExcluded(2, false));  // the next apply
-  Frame resent = Contribution(7, s7, 2, Int32Payload({1}));
-  HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
-  Inject(0, resent);
-  Step();
-  up = Drain()[1];
-  ASSERT_EQ(up.size(), 1u) << "member 2's data, on to the parent";
-  const Result late = ParseResult(up[0]);
-  EXPECT_EQ(late.fields.opcode, aggregator::Opcode::kLate);
-  EXPECT_EQ(late.fields.seq, s7);
-  EXPECT_EQ(late.fields.node_id, 2u);
-  EXPECT_EQ(Agg().bypass_matched.Get(), 1u);
-  EXPECT_EQ(Agg().contributions.Get(), 4u) << "no slot took s7 again";
-}
-
 // The same, the result down before the resend claimed the slot again (or
 // the parent's answer to the leaf's question lost): the slot counts the
 // member whose copy was lost and waits for the others, which have moved

@@ -54,7 +54,7 @@ void TreeStage::ContinueBypassDump(BypassDumpExchange& d) {
 }
 
 uint32_t TreeStage::CollectMissing(const aggregator::Job& job, uint32_t seq,
-                                   const aggregator::Slot* slot, Entries entries, uint16_t* out,
+                                   const aggregator::Slot* slot, bool entries, uint16_t* out,
                                    uint32_t cap, bool* unrecorded, uint64_t entry_ttl) {
   AggregationCounters& c = stats_.lcore.agg;
   uint32_t n = 0;
@@ -79,16 +79,9 @@ uint32_t TreeStage::CollectMissing(const aggregator::Job& job, uint32_t seq,
   if (slot == nullptr || slot->count() != slot->expected()) {
     for (uint16_t i = 0; i < members; ++i) {
       if (slot != nullptr && slot->HasContributed(i)) continue;
-      // A member that runs the TAN keeps its own data: listed, no entry
-      // needed. An excluded member's goes around the slot while it stays
-      // excluded, but a later apply may include it again before its data
-      // for this chunk got through (its late lost, or dropped above): its
-      // resend is then a member's data, and once the slot has given way it
-      // would start the chunk here anew, a repeat the parent drops (seed
-      // 665239). The entry keeps it late whatever the prediction says then.
-      const bool entry = entries != Entries::kNone &&
-                         (entries == Entries::kMissing || job.Excluded(i)) &&
-                         job.NodeId(i) != job.tan_member();
+      // An excluded member flags its own data, and a member that runs the
+      // TAN keeps its own: listed, no entry needed.
+      const bool entry = entries && !job.Excluded(i) && job.NodeId(i) != job.tan_member();
       if (job.IsSwitch(i) && job.bypass_covered_nodes()) {
         for (const uint16_t covered : job.Covers(i)) add(covered, entry);
       } else {
@@ -121,9 +114,8 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
   uint16_t missing[kMaxMissingIds];
   bool unrecorded = false;
   const uint32_t n = all_in ? 0
-                            : CollectMissing(job, slot.seq(), &slot,
-                                             expired ? Entries::kMissing : Entries::kExcluded,
-                                             missing, kMaxMissingIds, &unrecorded);
+                            : CollectMissing(job, slot.seq(), &slot, expired, missing,
+                                             kMaxMissingIds, &unrecorded);
   bool consumed = false;
   bool hold = false;
   if (n == UINT32_MAX) {
@@ -154,7 +146,7 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
 bool TreeStage::MissingListFits(const aggregator::Job& job, const aggregator::Slot& slot) {
   uint16_t missing[kMaxMissingIds];
   const uint32_t n =
-      CollectMissing(job, slot.seq(), &slot, Entries::kNone, missing, kMaxMissingIds, nullptr);
+      CollectMissing(job, slot.seq(), &slot, false, missing, kMaxMissingIds, nullptr);
   return n != UINT32_MAX &&
          sizeof(aggregator::AggHeader) + 2 * n + slot.result_len() <= kMaxUdpPayload;
 }
@@ -241,8 +233,7 @@ bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::Ag
   const uint64_t ttl = std::min<uint64_t>(s_.bypass != nullptr ? s_.bypass->ttl_cycles() : 0,
                                           clock_.hz() / 1000 * kUpAsMissingEntryMs);
   const uint32_t n =
-      CollectMissing(job, seq, nullptr, Entries::kMissing, missing, kMaxMissingIds, &unrecorded,
-                     ttl);
+      CollectMissing(job, seq, nullptr, true, missing, kMaxMissingIds, &unrecorded, ttl);
   const auto forget = [&] {
     const uint32_t written = n == UINT32_MAX ? kMaxMissingIds : n;
     for (uint32_t i = 0; i < written; ++i) {

@@ -72,8 +72,7 @@ class TreeStage {
   // mode, or a saturated sum in a job with one; the slot is held until the
   // answer). A result to every member whose chunk was marked FINAL also
   // goes to the job's main server (FinalDelivery). `expired`: its timer fired (bypass entries are
-  // written for the missing; else for the excluded members it lacks,
-  // CollectMissing). `carrier` as for Answers::SendResult. Returns
+  // written for the missing). `carrier` as for Answers::SendResult. Returns
   // whether the carrier was consumed.
   bool FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
                   bool expired, rte_mbuf* carrier, uint32_t header_offset);
@@ -211,25 +210,17 @@ class TreeStage {
   // Sends `m` (from its aggregation header on) to the job's `hop`
   // (Job::kTanHop or a ParentHop). Consumes `m`.
   void SendToHop(rte_mbuf* m, const aggregator::Job& job, uint32_t hop, uint16_t in_port);
-  // Which missing members CollectMissing writes bypass entries for: none
-  // (only the list), the excluded ones (a slot that completed without the
-  // members a prediction excludes), or every one (a slot that timed out, a
-  // chunk sent up as missing). Never for a member that runs the job's TAN.
-  enum class Entries : uint8_t { kNone, kExcluded, kMissing };
   // The missing list of chunk `seq` at this switch: every member that its
   // slot did not count (every member when `slot` is null; a late child
   // switch as itself or as the nodes it covers), then the ids the
-  // children's partials named. Writes a bypass entry per missing member
-  // `entries` names, and tells in `*unrecorded` (when not null) whether
-  // one could not be written (the table was full). An excluded member gets
-  // one too: its data goes around the slot only while the prediction
-  // excludes it, and an entry keeps its data for the chunk late after a
-  // later apply includes it again. Returns the count, or UINT32_MAX when
-  // more than `cap` ids.
+  // children's partials named. With `entries`, writes a bypass entry per
+  // missing non-excluded member, and tells in `*unrecorded` (when not
+  // null) whether one could not be written (the table was full). Returns
+  // the count, or UINT32_MAX when more than `cap` ids.
   // `entry_ttl`: how long the entries live, in TSC cycles (0: the table's).
   uint32_t CollectMissing(const aggregator::Job& job, uint32_t seq, const aggregator::Slot* slot,
-                          Entries entries, uint16_t* out, uint32_t cap,
-                          bool* unrecorded = nullptr, uint64_t entry_ttl = 0);
+                          bool entries, uint16_t* out, uint32_t cap, bool* unrecorded = nullptr,
+                          uint64_t entry_ttl = 0);
   // The slot index of chunk `seq` of `job` in this worker's table.
   uint32_t LocalSlot(const aggregator::Job& job, uint32_t seq) const {
     return s_.regions.Of(job.in_band(), job.placement(), seq) / s_.n_workers;
