@@ -1561,15 +1561,10 @@ bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::
   // Below the root the parent, and at a root a remote TAN, may still hold
   // the result and answer the slot's partial or first data with it.
   if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kRemote) return false;
-  // Integers, fixed point, min and max give the same bytes from the same
-  // data in any order. So does member order, but only at a root without a
-  // TAN: a root that is its own TAN sends it a chunk whose slot timer fired,
-  // or that found no slot, and the TAN reduces the first data and then the
-  // late data by node id. The result the members past the chunk hold and
-  // one reduced anew may each have come either way, in different orders.
+  // Integers, fixed point, min, max and member order give the same bytes
+  // from the same data in any order.
   const aggregator::DType t = slot.dtype();
-  const bool member_order = slot.ordered() && job.tan() == aggregator::JobSpec::Tan::kNone;
-  if (slot.op() != aggregator::ReduceOp::kSum || member_order ||
+  if (slot.op() != aggregator::ReduceOp::kSum || slot.ordered() ||
       (t != aggregator::DType::kFloat32 && t != aggregator::DType::kFloat16 &&
        t != aggregator::DType::kBFloat16)) {
     return false;

@@ -396,9 +396,7 @@ class AggregationStage {
   // Whether `slot`'s chunk is such a chunk (a member past it lacks from the
   // slot) whose result this switch would compute anew, at a root that is
   // its own TAN or has none, and whose reduction depends on the order of
-  // the data: a float sum not in member order, or in member order at a root
-  // that is its own TAN (which reduces a chunk sent to it in another order:
-  // first data, then late data by node id). The members past the chunk
+  // the data: a float sum not in member order. The members past the chunk
   // hold the earlier result; a new one from their resent data would round
   // otherwise, and the ranks would hold different bytes. The members that
   // ask after the chunk get NACK result_lost instead, and none is asked

@@ -901,68 +901,6 @@ TEST_F(AggregationTest, AFloatSumWhoseResultOnlySomeMembersHoldIsLost) {
   }
 }
 
-// As above, for a float32 sum in member order (ORDERED). At a root without
-// a TAN every result of the chunk is reduced in its slot in member order,
-// the same bytes again: the members past it are asked for their data. A
-// root that is its own TAN may have sent the chunk to its TAN (a slot
-// timer, no slot), which reduces the first data and then the late data by
-// node id, and may do so again for the resent data, or not: the result the
-// members past the chunk hold and the new one may round otherwise (seed
-// 671037), so the member that asks is told its result is lost.
-TEST_F(AggregationTest, AnOrderedFloatSumIsLostOnlyAtARootThatIsItsOwnTan) {
-  for (const auto tan : {aggregator::JobSpec::Tan::kNone, aggregator::JobSpec::Tan::kSelf}) {
-    const uint32_t id = tan == aggregator::JobSpec::Tan::kSelf ? 7 : 8;
-    aggregator::JobSpec spec;
-    spec.id = id;
-    spec.key = 0x5eed;
-    spec.members = 3;
-    spec.ordered = true;
-    spec.tan = tan;
-    ASSERT_TRUE(jobs_->Add(spec).ok());
-  }
-  std::vector<uint8_t> f(4);
-  const float x = 0.1f;
-  std::memcpy(f.data(), &x, 4);
-  for (const uint32_t id : {8u, 7u}) {
-    const uint32_t seq = 5;
-    // Member 2 lost chunk 5's result with the old process and resends it;
-    // member 0 had it and is past it; member 1 is behind.
-    Frame resent = Contribution(id, seq, 2, f, DType::kFloat32, ReduceOp::kSum, 0x5eed, -1,
-                                /*ack=*/seq);
-    HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission |
-                                                       aggregator::flags::kOrdered);
-    Inject(0, resent);
-    Frame past = Contribution(id, seq + 4, 0, f, DType::kFloat32, ReduceOp::kSum, 0x5eed, -1,
-                              /*ack=*/seq + 4);
-    HeaderOf(past)->flags = common::be16_t::FromHost(aggregator::flags::kOrdered);
-    Inject(0, past);
-    Frame behind = Contribution(id, seq - 1, 1, f, DType::kFloat32, ReduceOp::kSum, 0x5eed, -1,
-                                /*ack=*/seq - 1);
-    HeaderOf(behind)->flags = common::be16_t::FromHost(aggregator::flags::kOrdered);
-    Inject(0, behind);
-    Step();
-    (void)Drain();
-    const uint64_t resyncs = Agg().resync_notices.Get();
-    const uint64_t lost = Agg().results_lost.Get();
-    auto out = AskAfter(id, seq, 2, /*watermark=*/seq);
-    if (id == 8) {
-      const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
-      EXPECT_EQ(NoticeKinds(out[0], seq).at(MemberIp(0)), missing) << "no TAN: asked again";
-      EXPECT_EQ(Agg().resync_notices.Get(), resyncs + 1);
-      EXPECT_EQ(Agg().results_lost.Get(), lost);
-      continue;
-    }
-    ASSERT_EQ(out[0].size(), 1u) << "one answer, to the member that asked";
-    const Result nack = ParseResult(out[0][0]);
-    EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
-    EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kResultLost));
-    EXPECT_EQ(nack.fields.seq, seq);
-    EXPECT_EQ(nack.dst_ip, MemberIp(2));
-    EXPECT_EQ(Agg().resync_notices.Get(), resyncs) << "nobody asked for data again";
-    EXPECT_EQ(Agg().results_lost.Get(), lost + 1);
-  }
-}
-
 // Refused datagrams are answered with a NACK that names the reason, sent
 // back to the sender on its port; nothing is counted into a slot.
 TEST_F(AggregationTest, WrongKeyAndUnknownJobAreNackedAndCounted) {

@@ -119,9 +119,9 @@ NackText DescribeNack(uint32_t reason) {
     case NackReason::kResultLost:
       return {"result lost",
               "the switch restarted after sending this chunk's result to other ranks only, and a "
-              "float sum in arrival order (or in rank order, where the switch is its own TAN) "
-              "cannot be reduced again to the bytes they hold: run the allreduce again, or use "
-              "fixed point, which the switch reduces again bit for bit"};
+              "float sum in arrival order cannot be reduced again to the bytes they hold: run the "
+              "allreduce again, or use ordered floats or fixed point, which the switch reduces "
+              "again bit for bit"};
     case NackReason::kAddrLowMismatch:
       return {"addr_low mismatch",
               "the members of a chunk carry different addr_low values (the low bits of their "

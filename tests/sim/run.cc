@@ -621,9 +621,8 @@ std::string Runner::ExcuseFor(size_t job, uint32_t run, const OpOutcome* earlies
     }
   }
   // A chunk whose result reached some ranks before a switch of the job
-  // restarted, a float sum that cannot be reduced again to the same bytes
-  // (in arrival order, or in member order at a root that is its own TAN):
-  // the ranks that lacked it are told (NACK result
+  // restarted, a float sum in arrival order that cannot be reduced again
+  // to the same bytes: the ranks that lacked it are told (NACK result
   // lost) and stop, as after any failure, and the run's later allreduces
   // fail without them, told so.
   {
