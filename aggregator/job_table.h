@@ -454,6 +454,7 @@ class alignas(64) Job {
     if (node >= members_) return false;
     uint64_t old = 0;
     if (!AdvanceWatermark(member_[node].ack, watermark, &old)) return false;
+    if ((old & kAckValid) == 0) first_ack_[node].store(watermark, std::memory_order_relaxed);
     const uint64_t cached = min_ack_cache_.load(std::memory_order_relaxed);
     if ((old & kAckValid) == 0 || (cached & kAckValid) == 0 ||
         !SeqBefore(static_cast<uint32_t>(cached), static_cast<uint32_t>(old))) {
@@ -470,6 +471,15 @@ class alignas(64) Job {
     const uint64_t ack = member_[node].ack.load(std::memory_order_relaxed);
     if ((ack & kAckValid) == 0) return std::nullopt;
     return static_cast<uint32_t>(ack);
+  }
+  // The watermark member `node` first carried since it was bound here
+  // (since this switch started, or since it sent from a new address):
+  // every chunk before it had its result before this switch knew the
+  // member, from a switch process that may have held it alone. nullopt
+  // before its first watermark.
+  std::optional<uint32_t> FirstAck(uint16_t node) const {
+    if (!GetAck(node)) return std::nullopt;
+    return first_ack_[node].load(std::memory_order_relaxed);
   }
 
   // The earliest watermark (serial order) among the members that have sent
@@ -879,6 +889,9 @@ class alignas(64) Job {
   // When each member last sent (BindMember's clock), by member index; own
   // array, so that the members' cache lines stay two to a line.
   const std::unique_ptr<std::atomic<uint32_t>[]> seen_;
+  // The first watermark each member carried since it was bound (FirstAck),
+  // by member index; written once per binding (UpdateAck).
+  const std::unique_ptr<std::atomic<uint32_t>[]> first_ack_;
   const JobPlacement placement_;
   const JobSpec::Placed placed_;
   const uint32_t slot_quota_;

@@ -300,6 +300,32 @@ TEST(JobTest, FirstDatagramBindsTheMember) {
   EXPECT_FALSE(job->GetAck(3));
 }
 
+// A member's first watermark since it was bound stays while the watermark
+// moves on; a new binding (a new address, or unbound by the control side)
+// takes the next one as its first.
+TEST(JobTest, TheFirstWatermarkIsKeptPerBinding) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 2));
+  EXPECT_FALSE(job->FirstAck(0)) << "no watermark yet";
+  const MemberAddr home = Addr(0x020000000001ull, 1, 10, 0x0a000a01, 40001);
+  ASSERT_EQ(job->BindMember(0, home, 0, 1000, 50), Job::Bind::kBound);
+  EXPECT_TRUE(job->UpdateAck(0, 40));
+  EXPECT_TRUE(job->UpdateAck(0, 45));
+  EXPECT_FALSE(job->UpdateAck(0, 41)) << "a watermark never goes back";
+  EXPECT_EQ(job->GetAck(0), 45u);
+  EXPECT_EQ(job->FirstAck(0), 40u);
+  const MemberAddr moved = Addr(0x020000000001ull, 1, 10, 0x0a000a01, 40777);
+  ASSERT_EQ(job->BindMember(0, moved, 0, 1100, 50), Job::Bind::kRebound);
+  EXPECT_FALSE(job->FirstAck(0));
+  EXPECT_TRUE(job->UpdateAck(0, 3));
+  EXPECT_EQ(job->FirstAck(0), 3u);
+  job->UnbindMember(0);
+  ASSERT_EQ(job->BindMember(0, home, 0, 1200, 50), Job::Bind::kBound);
+  EXPECT_TRUE(job->UpdateAck(0, 9));
+  EXPECT_EQ(job->FirstAck(0), 9u);
+  EXPECT_FALSE(job->FirstAck(2)) << "out of range";
+}
+
 // Anyone with the job's key could claim a member: the first address keeps it.
 TEST(JobTest, ABoundMemberIsRefusedFromElsewhereUntilSilentOrUnbound) {
   auto table = MakeTable();

@@ -144,7 +144,8 @@ enum class NackReason : uint32_t {
   // A chunk's result reached some members before the switch restarted (or
   // the job was added again), and the switch that must compute it again
   // cannot give the others the same bytes: a float sum in arrival order
-  // comes out of another order with other rounding. The member that asks
+  // comes out of another order with other rounding, and so does an ordered
+  // one that its own TAN would reduce in node order. The member that asks
   // after it is told so rather than sent a result other members do not
   // hold. Never retried.
   kResultLost = 22,

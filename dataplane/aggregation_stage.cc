@@ -1561,18 +1561,27 @@ bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::
   // Below the root the parent, and at a root a remote TAN, may still hold
   // the result and answer the slot's partial or first data with it.
   if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kRemote) return false;
-  // Integers, fixed point, min, max and member order give the same bytes
-  // from the same data in any order.
+  // Integers, fixed point, min and max give the same bytes from the same
+  // data in any order.
   const aggregator::DType t = slot.dtype();
-  if (slot.op() != aggregator::ReduceOp::kSum || slot.ordered() ||
+  if (slot.op() != aggregator::ReduceOp::kSum ||
       (t != aggregator::DType::kFloat32 && t != aggregator::DType::kFloat16 &&
        t != aggregator::DType::kBFloat16)) {
     return false;
   }
+  // So does member order in a slot, the only place a root without a TAN
+  // reduces. A root that is its own TAN may have sent the chunk to it, which
+  // adds the lates to the first data in node order: other bytes than a
+  // slot's. The TAN keeps a finished chunk's result for whoever asks after
+  // it, as the slot it completed in does, unless this switch has started
+  // since: a member whose first watermark here was past the chunk had its
+  // result from the process before.
+  const bool ordered = slot.ordered();
+  if (ordered && job.tan() == aggregator::JobSpec::Tan::kNone) return false;
   const uint32_t seq = slot.seq();
   for (uint16_t node = 0; node < job.members(); ++node) {
     if (slot.HasContributed(node) || job.Excluded(node)) continue;
-    const std::optional<uint32_t> ack = job.GetAck(node);
+    const std::optional<uint32_t> ack = ordered ? job.FirstAck(node) : job.GetAck(node);
     if (ack && aggregator::SeqBefore(seq, *ack)) return true;
   }
   return false;

@@ -396,11 +396,13 @@ class AggregationStage {
   // Whether `slot`'s chunk is such a chunk (a member past it lacks from the
   // slot) whose result this switch would compute anew, at a root that is
   // its own TAN or has none, and whose reduction depends on the order of
-  // the data: a float sum not in member order. The members past the chunk
-  // hold the earlier result; a new one from their resent data would round
-  // otherwise, and the ranks would hold different bytes. The members that
-  // ask after the chunk get NACK result_lost instead, and none is asked
-  // for its data again. O(members).
+  // the data: a float sum not in member order, or an ordered one at a root
+  // that is its own TAN, which started after a member past the chunk had
+  // its result (Job::FirstAck). The members past the chunk hold the earlier
+  // result; a new one from their resent data would round otherwise, and the
+  // ranks would hold different bytes. The members that ask after the chunk
+  // get NACK result_lost instead, and none is asked for its data again.
+  // O(members).
   bool ResultLost(const aggregator::Job& job, const aggregator::Slot& slot) const;
   // A member the aggregating `slot` lacks that has moved past its chunk
   // (its ack watermark says it holds the result) means the chunk completed

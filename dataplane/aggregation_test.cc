@@ -901,6 +901,64 @@ TEST_F(AggregationTest, AFloatSumWhoseResultOnlySomeMembersHoldIsLost) {
   }
 }
 
+// An ordered float32 sum at a root that is its own TAN. A slot reduces in
+// member order, the TAN the first data and then the lates in node order:
+// a chunk reduced anew from resent data may round otherwise than the
+// result the members past it hold. The TAN keeps a finished chunk's
+// result for whoever asks, but not across a restart of the switch. A
+// member whose first watermark here was already past the chunk had its
+// result from the process before: the member that asks after the chunk
+// is told its result is lost. One that moved past the chunk since is
+// asked for its data, as without a TAN.
+TEST_F(AggregationTest, AnOrderedFloatSumAtItsOwnTanIsLostOnlyAcrossARestart) {
+  std::vector<uint8_t> f(4);
+  const float x = 0.1f;
+  std::memcpy(f.data(), &x, 4);
+  for (const bool restarted : {true, false}) {
+    const uint32_t id = restarted ? 7 : 8;
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = 3;
+    spec.ordered = true;
+    spec.tan = aggregator::JobSpec::Tan::kSelf;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+    const uint32_t seq = 5;
+    const auto send = [&](uint32_t s, uint16_t node, uint32_t ack, bool resend) {
+      Frame frame = Contribution(id, s, node, f, DType::kFloat32, ReduceOp::kSum, 0x5eed, -1, ack);
+      const uint16_t flags = aggregator::flags::kOrdered | (resend ? aggregator::flags::kRetransmission : 0);
+      HeaderOf(frame)->flags = common::be16_t::FromHost(flags);
+      Inject(0, frame);
+    };
+    // Member 2 resends chunk seq, whose result it lacks; member 1 is behind.
+    // Member 0 has the result: its first datagram here is past the chunk
+    // (the switch started after), or it sent before the chunk first.
+    send(seq, 2, seq, true);
+    if (!restarted) send(seq - 1, 0, seq - 1, false);
+    send(seq + 4, 0, seq + 4, false);
+    send(seq - 1, 1, seq - 1, false);
+    Step();
+    (void)Drain();
+    const uint64_t resyncs = Agg().resync_notices.Get();
+    const uint64_t lost = Agg().results_lost.Get();
+    auto out = AskAfter(id, seq, 2, /*watermark=*/seq);
+    if (!restarted) {
+      const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+      EXPECT_EQ(NoticeKinds(out[0], seq).at(MemberIp(0)), missing);
+      EXPECT_EQ(Agg().resync_notices.Get(), resyncs + 1);
+      EXPECT_EQ(Agg().results_lost.Get(), lost);
+      continue;
+    }
+    ASSERT_EQ(out[0].size(), 1u) << "one answer, to the member that asked";
+    const Result nack = ParseResult(out[0][0]);
+    EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
+    EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kResultLost));
+    EXPECT_EQ(nack.dst_ip, MemberIp(2));
+    EXPECT_EQ(Agg().resync_notices.Get(), resyncs) << "nobody asked for data again";
+    EXPECT_EQ(Agg().results_lost.Get(), lost + 1);
+  }
+}
+
 // Refused datagrams are answered with a NACK that names the reason, sent
 // back to the sender on its port; nothing is counted into a slot.
 TEST_F(AggregationTest, WrongKeyAndUnknownJobAreNackedAndCounted) {
