@@ -638,7 +638,10 @@ void AggregationStage::Reduce(Checked* items, uint16_t n) {
 void AggregationStage::AtSlot(const Checked& it) {
   const aggregator::Opcode opcode = it.pkt.opcode;
   if (opcode == aggregator::Opcode::kLate) {  // a rank's, from a child switch
-    if (LateCountedHere(*it.job, it.pkt.header->seq.host(), it.pkt.header->node_id.host())) {
+    // (A late partial naming its content holds only ranks its switch's
+    // partial lacked: never counted here.)
+    if ((it.pkt.header->flags.host() & aggregator::flags::kContent) == 0 &&
+        LateCountedHere(*it.job, it.pkt.header->seq.host(), it.pkt.header->node_id.host())) {
       stats_.lcore.agg.late_counted.Add(1);
       tx_.Drop(it.in_port, DropReason::kAggDuplicate, it.m);
       return;
@@ -853,6 +856,7 @@ void AggregationStage::Contribute(const Checked& it) {
       }
       return;
     case aggregator::SlotOutcome::kForwardedAgain:
+      if (ForwardedAsLate(it, *u.slot)) return;
       // A member that was counted retransmits: the partial (or first data)
       // may have been lost on the way up. The parent answers a repeat with
       // its cached result.
@@ -878,11 +882,13 @@ void AggregationStage::Contribute(const Checked& it) {
       tree_.ForwardLate(m, job, it.header_offset, it.in_port);
       return;
     case aggregator::SlotOutcome::kDuplicate:
+      if (ForwardedAsLate(it, *u.slot)) return;
       c.duplicates.Add(1);
       jc.duplicates.Add(1);
       tx_.Drop(it.in_port, DropReason::kAggDuplicate, m);
       return;
     case aggregator::SlotOutcome::kWaiting: {
+      if (ForwardedAsLate(it, *u.slot)) return;
       // The member resent a chunk this slot has counted: its data arrived,
       // and the result waits for the others. Telling it so stops it resending
       // on a timer that cannot help.
@@ -1554,6 +1560,42 @@ bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
     const uint16_t id = s->inherited(i);
     if (id == node || job.CoveringChild(id) < 0) return false;
   }
+  return true;
+}
+
+bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot& slot) {
+  const aggregator::Job& job = *it.job;
+  const aggregator::AggPacket& pkt = it.pkt;
+  if (pkt.opcode != aggregator::Opcode::kPartial || it.member < 0 ||
+      !job.IsSwitch(static_cast<uint16_t>(it.member)) || slot.inherited_overflow() ||
+      (job.is_root() && job.tan() == aggregator::JobSpec::Tan::kNone)) {
+    return false;
+  }
+  const std::span<const uint16_t> covers = job.Covers(static_cast<uint16_t>(it.member));
+  if (covers.size() <= 1) return false;  // a child that covers only itself
+  const uint8_t lacks = pkt.header->missing_count;
+  auto listed = [&](uint16_t id) {
+    for (uint8_t i = 0; i < lacks; ++i) {
+      if (static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]) == id) return true;
+    }
+    return false;
+  };
+  for (uint8_t i = 0; i < lacks; ++i) {
+    const auto id = static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]);
+    if (std::find(covers.begin(), covers.end(), id) == covers.end()) return false;
+  }
+  // What the repeat holds, each id one the slot's partial went on without.
+  uint32_t held = 0;
+  for (const uint16_t id : covers) {
+    if (listed(id)) continue;
+    bool lacked = false;
+    for (uint16_t i = 0; i < slot.inherited_count() && !lacked; ++i) lacked = slot.inherited(i) == id;
+    if (!lacked) return false;
+    ++held;
+  }
+  if (held == 0) return false;
+  stats_.lcore.agg.late_repeats.Add(1);
+  tree_.ForwardLate(it.m, job, it.header_offset, it.in_port, 0, /*name_content=*/true);
   return true;
 }
 

@@ -404,6 +404,16 @@ class AggregationStage {
   // get NACK result_lost instead, and none is asked for its data again.
   // O(members).
   bool ResultLost(const aggregator::Job& job, const aggregator::Slot& slot) const;
+  // `it`, a child switch's partial for a chunk `slot` counted that child in,
+  // holds only ranks the counted partial lacked (the ids the slot inherited
+  // from its missing list): the child's slot gave way, and members whose
+  // data had gone around it (excluded as predicted stragglers, then
+  // included again) took a slot there anew with their resends. Dropped as
+  // a repeat, their data would reach nobody: it goes on as late data
+  // naming those ranks (CONTENT), towards the TAN that waits for them.
+  // Consumes `it.m` when it returns true. O(covered ids × (missing +
+  // inherited ids)), for a repeated partial only.
+  bool ForwardedAsLate(const Checked& it, const aggregator::Slot& slot);
   // A member the aggregating `slot` lacks that has moved past its chunk
   // (its ack watermark says it holds the result) means the chunk completed
   // before: its slot here gave way once the partial (at a root, the first

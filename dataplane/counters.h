@@ -226,6 +226,7 @@ struct PortCounters {
   X(late_flagged, "late contributions that matched a bypass entry and were flagged")  \
   X(late_no_entry, "late contributions without a bypass entry, recognised by their forwarded slot") \
   X(late_counted, "late data from a child switch dropped: the chunk's slot here counted it in that child's partial") \
+  X(late_repeats, "child switches' repeated partials holding only ranks their counted partial lacked, sent on as late data") \
   X(late_self_flagged, "contributions their sender flagged for bypass, or from an excluded member") \
   X(late_forwarded, "late datagrams forwarded towards the TAN unreduced")              \
   X(late_no_tan, "late datagrams dropped at the root: the job has no TAN")             \

@@ -472,10 +472,10 @@ bool TreeStage::Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_po
   return false;
 }
 
-void TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job) {
+void TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job, bool always) {
   auto* h = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
   const int index = job.LocalIndex(h->node_id.host());
-  if (!job.bypass_covered_nodes() || index < 0 || !job.IsSwitch(static_cast<uint16_t>(index)) ||
+  if ((!job.bypass_covered_nodes() && !always) || index < 0 || !job.IsSwitch(static_cast<uint16_t>(index)) ||
       (h->flags.host() & aggregator::flags::kContent) != 0) {
     return;
   }
@@ -525,7 +525,7 @@ void TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job) {
 }
 
 void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
-                            uint16_t in_port, uint32_t label) {
+                            uint16_t in_port, uint32_t label, bool name_content) {
   AggregationCounters& c = stats_.lcore.agg;
   if (label == 0 && !Labelled(m, job, in_port)) return;
   auto* h = TrimToDatagram(m, job, header_offset, aggregator::flags::kBypass);
@@ -536,7 +536,7 @@ void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t he
   }
   // A child switch's late partial, whose covered ids this switch listed as
   // missing: sent on naming them (the TAN may not know what it covers).
-  ListContent(m, job);
+  ListContent(m, job, name_content);
   h = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
   if (!job.is_root()) {
     c.late_forwarded.Add(1);

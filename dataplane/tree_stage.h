@@ -112,9 +112,11 @@ class TreeStage {
   // sends it towards the TAN. Consumes `m`; a drop is charged to `in_port`
   // (here and below: kOwnFrame for one the switch made). `label`, when not
   // 0, is the run label it carries instead of the job's (a root's late of a
-  // new run, under that run's id).
+  // new run, under that run's id). `name_content`: a child switch's partial
+  // goes as a late partial naming the ids it holds (ListContent), whatever
+  // the job lists for a late child.
   void ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
-                   uint16_t in_port, uint32_t label = 0);
+                   uint16_t in_port, uint32_t label = 0, bool name_content = false);
   // A contribution for the job's parameter node (docs/parameter-node.md),
   // `add_flags` added to its flags (AGGREGATE_AT_PS, CONFLICT): on towards
   // the parameter node unreduced, through the parent switch, or from the root
@@ -192,9 +194,10 @@ class TreeStage {
   // `m` (a LATE, from its aggregation header on) is a child switch's late
   // partial and the job lists the ids such a child covers as missing
   // (bypass.subswitch: nodes): rewrites its list to name the ids its payload
-  // holds, flagged CONTENT (docs/stragglers.md). Leaves it as it is when the
-  // child lacks ids it does not cover, or the mbuf has no room.
-  void ListContent(rte_mbuf* m, const aggregator::Job& job);
+  // holds, flagged CONTENT (docs/stragglers.md); so too, whatever the job
+  // lists, when `always`. Leaves it as it is when the child lacks ids it does
+  // not cover, or the mbuf has no room.
+  void ListContent(rte_mbuf* m, const aggregator::Job& job, bool always = false);
   // Whether the job has its run label; else drops `m` (counted up_unlabelled).
   bool Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_port);
   // Cuts `m` to its datagram, from the aggregation header at `header_offset`

@@ -13,6 +13,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "common/log.h"
 #include "client/internal/engine.h"
@@ -996,6 +997,25 @@ common::Result<Outcome> Runner::Run() {
         if (sum[c] != 0) std::fprintf(stderr, " %s=%" PRIu64, dataplane::kAggCounterText[c].name, sum[c]);
       }
       std::fprintf(stderr, "\n");
+      // Its own TAN's, when it is one.
+      if (control::TreeControl* tree = switches_[i]->node().tree(); tree != nullptr) {
+        const aggregator::TanCounters& t = tree->tan_counters();
+        const std::pair<const char*, uint64_t> tan[] = {
+            {"first", t.first_data},          {"late", t.late},
+            {"merged", t.merged},             {"dup", t.duplicate_late},
+            {"completed", t.completed},       {"gave_up", t.gave_up},
+            {"orphan", t.orphan_late},        {"after_done", t.late_after_done},
+            {"repeat_first", t.repeat_first}, {"refused_full", t.refused_full},
+            {"new_runs", t.new_runs},         {"run_ended", t.run_ended},
+            {"queries", t.queries},           {"by_members", t.by_members}};
+        if (t.first_data != 0 || t.late != 0) {
+          std::fprintf(stderr, "s%zu tan:", i);
+          for (const auto& [name, value] : tan) {
+            if (value != 0) std::fprintf(stderr, " %s=%" PRIu64, name, value);
+          }
+          std::fprintf(stderr, "\n");
+        }
+      }
     }
   }
   if (options_.verbose && ps_ != nullptr && ps_->engine() != nullptr) {

@@ -95,9 +95,14 @@ void PrintFrame(uint64_t now, uint64_t link, const uint8_t* d, size_t len, const
     return;
   }
   const aggregator::AggHeader& h = *pkt.header;
-  std::fprintf(stderr, "op %u job %u seq %u node %u flags %04x aux %u n %u missing %u ack %u run %08x\n",
+  std::fprintf(stderr, "op %u job %u seq %u node %u flags %04x aux %u n %u missing %u ack %u run %08x",
                h.opcode, h.job_id.host(), h.seq.host(), h.node_id.host(), h.flags.host(), h.aux.host(),
                h.elem_count.host(), h.missing_count, h.ack_watermark.host(), h.incarnation.host());
+  // The missing ids, as far as the datagram holds them.
+  for (uint8_t i = 0; pkt.missing != nullptr && i < h.missing_count; ++i) {
+    std::fprintf(stderr, "%c%u", i == 0 ? ' ' : ',', pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]);
+  }
+  std::fprintf(stderr, "\n");
 }
 
 }  // namespace
