@@ -111,10 +111,18 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
     if (slot.final()) DeliverFinal(job, local, slot);
     return answers_.SendResult(job, slot, -1, carrier, header_offset);
   }
+  // Bypass entries for every member listed that does not flag its own data
+  // (CollectMissing leaves the excluded out): after a timeout, and after a
+  // slot completed at the count it needed when it took its chunk, while a
+  // member it went on without has been included again since (the
+  // prediction changed). That member's data is not flagged; once the
+  // forwarded slot goes to another chunk, only its entry knows the data is
+  // late (seed 700556). With the participation unchanged since the claim,
+  // a slot that did not expire lacks only excluded members: no entry.
   uint16_t missing[kMaxMissingIds];
   bool unrecorded = false;
   const uint32_t n = all_in ? 0
-                            : CollectMissing(job, slot.seq(), &slot, expired, missing,
+                            : CollectMissing(job, slot.seq(), &slot, /*entries=*/true, missing,
                                              kMaxMissingIds, &unrecorded);
   bool consumed = false;
   bool hold = false;

@@ -71,9 +71,12 @@ class TreeStage {
   // result to every member, or to the parameter node as VERIFY (verify
   // mode, or a saturated sum in a job with one; the slot is held until the
   // answer). A result to every member whose chunk was marked FINAL also
-  // goes to the job's main server (FinalDelivery). `expired`: its timer fired (bypass entries are
-  // written for the missing). `carrier` as for Answers::SendResult. Returns
-  // whether the carrier was consumed.
+  // goes to the job's main server (FinalDelivery). `expired`: its timer
+  // fired. Bypass entries are written for the missing that do not flag
+  // their own data (not excluded): after a timeout, and after a slot that
+  // completed at the count it needed when it took its chunk, when a member
+  // it went on without has been included again since. `carrier` as for
+  // Answers::SendResult. Returns whether the carrier was consumed.
   bool FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
                   bool expired, rte_mbuf* carrier, uint32_t header_offset);
   // Whether the partial that FinishSlot would send now for aggregating

@@ -210,6 +210,78 @@ TEST_F(TreeStageTest, ATimeoutNamesTheMissingAndLeavesABypassEntryForTheirLateDa
       << "an entry stays until its TTL: a resend of the late data goes the same way";
 }
 
+// A slot takes the count it needs from the participation when it takes its
+// chunk. Claimed while member 2 was excluded, it completes with members 0
+// and 1; when member 2 has been included again meanwhile (the prediction
+// changed), it is listed missing and its data comes unflagged: a bypass
+// entry makes it late data, also once the forwarded slot has gone to
+// another chunk (seed 700556: the chunk's data went into a new slot and up
+// as a repeat the root dropped, and the TAN waited for it until its
+// give-up). A member still excluded flags its own data: no entry for it.
+TEST_F(TreeStageTest, AMemberIncludedAgainSinceTheClaimGetsABypassEntryWhenTheSlotGoesOnWithoutIt) {
+  const aggregator::Job& job = *AddJob(3, true);
+  auto contribute = [&](uint32_t seq) -> const aggregator::Slot& {
+    const aggregator::Slot* slot = nullptr;
+    for (uint16_t m = 0; m < 2; ++m) {
+      const int32_t v = m + 1;
+      aggregator::Contribution c;
+      c.job_id = job.id();
+      c.job_generation = job.generation();
+      c.seq = seq;
+      c.node = m;
+      c.expected = job.members();
+      c.needed = static_cast<uint16_t>(job.members() - job.excluded_count());
+      c.elem_count = 1;
+      c.payload = reinterpret_cast<const uint8_t*>(&v);
+      slot = slots_->Contribute(0, c, clock_.tsc, fixtures::KeepSlots, nullptr).slot;
+    }
+    return *slot;
+  };
+  ASSERT_TRUE(job.SetExcluded(2, true));
+  // Still excluded: listed, no entry.
+  const aggregator::Slot& kept_out = contribute(4);
+  ASSERT_EQ(kept_out.state(), aggregator::Slot::State::kComplete) << "2 of 2 needed";
+  (void)tree_->FinishSlot(job, 0, kept_out, /*expired=*/false, nullptr, 0);
+  std::map<int, std::vector<Frame>> sent;
+  aggregator::AggPacket pkt = PartialUp(sent);
+  ASSERT_EQ(pkt.header->missing_count, 1);
+  EXPECT_EQ((pkt.missing[0] << 8) | pkt.missing[1], 2);
+  EXPECT_EQ(stats().lcore.agg.bypass_created.Get(), 0u) << "an excluded member flags its data";
+  slots_->Release(0);
+
+  // Included again between the claim and the completion.
+  const aggregator::Slot* slot = nullptr;
+  {
+    const int32_t v = 1;
+    aggregator::Contribution c;
+    c.job_id = job.id();
+    c.job_generation = job.generation();
+    c.seq = 5;
+    c.node = 0;
+    c.expected = job.members();
+    c.needed = static_cast<uint16_t>(job.members() - job.excluded_count());
+    c.elem_count = 1;
+    c.payload = reinterpret_cast<const uint8_t*>(&v);
+    slot = slots_->Contribute(0, c, clock_.tsc, fixtures::KeepSlots, nullptr).slot;
+    ASSERT_TRUE(job.SetExcluded(2, false));
+    const int32_t w = 2;
+    c.node = 1;
+    c.needed = static_cast<uint16_t>(job.members() - job.excluded_count());
+    c.payload = reinterpret_cast<const uint8_t*>(&w);
+    slot = slots_->Contribute(0, c, clock_.tsc, fixtures::KeepSlots, nullptr).slot;
+  }
+  ASSERT_EQ(slot->state(), aggregator::Slot::State::kComplete)
+      << "the count it needed when it took the chunk";
+  (void)tree_->FinishSlot(job, 0, *slot, /*expired=*/false, nullptr, 0);
+  pkt = PartialUp(sent);
+  ASSERT_EQ(pkt.header->missing_count, 1);
+  EXPECT_EQ((pkt.missing[0] << 8) | pkt.missing[1], 2);
+  EXPECT_EQ(stats().lcore.agg.bypass_created.Get(), 1u);
+  ASSERT_TRUE(tree_->bypass_live());
+  EXPECT_FALSE(tree_->MatchBypass(job, 5, 0, 0)) << "node 0 was in";
+  EXPECT_TRUE(tree_->MatchBypass(job, 5, 2, 2)) << "its unflagged data is late";
+}
+
 // A chunk with no slot here goes up as a timeout with nobody in would send
 // it: every member listed, an entry for each, and the op's identity as the
 // payload (a float max: -Inf), in the chunk's own shape.
