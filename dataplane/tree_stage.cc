@@ -199,6 +199,10 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
     answers_.SendIncomplete(job, slot, missing, n_missing);
     return false;
   }
+  if (opcode == aggregator::Opcode::kPartial && job.is_root() &&
+      SendAlone(job, slot, missing, n_missing)) {
+    return false;
+  }
   aggregator::AggFields f = Answers::ChunkFields(job, slot);
   f.opcode = opcode;
   f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
@@ -299,6 +303,35 @@ bool TreeStage::SendUpAsMissing(const aggregator::Job& job, const aggregator::Ag
   return true;
 }
 
+bool TreeStage::SendAlone(const aggregator::Job& job, const aggregator::Slot& slot,
+                          const uint16_t* missing, uint32_t n_missing) {
+  if (!slot.ordered() || slot.count() != 1 || slot.overflow() || slot.inherited_count() != 0 ||
+      slot.inherited_overflow() || n_missing >= kMaxMissingIds) {
+    return false;
+  }
+  uint16_t alone = 0;
+  while (alone < slot.expected() && !slot.HasContributed(alone)) ++alone;
+  if (alone == slot.expected() || job.IsSwitch(alone)) return false;
+  uint16_t listed[kMaxMissingIds];
+  std::copy(missing, missing + n_missing, listed);
+  listed[n_missing] = job.NodeId(alone);
+  const uint16_t marks = static_cast<uint16_t>(
+      aggregator::flags::kOrdered | (slot.final() ? aggregator::flags::kFinal : 0));
+  aggregator::AggFields f = Answers::ChunkFields(job, slot);
+  f.opcode = aggregator::Opcode::kPartial;
+  f.flags = static_cast<uint16_t>(aggregator::flags::kConflict | marks);
+  if (SendUp(job, f, listed, n_missing + 1, nullptr, slot.result_len(), nullptr, 0) != Up::kSent) {
+    return true;  // counted; the slot's resend tries again
+  }
+  f.opcode = aggregator::Opcode::kLate;
+  f.flags = static_cast<uint16_t>(aggregator::flags::kBypass | marks);
+  f.node_id = job.NodeId(alone);
+  if (SendUp(job, f, nullptr, 0, slot.result(), slot.result_len(), nullptr, 0) == Up::kSent) {
+    stats_.lcore.agg.late_forwarded.Add(1);
+  }
+  return true;
+}
+
 TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggFields f,
                                 const uint16_t* missing, uint32_t n_missing,
                                 const uint8_t* payload, uint32_t payload_len, rte_mbuf* carrier,
@@ -347,7 +380,8 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
     f.expected = job.nodes();
     f.node_count = 1;
   }
-  f.node_id = root ? kRootNodeId : job.upstream_node();
+  // (A late the root makes of a member's data keeps that member's id.)
+  if (f.opcode != aggregator::Opcode::kLate) f.node_id = root ? kRootNodeId : job.upstream_node();
   // The parent frees its complete slots, and admits chunks under the slot
   // quota, by its members' watermarks: ours is our slot watermark, the
   // smallest of our current members' (a member presumed gone keeps only our

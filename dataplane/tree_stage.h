@@ -175,6 +175,17 @@ class TreeStage {
   bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
                    aggregator::Opcode opcode, const uint16_t* missing, uint32_t n_missing,
                    rte_mbuf* carrier, uint32_t header_offset);
+  // At the root, an ORDERED chunk whose slot holds one worker's data alone
+  // (its result is that data, bit for bit): first data flagged CONFLICT
+  // (nobody's data) that lists the worker missing too, then the worker's
+  // data as its late. The TAN then reduces every member's data in node
+  // order, as a slot reduces in member order, and a chunk whose slot went
+  // on with one member comes out in the same bytes as one that completed
+  // in a slot (a member's resend after a restart takes a slot alone, while
+  // the others hold the result the slot before gave them). False, nothing
+  // sent, when the chunk is not such a chunk or the list has no room.
+  bool SendAlone(const aggregator::Job& job, const aggregator::Slot& slot,
+                 const uint16_t* missing, uint32_t n_missing);
   // What SendUp did with its datagram.
   enum class Up : uint8_t {
     kSent,     // sent, in a fresh mbuf

@@ -12,7 +12,9 @@
 
 #include <array>
 #include <cstring>
+#include <vector>
 
+#include "aggregator/tan_engine.h"
 #include "dataplane/stage_test_fixture.h"
 
 namespace aggswitch::dataplane {
@@ -616,6 +618,107 @@ TEST_F(TreeStageTest, TheLastQuarterOfTheOwnTansRingIsKeptForFirstData) {
             aggregator::WireError::kOk);
   EXPECT_EQ(first.opcode, aggregator::Opcode::kPartial);
   for (unsigned i = 0; i < n; ++i) rte_pktmbuf_free(pkts[i]);
+  rte_ring_free(up);
+}
+
+// An ORDERED float sum at a root that is its own TAN, whose slot went on
+// with one member's data alone (a member's resend after a restart takes a
+// slot by itself): the root sends first data holding nobody's data
+// (CONFLICT) that lists that member missing too, and the member's data as
+// its late. The TAN then reduces every member's data in node order, from
+// the first one's bits, as a slot reduces in member order: the other
+// members' resent data gives the bytes a slot completing with all three
+// gives them. (First data holding member 2's data, the others' added to
+// it, would give (2 + 0) + 1 in place of (0 + 1) + 2: 0 in place of 1.)
+TEST_F(TreeStageTest, AnOrderedChunkWhoseSlotWentOnWithOneMemberReachesTheTanAsThatMembersLate) {
+  const aggregator::Job& job = *AddOwnTanJob(6, 0);
+  ASSERT_FALSE(HasFailure());
+  rte_ring* up = rte_ring_create("tree_test_alone", 16, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_NE(up, nullptr);
+  TreeStage tree(OwnTanSetup(up, nullptr), Pool(), stats(), tx(), *answers_, clock_);
+  // Values whose float sum depends on the order.
+  const std::array<float, 3> values = {1e8f, -1e8f, 1.0f};
+  aggregator::Contribution c;
+  c.job_id = job.id();
+  c.job_generation = job.generation();
+  c.seq = 4;
+  c.node = 2;
+  c.expected = job.members();
+  c.needed = job.members();
+  c.elem_count = 1;
+  c.dtype = aggregator::DType::kFloat32;
+  c.op = aggregator::ReduceOp::kSum;
+  c.ordered = true;
+  c.payload = reinterpret_cast<const uint8_t*>(&values[2]);
+  ASSERT_EQ(slots_->Contribute(0, c, clock_.tsc, fixtures::KeepSlots, nullptr).outcome,
+            aggregator::SlotOutcome::kHeld);
+  aggregator::SlotUpdate expired;
+  ASSERT_TRUE(slots_->Expire(0, &expired));
+  (void)tree.FinishSlot(job, 0, *expired.slot, /*expired=*/true, nullptr, 0);
+
+  rte_mbuf* pkts[16];
+  const unsigned n = rte_ring_sc_dequeue_burst(up, reinterpret_cast<void**>(pkts), 16, nullptr);
+  ASSERT_EQ(n, 2u) << "first data, then member 2's late";
+  aggregator::TanOptions options;
+  options.trigger = aggregator::TanTrigger::kIncremental;
+  aggregator::TanEngine tan(options);
+  std::vector<aggregator::TanOutput> out;
+  std::vector<std::vector<uint8_t>> held;  // the datagrams the engine reads
+  auto offer = [&](const uint8_t* data, uint32_t len) {
+    held.emplace_back(data, data + len);
+    aggregator::AggPacket pkt;
+    ASSERT_EQ(aggregator::ParseAggregation(held.back().data(), len, &pkt), aggregator::WireError::kOk);
+    tan.OnDatagram(pkt, aggregator::TanPeer{1, 2}, 0, &out);
+  };
+  aggregator::AggPacket first;
+  ASSERT_EQ(aggregator::ParseAggregation(rte_pktmbuf_mtod(pkts[0], const uint8_t*),
+                                         rte_pktmbuf_data_len(pkts[0]), &first),
+            aggregator::WireError::kOk);
+  EXPECT_EQ(first.opcode, aggregator::Opcode::kPartial);
+  EXPECT_EQ(first.header->flags.host() & (aggregator::flags::kConflict | aggregator::flags::kOrdered),
+            aggregator::flags::kConflict | aggregator::flags::kOrdered);
+  EXPECT_EQ(first.header->missing_count, 3) << "member 2 listed too";
+  aggregator::AggPacket late;
+  ASSERT_EQ(aggregator::ParseAggregation(rte_pktmbuf_mtod(pkts[1], const uint8_t*),
+                                         rte_pktmbuf_data_len(pkts[1]), &late),
+            aggregator::WireError::kOk);
+  EXPECT_EQ(late.opcode, aggregator::Opcode::kLate);
+  EXPECT_EQ(late.header->node_id.host(), job.NodeId(2));
+  for (unsigned i = 0; i < n; ++i) {
+    offer(rte_pktmbuf_mtod(pkts[i], const uint8_t*), rte_pktmbuf_data_len(pkts[i]));
+    rte_pktmbuf_free(pkts[i]);
+  }
+  // Members 1 and 0 resend theirs, as late data.
+  for (const uint16_t m : {uint16_t{1}, uint16_t{0}}) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kLate;
+    f.flags = aggregator::flags::kBypass | aggregator::flags::kOrdered;
+    f.node_id = job.NodeId(m);
+    f.job_id = job.id();
+    f.seq = 4;
+    f.job_key = kKey;
+    f.elem_count = 1;
+    f.dtype = aggregator::DType::kFloat32;
+    f.op = aggregator::ReduceOp::kSum;
+    std::vector<uint8_t> dgram(128);
+    dgram.resize(aggregator::BuildAggregation(f, nullptr, 0,
+                                              reinterpret_cast<const uint8_t*>(&values[m]), 4,
+                                              dgram.data(), 128));
+    offer(dgram.data(), static_cast<uint32_t>(dgram.size()));
+  }
+  ASSERT_EQ(out.size(), 1u) << "one RESULT";
+  aggregator::AggPacket result;
+  ASSERT_EQ(aggregator::ParseAggregation(out[0].datagram.data(),
+                                         static_cast<uint32_t>(out[0].datagram.size()), &result),
+            aggregator::WireError::kOk);
+  EXPECT_EQ(result.header->flags.host() & aggregator::flags::kIncomplete, 0);
+  volatile float acc = values[0];
+  acc = acc + values[1];
+  acc = acc + values[2];
+  const float in_member_order = acc;
+  float got = 0;
+  std::memcpy(&got, result.payload, 4);
+  EXPECT_EQ(got, in_member_order) << "0 + 1 + 2, as a slot adds them";
   rte_ring_free(up);
 }
 
