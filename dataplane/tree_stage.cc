@@ -12,6 +12,38 @@ namespace {
 constexpr uint32_t kMaxUdpPayload = 1500 - 20 - 8;
 // A missing list holds at most 255 ids (missing_count is one byte).
 constexpr uint32_t kMaxMissingIds = 255;
+// The longest first data a root hands its own TAN. It goes through a ring
+// to the control thread, never over a link, so its missing list (every id
+// the children's partials listed, at most 255) need not share a 1500-byte
+// MTU with a payload that one datagram did carry (seed 706110: 53 ids
+// beside 333 float32 elements).
+constexpr uint32_t kMaxOwnTanFirstData = kMaxUdpPayload + 2 * kMaxMissingIds;
+
+// The longest datagram this switch sends up for `job`.
+uint32_t UpLimit(const aggregator::Job& job) {
+  return job.is_root() && job.tan() == aggregator::JobSpec::Tan::kSelf ? kMaxOwnTanFirstData
+                                                                       : kMaxUdpPayload;
+}
+
+// An own TAN's INCOMPLETE result lists the ids still outstanding, as many as
+// its first data carried; it goes down over links, so `m` (a datagram from
+// the aggregation header on) keeps as many as a 1500-byte MTU holds beside
+// the payload. Whether `m` changed (`pkt` then stale).
+bool FitMissingListToMtu(rte_mbuf* m, const aggregator::AggPacket& pkt) {
+  auto* h = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
+  const uint32_t fixed = static_cast<uint32_t>(sizeof(aggregator::AggHeader)) + pkt.payload_len;
+  const uint32_t len = fixed + 2u * h->missing_count;
+  if (len <= kMaxUdpPayload || h->missing_count == 0) return false;
+  const uint32_t keep =
+      fixed >= kMaxUdpPayload ? 0 : std::min<uint32_t>(h->missing_count, (kMaxUdpPayload - fixed) / 2);
+  uint8_t* at = reinterpret_cast<uint8_t*>(h) + sizeof(aggregator::AggHeader) + 2 * keep;
+  std::memmove(at, pkt.payload, pkt.payload_len);
+  h->missing_count = static_cast<uint8_t>(keep);
+  const uint32_t out = fixed + 2 * keep;
+  m->data_len = static_cast<uint16_t>(out);
+  m->pkt_len = out;
+  return true;
+}
 // How long the bypass entries of a chunk that went up as missing live.
 constexpr uint64_t kUpAsMissingEntryMs = 50;
 // The node id a root uses in its first data to the TAN.
@@ -156,7 +188,7 @@ bool TreeStage::MissingListFits(const aggregator::Job& job, const aggregator::Sl
   const uint32_t n =
       CollectMissing(job, slot.seq(), &slot, false, missing, kMaxMissingIds, nullptr);
   return n != UINT32_MAX &&
-         sizeof(aggregator::AggHeader) + 2 * n + slot.result_len() <= kMaxUdpPayload;
+         sizeof(aggregator::AggHeader) + 2 * n + slot.result_len() <= UpLimit(job);
 }
 
 void TreeStage::DeliverFinal(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot) {
@@ -348,7 +380,7 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
   }
   const bool root = job.is_root();
   const uint32_t len = sizeof(aggregator::AggHeader) + 2 * n_missing + payload_len;
-  if (len > kMaxUdpPayload) {
+  if (len > UpLimit(job)) {
     c.missing_list_overflow.Add(1);
     return Up::kTooLong;
   }
@@ -730,6 +762,12 @@ void TreeStage::DrainTanResults() {
     }
     if (job == nullptr || pkt.opcode != aggregator::Opcode::kResult) {
       tx_.Drop(kOwnFrame, DropReason::kAggUnknownJob, pkts[i]);  // the job went meanwhile
+      continue;
+    }
+    if (FitMissingListToMtu(pkts[i], pkt) &&
+        aggregator::ParseAggregation(rte_pktmbuf_mtod(pkts[i], const uint8_t*),
+                                     rte_pktmbuf_data_len(pkts[i]), &pkt) != aggregator::WireError::kOk) {
+      tx_.Drop(kOwnFrame, DropReason::kAggMalformed, pkts[i]);  // cannot be: the lengths are ours
       continue;
     }
     // Of this run only, as a result from a remote TAN must be (Check): the

@@ -722,5 +722,108 @@ TEST_F(TreeStageTest, AnOrderedChunkWhoseSlotWentOnWithOneMemberReachesTheTanAsT
   rte_ring_free(up);
 }
 
+
+// A root that is its own TAN hands it first data through a ring, never
+// over a link: a missing list that would not share a 1500-byte datagram
+// with the chunk's payload still goes, whole, and the TAN waits for those
+// members' late data. The switch used to end the chunk INCOMPLETE with no
+// missing list (missing_list_overflow), though every member's data was on
+// its way (seed 706110: 53 ids from the children's partials beside 333
+// float32 elements).
+TEST_F(TreeStageTest, AnOwnTansFirstDataCarriesAMissingListTheMtuWouldNot) {
+  const aggregator::Job& job = *AddOwnTanJob(6, 0);
+  ASSERT_FALSE(HasFailure());
+  rte_ring* up = rte_ring_create("tree_test_tan_up2", 16, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_NE(up, nullptr);
+  TreeStage tree(OwnTanSetup(up, nullptr), Pool(), stats(), tx(), *answers_, clock_);
+  // Members 0 and 1 send a full chunk (355 int32: 1420 bytes, what a
+  // 1500-byte MTU holds with no list); member 2 times out.
+  constexpr uint32_t kElems = 355;
+  const std::vector<int32_t> values(kElems, 7);
+  const aggregator::Slot* slot = nullptr;
+  for (uint16_t m = 0; m < 2; ++m) {
+    aggregator::Contribution c;
+    c.job_id = job.id();
+    c.job_generation = job.generation();
+    c.seq = 4;
+    c.node = m;
+    c.expected = job.members();
+    c.elem_count = kElems;
+    c.payload = reinterpret_cast<const uint8_t*>(values.data());
+    slot = slots_->Contribute(0, c, clock_.tsc, fixtures::KeepSlots, nullptr).slot;
+    ASSERT_NE(slot, nullptr);
+  }
+  (void)tree.FinishSlot(job, 0, *slot, /*expired=*/true, nullptr, 0);
+  tx().Flush();
+  auto sent = Sent();
+  EXPECT_TRUE(sent[0].empty() && sent[1].empty()) << "no member is told INCOMPLETE";
+  EXPECT_EQ(stats().lcore.agg.missing_list_overflow.Get(), 0u);
+  EXPECT_EQ(stats().lcore.agg.incomplete_results.Get(), 0u);
+  EXPECT_EQ(stats().lcore.agg.first_data_sent.Get(), 1u);
+  rte_mbuf* m = nullptr;
+  ASSERT_EQ(rte_ring_sc_dequeue(up, reinterpret_cast<void**>(&m)), 0) << "the first data is in the ring";
+  aggregator::AggPacket first;
+  ASSERT_EQ(aggregator::ParseAggregation(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m),
+                                         &first),
+            aggregator::WireError::kOk);
+  EXPECT_EQ(first.opcode, aggregator::Opcode::kPartial);
+  ASSERT_EQ(first.header->missing_count, 1);
+  EXPECT_EQ(first.MissingNode(0), 2) << "node 2 missing";
+  EXPECT_EQ(first.payload_len, kElems * 4);
+  EXPECT_GT(rte_pktmbuf_data_len(m), 1500u - 20 - 8) << "longer than a link would carry";
+  rte_pktmbuf_free(m);
+  rte_ring_free(up);
+}
+
+// What the own TAN answers INCOMPLETE lists the ids still outstanding, as
+// many as its first data carried; that result goes down over links, so the
+// switch keeps as many ids as a 1500-byte MTU holds beside the payload.
+TEST_F(TreeStageTest, AnOwnTansIncompleteResultGoesDownWithinTheMtu) {
+  (void)AddOwnTanJob(6, 0);
+  ASSERT_FALSE(HasFailure());
+  rte_ring* down = rte_ring_create("tree_test_tan_down2", 16, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_NE(down, nullptr);
+  TreeStage tree(OwnTanSetup(nullptr, down), Pool(), stats(), tx(), *answers_, clock_);
+  constexpr uint32_t kElems = 354;  // 1416 bytes: room for 2 ids
+  std::vector<int32_t> values(kElems);
+  for (uint32_t i = 0; i < kElems; ++i) values[i] = static_cast<int32_t>(i);
+  const std::vector<uint8_t> payload = Frames::Int32Payload(values);
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kResult;
+  f.flags = aggregator::flags::kIncomplete;
+  f.node_id = 0xfffe;
+  f.job_id = 6;
+  f.seq = 4;
+  f.elem_count = kElems;
+  const uint16_t missing[] = {2, 5, 9};
+  std::vector<uint8_t> buf(sizeof(aggregator::AggHeader) + 2 * 3 + payload.size());
+  ASSERT_EQ(aggregator::BuildAggregation(f, missing, 3, payload.data(),
+                                         static_cast<uint32_t>(payload.size()), buf.data(),
+                                         static_cast<uint32_t>(buf.size())),
+            buf.size());
+  rte_mbuf* m = rte_pktmbuf_alloc(Pool());
+  ASSERT_NE(m, nullptr);
+  std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(buf.size())), buf.data(), buf.size());
+  ASSERT_EQ(rte_ring_sp_enqueue(down, m), 0);
+  tree.DrainTanResults();
+  tx().Flush();
+  auto sent = Sent();
+  ASSERT_EQ(sent[0].size() + sent[1].size(), 3u) << "every member is told";
+  for (const auto& port : sent) {
+    for (const Frame& frame : port.second) {
+      UdpInfo udp;
+      const aggregator::AggPacket pkt = Parse(frame, &udp);
+      EXPECT_LE(udp.payload_len, 1500u - 20 - 8);
+      EXPECT_NE(pkt.header->flags.host() & aggregator::flags::kIncomplete, 0);
+      ASSERT_EQ(pkt.header->missing_count, 2) << "the first two ids, as many as fit";
+      EXPECT_EQ(pkt.MissingNode(0), 2);
+      EXPECT_EQ(pkt.MissingNode(1), 5);
+      ASSERT_EQ(pkt.payload_len, payload.size());
+      EXPECT_EQ(std::memcmp(pkt.payload, payload.data(), payload.size()), 0) << "the payload intact";
+    }
+  }
+  rte_ring_free(down);
+}
+
 }  // namespace
 }  // namespace aggswitch::dataplane
