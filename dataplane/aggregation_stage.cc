@@ -1621,8 +1621,10 @@ bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::
   const bool ordered = slot.ordered();
   if (ordered && job.tan() == aggregator::JobSpec::Tan::kNone) return false;
   const uint32_t seq = slot.seq();
+  // Excluded members too, as NoticeForgotten asks them: one past the chunk
+  // holds the earlier result as well.
   for (uint16_t node = 0; node < job.members(); ++node) {
-    if (slot.HasContributed(node) || job.Excluded(node)) continue;
+    if (slot.HasContributed(node)) continue;
     const std::optional<uint32_t> ack = ordered ? job.FirstAck(node) : job.GetAck(node);
     if (ack && aggregator::SeqBefore(seq, *ack)) return true;
   }
@@ -1631,8 +1633,11 @@ bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::
 
 void AggregationStage::NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot) {
   const uint32_t seq = slot.seq();
+  // Excluded members too: one flags its own data late only when it sends
+  // it, and a member past the chunk sends nothing unasked. The slot's first
+  // data (or partial) listed it missing, and the TAN waits for its data.
   for (uint16_t node = 0; node < job.members(); ++node) {
-    if (slot.HasContributed(node) || job.Excluded(node)) continue;
+    if (slot.HasContributed(node)) continue;
     const std::optional<uint32_t> ack = job.GetAck(node);
     aggregator::MemberAddr addr;
     if (!ack || !aggregator::SeqBefore(seq, *ack) || !job.GetMember(node, &addr)) continue;

@@ -386,7 +386,9 @@ class AggregationStage {
   // life of the slot (the switch restarted, or the job was added again)
   // and did not reach every member. The member reduced it into its buffer
   // and will not send the chunk again unless told: each such member gets
-  // a NOTICE missing, and resends the contribution it kept. Its data
+  // a NOTICE missing, and resends the contribution it kept. An excluded
+  // member too (a predicted straggler): its data goes around the slot to
+  // the TAN once it sends it, but with the result it sends nothing. Its data
   // completes an aggregating slot, or goes on as late data after a
   // forwarded one's partial (its slot timed out waiting for it). Called
   // while a held member asks after the chunk (a QUERY): each time for an
@@ -398,10 +400,11 @@ class AggregationStage {
   // its own TAN or has none, and whose reduction depends on the order of
   // the data: a float sum not in member order, or an ordered one at a root
   // that is its own TAN, which started after a member past the chunk had
-  // its result (Job::FirstAck). The members past the chunk hold the earlier
-  // result; a new one from their resent data would round otherwise, and the
-  // ranks would hold different bytes. The members that ask after the chunk
-  // get NACK result_lost instead, and none is asked for its data again.
+  // its result (Job::FirstAck), excluded members too. The members past the
+  // chunk hold the earlier result; a new one from their resent data would
+  // round otherwise, and the ranks would hold different bytes. The members
+  // that ask after the chunk get NACK result_lost instead, and none is
+  // asked for its data again.
   // O(members).
   bool ResultLost(const aggregator::Job& job, const aggregator::Slot& slot) const;
   // `it`, a child switch's partial for a chunk `slot` counted that child in,

@@ -860,6 +860,71 @@ TEST_F(AggregationTest, MembersPastAChunkTheSlotLacksAreAskedForIt) {
   EXPECT_EQ(Agg().resync_notices.Get(), 1u);
 }
 
+// As above, at a root that is its own TAN, where a member past the chunk is
+// excluded (a predicted straggler) by the time a held member asks after it.
+// An excluded member's data goes around the slot to the TAN, flagged once it
+// sends it, but a member with the result sends nothing unasked, and the
+// TAN waits for its data until its give-up: it is told NOTICE missing as an
+// included one is. With an ordered float sum whose result it had from the
+// process before the restart (its first watermark here past the chunk), the
+// chunk is lost instead, as for an included member: a sum anew could round
+// otherwise.
+TEST_F(AggregationTest, ExcludedMembersPastAChunkTheSlotLacksAreAskedForIt) {
+  std::vector<uint8_t> f(4);
+  const float x = 0.1f;
+  std::memcpy(f.data(), &x, 4);
+  for (const bool ordered : {false, true}) {
+    const uint32_t id = ordered ? 8 : 7;
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = 3;
+    spec.ordered = ordered;
+    spec.tan = aggregator::JobSpec::Tan::kSelf;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+    const uint32_t seq = 5;
+    const DType dtype = ordered ? DType::kFloat32 : DType::kInt32;
+    const std::vector<uint8_t> one = ordered ? f : Int32Payload({1});
+    const auto send = [&](uint32_t s, uint16_t node, uint32_t ack, bool resend) {
+      Frame frame = Contribution(id, s, node, one, dtype, ReduceOp::kSum, 0x5eed, -1, ack);
+      const uint16_t flags = static_cast<uint16_t>(
+          (ordered ? aggregator::flags::kOrdered : 0) |
+          (resend ? aggregator::flags::kRetransmission : 0));
+      HeaderOf(frame)->flags = common::be16_t::FromHost(flags);
+      Inject(0, frame);
+    };
+    // Member 2 lost chunk seq's result with the old process and resends it;
+    // member 0 had it (its first datagram here is past the chunk); member 1
+    // is behind. Then a prediction excludes member 0.
+    send(seq, 2, seq, true);
+    send(seq + 4, 0, seq + 4, false);
+    send(seq - 1, 1, seq - 1, false);
+    Step();
+    (void)Drain();
+    ASSERT_TRUE(jobs_->Find(id)->SetExcluded(0, true));  // the control thread's apply
+    const uint64_t resyncs = Agg().resync_notices.Get();
+    const uint64_t lost = Agg().results_lost.Get();
+    auto out = AskAfter(id, seq, 2, /*watermark=*/seq);
+    if (!ordered) {
+      const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+      const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], seq);
+      const auto it = told.find(MemberIp(0));
+      EXPECT_TRUE(it != told.end() && it->second == missing) << "the excluded member is asked";
+      EXPECT_EQ(told.count(MemberIp(1)), 0u) << "not past the chunk";
+      EXPECT_EQ(Agg().resync_notices.Get(), resyncs + 1);
+      EXPECT_EQ(Agg().results_lost.Get(), lost);
+      continue;
+    }
+    ASSERT_EQ(out[0].size(), 1u) << "one answer, to the member that asked";
+    const Result nack = ParseResult(out[0][0]);
+    EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
+    EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kResultLost));
+    EXPECT_EQ(nack.dst_ip, MemberIp(2));
+    EXPECT_EQ(Agg().resync_notices.Get(), resyncs) << "nobody asked for data again";
+    EXPECT_EQ(Agg().results_lost.Get(), lost + 1);
+  }
+}
+
 // As above, but a float32 sum in arrival order: the data the members past
 // the chunk would resend reduces, in another order, to other bytes than
 // the result they hold, and the ranks would disagree. The root, which has
