@@ -38,6 +38,12 @@ aggregator::AggHeader* HeaderOf(Frame& f) {
   return reinterpret_cast<aggregator::AggHeader*>(f.data() + u.payload_offset);
 }
 void SetAux(Frame& f, uint32_t aux) { HeaderOf(f)->aux = common::be32_t::FromHost(aux); }
+// `f` flagged ORDERED when `ordered` and as a retransmission when `resend`.
+Frame Flagged(Frame f, bool ordered, bool resend) {
+  HeaderOf(f)->flags = common::be16_t::FromHost(static_cast<uint16_t>(
+      (ordered ? aggregator::flags::kOrdered : 0) | (resend ? aggregator::flags::kRetransmission : 0)));
+  return f;
+}
 int MissingCount(Frame f) { return HeaderOf(f)->missing_count; }
 
 // Adds job `id` of two members (key 0x5eed) as the API would, placed by the
@@ -870,28 +876,15 @@ TEST_F(AggregationTest, MembersPastAChunkTheSlotLacksAreAskedForIt) {
 // chunk is lost instead, as for an included member: a sum anew could round
 // otherwise.
 TEST_F(AggregationTest, ExcludedMembersPastAChunkTheSlotLacksAreAskedForIt) {
-  std::vector<uint8_t> f(4);
-  const float x = 0.1f;
-  std::memcpy(f.data(), &x, 4);
   for (const bool ordered : {false, true}) {
     const uint32_t id = ordered ? 8 : 7;
-    aggregator::JobSpec spec;
-    spec.id = id;
-    spec.key = 0x5eed;
-    spec.members = 3;
-    spec.ordered = ordered;
-    spec.tan = aggregator::JobSpec::Tan::kSelf;
-    ASSERT_TRUE(jobs_->Add(spec).ok());
+    AddJob(id, 3, ordered, 0x5eed, aggregator::JobSpec::Tan::kSelf);
     const uint32_t seq = 5;
     const DType dtype = ordered ? DType::kFloat32 : DType::kInt32;
-    const std::vector<uint8_t> one = ordered ? f : Int32Payload({1});
+    const std::vector<uint8_t> one = ordered ? Float32Payload({0.1f}) : Int32Payload({1});
     const auto send = [&](uint32_t s, uint16_t node, uint32_t ack, bool resend) {
-      Frame frame = Contribution(id, s, node, one, dtype, ReduceOp::kSum, 0x5eed, -1, ack);
-      const uint16_t flags = static_cast<uint16_t>(
-          (ordered ? aggregator::flags::kOrdered : 0) |
-          (resend ? aggregator::flags::kRetransmission : 0));
-      HeaderOf(frame)->flags = common::be16_t::FromHost(flags);
-      Inject(0, frame);
+      Inject(0, Flagged(Contribution(id, s, node, one, dtype, ReduceOp::kSum, 0x5eed, -1, ack),
+                        ordered, resend));
     };
     // Member 2 lost chunk seq's result with the old process and resends it;
     // member 0 had it (its first datagram here is past the chunk); member 1
@@ -915,11 +908,7 @@ TEST_F(AggregationTest, ExcludedMembersPastAChunkTheSlotLacksAreAskedForIt) {
       EXPECT_EQ(Agg().results_lost.Get(), lost);
       continue;
     }
-    ASSERT_EQ(out[0].size(), 1u) << "one answer, to the member that asked";
-    const Result nack = ParseResult(out[0][0]);
-    EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
-    EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kResultLost));
-    EXPECT_EQ(nack.dst_ip, MemberIp(2));
+    ExpectResultLost(out[0], seq, 2);
     EXPECT_EQ(Agg().resync_notices.Get(), resyncs) << "nobody asked for data again";
     EXPECT_EQ(Agg().results_lost.Get(), lost + 1);
   }
@@ -955,12 +944,7 @@ TEST_F(AggregationTest, AFloatSumWhoseResultOnlySomeMembersHoldIsLost) {
       EXPECT_EQ(Agg().resync_notices.Get(), resyncs + 1);
       continue;
     }
-    ASSERT_EQ(out[0].size(), 1u) << "one answer, to the member that asked";
-    const Result nack = ParseResult(out[0][0]);
-    EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
-    EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kResultLost));
-    EXPECT_EQ(nack.fields.seq, seq);
-    EXPECT_EQ(nack.dst_ip, MemberIp(2));
+    ExpectResultLost(out[0], seq, 2);
     EXPECT_EQ(Agg().resync_notices.Get(), resyncs) << "nobody asked for data again";
     EXPECT_EQ(Agg().results_lost.Get(), 1u);
   }
@@ -976,24 +960,14 @@ TEST_F(AggregationTest, AFloatSumWhoseResultOnlySomeMembersHoldIsLost) {
 // is told its result is lost. One that moved past the chunk since is
 // asked for its data, as without a TAN.
 TEST_F(AggregationTest, AnOrderedFloatSumAtItsOwnTanIsLostOnlyAcrossARestart) {
-  std::vector<uint8_t> f(4);
-  const float x = 0.1f;
-  std::memcpy(f.data(), &x, 4);
+  const std::vector<uint8_t> f = Float32Payload({0.1f});
   for (const bool restarted : {true, false}) {
     const uint32_t id = restarted ? 7 : 8;
-    aggregator::JobSpec spec;
-    spec.id = id;
-    spec.key = 0x5eed;
-    spec.members = 3;
-    spec.ordered = true;
-    spec.tan = aggregator::JobSpec::Tan::kSelf;
-    ASSERT_TRUE(jobs_->Add(spec).ok());
+    AddJob(id, 3, /*ordered=*/true, 0x5eed, aggregator::JobSpec::Tan::kSelf);
     const uint32_t seq = 5;
     const auto send = [&](uint32_t s, uint16_t node, uint32_t ack, bool resend) {
-      Frame frame = Contribution(id, s, node, f, DType::kFloat32, ReduceOp::kSum, 0x5eed, -1, ack);
-      const uint16_t flags = aggregator::flags::kOrdered | (resend ? aggregator::flags::kRetransmission : 0);
-      HeaderOf(frame)->flags = common::be16_t::FromHost(flags);
-      Inject(0, frame);
+      Inject(0, Flagged(Contribution(id, s, node, f, DType::kFloat32, ReduceOp::kSum, 0x5eed, -1, ack),
+                        true, resend));
     };
     // Member 2 resends chunk seq, whose result it lacks; member 1 is behind.
     // Member 0 has the result: its first datagram here is past the chunk
@@ -1014,11 +988,7 @@ TEST_F(AggregationTest, AnOrderedFloatSumAtItsOwnTanIsLostOnlyAcrossARestart) {
       EXPECT_EQ(Agg().results_lost.Get(), lost);
       continue;
     }
-    ASSERT_EQ(out[0].size(), 1u) << "one answer, to the member that asked";
-    const Result nack = ParseResult(out[0][0]);
-    EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
-    EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kResultLost));
-    EXPECT_EQ(nack.dst_ip, MemberIp(2));
+    ExpectResultLost(out[0], seq, 2);
     EXPECT_EQ(Agg().resync_notices.Get(), resyncs) << "nobody asked for data again";
     EXPECT_EQ(Agg().results_lost.Get(), lost + 1);
   }
@@ -2787,6 +2757,22 @@ class ParameterNodeTest : public AggregationTest {
     return f;
   }
 
+  // `f` (one int32, 40) with `missing`, as the child switch kChild sends it.
+  static Frame ChildFrame(const aggregator::AggFields& f, const std::vector<uint16_t>& missing) {
+    std::vector<uint8_t> dgram(256);
+    dgram.resize(aggregator::BuildAggregation(f, missing.data(),
+                                              static_cast<uint32_t>(missing.size()),
+                                              Int32Payload({40}).data(), 4, dgram.data(), 256));
+    Frame frame(46 + dgram.size());
+    const uint32_t hdr = WriteUdpHeaders(frame.data(), kSwitchMac.bytes.data(),
+                                         MemberMac(kChild).bytes.data(), 0, MemberIp(kChild),
+                                         kAggIp, MemberPort(kChild), aggregator::kAggUdpPort, 1,
+                                         static_cast<uint32_t>(dgram.size()));
+    frame.resize(hdr + dgram.size());
+    std::memcpy(frame.data() + hdr, dgram.data(), dgram.size());
+    return frame;
+  }
+
   // `f`, marked FINAL.
   static Frame Final(Frame f) {
     HeaderOf(f)->flags = common::be16_t::FromHost(HeaderOf(f)->flags.host() | aggregator::flags::kFinal);
@@ -4120,18 +4106,7 @@ TEST_F(ParameterNodeTest, AChildsLateForARankItsCountedPartialHeldGoesNoFurther)
   auto from_child = [&](aggregator::Opcode opcode, uint16_t node, uint32_t seq,
                         std::vector<uint16_t> missing) {
     const aggregator::AggFields f = FromChild(opcode, 9, node, seq, 0xa1);
-    std::vector<uint8_t> dgram(256);
-    dgram.resize(aggregator::BuildAggregation(f, missing.data(),
-                                              static_cast<uint32_t>(missing.size()),
-                                              Int32Payload({40}).data(), 4, dgram.data(), 256));
-    Frame frame(46 + dgram.size());
-    const uint32_t hdr = WriteUdpHeaders(frame.data(), kSwitchMac.bytes.data(),
-                                         MemberMac(kChild).bytes.data(), 0, MemberIp(kChild),
-                                         kAggIp, MemberPort(kChild), aggregator::kAggUdpPort, 1,
-                                         static_cast<uint32_t>(dgram.size()));
-    frame.resize(hdr + dgram.size());
-    std::memcpy(frame.data() + hdr, dgram.data(), dgram.size());
-    Inject(0, frame);
+    Inject(0, ChildFrame(f, missing));
     Step();
     return WithOpcode(Drain()[1], aggregator::Opcode::kLate);
   };
@@ -4160,18 +4135,7 @@ TEST_F(ParameterNodeTest, AChildsRepeatHoldingOnlyWhatItsPartialLackedGoesOnAsLa
   AddRootOverChild(9);
   auto from_child = [&](uint32_t seq, std::vector<uint16_t> missing) {
     const aggregator::AggFields f = FromChild(aggregator::Opcode::kPartial, 9, kChild, seq, 0xa1);
-    std::vector<uint8_t> dgram(256);
-    dgram.resize(aggregator::BuildAggregation(f, missing.data(),
-                                              static_cast<uint32_t>(missing.size()),
-                                              Int32Payload({40}).data(), 4, dgram.data(), 256));
-    Frame frame(46 + dgram.size());
-    const uint32_t hdr = WriteUdpHeaders(frame.data(), kSwitchMac.bytes.data(),
-                                         MemberMac(kChild).bytes.data(), 0, MemberIp(kChild),
-                                         kAggIp, MemberPort(kChild), aggregator::kAggUdpPort, 1,
-                                         static_cast<uint32_t>(dgram.size()));
-    frame.resize(hdr + dgram.size());
-    std::memcpy(frame.data() + hdr, dgram.data(), dgram.size());
-    Inject(0, frame);
+    Inject(0, ChildFrame(f, missing));
     Step();
     return Drain()[1];
   };

@@ -267,12 +267,14 @@ class AggregationTest : public DataplaneTest {
   // The control thread's pass over the registrations the workers passed up.
   size_t Register() { return in_band_->Register(*dp_); }
 
-  void AddJob(uint32_t id, uint16_t members, bool ordered = false, uint64_t key = 0x5eed) {
+  void AddJob(uint32_t id, uint16_t members, bool ordered = false, uint64_t key = 0x5eed,
+              aggregator::JobSpec::Tan tan = aggregator::JobSpec::Tan::kNone) {
     aggregator::JobSpec spec;
     spec.id = id;
     spec.key = key;
     spec.members = members;
     spec.ordered = ordered;
+    spec.tan = tan;
     ASSERT_TRUE(jobs_->Add(spec).ok());
   }
 
@@ -351,6 +353,11 @@ class AggregationTest : public DataplaneTest {
     std::memcpy(out.data(), v.data(), out.size());
     return out;
   }
+  static std::vector<uint8_t> Float32Payload(const std::vector<float>& v) {
+    std::vector<uint8_t> out(v.size() * 4);
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  }
 
   struct Result {
     common::MacAddr dst_mac;
@@ -382,6 +389,17 @@ class AggregationTest : public DataplaneTest {
     Inject(0, Datagram(q));
     Step();
     return Drain();
+  }
+
+  // `frames` (what the switch sent on a port) are one NACK result_lost
+  // about chunk `seq`, to member `node`.
+  static void ExpectResultLost(const std::vector<Frame>& frames, uint32_t seq, uint16_t node) {
+    ASSERT_EQ(frames.size(), 1u) << "one answer, to the member that asked";
+    const Result nack = ParseResult(frames[0]);
+    EXPECT_EQ(nack.fields.opcode, aggregator::Opcode::kNack);
+    EXPECT_EQ(nack.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kResultLost));
+    EXPECT_EQ(nack.fields.seq, seq);
+    EXPECT_EQ(nack.dst_ip, MemberIp(node));
   }
 
   // The NOTICEs among `frames`, all about chunk `seq`: the kind each

@@ -223,21 +223,8 @@ TEST_F(TreeStageTest, ATimeoutNamesTheMissingAndLeavesABypassEntryForTheirLateDa
 TEST_F(TreeStageTest, AMemberIncludedAgainSinceTheClaimGetsABypassEntryWhenTheSlotGoesOnWithoutIt) {
   const aggregator::Job& job = *AddJob(3, true);
   auto contribute = [&](uint32_t seq) -> const aggregator::Slot& {
-    const aggregator::Slot* slot = nullptr;
-    for (uint16_t m = 0; m < 2; ++m) {
-      const int32_t v = m + 1;
-      aggregator::Contribution c;
-      c.job_id = job.id();
-      c.job_generation = job.generation();
-      c.seq = seq;
-      c.node = m;
-      c.expected = job.members();
-      c.needed = static_cast<uint16_t>(job.members() - job.excluded_count());
-      c.elem_count = 1;
-      c.payload = reinterpret_cast<const uint8_t*>(&v);
-      slot = slots_->Contribute(0, c, clock_.tsc, fixtures::KeepSlots, nullptr).slot;
-    }
-    return *slot;
+    return fixtures::ContributeInSlot0(*slots_, job, seq, 2, clock_.tsc,
+                                       static_cast<uint16_t>(job.members() - job.excluded_count()));
   };
   ASSERT_TRUE(job.SetExcluded(2, true));
   // Still excluded: listed, no entry.
