@@ -352,8 +352,15 @@ bool TreeStage::SendAlone(const aggregator::Job& job, const aggregator::Slot& sl
   aggregator::AggFields f = Answers::ChunkFields(job, slot);
   f.opcode = aggregator::Opcode::kPartial;
   f.flags = static_cast<uint16_t>(aggregator::flags::kConflict | marks);
-  if (SendUp(job, f, listed, n_missing + 1, nullptr, slot.result_len(), nullptr, 0) != Up::kSent) {
-    return true;  // counted; the slot's resend tries again
+  switch (SendUp(job, f, listed, n_missing + 1, nullptr, slot.result_len(), nullptr, 0)) {
+    case Up::kSent:
+    case Up::kCarried:
+      break;
+    case Up::kTooLong:
+      return false;  // the member's own id did not fit: first data as before
+    case Up::kNoMbuf:
+    case Up::kUnlabelled:
+      return true;  // counted; the slot's resend tries again
   }
   f.opcode = aggregator::Opcode::kLate;
   f.flags = static_cast<uint16_t>(aggregator::flags::kBypass | marks);
