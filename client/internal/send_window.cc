@@ -43,7 +43,6 @@ uint32_t SendWindow::MarkSent(Clock::time_point now, Clock::duration timeout) {
   e.held = false;
   e.refused = false;
   e.helds = 0;
-  e.missings = 0;
   e.queried = 0;
   e.reask = false;
   e.asked = Clock::time_point{};
@@ -145,7 +144,6 @@ bool SendWindow::Held(uint32_t seq, Clock::time_point now) {
   e.reask = params_.query;
   e.reask_results = results_;
   e.queried = 0;
-  e.missings = 0;
   e.why = Entry::Why::kTimer;
   Clock::duration wait = std::min(e.timeout, probe_);
   for (uint8_t i = 0; i < e.helds && wait < e.timeout; ++i) wait = std::min(2 * wait, e.timeout);
@@ -166,7 +164,6 @@ bool SendWindow::Missing(uint32_t seq, Clock::time_point now) {
   e.helds = 0;
   e.reask = false;  // armed again when its data goes
   e.why = Entry::Why::kMissing;
-  if (e.missings < UINT8_MAX) ++e.missings;
   e.due = now;
   next_due_ = std::min(next_due_, now);
   return true;
@@ -238,16 +235,6 @@ uint32_t SendWindow::TakeDue(Clock::time_point now, Due* out, uint32_t max) {
         e.reask_results = results_;
       }
       Clock::duration wait = std::min(e.timeout, probe_);
-      // Its data went again on the switch's word that it lacks it, and not
-      // for the first time since it was held or sent: the resends went on
-      // around the switch (late data) and the answer waits on something
-      // else. Asked after at once each time, each rank would send its data
-      // again every probe interval for as long as the chunk stays open,
-      // every copy on to the TAN, whose queue then refuses the data that
-      // is missing.
-      for (uint8_t i = 1; why == Entry::Why::kMissing && i < e.missings && wait < e.timeout; ++i) {
-        wait = std::min(2 * wait, e.timeout);
-      }
       if (query && !e.held && e.queried >= kUnansweredQueries) {
         wait = e.timeout;
       } else {

@@ -237,9 +237,6 @@ class SendWindow {
     bool refused = false;  // the switch's last word about it was a refusal for now (Refused)
     uint8_t helds = 0;     // "held" answers in a row (each doubles the wait for the next question)
     uint8_t queried = 0;   // QUERYs sent since its last send or answer
-    // "missing" answers since its last send or "held" (each doubles the wait
-    // before the question after the data that answer sent again).
-    uint8_t missings = 0;
     // Held, or its data resent on "missing", and not yet asked again on
     // later results since.
     bool reask = false;

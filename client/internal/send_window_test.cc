@@ -609,48 +609,6 @@ TEST(SendWindowTest, QuestionsAboutAHeldChunkThinOutToItsTimeout) {
   EXPECT_EQ(t - asked, microseconds(100));
 }
 
-// A switch that keeps saying it lacks a chunk's data, resent each time,
-// sends the resends around (late data) while the answer waits on
-// something else. The question after each resend waits twice as long as
-// the one before, from a probe up to the chunk's timeout; otherwise every
-// rank would send its data again every probe for as long as the chunk
-// stays open, every copy on to the TAN, whose queue then refuses the data
-// that is missing (seed 744984: a resend every half millisecond for two
-// seconds). "Held" starts over.
-TEST(SendWindowTest, QuestionsAfterRepeatedMissingAnswersThinOut) {
-  SendWindow w;
-  w.Reset(0, 1, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
-  w.SetProbe(microseconds(100));
-  const Clock::time_point t0{};
-  w.MarkSent(t0, milliseconds(5));
-  SendWindow::Due due[8];
-  Clock::time_point t = t0;
-  // The wait from a "missing" (whose data goes at once) to the question after it.
-  const auto missing = [&]() {
-    EXPECT_TRUE(w.Missing(0, t));
-    EXPECT_EQ(w.TakeDue(t, due, 8), 1u);
-    EXPECT_FALSE(due[0].query) << "missing: the data";
-    const Clock::time_point sent = t;
-    uint32_t n = 0;
-    while (n == 0) {
-      t += microseconds(10);
-      n = w.TakeDue(t, due, 8);
-    }
-    EXPECT_TRUE(due[0].query);
-    return t - sent;
-  };
-  std::vector<Clock::duration> waits;
-  for (int i = 0; i < 8; ++i) waits.push_back(missing());
-  EXPECT_EQ(waits[0], microseconds(100)) << "the first after a probe";
-  EXPECT_EQ(waits[1], microseconds(200));
-  EXPECT_EQ(waits[2], microseconds(400));
-  for (size_t i = 1; i < waits.size(); ++i) EXPECT_GE(waits[i], waits[i - 1]) << i;
-  EXPECT_LE(waits[7], milliseconds(1000)) << "at most the largest timeout";
-  // Held, then missing: the question after it is one probe away again.
-  ASSERT_TRUE(w.Held(0, t));
-  EXPECT_EQ(missing(), microseconds(100));
-}
-
 TEST(SendWindowTest, AHeldChunksDataGoesAgainOnlyWhenTheSwitchSaysItIsMissing) {
   SendWindow w;
   w.Reset(0, 1, {.window = 8, .max_timeout = milliseconds(1000), .backoff = 2.0, .query = true});
