@@ -344,6 +344,11 @@ bool TreeStage::SendAlone(const aggregator::Job& job, const aggregator::Slot& sl
   uint16_t alone = 0;
   while (alone < slot.expected() && !slot.HasContributed(alone)) ++alone;
   if (alone == slot.expected() || job.IsSwitch(alone)) return false;
+  // The TAN adds in node order, a slot in member order: the same only where
+  // the node ids ascend with the members.
+  for (uint16_t i = 1; i < job.members(); ++i) {
+    if (job.NodeId(i) <= job.NodeId(static_cast<uint16_t>(i - 1))) return false;
+  }
   uint16_t listed[kMaxMissingIds];
   std::copy(missing, missing + n_missing, listed);
   listed[n_missing] = job.NodeId(alone);
