@@ -164,6 +164,14 @@ bool SlotTable::Expire(uint32_t local_index, SlotUpdate* u) {
   return true;
 }
 
+bool SlotTable::Postpone(uint32_t local_index, uint64_t now_tsc) {
+  Slot& s = slots_[local_index];
+  if (s.state_ != Slot::State::kAggregating || s.deadline_tsc_ == 0) return false;
+  s.deadline_tsc_ = now_tsc + (s.deadline_tsc_ - s.first_tsc_);
+  timers_.Arm(local_index, s.deadline_tsc_);
+  return true;
+}
+
 void SlotTable::MarkForwarded(uint32_t local_index, uint64_t now_tsc, bool hold) {
   Slot& s = slots_[local_index];
   if (s.state_ != Slot::State::kComplete) return;

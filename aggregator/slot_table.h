@@ -296,6 +296,11 @@ class SlotTable {
   // handles come back in `released`. Returns false (nothing done) for a slot
   // that is not aggregating.
   bool Expire(uint32_t local_index, SlotUpdate* u);
+  // Arms an aggregating slot's timer again in place of expiring it, as far
+  // past `now_tsc` as its deadline was past its first contribution: each
+  // postponement doubles the wait. Returns false (nothing done) for a slot
+  // that is not aggregating or has no timer.
+  bool Postpone(uint32_t local_index, uint64_t now_tsc);
   // A complete slot whose result went upstream (or to the TAN) as a partial:
   // it now gives way to any other chunk. With `hold` (its result went to the
   // parameter node as VERIFY), it gives way only as an aggregating slot

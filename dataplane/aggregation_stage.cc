@@ -1748,8 +1748,26 @@ void AggregationStage::RunTimers() {
   uint32_t expired[kExpiriesPerPoll];
   const uint32_t n = s_.slots->Expired(clock_.tsc, kExpiriesPerPoll, expired);
   for (uint32_t i = 0; i < n; ++i) {
+    if (PostponeUnlistable(expired[i])) continue;
     if (ExpireSlot(expired[i], true)) stats_.lcore.agg.timeouts.Add(1);
   }
+}
+
+bool AggregationStage::PostponeUnlistable(uint32_t local) {
+  // Its partial would end the chunk INCOMPLETE for members whose data is
+  // only late (missing_list_overflow): it waits for their resends instead,
+  // as a slot without a timer does, the rule a member's query on such a
+  // slot follows (ToParameterNode). A slot that never completes goes stale.
+  const aggregator::Slot& slot = s_.slots->slot(local);
+  if (slot.state() != aggregator::Slot::State::kAggregating || slot.count() == 0) return false;
+  const aggregator::Job* job = s_.jobs->Find(slot.job_id());
+  if (job == nullptr || job->generation() != slot.job_generation() ||
+      tree_.MissingListFits(*job, slot)) {
+    return false;
+  }
+  if (!s_.slots->Postpone(local, clock_.tsc)) return false;
+  stats_.lcore.agg.timers_postponed.Add(1);
+  return true;
 }
 
 bool AggregationStage::ExpireSlot(uint32_t local, bool timer) {

@@ -311,6 +311,10 @@ class AggregationStage {
   // it did; else its arrival offsets are not sampled). False when the slot
   // was not aggregating, or its job is gone (the slot is freed).
   bool ExpireSlot(uint32_t local, bool timer);
+  // A slot whose timer fired while its partial could not carry the list of
+  // the members it lacks: it keeps aggregating, its timer armed again
+  // (SlotTable::Postpone). Whether it did.
+  bool PostponeUnlistable(uint32_t local);
   // Whether the slot `c` is at holds its chunk `seq` complete (its result).
   bool CompleteHere(const Checked& c, uint32_t seq) const {
     const aggregator::Slot* s =

@@ -3548,6 +3548,51 @@ TEST_F(ParameterNodeTest, MembersPastAChunkWhoseSlotTimedOutAreAskedForIt) {
   }
 }
 
+// A slot timer fires while the chunk's first data could not list the
+// members it lacks beside its payload (39 ids beside 340 int32 elements).
+// The switch used to end the chunk INCOMPLETE for the one member it held
+// (missing_list_overflow), and the others' data then went to the TAN as
+// late data of a chunk it never had, unanswered until their timeout (seed
+// 815331: an in-band job of 39 members whose first member registered 20 ms
+// before the rest resent). The slot waits for them instead, its timer
+// armed again, and the whole sum goes to every member.
+TEST_F(ParameterNodeTest, ASlotTimerWaitsOnWhenItsMissingListWouldNotFit) {
+  BuildAggregation("");
+  constexpr uint16_t kMembers = 40;
+  aggregator::JobSpec spec;
+  spec.id = 7;
+  spec.key = 0x5eed;
+  spec.members = kMembers;
+  spec.timeout_cycles = rte_get_tsc_hz() / 100;  // a 10 ms slot timer
+  spec.tan = aggregator::JobSpec::Tan::kRemote;
+  spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  jobs_->Find(7)->SetHop(aggregator::Job::kTanHop, PsHop());
+  Heard(7, kMembers);
+  constexpr size_t kElems = 340;  // 1360 bytes: 30 ids fit beside them, not 39
+  Inject(0, Contribution(7, 0, 0, Int32Payload(std::vector<int32_t>(kElems, 1))));
+  Step();
+  rte_delay_ms(15);  // the slot's timer fires
+  Step();
+  auto out = Drain();
+  EXPECT_TRUE(out[0].empty()) << "member 0 is not told INCOMPLETE";
+  EXPECT_TRUE(out[1].empty()) << "no first data to the TAN";
+  EXPECT_EQ(Agg().timers_postponed.Get(), 1u);
+  EXPECT_EQ(Agg().timeouts.Get(), 0u);
+  EXPECT_EQ(Agg().missing_list_overflow.Get(), 0u);
+
+  for (uint16_t m = 1; m < kMembers; ++m) {
+    Inject(0, Contribution(7, 0, m, Int32Payload(std::vector<int32_t>(kElems, 1))));
+  }
+  Step();
+  const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), kMembers);
+  for (const Result& r : results) {
+    EXPECT_EQ(r.payload, Int32Payload(std::vector<int32_t>(kElems, kMembers)));
+    EXPECT_FALSE(r.fields.flags & aggregator::flags::kIncomplete);
+  }
+}
+
 // A leaf's partial was lost on the way (here: dropped), listing member 1
 // missing, and its expired slot gave way to another chunk. Member 1's data
 // then goes around a slot as late data by its entry, as does every

@@ -223,6 +223,7 @@ struct PortCounters {
   X(queries_up, "QUERYs sent to the upstream switch for a member whose chunk had no slot here") \
   X(first_data_sent, "root results that missed members, sent to the TAN as first data") \
   X(timeouts, "slots whose timer expired before every member contributed")             \
+  X(timers_postponed, "slot timers armed again: the partial could not list the members the slot lacked") \
   X(late_flagged, "late contributions that matched a bypass entry and were flagged")  \
   X(late_no_entry, "late contributions without a bypass entry, recognised by their forwarded slot") \
   X(late_counted, "late data from a child switch dropped: the chunk's slot here counted it in that child's partial") \
