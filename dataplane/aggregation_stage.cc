@@ -84,6 +84,14 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
   return oldest && job->OldestBlockedBy(*oldest, r.taker->id());
 }
 
+// Integers, fixed point, min and max give the same bytes from the same data
+// in any order; a float sum does not.
+bool SameInAnyOrder(aggregator::DType t, aggregator::ReduceOp op) {
+  return op != aggregator::ReduceOp::kSum ||
+         (t != aggregator::DType::kFloat32 && t != aggregator::DType::kFloat16 &&
+          t != aggregator::DType::kBFloat16);
+}
+
 }  // namespace
 
 AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels& channels,
@@ -1489,6 +1497,8 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       (!job.is_root() || job.tan() != aggregator::JobSpec::Tan::kNone)) {
     tree_.AskAbove(job, h);
   }
+  // The members past the chunk may hold the only copy of its result.
+  if (slot == nullptr) NoticeForgottenWithoutSlot(job, it);
   answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
                          Answers::To::kBoundMember);
 }
@@ -1603,14 +1613,8 @@ bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::
   // Below the root the parent, and at a root a remote TAN, may still hold
   // the result and answer the slot's partial or first data with it.
   if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kRemote) return false;
-  // Integers, fixed point, min and max give the same bytes from the same
-  // data in any order.
-  const aggregator::DType t = slot.dtype();
-  if (slot.op() != aggregator::ReduceOp::kSum ||
-      (t != aggregator::DType::kFloat32 && t != aggregator::DType::kFloat16 &&
-       t != aggregator::DType::kBFloat16)) {
-    return false;
-  }
+  // Integers, fixed point, min and max: the same bytes in any order.
+  if (SameInAnyOrder(slot.dtype(), slot.op())) return false;
   // So does member order in a slot, the only place a root without a TAN
   // reduces. A root that is its own TAN may have sent the chunk to it, which
   // adds the lates to the first data in node order: other bytes than a
@@ -1641,6 +1645,22 @@ void AggregationStage::NoticeForgotten(const aggregator::Job& job, const aggrega
     const std::optional<uint32_t> ack = job.GetAck(node);
     aggregator::MemberAddr addr;
     if (!ack || !aggregator::SeqBefore(seq, *ack) || !job.GetMember(node, &addr)) continue;
+    if (answers_.SendNotice(job, job.NodeId(node), seq, aggregator::NoticeKind::kMissing, addr)) {
+      stats_.lcore.agg.resync_notices.Add(1);
+    }
+  }
+}
+
+void AggregationStage::NoticeForgottenWithoutSlot(const aggregator::Job& job, const Checked& it) {
+  // The data the members resend reduces anew, here or at the TAN: to the
+  // bytes they hold only when the order does not matter.
+  if (!SameInAnyOrder(it.pkt.dtype, it.pkt.op)) return;
+  const uint32_t seq = it.pkt.header->seq.host();
+  for (uint16_t node = 0; node < job.members(); ++node) {
+    if (static_cast<int>(node) == it.member) continue;
+    const std::optional<uint32_t> first = job.FirstAck(node);
+    aggregator::MemberAddr addr;
+    if (!first || !aggregator::SeqBefore(seq, *first) || !job.GetMember(node, &addr)) continue;
     if (answers_.SendNotice(job, job.NodeId(node), seq, aggregator::NoticeKind::kMissing, addr)) {
       stats_.lcore.agg.resync_notices.Add(1);
     }

@@ -399,6 +399,17 @@ class AggregationStage {
   // aggregating slot, at most once per resend gap for a forwarded one;
   // O(members).
   void NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot);
+  // As NoticeForgotten, for a chunk that no slot here holds, while a member
+  // (`it`, its QUERY) asks after it: its resends for the parameter node
+  // (AGGREGATE_AT_PS) take no slot, so none ever waits for the members past
+  // the chunk, and the parameter node waits for their data until its
+  // give-up. Told are the members whose first watermark here was past the
+  // chunk (Job::FirstAck): they had its result before this switch knew
+  // them, from a process that may have held it alone. Only for a reduction
+  // that gives the same bytes in any order (not a float sum): their data
+  // reduces anew, and the asker gets the result they hold. Called for each
+  // such QUERY; O(members).
+  void NoticeForgottenWithoutSlot(const aggregator::Job& job, const Checked& it);
   // Whether `slot`'s chunk is such a chunk (a member past it lacks from the
   // slot) whose result this switch would compute anew, at a root that is
   // its own TAN or has none, and whose reduction depends on the order of

@@ -3593,6 +3593,82 @@ TEST_F(ParameterNodeTest, ASlotTimerWaitsOnWhenItsMissingListWouldNotFit) {
   }
 }
 
+// The switch restarted after sending a chunk's result to every member but
+// member 2, whose resends go to the parameter node (AGGREGATE_AT_PS) and
+// take no slot here: no slot waits for the members past the chunk, and the
+// parameter node waited for their data until its give-up. When member 2
+// asks after the chunk, each member whose first watermark here is past it
+// (member 0: it had the result before this switch knew it) is told the
+// switch lacks its data; member 1, behind, is not. Their data takes a slot,
+// which member 2's next resend releases to the parameter node, and it
+// answers with the whole sum. A float sum, which their data would round
+// otherwise, asks nobody for it again.
+TEST_F(ParameterNodeTest, MembersPastAChunkNoSlotHoldsAreAskedForItWhenResendsGoToThePs) {
+  const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+  for (const bool float_sum : {false, true}) {
+    const uint32_t id = float_sum ? 8 : 7;
+    // As AddJobWithPs, but each member's first watermark here is its own.
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = 3;
+    spec.tan = aggregator::JobSpec::Tan::kRemote;
+    spec.tan_peer.ip = MemberIp(kPs);
+    spec.tan_peer.udp_port = aggregator::kAggUdpPort;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+    jobs_->Find(id)->SetHop(aggregator::Job::kTanHop, PsHop());
+    Inject(0, MemberAck(id, 0, 9));
+    Inject(0, MemberAck(id, 1, 4));
+    Inject(0, MemberAck(id, 2, 5));
+    Step();
+    (void)Drain();
+    const uint64_t resyncs = Agg().resync_notices.Get();
+    Inject(0, ForPs(id, 5, 2, 3, {4}));
+    Step();
+    EXPECT_TRUE(ThroughPs(Drain()[1]).size() == 1u) << "forwarded, held there";
+    aggregator::AggFields q = QueryFields(id, 5, 2);
+    q.ack_watermark = 5;
+    if (float_sum) q.dtype = DType::kFloat32;
+    Inject(0, Datagram(q));
+    Step();
+    auto out = Drain();
+    (void)ThroughPs(out[1]);  // the root's QUERY: the parameter node has no result
+    const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], 5);
+    if (float_sum) {
+      EXPECT_EQ(told, (std::map<uint32_t, uint32_t>{{MemberIp(2), missing}}));
+      EXPECT_EQ(Agg().resync_notices.Get(), resyncs) << "nobody asked for data again";
+      continue;
+    }
+    EXPECT_EQ(told,
+              (std::map<uint32_t, uint32_t>{{MemberIp(2), missing}, {MemberIp(0), missing}}));
+    EXPECT_EQ(Agg().resync_notices.Get(), resyncs + 1);
+
+    // Member 0 resends its kept chunk 5, member 1 sends its own: a slot.
+    Frame again = Contribution(id, 5, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                               -1, /*ack=*/10);
+    HeaderOf(again)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+    Inject(0, again);
+    Inject(0, Contribution(id, 5, 1, Int32Payload({2}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1,
+                           /*ack=*/5));
+    Step();
+    (void)Drain();
+    // Member 2's resend releases it: the partial and the data to the
+    // parameter node, which completes the chunk.
+    Inject(0, ForPs(id, 5, 2, 3, {4}));
+    Step();
+    (void)ThroughPs(Drain()[1]);
+    const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+    // (Member 2's data, following the partial, draws the answer again.)
+    std::set<uint32_t> to;
+    for (const Result& r : results) {
+      EXPECT_EQ(r.payload, Int32Payload({7}));
+      EXPECT_FALSE(r.fields.flags & aggregator::flags::kIncomplete);
+      to.insert(r.dst_ip);
+    }
+    EXPECT_EQ(to, (std::set<uint32_t>{MemberIp(0), MemberIp(1), MemberIp(2)}));
+  }
+}
+
 // A leaf's partial was lost on the way (here: dropped), listing member 1
 // missing, and its expired slot gave way to another chunk. Member 1's data
 // then goes around a slot as late data by its entry, as does every
