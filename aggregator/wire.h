@@ -169,6 +169,13 @@ enum class NoticeKind : uint32_t {
   // hint and go there straight. Without a hint (kNoSlotHint): the hint the
   // member's datagram carried names a spare slot that does not hold `seq`.
   kRelocated = 5,
+  // To a child switch only: chunk `seq`'s result reached members below it
+  // before the root restarted, and the root, which lacks the child's data
+  // and may compute the chunk again (the same bytes from the same data),
+  // asks for it. The child keeps no data of a chunk that went up: it asks
+  // its own members past the chunk, a child switch so again, and a worker
+  // with NOTICE missing, which it answers with the contribution it kept.
+  kForgotten = 6,
 };
 
 struct [[gnu::packed]] AggHeader {

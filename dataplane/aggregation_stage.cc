@@ -870,6 +870,7 @@ void AggregationStage::Contribute(const Checked& it) {
       // its cached result.
       c.partials_resent.Add(1);
       jc.duplicates.Add(1);
+      AskBelowIfForgotten(job, *u.slot, pkt.opcode);
       if (!tree_.FinishSlot(job, local, *u.slot, false, m, it.header_offset)) {
         TxBuffers::Consumed(m);
       }
@@ -903,6 +904,7 @@ void AggregationStage::Contribute(const Checked& it) {
       c.duplicates.Add(1);
       jc.duplicates.Add(1);
       if (pkt.opcode == aggregator::Opcode::kPartial) AskAboveIfDone(job, *u.slot, h);
+      AskBelowIfForgotten(job, *u.slot, pkt.opcode);
       aggregator::MemberAddr addr;
       if (job.GetMember(contribution.node, &addr)) {
         answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
@@ -989,7 +991,8 @@ bool AggregationStage::RedirectResult(const Checked& it) {
 bool AggregationStage::AboutPartialSentUp(aggregator::Opcode opcode, uint32_t aux) {
   using aggregator::NackReason;
   if (opcode == aggregator::Opcode::kNotice) {
-    return aux == static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+    return aux == static_cast<uint32_t>(aggregator::NoticeKind::kMissing) ||
+           aux == static_cast<uint32_t>(aggregator::NoticeKind::kForgotten);
   }
   return aux == static_cast<uint32_t>(NackReason::kSlotQuota) ||
          aux == static_cast<uint32_t>(NackReason::kSlotBusy) ||
@@ -1021,6 +1024,33 @@ void AggregationStage::MissingAbove(const Checked& it) {
   const uint32_t seq = it.pkt.header->seq.host();
   const uint32_t local = LocalSlot(it.slot);
   const aggregator::Slot* slot = s_.slots->Holding(local, job.id(), job.generation(), seq);
+  if (it.pkt.header->aux.host() == static_cast<uint32_t>(aggregator::NoticeKind::kForgotten)) {
+    // The root asks for data of a chunk whose result reached members here:
+    // those past it kept theirs. A forwarded slot's partial goes again too.
+    // Only a chunk computed again to the same bytes is asked for (AsksBelow):
+    // a slot here that says otherwise keeps what it holds.
+    if (slot != nullptr && !SameInAnyOrder(slot->dtype(), slot->op())) {
+      TxBuffers::Consumed(it.m);
+      return;
+    }
+    if (slot != nullptr && slot->state() == aggregator::Slot::State::kForwarded &&
+        s_.slots->MissedAbove(local, job.id(), job.generation(), seq, clock_.tsc)) {
+      stats_.lcore.agg.partials_missing_above.Add(1);
+      (void)tree_.FinishSlot(job, local, *slot, false, nullptr, 0);
+    }
+    // A complete slot holds the result, none of the members' data: it gives
+    // way, or it would answer their resends and the partial they make with
+    // that result, and their data would never go up. Every member that
+    // lacks the result sends again into a slot claimed anew.
+    if (slot != nullptr && slot->state() == aggregator::Slot::State::kComplete) {
+      s_.slots->Release(local);
+      stats_.lcore.agg.forgotten_released.Add(1);
+      slot = nullptr;
+    }
+    NoticeForgotten(job, seq, slot, /*below=*/true);
+    TxBuffers::Consumed(it.m);
+    return;
+  }
   if (slot != nullptr) {
     if (slot->state() == aggregator::Slot::State::kForwarded &&
         s_.slots->MissedAbove(local, job.id(), job.generation(), seq, clock_.tsc)) {
@@ -1464,7 +1494,7 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       if (s_.slots->ResendForwarded(local, clock_.tsc)) {
         c.partials_resent.Add(1);
         (void)tree_.FinishSlot(job, local, *slot, false, nullptr, 0);
-        NoticeForgotten(job, *slot);
+        NoticeForgotten(job, slot->seq(), slot, AsksBelow(job, *slot));
       }
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld, 0, addr,
                              Answers::To::kBoundMember);
@@ -1484,7 +1514,7 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       AskAboveIfDone(job, *slot, h);
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
                              slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
-      NoticeForgotten(job, *slot);
+      NoticeForgotten(job, slot->seq(), slot, AsksBelow(job, *slot));
       return;
     }
   }
@@ -1635,17 +1665,27 @@ bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::
   return false;
 }
 
-void AggregationStage::NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot) {
-  const uint32_t seq = slot.seq();
+void AggregationStage::NoticeForgotten(const aggregator::Job& job, uint32_t seq,
+                                       const aggregator::Slot* slot, bool below) {
   // Excluded members too: one flags its own data late only when it sends
   // it, and a member past the chunk sends nothing unasked. The slot's first
   // data (or partial) listed it missing, and the TAN waits for its data.
   for (uint16_t node = 0; node < job.members(); ++node) {
-    if (slot.HasContributed(node)) continue;
+    // A child switch keeps no data of a chunk that went up: asked, it asks
+    // its own members past the chunk (MissingAbove). Asked too when its
+    // counted partial listed ranks missing (their data went around it, and
+    // may have been lost).
+    const bool ask_below = below && job.IsSwitch(node);
+    if (slot != nullptr && slot->HasContributed(node) &&
+        !(ask_below && LackedBelow(job, *slot, node))) {
+      continue;
+    }
     const std::optional<uint32_t> ack = job.GetAck(node);
     aggregator::MemberAddr addr;
     if (!ack || !aggregator::SeqBefore(seq, *ack) || !job.GetMember(node, &addr)) continue;
-    if (answers_.SendNotice(job, job.NodeId(node), seq, aggregator::NoticeKind::kMissing, addr)) {
+    const aggregator::NoticeKind kind =
+        ask_below ? aggregator::NoticeKind::kForgotten : aggregator::NoticeKind::kMissing;
+    if (answers_.SendNotice(job, job.NodeId(node), seq, kind, addr)) {
       stats_.lcore.agg.resync_notices.Add(1);
     }
   }
@@ -1665,6 +1705,31 @@ void AggregationStage::NoticeForgottenWithoutSlot(const aggregator::Job& job, co
       stats_.lcore.agg.resync_notices.Add(1);
     }
   }
+}
+
+bool AggregationStage::LackedBelow(const aggregator::Job& job, const aggregator::Slot& slot,
+                                   uint16_t child) const {
+  if (slot.inherited_overflow()) return true;
+  for (uint16_t i = 0; i < slot.inherited_count(); ++i) {
+    if (job.CoveringChild(slot.inherited(i)) == child) return true;
+  }
+  return false;
+}
+
+bool AggregationStage::AsksBelow(const aggregator::Job& job, const aggregator::Slot& slot) {
+  // Nothing above a root that is its own TAN or has none holds a result it
+  // lost. Integers, fixed point, min and max give the same bytes from the
+  // same data in any order and grouping (ResultLost): computed again, the
+  // chunk's result is the one the members past it hold. A float sum never
+  // is (its ResultLost, or the TAN's node order against a slot's).
+  if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kRemote) return false;
+  return SameInAnyOrder(slot.dtype(), slot.op());
+}
+
+void AggregationStage::AskBelowIfForgotten(const aggregator::Job& job, const aggregator::Slot& slot,
+                                           aggregator::Opcode opcode) {
+  if (opcode != aggregator::Opcode::kPartial || !AsksBelow(job, slot)) return;
+  NoticeForgotten(job, slot.seq(), &slot, /*below=*/true);
 }
 
 void AggregationStage::AskAboveIfDone(const aggregator::Job& job, const aggregator::Slot& slot,

@@ -238,7 +238,11 @@ class AggregationStage {
   // missing, Job::NoSlot::kUpAsMissing): the next member's data to it,
   // whose header has the chunk's shape (the NOTICE and a QUERY do not),
   // sends it up as missing (UpAsMissingAbove). A complete or aggregating
-  // slot's answer or partial is on its way: nothing. Consumes the datagram.
+  // slot's answer or partial is on its way: nothing. A NOTICE forgotten
+  // (the root lost the chunk's result, and members here have it): a
+  // forwarded slot's partial goes again as for a missing one, and the
+  // members past the chunk that no aggregating or forwarded slot counted
+  // are asked for their data (NoticeForgotten). Consumes the datagram.
   void MissingAbove(const Checked& c);
   // Before member data `c` to a chunk no slot holds goes on as late data:
   // when the parent said it lacks the chunk (MissingAbove) and it did not
@@ -396,9 +400,30 @@ class AggregationStage {
   // completes an aggregating slot, or goes on as late data after a
   // forwarded one's partial (its slot timed out waiting for it). Called
   // while a held member asks after the chunk (a QUERY): each time for an
-  // aggregating slot, at most once per resend gap for a forwarded one;
-  // O(members).
-  void NoticeForgotten(const aggregator::Job& job, const aggregator::Slot& slot);
+  // aggregating slot, at most once per resend gap for a forwarded one.
+  // `slot` null: no slot holds the chunk's data here, and every member past
+  // it is asked. With `below`, a child switch past the chunk is told
+  // NOTICE forgotten instead (it keeps no data of a chunk that went up, and
+  // asks its own members in turn, MissingAbove): only where AsksBelow, or
+  // on a root's NOTICE forgotten. O(members).
+  void NoticeForgotten(const aggregator::Job& job, uint32_t seq, const aggregator::Slot* slot,
+                       bool below);
+  // Whether `slot` inherited a missing id (one a counted partial listed)
+  // that member `child`, a switch, covers, or inherited too many to tell.
+  // O(inherited ids × log covered ids).
+  bool LackedBelow(const aggregator::Job& job, const aggregator::Slot& slot, uint16_t child) const;
+  // Whether a child switch past `slot`'s chunk is told NOTICE forgotten
+  // (NoticeForgotten's `below`): at a root that is its own TAN or has none,
+  // for a chunk computed again to the same bytes (not a float sum). O(1).
+  static bool AsksBelow(const aggregator::Job& job, const aggregator::Slot& slot);
+  // A counted child's repeated partial (`opcode`) of `slot`'s chunk at a
+  // root that is its own TAN or has none: the members past the chunk the
+  // slot lacks had its result from before the switch restarted, and
+  // nothing above holds it (AskAboveIfDone asks the TAN in vain). They are
+  // asked for their data again (NoticeForgotten, below) where AsksBelow: a
+  // child switch below asks its own members. O(members).
+  void AskBelowIfForgotten(const aggregator::Job& job, const aggregator::Slot& slot,
+                           aggregator::Opcode opcode);
   // As NoticeForgotten, for a chunk that no slot here holds, while a member
   // (`it`, its QUERY) asks after it: its resends for the parameter node
   // (AGGREGATE_AT_PS) take no slot, so none ever waits for the members past
@@ -438,7 +463,8 @@ class AggregationStage {
   // data) went up, the result came down and missed a child switch, and
   // that child's partial, sent again, claimed a slot for the chunk anew,
   // which the members that moved on never complete (a child switch keeps
-  // nothing to resend, and takes no NOTICE: NoticeForgotten cannot help).
+  // nothing to resend: only a NOTICE forgotten from a root reaches its
+  // members, AskBelowIfForgotten).
   // The parent keeps the result until every member below has acknowledged
   // it, a TAN a finished chunk's for its give-up time: it is asked for it
   // (TreeStage::AskAbove), and its answer reaches every member here. Not

@@ -3955,6 +3955,113 @@ TEST_F(ParameterNodeTest, ALeafAsksItsParentAfterAChunkWhoseSlotGaveWay) {
   EXPECT_EQ(Agg().queries_up.Get(), 2u);
 }
 
+// A root that restarted after a chunk's result reached this leaf's members
+// lacks the leaf's data, and the leaf's complete slot still holds the
+// result: the members' resends would be answered with it, and their data
+// never go up. The root's NOTICE forgotten makes the slot give way and
+// asks each member past the chunk for its kept data (NOTICE missing), not
+// one behind it; the resends complete a slot claimed anew, whose partial
+// goes up.
+TEST_F(ParameterNodeTest, ARootsNoticeForgottenAsksTheMembersPastTheChunkForTheirData) {
+  AddLeafJob(7, 3);
+  const uint32_t seq = 5;
+  for (uint16_t m = 0; m < 3; ++m) Inject(0, Contribution(7, seq, m, Int32Payload({1})));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+  Inject(1, ResultFromParent(7, seq, 3));
+  Step();
+  ExpectResults(7, 3, 3);
+  // Members 0 and 1 move on past the chunk; member 2 acknowledges nothing.
+  Inject(0, MemberAck(7, 0, seq + 1));
+  Inject(0, MemberAck(7, 1, seq + 1));
+  Step();
+  (void)Drain();
+
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kNotice;
+  f.job_id = 7;
+  f.seq = seq;
+  f.node_id = kLeafNode;
+  f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kForgotten);
+  f.incarnation = jobs_->Find(7)->label();
+  Inject(1, DatagramFrom(f, {}, MemberMac(kPs), MemberIp(kPs), aggregator::kAggUdpPort));
+  Step();
+  auto out = Drain();
+  EXPECT_EQ(Agg().unsupported.Get(), 0u);
+  const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+  EXPECT_EQ(NoticeKinds(out[0], seq),
+            (std::map<uint32_t, uint32_t>{{MemberIp(0), missing}, {MemberIp(1), missing}}));
+  EXPECT_EQ(Agg().resync_notices.Get(), 2u);
+  EXPECT_EQ(Agg().forgotten_released.Get(), 1u);
+  EXPECT_TRUE(out[1].empty());
+
+  for (uint16_t m = 0; m < 2; ++m) {
+    Frame again = Contribution(7, seq, m, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                               -1, /*ack=*/seq + 1);
+    HeaderOf(again)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+    Inject(0, again);
+  }
+  Inject(0, Contribution(7, seq, 2, Int32Payload({1})));
+  Step();
+  out = Drain();
+  EXPECT_TRUE(WithOpcode(out[0], aggregator::Opcode::kResult).empty()) << "no stale result";
+  const std::vector<Result> up = WithOpcode(out[1], aggregator::Opcode::kPartial);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].fields.seq, seq);
+  EXPECT_EQ(up[0].payload, Int32Payload({3}));
+}
+
+// A float sum is never computed again (its order would change its bytes),
+// so a root never asks for one; a NOTICE forgotten for one leaves its
+// complete slot here, which answers the members' resends with the result
+// they share, and asks nobody for data.
+TEST_F(ParameterNodeTest, ANoticeForgottenLeavesAFloatSumsCompleteSlot) {
+  AddLeafJob(7, 3);
+  const uint32_t seq = 5;
+  for (uint16_t m = 0; m < 3; ++m) {
+    Inject(0, Contribution(7, seq, m, Float32Payload({0.1f}), DType::kFloat32));
+  }
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u);
+  aggregator::AggFields r;
+  r.opcode = aggregator::Opcode::kResult;
+  r.job_id = 7;
+  r.seq = seq;
+  r.elem_count = 1;
+  r.dtype = DType::kFloat32;
+  r.incarnation = jobs_->Find(7)->label();
+  const std::vector<uint8_t> sum = Float32Payload({0.3f});
+  Inject(1, DatagramFrom(r, sum, MemberMac(kPs), MemberIp(kPs), aggregator::kAggUdpPort));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[0], aggregator::Opcode::kResult).size(), 3u);
+  Inject(0, MemberAck(7, 0, seq + 1));
+  Step();
+  (void)Drain();
+
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kNotice;
+  f.job_id = 7;
+  f.seq = seq;
+  f.node_id = kLeafNode;
+  f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kForgotten);
+  f.incarnation = jobs_->Find(7)->label();
+  Inject(1, DatagramFrom(f, {}, MemberMac(kPs), MemberIp(kPs), aggregator::kAggUdpPort));
+  Step();
+  auto out = Drain();
+  EXPECT_TRUE(out[0].empty()) << "nobody asked for data";
+  EXPECT_TRUE(out[1].empty());
+  EXPECT_EQ(Agg().forgotten_released.Get(), 0u);
+  EXPECT_EQ(Agg().resync_notices.Get(), 0u);
+
+  Frame again = Contribution(7, seq, 2, Float32Payload({0.1f}), DType::kFloat32);
+  HeaderOf(again)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, again);
+  Step();
+  const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 1u) << "the kept result";
+  EXPECT_EQ(results[0].payload, sum);
+}
+
 // Chunk s7's slot went up and gave way to job 8's chunk, which went up too;
 // a member whose answer was slow resends, and claims a slot for s7 again
 // (seed 140459). The result that comes down completes that slot, so that a

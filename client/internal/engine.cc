@@ -679,6 +679,8 @@ void Engine::OnNotice(const AggHeader& h) {
       self_flag_ = h.aux.host() == static_cast<uint32_t>(aggregator::NoticeKind::kSelfFlag);
       Bump(counters_.notices);
       return;
+    case aggregator::NoticeKind::kForgotten:
+      break;  // a switch's, never a worker's
   }
   // About a chunk of this transfer whose result came meanwhile: late, not stray.
   if (h.seq.host() - window_.base() < window_.sent()) return;
