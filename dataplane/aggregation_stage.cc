@@ -1718,11 +1718,13 @@ bool AggregationStage::LackedBelow(const aggregator::Job& job, const aggregator:
 
 bool AggregationStage::AsksBelow(const aggregator::Job& job, const aggregator::Slot& slot) {
   // Nothing above a root that is its own TAN or has none holds a result it
-  // lost. Integers, fixed point, min and max give the same bytes from the
-  // same data in any order and grouping (ResultLost): computed again, the
-  // chunk's result is the one the members past it hold. A float sum never
-  // is (its ResultLost, or the TAN's node order against a slot's).
-  if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kRemote) return false;
+  // lost, nor does a remote TAN (agg-ps) a result the root's slot made.
+  // Integers, fixed point, min and max give the same bytes from the same
+  // data in any order and grouping (ResultLost): computed again, here or at
+  // the TAN, the chunk's result is the one the members past it hold; where
+  // the TAN holds it already, their data is a repeat it drops. A float sum
+  // never is (its ResultLost, or the TAN's node order against a slot's).
+  if (!job.is_root()) return false;
   return SameInAnyOrder(slot.dtype(), slot.op());
 }
 

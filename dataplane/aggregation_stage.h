@@ -413,15 +413,15 @@ class AggregationStage {
   // O(inherited ids × log covered ids).
   bool LackedBelow(const aggregator::Job& job, const aggregator::Slot& slot, uint16_t child) const;
   // Whether a child switch past `slot`'s chunk is told NOTICE forgotten
-  // (NoticeForgotten's `below`): at a root that is its own TAN or has none,
-  // for a chunk computed again to the same bytes (not a float sum). O(1).
+  // (NoticeForgotten's `below`): at a root, for a chunk computed again to
+  // the same bytes (not a float sum). O(1).
   static bool AsksBelow(const aggregator::Job& job, const aggregator::Slot& slot);
   // A counted child's repeated partial (`opcode`) of `slot`'s chunk at a
-  // root that is its own TAN or has none: the members past the chunk the
-  // slot lacks had its result from before the switch restarted, and
-  // nothing above holds it (AskAboveIfDone asks the TAN in vain). They are
-  // asked for their data again (NoticeForgotten, below) where AsksBelow: a
-  // child switch below asks its own members. O(members).
+  // root: the members past the chunk the slot lacks had its result from
+  // before the switch restarted, which nothing above may hold (a TAN asked
+  // by AskAboveIfDone may never have had the chunk). They are asked for
+  // their data again (NoticeForgotten, below) where AsksBelow: a child
+  // switch below asks its own members. O(members).
   void AskBelowIfForgotten(const aggregator::Job& job, const aggregator::Slot& slot,
                            aggregator::Opcode opcode);
   // As NoticeForgotten, for a chunk that no slot here holds, while a member

@@ -4011,6 +4011,58 @@ TEST_F(ParameterNodeTest, ARootsNoticeForgottenAsksTheMembersPastTheChunkForThei
   EXPECT_EQ(up[0].payload, Int32Payload({3}));
 }
 
+// A root that restarted after a chunk's result reached the ranks below one
+// child switch only: the other child's partial, repeated, holds a slot
+// here, and the child past the chunk is asked for its data (NOTICE
+// forgotten), which it asks of its ranks (above). So whatever the root's
+// TAN: agg-ps here, which holds nothing of a chunk the root's slot
+// completed before the restart (seeds 851861 and 680217). A float sum is
+// asked of nobody: computed anew, its bytes could differ.
+TEST_F(ParameterNodeTest, ARootAsksAChildPastAChunkItLacksForItsData) {
+  BuildAggregation("");
+  constexpr uint16_t kOther = kChild + 1;
+  const auto forgotten = static_cast<uint32_t>(aggregator::NoticeKind::kForgotten);
+  for (const bool float_sum : {false, true}) {
+    const uint32_t id = float_sum ? 10 : 9;
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = 2;
+    spec.member_nodes = {kChild, kOther};
+    spec.covers = {{4, 5}, {6, 7}};
+    spec.tan = aggregator::JobSpec::Tan::kRemote;
+    spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+    jobs_->Find(id)->SetHop(aggregator::Job::kTanHop, PsHop());
+    const DType dtype = float_sum ? DType::kFloat32 : DType::kInt32;
+    auto from = [&](uint16_t node, aggregator::Opcode opcode, uint32_t ack, uint16_t flags) {
+      aggregator::AggFields f = FromChild(opcode, id, node, 5, 0xa1);
+      f.ack_watermark = ack;
+      f.flags = flags;
+      f.dtype = dtype;
+      f.elem_count = opcode == aggregator::Opcode::kAck ? 0 : 1;
+      const std::vector<uint8_t> payload =
+          opcode == aggregator::Opcode::kAck ? std::vector<uint8_t>{} : Int32Payload({40});
+      Inject(0, DatagramFrom(f, payload, MemberMac(node), MemberIp(node), MemberPort(node)));
+      Step();
+      return Drain();
+    };
+    (void)from(kChild, aggregator::Opcode::kAck, 9, 0);  // past chunk 5 before this switch knew it
+    (void)from(kOther, aggregator::Opcode::kPartial, 5, 0);
+    const uint64_t resyncs = Agg().resync_notices.Get();
+    auto out = from(kOther, aggregator::Opcode::kPartial, 5, aggregator::flags::kRetransmission);
+    const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], 5);
+    if (float_sum) {
+      EXPECT_EQ(told.count(MemberIp(kChild)), 0u) << "a float sum is asked of nobody";
+      EXPECT_EQ(Agg().resync_notices.Get(), resyncs);
+    } else {
+      ASSERT_EQ(told.count(MemberIp(kChild)), 1u);
+      EXPECT_EQ(told.at(MemberIp(kChild)), forgotten);
+      EXPECT_EQ(Agg().resync_notices.Get(), resyncs + 1);
+    }
+  }
+}
+
 // A float sum is never computed again (its order would change its bytes),
 // so a root never asks for one; a NOTICE forgotten for one leaves its
 // complete slot here, which answers the members' resends with the result
