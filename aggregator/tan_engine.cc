@@ -206,6 +206,7 @@ void TanEngine::Complete(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint
   Release(c.parked);
   c.outstanding.clear();
   c.merged.clear();
+  c.empty_shares.clear();
   c.overflow = (h.flags.host() & flags::kOverflow) != 0;
   std::fill(c.acc.begin(), c.acc.end(), 0);
   LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
@@ -249,6 +250,7 @@ void TanEngine::Refine(const ChunkId& id, Chunk& c, const AggPacket& pkt, uint64
   c.first_missing = missing;
   c.outstanding = std::move(missing);
   c.merged.clear();
+  c.empty_shares.clear();
   c.overflow = (h.flags.host() & flags::kOverflow) != 0;
   std::fill(c.acc.begin(), c.acc.end(), 0);
   LoadFirst(f.dtype, pkt.payload, f.elem_count, c.acc.data());
@@ -457,7 +459,22 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
     return Resolution::kDropped;
   }
   std::sort(late.missing.begin(), late.missing.end());
-  const std::vector<uint16_t> content = Content(f.job_id, late);
+  const auto share = c.empty_shares.find(late.node);
+  const bool rest_of_share = share != c.empty_shares.end() &&
+                             (late.flags & (flags::kConflict | flags::kContent)) == 0 &&
+                             std::includes(share->second.begin(), share->second.end(),
+                                           late.missing.begin(), late.missing.end());
+  std::vector<uint16_t> content;
+  if (rest_of_share) {
+    // Its sender sent the chunk before as holding nobody's data (CONFLICT),
+    // its whole share listed, and then reduced it in a slot after all: this
+    // payload holds that share less what it lists, never the sender's id a
+    // second time (the first one held nothing of it).
+    std::set_difference(share->second.begin(), share->second.end(), late.missing.begin(),
+                        late.missing.end(), std::back_inserter(content));
+  } else {
+    content = Content(f.job_id, late);
+  }
   bool resolves = false;
   for (const uint16_t n : content) {
     if (c.merged.count(n) != 0) {
@@ -465,6 +482,10 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
       return Resolution::kDropped;
     }
     resolves = resolves || c.outstanding.count(n) != 0;
+  }
+  if (!resolves && rest_of_share) {
+    ++counters_.duplicate_late;  // every id it holds came already, or is awaited no more
+    return Resolution::kDropped;
   }
   if (!resolves) {
     // One parked late per sender and missing list: a resend adds nothing.
@@ -498,6 +519,9 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   for (const uint16_t n : content) {
     c.outstanding.erase(n);
     c.merged.insert(n);
+  }
+  if ((late.flags & flags::kConflict) != 0 && content.size() == 1 && content[0] == late.node) {
+    c.empty_shares[late.node] = late.missing;  // sorted above
   }
   bool new_ids = false;
   // With CONTENT the list says what the payload holds, and it lacks nothing.
@@ -724,6 +748,7 @@ void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector
   std::vector<uint8_t>().swap(c.acc);
   c.outstanding.clear();
   c.merged.clear();
+  c.empty_shares.clear();
   c.result = std::move(datagram);
   c.phase = Phase::kDone;
   --pending_;

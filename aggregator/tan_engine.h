@@ -46,7 +46,11 @@
 //     {X} alone, as without SetCovers), or, with CONTENT, plus the ids its
 //     list names (it then lacks none). It resolves S ∩ outstanding; the ids of
 //     M that are neither outstanding nor already merged become outstanding
-//     (nested timeouts). A late whose S overlaps ids already merged from
+//     (nested timeouts). A late from X after X's merged late flagged
+//     CONFLICT (it held nobody's data and listed X's share missing), with
+//     neither CONFLICT nor CONTENT and listing only ids that one listed,
+//     holds S = that list less its own (X reduced the chunk in a slot after
+//     all), not X again. A late whose S overlaps ids already merged from
 //     another late (it would count them twice) is a duplicate and is dropped.
 //     A late that resolves nothing is a duplicate too, but it is parked until
 //     the chunk finishes (counted duplicate_late then): when a nested missing
@@ -314,6 +318,10 @@ class TanEngine {
     std::set<uint16_t> outstanding;
     std::set<uint16_t> first_missing;  // what the first data in use listed missing
     std::set<uint16_t> merged;  // ids whose data came with a late
+    // Senders of a merged late that held nobody's data (CONFLICT), and the
+    // share it listed missing, sorted: the same sender's later partial from
+    // a slot holds that share less what it lists.
+    std::map<uint16_t, std::vector<uint16_t>> empty_shares;
     int32_t own_node = -1;      // the node whose own data OfferOwn took
     uint32_t own_incarnation = 0;  // and its incarnation, which its results carry
     std::vector<uint8_t> acc;   // first data, plus the folded lates when incremental

@@ -763,6 +763,30 @@ TEST(TanEngineTest, NestedTimeoutMakesTheLatePartialsMissingIdsOutstanding) {
   EXPECT_EQ(tan.counters().merged, 2u);
 }
 
+// A leaf found no slot for the chunk and sent it up holding nobody's data
+// (CONFLICT), its four ranks listed; three of them went around it as late
+// data. Then the leaf reduced the fourth rank's resend in a slot after all:
+// its partial holds that rank, though its sender's id was merged with the
+// empty one. It resolves the rank, and nobody is counted twice.
+TEST(TanEngineTest, ALatePartialAfterTheSameSwitchsEmptyOneHoldsTheRestOfItsShare) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {100}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(2, Pack<int32_t>({2})), 1).empty());
+  EXPECT_TRUE(tan.Feed(Late(3, Pack<int32_t>({3})), 2).empty());
+  Spec empty = Late(100, Pack<int32_t>({0}), {1, 2, 3, 4});
+  empty.flags |= flags::kConflict;
+  EXPECT_TRUE(tan.Feed(empty, 3).empty());
+  EXPECT_TRUE(tan.Feed(Late(4, Pack<int32_t>({4})), 4).empty());
+  // A resend of the empty one, or a partial lacking what it did not list,
+  // holds nothing to take.
+  EXPECT_TRUE(tan.Feed(empty, 5).empty());
+  EXPECT_TRUE(tan.Feed(Late(100, Pack<int32_t>({50}), {2, 3, 4, 7}), 6).empty());
+  const Parsed r = tan.FeedForResult(Late(100, Pack<int32_t>({10}), {2, 3, 4}), 7);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1019});
+  EXPECT_EQ(tan.counters().merged, 5u);
+}
+
 TEST(TanEngineTest, LeafLateOvertakingItsSwitchsLatePartialStillCounts) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {100}), 0).empty());
