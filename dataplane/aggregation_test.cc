@@ -2616,6 +2616,19 @@ class ParameterNodeTest : public AggregationTest {
                         aggregator::kAggUdpPort);
   }
 
+  // A NOTICE forgotten for chunk `seq` of leaf job `id` from its parent
+  // (node 50), under the job's run label: to inject on port 1.
+  Frame ForgottenFromParent(uint32_t id, uint32_t seq) const {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kNotice;
+    f.job_id = id;
+    f.seq = seq;
+    f.node_id = kLeafNode;
+    f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kForgotten);
+    f.incarnation = jobs_->Find(id)->label();
+    return DatagramFrom(f, {}, MemberMac(kPs), MemberIp(kPs), aggregator::kAggUdpPort);
+  }
+
   // Leaf jobs 7 (three members) and 8 (two) on colliding chunks: job 7's
   // chunk, a 1 from each member, goes up, and its forwarded slot gives way
   // to job 8's, which goes up too. Returns job 7's chunk.
@@ -3977,14 +3990,7 @@ TEST_F(ParameterNodeTest, ARootsNoticeForgottenAsksTheMembersPastTheChunkForThei
   Step();
   (void)Drain();
 
-  aggregator::AggFields f;
-  f.opcode = aggregator::Opcode::kNotice;
-  f.job_id = 7;
-  f.seq = seq;
-  f.node_id = kLeafNode;
-  f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kForgotten);
-  f.incarnation = jobs_->Find(7)->label();
-  Inject(1, DatagramFrom(f, {}, MemberMac(kPs), MemberIp(kPs), aggregator::kAggUdpPort));
+  Inject(1, ForgottenFromParent(7, seq));
   Step();
   auto out = Drain();
   EXPECT_EQ(Agg().unsupported.Get(), 0u);
@@ -4090,14 +4096,7 @@ TEST_F(ParameterNodeTest, ANoticeForgottenLeavesAFloatSumsCompleteSlot) {
   Step();
   (void)Drain();
 
-  aggregator::AggFields f;
-  f.opcode = aggregator::Opcode::kNotice;
-  f.job_id = 7;
-  f.seq = seq;
-  f.node_id = kLeafNode;
-  f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kForgotten);
-  f.incarnation = jobs_->Find(7)->label();
-  Inject(1, DatagramFrom(f, {}, MemberMac(kPs), MemberIp(kPs), aggregator::kAggUdpPort));
+  Inject(1, ForgottenFromParent(7, seq));
   Step();
   auto out = Drain();
   EXPECT_TRUE(out[0].empty()) << "nobody asked for data";
