@@ -21,6 +21,7 @@
 
 #include "aggregator/bypass_table.h"
 #include "aggregator/job_table.h"
+#include "aggregator/relocation_map.h"
 #include "aggregator/slot_placement.h"
 #include "aggregator/slot_table.h"
 #include "aggregator/wire.h"
@@ -60,6 +61,10 @@ class TreeStage {
     // (AggregationSetup::holds): a result from above that completes such a
     // slot gives them back.
     HoldBuffers* holds = nullptr;
+    // The chunks whose placed slot this worker owns that were moved to a
+    // spare slot (AggregationSetup::relocations; read here only, on the
+    // same lcore); null without spare slots.
+    const aggregator::RelocationMap* relocations = nullptr;
   };
 
   TreeStage(const Setup& setup, rte_mempool* pool, LcoreStats& stats, TxBuffers& tx,
@@ -242,6 +247,11 @@ class TreeStage {
   uint32_t LocalSlot(const aggregator::Job& job, uint32_t seq) const {
     return s_.regions.Of(job.in_band(), job.placement(), seq) / s_.n_workers;
   }
+  // Where this worker keeps chunk `seq` of `job` for a result of its own
+  // TAN: its placed slot, or, when that holds no such chunk, the spare slot
+  // the chunk was moved to, if this worker's (a remote parent's result goes
+  // there as AggregationStage::RedirectResult sends it on). O(1).
+  uint32_t TanResultSlot(const aggregator::Job& job, uint32_t seq) const;
 
   const Setup s_;
   rte_mempool* const pool_;

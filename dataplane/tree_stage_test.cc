@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "aggregator/relocation_map.h"
 #include "aggregator/tan_engine.h"
 #include "dataplane/stage_test_fixture.h"
 
@@ -561,6 +562,64 @@ TEST_F(TreeStageTest, AnOwnTansResultOfAnotherRunIsRefused) {
   result(job.label());
   sent = Sent();
   EXPECT_EQ(sent[0].size() + sent[1].size(), 3u) << "every member gets its run's";
+  rte_ring_free(down);
+}
+
+// The own TAN's result comes to the worker that owns the chunk's placed
+// slot. A chunk moved off it to a spare slot (members' resends claimed a
+// slot again after its first data went up, and another chunk held the
+// placed one) completes there with that result, as it does with a remote
+// parent's, which is sent on to the spare slot: left waiting, the spare
+// slot lacked every member the result reached, and a member whose copy was
+// lost, its resend counted there, was told result_lost while the TAN still
+// held the result.
+TEST_F(TreeStageTest, AnOwnTansResultCompletesTheSpareSlotItsChunkMovedTo) {
+  const aggregator::Job& job = *AddOwnTanJob(6, 0);
+  ASSERT_FALSE(HasFailure());
+  rte_ring* down = rte_ring_create("tree_test_tan_down3", 16, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_NE(down, nullptr);
+  TreeStage::Setup ts = OwnTanSetup(nullptr, down);
+  ts.regions = aggregator::SlotRegions::Make(4, 0, /*spare=*/1);
+  aggregator::RelocationMap relocations(1);
+  ts.relocations = &relocations;
+  TreeStage tree(ts, Pool(), stats(), tx(), *answers_, clock_);
+  constexpr uint32_t kSeq = 4;
+  const uint32_t spare = ts.regions.Spare(0);
+  ASSERT_NE(ts.regions.Of(job.in_band(), job.placement(), kSeq), spare);
+  // Members 0 and 1 resent into the spare slot; member 2's result was lost.
+  for (uint16_t m = 0; m < 2; ++m) {
+    const int32_t v = 10 * (m + 1);
+    aggregator::Contribution c;
+    c.job_id = job.id();
+    c.job_generation = job.generation();
+    c.seq = kSeq;
+    c.node = m;
+    c.expected = job.members();
+    c.elem_count = 1;
+    c.payload = reinterpret_cast<const uint8_t*>(&v);
+    ASSERT_NE(slots_->Contribute(spare, c, clock_.tsc, fixtures::KeepSlots, nullptr).slot, nullptr);
+  }
+  ASSERT_TRUE(relocations.Insert({job.id(), job.generation(), kSeq}, 0));
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kResult;
+  f.node_id = 0xfffe;
+  f.job_id = job.id();
+  f.seq = kSeq;
+  f.elem_count = 1;
+  const std::vector<uint8_t> payload = Frames::Int32Payload({60});
+  uint8_t buf[sizeof(aggregator::AggHeader) + 4];
+  ASSERT_EQ(aggregator::BuildAggregation(f, nullptr, 0, payload.data(), 4, buf, sizeof(buf)), sizeof(buf));
+  rte_mbuf* m = rte_pktmbuf_alloc(Pool());
+  ASSERT_NE(m, nullptr);
+  std::memcpy(rte_pktmbuf_append(m, sizeof(buf)), buf, sizeof(buf));
+  ASSERT_EQ(rte_ring_sp_enqueue(down, m), 0);
+  tree.DrainTanResults();
+  tx().Flush();
+  const auto sent = Sent();
+  EXPECT_EQ(sent.at(0).size() + sent.at(1).size(), 3u) << "every member gets the result";
+  const aggregator::Slot* slot = slots_->Holding(spare, job.id(), job.generation(), kSeq);
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(slot->state(), aggregator::Slot::State::kComplete) << "the spare slot completes with it";
   rte_ring_free(down);
 }
 
