@@ -241,6 +241,58 @@ TEST_F(DefenceTest, ChunksBeyondTheSlotQuotaAreRefused) {
   EXPECT_EQ(Agg().slot_quota_refused.Get(), 1u);
 }
 
+// The chunk at a refused member's watermark holds the quota with the job's
+// other oldest chunks: while it waits, the members it lacks are told NOTICE
+// missing, as on a refusal slot_busy and at its rate, so that one whose data
+// was lost sends it again now rather than at its retransmission timeout,
+// while the others' chunks past the quota are refused every quota retry
+// (seed 673699). Not within a resend gap (5 ms) of the chunk's first
+// contribution, nor again within the next gap.
+TEST_F(DefenceTest, AQuotaRefusalTellsTheMembersTheChunkAtTheWatermarkLacksTheirDataIsMissing) {
+  AddLimitedJob(7, 3, false, /*slot_quota=*/8, 0);
+  auto contribute = [&](uint32_t seq, uint16_t node, uint32_t ack) {
+    Inject(0, Contribution(7, seq, node, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                           -1, ack));
+  };
+  for (uint16_t node = 0; node < 3; ++node) contribute(0, node, 0);
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[0], Opcode::kResult).size(), 3u);
+  // Member 2's data for chunk 1 is lost; member 2 has not acknowledged
+  // chunk 0 yet, so the chunks from 8 on lie beyond the quota.
+  contribute(1, 0, 1);
+  contribute(1, 1, 1);
+  Step();
+  (void)Drain();
+  // Member 0's chunk 9 is refused, and tells nobody within a resend gap of
+  // chunk 1's first contribution.
+  const auto refused = [&](uint32_t seq, uint16_t node) {
+    contribute(seq, node, 1);
+    Step();
+    const std::vector<Frame> out = Drain()[0];
+    EXPECT_EQ(NackReasons(out), std::vector<uint32_t>{static_cast<uint32_t>(NackReason::kSlotQuota)});
+    std::vector<uint16_t> told;
+    for (const Result& r : WithOpcode(out, Opcode::kNotice)) {
+      EXPECT_EQ(r.fields.seq, 1u);
+      EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kMissing));
+      EXPECT_EQ(r.dst_port, MemberPort(r.fields.node_id));
+      told.push_back(r.fields.node_id);
+    }
+    return told;
+  };
+  EXPECT_TRUE(refused(9, 0).empty()) << "within a resend gap of the chunk's first contribution";
+  Wait(6);
+  // A gap later: member 2, which chunk 1 lacks, is told; then nobody within
+  // the next gap.
+  EXPECT_EQ(refused(9, 0), std::vector<uint16_t>{2});
+  EXPECT_TRUE(refused(10, 1).empty());
+  EXPECT_EQ(Agg().busy_notices.Get(), 1u);
+  EXPECT_EQ(Agg().slot_quota_refused.Get(), 3u);
+  // Its resend completes the chunk.
+  contribute(1, 2, 1);
+  Step();
+  EXPECT_EQ(WithOpcode(Drain()[0], Opcode::kResult).size(), 3u);
+}
+
 // A rank may get more than a quota of results in one tick of the members'
 // clock (a 4 MiB allreduce of one rank: about 240 chunks a millisecond, with
 // 256 in-band slots a job). The watermarks its chunks carry move the quota

@@ -422,11 +422,14 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
         return false;
       }
       // A chunk too far ahead of the job's slowest member would take more
-      // slots than the job may hold: refused until the watermark moves.
+      // slots than the job may hold: refused until the watermark moves. The
+      // members the chunk at the sender's own watermark lacks are prompted,
+      // as on a refusal slot_busy: the refused chunks wait for them.
       if (opcode != Opcode::kQuery && !at_ps && !slotless &&
           !job->SeqAllowed(h.seq.host(), clock_.SeenNow(), s_.rebind_ticks)) {
         c.slot_quota_refused.Add(1);
         jc.quota_refused.Add(1);
+        NoticeQuotaHolder(*job, h.ack_watermark.host());
         answers_.Nack(m, h, NackReason::kSlotQuota, sender);
         return false;
       }
@@ -1205,7 +1208,25 @@ void AggregationStage::RefuseSlotBusy(const Checked& it) {
 
 void AggregationStage::NoticeAbsent(const Checked& it) {
   if (it.slot % s_.n_workers != s_.index) return;
-  const uint32_t local = LocalSlot(it.slot);
+  NoticeAbsentAt(LocalSlot(it.slot));
+}
+
+void AggregationStage::NoticeQuotaHolder(const aggregator::Job& job, uint32_t ack) {
+  // The chunk the member waits for: in its home slot, or in the job's moved
+  // partition (where OwnSlotOf looks), when this lcore owns that slot.
+  const auto notice_at = [&](uint32_t at) {
+    if (at % s_.n_workers != s_.index ||
+        s_.slots->Holding(LocalSlot(at), job.id(), job.generation(), ack) == nullptr) {
+      return false;
+    }
+    NoticeAbsentAt(LocalSlot(at));
+    return true;
+  };
+  if (notice_at(s_.regions.Of(job.in_band(), job.placement(), ack))) return;
+  if (MoveApplied(job) && job.MovedFrom(ack)) (void)notice_at(MovedSlot(job, ack));
+}
+
+void AggregationStage::NoticeAbsentAt(uint32_t local) {
   const aggregator::Slot& slot = s_.slots->slot(local);
   if (slot.state() != aggregator::Slot::State::kAggregating) return;
   const aggregator::Job* holder = s_.jobs->Find(slot.job_id());

@@ -293,6 +293,18 @@ class AggregationStage {
   // job's leaves too: a NOTICE missing from here is a lost partial to them;
   // they send theirs again on their own members' questions). O(members).
   void NoticeAbsent(const Checked& c);
+  // NoticeAbsent's notices for this lcore's slot `local`, whatever chunk it
+  // holds.
+  void NoticeAbsentAt(uint32_t local);
+  // A member's chunk was refused NACK slot_quota: the chunk at the member's
+  // ack watermark `ack` (the oldest it has no result of) holds the quota
+  // with the job's other oldest chunks. When this lcore owns its slot (home,
+  // or the moved partition) and it aggregates, the members it lacks are
+  // told NOTICE missing, as by NoticeAbsent and at its rate: the refused
+  // chunks, resent every quota retry, wait for them, and a member whose
+  // data was lost would otherwise send it again only at its own
+  // retransmission timeout. O(members).
+  void NoticeQuotaHolder(const aggregator::Job& job, uint32_t ack);
   // NACK slot_busy to the member (or the datagram dropped, counted, when it
   // has no address here). Consumes the datagram.
   void NackSlotBusy(const Checked& c);
