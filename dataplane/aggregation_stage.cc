@@ -867,7 +867,7 @@ void AggregationStage::Contribute(const Checked& it) {
       }
       return;
     case aggregator::SlotOutcome::kForwardedAgain:
-      if (ForwardedAsLate(it, *u.slot)) return;
+      if (ForwardedAsLate(it, *u.slot, /*resend=*/true)) return;
       // A member that was counted retransmits: the partial (or first data)
       // may have been lost on the way up. The parent answers a repeat with
       // its cached result.
@@ -894,13 +894,13 @@ void AggregationStage::Contribute(const Checked& it) {
       tree_.ForwardLate(m, job, it.header_offset, it.in_port);
       return;
     case aggregator::SlotOutcome::kDuplicate:
-      if (ForwardedAsLate(it, *u.slot)) return;
+      if (ForwardedAsLate(it, *u.slot, /*resend=*/false)) return;
       c.duplicates.Add(1);
       jc.duplicates.Add(1);
       tx_.Drop(it.in_port, DropReason::kAggDuplicate, m);
       return;
     case aggregator::SlotOutcome::kWaiting: {
-      if (ForwardedAsLate(it, *u.slot)) return;
+      if (ForwardedAsLate(it, *u.slot, /*resend=*/false)) return;
       // The member resent a chunk this slot has counted: its data arrived,
       // and the result waits for the others. Telling it so stops it resending
       // on a timer that cannot help.
@@ -1624,7 +1624,8 @@ bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
   return true;
 }
 
-bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot& slot) {
+bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot& slot,
+                                       bool resend) {
   const aggregator::Job& job = *it.job;
   const aggregator::AggPacket& pkt = it.pkt;
   if (pkt.opcode != aggregator::Opcode::kPartial || it.member < 0 ||
@@ -1656,6 +1657,15 @@ bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot
   }
   if (held == 0) return false;
   stats_.lcore.agg.late_repeats.Add(1);
+  if (resend) {
+    // The child repeats because no answer reached it, and the slot's
+    // partial (or first data) may be what was lost on the way up: it goes
+    // again first, as for any counted member's resend. Without it the late
+    // data would wait above for a partial that never comes (the TAN holds
+    // lates until their first data; seed 983168).
+    stats_.lcore.agg.partials_resent.Add(1);
+    (void)tree_.FinishSlot(job, LocalSlot(it.slot), slot, false, nullptr, 0);
+  }
   tree_.ForwardLate(it.m, job, it.header_offset, it.in_port, 0, /*name_content=*/true);
   return true;
 }

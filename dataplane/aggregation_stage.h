@@ -466,9 +466,13 @@ class AggregationStage {
   // included again) took a slot there anew with their resends. Dropped as
   // a repeat, their data would reach nobody: it goes on as late data
   // naming those ranks (CONTENT), towards the TAN that waits for them.
+  // With `resend` (the slot's resend gap has passed: SlotOutcome::
+  // kForwardedAgain), the forwarded slot's partial, or first data at a
+  // root, goes again before it: the child repeats because no answer
+  // reached it, and that partial may have been lost on the way.
   // Consumes `it.m` when it returns true. O(covered ids × (missing +
   // inherited ids)), for a repeated partial only.
-  bool ForwardedAsLate(const Checked& it, const aggregator::Slot& slot);
+  bool ForwardedAsLate(const Checked& it, const aggregator::Slot& slot, bool resend);
   // A member the aggregating `slot` lacks that has moved past its chunk
   // (its ack watermark says it holds the result) means the chunk completed
   // before: its slot here gave way once the partial (at a root, the first

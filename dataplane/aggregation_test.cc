@@ -4457,6 +4457,43 @@ TEST_F(ParameterNodeTest, AChildsRepeatHoldingOnlyWhatItsPartialLackedGoesOnAsLa
   EXPECT_EQ(Agg().late_repeats.Get(), 2u);
 }
 
+// The slot's first data went to the TAN lacking the child's ranks (the
+// child's partial held nobody's data: its chunk found no slot there) and
+// was lost. The child's repeat, past the resend gap, holds only ranks the
+// counted partial lacked and goes on as late data; the first data goes
+// again before it. Before, only the late went, the TAN held it waiting for
+// first data that nothing sent again, and every rank timed out (seed
+// 983168). Within the resend gap the late goes alone.
+TEST_F(ParameterNodeTest, AChildsRepeatGoingOnAsLateSendsTheFirstDataAgain) {
+  AddRootOverChild(9);
+  auto from_child = [&](std::vector<uint16_t> missing) {
+    const aggregator::AggFields f = FromChild(aggregator::Opcode::kPartial, 9, kChild, 1, 0xa1);
+    Inject(0, ChildFrame(f, missing));
+    Step();
+    return Drain()[1];
+  };
+  Inject(0, Contribution(9, 1, 0, Int32Payload({1})));
+  Step();
+  const std::vector<Frame> first = from_child({4, 5});
+  ASSERT_EQ(WithOpcode(first, aggregator::Opcode::kPartial).size(), 1u) << "the first data, lost";
+  EXPECT_EQ(MissingCount(first[0]), 2);
+  EXPECT_EQ(WithOpcode(from_child({}), aggregator::Opcode::kPartial).size(), 0u)
+      << "within the resend gap: the late alone";
+  EXPECT_EQ(Agg().late_repeats.Get(), 1u);
+
+  rte_delay_ms(6);  // past the resend gap
+  Step();           // a poll reads the clock
+  const std::vector<Frame> again = from_child({});
+  EXPECT_EQ(Agg().late_repeats.Get(), 2u);
+  const std::vector<Result> partials = WithOpcode(again, aggregator::Opcode::kPartial);
+  ASSERT_EQ(partials.size(), 1u) << "the first data again";
+  EXPECT_EQ(partials[0].payload, ParseResult(first[0]).payload) << "the same bytes";
+  EXPECT_EQ(WithOpcode(again, aggregator::Opcode::kLate).size(), 1u);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(ParseResult(again[0]).fields.opcode, aggregator::Opcode::kPartial) << "before the late";
+  EXPECT_EQ(MissingCount(again[0]), 2);
+}
+
 TEST_F(ParameterNodeTest, ATreeRootSendsAChunkWithNoSlotToTheTanAsMissing) {
   BuildAggregation(", spare_slots: 0");
   AddJobWithPs(7, 2);
