@@ -27,6 +27,13 @@ const auto* const kEnv =
 
 class DefenceTest : public AggregationTest {
  protected:
+  // Member `node` of job `id` sends chunk `seq` (an int32 1), acknowledging
+  // up to `ack`.
+  void ContributeOne(uint32_t id, uint32_t seq, uint16_t node, uint32_t ack) {
+    Inject(0, Contribution(id, seq, node, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                           -1, ack));
+  }
+
   // Job `id` with `members`, ordered, and the given quotas.
   void AddLimitedJob(uint32_t id, uint16_t members, bool ordered, uint32_t slot_quota,
                      uint32_t hold_quota) {
@@ -251,8 +258,7 @@ TEST_F(DefenceTest, ChunksBeyondTheSlotQuotaAreRefused) {
 TEST_F(DefenceTest, AQuotaRefusalTellsTheMembersTheChunkAtTheWatermarkLacksTheirDataIsMissing) {
   AddLimitedJob(7, 3, false, /*slot_quota=*/8, 0);
   auto contribute = [&](uint32_t seq, uint16_t node, uint32_t ack) {
-    Inject(0, Contribution(7, seq, node, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
-                           -1, ack));
+    ContributeOne(7, seq, node, ack);
   };
   for (uint16_t node = 0; node < 3; ++node) contribute(0, node, 0);
   Step();
@@ -323,8 +329,7 @@ TEST_F(DefenceTest, ALateRanksOldWatermarkHoldsNoRunBack) {
   BuildAggregation(", member_rebind_ms: 20");
   AddLimitedJob(7, 3, false, /*slot_quota=*/8, 0);
   auto contribute = [&](uint32_t seq, uint16_t node, uint32_t ack) {
-    Inject(0, Contribution(7, seq, node, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
-                           -1, ack));
+    ContributeOne(7, seq, node, ack);
   };
   for (uint16_t node = 0; node < 3; ++node) contribute(0, node, 0);
   Step();

@@ -53,11 +53,11 @@ inline constexpr uint64_t kStageKey = 0x5eed;
 inline bool KeepSlots(void*, uint32_t, uint32_t, uint32_t, bool) { return false; }
 
 // Members [0, n) of `job` contribute the value m + 1 (one int32) to chunk
-// `seq` in slot 0 of `slots`, which waits for `needed` of them (0: every
-// member); returns the slot.
-inline const aggregator::Slot& ContributeInSlot0(aggregator::SlotTable& slots,
-                                                 const aggregator::Job& job, uint32_t seq,
-                                                 uint16_t n, uint64_t tsc, uint16_t needed = 0) {
+// `seq` in slot `local` of `slots`, which waits for `needed` of them (0:
+// every member); returns the slot.
+inline const aggregator::Slot& ContributeInSlot(aggregator::SlotTable& slots, uint32_t local,
+                                                const aggregator::Job& job, uint32_t seq,
+                                                uint16_t n, uint64_t tsc, uint16_t needed = 0) {
   const aggregator::Slot* slot = nullptr;
   for (uint16_t m = 0; m < n; ++m) {
     const int32_t v = m + 1;
@@ -70,9 +70,16 @@ inline const aggregator::Slot& ContributeInSlot0(aggregator::SlotTable& slots,
     c.needed = needed;
     c.elem_count = 1;
     c.payload = reinterpret_cast<const uint8_t*>(&v);
-    slot = slots.Contribute(0, c, tsc, KeepSlots, nullptr).slot;
+    slot = slots.Contribute(local, c, tsc, KeepSlots, nullptr).slot;
   }
   return *slot;
+}
+
+// ContributeInSlot, in slot 0.
+inline const aggregator::Slot& ContributeInSlot0(aggregator::SlotTable& slots,
+                                                 const aggregator::Job& job, uint32_t seq,
+                                                 uint16_t n, uint64_t tsc, uint16_t needed = 0) {
+  return ContributeInSlot(slots, 0, job, seq, n, tsc, needed);
 }
 
 class StageTest : public ::testing::Test {

@@ -33,6 +33,25 @@ constexpr uint32_t kUpstreamIp = 0x0a000a01;  // 10.0.10.1
 
 class TreeStageTest : public StageTest {
  protected:
+  // The own TAN's RESULT of one int32, 60, for chunk `seq` of job `id`
+  // under run `label`, into `down`, the ring the tree stage drains.
+  void OwnTanResult(rte_ring* down, uint32_t id, uint32_t seq, uint32_t label) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kResult;
+    f.node_id = 0xfffe;
+    f.job_id = id;
+    f.seq = seq;
+    f.elem_count = 1;
+    f.incarnation = label;
+    const std::vector<uint8_t> payload = Frames::Int32Payload({60});
+    uint8_t buf[sizeof(aggregator::AggHeader) + 4];
+    ASSERT_EQ(aggregator::BuildAggregation(f, nullptr, 0, payload.data(), 4, buf, sizeof(buf)), sizeof(buf));
+    rte_mbuf* m = rte_pktmbuf_alloc(Pool());
+    ASSERT_NE(m, nullptr);
+    std::memcpy(rte_pktmbuf_append(m, sizeof(buf)), buf, sizeof(buf));
+    ASSERT_EQ(rte_ring_sp_enqueue(down, m), 0);
+  }
+
   void SetUp() override {
     StageTest::SetUp();
     auto jobs = aggregator::JobTable::Create(8, 16);
@@ -538,20 +557,7 @@ TEST_F(TreeStageTest, AnOwnTansResultOfAnotherRunIsRefused) {
   ASSERT_NE(down, nullptr);
   TreeStage tree(OwnTanSetup(nullptr, down), Pool(), stats(), tx(), *answers_, clock_);
   const auto result = [&](uint32_t label) {
-    aggregator::AggFields f;
-    f.opcode = aggregator::Opcode::kResult;
-    f.node_id = 0xfffe;
-    f.job_id = 6;
-    f.seq = 4;
-    f.elem_count = 1;
-    f.incarnation = label;
-    const std::vector<uint8_t> payload = Frames::Int32Payload({60});
-    uint8_t buf[sizeof(aggregator::AggHeader) + 4];
-    ASSERT_EQ(aggregator::BuildAggregation(f, nullptr, 0, payload.data(), 4, buf, sizeof(buf)), sizeof(buf));
-    rte_mbuf* m = rte_pktmbuf_alloc(Pool());
-    ASSERT_NE(m, nullptr);
-    std::memcpy(rte_pktmbuf_append(m, sizeof(buf)), buf, sizeof(buf));
-    ASSERT_EQ(rte_ring_sp_enqueue(down, m), 0);
+    OwnTanResult(down, 6, 4, label);
     tree.DrainTanResults();
     tx().Flush();
   };
@@ -587,32 +593,9 @@ TEST_F(TreeStageTest, AnOwnTansResultCompletesTheSpareSlotItsChunkMovedTo) {
   const uint32_t spare = ts.regions.Spare(0);
   ASSERT_NE(ts.regions.Of(job.in_band(), job.placement(), kSeq), spare);
   // Members 0 and 1 resent into the spare slot; member 2's result was lost.
-  for (uint16_t m = 0; m < 2; ++m) {
-    const int32_t v = 10 * (m + 1);
-    aggregator::Contribution c;
-    c.job_id = job.id();
-    c.job_generation = job.generation();
-    c.seq = kSeq;
-    c.node = m;
-    c.expected = job.members();
-    c.elem_count = 1;
-    c.payload = reinterpret_cast<const uint8_t*>(&v);
-    ASSERT_NE(slots_->Contribute(spare, c, clock_.tsc, fixtures::KeepSlots, nullptr).slot, nullptr);
-  }
+  (void)fixtures::ContributeInSlot(*slots_, spare, job, kSeq, 2, clock_.tsc);
   ASSERT_TRUE(relocations.Insert({job.id(), job.generation(), kSeq}, 0));
-  aggregator::AggFields f;
-  f.opcode = aggregator::Opcode::kResult;
-  f.node_id = 0xfffe;
-  f.job_id = job.id();
-  f.seq = kSeq;
-  f.elem_count = 1;
-  const std::vector<uint8_t> payload = Frames::Int32Payload({60});
-  uint8_t buf[sizeof(aggregator::AggHeader) + 4];
-  ASSERT_EQ(aggregator::BuildAggregation(f, nullptr, 0, payload.data(), 4, buf, sizeof(buf)), sizeof(buf));
-  rte_mbuf* m = rte_pktmbuf_alloc(Pool());
-  ASSERT_NE(m, nullptr);
-  std::memcpy(rte_pktmbuf_append(m, sizeof(buf)), buf, sizeof(buf));
-  ASSERT_EQ(rte_ring_sp_enqueue(down, m), 0);
+  OwnTanResult(down, job.id(), kSeq, 0);
   tree.DrainTanResults();
   tx().Flush();
   const auto sent = Sent();
