@@ -1548,8 +1548,14 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       (!job.is_root() || job.tan() != aggregator::JobSpec::Tan::kNone)) {
     tree_.AskAbove(job, h);
   }
-  // The members past the chunk may hold the only copy of its result.
-  if (slot == nullptr) NoticeForgottenWithoutSlot(job, it);
+  // The members past the chunk before this switch knew them may hold the
+  // only copy of its result: no slot waits for them (a member's resends
+  // for the parameter node, AGGREGATE_AT_PS, take none), and the parameter
+  // node would wait for their data until its give-up. Asked only where
+  // their data reduces anew to the bytes they hold (not a float sum).
+  if (slot == nullptr && SameInAnyOrder(it.pkt.dtype, it.pkt.op)) {
+    NoticeForgotten(job, h.seq.host(), nullptr, /*below=*/false, /*first_ack=*/true);
+  }
   answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
                          Answers::To::kBoundMember);
 }
@@ -1697,7 +1703,7 @@ bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::
 }
 
 void AggregationStage::NoticeForgotten(const aggregator::Job& job, uint32_t seq,
-                                       const aggregator::Slot* slot, bool below) {
+                                       const aggregator::Slot* slot, bool below, bool first_ack) {
   // Excluded members too: one flags its own data late only when it sends
   // it, and a member past the chunk sends nothing unasked. The slot's first
   // data (or partial) listed it missing, and the TAN waits for its data.
@@ -1711,28 +1717,12 @@ void AggregationStage::NoticeForgotten(const aggregator::Job& job, uint32_t seq,
         !(ask_below && LackedBelow(job, *slot, node))) {
       continue;
     }
-    const std::optional<uint32_t> ack = job.GetAck(node);
+    const std::optional<uint32_t> ack = first_ack ? job.FirstAck(node) : job.GetAck(node);
     aggregator::MemberAddr addr;
     if (!ack || !aggregator::SeqBefore(seq, *ack) || !job.GetMember(node, &addr)) continue;
     const aggregator::NoticeKind kind =
         ask_below ? aggregator::NoticeKind::kForgotten : aggregator::NoticeKind::kMissing;
     if (answers_.SendNotice(job, job.NodeId(node), seq, kind, addr)) {
-      stats_.lcore.agg.resync_notices.Add(1);
-    }
-  }
-}
-
-void AggregationStage::NoticeForgottenWithoutSlot(const aggregator::Job& job, const Checked& it) {
-  // The data the members resend reduces anew, here or at the TAN: to the
-  // bytes they hold only when the order does not matter.
-  if (!SameInAnyOrder(it.pkt.dtype, it.pkt.op)) return;
-  const uint32_t seq = it.pkt.header->seq.host();
-  for (uint16_t node = 0; node < job.members(); ++node) {
-    if (static_cast<int>(node) == it.member) continue;
-    const std::optional<uint32_t> first = job.FirstAck(node);
-    aggregator::MemberAddr addr;
-    if (!first || !aggregator::SeqBefore(seq, *first) || !job.GetMember(node, &addr)) continue;
-    if (answers_.SendNotice(job, job.NodeId(node), seq, aggregator::NoticeKind::kMissing, addr)) {
       stats_.lcore.agg.resync_notices.Add(1);
     }
   }

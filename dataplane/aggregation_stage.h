@@ -417,9 +417,11 @@ class AggregationStage {
   // it is asked. With `below`, a child switch past the chunk is told
   // NOTICE forgotten instead (it keeps no data of a chunk that went up, and
   // asks its own members in turn, MissingAbove): only where AsksBelow, or
-  // on a root's NOTICE forgotten. O(members).
+  // on a root's NOTICE forgotten. With `first_ack`, past the chunk means
+  // a member's first watermark here (Job::FirstAck): it had the result
+  // before this switch knew it. O(members).
   void NoticeForgotten(const aggregator::Job& job, uint32_t seq, const aggregator::Slot* slot,
-                       bool below);
+                       bool below, bool first_ack = false);
   // Whether `slot` inherited a missing id (one a counted partial listed)
   // that member `child`, a switch, covers, or inherited too many to tell.
   // O(inherited ids × log covered ids).
@@ -436,17 +438,6 @@ class AggregationStage {
   // switch below asks its own members. O(members).
   void AskBelowIfForgotten(const aggregator::Job& job, const aggregator::Slot& slot,
                            aggregator::Opcode opcode);
-  // As NoticeForgotten, for a chunk that no slot here holds, while a member
-  // (`it`, its QUERY) asks after it: its resends for the parameter node
-  // (AGGREGATE_AT_PS) take no slot, so none ever waits for the members past
-  // the chunk, and the parameter node waits for their data until its
-  // give-up. Told are the members whose first watermark here was past the
-  // chunk (Job::FirstAck): they had its result before this switch knew
-  // them, from a process that may have held it alone. Only for a reduction
-  // that gives the same bytes in any order (not a float sum): their data
-  // reduces anew, and the asker gets the result they hold. Called for each
-  // such QUERY; O(members).
-  void NoticeForgottenWithoutSlot(const aggregator::Job& job, const Checked& it);
   // Whether `slot`'s chunk is such a chunk (a member past it lacks from the
   // slot) whose result this switch would compute anew, at a root that is
   // its own TAN or has none, and whose reduction depends on the order of
