@@ -192,6 +192,26 @@ for n in $(seq 1 "$KILLS"); do
     kill_and_restart "$n"
 done
 
+# switch_view JOB: what the running switch has of JOB, for a failure: each
+# member's watermark, the job's placement and counters, the slots it holds
+# that have no result yet, and the aggregation counters that are not 0.
+switch_view() {
+  curl -fsS -m 5 "$API/api/v1/jobs/$1" | python3 -c 'import json, sys
+j = json.load(sys.stdin)
+print("switch: job %d acks %s placement %s counters %s" % (j["id"],
+      [m["ack_watermark"] for m in j["learned_members"]], j["placement"], j["counters"]))' || true
+  curl -fsS -m 5 "$API/api/v1/slots?limit=100000&job=$1" | python3 -c 'import json, sys
+slots = [s for s in json.load(sys.stdin)["slots"] if s["state"] != "complete"]
+print("switch: %d slots of the job without a result" % len(slots))
+for s in sorted(slots, key=lambda s: s["seq"])[:12]:
+    print("  ", s)' || true
+  curl -fsS -m 5 "$METRICS" |
+    awk '/^aggswitch_aggregation_[a-z_]*_total/ && $NF != 0 { sub(/\{.*/, "", $1); n[$1] += $NF }
+         /^aggswitch_port_dropped_packets_total/ && $NF != 0 {
+           match($1, /reason="[a-z_]*"/); n["dropped " substr($1, RSTART, RLENGTH)] += $NF }
+         END { for (k in n) printf "switch: %s %d\n", k, n[k] }' | sort | head -80
+}
+
 # collect JOB: every rank exited 0, every allreduce verified.
 collect() {
   local job="$1" r code rc=0 pids
@@ -204,7 +224,10 @@ collect() {
       sed "s/^/[job $job rank $r, exit $code] /" "$WORK/$job.$r.out" | tail -20
     fi
   done
-  [ "$rc" -eq 0 ] || return 1
+  if [ "$rc" -ne 0 ]; then
+    switch_view "$job"
+    return 1
+  fi
   local summary
   summary=$(python3 -c 'import json, sys
 d = [json.load(open(f)) for f in sys.argv[1:]]
