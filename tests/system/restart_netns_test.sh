@@ -198,8 +198,10 @@ done
 switch_view() {
   curl -fsS -m 5 "$API/api/v1/jobs/$1" | python3 -c 'import json, sys
 j = json.load(sys.stdin)
-print("switch: job %d acks %s placement %s counters %s" % (j["id"],
-      [m["ack_watermark"] for m in j["learned_members"]], j["placement"], j["counters"]))' || true
+print("switch: job %d placement %s counters %s" % (j["id"], j["placement"], j["counters"]))
+for m in j["learned_members"]:
+    print("switch:   member %d at %s:%d (%s, port %s) watermark %s" % (
+          m["node"], m["ip"], m["udp_port"], m["mac"], m["port"], m["ack_watermark"]))' || true
   curl -fsS -m 5 "$API/api/v1/slots?limit=100000&job=$1" | python3 -c 'import json, sys
 slots = [s for s in json.load(sys.stdin)["slots"] if s["state"] != "complete"]
 print("switch: %d slots of the job without a result" % len(slots))
