@@ -211,7 +211,9 @@ for s in sorted(slots, key=lambda s: s["seq"])[:12]:
     awk '/^aggswitch_aggregation_[a-z_]*_total/ && $NF != 0 { sub(/\{.*/, "", $1); n[$1] += $NF }
          /^aggswitch_port_dropped_packets_total/ && $NF != 0 {
            match($1, /reason="[a-z_]*"/); n["dropped " substr($1, RSTART, RLENGTH)] += $NF }
-         END { for (k in n) printf "switch: %s %d\n", k, n[k] }' | sort | head -80
+         /^aggswitch_port_(device_[a-z_]*|rx_packets|tx_packets)_total/ && $NF != 0 { print "switch: " $0 }
+         /^aggswitch_pool_available_buffers/ { print "switch: " $0 }
+         END { for (k in n) printf "switch: %s %d\n", k, n[k] }' | sort | head -100
 }
 
 # collect JOB: every rank exited 0, every allreduce verified.
