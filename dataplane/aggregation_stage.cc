@@ -732,11 +732,6 @@ void AggregationStage::Contribute(const Checked& it) {
     return;
   }
   if (at_ps && ToParameterNode(it)) return;
-  if (FlaggedResendGoesAround(it)) {
-    c.late_self_flagged.Add(1);
-    tree_.ForwardLate(m, job, it.header_offset, it.in_port);
-    return;
-  }
   if (pkt.opcode == aggregator::Opcode::kContribution && !at_ps) {
     NoticeGap(job, seq, h.ack_watermark.host(),
               (h.flags.host() & aggregator::flags::kRetransmission) == 0,
@@ -948,32 +943,6 @@ void AggregationStage::Contribute(const Checked& it) {
       break;
   }
   NackMember(it, refused, DropReason::kAggRejected);
-}
-
-bool AggregationStage::FlaggedResendGoesAround(const Checked& it) const {
-  const aggregator::Job& job = *it.job;
-  const aggregator::AggHeader& h = *it.pkt.header;
-  constexpr uint16_t kFlaggedResend =
-      aggregator::flags::kBypass | aggregator::flags::kRetransmission;
-  if (it.pkt.opcode != aggregator::Opcode::kContribution || it.member < 0 ||
-      (h.flags.host() & kFlaggedResend) != kFlaggedResend || IsForPs(it.pkt) || !job.aggregates() ||
-      (job.is_root() && job.tan() == aggregator::JobSpec::Tan::kNone)) {
-    return false;
-  }
-  // A member resends a chunk from the datagram it first sent, flags and
-  // all: flagged, that first send went around the slots as late data (its
-  // switch excluded the member then), unless a slot here counted it (the
-  // member had not heard yet that it takes part again). Its resend goes the
-  // same way, whatever the prediction says now: the TAN may hold that first
-  // send already, and a slot that counted the resend would send up a
-  // partial overlapping it, which the TAN drops as a duplicate, losing every
-  // other member it holds. The TAN merges the resend if it lacks it, and
-  // drops it if not. A slot that awaits the member lists it missing when
-  // its timer fires.
-  const aggregator::Slot* slot =
-      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), h.seq.host());
-  return slot == nullptr || (slot->state() == aggregator::Slot::State::kAggregating &&
-                             !slot->HasContributed(static_cast<uint16_t>(it.member)));
 }
 
 bool AggregationStage::Redirect(const Checked& it) {

@@ -205,9 +205,6 @@ class AggregationStage {
   //     the home slot, which decides.
   // Returns true when the datagram was dealt with.
   bool Redirect(const Checked& c);
-  // A member's flagged resend of data a slot here has not counted: it goes
-  // on as late data, as its first send did (Contribute).
-  bool FlaggedResendGoesAround(const Checked& c) const;
   // A result from above at its chunk's home slot, which does not hold the
   // chunk: sent on, as Redirect sends a contribution, to the slot that
   // does, so that the result is kept there for the members that ask again.

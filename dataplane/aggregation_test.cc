@@ -3449,44 +3449,6 @@ TEST_F(ParameterNodeTest, ASlotWaitingOnlyForExcludedMembersGoesOn) {
   for (const Result& r : results) EXPECT_EQ(r.payload, Int32Payload({321}));
 }
 
-// A member's resend carries the flags of its first send. Flagged, that send
-// went around the slots as late data, and the TAN may hold it already: the
-// resend goes the same way after the prediction changed, and takes no slot.
-// Counted in a slot at a leaf, it went up again inside the leaf's partial,
-// overlapping the late the TAN had merged: the TAN dropped that partial as a
-// duplicate, and with it a member whose first send was lost (seed 1203151:
-// INCOMPLETE lacking that member).
-TEST_F(ParameterNodeTest, AFlaggedResendGoesAroundAfterThePredictionChanged) {
-  AddLeafJob(7, 3);
-  ASSERT_TRUE(jobs_->Find(7)->SetExcluded(1, true));  // the control thread's apply
-  ASSERT_TRUE(jobs_->Find(7)->SetExcluded(2, true));
-  Frame first = Contribution(7, 5, 2, Int32Payload({300}));
-  HeaderOf(first)->flags = common::be16_t::FromHost(aggregator::flags::kBypass);
-  Inject(0, first);  // member 1's flagged first send, and member 0's, are lost
-  Step();
-  auto out = Drain();
-  ASSERT_EQ(out[1].size(), 1u);
-  EXPECT_EQ(ParseResult(out[1][0]).fields.opcode, aggregator::Opcode::kLate);
-  // The prediction changes: member 0 is excluded now, 1 and 2 no longer.
-  // Told `missing` when they asked, 2 and 1 resend their flagged datagrams.
-  ASSERT_TRUE(jobs_->Find(7)->SetExcluded(0, true));
-  ASSERT_TRUE(jobs_->Find(7)->SetExcluded(1, false));
-  ASSERT_TRUE(jobs_->Find(7)->SetExcluded(2, false));
-  for (const auto& [node, value] : {std::pair<uint16_t, int32_t>{2, 300}, {1, 20}}) {
-    Frame resent = Contribution(7, 5, node, Int32Payload({value}));
-    HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kBypass |
-                                                       aggregator::flags::kRetransmission);
-    Inject(0, resent);
-    Step();
-    out = Drain();
-    ASSERT_EQ(out[1].size(), 1u) << "member " << node;
-    const Result r = ParseResult(out[1][0]);
-    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kLate) << "member " << node;
-    EXPECT_EQ(r.fields.node_id, node);
-  }
-  EXPECT_EQ(Agg().late_self_flagged.Get(), 3u);
-}
-
 // A predicted straggler's data goes around the slot, and the member is told
 // to flag it (NOTICE self-flag) with its own incarnation: a NOTICE of
 // another run's (0 before) the member drops, and it never flagged its data.
