@@ -1377,6 +1377,14 @@ void AggregationStage::DrainRelocations() {
         // member's contribution found it free): the chunk stays there whole,
         // and the spare slot waits unused until its lease ends.
         sent_on = true;
+      } else if (StaleForSpare(it)) {
+        // The home slot completed the chunk and gave it up while the
+        // control thread decided, and this datagram's sender has the
+        // result: counted in a spare slot, the chunk would complete a
+        // second time, a float sum in another order (seed 1304072).
+        stats_.lcore.agg.duplicates.Add(1);
+        tx_.Drop(it.in_port, DropReason::kAggDuplicate, it.m);
+        continue;
       } else {
         // Cannot fail: the control thread leases at most as many spare
         // slots as the map holds.
@@ -1674,6 +1682,24 @@ bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot
   }
   tree_.ForwardLate(it.m, job, it.header_offset, it.in_port, 0, /*name_content=*/true);
   return true;
+}
+
+bool AggregationStage::StaleForSpare(const Checked& it) const {
+  const aggregator::Job& job = *it.job;
+  // The scope of ResultLost: where nothing asks a member past a float sum's
+  // chunk for its data again, a datagram such a member sent is one it sent
+  // before it had the result.
+  if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kRemote || it.member < 0) {
+    return false;
+  }
+  if (it.pkt.opcode != aggregator::Opcode::kContribution &&
+      it.pkt.opcode != aggregator::Opcode::kPartial) {
+    return false;
+  }
+  if (SameInAnyOrder(it.pkt.dtype, it.pkt.op)) return false;
+  if ((it.pkt.header->flags.host() & aggregator::flags::kOrdered) != 0) return false;
+  const std::optional<uint32_t> ack = job.GetAck(static_cast<uint16_t>(it.member));
+  return ack && aggregator::SeqBefore(it.pkt.header->seq.host(), *ack);
 }
 
 bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::Slot& slot) const {

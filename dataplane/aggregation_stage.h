@@ -450,6 +450,15 @@ class AggregationStage {
   // asked for its data again.
   // O(members).
   bool ResultLost(const aggregator::Job& job, const aggregator::Slot& slot) const;
+  // Whether `it`, a member's datagram the control thread sends to a spare
+  // slot (Relocation::kPlace) after its chunk's home slot gave the chunk
+  // up, is stale: a float sum (not ordered) at a root that is its own TAN
+  // or has none (ResultLost's scope), whose sender's ack watermark is past
+  // the chunk. The sender has the result: the home slot completed the chunk
+  // while the datagram waited for the control thread, and a spare slot
+  // would complete it again in another order, to the members and the main
+  // server. O(1).
+  bool StaleForSpare(const Checked& it) const;
   // `it`, a child switch's partial for a chunk `slot` counted that child in,
   // holds only ranks the counted partial lacked (the ids the slot inherited
   // from its missing list): the child's slot gave way, and members whose

@@ -1255,6 +1255,71 @@ TEST_F(AggregationTest, AChunkWhoseSlotIsTakenMovesToASpareSlot) {
   EXPECT_EQ(Agg().slot_busy.Get(), 0u);
 }
 
+// A float sum's chunk collides, and every member's first contribution waits
+// for the control thread. Before it answers, the slot frees, the members'
+// resends complete the chunk there, every member moves past it, and another
+// chunk takes the slot. The control thread's answer then places the chunk
+// in a spare slot: the waiting datagrams are stale (each sender has the
+// result), and counted there they would complete the chunk a second time in
+// their own arrival order, other bytes than the members hold, to the
+// members and to the main server (seed 1304072). They are dropped, and the
+// spare slot stays unused.
+TEST_F(AggregationTest, AnEscalatedFloatSumThatCompletedAtHomeMeanwhileIsNotReducedAgain) {
+  BuildAggregation(", spare_slots: 4");
+  AddJob(7, 1);
+  AddJob(8, 3);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  const aggregator::SlotRegions regions = aggregator::SlotRegions::Make(
+      config_.aggregation.slots, config_.aggregation.InBandSlots(), config_.aggregation.SpareSlots());
+  const uint32_t home = regions.Of(false, jobs_->Find(7)->placement(), s7);
+  uint32_t s7_next = s7 + 1;
+  while (regions.Of(false, jobs_->Find(7)->placement(), s7_next) != home) ++s7_next;
+  const auto ack = [&](uint32_t job, uint16_t node, uint32_t watermark) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kAck;
+    f.node_id = node;
+    f.job_id = job;
+    f.job_key = 0x5eed;
+    f.ack_watermark = watermark;
+    Inject(0, Datagram(f));
+  };
+  // In float32, (1e8 + 1) - 1e8 is 0 and (1e8 - 1e8) + 1 is 1.
+  const std::vector<float> values = {1e8f, 1.0f, -1e8f};
+  const auto data = [&](uint16_t node, bool resend) {
+    return Flagged(Contribution(8, s8, node, Float32Payload({values[node]}), DType::kFloat32,
+                                ReduceOp::kSum, 0x5eed, -1, s8),
+                   /*ordered=*/false, resend);
+  };
+  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));  // complete: it holds the slot
+  for (const uint16_t node : {0, 1, 2}) Inject(0, data(node, false));
+  Step();
+  EXPECT_EQ(Agg().escalations.Get(), 3u);
+  (void)Drain();
+  // Job 7's member moves past s7: the complete slot may give way. The
+  // resends take it, in another order, and complete the chunk.
+  ack(7, 0, s7 + 1);
+  for (const uint16_t node : {0, 2, 1}) Inject(0, data(node, true));
+  Step();
+  std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 3u);
+  for (const Result& r : results) EXPECT_EQ(r.payload, Float32Payload({1.0f}));
+  // Every member has it and moves past s8; job 7's next chunk takes the slot.
+  for (const uint16_t node : {0, 1, 2}) ack(8, node, s8 + 1);
+  Inject(0, Contribution(7, s7_next, 0, Int32Payload({2}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                         -1, s7 + 1));
+  Step();
+  ASSERT_EQ(WithOpcode(Drain()[0], aggregator::Opcode::kResult).size(), 1u);
+  const uint64_t duplicates = Agg().duplicates.Get();
+  // The control thread answers the escalations now.
+  dp_->ProcessEscalations(std::chrono::steady_clock::now());
+  Step();
+  results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+  EXPECT_TRUE(results.empty()) << "the chunk completed again in a spare slot";
+  for (const Result& r : results) EXPECT_EQ(r.payload, Float32Payload({1.0f})) << "another order";
+  EXPECT_EQ(Agg().duplicates.Get(), duplicates + 3);
+  EXPECT_EQ(Agg().relocated.Get(), 0u);
+}
+
 // Without a free spare slot a collided contribution gets a defined answer,
 // NACK slot_busy ("not now"), never silence.
 TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
