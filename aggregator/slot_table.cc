@@ -76,6 +76,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.final_ = false;
   s.verifying_ = false;
   s.kept_ = false;
+  s.retry_ = false;
   if (s.gone_ && s.gone_job_id_ == c.job_id && s.gone_generation_ == c.job_generation &&
       s.gone_seq_ == c.seq) {
     s.gone_ = false;  // the member it lacked came: the chunk may complete here after all
@@ -237,7 +238,7 @@ Slot* SlotTable::ForwardedChunk(uint32_t local_index, uint32_t job_id, uint32_t 
 }
 
 bool SlotTable::RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
-                             uint32_t seq, uint64_t now_tsc) {
+                             uint32_t seq, uint64_t now_tsc, bool retry) {
   Slot* forwarded = ForwardedChunk(local_index, job_id, job_generation, seq);
   if (forwarded == nullptr) return false;
   Slot& s = *forwarded;
@@ -251,6 +252,21 @@ bool SlotTable::RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job
   // does the data of those the refused partial listed missing (their
   // entries stay); the parent then waited for this switch for good.
   s.kept_ = true;
+  // "Not now": the partial goes again a resend gap on (RetryRefused), as a
+  // member refused so sends its data again soon.
+  if (retry && config_.resend_gap_cycles != 0) {
+    s.retry_ = true;
+    timers_.Arm(local_index, now_tsc + config_.resend_gap_cycles);
+  }
+  return true;
+}
+
+bool SlotTable::RetryRefused(uint32_t local_index, uint64_t now_tsc) {
+  Slot& s = slots_[local_index];
+  if (s.state_ != Slot::State::kForwarded || !s.retry_) return false;
+  s.retry_ = false;
+  timers_.Cancel(local_index);
+  s.resent_tsc_ = now_tsc;
   return true;
 }
 
@@ -285,8 +301,10 @@ bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_
       released->released = released_.get();
       released->n_released = n;
     }
-    timers_.Cancel(local_index);
   }
+  // Its slot timer, or a refused partial's retry (RefusedAbove).
+  if (aggregating || s.retry_) timers_.Cancel(local_index);
+  s.retry_ = false;
   std::memcpy(s.result_, payload, len);
   s.result_view_ = s.result_;
   s.overflow_ = overflow;

@@ -190,6 +190,9 @@ class Slot {
   bool final_ = false;
   bool verifying_ = false;
   bool kept_ = false;
+  // Its partial was refused above for now (RefusedAbove) and its timer is
+  // armed to send it again (RetryRefused).
+  bool retry_ = false;
   // The chunk this slot last gave up stale while it still aggregated (swept,
   // or taken over by another chunk), and the members it had counted: kept
   // apart from the slot's own chunk, so that another chunk using the slot in
@@ -347,8 +350,20 @@ class SlotTable {
   // as KeepForwarded says, until the answer comes down. Returns whether the
   // slot is forwarded and holds chunk (job_id, job_generation, seq).
   // [owner lcore]
+  // `retry`: the refusal says "not now" (slot quota, slot busy, hold
+  // quota): the slot's timer is armed for one resend gap, and when it fires
+  // (RetryRefused) the partial goes again without waiting for a member. The
+  // members were all counted and know nothing of the refusal: they ask
+  // again only at their backed-off retransmission timeout, hundreds of
+  // milliseconds while the job stood still (seed 1303202).
   bool RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
-                    uint64_t now_tsc);
+                    uint64_t now_tsc, bool retry = false);
+  // Slot `local_index`'s timer fired (Expired): whether it is a forwarded
+  // slot whose refused partial should go again now (RefusedAbove with
+  // `retry`). The resend gap counts from `now_tsc`, so that a member's
+  // resend or query right after it does not send the partial once more.
+  // [owner lcore]
+  bool RetryRefused(uint32_t local_index, uint64_t now_tsc);
   // The parent says it lacks forwarded slot `local_index`'s partial (a
   // NOTICE missing): it was lost on the way, and no member may ask again
   // (the excluded ones' data goes around the slot). Whether it goes again

@@ -1015,8 +1015,16 @@ void AggregationStage::RunEndedAbove(const Checked& it) {
 
 void AggregationStage::RefusedAbove(const Checked& it) {
   const aggregator::Job& job = *it.job;
+  // "Not now" (not a new run): the partial goes again on the slot's timer
+  // (RetryRefused), since the members, all counted, ask only at their
+  // backed-off retransmission timeout.
+  using aggregator::NackReason;
+  const uint32_t aux = it.pkt.header->aux.host();
+  const bool retry = aux == static_cast<uint32_t>(NackReason::kSlotQuota) ||
+                     aux == static_cast<uint32_t>(NackReason::kSlotBusy) ||
+                     aux == static_cast<uint32_t>(NackReason::kHoldQuota);
   if (s_.slots->RefusedAbove(LocalSlot(it.slot), job.id(), job.generation(),
-                             it.pkt.header->seq.host(), clock_.tsc)) {
+                             it.pkt.header->seq.host(), clock_.tsc, retry)) {
     stats_.lcore.agg.partials_refused_above.Add(1);
   }
   TxBuffers::Consumed(it.m);
@@ -1882,9 +1890,23 @@ void AggregationStage::RunTimers() {
   uint32_t expired[kExpiriesPerPoll];
   const uint32_t n = s_.slots->Expired(clock_.tsc, kExpiriesPerPoll, expired);
   for (uint32_t i = 0; i < n; ++i) {
+    if (RetryRefused(expired[i])) continue;
     if (PostponeUnlistable(expired[i])) continue;
     if (ExpireSlot(expired[i], true)) stats_.lcore.agg.timeouts.Add(1);
   }
+}
+
+bool AggregationStage::RetryRefused(uint32_t local) {
+  // The parent refused the forwarded slot's partial "not now" a resend gap
+  // ago (RefusedAbove): it goes again, from the slot, the same bytes, which
+  // the parent counts once or answers as a repeat with its cached result.
+  if (!s_.slots->RetryRefused(local, clock_.tsc)) return false;
+  const aggregator::Slot& slot = s_.slots->slot(local);
+  const aggregator::Job* job = s_.jobs->Find(slot.job_id());
+  if (job == nullptr || job->generation() != slot.job_generation()) return true;
+  stats_.lcore.agg.partials_resent.Add(1);
+  (void)tree_.FinishSlot(*job, local, slot, false, nullptr, 0);
+  return true;
 }
 
 bool AggregationStage::PostponeUnlistable(uint32_t local) {

@@ -331,6 +331,10 @@ class AggregationStage {
   // the members it lacks: it keeps aggregating, its timer armed again
   // (SlotTable::Postpone). Whether it did.
   bool PostponeUnlistable(uint32_t local);
+  // A forwarded slot whose partial the parent refused "not now" and whose
+  // retry timer fired (SlotTable::RetryRefused): its partial goes again.
+  // Whether it was such a slot.
+  bool RetryRefused(uint32_t local);
   // Whether the slot `c` is at holds its chunk `seq` complete (its result).
   bool CompleteHere(const Checked& c, uint32_t seq) const {
     const aggregator::Slot* s =

@@ -2253,6 +2253,84 @@ TEST_F(InBandTest, AParentsRefusalForNowOfAPartialUndoesItsResendBackoff) {
   EXPECT_EQ(Agg().partials_resent.Get(), 4u);
 }
 
+// The parent refuses a leaf's partial for now, and nobody asks: its members
+// were all counted, and ask again only at their retransmission timeout,
+// backed off to hundreds of milliseconds while the job stood still. The
+// partial goes again on the slot's own timer a resend gap after the
+// refusal, once per refusal (seed 1303202: a root whose slot quota was
+// smaller than the ranks' window refused a leaf's partial at the window's
+// edge about every 16 chunks, and each waited 180 to 800 ms). A refusal
+// that is no "not now" (a new run) arms nothing.
+TEST_F(InBandTest, AParentsRefusalForNowOfAPartialSendsItAgainUnasked) {
+  BuildAggregation(", upstreams: [{address: 10.0.20.1}]");
+  const uint32_t parent_ip = 0x0a001401;
+  const common::MacAddr parent_mac = common::MacAddr::FromU64(0x0200000014a1ULL);
+  auto fields = [&](uint16_t node) {
+    aggregator::AggFields f;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = node;
+    f.job_id = 31;
+    f.seq = 0;
+    f.job_key = kKey;
+    f.expected = 4;
+    f.node_count = 2;
+    return f;
+  };
+  auto send = [&](uint16_t node) {
+    aggregator::AggFields f = fields(node);
+    f.elem_count = 1;
+    Inject(0, Datagram(f, Int32Payload({node})));
+  };
+  send(4);
+  StepWithRegistration();
+  const aggregator::Job* job = jobs_->Find(31);
+  ASSERT_NE(job, nullptr);
+  job->SetHop(job->ParentHop(0), {parent_mac.ToU64(), 0, 0, parent_ip, aggregator::kAggUdpPort});
+  for (uint16_t node = 5; node < 8; ++node) send(node);
+  Step();
+  auto out = Drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 1u);
+  ASSERT_EQ(ParseResult(out[0][0]).fields.opcode, aggregator::Opcode::kPartial);
+
+  auto refuse = [&](aggregator::NackReason why) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kNack;
+    f.job_id = 31;
+    f.seq = 0;
+    f.node_id = static_cast<uint16_t>(control::kInBandLeafBase + 1);
+    f.aux = static_cast<uint32_t>(why);
+    Inject(0, DatagramFrom(f, {}, parent_mac, parent_ip, aggregator::kAggUdpPort));
+    Step();
+    EXPECT_TRUE(Drain().empty()) << "nothing answers a NACK";
+  };
+  // Partials that left since the last look, nobody asking.
+  auto partials_after = [&](int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    Step();
+    size_t partials = 0;
+    for (const auto& [port, frames] : Drain()) {
+      for (const Result& r : Results(frames)) {
+        partials += r.fields.opcode == aggregator::Opcode::kPartial;
+      }
+    }
+    return partials;
+  };
+  refuse(aggregator::NackReason::kSlotQuota);
+  EXPECT_EQ(Agg().partials_refused_above.Get(), 1u);
+  EXPECT_EQ(partials_after(6), 1u) << "a resend gap after the refusal, unasked";
+  EXPECT_EQ(Agg().partials_resent.Get(), 1u);
+  EXPECT_EQ(partials_after(12), 0u) << "once per refusal";
+
+  refuse(aggregator::NackReason::kSlotBusy);
+  EXPECT_EQ(partials_after(6), 1u) << "refused again, sent again";
+  EXPECT_EQ(Agg().partials_resent.Get(), 2u);
+
+  refuse(aggregator::NackReason::kNewRun);
+  EXPECT_EQ(Agg().partials_refused_above.Get(), 3u);
+  EXPECT_EQ(partials_after(12), 0u) << "a new run is no refusal for now";
+}
+
 // A rank whose block lies past the job's nodes (rank 9 of 4 per node, two
 // nodes) registers nothing.
 // At the parent, a leaf's partial registers the job with the leaves as its
