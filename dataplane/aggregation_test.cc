@@ -1880,6 +1880,74 @@ class InBandTest : public AggregationTest {
     for (const Frame& f : frames) out.push_back(ParseResult(f));
     return out;
   }
+
+  // The leaf of the refusal tests: job 31, two nodes of four ranks, ranks 4
+  // to 7 here, its parent at kParentIp.
+  static constexpr uint32_t kParentIp = 0x0a001401;
+  static common::MacAddr ParentMac() { return common::MacAddr::FromU64(0x0200000014a1ULL); }
+  // Rank `node`'s datagram about chunk 0, with its task info.
+  static aggregator::AggFields LeafChunk0(uint16_t node) {
+    aggregator::AggFields f;
+    f.flags = aggregator::flags::kTaskInfo;
+    f.node_id = node;
+    f.job_id = 31;
+    f.seq = 0;
+    f.job_key = kKey;
+    f.expected = 4;
+    f.node_count = 2;
+    return f;
+  }
+  // The four ranks complete chunk 0, and its partial goes up (`*partial`).
+  void LeafPartialUp(Result* partial = nullptr) {
+    BuildAggregation(", upstreams: [{address: 10.0.20.1}]");
+    const auto send = [&](uint16_t node) {
+      aggregator::AggFields f = LeafChunk0(node);
+      f.elem_count = 1;
+      Inject(0, Datagram(f, Int32Payload({node})));
+    };
+    send(4);
+    StepWithRegistration();
+    const aggregator::Job* job = jobs_->Find(31);
+    ASSERT_NE(job, nullptr);
+    job->SetHop(job->ParentHop(0), {ParentMac().ToU64(), 0, 0, kParentIp, aggregator::kAggUdpPort});
+    for (uint16_t node = 5; node < 8; ++node) send(node);
+    Step();
+    auto out = Drain();
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_EQ(out[0].size(), 1u);
+    const Result up = ParseResult(out[0][0]);
+    ASSERT_EQ(up.fields.opcode, aggregator::Opcode::kPartial);
+    if (partial != nullptr) *partial = up;
+  }
+  // The parent's word (`opcode`, `aux`) on chunk 0's partial, from
+  // `from_ip`, and a worker pass.
+  void AboutPartial(aggregator::Opcode opcode, uint32_t aux, uint32_t from_ip,
+                    uint32_t incarnation = 0) {
+    aggregator::AggFields f;
+    f.opcode = opcode;
+    f.job_id = 31;
+    f.seq = 0;
+    f.node_id = static_cast<uint16_t>(control::kInBandLeafBase + 1);
+    f.aux = aux;
+    f.incarnation = incarnation;
+    Inject(0, DatagramFrom(f, {}, ParentMac(), from_ip, aggregator::kAggUdpPort));
+    Step();
+  }
+  // A NACK `why` of chunk 0's partial from `from_ip`: nothing answers it.
+  void NackPartial(aggregator::NackReason why, uint32_t from_ip = kParentIp) {
+    AboutPartial(aggregator::Opcode::kNack, static_cast<uint32_t>(why), from_ip);
+    EXPECT_TRUE(Drain().empty()) << "nothing answers a NACK";
+  }
+  // Partials sent since the last Drain.
+  size_t PartialsSent() {
+    size_t partials = 0;
+    for (const auto& [port, frames] : Drain()) {
+      for (const Result& r : Results(frames)) {
+        partials += r.fields.opcode == aggregator::Opcode::kPartial;
+      }
+    }
+    return partials;
+  }
 };
 
 // Task info that says two nodes take part, at a switch with no upstream:
@@ -2094,69 +2162,31 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
 // come, and keeps its chunk. A notice from another address, or one that
 // is no NOTICE missing, changes nothing.
 TEST_F(InBandTest, AParentsNoticeMissingOfAPartialSendsItAgainAtOnce) {
-  BuildAggregation(", upstreams: [{address: 10.0.20.1}]");
-  const uint32_t parent_ip = 0x0a001401;
-  const common::MacAddr parent_mac = common::MacAddr::FromU64(0x0200000014a1ULL);
-  auto send = [&](uint16_t node) {
-    aggregator::AggFields f;
-    f.flags = aggregator::flags::kTaskInfo;
-    f.node_id = node;
-    f.job_id = 31;
-    f.seq = 0;
-    f.job_key = kKey;
-    f.expected = 4;
-    f.node_count = 2;
-    f.elem_count = 1;
-    Inject(0, Datagram(f, Int32Payload({node})));
-  };
-  send(4);
-  StepWithRegistration();
-  const aggregator::Job* job = jobs_->Find(31);
-  ASSERT_NE(job, nullptr);
-  job->SetHop(job->ParentHop(0), {parent_mac.ToU64(), 0, 0, parent_ip, aggregator::kAggUdpPort});
-  for (uint16_t node = 5; node < 8; ++node) send(node);
-  Step();
-  auto out = Drain();
-  ASSERT_EQ(out.size(), 1u);
-  ASSERT_EQ(out[0].size(), 1u);
-  const Result first = ParseResult(out[0][0]);
-  ASSERT_EQ(first.fields.opcode, aggregator::Opcode::kPartial);
+  Result first;
+  ASSERT_NO_FATAL_FAILURE(LeafPartialUp(&first));
 
   // The parent's NOTICE (of `kind`, from `from_ip`) about chunk 0: how many
   // partials go up.
   auto notice = [&](aggregator::NoticeKind kind, uint32_t from_ip) {
-    aggregator::AggFields f;
-    f.opcode = aggregator::Opcode::kNotice;
-    f.job_id = 31;
-    f.seq = 0;
-    f.node_id = static_cast<uint16_t>(control::kInBandLeafBase + 1);
-    f.aux = static_cast<uint32_t>(kind);
-    f.incarnation = first.fields.incarnation;
-    Inject(0, DatagramFrom(f, {}, parent_mac, from_ip, aggregator::kAggUdpPort));
-    Step();
-    size_t partials = 0;
-    for (const auto& [port, frames] : Drain()) {
-      for (const Result& r : Results(frames)) {
-        partials += r.fields.opcode == aggregator::Opcode::kPartial;
-      }
-    }
-    return partials;
+    AboutPartial(aggregator::Opcode::kNotice, static_cast<uint32_t>(kind), from_ip,
+                 first.fields.incarnation);
+    return PartialsSent();
   };
   std::this_thread::sleep_for(std::chrono::milliseconds(6));
   Step();
-  EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, parent_ip + 7), 0u) << "from elsewhere";
-  EXPECT_EQ(notice(aggregator::NoticeKind::kHeld, parent_ip), 0u) << "no NOTICE missing";
+  EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, kParentIp + 7), 0u) << "from elsewhere";
+  EXPECT_EQ(notice(aggregator::NoticeKind::kHeld, kParentIp), 0u) << "no NOTICE missing";
   EXPECT_EQ(Agg().results_refused.Get(), 1u);
   EXPECT_EQ(Agg().unsupported.Get(), 1u);
   EXPECT_EQ(Agg().partials_missing_above.Get(), 0u);
 
-  ASSERT_EQ(notice(aggregator::NoticeKind::kMissing, parent_ip), 1u) << "lost: sent again at once";
+  ASSERT_EQ(notice(aggregator::NoticeKind::kMissing, kParentIp), 1u) << "lost: sent again at once";
   EXPECT_EQ(Agg().partials_missing_above.Get(), 1u);
-  EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, parent_ip), 0u)
+  EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, kParentIp), 0u)
       << "a burst of notices sends it once";
   std::this_thread::sleep_for(std::chrono::milliseconds(6));
   Step();
-  EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, parent_ip), 1u) << "a gap later, again";
+  EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, kParentIp), 1u) << "a gap later, again";
   EXPECT_EQ(Agg().partials_missing_above.Get(), 2u);
 }
 
@@ -2169,51 +2199,16 @@ TEST_F(InBandTest, AParentsNoticeMissingOfAPartialSendsItAgainAtOnce) {
 // long, seed 331507). A refusal from another address, and a NACK that is no
 // refusal for now, change nothing.
 TEST_F(InBandTest, AParentsRefusalForNowOfAPartialUndoesItsResendBackoff) {
-  BuildAggregation(", upstreams: [{address: 10.0.20.1}]");
-  const uint32_t parent_ip = 0x0a001401;
-  const common::MacAddr parent_mac = common::MacAddr::FromU64(0x0200000014a1ULL);
-  auto fields = [&](uint16_t node) {
-    aggregator::AggFields f;
-    f.flags = aggregator::flags::kTaskInfo;
-    f.node_id = node;
-    f.job_id = 31;
-    f.seq = 0;
-    f.job_key = kKey;
-    f.expected = 4;
-    f.node_count = 2;
-    return f;
-  };
-  auto send = [&](uint16_t node) {
-    aggregator::AggFields f = fields(node);
-    f.elem_count = 1;
-    Inject(0, Datagram(f, Int32Payload({node})));
-  };
-  send(4);
-  StepWithRegistration();
-  const aggregator::Job* job = jobs_->Find(31);
-  ASSERT_NE(job, nullptr);
-  job->SetHop(job->ParentHop(0), {parent_mac.ToU64(), 0, 0, parent_ip, aggregator::kAggUdpPort});
-  for (uint16_t node = 5; node < 8; ++node) send(node);
-  Step();
-  auto out = Drain();
-  ASSERT_EQ(out.size(), 1u);
-  ASSERT_EQ(out[0].size(), 1u);
-  ASSERT_EQ(ParseResult(out[0][0]).fields.opcode, aggregator::Opcode::kPartial);
+  ASSERT_NO_FATAL_FAILURE(LeafPartialUp());
 
   // Rank 4 asks after chunk 0; whether the partial goes up again with the
   // answer.
   auto ask = [&] {
-    aggregator::AggFields f = fields(4);
+    aggregator::AggFields f = LeafChunk0(4);
     f.opcode = aggregator::Opcode::kQuery;
     Inject(0, Datagram(f));
     Step();
-    size_t partials = 0;
-    for (const auto& [port, frames] : Drain()) {
-      for (const Result& r : Results(frames)) {
-        partials += r.fields.opcode == aggregator::Opcode::kPartial;
-      }
-    }
-    return partials;
+    return PartialsSent();
   };
   // Asked after each gap, the partial goes up three times, the gap doubling
   // to 40 ms.
@@ -2224,19 +2219,8 @@ TEST_F(InBandTest, AParentsRefusalForNowOfAPartialUndoesItsResendBackoff) {
   }
   EXPECT_EQ(Agg().partials_resent.Get(), 3u);
 
-  auto refuse = [&](aggregator::NackReason why, uint32_t from_ip) {
-    aggregator::AggFields f;
-    f.opcode = aggregator::Opcode::kNack;
-    f.job_id = 31;
-    f.seq = 0;
-    f.node_id = static_cast<uint16_t>(control::kInBandLeafBase + 1);
-    f.aux = static_cast<uint32_t>(why);
-    Inject(0, DatagramFrom(f, {}, parent_mac, from_ip, aggregator::kAggUdpPort));
-    Step();
-    EXPECT_TRUE(Drain().empty()) << "nothing answers a NACK";
-  };
-  refuse(aggregator::NackReason::kSlotQuota, parent_ip + 7);
-  refuse(aggregator::NackReason::kKeyMismatch, parent_ip);
+  NackPartial(aggregator::NackReason::kSlotQuota, kParentIp + 7);
+  NackPartial(aggregator::NackReason::kKeyMismatch);
   std::this_thread::sleep_for(std::chrono::milliseconds(6));
   Step();
   EXPECT_EQ(ask(), 0u) << "still within the 40 ms gap";
@@ -2244,7 +2228,7 @@ TEST_F(InBandTest, AParentsRefusalForNowOfAPartialUndoesItsResendBackoff) {
   EXPECT_EQ(Agg().results_refused.Get(), 1u) << "the refusal from elsewhere";
   EXPECT_EQ(Agg().unsupported.Get(), 1u) << "a NACK that is no refusal for now";
 
-  refuse(aggregator::NackReason::kSlotQuota, parent_ip);
+  NackPartial(aggregator::NackReason::kSlotQuota);
   EXPECT_EQ(Agg().partials_refused_above.Get(), 1u);
   EXPECT_EQ(ask(), 0u) << "within the first gap of the refusal";
   std::this_thread::sleep_for(std::chrono::milliseconds(6));
@@ -2262,71 +2246,24 @@ TEST_F(InBandTest, AParentsRefusalForNowOfAPartialUndoesItsResendBackoff) {
 // edge about every 16 chunks, and each waited 180 to 800 ms). A refusal
 // that is no "not now" (a new run) arms nothing.
 TEST_F(InBandTest, AParentsRefusalForNowOfAPartialSendsItAgainUnasked) {
-  BuildAggregation(", upstreams: [{address: 10.0.20.1}]");
-  const uint32_t parent_ip = 0x0a001401;
-  const common::MacAddr parent_mac = common::MacAddr::FromU64(0x0200000014a1ULL);
-  auto fields = [&](uint16_t node) {
-    aggregator::AggFields f;
-    f.flags = aggregator::flags::kTaskInfo;
-    f.node_id = node;
-    f.job_id = 31;
-    f.seq = 0;
-    f.job_key = kKey;
-    f.expected = 4;
-    f.node_count = 2;
-    return f;
-  };
-  auto send = [&](uint16_t node) {
-    aggregator::AggFields f = fields(node);
-    f.elem_count = 1;
-    Inject(0, Datagram(f, Int32Payload({node})));
-  };
-  send(4);
-  StepWithRegistration();
-  const aggregator::Job* job = jobs_->Find(31);
-  ASSERT_NE(job, nullptr);
-  job->SetHop(job->ParentHop(0), {parent_mac.ToU64(), 0, 0, parent_ip, aggregator::kAggUdpPort});
-  for (uint16_t node = 5; node < 8; ++node) send(node);
-  Step();
-  auto out = Drain();
-  ASSERT_EQ(out.size(), 1u);
-  ASSERT_EQ(out[0].size(), 1u);
-  ASSERT_EQ(ParseResult(out[0][0]).fields.opcode, aggregator::Opcode::kPartial);
-
-  auto refuse = [&](aggregator::NackReason why) {
-    aggregator::AggFields f;
-    f.opcode = aggregator::Opcode::kNack;
-    f.job_id = 31;
-    f.seq = 0;
-    f.node_id = static_cast<uint16_t>(control::kInBandLeafBase + 1);
-    f.aux = static_cast<uint32_t>(why);
-    Inject(0, DatagramFrom(f, {}, parent_mac, parent_ip, aggregator::kAggUdpPort));
-    Step();
-    EXPECT_TRUE(Drain().empty()) << "nothing answers a NACK";
-  };
+  ASSERT_NO_FATAL_FAILURE(LeafPartialUp());
   // Partials that left since the last look, nobody asking.
   auto partials_after = [&](int ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     Step();
-    size_t partials = 0;
-    for (const auto& [port, frames] : Drain()) {
-      for (const Result& r : Results(frames)) {
-        partials += r.fields.opcode == aggregator::Opcode::kPartial;
-      }
-    }
-    return partials;
+    return PartialsSent();
   };
-  refuse(aggregator::NackReason::kSlotQuota);
+  NackPartial(aggregator::NackReason::kSlotQuota);
   EXPECT_EQ(Agg().partials_refused_above.Get(), 1u);
   EXPECT_EQ(partials_after(6), 1u) << "a resend gap after the refusal, unasked";
   EXPECT_EQ(Agg().partials_resent.Get(), 1u);
   EXPECT_EQ(partials_after(12), 0u) << "once per refusal";
 
-  refuse(aggregator::NackReason::kSlotBusy);
+  NackPartial(aggregator::NackReason::kSlotBusy);
   EXPECT_EQ(partials_after(6), 1u) << "refused again, sent again";
   EXPECT_EQ(Agg().partials_resent.Get(), 2u);
 
-  refuse(aggregator::NackReason::kNewRun);
+  NackPartial(aggregator::NackReason::kNewRun);
   EXPECT_EQ(Agg().partials_refused_above.Get(), 3u);
   EXPECT_EQ(partials_after(12), 0u) << "a new run is no refusal for now";
 }
