@@ -801,6 +801,9 @@ TEST(ClientTest, ALostLoneChunkIsAskedAfterAndResentWhenTheSwitchLacksIt) {
 // has moved on to the next allreduce. The rank resends the contribution it
 // kept, the data it sent and not the result it reduced in place, flagged a
 // retransmission. A "missing" about a chunk it never sent changes nothing.
+// The kept datagram carries the spare slot hint the switch gave before it
+// restarted; refused there (NOTICE relocated without a hint), it goes again
+// without it, or it would be refused at every request and never counted.
 // Here the test itself is the switch, on a plain UDP socket.
 TEST(ClientTest, AChunkAnsweredBeforeTheSwitchRestartedIsResentWhenAskedFor) {
   const int sw = socket(AF_INET, SOCK_DGRAM, 0);
@@ -837,9 +840,11 @@ TEST(ClientTest, AChunkAnsweredBeforeTheSwitchRestartedIsResentWhenAskedFor) {
     }
   };
   const auto send_to_client = [&](aggregator::Opcode opcode, uint32_t seq, uint32_t aux,
-                                  const std::vector<int32_t>& payload, uint32_t run_delta = 0) {
+                                  const std::vector<int32_t>& payload, uint32_t run_delta = 0,
+                                  uint16_t slot_hint = aggregator::kNoSlotHint) {
     aggregator::AggFields f;
     f.opcode = opcode;
+    f.slot_hint = slot_hint;
     f.node_id = 0;
     f.job_id = 31;
     f.seq = seq;
@@ -871,6 +876,9 @@ TEST(ClientTest, AChunkAnsweredBeforeTheSwitchRestartedIsResentWhenAskedFor) {
   // switch's own address: not this process's, so not taken.
   send_to_client(aggregator::Opcode::kResult, 0, 0, {666, 666, 666}, 1);
   EXPECT_FALSE(p0.WaitFor(milliseconds(50)));
+  // The chunk collided and went to spare slot 3: the hint its datagram keeps.
+  const auto relocated = static_cast<uint32_t>(aggregator::NoticeKind::kRelocated);
+  send_to_client(aggregator::Opcode::kNotice, 0, relocated, {}, 0, 3);
   send_to_client(aggregator::Opcode::kResult, 0, 0, {10, 20, 30});
   ASSERT_TRUE(p0.Wait().ok());
   EXPECT_EQ(first, (std::vector<int32_t>{10, 20, 30}));
@@ -893,11 +901,21 @@ TEST(ClientTest, AChunkAnsweredBeforeTheSwitchRestartedIsResentWhenAskedFor) {
   EXPECT_EQ(ints(pkt), (std::vector<int32_t>{1, 2, 3})) << "the data sent, not the result";
   EXPECT_NE(pkt.header->flags.host() & aggregator::flags::kRetransmission, 0);
   EXPECT_EQ(pkt.header->ack_watermark.host(), 1u) << "the current watermark";
+  EXPECT_EQ(pkt.header->slot_hint.host(), 3u) << "the hint the switch gave before";
+  // That spare slot does not hold the chunk at the restarted switch, which
+  // refuses the hint: the datagram goes again, to the chunk's own slot.
+  send_to_client(aggregator::Opcode::kNotice, 0, relocated, {});
+  do {
+    ASSERT_TRUE(next_contribution(&pkt));
+  } while (pkt.header->seq.host() == 1);
+  EXPECT_EQ(pkt.header->seq.host(), 0u);
+  EXPECT_EQ(pkt.header->slot_hint.host(), aggregator::kNoSlotHint);
+  EXPECT_EQ(ints(pkt), (std::vector<int32_t>{1, 2, 3}));
   send_to_client(aggregator::Opcode::kResult, 1, 0, {40, 50, 60});
   ASSERT_TRUE(p1.Wait().ok());
   EXPECT_EQ(second, (std::vector<int32_t>{40, 50, 60}));
   const ClientStats s = (*client)->stats();
-  EXPECT_EQ(s.answered_resends, 1u);
+  EXPECT_EQ(s.answered_resends, 2u);
   EXPECT_GE(s.stray_datagrams, 2u) << "the other run's result, the notice about chunk 7";
   close(sw);
 }

@@ -671,6 +671,20 @@ void Engine::OnNotice(const AggHeader& h) {
         Bump(counters_.relocated_notices);
         return;
       }
+      // An answered chunk's kept datagram, which a restarted switch asked
+      // for (kMissing) and which went carrying the hint of the process
+      // before: refused there, it goes again to its own slot, or it would
+      // carry the stale hint at every request and never be counted.
+      if (KeptAnswered(h.seq.host())) {
+        reinterpret_cast<AggHeader*>(transport_->send_buffer(h.seq.host() & send_mask_))
+            ->slot_hint = h.slot_hint;
+        if (h.slot_hint.host() == aggregator::kNoSlotHint &&
+            answered_asked_n_ < Transport::kBatch) {
+          answered_asked_[answered_asked_n_++] = h.seq.host();
+        }
+        Bump(counters_.relocated_notices);
+        return;
+      }
       break;
     }
     case aggregator::NoticeKind::kSelfFlag:
