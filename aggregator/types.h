@@ -35,6 +35,13 @@ enum class ReduceOp : uint8_t {
 };
 inline constexpr uint8_t kNumReduceOps = 5;
 
+// The node ids a member's chunk leaves room for beside its payload by
+// default: a switch's partial carries a missing list of up to that many ids
+// upstream with a full chunk (the client's reserve_missing_ids), so a
+// switch excludes at most that many predicted stragglers of a job by
+// default (docs/stragglers.md, "Straggler prediction").
+inline constexpr uint32_t kDefaultReservedMissingIds = 32;
+
 constexpr size_t ElementSize(DType t) {
   switch (t) {
     case DType::kInt32:

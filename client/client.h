@@ -284,7 +284,7 @@ struct ClientOptions {
   // Room left in every chunk for a missing list of this many node ids, which
   // a switch's partial carries upstream when members time out
   // (docs/stragglers.md); 0..255. 0 suits a single switch with no timers.
-  uint32_t reserve_missing_ids = 32;
+  uint32_t reserve_missing_ids = aggregator::kDefaultReservedMissingIds;
 
   // Retransmission (RFC 6298, per switch): a chunk unanswered for the
   // smoothed round trip of its switch's chunks plus four times their

@@ -1377,7 +1377,7 @@ common::Result<StragglerRequest> ParseStragglerQuery(std::string_view query) {
 }
 
 common::Result<StragglerRequest> ParseStragglerBody(std::string_view body) {
-  ASSIGN_OR_RETURN(const json j, ParseBodyObject(body, "{top|over, ops, apply, clear}"));
+  ASSIGN_OR_RETURN(const json j, ParseBodyObject(body, "{top|over, ops, max_excluded, apply, clear}"));
   StragglerRequest r;
   for (const auto& [key, v] : j.items()) {
     if (key == "top") {
@@ -1389,10 +1389,14 @@ common::Result<StragglerRequest> ParseStragglerBody(std::string_view body) {
     } else if (key == "over") {
       if (!v.is_number()) return common::InvalidArgument("over must be a number of seconds, got " + Preview(v));
       r.over_s = v.get<double>();
+    } else if (key == "max_excluded") {
+      ASSIGN_OR_RETURN(const uint64_t n, JsonUnsigned(v, "max_excluded", 1, 255));
+      r.max_excluded = static_cast<uint32_t>(n);
     } else if (key == "apply" || key == "clear") {
       ASSIGN_OR_RETURN((key == "apply" ? r.apply : r.clear), JsonBool(v, key));
     } else {
-      return common::InvalidArgument("unknown field '" + key + "' (top, over, ops, apply, clear)");
+      return common::InvalidArgument(
+          "unknown field '" + key + "' (top, over, ops, max_excluded, apply, clear)");
     }
   }
   RETURN_IF_ERROR(CheckStragglerRequest(r));

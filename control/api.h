@@ -133,6 +133,7 @@
 #include <string_view>
 #include <vector>
 
+#include "aggregator/types.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "control/stats_snapshot.h"
@@ -173,6 +174,12 @@ struct StragglerRequest {
   std::optional<double> over_s;  // members whose mean offset is strictly above this
   uint32_t operations = 0;
   bool apply = false;  // exclude the predicted members (they then self-flag)
+  // With apply: exclude at most this many, the latest first (1..255). A
+  // switch's partial lists its excluded members beside a chunk's payload,
+  // which leaves room for the ids its members' clients reserve
+  // (reserve_missing_ids, 32 by default); a partial that cannot carry its
+  // list ends the chunk INCOMPLETE.
+  uint32_t max_excluded = aggregator::kDefaultReservedMissingIds;
   bool clear = false;  // include every member again (no prediction)
 };
 struct StragglerReport {

@@ -1046,6 +1046,10 @@ TEST(ApiStragglersTest, ParsesOneRule) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->over_s, 0.25);
   EXPECT_TRUE(r->apply);
+  EXPECT_EQ(r->max_excluded, aggregator::kDefaultReservedMissingIds);
+  r = ParseStragglerBody(R"({"top": 50, "max_excluded": 48, "apply": true})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->max_excluded, 48u);
   r = ParseStragglerBody(R"({"clear": true})");
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->clear);
@@ -1053,7 +1057,8 @@ TEST(ApiStragglersTest, ParsesOneRule) {
     EXPECT_EQ(ParseStragglerQuery(bad).status().code(), common::StatusCode::kInvalidArgument) << bad;
   }
   for (const char* bad : {"[]", "{}", R"({"top": 0})", R"({"top": 1, "apply": 1})",
-                          R"({"clear": true, "top": 1})", R"({"top": 1, "extra": 2})"}) {
+                          R"({"clear": true, "top": 1})", R"({"top": 1, "extra": 2})",
+                          R"({"top": 1, "max_excluded": 0})", R"({"top": 1, "max_excluded": 256})"}) {
     EXPECT_EQ(ParseStragglerBody(bad).status().code(), common::StatusCode::kInvalidArgument) << bad;
   }
 }

@@ -282,7 +282,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("queue") = 0, py::arg("task_info") = TaskInfoMode::kInBand,
            py::arg("node_count") = 1, py::arg("float_mode") = FloatMode::kFixedPoint,
            py::arg("headroom") = py::none(), py::arg("window") = 128, py::arg("mtu") = 1500,
-           py::arg("max_chunk_elements") = 0, py::arg("reserve_missing_ids") = 32,
+           py::arg("max_chunk_elements") = 0, py::arg("reserve_missing_ids") = aggswitch::aggregator::kDefaultReservedMissingIds,
            py::arg("retransmit_timeout") = 0.02, py::arg("progress_timeout") = 10.0,
            py::arg("deadline") = 0.0, py::arg("resend_to_parameter_node") = false,
            py::arg("verify") = false, py::arg("first_seq") = 0, py::arg("bind") = "")

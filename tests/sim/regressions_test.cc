@@ -215,6 +215,32 @@ TEST(SimRegressions, APredictionOfEveryMemberLeavesOneIn) {
   EXPECT_EQ(o->ops_ok, 12u);
 }
 
+// A prediction that names more members than a partial can list beside a
+// full chunk excludes only as many as its members' clients leave room for
+// (32 ids by default), the latest first. Before, it excluded all but one:
+// a leaf's slot completed with the one member in and could not carry its
+// list of 39 ids up beside 340 int32 elements, so it answered every chunk
+// INCOMPLETE (missing_list_overflow; seed 1394933).
+TEST(SimRegressions, APredictionExcludesNoMoreMembersThanAPartialLists) {
+  Scenario s = Tree(1);
+  std::vector<OpSpec> ops;
+  for (int k = 0; k < 12; ++k) ops.push_back({DType::kInt32, ReduceOp::kSum, 3 * 340, 1'000'000});
+  JobSpecSim j = Job(Origin::kConfig, std::vector<int>(40, 1), ops);
+  j.timeout_ms = 5;
+  j.batch = true;
+  j.tan = SwitchSpec::Tan::kSelf;
+  j.window = 4;
+  j.max_chunk_elements = 340;  // a full chunk: 32 ids of room at a 1500-byte MTU
+  j.predict_top = 40;
+  j.predict_every_ns = 2'000'000;
+  s.jobs.push_back(j);
+  Finalize(s);
+  auto o = RunScenario(s, {});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE(o->ok()) << Findings(*o);
+  EXPECT_EQ(o->ops_ok, 12u * 40u);
+}
+
 // agg-ps keeps a parameter-server job's parameters across its runs, and
 // applies the step of every chunk it answers, also of an allreduce whose
 // ranks all died before they got the rest: the next run's step starts from

@@ -158,6 +158,16 @@ class AggctlTest : public ::testing::Test {
       report.member = 2;
       return report;
     };
+    source.stragglers = [](uint32_t job, const StragglerRequest& r) -> common::Result<StragglerReport> {
+      std::lock_guard<std::mutex> lock(mu_);
+      straggler_calls_.push_back(r);
+      StragglerReport report;
+      report.job = job;
+      report.operations = 4;
+      report.predicted = {{6, 0.5}, {5, 0.25}};
+      if (r.apply) report.excluded = {6};
+      return report;
+    };
     // The API token aggctl reads from --token-file, as an operator's would.
     token_path_ = "/tmp/aggctl_test_token_" + std::to_string(getpid());
     std::ofstream(token_path_) << kToken << "\n";
@@ -178,6 +188,7 @@ class AggctlTest : public ::testing::Test {
     std::lock_guard<std::mutex> lock(mu_);
     added_.clear();
     tan_calls_.clear();
+    straggler_calls_.clear();
   }
 
   // A leaf job as the API shows it: workers 4-7, upstream resolved, timer on.
@@ -234,6 +245,7 @@ class AggctlTest : public ::testing::Test {
   static inline std::mutex mu_;
   static inline std::vector<JobRequest> added_;                     // guarded by mu_
   static inline std::vector<std::optional<TanRequest>> tan_calls_;  // guarded by mu_
+  static inline std::vector<StragglerRequest> straggler_calls_;     // guarded by mu_
 };
 
 config::TanCandidate Candidate(const char* address, uint16_t port, uint16_t hops) {
@@ -485,6 +497,37 @@ TEST_F(AggctlTest, TanRefusesWhatItCannotSend) {
   EXPECT_NE(e.code, 0);
   EXPECT_NE(e.err.find("--job is required"), std::string::npos) << e.err;
   EXPECT_EQ(Requests(), 0u);
+}
+
+// `stragglers --apply` excludes at most --max-excluded members, by default
+// as many as a client leaves room for in a chunk; the bound goes only with
+// --apply, within 1..255.
+TEST_F(AggctlTest, StragglersSendsTheBoundOnExcludedMembers) {
+  Exit e = Aggctl({"stragglers", "--job", "7", "--top", "40", "--apply", "--max-excluded", "48"});
+  EXPECT_EQ(e.code, 0) << e.err;
+  e = Aggctl({"stragglers", "--job", "7", "--top", "40", "--apply"});
+  EXPECT_EQ(e.code, 0) << e.err;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_EQ(straggler_calls_.size(), 2u);
+    EXPECT_TRUE(straggler_calls_[0].apply);
+    EXPECT_EQ(straggler_calls_[0].top, std::optional<uint32_t>(40));
+    EXPECT_EQ(straggler_calls_[0].max_excluded, 48u);
+    EXPECT_EQ(straggler_calls_[1].max_excluded, aggregator::kDefaultReservedMissingIds);
+  }
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--top", "40", "--max-excluded", "48"}, "--max-excluded goes with --apply"},
+           {{"--top", "40", "--apply", "--max-excluded", "0"}, "--max-excluded"},
+           {{"--top", "40", "--apply", "--max-excluded", "256"}, "--max-excluded"}}) {
+    std::vector<std::string> all = {"stragglers", "--job", "7"};
+    all.insert(all.end(), args.begin(), args.end());
+    e = Aggctl(all);
+    EXPECT_NE(e.code, 0);
+    EXPECT_NE(e.code, 1) << "refused by aggctl, not the switch";
+    EXPECT_NE(e.err.find(message), std::string::npos) << e.err;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(straggler_calls_.size(), 2u);
 }
 
 // `stats` sums the lcores' collision and parameter-node counters and shows

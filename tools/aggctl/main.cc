@@ -14,7 +14,7 @@
 //   aggctl jobs unbind ID NODE
 //   aggctl slots [--job 7] [--limit 1000]
 //   aggctl bypass [--job 7] [--limit 1000]
-//   aggctl stragglers --job 7 (--top N | --over SECONDS) [--ops K] [--apply | --clear]
+//   aggctl stragglers --job 7 (--top N | --over SECONDS) [--ops K] [--apply [--max-excluded N] | --clear]
 //   aggctl tan --job 7 [--strategy S --candidate ADDR[:PORT][,hops=H]... | --self]
 //              [--member N | --no-member]
 //   aggctl int show | int watch --file F | int decisions [--file F]
@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/types.h"
 #include "common/http_client.h"
 #include "common/job_key.h"
 #include "common/status.h"
@@ -1384,6 +1385,7 @@ int Main(int argc, char** argv) {
   std::optional<double> straggler_over;
   uint32_t straggler_ops = 0;
   bool straggler_apply = false;
+  std::optional<uint32_t> straggler_max_excluded;
   bool straggler_clear = false;
   CLI::App* stragglers = app.add_subcommand(
       "stragglers", "predict a job's stragglers at this switch from past arrival offsets");
@@ -1402,10 +1404,20 @@ int Main(int argc, char** argv) {
   stragglers->add_flag("--apply", straggler_apply,
                        "exclude the predicted members: the switch stops waiting for them and "
                        "tells them to flag their data for bypass");
+  stragglers
+      ->add_option("--max-excluded", straggler_max_excluded,
+                   "with --apply: exclude at most N members, the latest first (default " +
+                       std::to_string(aggregator::kDefaultReservedMissingIds) +
+                       ", the node ids a client leaves room for in each chunk: "
+                       "reserve_missing_ids)")
+      ->check(CLI::Range(1, 255));
   stragglers->add_flag("--clear", straggler_clear, "include every member again")->excludes(top, over);
   stragglers->callback([&] {
     if (!straggler_clear && !straggler_top && !straggler_over) {
       throw CLI::ValidationError("stragglers", "give --top N or --over SECONDS (or --clear)");
+    }
+    if (straggler_max_excluded && !straggler_apply) {
+      throw CLI::ValidationError("stragglers", "--max-excluded goes with --apply");
     }
     const std::string base = "/api/v1/jobs/" + std::to_string(straggler_job) + "/stragglers";
     print = PrintStragglers;
@@ -1422,6 +1434,7 @@ int Main(int argc, char** argv) {
     if (straggler_top) body["top"] = *straggler_top;
     if (straggler_over) body["over"] = *straggler_over;
     if (straggler_ops) body["ops"] = straggler_ops;
+    if (straggler_max_excluded) body["max_excluded"] = *straggler_max_excluded;
     request_body = body.dump();
   });
 
