@@ -92,6 +92,16 @@ bool SameInAnyOrder(aggregator::DType t, aggregator::ReduceOp op) {
           t != aggregator::DType::kBFloat16);
 }
 
+// A member's data reduced into an accumulator that holds it already leaves
+// the bytes as they were: min, max, and, or (the float min and max too:
+// NaN absorbs, and equal zeros combine by their bits, either way). Not a
+// sum.
+bool SameTwice(aggregator::DType t, aggregator::ReduceOp op) {
+  (void)t;
+  return op == aggregator::ReduceOp::kMin || op == aggregator::ReduceOp::kMax ||
+         op == aggregator::ReduceOp::kAnd || op == aggregator::ReduceOp::kOr;
+}
+
 }  // namespace
 
 AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels& channels,
@@ -1668,14 +1678,27 @@ bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot
     const auto id = static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]);
     if (std::find(covers.begin(), covers.end(), id) == covers.end()) return false;
   }
-  // What the repeat holds, each id one the slot's partial went on without.
+  // What the repeat holds, each id one the slot's partial went on without;
+  // or, where a member's data reduced twice gives the same bytes, some such
+  // ids beside ids the counted partial held (the child's new slot took
+  // resends of members counted and members lacked alike: seed 1380907).
+  // The late names only the lacked ones: what it holds besides is data the
+  // slot's partial carries already, which changes nothing merged again.
+  const bool twice_same = SameTwice(slot.dtype(), slot.op()) && SameTwice(pkt.dtype, pkt.op);
+  uint16_t named[256];
   uint32_t held = 0;
+  bool counted = false;
   for (const uint16_t id : covers) {
     if (listed(id)) continue;
     bool lacked = false;
     for (uint16_t i = 0; i < slot.inherited_count() && !lacked; ++i) lacked = slot.inherited(i) == id;
-    if (!lacked) return false;
-    ++held;
+    if (!lacked) {
+      if (!twice_same) return false;
+      counted = true;
+      continue;
+    }
+    if (held == std::size(named)) return false;
+    named[held++] = id;
   }
   if (held == 0) return false;
   stats_.lcore.agg.late_repeats.Add(1);
@@ -1688,7 +1711,8 @@ bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot
     stats_.lcore.agg.partials_resent.Add(1);
     (void)tree_.FinishSlot(job, LocalSlot(it.slot), slot, false, nullptr, 0);
   }
-  tree_.ForwardLate(it.m, job, it.header_offset, it.in_port, 0, /*name_content=*/true);
+  tree_.ForwardLate(it.m, job, it.header_offset, it.in_port, 0, /*name_content=*/true,
+                    counted ? std::span<const uint16_t>(named, held) : std::span<const uint16_t>());
   return true;
 }
 

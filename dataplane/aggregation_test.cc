@@ -4537,6 +4537,62 @@ TEST_F(ParameterNodeTest, AChildsRepeatHoldingOnlyWhatItsPartialLackedGoesOnAsLa
   EXPECT_EQ(Agg().late_repeats.Get(), 2u);
 }
 
+// As above, but the child's new slot took the resends of members its
+// counted partial held and of members it lacked alike (the prediction
+// changed: some included again, others excluded), and its partial holds
+// both. Merged above, the held ones would count twice; dropped as a repeat,
+// the lacked ones' data reached nobody, and the TAN gave the chunk up
+// (seed 1380907, a bool and). Where a member's data reduced twice gives the
+// same bytes (min, max, and, or), the repeat goes on as a late partial
+// naming only the ranks the counted partial lacked (CONTENT): the data it
+// holds besides is the counted partial's already, and changes nothing
+// merged again. A sum's stays a repeat.
+TEST_F(ParameterNodeTest, AChildsRepeatOfAnOpSameTwiceGoesOnNamingOnlyWhatItsPartialLacked) {
+  AddRootOverChild(9);
+  // The LATEs the child's partial for chunk `seq` (op `op`, lacking
+  // `missing`) sent on: each one's CONTENT list, or {0xffff} without one.
+  auto from_child = [&](uint32_t seq, aggregator::ReduceOp op, std::vector<uint16_t> missing) {
+    aggregator::AggFields f = FromChild(aggregator::Opcode::kPartial, 9, kChild, seq, 0xa1);
+    f.op = op;
+    Inject(0, ChildFrame(f, missing));
+    Step();
+    std::vector<std::vector<uint16_t>> named;
+    const std::vector<Frame> up = Drain()[1];
+    for (const Frame& frame : up) {
+      L2Info l2;
+      UdpInfo udp;
+      aggregator::AggPacket pkt;
+      EXPECT_EQ(ParseL2(frame.data(), static_cast<uint32_t>(frame.size()), &l2), ParseStatus::kOk);
+      EXPECT_EQ(ParseIpv4Udp(frame.data(), static_cast<uint32_t>(frame.size()), l2.l3_offset, &udp),
+                UdpParse::kOk);
+      EXPECT_EQ(aggregator::ParseAggregation(frame.data() + udp.payload_offset, udp.payload_len, &pkt),
+                aggregator::WireError::kOk);
+      if (pkt.opcode != aggregator::Opcode::kLate) continue;
+      if ((pkt.header->flags.host() & aggregator::flags::kContent) == 0) {
+        named.push_back({0xffff});
+        continue;
+      }
+      std::vector<uint16_t> ids;
+      for (uint8_t i = 0; i < pkt.header->missing_count; ++i) {
+        ids.push_back(static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]));
+      }
+      named.push_back(ids);
+    }
+    return named;
+  };
+  using Named = std::vector<std::vector<uint16_t>>;
+  // Chunk 1, an and, waiting for worker 0: the child's partial lacks rank 5.
+  EXPECT_EQ(from_child(1, aggregator::ReduceOp::kAnd, {5}), Named{});
+  EXPECT_EQ(from_child(1, aggregator::ReduceOp::kAnd, {}), (Named{{5}}))
+      << "ranks 4 and 5: on as late, naming rank 5 alone";
+  EXPECT_EQ(Agg().late_repeats.Get(), 1u);
+  EXPECT_EQ(from_child(1, aggregator::ReduceOp::kAnd, {5}), Named{}) << "the counted partial again";
+  // Chunk 2, a sum: rank 4 would count twice, and the repeat stays one.
+  EXPECT_EQ(from_child(2, aggregator::ReduceOp::kSum, {5}), Named{});
+  EXPECT_EQ(from_child(2, aggregator::ReduceOp::kSum, {}), Named{});
+  EXPECT_EQ(Agg().late_repeats.Get(), 1u);
+}
+
 // The slot's first data went to the TAN lacking the child's ranks (the
 // child's partial held nobody's data: its chunk found no slot there) and
 // was lost. The child's repeat, past the resend gap, holds only ranks the

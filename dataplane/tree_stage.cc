@@ -558,18 +558,19 @@ bool TreeStage::Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_po
   return false;
 }
 
-void TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job, bool always) {
+bool TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job, bool always,
+                            std::span<const uint16_t> only) {
   auto* h = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
   const int index = job.LocalIndex(h->node_id.host());
   if ((!job.bypass_covered_nodes() && !always) || index < 0 || !job.IsSwitch(static_cast<uint16_t>(index)) ||
       (h->flags.host() & aggregator::flags::kContent) != 0) {
-    return;
+    return false;
   }
   const std::span<const uint16_t> covers = job.Covers(static_cast<uint16_t>(index));
   // A child that covers only itself (an in-band job's leaf at its root:
   // the ranks below it are not named here) has no content to name but its
   // own id, which the sender's id says already: the list stays.
-  if (covers.size() == 1 && covers[0] == h->node_id.host()) return;
+  if (covers.size() == 1 && covers[0] == h->node_id.host()) return false;
   uint16_t content[kMaxMissingIds];
   uint32_t n = 0;
   const uint32_t lacks = h->missing_count;
@@ -584,17 +585,18 @@ void TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job, bool always
   // that it missed took ranks this switch cannot name. Then the list stays.
   for (uint32_t i = 0; i < lacks; ++i) {
     const auto id = static_cast<uint16_t>(list[2 * i] << 8 | list[2 * i + 1]);
-    if (std::find(covers.begin(), covers.end(), id) == covers.end()) return;
+    if (std::find(covers.begin(), covers.end(), id) == covers.end()) return false;
   }
   for (const uint16_t id : covers) {
     if (lacked(id)) continue;
-    if (n == kMaxMissingIds) return;
+    if (!only.empty() && std::find(only.begin(), only.end(), id) == only.end()) continue;
+    if (n == kMaxMissingIds) return false;
     content[n++] = id;
   }
   const uint32_t payload_len = rte_pktmbuf_data_len(m) - sizeof(aggregator::AggHeader) - 2 * lacks;
   if (n > lacks) {
     const uint32_t more = 2 * (n - lacks);
-    if (rte_pktmbuf_append(m, static_cast<uint16_t>(more)) == nullptr) return;  // no room: as it was
+    if (rte_pktmbuf_append(m, static_cast<uint16_t>(more)) == nullptr) return false;  // no room: as it was
   } else {
     rte_pktmbuf_trim(m, static_cast<uint16_t>(2 * (lacks - n)));
   }
@@ -608,10 +610,12 @@ void TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job, bool always
   h->missing_count = static_cast<uint8_t>(n);
   h->flags = common::be16_t::FromHost(static_cast<uint16_t>(h->flags.host() | aggregator::flags::kContent));
   stats_.lcore.agg.late_content_listed.Add(1);
+  return true;
 }
 
 void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
-                            uint16_t in_port, uint32_t label, bool name_content) {
+                            uint16_t in_port, uint32_t label, bool name_content,
+                            std::span<const uint16_t> only) {
   AggregationCounters& c = stats_.lcore.agg;
   if (label == 0 && !Labelled(m, job, in_port)) return;
   auto* h = TrimToDatagram(m, job, header_offset, aggregator::flags::kBypass);
@@ -622,7 +626,12 @@ void TreeStage::ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t he
   }
   // A child switch's late partial, whose covered ids this switch listed as
   // missing: sent on naming them (the TAN may not know what it covers).
-  ListContent(m, job, name_content);
+  if (!ListContent(m, job, name_content, only) && !only.empty()) {
+    // Named in full, it would say it holds ids already merged above.
+    stats_.lcore.agg.duplicates.Add(1);
+    tx_.Drop(in_port, DropReason::kAggDuplicate, m);
+    return;
+  }
   h = rte_pktmbuf_mtod(m, aggregator::AggHeader*);
   if (!job.is_root()) {
     c.late_forwarded.Add(1);

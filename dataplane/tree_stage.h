@@ -18,6 +18,7 @@
 #include <rte_ring.h>
 
 #include <cstdint>
+#include <span>
 
 #include "aggregator/bypass_table.h"
 #include "aggregator/job_table.h"
@@ -122,9 +123,11 @@ class TreeStage {
   // 0, is the run label it carries instead of the job's (a root's late of a
   // new run, under that run's id). `name_content`: a child switch's partial
   // goes as a late partial naming the ids it holds (ListContent), whatever
-  // the job lists for a late child.
+  // the job lists for a late child; `only`, when not empty, the ids it
+  // names (ListContent), and dropped (duplicates) when they cannot be named.
   void ForwardLate(rte_mbuf* m, const aggregator::Job& job, uint32_t header_offset,
-                   uint16_t in_port, uint32_t label = 0, bool name_content = false);
+                   uint16_t in_port, uint32_t label = 0, bool name_content = false,
+                   std::span<const uint16_t> only = {});
   // A contribution for the job's parameter node (docs/parameter-node.md),
   // `add_flags` added to its flags (AGGREGATE_AT_PS, CONFLICT): on towards
   // the parameter node unreduced, through the parent switch, or from the root
@@ -215,8 +218,13 @@ class TreeStage {
   // (bypass.subswitch: nodes): rewrites its list to name the ids its payload
   // holds, flagged CONTENT (docs/stragglers.md); so too, whatever the job
   // lists, when `always`. Leaves it as it is when the child lacks ids it does
-  // not cover, or the mbuf has no room.
-  void ListContent(rte_mbuf* m, const aggregator::Job& job, bool always = false);
+  // not cover, or the mbuf has no room. `only`, when not empty: the ids to
+  // name, a part of what the payload holds (the caller's to choose: naming
+  // fewer ids than a payload holds is sound only where a member's data
+  // reduced twice gives the same bytes).
+  // True when it named them.
+  bool ListContent(rte_mbuf* m, const aggregator::Job& job, bool always = false,
+                   std::span<const uint16_t> only = {});
   // Whether the job has its run label; else drops `m` (counted up_unlabelled).
   bool Labelled(rte_mbuf* m, const aggregator::Job& job, uint16_t in_port);
   // Cuts `m` to its datagram, from the aggregation header at `header_offset`
