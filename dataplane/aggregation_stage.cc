@@ -747,6 +747,16 @@ void AggregationStage::Contribute(const Checked& it) {
               (h.flags.host() & aggregator::flags::kRetransmission) == 0,
               static_cast<uint16_t>(it.member));
   }
+  // A chunk that went up as missing from here, whose bypass entries are
+  // gone: its member's data goes up as missing again (a repeat the parent
+  // takes as such) and on as late data, as while its slot was taken, rather
+  // than claim the slot now free (WentUpAsMissing).
+  if (!at_ps && it.member >= 0 && job.GoesOnWithoutSlot(pkt.opcode) &&
+      job.WhenNoSlot() == aggregator::Job::NoSlot::kUpAsMissing && WentUpAsMissing(job, seq) &&
+      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) == nullptr &&
+      UpAsMissing(it)) {
+    return;
+  }
   aggregator::Contribution contribution;
   contribution.job_id = job.id();
   contribution.job_generation = job.generation();
@@ -1086,6 +1096,7 @@ void AggregationStage::MissingAbove(const Checked& it) {
     if (e.job_id != job.id() || e.job_generation != job.generation() || e.seq != seq) {
       e = LackedAbove{job.id(), job.generation(), seq};
     }
+    if (e.label != job.label()) e.went_up = false;  // of another run
     e.label = job.label();
     e.armed = true;
   }
@@ -1298,6 +1309,7 @@ bool AggregationStage::UpAsMissing(const Checked& it) {
       return false;
     }
     stats_.lcore.agg.conflicts_up.Add(1);
+    NoteUpAsMissing(job, seq);
     if (flattened) {
       TxBuffers::Consumed(it.m);
       return true;

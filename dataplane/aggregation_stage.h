@@ -529,7 +529,35 @@ class AggregationStage {
     uint32_t label = 0;     // the run it was noticed in
     bool armed = false;     // up as missing with the next member data
     uint64_t sent_tsc = 0;  // when it last went up as missing so
+    // The chunk went up as missing from here (UpAsMissing) in run `label`:
+    // the parent counted this switch with nobody's data, and the members'
+    // data goes on as late data, never into a slot claimed anew
+    // (WentUpAsMissing).
+    bool went_up = false;
   };
+  // Whether chunk `seq` of `job` went up as missing from this worker in the
+  // job's current run (LackedAbove::went_up). A member's data for it that
+  // finds its slot free would otherwise claim the slot once the chunk's
+  // short-lived bypass entries are gone, and that slot's partial (the
+  // members' data reduced together) is a repeat to the parent, which counted
+  // this switch's empty share already: dropped there, or, sent on, dropped
+  // by the TAN, which holds some of those members' lates merged already.
+  // The member whose late was lost, counted in that slot, is then told
+  // `held` and never sends its data alone again. O(1).
+  bool WentUpAsMissing(const aggregator::Job& job, uint32_t seq) {
+    const LackedAbove& e = LackedAboveOf(job, seq);
+    return e.went_up && e.job_id == job.id() && e.job_generation == job.generation() &&
+           e.seq == seq && e.label == job.label();
+  }
+  // Records that chunk `seq` of `job` went up as missing from here.
+  void NoteUpAsMissing(const aggregator::Job& job, uint32_t seq) {
+    LackedAbove& e = LackedAboveOf(job, seq);
+    if (e.job_id != job.id() || e.job_generation != job.generation() || e.seq != seq ||
+        e.label != job.label()) {
+      e = LackedAbove{job.id(), job.generation(), seq, job.label()};
+    }
+    e.went_up = true;
+  }
   static constexpr uint32_t kLackedAbove = 16;
   LackedAbove& LackedAboveOf(const aggregator::Job& job, uint32_t seq) {
     return lacked_above_[((seq * 2654435761u) >> 28 ^ job.index()) % kLackedAbove];
