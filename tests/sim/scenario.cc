@@ -397,6 +397,17 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
     r.down_ns = static_cast<uint64_t>(f.Range(1, 100)) * kMs;
     s.restarts.push_back(r);
   }
+  // A switch back from a restart has not heard from a member that had every
+  // result it needed before it went down: the rank of the next run in that
+  // member's place is taken for the old run's, and its data may complete
+  // the old run's leftovers, which only run ids tell apart (docs/protocol.md,
+  // "Runs"; ClientOptions::run_id). A job run twice through a fabric with a
+  // restart has them (seed 1432029: a FINAL chunk of the first run
+  // completed at agg-ps with the second run's data, delivered to the main
+  // server under the first run's label).
+  if (!s.restarts.empty()) {
+    for (JobSpecSim& job : s.jobs) job.run_ids = job.run_ids || job.runs > 1;
+  }
   if (s.param_node && f.Chance(0.15) && Allows(limits, kFaultTanLoss)) {
     Outage o;
     o.at_ns = static_cast<uint64_t>(f.Range(5, 300)) * kMs;
