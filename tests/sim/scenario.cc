@@ -401,12 +401,12 @@ Scenario Generate(uint64_t seed, const Limits& limits) {
   // result it needed before it went down: the rank of the next run in that
   // member's place is taken for the old run's, and its data may complete
   // the old run's leftovers, which only run ids tell apart (docs/protocol.md,
-  // "Runs"; ClientOptions::run_id). A job run twice through a fabric with a
-  // restart has them (seed 1432029: a FINAL chunk of the first run
-  // completed at agg-ps with the second run's data, delivered to the main
-  // server under the first run's label).
+  // "Runs"; ClientOptions::run_id). Its ranks are told (the run ends), but
+  // a FINAL chunk so completed reaches the main server under the old run's
+  // label: a job with a main server run twice through a fabric with a
+  // restart has run ids (seed 1432029).
   if (!s.restarts.empty()) {
-    for (JobSpecSim& job : s.jobs) job.run_ids = job.run_ids || job.runs > 1;
+    for (JobSpecSim& job : s.jobs) job.run_ids = job.run_ids || (job.runs > 1 && job.main_server);
   }
   if (s.param_node && f.Chance(0.15) && Allows(limits, kFaultTanLoss)) {
     Outage o;
