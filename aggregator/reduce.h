@@ -80,6 +80,16 @@ void StoreResult(DType dtype, const void* acc, uint32_t n, uint8_t* payload_out)
 // TAN folds their data into it). An invalid (dtype, op) pair writes nothing. [any]
 void StoreIdentity(DType dtype, ReduceOp op, uint32_t n, uint8_t* payload_out);
 
+// Whether reducing a member's data into an accumulator that holds it already
+// leaves the bytes as they were: min, max, and, or (the float min and max
+// too: NaN absorbs, and equal zeros combine by their bits, either way). Not
+// a sum. Data that reaches a reduction twice, as a late that overlaps what
+// was merged already, then changes nothing. [any]
+constexpr bool SameTwice(ReduceOp op) {
+  return op == ReduceOp::kMin || op == ReduceOp::kMax || op == ReduceOp::kAnd ||
+         op == ReduceOp::kOr;
+}
+
 // Whether `dtype` accumulates in its wire format (int32, float32), so that
 // StoreResult is a plain copy and the accumulator can serve as the result. [any]
 constexpr bool AccumulatesInWireFormat(DType dtype) {

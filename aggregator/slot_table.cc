@@ -21,7 +21,7 @@ SlotTable::SlotTable(const SlotTableConfig& config)
       HugeRegion::Footprint<uint8_t>(n * 2 * config_.max_payload) +
       HugeRegion::Footprint<uint8_t>(n * config_.max_payload) +
       HugeRegion::Footprint<const uint8_t*>(n * fan_in) + HugeRegion::Footprint<void*>(n * fan_in) +
-      HugeRegion::Footprint<uint16_t>(n * config_.max_inherited) +
+      HugeRegion::Footprint<uint16_t>(2 * n * config_.max_inherited) +
       HugeRegion::Footprint<uint32_t>(n * fan_in));
   slots_ = memory_.Carve<Slot>(n);
   // Each slot's bitmap, then the given-up chunk's of each (Slot::gone_bitmap_).
@@ -30,7 +30,8 @@ SlotTable::SlotTable(const SlotTableConfig& config)
   uint8_t* results = memory_.Carve<uint8_t>(n * config_.max_payload);
   const uint8_t** held_payloads = memory_.Carve<const uint8_t*>(n * fan_in);
   void** held_handles = memory_.Carve<void*>(n * fan_in);
-  uint16_t* inherited = memory_.Carve<uint16_t>(n * config_.max_inherited);
+  // Each slot's inherited ids, then whose partial listed each.
+  uint16_t* inherited = memory_.Carve<uint16_t>(2 * n * config_.max_inherited);
   uint32_t* offsets = memory_.Carve<uint32_t>(n * fan_in);
   if (offsets == nullptr) throw std::bad_alloc();  // the table cannot exist without its memory
   bitmaps_ = bitmaps;
@@ -48,6 +49,7 @@ SlotTable::SlotTable(const SlotTableConfig& config)
     s.held_payload_ = &held_payloads[i * fan_in];
     s.held_handle_ = &held_handles[i * fan_in];
     s.inherited_ = &inherited[i * config_.max_inherited];
+    s.inherited_from_ = &inherited[(n + i) * config_.max_inherited];
     s.offsets_ = &offsets[i * fan_in];
   }
 }
@@ -322,6 +324,8 @@ void SlotTable::Inherit(Slot& s, const Contribution& c) {
       s.inherited_overflow_ = true;
       return;
     }
+    s.inherited_from_[s.inherited_count_] =
+        static_cast<uint16_t>(c.node | (c.holds_nobody ? Slot::kWholeShare : 0));
     s.inherited_[s.inherited_count_++] =
         static_cast<uint16_t>(c.missing[2 * i] << 8 | c.missing[2 * i + 1]);
   }

@@ -78,6 +78,10 @@ struct Contribution {
   // (big-endian pairs, as on the wire), carried on by this slot.
   const uint8_t* missing = nullptr;
   uint8_t missing_count = 0;
+  // That partial holds nobody's data (flags::kConflict: the chunk found no
+  // slot at the child and went up as missing): what it lists is the child's
+  // whole share, which the slot remembers as such (Slot::InheritedShare).
+  bool holds_nobody = false;
   // The first contribution arms the slot's timer: deadline = now + this; 0: none.
   uint64_t timeout_cycles = 0;
   // The members asked for member order (flags::kOrdered): every
@@ -145,6 +149,13 @@ class Slot {
   // Node ids inherited from children's missing lists.
   uint16_t inherited_count() const { return inherited_count_; }
   uint16_t inherited(uint16_t i) const { return inherited_[i]; }
+  // Whether inherited id i came in member `member`'s partial that held
+  // nobody's data: one of the ids of that child's whole share, which a
+  // later partial of the same child may hold (a child that covers only
+  // itself, as an in-band leaf does at its root, names no ranks otherwise).
+  bool InheritedShare(uint16_t i, uint16_t member) const {
+    return inherited_from_[i] == (member | kWholeShare);
+  }
   bool inherited_overflow() const { return inherited_overflow_; }
   bool ordered() const { return ordered_; }
   // It keeps its contributions and reduces them at completion (Contribution::hold).
@@ -213,6 +224,10 @@ class Slot {
   uint16_t inherited_count_ = 0;
   bool inherited_overflow_ = false;
   uint16_t* inherited_ = nullptr;   // max_inherited node ids
+  // Per inherited id: the member index whose partial listed it, with
+  // kWholeShare set when that partial held nobody's data.
+  static constexpr uint16_t kWholeShare = 0x8000;
+  uint16_t* inherited_from_ = nullptr;
   uint32_t* offsets_ = nullptr;     // max_fan_in arrival offsets
   uint16_t elem_count_ = 0;
   uint32_t elem_offset_ = 0;

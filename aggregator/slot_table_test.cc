@@ -350,6 +350,32 @@ TEST(SlotTableTest, InheritsTheMissingListsOfPartials) {
   EXPECT_TRUE(s.inherited_overflow()) << "the fourth id does not fit";
 }
 
+// The ids a child's partial that held nobody's data listed are that
+// child's whole share; the ids of a partial that held data are not.
+TEST(SlotTableTest, RemembersWhoseWholeShareAnInheritedIdIs) {
+  SlotTable table(SlotTableConfig{.slots = 2});
+  const auto p = Payload(std::vector<int32_t>{0});
+  const uint8_t list_a[] = {0, 7, 0, 8};
+  const uint8_t list_b[] = {0, 9};
+  Contribution c = Make(1, 1, 0, 3, p);
+  c.missing = list_a;
+  c.missing_count = 2;
+  c.holds_nobody = true;
+  (void)table.Contribute(0, c, 1, NeverRelease, nullptr);
+  c.node = 1;
+  c.missing = list_b;
+  c.missing_count = 1;
+  c.holds_nobody = false;
+  (void)table.Contribute(0, c, 2, NeverRelease, nullptr);
+  const Slot& s = table.slot(0);
+  ASSERT_EQ(s.inherited_count(), 3u);
+  EXPECT_TRUE(s.InheritedShare(0, 0));
+  EXPECT_TRUE(s.InheritedShare(1, 0));
+  EXPECT_FALSE(s.InheritedShare(0, 1)) << "member 0's, not member 1's";
+  EXPECT_FALSE(s.InheritedShare(2, 1)) << "member 1's partial held data";
+  EXPECT_FALSE(s.InheritedShare(2, 0));
+}
+
 // The final result coming down is cached in a forwarded slot of the same
 // chunk only.
 TEST(SlotTableTest, CachesAResultFromAboveInItsForwardedSlot) {

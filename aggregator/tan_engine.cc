@@ -475,13 +475,26 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   } else {
     content = Content(f.job_id, late);
   }
+  // Where data reduced twice gives the same bytes (min, max, and, or), a
+  // late that holds ids merged already besides an awaited one is merged all
+  // the same: a switch's slot that took its members' resends after their
+  // first sends went around it as lates holds both (seed 1440886).
+  const bool twice_same = SameTwice(f.op);
   bool resolves = false;
+  bool repeats = false;
   for (const uint16_t n : content) {
     if (c.merged.count(n) != 0) {
-      ++counters_.duplicate_late;  // merging it would count n twice
-      return Resolution::kDropped;
+      if (!twice_same) {
+        ++counters_.duplicate_late;  // merging it would count n twice
+        return Resolution::kDropped;
+      }
+      repeats = true;
     }
     resolves = resolves || c.outstanding.count(n) != 0;
+  }
+  if (!resolves && repeats) {
+    ++counters_.duplicate_late;  // nothing in it is awaited that came already
+    return Resolution::kDropped;
   }
   if (!resolves && rest_of_share) {
     ++counters_.duplicate_late;  // every id it holds came already, or is awaited no more
@@ -506,7 +519,7 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   // earlier late) holds already: merged, it would count that id twice.
   const std::set<uint16_t> lacks = Lacks(f.job_id, c.outstanding);
   for (const uint16_t n : content) {
-    if (n != late.node && lacks.count(n) == 0) {
+    if (n != late.node && lacks.count(n) == 0 && !twice_same) {
       ++counters_.duplicate_late;
       return Resolution::kDropped;
     }

@@ -455,6 +455,61 @@ TEST(TanEngineTest, ALateThatNamesItsContentResolvesThoseIds) {
   EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{321});
 }
 
+// Ranks 3 and 4 came around their switch's slot as lates and were merged;
+// then the slot took all three ranks' resends and its partial comes on as a
+// late naming 3, 4 and 5. Where the same data reduced twice gives the same
+// bytes (an or) it completes the chunk; a sum would count 3 and 4 twice, so
+// there it is dropped and the chunk waits for rank 5's own data.
+TEST(TanEngineTest, ALateOverlappingMergedIdsCompletesAnOrButNeverASum) {
+  for (const ReduceOp op : {ReduceOp::kOr, ReduceOp::kSum}) {
+    SCOPED_TRACE(op == ReduceOp::kOr ? "or" : "sum");
+    Tan tan;
+    auto with_op = [op](Spec s) {
+      s.op = op;
+      return s;
+    };
+    EXPECT_TRUE(tan.Feed(with_op(First(Pack<int32_t>({0x1}), {3, 4, 5})), 0).empty());
+    EXPECT_TRUE(tan.Feed(with_op(Late(3, Pack<int32_t>({0x10}))), 1 * kMs).empty());
+    EXPECT_TRUE(tan.Feed(with_op(Late(4, Pack<int32_t>({0x100}))), 1 * kMs).empty());
+    Spec slot = with_op(Late(102, Pack<int32_t>({0x1110}), {3, 4, 5}));
+    slot.flags |= flags::kContent;
+    const std::vector<TanOutput> out = tan.Feed(slot, 2 * kMs);
+    if (op == ReduceOp::kOr) {
+      ASSERT_EQ(out.size(), 1u);
+      const Parsed r = ParseOutput(out[0]);
+      ExpectCompleteResult(r);
+      EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{0x1111});
+      continue;
+    }
+    EXPECT_TRUE(out.empty()) << "3 and 4 would count twice";
+    EXPECT_EQ(tan.counters().duplicate_late, 1u);
+    const Parsed r = tan.FeedForResult(with_op(Late(5, Pack<int32_t>({0x1000}))), 3 * kMs);
+    ExpectCompleteResult(r);
+    EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{0x1111});
+  }
+}
+
+// A late of ids that were all merged already is a duplicate whatever the
+// op: it resolves nothing and is not held.
+TEST(TanEngineTest, ALateOfOnlyMergedIdsIsADuplicateEvenForAnOr) {
+  Tan tan;
+  auto with_or = [](Spec s) {
+    s.op = ReduceOp::kOr;
+    return s;
+  };
+  EXPECT_TRUE(tan.Feed(with_or(First(Pack<int32_t>({0x1}), {3, 4, 5})), 0).empty());
+  EXPECT_TRUE(tan.Feed(with_or(Late(3, Pack<int32_t>({0x10}))), 1 * kMs).empty());
+  EXPECT_TRUE(tan.Feed(with_or(Late(4, Pack<int32_t>({0x100}))), 1 * kMs).empty());
+  Spec both = with_or(Late(102, Pack<int32_t>({0x110}), {3, 4}));
+  both.flags |= flags::kContent;
+  EXPECT_TRUE(tan.Feed(both, 2 * kMs).empty());
+  EXPECT_EQ(tan.counters().duplicate_late, 1u);
+  EXPECT_EQ(tan.engine().held_lates(), 0u);
+  const Parsed r = tan.FeedForResult(with_or(Late(5, Pack<int32_t>({0x1000}))), 3 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{0x1111});
+}
+
 TEST(TanEngineTest, SeedExampleFirstData76PlusLate2From112Is78) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "aggregator/reduce.h"
 #include "dataplane/mac_table.h"
 
 namespace aggswitch::dataplane {
@@ -90,16 +91,6 @@ bool SameInAnyOrder(aggregator::DType t, aggregator::ReduceOp op) {
   return op != aggregator::ReduceOp::kSum ||
          (t != aggregator::DType::kFloat32 && t != aggregator::DType::kFloat16 &&
           t != aggregator::DType::kBFloat16);
-}
-
-// A member's data reduced into an accumulator that holds it already leaves
-// the bytes as they were: min, max, and, or (the float min and max too:
-// NaN absorbs, and equal zeros combine by their bits, either way). Not a
-// sum.
-bool SameTwice(aggregator::DType t, aggregator::ReduceOp op) {
-  (void)t;
-  return op == aggregator::ReduceOp::kMin || op == aggregator::ReduceOp::kMax ||
-         op == aggregator::ReduceOp::kAnd || op == aggregator::ReduceOp::kOr;
 }
 
 }  // namespace
@@ -780,6 +771,7 @@ void AggregationStage::Contribute(const Checked& it) {
     c.partials_received.Add(1);
     contribution.missing = pkt.missing;
     contribution.missing_count = h.missing_count;
+    contribution.holds_nobody = (h.flags.host() & aggregator::flags::kConflict) != 0;
   }
   JobCounters& jc = s_.job_counters[job.index()];
   const uint32_t local = LocalSlot(it.slot);
@@ -1677,8 +1669,8 @@ bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot
       (job.is_root() && job.tan() == aggregator::JobSpec::Tan::kNone)) {
     return false;
   }
-  const std::span<const uint16_t> covers = job.Covers(static_cast<uint16_t>(it.member));
-  if (covers.size() <= 1) return false;  // a child that covers only itself
+  const auto child = static_cast<uint16_t>(it.member);
+  const std::span<const uint16_t> covers = job.Covers(child);
   const uint8_t lacks = pkt.header->missing_count;
   auto listed = [&](uint16_t id) {
     for (uint8_t i = 0; i < lacks; ++i) {
@@ -1686,31 +1678,57 @@ bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot
     }
     return false;
   };
-  for (uint8_t i = 0; i < lacks; ++i) {
-    const auto id = static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]);
-    if (std::find(covers.begin(), covers.end(), id) == covers.end()) return false;
-  }
-  // What the repeat holds, each id one the slot's partial went on without;
-  // or, where a member's data reduced twice gives the same bytes, some such
-  // ids beside ids the counted partial held (the child's new slot took
-  // resends of members counted and members lacked alike: seed 1380907).
-  // The late names only the lacked ones: what it holds besides is data the
-  // slot's partial carries already, which changes nothing merged again.
-  const bool twice_same = SameTwice(slot.dtype(), slot.op()) && SameTwice(pkt.dtype, pkt.op);
+  // A partial that holds nobody's data (it went up as missing) is no share.
+  if ((pkt.header->flags.host() & aggregator::flags::kConflict) != 0) return false;
   uint16_t named[256];
   uint32_t held = 0;
-  bool counted = false;
-  for (const uint16_t id : covers) {
-    if (listed(id)) continue;
-    bool lacked = false;
-    for (uint16_t i = 0; i < slot.inherited_count() && !lacked; ++i) lacked = slot.inherited(i) == id;
-    if (!lacked) {
-      if (!twice_same) return false;
-      counted = true;
-      continue;
+  bool only_named = false;  // the late names exactly `named`
+  if (covers.size() <= 1) {
+    // A child that covers only itself (an in-band leaf at its root) names
+    // no ranks here. But where the slot counted a partial of it that held
+    // nobody's data, what that one listed is the child's whole share, and
+    // a later partial of the child holds that share less what it lists
+    // (its new slot took the members' resends: seeds 970167, 1351435).
+    auto in_share = [&](uint16_t id) {
+      for (uint16_t i = 0; i < slot.inherited_count(); ++i) {
+        if (slot.inherited(i) == id && slot.InheritedShare(i, child)) return true;
+      }
+      return false;
+    };
+    for (uint8_t i = 0; i < lacks; ++i) {
+      if (!in_share(static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]))) return false;
     }
-    if (held == std::size(named)) return false;
-    named[held++] = id;
+    for (uint16_t i = 0; i < slot.inherited_count(); ++i) {
+      const uint16_t id = slot.inherited(i);
+      if (!slot.InheritedShare(i, child) || listed(id)) continue;
+      if (held == std::size(named)) return false;
+      named[held++] = id;
+    }
+    only_named = true;  // nothing here knows the child's ids otherwise
+  } else {
+    for (uint8_t i = 0; i < lacks; ++i) {
+      const auto id = static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]);
+      if (std::find(covers.begin(), covers.end(), id) == covers.end()) return false;
+    }
+    // What the repeat holds, each id one the slot's partial went on without;
+    // or, where a member's data reduced twice gives the same bytes, some such
+    // ids beside ids the counted partial held (the child's new slot took
+    // resends of members counted and members lacked alike: seed 1380907).
+    // The late names only the lacked ones: what it holds besides is data the
+    // slot's partial carries already, which changes nothing merged again.
+    const bool twice_same = aggregator::SameTwice(slot.op()) && aggregator::SameTwice(pkt.op);
+    for (const uint16_t id : covers) {
+      if (listed(id)) continue;
+      bool lacked = false;
+      for (uint16_t i = 0; i < slot.inherited_count() && !lacked; ++i) lacked = slot.inherited(i) == id;
+      if (!lacked) {
+        if (!twice_same) return false;
+        only_named = true;
+        continue;
+      }
+      if (held == std::size(named)) return false;
+      named[held++] = id;
+    }
   }
   if (held == 0) return false;
   stats_.lcore.agg.late_repeats.Add(1);
@@ -1724,7 +1742,7 @@ bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot
     (void)tree_.FinishSlot(job, LocalSlot(it.slot), slot, false, nullptr, 0);
   }
   tree_.ForwardLate(it.m, job, it.header_offset, it.in_port, 0, /*name_content=*/true,
-                    counted ? std::span<const uint16_t>(named, held) : std::span<const uint16_t>());
+                    only_named ? std::span<const uint16_t>(named, held) : std::span<const uint16_t>());
   return true;
 }
 

@@ -2820,13 +2820,15 @@ class ParameterNodeTest : public AggregationTest {
 
   // A root job whose TAN is the parameter node, of two members: worker 0
   // and the child switch kChild, which covers node ids 4 and 5.
-  void AddRootOverChild(uint32_t id) {
+  // `names_ranks` false: the child covers only itself, as an in-band leaf
+  // does at its root (its ranks are not named here).
+  void AddRootOverChild(uint32_t id, bool names_ranks = true) {
     aggregator::JobSpec spec;
     spec.id = id;
     spec.key = 0x5eed;
     spec.members = 2;
     spec.member_nodes = {0, kChild};
-    spec.covers = {{}, {4, 5}};
+    spec.covers = {{}, names_ranks ? std::vector<uint16_t>{4, 5} : std::vector<uint16_t>{kChild}};
     spec.tan = aggregator::JobSpec::Tan::kRemote;
     spec.tan_peer = {MemberIp(kPs), aggregator::kAggUdpPort, 0, 0};
     ASSERT_TRUE(jobs_->Add(spec).ok());
@@ -2848,6 +2850,32 @@ class ParameterNodeTest : public AggregationTest {
     f.elem_count = 1;
     f.incarnation = label;
     return f;
+  }
+
+  // Each LATE among `frames`: its CONTENT list, or {0xffff} without one.
+  static std::vector<std::vector<uint16_t>> LateContents(const std::vector<Frame>& frames) {
+    std::vector<std::vector<uint16_t>> named;
+    for (const Frame& frame : frames) {
+      L2Info l2;
+      UdpInfo udp;
+      aggregator::AggPacket pkt;
+      EXPECT_EQ(ParseL2(frame.data(), static_cast<uint32_t>(frame.size()), &l2), ParseStatus::kOk);
+      EXPECT_EQ(ParseIpv4Udp(frame.data(), static_cast<uint32_t>(frame.size()), l2.l3_offset, &udp),
+                UdpParse::kOk);
+      EXPECT_EQ(aggregator::ParseAggregation(frame.data() + udp.payload_offset, udp.payload_len, &pkt),
+                aggregator::WireError::kOk);
+      if (pkt.opcode != aggregator::Opcode::kLate) continue;
+      if ((pkt.header->flags.host() & aggregator::flags::kContent) == 0) {
+        named.push_back({0xffff});
+        continue;
+      }
+      std::vector<uint16_t> ids;
+      for (uint8_t i = 0; i < pkt.header->missing_count; ++i) {
+        ids.push_back(static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]));
+      }
+      named.push_back(ids);
+    }
+    return named;
   }
 
   // `f` (one int32, 40) with `missing`, as the child switch kChild sends it.
@@ -4556,29 +4584,7 @@ TEST_F(ParameterNodeTest, AChildsRepeatOfAnOpSameTwiceGoesOnNamingOnlyWhatItsPar
     f.op = op;
     Inject(0, ChildFrame(f, missing));
     Step();
-    std::vector<std::vector<uint16_t>> named;
-    const std::vector<Frame> up = Drain()[1];
-    for (const Frame& frame : up) {
-      L2Info l2;
-      UdpInfo udp;
-      aggregator::AggPacket pkt;
-      EXPECT_EQ(ParseL2(frame.data(), static_cast<uint32_t>(frame.size()), &l2), ParseStatus::kOk);
-      EXPECT_EQ(ParseIpv4Udp(frame.data(), static_cast<uint32_t>(frame.size()), l2.l3_offset, &udp),
-                UdpParse::kOk);
-      EXPECT_EQ(aggregator::ParseAggregation(frame.data() + udp.payload_offset, udp.payload_len, &pkt),
-                aggregator::WireError::kOk);
-      if (pkt.opcode != aggregator::Opcode::kLate) continue;
-      if ((pkt.header->flags.host() & aggregator::flags::kContent) == 0) {
-        named.push_back({0xffff});
-        continue;
-      }
-      std::vector<uint16_t> ids;
-      for (uint8_t i = 0; i < pkt.header->missing_count; ++i) {
-        ids.push_back(static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]));
-      }
-      named.push_back(ids);
-    }
-    return named;
+    return LateContents(Drain()[1]);
   };
   using Named = std::vector<std::vector<uint16_t>>;
   // Chunk 1, an and, waiting for worker 0: the child's partial lacks rank 5.
@@ -4591,6 +4597,43 @@ TEST_F(ParameterNodeTest, AChildsRepeatOfAnOpSameTwiceGoesOnNamingOnlyWhatItsPar
   EXPECT_EQ(from_child(2, aggregator::ReduceOp::kSum, {5}), Named{});
   EXPECT_EQ(from_child(2, aggregator::ReduceOp::kSum, {}), Named{});
   EXPECT_EQ(Agg().late_repeats.Get(), 1u);
+}
+
+// An in-band leaf covers only itself at its root, which cannot name its
+// ranks. The leaf's chunk found no slot there and went up holding nobody's
+// data (CONFLICT), listing its whole share, ranks 4 and 5; the root's slot
+// counted it. The leaf's later partial, from a slot that took rank 4's
+// resend, lacks rank 5: it holds rank 4, and goes on as a late partial
+// naming it (CONTENT). Before, the root dropped it as a repeat, and the
+// TAN waited for rank 4 until its give-up (seeds 970167, 1351435). After a
+// counted partial that held data, the leaf's ranks are unknown here, and
+// its later partial stays a repeat.
+TEST_F(ParameterNodeTest, AnInBandLeafsPartialAfterItsEmptyOneGoesOnNamingWhatItHolds) {
+  AddRootOverChild(9, /*names_ranks=*/false);
+  using Named = std::vector<std::vector<uint16_t>>;
+  auto from_child = [&](uint32_t seq, bool holds_nobody, std::vector<uint16_t> missing) {
+    aggregator::AggFields f = FromChild(aggregator::Opcode::kPartial, 9, kChild, seq, 0xa1);
+    if (holds_nobody) f.flags = aggregator::flags::kConflict;
+    Inject(0, ChildFrame(f, missing));
+    Step();
+    return LateContents(Drain()[1]);
+  };
+  for (const uint32_t seq : {1u, 2u}) {
+    Inject(0, Contribution(9, seq, 0, Int32Payload({1})));
+    Step();
+    (void)Drain();
+  }
+  // Chunk 1: the empty partial completes the slot (first data to the TAN).
+  EXPECT_EQ(from_child(1, true, {4, 5}), Named{});
+  EXPECT_EQ(from_child(1, false, {5}), (Named{{4}})) << "rank 4's data, named";
+  EXPECT_EQ(Agg().late_repeats.Get(), 1u);
+  EXPECT_EQ(from_child(1, false, {}), (Named{{4, 5}}));
+  EXPECT_EQ(from_child(1, false, {4, 5, 6}), Named{}) << "it lists an id its share did not";
+  EXPECT_EQ(from_child(1, true, {5}), Named{}) << "an empty partial holds nobody";
+  // Chunk 2: the counted partial held data.
+  EXPECT_EQ(from_child(2, false, {4, 5}), Named{});
+  EXPECT_EQ(from_child(2, false, {5}), Named{});
+  EXPECT_EQ(Agg().late_repeats.Get(), 2u);
 }
 
 // The slot's first data went to the TAN lacking the child's ranks (the

@@ -566,32 +566,37 @@ bool TreeStage::ListContent(rte_mbuf* m, const aggregator::Job& job, bool always
       (h->flags.host() & aggregator::flags::kContent) != 0) {
     return false;
   }
-  const std::span<const uint16_t> covers = job.Covers(static_cast<uint16_t>(index));
-  // A child that covers only itself (an in-band job's leaf at its root:
-  // the ranks below it are not named here) has no content to name but its
-  // own id, which the sender's id says already: the list stays.
-  if (covers.size() == 1 && covers[0] == h->node_id.host()) return false;
   uint16_t content[kMaxMissingIds];
   uint32_t n = 0;
   const uint32_t lacks = h->missing_count;
   const uint8_t* list = rte_pktmbuf_mtod_offset(m, const uint8_t*, sizeof(aggregator::AggHeader));
-  auto lacked = [&](uint16_t id) {
+  if (!only.empty()) {
+    // The caller knows what the payload holds (or what of it matters above).
+    if (only.size() > kMaxMissingIds) return false;
+    for (const uint16_t id : only) content[n++] = id;
+  } else {
+    const std::span<const uint16_t> covers = job.Covers(static_cast<uint16_t>(index));
+    // A child that covers only itself (an in-band job's leaf at its root:
+    // the ranks below it are not named here) has no content to name but its
+    // own id, which the sender's id says already: the list stays.
+    if (covers.size() == 1 && covers[0] == h->node_id.host()) return false;
+    auto lacked = [&](uint16_t id) {
+      for (uint32_t i = 0; i < lacks; ++i) {
+        if (static_cast<uint16_t>(list[2 * i] << 8 | list[2 * i + 1]) == id) return true;
+      }
+      return false;
+    };
+    // What the child lacks must be ids it covers (ranks): a switch below it
+    // that it missed took ranks this switch cannot name. Then the list stays.
     for (uint32_t i = 0; i < lacks; ++i) {
-      if (static_cast<uint16_t>(list[2 * i] << 8 | list[2 * i + 1]) == id) return true;
+      const auto id = static_cast<uint16_t>(list[2 * i] << 8 | list[2 * i + 1]);
+      if (std::find(covers.begin(), covers.end(), id) == covers.end()) return false;
     }
-    return false;
-  };
-  // What the child lacks must be ids it covers (ranks): a switch below it
-  // that it missed took ranks this switch cannot name. Then the list stays.
-  for (uint32_t i = 0; i < lacks; ++i) {
-    const auto id = static_cast<uint16_t>(list[2 * i] << 8 | list[2 * i + 1]);
-    if (std::find(covers.begin(), covers.end(), id) == covers.end()) return false;
-  }
-  for (const uint16_t id : covers) {
-    if (lacked(id)) continue;
-    if (!only.empty() && std::find(only.begin(), only.end(), id) == only.end()) continue;
-    if (n == kMaxMissingIds) return false;
-    content[n++] = id;
+    for (const uint16_t id : covers) {
+      if (lacked(id)) continue;
+      if (n == kMaxMissingIds) return false;
+      content[n++] = id;
+    }
   }
   const uint32_t payload_len = rte_pktmbuf_data_len(m) - sizeof(aggregator::AggHeader) - 2 * lacks;
   if (n > lacks) {

@@ -219,9 +219,10 @@ class TreeStage {
   // holds, flagged CONTENT (docs/stragglers.md); so too, whatever the job
   // lists, when `always`. Leaves it as it is when the child lacks ids it does
   // not cover, or the mbuf has no room. `only`, when not empty: the ids to
-  // name, a part of what the payload holds (the caller's to choose: naming
-  // fewer ids than a payload holds is sound only where a member's data
-  // reduced twice gives the same bytes).
+  // name, whatever the job knows of the child's covers: what the payload
+  // holds, or a part of it (the caller's to choose: naming fewer ids than a
+  // payload holds is sound only where a member's data reduced twice gives
+  // the same bytes).
   // True when it named them.
   bool ListContent(rte_mbuf* m, const aggregator::Job& job, bool always = false,
                    std::span<const uint16_t> only = {});
