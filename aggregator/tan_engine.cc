@@ -480,10 +480,18 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   // the same: a switch's slot that took its members' resends after their
   // first sends went around it as lates holds both (seed 1440886).
   const bool twice_same = SameTwice(f.op);
+  // A switch's id, where the late names what the switch's payload holds
+  // (CONTENT, or the switch's covers known here), stands for no data of its
+  // own: merged with the switch's earlier late partial, it does not make
+  // this one a duplicate, which holds the rest of its share (seed 1442316:
+  // a leaf's slot sent up the ranks its prediction excluded before, after a
+  // partial that lacked them).
+  const bool sender_names_share = (late.flags & flags::kContent) != 0 ||
+                                  covers_.count({f.job_id, late.node}) != 0;
   bool resolves = false;
   bool repeats = false;
   for (const uint16_t n : content) {
-    if (c.merged.count(n) != 0) {
+    if (c.merged.count(n) != 0 && !(n == late.node && sender_names_share)) {
       if (!twice_same) {
         ++counters_.duplicate_late;  // merging it would count n twice
         return Resolution::kDropped;
@@ -492,7 +500,10 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
     }
     resolves = resolves || c.outstanding.count(n) != 0;
   }
-  if (!resolves && repeats) {
+  // Its sender merged already, what the switch lacked then is awaited, and
+  // a late of it that resolves none of that holds nothing new.
+  const bool sender_again = sender_names_share && c.merged.count(late.node) != 0;
+  if (!resolves && (repeats || sender_again)) {
     ++counters_.duplicate_late;  // nothing in it is awaited that came already
     return Resolution::kDropped;
   }

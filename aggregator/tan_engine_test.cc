@@ -510,6 +510,32 @@ TEST(TanEngineTest, ALateOfOnlyMergedIdsIsADuplicateEvenForAnOr) {
   EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{0x1111});
 }
 
+// Leaf 103 (ranks 1, 3 and 11) sent its late partial lacking rank 3, and
+// later one holding rank 3 alone (its slot took rank 3's data once the
+// prediction included it again). The switch's id stands for no data: the
+// second holds the rest of the leaf's share, and completes the chunk. Sent
+// again, it is a duplicate; so is a late of the leaf that holds nothing
+// awaited, and neither is held.
+TEST(TanEngineTest, ASwitchsSecondLatePartialHoldingTheRestOfItsShareCompletesTheChunk) {
+  Tan tan;
+  tan.engine().SetCovers(kJob, 103, {1, 3, 11});
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({100}), {103}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(103, Pack<int32_t>({20}), {3}), 1 * kMs).empty()) << "3 is awaited";
+  const Parsed r = tan.FeedForResult(Late(103, Pack<int32_t>({3}), {1, 11}), 2 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{123});
+
+  Tan again;
+  again.engine().SetCovers(kJob, 103, {1, 3, 11});
+  EXPECT_TRUE(again.Feed(First(Pack<int32_t>({100}), {103}), 0).empty());
+  EXPECT_TRUE(again.Feed(Late(103, Pack<int32_t>({20}), {3}), 1 * kMs).empty());
+  EXPECT_TRUE(again.Feed(Late(103, Pack<int32_t>({20}), {3}), 2 * kMs).empty());
+  EXPECT_EQ(again.counters().duplicate_late, 1u) << "1 and 11 would count twice";
+  EXPECT_TRUE(again.Feed(Late(103, Pack<int32_t>({0}), {1, 3, 11}), 3 * kMs).empty());
+  EXPECT_EQ(again.counters().duplicate_late, 2u) << "it holds nothing awaited";
+  EXPECT_EQ(again.engine().held_lates(), 0u);
+}
+
 TEST(TanEngineTest, SeedExampleFirstData76PlusLate2From112Is78) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({76}), {112}), 0).empty());
