@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "aggregator/half.h"
@@ -80,6 +81,12 @@ Spec Late(uint16_t node, Bytes payload, std::vector<uint16_t> missing = {},
   s.dtype = dtype;
   s.missing = std::move(missing);
   s.payload = std::move(payload);
+  return s;
+}
+
+// `s` under op `op`.
+Spec WithOp(Spec s, ReduceOp op) {
+  s.op = op;
   return s;
 }
 
@@ -464,10 +471,7 @@ TEST(TanEngineTest, ALateOverlappingMergedIdsCompletesAnOrButNeverASum) {
   for (const ReduceOp op : {ReduceOp::kOr, ReduceOp::kSum}) {
     SCOPED_TRACE(op == ReduceOp::kOr ? "or" : "sum");
     Tan tan;
-    auto with_op = [op](Spec s) {
-      s.op = op;
-      return s;
-    };
+    auto with_op = [op](Spec s) { return WithOp(std::move(s), op); };
     EXPECT_TRUE(tan.Feed(with_op(First(Pack<int32_t>({0x1}), {3, 4, 5})), 0).empty());
     EXPECT_TRUE(tan.Feed(with_op(Late(3, Pack<int32_t>({0x10}))), 1 * kMs).empty());
     EXPECT_TRUE(tan.Feed(with_op(Late(4, Pack<int32_t>({0x100}))), 1 * kMs).empty());
@@ -493,10 +497,7 @@ TEST(TanEngineTest, ALateOverlappingMergedIdsCompletesAnOrButNeverASum) {
 // op: it resolves nothing and is not held.
 TEST(TanEngineTest, ALateOfOnlyMergedIdsIsADuplicateEvenForAnOr) {
   Tan tan;
-  auto with_or = [](Spec s) {
-    s.op = ReduceOp::kOr;
-    return s;
-  };
+  auto with_or = [](Spec s) { return WithOp(std::move(s), ReduceOp::kOr); };
   EXPECT_TRUE(tan.Feed(with_or(First(Pack<int32_t>({0x1}), {3, 4, 5})), 0).empty());
   EXPECT_TRUE(tan.Feed(with_or(Late(3, Pack<int32_t>({0x10}))), 1 * kMs).empty());
   EXPECT_TRUE(tan.Feed(with_or(Late(4, Pack<int32_t>({0x100}))), 1 * kMs).empty());

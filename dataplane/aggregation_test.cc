@@ -4526,42 +4526,19 @@ TEST_F(ParameterNodeTest, AChildsRepeatHoldingOnlyWhatItsPartialLackedGoesOnAsLa
     Step();
     return Drain()[1];
   };
-  // The ids a LATE names, when it is flagged CONTENT; else nothing.
-  auto content = [](const std::vector<Frame>& frames) {
-    std::vector<std::vector<uint16_t>> named;
-    for (const Frame& f : frames) {
-      L2Info l2;
-      UdpInfo udp;
-      aggregator::AggPacket pkt;
-      EXPECT_EQ(ParseL2(f.data(), static_cast<uint32_t>(f.size()), &l2), ParseStatus::kOk);
-      EXPECT_EQ(ParseIpv4Udp(f.data(), static_cast<uint32_t>(f.size()), l2.l3_offset, &udp),
-                UdpParse::kOk);
-      EXPECT_EQ(aggregator::ParseAggregation(f.data() + udp.payload_offset, udp.payload_len, &pkt),
-                aggregator::WireError::kOk);
-      if (pkt.opcode != aggregator::Opcode::kLate) continue;
-      std::vector<uint16_t> ids;
-      if ((pkt.header->flags.host() & aggregator::flags::kContent) != 0) {
-        for (uint8_t i = 0; i < pkt.header->missing_count; ++i) {
-          ids.push_back(static_cast<uint16_t>(pkt.missing[2 * i] << 8 | pkt.missing[2 * i + 1]));
-        }
-      }
-      named.push_back(ids);
-    }
-    return named;
-  };
   using Named = std::vector<std::vector<uint16_t>>;
   // Chunk 1, waiting for worker 0: the child's partial lacks rank 5.
-  EXPECT_EQ(content(from_child(1, {5})), Named{});
-  EXPECT_EQ(content(from_child(1, {4})), (Named{{5}})) << "rank 5 alone: on as late";
-  EXPECT_EQ(content(from_child(1, {})), Named{}) << "ranks 4 and 5: rank 4 counted already";
+  EXPECT_EQ(LateContents(from_child(1, {5})), Named{});
+  EXPECT_EQ(LateContents(from_child(1, {4})), (Named{{5}})) << "rank 5 alone: on as late";
+  EXPECT_EQ(LateContents(from_child(1, {})), Named{}) << "ranks 4 and 5: rank 4 counted already";
   EXPECT_EQ(Agg().late_repeats.Get(), 1u);
   // Chunk 2: worker 0's data completes the slot, and its first data goes
   // to the TAN lacking rank 5.
   Inject(0, Contribution(9, 2, 0, Int32Payload({1})));
   Step();
   (void)Drain();
-  EXPECT_EQ(content(from_child(2, {5})).size(), 0u);
-  EXPECT_EQ(content(from_child(2, {4})), (Named{{5}}));
+  EXPECT_EQ(LateContents(from_child(2, {5})).size(), 0u);
+  EXPECT_EQ(LateContents(from_child(2, {4})), (Named{{5}}));
   EXPECT_EQ(Agg().late_repeats.Get(), 2u);
 }
 
