@@ -79,6 +79,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.verifying_ = false;
   s.kept_ = false;
   s.retry_ = false;
+  s.retries_ = 0;
   if (s.gone_ && s.gone_job_id_ == c.job_id && s.gone_generation_ == c.job_generation &&
       s.gone_seq_ == c.seq) {
     s.gone_ = false;  // the member it lacked came: the chunk may complete here after all
@@ -227,7 +228,9 @@ bool SlotTable::TellAbsent(uint32_t local_index, uint64_t now_tsc) {
 
 bool SlotTable::ResendForwarded(uint32_t local_index, uint64_t now_tsc) {
   Slot& s = slots_[local_index];
-  return s.state_ == Slot::State::kForwarded && TakeResend(s, now_tsc);
+  if (s.state_ != Slot::State::kForwarded) return false;
+  s.retries_ = 0;  // a member still waits
+  return TakeResend(s, now_tsc);
 }
 
 Slot* SlotTable::ForwardedChunk(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
@@ -256,7 +259,7 @@ bool SlotTable::RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job
   s.kept_ = true;
   // "Not now": the partial goes again a resend gap on (RetryRefused), as a
   // member refused so sends its data again soon.
-  if (retry && config_.resend_gap_cycles != 0) {
+  if (retry && config_.resend_gap_cycles != 0 && s.retries_ < kMaxRefusedRetries) {
     s.retry_ = true;
     timers_.Arm(local_index, now_tsc + config_.resend_gap_cycles);
   }
@@ -267,6 +270,7 @@ bool SlotTable::RetryRefused(uint32_t local_index, uint64_t now_tsc) {
   Slot& s = slots_[local_index];
   if (s.state_ != Slot::State::kForwarded || !s.retry_) return false;
   s.retry_ = false;
+  ++s.retries_;
   timers_.Cancel(local_index);
   s.resent_tsc_ = now_tsc;
   return true;
@@ -401,6 +405,7 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
     return u;
   }
   if (s.state_ == Slot::State::kForwarded) {
+    s.retries_ = 0;  // a member still waits
     if (!s.HasContributed(c.node)) {
       u.outcome = SlotOutcome::kLateForwarded;
     } else if (TakeResend(s, now_tsc)) {

@@ -204,6 +204,9 @@ class Slot {
   // Its partial was refused above for now (RefusedAbove) and its timer is
   // armed to send it again (RetryRefused).
   bool retry_ = false;
+  // kForwarded: the refused partial's retries since a member last sent to the
+  // slot or asked after it (RetryRefused; at most kMaxRefusedRetries).
+  uint8_t retries_ = 0;
   // The chunk this slot last gave up stale while it still aggregated (swept,
   // or taken over by another chunk), and the members it had counted: kept
   // apart from the slot's own chunk, so that another chunk using the slot in
@@ -370,7 +373,12 @@ class SlotTable {
   // (RetryRefused) the partial goes again without waiting for a member. The
   // members were all counted and know nothing of the refusal: they ask
   // again only at their backed-off retransmission timeout, hundreds of
-  // milliseconds while the job stood still (seed 1303202).
+  // milliseconds while the job stood still (seed 1303202). The timer goes
+  // kMaxRefusedRetries times after a member last sent to the slot or asked
+  // after it, and no more: members that still wait have asked again by then
+  // and start the retries anew, and the partial of members that stopped
+  // waiting (a crashed rank's job, its ranks told why) is not sent, and its
+  // bypass entries written, forever.
   bool RefusedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                     uint64_t now_tsc, bool retry = false);
   // Slot `local_index`'s timer fired (Expired): whether it is a forwarded
@@ -425,6 +433,10 @@ class SlotTable {
                       uint32_t* evicted);
   // The resend gap doubles this many times at most (32 gaps).
   static constexpr uint8_t kMaxResendBackoff = 5;
+  // A refused partial goes again on its timer this many times at most
+  // after a member last sent or asked (RefusedAbove): a second at the 5 ms
+  // resend gap, a client's longest retransmission timeout.
+  static constexpr uint8_t kMaxRefusedRetries = 200;
   uint32_t armed_timers() const { return timers_.size(); }
 
   const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }

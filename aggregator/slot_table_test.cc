@@ -200,6 +200,53 @@ TEST(SlotTableTest, AForwardedSlotWhosePartialWasRefusedKeepsItsChunk) {
       << "the answer came down: the slot gives way as a complete one";
 }
 
+// A partial refused "not now" goes again on the slot's timer, since its
+// members, all counted, ask only at their backed-off timeout. Refused on
+// every try, it goes kMaxRefusedRetries times after a member last sent and
+// no more: a job whose ranks stopped waiting (a crashed rank's, its ranks
+// told INCOMPLETE) otherwise sent it, and wrote its bypass entries, for as
+// long as the parent's quota stayed held (seed 1410284). A member's resend
+// or question starts the retries anew.
+TEST(SlotTableTest, ARefusedPartialRetriesOnItsTimerOnlyWhileAMemberWaits) {
+  SlotTable table(SlotTableConfig{.slots = 2, .timer_tick_shift = 0, .resend_gap_cycles = 10});
+  const auto p = Payload(std::vector<int32_t>{1});
+  for (uint16_t m : {0, 1}) {
+    Contribution c = Make(1, 17, m, 3, p);
+    c.timeout_cycles = 5;
+    ASSERT_EQ(table.Contribute(0, c, 100, NeverRelease, nullptr).outcome, SlotOutcome::kAccumulated);
+  }
+  uint64_t now = 110;
+  uint32_t expired[2];
+  ASSERT_EQ(table.Expired(now, 2, expired), 1u);
+  SlotUpdate u;
+  ASSERT_TRUE(table.Expire(expired[0], &u));
+  // Refused, retried a gap later, refused again: count the timer's retries.
+  auto refused_until_quiet = [&](uint64_t from) {
+    now = from;
+    uint32_t retries = 0;
+    EXPECT_TRUE(table.RefusedAbove(0, 1, 1, 17, now, /*retry=*/true));
+    for (int guard = 0; guard < 10 * SlotTable::kMaxRefusedRetries; ++guard) {
+      now += 10;
+      if (table.Expired(now, 2, expired) == 0) break;
+      EXPECT_TRUE(table.RetryRefused(expired[0], now));
+      ++retries;
+      EXPECT_TRUE(table.RefusedAbove(0, 1, 1, 17, now, /*retry=*/true));
+    }
+    return retries;
+  };
+  EXPECT_EQ(refused_until_quiet(now), uint32_t{SlotTable::kMaxRefusedRetries});
+  now += 1000;
+  EXPECT_EQ(table.Expired(now, 2, expired), 0u) << "quiet once the members stopped asking";
+  EXPECT_TRUE(table.slot(0).kept()) << "still the partial's only copy";
+  EXPECT_EQ(table.Contribute(0, Make(1, 17, 0, 3, p), now, NeverRelease, nullptr).outcome,
+            SlotOutcome::kForwardedAgain)
+      << "a member's resend sends the partial again";
+  EXPECT_EQ(refused_until_quiet(now), uint32_t{SlotTable::kMaxRefusedRetries}) << "and the retries start anew";
+  now += 1000;
+  EXPECT_TRUE(table.ResendForwarded(0, now)) << "a member's question";
+  EXPECT_EQ(refused_until_quiet(now), uint32_t{SlotTable::kMaxRefusedRetries});
+}
+
 // The members of a forwarded slot retransmit (or ask) in rounds: one resend
 // of the partial per round, the other repeats of the round are duplicates.
 // A round counts once the partial went up a gap ago, and each resend doubles
