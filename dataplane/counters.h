@@ -278,7 +278,7 @@ struct PortCounters {
   X(up_unlabelled, "partials, first data, late data and data for the parameter node not sent up yet: their job has no run label (a member has not sent in this generation)") \
   X(slot_quota_refused, "chunks refused for lying too far ahead of their job's slowest member (NACK slot_quota)") \
   X(hold_refused, "contributions an ordered slot could not hold: the job's hold quota or the hold pool was used up (NACK hold_quota)") \
-  X(slots_kept, "forwarded slots that keep their chunk: they lack members whose bypass entries the full table refused, and only the slot records them")
+  X(slots_kept, "forwarded slots that keep their chunk: they lack members that no bypass entry records (the table was full, or the member is a predicted straggler), and only the slot does")
 
 enum class AggCounter : uint8_t {
 #define AGG_AGG_COUNTER_ENUM(name, help) name,

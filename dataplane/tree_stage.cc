@@ -87,7 +87,8 @@ void TreeStage::ContinueBypassDump(BypassDumpExchange& d) {
 
 uint32_t TreeStage::CollectMissing(const aggregator::Job& job, uint32_t seq,
                                    const aggregator::Slot* slot, bool entries, uint16_t* out,
-                                   uint32_t cap, bool* unrecorded, uint64_t entry_ttl) {
+                                   uint32_t cap, bool* unrecorded, uint64_t entry_ttl,
+                                   bool* excluded) {
   AggregationCounters& c = stats_.lcore.agg;
   uint32_t n = 0;
   bool overflow = false;
@@ -113,7 +114,9 @@ uint32_t TreeStage::CollectMissing(const aggregator::Job& job, uint32_t seq,
       if (slot != nullptr && slot->HasContributed(i)) continue;
       // An excluded member flags its own data, and a member that runs the
       // TAN keeps its own: listed, no entry needed.
-      const bool entry = entries && !job.Excluded(i) && job.NodeId(i) != job.tan_member();
+      const bool out_now = job.Excluded(i);
+      if (out_now && excluded != nullptr) *excluded = true;
+      const bool entry = entries && !out_now && job.NodeId(i) != job.tan_member();
       if (job.IsSwitch(i) && job.bypass_covered_nodes()) {
         for (const uint16_t covered : job.Covers(i)) add(covered, entry);
       } else {
@@ -153,9 +156,10 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
   // a slot that did not expire lacks only excluded members: no entry.
   uint16_t missing[kMaxMissingIds];
   bool unrecorded = false;
+  bool excluded = false;
   const uint32_t n = all_in ? 0
                             : CollectMissing(job, slot.seq(), &slot, /*entries=*/true, missing,
-                                             kMaxMissingIds, &unrecorded);
+                                             kMaxMissingIds, &unrecorded, 0, &excluded);
   bool consumed = false;
   bool hold = false;
   if (n == UINT32_MAX) {
@@ -176,7 +180,11 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
   s_.slots->MarkForwarded(local, clock_.tsc, hold);
   // The slot is the only record of the members whose entries the full table
   // refused: it keeps the chunk, so that their late data is known as late.
-  if (unrecorded) {
+  // So it is of the excluded members it lacks, who get no entry: should the
+  // prediction include one again before its data went around, its resend,
+  // unflagged, would otherwise claim the slot anew, and that slot's partial
+  // be a repeat the parent drops (seeds 665239, 1108950).
+  if (unrecorded || (excluded && n != UINT32_MAX)) {
     stats_.lcore.agg.slots_kept.Add(1);
     s_.slots->KeepForwarded(local);
   }

@@ -249,9 +249,11 @@ class TreeStage {
   // null) whether one could not be written (the table was full). Returns
   // the count, or UINT32_MAX when more than `cap` ids.
   // `entry_ttl`: how long the entries live, in TSC cycles (0: the table's).
+  // `*excluded` (when not null): whether it listed an excluded member, which
+  // gets no entry.
   uint32_t CollectMissing(const aggregator::Job& job, uint32_t seq, const aggregator::Slot* slot,
                           bool entries, uint16_t* out, uint32_t cap, bool* unrecorded = nullptr,
-                          uint64_t entry_ttl = 0);
+                          uint64_t entry_ttl = 0, bool* excluded = nullptr);
   // The slot index of chunk `seq` of `job` in this worker's table.
   uint32_t LocalSlot(const aggregator::Job& job, uint32_t seq) const {
     return s_.regions.Of(job.in_band(), job.placement(), seq) / s_.n_workers;

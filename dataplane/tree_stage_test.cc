@@ -291,6 +291,62 @@ TEST_F(TreeStageTest, AMemberIncludedAgainSinceTheClaimGetsABypassEntryWhenTheSl
   EXPECT_TRUE(tree_->MatchBypass(job, 5, 2, 2)) << "its unflagged data is late";
 }
 
+// A slot that goes up lacking an excluded member keeps its chunk until the
+// answer comes down: the member gets no bypass entry (it flags its own
+// data), so the slot is what remembers it is missing. Given way, the chunk
+// was claimed anew here by the member's resend once the prediction had
+// included it again (no longer flagged), and that slot's partial was a
+// repeat the parent dropped: the TAN, missing only that member, gave the
+// chunk up (seeds 665239, 1108950). A slot whose missing members all have
+// entries goes on giving way.
+TEST_F(TreeStageTest, ASlotThatWentUpWithoutAnExcludedMemberKeepsItsChunk) {
+  const aggregator::Job& job = *AddJob(3, true);
+  ASSERT_TRUE(job.SetExcluded(2, true));
+  const aggregator::Slot& slot =
+      fixtures::ContributeInSlot0(*slots_, job, 4, 2, clock_.tsc,
+                                  static_cast<uint16_t>(job.members() - job.excluded_count()));
+  ASSERT_EQ(slot.state(), aggregator::Slot::State::kComplete) << "2 of 2 needed";
+  (void)tree_->FinishSlot(job, 0, slot, /*expired=*/false, nullptr, 0);
+  std::map<int, std::vector<Frame>> sent;
+  aggregator::AggPacket pkt = PartialUp(sent);
+  ASSERT_EQ(pkt.header->missing_count, 1);
+  EXPECT_EQ((pkt.missing[0] << 8) | pkt.missing[1], 2);
+  EXPECT_EQ(stats().lcore.agg.bypass_created.Get(), 0u);
+  EXPECT_TRUE(slot.kept());
+  EXPECT_EQ(stats().lcore.agg.slots_kept.Get(), 1u);
+  const int32_t v = 7;
+  aggregator::Contribution c;
+  c.job_id = job.id();
+  c.job_generation = job.generation();
+  c.node = 0;
+  c.expected = job.members();
+  c.elem_count = 1;
+  c.payload = reinterpret_cast<const uint8_t*>(&v);
+  c.seq = 4 + 64;
+  EXPECT_EQ(slots_->Contribute(0, c, clock_.tsc, fixtures::KeepSlots, nullptr).outcome,
+            aggregator::SlotOutcome::kCollision)
+      << "another chunk waits as for an aggregating slot";
+  // Included again, the member's resend comes unflagged: the slot knows it
+  // as late.
+  ASSERT_TRUE(job.SetExcluded(2, false));
+  c.seq = 4;
+  c.node = 2;
+  EXPECT_EQ(slots_->Contribute(0, c, clock_.tsc, fixtures::KeepSlots, nullptr).outcome,
+            aggregator::SlotOutcome::kLateForwarded);
+
+  // Its missing member with an entry, a slot gives way as before.
+  const aggregator::Slot& timed_out = fixtures::ContributeInSlot(*slots_, 1, job, 9, 2, clock_.tsc);
+  aggregator::SlotUpdate u;
+  ASSERT_TRUE(slots_->Expire(1, &u));
+  (void)tree_->FinishSlot(job, 1, timed_out, /*expired=*/true, nullptr, 0);
+  EXPECT_EQ(stats().lcore.agg.bypass_created.Get(), 1u);
+  EXPECT_FALSE(timed_out.kept());
+  c.seq = 9 + 64;
+  c.node = 0;
+  EXPECT_EQ(slots_->Contribute(1, c, clock_.tsc, fixtures::KeepSlots, nullptr).outcome,
+            aggregator::SlotOutcome::kAccumulated);
+}
+
 // A chunk with no slot here goes up as a timeout with nobody in would send
 // it: every member listed, an entry for each, and the op's identity as the
 // payload (a float max: -Inf), in the chunk's own shape.
