@@ -46,6 +46,22 @@ Contribution Make(uint32_t job, uint32_t seq, uint16_t node, uint16_t expected,
 
 class SlotTableTest : public ::testing::TestWithParam<int> {};
 
+// Members 0 and 1 of 3 contribute an int32 1 to chunk 17 of job 1 in slot 0
+// at `at`, under a timer of `timeout` cycles; at `fire` the timer has fired
+// and the slot has gone on (forwarded) without member 2.
+void ForwardOnTimeout(SlotTable& table, uint64_t at, uint64_t timeout, uint64_t fire) {
+  const auto p = Payload(std::vector<int32_t>{1});
+  for (uint16_t m : {0, 1}) {
+    Contribution c = Make(1, 17, m, 3, p);
+    c.timeout_cycles = timeout;
+    ASSERT_EQ(table.Contribute(0, c, at, NeverRelease, nullptr).outcome, SlotOutcome::kAccumulated);
+  }
+  uint32_t expired[2];
+  ASSERT_EQ(table.Expired(fire, 2, expired), 1u);
+  SlotUpdate u;
+  ASSERT_TRUE(table.Expire(expired[0], &u));
+}
+
 // N members each contribute; the result equals a local reduction, exactly once.
 TEST_P(SlotTableTest, CompletesAfterExactlyNDistinctMembers) {
   const uint16_t n = static_cast<uint16_t>(GetParam());
@@ -170,15 +186,7 @@ TEST(SlotTableTest, AnExpiredSlotKeepsItsPartialAndGivesWayAtOnce) {
 TEST(SlotTableTest, AForwardedSlotWhosePartialWasRefusedKeepsItsChunk) {
   SlotTable table(SlotTableConfig{.slots = 2, .timer_tick_shift = 4, .resend_gap_cycles = 500});
   const auto p = Payload(std::vector<int32_t>{1});
-  for (uint16_t m : {0, 1}) {
-    Contribution c = Make(1, 17, m, 3, p);
-    c.timeout_cycles = 100;
-    ASSERT_EQ(table.Contribute(0, c, 1000, NeverRelease, nullptr).outcome, SlotOutcome::kAccumulated);
-  }
-  uint32_t expired[2];
-  ASSERT_EQ(table.Expired(1200, 2, expired), 1u);
-  SlotUpdate u;
-  ASSERT_TRUE(table.Expire(expired[0], &u));
+  ASSERT_NO_FATAL_FAILURE(ForwardOnTimeout(table, 1000, 100, 1200));
   EXPECT_FALSE(table.RefusedAbove(0, 1, 1, 18, 1300)) << "another chunk's refusal";
   ASSERT_TRUE(table.RefusedAbove(0, 1, 1, 17, 1300));
   EXPECT_TRUE(table.slot(0).kept());
@@ -210,16 +218,9 @@ TEST(SlotTableTest, AForwardedSlotWhosePartialWasRefusedKeepsItsChunk) {
 TEST(SlotTableTest, ARefusedPartialRetriesOnItsTimerOnlyWhileAMemberWaits) {
   SlotTable table(SlotTableConfig{.slots = 2, .timer_tick_shift = 0, .resend_gap_cycles = 10});
   const auto p = Payload(std::vector<int32_t>{1});
-  for (uint16_t m : {0, 1}) {
-    Contribution c = Make(1, 17, m, 3, p);
-    c.timeout_cycles = 5;
-    ASSERT_EQ(table.Contribute(0, c, 100, NeverRelease, nullptr).outcome, SlotOutcome::kAccumulated);
-  }
   uint64_t now = 110;
+  ASSERT_NO_FATAL_FAILURE(ForwardOnTimeout(table, 100, 5, now));
   uint32_t expired[2];
-  ASSERT_EQ(table.Expired(now, 2, expired), 1u);
-  SlotUpdate u;
-  ASSERT_TRUE(table.Expire(expired[0], &u));
   // Refused, retried a gap later, refused again: count the timer's retries.
   auto refused_until_quiet = [&](uint64_t from) {
     now = from;
