@@ -742,6 +742,18 @@ void AggregationStage::Contribute(const Checked& it) {
   // gone: its member's data goes up as missing again (a repeat the parent
   // takes as such) and on as late data, as while its slot was taken, rather
   // than claim the slot now free (WentUpAsMissing).
+  // A resend of data a partial that went up from here counted, with no
+  // slot holding the chunk: the parent is asked, as for the member's
+  // question (AnswerQuery).
+  if (!at_ps && pkt.opcode == aggregator::Opcode::kContribution &&
+      tree_.CountedUp(job, seq, it.member, h.node_id.host()) &&
+      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) == nullptr) {
+    aggregator::MemberAddr addr;
+    if (job.GetMember(static_cast<uint16_t>(it.member), &addr)) {
+      HeldWithoutSlot(it, addr);
+      return;
+    }
+  }
   if (!at_ps && it.member >= 0 && job.GoesOnWithoutSlot(pkt.opcode) &&
       job.WhenNoSlot() == aggregator::Job::NoSlot::kUpAsMissing && WentUpAsMissing(job, seq) &&
       s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) == nullptr &&
@@ -1056,6 +1068,7 @@ void AggregationStage::MissingAbove(const Checked& it) {
       TxBuffers::Consumed(it.m);
       return;
     }
+    tree_.ForgetCounted(job, seq);  // the members' data is asked for again
     if (slot != nullptr && slot->state() == aggregator::Slot::State::kForwarded &&
         s_.slots->MissedAbove(local, job.id(), job.generation(), seq, clock_.tsc)) {
       stats_.lcore.agg.partials_missing_above.Add(1);
@@ -1074,6 +1087,7 @@ void AggregationStage::MissingAbove(const Checked& it) {
     TxBuffers::Consumed(it.m);
     return;
   }
+  if (slot == nullptr) tree_.ForgetCounted(job, seq);  // the partial was lost above
   if (slot != nullptr) {
     if (slot->state() == aggregator::Slot::State::kForwarded &&
         s_.slots->MissedAbove(local, job.id(), job.generation(), seq, clock_.tsc)) {
@@ -1536,7 +1550,7 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       // past the chunk that the slot lacks have its result from before the
       // switch restarted, and the answer from above waits for their data:
       // they are asked for it, as for an aggregating slot, at the same rate.
-      if (ResultLost(job, *slot)) {
+      if (ResultLost(job, *slot, /*forwarded=*/true)) {
         c.results_lost.Add(1);
         answers_.Nack(m, h, aggregator::NackReason::kResultLost, addr);
         return;
@@ -1569,6 +1583,13 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       return;
     }
   }
+  // No slot holds the chunk, but the member's data is in it: counted by a
+  // partial that went up from here (TreeStage::CountedUp), whose fate the
+  // parent is asked.
+  if (slot == nullptr && tree_.CountedUp(job, h.seq.host(), it.member, h.node_id.host())) {
+    HeldWithoutSlot(it, addr);
+    return;
+  }
   // The member sends its data again. Or the chunk completed, and its
   // slot here gave way once the partial went up: the parent still has the
   // result. At the root, a chunk that went to the TAN (it found no slot
@@ -1587,6 +1608,15 @@ void AggregationStage::AnswerQuery(const Checked& it) {
     NoticeForgotten(job, h.seq.host(), nullptr, /*below=*/false, /*first_ack=*/true);
   }
   answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
+                         Answers::To::kBoundMember);
+}
+
+void AggregationStage::HeldWithoutSlot(const Checked& it, const aggregator::MemberAddr& addr) {
+  const aggregator::Job& job = *it.job;
+  const aggregator::AggHeader& h = *it.pkt.header;
+  stats_.lcore.agg.held_without_slot.Add(1);
+  if (!job.is_root() || job.tan() != aggregator::JobSpec::Tan::kNone) tree_.AskAbove(job, h);
+  answers_.NoticeInPlace(it.m, h, aggregator::NoticeKind::kHeld, 0, addr,
                          Answers::To::kBoundMember);
 }
 
@@ -1764,7 +1794,8 @@ bool AggregationStage::StaleForSpare(const Checked& it) const {
   return ack && aggregator::SeqBefore(it.pkt.header->seq.host(), *ack);
 }
 
-bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::Slot& slot) const {
+bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::Slot& slot,
+                                  bool forwarded) const {
   // Below the root the parent, and at a root a remote TAN, may still hold
   // the result and answer the slot's partial or first data with it.
   if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kRemote) return false;
@@ -1779,12 +1810,14 @@ bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::
   // result from the process before.
   const bool ordered = slot.ordered();
   if (ordered && job.tan() == aggregator::JobSpec::Tan::kNone) return false;
+  const bool own_tan = job.tan() == aggregator::JobSpec::Tan::kSelf;
   const uint32_t seq = slot.seq();
   // Excluded members too, as NoticeForgotten asks them: one past the chunk
   // holds the earlier result as well.
   for (uint16_t node = 0; node < job.members(); ++node) {
     if (slot.HasContributed(node)) continue;
-    const std::optional<uint32_t> ack = ordered ? job.FirstAck(node) : job.GetAck(node);
+    const std::optional<uint32_t> ack = ordered || (forwarded && own_tan) ? job.FirstAck(node)
+                                                                         : job.GetAck(node);
     if (ack && aggregator::SeqBefore(seq, *ack)) return true;
   }
   return false;

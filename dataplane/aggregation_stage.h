@@ -360,6 +360,10 @@ class AggregationStage {
   // is complete, NOTICE held while the slot waits for others, else NOTICE
   // missing (send it again).
   void AnswerQuery(const Checked& c);
+  // A question or resend of a chunk no slot holds, which a partial that
+  // went up from here counted (TreeStage::CountedUp): NOTICE held, and the
+  // parent asked after the partial.
+  void HeldWithoutSlot(const Checked& c, const aggregator::MemberAddr& addr);
   // A member sends its chunks in order, so when its first transmission of
   // chunk `seq` arrives while the slot of chunk seq - gap_distance_ still
   // waits without it, that earlier contribution was lost: the member is told
@@ -451,9 +455,16 @@ class AggregationStage {
   // chunk hold the earlier result; a new one from their resent data would
   // round otherwise, and the ranks would hold different bytes. The members
   // that ask after the chunk get NACK result_lost instead, and none is
-  // asked for its data again.
+  // asked for its data again. `forwarded`: the slot's first data went to
+  // this switch's own TAN, which keeps a finished chunk's result and
+  // answers a repeat of the first data with it; only a start of this
+  // switch since a member past the chunk had its result loses it
+  // (Job::FirstAck), whatever the order (seed 1491406: members whose data
+  // went around the slot as late data had the TAN's result, and the one
+  // member the slot counted, whose copy was lost, was refused).
   // O(members).
-  bool ResultLost(const aggregator::Job& job, const aggregator::Slot& slot) const;
+  bool ResultLost(const aggregator::Job& job, const aggregator::Slot& slot,
+                  bool forwarded = false) const;
   // Whether `it`, a member's datagram the control thread sends to a spare
   // slot (Relocation::kPlace) after its chunk's home slot gave the chunk
   // up, is stale: a float sum (not ordered) at a root that is its own TAN

@@ -994,6 +994,51 @@ TEST_F(AggregationTest, AnOrderedFloatSumAtItsOwnTanIsLostOnlyAcrossARestart) {
   }
 }
 
+// A float sum at a root that is its own TAN, without a restart: member 0's
+// chunk times out alone, its first data goes to the TAN, and members 1 and
+// 2 send theirs around the slot as late data; the TAN's result reaches
+// them, and they move past the chunk. Member 0's copy is lost, and it asks
+// after the chunk: the TAN still holds the result and answers the first
+// data sent again with it, so the member is told `held`, not that its
+// result is lost (seed 1491406: the query was refused NACK result_lost,
+// which only a restart of the switch since the others had the result
+// warrants, and the rank failed).
+TEST_F(AggregationTest, AFloatSumAtItsOwnTanIsNotLostWithoutARestart) {
+  aggregator::JobSpec spec;
+  spec.id = 7;
+  spec.key = 0x5eed;
+  spec.members = 3;
+  spec.tan = aggregator::JobSpec::Tan::kSelf;
+  spec.timeout_cycles = rte_get_tsc_hz() / 100;  // a 10 ms slot timer
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  const std::vector<uint8_t> f = Float32Payload({0.1f});
+  const uint32_t seq = 5;
+  const auto send = [&](uint32_t s, uint16_t node, uint32_t ack) {
+    Inject(0, Contribution(7, s, node, f, DType::kFloat32, ReduceOp::kSum, 0x5eed, -1, ack));
+  };
+  // Members 1 and 2 are heard from before the chunk.
+  send(seq - 1, 1, seq - 1);
+  send(seq - 1, 2, seq - 1);
+  send(seq, 0, seq);
+  Step();
+  rte_delay_ms(15);  // chunk seq times out with member 0 alone
+  Step();
+  (void)Drain();
+  // The TAN's result reached members 1 and 2: they are past the chunk.
+  send(seq + 1, 1, seq + 1);
+  send(seq + 1, 2, seq + 1);
+  Step();
+  (void)Drain();
+  const uint64_t resent = Agg().partials_resent.Get();
+  auto out = AskAfter(7, seq, 0, /*watermark=*/seq);
+  EXPECT_TRUE(WithOpcode(out[0], aggregator::Opcode::kNack).empty());
+  const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], seq);
+  ASSERT_EQ(told.count(MemberIp(0)), 1u);
+  EXPECT_EQ(told.at(MemberIp(0)), static_cast<uint32_t>(aggregator::NoticeKind::kHeld));
+  EXPECT_EQ(Agg().results_lost.Get(), 0u);
+  EXPECT_EQ(Agg().partials_resent.Get(), resent + 1) << "the first data again, for the result";
+}
+
 // Refused datagrams are answered with a NACK that names the reason, sent
 // back to the sender on its port; nothing is counted into a slot.
 TEST_F(AggregationTest, WrongKeyAndUnknownJobAreNackedAndCounted) {
@@ -2696,17 +2741,46 @@ class ParameterNodeTest : public AggregationTest {
                         aggregator::kAggUdpPort);
   }
 
-  // A NOTICE forgotten for chunk `seq` of leaf job `id` from its parent
-  // (node 50), under the job's run label: to inject on port 1.
-  Frame ForgottenFromParent(uint32_t id, uint32_t seq) const {
+  // A NOTICE `kind` for chunk `seq` of leaf job `id` from its parent (node
+  // 50), under the job's run label: to inject on port 1.
+  Frame NoticeFromParent(uint32_t id, uint32_t seq, aggregator::NoticeKind kind) const {
     aggregator::AggFields f;
     f.opcode = aggregator::Opcode::kNotice;
     f.job_id = id;
     f.seq = seq;
     f.node_id = kLeafNode;
-    f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kForgotten);
+    f.aux = static_cast<uint32_t>(kind);
     f.incarnation = jobs_->Find(id)->label();
     return DatagramFrom(f, {}, MemberMac(kPs), MemberIp(kPs), aggregator::kAggUdpPort);
+  }
+  Frame ForgottenFromParent(uint32_t id, uint32_t seq) const {
+    return NoticeFromParent(id, seq, aggregator::NoticeKind::kForgotten);
+  }
+  Frame MissingFromParent(uint32_t id, uint32_t seq) const {
+    return NoticeFromParent(id, seq, aggregator::NoticeKind::kMissing);
+  }
+
+  // On a table without spare slots, leaf jobs 7 (two members, a 10 ms slot
+  // timer) and 8 (two) on colliding chunks: job 7's chunk times out with
+  // member 0's data alone, its partial goes up listing member 1 (whose
+  // bypass entry is written), and its forwarded slot gives way to job 8's
+  // chunk, which goes up too. Returns job 7's chunk.
+  uint32_t TimedOutChunkGaveWay() {
+    BuildAggregation(", spare_slots: 0");
+    AddLeafJob(7, 2, rte_get_tsc_hz() / 100);
+    AddLeafJob(8, 2);
+    const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+    Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
+    Step();
+    rte_delay_ms(15);  // the slot times out without member 1
+    Step();
+    const std::vector<Frame> up = Drain()[1];
+    EXPECT_EQ(up.size(), 1u);
+    if (!up.empty()) EXPECT_EQ(MissingCount(up[0]), 1);
+    for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(8, s8, m, Int32Payload({100})));
+    Step();
+    EXPECT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u) << "job 8's";
+    return s7;
   }
 
   // Leaf jobs 7 (three members) and 8 (two) on colliding chunks: job 7's
@@ -3799,35 +3873,14 @@ TEST_F(ParameterNodeTest, MembersPastAChunkNoSlotHoldsAreAskedForItWhenResendsGo
 // (the NOTICE has no chunk's shape; the data has), once, before the data
 // goes on late.
 TEST_F(ParameterNodeTest, AParentsNoticeMissingOfAChunkWithNoSlotSendsItUpAsMissing) {
-  BuildAggregation(", spare_slots: 0");
   auto ParseAll = [](const std::vector<Frame>& frames) {
     std::vector<Result> out;
     for (const Frame& f : frames) out.push_back(ParseResult(f));
     return out;
   };
-  AddLeafJob(7, 2, rte_get_tsc_hz() / 100);  // a 10 ms slot timer
-  AddLeafJob(8, 2);
-  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
-  Inject(0, Contribution(7, s7, 0, Int32Payload({1})));
-  Step();
-  rte_delay_ms(15);  // the slot times out without member 1
-  Step();
-  std::vector<Frame> lost = Drain()[1];
-  ASSERT_EQ(lost.size(), 1u);
-  ASSERT_EQ(MissingCount(lost[0]), 1);
-  for (uint16_t m = 0; m < 2; ++m) Inject(0, Contribution(8, s8, m, Int32Payload({100})));
-  Step();
-  ASSERT_EQ(WithOpcode(Drain()[1], aggregator::Opcode::kPartial).size(), 1u) << "job 8's";
-
+  const uint32_t s7 = TimedOutChunkGaveWay();
   auto notice = [&] {
-    aggregator::AggFields f;
-    f.opcode = aggregator::Opcode::kNotice;
-    f.job_id = 7;
-    f.seq = s7;
-    f.node_id = kLeafNode;
-    f.aux = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
-    f.incarnation = jobs_->Find(7)->label();
-    Inject(1, DatagramFrom(f, {}, MemberMac(kPs), MemberIp(kPs), aggregator::kAggUdpPort));
+    Inject(1, MissingFromParent(7, s7));
     Step();
   };
   notice();
@@ -3855,6 +3908,51 @@ TEST_F(ParameterNodeTest, AParentsNoticeMissingOfAChunkWithNoSlotSendsItUpAsMiss
   ASSERT_EQ(up.size(), 1u);
   EXPECT_EQ(up[0].fields.opcode, aggregator::Opcode::kLate);
   EXPECT_EQ(Agg().partials_missing_above.Get(), 1u);
+}
+
+// A leaf's slot times out without member 1 (its bypass entry written), its
+// partial goes up, and the slot gives way to another chunk. Member 0, which
+// the partial counted, asks after the chunk and resends it: no slot holds
+// the chunk, but member 0's data is in the partial, which may still wait
+// for a spare slot above. It is told `held` and the parent asked, rather
+// than told `missing`, its data sent up again as late data, which the TAN
+// would merge before the partial and then drop the partial as overlapping
+// it (seed 760173). Member 1's data goes on late by its entry. Once the
+// parent says it lacks the partial, member 0 is told `missing` again.
+TEST_F(ParameterNodeTest, AMemberAPartialThatWentUpCountedIsToldHeldUntilTheParentLacksIt) {
+  const uint32_t s7 = TimedOutChunkGaveWay();
+
+  const auto expect_answer = [&](aggregator::NoticeKind kind, size_t asked_up) {
+    Step();
+    auto out = Drain();
+    ASSERT_EQ(out[0].size(), 1u);
+    const Result r = ParseResult(out[0][0]);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNotice);
+    EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(kind));
+    EXPECT_EQ(r.fields.node_id, 0u);
+    EXPECT_EQ(WithOpcode(out[1], aggregator::Opcode::kQuery).size(), asked_up);
+    EXPECT_EQ(out[1].size(), asked_up) << "no partial, no late data";
+  };
+  Inject(0, Datagram(QueryFields(7, s7, 0)));
+  expect_answer(aggregator::NoticeKind::kHeld, 1);
+  Frame resend = Contribution(7, s7, 0, Int32Payload({1}));
+  HeaderOf(resend)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, resend);
+  expect_answer(aggregator::NoticeKind::kHeld, 1);
+  EXPECT_EQ(Agg().held_without_slot.Get(), 2u);
+
+  Inject(0, Contribution(7, s7, 1, Int32Payload({2})));
+  Step();
+  const std::vector<Result> late = WithOpcode(Drain()[1], aggregator::Opcode::kLate);
+  ASSERT_EQ(late.size(), 1u) << "member 1's data, by its entry";
+  EXPECT_EQ(late[0].fields.node_id, 1u);
+
+  Inject(1, MissingFromParent(7, s7));
+  Step();
+  (void)Drain();
+  Inject(0, Datagram(QueryFields(7, s7, 0)));
+  expect_answer(aggregator::NoticeKind::kMissing, 1);
+  EXPECT_EQ(Agg().held_without_slot.Get(), 2u);
 }
 
 // A FINAL chunk that finds no slot at the root goes to the parameter node

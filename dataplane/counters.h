@@ -261,9 +261,9 @@ struct PortCounters {
   X(missing_list_overflow, "partials that could not carry their missing list; members got an incomplete result") \
   X(incomplete_results, "results sent with the INCOMPLETE flag")                        \
   X(notices_sent, "NOTICEs telling a member to start or stop flagging its data")        \
-  X(bypass_created, "bypass entries written on a timeout")                              \
+  X(bypass_created, "bypass entries written: for the members a slot went on without, and the mark that its partial went up") \
   X(bypass_matched, "bypass entries matched by late data and deleted")                  \
-  X(bypass_expired, "bypass entries removed after aggregation.bypass.ttl_ms")           \
+  X(bypass_expired, "bypass entries removed once their TTL passed (aggregation.bypass.ttl_ms, or shorter)") \
   X(bypass_full, "bypass entries not written: the table was full")                      \
   X(control_tx, "frames the control thread sent through this lcore (ARP requests)")     \
   X(neighbor_reports, "ARP replies passed to the control thread")                        \
@@ -278,7 +278,8 @@ struct PortCounters {
   X(up_unlabelled, "partials, first data, late data and data for the parameter node not sent up yet: their job has no run label (a member has not sent in this generation)") \
   X(slot_quota_refused, "chunks refused for lying too far ahead of their job's slowest member (NACK slot_quota)") \
   X(hold_refused, "contributions an ordered slot could not hold: the job's hold quota or the hold pool was used up (NACK hold_quota)") \
-  X(slots_kept, "forwarded slots that keep their chunk: they lack members that no bypass entry records (the table was full, or the member is a predicted straggler), and only the slot does")
+  X(slots_kept, "forwarded slots that keep their chunk: they lack members that no bypass entry records (the table was full, or the member is a predicted straggler), and only the slot does") \
+  X(held_without_slot, "questions and resends of chunks no slot held, answered held: a partial that went up from here counted the member, and the parent is asked after it")
 
 enum class AggCounter : uint8_t {
 #define AGG_AGG_COUNTER_ENUM(name, help) name,

@@ -50,10 +50,25 @@ constexpr uint64_t kUpAsMissingEntryMs = 50;
 constexpr uint16_t kRootNodeId = 0xFFFE;
 // Expired bypass entries swept per sweep.
 constexpr uint32_t kBypassSweepBudget = 32;
+// The node of a chunk's bypass entry that says its partial went up from
+// here, counting every member without an entry of its own (CountedUp).
+constexpr uint16_t kCountedMark = aggregator::kNoNode;
+// How long that entry lives: long enough for the parent to place the
+// partial in a spare slot (a control step) and send it on at its slot's
+// timer, so that the TAN merges it before any member's data sent up again.
+// Past it, a member the partial counted sends its data up again, as it did
+// before the mark: a repeat the TAN drops, should the partial be there.
+constexpr uint64_t kCountedMarkMs = 50;
 
 }  // namespace
 
 bool TreeStage::MatchBypass(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id) {
+  const bool matched = HasEntry(job, seq, member, node_id);
+  if (matched) stats_.lcore.agg.bypass_matched.Add(1);
+  return matched;
+}
+
+bool TreeStage::HasEntry(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id) {
   aggregator::BypassTable& bypass = *s_.bypass;
   aggregator::BypassKey key{job.id(), job.generation(), seq, node_id};
   // The entries stay until they expire: a straggler whose late datagram
@@ -67,8 +82,18 @@ bool TreeStage::MatchBypass(const aggregator::Job& job, uint32_t seq, int member
       matched |= bypass.Match(key, clock_.tsc, /*keep=*/true);
     }
   }
-  if (matched) stats_.lcore.agg.bypass_matched.Add(1);
   return matched;
+}
+
+bool TreeStage::CountedUp(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id) {
+  if (!bypass_live() || member < 0 || node_id == job.tan_member()) return false;
+  const aggregator::BypassKey mark{job.id(), job.generation(), seq, kCountedMark};
+  return s_.bypass->Match(mark, clock_.tsc, /*keep=*/true) && !HasEntry(job, seq, member, node_id);
+}
+
+void TreeStage::ForgetCounted(const aggregator::Job& job, uint32_t seq) {
+  if (!bypass_live()) return;
+  (void)s_.bypass->Match({job.id(), job.generation(), seq, kCountedMark}, clock_.tsc);
 }
 
 void TreeStage::SweepBypass() {
@@ -81,7 +106,9 @@ void TreeStage::ContinueBypassDump(BypassDumpExchange& d) {
   d.Begin();
   d.cursor = s_.bypass->Dump(
       d.cursor, BypassDumpEntry::kScanPerPass, clock_.tsc,
-      [&](const aggregator::BypassKey& key, uint64_t expiry) { (void)d.Add({key, expiry}); });
+      [&](const aggregator::BypassKey& key, uint64_t expiry) {
+        if (key.node != kCountedMark) (void)d.Add({key, expiry});  // members' entries only
+      });
   if (d.cursor == 0) d.Finish(clock_.tsc);
 }
 
@@ -162,6 +189,7 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
                                              kMaxMissingIds, &unrecorded, 0, &excluded);
   bool consumed = false;
   bool hold = false;
+  bool went_up = false;
   if (n == UINT32_MAX) {
     stats_.lcore.agg.missing_list_overflow.Add(1);
     answers_.SendIncomplete(job, slot, nullptr, 0);
@@ -175,7 +203,7 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
     return answers_.SendResult(job, slot, -1, carrier, header_offset);
   } else {
     consumed = SendPartial(job, slot, aggregator::Opcode::kPartial, missing, n, carrier,
-                           header_offset);
+                           header_offset, &went_up);
   }
   s_.slots->MarkForwarded(local, clock_.tsc, hold);
   // The slot is the only record of the members whose entries the full table
@@ -184,6 +212,24 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
   // prediction include one again before its data went around, its resend,
   // unflagged, would otherwise claim the slot anew, and that slot's partial
   // be a repeat the parent drops (seeds 665239, 1108950).
+  // Else, once the slot gives way, the entries say whom the partial
+  // lacked, and a mark that it went up says whom it counted: the others,
+  // for kCountedMarkMs (CountedUp). (Members a switch restart left the
+  // slot, listed without entries, would read as counted: no mark.)
+  if (went_up && !unrecorded && !excluded && n != 0 && slot.inherited_count() == 0 &&
+      !slot.inherited_overflow() && s_.bypass != nullptr) {
+    const uint64_t ttl = std::min<uint64_t>(s_.bypass->ttl_cycles(),
+                                            clock_.hz() / 1000 * kCountedMarkMs);
+    switch (s_.bypass->Insert({job.id(), job.generation(), slot.seq(), kCountedMark}, clock_.tsc,
+                              ttl)) {
+      case aggregator::BypassInsert::kCreated: stats_.lcore.agg.bypass_created.Add(1); break;
+      case aggregator::BypassInsert::kRefreshed: break;
+      case aggregator::BypassInsert::kFull:
+        stats_.lcore.agg.bypass_full.Add(1);
+        unrecorded = true;
+        break;
+    }
+  }
   if (unrecorded || (excluded && n != UINT32_MAX)) {
     stats_.lcore.agg.slots_kept.Add(1);
     s_.slots->KeepForwarded(local);
@@ -231,7 +277,8 @@ void TreeStage::DeliverFinal(const aggregator::Job& job, uint32_t local,
 
 bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
                             aggregator::Opcode opcode, const uint16_t* missing,
-                            uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset) {
+                            uint32_t n_missing, rte_mbuf* carrier, uint32_t header_offset,
+                            bool* sent) {
   // (A parameter-server job's TAN is remote: the config and JobControl::Tan
   // refuse `self` for it.)
   if (job.is_root() && job.tan() == aggregator::JobSpec::Tan::kNone) {
@@ -257,8 +304,12 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
   }
   switch (SendUp(job, f, missing, n_missing, slot.result(), slot.result_len(), carrier,
                  header_offset)) {
-    case Up::kCarried: return true;
+    case Up::kCarried:
+      if (sent != nullptr) *sent = true;
+      return true;
     case Up::kSent:
+      if (sent != nullptr) *sent = true;
+      return false;
     case Up::kNoMbuf:
     case Up::kUnlabelled: return false;
     case Up::kTooLong: break;

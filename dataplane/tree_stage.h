@@ -154,8 +154,22 @@ class TreeStage {
   void ResultFromAbove(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
                        uint32_t header_offset, uint16_t in_port, uint32_t local_slot);
   // Whether late data of member `member` (node `node_id`) for chunk `seq`
-  // matches a bypass entry (and deletes it).
+  // matches a bypass entry (which stays until its TTL).
   bool MatchBypass(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id);
+  // Whether chunk `seq` of `job` went up from here lacking members that
+  // bypass entries record, with no entry for member `member` (node
+  // `node_id`): the partial counted it. A slot that gives way after its
+  // partial went up leaves such a mark (FinishSlot) with its entries; a
+  // question or resend of a member it counted, which finds no slot, waits
+  // for the parent's answer rather than go up again as late data, which
+  // the TAN would merge before the partial and then drop the partial as
+  // overlapping it. For a short while after the partial went up (50 ms),
+  // or until the parent says it lacks the partial (ForgetCounted).
+  // [owner lcore]
+  bool CountedUp(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id);
+  // The parent lacks chunk `seq`'s partial from here: its members' data
+  // goes up again (CountedUp no longer says otherwise). [owner lcore]
+  void ForgetCounted(const aggregator::Job& job, uint32_t seq);
   // Whether bypass entries are live (MatchBypass may match).
   bool bypass_live() const { return s_.bypass != nullptr && s_.bypass->live() != 0; }
   // Removes a bounded number of expired bypass entries.
@@ -169,6 +183,8 @@ class TreeStage {
   void ContinueBypassDump(BypassDumpExchange& d);
 
  private:
+  // MatchBypass without counting the match.
+  bool HasEntry(const aggregator::Job& job, uint32_t seq, int member, uint16_t node_id);
   // `m` (first data when `first_data`, else late data) to the root's own
   // TAN through its input ring; false when it was dropped and counted: no
   // ring (late_no_tan), or the ring full, or three quarters full for late
@@ -179,10 +195,12 @@ class TreeStage {
   // The same from the TAN's result for it, no slot here holding the chunk.
   void DeliverFinal(const aggregator::Job& job, uint32_t local, const aggregator::AggPacket& result);
   // Sends a partial (non-root) or first data (root) with `missing` node ids,
-  // or (`opcode` kVerify, root) a complete result to be checked.
+  // or (`opcode` kVerify, root) a complete result to be checked. Returns
+  // whether `carrier` was consumed; `*sent`, when given, whether the
+  // datagram went up, in `carrier` or another mbuf.
   bool SendPartial(const aggregator::Job& job, const aggregator::Slot& slot,
                    aggregator::Opcode opcode, const uint16_t* missing, uint32_t n_missing,
-                   rte_mbuf* carrier, uint32_t header_offset);
+                   rte_mbuf* carrier, uint32_t header_offset, bool* sent = nullptr);
   // At the root, an ORDERED chunk whose slot holds one worker's data alone
   // (its result is that data, bit for bit): first data flagged CONFLICT
   // (nobody's data) that lists the worker missing too, then the worker's
