@@ -745,7 +745,7 @@ void AggregationStage::Contribute(const Checked& it) {
   // A resend of data a partial that went up from here counted, with no
   // slot holding the chunk: the parent is asked, as for the member's
   // question (AnswerQuery).
-  if (!at_ps && pkt.opcode == aggregator::Opcode::kContribution &&
+  if (!at_ps && pkt.opcode == aggregator::Opcode::kContribution && tree_.bypass_live() &&
       tree_.CountedUp(job, seq, it.member, h.node_id.host()) &&
       s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) == nullptr) {
     aggregator::MemberAddr addr;
