@@ -738,10 +738,6 @@ void AggregationStage::Contribute(const Checked& it) {
               (h.flags.host() & aggregator::flags::kRetransmission) == 0,
               static_cast<uint16_t>(it.member));
   }
-  // A chunk that went up as missing from here, whose bypass entries are
-  // gone: its member's data goes up as missing again (a repeat the parent
-  // takes as such) and on as late data, as while its slot was taken, rather
-  // than claim the slot now free (WentUpAsMissing).
   // A resend of data a partial that went up from here counted, with no
   // slot holding the chunk: the parent is asked, as for the member's
   // question (AnswerQuery).
@@ -754,6 +750,10 @@ void AggregationStage::Contribute(const Checked& it) {
       return;
     }
   }
+  // A chunk that went up as missing from here, whose bypass entries are
+  // gone: its member's data goes up as missing again (a repeat the parent
+  // takes as such) and on as late data, as while its slot was taken, rather
+  // than claim the slot now free (WentUpAsMissing).
   if (!at_ps && it.member >= 0 && job.GoesOnWithoutSlot(pkt.opcode) &&
       job.WhenNoSlot() == aggregator::Job::NoSlot::kUpAsMissing && WentUpAsMissing(job, seq) &&
       s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) == nullptr &&

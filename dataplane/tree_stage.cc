@@ -206,14 +206,8 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
                            header_offset, &went_up);
   }
   s_.slots->MarkForwarded(local, clock_.tsc, hold);
-  // The slot is the only record of the members whose entries the full table
-  // refused: it keeps the chunk, so that their late data is known as late.
-  // So it is of the excluded members it lacks, who get no entry: should the
-  // prediction include one again before its data went around, its resend,
-  // unflagged, would otherwise claim the slot anew, and that slot's partial
-  // be a repeat the parent drops (seeds 665239, 1108950).
-  // Else, once the slot gives way, the entries say whom the partial
-  // lacked, and a mark that it went up says whom it counted: the others,
+  // Once the slot gives way, the entries say whom the partial lacked,
+  // and a mark that it went up says whom it counted: the others,
   // for kCountedMarkMs (CountedUp). (Members a switch restart left the
   // slot, listed without entries, would read as counted: no mark.)
   if (went_up && !unrecorded && !excluded && n != 0 && slot.inherited_count() == 0 &&
@@ -230,6 +224,13 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
         break;
     }
   }
+  // The slot is the only record of the members whose entries the full table
+  // refused (or whom its refused mark counted): it keeps the chunk, so that
+  // their late data is known as late.
+  // So it is of the excluded members it lacks, who get no entry: should the
+  // prediction include one again before its data went around, its resend,
+  // unflagged, would otherwise claim the slot anew, and that slot's partial
+  // be a repeat the parent drops (seeds 665239, 1108950).
   if (unrecorded || (excluded && n != UINT32_MAX)) {
     stats_.lcore.agg.slots_kept.Add(1);
     s_.slots->KeepForwarded(local);
