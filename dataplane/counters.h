@@ -261,7 +261,7 @@ struct PortCounters {
   X(missing_list_overflow, "partials that could not carry their missing list; members got an incomplete result") \
   X(incomplete_results, "results sent with the INCOMPLETE flag")                        \
   X(notices_sent, "NOTICEs telling a member to start or stop flagging its data")        \
-  X(bypass_created, "bypass entries written: for the members a slot went on without, and the mark that its partial went up") \
+  X(bypass_created, "bypass entries written for the members a slot went on without")         \
   X(bypass_matched, "bypass entries matched by late data and deleted")                  \
   X(bypass_expired, "bypass entries removed once their TTL passed (aggregation.bypass.ttl_ms, or shorter)") \
   X(bypass_full, "bypass entries not written: the table was full")                      \

@@ -216,7 +216,7 @@ bool TreeStage::FinishSlot(const aggregator::Job& job, uint32_t local, const agg
                                             clock_.hz() / 1000 * kCountedMarkMs);
     switch (s_.bypass->Insert({job.id(), job.generation(), slot.seq(), kCountedMark}, clock_.tsc,
                               ttl)) {
-      case aggregator::BypassInsert::kCreated: stats_.lcore.agg.bypass_created.Add(1); break;
+      case aggregator::BypassInsert::kCreated:  // no member's entry: not bypass_created
       case aggregator::BypassInsert::kRefreshed: break;
       case aggregator::BypassInsert::kFull:
         stats_.lcore.agg.bypass_full.Add(1);
