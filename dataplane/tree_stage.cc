@@ -51,7 +51,8 @@ constexpr uint16_t kRootNodeId = 0xFFFE;
 // Expired bypass entries swept per sweep.
 constexpr uint32_t kBypassSweepBudget = 32;
 // The node of a chunk's bypass entry that says its partial went up from
-// here, counting every member without an entry of its own (CountedUp).
+// here, counting every member without an entry of its own (CountedUp):
+// 65535, no member's id (config::kMaxNodeId).
 constexpr uint16_t kCountedMark = aggregator::kNoNode;
 // How long that entry lives: long enough for the parent to place the
 // partial in a spare slot (a control step) and send it on at its slot's
