@@ -447,6 +447,33 @@ std::set<uint16_t> TanEngine::Lacks(uint32_t job_id, const std::set<uint16_t>& o
   return lacks;
 }
 
+bool TanEngine::InChunkAlready(const Chunk& c, uint16_t sender, uint16_t n,
+                               const std::set<uint16_t>& lacks) const {
+  const uint32_t job_id = c.fields.job_id;
+  const auto cov = covers_.find({job_id, sender});
+  if (cov == covers_.end() || lacks.count(n) != 0) return false;
+  const auto known_rank = [&](uint16_t id) {
+    for (auto it = covers_.lower_bound({job_id, 0});
+         it != covers_.end() && it->first.first == job_id; ++it) {
+      if (std::binary_search(it->second.begin(), it->second.end(), id)) return true;
+    }
+    return false;
+  };
+  for (const uint16_t id : lacks) {
+    if (covers_.count({job_id, id}) == 0 && !known_rank(id)) return false;
+  }
+  if (std::binary_search(cov->second.begin(), cov->second.end(), n)) return true;
+  // A switch below the sender: in the chunk when none of its ranks is lacked.
+  const auto below = covers_.find({job_id, n});
+  if (below == covers_.end()) return false;
+  for (const uint16_t r : below->second) {
+    if (lacks.count(r) != 0 || !std::binary_search(cov->second.begin(), cov->second.end(), r)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   const AggFields& f = c.fields;
   if (late.key != f.job_key) {
@@ -551,7 +578,8 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
   // With CONTENT the list says what the payload holds, and it lacks nothing.
   if ((late.flags & flags::kContent) == 0) {
     for (const uint16_t n : late.missing) {
-      if (c.merged.count(n) == 0 && c.outstanding.insert(n).second) new_ids = true;
+      if (c.merged.count(n) != 0 || InChunkAlready(c, late.node, n, lacks)) continue;
+      if (c.outstanding.insert(n).second) new_ids = true;
     }
   }
   Fold(c, std::move(late));

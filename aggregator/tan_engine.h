@@ -46,7 +46,10 @@
 //     {X} alone, as without SetCovers), or, with CONTENT, plus the ids its
 //     list names (it then lacks none). It resolves S ∩ outstanding; the ids of
 //     M that are neither outstanding nor already merged become outstanding
-//     (nested timeouts). A late from X after X's merged late flagged
+//     (nested timeouts), but for those the first data holds: where the TAN
+//     knows what X covers and every id awaited, an id of X's share (or a
+//     switch below X) that nothing awaited lacks came with the first data
+//     (X sent the chunk up twice, a restart between). A late from X after X's merged late flagged
 //     CONFLICT (it held nobody's data and listed X's share missing), with
 //     neither CONFLICT nor CONTENT and listing only ids that one listed,
 //     holds S = that list less its own (X reduced the chunk in a slot after
@@ -399,6 +402,18 @@ class TanEngine {
   // `outstanding`, and every id the switches among them cover (SetCovers),
   // all the way down.
   std::set<uint16_t> Lacks(uint32_t job_id, const std::set<uint16_t>& outstanding) const;
+  // Whether node `n`, which a late partial of switch `sender` lists missing,
+  // is in chunk `c` already though never merged here: the first data holds
+  // it (`lacks`, Lacks of what was outstanding before the late, names
+  // neither `n` nor any of its ranks). A switch that sent the chunk up
+  // twice (a restart lost its slot, and its new slot's partial came as
+  // late data) lists a rank whose data its first partial brought into the
+  // first data; awaited again, that rank's resend would count it twice.
+  // Judged only where the TAN knows what `sender` covers and every id
+  // awaited is one it knows (a known switch, or a rank of one): an unknown
+  // id may be a switch that covers `n`.
+  bool InChunkAlready(const Chunk& c, uint16_t sender, uint16_t n,
+                      const std::set<uint16_t>& lacks) const;
   // Reduces, calls on_complete when nothing is outstanding, builds the
   // RESULT (INCOMPLETE when ids are outstanding or the hook refused), caches
   // it, moves the chunk to kDone and appends the datagram to `out`.

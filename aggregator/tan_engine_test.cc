@@ -845,6 +845,27 @@ TEST(TanEngineTest, NestedTimeoutMakesTheLatePartialsMissingIdsOutstanding) {
   EXPECT_EQ(tan.counters().merged, 2u);
 }
 
+// Switch 102 sent the chunk up lacking ranks 0, 3 and 4; the root listed
+// them missing, and its first data holds rank 8's data with 102's partial.
+// Then 102 restarted, and its new slot sent the chunk up again holding rank
+// 4 alone, which the root's bypass entry sent here as 102's late partial,
+// listing 0, 3 and 8. Rank 8 is in the chunk already: awaited again, its
+// resend (it has no result yet) would count it twice.
+TEST(TanEngineTest, ALatePartialListingARankTheFirstDataHoldsDoesNotAwaitItAgain) {
+  Tan tan;
+  tan.engine().SetCovers(kJob, 102, {0, 3, 4, 8});
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {0, 3, 4}), 0).empty());
+  EXPECT_TRUE(tan.Feed(Late(0, Pack<int32_t>({1})), 1 * kMs).empty());
+  EXPECT_TRUE(tan.Feed(Late(3, Pack<int32_t>({30})), 2 * kMs).empty());
+  const Parsed r = tan.FeedForResult(Late(102, Pack<int32_t>({400}), {0, 3, 8}), 3 * kMs);
+  ExpectCompleteResult(r);
+  EXPECT_EQ(Unpack<int32_t>(r.payload), std::vector<int32_t>{1431});
+  // Rank 8's resend finds the chunk done and gets the same result.
+  const Parsed again = tan.FeedForResult(Late(8, Pack<int32_t>({8})), 4 * kMs);
+  EXPECT_EQ(again.datagram, r.datagram);
+  EXPECT_EQ(tan.counters().late_after_done, 1u);
+}
+
 // A leaf found no slot for the chunk and sent it up holding nobody's data
 // (CONFLICT), its four ranks listed; three of them went around it as late
 // data. Then the leaf reduced the fourth rank's resend in a slot after all:
