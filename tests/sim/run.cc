@@ -661,6 +661,11 @@ void Runner::Judge(Outcome* out) {
     uint64_t since = start_ns_;  // the last step's start
     for (uint32_t run = 0; run < jobs_[j].runs.size(); ++run) {
       const RunState& state = jobs_[j].runs[run];
+      // A rank that failed an allreduce for a fault of the scenario's stops,
+      // as after any failure: the run's later allreduces fail without it
+      // (its peers are told that a member stopped sending), excused as the
+      // failure that stopped it. Never a wrong sum.
+      std::string stopped;
       for (uint32_t op = 0; op < spec.ops.size(); ++op) {
         OpView v;
         v.scenario = &s_;
@@ -683,6 +688,18 @@ void Runner::Judge(Outcome* out) {
           }
         }
         v.excuse = ExcuseFor(j, run, earliest, end);
+        if (v.excuse.empty()) v.excuse = stopped;
+        if (!v.excuse.empty() && stopped.empty()) {
+          for (uint32_t r = 0; r < v.outcomes.size(); ++r) {
+            const OpOutcome* o = v.outcomes[r];
+            if (o != nullptr && o->code != common::StatusCode::kOk &&
+                o->code != common::StatusCode::kOutOfRange) {
+              stopped = "rank " + std::to_string(r) + " stopped after allreduce " + std::to_string(op) +
+                        " failed (" + v.excuse + ")";
+              break;
+            }
+          }
+        }
         if (spec.store) {
           // Nothing reduced: each rank's operation succeeds (every chunk
           // ACKed, judged by what the main server reads back) or fails
