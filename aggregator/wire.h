@@ -34,6 +34,9 @@ inline constexpr uint16_t kNoSlotHint = 0xFFFF;
 // (docs/aggregation.md, "Moves"): results of a moved job's chunks carry it,
 // and its members put it in their later chunks.
 inline constexpr uint16_t kMovedSlotHint = 0xFFFE;
+// The node id a root puts on what it sends its TAN (its first data and its
+// QUERY); the TAN's RESULT carries it back.
+inline constexpr uint16_t kRootNodeId = 0xFFFE;
 
 enum class Opcode : uint8_t {
   kContribution = 1,

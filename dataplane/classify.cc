@@ -112,9 +112,16 @@ Classifier::Ipv4Class Classifier::ClassifyIpv4(const uint8_t* data, uint32_t len
   // switch it means (the root it ACKs, the switch whose store it reads).
   const bool for_ps = (flags & (aggregator::flags::kAggregateAtPs | aggregator::flags::kConflict)) != 0;
   const bool main_server = (flags & aggregator::flags::kFinal) != 0;
+  // A QUERY under the root's node id is a root's, asking its TAN after a
+  // chunk it no longer holds (the TAN keeps the result a while).
+  const uint32_t node_at = opcode_at - offsetof(aggregator::AggHeader, opcode) +
+                           offsetof(aggregator::AggHeader, node_id);
+  const bool from_a_root =
+      len > node_at + 1 &&
+      static_cast<uint16_t>(data[node_at] << 8 | data[node_at + 1]) == aggregator::kRootNodeId;
   const bool from_a_worker =
       (opcode == aggregator::Opcode::kContribution && !for_ps) || opcode == aggregator::Opcode::kTaskInfo ||
-      opcode == aggregator::Opcode::kQuery ||
+      (opcode == aggregator::Opcode::kQuery && !from_a_root) ||
       ((opcode == aggregator::Opcode::kAck || opcode == aggregator::Opcode::kFetch) && !main_server);
   return from_a_worker ? Ipv4Class::kAggregation : Ipv4Class::kOther;
 }

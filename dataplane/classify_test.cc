@@ -110,9 +110,11 @@ TEST_F(ClassifyTest, AggregationTrafficByAddressOrPortButNotWhatGoesToAnotherSwi
                         Contribution(6, elsewhere, aggregator::Opcode::kExceptionRetransmit),
                         Contribution(7, elsewhere, aggregator::Opcode::kQuery),  // a worker's, to a peer
                         Contribution(8, elsewhere, aggregator::Opcode::kContribution,
-                                     aggregator::flags::kAggregateAtPs)});  // a root's, for its parameter node
+                                     aggregator::flags::kAggregateAtPs),  // a root's, for its parameter node
+                        // A root's QUERY to its TAN, after a chunk whose result a member lost.
+                        Contribution(aggregator::kRootNodeId, elsewhere, aggregator::Opcode::kQuery)});
   EXPECT_EQ(b.agg.n, 4);
-  EXPECT_EQ(b.l2.n, 4) << "what a switch or a parameter node sends another host crosses at L2";
+  EXPECT_EQ(b.l2.n, 5) << "what a switch or a parameter node sends another host crosses at L2";
   Free(b);
 }
 

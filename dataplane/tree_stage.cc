@@ -46,8 +46,6 @@ bool FitMissingListToMtu(rte_mbuf* m, const aggregator::AggPacket& pkt) {
 }
 // How long the bypass entries of a chunk that went up as missing live.
 constexpr uint64_t kUpAsMissingEntryMs = 50;
-// The node id a root uses in its first data to the TAN.
-constexpr uint16_t kRootNodeId = 0xFFFE;
 // Expired bypass entries swept per sweep.
 constexpr uint32_t kBypassSweepBudget = 32;
 // The node of a chunk's bypass entry that says its partial went up from
@@ -486,7 +484,9 @@ TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggField
     f.node_count = 1;
   }
   // (A late the root makes of a member's data keeps that member's id.)
-  if (f.opcode != aggregator::Opcode::kLate) f.node_id = root ? kRootNodeId : job.upstream_node();
+  if (f.opcode != aggregator::Opcode::kLate) {
+    f.node_id = root ? aggregator::kRootNodeId : job.upstream_node();
+  }
   // The parent frees its complete slots, and admits chunks under the slot
   // quota, by its members' watermarks: ours is our slot watermark, the
   // smallest of our current members' (a member presumed gone keeps only our
