@@ -286,7 +286,7 @@ std::optional<uint32_t> Job::SlotWatermark(uint32_t now, uint32_t gone_ticks) co
   std::optional<uint32_t> min;
   for (uint16_t node = 0; node < members_; ++node) {
     if ((member_[node].l2.load(std::memory_order_relaxed) & kValid) == 0) continue;
-    if (gone_ticks != 0 && now - seen_[node].load(std::memory_order_relaxed) >= gone_ticks) continue;
+    if (gone_ticks != 0 && Silent(node, now) >= gone_ticks) continue;
     const std::optional<uint32_t> ack = GetAck(node);
     if (ack && (!min || SeqBefore(*ack, *min))) min = ack;
   }

@@ -772,7 +772,7 @@ class alignas(64) Job {
     }
     Bind result = Bind::kBound;
     if ((bound2 & kValid) != 0) {
-      const uint32_t silent = now - seen_[index].load(std::memory_order_relaxed);
+      const uint32_t silent = Silent(index, now);
       if (rebind_ticks == 0 || silent < rebind_ticks) return Bind::kRefused;
       result = Bind::kRebound;
     }
@@ -803,7 +803,7 @@ class alignas(64) Job {
     if (bound2 == l2 && (m.l3.load(std::memory_order_relaxed) & kAllButUdpPort) == host3) {
       return true;
     }
-    const uint32_t silent = now - seen_[index].load(std::memory_order_relaxed);
+    const uint32_t silent = Silent(index, now);
     return rebind_ticks != 0 && silent >= rebind_ticks;
   }
   // Moves member `index`'s run from `seen` (nothing, or a first datagram
@@ -813,6 +813,15 @@ class alignas(64) Job {
   bool BindRun(uint16_t index, uint64_t seen, uint32_t incarnation) const;
   // A hash of the members' run words in member order (never 0).
   uint32_t HashRuns() const;
+  // How long member `index` has been silent at `now`. Another lcore, whose
+  // clock runs a little ahead of the caller's, may have seen it after
+  // `now`: that is no silence at all, not a wrap to nearly 2^32 ticks (the
+  // member would pass for gone, and the slot watermark move past a chunk
+  // it lacks).
+  uint32_t Silent(uint16_t index, uint32_t now) const {
+    const uint32_t seen = seen_[index].load(std::memory_order_relaxed);
+    return SeqBefore(now, seen) ? 0 : now - seen;
+  }
   void Touch(uint16_t index, uint32_t now) const {
     if (seen_[index].load(std::memory_order_relaxed) != now) {
       seen_[index].store(now, std::memory_order_relaxed);

@@ -730,6 +730,29 @@ TEST(JobTest, GoneMembersWatermarksHoldNoSlot) {
   EXPECT_EQ(job->SlotWatermark(210, 100), 5000u);
 }
 
+// Each lcore reads the members' clock from its own snapshot of the TSC,
+// which may lag another's by a tick: a member that lcore 1 saw at tick 201
+// is current for lcore 0 at tick 200, not silent for 2^32 - 1 ticks. Taken
+// for gone, its watermark would stop holding the job's slots, and a result
+// it lacks would give way everywhere.
+TEST(JobTest, AMemberSeenByAnLcoreAheadIsNotGone) {
+  auto table = MakeTable();
+  const Job* job = *table->Add(Spec(1, 2));
+  for (uint16_t m = 0; m < 2; ++m) {
+    ASSERT_EQ(job->BindMember(m, Addr(0x020000000001ull + m, m, 0, 0x0a000a01 + m, 40000), 0, 200, 100),
+              Job::Bind::kBound);
+  }
+  job->UpdateAck(0, 13);
+  // Member 1 again, seen by an lcore whose clock is a tick ahead.
+  ASSERT_EQ(job->BindMember(1, Addr(0x020000000002ull, 1, 0, 0x0a000a02, 40000), 0, 201, 100),
+            Job::Bind::kKnown);
+  job->UpdateAck(1, 11);
+  EXPECT_EQ(job->SlotWatermark(200, 100), 11u) << "member 1 holds the watermark";
+  // Nor may another address take its node id as if it were silent.
+  EXPECT_EQ(job->BindMember(1, Addr(0x020000000009ull, 1, 0, 0x0a000a09, 40000), 0, 200, 100),
+            Job::Bind::kRefused);
+}
+
 TEST(JobTest, SlotOffsetsAreKeyedBySecret) {
   auto a = MakeTable();
   auto b = MakeTable();
