@@ -218,7 +218,7 @@ bool SlotTable::TakeResend(Slot& s, uint64_t now_tsc) {
 
 bool SlotTable::TellAbsent(uint32_t local_index, uint64_t now_tsc) {
   Slot& s = slots_[local_index];
-  if (s.state_ != Slot::State::kAggregating) return false;
+  if (s.state_ != Slot::State::kAggregating && s.state_ != Slot::State::kForwarded) return false;
   const uint64_t gap = config_.resend_gap_cycles << s.tolds_;
   if (now_tsc - s.told_tsc_ < gap) return false;
   s.told_tsc_ = now_tsc;

@@ -939,6 +939,7 @@ void AggregationStage::Contribute(const Checked& it) {
       } else {
         tx_.Drop(it.in_port, DropReason::kAggDuplicate, m);
       }
+      NoticeAbsentAt(local, c.asked_notices);
       return;
     }
     case aggregator::SlotOutcome::kCollision:
@@ -1243,7 +1244,7 @@ void AggregationStage::RefuseSlotBusy(const Checked& it) {
 
 void AggregationStage::NoticeAbsent(const Checked& it) {
   if (it.slot % s_.n_workers != s_.index) return;
-  NoticeAbsentAt(LocalSlot(it.slot));
+  NoticeAbsentAt(LocalSlot(it.slot), stats_.lcore.agg.busy_notices);
 }
 
 void AggregationStage::NoticeQuotaHolder(const aggregator::Job& job, uint32_t ack) {
@@ -1254,16 +1255,19 @@ void AggregationStage::NoticeQuotaHolder(const aggregator::Job& job, uint32_t ac
         s_.slots->Holding(LocalSlot(at), job.id(), job.generation(), ack) == nullptr) {
       return false;
     }
-    NoticeAbsentAt(LocalSlot(at));
+    NoticeAbsentAt(LocalSlot(at), stats_.lcore.agg.busy_notices);
     return true;
   };
   if (notice_at(s_.regions.Of(job.in_band(), job.placement(), ack))) return;
   if (MoveApplied(job) && job.MovedFrom(ack)) (void)notice_at(MovedSlot(job, ack));
 }
 
-void AggregationStage::NoticeAbsentAt(uint32_t local) {
+void AggregationStage::NoticeAbsentAt(uint32_t local, Counter& sent, bool forwarded_too) {
   const aggregator::Slot& slot = s_.slots->slot(local);
-  if (slot.state() != aggregator::Slot::State::kAggregating) return;
+  if (slot.state() != aggregator::Slot::State::kAggregating &&
+      !(forwarded_too && slot.state() == aggregator::Slot::State::kForwarded)) {
+    return;
+  }
   const aggregator::Job* holder = s_.jobs->Find(slot.job_id());
   if (holder == nullptr || holder->generation() != slot.job_generation() ||
       !s_.slots->TellAbsent(local, clock_.tsc)) {
@@ -1280,7 +1284,7 @@ void AggregationStage::NoticeAbsentAt(uint32_t local) {
     if ((ack && aggregator::SeqBefore(seq, *ack)) || !holder->GetMember(node, &addr)) continue;
     if (answers_.SendNotice(*holder, holder->NodeId(node), seq, aggregator::NoticeKind::kMissing,
                             addr)) {
-      stats_.lcore.agg.busy_notices.Add(1);
+      sent.Add(1);
     }
   }
 }
@@ -1563,6 +1567,9 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       }
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld, 0, addr,
                              Answers::To::kBoundMember);
+      // The answer from above waits for the members the partial lacked:
+      // their data goes on as late data once they send it again.
+      NoticeAbsentAt(local, c.asked_notices, /*forwarded_too=*/true);
       return;
     }
     if (slot->state() == aggregator::Slot::State::kAggregating) {
@@ -1580,6 +1587,7 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
                              slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
       NoticeForgotten(job, slot->seq(), slot, AsksBelow(job, *slot));
+      NoticeAbsentAt(LocalSlot(it.slot), c.asked_notices);
       return;
     }
   }

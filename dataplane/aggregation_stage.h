@@ -294,8 +294,13 @@ class AggregationStage {
   // they send theirs again on their own members' questions). O(members).
   void NoticeAbsent(const Checked& c);
   // NoticeAbsent's notices for this lcore's slot `local`, whatever chunk it
-  // holds.
-  void NoticeAbsentAt(uint32_t local);
+  // holds while it aggregates (or, with `forwarded_too`, while its partial
+  // awaits the answer from above), each counted in `sent`. Also while a
+  // member the slot counted asks after its chunk (answered held): the
+  // members it waits for are as likely to have lost their data, and with a
+  // window no larger than the gap notices' distance no later chunk of
+  // theirs comes to tell.
+  void NoticeAbsentAt(uint32_t local, Counter& sent, bool forwarded_too = false);
   // A member's chunk was refused NACK slot_quota: the chunk at the member's
   // ack watermark `ack` (the oldest it has no result of) holds the quota
   // with the job's other oldest chunks. When this lcore owns its slot (home,

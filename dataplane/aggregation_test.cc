@@ -1396,6 +1396,58 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
   }
 }
 
+// A member whose data the slot counted asks after the chunk: it is told
+// held, and the members the chunk still lacks are told NOTICE missing, each
+// of them likely to have lost its data: else it would send it again only at
+// its own timeout, which, measured over chunks that waited for others'
+// losses, may have grown to a second (seed 1352395: 52 ranks, a window of
+// 4, so no later chunk of theirs arrives to tell). Not within a resend gap
+// of the chunk's first contribution, then once per gap, doubling.
+TEST_F(AggregationTest, AMemberAskingAfterAWaitingChunkHasTheMembersItLacksToldMissing) {
+  BuildAggregation();
+  AddJob(7, 3);
+  const auto ask = [&](uint16_t node) {
+    Inject(0, Datagram(QueryFields(7, 5, node)));
+    Step();
+    std::multiset<uint16_t> told;
+    size_t held = 0;
+    for (const Result& r : WithOpcode(Drain()[0], aggregator::Opcode::kNotice)) {
+      EXPECT_EQ(r.fields.seq, 5u);
+      if (r.fields.aux == static_cast<uint32_t>(aggregator::NoticeKind::kHeld)) {
+        EXPECT_EQ(r.fields.node_id, node);
+        ++held;
+        continue;
+      }
+      EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kMissing));
+      EXPECT_EQ(r.dst_port, MemberPort(r.fields.node_id));
+      told.insert(r.fields.node_id);
+    }
+    EXPECT_EQ(held, 1u);
+    return told;
+  };
+  for (const uint16_t node : {0, 1, 2}) {
+    Inject(0, Contribution(7, 4, node, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                           -1, 4));
+  }
+  Inject(0, Contribution(7, 5, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, 5));
+  Step();
+  (void)Drain();
+  EXPECT_TRUE(ask(0).empty()) << "within a resend gap of the chunk's first contribution";
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();  // a poll reads the clock for the next one
+  EXPECT_EQ(ask(0), (std::multiset<uint16_t>{1, 2}));
+  EXPECT_TRUE(ask(0).empty()) << "once per gap";
+  EXPECT_EQ(Agg().asked_notices.Get(), 2u);
+  // Member 1 resends; twice the gap later a question tells member 2 alone.
+  Inject(0, Contribution(7, 5, 1, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, 5));
+  Step();
+  (void)Drain();
+  std::this_thread::sleep_for(std::chrono::milliseconds(11));
+  Step();
+  EXPECT_EQ(ask(1), (std::multiset<uint16_t>{2}));
+  EXPECT_EQ(Agg().asked_notices.Get(), 3u);
+}
+
 // A chunk refused its slot (NACK slot_busy: no spare slot) waits for the
 // chunk there, and that one for its members: those it lacks are told NOTICE
 // missing, so that one whose data, or whose resend after a refusal of its
@@ -3688,9 +3740,10 @@ TEST_F(ParameterNodeTest, AFinalChunkCompletedByTheTanReachesTheMainServer) {
 // Member 0 has the result (its watermark is past the chunk) and sends no
 // more of it unasked; the TAN would wait for it until its give-up. When
 // member 2 asks after the chunk and the partial goes again, member 0 is
-// told the switch lacks its data; member 1, whose watermark is not past
-// the chunk, is not. Their data goes on late, and the TAN answers with
-// the whole sum.
+// told the switch lacks its data (a resync notice: it has the result), and
+// so is member 1, whose watermark is not past the chunk, as a member the
+// partial lacked while another asks after it. Their data goes on late,
+// and the TAN answers with the whole sum.
 TEST_F(ParameterNodeTest, MembersPastAChunkWhoseSlotTimedOutAreAskedForIt) {
   BuildAggregation("");
   aggregator::JobSpec spec;
@@ -3722,8 +3775,10 @@ TEST_F(ParameterNodeTest, MembersPastAChunkWhoseSlotTimedOutAreAskedForIt) {
   const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], 5);
   const auto held = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
   const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
-  EXPECT_EQ(told, (std::map<uint32_t, uint32_t>{{MemberIp(2), held}, {MemberIp(0), missing}}));
+  EXPECT_EQ(told, (std::map<uint32_t, uint32_t>{
+                      {MemberIp(2), held}, {MemberIp(0), missing}, {MemberIp(1), missing}}));
   EXPECT_EQ(Agg().resync_notices.Get(), 1u);
+  EXPECT_EQ(Agg().asked_notices.Get(), 1u);
   EXPECT_EQ(WithOpcode(out[1], aggregator::Opcode::kPartial).size(), 1u) << "the partial again";
 
   // Member 0 resends its kept chunk 5, member 1 sends its own: late, to the TAN.

@@ -213,6 +213,7 @@ struct PortCounters {
   X(missing_notices, "QUERYs answered with a NOTICE that the switch lacks the member's contribution") \
   X(gap_notices, "NOTICEs missing sent unasked: a member's later chunk arrived while an earlier chunk's slot still lacked it") \
   X(busy_notices, "NOTICEs missing sent unasked to the members a slot's chunk lacks while the slot refused another chunk (NACK slot_busy), or while the chunk at a refused member's ack watermark held its job's slot quota (NACK slot_quota): their data, or their resend after a refusal, was most likely lost") \
+  X(asked_notices, "NOTICEs missing sent unasked to the members a slot's chunk lacks while a member it counted asked after the chunk: their data was most likely lost") \
   X(resync_notices, "NOTICEs missing (forgotten, to a child switch) sent unasked to a member that has the result of a chunk whose slot lacks its data: the result came from before the switch restarted") \
   X(forgotten_released, "complete slots given way on a root's NOTICE forgotten: the members' resends go up instead of being answered with the result") \
   X(partials_received, "partials from child switches counted into a slot")             \
