@@ -75,6 +75,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.addr_low_ = c.addr_low;
   s.count_ = 0;
   s.overflow_ = false;
+  s.recovered_ = false;
   s.final_ = false;
   s.verifying_ = false;
   s.kept_ = false;
@@ -290,7 +291,7 @@ bool SlotTable::MissedAbove(uint32_t local_index, uint32_t job_id, uint32_t job_
 
 bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation,
                             uint32_t seq, const uint8_t* payload, uint32_t len, bool overflow,
-                            uint64_t now_tsc, SlotUpdate* released) {
+                            uint64_t now_tsc, SlotUpdate* released, bool recovered) {
   Slot& s = slots_[local_index];
   const bool aggregating = s.state_ == Slot::State::kAggregating;
   if ((s.state_ != Slot::State::kForwarded && !aggregating) || s.job_id_ != job_id ||
@@ -314,6 +315,7 @@ bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_
   std::memcpy(s.result_, payload, len);
   s.result_view_ = s.result_;
   s.overflow_ = overflow;
+  s.recovered_ = s.recovered_ || recovered;
   s.verifying_ = false;
   s.kept_ = false;
   s.state_ = Slot::State::kComplete;
@@ -431,6 +433,7 @@ SlotUpdate SlotTable::Contribute(uint32_t local_index, const Contribution& c, ui
   ++s.count_;
   s.final_ |= c.final;
   s.overflow_ |= c.overflow;
+  s.recovered_ |= c.recovered;
   const uint64_t offset = (now_tsc - s.first_tsc_) >> Slot::kOffsetShift;
   s.offsets_[c.node] = offset > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(offset);
   if (c.missing_count != 0) Inherit(s, c);

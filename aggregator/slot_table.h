@@ -99,6 +99,9 @@ struct Contribution {
   // child switch's partial): the slot's result carries it on, as if it had
   // saturated here.
   bool overflow = false;
+  // A retransmission, or a partial that says its chunk had one
+  // (flags::kRecovered): the slot's result says so on.
+  bool recovered = false;
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
   int8_t scale = 0;
@@ -168,6 +171,9 @@ class Slot {
   // The addr_low of its first contribution: every counted one carries the same.
   uint32_t addr_low() const { return addr_low_; }
   bool overflow() const { return overflow_; }
+  // A counted contribution was a retransmission (Contribution::recovered),
+  // or the result that came down says one was (flags::kRecovered).
+  bool recovered() const { return recovered_; }
   // A counted contribution carried flags::kFinal.
   bool final() const { return final_; }
   // kForwarded to be checked by the parameter node (MarkForwarded with
@@ -198,6 +204,7 @@ class Slot {
   bool ordered_ = false;
   bool hold_ = false;
   bool overflow_ = false;
+  bool recovered_ = false;
   bool final_ = false;
   bool verifying_ = false;
   bool kept_ = false;
@@ -339,10 +346,11 @@ class SlotTable {
   // tell one whose copy was lost "held" until its timeout. Its timer is
   // disarmed, and the contributions a holding slot kept come back in
   // `released` (and `n_released`); without `released`, a holding slot that
-  // aggregates is left as it is (false).
+  // aggregates is left as it is (false). `recovered`: the result says some
+  // member's data came in a retransmission (flags::kRecovered).
   bool CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_generation, uint32_t seq,
                    const uint8_t* payload, uint32_t len, bool overflow, uint64_t now_tsc,
-                   SlotUpdate* released = nullptr);
+                   SlotUpdate* released = nullptr, bool recovered = false);
   // Forwarded slot `local_index` lacks members that nothing else records
   // (their bypass entries could not be written): it keeps its chunk, giving
   // way only as an aggregating slot would (the job is done with it, or it is

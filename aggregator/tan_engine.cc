@@ -150,6 +150,7 @@ void TanEngine::OnFirstData(const AggPacket& pkt, const TanPeer& from, uint64_t 
   c.ordered = (in_flags & flags::kOrdered) != 0;
   c.final = (in_flags & flags::kFinal) != 0;
   c.overflow = (in_flags & flags::kOverflow) != 0;
+  c.recovered = (in_flags & (flags::kRecovered | flags::kRetransmission)) != 0;
   c.batch = c.ordered || options_.trigger == TanTrigger::kBatch;
   c.reply_to = from;
   c.first_len = static_cast<uint32_t>(sizeof(AggHeader)) + 2u * h.missing_count + pkt.payload_len;
@@ -589,6 +590,7 @@ TanEngine::Resolution TanEngine::Resolve(Chunk& c, Late&& late) {
 void TanEngine::Fold(Chunk& c, Late&& late) {
   ++counters_.merged;
   c.overflow = c.overflow || (late.flags & flags::kOverflow) != 0;
+  c.recovered = c.recovered || (late.flags & (flags::kRecovered | flags::kRetransmission)) != 0;
   if (c.batch) {
     c.held.push_back(std::move(late));
     ++held_lates_;
@@ -759,6 +761,7 @@ void TanEngine::Finish(const ChunkId& id, Chunk& c, uint64_t now_ns, std::vector
   StoreResult(f.dtype, c.acc.data(), f.elem_count, payload.data());
 
   f.flags = static_cast<uint16_t>((c.overflow ? flags::kOverflow : 0) |
+                                  (c.recovered ? flags::kRecovered : 0) |
                                   (c.ordered ? flags::kOrdered : 0) |
                                   (c.final ? flags::kFinal : 0));
   const bool gave_up = !c.outstanding.empty();

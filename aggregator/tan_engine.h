@@ -317,6 +317,9 @@ class TanEngine {
     bool batch = false;
     bool ordered = false;
     bool final = false;  // the first data's FINAL, which the RESULT carries back
+    // Its first data, or a late merged into it, came in a retransmission
+    // or says its chunk had one (flags::kRecovered on the RESULT).
+    bool recovered = false;
     bool overflow = false;
     std::set<uint16_t> outstanding;
     std::set<uint16_t> first_missing;  // what the first data in use listed missing

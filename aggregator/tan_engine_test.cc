@@ -890,6 +890,29 @@ TEST(TanEngineTest, ALatePartialAfterTheSameSwitchsEmptyOneHoldsTheRestOfItsShar
   EXPECT_EQ(tan.counters().merged, 5u);
 }
 
+// A late that came in a retransmission (its first send was lost) makes the
+// chunk's result say it was recovered, as a slot's does; so does a first
+// data that says so. A chunk whose lates came on their first sends says
+// nothing.
+TEST(TanEngineTest, AResultThatWaitedForARetransmissionSaysItWasRecovered) {
+  Tan tan;
+  EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {2}), 0).empty());
+  const Parsed plain = tan.FeedForResult(Late(2, Pack<int32_t>({3})), 1);
+  EXPECT_EQ(plain.f.flags & flags::kRecovered, 0);
+  Spec first = First(Pack<int32_t>({1000}), {2});
+  first.seq = 2;
+  EXPECT_TRUE(tan.Feed(first, 2).empty());
+  Spec resent = Late(2, Pack<int32_t>({3}));
+  resent.seq = 2;
+  resent.flags |= flags::kRetransmission;
+  const Parsed recovered = tan.FeedForResult(resent, 3);
+  EXPECT_NE(recovered.f.flags & flags::kRecovered, 0);
+  Spec said = First(Pack<int32_t>({1000}), {});
+  said.seq = 3;
+  said.flags |= flags::kRecovered;
+  EXPECT_NE(tan.FeedForResult(said, 4).f.flags & flags::kRecovered, 0);
+}
+
 TEST(TanEngineTest, LeafLateOvertakingItsSwitchsLatePartialStillCounts) {
   Tan tan;
   EXPECT_TRUE(tan.Feed(First(Pack<int32_t>({1000}), {100}), 0).empty());

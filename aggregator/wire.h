@@ -96,6 +96,12 @@ inline constexpr uint16_t kContent = 1 << 12;
 // rank of the run (ClientOptions::run_id), so a switch tells a new run from
 // the last one even by a rank that never sent in the last one.
 inline constexpr uint16_t kRunId = 1 << 13;
+// On a RESULT (and a partial on its way up): some member's data came to the
+// chunk in a retransmission (its first send, or the answer, was lost or
+// refused), so the round trip includes a loss's recovery. A member takes no
+// round-trip sample from it: its timeout would grow with the others'
+// losses, each waited out at the timeout of the member that lost it.
+inline constexpr uint16_t kRecovered = 1 << 14;
 }  // namespace flags
 
 // Reason codes carried in `aux` by a NACK (docs/protocol.md).

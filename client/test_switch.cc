@@ -111,7 +111,8 @@ struct TestSwitch::State {
     // A saturated sum, as a parameter node answers it, or as a switch does.
     f.opcode = slot.overflow() && options.exception_retransmit ? Opcode::kExceptionRetransmit
                                                                : Opcode::kResult;
-    f.flags = slot.overflow() ? flags::kOverflow : 0;
+    f.flags = static_cast<uint16_t>((slot.overflow() ? flags::kOverflow : 0) |
+                                    (options.flag_recovered ? flags::kRecovered : 0));
     f.job_id = job_id;
     f.seq = slot.seq();
     f.elem_count = slot.elem_count();

@@ -75,6 +75,9 @@ class TestSwitch {
     // sum, flagged OVERFLOW), as a parameter node answers it, not RESULT
     // with OVERFLOW.
     bool exception_retransmit = false;
+    // Every result says some member's data came in a retransmission
+    // (flags::kRecovered), as aggswitch's do after a loss.
+    bool flag_recovered = false;
   };
 
   explicit TestSwitch(const Options& options);

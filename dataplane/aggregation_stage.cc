@@ -771,6 +771,8 @@ void AggregationStage::Contribute(const Checked& it) {
   contribution.hold = job.batch();
   contribution.final = (h.flags.host() & aggregator::flags::kFinal) != 0;
   contribution.overflow = (h.flags.host() & aggregator::flags::kOverflow) != 0;
+  contribution.recovered =
+      (h.flags.host() & (aggregator::flags::kRetransmission | aggregator::flags::kRecovered)) != 0;
   contribution.dtype = pkt.dtype;
   contribution.op = pkt.op;
   contribution.scale = h.scale;

@@ -1396,6 +1396,29 @@ TEST_F(AggregationTest, ACollisionWithNoSpareSlotIsRefusedSlotBusy) {
   }
 }
 
+// A chunk that some member's data reached in a retransmission (its first
+// send, or the result, was lost) waited for a loss's recovery: its result
+// says so (RECOVERED), and the members take no round-trip sample from it.
+// A chunk every member's first send completed says nothing.
+TEST_F(AggregationTest, AResultThatWaitedForARetransmissionSaysItWasRecovered) {
+  AddJob(7, 2);
+  const std::vector<uint8_t> one = Int32Payload({1});
+  Inject(0, Contribution(7, 1, 0, one));
+  Inject(0, Contribution(7, 1, 1, one));
+  Inject(0, Contribution(7, 2, 0, one));
+  Frame resent = Contribution(7, 2, 1, one);
+  HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, resent);
+  Step();
+  const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 4u);
+  for (const Result& r : results) {
+    EXPECT_EQ(r.payload, Int32Payload({2}));
+    EXPECT_EQ((r.fields.flags & aggregator::flags::kRecovered) != 0, r.fields.seq == 2)
+        << "chunk " << r.fields.seq;
+  }
+}
+
 // A member whose data the slot counted asks after the chunk: it is told
 // held, and the members the chunk still lacks are told NOTICE missing, each
 // of them likely to have lost its data: else it would send it again only at

@@ -57,6 +57,7 @@ void Answers::WriteResultPayload(const aggregator::Job& job, const aggregator::S
   f.flags = slot.overflow()  ? aggregator::flags::kOverflow
             : job.verify() ? aggregator::flags::kVerified
                            : 0;
+  if (slot.recovered()) f.flags |= aggregator::flags::kRecovered;
   aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(buf));
   rte_memcpy(buf + sizeof(aggregator::AggHeader), slot.result(), slot.result_len());
 }

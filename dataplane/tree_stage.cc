@@ -293,6 +293,7 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
   aggregator::AggFields f = Answers::ChunkFields(job, slot);
   f.opcode = opcode;
   f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
+                                  (slot.recovered() ? aggregator::flags::kRecovered : 0) |
                                   (slot.ordered() ? aggregator::flags::kOrdered : 0) |
                                   (slot.final() ? aggregator::flags::kFinal : 0));
   if (opcode == aggregator::Opcode::kVerify) {
@@ -805,7 +806,8 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
         s_.slots->CacheResult(local_slot, job.id(), job.generation(), seq, pkt.payload,
                               pkt.payload_len,
                               exception || (flags & aggregator::flags::kOverflow) != 0,
-                              clock_.tsc, s_.holds != nullptr ? &released : nullptr);
+                              clock_.tsc, s_.holds != nullptr ? &released : nullptr,
+                              (flags & aggregator::flags::kRecovered) != 0);
     for (uint16_t i = 0; i < released.n_released; ++i) s_.holds->Give(released.released[i]);
     if (final) {
       const aggregator::Slot* slot = s_.slots->Holding(local_slot, job.id(), job.generation(), seq);

@@ -728,7 +728,10 @@ common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator
              aggregator::kMovedSlotHint) {
     lane.move_hint = aggregator::kNoSlotHint;
   }
-  lane.timer.OnResult(rtt);
+  // A chunk whose round trip includes another member's loss and its
+  // recovery is no sample: this rank's timeout would grow to the others'.
+  lane.timer.OnResult((h.flags.host() & aggregator::flags::kRecovered) != 0 ? Clock::duration::zero()
+                                                                            : rtt);
   window_.SetProbe(lane.timer.probe());
   last_progress_ = now;
   last_transient_nack_ = 0;

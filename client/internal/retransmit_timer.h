@@ -5,7 +5,9 @@
 // includes the wait for the other members' contributions: a job whose ranks
 // send spread out gets a longer timeout rather than asking after chunks that
 // merely wait. Karn's rule: a chunk that was resent or queried is not sampled
-// (which of its sends did the result answer?).
+// (which of its sends did the result answer?); nor, by the caller, one whose
+// result says RECOVERED (it waited for another member's retransmission: the
+// timeout would grow to the others' losses' recovery times).
 //
 // A chunk that goes unanswered backs off on its own (SendWindow) until the
 // job moves again, so a stalled job (a dead member, an unreachable switch)

@@ -90,9 +90,10 @@ local FLAG_BITS = {
   { mask = 0x0800, abbr = "final",           label = "FINAL" },
   { mask = 0x1000, abbr = "content",         label = "CONTENT" },
   { mask = 0x2000, abbr = "run_id",          label = "RUN_ID" },
+  { mask = 0x4000, abbr = "recovered",       label = "RECOVERED" },
 }
--- Bits 14..15 are reserved: a flags value at or above this has one of them set.
-local FLAGS_RESERVED_MIN = 0x4000
+-- Bit 15 is reserved: a flags value at or above this has it set.
+local FLAGS_RESERVED_MIN = 0x8000
 local NO_SLOT_HINT = 0xFFFF
 local MOVED_SLOT_HINT = 0xFFFE  -- the job's moved partition
 

@@ -601,7 +601,7 @@ TEST_F(DissectorTest, MalformedDatagramsGetExpertErrorsNotLuaErrors) {
   ExpectNoLuaError(r);
   EXPECT_EQ(r.out.find("Lua Error"), std::string::npos) << r.out;
   for (const char* text : {
-           "Reserved flag bits set (0xC000); receivers ignore them",
+           "Reserved flag bits set (0x8000); receivers ignore them",
            "Missing node: 3",
            "0 bytes, shorter than the 52-byte header",
            "51 bytes, shorter than the 52-byte header",
