@@ -413,7 +413,8 @@ class SlotTable {
   // (up to a second), and the refused chunks wait that long behind it. Yes
   // when the slot aggregates (or its partial went up and awaits the answer:
   // the members it lacked send their data on as late data) and a resend
-  // gap has passed since its first contribution (the members' first sends are on their way before that),
+  // gap has passed since its first contribution (the members' first sends
+  // are on their way before that),
   // then after twice that gap since it last said yes, doubling up to
   // kMaxResendBackoff times (a dead member's chunk, which holds the slot
   // until it goes stale, costs a few dozen notices, not one per gap); the

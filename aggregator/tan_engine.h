@@ -49,8 +49,9 @@
 //     (nested timeouts), but for those the first data holds: where the TAN
 //     knows what X covers and every id awaited, an id of X's share (or a
 //     switch below X) that nothing awaited lacks came with the first data
-//     (X sent the chunk up twice, a restart between). A late from X after X's merged late flagged
-//     CONFLICT (it held nobody's data and listed X's share missing), with
+//     (X sent the chunk up twice, a restart between). A late from X after
+//     X's merged late flagged CONFLICT (it held nobody's data and listed
+//     X's share missing), with
 //     neither CONFLICT nor CONTENT and listing only ids that one listed,
 //     holds S = that list less its own (X reduced the chunk in a slot after
 //     all), not X again. A late whose S overlaps ids already merged from

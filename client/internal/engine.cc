@@ -730,8 +730,8 @@ common::Status Engine::OnResult(Lane& lane, const Phase& phase, const aggregator
   }
   // A chunk whose round trip includes another member's loss and its
   // recovery is no sample: this rank's timeout would grow to the others'.
-  lane.timer.OnResult((h.flags.host() & aggregator::flags::kRecovered) != 0 ? Clock::duration::zero()
-                                                                            : rtt);
+  const bool recovered = (h.flags.host() & aggregator::flags::kRecovered) != 0;
+  lane.timer.OnResult(recovered ? Clock::duration::zero() : rtt);
   window_.SetProbe(lane.timer.probe());
   last_progress_ = now;
   last_transient_nack_ = 0;
