@@ -279,9 +279,9 @@ class Harness {
     namespace flags = aggregator::flags;
     // An exception is a saturated sum, and says so (FINAL kept from its VERIFY).
     FUZZ_CHECK(pkt.opcode != aggregator::Opcode::kExceptionRetransmit ||
-               (fl & ~flags::kFinal) == flags::kOverflow);
+               (fl & ~(flags::kFinal | flags::kRecovered)) == flags::kOverflow);
     FUZZ_CHECK((fl & ~(flags::kOverflow | flags::kOrdered | flags::kIncomplete |
-                       flags::kVerified | flags::kFinal)) == 0);
+                       flags::kVerified | flags::kFinal | flags::kRecovered)) == 0);
     FUZZ_CHECK(h.missing_count == 0 || (fl & flags::kIncomplete) != 0);
     for (uint32_t i = 1; i < h.missing_count; ++i) {
       FUZZ_CHECK(pkt.MissingNode(i - 1) < pkt.MissingNode(i));
