@@ -77,6 +77,7 @@ void SlotTable::Claim(uint32_t local_index, Slot& s, const Contribution& c, uint
   s.overflow_ = false;
   s.recovered_ = false;
   s.final_ = false;
+  s.came_down_ = false;
   s.verifying_ = false;
   s.kept_ = false;
   s.retry_ = false;
@@ -316,6 +317,7 @@ bool SlotTable::CacheResult(uint32_t local_index, uint32_t job_id, uint32_t job_
   s.result_view_ = s.result_;
   s.overflow_ = overflow;
   s.recovered_ = s.recovered_ || recovered;
+  s.came_down_ = true;
   s.verifying_ = false;
   s.kept_ = false;
   s.state_ = Slot::State::kComplete;

@@ -176,6 +176,9 @@ class Slot {
   bool recovered() const { return recovered_; }
   // A counted contribution carried flags::kFinal.
   bool final() const { return final_; }
+  // kComplete with a result that came down from upstream or the TAN
+  // (CacheResult), not one this slot reduced: whoever made it keeps it.
+  bool came_down() const { return came_down_; }
   // kForwarded to be checked by the parameter node (MarkForwarded with
   // hold): the slot does not give way until the answer comes.
   bool verifying() const { return verifying_; }
@@ -206,6 +209,7 @@ class Slot {
   bool overflow_ = false;
   bool recovered_ = false;
   bool final_ = false;
+  bool came_down_ = false;
   bool verifying_ = false;
   bool kept_ = false;
   // Its partial was refused above for now (RefusedAbove) and its timer is

@@ -25,6 +25,11 @@ struct ReleaseContext {
   // is held back by it (SlotReleasable); else null.
   const aggregator::Job* taker = nullptr;
   uint32_t taker_seq = 0;
+  // Where a complete result that gives way to the taker goes first
+  // (TreeStage::LeaveWithTan): the slot the taker wants, in `slots`.
+  TreeStage* tree = nullptr;
+  const aggregator::SlotTable* slots = nullptr;
+  uint32_t local = 0;
 };
 
 // Whether `taker`'s chunk `seq` is its job's oldest at this switch: the one
@@ -75,14 +80,19 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
   // (Job::NoteOldestBlocked). Each job's results past its watermark wait
   // for that watermark, so neither would move before its slots went stale,
   // and after that again, as often as their windows meet in the region.
-  // Every member was sent this result; the one copy goes as it would once
-  // stale, only sooner.
+  // Every member was sent this result, but a member whose copy was lost
+  // would find nothing here: the copy is left with the TAN first, which
+  // keeps it for its give-up time (seed 1514051).
   if (r.taker == nullptr || r.taker == job ||
       !IsOldest(*r.taker, r.taker_seq, r.now, r.gone_ticks)) {
     return false;
   }
   const std::optional<uint32_t> oldest = job->SlotWatermark(r.now, r.gone_ticks);
-  return oldest && job->OldestBlockedBy(*oldest, r.taker->id());
+  if (!oldest || !job->OldestBlockedBy(*oldest, r.taker->id())) return false;
+  if (const aggregator::Slot* slot = r.slots->Holding(r.local, job_id, job_generation, seq)) {
+    r.tree->LeaveWithTan(*job, *slot);
+  }
+  return true;
 }
 
 // Integers, fixed point, min and max give the same bytes from the same data
@@ -823,6 +833,9 @@ void AggregationStage::Contribute(const Checked& it) {
   if (job.is_root() && s_.regions.spare.size == 0) {
     release.taker = &job;
     release.taker_seq = seq;
+    release.tree = &tree_;
+    release.slots = s_.slots;
+    release.local = local;
   }
   const aggregator::SlotUpdate u =
       s_.slots->Contribute(local, contribution, clock_.tsc, SlotReleasable, &release);

@@ -1616,6 +1616,96 @@ TEST_F(AggregationTest, TwoJobsHoldingEachOthersOldestChunkAtTheRootGiveWay) {
   EXPECT_EQ(Agg().slot_busy.Get(), 2u);
 }
 
+// The same two jobs, the first with a TAN: its result that gives way is
+// the only copy of it, while a member whose copy was lost would find
+// nothing at the root. It goes to the TAN first, as first data lacking
+// nothing, which the TAN keeps and answers: the member that asks gets it.
+// The other job has no TAN, and its result gives way as before.
+TEST_F(AggregationTest, AResultThatGivesWayBeforeEveryMemberHasItIsLeftWithTheTan) {
+  BuildAggregation(", spare_slots: 0");
+  const uint16_t kTan = 50;  // the TAN's addresses are those the fixture gives node 50
+  aggregator::JobSpec spec;
+  spec.id = 7;
+  spec.key = 0x5eed;
+  spec.members = 2;
+  spec.tan = aggregator::JobSpec::Tan::kRemote;
+  spec.tan_peer.ip = MemberIp(kTan);
+  spec.tan_peer.udp_port = aggregator::kAggUdpPort;
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  aggregator::MemberAddr hop;
+  hop.mac48 = MemberMac(kTan).ToU64();
+  hop.port_index = 1;
+  hop.ip = MemberIp(kTan);
+  hop.udp_port = aggregator::kAggUdpPort;
+  jobs_->Find(7)->SetHop(aggregator::Job::kTanHop, hop);
+  AddJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  const uint32_t region = dp_->slot_regions().provisioned.size;
+  const auto contribute = [&](uint32_t job, uint32_t seq, uint32_t ack, int32_t v) {
+    for (const uint16_t node : {0, 1}) {
+      Inject(0, Contribution(job, seq, node, Int32Payload({v}), DType::kInt32, ReduceOp::kSum,
+                             0x5eed, -1, ack));
+    }
+    StepThroughControl();
+  };
+  // Job 7 has the result of s7 + 1 and waits on s7; job 8 the result of
+  // s8 + region, on s7's slot, and waits on s8 + 1, whose slot is s7 + 1's.
+  contribute(7, s7 + 1, s7, 1);
+  contribute(8, s8 + region, s8 + 1, 10);
+  contribute(7, s7, s7, 100);  // job 7's oldest: job 8's result holds its slot
+  Drain();
+  EXPECT_EQ(Agg().results_left_with_tan.Get(), 0u);
+  // Job 8's oldest takes the slot of job 7's result of s7 + 1: the result
+  // goes to the TAN first.
+  contribute(8, s8 + 1, s8 + 1, 1000);
+  auto out = Drain();
+  std::vector<Result> to_tan;
+  for (const Frame& f : out[1]) {
+    const Result r = ParseResult(f);
+    if (r.fields.opcode != aggregator::Opcode::kPartial) continue;
+    to_tan.push_back(r);
+    EXPECT_EQ(MissingCount(f), 0);
+  }
+  ASSERT_EQ(to_tan.size(), 1u);
+  EXPECT_EQ(to_tan[0].dst_ip, MemberIp(kTan));
+  EXPECT_EQ(to_tan[0].fields.job_id, 7u);
+  EXPECT_EQ(to_tan[0].fields.seq, s7 + 1);
+  EXPECT_EQ(to_tan[0].payload, Int32Payload({2}));
+  EXPECT_EQ(to_tan[0].fields.flags & aggregator::flags::kFinal, 0);
+  EXPECT_EQ(Agg().results_left_with_tan.Get(), 1u);
+  const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 2u);
+  for (const Result& r : results) EXPECT_EQ(r.fields.job_id, 8u);
+  // Member 1 lost its copy and asks: the root has nothing of the chunk, and
+  // the TAN's answer, its result, comes down to it.
+  aggregator::AggFields query;
+  query.opcode = aggregator::Opcode::kQuery;
+  query.node_id = 1;
+  query.job_id = 7;
+  query.seq = s7 + 1;
+  query.job_key = 0x5eed;
+  query.ack_watermark = s7;
+  Inject(0, Datagram(query));
+  StepThroughControl();
+  Drain();
+  aggregator::AggFields answer = to_tan[0].fields;
+  answer.opcode = aggregator::Opcode::kResult;
+  answer.node_id = kTan;
+  answer.job_key = 0x5eed;
+  Inject(1, DatagramFrom(answer, Int32Payload({2}), MemberMac(kTan), MemberIp(kTan),
+                         aggregator::kAggUdpPort));
+  Step();
+  out = Drain();
+  std::set<uint32_t> to;
+  for (const Result& r : WithOpcode(out[0], aggregator::Opcode::kResult)) {
+    EXPECT_EQ(r.fields.job_id, 7u);
+    EXPECT_EQ(r.fields.seq, s7 + 1);
+    EXPECT_EQ(r.payload, Int32Payload({2}));
+    to.insert(r.dst_ip);
+  }
+  EXPECT_TRUE(to.contains(MemberIp(1)));
+}
+
 // Static placement. Round robin gives each job a partition of its slot
 // quota that no other job's meets: two jobs' whole windows run side by side
 // with no collision, every chunk's members meeting in the one slot of the

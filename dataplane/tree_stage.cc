@@ -436,6 +436,21 @@ bool TreeStage::SendAlone(const aggregator::Job& job, const aggregator::Slot& sl
   return true;
 }
 
+void TreeStage::LeaveWithTan(const aggregator::Job& job, const aggregator::Slot& slot) {
+  if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kNone ||
+      slot.state() != aggregator::Slot::State::kComplete || slot.came_down()) {
+    return;
+  }
+  aggregator::AggFields f = Answers::ChunkFields(job, slot);
+  f.opcode = aggregator::Opcode::kPartial;
+  f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
+                                  (slot.recovered() ? aggregator::flags::kRecovered : 0) |
+                                  (slot.ordered() ? aggregator::flags::kOrdered : 0));
+  if (SendUp(job, f, nullptr, 0, slot.result(), slot.result_len(), nullptr, 0) == Up::kSent) {
+    stats_.lcore.agg.results_left_with_tan.Add(1);
+  }
+}
+
 TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggFields f,
                                 const uint16_t* missing, uint32_t n_missing,
                                 const uint8_t* payload, uint32_t payload_len, rte_mbuf* carrier,

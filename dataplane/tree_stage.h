@@ -85,6 +85,18 @@ class TreeStage {
   // Answers::SendResult. Returns whether the carrier was consumed.
   bool FinishSlot(const aggregator::Job& job, uint32_t local, const aggregator::Slot& slot,
                   bool expired, rte_mbuf* carrier, uint32_t header_offset);
+  // At the root, complete `slot` gives way before every member has
+  // acknowledged its result (two jobs held each other's oldest chunks back:
+  // aggregation_stage.cc, SlotReleasable). Every member was sent the result,
+  // but the slot is its only copy: it goes to the TAN first, as first data
+  // lacking nothing, which the TAN answers at once (the answer comes down to
+  // every member again) and keeps for its give-up time, so that a member
+  // whose copy was lost still gets it by asking (the root's QUERY, or its
+  // resend to the parameter node). Not flagged FINAL: the slot delivered
+  // it to the main server already. Nothing for a job without a TAN, nor for
+  // a result that came down from the TAN, which keeps its own (a
+  // parameter-server job's step is applied once). [owner lcore]
+  void LeaveWithTan(const aggregator::Job& job, const aggregator::Slot& slot);
   // Whether the partial that FinishSlot would send now for aggregating
   // `slot` fits one datagram with its missing list: a chunk sized to the
   // MTU has room for a few missing ids only (the client's
