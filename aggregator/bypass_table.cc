@@ -1,5 +1,7 @@
 #include "aggregator/bypass_table.h"
 
+#include <algorithm>
+
 namespace aggswitch::aggregator {
 namespace {
 
@@ -41,6 +43,8 @@ void BypassTable::Write(uint32_t i, const BypassKey& key, uint32_t hash, uint64_
                         uint64_t ttl) {
   Bucket& b = buckets_[i];
   b.expiry = now_tsc > UINT64_MAX - ttl ? UINT64_MAX : now_tsc + ttl;
+  earliest_ = std::min(earliest_, b.expiry);
+  cycle_min_ = std::min(cycle_min_, b.expiry);
   b.job_id = key.job_id;
   b.job_generation = key.job_generation;
   b.seq = key.seq;
@@ -63,6 +67,9 @@ void BypassTable::EraseAt(uint32_t i) {
     if (((j - home) & mask_) >= ((j - hole) & mask_)) {
       buckets_[hole] = b;
       hole = j;
+      // It may move behind the sweep cursor, which will not pass it again
+      // this turn.
+      cycle_min_ = std::min(cycle_min_, b.expiry);
     }
   }
   buckets_[hole].used = false;
@@ -153,6 +160,16 @@ bool BypassTable::Match(const BypassKey& key, uint64_t now_tsc, bool keep) {
 
 uint32_t BypassTable::Sweep(uint64_t now_tsc, uint32_t budget, uint32_t max_buckets) {
   const uint32_t steps = max_buckets <= mask_ ? max_buckets : mask_ + 1;
+  if (now_tsc < earliest_) {
+    // Nothing has expired: the scan would find nothing and only move the
+    // cursor. The buckets it passes, before a wrap and after, expire at
+    // `bound` or later.
+    const uint64_t bound = earliest_;
+    cycle_min_ = std::min(cycle_min_, bound);
+    AdvanceCursor(steps);
+    cycle_min_ = std::min(cycle_min_, bound);
+    return 0;
+  }
   uint32_t removed = 0;
   for (uint32_t s = 0; s < steps && removed < budget; ++s) {
     const Bucket& b = buckets_[sweep_cursor_];
@@ -162,7 +179,8 @@ uint32_t BypassTable::Sweep(uint64_t now_tsc, uint32_t budget, uint32_t max_buck
       ++removed;
       // The shift may have moved a later entry into this bucket: look again.
     } else {
-      sweep_cursor_ = (sweep_cursor_ + 1) & mask_;
+      if (b.used) cycle_min_ = std::min(cycle_min_, b.expiry);
+      AdvanceCursor(1);
     }
   }
   return removed;

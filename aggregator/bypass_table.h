@@ -140,6 +140,16 @@ class BypassTable {
   // Empties bucket i and shifts the rest of its cluster back (bounded by the
   // cluster's length).
   void EraseAt(uint32_t i);
+  // Moves the sweep cursor `steps` buckets on; at each wrap the expiries
+  // gathered over the turn become the bound.
+  void AdvanceCursor(uint32_t steps) {
+    const uint64_t next = uint64_t{sweep_cursor_} + steps;
+    sweep_cursor_ = static_cast<uint32_t>(next & mask_);
+    if (next > mask_) {
+      earliest_ = cycle_min_;
+      cycle_min_ = UINT64_MAX;
+    }
+  }
   void AddLive(int32_t delta) {
     live_.store(live_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
   }
@@ -148,6 +158,12 @@ class BypassTable {
   uint32_t mask_;  // buckets - 1
   uint64_t ttl_cycles_;
   uint32_t sweep_cursor_ = 0;
+  // No entry expires before `earliest_` (a lower bound): until then a Sweep
+  // only moves its cursor, as a scan that finds nothing would, without
+  // reading a bucket. `cycle_min_` gathers the bound for the cursor's next
+  // turn: the expiries it passed, wrote or moved since it last wrapped.
+  uint64_t earliest_ = UINT64_MAX;
+  uint64_t cycle_min_ = UINT64_MAX;
   std::unique_ptr<Bucket[]> buckets_;
   BypassCounters counters_;
   // Single writer (the owner); relaxed loads elsewhere for metrics.

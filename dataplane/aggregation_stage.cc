@@ -1954,6 +1954,7 @@ void AggregationStage::DrainHandoffs() {
   FrameRef refs[kBurstSize];
   const unsigned n = rte_ring_sc_dequeue_burst_elem(channels_.handoff.get(), refs, sizeof(FrameRef),
                                                     kBurstSize, nullptr);
+  if (n == 0) return;  // the common case: no array to build
   Checked items[kBurstSize];
   uint16_t k = 0;
   for (unsigned i = 0; i < n; ++i) {
