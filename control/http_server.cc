@@ -1,13 +1,19 @@
 #include "control/http_server.h"
 
+#include <arpa/inet.h>
 #include <civetweb.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cctype>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "common/log.h"
 
@@ -214,10 +220,35 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Launch(std::unique_ptr<H
 }
 
 HttpServer::~HttpServer() {
-  if (ctx_ != nullptr) {
-    mg_stop(ctx_);
-    mg_exit_library();
-  }
+  if (ctx_ == nullptr) return;
+  // civetweb's master thread sees the stop only when its poll of the
+  // listening socket returns: at a connection, or after its 2-second
+  // quantum. A connection made (and closed at once) while mg_stop waits
+  // brings the stop within milliseconds.
+  std::atomic<bool> stopped{false};
+  std::thread waker([this, &stopped] {
+    for (int i = 0; i < 100 && !stopped.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!stopped.load()) WakeListener();
+    }
+  });
+  mg_stop(ctx_);
+  stopped.store(true);
+  waker.join();
+  mg_exit_library();
+}
+
+void HttpServer::WakeListener() const {
+  std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "*") host = "127.0.0.1";
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port_);
+  if (port_ == 0 || inet_pton(AF_INET, host.c_str(), &to.sin_addr) != 1) return;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+  close(fd);
 }
 
 bool HttpServer::Admit(mg_connection* conn, std::string_view method) const {

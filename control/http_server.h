@@ -94,6 +94,9 @@ class HttpServer {
   Handler handler_;
   mg_context* ctx_ = nullptr;
   uint16_t port_ = 0;
+  // Connects to the listening port and closes at once (the destructor's
+  // nudge to civetweb's master thread).
+  void WakeListener() const;
   mutable std::atomic<uint64_t> refused_[kNumRefusals] = {};
 };
 

@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace aggswitch::telemetry {
 namespace {
@@ -33,6 +35,7 @@ CREATE TABLE IF NOT EXISTS hop_records (
   tx_utilization_ppm INTEGER
 );
 CREATE INDEX IF NOT EXISTS hop_records_path ON hop_records (source_node, path_seq);
+CREATE INDEX IF NOT EXISTS hop_records_time ON hop_records (received_ns);
 CREATE TABLE IF NOT EXISTS path_ends (
   received_ns  INTEGER NOT NULL,
   node_id      INTEGER NOT NULL,  -- the last hop
@@ -48,11 +51,43 @@ CREATE TABLE IF NOT EXISTS path_ends (
 CREATE INDEX IF NOT EXISTS path_ends_time ON path_ends (received_ns);
 )sql";
 
+// One row per hop of a path id, and one notice: a report received again
+// takes the place of the row it repeats (INSERT OR REPLACE), so that
+// repeats cost one row however many come, and a path id's join with its
+// notice stays as long as the path. A file written before these indexes
+// existed keeps the latest of each hop's rows.
+constexpr const char* kUniqueIndexes = R"sql(
+DELETE FROM hop_records WHERE rowid NOT IN
+  (SELECT max(rowid) FROM hop_records GROUP BY source_node, path_seq, hop_index);
+CREATE UNIQUE INDEX IF NOT EXISTS hop_records_hop ON hop_records (source_node, path_seq, hop_index);
+DELETE FROM path_ends WHERE rowid NOT IN
+  (SELECT max(rowid) FROM path_ends GROUP BY source_node, path_seq);
+CREATE UNIQUE INDEX IF NOT EXISTS path_ends_path ON path_ends (source_node, path_seq);
+)sql";
+constexpr const char* kHasUniqueIndexes =
+    "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND "
+    "name IN ('hop_records_hop', 'path_ends_path')";
+
 constexpr const char* kInsertHop =
-    "INSERT INTO hop_records VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+    "INSERT OR REPLACE INTO hop_records VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
     "?14, ?15, ?16, ?17, ?18, ?19)";
 constexpr const char* kInsertEnd =
-    "INSERT INTO path_ends VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+    "INSERT OR REPLACE INTO path_ends VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+// Rows to delete, at most ?2 of them: received before ?1, or (cap) with a
+// rowid at or below ?1, the oldest first.
+constexpr const char* kPruneSql[4] = {
+    "DELETE FROM hop_records WHERE rowid IN (SELECT rowid FROM hop_records "
+    "WHERE received_ns < ?1 LIMIT ?2)",
+    "DELETE FROM hop_records WHERE rowid IN (SELECT rowid FROM hop_records "
+    "WHERE rowid <= ?1 ORDER BY rowid LIMIT ?2)",
+    "DELETE FROM path_ends WHERE rowid IN (SELECT rowid FROM path_ends "
+    "WHERE received_ns < ?1 LIMIT ?2)",
+    "DELETE FROM path_ends WHERE rowid IN (SELECT rowid FROM path_ends "
+    "WHERE rowid <= ?1 ORDER BY rowid LIMIT ?2)",
+};
+constexpr const char* kMaxRowid[2] = {"SELECT max(rowid) FROM hop_records",
+                                      "SELECT max(rowid) FROM path_ends"};
+
 // Each recent notice with its hops, in path order; a path is complete when
 // its hops are exactly indices 1..hops.
 constexpr const char* kSelectTraversals = R"sql(
@@ -127,18 +162,32 @@ uint32_t ParseIp(const unsigned char* text) {
 
 }  // namespace
 
-common::Result<RecordStore> RecordStore::Open(const std::string& path) {
+common::Result<RecordStore> RecordStore::Open(const std::string& path, Access access) {
   RecordStore s;
-  if (sqlite3_open_v2(path.c_str(), &s.db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-      SQLITE_OK) {
+  const int flags = access == Access::kRead ? SQLITE_OPEN_READONLY
+                                            : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  if (sqlite3_open_v2(path.c_str(), &s.db_, flags, nullptr) != SQLITE_OK) {
     return common::Unavailable("cannot open the record file " + path + ": " +
                                (s.db_ != nullptr ? sqlite3_errmsg(s.db_) : "out of memory"));
   }
   // Readers (sqlite3, the HTTP API) may hold the file briefly.
   sqlite3_busy_timeout(s.db_, 2000);
-  RETURN_IF_ERROR(s.Exec(kSchema));
-  for (auto [sql, stmt] : {std::pair{kInsertHop, &s.insert_hop_}, std::pair{kInsertEnd, &s.insert_end_},
-                           std::pair{kSelectTraversals, &s.select_traversals_}}) {
+  if (access == Access::kWrite) {
+    RETURN_IF_ERROR(s.Exec(kSchema));
+    ASSIGN_OR_RETURN(const int64_t unique, s.QueryInt(kHasUniqueIndexes));
+    if (unique != 2) {
+      RETURN_IF_ERROR(s.Exec("BEGIN"));
+      RETURN_IF_ERROR(s.Exec(kUniqueIndexes));
+      RETURN_IF_ERROR(s.Exec("COMMIT"));
+    }
+  }
+  std::vector<std::pair<const char*, sqlite3_stmt**>> statements = {
+      {kSelectTraversals, &s.select_traversals_}};
+  if (access == Access::kWrite) {
+    statements.push_back({kInsertHop, &s.insert_hop_});
+    statements.push_back({kInsertEnd, &s.insert_end_});
+  }
+  for (auto [sql, stmt] : statements) {
     if (sqlite3_prepare_v2(s.db_, sql, -1, stmt, nullptr) != SQLITE_OK) {
       return common::Internal(std::string("record file ") + path + ": " + sqlite3_errmsg(s.db_));
     }
@@ -177,6 +226,51 @@ common::Status RecordStore::Exec(const char* sql) {
   }
   return common::Status::Ok();
 }
+
+common::Result<int64_t> RecordStore::QueryInt(const char* sql) const {
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db_, sql, -1, &s, nullptr) != SQLITE_OK) {
+    return common::Internal(std::string("record file: ") + sqlite3_errmsg(db_));
+  }
+  const int rc = sqlite3_step(s);
+  const int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  sqlite3_finalize(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+    return common::Internal(std::string("record file: ") + sqlite3_errmsg(db_));
+  }
+  return v;
+}
+
+common::Result<uint64_t> RecordStore::Delete(const char* sql, int64_t bound, uint64_t budget) {
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db_, sql, -1, &s, nullptr) != SQLITE_OK) {
+    return common::Internal(std::string("record file: ") + sqlite3_errmsg(db_));
+  }
+  sqlite3_bind_int64(s, 1, bound);
+  sqlite3_bind_int64(s, 2, static_cast<int64_t>(std::min<uint64_t>(budget, INT64_MAX)));
+  const int rc = sqlite3_step(s);
+  sqlite3_finalize(s);
+  if (rc != SQLITE_DONE) return common::Internal(std::string("record file: ") + sqlite3_errmsg(db_));
+  return static_cast<uint64_t>(sqlite3_changes(db_));
+}
+
+common::Result<RecordStore::Pruned> RecordStore::Prune(int64_t before_ns, uint64_t max_rows,
+                                                       uint64_t budget) {
+  Pruned out;
+  for (size_t t = 0; t < 2; ++t) {
+    ASSIGN_OR_RETURN(out.aged[t], Delete(kPruneSql[2 * t], before_ns, budget));
+    ASSIGN_OR_RETURN(const int64_t last, QueryInt(kMaxRowid[t]));
+    // Rowids ascend with each insert, a repeat's too: the rows past the
+    // cap are those more than max_rows rowids behind the last.
+    if (last > 0 && static_cast<uint64_t>(last) > max_rows) {
+      ASSIGN_OR_RETURN(out.capped[t],
+                       Delete(kPruneSql[2 * t + 1], last - static_cast<int64_t>(max_rows), budget));
+    }
+  }
+  return out;
+}
+
+void RecordStore::Interrupt() { sqlite3_interrupt(db_); }
 
 common::Status RecordStore::Add(const HopReport& r, int64_t received_ns) {
   if (!in_transaction_) {

@@ -11,8 +11,10 @@
 //   RETURN_IF_ERROR(store.Flush());
 //   ASSIGN_OR_RETURN(std::vector<Traversal> t, store.Traversals(now_ns - window_ns));
 //
-// Thread safety: one thread at a time (the collector's); the file may be
-// read by other processes meanwhile.
+// Thread safety: each store is one connection, used by one thread at a
+// time (the writer the collector's thread, a reader the analysis thread);
+// Interrupt from any thread. The file may be read by other processes
+// meanwhile.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +33,14 @@ namespace aggswitch::telemetry {
 
 class RecordStore {
  public:
-  // Opens (creating it and its tables when missing) the record file at
-  // `path`; ":memory:" for one that lives as long as the store.
-  static common::Result<RecordStore> Open(const std::string& path);
+  // kWrite: the collector's one writer, which creates the file and its
+  // tables when missing. kRead: a reader of a file a writer created (the
+  // analysis), which sees what the writer committed; WAL lets it read
+  // while the writer writes.
+  enum class Access : uint8_t { kWrite, kRead };
+  // Opens the record file at `path` (kWrite: ":memory:" for one that lives
+  // as long as the store).
+  static common::Result<RecordStore> Open(const std::string& path, Access access = Access::kWrite);
   RecordStore(RecordStore&&) noexcept;
   RecordStore& operator=(RecordStore&&) noexcept;
   ~RecordStore();
@@ -50,6 +57,20 @@ class RecordStore {
   // latest first.
   common::Result<std::vector<Traversal>> Traversals(int64_t since_ns, size_t limit = 100000) const;
 
+  // Rows deleted by one Prune, by table (0: hop_records, 1: path_ends).
+  struct Pruned {
+    uint64_t aged[2] = {0, 0};    // received before the retention
+    uint64_t capped[2] = {0, 0};  // past the row cap
+  };
+  // Deletes, from each table, rows received before `before_ns`, and rows
+  // more than `max_rows` inserts behind the latest (the oldest first; a
+  // repeat that took a row's place counts as an insert), at most `budget`
+  // of each kind: a bounded share of the work per call. [writer]
+  common::Result<Pruned> Prune(int64_t before_ns, uint64_t max_rows, uint64_t budget);
+  // Makes a query running on this store's connection return an error soon
+  // (Traversals on the analysis's reader, when the collector stops). [any]
+  void Interrupt();
+
   // Rows written (committed or not) since Open.
   uint64_t hop_rows() const { return hop_rows_; }
   uint64_t path_end_rows() const { return path_end_rows_; }
@@ -62,6 +83,11 @@ class RecordStore {
  private:
   RecordStore() = default;
   common::Status Exec(const char* sql);
+  // The first column of `sql`'s first row (0 without one).
+  common::Result<int64_t> QueryInt(const char* sql) const;
+  // Runs one of the prune deletes with ?1 = `bound` and ?2 = `budget`;
+  // returns the rows deleted.
+  common::Result<uint64_t> Delete(const char* sql, int64_t bound, uint64_t budget);
 
   sqlite3* db_ = nullptr;
   sqlite3_stmt* insert_hop_ = nullptr;

@@ -123,6 +123,86 @@ TEST_F(RecordStoreTest, AReusedPathIdJoinsOnlyReportsOfItsOwnTime) {
   EXPECT_EQ(store->Traversals(0)->size(), 1u);
 }
 
+// A report received again takes the place of the row it repeats: 6,000
+// copies of one path's reports are that path's three rows and its notice,
+// and the analysis joins three rows, not 6,000 x 6,000.
+TEST_F(RecordStoreTest, RepeatedReportsOfAPathTakeOneRowPerHop) {
+  auto store = RecordStore::Open(path_);
+  ASSERT_TRUE(store.ok());
+  for (int k = 0; k < 2000; ++k) {
+    for (uint32_t i = 1; i <= 3; ++i) ASSERT_TRUE(store->Add(Hop(i, i, 3, 7, 100 * i), 10 + k).ok());
+  }
+  ASSERT_TRUE(store->Flush().ok());
+  EXPECT_EQ(Query("SELECT count(*) FROM hop_records"), "3");
+  EXPECT_EQ(Query("SELECT count(*) FROM path_ends"), "1");
+  EXPECT_EQ(Query("SELECT min(received_ns) FROM hop_records"), "2009") << "the latest copy";
+  EXPECT_EQ(store->hop_rows(), 6000u) << "rows written, repeats too";
+  auto t = store->Traversals(0);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->size(), 1u);
+  EXPECT_EQ((*t)[0].hops.size(), 3u);
+}
+
+// A file written before the one-row-per-hop indexes keeps the latest of a
+// hop's rows, and gets the indexes.
+TEST_F(RecordStoreTest, AnOlderFileKeepsTheLatestRowOfEachHop) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE hop_records (received_ns INTEGER NOT NULL, node_id INTEGER "
+                         "NOT NULL, hw_id INTEGER NOT NULL, report_seq INTEGER NOT NULL, "
+                         "source_node INTEGER NOT NULL, path_seq INTEGER NOT NULL, hop_index "
+                         "INTEGER NOT NULL, last_hop INTEGER NOT NULL, src_ip TEXT, dst_ip TEXT, "
+                         "protocol INTEGER, src_port INTEGER, dst_port INTEGER, ingress_port "
+                         "INTEGER, egress_port INTEGER, hop_latency_ns INTEGER, queue_id INTEGER, "
+                         "queue_occupancy INTEGER, tx_utilization_ppm INTEGER);"
+                         "INSERT INTO hop_records (received_ns, node_id, hw_id, report_seq, "
+                         "source_node, path_seq, hop_index, last_hop) VALUES "
+                         "(1, 1, 0, 0, 100, 5, 1, 0), (2, 1, 0, 1, 100, 5, 1, 0), "
+                         "(3, 2, 0, 0, 100, 5, 2, 1);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto store = RecordStore::Open(path_);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  EXPECT_EQ(Query("SELECT count(*) FROM hop_records"), "2");
+  EXPECT_EQ(Query("SELECT received_ns FROM hop_records WHERE hop_index = 1"), "2");
+  EXPECT_EQ(Query("SELECT count(*) FROM sqlite_master WHERE name = 'hop_records_hop'"), "1");
+}
+
+// Rows past the retention go, and rows past the cap, the oldest first, a
+// bounded number per call.
+TEST_F(RecordStoreTest, PruneDeletesRowsPastTheRetentionOrTheCapInBoundedShares) {
+  auto store = RecordStore::Open(path_);
+  ASSERT_TRUE(store.ok());
+  // Paths 1..10 of two hops each, path p received at time p.
+  for (uint32_t p = 1; p <= 10; ++p) {
+    for (uint32_t i = 1; i <= 2; ++i) ASSERT_TRUE(store->Add(Hop(i, i, 2, p, 100), p).ok());
+  }
+  ASSERT_TRUE(store->Flush().ok());
+  // Received before 4: paths 1..3, 6 hop rows and 3 notices; 4 at a time.
+  auto pruned = store->Prune(4, 1000, 4);
+  ASSERT_TRUE(pruned.ok()) << pruned.status().message();
+  EXPECT_EQ(pruned->aged[0], 4u);
+  EXPECT_EQ(pruned->aged[1], 3u);
+  EXPECT_EQ(pruned->capped[0], 0u);
+  pruned = store->Prune(4, 1000, 4);
+  ASSERT_TRUE(pruned.ok());
+  EXPECT_EQ(pruned->aged[0], 2u);
+  EXPECT_EQ(Query("SELECT min(received_ns) FROM hop_records"), "4");
+  // A cap of 6 rows a table: of the 14 hop rows left (paths 4 to 10), those
+  // of paths 4 to 7 go; of the 7 notices (paths 4 to 10), path 4's.
+  pruned = store->Prune(0, 6, 100);
+  ASSERT_TRUE(pruned.ok());
+  EXPECT_EQ(pruned->aged[0], 0u);
+  EXPECT_EQ(pruned->capped[0], 8u);
+  EXPECT_EQ(pruned->capped[1], 1u);
+  EXPECT_EQ(Query("SELECT count(*) FROM hop_records"), "6");
+  EXPECT_EQ(Query("SELECT min(path_seq) FROM hop_records"), "8");
+  EXPECT_EQ(Query("SELECT count(*) FROM path_ends"), "6");
+  EXPECT_EQ(store->Traversals(0)->size(), 3u);
+}
+
 TEST_F(RecordStoreTest, AnExistingFileIsKeptAndAnUnwritableOneIsAnError) {
   {
     auto store = RecordStore::Open(path_);

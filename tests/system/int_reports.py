@@ -9,12 +9,15 @@ IPv4 and UDP headers inside.
 
   int_reports.py --to 127.0.0.1:32766 path --nodes 1,2,4 --hop-ns 13333 --count 5
   int_reports.py --to 127.0.0.1:32766 garbage     # one of each bad report
+  int_reports.py --to 127.0.0.1:32766 path --nodes 7,8,9 --hop-ns 1 --count 2000 --same-path
+                                                  # 6,000 reports of one path id
 
 Each switch numbers its reports from 0; path ids count from --first-seq.
 """
 import argparse
 import socket
 import struct
+import time
 
 DOMAIN = 0x4147
 # Instruction bits: ports, hop latency, queue, TX utilisation (the node id
@@ -60,6 +63,9 @@ def main():
     path.add_argument("--src", default="10.0.0.1")
     path.add_argument("--dst", default="10.0.0.2")
     path.add_argument("--skip-hop", type=int, default=0, help="never send this hop's reports")
+    path.add_argument("--same-path", action="store_true",
+                      help="every datagram under path id --first-seq: repeats of one path")
+    path.add_argument("--rate", type=int, default=0, help="reports per second at most (0: no limit)")
     sub.add_parser("garbage", help="one truncated, one bad-version, one non-INT report")
     a = p.parse_args()
     host, port = a.to.rsplit(":", 1)
@@ -75,8 +81,10 @@ def main():
     nodes = [int(n) for n in a.nodes.split(",")]
     inner = inner_headers(a.src, a.dst, 5000, 47000)
     sent = {}
+    total = 0
+    start = time.monotonic()
     for d in range(a.count):
-        path_id = (nodes[0], a.first_seq + d)
+        path_id = (nodes[0], a.first_seq + (0 if a.same_path else d))
         for i, node in enumerate(nodes):
             if i + 1 == a.skip_hop:
                 continue
@@ -86,6 +94,11 @@ def main():
             sent[node] = seq + 1
             s.sendto(report(node, seq, i + 1 == len(nodes), hop, path_id, i + 1, inner,
                             PORTS | LATENCY | QUEUE | TXUTIL), to)
+            total += 1
+            if a.rate:
+                ahead = start + total / a.rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
 
 
 if __name__ == "__main__":

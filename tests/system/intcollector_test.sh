@@ -138,6 +138,22 @@ garbage() {
 }
 check "bad reports are counted by reason and dropped" garbage
 
+# 6,000 reports of one path id (2,000 copies of a 3-hop path): they take
+# three rows, the analysis keeps its pace, and real reports sent after them
+# are all recorded.
+duplicate_flood() {
+  send path --src 10.0.5.1 --dst 10.0.5.2 --nodes 7,8,9 --hop-ns 1000 --count 2000 \
+    --first-seq 5000 --same-path || return 1
+  send path --src 10.0.6.1 --dst 10.0.6.2 --nodes 1,2 --hop-ns 1000 --count 1000 \
+    --first-seq 7000 --rate 4000 || return 1
+  until_rows "SELECT count(*) FROM hop_records WHERE src_ip = '10.0.6.1'" 2000 || return 1
+  local dup
+  dup=$(rows "SELECT count(*) FROM hop_records WHERE source_node = 7")
+  report "rows of the repeated path: $dup; real reports recorded: 2000"
+  [ "$dup" -le 3 ] && until_stat traversals 1017
+}
+check "a flood of 6,000 reports of one path id: 3 rows, and 2,000 real reports after it recorded" duplicate_flood
+
 aggctl_paths() {
   local out
   out=$("$AGGCTL" int paths --collector "$HTTP") || return 1
@@ -152,11 +168,39 @@ promtool_ok() { api /metrics | promtool check metrics; }
 check "promtool check metrics accepts /metrics" promtool_ok
 
 stops() {
+  local start ms
+  start=$(date +%s%N)
   kill -TERM "$PID"
   wait "$PID"
   local rc=$?
+  ms=$((($(date +%s%N) - start) / 1000000))
   PID=""
-  [ "$rc" -eq 0 ]
+  report "exit code $rc after ${ms} ms"
+  [ "$rc" -eq 0 ] && [ "$ms" -lt 1000 ]
 }
-check "SIGTERM stops it with exit code 0" stops
+check "SIGTERM stops it with exit code 0 within a second" stops
+
+# A second collector keeping at most 20 rows a table: the oldest go, and
+# /metrics counts them.
+capped() {
+  local db="$WORK/capped.db" udp=127.0.0.1:19532 http=127.0.0.1:19533 i m n
+  "$COLLECTOR" --listen "$udp" --http "$http" --db "$db" --max-rows 20 --interval-ms 100 \
+    >"$WORK/capped.log" 2>&1 &
+  PID=$!
+  for i in $(seq 50); do curl -fsS -m 2 "http://$http/metrics" >/dev/null 2>&1 && break; sleep 0.1; done
+  python3 "$HERE/int_reports.py" --to "$udp" path --nodes 1,2 --hop-ns 1000 --count 30 || return 1
+  for i in $(seq 50); do
+    m=$(curl -fsS -m 2 "http://$http/metrics")
+    grep -q 'rows_deleted_total{table="hop_records",reason="cap"} 40' <<<"$m" && break
+    sleep 0.1
+  done
+  grep 'rows_deleted_total' <<<"$m"
+  n=$(sqlite3 "$db" 'SELECT count(*) FROM hop_records')
+  report "hop_records rows: $n"
+  [ "$n" -eq 20 ] && [ "$(sqlite3 "$db" 'SELECT min(path_seq) FROM hop_records')" -eq 20 ] &&
+    grep -q 'rows_deleted_total{table="hop_records",reason="cap"} 40' <<<"$m" &&
+    grep -q 'rows_deleted_total{table="path_ends",reason="cap"} 10' <<<"$m" &&
+    grep -q 'rows_deleted_total{table="hop_records",reason="retention"} 0' <<<"$m"
+}
+check "--max-rows 20: 60 hop rows become the latest 20, and the deletions are counted" capped
 finish

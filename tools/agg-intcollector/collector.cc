@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -18,6 +19,8 @@ namespace {
 using telemetry::ReportError;
 
 constexpr unsigned kBatch = 64;
+// Rows of each kind a Flush deletes at least (more when more came since).
+constexpr uint64_t kPruneBudget = 5000;
 constexpr size_t kMaxReport = 2048;  // a report is one hop's: ~100 bytes
 
 std::string IpText(uint32_t host_order) { return common::Ipv4Addr{host_order}.ToString(); }
@@ -48,16 +51,32 @@ common::Result<std::unique_ptr<Collector>> Collector::Open(const CollectorOption
   if (options.window.count() <= 0) {
     return common::InvalidArgument("--window: expected at least 1 second");
   }
+  if (options.retain < options.window) {
+    return common::InvalidArgument("--retain: expected at least the window (" +
+                                   std::to_string(options.window.count()) + " s), got " +
+                                   std::to_string(options.retain.count()) + " s");
+  }
+  if (options.max_rows == 0) return common::InvalidArgument("--max-rows: expected at least 1");
   ASSIGN_OR_RETURN(telemetry::RecordStore store, telemetry::RecordStore::Open(options.db_path));
+  // The analysis's own connection, which reads what the writer committed
+  // (a second connection to ":memory:" would be another database).
+  ASSIGN_OR_RETURN(telemetry::RecordStore reader,
+                   options.db_path == ":memory:"
+                       ? common::Result<telemetry::RecordStore>(common::InvalidArgument(
+                             "--db: expected a file (the analysis reads it beside the writer)"))
+                       : telemetry::RecordStore::Open(options.db_path,
+                                                      telemetry::RecordStore::Access::kRead));
   ASSIGN_OR_RETURN(const common::BoundUdp bound,
                    common::BindUdp(options.listen, "--listen " + options.listen.ToString()));
-  return std::unique_ptr<Collector>(new Collector(options, std::move(store), bound.fd, bound.port));
+  return std::unique_ptr<Collector>(
+      new Collector(options, std::move(store), std::move(reader), bound.fd, bound.port));
 }
 
-Collector::Collector(const CollectorOptions& options, telemetry::RecordStore store, int fd,
-                     uint16_t port)
+Collector::Collector(const CollectorOptions& options, telemetry::RecordStore store,
+                     telemetry::RecordStore reader, int fd, uint16_t port)
     : options_(options),
       store_(std::move(store)),
+      reader_(std::move(reader)),
       fd_(fd),
       port_(port),
       pusher_(options.apply ? std::make_unique<DecisionPusher>(options.switches) : nullptr),
@@ -66,7 +85,41 @@ Collector::Collector(const CollectorOptions& options, telemetry::RecordStore sto
                                   R"(,"flows":[]})" + "\n";
 }
 
-Collector::~Collector() { close(fd_); }
+Collector::~Collector() {
+  StopAnalysis();
+  close(fd_);
+}
+
+void Collector::StartAnalysis(std::chrono::milliseconds interval) {
+  if (analysis_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(analysis_mu_);
+    analysis_stop_ = false;
+  }
+  analysis_ = std::thread([this, interval] { AnalysisLoop(interval); });
+}
+
+void Collector::StopAnalysis() {
+  if (!analysis_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(analysis_mu_);
+    analysis_stop_ = true;
+  }
+  reader_.Interrupt();
+  analysis_cv_.notify_all();
+  analysis_.join();
+}
+
+void Collector::AnalysisLoop(std::chrono::milliseconds interval) {
+  std::unique_lock<std::mutex> lock(analysis_mu_);
+  while (!analysis_cv_.wait_for(lock, interval, [this] { return analysis_stop_; })) {
+    lock.unlock();
+    const common::Status s = Analyse();
+    lock.lock();
+    // An analysis the stop interrupted is no failure.
+    if (!s.ok() && !analysis_stop_) AGG_LOG(kError, "analysis: %s", s.message().c_str());
+  }
+}
 
 int64_t Collector::NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -121,16 +174,33 @@ void Collector::OnDatagram(const uint8_t* data, size_t len, int64_t now_ns) {
 }
 
 common::Status Collector::Flush() {
-  const common::Status s = store_.Flush();
-  if (!s.ok()) store_errors_.fetch_add(1, std::memory_order_relaxed);
-  return s;
+  if (const common::Status s = store_.Flush(); !s.ok()) {
+    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  // At least as many rows as came since the last prune go, when that many
+  // are due: the table stays within its bounds under any intake.
+  const uint64_t written = store_.hop_rows();
+  const uint64_t budget = std::max(kPruneBudget, 2 * (written - rows_at_prune_));
+  rows_at_prune_ = written;
+  const int64_t before =
+      NowNs() - std::chrono::duration_cast<std::chrono::nanoseconds>(options_.retain).count();
+  auto pruned = store_.Prune(before, options_.max_rows, budget);
+  if (!pruned.ok()) {
+    store_errors_.fetch_add(1, std::memory_order_relaxed);
+    return pruned.status();
+  }
+  for (size_t t = 0; t < 2; ++t) {
+    rows_deleted_[t][0].fetch_add(pruned->aged[t], std::memory_order_relaxed);
+    rows_deleted_[t][1].fetch_add(pruned->capped[t], std::memory_order_relaxed);
+  }
+  return common::Status::Ok();
 }
 
 common::Status Collector::Analyse() {
-  RETURN_IF_ERROR(Flush());
   const int64_t since =
       NowNs() - std::chrono::duration_cast<std::chrono::nanoseconds>(options_.window).count();
-  auto traversals = store_.Traversals(since);
+  auto traversals = reader_.Traversals(since);
   if (!traversals.ok()) {
     store_errors_.fetch_add(1, std::memory_order_relaxed);
     return traversals.status();
@@ -176,6 +246,11 @@ Collector::Counts Collector::counts() const {
   Counts c;
   for (size_t i = 0; i < c.reports.size(); ++i) c.reports[i] = reports_[i].load(std::memory_order_relaxed);
   c.reports_lost = reports_lost_.load(std::memory_order_relaxed);
+  for (size_t t = 0; t < 2; ++t) {
+    for (size_t r = 0; r < 2; ++r) {
+      c.rows_deleted[t][r] = rows_deleted_[t][r].load(std::memory_order_relaxed);
+    }
+  }
   c.store_errors = store_errors_.load(std::memory_order_relaxed);
   c.hop_records = hop_records_.load(std::memory_order_relaxed);
   c.path_ends = path_ends_.load(std::memory_order_relaxed);
@@ -214,6 +289,18 @@ control::HttpResponse Collector::Handle(std::string_view method, std::string_vie
     };
     one("aggswitch_intcollector_reports_lost_total", "counter",
         "Reports missing from the switches' report sequence numbers.", c.reports_lost);
+    const char* deleted = "aggswitch_intcollector_rows_deleted_total";
+    out.Family(deleted, "counter",
+               "Rows deleted from the record file, by table and reason: retention (received "
+               "longer ago than --retain) or cap (more than --max-rows inserts behind the latest).");
+    for (size_t t = 0; t < 2; ++t) {
+      for (size_t r = 0; r < 2; ++r) {
+        out.Sample(deleted,
+                   {{"table", t == 0 ? "hop_records" : "path_ends"},
+                    {"reason", r == 0 ? "retention" : "cap"}},
+                   c.rows_deleted[t][r]);
+      }
+    }
     one("aggswitch_intcollector_store_errors_total", "counter",
         "Record-file writes or reads that failed.", c.store_errors);
     one("aggswitch_intcollector_hop_records_total", "counter",
@@ -250,6 +337,13 @@ control::HttpResponse Collector::Handle(std::string_view method, std::string_vie
                                   {"window_seconds", options_.window.count()},
                                   {"reports", reports},
                                   {"reports_lost", c.reports_lost},
+                                  {"rows_deleted",
+                                   {{"hop_records",
+                                     {{"retention", c.rows_deleted[0][0]},
+                                      {"cap", c.rows_deleted[0][1]}}},
+                                    {"path_ends",
+                                     {{"retention", c.rows_deleted[1][0]},
+                                      {"cap", c.rows_deleted[1][1]}}}}},
                                   {"store_errors", c.store_errors},
                                   {"hop_records", c.hop_records},
                                   {"path_ends", c.path_ends},

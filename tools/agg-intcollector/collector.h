@@ -3,27 +3,34 @@
 // SQLite record table, and turns the recent complete traversals into
 // paths and the best path of each (source, destination) by each rule.
 //
-// One thread (the collector's) receives, records and analyses; the HTTP
+// The collector's thread receives and records, and commits every so often
+// (Flush, which also deletes rows past the retention and the row cap). The
+// analysis runs on a thread of its own, reading what was committed through
+// a connection of its own: however long it takes, intake goes on. The HTTP
 // server's threads read what the last analysis published, and the
 // counters, through Handle().
 //
 //   ASSIGN_OR_RETURN(auto c, Collector::Open(options));
+//   c->StartAnalysis(std::chrono::seconds(1));  // read the window, decide, apply
 //   while (!stop) {
-//     c->Poll(50);                          // receive and record
-//     if (due) RETURN_IF_ERROR(c->Analyse());  // commit, read the window, decide, apply
+//     c->Poll(50);                              // receive and record
+//     if (due) RETURN_IF_ERROR(c->Flush());     // commit, prune
 //   }
+//   c->StopAnalysis();                          // within a moment, whatever it was doing
 //
 // Bad input: a report that does not parse is counted by reason
 // (aggswitch_intcollector_reports_total{result=...}) and dropped; a gap in
 // a (node, hw_id)'s report sequence numbers is counted as reports lost.
 //
-// Thread safety: Open, Poll, Flush and Analyse on the collector thread;
-// Handle and Counts on any thread.
+// Thread safety: Open, Poll, Flush, StartAnalysis and StopAnalysis on the
+// collector thread; Analyse on one thread at a time (the analysis thread
+// once started); Handle and counts on any thread.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -31,6 +38,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -49,6 +57,11 @@ struct CollectorOptions {
   // The analysis reads the traversals whose end-of-path notice came within
   // this long.
   std::chrono::seconds window{60};
+  // Rows received longer ago than this are deleted (at least the window).
+  std::chrono::seconds retain{3600};
+  // Rows more than this many inserts behind the latest are deleted, in
+  // each table.
+  uint64_t max_rows = 1'000'000;
   // When set, each analysis applies the decisions of this rule at
   // `switches` (decision_pusher.h).
   std::optional<telemetry::Rule> apply;
@@ -73,12 +86,19 @@ class Collector {
   size_t Poll(int timeout_ms);
   // Handles one datagram received at `now_ns` (Unix time). [collector]
   void OnDatagram(const uint8_t* data, size_t len, int64_t now_ns);
-  // Commits what was recorded. [collector]
+  // Commits what was recorded, then deletes a bounded share of the rows
+  // past the retention and the cap (counted by table and reason). [collector]
   common::Status Flush();
-  // Commits, reads the window's complete traversals, and publishes their
-  // paths and decisions for Handle(); with options.apply, pushes the
-  // rule's decisions to the switches. [collector]
+  // Reads the window's complete traversals that were committed, and
+  // publishes their paths and decisions for Handle(); with options.apply,
+  // pushes the rule's decisions to the switches. [analysis]
   common::Status Analyse();
+  // Runs Analyse every `interval` on a thread of its own; a failed one is
+  // logged and counted as a store error, and the next one runs as due.
+  // [collector]
+  void StartAnalysis(std::chrono::milliseconds interval);
+  // Stops that thread: an analysis under way is interrupted. [collector]
+  void StopAnalysis();
 
   // GET /metrics, /api/v1/paths, /api/v1/decisions, /api/v1/applied and
   // /api/v1/stats. [any]
@@ -89,6 +109,8 @@ class Collector {
   struct Counts {
     std::array<uint64_t, telemetry::kNumReportErrors> reports{};  // [0]: accepted
     uint64_t reports_lost = 0;
+    // [table][0 retention, 1 cap], table 0 hop_records, 1 path_ends.
+    uint64_t rows_deleted[2][2] = {{0, 0}, {0, 0}};
     uint64_t store_errors = 0;
     uint64_t hop_records = 0;
     uint64_t path_ends = 0;
@@ -99,20 +121,30 @@ class Collector {
   Counts counts() const;
 
  private:
-  Collector(const CollectorOptions& options, telemetry::RecordStore store, int fd, uint16_t port);
+  Collector(const CollectorOptions& options, telemetry::RecordStore store,
+            telemetry::RecordStore reader, int fd, uint16_t port);
+  void AnalysisLoop(std::chrono::milliseconds interval);
   static int64_t NowNs();
 
   const CollectorOptions options_;
-  telemetry::RecordStore store_;
+  telemetry::RecordStore store_;   // the writer [collector]
+  telemetry::RecordStore reader_;  // the analysis's connection [analysis]
   const int fd_;
   const uint16_t port_;
   std::unique_ptr<DecisionPusher> pusher_;  // with options.apply
   std::vector<uint8_t> buffers_;  // Poll's receive buffers [collector]
   // Next expected report sequence per (node id, hw_id). [collector]
   std::map<std::pair<uint32_t, uint8_t>, uint32_t> next_sequence_;
+  uint64_t rows_at_prune_ = 0;  // hop rows written at the last prune [collector]
+
+  std::thread analysis_;
+  std::mutex analysis_mu_;
+  std::condition_variable analysis_cv_;
+  bool analysis_stop_ = false;  // guarded by analysis_mu_
 
   std::array<std::atomic<uint64_t>, telemetry::kNumReportErrors> reports_{};
   std::atomic<uint64_t> reports_lost_{0};
+  std::atomic<uint64_t> rows_deleted_[2][2] = {{0, 0}, {0, 0}};
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<uint64_t> hop_records_{0};
   std::atomic<uint64_t> path_ends_{0};

@@ -103,6 +103,7 @@ TEST_F(CollectorTest, ReportsBecomeRecordsPathsAndDecisions) {
     }
   }
   Take(18);
+  ASSERT_TRUE(collector_->Flush().ok());
   ASSERT_TRUE(collector_->Analyse().ok());
   const Collector::Counts c = collector_->counts();
   EXPECT_EQ(c.reports[0], 18u);
@@ -136,6 +137,7 @@ TEST_F(CollectorTest, BadReportsAreCountedByReasonAndDropped) {
   Take(3);
   SendHop({1}, 1, 0, 100, 0);
   Take(1);
+  ASSERT_TRUE(collector_->Flush().ok());
   ASSERT_TRUE(collector_->Analyse().ok());
   const Collector::Counts c = collector_->counts();
   EXPECT_EQ(c.reports[static_cast<size_t>(telemetry::ReportError::kTruncated)], 2u);
@@ -159,6 +161,7 @@ TEST_F(CollectorTest, GapsInASwitchsReportSequenceAreCountedLost) {
 TEST_F(CollectorTest, MetricsAndRoutes) {
   SendHop({1}, 1, 0, 100, 0);
   Take(1);
+  ASSERT_TRUE(collector_->Flush().ok());
   ASSERT_TRUE(collector_->Analyse().ok());
   const control::HttpResponse m = collector_->Handle("GET", "/metrics", "", "");
   EXPECT_EQ(m.status, 200);

@@ -7,15 +7,16 @@
 // decisions to the switches of each path (decision_pusher.h).
 //
 //   agg-intcollector --listen 0.0.0.0:32766 --db /var/lib/aggswitch/int.db
-//                    --http 127.0.0.1:9478 --window 60
+//                    --http 127.0.0.1:9478 --window 60 --retain 3600 --max-rows 1000000
 //                    [--apply min_latency --switch 1=10.0.79.1:9477,token-file=/etc/t1 ...]
 //   curl http://127.0.0.1:9478/api/v1/decisions
 //
 // The loop itself is tools/agg-intcollector/collector.h.
 //
-// Exit codes: 0 stopped by SIGINT/SIGTERM; 1 the record file failed while
-// serving; 2 a bad command line, or the socket, the HTTP address or the
-// record file could not be opened.
+// Exit codes: 0 stopped by SIGINT/SIGTERM; 1 writing the record file failed
+// while serving (a failed analysis is logged and counted, and the next one
+// runs); 2 a bad command line, or the socket, the HTTP address or the record
+// file could not be opened.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -38,6 +39,7 @@ int Main(int argc, char** argv) {
   std::string http = "127.0.0.1:9478";
   CollectorOptions options;
   uint32_t window_s = 60;
+  uint32_t retain_s = 3600;
   uint32_t interval_ms = 1000;
   std::string log_level = "info";
   std::string apply;
@@ -56,6 +58,14 @@ int Main(int argc, char** argv) {
   app.add_option("--window", window_s,
                  "Seconds of traversals the analysis reads: paths and decisions of the last WINDOW")
       ->check(CLI::Range(1u, 86400u))
+      ->capture_default_str();
+  app.add_option("--retain", retain_s,
+                 "Seconds a report's rows stay in the record file (at least --window)")
+      ->check(CLI::Range(1u, 100u * 365u * 86400u))
+      ->capture_default_str();
+  app.add_option("--max-rows", options.max_rows,
+                 "Rows each table of the record file keeps at most: the oldest go first")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--interval-ms", interval_ms, "How often the analysis runs")
       ->check(CLI::Range(10u, 3600000u))
@@ -87,6 +97,7 @@ int Main(int argc, char** argv) {
   }
   options.listen = *at;
   options.window = std::chrono::seconds(window_s);
+  options.retain = std::chrono::seconds(retain_s);
   if (apply.empty() != switches.empty()) {
     std::fprintf(stderr, "%s\n",
                  apply.empty() ? "--switch: expected --apply RULE too (which decisions to push)"
@@ -125,30 +136,24 @@ int Main(int argc, char** argv) {
           http.substr(0, http.rfind(':')).c_str(), (*server)->port());
 
   using Clock = std::chrono::steady_clock;
-  const auto interval = std::chrono::milliseconds(interval_ms);
-  Clock::time_point next_analysis = Clock::now() + interval;
+  c.StartAnalysis(std::chrono::milliseconds(interval_ms));
   Clock::time_point next_flush = Clock::now();
   int rc = 0;
   while (!common::StopRequested()) {
     c.Poll(50);
     const Clock::time_point now = Clock::now();
-    // Commits at least every 100 ms, so that sqlite3 sees the reports soon.
+    // Commits at least every 100 ms, so that sqlite3 and the analysis see
+    // the reports soon.
     if (now >= next_flush) {
-      if (!c.Flush().ok()) {
+      if (const common::Status s = c.Flush(); !s.ok()) {
+        AGG_LOG(kError, "%s", s.message().c_str());
         rc = kExitFailed;
         break;
       }
       next_flush = now + std::chrono::milliseconds(100);
     }
-    if (now >= next_analysis) {
-      if (const common::Status s = c.Analyse(); !s.ok()) {
-        AGG_LOG(kError, "%s", s.message().c_str());
-        rc = kExitFailed;
-        break;
-      }
-      next_analysis = now + interval;
-    }
   }
+  c.StopAnalysis();
   server->reset();
   if (rc == 0 && !c.Flush().ok()) rc = kExitFailed;
   return rc;
