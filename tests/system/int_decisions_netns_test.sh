@@ -110,11 +110,13 @@ start_collector() {
     kill "$COLLECTOR_PID" 2>/dev/null && wait "$COLLECTOR_PID" 2>/dev/null
   fi
   "$COLLECTOR" --listen "$REPORTS" --db "$WORK/int.db" --http "$COLLECTOR_HTTP" \
-    --interval-ms 200 --window 120 "$@" >>"$WORK/collector.log" 2>&1 &
+    --interval-ms 200 --window 120 "${REPORTERS[@]}" "$@" >>"$WORK/collector.log" 2>&1 &
   COLLECTOR_PID=$!
   topo_track_pid "$COLLECTOR_PID"
   until_collector "$COLLECTOR_HTTP"
 }
+REPORTERS=()
+for s in "${SWITCHES[@]}"; do REPORTERS+=(--reporter "${NODE[$s]}=$MGMT.${NODE[$s]}"); done
 APPLY_TO=()
 for s in "${SWITCHES[@]}"; do
   APPLY_TO+=(--switch "${NODE[$s]}=$MGMT.${NODE[$s]}:${HTTP[$s]},token-file=$WORK/$s.token")

@@ -84,7 +84,10 @@ tree_uplink "$P-bup" leafb "$P-sb"
 int_mgmt_network
 
 # --- The collector, in the root namespace on the management bridge.
+REPORTERS=()
+for s in "${SWITCHES[@]}"; do REPORTERS+=(--reporter "${NODE[$s]}=$MGMT.${NODE[$s]}"); done
 "$COLLECTOR" --listen "$REPORTS" --db "$WORK/int.db" --http "$COLLECTOR_HTTP" --interval-ms 200 \
+  "${REPORTERS[@]}" \
   >"$WORK/collector.log" 2>&1 &
 COLLECTOR_PID=$!
 topo_track_pid "$COLLECTOR_PID"

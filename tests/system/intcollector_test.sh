@@ -64,8 +64,11 @@ bad_listen() {
 }
 check "a bad --listen is refused with exit code 2 and names the option" bad_listen
 
+# The switches of these reports, every one sending from this host.
+REPORTERS=()
+for n in 1 2 3 4 7 8 9; do REPORTERS+=(--reporter "$n=127.0.0.1"); done
 "$COLLECTOR" --listen "$UDP" --http "$HTTP" --db "$DB" --interval-ms 100 --window 60 \
-  >"$WORK/collector.log" 2>&1 &
+  "${REPORTERS[@]}" >"$WORK/collector.log" 2>&1 &
 PID=$!
 up() {
   local i
@@ -154,6 +157,25 @@ duplicate_flood() {
 }
 check "a flood of 6,000 reports of one path id: 3 rows, and 2,000 real reports after it recorded" duplicate_flood
 
+# Node 5 is no switch the collector knows: its reports are counted and
+# dropped, and its sequence numbers count no loss.
+unknown_sender() {
+  local before lost
+  before=$(api /api/v1/stats | python3 -c 'import json, sys; print(json.load(sys.stdin)["reports"]["unknown_sender"])')
+  lost=$(stat reports_lost)
+  send path --src 10.0.8.1 --dst 10.0.8.2 --nodes 5 --hop-ns 1000 --count 3 --first-seq 9000 || return 1
+  local i n
+  for i in $(seq 50); do
+    n=$(api /api/v1/stats | python3 -c 'import json, sys; print(json.load(sys.stdin)["reports"]["unknown_sender"])')
+    [ "$n" -ge $((before + 3)) ] && break
+    sleep 0.1
+  done
+  report "unknown_sender: $before -> $n"
+  [ "$n" -eq $((before + 3)) ] && [ "$(stat reports_lost)" -eq "$lost" ] &&
+    [ "$(rows "SELECT count(*) FROM hop_records WHERE node_id = 5")" -eq 0 ]
+}
+check "reports from a node no --reporter names are counted unknown_sender and not recorded" unknown_sender
+
 aggctl_paths() {
   local out
   out=$("$AGGCTL" int paths --collector "$HTTP") || return 1
@@ -184,7 +206,7 @@ check "SIGTERM stops it with exit code 0 within a second" stops
 # /metrics counts them.
 capped() {
   local db="$WORK/capped.db" udp=127.0.0.1:19532 http=127.0.0.1:19533 i m n
-  "$COLLECTOR" --listen "$udp" --http "$http" --db "$db" --max-rows 20 --interval-ms 100 \
+  "$COLLECTOR" --listen "$udp" --http "$http" --db "$db" --max-rows 20 --interval-ms 100 --any-reporter \
     >"$WORK/capped.log" 2>&1 &
   PID=$!
   for i in $(seq 50); do curl -fsS -m 2 "http://$http/metrics" >/dev/null 2>&1 && break; sleep 0.1; done

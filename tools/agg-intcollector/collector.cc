@@ -1,10 +1,13 @@
 #include "tools/agg-intcollector/collector.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -47,6 +50,25 @@ control::HttpResponse Json(int status, std::string body) {
 
 }  // namespace
 
+common::Result<Reporter> ParseReporterOption(std::string_view text) {
+  const std::string shown(text);
+  const auto bad = [&](const std::string& why) {
+    return common::InvalidArgument("--reporter " + shown + ": expected NODE=ADDR, " + why);
+  };
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos) return bad("got no \"=\"");
+  Reporter r;
+  const std::string_view node = text.substr(0, eq);
+  const auto [end, ec] = std::from_chars(node.data(), node.data() + node.size(), r.node_id);
+  if (ec != std::errc() || end != node.data() + node.size() || node.empty()) {
+    return bad("got node id \"" + std::string(node) + "\"");
+  }
+  const std::optional<common::Ipv4Addr> ip = common::Ipv4Addr::Parse(text.substr(eq + 1));
+  if (!ip) return bad("got address \"" + std::string(text.substr(eq + 1)) + "\"");
+  r.ip = ip->addr;
+  return r;
+}
+
 common::Result<std::unique_ptr<Collector>> Collector::Open(const CollectorOptions& options) {
   if (options.window.count() <= 0) {
     return common::InvalidArgument("--window: expected at least 1 second");
@@ -57,6 +79,16 @@ common::Result<std::unique_ptr<Collector>> Collector::Open(const CollectorOption
                                    std::to_string(options.retain.count()) + " s");
   }
   if (options.max_rows == 0) return common::InvalidArgument("--max-rows: expected at least 1");
+  if (options.any_reporter && options.apply) {
+    return common::InvalidArgument(
+        "--any-reporter: not with --apply (a forged report would choose the switches' uplinks): "
+        "expected --reporter NODE=ADDR for each switch that reports");
+  }
+  if (!options.any_reporter && options.reporters.empty()) {
+    return common::InvalidArgument(
+        "--reporter: expected NODE=ADDR for each switch whose reports to accept (its "
+        "telemetry.node_id and the address its reports come from), or --any-reporter");
+  }
   ASSIGN_OR_RETURN(telemetry::RecordStore store, telemetry::RecordStore::Open(options.db_path));
   // The analysis's own connection, which reads what the writer committed
   // (a second connection to ":memory:" would be another database).
@@ -81,6 +113,7 @@ Collector::Collector(const CollectorOptions& options, telemetry::RecordStore sto
       port_(port),
       pusher_(options.apply ? std::make_unique<DecisionPusher>(options.switches) : nullptr),
       buffers_(size_t{kBatch} * kMaxReport) {
+  for (const Reporter& r : options_.reporters) reporters_.insert({r.node_id, r.ip});
   paths_json_ = decisions_json_ = R"({"window_seconds":)" + std::to_string(options_.window.count()) +
                                   R"(,"flows":[]})" + "\n";
 }
@@ -132,11 +165,14 @@ size_t Collector::Poll(int timeout_ms) {
   if (poll(&p, 1, timeout_ms) <= 0) return 0;
   mmsghdr msgs[kBatch];
   iovec iov[kBatch];
+  sockaddr_in from[kBatch];
   for (unsigned i = 0; i < kBatch; ++i) {
     iov[i] = {buffers_.data() + size_t{i} * kMaxReport, kMaxReport};
     msgs[i] = {};
     msgs[i].msg_hdr.msg_iov = &iov[i];
     msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_hdr.msg_name = &from[i];
+    msgs[i].msg_hdr.msg_namelen = sizeof(from[i]);
   }
   const int n = recvmmsg(fd_, msgs, kBatch, MSG_DONTWAIT, nullptr);
   if (n <= 0) return 0;
@@ -144,24 +180,33 @@ size_t Collector::Poll(int timeout_ms) {
   for (int i = 0; i < n; ++i) {
     // A datagram longer than the buffer is cut: it fails to parse whole.
     const size_t len = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ? 0 : msgs[i].msg_len;
-    OnDatagram(static_cast<const uint8_t*>(iov[i].iov_base), len, now);
+    const uint32_t ip = msgs[i].msg_hdr.msg_namelen == sizeof(sockaddr_in) ? ntohl(from[i].sin_addr.s_addr) : 0;
+    OnDatagram(static_cast<const uint8_t*>(iov[i].iov_base), len, ip, now);
   }
   return static_cast<size_t>(n);
 }
 
-void Collector::OnDatagram(const uint8_t* data, size_t len, int64_t now_ns) {
+void Collector::OnDatagram(const uint8_t* data, size_t len, uint32_t from_ip, int64_t now_ns) {
   telemetry::HopReport r;
   const ReportError why = telemetry::ParseReport(data, len, &r);
+  if (why != ReportError::kNone) {
+    reports_[static_cast<size_t>(why)].fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!options_.any_reporter && !reporters_.contains({r.node_id, from_ip})) {
+    unknown_sender_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   reports_[static_cast<size_t>(why)].fetch_add(1, std::memory_order_relaxed);
-  if (why != ReportError::kNone) return;
   // Lost reports: the gap to the sequence number expected from this
-  // (node, hw_id), modulo 2^22. A number at or before the expected one (a
-  // repeat, a reordering, a restarted switch) starts the count afresh.
+  // (node, hw_id), modulo 2^22, up to kMaxCountedGap. A number at or
+  // before the expected one (a repeat, a reordering), or far past it (a
+  // restarted switch), starts the count afresh.
   const auto key = std::make_pair(r.node_id, r.hw_id);
   const auto it = next_sequence_.find(key);
   if (it != next_sequence_.end()) {
     const uint32_t gap = (r.sequence - it->second) & 0x3FFFFFu;
-    if (gap < (1u << 21)) reports_lost_.fetch_add(gap, std::memory_order_relaxed);
+    if (gap <= kMaxCountedGap) reports_lost_.fetch_add(gap, std::memory_order_relaxed);
   }
   next_sequence_[key] = (r.sequence + 1) & 0x3FFFFFu;
   if (const common::Status s = store_.Add(r, now_ns); !s.ok()) {
@@ -246,6 +291,7 @@ Collector::Counts Collector::counts() const {
   Counts c;
   for (size_t i = 0; i < c.reports.size(); ++i) c.reports[i] = reports_[i].load(std::memory_order_relaxed);
   c.reports_lost = reports_lost_.load(std::memory_order_relaxed);
+  c.unknown_sender = unknown_sender_.load(std::memory_order_relaxed);
   for (size_t t = 0; t < 2; ++t) {
     for (size_t r = 0; r < 2; ++r) {
       c.rows_deleted[t][r] = rows_deleted_[t][r].load(std::memory_order_relaxed);
@@ -277,18 +323,21 @@ control::HttpResponse Collector::Handle(std::string_view method, std::string_vie
     const char* reports = "aggswitch_intcollector_reports_total";
     out.Family(reports, "counter",
                "Telemetry Reports received, by result: accepted, or why it was dropped "
-               "(truncated, bad_version, not_int, bad_length, no_path_id).");
+               "(truncated, bad_version, not_int, bad_length, no_path_id, unknown_sender).");
     for (size_t i = 0; i < c.reports.size(); ++i) {
       const auto why = static_cast<ReportError>(i);
       out.Sample(reports, {{"result", why == ReportError::kNone ? "accepted" : telemetry::ReportErrorName(why)}},
                  c.reports[i]);
     }
+    out.Sample(reports, {{"result", "unknown_sender"}}, c.unknown_sender);
     const auto one = [&out](const char* name, const char* type, const char* help, uint64_t v) {
       out.Family(name, type, help);
       out.Sample(name, {}, v);
     };
     one("aggswitch_intcollector_reports_lost_total", "counter",
-        "Reports missing from the switches' report sequence numbers.", c.reports_lost);
+        "Reports missing from the known switches' report sequence numbers (at most 1024 "
+        "for one report).",
+        c.reports_lost);
     const char* deleted = "aggswitch_intcollector_rows_deleted_total";
     out.Family(deleted, "counter",
                "Rows deleted from the record file, by table and reason: retention (received "
@@ -332,6 +381,7 @@ control::HttpResponse Collector::Handle(std::string_view method, std::string_vie
       const auto why = static_cast<ReportError>(i);
       reports[why == ReportError::kNone ? "accepted" : telemetry::ReportErrorName(why)] = c.reports[i];
     }
+    reports["unknown_sender"] = c.unknown_sender;
     const nlohmann::json stats = {{"port", port_},
                                   {"database", options_.db_path},
                                   {"window_seconds", options_.window.count()},

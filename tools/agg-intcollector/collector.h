@@ -18,9 +18,15 @@
 //   }
 //   c->StopAnalysis();                          // within a moment, whatever it was doing
 //
+// Trust: a report is accepted only from a switch the collector knows, its
+// node id from the address listed for it (CollectorOptions::reporters);
+// any other is counted (reports_total{result="unknown_sender"}) and
+// dropped, and nothing it says is recorded or counted lost.
+//
 // Bad input: a report that does not parse is counted by reason
 // (aggswitch_intcollector_reports_total{result=...}) and dropped; a gap in
-// a (node, hw_id)'s report sequence numbers is counted as reports lost.
+// a known switch's (node, hw_id) report sequence numbers is counted as
+// reports lost, at most kMaxCountedGap for one report.
 //
 // Thread safety: Open, Poll, Flush, StartAnalysis and StopAnalysis on the
 // collector thread; Analyse on one thread at a time (the analysis thread
@@ -36,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -50,6 +57,19 @@
 #include "tools/agg-intcollector/decision_pusher.h"
 
 namespace aggswitch::tools {
+
+// A switch whose reports the collector accepts: its telemetry.node_id, and
+// the IPv4 address (host order) its reports come from.
+struct Reporter {
+  uint32_t node_id = 0;
+  uint32_t ip = 0;
+};
+// "NODE=ADDR"; an error names what is wrong.
+common::Result<Reporter> ParseReporterOption(std::string_view text);
+
+// A gap in a switch's report sequence numbers beyond this is counted as
+// no loss: the switch restarted, or the report came far out of order.
+inline constexpr uint32_t kMaxCountedGap = 1024;
 
 struct CollectorOptions {
   common::Ipv4Endpoint listen{{0}, telemetry::kDefaultReportPort};
@@ -66,6 +86,11 @@ struct CollectorOptions {
   // `switches` (decision_pusher.h).
   std::optional<telemetry::Rule> apply;
   std::vector<SwitchEndpoint> switches;
+  // Whose reports are accepted. Empty only with any_reporter.
+  std::vector<Reporter> reporters;
+  // Accept reports from anyone who can reach `listen` (a lab): not with
+  // `apply`, where a forged report would choose the switches' uplinks.
+  bool any_reporter = false;
 };
 
 class Collector {
@@ -84,8 +109,9 @@ class Collector {
   // (a bounded batch): parsed, counted, recorded. Returns how many
   // datagrams it took. [collector]
   size_t Poll(int timeout_ms);
-  // Handles one datagram received at `now_ns` (Unix time). [collector]
-  void OnDatagram(const uint8_t* data, size_t len, int64_t now_ns);
+  // Handles one datagram from `from_ip` (host order) received at `now_ns`
+  // (Unix time). [collector]
+  void OnDatagram(const uint8_t* data, size_t len, uint32_t from_ip, int64_t now_ns);
   // Commits what was recorded, then deletes a bounded share of the rows
   // past the retention and the cap (counted by table and reason). [collector]
   common::Status Flush();
@@ -109,6 +135,7 @@ class Collector {
   struct Counts {
     std::array<uint64_t, telemetry::kNumReportErrors> reports{};  // [0]: accepted
     uint64_t reports_lost = 0;
+    uint64_t unknown_sender = 0;  // parsed, but from no switch the collector knows
     // [table][0 retention, 1 cap], table 0 hop_records, 1 path_ends.
     uint64_t rows_deleted[2][2] = {{0, 0}, {0, 0}};
     uint64_t store_errors = 0;
@@ -135,6 +162,7 @@ class Collector {
   std::vector<uint8_t> buffers_;  // Poll's receive buffers [collector]
   // Next expected report sequence per (node id, hw_id). [collector]
   std::map<std::pair<uint32_t, uint8_t>, uint32_t> next_sequence_;
+  std::set<std::pair<uint32_t, uint32_t>> reporters_;  // (node id, ip)
   uint64_t rows_at_prune_ = 0;  // hop rows written at the last prune [collector]
 
   std::thread analysis_;
@@ -144,6 +172,7 @@ class Collector {
 
   std::array<std::atomic<uint64_t>, telemetry::kNumReportErrors> reports_{};
   std::atomic<uint64_t> reports_lost_{0};
+  std::atomic<uint64_t> unknown_sender_{0};
   std::atomic<uint64_t> rows_deleted_[2][2] = {{0, 0}, {0, 0}};
   std::atomic<uint64_t> store_errors_{0};
   std::atomic<uint64_t> hop_records_{0};

@@ -23,6 +23,8 @@ const uint8_t kInner[telemetry::kReportInnerBytes] = {
     0x45, 0, 0, 60, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
     0x13, 0x88, 0xb7, 0x98, 0, 40, 0, 0};
 
+constexpr uint32_t kLoopback = 0x7f000001;
+
 class CollectorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -32,6 +34,8 @@ class CollectorTest : public ::testing::Test {
     CollectorOptions o;
     o.listen = *common::Ipv4Endpoint::Parse("127.0.0.1:0");
     o.db_path = dir_ + "/int.db";
+    // The switches of these tests, all reporting from this host.
+    for (uint32_t node = 1; node <= 9; ++node) o.reporters.push_back({node, kLoopback});
     auto c = Collector::Open(o);
     ASSERT_TRUE(c.ok()) << c.status().message();
     collector_ = std::move(c).value();
@@ -154,8 +158,67 @@ TEST_F(CollectorTest, GapsInASwitchsReportSequenceAreCountedLost) {
   SendHop({8}, 1, 3, 100, 0);   // another switch: its own numbers
   SendHop({7}, 1, 4, 100, 3);   // restarted: counts afresh
   SendHop({7}, 1, 5, 100, 4);
-  Take(6);
-  EXPECT_EQ(collector_->counts().reports_lost, 3u);
+  // Far past the expected number: a restart, or a report far out of
+  // order, not two million lost reports.
+  SendHop({7}, 1, 6, 100, 4 + (1u << 20));
+  SendHop({7}, 1, 7, 100, 6 + (1u << 20));  // one lost
+  Take(8);
+  EXPECT_EQ(collector_->counts().reports_lost, 4u);
+}
+
+// A report is accepted only from a switch the collector knows, its node id
+// from the address listed for it: a forged one is counted and dropped, and
+// counts no loss.
+TEST_F(CollectorTest, AReportFromASenderTheCollectorDoesNotKnowIsCountedAndDropped) {
+  SendHop({42}, 1, 0, 100, 0);        // a node nobody listed
+  SendHop({42}, 1, 1, 100, 100000);   // its "gap"
+  Take(2);
+  CollectorOptions o;
+  o.listen = *common::Ipv4Endpoint::Parse("127.0.0.1:0");
+  o.db_path = dir_ + "/other.db";
+  o.reporters.push_back({5, 0x0a000005});  // node 5 reports from 10.0.0.5
+  auto other = Collector::Open(o);
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  std::swap(collector_, *other);
+  SendHop({5}, 1, 0, 100, 0);  // node 5's id, from this host
+  Take(1);
+  ASSERT_TRUE(collector_->Flush().ok());
+  Collector::Counts c = collector_->counts();
+  EXPECT_EQ(c.unknown_sender, 1u);
+  EXPECT_EQ(c.reports[0], 0u);
+  EXPECT_EQ(c.hop_records, 0u);
+  const control::HttpResponse m = collector_->Handle("GET", "/metrics", "", "");
+  EXPECT_NE(m.body.find("aggswitch_intcollector_reports_total{result=\"unknown_sender\"} 1\n"),
+            std::string::npos);
+  std::swap(collector_, *other);
+  ASSERT_TRUE(collector_->Flush().ok());
+  c = collector_->counts();
+  EXPECT_EQ(c.unknown_sender, 2u);
+  EXPECT_EQ(c.reports_lost, 0u);
+  EXPECT_EQ(c.hop_records, 0u);
+}
+
+TEST_F(CollectorTest, WhoseReportsToAcceptMustBeSaid) {
+  CollectorOptions o;
+  o.listen = *common::Ipv4Endpoint::Parse("127.0.0.1:0");
+  o.db_path = dir_ + "/other.db";
+  auto none = Collector::Open(o);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("--reporter: expected NODE=ADDR"), std::string::npos);
+  o.any_reporter = true;
+  o.apply = telemetry::Rule::kMinLatency;
+  auto open_apply = Collector::Open(o);
+  ASSERT_FALSE(open_apply.ok());
+  EXPECT_NE(open_apply.status().message().find("not with --apply"), std::string::npos);
+  auto r = ParseReporterOption("3=10.0.79.3");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->node_id, 3u);
+  EXPECT_EQ(r->ip, 0x0a004f03u);
+  for (const char* bad : {"3", "x=10.0.0.1", "3=10.0.0", "=10.0.0.1", "3=10.0.0.1:5"}) {
+    auto b = ParseReporterOption(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("expected NODE=ADDR"), std::string::npos) << bad;
+  }
 }
 
 TEST_F(CollectorTest, MetricsAndRoutes) {
@@ -182,6 +245,7 @@ TEST_F(CollectorTest, AnAddressInUseOrAnUnusableFileIsAnErrorNamingIt) {
   CollectorOptions o;
   o.listen = *common::Ipv4Endpoint::Parse("127.0.0.1:" + std::to_string(collector_->port()));
   o.db_path = dir_ + "/other.db";
+  o.any_reporter = true;
   auto busy = Collector::Open(o);
   ASSERT_FALSE(busy.ok());
   EXPECT_NE(busy.status().message().find("--listen 127.0.0.1:"), std::string::npos);

@@ -8,6 +8,7 @@
 //
 //   agg-intcollector --listen 0.0.0.0:32766 --db /var/lib/aggswitch/int.db
 //                    --http 127.0.0.1:9478 --window 60 --retain 3600 --max-rows 1000000
+//                    --reporter 1=10.0.79.1 --reporter 2=10.0.79.2 ...
 //                    [--apply min_latency --switch 1=10.0.79.1:9477,token-file=/etc/t1 ...]
 //   curl http://127.0.0.1:9478/api/v1/decisions
 //
@@ -44,6 +45,7 @@ int Main(int argc, char** argv) {
   std::string log_level = "info";
   std::string apply;
   std::vector<std::string> switches;
+  std::vector<std::string> reporters;
 
   CLI::App app{"agg-intcollector: the in-band network telemetry collector: Telemetry Reports in, "
                "an SQLite record table and path decisions out"};
@@ -78,6 +80,13 @@ int Main(int argc, char** argv) {
                  "A switch decisions go to: its telemetry.node_id, its HTTP API, and the file "
                  "holding its API token (repeat per switch; with --apply)")
       ->type_name("NODE=ADDR:PORT[,token-file=PATH]");
+  app.add_option("--reporter", reporters,
+                 "A switch whose reports are accepted: its telemetry.node_id and the address its "
+                 "reports come from (repeat per switch; each --switch is one too, from its API's "
+                 "address); reports from anyone else are counted and dropped")
+      ->type_name("NODE=ADDR");
+  app.add_flag("--any-reporter", options.any_reporter,
+               "Accept reports from anyone who can reach --listen (a lab; not with --apply)");
   app.add_option("--log-level", log_level, "error, warning, info or debug")
       ->check(CLI::IsMember({"error", "warning", "info", "debug"}))
       ->capture_default_str();
@@ -111,7 +120,17 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", sw.status().message().c_str());
       return kExitUsage;
     }
+    // A switch decisions go to reports from its API's address.
+    options.reporters.push_back({sw->node_id, common::Ipv4Endpoint::Parse(sw->server)->ip.addr});
     options.switches.push_back(std::move(*sw));
+  }
+  for (const std::string& text : reporters) {
+    common::Result<Reporter> r = ParseReporterOption(text);
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s\n", r.status().message().c_str());
+      return kExitUsage;
+    }
+    options.reporters.push_back(*r);
   }
 
   auto collector = Collector::Open(options);
