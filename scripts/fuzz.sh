@@ -7,7 +7,7 @@
 #   scripts/fuzz.sh api_fuzz tan_fuzz        only these
 #   scripts/fuzz.sh --minutes 2 wire_fuzz    shorter (or --runs N)
 #
-# Harnesses: wire_fuzz frame_fuzz config_fuzz api_fuzz tan_fuzz client_fuzz.
+# Harnesses: every agg_fuzz() of tests/fuzz/CMakeLists.txt.
 # Each one's corpus grows in build-fuzz/fuzz/<harness>/corpus/ from run to
 # run (seeded from tests/fuzz/corpus/<harness>/); its log is
 # build-fuzz/fuzz/<harness>/log. An input that crashes, leaks, hangs or runs
@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-HARNESSES=(wire_fuzz frame_fuzz config_fuzz api_fuzz tan_fuzz client_fuzz)
+mapfile -t HARNESSES < <(sed -n 's/^agg_fuzz(NAME \([a-z_]*\) .*/\1/p' tests/fuzz/CMakeLists.txt)
 minutes=10
 runs=10000000
 picked=()

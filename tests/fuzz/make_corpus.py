@@ -383,6 +383,46 @@ def int_seeds():
     }
 
 
+def int_report(node, seq, last, path_id, hop_index):
+    """A hop's Telemetry Report as a switch sends it (docs/telemetry.md):
+    ports, latency and queue, aggswitch's path id and hop index, the
+    datagram's IPv4 and UDP headers."""
+    inner = ipv4("10.0.0.1", "10.0.0.2", 17, udp(5000, 47000, b""))[:28]
+    metadata = struct.pack("!HHII", 1, 2, 1500, 3) + struct.pack("!III", *path_id, hop_index)
+    body = struct.pack("!HHHH", 0x7000, 0x4147, 0xC000, 0) + metadata + inner
+    flags = 0x20 if last else 0x30
+    return (struct.pack("!II", (2 << 28) | (seq & 0x3FFFFF), node) +
+            struct.pack("!BBBB", 0x14, len(body) // 4, len(metadata) // 4, flags) + body)
+
+
+def intcollector_seeds():
+    # Byte 0 the row cap (>= 128: none), then per datagram the sender
+    # (10.0.0.x) and a 16-bit length (tests/fuzz/intcollector_fuzz.cc).
+    # Node n reports from 10.0.0.n.
+    def datagrams(*items):
+        out = b""
+        for sender, report in items:
+            out += bytes([sender]) + struct.pack("!H", len(report)) + report
+        return out
+
+    def path(first_seq, path_seq, nodes=(1, 2, 3)):
+        return [(n, int_report(n, first_seq, i + 1 == len(nodes), (1, path_seq), i + 1))
+                for i, n in enumerate(nodes)]
+
+    # A path's reports again and again: one row per hop (the flood that
+    # stopped the collector was 2,000 copies of one 3-hop path).
+    repeats = [item for k in range(40) for item in path(k, 7)]
+    forged = [(5, int_report(1, 0, True, (1, 8), 1)), (1, int_report(9, 0, True, (9, 1), 1))]
+    return {
+        "paths": b"\xff" + datagrams(*path(0, 1), *path(1, 2)),
+        "duplicate-path": b"\xff" + datagrams(*repeats),
+        "duplicate-path-capped": b"\x04" + datagrams(*repeats, *path(40, 9)),
+        "forged-senders": b"\xff" + datagrams(*forged, *path(0, 3)),
+        "sequence-gap": b"\xff" + datagrams((1, int_report(1, 5, True, (1, 4), 1)),
+                                             (1, int_report(1, 4000000, True, (1, 5), 1))),
+    }
+
+
 def cache_seeds():
     # The first byte picks the parser (tests/fuzz/cache_fuzz.cc).
     daemon = ("cache:\n  node: n1\n  nodes: [n1, n2]\n  listen: 10.0.0.1:7400\n  memory: 64MiB\n"
@@ -422,6 +462,7 @@ def main():
     write("client_fuzz", client_seeds())
     write("config_fuzz", config_seeds())
     write("int_fuzz", int_seeds())
+    write("intcollector_fuzz", intcollector_seeds())
     write("cache_fuzz", cache_seeds())
     # A node record whose region_base no uint64 holds: nlohmann converted the
     # double, undefined behaviour (cache_fuzz found it).
