@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "cache/crc32c.h"
+#include "cache/handshake.h"
 #include "common/log.h"
 
 namespace aggswitch::cache {
@@ -155,16 +157,15 @@ ucs_status_t CacheDaemon::OnHello(void* arg, const void* /*header*/, size_t /*he
     d->bad_hellos_.fetch_add(1, std::memory_order_relaxed);
     return UCS_OK;
   }
-  HelloRequest req;
   HelloReply reply;
   std::string tail;
-  if (length < sizeof(req) || (std::memcpy(&req, data, sizeof(req)), req.magic != HelloRequest::kMagic) ||
-      req.job_len > 256 || length != sizeof(req) + req.job_len) {
+  const common::Result<std::string> hello = ParseHello(data, length);
+  if (!hello.ok()) {
     d->bad_hellos_.fetch_add(1, std::memory_order_relaxed);
     reply.status = HelloReply::kBadRequest;
-    tail = "a malformed hello";
+    tail = hello.status().message();
   } else {
-    const std::string job(static_cast<const char*>(data) + sizeof(req), req.job_len);
+    const std::string& job = *hello;
     const auto& jobs = d->config_.allow_jobs;
     if (!jobs.empty() && std::find(jobs.begin(), jobs.end(), job) == jobs.end()) {
       d->refused_job_.fetch_add(1, std::memory_order_relaxed);
@@ -180,32 +181,34 @@ ucs_status_t CacheDaemon::OnHello(void* arg, const void* /*header*/, size_t /*he
       tail = d->packed_key_;
     }
   }
-  reply.rkey_len = static_cast<uint32_t>(tail.size());
-  std::string bytes(reinterpret_cast<const char*>(&reply), sizeof(reply));
-  bytes += tail;
-  d->replies_.push_back(Reply{param->reply_ep, std::move(bytes), reply.status != HelloReply::kAccepted});
+  d->replies_.push_back(
+      Reply{param->reply_ep, BuildHelloReply(reply, tail), reply.status != HelloReply::kAccepted});
   return UCS_OK;
 }
 
 ucs_status_t CacheDaemon::OnFill(void* arg, const void* /*header*/, size_t /*header_length*/,
                                  void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* d = static_cast<CacheDaemon*>(arg);
-  // An item name, sent eagerly: a rendezvous descriptor in place of the
-  // bytes, or a name longer than any the store lists, is ignored.
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || length > ExternalStore::kMaxNameLength) {
+  // An item name, sent eagerly, of an item the store lists for this node
+  // (mine_index_, fixed before Run): anything else is ignored, so that a
+  // flood of requests asks neither the store nor the records anything.
+  // An item already queued is not queued again: the queue holds at most
+  // this node's share of the dataset, once.
+  const std::optional<std::string> item =
+      ParseFill(data, length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+  if (!item || d->mine_index_.count(*item) == 0) {
     d->fill_requests_ignored_.fetch_add(1, std::memory_order_relaxed);
     return UCS_OK;
   }
-  const std::string item(static_cast<const char*>(data), length);
-  if (!ExternalStore::ValidName(item) || d->placement_.Rank(item, d->config_.node) == Placement::npos) {
-    d->fill_requests_ignored_.fetch_add(1, std::memory_order_relaxed);
-    return UCS_OK;
-  }
-  d->fill_requests_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(d->mu_);
-    if (d->fill_queue_.size() < 4096) d->fill_queue_.push_back(item);
+    if (!d->queued_.insert(*item).second) {
+      d->fill_requests_ignored_.fetch_add(1, std::memory_order_relaxed);
+      return UCS_OK;
+    }
+    d->fill_queue_.push_back(*item);
   }
+  d->fill_requests_.fetch_add(1, std::memory_order_relaxed);
   d->cv_.notify_all();
   return UCS_OK;
 }
@@ -293,6 +296,7 @@ void CacheDaemon::FillThread() {
       if (stopping_) return;
       item = std::move(fill_queue_.front());
       fill_queue_.pop_front();
+      queued_.erase(item);
     }
     if (region_->Find(item) >= 0 && published_.count(item) != 0) {
       // Cached here; the request says a loader found no record: see if it is there.
@@ -302,13 +306,8 @@ void CacheDaemon::FillThread() {
                                       [this](const Holder& h) { return h.node == config_.node; });
       if (listed) continue;
     }
-    // The store's own list gives the length; an item it does not list is not filled.
-    auto it = mine_index_.find(item);
-    if (it == mine_index_.end()) {
-      fill_requests_ignored_.fetch_add(1, std::memory_order_relaxed);
-      continue;
-    }
-    FillOne(mine_[it->second]);
+    // The store's own list gives the length (OnFill queued listed items only).
+    FillOne(mine_[mine_index_.at(item)]);
   }
 }
 

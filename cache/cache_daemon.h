@@ -128,7 +128,8 @@ class CacheDaemon {
   // Fill thread and lease thread <-> serving thread.
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> fill_queue_;
+  std::deque<std::string> fill_queue_;  // guarded by mu_
+  std::set<std::string> queued_;        // the items in fill_queue_, guarded by mu_
   std::set<std::string> published_;  // items this node holds in the records (fill thread)
   bool stopping_ = false;
   std::thread fill_thread_;

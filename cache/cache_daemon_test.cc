@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/loader.h"
+#include "cache/ucx_transport.h"
 #include "tests/lib/test_process.h"
 
 namespace aggswitch::cache {
@@ -43,6 +44,7 @@ class CacheDaemonTest : public ::testing::Test {
       // A port the kernel has free now: fixed ones collide with other
       // tests' and with the loaders' own ephemeral ports.
       c.listen = "127.0.0.1:" + std::to_string(tools::FreeTcpPort());
+      listens_.push_back(c.listen);
       c.memory = 16 << 20;
       c.region_dir = "/dev/shm";
       c.store = dir_ + "/store";
@@ -108,6 +110,7 @@ class CacheDaemonTest : public ::testing::Test {
   }
 
   std::string dir_, records_;
+  std::vector<std::string> listens_;  // each daemon's UCX listener
   std::map<std::string, std::string> source_;
   std::vector<std::unique_ptr<CacheDaemon>> daemons_;
   std::vector<std::unique_ptr<std::atomic<bool>>> stops_;
@@ -245,8 +248,78 @@ TEST_F(CacheDaemonTest, ALocalRecordOutsideTheRegionIsStaleNotACrash) {
   EXPECT_EQ(LoadAll(**loader), 0);
   const Loader::Stats s = (*loader)->stats();
   EXPECT_EQ(s.local, 39u);
-  EXPECT_GE(s.stale, 1u);
+  EXPECT_GE(s.forged, 1u);
   EXPECT_EQ(s.replica + s.store, 1u) << "read from n2, or the store when n2's copy disagrees too";
+}
+
+// A record anybody who can write the records may have written: one holder's
+// address past the end of the region its daemon announced, the other a node
+// that is no node of this cache. Neither is read (over UCX's TCP transport
+// nothing else would stop the first read); the item comes from the store.
+TEST_F(CacheDaemonTest, ARemoteRecordOutsideTheRegionOrAtAnotherNodeIsRefusedAndCounted) {
+  auto records = OpenRecords(records_, kDefaultPrefix);
+  const std::string item = "shard/1011.bin";
+  const ItemRecord r = **(*records)->Get("ds", item);
+  ASSERT_EQ(r.holders.size(), 2u);
+  ItemRecord forged = r;
+  for (Holder& h : forged.holders) {
+    if (h.node == "n1") {
+      h.addr += 16 << 20;  // the region's size on: the daemon's memory past its region
+    } else {
+      h.node = "n9";
+    }
+  }
+  ASSERT_TRUE((*records)->RemoveHolder("ds", item, "n1").ok());
+  ASSERT_TRUE((*records)->RemoveHolder("ds", item, "n2").ok());
+  for (const Holder& h : forged.holders) {
+    ASSERT_TRUE((*records)->AddHolder("ds", forged, h, [](const std::string& n) { return n == "n1" ? 0 : 1; }).ok());
+  }
+  auto loader = Loader::Open(Config());
+  ASSERT_TRUE(loader.ok());
+  EXPECT_EQ(LoadAll(**loader), 0);
+  const Loader::Stats s = (*loader)->stats();
+  EXPECT_GE(s.forged, 2u) << "both holders, before and after the record is read again";
+  EXPECT_EQ(s.store, 1u);
+  EXPECT_EQ(s.owner + s.replica, 39u);
+}
+
+// A flood of fill requests: each item of the node's share is queued once
+// while it waits, and names the store does not list for the node (or no
+// store would take) are ignored without asking the store or the records.
+TEST_F(CacheDaemonTest, AFloodOfFillRequestsQueuesOnlyListedItemsOnce) {
+  auto ucx = UcxWorker::Create({.tls = "tcp"});
+  ASSERT_TRUE(ucx.ok());
+  auto ep = (*ucx)->Connect(listens_[0], [](void*, ucp_ep_h, ucs_status_t) {}, nullptr);
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  const CacheDaemon::Stats before = daemons_[0]->stats();
+  uint64_t sent = 0;
+  const auto send = [&](const std::string& name) {
+    ASSERT_EQ((*ucx)->WaitFor((*ucx)->SendAm(*ep, kAmFill, name.data(), name.size(), false), 2000), UCS_OK);
+    ++sent;
+  };
+  for (int i = 0; i < 3000; ++i) {
+    send("shard/1000.bin");                                // listed: this node holds every item
+    send("shard/unlisted-" + std::to_string(i) + ".bin");  // a name the store does not list
+    send("../escape-" + std::to_string(i));                // no store's name
+  }
+  CacheDaemon::Stats after;
+  for (int i = 0; i < 500; ++i) {
+    (*ucx)->Progress();
+    after = daemons_[0]->stats();
+    if (after.fill_requests + after.fill_requests_ignored - before.fill_requests -
+            before.fill_requests_ignored == sent) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const uint64_t queued = after.fill_requests - before.fill_requests;
+  const uint64_t ignored = after.fill_requests_ignored - before.fill_requests_ignored;
+  EXPECT_EQ(queued + ignored, sent);
+  EXPECT_GE(ignored, 6000u) << "every unlisted and invalid name";
+  EXPECT_LE(queued, 3000u);
+  EXPECT_EQ(after.store_requests - before.store_requests, after.filled_items - before.filled_items)
+      << "the store read only for items filled again";
+  (*ucx)->Close(*ep, true);
 }
 
 TEST_F(CacheDaemonTest, ASkippedRequestIsNotRead) {

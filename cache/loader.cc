@@ -8,6 +8,7 @@
 #include <deque>
 
 #include "cache/crc32c.h"
+#include "cache/handshake.h"
 #include "common/log.h"
 
 namespace aggswitch::cache {
@@ -226,10 +227,7 @@ Loader::Conn* Loader::Connection(const std::string& node) {
     return nullptr;
   }
   c.ep = *ep;
-  HelloRequest req;
-  req.job_len = static_cast<uint32_t>(cfg_.job.size());
-  std::string hello(reinterpret_cast<const char*>(&req), sizeof(req));
-  hello += cfg_.job;
+  const std::string hello = BuildHello(cfg_.job);
   hello_answered_ = false;
   // Sending the hello and its answer share one owner_timeout_ms.
   const auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.owner_timeout_ms);
@@ -239,15 +237,22 @@ Loader::Conn* Loader::Connection(const std::string& node) {
   while (sent == UCS_OK && !hello_answered_ && !c.failed && Clock::now() < deadline) {
     if (ucx_->Progress() == 0) ucx_->Wait(1);
   }
-  HelloReply reply;
-  if (!hello_answered_ || hello_reply_.size() < sizeof(reply)) {
+  if (!hello_answered_) {
     AGG_LOG(kWarning, "cache loader: node %s at %s did not answer the hello", node.c_str(),
             info->ucx_listen.c_str());
     MarkDown(node);
     return nullptr;
   }
-  std::memcpy(&reply, hello_reply_.data(), sizeof(reply));
-  const std::string tail = hello_reply_.substr(sizeof(reply), reply.rkey_len);
+  const common::Result<ParsedHelloReply> parsed = ParseHelloReply(hello_reply_.data(), hello_reply_.size());
+  if (!parsed.ok()) {
+    ++stats_.forged;
+    AGG_LOG(kWarning, "cache loader: node %s at %s: %s", node.c_str(), info->ucx_listen.c_str(),
+            parsed.status().message().c_str());
+    MarkDown(node);
+    return nullptr;
+  }
+  const HelloReply& reply = parsed->reply;
+  const std::string& tail = parsed->tail;
   if (reply.status != HelloReply::kAccepted) {
     AGG_LOG(kWarning, "cache loader: node %s refused: %s", node.c_str(), tail.c_str());
     MarkDown(node);
@@ -258,6 +263,8 @@ Loader::Conn* Loader::Connection(const std::string& node) {
     return nullptr;
   }
   c.rkey_id = reply.rkey_id;
+  c.region_base = reply.region_base;
+  c.region_size = reply.region_size;
   c.transport = UcxWorker::Transports(c.ep);
   AGG_LOG(kInfo, "cache loader: connected to %s at %s over %s", node.c_str(), info->ucx_listen.c_str(),
           c.transport.c_str());
@@ -284,11 +291,7 @@ Loader::LocalCopy Loader::CopyLocal(const ItemRecord& rec, const Holder& h, uint
     local_base_ = info->region_base;
   }
   // The record's address and length must lie inside the region, header included.
-  const uint64_t size = local_->size();
-  if (h.addr < local_base_ || h.addr - local_base_ < sizeof(ItemHeader) || h.addr - local_base_ > size ||
-      rec.length > size - (h.addr - local_base_)) {
-    return LocalCopy::kStale;
-  }
+  if (!HolderInRegion(h.addr, rec.length, local_base_, local_->size())) return LocalCopy::kForged;
   const uint64_t off = h.addr - local_base_;
   std::memcpy(dest, local_->base() + off, rec.length);
   const auto* header = reinterpret_cast<const ItemHeader*>(local_->base() + off - sizeof(ItemHeader));
@@ -350,6 +353,7 @@ common::Status Loader::LoadInto(const std::vector<size_t>& indices, uint8_t* des
               t.source = Source::kLocal;
               return common::Status::Ok();
             case LocalCopy::kStale: ++stats_.stale; break;
+            case LocalCopy::kForged: ++stats_.forged; break;
             case LocalCopy::kUnavailable: ++stats_.holder_failures; break;
           }
         }
@@ -359,10 +363,23 @@ common::Status Loader::LoadInto(const std::vector<size_t>& indices, uint8_t* des
         const Source source = t.next == 0 ? Source::kOwner : Source::kReplica;
         ++t.next;
         if (!cfg_.node.empty() && h.node == cfg_.node) continue;  // tried above
+        // The placement ring holds every node of the cache (replicas = all).
+        if (placement_ && placement_->Rank(t.rec->item, h.node) == Placement::npos) {
+          ++stats_.forged;  // no node of this cache: nobody to read from
+          continue;
+        }
         Conn* c = Connection(h.node);
         if (c == nullptr) continue;
         if (c->rkey_id != h.rkey_id) {  // the record is from an earlier run of that daemon
           ++stats_.stale;
+          continue;
+        }
+        // The read must lie inside the region that daemon announced, header
+        // included: a record may be written by anybody who can write the
+        // records, and UCX over TCP does not check a get against the
+        // registration.
+        if (!HolderInRegion(h.addr, t.rec->length, c->region_base, c->region_size)) {
+          ++stats_.forged;
           continue;
         }
         size_t slot = 0;

@@ -93,6 +93,10 @@ class Loader {
     uint64_t config_reloads = 0;
     uint64_t record_errors = 0;     // the records unreachable (reads went on from what was known)
     uint64_t malformed_records = 0; // records skipped because they did not parse
+    // A holder refused: its address outside the region its daemon announced
+    // (header included), a node that is no node of the cache, or a daemon's
+    // reply that did not parse.
+    uint64_t forged = 0;
   };
 
   // The dataset's items (name and length), in request order, as Open finds
@@ -136,6 +140,8 @@ class Loader {
     ucp_ep_h ep = nullptr;
     ucp_rkey_h rkey = nullptr;
     uint32_t rkey_id = 0;
+    uint64_t region_base = 0;  // the region its hello reply announced
+    uint64_t region_size = 0;
     bool failed = false;
     std::chrono::steady_clock::time_point down_until{};
     std::string transport;
@@ -143,7 +149,7 @@ class Loader {
   struct Task;
 
   // What the local path found.
-  enum class LocalCopy : uint8_t { kCopied, kStale, kUnavailable };
+  enum class LocalCopy : uint8_t { kCopied, kStale, kForged, kUnavailable };
 
   explicit Loader(LoaderConfig cfg, std::string path) : cfg_(std::move(cfg)), config_path_(std::move(path)) {}
   common::Status Init();

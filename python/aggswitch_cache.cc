@@ -138,6 +138,7 @@ class PyLoader {
     d["config_reloads"] = s.config_reloads;
     d["record_errors"] = s.record_errors;
     d["malformed_records"] = s.malformed_records;
+    d["forged"] = s.forged;
     d["store_requests"] = loader_->store_requests();
     return d;
   }

@@ -441,6 +441,13 @@ def cache_seeds():
         "manifest": b"\x02" + b"# comment\ntrain/0.bin 10\ntrain/1.bin 0\n",
         "item-record": b"\x03" + item.encode(),
         "node-record": b"\x04" + node.encode(),
+        # cache/ucx_transport.h's structs, little-endian: a hello for job
+        # "train", a fill request, an accepted reply with its key, and a
+        # holder's address inside a 64 MiB region (addr, length, base, size).
+        "hello": b"\x05" + struct.pack("<II", 0x41474843, 5) + b"train",
+        "fill": b"\x06" + b"train/0.bin",
+        "hello-reply": b"\x07" + struct.pack("<iIQQII", 0, 5, 0x7f0000000000, 64 << 20, 10, 0) + b"packed-key",
+        "holder": b"\x08" + struct.pack("<QQQQ", 0x7f0000000040, 4096, 0x7f0000000000, 64 << 20),
     }
 
 

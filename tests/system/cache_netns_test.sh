@@ -124,6 +124,11 @@ ip netns exec "$(topo_ns ed)" etcd --data-dir "$WORK/etcd" --listen-client-urls 
 topo_track_pid $!
 ETCDCTL=(topo_exec ed env ETCDCTL_API=3 etcdctl --endpoints http://10.0.30.60:2379)
 for _ in $(seq 1 100); do "${ETCDCTL[@]}" endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+# The store serves before a daemon lists it (a HEAD: store_gets counts GETs).
+for _ in $(seq 1 100); do
+  topo_exec st curl -fsS -I -m 1 -o /dev/null http://10.0.30.50:8000/MANIFEST 2>/dev/null && break
+  sleep 0.1
+done
 # Store GETs so far (the server logs one line per request).
 store_gets() { grep -c '"GET /' "$WORK/store.log"; }
 
@@ -187,7 +192,7 @@ fill_done() {
 check_fill() {
   local i
   for i in $(seq 1 600); do fill_done && break; sleep 0.1; done
-  fill_done || { echo "fill not complete"; tail -5 "$WORK"/cached-n*.log; return 1; }
+  fill_done || { echo "fill not complete"; tail -n 5 "$WORK"/cached-n*.log; return 1; }
   local recorded filled errors
   recorded=$("${ETCDCTL[@]}" get --prefix /aggswitch/cache/items/train-set/ --print-value-only |
     python3 -c '
@@ -287,6 +292,29 @@ check_miss_fail() {
   grep -q "item $MISSING is not readable from the cache (miss: fail)" "$WORK/load.err"
 }
 check "miss with miss: fail: the request fails and names the item" check_miss_fail
+
+# 5b. A record written by somebody other than a daemon: its owner's address
+# 64 MiB on (past the end of the owner's region), its replica a node that is
+# no node of the cache. Neither is read; the item comes from the store, and
+# the record as the daemons wrote it comes back after.
+FORGED=train/00011.bin
+check_forged() {
+  local key="/aggswitch/cache/items/train-set/$FORGED" truth
+  truth=$("${ETCDCTL[@]}" get "$key" --print-value-only) || return 1
+  python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+r["holders"][0]["addr"] += 64 << 20
+r["holders"][1]["node"] = "n9"
+print(json.dumps(r))' "$truth" | "${ETCDCTL[@]}" put "$key" >/dev/null || return 1
+  load n4 "$WORK/n4.yaml"
+  local rc=$?
+  report "$(tail -1 "$WORK/load.out")"
+  printf '%s' "$truth" | "${ETCDCTL[@]}" put "$key" >/dev/null
+  [ "$rc" -eq 0 ] && [ "$(field forged)" -ge 2 ] && [ "$(field mismatches)" = 0 ] &&
+    [ "$(field store)" -ge 1 ]
+}
+check "a forged record (an address past the owner's region, a node of no cache) is refused, counted, and read from the store" check_forged
 
 # 6. Eight loaders at once. Each makes progress while the others run: every
 # loader has served its first request before the first of them is done.

@@ -198,7 +198,8 @@ int Main(int argc, char** argv) {
   std::printf(
       "agg-load: source=%s requests=%llu items=%llu bytes=%llu local=%llu owner=%llu replica=%llu "
       "store=%llu misses=%llu stale=%llu holder_failures=%llu crc_failures=%llu fills_requested=%llu "
-      "config_reloads=%llu record_errors=%llu malformed_records=%llu mismatches=%llu store_requests=%llu "
+      "config_reloads=%llu record_errors=%llu malformed_records=%llu forged=%llu mismatches=%llu "
+      "store_requests=%llu "
       "seconds=%.3f MBps=%.1f p50_ms=%.2f p99_ms=%.2f transport=%s\n",
       source.c_str(), static_cast<unsigned long long>(served), static_cast<unsigned long long>(items),
       static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(s.local),
@@ -207,7 +208,8 @@ int Main(int argc, char** argv) {
       static_cast<unsigned long long>(s.stale), static_cast<unsigned long long>(s.holder_failures),
       static_cast<unsigned long long>(s.crc_failures), static_cast<unsigned long long>(s.fills_requested),
       static_cast<unsigned long long>(s.config_reloads), static_cast<unsigned long long>(s.record_errors),
-      static_cast<unsigned long long>(s.malformed_records), static_cast<unsigned long long>(mismatches),
+      static_cast<unsigned long long>(s.malformed_records), static_cast<unsigned long long>(s.forged),
+      static_cast<unsigned long long>(mismatches),
       static_cast<unsigned long long>(loader ? loader->store_requests() : store->requests()), secs,
       secs > 0 ? static_cast<double>(bytes) / secs / 1e6 : 0.0, Percentile(latencies_ms, 0.5),
       Percentile(latencies_ms, 0.99), loader && !loader->transports().empty() ? loader->transports().c_str() : "none");
