@@ -1570,13 +1570,6 @@ TEST_F(AggregationTest, TwoJobsHoldingEachOthersOldestChunkAtTheRootGiveWay) {
   // Job 7 waits on s7 and has the result of s7 + 1; job 8 waits on s8 + 1
   // and has the result of s8 + region, on s7's slot. s7 + 1 and s8 + 1
   // share a slot too.
-  const auto contribute = [&](uint32_t job, uint32_t seq, uint32_t ack, int32_t v) {
-    for (const uint16_t node : {0, 1}) {
-      Inject(0, Contribution(job, seq, node, Int32Payload({v}), DType::kInt32, ReduceOp::kSum,
-                             0x5eed, -1, ack));
-    }
-    StepThroughControl();
-  };
   // What the members got since the last Drain: `count` results of `job`
   // carrying `sum`, and no NACK.
   const auto expect_results = [&](uint32_t job, int32_t sum, size_t count) {
@@ -1587,18 +1580,18 @@ TEST_F(AggregationTest, TwoJobsHoldingEachOthersOldestChunkAtTheRootGiveWay) {
       EXPECT_EQ(r.payload, Int32Payload({sum}));
     }
   };
-  contribute(7, s7 + 1, s7, 1);
+  ContributeAll(7, s7 + 1, s7, 1);
   expect_results(7, 2, 2);
-  contribute(8, s8 + region, s8 + 1, 10);
+  ContributeAll(8, s8 + region, s8 + 1, 10);
   expect_results(8, 20, 2);
   EXPECT_EQ(Agg().collisions.Get(), 0u);
-  contribute(7, s7, s7, 100);  // job 7's oldest: job 8's result holds its slot
+  ContributeAll(7, s7, s7, 100);  // job 7's oldest: job 8's result holds its slot
   auto out = Drain();
   ASSERT_EQ(WithOpcode(out[0], aggregator::Opcode::kNack).size(), 2u);
   EXPECT_EQ(Agg().slot_busy.Get(), 2u);
   // Job 8's oldest finds job 7's result of s7 + 1, which waits on s7: it
   // takes the slot.
-  contribute(8, s8 + 1, s8 + 1, 1000);
+  ContributeAll(8, s8 + 1, s8 + 1, 1000);
   expect_results(8, 2000, 2);
   EXPECT_EQ(Agg().slot_busy.Get(), 2u);
   // Job 8's members move past s8 + region: job 7's oldest takes its slot.
@@ -1611,7 +1604,7 @@ TEST_F(AggregationTest, TwoJobsHoldingEachOthersOldestChunkAtTheRootGiveWay) {
     ack.ack_watermark = s8 + region + 1;
     Inject(0, Datagram(ack));
   }
-  contribute(7, s7, s7, 100);
+  ContributeAll(7, s7, s7, 100);
   expect_results(7, 200, 2);
   EXPECT_EQ(Agg().slot_busy.Get(), 2u);
 }
@@ -1624,40 +1617,20 @@ TEST_F(AggregationTest, TwoJobsHoldingEachOthersOldestChunkAtTheRootGiveWay) {
 TEST_F(AggregationTest, AResultThatGivesWayBeforeEveryMemberHasItIsLeftWithTheTan) {
   BuildAggregation(", spare_slots: 0");
   const uint16_t kTan = 50;  // the TAN's addresses are those the fixture gives node 50
-  aggregator::JobSpec spec;
-  spec.id = 7;
-  spec.key = 0x5eed;
-  spec.members = 2;
-  spec.tan = aggregator::JobSpec::Tan::kRemote;
-  spec.tan_peer.ip = MemberIp(kTan);
-  spec.tan_peer.udp_port = aggregator::kAggUdpPort;
-  ASSERT_TRUE(jobs_->Add(spec).ok());
-  aggregator::MemberAddr hop;
-  hop.mac48 = MemberMac(kTan).ToU64();
-  hop.port_index = 1;
-  hop.ip = MemberIp(kTan);
-  hop.udp_port = aggregator::kAggUdpPort;
-  jobs_->Find(7)->SetHop(aggregator::Job::kTanHop, hop);
+  AddJobWithRemoteTan(7, 2, kTan);
   AddJob(8, 2);
   const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
   const uint32_t region = dp_->slot_regions().provisioned.size;
-  const auto contribute = [&](uint32_t job, uint32_t seq, uint32_t ack, int32_t v) {
-    for (const uint16_t node : {0, 1}) {
-      Inject(0, Contribution(job, seq, node, Int32Payload({v}), DType::kInt32, ReduceOp::kSum,
-                             0x5eed, -1, ack));
-    }
-    StepThroughControl();
-  };
   // Job 7 has the result of s7 + 1 and waits on s7; job 8 the result of
   // s8 + region, on s7's slot, and waits on s8 + 1, whose slot is s7 + 1's.
-  contribute(7, s7 + 1, s7, 1);
-  contribute(8, s8 + region, s8 + 1, 10);
-  contribute(7, s7, s7, 100);  // job 7's oldest: job 8's result holds its slot
+  ContributeAll(7, s7 + 1, s7, 1);
+  ContributeAll(8, s8 + region, s8 + 1, 10);
+  ContributeAll(7, s7, s7, 100);  // job 7's oldest: job 8's result holds its slot
   Drain();
   EXPECT_EQ(Agg().results_left_with_tan.Get(), 0u);
   // Job 8's oldest takes the slot of job 7's result of s7 + 1: the result
   // goes to the TAN first.
-  contribute(8, s8 + 1, s8 + 1, 1000);
+  ContributeAll(8, s8 + 1, s8 + 1, 1000);
   auto out = Drain();
   std::vector<Result> to_tan;
   for (const Frame& f : out[1]) {
@@ -2769,23 +2742,9 @@ TEST_F(AggregationTest, ResultsCarryTheChunksOffset) {
 // and hands the TAN's RESULT to every member.
 TEST_F(AggregationTest, AParameterServerJobSendsEveryChunkToItsTan) {
   const uint16_t kTan = 50;  // the TAN's addresses are those the fixture gives node 50
-  aggregator::JobSpec spec;
-  spec.id = 7;
-  spec.key = 0x5eed;
-  spec.members = 2;
-  spec.tan = aggregator::JobSpec::Tan::kRemote;
-  spec.tan_peer.ip = MemberIp(kTan);
-  spec.tan_peer.udp_port = aggregator::kAggUdpPort;
-  spec.parameter_server = true;
-  ASSERT_TRUE(jobs_->Add(spec).ok());
+  AddJobWithRemoteTan(7, 2, kTan, /*parameter_server=*/true);
   const aggregator::Job* job = jobs_->Find(7);
   ASSERT_NE(job, nullptr);
-  aggregator::MemberAddr hop;
-  hop.mac48 = MemberMac(kTan).ToU64();
-  hop.port_index = 1;
-  hop.ip = MemberIp(kTan);
-  hop.udp_port = aggregator::kAggUdpPort;
-  job->SetHop(aggregator::Job::kTanHop, hop);
 
   for (uint16_t m = 0; m < 2; ++m) {
     Frame f = Contribution(7, 9, m, Int32Payload({1 + m, 10}));

@@ -278,6 +278,37 @@ class AggregationTest : public DataplaneTest {
     ASSERT_TRUE(jobs_->Add(spec).ok());
   }
 
+  // Members 0 and 1 of `job` contribute `v` to chunk `seq`, their ack
+  // watermark `ack`; then a step through the control thread.
+  void ContributeAll(uint32_t job, uint32_t seq, uint32_t ack, int32_t v) {
+    for (const uint16_t node : {0, 1}) {
+      Inject(0, Contribution(job, seq, node, Int32Payload({v}), DType::kInt32, ReduceOp::kSum,
+                             0x5eed, -1, ack));
+    }
+    StepThroughControl();
+  }
+
+  // A job whose TAN is remote, at the addresses the fixture gives node
+  // `tan_node`, its hop resolved on port 1.
+  void AddJobWithRemoteTan(uint32_t id, uint16_t members, uint16_t tan_node,
+                           bool parameter_server = false) {
+    aggregator::JobSpec spec;
+    spec.id = id;
+    spec.key = 0x5eed;
+    spec.members = members;
+    spec.tan = aggregator::JobSpec::Tan::kRemote;
+    spec.tan_peer.ip = MemberIp(tan_node);
+    spec.tan_peer.udp_port = aggregator::kAggUdpPort;
+    spec.parameter_server = parameter_server;
+    ASSERT_TRUE(jobs_->Add(spec).ok());
+    aggregator::MemberAddr hop;
+    hop.mac48 = MemberMac(tan_node).ToU64();
+    hop.port_index = 1;
+    hop.ip = MemberIp(tan_node);
+    hop.udp_port = aggregator::kAggUdpPort;
+    jobs_->Find(id)->SetHop(aggregator::Job::kTanHop, hop);
+  }
+
   static common::MacAddr MemberMac(uint16_t node) {
     return common::MacAddr::FromU64(0x020000100000ULL + node);
   }

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -51,22 +50,14 @@ control::HttpResponse Json(int status, std::string body) {
 }  // namespace
 
 common::Result<Reporter> ParseReporterOption(std::string_view text) {
-  const std::string shown(text);
-  const auto bad = [&](const std::string& why) {
-    return common::InvalidArgument("--reporter " + shown + ": expected NODE=ADDR, " + why);
-  };
-  const size_t eq = text.find('=');
-  if (eq == std::string_view::npos) return bad("got no \"=\"");
-  Reporter r;
-  const std::string_view node = text.substr(0, eq);
-  const auto [end, ec] = std::from_chars(node.data(), node.data() + node.size(), r.node_id);
-  if (ec != std::errc() || end != node.data() + node.size() || node.empty()) {
-    return bad("got node id \"" + std::string(node) + "\"");
+  ASSIGN_OR_RETURN(const NodeAnd split, SplitNodeOption("--reporter", "NODE=ADDR", text));
+  const std::optional<common::Ipv4Addr> ip = common::Ipv4Addr::Parse(split.rest);
+  if (!ip) {
+    return common::InvalidArgument("--reporter " + std::string(text) +
+                                   ": expected NODE=ADDR, got address \"" + std::string(split.rest) +
+                                   "\"");
   }
-  const std::optional<common::Ipv4Addr> ip = common::Ipv4Addr::Parse(text.substr(eq + 1));
-  if (!ip) return bad("got address \"" + std::string(text.substr(eq + 1)) + "\"");
-  r.ip = ip->addr;
-  return r;
+  return Reporter{split.node_id, ip->addr};
 }
 
 common::Result<std::unique_ptr<Collector>> Collector::Open(const CollectorOptions& options) {

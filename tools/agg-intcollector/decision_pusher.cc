@@ -25,21 +25,34 @@ std::string Body(const std::map<uint32_t, uint16_t>& decisions) {
 
 }  // namespace
 
-common::Result<SwitchEndpoint> ParseSwitchOption(std::string_view text) {
-  const std::string shown(text);
+common::Result<NodeAnd> SplitNodeOption(std::string_view option, std::string_view form,
+                                        std::string_view text) {
   const auto bad = [&](const std::string& why) {
-    return common::InvalidArgument("--switch " + shown +
-                                   ": expected NODE=ADDR:PORT[,token-file=PATH], " + why);
+    return common::InvalidArgument(std::string(option) + " " + std::string(text) + ": expected " +
+                                   std::string(form) + ", " + why);
   };
   const size_t eq = text.find('=');
   if (eq == std::string_view::npos) return bad("got no \"=\"");
-  SwitchEndpoint sw;
+  NodeAnd out;
   const std::string_view node = text.substr(0, eq);
-  const auto [end, ec] = std::from_chars(node.data(), node.data() + node.size(), sw.node_id);
+  const auto [end, ec] = std::from_chars(node.data(), node.data() + node.size(), out.node_id);
   if (ec != std::errc() || end != node.data() + node.size() || node.empty()) {
     return bad("got node id \"" + std::string(node) + "\"");
   }
-  std::string_view rest = text.substr(eq + 1);
+  out.rest = text.substr(eq + 1);
+  return out;
+}
+
+common::Result<SwitchEndpoint> ParseSwitchOption(std::string_view text) {
+  constexpr std::string_view kForm = "NODE=ADDR:PORT[,token-file=PATH]";
+  const auto bad = [&](const std::string& why) {
+    return common::InvalidArgument("--switch " + std::string(text) + ": expected " +
+                                   std::string(kForm) + ", " + why);
+  };
+  ASSIGN_OR_RETURN(const NodeAnd split, SplitNodeOption("--switch", kForm, text));
+  SwitchEndpoint sw;
+  sw.node_id = split.node_id;
+  std::string_view rest = split.rest;
   const size_t comma = rest.find(',');
   const std::string server(rest.substr(0, comma));
   if (!common::Ipv4Endpoint::Parse(server) || common::Ipv4Endpoint::Parse(server)->port == 0) {

@@ -45,6 +45,15 @@ struct SwitchEndpoint {
 // error names what is wrong.
 common::Result<SwitchEndpoint> ParseSwitchOption(std::string_view text);
 
+// The node id before the "=" of an option's "NODE=REST", and the REST; an
+// error, "OPTION TEXT: expected FORM, got ...", names what is wrong.
+struct NodeAnd {
+  uint32_t node_id = 0;
+  std::string_view rest;
+};
+common::Result<NodeAnd> SplitNodeOption(std::string_view option, std::string_view form,
+                                        std::string_view text);
+
 // Per node id, per destination (IPv4, host order): the egress port.
 using NodeDecisions = std::map<uint32_t, std::map<uint32_t, uint16_t>>;
 
