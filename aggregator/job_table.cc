@@ -77,8 +77,8 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       origin_(spec.origin),
       index_(index),
       generation_(generation),
-      member_(new Member[spec.members]),
-      seen_(new std::atomic<uint32_t>[spec.members]),
+      member_(new Member[spec.members + 1u]),
+      seen_(new std::atomic<uint32_t>[spec.members + 1u]),
       first_ack_(new std::atomic<uint32_t>[spec.members]),
       placement_(spec.partition
                      ? JobPlacement::Partition(spec.partition->base, spec.partition->span)
@@ -103,10 +103,8 @@ Job::Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common:
       hops_(new Member[2 + spec.upstreams.size()]),
       excluded_(new std::atomic<uint64_t>[(spec.members + 63) / 64]) {
   for (uint32_t w = 0; w < (spec.members + 63u) / 64u; ++w) excluded_[w].store(0, std::memory_order_relaxed);
-  for (uint16_t i = 0; i < spec.members; ++i) {
-    seen_[i].store(0, std::memory_order_relaxed);
-    first_ack_[i].store(0, std::memory_order_relaxed);
-  }
+  for (uint32_t i = 0; i <= spec.members; ++i) seen_[i].store(0, std::memory_order_relaxed);
+  for (uint16_t i = 0; i < spec.members; ++i) first_ack_[i].store(0, std::memory_order_relaxed);
   if (!spec.member_nodes.empty()) {
     // Contiguous ids (a rack's ranks) map by subtraction; anything else by search.
     bool contiguous = true;

@@ -602,10 +602,20 @@ class alignas(64) Job {
   bool bypass_covered_nodes() const { return bypass_covered_nodes_; }
   bool parameter_server() const { return parameter_server_; }
   bool verify() const { return verify_; }
-  // Whether a datagram from `ip`:`port` comes from the job's main server.
+  // Whether a datagram from `ip`:`port` claims to be the job's main
+  // server's: its address and port (any port when it names none). [any]
   bool FromMainServer(uint32_t ip, uint16_t port) const {
     return main_server_ip_ != 0 && ip == main_server_ip_ &&
            (main_server_port_ == 0 || port == main_server_port_);
+  }
+  // Binds the job's main server as BindAddress binds a member: the first
+  // datagram from its address and port (FromMainServer), with the job's key,
+  // binds it to that datagram's ingress port, VLAN, MAC and UDP port too;
+  // any other is kRefused, until the bound one has been silent for
+  // `rebind_ticks` (kRebound). [any]
+  Bind BindMainServer(const MemberAddr& from, uint32_t now, uint32_t rebind_ticks) const {
+    if (!FromMainServer(from.ip, from.udp_port)) return Bind::kRefused;
+    return BindAddress(members_, from, now, rebind_ticks);
   }
   uint32_t main_server_ip() const { return main_server_ip_; }
   uint16_t main_server_port() const { return main_server_port_; }
@@ -894,6 +904,7 @@ class alignas(64) Job {
   const JobSpec::Origin origin_;
   const uint16_t index_;
   const uint32_t generation_;
+  // By member index; one more, at members_, binds the main server.
   const std::unique_ptr<Member[]> member_;
   // When each member last sent (BindMember's clock), by member index; own
   // array, so that the members' cache lines stay two to a line.

@@ -135,7 +135,7 @@ void AggregationStage::Distribute(rte_mbuf* m, const aggregator::Job& job,
   using aggregator::NackReason;
   AggregationCounters& c = stats_.lcore.agg;
   const aggregator::AggHeader& h = *pkt.header;
-  if (!job.FromMainServer(sender.ip, sender.udp_port)) {
+  if (!job.FromMainServer(sender.ip, sender.udp_port) || !MainServerBound(job, sender)) {
     c.distribute_refused.Add(1);
     answers_.Nack(m, h, NackReason::kNotMainServer, sender);
     return;
@@ -287,6 +287,10 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     }
     if (opcode == Opcode::kDistribute) {
       Distribute(m, *job, pkt, header_offset, sender, in_port);
+      return false;
+    }
+    if (main_server && !MainServerBound(*job, sender)) {
+      answers_.Nack(m, h, NackReason::kNotMainServer, sender);
       return false;
     }
     if ((opcode == Opcode::kLate || (at_ps && member < 0)) &&
@@ -804,9 +808,10 @@ void AggregationStage::Contribute(const Checked& it) {
   // kept waits ("not now"), rather than complete a result nobody delivers.
   if (contribution.final && job.is_root() && job.main_server_ip() != 0 &&
       !job.parameter_server() && !job.verify() && s_.finals != nullptr &&
-      !s_.finals->HasRoom() &&
+      !s_.finals->HasRoom(job) &&
       (contribution.needed <= 1 || s_.slots->CompletesWith(local, contribution))) {
     c.final_deferred.Add(1);
+    s_.finals->TellRefused(job, seq);
     NackMember(it, aggregator::NackReason::kStoreFull, DropReason::kAggRejected);
     return;
   }
@@ -1485,6 +1490,16 @@ bool AggregationStage::Keep(const Checked& it) {
   return false;
 }
 
+bool AggregationStage::MainServerBound(const aggregator::Job& job,
+                                       const aggregator::MemberAddr& sender) {
+  if (job.BindMainServer(sender, clock_.SeenNow(), s_.rebind_ticks) !=
+      aggregator::Job::Bind::kRefused) {
+    return true;
+  }
+  stats_.lcore.agg.main_server_refused.Add(1);
+  return false;
+}
+
 void AggregationStage::AnswerFetch(const Checked& it) {
   using aggregator::NackReason;
   AggregationCounters& c = stats_.lcore.agg;
@@ -1503,7 +1518,10 @@ void AggregationStage::AnswerFetch(const Checked& it) {
     tx_.Drop(it.in_port, DropReason::kAggRejected, it.m);
     return;
   }
-  const int owner = job.LocalIndex(static_cast<uint16_t>(h.aux.host()));
+  // A node id no member can have (above 16 bits) names nobody: not one
+  // whose low bits name a member.
+  const uint32_t node = h.aux.host();
+  const int owner = node > UINT16_MAX ? -1 : job.LocalIndex(static_cast<uint16_t>(node));
   const ParameterStore::Copy* copy =
       s_.store == nullptr || owner < 0 || !job.stores()
           ? nullptr

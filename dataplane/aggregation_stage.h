@@ -357,6 +357,11 @@ class AggregationStage {
   // refused (NACK store_full), neither kept nor reduced. Returns whether
   // the caller goes on to reduce it (`c` not consumed).
   bool Keep(const Checked& c);
+  // Binds the job's main server to `sender`, a datagram from its address
+  // and port with the job's key, or checks it against its binding
+  // (Job::BindMainServer); false, counted as main_server_refused, when
+  // another ingress port, VLAN, MAC or UDP port holds it.
+  bool MainServerBound(const aggregator::Job& job, const aggregator::MemberAddr& sender);
   // A FETCH at its chunk's home slot owner: the kept contribution of member
   // `aux` in a FETCH answer (freed after with RELEASE), else NACK
   // not_stored. Consumes the datagram.

@@ -418,6 +418,89 @@ TEST_F(StoreTest, StoreModeKeepsEveryMembersContributionForFetch) {
   EXPECT_EQ(StoreBuffers(*job), 3u);
 }
 
+// The main server is bound as a member is: its first datagram with the
+// job's key binds it to that datagram's port, VLAN and MAC. Another host
+// that sends from the main server's address and UDP port, with the key, is
+// refused (NACK not_main_server) whatever it asks: a member's kept vector,
+// a distribution to every member, or the end of a final delivery.
+TEST_F(StoreTest, TheMainServerIsBoundToWhereItFirstSentFrom) {
+  BuildAggregation(", store: {final_timeout_ms: 5000}");
+  const aggregator::Job* job = AddModeJob(24, 2, aggregator::JobSpec::Mode::kBoth);
+  job->SetHop(job->main_server_hop(), {ServerMac().ToU64(), 1, 0, kServerIp, kServerPort});
+  const common::MacAddr spoofer = common::MacAddr::FromU64(0x02000020beefULL);
+  for (uint16_t m = 0; m < 2; ++m) {
+    Frame f = Contribution(24, 3, m, Int32Payload({m + 1}));
+    HeaderOf(f)->flags = common::be16_t::FromHost(aggregator::flags::kFinal);
+    Inject(0, f);
+  }
+  Step();
+  auto out = Drain();
+  const Result delivery = Only(out, 1);
+  ASSERT_EQ(delivery.fields.opcode, aggregator::Opcode::kResult);
+  // The main server reads member 1's copy: bound now.
+  Inject(1, DatagramFrom(Fetch(24, 3, 0, 1), {}, ServerMac(), kServerIp, kServerPort));
+  Step();
+  out = Drain();
+  EXPECT_EQ(Only(out, 1).payload, Int32Payload({2}));
+  // The same address and UDP port from another port and MAC, with the key.
+  aggregator::AggFields ack = FinalAck(24, 3);
+  ack.aux = delivery.fields.aux;
+  aggregator::AggFields distribute;
+  distribute.opcode = aggregator::Opcode::kDistribute;
+  distribute.job_id = 24;
+  distribute.job_key = 0x5eed;
+  distribute.seq = 9;
+  distribute.elem_count = 1;
+  Inject(0, DatagramFrom(Fetch(24, 3, 0, 0), {}, spoofer, kServerIp, kServerPort));
+  Inject(0, DatagramFrom(distribute, Int32Payload({666}), spoofer, kServerIp, kServerPort));
+  Inject(0, DatagramFrom(ack, {}, spoofer, kServerIp, kServerPort));
+  Step();
+  out = Drain();
+  ASSERT_EQ(out[0].size(), 3u) << "three answers to the spoofer, nothing to the members";
+  for (const Frame& f : out[0]) {
+    const Result r = ParseResult(f);
+    EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+    EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kNotMainServer));
+    EXPECT_TRUE(r.payload.empty()) << "no member's vector";
+  }
+  EXPECT_EQ(Agg().main_server_refused.Get(), 3u);
+  EXPECT_EQ(Agg().distributions.Get(), 0u);
+  EXPECT_EQ(Agg().final_acked.Get(), 0u);
+  // The delivery goes on to the real main server, whose ACK ends it.
+  rte_delay_ms(15);
+  Step();
+  out = Drain();
+  EXPECT_EQ(Only(out, 1).fields.seq, 3u) << "sent again";
+  Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
+  Step();
+  EXPECT_EQ(Agg().final_acked.Get(), 1u);
+}
+
+// A FETCH names the member whose copy it wants by node id in `aux`, 32
+// bits on the wire: one past 16 bits names nobody, not the member its low
+// bits would.
+TEST_F(StoreTest, AFetchForANodeIdPastSixteenBitsIsRefused) {
+  AddModeJob(25, 2, aggregator::JobSpec::Mode::kStore);
+  Inject(0, Contribution(25, 1, 0, Int32Payload({42})));
+  Inject(0, Contribution(25, 1, 1, Int32Payload({43})));
+  Step();
+  (void)Drain();
+  aggregator::AggFields f = Fetch(25, 1, 1, 0);
+  f.aux = 0x10000;
+  Inject(0, Datagram(f));
+  Step();
+  auto out = Drain();
+  Result r = Only(out, 0);
+  EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNack);
+  EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NackReason::kNotStored));
+  EXPECT_EQ(Agg().fetches.Get(), 0u);
+  EXPECT_EQ(Agg().fetch_misses.Get(), 1u);
+  Inject(0, Datagram(Fetch(25, 1, 1, 0)));
+  Step();
+  out = Drain();
+  EXPECT_EQ(Only(out, 0).payload, Int32Payload({42})) << "node 0 itself";
+}
+
 // Both mode: every member gets the sum, and every member's own vector stays
 // fetchable.
 TEST_F(StoreTest, BothModeStoresAndAggregates) {
@@ -547,46 +630,113 @@ TEST_F(StoreTest, AFinalResultIsResentToTheMainServerUntilItsAck) {
   EXPECT_EQ(StoreBuffers(*job), 0u);
 }
 
-// The root keeps at most 64 final results in delivery per worker. A
-// contribution that would complete one more while all are taken is refused
-// for now (NACK store full), not completed into a result the main server
-// would never get; once the main server ACKs one, the member's retry goes in.
+// The root keeps at most 64 final results in delivery per worker, 16 of
+// them one job's. A contribution that would complete one more while all are
+// taken is refused for now (NACK store full, and the main server is told),
+// not completed into a result the main server would never get; once the
+// main server ACKs one, the member's retry goes in.
 TEST_F(StoreTest, AFinalChunkWaitsWhileEveryDeliveryIsTaken) {
   BuildAggregation(", store: {final_timeout_ms: 5000}");
-  const aggregator::Job* job = AddModeJob(17, 1, aggregator::JobSpec::Mode::kAggregate);
-  job->SetHop(job->main_server_hop(), {ServerMac().ToU64(), 1, 0, kServerIp, kServerPort});
-  auto final_contribution = [&](uint32_t seq) {
-    Frame f = Contribution(17, seq, 0, Int32Payload({static_cast<int32_t>(seq)}));
+  auto final_contribution = [&](uint32_t job, uint32_t seq) {
+    Frame f = Contribution(job, seq, 0, Int32Payload({static_cast<int32_t>(seq)}));
     HeaderOf(f)->flags = common::be16_t::FromHost(aggregator::flags::kFinal);
     return f;
   };
-  for (uint32_t seq = 0; seq < FinalDelivery::kMaxPending; ++seq) {
-    Inject(0, final_contribution(seq));
-    Step();
+  for (uint32_t id = 17; id <= 21; ++id) {
+    const aggregator::Job* job = AddModeJob(id, 1, aggregator::JobSpec::Mode::kAggregate);
+    job->SetHop(job->main_server_hop(), {ServerMac().ToU64(), 1, 0, kServerIp, kServerPort});
+  }
+  // Four jobs take a quarter each. (A chunk whose slot another job's
+  // result holds is refused slot_busy: the next one goes in.)
+  for (uint32_t id = 17; id <= 20; ++id) {
+    const uint64_t want = uint64_t{FinalDelivery::kMaxPerJob} * (id - 16);
+    for (uint32_t seq = 0; seq < 256 && Agg().final_deliveries.Get() < want; ++seq) {
+      Inject(0, final_contribution(id, seq));
+      Step();
+    }
   }
   (void)Drain();
   EXPECT_EQ(Agg().final_deliveries.Get(), FinalDelivery::kMaxPending);
-  Inject(0, final_contribution(64));
-  Step();
-  auto out = Drain();
+  EXPECT_EQ(Agg().final_deferred.Get(), 0u);
+  uint32_t seq = 64;
+  std::map<int, std::vector<Frame>> out;
+  for (; seq < 256 && Agg().final_deferred.Get() == 0; ++seq) {
+    Inject(0, final_contribution(21, seq));
+    Step();
+    out = Drain();
+  }
+  --seq;
   EXPECT_TRUE(WithOpcode(out[0], aggregator::Opcode::kResult).empty()) << "not completed";
   const std::vector<Result> nacks = WithOpcode(out[0], aggregator::Opcode::kNack);
   ASSERT_EQ(nacks.size(), 1u);
   EXPECT_EQ(nacks[0].fields.aux, static_cast<uint32_t>(aggregator::NackReason::kStoreFull));
+  const std::vector<Result> told = WithOpcode(out[1], aggregator::Opcode::kNack);
+  ASSERT_EQ(told.size(), 1u) << "the main server is told";
+  EXPECT_EQ(told[0].fields.job_id, 21u);
+  EXPECT_EQ(told[0].fields.seq, seq);
+  EXPECT_EQ(told[0].fields.aux, static_cast<uint32_t>(aggregator::NackReason::kStoreFull));
+  EXPECT_EQ(told[0].fields.flags, aggregator::flags::kFinal);
   EXPECT_EQ(Agg().final_deferred.Get(), 1u);
   EXPECT_EQ(Agg().final_refused.Get(), 0u);
   aggregator::AggFields ack = FinalAck(17, 0);
   Inject(1, DatagramFrom(ack, {}, ServerMac(), kServerIp, kServerPort));
   Step();
-  Inject(0, final_contribution(64));
+  Inject(0, final_contribution(21, seq));
   Step();
   out = Drain();
   const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
   ASSERT_EQ(results.size(), 1u);
-  EXPECT_EQ(results[0].payload, Int32Payload({64}));
+  EXPECT_EQ(results[0].payload, Int32Payload({static_cast<int32_t>(seq)}));
   bool delivered = false;
-  for (const Result& r : WithOpcode(out[1], aggregator::Opcode::kResult)) delivered |= r.fields.seq == 64;
+  for (const Result& r : WithOpcode(out[1], aggregator::Opcode::kResult)) {
+    delivered |= r.fields.job_id == 21 && r.fields.seq == seq;
+  }
   EXPECT_TRUE(delivered) << "to the main server";
+  EXPECT_EQ(Agg().final_refused.Get(), 0u);
+}
+
+// A job whose main server never ACKs holds back its own final chunks only:
+// its deliveries take buffers within its store quota and at most a quarter
+// of the delivery entries, and its held-back chunks are told to its main
+// server; another job's final chunk is delivered all the same.
+TEST_F(StoreTest, AJobWhoseMainServerNeverAcksHoldsBackOnlyItsOwnFinalChunks) {
+  BuildAggregation(", store: {final_timeout_ms: 5000}");
+  const aggregator::Job* greedy = AddModeJob(22, 1, aggregator::JobSpec::Mode::kAggregate, 8);
+  const aggregator::Job* other = AddModeJob(23, 2, aggregator::JobSpec::Mode::kAggregate, 8);
+  for (const aggregator::Job* job : {greedy, other}) {
+    job->SetHop(job->main_server_hop(), {ServerMac().ToU64(), 1, 0, kServerIp, kServerPort});
+  }
+  auto final_contribution = [&](uint32_t job, uint32_t seq, uint16_t node) {
+    Frame f = Contribution(job, seq, node, Int32Payload({static_cast<int32_t>(seq)}));
+    HeaderOf(f)->flags = common::be16_t::FromHost(aggregator::flags::kFinal);
+    return f;
+  };
+  for (uint32_t seq = 0; seq < FinalDelivery::kMaxPending; ++seq) {
+    Inject(0, final_contribution(22, seq, 0));
+    Step();
+  }
+  auto out = Drain();
+  EXPECT_EQ(Agg().final_deliveries.Get(), 8u) << "its store quota";
+  EXPECT_EQ(StoreBuffers(*greedy), 8u);
+  EXPECT_EQ(Agg().final_deferred.Get(), FinalDelivery::kMaxPending - 8);
+  std::set<uint32_t> told;
+  for (const Result& r : WithOpcode(out[1], aggregator::Opcode::kNack)) {
+    if (r.fields.flags == aggregator::flags::kFinal && r.fields.job_id == 22) told.insert(r.fields.seq);
+  }
+  EXPECT_EQ(told.size(), FinalDelivery::kMaxPending - 8) << "each held-back chunk, to its main server";
+  EXPECT_EQ(told.count(7), 0u);
+  EXPECT_EQ(told.count(8), 1u);
+  Inject(0, final_contribution(23, 5, 0));
+  Inject(0, final_contribution(23, 5, 1));
+  Step();
+  out = Drain();
+  EXPECT_EQ(WithOpcode(out[0], aggregator::Opcode::kResult).size(), 2u);
+  bool delivered = false;
+  for (const Result& r : WithOpcode(out[1], aggregator::Opcode::kResult)) {
+    delivered |= r.fields.job_id == 23 && r.fields.seq == 5 && r.payload == Int32Payload({10});
+  }
+  EXPECT_TRUE(delivered) << "the other job's final result reaches its main server";
+  EXPECT_EQ(StoreBuffers(*other), 1u);
   EXPECT_EQ(Agg().final_refused.Get(), 0u);
 }
 

@@ -254,7 +254,7 @@ struct PortCounters {
   X(final_given_up, "final results given up: no ACK from the main server within aggregation.store.final_timeout_ms") \
   X(final_ack_unmatched, "main server ACKs of a final result not in delivery here: ACKed before, given up, or never sent") \
   X(final_refused, "final results not delivered: no store buffer or delivery entry free, or no main server") \
-  X(final_deferred, "contributions that would complete a FINAL chunk refused for now (NACK store_full), or FINAL results from above dropped to come again: no delivery entry or store buffer free") \
+  X(final_deferred, "contributions that would complete a FINAL chunk refused for now (NACK store_full), or FINAL results from above dropped to come again: no delivery entry or store buffer free for the job; its main server is told (NACK store_full)") \
   X(results_refused, "results not from the job's upstream or TAN")                     \
   X(verify_sent, "complete results sent to the parameter node to be checked (VERIFY)") \
   X(exceptions_down, "EXCEPTION_RETRANSMITs (a saturated sum, to be redone in float32) received from upstream or the parameter node and replicated to members") \
@@ -272,6 +272,7 @@ struct PortCounters {
   X(neighbor_ring_full, "ARP replies not passed up: the neighbor ring was full")          \
   X(member_rebinds, "members bound to a new address after the old one was silent for aggregation.member_rebind_ms") \
   X(member_refused, "datagrams claiming a member bound to another address, refused (NACK member_bound)") \
+  X(main_server_refused, "DISTRIBUTE, FETCH or final ACK from the main server's address but not the port, VLAN or MAC it is bound to (NACK not_main_server)") \
   X(new_run, "datagrams with a new incarnation for a member of a job: a new run, started by the control thread (NACK new_run)") \
   X(run_ended, "datagrams of a job's run that a newer run replaced, refused (NACK run_ended) or dropped") \
   X(results_lost, "queries after a float sum's chunk whose result only some members hold, and that this root would reduce again in another order: refused (NACK result_lost)") \

@@ -14,8 +14,7 @@ void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::AggField
                           const uint8_t* result, uint32_t len, bool overflow,
                           uint32_t global_slot) {
   AggregationCounters& c = stats_.lcore.agg;
-  if (job.main_server_ip() == 0 || store_ == nullptr || n_pending_ == kMaxPending ||
-      len > store_->max_payload()) {
+  if (job.main_server_ip() == 0) {
     c.final_refused.Add(1);
     return;
   }
@@ -27,9 +26,12 @@ void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::AggField
       return;
     }
   }
-  const uint32_t buffer = store_->TakeBuffer(job);
+  const uint32_t buffer = store_ == nullptr || len > store_->max_payload() || !HasRoom(job)
+                              ? ParameterStore::kNoBuffer
+                              : store_->TakeBuffer(job);
   if (buffer == ParameterStore::kNoBuffer) {
     c.final_refused.Add(1);
+    TellRefused(job, chunk.seq);
     return;
   }
   Pending* p = pending_;
@@ -56,6 +58,29 @@ void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::AggField
   c.final_deliveries.Add(1);
   Send(job, *p);
   p->next_tsc = clock_.tsc + Backoff(*p);
+}
+
+bool FinalDelivery::HasRoom(const aggregator::Job& job) const {
+  if (store_ == nullptr || n_pending_ >= kMaxPending || !store_->HasRoomFor(job)) return false;
+  uint32_t mine = 0;
+  for (const Pending& p : pending_) {
+    mine += p.used && p.job_index == job.index() && p.job_generation == job.generation();
+  }
+  return mine < kMaxPerJob;
+}
+
+void FinalDelivery::TellRefused(const aggregator::Job& job, uint32_t seq) {
+  aggregator::MemberAddr to;
+  if (!job.GetMainServer(&to)) return;
+  aggregator::AggFields f;
+  f.opcode = aggregator::Opcode::kNack;
+  f.flags = aggregator::flags::kFinal;
+  f.job_id = job.id();
+  f.seq = seq;
+  f.aux = static_cast<uint32_t>(aggregator::NackReason::kStoreFull);
+  f.incarnation = job.label();
+  f.node_count = job.members();
+  (void)answers_.Acknowledge(f, to);
 }
 
 bool FinalDelivery::Send(const aggregator::Job& job, Pending& p) {

@@ -4,7 +4,13 @@
 //
 // The result is copied into a buffer of the worker's parameter store (the
 // slot may be reused before the ACK comes), so final results are bounded and
-// accounted with the store. Each delivery carries, in `aux`, the global index
+// accounted with the store: a job's deliveries take buffers within its share
+// of the store (its store quota split over the workers), and a job keeps at
+// most a quarter of a worker's delivery entries, so that a job whose main
+// server never ACKs holds back its own final chunks, never another job's.
+// A final chunk held back or refused for want of room reaches the main
+// server as a NACK store_full flagged FINAL (TellRefused). Each delivery carries,
+// in `aux`, the global index
 // of the slot that completed it; the main server echoes it in its ACK, which
 // takes it to this worker (AggregationStage::Check).
 //
@@ -29,8 +35,9 @@ namespace aggswitch::dataplane {
 
 class FinalDelivery {
  public:
-  // Deliveries one worker keeps in flight at once.
+  // Deliveries one worker keeps in flight at once, and one job of them.
   static constexpr uint32_t kMaxPending = 64;
+  static constexpr uint32_t kMaxPerJob = kMaxPending / 4;
 
   FinalDelivery(const aggregator::JobTable* jobs, ParameterStore* store, Answers& answers,
                 LcoreStats& stats, const LcoreClock& clock, uint64_t retry_cycles,
@@ -40,8 +47,8 @@ class FinalDelivery {
 
   // The root completed `slot` (global index `global_slot`) of `job`, marked
   // FINAL: keeps a copy and sends it to the job's main server. Counted as
-  // final_refused when no buffer or entry is free, or the job has no main
-  // server.
+  // final_refused when the job has no main server, or no room (HasRoom);
+  // the main server is told with a NACK store_full.
   void Begin(const aggregator::Job& job, const aggregator::Slot& slot, uint32_t global_slot);
   // The same for a result in hand: `chunk` its header's fields (seq,
   // elements, dtype, op, scale, addr_low), `result` its `len` payload bytes,
@@ -61,10 +68,16 @@ class FinalDelivery {
   // (bounded: kMaxPending entries).
   void Run();
   bool pending() const { return n_pending_ != 0; }
-  // Whether Begin would find a delivery entry and a store buffer now.
-  bool HasRoom() const {
-    return store_ != nullptr && n_pending_ < kMaxPending && store_->used() < store_->capacity();
-  }
+  // Tells the job's main server, when its address is resolved, that the
+  // final result of chunk `seq` was not kept for it: a NACK store_full
+  // flagged FINAL, with the run label a delivery would carry. Begin sends
+  // it when it refuses; the caller when it holds a final chunk back for
+  // want of room (the members' resend brings it again).
+  void TellRefused(const aggregator::Job& job, uint32_t seq);
+  // Whether Begin would find room for a delivery of `job` now: an entry
+  // (kMaxPending, and kMaxPerJob of them for the job) and a store buffer
+  // within the job's share.
+  bool HasRoom(const aggregator::Job& job) const;
 
  private:
   struct Pending {

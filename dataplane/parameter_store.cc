@@ -51,7 +51,7 @@ size_t ParameterStore::Probe(const aggregator::Job& job, uint32_t seq, uint16_t 
   }
 }
 
-bool ParameterStore::Charge(const aggregator::Job& job, bool within_share) {
+bool ParameterStore::Charge(const aggregator::Job& job) {
   JobUse& use = jobs_[job.index()];
   uint32_t count = use.count.load(std::memory_order_relaxed);
   if (use.generation.load(std::memory_order_relaxed) != job.generation()) {
@@ -59,10 +59,7 @@ bool ParameterStore::Charge(const aggregator::Job& job, bool within_share) {
     use.generation.store(job.generation(), std::memory_order_relaxed);
     count = 0;
   }
-  const uint32_t share = job.store_quota() == 0
-                             ? capacity_
-                             : (job.store_quota() + n_workers_ - 1u) / n_workers_;
-  if (within_share && count >= share) return false;
+  if (count >= Share(job)) return false;
   use.count.store(count + 1, std::memory_order_relaxed);
   return true;
 }
@@ -96,7 +93,7 @@ ParameterStore::Kept ParameterStore::Keep(const aggregator::Job& job, uint16_t m
   Kept kept = Kept::kReplaced;
   if (c.buffer == kNoBuffer) {
     if (n_free_ == 0) return Kept::kFull;
-    if (!Charge(job, true)) return Kept::kJobFull;
+    if (!Charge(job)) return Kept::kJobFull;
     c.buffer = PopFree();
     c.job_id = job.id();
     c.job_generation = job.generation();
@@ -163,9 +160,12 @@ void ParameterStore::Sweep(const aggregator::JobTable& jobs, uint32_t budget) {
 }
 
 uint32_t ParameterStore::TakeBuffer(const aggregator::Job& job) {
-  if (n_free_ == 0) return kNoBuffer;
-  Charge(job, false);
+  if (n_free_ == 0 || !Charge(job)) return kNoBuffer;
   return PopFree();
+}
+
+bool ParameterStore::HasRoomFor(const aggregator::Job& job) const {
+  return n_free_ != 0 && JobUsed(job.index(), job.generation()) < Share(job);
 }
 
 void ParameterStore::GiveBuffer(uint16_t job_index, uint32_t job_generation, uint32_t buffer) {

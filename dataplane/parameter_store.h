@@ -86,10 +86,11 @@ class ParameterStore {
   void Sweep(const aggregator::JobTable& jobs, uint32_t budget);
 
   // A buffer for `job` outside the table (a final result FinalDelivery
-  // keeps): counted as the job's, but not bounded by its share (the members
-  // have the result already; FinalDelivery bounds how many it keeps).
-  // kNoBuffer when every buffer of this worker is taken.
+  // keeps), counted as the job's and within its share; kNoBuffer when the
+  // share, or every buffer of this worker, is taken (HasRoomFor).
   uint32_t TakeBuffer(const aggregator::Job& job);
+  // Whether `job` may take one more buffer now.
+  bool HasRoomFor(const aggregator::Job& job) const;
   uint8_t* BufferData(uint32_t buffer) { return memory_.get() + size_t{buffer} * max_payload_; }
   // Returns a TakeBuffer() buffer of the job at `job_index`, `generation`.
   void GiveBuffer(uint16_t job_index, uint32_t job_generation, uint32_t buffer);
@@ -108,12 +109,17 @@ class ParameterStore {
     std::atomic<uint32_t> count{0};
   };
 
+  // The buffers of this worker's a job may hold: its store quota split
+  // over the workers (rounded up).
+  uint32_t Share(const aggregator::Job& job) const {
+    return job.store_quota() == 0 ? capacity_ : (job.store_quota() + n_workers_ - 1u) / n_workers_;
+  }
   size_t Home(uint16_t job_index, uint32_t seq, uint16_t member) const;
   // The table position of the key, or of the free position it would take.
   size_t Probe(const aggregator::Job& job, uint32_t seq, uint16_t member) const;
   // Counts one more buffer of the job's; false (and nothing counted) when
-  // `within_share` and its share is full.
-  bool Charge(const aggregator::Job& job, bool within_share);
+  // its share is full.
+  bool Charge(const aggregator::Job& job);
   void Uncharge(uint16_t job_index, uint32_t job_generation);
   uint32_t PopFree();
   void PushFree(uint32_t buffer);

@@ -107,23 +107,32 @@ TEST_F(ParameterStoreTest, RefusesPastTheJobsShareAndPastItsBuffers) {
   EXPECT_EQ(store.Keep(*a, 0, Packet(9, {1})), ParameterStore::Kept::kFull);
 }
 
-// A final result's buffer counts as the job's but is not bounded by its
-// share: the members have the result, and the main server must get it.
-TEST_F(ParameterStoreTest, FinalResultBuffersPassTheJobsShareNotTheStores) {
-  ParameterStore store(3, kMaxPayload, jobs_->max_jobs(), 1);
-  const aggregator::Job* job = AddJob(4, 1);
+// A final result's buffer counts as the job's, within its share as a kept
+// copy is: a job whose main server never ACKs fills its own share, never
+// the store.
+TEST_F(ParameterStoreTest, FinalResultBuffersStayWithinTheJobsShare) {
+  ParameterStore store(4, kMaxPayload, jobs_->max_jobs(), 1);
+  const aggregator::Job* job = AddJob(4, 2);
+  const aggregator::Job* other = AddJob(5, 2);
   EXPECT_EQ(store.Keep(*job, 0, Packet(0, {1})), ParameterStore::Kept::kStored);
-  EXPECT_EQ(store.Keep(*job, 1, Packet(0, {1})), ParameterStore::Kept::kJobFull);
+  EXPECT_TRUE(store.HasRoomFor(*job));
   const uint32_t a = store.TakeBuffer(*job);
-  const uint32_t b = store.TakeBuffer(*job);
   EXPECT_NE(a, ParameterStore::kNoBuffer);
-  EXPECT_NE(b, ParameterStore::kNoBuffer);
-  EXPECT_NE(a, b);
-  EXPECT_EQ(store.TakeBuffer(*job), ParameterStore::kNoBuffer) << "the store's buffers bound them";
-  EXPECT_EQ(store.JobUsed(job->index(), job->generation()), 3u);
-  store.GiveBuffer(job->index(), job->generation(), a);
+  EXPECT_FALSE(store.HasRoomFor(*job));
+  EXPECT_EQ(store.TakeBuffer(*job), ParameterStore::kNoBuffer) << "the job's share bounds them";
   EXPECT_EQ(store.JobUsed(job->index(), job->generation()), 2u);
   EXPECT_EQ(store.used(), 2u);
+  // Another job's share is whole.
+  const uint32_t b = store.TakeBuffer(*other);
+  const uint32_t c = store.TakeBuffer(*other);
+  EXPECT_NE(b, ParameterStore::kNoBuffer);
+  EXPECT_NE(c, ParameterStore::kNoBuffer);
+  EXPECT_NE(b, c);
+  EXPECT_FALSE(store.HasRoomFor(*other));
+  store.GiveBuffer(job->index(), job->generation(), a);
+  EXPECT_EQ(store.JobUsed(job->index(), job->generation()), 1u);
+  EXPECT_EQ(store.used(), 3u);
+  EXPECT_TRUE(store.HasRoomFor(*job));
 }
 
 // Many keys kept and released at random: every kept copy stays findable with

@@ -797,13 +797,14 @@ void TreeStage::ResultFromAbove(rte_mbuf* m, const aggregator::Job& job,
   const bool final = job.is_root() && !job.parameter_server() && !job.verify() &&
                      (flags & aggregator::flags::kFinal) != 0;
   if (final && (flags & aggregator::flags::kIncomplete) == 0 && s_.finals != nullptr &&
-      !s_.finals->HasRoom()) {
+      !s_.finals->HasRoom(job)) {
     // No room to keep the final result for the main server now (every
     // delivery waits for its ACK): the result waits too, as a contribution
     // that would complete a final chunk here does, rather than reach the
     // members and never the main server. The members' resends bring it
     // down again.
     c.final_deferred.Add(1);
+    s_.finals->TellRefused(job, seq);
     tx_.Drop(in_port, DropReason::kAggResultRefused, m);
     return;
   }
