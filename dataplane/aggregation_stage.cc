@@ -1296,9 +1296,10 @@ void AggregationStage::NoticeAbsentAt(uint32_t local, Counter& sent, bool forwar
   const uint32_t seq = slot.seq();
   const uint16_t members = std::min(holder->members(), slot.expected());
   for (uint16_t node = 0; node < members; ++node) {
-    if (slot.HasContributed(node) || holder->Excluded(node) || holder->IsSwitch(node)) {
-      continue;
-    }
+    // A child switch too: its partial, refused while the slot was busy,
+    // goes again at once (MissingAbove) rather than when its members next
+    // ask after the chunk.
+    if (slot.HasContributed(node) || holder->Excluded(node)) continue;
     const std::optional<uint32_t> ack = holder->GetAck(node);
     aggregator::MemberAddr addr;
     if ((ack && aggregator::SeqBefore(seq, *ack)) || !holder->GetMember(node, &addr)) continue;

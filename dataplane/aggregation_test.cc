@@ -2379,13 +2379,39 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
     job->SetHop(job->ParentHop(p), {parent_mac[p].ToU64(), 0, 0, parent_ip[p], parent_port[p]});
   }
 
-  // The fourth rank completes chunk 0, then chunk 1 (addr_low 1) completes.
+  // Rank 4 asks after chunk 0 while its result is on the way down: held
+  // (waiting for no member here: for the parent), not missing, so that it
+  // does not send its data again. Within the resend gap (5 ms) of the
+  // partial that is all (asked in the burst that sent the partial, one
+  // reading of the clock); asked after it, the partial goes up again in
+  // case it or the result was lost; asked again at once, not again.
+  auto query = [&](uint32_t seq, uint16_t node, uint32_t addr_low) {
+    aggregator::AggFields f = fields(seq, node, addr_low);
+    f.opcode = aggregator::Opcode::kQuery;
+    Inject(0, Datagram(f));
+  };
+  const auto held_only = [&](const std::vector<Result>& answers, const char* what) {
+    size_t notices = 0;
+    for (const Result& r : answers) {
+      if (r.fields.opcode != aggregator::Opcode::kNotice) continue;
+      ++notices;
+      EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kHeld)) << what;
+      EXPECT_EQ(r.fields.expected, 0u) << what << ": waiting for the parent, not for members";
+      EXPECT_EQ(r.dst_port, 40004);
+    }
+    EXPECT_EQ(notices, 1u) << what;
+  };
+
+  // The fourth rank completes chunk 0, then chunk 1 (addr_low 1) completes,
+  // and rank 4 asks after chunk 0.
   send(0, 7, 0);
   for (uint16_t node = 4; node < 8; ++node) send(1, node, 1);
+  query(0, 4, 0);
   Step();
   auto out = Drain();
   ASSERT_EQ(out.size(), 1u);
-  ASSERT_EQ(out[0].size(), 2u) << "one partial per chunk, nothing to the members yet";
+  ASSERT_EQ(out[0].size(), 3u) << "one partial per chunk and the answer, nothing to the members yet";
+  held_only(Results(out[0]), "question 1");
   for (uint32_t seq = 0; seq < 2; ++seq) {
     const Result r = ParseResult(out[0][seq]);
     EXPECT_EQ(r.dst_mac, parent_mac[seq]) << "chunk " << seq;
@@ -2403,41 +2429,22 @@ TEST_F(InBandTest, MultiNodeJobSendsEachChunkToTheParentItsAddrLowPicks) {
   }
   EXPECT_EQ(Agg().partials_sent.Get(), 2u);
 
-  // Rank 4 asks after chunk 0 while its result is on the way down: held
-  // (waiting for no member here: for the parent), not missing, so that it
-  // does not send its data again. Within the resend gap (5 ms) of the
-  // partial that is all; asked after it, the partial goes up again in case
-  // it or the result was lost; asked again at once, not again.
-  auto query = [&](uint32_t seq, uint16_t node, uint32_t addr_low) {
-    aggregator::AggFields f = fields(seq, node, addr_low);
-    f.opcode = aggregator::Opcode::kQuery;
-    Inject(0, Datagram(f));
-  };
-  for (int asked = 1; asked <= 3; ++asked) {
-    if (asked == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(6));
-      Step();  // a poll reads the clock for the next one
-    }
+  EXPECT_EQ(Agg().partials_resent.Get(), 0u) << "asked within the resend gap";
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();  // a poll reads the clock for the next one
+  for (int asked = 2; asked <= 3; ++asked) {
     query(0, 4, 0);
     Step();
     out = Drain();
     ASSERT_EQ(out.size(), 1u);
     ASSERT_EQ(out[0].size(), asked == 2 ? 2u : 1u) << "question " << asked;
-    size_t notices = 0;
     for (const Result& r : Results(out[0])) {
-      if (r.fields.opcode == aggregator::Opcode::kPartial) {
-        EXPECT_EQ(r.dst_ip, parent_ip[0]);
-        EXPECT_EQ(r.fields.seq, 0u);
-        EXPECT_EQ(r.payload, Int32Payload({40 + 50 + 60 + 70}));
-        continue;
-      }
-      ++notices;
-      EXPECT_EQ(r.fields.opcode, aggregator::Opcode::kNotice);
-      EXPECT_EQ(r.fields.aux, static_cast<uint32_t>(aggregator::NoticeKind::kHeld));
-      EXPECT_EQ(r.fields.expected, 0u) << "waiting for the parent, not for members";
-      EXPECT_EQ(r.dst_port, 40004);
+      if (r.fields.opcode != aggregator::Opcode::kPartial) continue;
+      EXPECT_EQ(r.dst_ip, parent_ip[0]);
+      EXPECT_EQ(r.fields.seq, 0u);
+      EXPECT_EQ(r.payload, Int32Payload({40 + 50 + 60 + 70}));
     }
-    EXPECT_EQ(notices, 1u);
+    held_only(Results(out[0]), asked == 2 ? "question 2" : "question 3");
   }
   EXPECT_EQ(Agg().partials_resent.Get(), 1u) << "once per resend gap";
   EXPECT_EQ(Agg().missing_notices.Get(), 0u);
@@ -4550,6 +4557,41 @@ TEST_F(ParameterNodeTest, ARootAsksAChildPastAChunkItLacksForItsData) {
       EXPECT_EQ(Agg().resync_notices.Get(), resyncs + 1);
     }
   }
+}
+
+// A chunk refused its slot (NACK slot_busy) waits for the chunk there, and
+// that one may wait for a child switch's partial, refused before while the
+// slot was busy: the child is told NOTICE missing as a member is, and sends
+// its partial again at once (MissingAbove), not when its ranks next ask
+// after the chunk, a backed-off timeout later, while the refused chunk's
+// own members give up (seed 1581302).
+TEST_F(ParameterNodeTest, ARefusalTellsAChildSwitchTheBusySlotsChunkLacksItsPartial) {
+  BuildAggregation(", spare_slots: 0");
+  AddRootOverChild(9);
+  AddJob(10, 2);
+  const auto [s9, s10] = CollidingSeqs(*jobs_, config_, 9, 10);
+  // The child switch has spoken (it is bound), and worker 0 starts the chunk.
+  aggregator::AggFields ack = FromChild(aggregator::Opcode::kAck, 9, kChild, s9, 0xa1);
+  ack.ack_watermark = s9;
+  ack.elem_count = 0;
+  Inject(0, DatagramFrom(ack, {}, MemberMac(kChild), MemberIp(kChild), MemberPort(kChild)));
+  Inject(0, Contribution(9, s9, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, s9));
+  Step();
+  (void)Drain();
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();  // a poll reads the clock for the next one
+  for (const uint16_t node : {0, 1}) {
+    Inject(0, Contribution(10, s10, node, Int32Payload({100}), DType::kInt32, ReduceOp::kSum,
+                           0x5eed, -1, s10));
+  }
+  StepThroughControl();
+  const auto out = Drain();
+  EXPECT_EQ(WithOpcode(out.at(0), aggregator::Opcode::kNack).size(), 2u) << "slot_busy";
+  const std::map<uint32_t, uint32_t> told = NoticeKinds(out.at(0), s9);
+  ASSERT_EQ(told.count(MemberIp(kChild)), 1u) << "the child switch whose partial the chunk lacks";
+  EXPECT_EQ(told.at(MemberIp(kChild)), static_cast<uint32_t>(aggregator::NoticeKind::kMissing));
+  EXPECT_EQ(told.count(MemberIp(0)), 0u) << "worker 0's data is in";
+  EXPECT_EQ(Agg().busy_notices.Get(), 1u);
 }
 
 // A float sum is never computed again (its order would change its bytes),
