@@ -610,12 +610,17 @@ class alignas(64) Job {
   }
   // Binds the job's main server as BindAddress binds a member: the first
   // datagram from its address and port (FromMainServer), with the job's key,
-  // binds it to that datagram's ingress port, VLAN, MAC and UDP port too;
-  // any other is kRefused, until the bound one has been silent for
-  // `rebind_ticks` (kRebound). [any]
-  Bind BindMainServer(const MemberAddr& from, uint32_t now, uint32_t rebind_ticks) const {
+  // binds it to that datagram's ingress port, VLAN, MAC and UDP port too.
+  // Any other is kRefused, however long the bound one has been silent (a
+  // main server speaks at the end of a job, and is silent before): only
+  // the host it is bound to (ingress port, VLAN, MAC, IP) takes it at once
+  // from another UDP port (a restarted main server without a configured
+  // port; kRebound), and the job's next generation binds afresh. [any]
+  Bind BindMainServer(const MemberAddr& from, uint32_t now) const {
     if (!FromMainServer(from.ip, from.udp_port)) return Bind::kRefused;
-    return BindAddress(members_, from, now, rebind_ticks);
+    const Bind bound = BindAddress(members_, from, now, 0);
+    if (bound != Bind::kRefused || !MayRenew(members_, from, now, 0)) return bound;
+    return BindAddress(members_, from, now, 0, /*same_host=*/true);
   }
   uint32_t main_server_ip() const { return main_server_ip_; }
   uint16_t main_server_port() const { return main_server_port_; }
@@ -764,9 +769,10 @@ class alignas(64) Job {
   // incarnations end. `new_runs` counts requests for the control thread.
   Job(const JobSpec& spec, uint16_t index, uint32_t generation, const common::SipKey& slot_secret,
       std::atomic<uint32_t>* new_runs, const Job* renewed = nullptr);
-  // The address half of BindMember.
+  // The address half of BindMember. `same_host`: `from` is on the host the
+  // member is bound to (MayRenew), and takes it whether silent or not.
   Bind BindAddress(uint16_t index, const MemberAddr& from, uint32_t now,
-                   uint32_t rebind_ticks) const {
+                   uint32_t rebind_ticks, bool same_host = false) const {
     Member& m = member_[index];
     const uint64_t l2 = (from.mac48 << 16) | (uint64_t{from.port_index} << 8) | kValid;
     const uint64_t l3 = (uint64_t{from.ip} << 32) | (uint64_t{from.udp_port} << 16) |
@@ -783,7 +789,7 @@ class alignas(64) Job {
     Bind result = Bind::kBound;
     if ((bound2 & kValid) != 0) {
       const uint32_t silent = Silent(index, now);
-      if (rebind_ticks == 0 || silent < rebind_ticks) return Bind::kRefused;
+      if (!same_host && (rebind_ticks == 0 || silent < rebind_ticks)) return Bind::kRefused;
       result = Bind::kRebound;
     }
     // Of two addresses racing for the member, one wins.

@@ -356,6 +356,48 @@ TEST(JobTest, ABoundMemberIsRefusedFromElsewhereUntilSilentOrUnbound) {
   EXPECT_EQ(job->BindMember(1, home, 0, 1201, 0), Job::Bind::kBound);
 }
 
+// The main server is bound as a member is, by its first datagram from its
+// configured address and port; its binding does not lapse while it is
+// silent, and only its own host takes it from another UDP port (no port
+// configured: a restarted main server). Members' bindings are not its.
+TEST(JobTest, TheMainServerIsBoundByItsFirstDatagramAndNeverLapses) {
+  auto table = MakeTable();
+  JobSpec spec = Spec(1, 2);
+  spec.main_server_ip = 0x0a000a64;
+  const Job* job = *table->Add(spec);
+  const MemberAddr server = Addr(0x020000000064ull, 3, 10, 0x0a000a64, 45000);
+  EXPECT_EQ(job->BindMainServer(Addr(0x020000000064ull, 3, 10, 0x0a000a65, 45000), 10),
+            Job::Bind::kRefused)
+      << "not its address";
+  EXPECT_EQ(job->BindMainServer(server, 100), Job::Bind::kBound);
+  EXPECT_EQ(job->BindMainServer(server, 101), Job::Bind::kKnown);
+  // Another port, VLAN or MAC: refused, however long the main server has
+  // been silent.
+  for (const MemberAddr& forged :
+       {Addr(0x020000000064ull, 4, 10, 0x0a000a64, 45000), Addr(0x020000000064ull, 3, 20, 0x0a000a64, 45000),
+        Addr(0x0200000000beull, 3, 10, 0x0a000a64, 45000)}) {
+    EXPECT_EQ(job->BindMainServer(forged, 1000000), Job::Bind::kRefused);
+  }
+  // Its own host from another UDP port: taken at once.
+  EXPECT_EQ(job->BindMainServer(Addr(0x020000000064ull, 3, 10, 0x0a000a64, 45001), 1000001),
+            Job::Bind::kRebound);
+  EXPECT_EQ(job->BindMainServer(server, 1000002), Job::Bind::kRebound);
+  MemberAddr addr;
+  EXPECT_FALSE(job->GetMember(0, &addr)) << "no member bound by it";
+  EXPECT_FALSE(job->GetMember(2, &addr)) << "nor one past the members";
+  EXPECT_EQ(job->LearnedMembers(), 0);
+  // With a port configured, only that port is the main server's.
+  spec = Spec(2, 2);
+  spec.main_server_ip = 0x0a000a64;
+  spec.main_server_port = 45000;
+  const Job* fixed = *table->Add(spec);
+  EXPECT_EQ(fixed->BindMainServer(Addr(0x020000000064ull, 3, 10, 0x0a000a64, 45001), 1),
+            Job::Bind::kRefused);
+  EXPECT_EQ(fixed->BindMainServer(server, 2), Job::Bind::kBound);
+  // A job without a main server has none to bind.
+  EXPECT_EQ((*table->Add(Spec(3, 2)))->BindMainServer(server, 1), Job::Bind::kRefused);
+}
+
 // A member whose first datagram of a generation comes once another member
 // has started a new run belongs to the new run: it is told so (new run) and
 // binds in the new generation. Bound in the old one, its incarnation would

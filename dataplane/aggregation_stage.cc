@@ -1493,7 +1493,7 @@ bool AggregationStage::Keep(const Checked& it) {
 
 bool AggregationStage::MainServerBound(const aggregator::Job& job,
                                        const aggregator::MemberAddr& sender) {
-  if (job.BindMainServer(sender, clock_.SeenNow(), s_.rebind_ticks) !=
+  if (job.BindMainServer(sender, clock_.SeenNow()) !=
       aggregator::Job::Bind::kRefused) {
     return true;
   }

@@ -65,6 +65,7 @@ NACK_REASONS = {1: "unknown job", 2: "key mismatch", 3: "malformed", 4: "job tab
                 16: "members unbound", 17: "not main server", 18: "store full",
                 19: "not stored", 20: "new run", 21: "run ended", 22: "result lost"}
 NACK_MEMBERS_UNBOUND = 16
+NACK_STORE_FULL = 18
 
 
 def receive(sock):
@@ -97,11 +98,15 @@ def main():
     # member's runs use one UDP port, as one client process would.
     ap.add_argument("--bind-port", type=int, default=None,
                     help="local UDP port (default 40000 + node)")
+    ap.add_argument("--bind-address", default="0.0.0.0",
+                    help="local IPv4 address to send from (default: any)")
     ap.add_argument("--then-receive-distribute", type=int, default=None, metavar="SEQ")
     ap.add_argument("--expect-distribute", default=None)
     ap.add_argument("--main-server", action="store_true")
     ap.add_argument("--expect-copies", type=int, default=None)
     ap.add_argument("--final", action="store_true")
+    ap.add_argument("--retry-store-full", action="store_true",
+                    help="send again on NACK store_full instead of failing")
     ap.add_argument("--expect-ack", action="store_true")
     ap.add_argument("--fetch", type=int, default=None, metavar="NODE")
     ap.add_argument("--release", action="store_true")
@@ -150,6 +155,8 @@ def contribute(a, sock, seq, deadline):
         magic, version, opcode, job, count = h[0], h[1], h[2], h[5], h[13]
         if opcode == NACK and job == a.job and h[6] == seq:
             reason = h[18]
+            if a.retry_store_full and reason == NACK_STORE_FULL:
+                continue  # "not now", as the client library takes it: sent again
             print("node %d: NACK: %s (%d)" % (a.node, NACK_REASONS.get(reason, "?"), reason),
                   file=sys.stderr)
             return 3
@@ -186,7 +193,7 @@ def receive_distribute(a, sock, deadline):
 
 def bind(a, default_port):
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("0.0.0.0", a.bind_port if a.bind_port is not None else default_port))
+    sock.bind((a.bind_address, a.bind_port if a.bind_port is not None else default_port))
     sock.settimeout(0.2)
     return sock
 

@@ -23,8 +23,11 @@
 #      gets every one, correct, through retransmission; all ACKed, none
 #      given up, the copies freed;
 #   6. the API shows the modes and the store; a job added in store mode with
-#      aggctl, shown by aggctl jobs show; promtool; every metric the Grafana
-#      dashboard and the alert rules of deploy/ query is in /metrics.
+#      aggctl, shown by aggctl jobs show;
+#   7. a host on another port that sends from the main server's address and
+#      port, with the key, is refused (NACK not_main_server); the main server
+#      still reads the copy; promtool; every metric the Grafana dashboard and
+#      the alert rules of deploy/ query is in /metrics.
 #
 # Usage: store_final_netns_test.sh AGGSWITCH AGGCTL
 # Needs root (namespaces). Everything is torn down on exit, pass or fail.
@@ -150,7 +153,11 @@ final() {
     --expect 6,20 --timeout 40 >"$WORK/ms.out" 2>&1 &
   local ms=$! rc=0 i lost
   topo_track_pid $ms
-  workers --job 8 --seq 1 --chunks 40 --values "W,5" --final --expect 6,20 --timeout 30 >"$WORK/final.out" || { rc=1; tail -5 "$WORK/final.out"; }
+  # A main server slower than the workers holds back their next final
+  # chunks once 8 (the job's store quota) wait for its ACK: NACK store_full,
+  # sent again, as the client library does.
+  workers --job 8 --seq 1 --chunks 40 --values "W,5" --final --retry-store-full --expect 6,20 \
+    --timeout 30 >"$WORK/final.out" || { rc=1; tail -5 "$WORK/final.out"; }
   wait $ms || rc=1
   cat "$WORK/ms.out"
   for i in $(seq 50); do
@@ -158,7 +165,7 @@ final() {
     sleep 0.2
   done
   lost=$(api /metrics | awk '$1 == "aggswitch_port_injected_faults_total{port=\"p0\",fault=\"drop\"}" { print $2 }')
-  report "final deliveries $(metric final_deliveries), resends $(metric final_resends), acked $(metric final_acked), given up $(metric final_given_up), refused $(metric final_refused), frames lost on p0 ${lost:-0}"
+  report "final deliveries $(metric final_deliveries), resends $(metric final_resends), acked $(metric final_acked), given up $(metric final_given_up), refused $(metric final_refused), deferred $(metric final_deferred), frames lost on p0 ${lost:-0}"
   [ "$rc" -eq 0 ] && [ "$(metric final_deliveries)" -eq 40 ] && [ "$(metric final_acked)" -eq 40 ] &&
     [ "$(metric final_given_up)" -eq 0 ] && [ "$(metric final_refused)" -eq 0 ] &&
     [ "$(metric final_resends)" -ge 1 ] && [ "${lost:-0}" -ge 1 ] &&
@@ -179,6 +186,25 @@ aggctl_mode() {
     aggctl jobs show 6 | grep -q "mode store: 8 of 8 store buffers held"
 }
 check "aggctl jobs add --mode store; aggctl jobs show says the mode and the store held" aggctl_mode
+# --- 7. The main server is bound as a member is: w3, on another port, takes
+# the main server's address as a second one and asks, with the key, from
+# the main server's UDP port, for a kept vector.
+spoofed() {
+  local rc=0
+  # The main server reads a copy, and goes quiet: quiet or not, it is
+  # bound.
+  topo_exec ms "${MEMBER[@]}" "${SERVER[@]}" --job 6 --seq 2 --fetch 3 --expect 3,-3,1000 --timeout 10 ||
+    return 1
+  topo_exec w3 ip addr add 10.0.10.100/32 dev eth0 || return 1
+  topo_exec w3 "${MEMBER[@]}" --bind-address 10.0.10.100 --bind-port 45000 --job 6 --seq 2 \
+    --fetch 3 --timeout 3 2>"$WORK/spoof.err" || rc=$?
+  topo_exec w3 ip addr del 10.0.10.100/32 dev eth0
+  report "spoofed FETCH: exit $rc, $(cat "$WORK/spoof.err"); main_server_refused $(metric main_server_refused)"
+  [ "$rc" -eq 3 ] && grep -q "not main server (17)" "$WORK/spoof.err" &&
+    [ "$(metric main_server_refused)" -ge 1 ] &&
+    topo_exec ms "${MEMBER[@]}" "${SERVER[@]}" --job 6 --seq 2 --fetch 3 --expect 3,-3,1000 --timeout 10
+}
+check "a host on another port sending as the main server is refused NACK not_main_server; the main server is not" spoofed
 if command -v promtool >/dev/null; then
   promtool_ok() { api /metrics | promtool check metrics; }
   check "promtool check metrics accepts /metrics" promtool_ok
