@@ -290,12 +290,7 @@ bool TreeStage::SendPartial(const aggregator::Job& job, const aggregator::Slot& 
       SendAlone(job, slot, missing, n_missing)) {
     return false;
   }
-  aggregator::AggFields f = Answers::ChunkFields(job, slot);
-  f.opcode = opcode;
-  f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
-                                  (slot.recovered() ? aggregator::flags::kRecovered : 0) |
-                                  (slot.ordered() ? aggregator::flags::kOrdered : 0) |
-                                  (slot.final() ? aggregator::flags::kFinal : 0));
+  aggregator::AggFields f = UpFields(job, slot, opcode, slot.final());
   if (opcode == aggregator::Opcode::kVerify) {
     // What the parameter node checks for omission: how many members the
     // root has (its workers and child switches), and how many this result
@@ -436,16 +431,24 @@ bool TreeStage::SendAlone(const aggregator::Job& job, const aggregator::Slot& sl
   return true;
 }
 
+aggregator::AggFields TreeStage::UpFields(const aggregator::Job& job, const aggregator::Slot& slot,
+                                         aggregator::Opcode opcode, bool final) {
+  aggregator::AggFields f = Answers::ChunkFields(job, slot);
+  f.opcode = opcode;
+  f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
+                                  (slot.recovered() ? aggregator::flags::kRecovered : 0) |
+                                  (slot.ordered() ? aggregator::flags::kOrdered : 0) |
+                                  (final ? aggregator::flags::kFinal : 0));
+  return f;
+}
+
 void TreeStage::LeaveWithTan(const aggregator::Job& job, const aggregator::Slot& slot) {
   if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kNone ||
       slot.state() != aggregator::Slot::State::kComplete || slot.came_down()) {
     return;
   }
-  aggregator::AggFields f = Answers::ChunkFields(job, slot);
-  f.opcode = aggregator::Opcode::kPartial;
-  f.flags = static_cast<uint16_t>((slot.overflow() ? aggregator::flags::kOverflow : 0) |
-                                  (slot.recovered() ? aggregator::flags::kRecovered : 0) |
-                                  (slot.ordered() ? aggregator::flags::kOrdered : 0));
+  // Not FINAL: the main server had its copy from the slot.
+  const aggregator::AggFields f = UpFields(job, slot, aggregator::Opcode::kPartial, false);
   if (SendUp(job, f, nullptr, 0, slot.result(), slot.result_len(), nullptr, 0) == Up::kSent) {
     stats_.lcore.agg.results_left_with_tan.Add(1);
   }

@@ -224,6 +224,11 @@ class TreeStage {
   // sent, when the chunk is not such a chunk or the list has no room.
   bool SendAlone(const aggregator::Job& job, const aggregator::Slot& slot,
                  const uint16_t* missing, uint32_t n_missing);
+  // The header of `opcode` about the slot's chunk that goes up: its fields
+  // (Answers::ChunkFields), and the flags its sum carries (OVERFLOW,
+  // RECOVERED, ORDERED), FINAL when `final`.
+  static aggregator::AggFields UpFields(const aggregator::Job& job, const aggregator::Slot& slot,
+                                        aggregator::Opcode opcode, bool final);
   // What SendUp did with its datagram.
   enum class Up : uint8_t {
     kSent,     // sent, in a fresh mbuf

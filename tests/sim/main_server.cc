@@ -22,7 +22,13 @@ void MainServer::OnDatagram(const uint8_t* data, size_t len, uint32_t src_ip, ui
     ++strays_;
     return;
   }
-  if (pkt.opcode == aggregator::Opcode::kFetch || pkt.opcode == aggregator::Opcode::kNack) {
+  // A NACK flagged FINAL tells of a final chunk the root holds back for
+  // want of room (its delivery comes once the members' resend finds some):
+  // no FETCH's answer, whose NACKs carry no flags.
+  const bool held_back = pkt.opcode == aggregator::Opcode::kNack &&
+                         (pkt.header->flags.host() & aggregator::flags::kFinal) != 0;
+  if (pkt.opcode == aggregator::Opcode::kFetch ||
+      (pkt.opcode == aggregator::Opcode::kNack && !held_back)) {
     OnFetchAnswer(pkt);
     return;
   }

@@ -68,7 +68,8 @@ class MainServer {
   // Every FINAL result that arrived, in arrival order (a resend is one more).
   const std::vector<Delivery>& deliveries() const { return deliveries_; }
   // Datagrams that were no FINAL result of a job it serves, nor the answer
-  // to a FETCH in progress (counted, not kept).
+  // to a FETCH in progress (counted, not kept): a final chunk held back
+  // (NACK store_full flagged FINAL) among them.
   uint64_t strays() const { return strays_; }
 
   // Reads back every contribution of `requests`, one after the other, then
