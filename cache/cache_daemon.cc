@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstring>
@@ -153,7 +154,13 @@ void CacheDaemon::OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t /*status*/) {
 ucs_status_t CacheDaemon::OnHello(void* arg, const void* /*header*/, size_t /*header_length*/,
                                   void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* d = static_cast<CacheDaemon*>(arg);
-  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
+  // One reply in flight per connection: a hello sent again before the
+  // reply to the last one went out is dropped, counted as a bad hello, so that
+  // a loader that floods hellos and reads no replies holds one reply here,
+  // not one per hello.
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 ||
+      std::any_of(d->replies_.begin(), d->replies_.end(),
+                  [ep = param->reply_ep](const Reply& r) { return r.ep == ep; })) {
     d->bad_hellos_.fetch_add(1, std::memory_order_relaxed);
     return UCS_OK;
   }

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cache/handshake.h"
 #include "cache/loader.h"
 #include "cache/ucx_transport.h"
 #include "tests/lib/test_process.h"
@@ -319,6 +320,37 @@ TEST_F(CacheDaemonTest, AFloodOfFillRequestsQueuesOnlyListedItemsOnce) {
   EXPECT_LE(queued, 3000u);
   EXPECT_EQ(after.store_requests - before.store_requests, after.filled_items - before.filled_items)
       << "the store read only for items filled again";
+  (*ucx)->Close(*ep, true);
+}
+
+// A flood of hellos on one connection from a loader that reads no reply:
+// the daemon keeps one reply in flight for the connection, and counts the
+// hellos sent again before it went as bad ones, rather than queue a reply
+// per hello.
+TEST_F(CacheDaemonTest, AFloodOfHellosHoldsOneReplyPerConnection) {
+  auto ucx = UcxWorker::Create({.tls = "tcp"});
+  ASSERT_TRUE(ucx.ok());
+  auto ep = (*ucx)->Connect(listens_[0], [](void*, ucp_ep_h, ucs_status_t) {}, nullptr);
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  const CacheDaemon::Stats before = daemons_[0]->stats();
+  const std::string hello = BuildHello("train");
+  constexpr uint64_t kSent = 3000;
+  std::vector<ucs_status_ptr_t> requests;
+  for (uint64_t i = 0; i < kSent; ++i) {
+    requests.push_back((*ucx)->SendAm(*ep, kAmHello, hello.data(), hello.size(), true));
+  }
+  for (ucs_status_ptr_t r : requests) ASSERT_EQ((*ucx)->WaitFor(r, 5000), UCS_OK);
+  CacheDaemon::Stats after;
+  for (int i = 0; i < 500; ++i) {
+    after = daemons_[0]->stats();
+    if (after.hellos + after.bad_hellos - before.hellos - before.bad_hellos == kSent) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const uint64_t answered = after.hellos - before.hellos;
+  const uint64_t repeats = after.bad_hellos - before.bad_hellos;
+  EXPECT_EQ(answered + repeats, kSent);
+  EXPECT_GE(answered, 1u);
+  EXPECT_GE(repeats, 1u) << "hellos sent again while the connection's reply waited";
   (*ucx)->Close(*ep, true);
 }
 
