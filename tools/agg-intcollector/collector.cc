@@ -270,7 +270,10 @@ common::Status Collector::Analyse() {
     decisions_json_ = std::move(d);
   }
   if (pusher_ != nullptr) {
-    pusher_->Push(PlanDecisions(flows, *options_.apply), std::chrono::steady_clock::now());
+    pusher_->Push(PlanDecisions(flows, *options_.apply), std::chrono::steady_clock::now(), [this] {
+      std::lock_guard<std::mutex> lock(analysis_mu_);
+      return analysis_stop_;
+    });
   }
   traversals_.store(traversals->size(), std::memory_order_relaxed);
   flows_.store(flows.size(), std::memory_order_relaxed);

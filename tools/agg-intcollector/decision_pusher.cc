@@ -106,7 +106,8 @@ DecisionPusher::DecisionPusher(std::vector<SwitchEndpoint> switches, std::chrono
   for (SwitchEndpoint& e : switches) switches_.push_back(Switch{std::move(e), {}, false, {}, {}});
 }
 
-void DecisionPusher::Push(const NodeDecisions& plan, std::chrono::steady_clock::time_point now) {
+void DecisionPusher::Push(const NodeDecisions& plan, std::chrono::steady_clock::time_point now,
+                          const std::function<bool()>& stopping) {
   static const std::map<uint32_t, uint16_t> kNone;
   uint64_t decisions = 0;
   uint64_t unknown = 0;
@@ -120,6 +121,7 @@ void DecisionPusher::Push(const NodeDecisions& plan, std::chrono::steady_clock::
     const std::map<uint32_t, uint16_t>& want = it == plan.end() ? kNone : it->second;
     decisions += want.size();
     if (s.ever_taken && s.last_error.empty() && want == s.taken && now - s.taken_at < refresh_) continue;
+    if (stopping && stopping()) break;
     const common::Result<common::HttpReply> reply =
         common::HttpCall({.server = s.endpoint.server,
                           .method = "PUT",

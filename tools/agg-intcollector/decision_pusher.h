@@ -14,7 +14,7 @@
 // A switch is sent its whole set when the set changed since the switch last
 // took it, when the last push to it failed, and every `refresh` besides (a
 // restarted switch has none). A push blocks the caller up to the timeout
-// per switch.
+// per switch, and a stop no longer than one of them.
 //
 // Thread safety: ParseSwitchOption and PlanDecisions are pure; Push on one
 // thread (the collector's); counts and StateJson on any thread.
@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <span>
@@ -70,8 +71,10 @@ class DecisionPusher {
                           int timeout_ms = 1000);
 
   // Sends each known switch its decisions from `plan` as the header says.
-  // [collector]
-  void Push(const NodeDecisions& plan, std::chrono::steady_clock::time_point now);
+  // Before each switch it asks `stopping` (when given), and sends no more
+  // once it says so: a stop waits for one push at most. [collector]
+  void Push(const NodeDecisions& plan, std::chrono::steady_clock::time_point now,
+            const std::function<bool()>& stopping = {});
 
   struct Counts {
     uint64_t pushed = 0;  // PUTs a switch answered 200

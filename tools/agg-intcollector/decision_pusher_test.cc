@@ -165,5 +165,23 @@ TEST(DecisionPusher, ARefusedOrUnreachableSwitchCountsAFailureAndIsTriedAgain) {
   EXPECT_EQ(pusher.counts().failed, 4u) << "a failed switch is tried at every analysis";
 }
 
+// A stop asked for while a push is under way sends to no more switches: the
+// collector's SIGTERM waits for one switch's answer at most, not one per
+// switch.
+TEST(DecisionPusher, AStopSendsToNoMoreSwitches) {
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  FakeSwitch leaf(token);
+  FakeSwitch spine(token);
+  DecisionPusher pusher({{1, leaf.address(), token}, {4, spine.address(), token}});
+  const std::vector<FlowPaths> flows = {{kSrc, kDst, {Path(kSrc, ViaSpine(4), 25000, 10)}}};
+  int asked = 0;
+  pusher.Push(PlanDecisions(flows, Rule::kMinLatency), std::chrono::steady_clock::now(),
+              [&] { return ++asked > 1; });
+  EXPECT_EQ(asked, 2) << "asked before each switch it would send to";
+  EXPECT_EQ(leaf.puts, 1);
+  EXPECT_EQ(spine.puts, 0) << "not sent once stopping";
+  EXPECT_EQ(pusher.counts().pushed, 1u);
+}
+
 }  // namespace
 }  // namespace aggswitch::tools
