@@ -740,6 +740,38 @@ TEST_F(StoreTest, AJobWhoseMainServerNeverAcksHoldsBackOnlyItsOwnFinalChunks) {
   EXPECT_EQ(Agg().final_refused.Get(), 0u);
 }
 
+// A job's new runs do not multiply its share of the delivery entries: the
+// deliveries of its earlier runs, which live on until ACKed or given up,
+// count against the same 16.
+TEST_F(StoreTest, ANewRunOfAJobTakesNoMoreDeliveriesThanItsShare) {
+  BuildAggregation(", store: {final_timeout_ms: 5000}");
+  const aggregator::Job* job = AddModeJob(26, 1, aggregator::JobSpec::Mode::kAggregate);
+  job->SetHop(job->main_server_hop(), {ServerMac().ToU64(), 1, 0, kServerIp, kServerPort});
+  auto send = [&](uint32_t seq, uint32_t incarnation) {
+    aggregator::AggFields f;
+    f.opcode = aggregator::Opcode::kContribution;
+    f.flags = aggregator::flags::kFinal;
+    f.job_id = 26;
+    f.seq = seq;
+    f.job_key = 0x5eed;
+    f.elem_count = 1;
+    f.incarnation = incarnation;
+    Inject(0, Datagram(f, Int32Payload({static_cast<int32_t>(seq)})));
+    Step();
+  };
+  for (uint32_t seq = 0; seq < FinalDelivery::kMaxPerJob; ++seq) send(seq, 0x100);
+  EXPECT_EQ(Agg().final_deliveries.Get(), FinalDelivery::kMaxPerJob);
+  send(0, 0x200);  // a new run
+  ASSERT_EQ(jobs_->TakeNewRuns(), std::vector<uint32_t>{26});
+  ASSERT_TRUE(jobs_->Renew(26).ok());
+  (void)Drain();
+  send(0, 0x200);
+  const auto out = Drain();
+  EXPECT_TRUE(WithOpcode(out.at(0), aggregator::Opcode::kResult).empty()) << "held back";
+  EXPECT_EQ(Agg().final_deliveries.Get(), FinalDelivery::kMaxPerJob);
+  EXPECT_EQ(Agg().final_deferred.Get(), 1u);
+}
+
 // A new run of the job does not end the final delivery of the run before:
 // that run completed, and its final result is the main server's. Each
 // delivery carries its run's label, which the main server's ACK echoes, so

@@ -62,10 +62,10 @@ void FinalDelivery::Begin(const aggregator::Job& job, const aggregator::AggField
 
 bool FinalDelivery::HasRoom(const aggregator::Job& job) const {
   if (store_ == nullptr || n_pending_ >= kMaxPending || !store_->HasRoomFor(job)) return false;
+  // By job id: the deliveries of its earlier runs (generations), which live
+  // on until ACKed or given up, count too.
   uint32_t mine = 0;
-  for (const Pending& p : pending_) {
-    mine += p.used && p.job_index == job.index() && p.job_generation == job.generation();
-  }
+  for (const Pending& p : pending_) mine += p.used && p.job_id == job.id();
   return mine < kMaxPerJob;
 }
 

@@ -75,8 +75,8 @@ class FinalDelivery {
   // want of room (the members' resend brings it again).
   void TellRefused(const aggregator::Job& job, uint32_t seq);
   // Whether Begin would find room for a delivery of `job` now: an entry
-  // (kMaxPending, and kMaxPerJob of them for the job) and a store buffer
-  // within the job's share.
+  // (kMaxPending, and kMaxPerJob of them for the job id, whatever run each
+  // delivers) and a store buffer within the job's share.
   bool HasRoom(const aggregator::Job& job) const;
 
  private:
