@@ -166,7 +166,7 @@ ucs_status_t CacheDaemon::OnHello(void* arg, const void* /*header*/, size_t /*he
   }
   HelloReply reply;
   std::string tail;
-  const common::Result<std::string> hello = ParseHello(data, length);
+  const common::Result<std::string> hello = ParseHello(data, length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
   if (!hello.ok()) {
     d->bad_hellos_.fetch_add(1, std::memory_order_relaxed);
     reply.status = HelloReply::kBadRequest;
@@ -439,6 +439,7 @@ CacheDaemon::Stats CacheDaemon::stats() const {
   s.bad_hellos = bad_hellos_.load();
   s.hellos = hellos_.load();
   s.peer_failures = peer_failures_.load();
+  s.unknown_messages = ucx_->unknown_messages();
   s.initial_fill_done = initial_fill_done_.load();
   const Region::Stats r = region_->stats();
   s.region_bytes = r.size;

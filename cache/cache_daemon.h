@@ -59,6 +59,7 @@ class CacheDaemon {
     uint64_t record_errors = 0;
     uint64_t connections = 0, refused_address = 0, refused_job = 0, bad_hellos = 0, hellos = 0;
     uint64_t peer_failures = 0;
+    uint64_t unknown_messages = 0;  // active messages of no id the daemon serves, dropped
     bool initial_fill_done = false;
     uint64_t region_bytes = 0, region_used_bytes = 0, items = 0, evictions = 0;  // region.h
     uint64_t store_requests = 0, store_bytes = 0;  // the external store's reads

@@ -14,7 +14,8 @@ std::string BuildHello(const std::string& job) {
   return bytes + job;
 }
 
-common::Result<std::string> ParseHello(const void* data, size_t length) {
+common::Result<std::string> ParseHello(const void* data, size_t length, bool rendezvous) {
+  if (rendezvous) return common::InvalidArgument("a hello sent by rendezvous, not eagerly");
   HelloRequest req;
   if (length < sizeof(req)) {
     return common::InvalidArgument("a hello of " + std::to_string(length) + " bytes, shorter than its header");

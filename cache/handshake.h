@@ -7,7 +7,7 @@
 // daemon announced.
 //
 //   const std::string hello = BuildHello("train");
-//   ASSIGN_OR_RETURN(std::string job, ParseHello(hello.data(), hello.size()));
+//   ASSIGN_OR_RETURN(std::string job, ParseHello(hello.data(), hello.size(), false));
 //   if (!HolderInRegion(h.addr, rec.length, base, size)) ...  // a forged or bent record
 //
 // Thread safety: pure functions [any].
@@ -32,8 +32,10 @@ inline constexpr uint32_t kMaxReplyTail = 16 * 1024;
 // HelloRequest and the job name.
 std::string BuildHello(const std::string& job);
 // The job name of a hello; an error names what is malformed (the magic,
-// the length, a name too long).
-common::Result<std::string> ParseHello(const void* data, size_t length);
+// the length, a name too long). A hello is sent eagerly: with `rendezvous`
+// (UCP_AM_RECV_ATTR_FLAG_RNDV) `data` is UCX's descriptor, not the bytes,
+// and is not read.
+common::Result<std::string> ParseHello(const void* data, size_t length, bool rendezvous);
 
 // HelloReply and its tail: the packed key when accepted, else the reason.
 std::string BuildHelloReply(const HelloReply& reply, const std::string& tail);

@@ -13,19 +13,20 @@ namespace {
 
 TEST(HandshakeTest, AHelloCarriesItsJobAndNothingElse) {
   const std::string hello = BuildHello("train");
-  auto job = ParseHello(hello.data(), hello.size());
+  auto job = ParseHello(hello.data(), hello.size(), false);
   ASSERT_TRUE(job.ok()) << job.status().message();
   EXPECT_EQ(*job, "train");
-  EXPECT_FALSE(ParseHello(hello.data(), hello.size() - 1).ok()) << "cut short";
-  EXPECT_FALSE(ParseHello((hello + "x").data(), hello.size() + 1).ok()) << "a byte too many";
-  EXPECT_FALSE(ParseHello(hello.data(), 3).ok());
+  EXPECT_FALSE(ParseHello(hello.data(), hello.size() - 1, false).ok()) << "cut short";
+  EXPECT_FALSE(ParseHello((hello + "x").data(), hello.size() + 1, false).ok()) << "a byte too many";
+  EXPECT_FALSE(ParseHello(hello.data(), 3, false).ok());
+  EXPECT_FALSE(ParseHello(hello.data(), hello.size(), true).ok()) << "a rendezvous descriptor";
   std::string wrong = hello;
   wrong[0] ^= 1;
-  auto magic = ParseHello(wrong.data(), wrong.size());
+  auto magic = ParseHello(wrong.data(), wrong.size(), false);
   ASSERT_FALSE(magic.ok());
   EXPECT_NE(magic.status().message().find("magic"), std::string::npos);
   const std::string long_name = BuildHello(std::string(kMaxJobName + 1, 'j'));
-  auto too_long = ParseHello(long_name.data(), long_name.size());
+  auto too_long = ParseHello(long_name.data(), long_name.size(), false);
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.status().message().find("at most 256"), std::string::npos);
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -64,7 +65,34 @@ common::Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const Options& opti
   if (s != UCS_OK) return common::Unavailable(UcsError("ucp_worker_create", s));
   s = ucp_worker_get_efd(w->worker_, &w->efd_);
   if (s != UCS_OK) w->efd_ = -1;  // Wait() then naps instead
+  RETURN_IF_ERROR(w->HandleEveryId());
   return w;
+}
+
+// UCX 1.13 (Debian 12's libucx0) reads a message's handler entry before it
+// checks the message's id against the worker's table, and a registration
+// that grows the table leaves the entries below the new id unset. A message
+// whose id has no handler then reads past the table, or calls a stray
+// pointer: one message from any peer would crash the process. The table is
+// grown once to the largest id, and every entry set, before any endpoint
+// exists; the callers' registrations replace single entries of it.
+common::Status UcxWorker::HandleEveryId() {
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.cb = &UcxWorker::OnUnknown;
+  hp.arg = this;
+  for (uint32_t id = std::numeric_limits<uint16_t>::max() + 1u; id-- > 0;) {  // the largest first
+    hp.id = id;
+    const ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &hp);
+    if (s != UCS_OK) return common::Internal(UcsError("ucp_worker_set_am_recv_handler", s));
+  }
+  return common::Status::Ok();
+}
+
+ucs_status_t UcxWorker::OnUnknown(void* arg, const void* /*header*/, size_t /*header_length*/, void* /*data*/,
+                                  size_t /*length*/, const ucp_am_recv_param_t* /*param*/) {
+  static_cast<UcxWorker*>(arg)->unknown_messages_.fetch_add(1, std::memory_order_relaxed);
+  return UCS_OK;  // dropped; a rendezvous is declined
 }
 
 UcxWorker::~UcxWorker() {

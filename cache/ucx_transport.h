@@ -28,6 +28,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -119,8 +120,17 @@ class UcxWorker {
   // The transports the endpoint's lanes use, e.g. "tcp/eth0" or "rc_verbs/mlx5_0:1".
   static std::string Transports(ucp_ep_h ep);
 
+  // Active messages of an id no caller registered a handler for: counted
+  // and dropped. Every id has a handler from Create on; a caller's
+  // ucp_worker_set_am_recv_handler replaces the one of its id. [any thread]
+  uint64_t unknown_messages() const { return unknown_messages_.load(std::memory_order_relaxed); }
+
  private:
   UcxWorker() = default;
+  common::Status HandleEveryId();
+  static ucs_status_t OnUnknown(void* arg, const void* header, size_t header_length, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
+  std::atomic<uint64_t> unknown_messages_{0};
   ucp_context_h ctx_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;

@@ -86,7 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 5: {
-      auto job = ParseHello(text.data(), text.size());
+      auto job = ParseHello(text.data(), text.size(), false);
       if (!job.ok()) {
         FUZZ_CHECK(!job.status().message().empty());
         break;

@@ -39,6 +39,8 @@ std::string RenderCacheMetrics(const cache::CacheDaemon::Stats& s, const cache::
   one("aggswitch_cache_hellos_total", "counter", "Hellos answered with the region's key.", s.hellos);
   one("aggswitch_cache_peer_failures_total", "counter", "Loader connections that failed.",
       s.peer_failures);
+  one("aggswitch_cache_unknown_messages_total", "counter",
+      "Messages of a kind the daemon does not serve, dropped.", s.unknown_messages);
   one("aggswitch_cache_store_requests_total", "counter", "Reads from the external store.",
       s.store_requests);
   one("aggswitch_cache_store_bytes_total", "counter", "Bytes read from the external store.",

@@ -32,6 +32,7 @@ cache::CacheDaemon::Stats Distinct() {
   s.evictions = 28;
   s.store_requests = 29;
   s.store_bytes = 30;
+  s.unknown_messages = 31;
   return s;
 }
 
@@ -48,7 +49,7 @@ TEST(CacheMetricsTest, EveryCounterIsItsOwnSeries) {
            "aggswitch_cache_refused_total{reason=\"job\"} 21",
            "aggswitch_cache_refused_total{reason=\"bad_hello\"} 22", "aggswitch_cache_fill_complete 1",
            "aggswitch_cache_region_used_bytes 26", "aggswitch_cache_evictions_total 28",
-           "aggswitch_cache_store_bytes_total 30",
+           "aggswitch_cache_store_bytes_total 30", "aggswitch_cache_unknown_messages_total 31",
            "aggswitch_cache_info{node=\"n\\\"1\",dataset=\"ds\",ucx_tls=\"rc_verbs,ud_verbs,tcp\"} 1"}) {
     EXPECT_NE(text.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << text;
   }
