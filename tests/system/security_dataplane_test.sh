@@ -216,8 +216,9 @@ refused_registrations() {
     $(metric 'aggswitch_aggregation_registrations_total{result="in_band_full"}')))
 }
 exhaustion() {
-  local rc=0 i n before in_band_before
+  local rc=0 i n up before up_before in_band_before
   before=$(refused_registrations)
+  up_before=$(metric aggswitch_aggregation_registration_upcalls_total)
   topo_exec a0 "${ATTACK[@]}" register --first-id 5000 --count 1023 >"$WORK/register.json"
   # The operator's jobs fill the rest of the table and one more: the in-band
   # ones make room; never 507. At once, while the in-band jobs live (they
@@ -230,11 +231,16 @@ exhaustion() {
   report "API jobs added: 17; in-band jobs: $in_band_before before, $(in_band_jobs) after; displaced: $(metric 'aggswitch_job_table_in_band_removed_total{reason="displaced"}')"
   [ "$(metric 'aggswitch_job_table_in_band_removed_total{reason="displaced"}')" -ge 1 ] || rc=1
   cat "$WORK/register.json"
-  # Every one refused is counted and NACKed; the attacker sees fewer NACKs,
-  # as the switch sends at most bursts of 64 (nacks_suppressed).
+  # Every registration the switch received beyond the in-band share is
+  # refused, counted and NACKed; the attacker sees fewer NACKs, as the switch
+  # sends at most bursts of 64 (nacks_suppressed). The burst takes a few
+  # milliseconds: on a busy machine the kernel's af_packet ring (512 frames)
+  # can overflow before the lcore drains it, so the count is of what arrived,
+  # and at least a ring's worth must.
   n=$(($(refused_registrations) - before))
-  report "refused by the switch: $n"
-  [ "$n" -ge 1000 ] || rc=1
+  up=$(($(metric aggswitch_aggregation_registration_upcalls_total) - up_before))
+  report "refused by the switch: $n of the $up registrations it received"
+  [ "$up" -ge 500 ] && [ "$n" -ge $((up - 8)) ] || rc=1
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d["nacks"].get("rate_limited", 0) > 0 else 1)' "$WORK/register.json" || rc=1
   report "in-band jobs after the attack: $in_band_before (at most 8); registrations: $(curl -fsS -m 2 "$URL/metrics" | awk '$1 ~ /^aggswitch_aggregation_registrations_total/ { printf "%s ", $0 }')"
   echo "ring full $(metric aggswitch_aggregation_registration_ring_full_total), nacks sent $(metric aggswitch_aggregation_nacks_sent_total), suppressed $(metric aggswitch_aggregation_nacks_suppressed_total), rx nombuf $(metric aggswitch_port_device_rx_nombuf_total), missed $(metric aggswitch_port_device_missed_packets_total)"
