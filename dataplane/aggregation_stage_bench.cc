@@ -16,10 +16,12 @@
 //   read_cycles: a plain read of each payload (summing its elements), the
 //                least any reduction must do.
 //
-// Output, one line per case (plus a read baseline line):
-//   agg_path members=8 elems=256 dtype=int32 cycles_per_contribution=NNN l2_cycles=NNN
-//   agg_path_read members=8 elems=256 dtype=int32 read_cycles=NNN
-// Each figure is the median over the measured rounds of cycles / contributions.
+// Output, one line per case:
+//   agg_path members=8 elems=256 dtype=int32 cycles_per_contribution=NNN l2_cycles=NNN read_cycles=NNN overhead=X.XX
+// Each figure is the median over the measured rounds of cycles / contributions;
+// overhead = cycles_per_contribution / (l2_cycles + read_cycles): what a
+// contribution costs against forwarding it and reading its payload once, the
+// least an aggregating switch does with it.
 //
 //   build/dataplane/agg_path_bench [--rounds 40] [--members 4,8,16,64] [--elems 64,256,356]
 //                                  (up to 831: a 3400-byte packet)
@@ -410,11 +412,12 @@ int Main(int argc, char** argv) {
         uint64_t agg = 0, l2 = 0, read = 0;
         if (!bench.Run({members, elems, dtype}, o.rounds, &agg, &l2, &read)) return 1;
         const char* type = dtype == DType::kInt32 ? "int32" : "float32";
-        std::printf("agg_path members=%u elems=%u dtype=%s cycles_per_contribution=%llu l2_cycles=%llu\n",
-                    members, elems, type, static_cast<unsigned long long>(agg),
-                    static_cast<unsigned long long>(l2));
-        std::printf("agg_path_read members=%u elems=%u dtype=%s read_cycles=%llu\n", members, elems,
-                    type, static_cast<unsigned long long>(read));
+        std::printf(
+            "agg_path members=%u elems=%u dtype=%s cycles_per_contribution=%llu l2_cycles=%llu "
+            "read_cycles=%llu overhead=%.2f\n",
+            members, elems, type, static_cast<unsigned long long>(agg), static_cast<unsigned long long>(l2),
+            static_cast<unsigned long long>(read),
+            static_cast<double>(agg) / static_cast<double>(std::max<uint64_t>(l2 + read, 1)));
         std::fflush(stdout);
       }
     }
