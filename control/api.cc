@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "aggregator/types.h"
+#include "common/prometheus.h"
 #include "control/metrics.h"
 
 namespace aggswitch::control {
@@ -602,7 +603,7 @@ HttpResponse InternalError(const char* what) {
 
 HttpResponse Route(std::string_view path, std::string_view query, const DataSource& source) {
   if (path == "/metrics") {
-    return {200, kPrometheusContentType, RenderPrometheus(source.snapshot())};
+    return {200, common::kPrometheusContentType, RenderPrometheus(source.snapshot())};
   }
   if (path == "/api/v1/ports") return JsonResponse(200, PortsJson(source.snapshot()));
   if (path == "/api/v1/lcores") return JsonResponse(200, LcoresJson(source.snapshot()));
@@ -705,7 +706,9 @@ std::string StatsJson(const StatsSnapshot& snap) {
   json http = nullptr;
   if (snap.http) {
     json refused = json::object();
-    for (size_t r = 0; r < kNumRefusals; ++r) refused[kRefusalText[r].label] = snap.http->refused[r];
+    for (size_t r = 0; r < common::kNumRefusals; ++r) {
+      refused[common::kRefusalText[r].label] = snap.http->refused[r];
+    }
     http = {{"threads", snap.http->threads}, {"refused", std::move(refused)}};
   }
   // The spare slots and the jobs moved (docs/aggregation.md, "Collisions",
@@ -774,10 +777,6 @@ common::Result<std::string> MacJson(const StatsSnapshot& snap,
   }
   out += "]}\n";
   return out;
-}
-
-std::string ErrorJson(std::string_view message) {
-  return Dump({{"error", message}});
 }
 
 std::string JobsJson(const JobTableSnapshot& table) {

@@ -4,8 +4,8 @@
 // Everything here is a pure function of what the DataSource returns (a
 // StatsSnapshot, the MAC entries, the job table, a dump of the busy
 // aggregation slots), so routing, filtering and
-// the JSON shapes are unit-tested without EAL or a socket. http_server.h only
-// adapts civetweb to HandleRequest(); aggctl is the main client. The only
+// the JSON shapes are unit-tested without EAL or a socket. api_server.h serves
+// HandleRequest() through common/http_server.h; aggctl is the main client. The only
 // writes are the job routes, and they go through the DataSource's job
 // functions (job_control.h hands them to the control thread).
 //
@@ -134,6 +134,8 @@
 #include <vector>
 
 #include "aggregator/types.h"
+#include "common/http_response.h"
+#include "common/http_server.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "control/stats_snapshot.h"
@@ -303,24 +305,17 @@ common::Result<StragglerRequest> ParseStragglerQuery(std::string_view query);
 common::Result<StragglerRequest> ParseStragglerBody(std::string_view body);
 std::string StragglerJson(const StragglerReport& report);
 
-// The stack civetweb's request threads run HandleRequest on: Debian's
-// libcivetweb is built with civetweb's default CIVETWEB_THREAD_STACK_SIZE.
-// Nothing the router does for a request may need more; in particular no
-// recursion follows the nesting of a request body (bodies nest at most 16
-// levels, and error messages show values without recursing). HttpServerTest
-// checks the server's threads against it; api_test and the fuzz harness run
-// the router on a stack this size.
-inline constexpr size_t kRequestStackBytes = 102400;
-
-struct HttpResponse {
-  int status = 200;
-  std::string content_type;
-  std::string body;
-  std::string allow = "GET";  // the Allow header of a 405 response
-  std::string authenticate = "";  // the WWW-Authenticate header of a 401 response
-};
-
-inline constexpr char kJsonContentType[] = "application/json";
+// The router runs on the HTTP server's request threads, whose stack is
+// common::kRequestStackBytes (common/http_server.h): Debian's libcivetweb is
+// built with civetweb's default CIVETWEB_THREAD_STACK_SIZE. Nothing the
+// router does for a request may need more; in particular no recursion follows
+// the nesting of a request body (bodies nest at most 16 levels, and error
+// messages show values without recursing). ApiServerTest checks the server's
+// threads against it; api_test and the fuzz harness run the router on a stack
+// this size.
+using common::HttpResponse;
+using common::kJsonContentType;
+using common::kRequestStackBytes;
 
 // Filters of GET /api/v1/mac.
 struct MacQuery {
@@ -358,8 +353,8 @@ std::string StatsJson(const StatsSnapshot& snap);
 common::Result<std::string> MacJson(const StatsSnapshot& snap,
                                     const std::vector<MacEntrySnapshot>& entries,
                                     const MacQuery& query);
-// {"error": message}. [any]
-std::string ErrorJson(std::string_view message);
+// {"error": message}: common/http_response.h. [any]
+using common::ErrorJson;
 // The bodies of the job routes. [any]
 std::string JobsJson(const JobTableSnapshot& table);
 std::string JobJson(const JobSnapshot& job);

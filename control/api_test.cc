@@ -18,6 +18,7 @@
 
 #include "aggregator/job_table.h"
 #include "aggregator/types.h"
+#include "common/prometheus.h"
 #include "config/loader.h"
 #include "control/job_control.h"
 #include "control/metrics.h"
@@ -347,7 +348,7 @@ TEST(ApiTest, RoutesEveryEndpoint) {
   }
   const HttpResponse m = HandleRequest("GET", "/metrics", "", source);
   EXPECT_EQ(m.status, 200);
-  EXPECT_EQ(m.content_type, kPrometheusContentType);
+  EXPECT_EQ(m.content_type, common::kPrometheusContentType);
   EXPECT_EQ(m.body, RenderPrometheus(SyntheticSnapshot()));
 
   const HttpResponse mac = HandleRequest("GET", "/api/v1/mac", "vlan=20", source);

@@ -1,6 +1,6 @@
 #include "control/metrics.h"
 
-#include "control/exposition.h"
+#include "common/prometheus.h"
 
 #include <cctype>
 #include <charconv>
@@ -12,9 +12,9 @@
 namespace aggswitch::control {
 namespace {
 
-using Label = PrometheusExposition::Label;
-
-using Exposition = PrometheusExposition;
+using common::FormatPrometheusFloat;
+using Label = common::PrometheusExposition::Label;
+using Exposition = common::PrometheusExposition;
 
 // A labelled family's help: `intro`, then each label with its meaning,
 // "label (meaning);", the last ';' made a '.'.
@@ -144,17 +144,6 @@ constexpr MacCounterFamily kMacCounters[] = {
      "Learn requests refused because the MAC table was full.", &MacTableSnapshot::learn_refused},
 };
 
-// A float as Prometheus clients print it: the shortest text that reads back
-// as the same double, in %g style ("1e-06", "0.0001", "0.5", "1"); "+Inf",
-// "-Inf" and "NaN" as the format spells them.
-std::string FormatFloat(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general);
-  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
-}
-
 // The dataplane's help texts are phrases ("contributions counted into a
 // slot"); # HELP lines here are sentences.
 std::string Sentence(std::string_view phrase) {
@@ -164,32 +153,7 @@ std::string Sentence(std::string_view phrase) {
   return out;
 }
 
-std::string EscapeWith(std::string_view in, bool quotes) {
-  std::string out;
-  out.reserve(in.size());
-  for (char c : in) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (quotes && c == '"') {
-      out += "\\\"";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
-
-std::string EscapePrometheusLabelValue(std::string_view value) {
-  return EscapeWith(value, true);
-}
-
-std::string EscapePrometheusHelp(std::string_view help) {
-  return EscapeWith(help, false);
-}
 
 std::string RenderPrometheus(const StatsSnapshot& snap) {
   Exposition e;
@@ -203,7 +167,7 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
   const ProcessSnapshot& proc = snap.process;
   e.Family("process_start_time_seconds", "gauge",
            "Start time of the process since the Unix epoch in seconds.");
-  e.Sample("process_start_time_seconds", {}, FormatFloat(proc.start_time_seconds));
+  e.Sample("process_start_time_seconds", {}, FormatPrometheusFloat(proc.start_time_seconds));
   e.Family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
   e.Sample("process_resident_memory_bytes", {}, proc.resident_memory_bytes);
   e.Family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
@@ -231,9 +195,9 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
   if (snap.http) {
     e.Family("aggswitch_http_requests_refused_total", "counter",
              ListHelp("Requests the HTTP server refused before routing them, by reason:",
-                      kRefusalText, &RefusalText::label, &RefusalText::message));
-    for (size_t r = 0; r < kNumRefusals; ++r) {
-      e.Sample("aggswitch_http_requests_refused_total", {{"reason", kRefusalText[r].label}},
+                      common::kRefusalText, &common::RefusalText::label, &common::RefusalText::message));
+    for (size_t r = 0; r < common::kNumRefusals; ++r) {
+      e.Sample("aggswitch_http_requests_refused_total", {{"reason", common::kRefusalText[r].label}},
                snap.http->refused[r]);
     }
     e.Family("aggswitch_http_threads", "gauge", "Request threads of the HTTP server (http.threads).");
@@ -379,11 +343,11 @@ std::string RenderPrometheus(const StatsSnapshot& snap) {
     for (size_t b = 0; b < dataplane::kSlotLatencyBuckets; ++b) {
       cumulative += a.slot_latency.buckets[b];
       const std::string le = b + 1 < dataplane::kSlotLatencyBuckets
-                                 ? FormatFloat(dataplane::kSlotLatencyBoundsSeconds[b])
+                                 ? FormatPrometheusFloat(dataplane::kSlotLatencyBoundsSeconds[b])
                                  : "+Inf";
       e.Sample(bucket, {{"le", le}}, cumulative);
     }
-    e.Sample(std::string(kLatency) + "_sum", {}, FormatFloat(a.slot_latency.sum_seconds));
+    e.Sample(std::string(kLatency) + "_sum", {}, FormatPrometheusFloat(a.slot_latency.sum_seconds));
     e.Sample(std::string(kLatency) + "_count", {}, cumulative);
 
     e.Family("aggswitch_aggregation_registrations_total", "counter",

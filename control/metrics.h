@@ -46,7 +46,7 @@
 // metrics_test.
 //
 //   StatsSnapshot snap = CollectSnapshot(*dataplane);
-//   std::string body = RenderPrometheus(snap);   // serve with kPrometheusContentType
+//   std::string body = RenderPrometheus(snap);   // serve with common::kPrometheusContentType
 //
 // Thread safety: pure functions of their arguments; any thread.
 #pragma once
@@ -58,15 +58,8 @@
 
 namespace aggswitch::control {
 
-// The Content-Type of a text exposition format 0.0.4 response.
-inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
-
-// The whole exposition, ending in a newline. [any]
+// The whole exposition (common/prometheus.h's writer), ending in a newline;
+// serve it with common::kPrometheusContentType. [any]
 std::string RenderPrometheus(const StatsSnapshot& snap);
-
-// A label value with backslash, double quote and newline escaped (\\, \", \n). [any]
-std::string EscapePrometheusLabelValue(std::string_view value);
-// # HELP text with backslash and newline escaped (\\, \n). [any]
-std::string EscapePrometheusHelp(std::string_view help);
 
 }  // namespace aggswitch::control

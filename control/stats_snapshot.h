@@ -40,7 +40,7 @@
 #include "aggregator/tan_engine.h"
 #include "common/net_addr.h"
 #include "config/config.h"
-#include "control/http_refusals.h"
+#include "common/http_refusals.h"
 #include "dataplane/counters.h"
 #include "dataplane/port_stats.h"
 
@@ -261,10 +261,7 @@ struct PoolSnapshot {
 };
 
 // The HTTP server's own counts: requests it refused before routing them.
-struct HttpSnapshot {
-  uint64_t refused[kNumRefusals] = {};  // by Refusal (index r - 1)
-  uint32_t threads = 0;                 // request threads
-};
+using HttpSnapshot = common::HttpCounts;
 
 // In-band telemetry (dataplane/int_stage.h, control/int_exporter.h): the
 // lcores' INT counters summed, and what the exporter sent.

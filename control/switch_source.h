@@ -7,7 +7,7 @@
 // the own TAN's counters go through JobControl, which hands them to the
 // control thread.
 //
-//   ASSIGN_OR_RETURN(auto http, HttpServer::Start(options, SwitchDataSource(*dp, &jobs, &tree)));
+//   ASSIGN_OR_RETURN(auto http, StartApiServer(options, SwitchDataSource(*dp, &jobs, &tree)));
 //
 // Thread safety: SwitchDataSource() on the control thread; the source's
 // functions on any thread (civetweb's), concurrently.

@@ -130,7 +130,7 @@ void Run(const uint8_t* data, size_t size) {
     FUZZ_CHECK(end_rows <= cap && end_rows <= notices.size());
   }
   FUZZ_CHECK(n.traversals <= end_rows);
-  const control::HttpResponse paths = c.Handle("GET", "/api/v1/paths", "", "");
+  const common::HttpResponse paths = c.Handle("GET", "/api/v1/paths", "", "");
   FUZZ_CHECK(paths.status == 200);
   FUZZ_CHECK(nlohmann::json::accept(paths.body));
   opened->reset();

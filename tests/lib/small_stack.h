@@ -1,8 +1,8 @@
 // Tests only: runs a function on a thread with a small stack, the size of
-// the threads that run it in production (control::kRequestStackBytes for the
+// the threads that run it in production (common::kRequestStackBytes for the
 // HTTP router), so that a recursion the input controls overflows here too.
 //
-//   RunOnStack(control::kRequestStackBytes, [&] { response = HandleRequest(...); });
+//   RunOnStack(common::kRequestStackBytes, [&] { response = HandleRequest(...); });
 //
 // Thread safety: any thread; returns when `fn` has returned.
 #pragma once

@@ -1,11 +1,11 @@
 #include "tools/agg-cached/cache_metrics.h"
 
-#include "control/exposition.h"
+#include "common/prometheus.h"
 
 namespace aggswitch::tools {
 
 std::string RenderCacheMetrics(const cache::CacheDaemon::Stats& s, const cache::DaemonConfig& config) {
-  control::PrometheusExposition out;
+  common::PrometheusExposition out;
   auto one = [&out](const char* name, const char* type, const char* help, uint64_t value) {
     out.Family(name, type, help);
     out.Sample(name, {}, value);

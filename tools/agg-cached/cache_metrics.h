@@ -1,6 +1,6 @@
 // agg-cached's /metrics: a cache node's counters (CacheDaemon::Stats) in
 // Prometheus's text format, through the project's one exposition writer
-// (control/exposition.h). docs/cache.md lists the families.
+// (common/prometheus.h). docs/cache.md lists the families.
 //
 //   r.body = RenderCacheMetrics(daemon.stats(), daemon.config());
 //

@@ -20,7 +20,8 @@
 #include "cache/cache_daemon.h"
 #include "common/log.h"
 #include "common/stop_signals.h"
-#include "control/http_server.h"
+#include "common/http_server.h"
+#include "common/prometheus.h"
 #include "tools/agg-cached/cache_metrics.h"
 
 namespace aggswitch::tools {
@@ -62,30 +63,23 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
   cache::CacheDaemon& d = **daemon;
-  std::unique_ptr<control::HttpServer> http;
+  std::unique_ptr<common::HttpServer> http;
   if (!config->metrics.empty()) {
-    control::HttpServer::Options options;
+    common::HttpServer::Options options;
     options.listen = config->metrics;
     options.threads = 2;
-    auto server = control::HttpServer::Start(
+    auto server = common::HttpServer::Start(
         options, [&d](std::string_view method, std::string_view path, std::string_view,
                       const std::string&) {
-          control::HttpResponse r;
           if (path != "/metrics") {
-            r.status = 404;
-            r.content_type = "application/json";
-            r.body = "{\"error\": \"no such path; the cache serves /metrics\"}";
-            return r;
+            return common::HttpResponse{404, common::kJsonContentType,
+                                        common::ErrorJson("no such path; the cache serves /metrics")};
           }
           if (method != "GET") {
-            r.status = 405;
-            r.content_type = "application/json";
-            r.body = "{\"error\": \"/metrics takes GET\"}";
-            return r;
+            return common::HttpResponse{405, common::kJsonContentType, common::ErrorJson("/metrics takes GET")};
           }
-          r.content_type = "text/plain; version=0.0.4";
-          r.body = RenderCacheMetrics(d.stats(), d.config());
-          return r;
+          return common::HttpResponse{200, common::kPrometheusContentType,
+                                      RenderCacheMetrics(d.stats(), d.config())};
         });
     if (!server.ok()) {
       std::fprintf(stderr, "cache.metrics: %s\n", server.status().message().c_str());

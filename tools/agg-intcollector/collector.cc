@@ -12,7 +12,7 @@
 
 #include "common/log.h"
 #include "common/udp_bind.h"
-#include "control/exposition.h"
+#include "common/prometheus.h"
 #include "telemetry/path_analysis.h"
 
 namespace aggswitch::tools {
@@ -43,8 +43,8 @@ nlohmann::json PathJson(const telemetry::PathSummary& p) {
           {"free_share", p.free_share ? nlohmann::json(*p.free_share) : nlohmann::json(nullptr)}};
 }
 
-control::HttpResponse Json(int status, std::string body) {
-  return {status, control::kJsonContentType, std::move(body)};
+common::HttpResponse Json(int status, std::string body) {
+  return {status, common::kJsonContentType, std::move(body)};
 }
 
 }  // namespace
@@ -300,20 +300,20 @@ Collector::Counts Collector::counts() const {
   return c;
 }
 
-control::HttpResponse Collector::Handle(std::string_view method, std::string_view path,
+common::HttpResponse Collector::Handle(std::string_view method, std::string_view path,
                                         std::string_view /*query*/, const std::string& /*body*/) const {
   if (path != "/metrics" && path != "/api/v1/paths" && path != "/api/v1/decisions" &&
       path != "/api/v1/applied" && path != "/api/v1/stats") {
-    return Json(404, control::ErrorJson("no such route: " + std::string(path)));
+    return Json(404, common::ErrorJson("no such route: " + std::string(path)));
   }
   if (method != "GET" && method != "HEAD") {
-    control::HttpResponse r = Json(405, control::ErrorJson("only GET"));
+    common::HttpResponse r = Json(405, common::ErrorJson("only GET"));
     r.allow = "GET, HEAD";
     return r;
   }
   const Counts c = counts();
   if (path == "/metrics") {
-    control::PrometheusExposition out;
+    common::PrometheusExposition out;
     const char* reports = "aggswitch_intcollector_reports_total";
     out.Family(reports, "counter",
                "Telemetry Reports received, by result: accepted, or why it was dropped "
@@ -367,7 +367,7 @@ control::HttpResponse Collector::Handle(std::string_view method, std::string_vie
     one("aggswitch_intcollector_unknown_nodes", "gauge",
         "Nodes on decided paths that no --switch names: their part is not applied.",
         a.unknown_nodes);
-    return {200, "text/plain; version=0.0.4; charset=utf-8", out.Take()};
+    return {200, common::kPrometheusContentType, out.Take()};
   }
   if (path == "/api/v1/stats") {
     nlohmann::json reports = nlohmann::json::object();

@@ -51,7 +51,7 @@
 
 #include "common/net_addr.h"
 #include "common/status.h"
-#include "control/api.h"
+#include "common/http_response.h"
 #include "telemetry/int_wire.h"
 #include "telemetry/record_store.h"
 #include "tools/agg-intcollector/decision_pusher.h"
@@ -128,7 +128,7 @@ class Collector {
 
   // GET /metrics, /api/v1/paths, /api/v1/decisions, /api/v1/applied and
   // /api/v1/stats. [any]
-  control::HttpResponse Handle(std::string_view method, std::string_view path,
+  common::HttpResponse Handle(std::string_view method, std::string_view path,
                                std::string_view query, const std::string& body) const;
 
   // The counters, by name and value, in /metrics order. [any]

@@ -85,7 +85,7 @@ class CollectorTest : public ::testing::Test {
     ASSERT_EQ(got, n);
   }
   nlohmann::json Get(const char* path) {
-    const control::HttpResponse r = collector_->Handle("GET", path, "", "");
+    const common::HttpResponse r = collector_->Handle("GET", path, "", "");
     EXPECT_EQ(r.status, 200) << path;
     return nlohmann::json::parse(r.body);
   }
@@ -187,7 +187,7 @@ TEST_F(CollectorTest, AReportFromASenderTheCollectorDoesNotKnowIsCountedAndDropp
   EXPECT_EQ(c.unknown_sender, 1u);
   EXPECT_EQ(c.reports[0], 0u);
   EXPECT_EQ(c.hop_records, 0u);
-  const control::HttpResponse m = collector_->Handle("GET", "/metrics", "", "");
+  const common::HttpResponse m = collector_->Handle("GET", "/metrics", "", "");
   EXPECT_NE(m.body.find("aggswitch_intcollector_reports_total{result=\"unknown_sender\"} 1\n"),
             std::string::npos);
   std::swap(collector_, *other);
@@ -226,7 +226,7 @@ TEST_F(CollectorTest, MetricsAndRoutes) {
   Take(1);
   ASSERT_TRUE(collector_->Flush().ok());
   ASSERT_TRUE(collector_->Analyse().ok());
-  const control::HttpResponse m = collector_->Handle("GET", "/metrics", "", "");
+  const common::HttpResponse m = collector_->Handle("GET", "/metrics", "", "");
   EXPECT_EQ(m.status, 200);
   EXPECT_NE(m.body.find("aggswitch_intcollector_reports_total{result=\"accepted\"} 1\n"),
             std::string::npos);

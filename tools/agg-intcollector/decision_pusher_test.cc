@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "control/http_server.h"
+#include "control/api_server.h"
 
 namespace aggswitch::tools {
 namespace {
@@ -98,11 +98,11 @@ class FakeSwitch {
       taken = d;
       return common::Status::Ok();
     };
-    control::HttpServer::Options o;
+    common::HttpServer::Options o;
     o.listen = "127.0.0.1:0";
     o.threads = 2;
     o.access.token = token;
-    auto s = control::HttpServer::Start(o, std::move(source));
+    auto s = control::StartApiServer(o, std::move(source));
     EXPECT_TRUE(s.ok()) << s.status().message();
     if (s.ok()) server_ = std::move(*s);
   }
@@ -112,7 +112,7 @@ class FakeSwitch {
   int puts = 0;
 
  private:
-  std::unique_ptr<control::HttpServer> server_;
+  std::unique_ptr<common::HttpServer> server_;
 };
 
 TEST(DecisionPusher, SendsEachSwitchItsSetWithItsTokenOnlyWhenItChanges) {

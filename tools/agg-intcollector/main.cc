@@ -26,7 +26,7 @@
 
 #include "common/log.h"
 #include "common/stop_signals.h"
-#include "control/http_server.h"
+#include "common/http_server.h"
 #include "tools/agg-intcollector/collector.h"
 
 namespace aggswitch::tools {
@@ -139,10 +139,10 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
   Collector& c = **collector;
-  control::HttpServer::Options http_options;
+  common::HttpServer::Options http_options;
   http_options.listen = http;
   http_options.threads = 4;
-  auto server = control::HttpServer::Start(
+  auto server = common::HttpServer::Start(
       http_options, [&c](std::string_view method, std::string_view path, std::string_view query,
                          const std::string& body) { return c.Handle(method, path, query, body); });
   if (!server.ok()) {

@@ -15,6 +15,7 @@
 
 #include "common/atomic_file.h"
 #include "common/log.h"
+#include "common/prometheus.h"
 #include "common/udp_bind.h"
 
 namespace aggswitch::tools {
@@ -489,13 +490,13 @@ std::string PsServer::StatsJsonLocked() const {
 }
 
 std::string PsServer::MetricsTextLocked() const {
-  std::string text;
+  common::PrometheusExposition out;
   for (const Stat& s : StatsLocked()) {
     const std::string name = "aggps_" + std::string(s.name) + (s.gauge ? "" : "_total");
-    text += "# HELP " + name + " " + s.help + "\n# TYPE " + name +
-            (s.gauge ? " gauge\n" : " counter\n") + name + " " + std::to_string(s.value) + "\n";
+    out.Family(name, s.gauge ? "gauge" : "counter", s.help);
+    out.Sample(name, {}, s.value);
   }
-  return text;
+  return out.Take();
 }
 
 std::string PsServer::MetricsText() const {

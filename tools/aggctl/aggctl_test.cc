@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "control/api.h"
-#include "control/http_server.h"
+#include "control/api_server.h"
 
 extern char** environ;
 
@@ -171,10 +171,10 @@ class AggctlTest : public ::testing::Test {
     // The API token aggctl reads from --token-file, as an operator's would.
     token_path_ = "/tmp/aggctl_test_token_" + std::to_string(getpid());
     std::ofstream(token_path_) << kToken << "\n";
-    HttpServer::Options options;
+    common::HttpServer::Options options;
     options.listen = "127.0.0.1:0";
     options.access.token = kToken;
-    auto server = HttpServer::Start(options, std::move(source));
+    auto server = StartApiServer(options, std::move(source));
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = std::move(server).value().release();
   }
@@ -240,7 +240,7 @@ class AggctlTest : public ::testing::Test {
   }
 
   static constexpr char kToken[] = "aggctl-test-token-0123456789";
-  static inline HttpServer* server_ = nullptr;
+  static inline common::HttpServer* server_ = nullptr;
   static inline std::string token_path_;
   static inline std::mutex mu_;
   static inline std::vector<JobRequest> added_;                     // guarded by mu_

@@ -20,7 +20,8 @@
 #include "common/version.h"
 #include "config/loader.h"
 #include "control/control_loop.h"
-#include "control/http_server.h"
+#include "common/http_guard.h"
+#include "control/api_server.h"
 #include "control/switch_node.h"
 #include "control/switch_source.h"
 #include "control/telemetry.h"
@@ -66,7 +67,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   dataplane::Dataplane& dp = node.dataplane();
   std::string token;
   if (!cfg.http.token_file.empty()) {
-    auto loaded = control::LoadOrCreateToken(cfg.http.token_file);
+    auto loaded = common::LoadOrCreateToken(cfg.http.token_file);
     if (!loaded.ok()) {
       AGG_LOG(kError, "%s", loaded.status().message().c_str());
       return 1;
@@ -76,8 +77,7 @@ int RunSwitch(const config::Config& cfg, const std::string& config_path,
   control::DataSource source = control::SwitchDataSource(dp, &node.jobs(), node.tree());
   source.set_watch = control::WatchListSetter(dp, cfg);
   control::AttachPathDecisions(dp, source);
-  auto http = control::HttpServer::Start(control::HttpServer::OptionsFrom(cfg.http, std::move(token)),
-                                         std::move(source));
+  auto http = control::StartApiServer(control::ApiServerOptions(cfg.http, std::move(token)), std::move(source));
   if (!http.ok()) {
     AGG_LOG(kError, "http: %s", http.status().message().c_str());
     return 1;

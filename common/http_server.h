@@ -1,5 +1,7 @@
-// The embedded HTTP server of /metrics and /api/v1: an RAII wrapper over
-// civetweb (Debian's libcivetweb, the server prometheus-cpp also embeds).
+// An embedded HTTP server, DPDK-free: an RAII wrapper over civetweb
+// (Debian's libcivetweb, the server prometheus-cpp also embeds), serving
+// what a Handler answers. The switch (its /metrics and /api/v1, through
+// control/api_server.h), agg-intcollector and agg-cached serve through it.
 //
 // Start() binds the listen address and starts civetweb's own threads (one
 // listener plus Options::threads request threads, each serving one
@@ -7,42 +9,43 @@
 // request); the destructor stops them and waits for requests in flight.
 // Every request first passes the access checks of http_guard.h (Host,
 // Origin, content type, the API token); a refused one is answered and
-// counted here, never routed. The switch's routing and bodies live in
-// api.h (HandleRequest over a DataSource; the switch's own source is
-// SwitchDataSource, stats_snapshot.h); another program (agg-intcollector)
-// gives its own Handler. This file only adapts civetweb to them, reading a
-// request body (POST) of at most kMaxRequestBody bytes. It links no DPDK.
+// counted here, never handed on. A request body (POST, PUT, PATCH) of at
+// most kMaxRequestBody bytes is read whole before the handler runs.
 //
-//   HttpServer::Options options{.listen = cfg.http.listen, .access = {.token = token}};
-//   ASSIGN_OR_RETURN(auto http, HttpServer::Start(options, SwitchDataSource(*dataplane, &jobs)));
-//   AGG_LOG(kInfo, "metrics at http://%s/metrics", http->listen().c_str());
+//   HttpServer::Options options{.listen = "127.0.0.1:9478", .access = {.token = token}};
+//   ASSIGN_OR_RETURN(auto http, HttpServer::Start(options, [](auto method, auto path, auto query,
+//                                                              const std::string& body) { ... }));
 //   ...
-//   http.reset();   // before whatever its source reads is destroyed
+//   http.reset();   // before whatever the handler reads is destroyed
 //
 // Thread safety: Start() and the destructor on the thread that owns the
-// server (the switch's control thread); the accessors on any thread. The
-// source's or handler's functions run on civetweb's threads, concurrently.
+// server; the accessors on any thread. The handler runs on civetweb's
+// threads, concurrently.
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "common/http_guard.h"
+#include "common/http_refusals.h"
+#include "common/http_response.h"
 #include "common/status.h"
-#include "config/config.h"
-#include "control/api.h"
-#include "control/http_guard.h"
 
 struct mg_context;
 struct mg_connection;
 
-namespace aggswitch::control {
+namespace aggswitch::common {
 
 // Request bodies above this size get 413.
 inline constexpr size_t kMaxRequestBody = 64 * 1024;
+// The stack of civetweb's request threads, on which every handler runs: a
+// handler's recursion (the switch's JSON parsing) is bounded to fit it.
+inline constexpr size_t kRequestStackBytes = 102400;
 
 class HttpServer {
  public:
@@ -52,18 +55,16 @@ class HttpServer {
     uint32_t threads = 64;                  // request threads
     uint32_t request_timeout_ms = 5000;     // a request must arrive whole within this
   };
-  // The options of the config's http section, with `token` (LoadOrCreateToken
-  // of http.token_file; empty without one). [any]
-  static Options OptionsFrom(const config::HttpConfig& http, std::string token);
-
-  // Serves `source` (api.h's routes). A bad address or a port in use is an
-  // error naming the address. [owner]
-  static common::Result<std::unique_ptr<HttpServer>> Start(const Options& options,
-                                                           DataSource source);
-  // Serves whatever `handler` answers, after the same access checks. [owner]
   using Handler = std::function<HttpResponse(std::string_view method, std::string_view path,
                                              std::string_view query, const std::string& body)>;
-  static common::Result<std::unique_ptr<HttpServer>> Start(const Options& options, Handler handler);
+
+  // Serves whatever `handler` answers, after the access checks. A bad
+  // address or a port in use is an error naming the address. [owner]
+  static Result<std::unique_ptr<HttpServer>> Start(const Options& options, Handler handler);
+  // The same with the handler `make(server)` returns, for a handler that
+  // shows the server's own counts (Counts) from its first request on. [owner]
+  static Result<std::unique_ptr<HttpServer>> Start(const Options& options,
+                                                   const std::function<Handler(const HttpServer&)>& make);
 
   // Stops accepting, waits for requests in flight, joins civetweb's threads. [owner]
   ~HttpServer();
@@ -75,12 +76,12 @@ class HttpServer {
   // The TCP port actually bound. [any]
   uint16_t port() const { return port_; }
   // Requests refused so far, by reason, and the thread count. [any]
-  HttpSnapshot Counts() const;
+  HttpCounts Counts() const;
 
  private:
   explicit HttpServer(Options options) : options_(std::move(options)) {}
   // Binds and starts civetweb for a server whose handler is set.
-  static common::Result<std::unique_ptr<HttpServer>> Launch(std::unique_ptr<HttpServer> server);
+  static Result<std::unique_ptr<HttpServer>> Launch(std::unique_ptr<HttpServer> server);
 
   // civetweb's request handler for every URI; `cbdata` is the HttpServer.
   static int OnRequest(mg_connection* conn, void* cbdata);
@@ -89,15 +90,15 @@ class HttpServer {
   void CountRefusal(Refusal why) const {
     refused_[static_cast<size_t>(why) - 1].fetch_add(1, std::memory_order_relaxed);
   }
+  // Connects to the listening port and closes at once (the destructor's
+  // nudge to civetweb's master thread).
+  void WakeListener() const;
 
   const Options options_;
   Handler handler_;
   mg_context* ctx_ = nullptr;
   uint16_t port_ = 0;
-  // Connects to the listening port and closes at once (the destructor's
-  // nudge to civetweb's master thread).
-  void WakeListener() const;
   mutable std::atomic<uint64_t> refused_[kNumRefusals] = {};
 };
 
-}  // namespace aggswitch::control
+}  // namespace aggswitch::common

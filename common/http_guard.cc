@@ -1,4 +1,4 @@
-#include "control/http_guard.h"
+#include "common/http_guard.h"
 
 #include <fcntl.h>
 #include <sys/random.h>
@@ -11,7 +11,7 @@
 
 #include "common/net_addr.h"
 
-namespace aggswitch::control {
+namespace aggswitch::common {
 namespace {
 
 constexpr size_t kMinTokenChars = 16;
@@ -186,4 +186,4 @@ common::Result<std::string> LoadOrCreateToken(const std::string& path) {
   return std::string(token);
 }
 
-}  // namespace aggswitch::control
+}  // namespace aggswitch::common

@@ -1,4 +1,4 @@
-#include "control/http_server.h"
+#include "common/http_server.h"
 
 #include <arpa/inet.h>
 #include <civetweb.h>
@@ -17,7 +17,7 @@
 
 #include "common/log.h"
 
-namespace aggswitch::control {
+namespace aggswitch::common {
 namespace {
 
 // The first message civetweb logs while mg_start2() runs on this thread; it
@@ -38,8 +38,8 @@ int LogMessage(const mg_connection* /*conn*/, const char* message) {
 // with a numeric address. civetweb itself accepts lists ("80,443s"), suffixes
 // ('s' for TLS, 'r' for redirect) and silently misreads some bad addresses;
 // this server takes exactly one plain address, resolved here.
-common::Result<std::string> ListeningPortsOption(const std::string& listen) {
-  const common::Status bad = common::InvalidArgument("cannot listen on '" + listen +
+Result<std::string> ListeningPortsOption(const std::string& listen) {
+  const Status bad = InvalidArgument("cannot listen on '" + listen +
                                                      "': expected host:port, e.g. 127.0.0.1:9477");
   std::string host, port;
   if (!listen.empty() && listen[0] == '[') {
@@ -64,7 +64,7 @@ common::Result<std::string> ListeningPortsOption(const std::string& listen) {
   addrinfo* addrs = nullptr;
   const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &addrs);
   if (rc != 0) {
-    return common::InvalidArgument("cannot listen on '" + listen + "': " + gai_strerror(rc));
+    return InvalidArgument("cannot listen on '" + listen + "': " + gai_strerror(rc));
   }
   char numeric[INET6_ADDRSTRLEN] = "";
   const int family = addrs->ai_family;
@@ -72,7 +72,7 @@ common::Result<std::string> ListeningPortsOption(const std::string& listen) {
               NI_NUMERICHOST);
   freeaddrinfo(addrs);
   if (family == AF_INET6 && mg_check_feature(MG_FEATURES_IPV6) == 0) {
-    return common::InvalidArgument("cannot listen on '" + listen +
+    return InvalidArgument("cannot listen on '" + listen +
                                    "': this libcivetweb was built without IPv6");
   }
   std::string option;
@@ -122,50 +122,27 @@ bool ReadBody(mg_connection* conn, const mg_request_info* ri, std::string& body)
 
 }  // namespace
 
-HttpServer::Options HttpServer::OptionsFrom(const config::HttpConfig& http, std::string token) {
-  Options options;
-  options.listen = http.listen;
-  options.access.token = std::move(token);
-  options.access.protect_reads = http.protect_reads;
-  options.access.allowed_hosts = http.allowed_hosts;
-  options.threads = http.threads;
-  options.request_timeout_ms = http.request_timeout_ms;
-  return options;
-}
-
-HttpSnapshot HttpServer::Counts() const {
-  HttpSnapshot counts;
+HttpCounts HttpServer::Counts() const {
+  HttpCounts counts;
   for (size_t r = 0; r < kNumRefusals; ++r) counts.refused[r] = refused_[r].load(std::memory_order_relaxed);
   counts.threads = options_.threads;
   return counts;
 }
 
-common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
-                                                              DataSource source) {
-  std::unique_ptr<HttpServer> server(new HttpServer(options));
-  // /metrics and /api/v1/stats show what this server refused.
-  if (source.snapshot) {
-    source.snapshot = [self = server.get(), inner = std::move(source.snapshot)] {
-      StatsSnapshot snap = inner();
-      snap.http = self->Counts();
-      return snap;
-    };
-  }
-  server->handler_ = [source = std::move(source)](std::string_view method, std::string_view path,
-                                                  std::string_view query, const std::string& body) {
-    return HandleRequest(method, path, query, body, source);
-  };
-  return Launch(std::move(server));
-}
-
-common::Result<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
-                                                              Handler handler) {
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options, Handler handler) {
   std::unique_ptr<HttpServer> server(new HttpServer(options));
   server->handler_ = std::move(handler);
   return Launch(std::move(server));
 }
 
-common::Result<std::unique_ptr<HttpServer>> HttpServer::Launch(std::unique_ptr<HttpServer> server) {
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
+                                                      const std::function<Handler(const HttpServer&)>& make) {
+  std::unique_ptr<HttpServer> server(new HttpServer(options));
+  server->handler_ = make(*server);
+  return Launch(std::move(server));
+}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Launch(std::unique_ptr<HttpServer> server) {
   const Options& options = server->options_;
   const std::string& listen = options.listen;
   ASSIGN_OR_RETURN(const std::string listening_ports, ListeningPortsOption(listen));
@@ -206,10 +183,10 @@ common::Result<std::unique_ptr<HttpServer>> HttpServer::Launch(std::unique_ptr<H
     const std::string reason = !start_message.empty()  ? start_message
                                : error_text[0] != '\0' ? error_text
                                                        : "civetweb failed to start";
-    return common::Unavailable("cannot listen on " + listen + ": " + reason);
+    return Unavailable("cannot listen on " + listen + ": " + reason);
   }
   if (!start_message.empty()) AGG_LOG(kWarning, "http: %s", start_message.c_str());
-  // One handler for every URI; HandleRequest() does the routing.
+  // One handler for every URI; the Handler does the routing.
   mg_set_request_handler(server->ctx_, "/", &HttpServer::OnRequest, server.get());
 
   mg_server_port ports[1] = {};
@@ -282,4 +259,4 @@ int HttpServer::OnRequest(mg_connection* conn, void* cbdata) {
   return response.status;
 }
 
-}  // namespace aggswitch::control
+}  // namespace aggswitch::common

@@ -1,7 +1,8 @@
 // Why the HTTP server refused a request (http_guard.h): one list, from which
 // the enum, the metric labels (aggswitch_http_requests_refused_total) and the
-// answers are generated. Its own header so that the snapshot types
-// (stats_snapshot.h) can count refusals without the router.
+// answers are generated, and the server's counts of them. Its own header so
+// that the switch's snapshot types (control/stats_snapshot.h) count refusals
+// without the server.
 //
 // Thread safety: constants; any thread.
 #pragma once
@@ -9,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace aggswitch::control {
+namespace aggswitch::common {
 
 // Why a request was refused: enum name, metric label, HTTP status, message.
 #define AGG_HTTP_REFUSALS(X)                                                                    \
@@ -46,4 +47,10 @@ inline constexpr RefusalText kRefusalText[kNumRefusals] = {
 };
 inline const RefusalText& TextOf(Refusal r) { return kRefusalText[static_cast<size_t>(r) - 1]; }
 
-}  // namespace aggswitch::control
+// What a server refused, by reason, and its request threads (HttpServer::Counts).
+struct HttpCounts {
+  uint64_t refused[kNumRefusals] = {};  // by Refusal (index r - 1)
+  uint32_t threads = 0;                 // request threads
+};
+
+}  // namespace aggswitch::common

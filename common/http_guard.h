@@ -1,5 +1,6 @@
-// Who may use the control API: the checks every HTTP request passes before
-// the router (api.h) sees it, and the API token.
+// Who may use an HTTP API: the checks every request passes before its
+// handler (the switch's router, control/api.h; a daemon's own) sees it, and
+// the API token.
 //
 // The API changes what the switch does for every tenant (jobs, a job's TAN,
 // who is a straggler), so a request that changes something, any method but
@@ -32,10 +33,10 @@
 #include <vector>
 
 #include "common/status.h"
-#include "control/api.h"
-#include "control/http_refusals.h"
+#include "common/http_refusals.h"
+#include "common/http_response.h"
 
-namespace aggswitch::control {
+namespace aggswitch::common {
 
 // What CheckAccess compares a request with (http: in the config).
 struct Access {
@@ -73,4 +74,4 @@ HttpResponse RefusalResponse(Refusal why);
 // stricter). [control]
 common::Result<std::string> LoadOrCreateToken(const std::string& path);
 
-}  // namespace aggswitch::control
+}  // namespace aggswitch::common

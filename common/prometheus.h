@@ -1,13 +1,15 @@
-// Prometheus's text exposition format, written family by family: every
-// /metrics of the project (the switch's, agg-intcollector's) goes through
-// this one writer, so names, escaping and layout agree.
+// Prometheus's text exposition format 0.0.4, written family by family:
+// every exposition of the project (the switch's /metrics, agg-intcollector's,
+// agg-cached's, agg-ps's --metrics file) goes through this one writer, so
+// names, escaping and layout agree. DPDK-free.
 //
 //   PrometheusExposition out;
 //   out.Family("aggswitch_x_total", "counter", "What x counts.");
 //   out.Sample("aggswitch_x_total", {{"port", "p0"}}, 42);
 //   std::string text = out.Take();
 //
-// Thread safety: a value type; one thread at a time.
+// Thread safety: PrometheusExposition is a value type, one thread at a
+// time; the functions are pure [any].
 #pragma once
 
 #include <cstdint>
@@ -16,9 +18,19 @@
 #include <string_view>
 #include <utility>
 
-#include "control/metrics.h"
+namespace aggswitch::common {
 
-namespace aggswitch::control {
+// The Content-Type of a text exposition format 0.0.4 response.
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// A label value with backslash, double quote and newline escaped (\\, \", \n). [any]
+std::string EscapePrometheusLabelValue(std::string_view value);
+// # HELP text with backslash and newline escaped (\\, \n). [any]
+std::string EscapePrometheusHelp(std::string_view help);
+// A float as Prometheus clients print it: the shortest text that reads back
+// as the same double, in %g style ("1e-06", "0.0001", "0.5", "1"); "+Inf",
+// "-Inf" and "NaN" as the format spells them. [any]
+std::string FormatPrometheusFloat(double v);
 
 // Writes families and samples. A family's samples follow its # HELP and
 // # TYPE lines directly, as the format requires.
@@ -43,7 +55,7 @@ class PrometheusExposition {
     Sample(name, labels, std::string_view(std::to_string(value)));
   }
 
-  // A sample whose value is already formatted (FormatFloat).
+  // A sample whose value is already formatted (FormatPrometheusFloat).
   void Sample(std::string_view name, std::initializer_list<Label> labels, std::string_view value) {
     out_ += name;
     if (labels.size() > 0) {
@@ -70,4 +82,4 @@ class PrometheusExposition {
   std::string out_;
 };
 
-}  // namespace aggswitch::control
+}  // namespace aggswitch::common

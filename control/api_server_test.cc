@@ -1,8 +1,8 @@
-// The HTTP server as a client sees it, over real sockets on loopback: the
-// access checks in front of the router (Host, Origin, content type, the API
-// token), their counts, the stack the router runs on, and the API staying up
-// while slow clients hold connections.
-#include "control/http_server.h"
+// The switch's API server as a client sees it, over real sockets on
+// loopback: the access checks in front of the router (Host, Origin, content
+// type, the API token), their counts in /metrics, the stack the router runs
+// on, and the API staying up while slow clients hold connections.
+#include "control/api_server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -21,10 +21,14 @@
 #include <thread>
 #include <vector>
 
-#include "control/http_guard.h"
+#include "common/http_guard.h"
 
 namespace aggswitch::control {
 namespace {
+
+using common::Access;
+using common::HttpServer;
+using common::Refusal;
 
 constexpr char kToken[] = "0123456789abcdef0123456789abcdef";
 
@@ -80,7 +84,7 @@ std::string Request(const std::string& method, const std::string& target, const 
 const std::string kJson = "Content-Type: application/json\r\n";
 const std::string kBearer = std::string("Authorization: Bearer ") + kToken + "\r\n";
 
-class HttpServerTest : public ::testing::Test {
+class ApiServerTest : public ::testing::Test {
  protected:
   // Starts a server whose routes succeed: what reaches the router is counted.
   void StartServer(Access access, uint32_t threads = 64) {
@@ -107,7 +111,7 @@ class HttpServerTest : public ::testing::Test {
     options.access = std::move(access);
     options.threads = threads;
     options.request_timeout_ms = 3000;
-    auto server = HttpServer::Start(options, std::move(source));
+    auto server = StartApiServer(options, std::move(source));
     ASSERT_TRUE(server.ok()) << server.status().message();
     server_ = std::move(server).value();
   }
@@ -123,7 +127,7 @@ class HttpServerTest : public ::testing::Test {
 
 const char kApply[] = R"({"top": 1, "apply": true})";
 
-TEST_F(HttpServerTest, ChangesNeedTheTokenAndJson) {
+TEST_F(ApiServerTest, ChangesNeedTheTokenAndJson) {
   StartServer(Access{.token = kToken});
   Reply r = Send(port(), Request("POST", "/api/v1/jobs/7/stragglers", kJson, kApply));
   EXPECT_EQ(r.status, 401) << r.body;
@@ -163,7 +167,7 @@ TEST_F(HttpServerTest, ChangesNeedTheTokenAndJson) {
 
 // DNS rebinding: a page at attacker.example whose name now resolves to the
 // switch still sends "Host: attacker.example"; reads are refused too.
-TEST_F(HttpServerTest, ForeignHostIsRefused) {
+TEST_F(ApiServerTest, ForeignHostIsRefused) {
   StartServer(Access{.token = kToken, .allowed_hosts = {"switch1.rack4.example"}});
   for (const char* host : {"attacker.example:9477", "attacker.example", "", "127.0.0.1.attacker.example"}) {
     const Reply r = Send(port(), Request("GET", "/api/v1/stats", "", "", host));
@@ -177,7 +181,7 @@ TEST_F(HttpServerTest, ForeignHostIsRefused) {
   }
 }
 
-TEST_F(HttpServerTest, WithoutATokenTheApiIsReadOnly) {
+TEST_F(ApiServerTest, WithoutATokenTheApiIsReadOnly) {
   StartServer(Access{});
   Reply r = Send(port(), Request("POST", "/api/v1/jobs/7/stragglers", kJson + kBearer, kApply));
   EXPECT_EQ(r.status, 403) << r.body;
@@ -188,7 +192,7 @@ TEST_F(HttpServerTest, WithoutATokenTheApiIsReadOnly) {
   EXPECT_EQ(Send(port(), Request("GET", "/metrics", "")).status, 200);
 }
 
-TEST_F(HttpServerTest, ProtectedReadsNeedTheToken) {
+TEST_F(ApiServerTest, ProtectedReadsNeedTheToken) {
   StartServer(Access{.token = kToken, .protect_reads = true});
   EXPECT_EQ(Send(port(), Request("GET", "/metrics", "")).status, 401);
   EXPECT_EQ(Send(port(), Request("GET", "/metrics", kBearer)).status, 200);
@@ -196,14 +200,14 @@ TEST_F(HttpServerTest, ProtectedReadsNeedTheToken) {
 
 // The router runs on civetweb's request threads; their stack is the one the
 // router's bounds and its tests assume (api.h).
-TEST_F(HttpServerTest, RequestThreadsHaveTheStackTheRouterAssumes) {
+TEST_F(ApiServerTest, RequestThreadsHaveTheStackTheRouterAssumes) {
   StartServer(Access{});
   ASSERT_EQ(Send(port(), Request("GET", "/api/v1/ports", "")).status, 200);
   EXPECT_EQ(handler_stack_.load(), kRequestStackBytes);
 }
 
 // A nested body over HTTP, as text/plain and as JSON: refused, the server up.
-TEST_F(HttpServerTest, NestedBodiesAreRefused) {
+TEST_F(ApiServerTest, NestedBodiesAreRefused) {
   StartServer(Access{.token = kToken});
   const std::string deep = "{\"top\":" + std::string(5000, '[') + std::string(5000, ']') + "}";
   Reply r = Send(port(), Request("POST", "/api/v1/jobs/7/stragglers", "Content-Type: text/plain\r\n", deep));
@@ -218,7 +222,7 @@ TEST_F(HttpServerTest, NestedBodiesAreRefused) {
 
 // 50 clients that send half a request and wait: the API still answers,
 // because each holds one of http.threads threads and no more.
-TEST_F(HttpServerTest, MetricsAnswerUnderFiftySlowConnections) {
+TEST_F(ApiServerTest, MetricsAnswerUnderFiftySlowConnections) {
   StartServer(Access{});
   std::vector<int> slow;
   for (int i = 0; i < 50; ++i) {
@@ -237,41 +241,6 @@ TEST_F(HttpServerTest, MetricsAnswerUnderFiftySlowConnections) {
     EXPECT_LT(took, std::chrono::seconds(1));
   }
   for (const int fd : slow) close(fd);
-}
-
-TEST(LoadOrCreateTokenTest, CreatesReadsAndRefusesWhatItMust) {
-  char dir_template[] = "/tmp/http_token_XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
-  const std::string path = dir + "/api.token";
-  auto created = LoadOrCreateToken(path);
-  ASSERT_TRUE(created.ok()) << created.status().message();
-  EXPECT_EQ(created->size(), 64u);
-  struct stat st{};
-  ASSERT_EQ(stat(path.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  auto again = LoadOrCreateToken(path);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, *created) << "an existing token is kept";
-
-  chmod(path.c_str(), 0644);
-  auto readable = LoadOrCreateToken(path);
-  ASSERT_FALSE(readable.ok());
-  EXPECT_NE(readable.status().message().find("others may read it (mode 644); chmod 600 it"),
-            std::string::npos)
-      << readable.status().message();
-  chmod(path.c_str(), 0600);
-  std::ofstream(path) << "  short  \n";
-  auto short_token = LoadOrCreateToken(path);
-  ASSERT_FALSE(short_token.ok());
-  EXPECT_NE(short_token.status().message().find("at least 16 characters, got 5"), std::string::npos);
-  std::ofstream(path) << "a token with spaces inside\n";
-  EXPECT_FALSE(LoadOrCreateToken(path).ok());
-  std::ofstream(path) << "\n  an-operators-token-0123456789  \n\n";
-  auto trimmed = LoadOrCreateToken(path);
-  ASSERT_TRUE(trimmed.ok()) << trimmed.status().message();
-  EXPECT_EQ(*trimmed, "an-operators-token-0123456789");
-  unlink(path.c_str());
-  rmdir(dir.c_str());
 }
 
 }  // namespace
