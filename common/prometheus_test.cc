@@ -3,12 +3,12 @@
 #include "common/prometheus.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <string>
+
+#include "tests/lib/promtool.h"
 
 namespace aggswitch::common {
 namespace {
@@ -46,12 +46,8 @@ TEST(PrometheusTest, AFamilysSamplesFollowItsHelpAndType) {
             "# HELP aggswitch_y_seconds Y.\n"
             "# TYPE aggswitch_y_seconds gauge\n"
             "aggswitch_y_seconds 0.25\n");
-  FILE* pipe = popen("/usr/bin/promtool check metrics >/dev/null 2>&1", "w");
-  ASSERT_NE(pipe, nullptr);
-  fwrite(text.data(), 1, text.size(), pipe);
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  const testing::PromtoolResult r = testing::RunPromtool(text);
+  EXPECT_EQ(r.exit_code, 0) << r.output << text;
 }
 
 }  // namespace

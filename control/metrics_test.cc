@@ -15,12 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/lib/promtool.h"
+
 namespace aggswitch::control {
 namespace {
 
 using dataplane::DropReason;
-
-constexpr char kPromtool[] = "/usr/bin/promtool";
+using testing::PromtoolResult;
+using testing::RunPromtool;
 
 StatsSnapshot SyntheticSnapshot() {
   StatsSnapshot s;
@@ -96,34 +98,6 @@ bool HasLine(const std::string& text, const std::string& line) {
     if (l == line) return true;
   }
   return false;
-}
-
-struct PromtoolResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-// Pipes `text` into `promtool check metrics` and collects its exit code and
-// everything it printed.
-PromtoolResult RunPromtool(const std::string& text) {
-  char out_path[] = "/tmp/metrics_test_promtool_XXXXXX";
-  const int fd = mkstemp(out_path);
-  if (fd < 0) return {};
-  close(fd);
-  const std::string cmd = std::string(kPromtool) + " check metrics >" + out_path + " 2>&1";
-  PromtoolResult result;
-  FILE* pipe = popen(cmd.c_str(), "w");
-  if (pipe != nullptr) {
-    fwrite(text.data(), 1, text.size(), pipe);
-    const int status = pclose(pipe);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  std::ifstream in(out_path);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  result.output = buf.str();
-  unlink(out_path);
-  return result;
 }
 
 TEST(MetricsTest, ExactSeriesLines) {
@@ -685,26 +659,19 @@ TEST(MetricsTest, AggregationFamiliesAreWellFormed) {
   EXPECT_EQ(families.count("aggswitch_aggregation_slots_busy"), 1u);
 }
 
-class PromtoolTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (access(kPromtool, X_OK) != 0) GTEST_SKIP() << kPromtool << " is not installed";
-  }
-};
-
-TEST_F(PromtoolTest, SyntheticSnapshotPassesCheckMetrics) {
+TEST(PromtoolTest, SyntheticSnapshotPassesCheckMetrics) {
   const PromtoolResult r = RunPromtool(RenderPrometheus(SyntheticSnapshot()));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "");
 }
 
-TEST_F(PromtoolTest, AggregationAndOwnTanPassCheckMetrics) {
+TEST(PromtoolTest, AggregationAndOwnTanPassCheckMetrics) {
   const PromtoolResult r = RunPromtool(RenderPrometheus(WithAggregation(SyntheticSnapshot())));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "");
 }
 
-TEST_F(PromtoolTest, EscapedLabelsPassCheckMetrics) {
+TEST(PromtoolTest, EscapedLabelsPassCheckMetrics) {
   StatsSnapshot snap = SyntheticSnapshot();
   snap.ports[0].name = "we\"ird\\port\nname";
   snap.ports[0].vlan_mode = "trunk \"all\"";
@@ -713,19 +680,19 @@ TEST_F(PromtoolTest, EscapedLabelsPassCheckMetrics) {
   EXPECT_EQ(r.output, "");
 }
 
-TEST_F(PromtoolTest, JobTablePassesCheckMetrics) {
+TEST(PromtoolTest, JobTablePassesCheckMetrics) {
   const PromtoolResult r = RunPromtool(RenderPrometheus(WithJobs(SyntheticSnapshot())));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "");
 }
 
-TEST_F(PromtoolTest, AggregationPassesCheckMetrics) {
+TEST(PromtoolTest, AggregationPassesCheckMetrics) {
   const PromtoolResult r = RunPromtool(RenderPrometheus(WithAggregation(SyntheticSnapshot())));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "");
 }
 
-TEST_F(PromtoolTest, EmptySnapshotPassesCheckMetrics) {
+TEST(PromtoolTest, EmptySnapshotPassesCheckMetrics) {
   const PromtoolResult r = RunPromtool(RenderPrometheus(StatsSnapshot{}));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "");
@@ -733,7 +700,7 @@ TEST_F(PromtoolTest, EmptySnapshotPassesCheckMetrics) {
 
 // The harness itself: promtool must reject broken input, or the checks above
 // prove nothing.
-TEST_F(PromtoolTest, RejectsACounterWithoutTotal) {
+TEST(PromtoolTest, RejectsACounterWithoutTotal) {
   const PromtoolResult r = RunPromtool(
       "# HELP aggswitch_bad_packets x\n# TYPE aggswitch_bad_packets counter\n"
       "aggswitch_bad_packets 1\n");
