@@ -71,6 +71,12 @@ class SpareSlots {
   Grant Acquire(const ChunkKey& key, uint32_t placed_slot, Clock::time_point now,
                 const LeaseOver& over, bool oldest = true);
 
+  // The spare slot leased to chunk `key`, or kNone. The lease may be over
+  // without anyone asking yet: its slot may hold another chunk by now.
+  uint16_t Find(const ChunkKey& key) const {
+    const auto it = by_chunk_.find(key);
+    return it == by_chunk_.end() ? kNone : it->second;
+  }
   uint32_t count() const { return static_cast<uint32_t>(leases_.size()); }
   // Slots leased (some of whose leases may be over without anyone asking yet).
   uint32_t leased() const { return static_cast<uint32_t>(by_chunk_.size()); }

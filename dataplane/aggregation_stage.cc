@@ -1109,6 +1109,7 @@ void AggregationStage::MissingAbove(const Checked& it) {
     return;
   }
   if (slot == nullptr) tree_.ForgetCounted(job, seq);  // the partial was lost above
+  ResendBehind(job, seq);
   if (slot != nullptr) {
     if (slot->state() == aggregator::Slot::State::kForwarded &&
         s_.slots->MissedAbove(local, job.id(), job.generation(), seq, clock_.tsc)) {
@@ -1128,6 +1129,20 @@ void AggregationStage::MissingAbove(const Checked& it) {
     e.armed = true;
   }
   TxBuffers::Consumed(it.m);
+}
+
+void AggregationStage::ResendBehind(const aggregator::Job& job, uint32_t seq) {
+  const std::optional<uint32_t> watermark = job.SlotWatermark(clock_.SeenNow(), s_.rebind_ticks);
+  if (!watermark || !aggregator::SeqBefore(*watermark, seq)) return;
+  const std::optional<uint32_t> local = OwnLocalOf(job, *watermark);
+  if (!local) return;
+  const aggregator::Slot& behind = s_.slots->slot(*local);
+  if (behind.state() != aggregator::Slot::State::kForwarded ||
+      !s_.slots->MissedAbove(*local, job.id(), job.generation(), *watermark, clock_.tsc)) {
+    return;
+  }
+  stats_.lcore.agg.partials_missing_above.Add(1);
+  (void)tree_.FinishSlot(job, *local, behind, false, nullptr, 0);
 }
 
 void AggregationStage::UpAsMissingAbove(const Checked& it) {
@@ -1636,9 +1651,14 @@ void AggregationStage::AnswerQuery(const Checked& it) {
   // slot here gave way once the partial went up: the parent still has the
   // result. At the root, a chunk that went to the TAN (it found no slot
   // here, or its slot gave way once the first data went): the TAN keeps
-  // the result of a finished chunk for its give-up time.
-  if (slot == nullptr &&
-      (!job.is_root() || job.tan() != aggregator::JobSpec::Tan::kNone)) {
+  // the result of a finished chunk for its give-up time. So at a root whose
+  // slot went to the TAN without this member: its data followed there as
+  // late data, or is told missing below, and the TAN's answer completes
+  // the slot (its result, should the one it sent not have reached the slot).
+  const bool to_tan = job.is_root() && job.tan() != aggregator::JobSpec::Tan::kNone;
+  if ((slot == nullptr && (!job.is_root() || to_tan)) ||
+      (slot != nullptr && to_tan && !job.verify() &&
+       slot->state() == aggregator::Slot::State::kForwarded)) {
     tree_.AskAbove(job, h);
   }
   // The members past the chunk before this switch knew them may hold the
@@ -1663,18 +1683,22 @@ void AggregationStage::HeldWithoutSlot(const Checked& it, const aggregator::Memb
 }
 
 const aggregator::Slot* AggregationStage::OwnSlotOf(const aggregator::Job& job, uint32_t seq) const {
+  const std::optional<uint32_t> local = OwnLocalOf(job, seq);
+  return local ? &s_.slots->slot(*local) : nullptr;
+}
+
+std::optional<uint32_t> AggregationStage::OwnLocalOf(const aggregator::Job& job, uint32_t seq) const {
   const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
-  const aggregator::Slot* s = nullptr;
-  const uint32_t home = region.Of(job.placement(), seq);
-  if (home % s_.n_workers == s_.index) {
-    s = s_.slots->Holding(LocalSlot(home), job.id(), job.generation(), seq);
-  }
-  if (s == nullptr && MoveApplied(job) && job.MovedFrom(seq)) {
-    const uint32_t moved = MovedSlot(job, seq);
-    if (moved % s_.n_workers != s_.index) return nullptr;
-    s = s_.slots->Holding(LocalSlot(moved), job.id(), job.generation(), seq);
-  }
-  return s;
+  const auto held_at = [&](uint32_t at) -> std::optional<uint32_t> {
+    if (at % s_.n_workers != s_.index ||
+        s_.slots->Holding(LocalSlot(at), job.id(), job.generation(), seq) == nullptr) {
+      return std::nullopt;
+    }
+    return LocalSlot(at);
+  };
+  const std::optional<uint32_t> home = held_at(region.Of(job.placement(), seq));
+  if (home || !MoveApplied(job) || !job.MovedFrom(seq)) return home;
+  return held_at(MovedSlot(job, seq));
 }
 
 void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint32_t ack, bool first,

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "aggregator/job_table.h"
 #include "aggregator/relocation_map.h"
@@ -402,6 +403,16 @@ class AggregationStage {
   // another worker, where the region wrapped or the partitions differ, is
   // not looked at).
   const aggregator::Slot* OwnSlotOf(const aggregator::Job& job, uint32_t seq) const;
+  // OwnSlotOf's slot, as its index in this lcore's table.
+  std::optional<uint32_t> OwnLocalOf(const aggregator::Job& job, uint32_t seq) const;
+  // The parent lacks this switch's partial of chunk `seq` (NOTICE missing),
+  // which the members here have not sent because they wait for an earlier
+  // chunk's result: the one at their watermark. When this lcore's slot of
+  // that chunk went up and no answer came down (lost on the way), its
+  // partial goes again, at most once per resend gap (SlotTable::MissedAbove):
+  // the parent, past that chunk, answers it with the result. Left to the
+  // members' next question, it waits for their backed-off timers.
+  void ResendBehind(const aggregator::Job& job, uint32_t seq);
   void NoticeGap(const aggregator::Job& job, uint32_t seq, uint32_t ack, bool first, uint16_t node);
   // Whether this lcore's slot of chunk `seq` still waits without `node`.
   bool LacksContribution(const aggregator::Job& job, uint32_t seq, uint16_t node) const;

@@ -1221,6 +1221,36 @@ TEST_F(AggregationTest, AFloatSumAtItsOwnTanIsNotLostWithoutARestart) {
   EXPECT_EQ(Agg().partials_resent.Get(), resent + 1) << "the first data again, for the result";
 }
 
+// At a root that is its own TAN, member 0's chunk times out alone and its
+// first data goes to the TAN; the slot waits there for the answer. Member 1
+// asks after the chunk: its data is not in the slot, but may have reached
+// the TAN as late data, which then holds the result. It is told to send its
+// data (NOTICE missing), and the TAN is asked too: its answer completes the
+// slot and reaches the member. Told only `missing`, a child switch whose
+// own slot had given way began the chunk anew below, and waited for members
+// that had all moved past it (seed 1655072).
+TEST_F(AggregationTest, AMemberARootsSlotLacksAsksTheTanToo) {
+  aggregator::JobSpec spec;
+  spec.id = 7;
+  spec.key = 0x5eed;
+  spec.members = 3;
+  spec.tan = aggregator::JobSpec::Tan::kSelf;
+  spec.timeout_cycles = rte_get_tsc_hz() / 100;  // a 10 ms slot timer
+  ASSERT_TRUE(jobs_->Add(spec).ok());
+  const uint32_t seq = 5;
+  Inject(0, Contribution(7, seq, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, seq));
+  Step();
+  rte_delay_ms(15);  // chunk seq times out with member 0 alone: on to the TAN
+  Step();
+  (void)Drain();
+  const uint64_t asked = Agg().queries_up.Get();
+  auto out = AskAfter(7, seq, 1, /*watermark=*/seq);
+  const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], seq);
+  ASSERT_EQ(told.count(MemberIp(1)), 1u);
+  EXPECT_EQ(told.at(MemberIp(1)), static_cast<uint32_t>(aggregator::NoticeKind::kMissing));
+  EXPECT_EQ(Agg().queries_up.Get(), asked + 1) << "the TAN is asked after the chunk";
+}
+
 // Refused datagrams are answered with a NACK that names the reason, sent
 // back to the sender on its port; nothing is counted into a slot.
 TEST_F(AggregationTest, WrongKeyAndUnknownJobAreNackedAndCounted) {
@@ -2284,14 +2314,14 @@ class InBandTest : public AggregationTest {
     ASSERT_EQ(up.fields.opcode, aggregator::Opcode::kPartial);
     if (partial != nullptr) *partial = up;
   }
-  // The parent's word (`opcode`, `aux`) on chunk 0's partial, from
+  // The parent's word (`opcode`, `aux`) on chunk `seq`'s partial, from
   // `from_ip`, and a worker pass.
   void AboutPartial(aggregator::Opcode opcode, uint32_t aux, uint32_t from_ip,
-                    uint32_t incarnation = 0) {
+                    uint32_t incarnation = 0, uint32_t seq = 0) {
     aggregator::AggFields f;
     f.opcode = opcode;
     f.job_id = 31;
-    f.seq = 0;
+    f.seq = seq;
     f.node_id = static_cast<uint16_t>(control::kInBandLeafBase + 1);
     f.aux = aux;
     f.incarnation = incarnation;
@@ -2559,6 +2589,43 @@ TEST_F(InBandTest, AParentsNoticeMissingOfAPartialSendsItAgainAtOnce) {
   std::this_thread::sleep_for(std::chrono::milliseconds(6));
   Step();
   EXPECT_EQ(notice(aggregator::NoticeKind::kMissing, kParentIp), 1u) << "a gap later, again";
+  EXPECT_EQ(Agg().partials_missing_above.Get(), 2u);
+}
+
+// The parent says it lacks a leaf's partial of chunk 2, which the leaf's
+// ranks have not sent: they wait for chunk 0's result (their watermark),
+// whose partial went up and whose answer never came (lost on the way
+// down). The parent is past chunk 0: the forwarded slot sends its partial
+// again at once, which the parent answers with the result, once per first
+// resend gap. Left to the ranks' next question, after a dead rank's chunk
+// had held the parent's slot for seconds, it waited for their backed-off
+// timers, past their timeout (seed 1730185). A notice about the awaited
+// chunk itself goes its own way (above).
+TEST_F(InBandTest, AParentsNoticeMissingOfALaterChunkSendsTheAwaitedChunksPartialAgain) {
+  Result first;
+  ASSERT_NO_FATAL_FAILURE(LeafPartialUp(&first));
+  auto later = [&](uint32_t seq) {
+    AboutPartial(aggregator::Opcode::kNotice, static_cast<uint32_t>(aggregator::NoticeKind::kMissing),
+                 kParentIp, first.fields.incarnation, seq);
+    size_t partials = 0;
+    for (const auto& [port, frames] : Drain()) {
+      for (const Result& r : Results(frames)) {
+        if (r.fields.opcode != aggregator::Opcode::kPartial) continue;
+        EXPECT_EQ(r.fields.seq, 0u) << "the awaited chunk's partial";
+        EXPECT_EQ(r.payload, first.payload);
+        ++partials;
+      }
+    }
+    return partials;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();
+  ASSERT_EQ(later(2), 1u) << "the chunk the ranks wait for goes again";
+  EXPECT_EQ(Agg().partials_missing_above.Get(), 1u);
+  EXPECT_EQ(later(3), 0u) << "a burst of notices sends it once";
+  std::this_thread::sleep_for(std::chrono::milliseconds(6));
+  Step();
+  EXPECT_EQ(later(2), 1u) << "a gap later, again";
   EXPECT_EQ(Agg().partials_missing_above.Get(), 2u);
 }
 

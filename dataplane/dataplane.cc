@@ -1065,10 +1065,20 @@ bool Dataplane::SendTanResult(const uint8_t* datagram, uint32_t len) {
   }
   const aggregator::Job* job = jobs_->Find(pkt.header->job_id.host());
   if (job == nullptr) return false;
-  const uint32_t slot = slot_regions_.Of(job->in_band(), job->placement(), pkt.header->seq.host());
+  const uint32_t seq = pkt.header->seq.host();
+  // A chunk moved to a spare slot completes there: at the root, a chunk
+  // that went to the TAN lacking members waits in that slot, and a member
+  // it lacks, asking after the result, would find it waiting still.
+  const uint16_t spare =
+      escalations_ ? escalations_->SpareOf({job->id(), job->generation(), seq})
+                   : aggregator::SpareSlots::kNone;
+  const uint32_t slot = spare != aggregator::SpareSlots::kNone
+                            ? slot_regions_.Spare(spare)
+                            : slot_regions_.Of(job->in_band(), job->placement(), seq);
   rte_ring* ring = workers_[slot % n_agg_workers_].channels->tan_down.get();
   rte_mbuf* m = CopyToMbuf(datagram, len);
   if (m == nullptr) return false;
+  rte_pktmbuf_mtod(m, aggregator::AggHeader*)->slot_hint = common::be16_t::FromHost(spare);
   // The control thread is the ring's only producer.
   if (rte_ring_sp_enqueue(ring, m) != 0) {
     rte_pktmbuf_free(m);

@@ -185,8 +185,10 @@ class Dataplane {
   // its aggregation header on.
   size_t ProcessTanInput(const std::function<void(const uint8_t* datagram, uint32_t len)>& fn);
   // Hands a result of this switch's own TAN (a datagram from the aggregation
-  // header on) to the worker that owns its slot, which replicates it down
-  // the tree. False when the mempool or the ring is full or it does not parse.
+  // header on) to the worker that owns the chunk's slot, which replicates it
+  // down the tree: the spare slot leased to the chunk, named in the copy's
+  // slot hint, or else its placed slot. False when the mempool or the ring
+  // is full or it does not parse.
   bool SendTanResult(const uint8_t* datagram, uint32_t len);
   // Worker `index`'s bypass table, or nullptr when aggregation is off. [any:
   // only its relaxed gauges]

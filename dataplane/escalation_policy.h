@@ -77,6 +77,11 @@ class EscalationPolicy {
 
   // [any]
   EscalationStats stats() const;
+  // The spare slot leased to chunk `key` (its hint), or SpareSlots::kNone:
+  // where the chunk aggregates, if its slot still holds it. [control]
+  uint16_t SpareOf(const aggregator::ChunkKey& key) const {
+    return spare_ ? spare_->Find(key) : aggregator::SpareSlots::kNone;
+  }
   // Spare slots whose lease is not over at `now` (LeaseOver): what chunks
   // still need, where stats().leased also counts leases nobody asked to
   // end yet. [control]

@@ -78,6 +78,23 @@ TEST(EscalationPolicyTest, TheOnlySpareSlotIsKeptForAnOldestChunk) {
   EXPECT_EQ(oldest.hint, 0u);
 }
 
+// The control thread names the spare slot leased to a chunk to whoever
+// asks (Dataplane::SendTanResult sends its own TAN's result there).
+TEST(EscalationPolicyTest, TheSpareSlotLeasedToAChunkIsFoundByItsKey) {
+  auto jobs = MakeTable();
+  const Job* a = AddLeafJob(*jobs, 7, 10);
+  const SlotRegions regions = SlotRegions::Make(33, 0, 2);
+  EscalationPolicy policy(*jobs, regions, std::chrono::milliseconds(1000));
+  const EscalationPolicy::Clock::time_point now{};
+  EXPECT_EQ(policy.SpareOf({a->id(), a->generation(), 10}), aggregator::SpareSlots::kNone);
+  const EscalationPolicy::Answer placed = policy.Decide(At(*a, 10), now);
+  ASSERT_EQ(placed.kind, Kind::kPlace);
+  EXPECT_EQ(policy.SpareOf({a->id(), a->generation(), 10}), placed.hint);
+  EXPECT_EQ(policy.SpareOf({a->id(), a->generation(), 11}), aggregator::SpareSlots::kNone);
+  EXPECT_EQ(policy.SpareOf({a->id(), a->generation() + 1, 10}), aggregator::SpareSlots::kNone)
+      << "another registration of the job";
+}
+
 // A child switch's partial that finds no slot at a root whose chunks go to
 // the parameter node goes nowhere: it is refused, and its chunk is not one
 // that went on without a slot, so its retry may take a spare slot freed

@@ -888,19 +888,27 @@ void TreeStage::DrainTanResults() {
       tx_.Drop(kOwnFrame, DropReason::kAggResultRefused, pkts[i]);
       continue;
     }
-    ResultFromAbove(pkts[i], *job, pkt, 0, kOwnFrame, TanResultSlot(*job, pkt.header->seq.host()));
+    ResultFromAbove(pkts[i], *job, pkt, 0, kOwnFrame,
+                    TanResultSlot(*job, pkt.header->seq.host(), pkt.header->slot_hint.host()));
   }
 }
 
-uint32_t TreeStage::TanResultSlot(const aggregator::Job& job, uint32_t seq) const {
-  // The TAN's answer comes to the worker that owns the chunk's placed slot
-  // (Dataplane::SendTanResult), the one that moved the chunk off it to a
-  // spare slot when another chunk held it. The spare slot aggregates the
-  // chunk (members' resends claimed it again after its first data went up)
-  // and completes with this result as a placed slot does: left waiting, it
-  // would lack every member the result reached, and a member whose copy
-  // was lost, its resend counted there, would be told result_lost
-  // (AggregationStage::ResultLost) while the TAN still holds the result.
+uint32_t TreeStage::TanResultSlot(const aggregator::Job& job, uint32_t seq, uint16_t spare) const {
+  // The TAN's answer comes to the worker that owns the spare slot the
+  // control thread leased the chunk, or else its placed slot
+  // (Dataplane::SendTanResult). The spare slot holds the chunk, waiting
+  // for it (at the root, a chunk that went to the TAN lacking members) or
+  // aggregating it (members' resends claimed it again after its first data
+  // went up), and completes with this result as a placed slot does: left
+  // waiting, it would lack every member the result reached, a member it
+  // lacks asking after the chunk would be told to send its data again
+  // (seed 1655072), and one whose copy was lost, its resend counted there,
+  // would be told result_lost (AggregationStage::ResultLost) while the TAN
+  // still holds the result.
+  if (spare != aggregator::RelocationMap::kNone) {
+    const uint32_t at = s_.regions.Spare(spare);
+    if (at % s_.n_workers == s_.index) return at / s_.n_workers;
+  }
   const uint32_t home = LocalSlot(job, seq);
   if (s_.relocations == nullptr || s_.relocations->empty() ||
       s_.slots->Holding(home, job.id(), job.generation(), seq) != nullptr) {
@@ -908,10 +916,8 @@ uint32_t TreeStage::TanResultSlot(const aggregator::Job& job, uint32_t seq) cons
   }
   const uint16_t hint = s_.relocations->Find({job.id(), job.generation(), seq});
   if (hint == aggregator::RelocationMap::kNone) return home;
-  const uint32_t spare = s_.regions.Spare(hint);
-  // Another worker's spare slot is not reached from here: the members still
-  // get the result, and that slot asks the TAN again when it goes up.
-  return spare % s_.n_workers == s_.index ? spare / s_.n_workers : home;
+  const uint32_t at = s_.regions.Spare(hint);
+  return at % s_.n_workers == s_.index ? at / s_.n_workers : home;
 }
 
 }  // namespace aggswitch::dataplane

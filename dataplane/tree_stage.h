@@ -294,10 +294,12 @@ class TreeStage {
     return s_.regions.Of(job.in_band(), job.placement(), seq) / s_.n_workers;
   }
   // Where this worker keeps chunk `seq` of `job` for a result of its own
-  // TAN: its placed slot, or, when that holds no such chunk, the spare slot
-  // the chunk was moved to, if this worker's (a remote parent's result goes
-  // there as AggregationStage::RedirectResult sends it on). O(1).
-  uint32_t TanResultSlot(const aggregator::Job& job, uint32_t seq) const;
+  // TAN: the spare slot `spare` the control thread leased the chunk (kNone:
+  // none), or the one this worker's relocations name, when this worker's
+  // and holding the chunk; else its placed slot (a remote parent's result
+  // goes to a spare slot as AggregationStage::RedirectResult sends it on).
+  // O(1).
+  uint32_t TanResultSlot(const aggregator::Job& job, uint32_t seq, uint16_t spare) const;
 
   const Setup s_;
   rte_mempool* const pool_;

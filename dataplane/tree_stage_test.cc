@@ -35,8 +35,11 @@ class TreeStageTest : public StageTest {
  protected:
   // The own TAN's RESULT of one int32, 60, for chunk `seq` of job `id`
   // under run `label`, into `down`, the ring the tree stage drains.
-  void OwnTanResult(rte_ring* down, uint32_t id, uint32_t seq, uint32_t label) {
+  // `hint`: the spare slot the control thread leased the chunk.
+  void OwnTanResult(rte_ring* down, uint32_t id, uint32_t seq, uint32_t label,
+                    uint16_t hint = aggregator::kNoSlotHint) {
     aggregator::AggFields f;
+    f.slot_hint = hint;
     f.opcode = aggregator::Opcode::kResult;
     f.node_id = 0xfffe;
     f.job_id = id;
@@ -701,6 +704,46 @@ TEST_F(TreeStageTest, AnOwnTansResultCompletesTheSpareSlotItsChunkMovedTo) {
   const aggregator::Slot* slot = slots_->Holding(spare, job.id(), job.generation(), kSeq);
   ASSERT_NE(slot, nullptr);
   EXPECT_EQ(slot->state(), aggregator::Slot::State::kComplete) << "the spare slot completes with it";
+  rte_ring_free(down);
+}
+
+// At a root that is its own TAN, a chunk moved off its placed slot to a
+// spare slot of another worker went to the TAN lacking a child switch whose
+// partial had not come; that partial followed it there as late data. The
+// TAN's result comes to the spare slot's worker, which the control thread
+// names by its hint (Dataplane::SendTanResult), and completes the slot
+// there. Left waiting, the slot lacked that child; when a rank below it
+// lost the result and its switch asked after it, the root told the switch
+// to send its data again, and the chunk began anew below, waiting for
+// members that had all moved on (seed 1655072).
+TEST_F(TreeStageTest, AnOwnTansResultCompletesTheSpareSlotItNamesOnAnotherWorker) {
+  const aggregator::Job& job = *AddOwnTanJob(6, 0);
+  ASSERT_FALSE(HasFailure());
+  rte_ring* down = rte_ring_create("tree_test_tan_down4", 16, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_NE(down, nullptr);
+  TreeStage::Setup ts = OwnTanSetup(nullptr, down);
+  ts.n_workers = 2;
+  ts.index = 1;
+  ts.regions = aggregator::SlotRegions::Make(8, 0, /*spare=*/2);
+  TreeStage tree(ts, Pool(), stats(), tx(), *answers_, clock_);
+  constexpr uint32_t kSeq = 4;
+  ASSERT_EQ(ts.regions.Of(job.in_band(), job.placement(), kSeq) % 2, 0u)
+      << "the placed slot is the other worker's";
+  constexpr uint16_t kHint = 1;
+  const uint32_t spare = ts.regions.Spare(kHint);
+  ASSERT_EQ(spare % 2, 1u) << "the spare slot is this worker's";
+  const uint32_t local = spare / 2;
+  (void)fixtures::ContributeInSlot(*slots_, local, job, kSeq, 2, clock_.tsc);
+  slots_->MarkForwarded(local, clock_.tsc);
+  OwnTanResult(down, job.id(), kSeq, 0, kHint);
+  tree.DrainTanResults();
+  tx().Flush();
+  const auto sent = Sent();
+  EXPECT_EQ(sent.at(0).size() + sent.at(1).size(), 3u) << "every member gets the result";
+  const aggregator::Slot* slot = slots_->Holding(local, job.id(), job.generation(), kSeq);
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(slot->state(), aggregator::Slot::State::kComplete)
+      << "the spare slot completes with it, and answers the member it lacked";
   rte_ring_free(down);
 }
 
