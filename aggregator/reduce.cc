@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "aggregator/half.h"
+#include "aggregator/reduce_dispatch.h"
 
 namespace aggswitch::aggregator {
 namespace {
@@ -59,91 +60,101 @@ int32_t SaturatingSum(int32_t a, int32_t b, bool& saturated) {
   return r;
 }
 
-// Wire element i converted to the accumulator type.
-int32_t ReadInt32(const uint8_t* p, size_t i) {
-  return LoadAt<int32_t>(p, i);
-}
-float ReadFloat32(const uint8_t* p, size_t i) {
-  return LoadAt<float>(p, i);
-}
-float ReadFloat16(const uint8_t* p, size_t i) {
-  return HalfToFloat(LoadAt<uint16_t>(p, i));
-}
-float ReadBFloat16(const uint8_t* p, size_t i) {
-  return BFloat16ToFloat(LoadAt<uint16_t>(p, i));
-}
-uint8_t ReadBool(const uint8_t* p, size_t i) {
-  return p[i] != 0 ? 1 : 0;
-}
-
-template <typename Acc, typename Read>
-void Convert(const uint8_t* payload, uint32_t n, void* acc, Read read) {
-  for (size_t i = 0; i < n; ++i) StoreAt<Acc>(acc, i, read(payload, i));
-}
-
-// acc[i] = op(acc[i], read(payload, i)); op(a, b, saturated&).
-template <typename Acc, typename Read, typename Op>
-bool Fold(void* acc, const uint8_t* payload, uint32_t n, Read read, Op op) {
-  bool saturated = false;
-  for (size_t i = 0; i < n; ++i) {
-    StoreAt<Acc>(acc, i, op(LoadAt<Acc>(acc, i), read(payload, i), saturated));
+// Wire element i of a float type, as float32.
+template <DType kWire>
+float ReadFloat(const uint8_t* p, size_t i) {
+  if constexpr (kWire == DType::kFloat32) {
+    return LoadAt<float>(p, i);
+  } else if constexpr (kWire == DType::kFloat16) {
+    return HalfToFloat(LoadAt<uint16_t>(p, i));
+  } else {
+    static_assert(kWire == DType::kBFloat16);
+    return BFloat16ToFloat(LoadAt<uint16_t>(p, i));
   }
-  return saturated;
 }
 
-template <typename Read>
-bool AccumulateFloat(ReduceOp op, void* acc, const uint8_t* payload, uint32_t n, Read read) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return Fold<float>(acc, payload, n, read,
-                         [](float a, float b, bool&) { return SumFloat(a, b); });
-    case ReduceOp::kMin:
-      return Fold<float>(acc, payload, n, read,
-                         [](float a, float b, bool&) { return MinFloat(a, b); });
-    case ReduceOp::kMax:
-      return Fold<float>(acc, payload, n, read,
-                         [](float a, float b, bool&) { return MaxFloat(a, b); });
-    case ReduceOp::kAnd:
-    case ReduceOp::kOr:
-      return false;
+// The scalar kernel set (reduce_dispatch.h): one element at a time.
+struct Scalar {
+  template <ReduceOp kOp>
+  static bool Int32(uint8_t* acc, const uint8_t* p, uint32_t n) {
+    bool saturated = false;
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t a = LoadAt<int32_t>(acc, i);
+      const int32_t b = LoadAt<int32_t>(p, i);
+      int32_t r;
+      if constexpr (kOp == ReduceOp::kSum) {
+        r = SaturatingSum(a, b, saturated);
+      } else if constexpr (kOp == ReduceOp::kMin) {
+        r = a < b ? a : b;
+      } else if constexpr (kOp == ReduceOp::kMax) {
+        r = a > b ? a : b;
+      } else if constexpr (kOp == ReduceOp::kAnd) {
+        r = a & b;
+      } else {
+        static_assert(kOp == ReduceOp::kOr);
+        r = a | b;
+      }
+      StoreAt<int32_t>(acc, i, r);
+    }
+    return saturated;
   }
-  return false;
-}
 
-bool AccumulateInt32(ReduceOp op, void* acc, const uint8_t* payload, uint32_t n) {
-  using I = int32_t;
-  switch (op) {
-    case ReduceOp::kSum:
-      return Fold<I>(acc, payload, n, ReadInt32, SaturatingSum);
-    case ReduceOp::kMin:
-      return Fold<I>(acc, payload, n, ReadInt32, [](I a, I b, bool&) { return a < b ? a : b; });
-    case ReduceOp::kMax:
-      return Fold<I>(acc, payload, n, ReadInt32, [](I a, I b, bool&) { return a > b ? a : b; });
-    case ReduceOp::kAnd:
-      return Fold<I>(acc, payload, n, ReadInt32, [](I a, I b, bool&) { return a & b; });
-    case ReduceOp::kOr:
-      return Fold<I>(acc, payload, n, ReadInt32, [](I a, I b, bool&) { return a | b; });
+  template <DType kWire, ReduceOp kOp>
+  static bool Float(uint8_t* acc, const uint8_t* p, uint32_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const float a = LoadAt<float>(acc, i);
+      const float b = ReadFloat<kWire>(p, i);
+      float r;
+      if constexpr (kOp == ReduceOp::kSum) {
+        r = SumFloat(a, b);
+      } else if constexpr (kOp == ReduceOp::kMin) {
+        r = MinFloat(a, b);
+      } else {
+        static_assert(kOp == ReduceOp::kMax);
+        r = MaxFloat(a, b);
+      }
+      StoreAt<float>(acc, i, r);
+    }
+    return false;
   }
-  return false;
-}
 
-// The accumulator holds 0/1 after LoadFirst, but any non-zero byte counts as true here too.
-bool AccumulateBool(ReduceOp op, void* acc, const uint8_t* payload, uint32_t n) {
-  using B = uint8_t;
-  switch (op) {
-    case ReduceOp::kAnd:
-      return Fold<B>(acc, payload, n, ReadBool,
-                     [](B a, B b, bool&) -> B { return a != 0 && b != 0 ? 1 : 0; });
-    case ReduceOp::kOr:
-      return Fold<B>(acc, payload, n, ReadBool,
-                     [](B a, B b, bool&) -> B { return a != 0 || b != 0 ? 1 : 0; });
-    case ReduceOp::kSum:
-    case ReduceOp::kMin:
-    case ReduceOp::kMax:
-      return false;
+  // The accumulator holds 0/1 after LoadFirst, but any non-zero byte counts
+  // as true here too.
+  template <ReduceOp kOp>
+  static bool Bool(uint8_t* acc, const uint8_t* p, uint32_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if constexpr (kOp == ReduceOp::kAnd) {
+        acc[i] = acc[i] != 0 && p[i] != 0 ? 1 : 0;
+      } else {
+        static_assert(kOp == ReduceOp::kOr);
+        acc[i] = acc[i] != 0 || p[i] != 0 ? 1 : 0;
+      }
+    }
+    return false;
   }
-  return false;
-}
+
+  template <DType kWire>
+  static void Widen(const uint8_t* p, uint32_t n, uint8_t* acc) {
+    for (size_t i = 0; i < n; ++i) StoreAt<float>(acc, i, ReadFloat<kWire>(p, i));
+  }
+
+  template <DType kWire>
+  static void Narrow(const uint8_t* acc, uint32_t n, uint8_t* out) {
+    for (size_t i = 0; i < n; ++i) {
+      const float f = LoadAt<float>(acc, i);
+      if constexpr (kWire == DType::kFloat16) {
+        StoreAt<uint16_t>(out, i, FloatToHalf(f));
+      } else {
+        static_assert(kWire == DType::kBFloat16);
+        StoreAt<uint16_t>(out, i, FloatToBFloat16(f));
+      }
+    }
+  }
+
+  static void NormalizeBool(const uint8_t* in, uint32_t n, uint8_t* out) {
+    for (size_t i = 0; i < n; ++i) out[i] = in[i] != 0 ? 1 : 0;
+  }
+};
 
 using LoadFirstFn = void (*)(DType, const uint8_t*, uint32_t, void*);
 using AccumulateFn = bool (*)(DType, ReduceOp, void*, const uint8_t*, uint32_t);
@@ -190,59 +201,15 @@ const KernelSet* Active() {
 namespace reference {
 
 void LoadFirst(DType dtype, const uint8_t* payload, uint32_t n, void* acc) {
-  switch (dtype) {
-    case DType::kInt32:
-    case DType::kFloat32:
-      if (n != 0) std::memcpy(acc, payload, size_t{n} * 4);  // n == 0 may come with null pointers
-      return;
-    case DType::kFloat16:
-      Convert<float>(payload, n, acc, ReadFloat16);
-      return;
-    case DType::kBFloat16:
-      Convert<float>(payload, n, acc, ReadBFloat16);
-      return;
-    case DType::kBool:
-      Convert<uint8_t>(payload, n, acc, ReadBool);
-      return;
-  }
+  ReduceDispatch<Scalar>::LoadFirst(dtype, payload, n, acc);
 }
 
 bool Accumulate(DType dtype, ReduceOp op, void* acc, const uint8_t* payload, uint32_t n) {
-  switch (dtype) {
-    case DType::kInt32:
-      return AccumulateInt32(op, acc, payload, n);
-    case DType::kFloat32:
-      return AccumulateFloat(op, acc, payload, n, ReadFloat32);
-    case DType::kFloat16:
-      return AccumulateFloat(op, acc, payload, n, ReadFloat16);
-    case DType::kBFloat16:
-      return AccumulateFloat(op, acc, payload, n, ReadBFloat16);
-    case DType::kBool:
-      return AccumulateBool(op, acc, payload, n);
-  }
-  return false;
+  return ReduceDispatch<Scalar>::Accumulate(dtype, op, acc, payload, n);
 }
 
 void StoreResult(DType dtype, const void* acc, uint32_t n, uint8_t* payload_out) {
-  switch (dtype) {
-    case DType::kInt32:
-    case DType::kFloat32:
-      if (n != 0)
-        std::memcpy(payload_out, acc, size_t{n} * 4);  // n == 0 may come with null pointers
-      return;
-    case DType::kFloat16:
-      for (size_t i = 0; i < n; ++i)
-        StoreAt<uint16_t>(payload_out, i, FloatToHalf(LoadAt<float>(acc, i)));
-      return;
-    case DType::kBFloat16:
-      for (size_t i = 0; i < n; ++i) {
-        StoreAt<uint16_t>(payload_out, i, FloatToBFloat16(LoadAt<float>(acc, i)));
-      }
-      return;
-    case DType::kBool:
-      for (size_t i = 0; i < n; ++i) payload_out[i] = LoadAt<uint8_t>(acc, i) != 0 ? 1 : 0;
-      return;
-  }
+  ReduceDispatch<Scalar>::StoreResult(dtype, acc, n, payload_out);
 }
 
 }  // namespace reference

@@ -35,8 +35,10 @@
 // Dispatch: the first call (or InitReduceKernels) picks the widest kernel set
 // this CPU supports: AVX-512 (F, BW, VL), else AVX2 (with F16C), else scalar.
 // The SIMD kernels are compiled with function target attributes, so the choice
-// is made at run time whatever -march (AGG_MARCH) the build used. Measured costs
-// are in reduce_bench.cc and next to the kernels.
+// is made at run time whatever -march (AGG_MARCH) the build used. Every kernel
+// set, the reference too, shares one dtype x op dispatch (reduce_dispatch.h)
+// and provides only its loops. Measured costs are in reduce_bench.cc and next
+// to the kernels.
 //
 // Thread safety: LoadFirst, Accumulate, StoreResult, the reference functions,
 // AccumulatorElementSize, ActiveReduceIsa, ReduceIsaName and ReduceIsaSupported

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "aggregator/reduce.h"
+#include "aggregator/reduce_dispatch.h"
 
 #define AGG_TARGET_AVX2 __attribute__((target("avx2,f16c")))
 
@@ -27,20 +28,25 @@ namespace {
 
 constexpr size_t kLanes = 8;  // 32-bit lanes per __m256
 
-// Wire element -> float32 lanes.
-struct ReadFloat32 {
+// Wire elements of a float type -> float32 lanes.
+template <DType kWire>
+struct Read;
+template <>
+struct Read<DType::kFloat32> {
   static constexpr size_t kWireSize = 4;
   AGG_TARGET_AVX2 static __m256 Load(const uint8_t* p) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
   }
 };
-struct ReadFloat16 {
+template <>
+struct Read<DType::kFloat16> {
   static constexpr size_t kWireSize = 2;
   AGG_TARGET_AVX2 static __m256 Load(const uint8_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 };
-struct ReadBFloat16 {
+template <>
+struct Read<DType::kBFloat16> {
   static constexpr size_t kWireSize = 2;
   AGG_TARGET_AVX2 static __m256 Load(const uint8_t* p) {
     const __m256i wide =
@@ -56,19 +62,24 @@ AGG_TARGET_AVX2 inline __m256 CanonicalNaN() {
 // Float ops. vminps/vmaxps return the second operand when either is NaN or both
 // are zero; taking both operand orders and combining the bits gives min(-0,+0) = -0
 // and max(-0,+0) = +0, and the unordered compare replaces any NaN.
-struct SumFloat {
+template <ReduceOp kOp>
+struct FloatOp;
+template <>
+struct FloatOp<ReduceOp::kSum> {
   AGG_TARGET_AVX2 static __m256 Apply(__m256 a, __m256 b) {
     const __m256 r = _mm256_add_ps(a, b);
     return _mm256_blendv_ps(r, CanonicalNaN(), _mm256_cmp_ps(r, r, _CMP_UNORD_Q));
   }
 };
-struct MinFloat {
+template <>
+struct FloatOp<ReduceOp::kMin> {
   AGG_TARGET_AVX2 static __m256 Apply(__m256 a, __m256 b) {
     const __m256 r = _mm256_or_ps(_mm256_min_ps(a, b), _mm256_min_ps(b, a));
     return _mm256_blendv_ps(r, CanonicalNaN(), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
   }
 };
-struct MaxFloat {
+template <>
+struct FloatOp<ReduceOp::kMax> {
   AGG_TARGET_AVX2 static __m256 Apply(__m256 a, __m256 b) {
     const __m256 r = _mm256_and_ps(_mm256_max_ps(a, b), _mm256_max_ps(b, a));
     return _mm256_blendv_ps(r, CanonicalNaN(), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
@@ -76,7 +87,10 @@ struct MaxFloat {
 };
 
 // Int32 ops; `overflow` collects lanes whose sign bit marks a saturated sum.
-struct SumInt32 {
+template <ReduceOp kOp>
+struct Int32Op;
+template <>
+struct Int32Op<ReduceOp::kSum> {
   AGG_TARGET_AVX2 static __m256i Apply(__m256i a, __m256i b, __m256i& overflow) {
     const __m256i s = _mm256_add_epi32(a, b);
     // Overflow iff a and b share a sign that s does not: sign bit of (s^a) & (s^b).
@@ -87,34 +101,42 @@ struct SumInt32 {
                                                 _mm256_castsi256_ps(ov)));
   }
 };
-struct MinInt32 {
+template <>
+struct Int32Op<ReduceOp::kMin> {
   AGG_TARGET_AVX2 static __m256i Apply(__m256i a, __m256i b, __m256i&) {
     return _mm256_min_epi32(a, b);
   }
 };
-struct MaxInt32 {
+template <>
+struct Int32Op<ReduceOp::kMax> {
   AGG_TARGET_AVX2 static __m256i Apply(__m256i a, __m256i b, __m256i&) {
     return _mm256_max_epi32(a, b);
   }
 };
-struct AndInt32 {
+template <>
+struct Int32Op<ReduceOp::kAnd> {
   AGG_TARGET_AVX2 static __m256i Apply(__m256i a, __m256i b, __m256i&) {
     return _mm256_and_si256(a, b);
   }
 };
-struct OrInt32 {
+template <>
+struct Int32Op<ReduceOp::kOr> {
   AGG_TARGET_AVX2 static __m256i Apply(__m256i a, __m256i b, __m256i&) {
     return _mm256_or_si256(a, b);
   }
 };
 
 // Bool ops on "is zero" byte masks (0xFF where the byte is 0); the result is 0 or 1.
-struct AndBool {
+template <ReduceOp kOp>
+struct BoolOp;
+template <>
+struct BoolOp<ReduceOp::kAnd> {
   AGG_TARGET_AVX2 static __m256i Apply(__m256i a_zero, __m256i b_zero) {
     return _mm256_andnot_si256(_mm256_or_si256(a_zero, b_zero), _mm256_set1_epi8(1));
   }
 };
-struct OrBool {
+template <>
+struct BoolOp<ReduceOp::kOr> {
   AGG_TARGET_AVX2 static __m256i Apply(__m256i a_zero, __m256i b_zero) {
     return _mm256_andnot_si256(_mm256_and_si256(a_zero, b_zero), _mm256_set1_epi8(1));
   }
@@ -130,193 +152,121 @@ AGG_TARGET_AVX2 inline __m256i IsZero8(__m256i v) {
   return _mm256_cmpeq_epi8(v, _mm256_setzero_si256());
 }
 
-template <typename Read, typename Op>
-AGG_TARGET_AVX2 bool AccumulateFloat(DType dtype, ReduceOp op, uint8_t* acc, const uint8_t* p,
-                                     uint32_t n) {
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    float* a = reinterpret_cast<float*>(acc + 4 * i);
-    _mm256_storeu_ps(a, Op::Apply(_mm256_loadu_ps(a), Read::Load(p + Read::kWireSize * i)));
-  }
-  if (i == n) return false;
-  return reference::Accumulate(dtype, op, acc + 4 * i, p + Read::kWireSize * i,
-                               static_cast<uint32_t>(n - i));
+// Eight float32 lanes to bfloat16, rounded to nearest even on the integer
+// bits: add 0x7FFF plus the lowest kept bit; a NaN stays quiet.
+AGG_TARGET_AVX2 inline void NarrowBFloat16(const uint8_t* acc, uint8_t* out) {
+  const __m256i x = Load256(acc);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
+  const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+  const __m256 xf = _mm256_castsi256_ps(x);
+  const __m256i r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(rounded),
+                                                         _mm256_castsi256_ps(quiet_nan),
+                                                         _mm256_cmp_ps(xf, xf, _CMP_UNORD_Q)));
+  // packus works per 128-bit lane: [r0..3 r0..3 | r4..7 r4..7]; qwords 0 and 2 hold r0..7.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
 }
 
-template <typename Read>
-AGG_TARGET_AVX2 bool AccumulateFloatOp(DType dtype, ReduceOp op, uint8_t* acc, const uint8_t* p,
-                                       uint32_t n) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return AccumulateFloat<Read, SumFloat>(dtype, op, acc, p, n);
-    case ReduceOp::kMin:
-      return AccumulateFloat<Read, MinFloat>(dtype, op, acc, p, n);
-    case ReduceOp::kMax:
-      return AccumulateFloat<Read, MaxFloat>(dtype, op, acc, p, n);
-    case ReduceOp::kAnd:
-    case ReduceOp::kOr:
-      return false;
+// The AVX2 kernel set (reduce_dispatch.h). Elements after the last full
+// vector go to the scalar reference.
+struct Avx2 {
+  template <ReduceOp kOp>
+  AGG_TARGET_AVX2 static bool Int32(uint8_t* acc, const uint8_t* p, uint32_t n) {
+    __m256i overflow = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      Store256(acc + 4 * i,
+               Int32Op<kOp>::Apply(Load256(acc + 4 * i), Load256(p + 4 * i), overflow));
+    }
+    bool saturated = _mm256_movemask_ps(_mm256_castsi256_ps(overflow)) != 0;
+    if (i < n) {
+      saturated |= reference::Accumulate(DType::kInt32, kOp, acc + 4 * i, p + 4 * i,
+                                         static_cast<uint32_t>(n - i));
+    }
+    return saturated;
   }
-  return false;
-}
 
-template <typename Op>
-AGG_TARGET_AVX2 bool AccumulateInt32(ReduceOp op, uint8_t* acc, const uint8_t* p, uint32_t n) {
-  __m256i overflow = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    Store256(acc + 4 * i, Op::Apply(Load256(acc + 4 * i), Load256(p + 4 * i), overflow));
+  template <DType kWire, ReduceOp kOp>
+  AGG_TARGET_AVX2 static bool Float(uint8_t* acc, const uint8_t* p, uint32_t n) {
+    using R = Read<kWire>;
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      float* a = reinterpret_cast<float*>(acc + 4 * i);
+      _mm256_storeu_ps(a, FloatOp<kOp>::Apply(_mm256_loadu_ps(a), R::Load(p + R::kWireSize * i)));
+    }
+    if (i == n) return false;
+    return reference::Accumulate(kWire, kOp, acc + 4 * i, p + R::kWireSize * i,
+                                 static_cast<uint32_t>(n - i));
   }
-  bool saturated = _mm256_movemask_ps(_mm256_castsi256_ps(overflow)) != 0;
-  if (i < n) {
-    saturated |= reference::Accumulate(DType::kInt32, op, acc + 4 * i, p + 4 * i,
-                                       static_cast<uint32_t>(n - i));
-  }
-  return saturated;
-}
 
-template <typename Op>
-AGG_TARGET_AVX2 bool AccumulateBool(ReduceOp op, uint8_t* acc, const uint8_t* p, uint32_t n) {
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    Store256(acc + i, Op::Apply(IsZero8(Load256(acc + i)), IsZero8(Load256(p + i))));
+  template <ReduceOp kOp>
+  AGG_TARGET_AVX2 static bool Bool(uint8_t* acc, const uint8_t* p, uint32_t n) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      Store256(acc + i, BoolOp<kOp>::Apply(IsZero8(Load256(acc + i)), IsZero8(Load256(p + i))));
+    }
+    if (i < n) {
+      (void)reference::Accumulate(DType::kBool, kOp, acc + i, p + i, static_cast<uint32_t>(n - i));
+    }
+    return false;
   }
-  if (i < n) {
-    (void)reference::Accumulate(DType::kBool, op, acc + i, p + i, static_cast<uint32_t>(n - i));
-  }
-  return false;
-}
 
-template <typename Read>
-AGG_TARGET_AVX2 void WidenToFloat(DType dtype, const uint8_t* p, uint32_t n, uint8_t* acc) {
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    _mm256_storeu_ps(reinterpret_cast<float*>(acc + 4 * i), Read::Load(p + Read::kWireSize * i));
+  template <DType kWire>
+  AGG_TARGET_AVX2 static void Widen(const uint8_t* p, uint32_t n, uint8_t* acc) {
+    using R = Read<kWire>;
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      _mm256_storeu_ps(reinterpret_cast<float*>(acc + 4 * i), R::Load(p + R::kWireSize * i));
+    }
+    if (i < n) {
+      reference::LoadFirst(kWire, p + R::kWireSize * i, static_cast<uint32_t>(n - i), acc + 4 * i);
+    }
   }
-  if (i < n)
-    reference::LoadFirst(dtype, p + Read::kWireSize * i, static_cast<uint32_t>(n - i), acc + 4 * i);
-}
 
-AGG_TARGET_AVX2 void NormalizeBool(const uint8_t* in, uint32_t n, uint8_t* out) {
-  const __m256i one = _mm256_set1_epi8(1);
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    Store256(out + i, _mm256_andnot_si256(IsZero8(Load256(in + i)), one));
-  for (; i < n; ++i) out[i] = in[i] != 0 ? 1 : 0;
-}
-
-AGG_TARGET_AVX2 void StoreFloat16(const uint8_t* acc, uint32_t n, uint8_t* out) {
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(acc + 4 * i));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i),
-                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  template <DType kWire>
+  AGG_TARGET_AVX2 static void Narrow(const uint8_t* acc, uint32_t n, uint8_t* out) {
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      if constexpr (kWire == DType::kFloat16) {
+        const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(acc + 4 * i));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i),
+                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      } else {
+        static_assert(kWire == DType::kBFloat16);
+        NarrowBFloat16(acc + 4 * i, out + 2 * i);
+      }
+    }
+    if (i < n) {
+      reference::StoreResult(kWire, acc + 4 * i, static_cast<uint32_t>(n - i), out + 2 * i);
+    }
   }
-  if (i < n)
-    reference::StoreResult(DType::kFloat16, acc + 4 * i, static_cast<uint32_t>(n - i), out + 2 * i);
-}
 
-// Round to nearest even on the integer bits: add 0x7FFF plus the lowest kept bit.
-AGG_TARGET_AVX2 void StoreBFloat16(const uint8_t* acc, uint32_t n, uint8_t* out) {
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const __m256i x = Load256(acc + 4 * i);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(
-        _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
-    const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
-    const __m256 xf = _mm256_castsi256_ps(x);
-    const __m256i r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(rounded),
-                                                           _mm256_castsi256_ps(quiet_nan),
-                                                           _mm256_cmp_ps(xf, xf, _CMP_UNORD_Q)));
-    // packus works per 128-bit lane: [r0..3 r0..3 | r4..7 r4..7]; qwords 0 and 2 hold r0..7.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), _mm256_castsi256_si128(packed));
+  AGG_TARGET_AVX2 static void NormalizeBool(const uint8_t* in, uint32_t n, uint8_t* out) {
+    const __m256i one = _mm256_set1_epi8(1);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      Store256(out + i, _mm256_andnot_si256(IsZero8(Load256(in + i)), one));
+    }
+    for (; i < n; ++i) out[i] = in[i] != 0 ? 1 : 0;
   }
-  if (i < n)
-    reference::StoreResult(DType::kBFloat16, acc + 4 * i, static_cast<uint32_t>(n - i),
-                           out + 2 * i);
-}
+};
 
 }  // namespace
 
 AGG_TARGET_AVX2 void LoadFirstAvx2(DType dtype, const uint8_t* payload, uint32_t n, void* acc) {
-  uint8_t* a = static_cast<uint8_t*>(acc);
-  switch (dtype) {
-    case DType::kInt32:
-    case DType::kFloat32:
-      if (n != 0) std::memcpy(a, payload, size_t{n} * 4);  // n == 0 may come with null pointers
-      return;
-    case DType::kFloat16:
-      WidenToFloat<ReadFloat16>(dtype, payload, n, a);
-      return;
-    case DType::kBFloat16:
-      WidenToFloat<ReadBFloat16>(dtype, payload, n, a);
-      return;
-    case DType::kBool:
-      NormalizeBool(payload, n, a);
-      return;
-  }
+  ReduceDispatch<Avx2>::LoadFirst(dtype, payload, n, acc);
 }
 
 AGG_TARGET_AVX2 bool AccumulateAvx2(DType dtype, ReduceOp op, void* acc, const uint8_t* payload,
                                     uint32_t n) {
-  uint8_t* a = static_cast<uint8_t*>(acc);
-  switch (dtype) {
-    case DType::kInt32:
-      switch (op) {
-        case ReduceOp::kSum:
-          return AccumulateInt32<SumInt32>(op, a, payload, n);
-        case ReduceOp::kMin:
-          return AccumulateInt32<MinInt32>(op, a, payload, n);
-        case ReduceOp::kMax:
-          return AccumulateInt32<MaxInt32>(op, a, payload, n);
-        case ReduceOp::kAnd:
-          return AccumulateInt32<AndInt32>(op, a, payload, n);
-        case ReduceOp::kOr:
-          return AccumulateInt32<OrInt32>(op, a, payload, n);
-      }
-      return false;
-    case DType::kFloat32:
-      return AccumulateFloatOp<ReadFloat32>(dtype, op, a, payload, n);
-    case DType::kFloat16:
-      return AccumulateFloatOp<ReadFloat16>(dtype, op, a, payload, n);
-    case DType::kBFloat16:
-      return AccumulateFloatOp<ReadBFloat16>(dtype, op, a, payload, n);
-    case DType::kBool:
-      switch (op) {
-        case ReduceOp::kAnd:
-          return AccumulateBool<AndBool>(op, a, payload, n);
-        case ReduceOp::kOr:
-          return AccumulateBool<OrBool>(op, a, payload, n);
-        case ReduceOp::kSum:
-        case ReduceOp::kMin:
-        case ReduceOp::kMax:
-          return false;
-      }
-      return false;
-  }
-  return false;
+  return ReduceDispatch<Avx2>::Accumulate(dtype, op, acc, payload, n);
 }
 
 AGG_TARGET_AVX2 void StoreResultAvx2(DType dtype, const void* acc, uint32_t n,
                                      uint8_t* payload_out) {
-  const uint8_t* a = static_cast<const uint8_t*>(acc);
-  switch (dtype) {
-    case DType::kInt32:
-    case DType::kFloat32:
-      if (n != 0) std::memcpy(payload_out, a, size_t{n} * 4);  // n == 0 may come with null pointers
-      return;
-    case DType::kFloat16:
-      StoreFloat16(a, n, payload_out);
-      return;
-    case DType::kBFloat16:
-      StoreBFloat16(a, n, payload_out);
-      return;
-    case DType::kBool:
-      NormalizeBool(a, n, payload_out);
-      return;
-  }
+  ReduceDispatch<Avx2>::StoreResult(dtype, acc, n, payload_out);
 }
 
 }  // namespace aggswitch::aggregator::internal

@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "aggregator/reduce.h"
+#include "aggregator/reduce_dispatch.h"
 
 #define AGG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -40,20 +41,26 @@ constexpr __mmask64 TailMask64(size_t left) {
   return (uint64_t{1} << left) - 1;
 }
 
-// Wire elements -> float32 lanes; lanes outside m read as 0 and touch no memory.
-struct ReadFloat32 {
+// Wire elements of a float type -> float32 lanes; lanes outside m read as 0
+// and touch no memory.
+template <DType kWire>
+struct Read;
+template <>
+struct Read<DType::kFloat32> {
   static constexpr size_t kWireSize = 4;
   AGG_TARGET_AVX512 static __m512 Load(const uint8_t* p, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, p);
   }
 };
-struct ReadFloat16 {
+template <>
+struct Read<DType::kFloat16> {
   static constexpr size_t kWireSize = 2;
   AGG_TARGET_AVX512 static __m512 Load(const uint8_t* p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
   }
 };
-struct ReadBFloat16 {
+template <>
+struct Read<DType::kBFloat16> {
   static constexpr size_t kWireSize = 2;
   AGG_TARGET_AVX512 static __m512 Load(const uint8_t* p, __mmask16 m) {
     const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
@@ -68,13 +75,17 @@ AGG_TARGET_AVX512 inline __m512 CanonicalNaN() {
 // Float ops. vminps/vmaxps return the second operand when either is NaN or both
 // are zero; taking both operand orders and combining the bits gives min(-0,+0) = -0
 // and max(-0,+0) = +0, and the unordered compare replaces any NaN.
-struct SumFloat {
+template <ReduceOp kOp>
+struct FloatOp;
+template <>
+struct FloatOp<ReduceOp::kSum> {
   AGG_TARGET_AVX512 static __m512 Apply(__m512 a, __m512 b) {
     const __m512 r = _mm512_add_ps(a, b);
     return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), CanonicalNaN());
   }
 };
-struct MinFloat {
+template <>
+struct FloatOp<ReduceOp::kMin> {
   AGG_TARGET_AVX512 static __m512 Apply(__m512 a, __m512 b) {
     const __m512i r = _mm512_or_si512(_mm512_castps_si512(_mm512_min_ps(a, b)),
                                       _mm512_castps_si512(_mm512_min_ps(b, a)));
@@ -82,7 +93,8 @@ struct MinFloat {
                               CanonicalNaN());
   }
 };
-struct MaxFloat {
+template <>
+struct FloatOp<ReduceOp::kMax> {
   AGG_TARGET_AVX512 static __m512 Apply(__m512 a, __m512 b) {
     const __m512i r = _mm512_and_si512(_mm512_castps_si512(_mm512_max_ps(a, b)),
                                        _mm512_castps_si512(_mm512_max_ps(b, a)));
@@ -92,7 +104,10 @@ struct MaxFloat {
 };
 
 // Int32 ops; `overflow` collects the lanes whose sum saturated.
-struct SumInt32 {
+template <ReduceOp kOp>
+struct Int32Op;
+template <>
+struct Int32Op<ReduceOp::kSum> {
   AGG_TARGET_AVX512 static __m512i Apply(__m512i a, __m512i b, __mmask16& overflow) {
     const __m512i s = _mm512_add_epi32(a, b);
     // Overflow iff a and b share a sign that s does not: sign bit of (s^a) & (s^b),
@@ -104,32 +119,40 @@ struct SumInt32 {
     return _mm512_mask_mov_epi32(s, ov, sat);
   }
 };
-struct MinInt32 {
+template <>
+struct Int32Op<ReduceOp::kMin> {
   AGG_TARGET_AVX512 static __m512i Apply(__m512i a, __m512i b, __mmask16&) {
     return _mm512_min_epi32(a, b);
   }
 };
-struct MaxInt32 {
+template <>
+struct Int32Op<ReduceOp::kMax> {
   AGG_TARGET_AVX512 static __m512i Apply(__m512i a, __m512i b, __mmask16&) {
     return _mm512_max_epi32(a, b);
   }
 };
-struct AndInt32 {
+template <>
+struct Int32Op<ReduceOp::kAnd> {
   AGG_TARGET_AVX512 static __m512i Apply(__m512i a, __m512i b, __mmask16&) {
     return _mm512_and_si512(a, b);
   }
 };
-struct OrInt32 {
+template <>
+struct Int32Op<ReduceOp::kOr> {
   AGG_TARGET_AVX512 static __m512i Apply(__m512i a, __m512i b, __mmask16&) {
     return _mm512_or_si512(a, b);
   }
 };
 
 // Bool ops on "is non-zero" masks.
-struct AndBool {
+template <ReduceOp kOp>
+struct BoolOp;
+template <>
+struct BoolOp<ReduceOp::kAnd> {
   static __mmask64 Apply(__mmask64 a, __mmask64 b) { return a & b; }
 };
-struct OrBool {
+template <>
+struct BoolOp<ReduceOp::kOr> {
   static __mmask64 Apply(__mmask64 a, __mmask64 b) { return a | b; }
 };
 
@@ -145,22 +168,6 @@ AGG_TARGET_AVX512 bool AccumulateFloat(uint8_t* acc, const uint8_t* p, uint32_t 
   for (; i + kLanes <= n; i += kLanes)
     FloatStep<Read, Op>(acc + 4 * i, p + Read::kWireSize * i, kAll16);
   if (i < n) FloatStep<Read, Op>(acc + 4 * i, p + Read::kWireSize * i, TailMask16(n - i));
-  return false;
-}
-
-template <typename Read>
-AGG_TARGET_AVX512 bool AccumulateFloatOp(ReduceOp op, uint8_t* acc, const uint8_t* p, uint32_t n) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return AccumulateFloat<Read, SumFloat>(acc, p, n);
-    case ReduceOp::kMin:
-      return AccumulateFloat<Read, MinFloat>(acc, p, n);
-    case ReduceOp::kMax:
-      return AccumulateFloat<Read, MaxFloat>(acc, p, n);
-    case ReduceOp::kAnd:
-    case ReduceOp::kOr:
-      return false;
-  }
   return false;
 }
 
@@ -213,7 +220,7 @@ AGG_TARGET_AVX512 inline void NormalizeBoolStep(const uint8_t* in, uint8_t* out,
                           _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(v, v), _mm512_set1_epi8(1)));
 }
 
-AGG_TARGET_AVX512 void NormalizeBool(const uint8_t* in, uint32_t n, uint8_t* out) {
+AGG_TARGET_AVX512 void NormalizeBoolBytes(const uint8_t* in, uint32_t n, uint8_t* out) {
   size_t i = 0;
   for (; i + kBytes <= n; i += kBytes) NormalizeBoolStep(in + i, out + i, kAll64);
   if (i < n) NormalizeBoolStep(in + i, out + i, TailMask64(n - i));
@@ -250,85 +257,53 @@ AGG_TARGET_AVX512 void StoreBFloat16(const uint8_t* acc, uint32_t n, uint8_t* ou
   if (i < n) BFloat16Step(acc + 4 * i, out + 2 * i, TailMask16(n - i));
 }
 
+// The AVX-512 kernel set (reduce_dispatch.h): the tail is the same code
+// under a lane mask.
+struct Avx512 {
+  template <ReduceOp kOp>
+  AGG_TARGET_AVX512 static bool Int32(uint8_t* acc, const uint8_t* p, uint32_t n) {
+    return AccumulateInt32<Int32Op<kOp>>(acc, p, n);
+  }
+  template <DType kWire, ReduceOp kOp>
+  AGG_TARGET_AVX512 static bool Float(uint8_t* acc, const uint8_t* p, uint32_t n) {
+    return AccumulateFloat<Read<kWire>, FloatOp<kOp>>(acc, p, n);
+  }
+  template <ReduceOp kOp>
+  AGG_TARGET_AVX512 static bool Bool(uint8_t* acc, const uint8_t* p, uint32_t n) {
+    return AccumulateBool<BoolOp<kOp>>(acc, p, n);
+  }
+  template <DType kWire>
+  AGG_TARGET_AVX512 static void Widen(const uint8_t* p, uint32_t n, uint8_t* acc) {
+    WidenToFloat<Read<kWire>>(p, n, acc);
+  }
+  template <DType kWire>
+  AGG_TARGET_AVX512 static void Narrow(const uint8_t* acc, uint32_t n, uint8_t* out) {
+    if constexpr (kWire == DType::kFloat16) {
+      StoreFloat16(acc, n, out);
+    } else {
+      static_assert(kWire == DType::kBFloat16);
+      StoreBFloat16(acc, n, out);
+    }
+  }
+  AGG_TARGET_AVX512 static void NormalizeBool(const uint8_t* in, uint32_t n, uint8_t* out) {
+    NormalizeBoolBytes(in, n, out);
+  }
+};
+
 }  // namespace
 
 AGG_TARGET_AVX512 void LoadFirstAvx512(DType dtype, const uint8_t* payload, uint32_t n, void* acc) {
-  uint8_t* a = static_cast<uint8_t*>(acc);
-  switch (dtype) {
-    case DType::kInt32:
-    case DType::kFloat32:
-      if (n != 0) std::memcpy(a, payload, size_t{n} * 4);  // n == 0 may come with null pointers
-      return;
-    case DType::kFloat16:
-      WidenToFloat<ReadFloat16>(payload, n, a);
-      return;
-    case DType::kBFloat16:
-      WidenToFloat<ReadBFloat16>(payload, n, a);
-      return;
-    case DType::kBool:
-      NormalizeBool(payload, n, a);
-      return;
-  }
+  ReduceDispatch<Avx512>::LoadFirst(dtype, payload, n, acc);
 }
 
 AGG_TARGET_AVX512 bool AccumulateAvx512(DType dtype, ReduceOp op, void* acc, const uint8_t* payload,
                                         uint32_t n) {
-  uint8_t* a = static_cast<uint8_t*>(acc);
-  switch (dtype) {
-    case DType::kInt32:
-      switch (op) {
-        case ReduceOp::kSum:
-          return AccumulateInt32<SumInt32>(a, payload, n);
-        case ReduceOp::kMin:
-          return AccumulateInt32<MinInt32>(a, payload, n);
-        case ReduceOp::kMax:
-          return AccumulateInt32<MaxInt32>(a, payload, n);
-        case ReduceOp::kAnd:
-          return AccumulateInt32<AndInt32>(a, payload, n);
-        case ReduceOp::kOr:
-          return AccumulateInt32<OrInt32>(a, payload, n);
-      }
-      return false;
-    case DType::kFloat32:
-      return AccumulateFloatOp<ReadFloat32>(op, a, payload, n);
-    case DType::kFloat16:
-      return AccumulateFloatOp<ReadFloat16>(op, a, payload, n);
-    case DType::kBFloat16:
-      return AccumulateFloatOp<ReadBFloat16>(op, a, payload, n);
-    case DType::kBool:
-      switch (op) {
-        case ReduceOp::kAnd:
-          return AccumulateBool<AndBool>(a, payload, n);
-        case ReduceOp::kOr:
-          return AccumulateBool<OrBool>(a, payload, n);
-        case ReduceOp::kSum:
-        case ReduceOp::kMin:
-        case ReduceOp::kMax:
-          return false;
-      }
-      return false;
-  }
-  return false;
+  return ReduceDispatch<Avx512>::Accumulate(dtype, op, acc, payload, n);
 }
 
 AGG_TARGET_AVX512 void StoreResultAvx512(DType dtype, const void* acc, uint32_t n,
                                          uint8_t* payload_out) {
-  const uint8_t* a = static_cast<const uint8_t*>(acc);
-  switch (dtype) {
-    case DType::kInt32:
-    case DType::kFloat32:
-      if (n != 0) std::memcpy(payload_out, a, size_t{n} * 4);  // n == 0 may come with null pointers
-      return;
-    case DType::kFloat16:
-      StoreFloat16(a, n, payload_out);
-      return;
-    case DType::kBFloat16:
-      StoreBFloat16(a, n, payload_out);
-      return;
-    case DType::kBool:
-      NormalizeBool(a, n, payload_out);
-      return;
-  }
+  ReduceDispatch<Avx512>::StoreResult(dtype, acc, n, payload_out);
 }
 
 }  // namespace aggswitch::aggregator::internal

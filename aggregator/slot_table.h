@@ -454,6 +454,8 @@ class SlotTable {
   uint32_t armed_timers() const { return timers_.size(); }
 
   const Slot& slot(uint32_t local_index) const { return slots_[local_index]; }
+  // The index of `s`, a slot of this table. [any]
+  uint32_t IndexOf(const Slot& s) const { return static_cast<uint32_t>(&s - &slots_[0]); }
   // Slot `local_index` when it holds chunk (job_id, job_generation, seq);
   // else null. [owner lcore]
   const Slot* Holding(uint32_t local_index, uint32_t job_id, uint32_t job_generation,

@@ -1134,15 +1134,12 @@ void AggregationStage::MissingAbove(const Checked& it) {
 void AggregationStage::ResendBehind(const aggregator::Job& job, uint32_t seq) {
   const std::optional<uint32_t> watermark = job.SlotWatermark(clock_.SeenNow(), s_.rebind_ticks);
   if (!watermark || !aggregator::SeqBefore(*watermark, seq)) return;
-  const std::optional<uint32_t> local = OwnLocalOf(job, *watermark);
-  if (!local) return;
-  const aggregator::Slot& behind = s_.slots->slot(*local);
-  if (behind.state() != aggregator::Slot::State::kForwarded ||
-      !s_.slots->MissedAbove(*local, job.id(), job.generation(), *watermark, clock_.tsc)) {
-    return;
-  }
+  const aggregator::Slot* behind = OwnSlotOf(job, *watermark);
+  if (behind == nullptr || behind->state() != aggregator::Slot::State::kForwarded) return;
+  const uint32_t local = s_.slots->IndexOf(*behind);
+  if (!s_.slots->MissedAbove(local, job.id(), job.generation(), *watermark, clock_.tsc)) return;
   stats_.lcore.agg.partials_missing_above.Add(1);
-  (void)tree_.FinishSlot(job, *local, behind, false, nullptr, 0);
+  (void)tree_.FinishSlot(job, local, *behind, false, nullptr, 0);
 }
 
 void AggregationStage::UpAsMissingAbove(const Checked& it) {
@@ -1683,22 +1680,18 @@ void AggregationStage::HeldWithoutSlot(const Checked& it, const aggregator::Memb
 }
 
 const aggregator::Slot* AggregationStage::OwnSlotOf(const aggregator::Job& job, uint32_t seq) const {
-  const std::optional<uint32_t> local = OwnLocalOf(job, seq);
-  return local ? &s_.slots->slot(*local) : nullptr;
-}
-
-std::optional<uint32_t> AggregationStage::OwnLocalOf(const aggregator::Job& job, uint32_t seq) const {
   const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
-  const auto held_at = [&](uint32_t at) -> std::optional<uint32_t> {
-    if (at % s_.n_workers != s_.index ||
-        s_.slots->Holding(LocalSlot(at), job.id(), job.generation(), seq) == nullptr) {
-      return std::nullopt;
-    }
-    return LocalSlot(at);
-  };
-  const std::optional<uint32_t> home = held_at(region.Of(job.placement(), seq));
-  if (home || !MoveApplied(job) || !job.MovedFrom(seq)) return home;
-  return held_at(MovedSlot(job, seq));
+  const aggregator::Slot* s = nullptr;
+  const uint32_t home = region.Of(job.placement(), seq);
+  if (home % s_.n_workers == s_.index) {
+    s = s_.slots->Holding(LocalSlot(home), job.id(), job.generation(), seq);
+  }
+  if (s == nullptr && MoveApplied(job) && job.MovedFrom(seq)) {
+    const uint32_t moved = MovedSlot(job, seq);
+    if (moved % s_.n_workers != s_.index) return nullptr;
+    s = s_.slots->Holding(LocalSlot(moved), job.id(), job.generation(), seq);
+  }
+  return s;
 }
 
 void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint32_t ack, bool first,

@@ -403,8 +403,6 @@ class AggregationStage {
   // another worker, where the region wrapped or the partitions differ, is
   // not looked at).
   const aggregator::Slot* OwnSlotOf(const aggregator::Job& job, uint32_t seq) const;
-  // OwnSlotOf's slot, as its index in this lcore's table.
-  std::optional<uint32_t> OwnLocalOf(const aggregator::Job& job, uint32_t seq) const;
   // The parent lacks this switch's partial of chunk `seq` (NOTICE missing),
   // which the members here have not sent because they wait for an earlier
   // chunk's result: the one at their watermark. When this lcore's slot of
