@@ -26,7 +26,7 @@ struct ReleaseContext {
   const aggregator::Job* taker = nullptr;
   uint32_t taker_seq = 0;
   // Where a complete result that gives way to the taker goes first
-  // (TreeStage::LeaveWithTan): the slot the taker wants, in `slots`.
+  // (TreeStage::LeaveResult): the slot the taker wants, in `slots`.
   TreeStage* tree = nullptr;
   const aggregator::SlotTable* slots = nullptr;
   uint32_t local = 0;
@@ -82,7 +82,8 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
   // and after that again, as often as their windows meet in the region.
   // Every member was sent this result, but a member whose copy was lost
   // would find nothing here: the copy is left with the TAN first, which
-  // keeps it for its give-up time (seed 1514051).
+  // keeps it for its give-up time (seed 1514051), or, for a job without a
+  // TAN, kept on this lcore and answered from there (seed 1740234).
   if (r.taker == nullptr || r.taker == job ||
       !IsOldest(*r.taker, r.taker_seq, r.now, r.gone_ticks)) {
     return false;
@@ -90,7 +91,7 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
   const std::optional<uint32_t> oldest = job->SlotWatermark(r.now, r.gone_ticks);
   if (!oldest || !job->OldestBlockedBy(*oldest, r.taker->id())) return false;
   if (const aggregator::Slot* slot = r.slots->Holding(r.local, job_id, job_generation, seq)) {
-    r.tree->LeaveWithTan(*job, *slot);
+    r.tree->LeaveResult(*job, *slot);
   }
   return true;
 }
@@ -746,6 +747,7 @@ void AggregationStage::Contribute(const Checked& it) {
     AnswerQuery(it);
     return;
   }
+  if (AnsweredFromKept(it)) return;
   if (at_ps && ToParameterNode(it)) return;
   if (pkt.opcode == aggregator::Opcode::kContribution && !at_ps) {
     NoticeGap(job, seq, h.ack_watermark.host(),
@@ -1637,6 +1639,13 @@ void AggregationStage::AnswerQuery(const Checked& it) {
       return;
     }
   }
+  // A root without a TAN kept the result when its slot gave way (two jobs
+  // held each other's oldest chunks back): the member gets it from there.
+  if (slot == nullptr && tree_.SendKept(job, h.seq.host(), addr)) {
+    c.duplicate_results.Add(1);
+    TxBuffers::Consumed(m);
+    return;
+  }
   // No slot holds the chunk, but the member's data is in it: counted by a
   // partial that went up from here (TreeStage::CountedUp), whose fate the
   // parent is asked.
@@ -1668,6 +1677,24 @@ void AggregationStage::AnswerQuery(const Checked& it) {
   }
   answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
                          Answers::To::kBoundMember);
+}
+
+bool AggregationStage::AnsweredFromKept(const Checked& it) {
+  if (!tree_.HasKept() || it.member < 0 ||
+      (it.pkt.opcode != aggregator::Opcode::kContribution &&
+       it.pkt.opcode != aggregator::Opcode::kPartial)) {
+    return false;
+  }
+  const aggregator::Job& job = *it.job;
+  const uint32_t seq = it.pkt.header->seq.host();
+  aggregator::MemberAddr addr;
+  if (s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr ||
+      !job.GetMember(static_cast<uint16_t>(it.member), &addr) || !tree_.SendKept(job, seq, addr)) {
+    return false;
+  }
+  stats_.lcore.agg.duplicate_results.Add(1);
+  TxBuffers::Consumed(it.m);
+  return true;
 }
 
 void AggregationStage::HeldWithoutSlot(const Checked& it, const aggregator::MemberAddr& addr) {

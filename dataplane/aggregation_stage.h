@@ -39,6 +39,7 @@
 #include "dataplane/counters.h"
 #include "dataplane/final_delivery.h"
 #include "dataplane/hold_buffers.h"
+#include "dataplane/kept_results.h"
 #include "dataplane/packet.h"
 #include "dataplane/parameter_store.h"
 #include "dataplane/tree_stage.h"
@@ -90,6 +91,9 @@ struct AggregationSetup {
   // The chunks whose placed slot this worker owns that were moved to a spare
   // slot; null without spare slots (a collision is then refused at once).
   aggregator::RelocationMap* relocations = nullptr;
+  // The results this worker let go at a root without a TAN before every
+  // member had them (TreeStage::LeaveResult); null: none kept.
+  KeptResults* kept = nullptr;
   // Members are bound to the address they send from (Job::BindMember) on a
   // clock of TSC >> seen_shift (about a millisecond a tick); a bound address
   // silent for rebind_ticks is presumed gone: it may be replaced, and its
@@ -411,6 +415,11 @@ class AggregationStage {
   // the parent, past that chunk, answers it with the result. Left to the
   // members' next question, it waits for their backed-off timers.
   void ResendBehind(const aggregator::Job& job, uint32_t seq);
+  // A member's data (or a child switch's partial) about a chunk no slot
+  // holds, whose result a root without a TAN kept when the slot gave way
+  // (TreeStage::LeaveResult): the member gets the result, and the datagram
+  // is consumed. False when nothing is kept for it: it goes on its way.
+  bool AnsweredFromKept(const Checked& it);
   void NoticeGap(const aggregator::Job& job, uint32_t seq, uint32_t ack, bool first, uint16_t node);
   // Whether this lcore's slot of chunk `seq` still waits without `node`.
   bool LacksContribution(const aggregator::Job& job, uint32_t seq, uint16_t node) const;

@@ -1891,6 +1891,59 @@ TEST_F(AggregationTest, AResultThatGivesWayBeforeEveryMemberHasItIsLeftWithTheTa
   EXPECT_TRUE(to.contains(MemberIp(1)));
 }
 
+// The same two jobs, neither with a TAN: job 7's result that gives way is
+// the only copy of it, and the root keeps it (KeptResults), under the job's
+// run label. Member 1 lost its copy: its resend, and its question, get the
+// result from there, not a slot claimed anew that would wait for member 0,
+// which moved past the chunk (seed 1740234: the child switch's resent
+// partial waited so until its rank gave up).
+TEST_F(AggregationTest, AResultThatGivesWayAtARootWithoutATanIsKeptForAMemberThatLostIt) {
+  BuildAggregation(", spare_slots: 0");
+  AddJob(7, 2);
+  AddJob(8, 2);
+  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  const uint32_t region = dp_->slot_regions().provisioned.size;
+  ContributeAll(7, s7 + 1, s7, 1);
+  ContributeAll(8, s8 + region, s8 + 1, 10);
+  ContributeAll(7, s7, s7, 100);  // job 7's oldest: job 8's result holds its slot
+  Drain();
+  EXPECT_EQ(Agg().results_kept.Get(), 0u);
+  // Job 8's oldest takes the slot of job 7's result of s7 + 1: kept.
+  ContributeAll(8, s8 + 1, s8 + 1, 1000);
+  Drain();
+  EXPECT_EQ(Agg().results_kept.Get(), 1u);
+  const auto expect_result_to_member_1 = [&](const char* what) {
+    const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+    ASSERT_EQ(results.size(), 1u) << what;
+    EXPECT_EQ(results[0].fields.job_id, 7u) << what;
+    EXPECT_EQ(results[0].fields.seq, s7 + 1) << what;
+    EXPECT_EQ(results[0].payload, Int32Payload({2})) << what;
+    EXPECT_EQ(results[0].dst_ip, MemberIp(1)) << what;
+  };
+  // Member 1 lost its copy and sends its data again.
+  Inject(0, Contribution(7, s7 + 1, 1, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
+                         -1, /*ack=*/s7));
+  Step();
+  expect_result_to_member_1("a resend");
+  const aggregator::Slot* claimed = nullptr;
+  for (uint32_t i = 0; i < region && claimed == nullptr; ++i) {
+    claimed = dp_->worker_slots(0)->Holding(i, 7, jobs_->Find(7)->generation(), s7 + 1);
+  }
+  EXPECT_EQ(claimed, nullptr) << "no slot is claimed for the chunk again";
+  // And asks after it.
+  aggregator::AggFields query;
+  query.opcode = aggregator::Opcode::kQuery;
+  query.node_id = 1;
+  query.job_id = 7;
+  query.seq = s7 + 1;
+  query.job_key = 0x5eed;
+  query.ack_watermark = s7;
+  Inject(0, Datagram(query));
+  Step();
+  expect_result_to_member_1("a question");
+  EXPECT_EQ(Agg().kept_results_sent.Get(), 2u);
+}
+
 // Static placement. Round robin gives each job a partition of its slot
 // quota that no other job's meets: two jobs' whole windows run side by side
 // with no collision, every chunk's members meeting in the one slot of the

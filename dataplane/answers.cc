@@ -47,8 +47,7 @@ aggregator::AggFields Answers::ChunkFields(const aggregator::Job& job, const agg
   return f;
 }
 
-void Answers::WriteResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
-                                 uint8_t* buf) {
+aggregator::AggFields Answers::ResultFields(const aggregator::Job& job, const aggregator::Slot& slot) {
   aggregator::AggFields f = ChunkFields(job, slot);
   f.opcode = aggregator::Opcode::kResult;
   // A moved job's members learn where its later chunks go (docs/aggregation.md, "Moves").
@@ -58,7 +57,12 @@ void Answers::WriteResultPayload(const aggregator::Job& job, const aggregator::S
             : job.verify() ? aggregator::flags::kVerified
                            : 0;
   if (slot.recovered()) f.flags |= aggregator::flags::kRecovered;
-  aggregator::WriteAggHeader(f, 0, reinterpret_cast<aggregator::AggHeader*>(buf));
+  return f;
+}
+
+void Answers::WriteResultPayload(const aggregator::Job& job, const aggregator::Slot& slot,
+                                 uint8_t* buf) {
+  aggregator::WriteAggHeader(ResultFields(job, slot), 0, reinterpret_cast<aggregator::AggHeader*>(buf));
   rte_memcpy(buf + sizeof(aggregator::AggHeader), slot.result(), slot.result_len());
 }
 

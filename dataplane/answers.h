@@ -104,6 +104,9 @@ class Answers {
 
   // The header fields every datagram about the slot's chunk shares (no key).
   static aggregator::AggFields ChunkFields(const aggregator::Job& job, const aggregator::Slot& slot);
+  // The header fields of the slot's RESULT to members (ChunkFields, the
+  // move hint and the result's flags).
+  static aggregator::AggFields ResultFields(const aggregator::Job& job, const aggregator::Slot& slot);
 
  private:
   // The per-lcore token bucket of NACKs and NOTICEs.

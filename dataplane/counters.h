@@ -224,6 +224,8 @@ struct PortCounters {
   X(partials_missing_above, "partials the upstream switch said it lacked (NOTICE missing): sent again at once, or, their slot gone, the chunk sent up as missing with a member's next data") \
   X(queries_up, "QUERYs sent to the upstream switch for a member whose chunk had no slot here") \
   X(results_left_with_tan, "complete results a root sent its TAN as first data lacking nothing when their slot gave way before every member had acknowledged them (two jobs held each other's oldest chunks back): the TAN keeps them for a member whose copy was lost") \
+  X(results_kept, "complete results a root without a TAN kept when their slot gave way before every member had acknowledged them (two jobs held each other's oldest chunks back): a member whose copy was lost gets it from there") \
+  X(kept_results_sent, "results sent from those a root kept, to a member that sent or asked about a chunk no slot held") \
   X(first_data_sent, "root results that missed members, sent to the TAN as first data") \
   X(timeouts, "slots whose timer expired before every member contributed")             \
   X(timers_postponed, "slot timers armed again: the partial could not list the members the slot lacked") \

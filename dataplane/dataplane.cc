@@ -32,6 +32,10 @@ constexpr uint32_t kMaxSlotDump = 65536;
 constexpr uint32_t kMaxBypassDump = 65536;
 // The aging scan visits the whole table about four times per aging period.
 constexpr unsigned kAgingPassesPerPeriod = 4;
+// Results a worker keeps at a root without a TAN when their slot gives way
+// before every member has them (KeptResults): they give way in turn, oldest
+// first, to newer ones.
+constexpr uint32_t kKeptResults = 16;
 
 std::atomic<unsigned> g_instance{0};
 
@@ -389,6 +393,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       // Every lease may be of a chunk whose placed slot this worker owns.
       parts.relocations = std::make_unique<aggregator::RelocationMap>(slot_regions_.spare.size);
     }
+    parts.kept = std::make_unique<KeptResults>(kKeptResults, slots.max_payload);
     agg.handoff[w] = parts.channels->handoff.get();
   }
   for (uint16_t w = 0; w < n_workers; ++w) {
@@ -411,6 +416,7 @@ Status Dataplane::CreateWorkers(const config::Config& config, aggregator::JobTab
       setup.agg.bypass = parts.bypass.get();
       setup.agg.job_counters = parts.stats->jobs.get();
       setup.agg.relocations = parts.relocations.get();
+      setup.agg.kept = parts.kept.get();
       ASSIGN_OR_RETURN(setup.agg.reader_id, jobs->RegisterReader());
     }
     for (size_t p = 0; p < ports_.size(); ++p) {

@@ -45,6 +45,7 @@
 #include "dataplane/mac_table.h"
 #include "dataplane/port_stats.h"
 #include "dataplane/hold_buffers.h"
+#include "dataplane/kept_results.h"
 #include "dataplane/parameter_store.h"
 #include "dataplane/int_stage.h"
 #include "dataplane/worker.h"
@@ -287,6 +288,7 @@ class Dataplane {
     std::unique_ptr<ParameterStore> store;             // its share of the store; null: none
     // The chunks moved off the placed slots it owns; null without spare slots.
     std::unique_ptr<aggregator::RelocationMap> relocations;
+    std::unique_ptr<KeptResults> kept;
     std::unique_ptr<Worker> worker;
   };
   std::vector<WorkerParts> workers_;

@@ -442,9 +442,16 @@ aggregator::AggFields TreeStage::UpFields(const aggregator::Job& job, const aggr
   return f;
 }
 
-void TreeStage::LeaveWithTan(const aggregator::Job& job, const aggregator::Slot& slot) {
-  if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kNone ||
-      slot.state() != aggregator::Slot::State::kComplete || slot.came_down()) {
+void TreeStage::LeaveResult(const aggregator::Job& job, const aggregator::Slot& slot) {
+  if (!job.is_root() || slot.state() != aggregator::Slot::State::kComplete || slot.came_down()) {
+    return;
+  }
+  if (job.tan() == aggregator::JobSpec::Tan::kNone) {
+    if (s_.kept != nullptr &&
+        s_.kept->Keep({job.id(), job.generation(), slot.seq()}, job.label(),
+                      Answers::ResultFields(job, slot), slot.result(), slot.result_len())) {
+      stats_.lcore.agg.results_kept.Add(1);
+    }
     return;
   }
   // Not FINAL: the main server had its copy from the slot.
@@ -452,6 +459,17 @@ void TreeStage::LeaveWithTan(const aggregator::Job& job, const aggregator::Slot&
   if (SendUp(job, f, nullptr, 0, slot.result(), slot.result_len(), nullptr, 0) == Up::kSent) {
     stats_.lcore.agg.results_left_with_tan.Add(1);
   }
+}
+
+bool TreeStage::SendKept(const aggregator::Job& job, uint32_t seq, const aggregator::MemberAddr& to) {
+  if (!HasKept()) return false;
+  const KeptResults::Entry* e = s_.kept->Find({job.id(), job.generation(), seq}, job.label());
+  if (e == nullptr) return false;
+  aggregator::AggFields f = e->fields;
+  f.incarnation = to.incarnation;  // its own run, as Answers::Replicate writes it
+  if (!answers_.SendData(f, e->payload, e->len, to)) return false;
+  stats_.lcore.agg.kept_results_sent.Add(1);
+  return true;
 }
 
 TreeStage::Up TreeStage::SendUp(const aggregator::Job& job, aggregator::AggFields f,

@@ -30,6 +30,7 @@
 #include "dataplane/counters.h"
 #include "dataplane/final_delivery.h"
 #include "dataplane/hold_buffers.h"
+#include "dataplane/kept_results.h"
 #include "dataplane/tx_buffers.h"
 #include "dataplane/worker_messages.h"
 
@@ -66,6 +67,9 @@ class TreeStage {
     // spare slot (AggregationSetup::relocations; read here only, on the
     // same lcore); null without spare slots.
     const aggregator::RelocationMap* relocations = nullptr;
+    // Where a root without a TAN keeps a result that gives way before every
+    // member has it (AggregationSetup::kept); null: nowhere.
+    KeptResults* kept = nullptr;
   };
 
   TreeStage(const Setup& setup, rte_mempool* pool, LcoreStats& stats, TxBuffers& tx,
@@ -93,10 +97,17 @@ class TreeStage {
   // every member again) and keeps for its give-up time, so that a member
   // whose copy was lost still gets it by asking (the root's QUERY, or its
   // resend to the parameter node). Not flagged FINAL: the slot delivered
-  // it to the main server already. Nothing for a job without a TAN, nor for
-  // a result that came down from the TAN, which keeps its own (a
-  // parameter-server job's step is applied once). [owner lcore]
-  void LeaveWithTan(const aggregator::Job& job, const aggregator::Slot& slot);
+  // it to the main server already. Nothing for a result that came down from
+  // the TAN, which keeps its own (a parameter-server job's step is applied
+  // once). A job without a TAN has no other copy: the result is kept here
+  // (KeptResults), under the job's run label, and answered from there
+  // (SendKept). [owner lcore]
+  void LeaveResult(const aggregator::Job& job, const aggregator::Slot& slot);
+  // Whether a result of `job` is kept here (LeaveResult). [owner lcore]
+  bool HasKept() const { return s_.kept != nullptr && !s_.kept->empty(); }
+  // Sends member `to` chunk `seq`'s result, if it is kept here under the
+  // job's run label; false otherwise, or when the pool is empty. [owner lcore]
+  bool SendKept(const aggregator::Job& job, uint32_t seq, const aggregator::MemberAddr& to);
   // Whether the partial that FinishSlot would send now for aggregating
   // `slot` fits one datagram with its missing list: a chunk sized to the
   // MTU has room for a few missing ids only (the client's

@@ -37,7 +37,7 @@ Worker::Worker(const WorkerSetup& setup, const ForwardingPlan& plan, MacTable& m
              setup.agg.n_workers, setup.agg.index, setup.agg.rebind_ticks, setup.agg.started_tsc,
              setup.agg.settle_cycles, &finals_,
              channels.tan_up.get(), channels.tan_down.get(), setup.agg.holds,
-             setup.agg.relocations},
+             setup.agg.relocations, setup.agg.kept},
             pool, stats, tx_, answers_, clock_),
       agg_(WithFinals(setup.agg, &finals_), channels, stats, tx_, answers_, tree_, clock_),
       own_(plan, stats, tx_, channels.neighbors.get()),
