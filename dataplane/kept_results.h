@@ -34,8 +34,8 @@ class KeptResults {
  public:
   struct Entry {
     aggregator::ChunkKey key;
-    uint32_t label = 0;             // the job's run label when it was kept
-    aggregator::AggFields fields;   // a RESULT's, without the key
+    uint32_t label = 0;            // the job's run label when it was kept
+    aggregator::AggFields fields;  // a RESULT's, without the key
     const uint8_t* payload = nullptr;
     uint32_t len = 0;
     bool used = false;
