@@ -10,6 +10,7 @@
 
 #include "aggregator/types.h"
 #include "common/prometheus.h"
+#include "control/api_routes.h"
 #include "control/metrics.h"
 
 namespace aggswitch::control {
@@ -18,22 +19,6 @@ namespace {
 // Insertion-ordered, so that a body read with curl lists "name" before the counters.
 using json = nlohmann::ordered_json;
 
-// The GET-only routes.
-constexpr std::string_view kRoutes[] = {"/metrics",       "/api/v1/ports", "/api/v1/mac",
-                                        "/api/v1/bypass",
-                                        "/api/v1/lcores", "/api/v1/stats", "/api/v1/slots"};
-constexpr std::string_view kJobsRoute = "/api/v1/jobs";
-constexpr std::string_view kIntRoute = "/api/v1/int";
-constexpr std::string_view kDecisionsRoute = "/api/v1/int/decisions";
-constexpr std::string_view kJobRoutePrefix = "/api/v1/jobs/";
-// What a 404 lists.
-constexpr std::string_view kAllRoutes[] = {
-    "/metrics",          "/api/v1/ports",      "/api/v1/mac",   "/api/v1/lcores",
-    "/api/v1/stats",     "/api/v1/jobs",       "/api/v1/jobs/<id>",
-    "/api/v1/jobs/<id>/stragglers",            "/api/v1/jobs/<id>/tan",
-    "/api/v1/jobs/<id>/members/<node>",
-    "/api/v1/slots",     "/api/v1/bypass",     "/api/v1/int",
-    "/api/v1/int/decisions"};
 
 // Compact JSON. Invalid UTF-8 (say, in a port name) is replaced rather than
 // thrown about.
@@ -409,68 +394,50 @@ common::Status ForEachQueryParam(
 }
 
 // GET and POST /api/v1/jobs.
-HttpResponse JobsCollection(std::string_view method, std::string_view body,
-                            const DataSource& source) {
-  if (method == "GET") {
+HttpResponse JobsCollection(const ApiRequest& r, const DataSource& source) {
+  if (r.method == "GET") {
     if (!source.jobs) return NoJobTable();
     common::Result<JobTableSnapshot> table = source.jobs();
     if (!table.ok()) return ErrorResponse(table.status());
     return JsonResponse(200, JobsJson(*table));
   }
-  if (method == "POST") {
-    if (!source.add_job) return NoJobTable();
-    common::Result<JobRequest> request = ParseJobRequest(body);
-    if (!request.ok()) return ErrorResponse(request.status());
-    common::Result<JobSnapshot> job = source.add_job(*request);
-    if (!job.ok()) return ErrorResponse(job.status());
-    return JsonResponse(201, JobJson(*job));
-  }
-  return MethodNotAllowed(method, kJobsRoute, "GET, POST", "use GET to list jobs, POST to add one");
+  if (!source.add_job) return NoJobTable();
+  common::Result<JobRequest> request = ParseJobRequest(r.body);
+  if (!request.ok()) return ErrorResponse(request.status());
+  common::Result<JobSnapshot> job = source.add_job(*request);
+  if (!job.ok()) return ErrorResponse(job.status());
+  return JsonResponse(201, JobJson(*job));
 }
 
 // GET and POST /api/v1/jobs/<id>/stragglers.
-HttpResponse StragglersRoute(std::string_view method, uint32_t id, std::string_view query,
-                             std::string_view body, const DataSource& source) {
-  if (method != "GET" && method != "POST") {
-    return MethodNotAllowed(method, "/api/v1/jobs/<id>/stragglers", "GET, POST",
-                            "use GET to predict, POST to predict and apply (or clear)");
-  }
+HttpResponse StragglersRoute(const ApiRequest& r, const DataSource& source) {
   if (!source.stragglers) return ErrorResponse(AggregationOff());
   common::Result<StragglerRequest> request =
-      method == "GET" ? ParseStragglerQuery(query) : ParseStragglerBody(body);
+      r.method == "GET" ? ParseStragglerQuery(r.query) : ParseStragglerBody(r.body);
   if (!request.ok()) return ErrorResponse(request.status());
-  common::Result<StragglerReport> report = source.stragglers(id, *request);
+  common::Result<StragglerReport> report = source.stragglers(r.job, *request);
   if (!report.ok()) return ErrorResponse(report.status());
   return JsonResponse(200, StragglerJson(*report));
 }
 
 // GET and POST /api/v1/jobs/<id>/tan.
-HttpResponse TanRoute(std::string_view method, uint32_t id, std::string_view body,
-                      const DataSource& source) {
-  if (method != "GET" && method != "POST") {
-    return MethodNotAllowed(method, "/api/v1/jobs/<id>/tan", "GET, POST",
-                            "use GET to show the job's TAN, POST to choose it");
-  }
+HttpResponse TanRoute(const ApiRequest& r, const DataSource& source) {
   if (!source.tan) return ErrorResponse(AggregationOff());
   std::optional<TanRequest> request;
-  if (method == "POST") {
-    common::Result<TanRequest> parsed = ParseTanBody(body);
+  if (r.method == "POST") {
+    common::Result<TanRequest> parsed = ParseTanBody(r.body);
     if (!parsed.ok()) return ErrorResponse(parsed.status());
     request = std::move(parsed).value();
   }
-  common::Result<TanReport> report = source.tan(id, request);
+  common::Result<TanReport> report = source.tan(r.job, request);
   if (!report.ok()) return ErrorResponse(report.status());
   return JsonResponse(200, TanJson(*report));
 }
 
 // DELETE /api/v1/jobs/<id>/members/<node>: forgets the address the member
 // is bound to; its next datagram binds it again.
-HttpResponse MemberRoute(std::string_view method, uint32_t id, std::string_view node_text,
-                         const DataSource& source) {
-  if (method != "DELETE") {
-    return MethodNotAllowed(method, "/api/v1/jobs/<id>/members/<node>", "DELETE",
-                            "use DELETE to unbind the member from its address");
-  }
+HttpResponse MemberRoute(const ApiRequest& r, const DataSource& source) {
+  const std::string_view node_text = r.node;
   const std::optional<uint32_t> node = ParseDecimal(node_text);
   if (!node || *node > config::kMaxNodeId) {
     return JsonResponse(400, ErrorJson("node must be a node id 0.." +
@@ -478,43 +445,15 @@ HttpResponse MemberRoute(std::string_view method, uint32_t id, std::string_view 
                                        std::string(node_text) + "'"));
   }
   if (!source.unbind_member) return NoJobTable();
-  const common::Status status = source.unbind_member(id, static_cast<uint16_t>(*node));
+  const common::Status status = source.unbind_member(r.job, static_cast<uint16_t>(*node));
   if (!status.ok()) return ErrorResponse(status);
   return {204, "", ""};
 }
 
-// GET and DELETE /api/v1/jobs/<id>, and the routes below it.
-HttpResponse JobItem(std::string_view method, std::string_view path, std::string_view query,
-                     std::string_view body, const DataSource& source) {
-  std::string_view id_text = path.substr(kJobRoutePrefix.size());
-  const size_t slash = id_text.find('/');
-  if (slash != std::string_view::npos) {
-    const std::string_view sub = id_text.substr(slash);
-    id_text = id_text.substr(0, slash);
-    constexpr std::string_view kMembers = "/members/";
-    const bool member = sub.substr(0, kMembers.size()) == kMembers;
-    if (sub != "/stragglers" && sub != "/tan" && !member) {
-      return JsonResponse(404, ErrorJson("no route " + std::string(path)));
-    }
-    const std::optional<uint32_t> id = ParseDecimal(id_text);
-    if (!id || *id == 0) {
-      return JsonResponse(400, ErrorJson("job id must be a number 1..4294967295, got '" +
-                                         std::string(id_text) + "'"));
-    }
-    if (member) return MemberRoute(method, *id, sub.substr(kMembers.size()), source);
-    return sub == "/tan" ? TanRoute(method, *id, body, source)
-                         : StragglersRoute(method, *id, query, body, source);
-  }
-  if (method != "GET" && method != "DELETE") {
-    return MethodNotAllowed(method, path, "GET, DELETE",
-                            "use GET to show the job, DELETE to remove it");
-  }
-  const std::optional<uint32_t> id = ParseDecimal(id_text);
-  if (!id || *id == 0) {
-    return JsonResponse(400, ErrorJson("job id must be a number 1..4294967295, got '" +
-                                       std::string(id_text) + "'"));
-  }
-  if (method == "DELETE") {
+// GET and DELETE /api/v1/jobs/<id>.
+HttpResponse JobRoute(const ApiRequest& r, const DataSource& source) {
+  const std::optional<uint32_t> id = r.job;
+  if (r.method == "DELETE") {
     if (!source.remove_job) return NoJobTable();
     const common::Status status = source.remove_job(*id);
     if (!status.ok()) return ErrorResponse(status);
@@ -536,8 +475,8 @@ HttpResponse JobItem(std::string_view method, std::string_view path, std::string
 }
 
 // GET /api/v1/slots.
-HttpResponse SlotsRoute(std::string_view query, const DataSource& source) {
-  common::Result<SlotQuery> slot_query = ParseSlotQuery(query);
+HttpResponse SlotsRoute(const ApiRequest& r, const DataSource& source) {
+  common::Result<SlotQuery> slot_query = ParseSlotQuery(r.query);
   if (!slot_query.ok()) return ErrorResponse(slot_query.status());
   if (!source.slots) return ErrorResponse(AggregationOff());
   // With a job filter the limit applies after filtering, so the dump takes
@@ -601,25 +540,29 @@ HttpResponse InternalError(const char* what) {
   }
 }
 
-HttpResponse Route(std::string_view path, std::string_view query, const DataSource& source) {
-  if (path == "/metrics") {
-    return {200, common::kPrometheusContentType, RenderPrometheus(source.snapshot())};
-  }
-  if (path == "/api/v1/ports") return JsonResponse(200, PortsJson(source.snapshot()));
-  if (path == "/api/v1/lcores") return JsonResponse(200, LcoresJson(source.snapshot()));
-  if (path == "/api/v1/stats") return JsonResponse(200, StatsJson(source.snapshot()));
-  if (path == "/api/v1/slots") return SlotsRoute(query, source);
-  if (path == "/api/v1/bypass") {
-    common::Result<SlotQuery> bypass_query = ParseBypassQuery(query);
-    if (!bypass_query.ok()) return ErrorResponse(bypass_query.status());
-    if (!source.bypass) return ErrorResponse(AggregationOff());
-    common::Result<dataplane::BypassDump> dump =
-        source.bypass(bypass_query->job ? kMaxSlotLimit : bypass_query->limit);
-    if (!dump.ok()) return ErrorResponse(dump.status());
-    return JsonResponse(200, BypassJson(*dump, *bypass_query));
-  }
-  // path == "/api/v1/mac", the last route.
-  common::Result<MacQuery> mac_query = ParseMacQuery(query);
+HttpResponse MetricsRoute(const ApiRequest&, const DataSource& source) {
+  return {200, common::kPrometheusContentType, RenderPrometheus(source.snapshot())};
+}
+HttpResponse PortsRoute(const ApiRequest&, const DataSource& source) {
+  return JsonResponse(200, PortsJson(source.snapshot()));
+}
+HttpResponse LcoresRoute(const ApiRequest&, const DataSource& source) {
+  return JsonResponse(200, LcoresJson(source.snapshot()));
+}
+HttpResponse StatsRoute(const ApiRequest&, const DataSource& source) {
+  return JsonResponse(200, StatsJson(source.snapshot()));
+}
+HttpResponse BypassRoute(const ApiRequest& r, const DataSource& source) {
+  common::Result<SlotQuery> bypass_query = ParseBypassQuery(r.query);
+  if (!bypass_query.ok()) return ErrorResponse(bypass_query.status());
+  if (!source.bypass) return ErrorResponse(AggregationOff());
+  common::Result<dataplane::BypassDump> dump =
+      source.bypass(bypass_query->job ? kMaxSlotLimit : bypass_query->limit);
+  if (!dump.ok()) return ErrorResponse(dump.status());
+  return JsonResponse(200, BypassJson(*dump, *bypass_query));
+}
+HttpResponse MacRoute(const ApiRequest& r, const DataSource& source) {
+  common::Result<MacQuery> mac_query = ParseMacQuery(r.query);
   if (!mac_query.ok()) return JsonResponse(400, ErrorJson(mac_query.status().message()));
   common::Result<std::string> body = MacJson(source.snapshot(), source.mac_entries(), *mac_query);
   if (!body.ok()) return JsonResponse(400, ErrorJson(body.status().message()));
@@ -1492,16 +1435,12 @@ common::Status TelemetryOff() {
 }
 
 // GET /api/v1/int, and PUT with a new watch list.
-HttpResponse IntRoute(std::string_view method, std::string_view body, const DataSource& source) {
-  if (method == "PUT") {
+HttpResponse IntRoute(const ApiRequest& r, const DataSource& source) {
+  if (r.method == "PUT") {
     if (!source.set_watch) return ErrorResponse(TelemetryOff());
-    common::Result<std::vector<config::WatchEntry>> watch = ParseWatchBody(body);
+    common::Result<std::vector<config::WatchEntry>> watch = ParseWatchBody(r.body);
     if (!watch.ok()) return ErrorResponse(watch.status());
     if (common::Status set = source.set_watch(*watch); !set.ok()) return ErrorResponse(set);
-  } else if (method != "GET") {
-    return MethodNotAllowed(method, kIntRoute, "GET, PUT",
-                            "use GET to show in-band telemetry, PUT {\"watch\": [...]} to replace "
-                            "the watch list");
   }
   const StatsSnapshot snap = source.snapshot();
   if (!snap.telemetry) return ErrorResponse(TelemetryOff());
@@ -1528,17 +1467,12 @@ std::string DecisionsJson(const PathDecisionsView& view) {
 }
 
 // GET /api/v1/int/decisions, and PUT with new decisions.
-HttpResponse DecisionsRoute(std::string_view method, std::string_view body,
-                            const DataSource& source) {
+HttpResponse DecisionsRoute(const ApiRequest& r, const DataSource& source) {
   if (!source.decisions || !source.set_decisions) return ErrorResponse(DecisionsOff());
-  if (method == "PUT") {
-    common::Result<std::vector<PathDecisionEntry>> decisions = ParseDecisionsBody(body);
+  if (r.method == "PUT") {
+    common::Result<std::vector<PathDecisionEntry>> decisions = ParseDecisionsBody(r.body);
     if (!decisions.ok()) return ErrorResponse(decisions.status());
     if (common::Status set = source.set_decisions(*decisions); !set.ok()) return ErrorResponse(set);
-  } else if (method != "GET") {
-    return MethodNotAllowed(method, kDecisionsRoute, "GET, PUT",
-                            "use GET to show the path decisions, PUT {\"decisions\": [...]} to "
-                            "replace them");
   }
   return JsonResponse(200, DecisionsJson(source.decisions()));
 }
@@ -1661,27 +1595,104 @@ HttpResponse HandleRequest(std::string_view method, std::string_view path, std::
   return HandleRequest(method, path, query, {}, source);
 }
 
+namespace {
+
+constexpr std::string_view kReadOnly = "this route is read-only, use GET";
+
+constexpr ApiRoute kApiRoutes[] = {
+    {routes::kMetrics, "GET", kReadOnly, MetricsRoute,
+     "the counters and gauges, in the Prometheus text format"},
+    {routes::kPorts, "GET", kReadOnly, PortsRoute,
+     "every port: its driver, link, VLANs and counters"},
+    {routes::kMac, "GET", kReadOnly, MacRoute, "the MAC table, `?vlan=&port=&limit=` to filter it"},
+    {routes::kLcores, "GET", kReadOnly, LcoresRoute,
+     "every worker lcore: its counters, rings and slot latencies"},
+    {routes::kStats, "GET", kReadOnly, StatsRoute, "the switch's totals and its configuration"},
+    {routes::kJobs, "GET, POST", "use GET to list jobs, POST to add one", JobsCollection,
+     "the jobs (GET), or a new one (POST, 201)"},
+    {routes::kJob, "GET, DELETE", "use GET to show the job, DELETE to remove it", JobRoute,
+     "one job with its busy slots (GET), or its removal (DELETE, 204)"},
+    {routes::kJobStragglers, "GET, POST",
+     "use GET to predict, POST to predict and apply (or clear)", StragglersRoute,
+     "the job's predicted stragglers, `?top=N` or `?over=S`, `&ops=K` (GET), applied (POST)"},
+    {routes::kJobTan, "GET, POST", "use GET to show the job's TAN, POST to choose it", TanRoute,
+     "the job's TAN (GET), or the one chosen (POST)"},
+    {routes::kJobMember, "DELETE", "use DELETE to unbind the member from its address", MemberRoute,
+     "forgets the address the member is bound to (204)"},
+    {routes::kSlots, "GET", kReadOnly, SlotsRoute, "the busy aggregation slots, `?limit=N&job=J`"},
+    {routes::kBypass, "GET", kReadOnly, BypassRoute, "the live bypass entries, `?limit=N&job=J`"},
+    {routes::kInt, "GET, PUT",
+     "use GET to show in-band telemetry, PUT {\"watch\": [...]} to replace the watch list",
+     IntRoute, "in-band telemetry and its watch list (GET), a new watch list (PUT)"},
+    {routes::kDecisions, "GET, PUT",
+     "use GET to show the path decisions, PUT {\"decisions\": [...]} to replace them",
+     DecisionsRoute, "the uplink groups and path decisions (GET), new decisions (PUT)"},
+};
+
+// Whether `path` has `pattern`'s segments; <id> and <node> take one
+// segment each, into `r` (an <id> that is no job id: into `*bad_id`).
+bool Match(std::string_view pattern, std::string_view path, ApiRequest* r,
+           std::string_view* bad_id) {
+  while (!pattern.empty() || !path.empty()) {
+    if (pattern.empty() || path.empty() || pattern[0] != '/' || path[0] != '/') return false;
+    pattern.remove_prefix(1);
+    path.remove_prefix(1);
+    const std::string_view want = pattern.substr(0, pattern.find('/'));
+    const std::string_view got = path.substr(0, path.find('/'));
+    pattern.remove_prefix(want.size());
+    path.remove_prefix(got.size());
+    if (want == "<id>") {
+      const std::optional<uint32_t> id = ParseDecimal(got);
+      if (!id || *id == 0) {
+        *bad_id = got;
+      } else {
+        r->job = *id;
+      }
+    } else if (want == "<node>") {
+      r->node = got;
+    } else if (want != got) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether `method` is one of `methods` ("GET, POST").
+bool Allows(std::string_view methods, std::string_view method) {
+  while (!methods.empty()) {
+    const size_t comma = methods.find(", ");
+    if (methods.substr(0, comma) == method) return true;
+    methods.remove_prefix(comma == std::string_view::npos ? methods.size() : comma + 2);
+  }
+  return false;
+}
+
+}  // namespace
+
+std::span<const ApiRoute> ApiRoutes() {
+  return kApiRoutes;
+}
+
 HttpResponse HandleRequest(std::string_view method, std::string_view path, std::string_view query,
                            std::string_view body, const DataSource& source) {
   try {
-    if (path == kJobsRoute) return JobsCollection(method, body, source);
-    if (path == kIntRoute) return IntRoute(method, body, source);
-    if (path == kDecisionsRoute) return DecisionsRoute(method, body, source);
-    if (path.substr(0, kJobRoutePrefix.size()) == kJobRoutePrefix) {
-      return JobItem(method, path, query, body, source);
+    for (const ApiRoute& route : kApiRoutes) {
+      ApiRequest r{method, path, query, body};
+      std::string_view bad_id;
+      if (!Match(route.pattern, path, &r, &bad_id)) continue;
+      if (bad_id.data() != nullptr) {
+        return JsonResponse(400, ErrorJson("job id must be a number 1..4294967295, got '" +
+                                           std::string(bad_id) + "'"));
+      }
+      if (!Allows(route.methods, method)) {
+        return MethodNotAllowed(method, route.pattern, std::string(route.methods), route.hint);
+      }
+      return route.handler(r, source);
     }
-    bool known = false;
-    for (std::string_view route : kRoutes) known = known || route == path;
-    if (!known) {
-      json routes = json::array();
-      for (std::string_view route : kAllRoutes) routes.push_back(route);
-      return JsonResponse(
-          404, Dump({{"error", "no route " + std::string(path)}, {"routes", std::move(routes)}}));
-    }
-    if (method != "GET") {
-      return MethodNotAllowed(method, path, "GET", "this route is read-only, use GET");
-    }
-    return Route(path, query, source);
+    json routes = json::array();
+    for (const ApiRoute& route : kApiRoutes) routes.push_back(route.pattern);
+    return JsonResponse(
+        404, Dump({{"error", "no route " + std::string(path)}, {"routes", std::move(routes)}}));
   } catch (const std::exception& e) {
     return InternalError(e.what());
   }

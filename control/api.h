@@ -9,8 +9,9 @@
 // writes are the job routes, and they go through the DataSource's job
 // functions (job_control.h hands them to the control thread).
 //
-// Routes (GET unless noted; a method a route does not take gets 405 with an
-// Allow list, unknown paths 404, all errors are {"error": "..."}):
+// The routes are one table, ApiRoutes() below (a method a route does not
+// take gets 405 with its Allow list, unknown paths 404, all errors are
+// {"error": "..."}). What each answers (GET unless noted):
 //   /metrics          Prometheus text (metrics.h)
 //   /api/v1/ports     {"ports": [port]}
 //   /api/v1/mac       {"table": mac_table, "filter": {"vlan","port"}, "count", "entries": [mac]}
@@ -100,8 +101,8 @@
 //                "expected","dtype" (name),"op" (name),"elem_count","overflow","age_seconds"}
 //   job_request = {"id","key"[,"members"][,"nodes"][,"ordered"][,"node_ids"][,"switches"]
 //                [,"upstream"][,"timeout_ms"][,"trigger"][,"tan"][,"tan_member"]
-//                [,"parameter_server"][,"verify"][,"placement_hint"][,"main_server"][,"mode"]}: the keys
-//                of the config's aggregation.jobs[], with their meaning and defaults
+//                [,"parameter_server"][,"verify"][,"placement_hint"][,"main_server"][,"mode"]}: the
+//                keys of the config's aggregation.jobs[], with their meaning and defaults
 //                (docs/config.md); "key" is an unsigned integer or a
 //                "0x..." hex string; "members" is required unless node_ids or switches
 //                list the members; node ids are numbers or "a-b" ranges
@@ -129,6 +130,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -381,6 +383,31 @@ common::Result<JobRequest> ParseJobRequest(std::string_view body);
 // 409 already exists or failed precondition, 507 resource exhausted, 503
 // unavailable, 500 otherwise. [any]
 int HttpStatusOf(common::StatusCode code);
+
+// A request as a route's handler sees it: the path's parameters parsed.
+struct ApiRequest {
+  std::string_view method;
+  std::string_view path;
+  std::string_view query;
+  std::string_view body;
+  uint32_t job = 0;       // <id>: a job id, 1..4294967295
+  std::string_view node;  // <node>, as the path gives it (its route checks it)
+};
+
+// One route of the API, in one table: the router dispatches by it, a 404
+// lists the patterns, a 405 answers with the methods (the Allow header) and
+// the hint, and docs/operations.md's route table is checked against it
+// (api_test).
+struct ApiRoute {
+  std::string_view pattern;  // "/api/v1/jobs/<id>/tan": <id> a job id, <node> a node id
+  std::string_view methods;  // "GET, POST"
+  std::string_view hint;     // what a 405 adds
+  HttpResponse (*handler)(const ApiRequest&, const DataSource&);
+  std::string_view doc;  // what the route does, one line
+};
+
+// The routes, in the order a 404 lists them. [any]
+std::span<const ApiRoute> ApiRoutes();
 
 // Routes one request. `path` is the URL-decoded path without the query;
 // `query` is the raw query string without '?'; `body` is the request body

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -371,6 +372,28 @@ TEST(ApiTest, UnknownPathIs404WithRouteList) {
   EXPECT_EQ(j["routes"][10], "/api/v1/slots");
   EXPECT_EQ(HandleRequest("GET", "/", "", SyntheticSource()).status, 404);
   EXPECT_EQ(HandleRequest("GET", "/api/v1/ports/", "", SyntheticSource()).status, 404);
+}
+
+// The operations guide's route table is the router's: the same routes, in
+// the same order, with the same methods and descriptions.
+TEST(ApiTest, TheOperationsGuideListsTheRoutersRoutes) {
+  std::ifstream in(AGG_SOURCE_DIR "/docs/operations.md");
+  ASSERT_TRUE(in) << "docs/operations.md";
+  std::vector<std::string> documented;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("| `", 0) == 0 && line.find("` | `/") != std::string::npos) {
+      documented.push_back(line);
+    }
+  }
+  std::vector<std::string> routed;
+  for (const ApiRoute& route : ApiRoutes()) {
+    routed.push_back("| `" + std::string(route.methods) + "` | `" + std::string(route.pattern) +
+                     "` | " + std::string(route.doc) + " |");
+  }
+  EXPECT_EQ(documented, routed);
+  const HttpResponse r = HandleRequest("GET", "/api/v1/nope", "", SyntheticSource());
+  EXPECT_EQ(json::parse(r.body)["routes"].size(), routed.size()) << "a 404 lists them all";
 }
 
 TEST(ApiTest, NonGetIs405) {

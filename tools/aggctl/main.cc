@@ -51,6 +51,7 @@
 #include "common/job_key.h"
 #include "common/status.h"
 #include "common/version.h"
+#include "control/api_routes.h"
 #include "dataplane/counters.h"  // the port and lcore counters: the API's keys
 
 namespace aggswitch::tools {
@@ -64,6 +65,8 @@ std::string& Daemon() {
 }
 
 using common::Result;
+using control::ApiPath;
+namespace routes = control::routes;
 // Insertion-ordered: --json keeps the daemon's key order, drops by reason
 // come in the dataplane's order.
 using json = nlohmann::ordered_json;
@@ -1097,7 +1100,7 @@ int Main(int argc, char** argv) {
   void (*print)(const json&) = nullptr;
   app.add_subcommand("ports", "ports: driver, link, VLAN mode, packet and drop counts")
       ->callback([&] {
-        target = "/api/v1/ports";
+        target = std::string(routes::kPorts);
         print = PrintPorts;
       });
   CLI::App* mac = app.add_subcommand("mac", "MAC table entries: VLAN, MAC, port, type, age");
@@ -1107,17 +1110,17 @@ int Main(int argc, char** argv) {
     std::string query;
     if (o.vlan) query += "vlan=" + std::to_string(*o.vlan);
     if (o.port) query += (query.empty() ? "" : "&") + std::string("port=") + UrlEncode(*o.port);
-    target = "/api/v1/mac" + (query.empty() ? "" : "?" + query);
+    target = std::string(routes::kMac) + (query.empty() ? "" : "?" + query);
     print = PrintMac;
   });
   app.add_subcommand("lcores", "worker lcores: queues, busy share, cycles per packet")
       ->callback([&] {
-        target = "/api/v1/lcores";
+        target = std::string(routes::kLcores);
         print = PrintLcores;
       });
   app.add_subcommand("stats", "everything: port totals, drops by reason, MAC events, lcores")
       ->callback([&] {
-        target = "/api/v1/stats";
+        target = std::string(routes::kStats);
         print = PrintStats;
       });
 
@@ -1126,7 +1129,7 @@ int Main(int argc, char** argv) {
   int_cmd->require_subcommand(1);
   int_cmd->add_subcommand("show", "the switch's node id, fabric ports, watch list and INT counters")
       ->callback([&] {
-        target = "/api/v1/int";
+        target = std::string(routes::kInt);
         print = PrintInt;
       });
   CLI::App* int_watch = int_cmd->add_subcommand(
@@ -1166,7 +1169,7 @@ int Main(int argc, char** argv) {
     if (o.slot_limit) query += "limit=" + std::to_string(*o.slot_limit);
     if (o.job_id)
       query += (query.empty() ? "" : "&") + std::string("job=") + std::to_string(*o.job_id);
-    target = "/api/v1/slots" + (query.empty() ? "" : "?" + query);
+    target = std::string(routes::kSlots) + (query.empty() ? "" : "?" + query);
     print = PrintSlots;
   });
 
@@ -1181,7 +1184,7 @@ int Main(int argc, char** argv) {
     if (o.slot_limit) query += "limit=" + std::to_string(*o.slot_limit);
     if (o.job_id)
       query += (query.empty() ? "" : "&") + std::string("job=") + std::to_string(*o.job_id);
-    target = "/api/v1/bypass" + (query.empty() ? "" : "?" + query);
+    target = std::string(routes::kBypass) + (query.empty() ? "" : "?" + query);
     print = PrintBypass;
   });
 
@@ -1192,7 +1195,7 @@ int Main(int argc, char** argv) {
   jobs_show->add_option("ID", o.job_id, "only this job, in detail")
       ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
   jobs_show->callback([&] {
-    target = "/api/v1/jobs";
+    target = std::string(routes::kJobs);
     print = PrintJobs;
     if (o.job_id) {
       target += "/" + std::to_string(*o.job_id);
@@ -1301,7 +1304,7 @@ int Main(int argc, char** argv) {
                        "or both")
       ->check(CLI::IsMember({"aggregate", "store", "both"}));
   int_decisions->callback([&] {
-    target = "/api/v1/int/decisions";
+    target = std::string(routes::kDecisions);
     print = PrintDecisions;
     if (o.decisions_file.empty()) return;
     std::ifstream file;
@@ -1316,7 +1319,7 @@ int Main(int argc, char** argv) {
     if (!in) throw CLI::ValidationError("--file", "cannot read " + o.watch_file);
     request_body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     method = "PUT";
-    target = "/api/v1/int";
+    target = std::string(routes::kInt);
     print = PrintInt;
   });
   json job_body;  // POST /api/v1/jobs without its key, which is checked after parsing
@@ -1327,7 +1330,7 @@ int Main(int argc, char** argv) {
                                  "--switch");
     }
     method = "POST";
-    target = "/api/v1/jobs";
+    target = std::string(routes::kJobs);
     job_body = {
         {"id", *o.job_id}, {"key", nullptr}, {"nodes", o.job_nodes}, {"ordered", o.job_ordered}};
     if (o.job_members) job_body["members"] = *o.job_members;
@@ -1362,7 +1365,7 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(uint32_t{1}, uint32_t{4294967295u}));
   jobs_rm->callback([&] {
     method = "DELETE";
-    target = "/api/v1/jobs/" + std::to_string(*o.job_id);
+    target = ApiPath(routes::kJob, *o.job_id);
     print = [](const json&) {};
   });
   uint16_t unbind_node = 0;
@@ -1376,7 +1379,7 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0, 65534));
   jobs_unbind->callback([&] {
     method = "DELETE";
-    target = "/api/v1/jobs/" + std::to_string(*o.job_id) + "/members/" + std::to_string(unbind_node);
+    target = ApiPath(routes::kJobMember, *o.job_id, unbind_node);
     print = [](const json&) {};
   });
 
@@ -1419,7 +1422,7 @@ int Main(int argc, char** argv) {
     if (straggler_max_excluded && !straggler_apply) {
       throw CLI::ValidationError("stragglers", "--max-excluded goes with --apply");
     }
-    const std::string base = "/api/v1/jobs/" + std::to_string(straggler_job) + "/stragglers";
+    const std::string base = ApiPath(routes::kJobStragglers, straggler_job);
     print = PrintStragglers;
     if (!straggler_apply && !straggler_clear) {
       target = base + "?" +
@@ -1470,7 +1473,7 @@ int Main(int argc, char** argv) {
           ->check(CLI::Range(0, 65534));
   tan->add_flag("--no-member", tan_no_member, "no worker here runs the TAN")->excludes(member);
   tan->callback([&] {
-    target = "/api/v1/jobs/" + std::to_string(tan_job) + "/tan";
+    target = ApiPath(routes::kJobTan, tan_job);
     print = PrintTan;
     json body = TanChoiceJson(tan_strategy, tan_candidates, tan_self);
     if (body.is_null()) body = json::object();
