@@ -25,8 +25,12 @@
 //
 //   build/dataplane/agg_path_bench [--rounds 40] [--members 4,8,16,64] [--elems 64,256,356]
 //                                  (up to 831: a 3400-byte packet)
-//                                  [--dtypes int32,float32] [--huge]
+//                                  [--dtypes int32,float32] [--huge] [--profile]
 //
+// --profile runs the aggregation rounds only, without the baselines, so that
+// what a profiler samples under the timed polls is the aggregation path's
+// (docs/benchmarks.md, "Where the cycles go"); it prints
+// `agg_path_profile ... cycles_per_contribution=N`.
 // --huge takes EAL's memory from hugepages (echo 256 > /proc/sys/vm/nr_hugepages)
 // instead of --no-huge 4 KiB pages, as a production switch would.
 //
@@ -89,6 +93,7 @@ struct Options {
   std::vector<uint32_t> elems = {64, 256, kMtuElems};
   std::vector<DType> dtypes = {DType::kInt32, DType::kFloat32};
   bool huge = false;  // EAL memory from hugepages instead of --no-huge
+  bool profile = false;  // the aggregation rounds only, for a profiler
 };
 
 void MemberMac(uint16_t node, uint8_t out[6]) {
@@ -204,7 +209,9 @@ class Bench {
 
   // The median cycles per contribution of one case: the aggregation path,
   // the L2 baseline and the plain read.
-  bool Run(const Case& c, int rounds, uint64_t* agg, uint64_t* l2, uint64_t* read) {
+  // With `profile`, the aggregation rounds only: what a profiler samples in
+  // Poll is the aggregation path's.
+  bool Run(const Case& c, int rounds, bool profile, uint64_t* agg, uint64_t* l2, uint64_t* read) {
     aggregator::JobSpec spec;
     spec.id = kJob;
     spec.key = kKey;
@@ -231,6 +238,7 @@ class Bench {
                     " contributions, " + std::to_string(results) + " results");
       }
       if (r >= warmup) agg_samples.push_back((t1 - t0) / n);
+      if (profile) continue;
 
 
       // L2: the same frames to the host behind port 1.
@@ -264,8 +272,8 @@ class Bench {
       if (r >= warmup) read_samples.push_back((t1 - t0) / n);
     }
     *agg = Median(agg_samples);
-    *l2 = Median(l2_samples);
-    *read = Median(read_samples);
+    *l2 = profile ? 0 : Median(l2_samples);
+    *read = profile ? 0 : Median(read_samples);
     return true;
   }
 
@@ -371,6 +379,10 @@ int Main(int argc, char** argv) {
       o.huge = true;
       continue;
     }
+    if (a == "--profile") {
+      o.profile = true;
+      continue;
+    }
     if (a == "--rounds" && ok) {
       o.rounds = std::atoi(v);
       ok = o.rounds >= 1;
@@ -383,7 +395,8 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: agg_path_bench [--rounds N] [--members 4,8,16,64] "
-                   "[--elems 64,256,%u (at most %u)] [--dtypes int32,float32] [--huge]\n",
+                   "[--elems 64,256,%u (at most %u)] [--dtypes int32,float32] [--huge] "
+                   "[--profile]\n",
                    kMtuElems, kMaxElems);
       return a == "--help" ? 0 : 2;
     }
@@ -410,8 +423,14 @@ int Main(int argc, char** argv) {
         Bench bench;
         if (!bench.Build()) return 1;
         uint64_t agg = 0, l2 = 0, read = 0;
-        if (!bench.Run({members, elems, dtype}, o.rounds, &agg, &l2, &read)) return 1;
+        if (!bench.Run({members, elems, dtype}, o.rounds, o.profile, &agg, &l2, &read)) return 1;
         const char* type = dtype == DType::kInt32 ? "int32" : "float32";
+        if (o.profile) {
+          std::printf("agg_path_profile members=%u elems=%u dtype=%s cycles_per_contribution=%llu\n",
+                      members, elems, type, static_cast<unsigned long long>(agg));
+          std::fflush(stdout);
+          continue;
+        }
         std::printf(
             "agg_path members=%u elems=%u dtype=%s cycles_per_contribution=%llu l2_cycles=%llu "
             "read_cycles=%llu overhead=%.2f\n",
