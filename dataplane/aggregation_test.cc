@@ -1427,17 +1427,6 @@ TEST_F(AggregationTest, TwoConcurrentJobsDoNotMix) {
   }
 }
 
-// Chunk seqs of jobs `a` and `b` whose placed slots are the same: b's chunk
-// finds a's holding it (a collision). Provisioned jobs, this switch's regions.
-std::pair<uint32_t, uint32_t> CollidingSeqs(const aggregator::JobTable& jobs,
-                                            const config::Config& config, uint32_t a, uint32_t b) {
-  const aggregator::SlotRegions regions = aggregator::SlotRegions::Make(
-      config.aggregation.slots, config.aggregation.InBandSlots(), config.aggregation.SpareSlots());
-  const uint32_t slot = regions.Of(false, jobs.Find(a)->placement(), 0);
-  for (uint32_t seq = 0;; ++seq) {
-    if (regions.Of(false, jobs.Find(b)->placement(), seq) == slot) return {0, seq};
-  }
-}
 
 // Two jobs whose chunks need the same slot: the second chunk is escalated to
 // the control thread, which moves it to a spare slot. Its members' datagrams
@@ -1831,14 +1820,7 @@ TEST_F(AggregationTest, AResultThatGivesWayBeforeEveryMemberHasItIsLeftWithTheTa
   const uint16_t kTan = 50;  // the TAN's addresses are those the fixture gives node 50
   AddJobWithRemoteTan(7, 2, kTan);
   AddJob(8, 2);
-  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
-  const uint32_t region = dp_->slot_regions().provisioned.size;
-  // Job 7 has the result of s7 + 1 and waits on s7; job 8 the result of
-  // s8 + region, on s7's slot, and waits on s8 + 1, whose slot is s7 + 1's.
-  ContributeAll(7, s7 + 1, s7, 1);
-  ContributeAll(8, s8 + region, s8 + 1, 10);
-  ContributeAll(7, s7, s7, 100);  // job 7's oldest: job 8's result holds its slot
-  Drain();
+  const auto [s7, s8] = HoldEachOthersOldest();
   EXPECT_EQ(Agg().results_left_with_tan.Get(), 0u);
   // Job 8's oldest takes the slot of job 7's result of s7 + 1: the result
   // goes to the TAN first.
@@ -1901,12 +1883,8 @@ TEST_F(AggregationTest, AResultThatGivesWayAtARootWithoutATanIsKeptForAMemberTha
   BuildAggregation(", spare_slots: 0");
   AddJob(7, 2);
   AddJob(8, 2);
-  const auto [s7, s8] = CollidingSeqs(*jobs_, config_, 7, 8);
+  const auto [s7, s8] = HoldEachOthersOldest();
   const uint32_t region = dp_->slot_regions().provisioned.size;
-  ContributeAll(7, s7 + 1, s7, 1);
-  ContributeAll(8, s8 + region, s8 + 1, 10);
-  ContributeAll(7, s7, s7, 100);  // job 7's oldest: job 8's result holds its slot
-  Drain();
   EXPECT_EQ(Agg().results_kept.Get(), 0u);
   // Job 8's oldest takes the slot of job 7's result of s7 + 1: kept.
   ContributeAll(8, s8 + 1, s8 + 1, 1000);

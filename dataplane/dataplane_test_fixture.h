@@ -239,6 +239,18 @@ struct InBandControl {
   control::JobControl job_control;
 };
 
+// Chunk seqs of jobs `a` and `b` whose placed slots are the same: b's chunk
+// finds a's holding it (a collision). Provisioned jobs, this switch's regions.
+inline std::pair<uint32_t, uint32_t> CollidingSeqs(const aggregator::JobTable& jobs,
+                                            const config::Config& config, uint32_t a, uint32_t b) {
+  const aggregator::SlotRegions regions = aggregator::SlotRegions::Make(
+      config.aggregation.slots, config.aggregation.InBandSlots(), config.aggregation.SpareSlots());
+  const uint32_t slot = regions.Of(false, jobs.Find(a)->placement(), 0);
+  for (uint32_t seq = 0;; ++seq) {
+    if (regions.Of(false, jobs.Find(b)->placement(), seq) == slot) return {0, seq};
+  }
+}
+
 class AggregationTest : public DataplaneTest {
  protected:
   void SetUp() override { BuildAggregation(); }
@@ -286,6 +298,22 @@ class AggregationTest : public DataplaneTest {
                              0x5eed, -1, ack));
     }
     StepThroughControl();
+  }
+
+  // Jobs 7 and 8, two members each (added by the caller), at a root without
+  // spare slots, holding each other's oldest chunk back: job 7 has the
+  // result of s7 + 1 (2) and waits on s7 (its data refused NACK slot_busy),
+  // whose slot job 8's result of s8 + region holds; job 8 waits on s8 + 1,
+  // whose slot is s7 + 1's. Returns {s7, s8}; what the members got is
+  // drained.
+  std::pair<uint32_t, uint32_t> HoldEachOthersOldest() {
+    const std::pair<uint32_t, uint32_t> seqs = CollidingSeqs(*jobs_, config_, 7, 8);
+    const uint32_t region = dp_->slot_regions().provisioned.size;
+    ContributeAll(7, seqs.first + 1, seqs.first, 1);
+    ContributeAll(8, seqs.second + region, seqs.second + 1, 10);
+    ContributeAll(7, seqs.first, seqs.first, 100);
+    Drain();
+    return seqs;
   }
 
   // A job whose TAN is remote, at the addresses the fixture gives node
