@@ -1176,6 +1176,18 @@ TEST_F(AggregationTest, AnOrderedFloatSumAtItsOwnTanIsLostOnlyAcrossARestart) {
   }
 }
 
+// Job 7 of three members at a root that is its own TAN, with a 10 ms slot
+// timer.
+aggregator::JobSpec OwnTanJobWithTimer() {
+  aggregator::JobSpec spec;
+  spec.id = 7;
+  spec.key = 0x5eed;
+  spec.members = 3;
+  spec.tan = aggregator::JobSpec::Tan::kSelf;
+  spec.timeout_cycles = rte_get_tsc_hz() / 100;
+  return spec;
+}
+
 // A float sum at a root that is its own TAN, without a restart: member 0's
 // chunk times out alone, its first data goes to the TAN, and members 1 and
 // 2 send theirs around the slot as late data; the TAN's result reaches
@@ -1186,13 +1198,7 @@ TEST_F(AggregationTest, AnOrderedFloatSumAtItsOwnTanIsLostOnlyAcrossARestart) {
 // which only a restart of the switch since the others had the result
 // warrants, and the rank failed).
 TEST_F(AggregationTest, AFloatSumAtItsOwnTanIsNotLostWithoutARestart) {
-  aggregator::JobSpec spec;
-  spec.id = 7;
-  spec.key = 0x5eed;
-  spec.members = 3;
-  spec.tan = aggregator::JobSpec::Tan::kSelf;
-  spec.timeout_cycles = rte_get_tsc_hz() / 100;  // a 10 ms slot timer
-  ASSERT_TRUE(jobs_->Add(spec).ok());
+  ASSERT_TRUE(jobs_->Add(OwnTanJobWithTimer()).ok());
   const std::vector<uint8_t> f = Float32Payload({0.1f});
   const uint32_t seq = 5;
   const auto send = [&](uint32_t s, uint16_t node, uint32_t ack) {
@@ -1230,13 +1236,7 @@ TEST_F(AggregationTest, AFloatSumAtItsOwnTanIsNotLostWithoutARestart) {
 // own slot had given way began the chunk anew below, and waited for members
 // that had all moved past it (seed 1655072).
 TEST_F(AggregationTest, AMemberARootsSlotLacksAsksTheTanToo) {
-  aggregator::JobSpec spec;
-  spec.id = 7;
-  spec.key = 0x5eed;
-  spec.members = 3;
-  spec.tan = aggregator::JobSpec::Tan::kSelf;
-  spec.timeout_cycles = rte_get_tsc_hz() / 100;  // a 10 ms slot timer
-  ASSERT_TRUE(jobs_->Add(spec).ok());
+  ASSERT_TRUE(jobs_->Add(OwnTanJobWithTimer()).ok());
   const uint32_t seq = 5;
   Inject(0, Contribution(7, seq, 0, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed, -1, seq));
   Step();
@@ -1890,8 +1890,9 @@ TEST_F(AggregationTest, AResultThatGivesWayAtARootWithoutATanIsKeptForAMemberTha
   ContributeAll(8, s8 + 1, s8 + 1, 1000);
   Drain();
   EXPECT_EQ(Agg().results_kept.Get(), 1u);
-  const auto expect_result_to_member_1 = [&](const char* what) {
-    const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+  const auto expect_result_to_member_1 = [&](std::map<int, std::vector<Frame>> out,
+                                             const char* what) {
+    const std::vector<Result> results = WithOpcode(out[0], aggregator::Opcode::kResult);
     ASSERT_EQ(results.size(), 1u) << what;
     EXPECT_EQ(results[0].fields.job_id, 7u) << what;
     EXPECT_EQ(results[0].fields.seq, s7 + 1) << what;
@@ -1902,23 +1903,14 @@ TEST_F(AggregationTest, AResultThatGivesWayAtARootWithoutATanIsKeptForAMemberTha
   Inject(0, Contribution(7, s7 + 1, 1, Int32Payload({1}), DType::kInt32, ReduceOp::kSum, 0x5eed,
                          -1, /*ack=*/s7));
   Step();
-  expect_result_to_member_1("a resend");
+  expect_result_to_member_1(Drain(), "a resend");
   const aggregator::Slot* claimed = nullptr;
   for (uint32_t i = 0; i < region && claimed == nullptr; ++i) {
     claimed = dp_->worker_slots(0)->Holding(i, 7, jobs_->Find(7)->generation(), s7 + 1);
   }
   EXPECT_EQ(claimed, nullptr) << "no slot is claimed for the chunk again";
   // And asks after it.
-  aggregator::AggFields query;
-  query.opcode = aggregator::Opcode::kQuery;
-  query.node_id = 1;
-  query.job_id = 7;
-  query.seq = s7 + 1;
-  query.job_key = 0x5eed;
-  query.ack_watermark = s7;
-  Inject(0, Datagram(query));
-  Step();
-  expect_result_to_member_1("a question");
+  expect_result_to_member_1(AskAfter(7, s7 + 1, 1, /*watermark=*/s7), "a question");
   EXPECT_EQ(Agg().kept_results_sent.Get(), 2u);
 }
 
