@@ -452,10 +452,9 @@ HttpResponse MemberRoute(const ApiRequest& r, const DataSource& source) {
 
 // GET and DELETE /api/v1/jobs/<id>.
 HttpResponse JobRoute(const ApiRequest& r, const DataSource& source) {
-  const std::optional<uint32_t> id = r.job;
   if (r.method == "DELETE") {
     if (!source.remove_job) return NoJobTable();
-    const common::Status status = source.remove_job(*id);
+    const common::Status status = source.remove_job(r.job);
     if (!status.ok()) return ErrorResponse(status);
     return {204, "", ""};
   }
@@ -463,7 +462,7 @@ HttpResponse JobRoute(const ApiRequest& r, const DataSource& source) {
   common::Result<JobTableSnapshot> table = source.jobs();
   if (!table.ok()) return ErrorResponse(table.status());
   for (const JobSnapshot& job : table->jobs) {
-    if (job.id != *id) continue;
+    if (job.id != r.job) continue;
     // The job's slots come from a dump of every job's: the workers copy
     // slots without looking at their job. A failed dump still shows the job.
     const common::Result<dataplane::SlotDump> dump =
@@ -471,7 +470,7 @@ HttpResponse JobRoute(const ApiRequest& r, const DataSource& source) {
                      : common::Result<dataplane::SlotDump>(AggregationOff());
     return JsonResponse(200, JobDetailJson(job, dump));
   }
-  return JsonResponse(404, ErrorJson("job " + std::to_string(*id) + " does not exist"));
+  return JsonResponse(404, ErrorJson("job " + std::to_string(r.job) + " does not exist"));
 }
 
 // GET /api/v1/slots.
