@@ -111,7 +111,8 @@ AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels
                                    TreeStage& tree, const LcoreClock& clock)
     : s_(setup),
       gap_distance_((kGapChunks + setup.n_workers - 1) / setup.n_workers * setup.n_workers),
-      channels_(channels), stats_(stats), tx_(tx), answers_(answers), tree_(tree), clock_(clock) {
+      channels_(channels), stats_(stats), tx_(tx), answers_(answers), tree_(tree), clock_(clock),
+      store_(setup.store, setup.finals, stats, tx, answers) {
   if (s_.jobs != nullptr) {
     moves_ = std::make_unique<uint32_t[]>(s_.jobs->max_jobs());  // zeroed: no move applied
   }
@@ -122,7 +123,7 @@ AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels
 }
 
 void AggregationStage::Process(uint16_t in_port, const AggVector& v) {
-  Checked items[kBurstSize];
+  AggFrame items[kBurstSize];
   uint16_t n = 0;
   for (uint16_t i = 0; i < v.n; ++i) {
     if (Check(v.m[i], in_port, v.meta[i], Source::kRx, &items[n])) ++n;
@@ -170,7 +171,7 @@ void AggregationStage::Distribute(rte_mbuf* m, const aggregator::Job& job,
 }
 
 bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source,
-                             Checked* out, uint16_t spare, Via via) {
+                             AggFrame* out, uint16_t spare, Via via) {
   using aggregator::NackReason;
   using aggregator::Opcode;
   AggregationCounters& c = stats_.lcore.agg;
@@ -596,7 +597,7 @@ bool AggregationStage::BindLateSender(const aggregator::Job& job, const UdpInfo&
   return true;  // from no member bound yet: the TAN's run rule holds
 }
 
-void AggregationStage::Dispatch(Checked* items, uint16_t n) {
+void AggregationStage::Dispatch(AggFrame* items, uint16_t n) {
   if (s_.n_workers == 1) {
     Reduce(items, n);
     return;
@@ -644,7 +645,7 @@ static inline void PrefetchPayload(const aggregator::AggPacket& pkt) {
   for (uint32_t off = 0; off < pkt.payload_len; off += RTE_CACHE_LINE_SIZE) rte_prefetch0(p + off);
 }
 
-void AggregationStage::Reduce(Checked* items, uint16_t n) {
+void AggregationStage::Reduce(AggFrame* items, uint16_t n) {
   // Every slot of the vector is looked up, and what a contribution touches
   // in it fetched, before the first reduce; each payload is fetched while
   // the one before it is reduced. agg_path_bench: 275 -> 230 cycles per
@@ -656,13 +657,13 @@ void AggregationStage::Reduce(Checked* items, uint16_t n) {
   }
   if (n > 0) PrefetchPayload(items[0].pkt);
   for (uint16_t i = 0; i < n; ++i) {
-    const Checked& it = items[i];
+    const AggFrame& it = items[i];
     if (i + 1 < n) PrefetchPayload(items[i + 1].pkt);
     AtSlot(it);
   }
 }
 
-void AggregationStage::AtSlot(const Checked& it) {
+void AggregationStage::AtSlot(const AggFrame& it) {
   const aggregator::Opcode opcode = it.pkt.opcode;
   if (opcode == aggregator::Opcode::kLate) {  // a rank's, from a child switch
     // (A late partial naming its content holds only ranks its switch's
@@ -677,19 +678,15 @@ void AggregationStage::AtSlot(const Checked& it) {
     return;
   }
   if (opcode == aggregator::Opcode::kFetch) {
-    AnswerFetch(it);
+    store_.Fetch(it);
     return;
   }
   if (it.main_server) {  // an ACK of a final result
-    if (s_.finals == nullptr ||
-        !s_.finals->Acked(*it.job, it.pkt.header->seq.host(), it.pkt.header->incarnation.host())) {
-      stats_.lcore.agg.final_ack_unmatched.Add(1);
-    }
-    TxBuffers::Consumed(it.m);
+    store_.FinalAck(it);
     return;
   }
   if (opcode == aggregator::Opcode::kContribution && it.job->stores() && it.where == Where::kHome &&
-      it.member >= 0 && !IsForPs(it.pkt) && !Keep(it)) {
+      it.member >= 0 && !IsForPs(it.pkt) && !store_.Keep(it)) {
     return;
   }
   if (opcode == aggregator::Opcode::kNack &&
@@ -707,7 +704,7 @@ void AggregationStage::AtSlot(const Checked& it) {
   }
 }
 
-void AggregationStage::Contribute(const Checked& it) {
+void AggregationStage::Contribute(const AggFrame& it) {
   AggregationCounters& c = stats_.lcore.agg;
   const aggregator::Job& job = *it.job;
   const aggregator::AggPacket& pkt = it.pkt;
@@ -814,7 +811,7 @@ void AggregationStage::Contribute(const Checked& it) {
       (contribution.needed <= 1 || s_.slots->CompletesWith(local, contribution))) {
     c.final_deferred.Add(1);
     s_.finals->TellRefused(job, seq);
-    NackMember(it, aggregator::NackReason::kStoreFull, DropReason::kAggRejected);
+    answers_.NackMember(it, aggregator::NackReason::kStoreFull, DropReason::kAggRejected);
     return;
   }
   // An ordered slot keeps its contributions until all are in: a copy in a
@@ -830,7 +827,7 @@ void AggregationStage::Contribute(const Checked& it) {
     if (held == nullptr) {
       c.hold_refused.Add(1);
       jc.quota_refused.Add(1);
-      NackMember(it, aggregator::NackReason::kHoldQuota, DropReason::kAggRejected);
+      answers_.NackMember(it, aggregator::NackReason::kHoldQuota, DropReason::kAggRejected);
       return;
     }
     contribution.payload = HoldBuffers::Data(held);
@@ -989,10 +986,10 @@ void AggregationStage::Contribute(const Checked& it) {
       refused = aggregator::NackReason::kMalformed;
       break;
   }
-  NackMember(it, refused, DropReason::kAggRejected);
+  answers_.NackMember(it, refused, DropReason::kAggRejected);
 }
 
-bool AggregationStage::Redirect(const Checked& it) {
+bool AggregationStage::Redirect(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   if (it.where == Where::kHome && NothingSentOn(job)) {
     return false;  // a switch without collisions stops here
@@ -1028,7 +1025,7 @@ bool AggregationStage::Redirect(const Checked& it) {
   return false;  // sent here by the switch, or home: it may take the slot
 }
 
-bool AggregationStage::RedirectResult(const Checked& it) {
+bool AggregationStage::RedirectResult(const AggFrame& it) {
   if (it.where != Where::kHome || NothingSentOn(*it.job)) return false;  // kept here
   const aggregator::Job& job = *it.job;
   const uint32_t seq = it.pkt.header->seq.host();
@@ -1051,7 +1048,7 @@ bool AggregationStage::AboutPartialSentUp(aggregator::Opcode opcode, uint32_t au
          aux == static_cast<uint32_t>(NackReason::kRunEnded);
 }
 
-void AggregationStage::RunEndedAbove(const Checked& it) {
+void AggregationStage::RunEndedAbove(const AggFrame& it) {
   // Check let it through only under the job's label now (or none): the
   // parent ended this switch's run, not an earlier one's.
   if (it.job->EndRunAbove(it.pkt.header->incarnation.host())) {
@@ -1060,7 +1057,7 @@ void AggregationStage::RunEndedAbove(const Checked& it) {
   TxBuffers::Consumed(it.m);
 }
 
-void AggregationStage::RefusedAbove(const Checked& it) {
+void AggregationStage::RefusedAbove(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   // "Not now" (not a new run): the partial goes again on the slot's timer
   // (RetryRefused), since the members, all counted, ask only at their
@@ -1077,7 +1074,7 @@ void AggregationStage::RefusedAbove(const Checked& it) {
   TxBuffers::Consumed(it.m);
 }
 
-void AggregationStage::MissingAbove(const Checked& it) {
+void AggregationStage::MissingAbove(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   const uint32_t seq = it.pkt.header->seq.host();
   const uint32_t local = LocalSlot(it.slot);
@@ -1144,7 +1141,7 @@ void AggregationStage::ResendBehind(const aggregator::Job& job, uint32_t seq) {
   (void)tree_.FinishSlot(job, local, *behind, false, nullptr, 0);
 }
 
-void AggregationStage::UpAsMissingAbove(const Checked& it) {
+void AggregationStage::UpAsMissingAbove(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   const aggregator::AggHeader& h = *it.pkt.header;
   const uint32_t seq = h.seq.host();
@@ -1169,7 +1166,7 @@ void AggregationStage::UpAsMissingAbove(const Checked& it) {
   stats_.lcore.agg.conflicts_up.Add(1);
 }
 
-bool AggregationStage::SentOn(const Checked& it, uint32_t seq) {
+bool AggregationStage::SentOn(const AggFrame& it, uint32_t seq) {
   const aggregator::Job& job = *it.job;
   AggregationCounters& c = stats_.lcore.agg;
   // A chunk that collided here (at its home slot, or in the moved
@@ -1190,7 +1187,7 @@ bool AggregationStage::SentOn(const Checked& it, uint32_t seq) {
   return false;
 }
 
-FrameRef AggregationStage::HandOff(const Checked& it) const {
+FrameRef AggregationStage::HandOff(const AggFrame& it) const {
   const bool to_spare = it.claim && it.where == Where::kSpare;
   const Via via = it.claim ? Via::kSwitch : it.where == Where::kHome ? Via::kHome : Via::kPlacement;
   return FrameRef{it.m, it.in_port, it.meta.vlan, it.meta.l3_offset, via,
@@ -1198,8 +1195,8 @@ FrameRef AggregationStage::HandOff(const Checked& it) const {
                            : aggregator::RelocationMap::kNone};
 }
 
-void AggregationStage::SendOn(const Checked& it, uint32_t slot, Where where, bool claim) {
-  Checked next = it;
+void AggregationStage::SendOn(const AggFrame& it, uint32_t slot, Where where, bool claim) {
+  AggFrame next = it;
   next.slot = slot;
   next.where = where;
   next.claim = claim;
@@ -1219,7 +1216,7 @@ void AggregationStage::SendOn(const Checked& it, uint32_t slot, Where where, boo
   }
 }
 
-void AggregationStage::Escalate(const Checked& it) {
+void AggregationStage::Escalate(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   const aggregator::AggHeader& h = *it.pkt.header;
   // Without spare slots the control thread can only move the job: when it
@@ -1244,7 +1241,7 @@ void AggregationStage::Escalate(const Checked& it) {
   RefuseSlotBusy(it);
 }
 
-void AggregationStage::RefuseSlotBusy(const Checked& it) {
+void AggregationStage::RefuseSlotBusy(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   AggregationCounters& c = stats_.lcore.agg;
   const aggregator::Opcode opcode = it.pkt.opcode;
@@ -1276,7 +1273,7 @@ void AggregationStage::RefuseSlotBusy(const Checked& it) {
   NackSlotBusy(it);
 }
 
-void AggregationStage::NoticeAbsent(const Checked& it) {
+void AggregationStage::NoticeAbsent(const AggFrame& it) {
   if (it.slot % s_.n_workers != s_.index) return;
   NoticeAbsentAt(LocalSlot(it.slot), stats_.lcore.agg.busy_notices);
 }
@@ -1324,21 +1321,12 @@ void AggregationStage::NoticeAbsentAt(uint32_t local, Counter& sent, bool forwar
   }
 }
 
-void AggregationStage::NackSlotBusy(const Checked& it) {
+void AggregationStage::NackSlotBusy(const AggFrame& it) {
   stats_.lcore.agg.slot_busy.Add(1);
-  NackMember(it, aggregator::NackReason::kSlotBusy, DropReason::kAggCollision);
+  answers_.NackMember(it, aggregator::NackReason::kSlotBusy, DropReason::kAggCollision);
 }
 
-void AggregationStage::NackMember(const Checked& it, aggregator::NackReason reason, DropReason otherwise) {
-  aggregator::MemberAddr addr;
-  if (it.member >= 0 && it.job->GetMember(static_cast<uint16_t>(it.member), &addr)) {
-    answers_.Nack(it.m, *it.pkt.header, reason, addr);
-  } else {
-    tx_.Drop(it.in_port, otherwise, it.m);
-  }
-}
-
-bool AggregationStage::UpAsMissing(const Checked& it) {
+bool AggregationStage::UpAsMissing(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   const aggregator::AggHeader& h = *it.pkt.header;
   const uint32_t seq = h.seq.host();
@@ -1366,7 +1354,7 @@ bool AggregationStage::UpAsMissing(const Checked& it) {
   return true;
 }
 
-bool AggregationStage::ToParameterNode(const Checked& it) {
+bool AggregationStage::ToParameterNode(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   const uint32_t seq = it.pkt.header->seq.host();
   const uint32_t local = LocalSlot(it.slot);
@@ -1415,7 +1403,7 @@ void AggregationStage::DrainRelocations() {
   Relocation moves[kBurstSize];
   const unsigned n = rte_ring_sc_dequeue_burst_elem(channels_.relocate.get(), moves,
                                                     sizeof(Relocation), kBurstSize, nullptr);
-  Checked items[kBurstSize];
+  AggFrame items[kBurstSize];
   uint16_t k = 0;
   for (unsigned i = 0; i < n; ++i) {
     const Relocation& r = moves[i];
@@ -1440,7 +1428,7 @@ void AggregationStage::DrainRelocations() {
                aggregator::RelocationMap::kNone, r.frame.via)) {
       continue;
     }
-    const Checked& it = items[k];
+    const AggFrame& it = items[k];
     const aggregator::ChunkKey now{it.job->id(), it.job->generation(), it.pkt.header->seq.host()};
     bool sent_on = false;
     if (r.kind == Relocation::Kind::kMoved) {
@@ -1476,35 +1464,6 @@ void AggregationStage::DrainRelocations() {
   if (k != 0) Dispatch(items, k);
 }
 
-bool AggregationStage::Keep(const Checked& it) {
-  using aggregator::NackReason;
-  AggregationCounters& c = stats_.lcore.agg;
-  const aggregator::Job& job = *it.job;
-  const auto member = static_cast<uint16_t>(it.member);
-  const ParameterStore::Kept kept =
-      s_.store != nullptr ? s_.store->Keep(job, member, it.pkt) : ParameterStore::Kept::kFull;
-  switch (kept) {
-    case ParameterStore::Kept::kStored:
-    case ParameterStore::Kept::kReplaced:
-      (kept == ParameterStore::Kept::kStored ? c.stored : c.store_replaced).Add(1);
-      break;
-    case ParameterStore::Kept::kJobFull:
-    case ParameterStore::Kept::kFull:
-      c.store_full.Add(1);
-      NackMember(it, NackReason::kStoreFull, DropReason::kAggRejected);
-      return false;
-  }
-  if (job.aggregates()) return true;
-  // Store mode: the ACK tells the member its contribution is kept.
-  aggregator::MemberAddr addr;
-  if (job.GetMember(member, &addr)) {
-    answers_.Answer(it.m, *it.pkt.header, aggregator::Opcode::kAck, NackReason{0}, addr);
-  } else {
-    TxBuffers::Consumed(it.m);
-  }
-  return false;
-}
-
 bool AggregationStage::MainServerBound(const aggregator::Job& job,
                                        const aggregator::MemberAddr& sender) {
   if (job.BindMainServer(sender, clock_.SeenNow()) !=
@@ -1515,61 +1474,7 @@ bool AggregationStage::MainServerBound(const aggregator::Job& job,
   return false;
 }
 
-void AggregationStage::AnswerFetch(const Checked& it) {
-  using aggregator::NackReason;
-  AggregationCounters& c = stats_.lcore.agg;
-  const aggregator::Job& job = *it.job;
-  const aggregator::AggHeader& h = *it.pkt.header;
-  // Who asks: a member at its bound address, or the main server at the
-  // address it sent from.
-  aggregator::MemberAddr to;
-  if (it.main_server) {
-    const uint8_t* frame = rte_pktmbuf_mtod(it.m, const uint8_t*);
-    UdpInfo udp;
-    (void)ParseIpv4Udp(frame, rte_pktmbuf_data_len(it.m), it.meta.l3_offset, &udp);
-    to = aggregator::MemberAddr{Mac48(frame + 6), static_cast<uint8_t>(it.in_port), it.meta.vlan,
-                                udp.src_ip, udp.src_port};
-  } else if (!job.GetMember(static_cast<uint16_t>(it.member), &to)) {
-    tx_.Drop(it.in_port, DropReason::kAggRejected, it.m);
-    return;
-  }
-  // A node id no member can have (above 16 bits) names nobody: not one
-  // whose low bits name a member.
-  const uint32_t node = h.aux.host();
-  const int owner = node > UINT16_MAX ? -1 : job.LocalIndex(static_cast<uint16_t>(node));
-  const ParameterStore::Copy* copy =
-      s_.store == nullptr || owner < 0 || !job.stores()
-          ? nullptr
-          : s_.store->Find(job, h.seq.host(), static_cast<uint16_t>(owner));
-  if (copy == nullptr) {
-    c.fetch_misses.Add(1);
-    answers_.Nack(it.m, h, NackReason::kNotStored, to);
-    return;
-  }
-  aggregator::AggFields f = aggregator::ReadAggFields(h);
-  f.job_key = 0;
-  // To the main server flagged FINAL as its FETCH was: it crosses the
-  // switches on the way instead of being taken for a member's FETCH. With
-  // RELEASE when the copy goes with it: the asker tells the answer that
-  // freed it from a late duplicate of an earlier answer.
-  const bool release = (h.flags.host() & aggregator::flags::kRelease) != 0;
-  f.flags = static_cast<uint16_t>((it.main_server ? aggregator::flags::kFinal : 0) |
-                                  (release ? aggregator::flags::kRelease : 0));
-  f.elem_count = copy->elem_count;
-  f.dtype = static_cast<aggregator::DType>(copy->dtype);
-  f.op = static_cast<aggregator::ReduceOp>(copy->op);
-  f.scale = copy->scale;
-  if (answers_.SendData(f, copy->data, copy->len(), to)) {
-    c.fetches.Add(1);
-    if (release) {
-      s_.store->Release(copy);
-      c.store_released.Add(1);
-    }
-  }
-  TxBuffers::Consumed(it.m);
-}
-
-void AggregationStage::AnswerQuery(const Checked& it) {
+void AggregationStage::AnswerQuery(const AggFrame& it) {
   AggregationCounters& c = stats_.lcore.agg;
   const aggregator::Job& job = *it.job;
   const aggregator::AggHeader& h = *it.pkt.header;
@@ -1679,7 +1584,7 @@ void AggregationStage::AnswerQuery(const Checked& it) {
                          Answers::To::kBoundMember);
 }
 
-bool AggregationStage::AnsweredFromKept(const Checked& it) {
+bool AggregationStage::AnsweredFromKept(const AggFrame& it) {
   if (!tree_.HasKept() || it.member < 0 ||
       (it.pkt.opcode != aggregator::Opcode::kContribution &&
        it.pkt.opcode != aggregator::Opcode::kPartial)) {
@@ -1697,7 +1602,7 @@ bool AggregationStage::AnsweredFromKept(const Checked& it) {
   return true;
 }
 
-void AggregationStage::HeldWithoutSlot(const Checked& it, const aggregator::MemberAddr& addr) {
+void AggregationStage::HeldWithoutSlot(const AggFrame& it, const aggregator::MemberAddr& addr) {
   const aggregator::Job& job = *it.job;
   const aggregator::AggHeader& h = *it.pkt.header;
   stats_.lcore.agg.held_without_slot.Add(1);
@@ -1776,7 +1681,7 @@ bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
   return true;
 }
 
-bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot& slot,
+bool AggregationStage::ForwardedAsLate(const AggFrame& it, const aggregator::Slot& slot,
                                        bool resend) {
   const aggregator::Job& job = *it.job;
   const aggregator::AggPacket& pkt = it.pkt;
@@ -1862,7 +1767,7 @@ bool AggregationStage::ForwardedAsLate(const Checked& it, const aggregator::Slot
   return true;
 }
 
-bool AggregationStage::StaleForSpare(const Checked& it) const {
+bool AggregationStage::StaleForSpare(const AggFrame& it) const {
   const aggregator::Job& job = *it.job;
   // The scope of ResultLost: where nothing asks a member past a float sum's
   // chunk for its data again, a datagram such a member sent is one it sent
@@ -2018,7 +1923,7 @@ void AggregationStage::DrainHandoffs() {
   const unsigned n = rte_ring_sc_dequeue_burst_elem(channels_.handoff.get(), refs, sizeof(FrameRef),
                                                     kBurstSize, nullptr);
   if (n == 0) return;  // the common case: no array to build
-  Checked items[kBurstSize];
+  AggFrame items[kBurstSize];
   uint16_t k = 0;
   for (unsigned i = 0; i < n; ++i) {
     const FrameMeta meta{refs[i].vlan, false, refs[i].l3_offset};
@@ -2036,7 +1941,7 @@ void AggregationStage::DrainReinjects() {
                                                     kBurstSize, nullptr);
   if (n == 0) return;
   stats_.lcore.agg.reinjected.Add(n);
-  Checked items[kBurstSize];
+  AggFrame items[kBurstSize];
   uint16_t k = 0;
   for (unsigned i = 0; i < n; ++i) {
     const FrameRef& u = back[i];

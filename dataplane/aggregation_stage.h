@@ -34,6 +34,7 @@
 #include "aggregator/slot_table.h"
 #include "aggregator/wire.h"
 #include "config/config.h"
+#include "dataplane/agg_frame.h"
 #include "dataplane/answers.h"
 #include "dataplane/classify.h"
 #include "dataplane/counters.h"
@@ -42,6 +43,7 @@
 #include "dataplane/kept_results.h"
 #include "dataplane/packet.h"
 #include "dataplane/parameter_store.h"
+#include "dataplane/store_node.h"
 #include "dataplane/tree_stage.h"
 #include "dataplane/tx_buffers.h"
 #include "dataplane/worker_channels.h"
@@ -156,35 +158,12 @@ class AggregationStage {
   void Distribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
                   uint32_t header_offset, const aggregator::MemberAddr& sender, uint16_t in_port);
 
-  // Which of its chunk's possible slots a datagram is bound for.
-  enum class Where : uint8_t {
-    kHome,   // the chunk's home slot (Job::placement())
-    kMoved,  // the chunk's slot in its job's moved partition
-    kSpare,  // a spare slot
-  };
-
-  // A datagram that passed its checks, bound for its slot's owner.
-  struct Checked {
-    rte_mbuf* m;
-    const aggregator::Job* job;
-    aggregator::AggPacket pkt;
-    uint32_t header_offset;
-    uint32_t slot;  // global slot index
-    Where where;
-    // Sent to a spare slot or the moved partition by the switch (the
-    // relocation map, the control thread, the home slot's owner), so it may
-    // take the slot; a member's slot hint may not.
-    bool claim;
-    int member;     // local member index; -1 for a RESULT from above, or the main server
-    bool main_server;  // a FETCH or ACK from the job's main server
-    FrameMeta meta;
-    uint16_t in_port;
-  };
+  using Where = AggFrame::Where;
 
   // Parses and checks one datagram. Returns true with `*out` filled when it
   // goes on to its slot; otherwise it was answered or dropped. `via` and
   // `spare`: how a hand-off was sent on (FrameRef::via, verdict_or_spare).
-  bool Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source, Checked* out,
+  bool Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source, AggFrame* out,
              uint16_t spare = aggregator::RelocationMap::kNone, Via via = Via::kPlacement);
   // A datagram for a job the table does not hold: up to the control thread
   // when it carries task info and registration is on, else a NACK.
@@ -193,12 +172,12 @@ class AggregationStage {
                         const FrameMeta& meta, Source source);
   // Hands `items` [0, n) to their slots' owners, one enqueue per owner, and
   // reduces this worker's own.
-  void Dispatch(Checked* items, uint16_t n);
-  void Reduce(Checked* items, uint16_t n);
+  void Dispatch(AggFrame* items, uint16_t n);
+  void Reduce(AggFrame* items, uint16_t n);
   // One datagram at its slot, this worker's: a contribution (or QUERY)
   // counted or answered there, a result from above kept and replicated.
-  void AtSlot(const Checked& c);
-  void Contribute(const Checked& c);
+  void AtSlot(const AggFrame& c);
+  void Contribute(const AggFrame& c);
   // A datagram at a slot that does not hold its chunk (docs/aggregation.md,
   // "Collisions" and "Moves"):
   //   - at the home slot: sent on to the chunk's spare slot when the
@@ -209,17 +188,17 @@ class AggregationStage {
   //     member told to forget the hint; the moved partition's goes back to
   //     the home slot, which decides.
   // Returns true when the datagram was dealt with.
-  bool Redirect(const Checked& c);
+  bool Redirect(const AggFrame& c);
   // A result from above at its chunk's home slot, which does not hold the
   // chunk: sent on, as Redirect sends a contribution, to the slot that
   // does, so that the result is kept there for the members that ask again.
   // Returns true when it was sent on.
-  bool RedirectResult(const Checked& c);
+  bool RedirectResult(const AggFrame& c);
   // The parent (or, at the root, the TAN) refused the partial of a chunk
   // for now (AboutPartialSentUp): a forwarded slot that holds the chunk sends it again
   // after the first resend gap, not a backed-off one
   // (SlotTable::RefusedAbove). Consumes the datagram.
-  void RefusedAbove(const Checked& c);
+  void RefusedAbove(const AggFrame& c);
   // Whether a NACK or NOTICE from above (`aux`, its reason or kind) is
   // about a partial this switch sent up: a NACK "not now" (a quota or a busy
   // slot there, or a new run starting), a NACK run ended (RunEndedAbove), or
@@ -232,7 +211,7 @@ class AggregationStage {
   // too (Job::EndRunAbove: the control thread renews the job), so that the
   // members are told, NACK run_ended, rather than left to time out.
   // Consumes the datagram.
-  void RunEndedAbove(const Checked& c);
+  void RunEndedAbove(const AggFrame& c);
   // The parent (or, at the root, the TAN) lacks the partial of a chunk (a
   // NOTICE missing, the answer to this switch's QUERY or a gap it saw): it
   // was lost on the way. A forwarded slot that holds the chunk sends it
@@ -248,27 +227,27 @@ class AggregationStage {
   // forwarded slot's partial goes again as for a missing one, and the
   // members past the chunk that no aggregating or forwarded slot counted
   // are asked for their data (NoticeForgotten). Consumes the datagram.
-  void MissingAbove(const Checked& c);
+  void MissingAbove(const AggFrame& c);
   // Before member data `c` to a chunk no slot holds goes on as late data:
   // when the parent said it lacks the chunk (MissingAbove) and it did not
   // go up as missing within the first resend gap, it does now
   // (TreeStage::SendUpAsMissing), so that the parent counts this switch and
   // completes the chunk without its members, whose data follows.
-  void UpAsMissingAbove(const Checked& c);
+  void UpAsMissingAbove(const AggFrame& c);
   // Sends `c`, at a slot that does not hold its chunk `seq`, on to where the
   // switch sent the chunk: the spare slot in this worker's relocation map,
   // or, from the home slot, the moved partition. False: nowhere.
-  bool SentOn(const Checked& c, uint32_t seq);
+  bool SentOn(const AggFrame& c, uint32_t seq);
   // Whether this worker sent no chunk of `job` on from its home slots: its
   // relocation map is empty and it applied no move of the job.
   bool NothingSentOn(const aggregator::Job& job) const {
     return (s_.relocations == nullptr || s_.relocations->empty()) && !MoveApplied(job);
   }
   // The ring element that hands `c` to its slot's owner.
-  FrameRef HandOff(const Checked& c) const;
+  FrameRef HandOff(const AggFrame& c) const;
   // `c` bound for `slot` instead (`where`, `claim`): reduced here when this
   // worker owns the slot, else handed to its owner.
-  void SendOn(const Checked& c, uint32_t slot, Where where, bool claim);
+  void SendOn(const AggFrame& c, uint32_t slot, Where where, bool claim);
   // The slot of chunk `seq` of `job` in its moved partition. Only once the
   // job moved.
   uint32_t MovedSlot(const aggregator::Job& job, uint32_t seq) const {
@@ -281,12 +260,12 @@ class AggregationStage {
   }
   // A contribution whose placed slot holds another chunk: up to the control
   // thread, which moves the chunk to a spare slot (DrainRelocations).
-  void Escalate(const Checked& c);
+  void Escalate(const AggFrame& c);
   // No slot for the chunk now: what its job does then (Job::WhenNoSlot):
   // the contribution goes to the parameter node marked CONFLICT, or on as
   // late data behind the chunk sent up as missing (UpAsMissing); else, or
   // when that cannot be sent, NACK slot_busy.
-  void RefuseSlotBusy(const Checked& c);
+  void RefuseSlotBusy(const AggFrame& c);
   // `c` is refused slot_busy at its placed slot: when this lcore owns that
   // slot and the chunk there aggregates, the members that chunk lacks are
   // told NOTICE missing (SlotTable::TellAbsent says when): the chunk keeps
@@ -297,7 +276,7 @@ class AggregationStage {
   // NoticeForgotten's), or are switches below (Job::IsSwitch, an in-band
   // job's leaves too: a NOTICE missing from here is a lost partial to them;
   // they send theirs again on their own members' questions). O(members).
-  void NoticeAbsent(const Checked& c);
+  void NoticeAbsent(const AggFrame& c);
   // NoticeAbsent's notices for this lcore's slot `local`, whatever chunk it
   // holds while it aggregates (or, with `forwarded_too`, while its partial
   // awaits the answer from above), each counted in `sent`. Also while a
@@ -317,22 +296,18 @@ class AggregationStage {
   void NoticeQuotaHolder(const aggregator::Job& job, uint32_t ack);
   // NACK slot_busy to the member (or the datagram dropped, counted, when it
   // has no address here). Consumes the datagram.
-  void NackSlotBusy(const Checked& c);
-  // NACK `reason` to the member whose datagram it is, at its bound address;
-  // without one (no member, or not bound here) dropped as `otherwise`.
-  // Consumes the datagram.
-  void NackMember(const Checked& c, aggregator::NackReason reason, DropReason otherwise);
+  void NackSlotBusy(const AggFrame& c);
   // A contribution (or a child's partial) to a chunk that has no slot here,
   // in a job that sends such chunks up as missing: the first sends the
   // chunk up (TreeStage::SendUpAsMissing), and each goes on as late data
   // behind it. False when the chunk could not be sent up.
-  bool UpAsMissing(const Checked& c);
+  bool UpAsMissing(const AggFrame& c);
   // A contribution marked AGGREGATE_AT_PS at its chunk's slot (release at a
   // retransmission): with nothing of the chunk here it goes on to the
   // parameter node; a slot aggregating the chunk sends its partial on at
   // once and the contribution after it as late data. Returns false when the
   // slot holds the chunk complete or forwarded: the usual path answers it.
-  bool ToParameterNode(const Checked& c);
+  bool ToParameterNode(const AggFrame& c);
   // Sends an aggregating slot's partial on as its timer would (`timer`:
   // it did; else its arrival offsets are not sampled). False when the slot
   // was not aggregating, or its job is gone (the slot is freed).
@@ -346,7 +321,7 @@ class AggregationStage {
   // Whether it was such a slot.
   bool RetryRefused(uint32_t local);
   // Whether the slot `c` is at holds its chunk `seq` complete (its result).
-  bool CompleteHere(const Checked& c, uint32_t seq) const {
+  bool CompleteHere(const AggFrame& c, uint32_t seq) const {
     const aggregator::Slot* s =
         s_.slots->Holding(LocalSlot(c.slot), c.job->id(), c.job->generation(), seq);
     return s != nullptr && s->state() == aggregator::Slot::State::kComplete;
@@ -356,29 +331,19 @@ class AggregationStage {
     return pkt.opcode == aggregator::Opcode::kContribution &&
            (pkt.header->flags.host() & aggregator::flags::kAggregateAtPs) != 0;
   }
-  // A contribution to a job in store or both mode, at its home slot's
-  // owner: kept in the store (docs/protocol.md, "Store"). Store mode ACKs
-  // it; both mode goes on to reduce it. When the store is full it is
-  // refused (NACK store_full), neither kept nor reduced. Returns whether
-  // the caller goes on to reduce it (`c` not consumed).
-  bool Keep(const Checked& c);
   // Binds the job's main server to `sender`, a datagram from its address
   // and port with the job's key, or checks it against its binding
   // (Job::BindMainServer); false, counted as main_server_refused, when
   // another ingress port, VLAN, MAC or UDP port holds it.
   bool MainServerBound(const aggregator::Job& job, const aggregator::MemberAddr& sender);
-  // A FETCH at its chunk's home slot owner: the kept contribution of member
-  // `aux` in a FETCH answer (freed after with RELEASE), else NACK
-  // not_stored. Consumes the datagram.
-  void AnswerFetch(const Checked& c);
   // A member's QUERY about a chunk it sent: the cached result when its slot
   // is complete, NOTICE held while the slot waits for others, else NOTICE
   // missing (send it again).
-  void AnswerQuery(const Checked& c);
+  void AnswerQuery(const AggFrame& c);
   // A question or resend of a chunk no slot holds, which a partial that
   // went up from here counted (TreeStage::CountedUp): NOTICE held, and the
   // parent asked after the partial.
-  void HeldWithoutSlot(const Checked& c, const aggregator::MemberAddr& addr);
+  void HeldWithoutSlot(const AggFrame& c, const aggregator::MemberAddr& addr);
   // A member sends its chunks in order, so when its first transmission of
   // chunk `seq` arrives while the slot of chunk seq - gap_distance_ still
   // waits without it, that earlier contribution was lost: the member is told
@@ -419,7 +384,7 @@ class AggregationStage {
   // holds, whose result a root without a TAN kept when the slot gave way
   // (TreeStage::LeaveResult): the member gets the result, and the datagram
   // is consumed. False when nothing is kept for it: it goes on its way.
-  bool AnsweredFromKept(const Checked& it);
+  bool AnsweredFromKept(const AggFrame& it);
   void NoticeGap(const aggregator::Job& job, uint32_t seq, uint32_t ack, bool first, uint16_t node);
   // Whether this lcore's slot of chunk `seq` still waits without `node`.
   bool LacksContribution(const aggregator::Job& job, uint32_t seq, uint16_t node) const;
@@ -501,7 +466,7 @@ class AggregationStage {
   // while the datagram waited for the control thread, and a spare slot
   // would complete it again in another order, to the members and the main
   // server. O(1).
-  bool StaleForSpare(const Checked& it) const;
+  bool StaleForSpare(const AggFrame& it) const;
   // `it`, a child switch's partial for a chunk `slot` counted that child in,
   // holds only ranks the counted partial lacked (the ids the slot inherited
   // from its missing list): the child's slot gave way, and members whose
@@ -515,7 +480,7 @@ class AggregationStage {
   // reached it, and that partial may have been lost on the way.
   // Consumes `it.m` when it returns true. O(covered ids × (missing +
   // inherited ids)), for a repeated partial only.
-  bool ForwardedAsLate(const Checked& it, const aggregator::Slot& slot, bool resend);
+  bool ForwardedAsLate(const AggFrame& it, const aggregator::Slot& slot, bool resend);
   // A member the aggregating `slot` lacks that has moved past its chunk
   // (its ack watermark says it holds the result) means the chunk completed
   // before: its slot here gave way once the partial (at a root, the first
@@ -552,6 +517,7 @@ class AggregationStage {
   Answers& answers_;
   TreeStage& tree_;
   const LcoreClock& clock_;
+  StoreNode store_;
   // Slot completion latency bucket bounds in TSC cycles (kSlotLatencyBoundsSeconds).
   uint64_t latency_bounds_[kSlotLatencyBuckets - 1] = {};
   // By job index: the job generation whose move this worker applied (0:

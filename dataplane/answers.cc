@@ -242,6 +242,15 @@ void Answers::NoticeInPlace(rte_mbuf* m, const aggregator::AggHeader& request,
   }
 }
 
+void Answers::NackMember(const AggFrame& f, aggregator::NackReason reason, DropReason otherwise) {
+  aggregator::MemberAddr addr;
+  if (f.member >= 0 && f.job->GetMember(static_cast<uint16_t>(f.member), &addr)) {
+    Nack(f.m, *f.pkt.header, reason, addr);
+  } else {
+    tx_.Drop(f.in_port, otherwise, f.m);
+  }
+}
+
 bool Answers::Acknowledge(const aggregator::AggFields& f, const aggregator::MemberAddr& to) {
   rte_mbuf* m = rte_pktmbuf_alloc(pool_);
   if (m == nullptr) {

@@ -26,6 +26,7 @@
 #include "dataplane/counters.h"
 #include "dataplane/forwarding_plan.h"
 #include "dataplane/lcore_clock.h"
+#include "dataplane/agg_frame.h"
 #include "dataplane/tx_buffers.h"
 
 namespace aggswitch::dataplane {
@@ -75,6 +76,10 @@ class Answers {
             const aggregator::MemberAddr& to) {
     Answer(m, request, aggregator::Opcode::kNack, reason, to);
   }
+  // NACK `reason` to the member whose datagram `f` is, at its bound
+  // address; without one (no member, or not bound here) dropped on its
+  // ingress port as `otherwise`. Consumes `f.m`.
+  void NackMember(const AggFrame& f, aggregator::NackReason reason, DropReason otherwise);
   // Who a NOTICE goes to. A member bound to its job (key checked, address
   // bound) gets at most one NOTICE per datagram it sent, no larger, at the
   // address it is bound to: no rate limit, since losses come in bursts and

@@ -239,6 +239,15 @@ struct InBandControl {
   control::JobControl job_control;
 };
 
+// The aggregation header of a frame the fixture built or the switch sent.
+inline aggregator::AggHeader* HeaderOf(Frame& f) {
+  L2Info l2;
+  EXPECT_EQ(ParseL2(f.data(), static_cast<uint32_t>(f.size()), &l2), ParseStatus::kOk);
+  UdpInfo u;
+  EXPECT_EQ(ParseIpv4Udp(f.data(), static_cast<uint32_t>(f.size()), l2.l3_offset, &u), UdpParse::kOk);
+  return reinterpret_cast<aggregator::AggHeader*>(f.data() + u.payload_offset);
+}
+
 // Chunk seqs of jobs `a` and `b` whose placed slots are the same: b's chunk
 // finds a's holding it (a collision). Provisioned jobs, this switch's regions.
 inline std::pair<uint32_t, uint32_t> CollidingSeqs(const aggregator::JobTable& jobs,

@@ -3,7 +3,8 @@
 // output to the next.
 //
 //   RX burst ─► Classifier ─┬─► AggregationStage ─┬─► (hand-off to the slot's owner)
-//                           │                     └─► TreeStage ─► Answers ─┐
+//                           │                     ├─► StoreNode ─► Answers ─┐
+//                           │                     └─► TreeStage ─► Answers ─┤
 //                           └─► L2Stage ─► OwnAddressStage ─────────────────┴─► TxBuffers ─► tx_burst
 //
 // With in-band telemetry, the classifier hands the INT stage each IPv4 frame
