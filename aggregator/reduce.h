@@ -59,6 +59,13 @@ namespace aggswitch::aggregator {
 // Bit pattern of the float32 NaN that Accumulate produces (positive, quiet, no payload).
 inline constexpr uint32_t kCanonicalNaNBits = 0x7FC00000u;
 
+// Whether reducing the same data in any order and grouping gives the same
+// bytes: integers, fixed point, min and max do; a float sum does not. [any]
+constexpr bool SameInAnyOrder(DType t, ReduceOp op) {
+  return op != ReduceOp::kSum ||
+         (t != DType::kFloat32 && t != DType::kFloat16 && t != DType::kBFloat16);
+}
+
 // Bytes per accumulator element: 4 for kInt32, kFloat32, kFloat16, kBFloat16; 1 for
 // kBool; 0 for an out-of-range value. [any]
 size_t AccumulatorElementSize(DType dtype);

@@ -96,13 +96,7 @@ bool SlotReleasable(void* ctx, uint32_t job_id, uint32_t job_generation, uint32_
   return true;
 }
 
-// Integers, fixed point, min and max give the same bytes from the same data
-// in any order; a float sum does not.
-bool SameInAnyOrder(aggregator::DType t, aggregator::ReduceOp op) {
-  return op != aggregator::ReduceOp::kSum ||
-         (t != aggregator::DType::kFloat32 && t != aggregator::DType::kFloat16 &&
-          t != aggregator::DType::kBFloat16);
-}
+using aggregator::SameInAnyOrder;
 
 }  // namespace
 
@@ -110,12 +104,11 @@ AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels
                                    LcoreStats& stats, TxBuffers& tx, Answers& answers,
                                    TreeStage& tree, const LcoreClock& clock)
     : s_(setup),
-      gap_distance_((kGapChunks + setup.n_workers - 1) / setup.n_workers * setup.n_workers),
       channels_(channels), stats_(stats), tx_(tx), answers_(answers), tree_(tree), clock_(clock),
-      store_(setup.store, setup.finals, stats, tx, answers) {
-  if (s_.jobs != nullptr) {
-    moves_ = std::make_unique<uint32_t[]>(s_.jobs->max_jobs());  // zeroed: no move applied
-  }
+      slots_(setup.slots, setup.regions, setup.n_workers, setup.index,
+             setup.jobs != nullptr ? setup.jobs->max_jobs() : 0),
+      store_(setup.store, setup.finals, stats, tx, answers),
+      notices_(slots_, setup.jobs, answers, tree, stats, clock, setup.n_workers) {
   const double hz = static_cast<double>(clock.hz());
   for (size_t i = 0; i + 1 < kSlotLatencyBuckets; ++i) {
     latency_bounds_[i] = static_cast<uint64_t>(kSlotLatencyBoundsSeconds[i] * hz);
@@ -335,7 +328,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       // changed meanwhile.
       if (job->CoveringChild(h.node_id.host()) >= 0) {
         const uint32_t home = s_.regions.Of(job->in_band(), job->placement(), h.seq.host());
-        if (source != Source::kHandoff || home % s_.n_workers == s_.index) {
+        if (source != Source::kHandoff || slots_.Owns(home)) {
           return take(home, Where::kHome, false, -1, false);
         }
       }
@@ -446,7 +439,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
           !job->SeqAllowed(h.seq.host(), clock_.SeenNow(), s_.rebind_ticks)) {
         c.slot_quota_refused.Add(1);
         jc.quota_refused.Add(1);
-        NoticeQuotaHolder(*job, h.ack_watermark.host());
+        notices_.NoticeQuotaHolder(*job, h.ack_watermark.host());
         answers_.Nack(m, h, NackReason::kSlotQuota, sender);
         return false;
       }
@@ -466,7 +459,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       slot = s_.regions.Spare(spare);
       where = Where::kSpare;
     } else if (job->move()) {
-      slot = MovedSlot(*job, seq);
+      slot = slots_.Moved(*job, seq);
       where = Where::kMoved;
     } else {
       // Sent to a moved partition the job no longer has: it was removed and
@@ -493,7 +486,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       slot = s_.regions.Spare(hint);
       where = Where::kSpare;
     } else if (hint == aggregator::kMovedSlotHint && job->MovedFrom(seq)) {
-      slot = MovedSlot(*job, seq);
+      slot = slots_.Moved(*job, seq);
       where = Where::kMoved;
     }
   }
@@ -504,7 +497,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       tx_.Drop(in_port, DropReason::kAggRejected, m);
       return false;
     }
-    if (slot % s_.n_workers != s_.index) {  // placed elsewhere since: never handed on twice
+    if (!slots_.Owns(slot)) {  // placed elsewhere since: never handed on twice
       c.unknown_jobs.Add(1);
       tx_.Drop(in_port, DropReason::kAggUnknownJob, m);
       return false;
@@ -652,7 +645,7 @@ void AggregationStage::Reduce(AggFrame* items, uint16_t n) {
   // 256-element contribution at 8 members.
   for (uint16_t i = 0; i < n; ++i) {
     if (i == 0 || items[i].slot != items[i - 1].slot) {
-      s_.slots->Prefetch(LocalSlot(items[i].slot), items[i].pkt.payload_len);
+      s_.slots->Prefetch(slots_.Local(items[i].slot), items[i].pkt.payload_len);
     }
   }
   if (n > 0) PrefetchPayload(items[0].pkt);
@@ -700,7 +693,7 @@ void AggregationStage::AtSlot(const AggFrame& it) {
              opcode != aggregator::Opcode::kExceptionRetransmit) {
     Contribute(it);
   } else if (!RedirectResult(it)) {
-    tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port, LocalSlot(it.slot));
+    tree_.ResultFromAbove(it.m, *it.job, it.pkt, it.header_offset, it.in_port, slots_.Local(it.slot));
   }
 }
 
@@ -721,7 +714,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
   // counted send theirs there directly: neither completes.
   const bool direct_to_ps =
       at_ps && job.is_root() &&
-      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) == nullptr;
+      s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) == nullptr;
   // Late data that a timeout left a bypass entry for: flagged and on to the
   // TAN. Unless the chunk's result came down meanwhile: the usual path
   // answers the member with it (the entry stays for its TTL). Before any
@@ -739,7 +732,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
   }
   if (Redirect(it)) return;
   if (pkt.opcode == aggregator::Opcode::kQuery) {
-    NoticeGap(job, seq, h.ack_watermark.host(), /*first=*/false,
+    notices_.NoticeGap(job, seq, h.ack_watermark.host(), /*first=*/false,
               static_cast<uint16_t>(it.member));
     AnswerQuery(it);
     return;
@@ -747,7 +740,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
   if (AnsweredFromKept(it)) return;
   if (at_ps && ToParameterNode(it)) return;
   if (pkt.opcode == aggregator::Opcode::kContribution && !at_ps) {
-    NoticeGap(job, seq, h.ack_watermark.host(),
+    notices_.NoticeGap(job, seq, h.ack_watermark.host(),
               (h.flags.host() & aggregator::flags::kRetransmission) == 0,
               static_cast<uint16_t>(it.member));
   }
@@ -756,7 +749,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
   // question (AnswerQuery).
   if (!at_ps && pkt.opcode == aggregator::Opcode::kContribution && tree_.bypass_live() &&
       tree_.CountedUp(job, seq, it.member, h.node_id.host()) &&
-      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) == nullptr) {
+      s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) == nullptr) {
     aggregator::MemberAddr addr;
     if (job.GetMember(static_cast<uint16_t>(it.member), &addr)) {
       HeldWithoutSlot(it, addr);
@@ -769,7 +762,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
   // than claim the slot now free (WentUpAsMissing).
   if (!at_ps && it.member >= 0 && job.GoesOnWithoutSlot(pkt.opcode) &&
       job.WhenNoSlot() == aggregator::Job::NoSlot::kUpAsMissing && WentUpAsMissing(job, seq) &&
-      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) == nullptr &&
+      s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) == nullptr &&
       UpAsMissing(it)) {
     return;
   }
@@ -801,7 +794,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
     contribution.holds_nobody = (h.flags.host() & aggregator::flags::kConflict) != 0;
   }
   JobCounters& jc = s_.job_counters[job.index()];
-  const uint32_t local = LocalSlot(it.slot);
+  const uint32_t local = slots_.Local(it.slot);
   // The root keeps a copy of a FINAL chunk's result until the main server
   // ACKs it. A contribution that would complete one while no copy can be
   // kept waits ("not now"), rather than complete a result nobody delivers.
@@ -916,7 +909,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
       // its cached result.
       c.partials_resent.Add(1);
       jc.duplicates.Add(1);
-      AskBelowIfForgotten(job, *u.slot, pkt.opcode);
+      notices_.AskBelowIfForgotten(job, *u.slot, pkt.opcode);
       if (!tree_.FinishSlot(job, local, *u.slot, false, m, it.header_offset)) {
         TxBuffers::Consumed(m);
       }
@@ -949,8 +942,8 @@ void AggregationStage::Contribute(const AggFrame& it) {
       // on a timer that cannot help.
       c.duplicates.Add(1);
       jc.duplicates.Add(1);
-      if (pkt.opcode == aggregator::Opcode::kPartial) AskAboveIfDone(job, *u.slot, h);
-      AskBelowIfForgotten(job, *u.slot, pkt.opcode);
+      if (pkt.opcode == aggregator::Opcode::kPartial) notices_.AskAboveIfDone(job, *u.slot, h);
+      notices_.AskBelowIfForgotten(job, *u.slot, pkt.opcode);
       aggregator::MemberAddr addr;
       if (job.GetMember(contribution.node, &addr)) {
         answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
@@ -958,7 +951,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
       } else {
         tx_.Drop(it.in_port, DropReason::kAggDuplicate, m);
       }
-      NoticeAbsentAt(local, c.asked_notices);
+      notices_.NoticeAbsentAt(local, c.asked_notices);
       return;
     }
     case aggregator::SlotOutcome::kCollision:
@@ -996,7 +989,7 @@ bool AggregationStage::Redirect(const AggFrame& it) {
   }
   const aggregator::AggHeader& h = *it.pkt.header;
   const uint32_t seq = h.seq.host();
-  if (s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr) {
+  if (s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) != nullptr) {
     return false;
   }
   AggregationCounters& c = stats_.lcore.agg;
@@ -1029,7 +1022,7 @@ bool AggregationStage::RedirectResult(const AggFrame& it) {
   if (it.where != Where::kHome || NothingSentOn(*it.job)) return false;  // kept here
   const aggregator::Job& job = *it.job;
   const uint32_t seq = it.pkt.header->seq.host();
-  if (s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr) {
+  if (s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) != nullptr) {
     return false;
   }
   return SentOn(it, seq);
@@ -1067,7 +1060,7 @@ void AggregationStage::RefusedAbove(const AggFrame& it) {
   const bool retry = aux == static_cast<uint32_t>(NackReason::kSlotQuota) ||
                      aux == static_cast<uint32_t>(NackReason::kSlotBusy) ||
                      aux == static_cast<uint32_t>(NackReason::kHoldQuota);
-  if (s_.slots->RefusedAbove(LocalSlot(it.slot), job.id(), job.generation(),
+  if (s_.slots->RefusedAbove(slots_.Local(it.slot), job.id(), job.generation(),
                              it.pkt.header->seq.host(), clock_.tsc, retry)) {
     stats_.lcore.agg.partials_refused_above.Add(1);
   }
@@ -1077,7 +1070,7 @@ void AggregationStage::RefusedAbove(const AggFrame& it) {
 void AggregationStage::MissingAbove(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   const uint32_t seq = it.pkt.header->seq.host();
-  const uint32_t local = LocalSlot(it.slot);
+  const uint32_t local = slots_.Local(it.slot);
   const aggregator::Slot* slot = s_.slots->Holding(local, job.id(), job.generation(), seq);
   if (it.pkt.header->aux.host() == static_cast<uint32_t>(aggregator::NoticeKind::kForgotten)) {
     // The root asks for data of a chunk whose result reached members here:
@@ -1103,7 +1096,7 @@ void AggregationStage::MissingAbove(const AggFrame& it) {
       stats_.lcore.agg.forgotten_released.Add(1);
       slot = nullptr;
     }
-    NoticeForgotten(job, seq, slot, /*below=*/true);
+    notices_.NoticeForgotten(job, seq, slot, /*below=*/true);
     TxBuffers::Consumed(it.m);
     return;
   }
@@ -1133,7 +1126,7 @@ void AggregationStage::MissingAbove(const AggFrame& it) {
 void AggregationStage::ResendBehind(const aggregator::Job& job, uint32_t seq) {
   const std::optional<uint32_t> watermark = job.SlotWatermark(clock_.SeenNow(), s_.rebind_ticks);
   if (!watermark || !aggregator::SeqBefore(*watermark, seq)) return;
-  const aggregator::Slot* behind = OwnSlotOf(job, *watermark);
+  const aggregator::Slot* behind = slots_.OwnSlotOf(job, *watermark);
   if (behind == nullptr || behind->state() != aggregator::Slot::State::kForwarded) return;
   const uint32_t local = s_.slots->IndexOf(*behind);
   if (!s_.slots->MissedAbove(local, job.id(), job.generation(), *watermark, clock_.tsc)) return;
@@ -1149,7 +1142,7 @@ void AggregationStage::UpAsMissingAbove(const AggFrame& it) {
   if (!e.armed || e.job_id != job.id() || e.job_generation != job.generation() || e.seq != seq ||
       e.label != job.label() || it.pkt.opcode != aggregator::Opcode::kContribution ||
       it.member < 0 ||
-      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr) {
+      s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) != nullptr) {
     return;
   }
   // The notices that answered the questions asked before it went are no
@@ -1179,9 +1172,9 @@ bool AggregationStage::SentOn(const AggFrame& it, uint32_t seq) {
     SendOn(it, s_.regions.Spare(hint), Where::kSpare, true);
     return true;
   }
-  if (it.where == Where::kHome && MoveApplied(job) && job.MovedFrom(seq)) {
+  if (it.where == Where::kHome && slots_.MoveApplied(job) && job.MovedFrom(seq)) {
     c.moved.Add(1);
-    SendOn(it, MovedSlot(job, seq), Where::kMoved, true);
+    SendOn(it, slots_.Moved(job, seq), Where::kMoved, true);
     return true;
   }
   return false;
@@ -1245,8 +1238,8 @@ void AggregationStage::RefuseSlotBusy(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   AggregationCounters& c = stats_.lcore.agg;
   const aggregator::Opcode opcode = it.pkt.opcode;
-  if (it.slot % s_.n_workers == s_.index &&
-      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(),
+  if (slots_.Owns(it.slot) &&
+      s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(),
                         it.pkt.header->seq.host()) != nullptr) {
     // The slot took the chunk while the control thread decided (another
     // member's contribution found it free): it meets the others there.
@@ -1269,57 +1262,12 @@ void AggregationStage::RefuseSlotBusy(const AggFrame& it) {
     }
     if (UpAsMissing(it)) return;
   }
-  NoticeAbsent(it);
+  notices_.NoticeAbsent(it);
   NackSlotBusy(it);
 }
 
-void AggregationStage::NoticeAbsent(const AggFrame& it) {
-  if (it.slot % s_.n_workers != s_.index) return;
-  NoticeAbsentAt(LocalSlot(it.slot), stats_.lcore.agg.busy_notices);
-}
 
-void AggregationStage::NoticeQuotaHolder(const aggregator::Job& job, uint32_t ack) {
-  // The chunk the member waits for: in its home slot, or in the job's moved
-  // partition (where OwnSlotOf looks), when this lcore owns that slot.
-  const auto notice_at = [&](uint32_t at) {
-    if (at % s_.n_workers != s_.index ||
-        s_.slots->Holding(LocalSlot(at), job.id(), job.generation(), ack) == nullptr) {
-      return false;
-    }
-    NoticeAbsentAt(LocalSlot(at), stats_.lcore.agg.busy_notices);
-    return true;
-  };
-  if (notice_at(s_.regions.Of(job.in_band(), job.placement(), ack))) return;
-  if (MoveApplied(job) && job.MovedFrom(ack)) (void)notice_at(MovedSlot(job, ack));
-}
 
-void AggregationStage::NoticeAbsentAt(uint32_t local, Counter& sent, bool forwarded_too) {
-  const aggregator::Slot& slot = s_.slots->slot(local);
-  if (slot.state() != aggregator::Slot::State::kAggregating &&
-      !(forwarded_too && slot.state() == aggregator::Slot::State::kForwarded)) {
-    return;
-  }
-  const aggregator::Job* holder = s_.jobs->Find(slot.job_id());
-  if (holder == nullptr || holder->generation() != slot.job_generation() ||
-      !s_.slots->TellAbsent(local, clock_.tsc)) {
-    return;
-  }
-  const uint32_t seq = slot.seq();
-  const uint16_t members = std::min(holder->members(), slot.expected());
-  for (uint16_t node = 0; node < members; ++node) {
-    // A child switch too: its partial, refused while the slot was busy,
-    // goes again at once (MissingAbove) rather than when its members next
-    // ask after the chunk.
-    if (slot.HasContributed(node) || holder->Excluded(node)) continue;
-    const std::optional<uint32_t> ack = holder->GetAck(node);
-    aggregator::MemberAddr addr;
-    if ((ack && aggregator::SeqBefore(seq, *ack)) || !holder->GetMember(node, &addr)) continue;
-    if (answers_.SendNotice(*holder, holder->NodeId(node), seq, aggregator::NoticeKind::kMissing,
-                            addr)) {
-      sent.Add(1);
-    }
-  }
-}
 
 void AggregationStage::NackSlotBusy(const AggFrame& it) {
   stats_.lcore.agg.slot_busy.Add(1);
@@ -1357,7 +1305,7 @@ bool AggregationStage::UpAsMissing(const AggFrame& it) {
 bool AggregationStage::ToParameterNode(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   const uint32_t seq = it.pkt.header->seq.host();
-  const uint32_t local = LocalSlot(it.slot);
+  const uint32_t local = slots_.Local(it.slot);
   const aggregator::Slot* slot = s_.slots->Holding(local, job.id(), job.generation(), seq);
   if (slot == nullptr) {
     // Nothing of the chunk here. At the root: on to the parameter node,
@@ -1415,7 +1363,7 @@ void AggregationStage::DrainRelocations() {
     if (r.kind == Relocation::Kind::kMove) {
       const aggregator::Job* job = s_.jobs->Find(r.job_id);
       if (job != nullptr && job->generation() == r.job_generation && job->move()) {
-        moves_[job->index()] = r.job_generation;
+        slots_.ApplyMove(*job);
       }
       continue;
     }
@@ -1432,9 +1380,9 @@ void AggregationStage::DrainRelocations() {
     const aggregator::ChunkKey now{it.job->id(), it.job->generation(), it.pkt.header->seq.host()};
     bool sent_on = false;
     if (r.kind == Relocation::Kind::kMoved) {
-      sent_on = MoveApplied(*it.job) && it.job->MovedFrom(now.seq);
+      sent_on = slots_.MoveApplied(*it.job) && it.job->MovedFrom(now.seq);
     } else if (r.kind == Relocation::Kind::kPlace) {
-      if (s_.slots->Holding(LocalSlot(it.slot), now.job_id, now.job_generation, now.seq) !=
+      if (s_.slots->Holding(slots_.Local(it.slot), now.job_id, now.job_generation, now.seq) !=
           nullptr) {
         // The slot took the chunk while the control thread decided (another
         // member's contribution found it free): the chunk stays there whole,
@@ -1487,7 +1435,7 @@ void AggregationStage::AnswerQuery(const AggFrame& it) {
     return;
   }
   const aggregator::Slot* slot =
-      s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), h.seq.host());
+      s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), h.seq.host());
   if (slot != nullptr && slot->state() == aggregator::Slot::State::kComplete) {
     // Its result was lost on the way: sent again, to it alone. A member the
     // slot did not count gets it too: its data reached the result another
@@ -1507,22 +1455,22 @@ void AggregationStage::AnswerQuery(const AggFrame& it) {
       // past the chunk that the slot lacks have its result from before the
       // switch restarted, and the answer from above waits for their data:
       // they are asked for it, as for an aggregating slot, at the same rate.
-      if (ResultLost(job, *slot, /*forwarded=*/true)) {
+      if (notices_.ResultLost(job, *slot, /*forwarded=*/true)) {
         c.results_lost.Add(1);
         answers_.Nack(m, h, aggregator::NackReason::kResultLost, addr);
         return;
       }
-      const uint32_t local = LocalSlot(it.slot);
+      const uint32_t local = slots_.Local(it.slot);
       if (s_.slots->ResendForwarded(local, clock_.tsc)) {
         c.partials_resent.Add(1);
         (void)tree_.FinishSlot(job, local, *slot, false, nullptr, 0);
-        NoticeForgotten(job, slot->seq(), slot, AsksBelow(job, *slot));
+        notices_.NoticeForgotten(job, slot->seq(), slot, notices_.AsksBelow(job, *slot));
       }
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld, 0, addr,
                              Answers::To::kBoundMember);
       // The answer from above waits for the members the partial lacked:
       // their data goes on as late data once they send it again.
-      NoticeAbsentAt(local, c.asked_notices, /*forwarded_too=*/true);
+      notices_.NoticeAbsentAt(local, c.asked_notices, /*forwarded_too=*/true);
       return;
     }
     if (slot->state() == aggregator::Slot::State::kAggregating) {
@@ -1531,16 +1479,16 @@ void AggregationStage::AnswerQuery(const AggFrame& it) {
       // vain, and the result that came down (or the parent's answer to the
       // member's query) missed this member. Asked for again, it completes
       // this slot (TreeStage::ResultFromAbove).
-      if (ResultLost(job, *slot)) {
+      if (notices_.ResultLost(job, *slot)) {
         c.results_lost.Add(1);
         answers_.Nack(m, h, aggregator::NackReason::kResultLost, addr);
         return;
       }
-      AskAboveIfDone(job, *slot, h);
+      notices_.AskAboveIfDone(job, *slot, h);
       answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
                              slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
-      NoticeForgotten(job, slot->seq(), slot, AsksBelow(job, *slot));
-      NoticeAbsentAt(LocalSlot(it.slot), c.asked_notices);
+      notices_.NoticeForgotten(job, slot->seq(), slot, notices_.AsksBelow(job, *slot));
+      notices_.NoticeAbsentAt(slots_.Local(it.slot), c.asked_notices);
       return;
     }
   }
@@ -1578,7 +1526,7 @@ void AggregationStage::AnswerQuery(const AggFrame& it) {
   // node would wait for their data until its give-up. Asked only where
   // their data reduces anew to the bytes they hold (not a float sum).
   if (slot == nullptr && SameInAnyOrder(it.pkt.dtype, it.pkt.op)) {
-    NoticeForgotten(job, h.seq.host(), nullptr, /*below=*/false, /*first_ack=*/true);
+    notices_.NoticeForgotten(job, h.seq.host(), nullptr, /*below=*/false, /*first_ack=*/true);
   }
   answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
                          Answers::To::kBoundMember);
@@ -1593,7 +1541,7 @@ bool AggregationStage::AnsweredFromKept(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
   const uint32_t seq = it.pkt.header->seq.host();
   aggregator::MemberAddr addr;
-  if (s_.slots->Holding(LocalSlot(it.slot), job.id(), job.generation(), seq) != nullptr ||
+  if (s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) != nullptr ||
       !job.GetMember(static_cast<uint16_t>(it.member), &addr) || !tree_.SendKept(job, seq, addr)) {
     return false;
   }
@@ -1611,63 +1559,15 @@ void AggregationStage::HeldWithoutSlot(const AggFrame& it, const aggregator::Mem
                          Answers::To::kBoundMember);
 }
 
-const aggregator::Slot* AggregationStage::OwnSlotOf(const aggregator::Job& job, uint32_t seq) const {
-  const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
-  const aggregator::Slot* s = nullptr;
-  const uint32_t home = region.Of(job.placement(), seq);
-  if (home % s_.n_workers == s_.index) {
-    s = s_.slots->Holding(LocalSlot(home), job.id(), job.generation(), seq);
-  }
-  if (s == nullptr && MoveApplied(job) && job.MovedFrom(seq)) {
-    const uint32_t moved = MovedSlot(job, seq);
-    if (moved % s_.n_workers != s_.index) return nullptr;
-    s = s_.slots->Holding(LocalSlot(moved), job.id(), job.generation(), seq);
-  }
-  return s;
-}
 
-void AggregationStage::NoticeGap(const aggregator::Job& job, uint32_t seq, uint32_t ack, bool first,
-                                 uint16_t node) {
-  const aggregator::SlotRegion& region = s_.regions.For(job.in_band());
-  if (region.size <= gap_distance_ || job.Excluded(node)) return;
-  const uint32_t earlier = seq - gap_distance_;
-  if (first) {
-    if (LacksContribution(job, earlier, node)) SendGapNotice(job, earlier, node);
-    return;
-  }
-  // A resend or a QUERY: the first transmissions that would have revealed
-  // a gap may have gone before the earlier chunk's slot took anybody, or
-  // been refused (the slot quota that chunk holds back), and none is left
-  // to come once the member's window is full. The member's oldest chunk
-  // without a result, as far behind as a gap, went before this one: its
-  // loss would otherwise show only to the member's retransmission timer,
-  // backed off while the job stood still.
-  if (!aggregator::SeqBefore(earlier, ack) && LacksContribution(job, ack, node)) {
-    SendGapNotice(job, ack, node);
-  }
-}
 
-bool AggregationStage::LacksContribution(const aggregator::Job& job, uint32_t seq,
-                                         uint16_t node) const {
-  const aggregator::Slot* s = OwnSlotOf(job, seq);
-  return s != nullptr && s->state() == aggregator::Slot::State::kAggregating &&
-         !s->HasContributed(node);
-}
-
-void AggregationStage::SendGapNotice(const aggregator::Job& job, uint32_t seq, uint16_t node) {
-  aggregator::MemberAddr addr;
-  if (job.GetMember(node, &addr) &&
-      answers_.SendNotice(job, job.NodeId(node), seq, aggregator::NoticeKind::kMissing, addr)) {
-    stats_.lcore.agg.gap_notices.Add(1);
-  }
-}
 
 bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
                                        uint16_t node) const {
   const int child = job.CoveringChild(node);
   if (child < 0) return false;
   // A spare slot's chunk, or another worker's, goes on as before.
-  const aggregator::Slot* s = OwnSlotOf(job, seq);
+  const aggregator::Slot* s = slots_.OwnSlotOf(job, seq);
   if (s == nullptr ||
       (s->state() != aggregator::Slot::State::kAggregating &&
        s->state() != aggregator::Slot::State::kForwarded) ||
@@ -1760,7 +1660,7 @@ bool AggregationStage::ForwardedAsLate(const AggFrame& it, const aggregator::Slo
     // data would wait above for a partial that never comes (the TAN holds
     // lates until their first data; seed 983168).
     stats_.lcore.agg.partials_resent.Add(1);
-    (void)tree_.FinishSlot(job, LocalSlot(it.slot), slot, false, nullptr, 0);
+    (void)tree_.FinishSlot(job, slots_.Local(it.slot), slot, false, nullptr, 0);
   }
   tree_.ForwardLate(it.m, job, it.header_offset, it.in_port, 0, /*name_content=*/true,
                     only_named ? std::span<const uint16_t>(named, held) : std::span<const uint16_t>());
@@ -1785,104 +1685,11 @@ bool AggregationStage::StaleForSpare(const AggFrame& it) const {
   return ack && aggregator::SeqBefore(it.pkt.header->seq.host(), *ack);
 }
 
-bool AggregationStage::ResultLost(const aggregator::Job& job, const aggregator::Slot& slot,
-                                  bool forwarded) const {
-  // Below the root the parent, and at a root a remote TAN, may still hold
-  // the result and answer the slot's partial or first data with it.
-  if (!job.is_root() || job.tan() == aggregator::JobSpec::Tan::kRemote) return false;
-  // Integers, fixed point, min and max: the same bytes in any order.
-  if (SameInAnyOrder(slot.dtype(), slot.op())) return false;
-  // So does member order in a slot, the only place a root without a TAN
-  // reduces. A root that is its own TAN may have sent the chunk to it, which
-  // adds the lates to the first data in node order: other bytes than a
-  // slot's. The TAN keeps a finished chunk's result for whoever asks after
-  // it, as the slot it completed in does, unless this switch has started
-  // since: a member whose first watermark here was past the chunk had its
-  // result from the process before.
-  const bool ordered = slot.ordered();
-  if (ordered && job.tan() == aggregator::JobSpec::Tan::kNone) return false;
-  const bool own_tan = job.tan() == aggregator::JobSpec::Tan::kSelf;
-  const uint32_t seq = slot.seq();
-  // Excluded members too, as NoticeForgotten asks them: one past the chunk
-  // holds the earlier result as well.
-  for (uint16_t node = 0; node < job.members(); ++node) {
-    if (slot.HasContributed(node)) continue;
-    const std::optional<uint32_t> ack = ordered || (forwarded && own_tan) ? job.FirstAck(node)
-                                                                         : job.GetAck(node);
-    if (ack && aggregator::SeqBefore(seq, *ack)) return true;
-  }
-  return false;
-}
 
-void AggregationStage::NoticeForgotten(const aggregator::Job& job, uint32_t seq,
-                                       const aggregator::Slot* slot, bool below, bool first_ack) {
-  // Excluded members too: one flags its own data late only when it sends
-  // it, and a member past the chunk sends nothing unasked. The slot's first
-  // data (or partial) listed it missing, and the TAN waits for its data.
-  for (uint16_t node = 0; node < job.members(); ++node) {
-    // A child switch keeps no data of a chunk that went up: asked, it asks
-    // its own members past the chunk (MissingAbove). Asked too when its
-    // counted partial listed ranks missing (their data went around it, and
-    // may have been lost).
-    const bool ask_below = below && job.IsSwitch(node);
-    if (slot != nullptr && slot->HasContributed(node) &&
-        !(ask_below && LackedBelow(job, *slot, node))) {
-      continue;
-    }
-    const std::optional<uint32_t> ack = first_ack ? job.FirstAck(node) : job.GetAck(node);
-    aggregator::MemberAddr addr;
-    if (!ack || !aggregator::SeqBefore(seq, *ack) || !job.GetMember(node, &addr)) continue;
-    const aggregator::NoticeKind kind =
-        ask_below ? aggregator::NoticeKind::kForgotten : aggregator::NoticeKind::kMissing;
-    if (answers_.SendNotice(job, job.NodeId(node), seq, kind, addr)) {
-      stats_.lcore.agg.resync_notices.Add(1);
-    }
-  }
-}
 
-bool AggregationStage::LackedBelow(const aggregator::Job& job, const aggregator::Slot& slot,
-                                   uint16_t child) const {
-  if (slot.inherited_overflow()) return true;
-  for (uint16_t i = 0; i < slot.inherited_count(); ++i) {
-    if (job.CoveringChild(slot.inherited(i)) == child) return true;
-  }
-  return false;
-}
 
-bool AggregationStage::AsksBelow(const aggregator::Job& job, const aggregator::Slot& slot) {
-  // Nothing above a root that is its own TAN or has none holds a result it
-  // lost, nor does a remote TAN (agg-ps) a result the root's slot made.
-  // Integers, fixed point, min and max give the same bytes from the same
-  // data in any order and grouping (ResultLost): computed again, here or at
-  // the TAN, the chunk's result is the one the members past it hold; where
-  // the TAN holds it already, their data is a repeat it drops. A float sum
-  // never is (its ResultLost, or the TAN's node order against a slot's).
-  if (!job.is_root()) return false;
-  return SameInAnyOrder(slot.dtype(), slot.op());
-}
 
-void AggregationStage::AskBelowIfForgotten(const aggregator::Job& job, const aggregator::Slot& slot,
-                                           aggregator::Opcode opcode) {
-  if (opcode != aggregator::Opcode::kPartial || !AsksBelow(job, slot)) return;
-  NoticeForgotten(job, slot.seq(), &slot, /*below=*/true);
-}
 
-void AggregationStage::AskAboveIfDone(const aggregator::Job& job, const aggregator::Slot& slot,
-                                      const aggregator::AggHeader& h) {
-  if ((job.is_root() && job.tan() == aggregator::JobSpec::Tan::kNone) ||
-      slot.state() != aggregator::Slot::State::kAggregating) {
-    return;
-  }
-  const uint32_t seq = slot.seq();
-  for (uint16_t node = 0; node < job.members(); ++node) {
-    if (slot.HasContributed(node) || job.Excluded(node)) continue;
-    const std::optional<uint32_t> ack = job.GetAck(node);
-    if (ack && aggregator::SeqBefore(seq, *ack)) {
-      tree_.AskAbove(job, h);
-      return;
-    }
-  }
-}
 
 void AggregationStage::RecordCompletion(const aggregator::Slot& slot) {
   LatencyHistogram& h = stats_.lcore.slot_latency;

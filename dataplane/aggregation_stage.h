@@ -41,11 +41,13 @@
 #include "dataplane/final_delivery.h"
 #include "dataplane/hold_buffers.h"
 #include "dataplane/kept_results.h"
+#include "dataplane/member_notices.h"
 #include "dataplane/packet.h"
 #include "dataplane/parameter_store.h"
 #include "dataplane/store_node.h"
 #include "dataplane/tree_stage.h"
 #include "dataplane/tx_buffers.h"
+#include "dataplane/worker_slots.h"
 #include "dataplane/worker_channels.h"
 
 namespace aggswitch::dataplane {
@@ -241,23 +243,13 @@ class AggregationStage {
   // Whether this worker sent no chunk of `job` on from its home slots: its
   // relocation map is empty and it applied no move of the job.
   bool NothingSentOn(const aggregator::Job& job) const {
-    return (s_.relocations == nullptr || s_.relocations->empty()) && !MoveApplied(job);
+    return (s_.relocations == nullptr || s_.relocations->empty()) && !slots_.MoveApplied(job);
   }
   // The ring element that hands `c` to its slot's owner.
   FrameRef HandOff(const AggFrame& c) const;
   // `c` bound for `slot` instead (`where`, `claim`): reduced here when this
   // worker owns the slot, else handed to its owner.
   void SendOn(const AggFrame& c, uint32_t slot, Where where, bool claim);
-  // The slot of chunk `seq` of `job` in its moved partition. Only once the
-  // job moved.
-  uint32_t MovedSlot(const aggregator::Job& job, uint32_t seq) const {
-    return s_.regions.For(job.in_band()).Of(job.moved_placement(), seq);
-  }
-  // Whether this worker sends the chunks of `job` whose home slot it owns
-  // on to the moved partition: it applied the job's move (Relocation::kMove).
-  bool MoveApplied(const aggregator::Job& job) const {
-    return moves_[job.index()] == job.generation();
-  }
   // A contribution whose placed slot holds another chunk: up to the control
   // thread, which moves the chunk to a spare slot (DrainRelocations).
   void Escalate(const AggFrame& c);
@@ -266,34 +258,6 @@ class AggregationStage {
   // late data behind the chunk sent up as missing (UpAsMissing); else, or
   // when that cannot be sent, NACK slot_busy.
   void RefuseSlotBusy(const AggFrame& c);
-  // `c` is refused slot_busy at its placed slot: when this lcore owns that
-  // slot and the chunk there aggregates, the members that chunk lacks are
-  // told NOTICE missing (SlotTable::TellAbsent says when): the chunk keeps
-  // the slot from the refused one until they send, and a member whose data
-  // was lost, or whose own refused resend went unanswered, would wait its
-  // backed-off timeout before it asked again. Not those that are excluded,
-  // hold the chunk's result already (past it by their ack watermark:
-  // NoticeForgotten's), or are switches below (Job::IsSwitch, an in-band
-  // job's leaves too: a NOTICE missing from here is a lost partial to them;
-  // they send theirs again on their own members' questions). O(members).
-  void NoticeAbsent(const AggFrame& c);
-  // NoticeAbsent's notices for this lcore's slot `local`, whatever chunk it
-  // holds while it aggregates (or, with `forwarded_too`, while its partial
-  // awaits the answer from above), each counted in `sent`. Also while a
-  // member the slot counted asks after its chunk (answered held): the
-  // members it waits for are as likely to have lost their data, and with a
-  // window no larger than the gap notices' distance no later chunk of
-  // theirs comes to tell.
-  void NoticeAbsentAt(uint32_t local, Counter& sent, bool forwarded_too = false);
-  // A member's chunk was refused NACK slot_quota: the chunk at the member's
-  // ack watermark `ack` (the oldest it has no result of) holds the quota
-  // with the job's other oldest chunks. When this lcore owns its slot (home,
-  // or the moved partition) and it aggregates, the members it lacks are
-  // told NOTICE missing, as by NoticeAbsent and at its rate: the refused
-  // chunks, resent every quota retry, wait for them, and a member whose
-  // data was lost would otherwise send it again only at its own
-  // retransmission timeout. O(members).
-  void NoticeQuotaHolder(const aggregator::Job& job, uint32_t ack);
   // NACK slot_busy to the member (or the datagram dropped, counted, when it
   // has no address here). Consumes the datagram.
   void NackSlotBusy(const AggFrame& c);
@@ -323,7 +287,7 @@ class AggregationStage {
   // Whether the slot `c` is at holds its chunk `seq` complete (its result).
   bool CompleteHere(const AggFrame& c, uint32_t seq) const {
     const aggregator::Slot* s =
-        s_.slots->Holding(LocalSlot(c.slot), c.job->id(), c.job->generation(), seq);
+        s_.slots->Holding(slots_.Local(c.slot), c.job->id(), c.job->generation(), seq);
     return s != nullptr && s->state() == aggregator::Slot::State::kComplete;
   }
   // A contribution for the parameter node (docs/parameter-node.md).
@@ -344,16 +308,6 @@ class AggregationStage {
   // went up from here counted (TreeStage::CountedUp): NOTICE held, and the
   // parent asked after the partial.
   void HeldWithoutSlot(const AggFrame& c, const aggregator::MemberAddr& addr);
-  // A member sends its chunks in order, so when its first transmission of
-  // chunk `seq` arrives while the slot of chunk seq - gap_distance_ still
-  // waits without it, that earlier contribution was lost: the member is told
-  // at once (NOTICE missing, unasked) and resends it about a round trip
-  // before its own loss detection, which needs later results, would.
-  // Likewise, on its resends and QUERYs (not `first`, a first
-  // transmission), for the chunk at its ack watermark `ack`, when that lies
-  // gap_distance_ or more before `seq`: the chunk it waits for, whose loss
-  // no first transmission may be left to reveal. At most one NOTICE per
-  // datagram.
   // A LATE from a child switch under run label `label` (`run_id`: flagged
   // RUN_ID, the run's id), for node `node`:
   // checks it against the member bound to where it came from, as that
@@ -367,11 +321,6 @@ class AggregationStage {
   bool BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
                       const aggregator::MemberAddr& sender, uint32_t label, bool run_id, uint16_t node,
                       bool* new_run = nullptr);
-  // The slot that holds chunk `seq` of `job`, at home or in its moved
-  // partition, when this lcore owns that slot; nullptr otherwise (a slot of
-  // another worker, where the region wrapped or the partitions differ, is
-  // not looked at).
-  const aggregator::Slot* OwnSlotOf(const aggregator::Job& job, uint32_t seq) const;
   // The parent lacks this switch's partial of chunk `seq` (NOTICE missing),
   // which the members here have not sent because they wait for an earlier
   // chunk's result: the one at their watermark. When this lcore's slot of
@@ -385,10 +334,6 @@ class AggregationStage {
   // (TreeStage::LeaveResult): the member gets the result, and the datagram
   // is consumed. False when nothing is kept for it: it goes on its way.
   bool AnsweredFromKept(const AggFrame& it);
-  void NoticeGap(const aggregator::Job& job, uint32_t seq, uint32_t ack, bool first, uint16_t node);
-  // Whether this lcore's slot of chunk `seq` still waits without `node`.
-  bool LacksContribution(const aggregator::Job& job, uint32_t seq, uint16_t node) const;
-  void SendGapNotice(const aggregator::Job& job, uint32_t seq, uint16_t node);
   // Late data of rank `node` from a child switch, for a chunk whose slot on
   // this lcore (still waiting for its answer: aggregating or forwarded)
   // counted the partial of the child that covers `node` without the child
@@ -402,62 +347,6 @@ class AggregationStage {
   // child covers (a switch below a child: its ranks are unknown here), or
   // overflowed. O(inherited ids × log covered ids).
   bool LateCountedHere(const aggregator::Job& job, uint32_t seq, uint16_t node) const;
-  // A member whose ack watermark is past a slot's chunk has that chunk's
-  // result, yet the slot lacks its data: the result came from an earlier
-  // life of the slot (the switch restarted, or the job was added again)
-  // and did not reach every member. The member reduced it into its buffer
-  // and will not send the chunk again unless told: each such member gets
-  // a NOTICE missing, and resends the contribution it kept. An excluded
-  // member too (a predicted straggler): its data goes around the slot to
-  // the TAN once it sends it, but with the result it sends nothing. Its data
-  // completes an aggregating slot, or goes on as late data after a
-  // forwarded one's partial (its slot timed out waiting for it). Called
-  // while a held member asks after the chunk (a QUERY): each time for an
-  // aggregating slot, at most once per resend gap for a forwarded one.
-  // `slot` null: no slot holds the chunk's data here, and every member past
-  // it is asked. With `below`, a child switch past the chunk is told
-  // NOTICE forgotten instead (it keeps no data of a chunk that went up, and
-  // asks its own members in turn, MissingAbove): only where AsksBelow, or
-  // on a root's NOTICE forgotten. With `first_ack`, past the chunk means
-  // a member's first watermark here (Job::FirstAck): it had the result
-  // before this switch knew it. O(members).
-  void NoticeForgotten(const aggregator::Job& job, uint32_t seq, const aggregator::Slot* slot,
-                       bool below, bool first_ack = false);
-  // Whether `slot` inherited a missing id (one a counted partial listed)
-  // that member `child`, a switch, covers, or inherited too many to tell.
-  // O(inherited ids × log covered ids).
-  bool LackedBelow(const aggregator::Job& job, const aggregator::Slot& slot, uint16_t child) const;
-  // Whether a child switch past `slot`'s chunk is told NOTICE forgotten
-  // (NoticeForgotten's `below`): at a root, for a chunk computed again to
-  // the same bytes (not a float sum). O(1).
-  static bool AsksBelow(const aggregator::Job& job, const aggregator::Slot& slot);
-  // A counted child's repeated partial (`opcode`) of `slot`'s chunk at a
-  // root: the members past the chunk the slot lacks had its result from
-  // before the switch restarted, which nothing above may hold (a TAN asked
-  // by AskAboveIfDone may never have had the chunk). They are asked for
-  // their data again (NoticeForgotten, below) where AsksBelow: a child
-  // switch below asks its own members. O(members).
-  void AskBelowIfForgotten(const aggregator::Job& job, const aggregator::Slot& slot,
-                           aggregator::Opcode opcode);
-  // Whether `slot`'s chunk is such a chunk (a member past it lacks from the
-  // slot) whose result this switch would compute anew, at a root that is
-  // its own TAN or has none, and whose reduction depends on the order of
-  // the data: a float sum not in member order, or an ordered one at a root
-  // that is its own TAN, which started after a member past the chunk had
-  // its result (Job::FirstAck), excluded members too. The members past the
-  // chunk hold the earlier result; a new one from their resent data would
-  // round otherwise, and the ranks would hold different bytes. The members
-  // that ask after the chunk get NACK result_lost instead, and none is
-  // asked for its data again. `forwarded`: the slot's first data went to
-  // this switch's own TAN, which keeps a finished chunk's result and
-  // answers a repeat of the first data with it; only a start of this
-  // switch since a member past the chunk had its result loses it
-  // (Job::FirstAck), whatever the order (seed 1491406: members whose data
-  // went around the slot as late data had the TAN's result, and the one
-  // member the slot counted, whose copy was lost, was refused).
-  // O(members).
-  bool ResultLost(const aggregator::Job& job, const aggregator::Slot& slot,
-                  bool forwarded = false) const;
   // Whether `it`, a member's datagram the control thread sends to a spare
   // slot (Relocation::kPlace) after its chunk's home slot gave the chunk
   // up, is stale: a float sum (not ordered) at a root that is its own TAN
@@ -481,48 +370,23 @@ class AggregationStage {
   // Consumes `it.m` when it returns true. O(covered ids × (missing +
   // inherited ids)), for a repeated partial only.
   bool ForwardedAsLate(const AggFrame& it, const aggregator::Slot& slot, bool resend);
-  // A member the aggregating `slot` lacks that has moved past its chunk
-  // (its ack watermark says it holds the result) means the chunk completed
-  // before: its slot here gave way once the partial (at a root, the first
-  // data) went up, the result came down and missed a child switch, and
-  // that child's partial, sent again, claimed a slot for the chunk anew,
-  // which the members that moved on never complete (a child switch keeps
-  // nothing to resend: only a NOTICE forgotten from a root reaches its
-  // members, AskBelowIfForgotten).
-  // The parent keeps the result until every member below has acknowledged
-  // it, a TAN a finished chunk's for its give-up time: it is asked for it
-  // (TreeStage::AskAbove), and its answer reaches every member here. Not
-  // at a root without a TAN. Called on a counted child's repeated partial,
-  // and on a counted member's QUERY (a member whose result was lost, whose
-  // resend claimed the slot after the result came down); O(members).
-  void AskAboveIfDone(const aggregator::Job& job, const aggregator::Slot& slot,
-                      const aggregator::AggHeader& h);
   // Every kOffsetSampleEvery-th chunk: its members' arrival offsets, up to
   // the control thread, when a free sample is at hand.
   void SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired);
   void RecordCompletion(const aggregator::Slot& slot);
-  uint32_t LocalSlot(uint32_t global) const { return global / s_.n_workers; }
-
-  // How far a member's chunks may arrive out of order before a gap counts
-  // as a loss (NoticeGap): like TCP's three duplicate ACKs.
-  static constexpr uint32_t kGapChunks = 3;
 
   const AggregationSetup s_;
-  // kGapChunks rounded up to a multiple of n_workers: chunk seq - gap_distance_
-  // then lies in this worker's slots too (unless the region wraps there).
-  const uint32_t gap_distance_;
   WorkerChannels& channels_;
   LcoreStats& stats_;
   TxBuffers& tx_;
   Answers& answers_;
   TreeStage& tree_;
   const LcoreClock& clock_;
+  WorkerSlots slots_;
   StoreNode store_;
+  MemberNotices notices_;
   // Slot completion latency bucket bounds in TSC cycles (kSlotLatencyBoundsSeconds).
   uint64_t latency_bounds_[kSlotLatencyBuckets - 1] = {};
-  // By job index: the job generation whose move this worker applied (0:
-  // none). Written by this worker only, in the order of its relocation ring.
-  std::unique_ptr<uint32_t[]> moves_;
   uint32_t excluded_cursor_ = 0;  // SweepExcluded's next slot
   // Chunks the parent said it lacks that no slot here held (MissingAbove),
   // a few, by job and seq, each overwriting whichever it maps to: this
