@@ -108,7 +108,8 @@ AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels
       slots_(setup.slots, setup.regions, setup.n_workers, setup.index,
              setup.jobs != nullptr ? setup.jobs->max_jobs() : 0),
       store_(setup.store, setup.finals, stats, tx, answers),
-      notices_(slots_, setup.jobs, answers, tree, stats, clock, setup.n_workers) {
+      notices_(slots_, setup.jobs, answers, tree, stats, clock, setup.n_workers),
+      above_(slots_, notices_, tree, stats, clock, setup.rebind_ticks) {
   const double hz = static_cast<double>(clock.hz());
   for (size_t i = 0; i + 1 < kSlotLatencyBuckets; ++i) {
     latency_bounds_[i] = static_cast<uint64_t>(kSlotLatencyBoundsSeconds[i] * hz);
@@ -194,7 +195,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
     case Opcode::kNotice:
       // Its parent's (or TAN's) word on a partial this switch sent up,
       // checked below as a result from above.
-      if (AboutPartialSentUp(opcode, pkt.header->aux.host())) break;
+      if (FromAboveNode::AboutPartialSentUp(opcode, pkt.header->aux.host())) break;
       [[fallthrough]];
     default:
       c.unsupported.Add(1);
@@ -684,11 +685,11 @@ void AggregationStage::AtSlot(const AggFrame& it) {
   }
   if (opcode == aggregator::Opcode::kNack &&
       it.pkt.header->aux.host() == static_cast<uint32_t>(aggregator::NackReason::kRunEnded)) {
-    RunEndedAbove(it);  // about the job's run, not a slot's chunk
+    above_.RunEnded(it);  // about the job's run, not a slot's chunk
   } else if (opcode == aggregator::Opcode::kNack) {
-    if (!RedirectResult(it)) RefusedAbove(it);
+    if (!RedirectResult(it)) above_.Refused(it);
   } else if (opcode == aggregator::Opcode::kNotice) {
-    if (!RedirectResult(it)) MissingAbove(it);
+    if (!RedirectResult(it)) above_.Missing(it);
   } else if (opcode != aggregator::Opcode::kResult &&
              opcode != aggregator::Opcode::kExceptionRetransmit) {
     Contribute(it);
@@ -725,7 +726,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
   if (pkt.opcode != aggregator::Opcode::kQuery && tree_.bypass_live() && !direct_to_ps &&
       !CompleteHere(it, seq) &&
       tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
-    UpAsMissingAbove(it);
+    above_.UpAsMissingIfLacked(it);
     c.late_flagged.Add(1);
     tree_.ForwardLate(m, job, it.header_offset, it.in_port);
     return;
@@ -761,9 +762,9 @@ void AggregationStage::Contribute(const AggFrame& it) {
   // takes as such) and on as late data, as while its slot was taken, rather
   // than claim the slot now free (WentUpAsMissing).
   if (!at_ps && it.member >= 0 && job.GoesOnWithoutSlot(pkt.opcode) &&
-      job.WhenNoSlot() == aggregator::Job::NoSlot::kUpAsMissing && WentUpAsMissing(job, seq) &&
+      job.WhenNoSlot() == aggregator::Job::NoSlot::kUpAsMissing && above_.WentUpAsMissing(job, seq) &&
       s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) == nullptr &&
-      UpAsMissing(it)) {
+      above_.UpAsMissing(it)) {
     return;
   }
   aggregator::Contribution contribution;
@@ -1028,136 +1029,11 @@ bool AggregationStage::RedirectResult(const AggFrame& it) {
   return SentOn(it, seq);
 }
 
-bool AggregationStage::AboutPartialSentUp(aggregator::Opcode opcode, uint32_t aux) {
-  using aggregator::NackReason;
-  if (opcode == aggregator::Opcode::kNotice) {
-    return aux == static_cast<uint32_t>(aggregator::NoticeKind::kMissing) ||
-           aux == static_cast<uint32_t>(aggregator::NoticeKind::kForgotten);
-  }
-  return aux == static_cast<uint32_t>(NackReason::kSlotQuota) ||
-         aux == static_cast<uint32_t>(NackReason::kSlotBusy) ||
-         aux == static_cast<uint32_t>(NackReason::kHoldQuota) ||
-         aux == static_cast<uint32_t>(NackReason::kNewRun) ||
-         aux == static_cast<uint32_t>(NackReason::kRunEnded);
-}
 
-void AggregationStage::RunEndedAbove(const AggFrame& it) {
-  // Check let it through only under the job's label now (or none): the
-  // parent ended this switch's run, not an earlier one's.
-  if (it.job->EndRunAbove(it.pkt.header->incarnation.host())) {
-    stats_.lcore.agg.runs_ended_above.Add(1);
-  }
-  TxBuffers::Consumed(it.m);
-}
 
-void AggregationStage::RefusedAbove(const AggFrame& it) {
-  const aggregator::Job& job = *it.job;
-  // "Not now" (not a new run): the partial goes again on the slot's timer
-  // (RetryRefused), since the members, all counted, ask only at their
-  // backed-off retransmission timeout.
-  using aggregator::NackReason;
-  const uint32_t aux = it.pkt.header->aux.host();
-  const bool retry = aux == static_cast<uint32_t>(NackReason::kSlotQuota) ||
-                     aux == static_cast<uint32_t>(NackReason::kSlotBusy) ||
-                     aux == static_cast<uint32_t>(NackReason::kHoldQuota);
-  if (s_.slots->RefusedAbove(slots_.Local(it.slot), job.id(), job.generation(),
-                             it.pkt.header->seq.host(), clock_.tsc, retry)) {
-    stats_.lcore.agg.partials_refused_above.Add(1);
-  }
-  TxBuffers::Consumed(it.m);
-}
 
-void AggregationStage::MissingAbove(const AggFrame& it) {
-  const aggregator::Job& job = *it.job;
-  const uint32_t seq = it.pkt.header->seq.host();
-  const uint32_t local = slots_.Local(it.slot);
-  const aggregator::Slot* slot = s_.slots->Holding(local, job.id(), job.generation(), seq);
-  if (it.pkt.header->aux.host() == static_cast<uint32_t>(aggregator::NoticeKind::kForgotten)) {
-    // The root asks for data of a chunk whose result reached members here:
-    // those past it kept theirs. A forwarded slot's partial goes again too.
-    // Only a chunk computed again to the same bytes is asked for (AsksBelow):
-    // a slot here that says otherwise keeps what it holds.
-    if (slot != nullptr && !SameInAnyOrder(slot->dtype(), slot->op())) {
-      TxBuffers::Consumed(it.m);
-      return;
-    }
-    tree_.ForgetCounted(job, seq);  // the members' data is asked for again
-    if (slot != nullptr && slot->state() == aggregator::Slot::State::kForwarded &&
-        s_.slots->MissedAbove(local, job.id(), job.generation(), seq, clock_.tsc)) {
-      stats_.lcore.agg.partials_missing_above.Add(1);
-      (void)tree_.FinishSlot(job, local, *slot, false, nullptr, 0);
-    }
-    // A complete slot holds the result, none of the members' data: it gives
-    // way, or it would answer their resends and the partial they make with
-    // that result, and their data would never go up. Every member that
-    // lacks the result sends again into a slot claimed anew.
-    if (slot != nullptr && slot->state() == aggregator::Slot::State::kComplete) {
-      s_.slots->Release(local);
-      stats_.lcore.agg.forgotten_released.Add(1);
-      slot = nullptr;
-    }
-    notices_.NoticeForgotten(job, seq, slot, /*below=*/true);
-    TxBuffers::Consumed(it.m);
-    return;
-  }
-  if (slot == nullptr) tree_.ForgetCounted(job, seq);  // the partial was lost above
-  ResendBehind(job, seq);
-  if (slot != nullptr) {
-    if (slot->state() == aggregator::Slot::State::kForwarded &&
-        s_.slots->MissedAbove(local, job.id(), job.generation(), seq, clock_.tsc)) {
-      stats_.lcore.agg.partials_missing_above.Add(1);
-      (void)tree_.FinishSlot(job, local, *slot, false, nullptr, 0);
-    }
-  } else if (job.WhenNoSlot() == aggregator::Job::NoSlot::kUpAsMissing) {
-    // The slot gave way (its partial lost on the way), and none may take
-    // the chunk again: the members' data goes around it as late data (the
-    // excluded ones', and that of those the lost partial listed missing).
-    LackedAbove& e = LackedAboveOf(job, seq);
-    if (e.job_id != job.id() || e.job_generation != job.generation() || e.seq != seq) {
-      e = LackedAbove{job.id(), job.generation(), seq};
-    }
-    if (e.label != job.label()) e.went_up = false;  // of another run
-    e.label = job.label();
-    e.armed = true;
-  }
-  TxBuffers::Consumed(it.m);
-}
 
-void AggregationStage::ResendBehind(const aggregator::Job& job, uint32_t seq) {
-  const std::optional<uint32_t> watermark = job.SlotWatermark(clock_.SeenNow(), s_.rebind_ticks);
-  if (!watermark || !aggregator::SeqBefore(*watermark, seq)) return;
-  const aggregator::Slot* behind = slots_.OwnSlotOf(job, *watermark);
-  if (behind == nullptr || behind->state() != aggregator::Slot::State::kForwarded) return;
-  const uint32_t local = s_.slots->IndexOf(*behind);
-  if (!s_.slots->MissedAbove(local, job.id(), job.generation(), *watermark, clock_.tsc)) return;
-  stats_.lcore.agg.partials_missing_above.Add(1);
-  (void)tree_.FinishSlot(job, local, *behind, false, nullptr, 0);
-}
 
-void AggregationStage::UpAsMissingAbove(const AggFrame& it) {
-  const aggregator::Job& job = *it.job;
-  const aggregator::AggHeader& h = *it.pkt.header;
-  const uint32_t seq = h.seq.host();
-  LackedAbove& e = LackedAboveOf(job, seq);
-  if (!e.armed || e.job_id != job.id() || e.job_generation != job.generation() || e.seq != seq ||
-      e.label != job.label() || it.pkt.opcode != aggregator::Opcode::kContribution ||
-      it.member < 0 ||
-      s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) != nullptr) {
-    return;
-  }
-  // The notices that answered the questions asked before it went are no
-  // news: once per first resend gap, as a slot resends its partial.
-  if (e.sent_tsc != 0 && clock_.tsc - e.sent_tsc < s_.slots->resend_gap_cycles()) {
-    e.armed = false;
-    return;
-  }
-  // Not sent (no mbuf, no run label yet): the next member data tries again.
-  if (!tree_.SendUpAsMissing(job, h)) return;
-  e.armed = false;
-  e.sent_tsc = clock_.tsc;
-  stats_.lcore.agg.partials_missing_above.Add(1);
-  stats_.lcore.agg.conflicts_up.Add(1);
-}
 
 bool AggregationStage::SentOn(const AggFrame& it, uint32_t seq) {
   const aggregator::Job& job = *it.job;
@@ -1260,7 +1136,7 @@ void AggregationStage::RefuseSlotBusy(const AggFrame& it) {
                         aggregator::flags::kConflict | aggregator::flags::kAggregateAtPs);
       return;
     }
-    if (UpAsMissing(it)) return;
+    if (above_.UpAsMissing(it)) return;
   }
   notices_.NoticeAbsent(it);
   NackSlotBusy(it);
@@ -1274,33 +1150,6 @@ void AggregationStage::NackSlotBusy(const AggFrame& it) {
   answers_.NackMember(it, aggregator::NackReason::kSlotBusy, DropReason::kAggCollision);
 }
 
-bool AggregationStage::UpAsMissing(const AggFrame& it) {
-  const aggregator::Job& job = *it.job;
-  const aggregator::AggHeader& h = *it.pkt.header;
-  const uint32_t seq = h.seq.host();
-  if (!tree_.MatchBypass(job, seq, it.member, h.node_id.host())) {
-    // The chunk's first datagram here: up it goes with every member listed
-    // and their entries written, this one's matched at once. A child
-    // switch's own up-as-missing partial holds nothing: what it lists is
-    // listed in its place, and it goes no further.
-    const bool empty = it.pkt.opcode == aggregator::Opcode::kPartial &&
-                       (h.flags.host() & aggregator::flags::kConflict) != 0;
-    bool flattened = false;
-    if (!tree_.SendUpAsMissing(job, h, empty ? &it.pkt : nullptr, it.member, &flattened)) {
-      return false;
-    }
-    stats_.lcore.agg.conflicts_up.Add(1);
-    NoteUpAsMissing(job, seq);
-    if (flattened) {
-      TxBuffers::Consumed(it.m);
-      return true;
-    }
-    (void)tree_.MatchBypass(job, seq, it.member, h.node_id.host());
-  }
-  stats_.lcore.agg.late_flagged.Add(1);
-  tree_.ForwardLate(it.m, job, it.header_offset, it.in_port);
-  return true;
-}
 
 bool AggregationStage::ToParameterNode(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
@@ -1316,7 +1165,7 @@ bool AggregationStage::ToParameterNode(const AggFrame& it) {
     // the other children's partials nowhere.
     if (job.is_root()) {
       tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port, 0);
-    } else if (!UpAsMissing(it)) {
+    } else if (!above_.UpAsMissing(it)) {
       NackSlotBusy(it);  // not now: the member sends it again
     }
     return true;
@@ -1784,7 +1633,7 @@ void AggregationStage::RunTimers() {
 
 bool AggregationStage::RetryRefused(uint32_t local) {
   // The parent refused the forwarded slot's partial "not now" a resend gap
-  // ago (RefusedAbove): it goes again, from the slot, the same bytes, which
+  // ago (FromAboveNode::Refused): it goes again, from the slot, the same bytes, which
   // the parent counts once or answers as a repeat with its cached result.
   if (!s_.slots->RetryRefused(local, clock_.tsc)) return false;
   const aggregator::Slot& slot = s_.slots->slot(local);

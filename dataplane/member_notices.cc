@@ -80,7 +80,7 @@ void MemberNotices::NoticeAbsentAt(uint32_t local, Counter& sent, bool forwarded
   const uint16_t members = std::min(holder->members(), slot.expected());
   for (uint16_t node = 0; node < members; ++node) {
     // A child switch too: its partial, refused while the slot was busy,
-    // goes again at once (MissingAbove) rather than when its members next
+    // goes again at once (FromAboveNode::Missing) rather than when its members next
     // ask after the chunk.
     if (slot.HasContributed(node) || holder->Excluded(node)) continue;
     const std::optional<uint32_t> ack = holder->GetAck(node);
@@ -100,7 +100,7 @@ void MemberNotices::NoticeForgotten(const aggregator::Job& job, uint32_t seq,
   // data (or partial) listed it missing, and the TAN waits for its data.
   for (uint16_t node = 0; node < job.members(); ++node) {
     // A child switch keeps no data of a chunk that went up: asked, it asks
-    // its own members past the chunk (MissingAbove). Asked too when its
+    // its own members past the chunk (FromAboveNode::Missing). Asked too when its
     // counted partial listed ranks missing (their data went around it, and
     // may have been lost).
     const bool ask_below = below && job.IsSwitch(node);

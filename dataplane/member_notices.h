@@ -92,7 +92,7 @@ class MemberNotices {
   // `slot` null: no slot holds the chunk's data here, and every member past
   // it is asked. With `below`, a child switch past the chunk is told
   // NOTICE forgotten instead (it keeps no data of a chunk that went up, and
-  // asks its own members in turn, MissingAbove): only where AsksBelow, or
+  // asks its own members in turn, FromAboveNode::Missing): only where AsksBelow, or
   // on a root's NOTICE forgotten. With `first_ack`, past the chunk means
   // a member's first watermark here (Job::FirstAck): it had the result
   // before this switch knew it. O(members).

@@ -921,7 +921,7 @@ uint32_t TreeStage::TanResultSlot(const aggregator::Job& job, uint32_t seq, uint
   // waiting, it would lack every member the result reached, a member it
   // lacks asking after the chunk would be told to send its data again
   // (seed 1655072), and one whose copy was lost, its resend counted there,
-  // would be told result_lost (AggregationStage::ResultLost) while the TAN
+  // would be told result_lost (MemberNotices::ResultLost) while the TAN
   // still holds the result.
   if (spare != aggregator::RelocationMap::kNone) {
     const uint32_t at = s_.regions.Spare(spare);

@@ -1,11 +1,15 @@
 // A worker lcore: polls its (port, queue) pairs and runs each burst through
-// the stages, VPP-style: every stage takes a vector of frames and hands its
-// output to the next.
+// the stages. The classifier, L2 and aggregation stages take a vector of
+// frames and hand their output on; after its checks and slot lookups the
+// aggregation path hands each datagram (an AggFrame) to the node that deals
+// with it, one at a time.
 //
 //   RX burst ─► Classifier ─┬─► AggregationStage ─┬─► (hand-off to the slot's owner)
-//                           │                     ├─► StoreNode ─► Answers ─┐
-//                           │                     └─► TreeStage ─► Answers ─┤
-//                           └─► L2Stage ─► OwnAddressStage ─────────────────┴─► TxBuffers ─► tx_burst
+//                           │   checks, reduce    ├─► StoreNode ───────────────────┐
+//                           │                     ├─► FromAboveNode ─► TreeStage ──┤
+//                           │                     ├─► MemberNotices ─► Answers ────┤
+//                           │                     └─► TreeStage ─► Answers ────────┤
+//                           └─► L2Stage ─► OwnAddressStage ────────────────────────┴─► TxBuffers ─► tx_burst
 //
 // With in-band telemetry, the classifier hands the INT stage each IPv4 frame
 // bound for L2 (a countdown, or a transit check on fabric ports), and
