@@ -1029,12 +1029,6 @@ bool AggregationStage::RedirectResult(const AggFrame& it) {
   return SentOn(it, seq);
 }
 
-
-
-
-
-
-
 bool AggregationStage::SentOn(const AggFrame& it, uint32_t seq) {
   const aggregator::Job& job = *it.job;
   AggregationCounters& c = stats_.lcore.agg;
@@ -1142,14 +1136,10 @@ void AggregationStage::RefuseSlotBusy(const AggFrame& it) {
   NackSlotBusy(it);
 }
 
-
-
-
 void AggregationStage::NackSlotBusy(const AggFrame& it) {
   stats_.lcore.agg.slot_busy.Add(1);
   answers_.NackMember(it, aggregator::NackReason::kSlotBusy, DropReason::kAggCollision);
 }
-
 
 bool AggregationStage::ToParameterNode(const AggFrame& it) {
   const aggregator::Job& job = *it.job;
@@ -1408,9 +1398,6 @@ void AggregationStage::HeldWithoutSlot(const AggFrame& it, const aggregator::Mem
                          Answers::To::kBoundMember);
 }
 
-
-
-
 bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
                                        uint16_t node) const {
   const int child = job.CoveringChild(node);
@@ -1533,12 +1520,6 @@ bool AggregationStage::StaleForSpare(const AggFrame& it) const {
   const std::optional<uint32_t> ack = job.GetAck(static_cast<uint16_t>(it.member));
   return ack && aggregator::SeqBefore(it.pkt.header->seq.host(), *ack);
 }
-
-
-
-
-
-
 
 void AggregationStage::RecordCompletion(const aggregator::Slot& slot) {
   LatencyHistogram& h = stats_.lcore.slot_latency;

@@ -95,6 +95,10 @@ void MemberNotices::NoticeAbsentAt(uint32_t local, Counter& sent, bool forwarded
 
 void MemberNotices::NoticeForgotten(const aggregator::Job& job, uint32_t seq,
                                     const aggregator::Slot* slot, bool below, bool first_ack) {
+  if (slot != nullptr && job.is_root() && job.tan() == aggregator::JobSpec::Tan::kRemote &&
+      !SameInAnyOrder(slot->dtype(), slot->op())) {
+    return;
+  }
   // Excluded members too: one flags its own data late only when it sends
   // it, and a member past the chunk sends nothing unasked. The slot's first
   // data (or partial) listed it missing, and the TAN waits for its data.

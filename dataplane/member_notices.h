@@ -95,7 +95,15 @@ class MemberNotices {
   // asks its own members in turn, FromAboveNode::Missing): only where AsksBelow, or
   // on a root's NOTICE forgotten. With `first_ack`, past the chunk means
   // a member's first watermark here (Job::FirstAck): it had the result
-  // before this switch knew it. O(members).
+  // before this switch knew it. Nobody is asked at a root whose TAN is
+  // remote (agg-ps) for a chunk whose result depends on the order of the
+  // data (a float sum, SameInAnyOrder): the TAN answers the slot's partial
+  // with the result it keeps of a finished chunk, and a chunk it does not
+  // hold finished (the root's slot completed it before the switch
+  // restarted, or the TAN's kept result expired) it would reduce anew from
+  // the members' data in its own order, other bytes than the members past
+  // the chunk hold; the members the slot counted get its INCOMPLETE at its
+  // give-up instead (seed 1795673). O(members).
   void NoticeForgotten(const aggregator::Job& job, uint32_t seq, const aggregator::Slot* slot,
                        bool below, bool first_ack = false);
   // Whether a child switch past `slot`'s chunk is told NOTICE forgotten

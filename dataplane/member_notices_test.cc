@@ -2,15 +2,18 @@
 // (member_notices.h), in the running aggregation path on net_ring ports
 // (dataplane_test_fixture.h): a gap in a member's chunks, a resend or QUERY
 // past its watermark, a member asking after a waiting chunk, a refusal
-// slot_busy: each has the members the chunk lacks told NOTICE missing.
+// slot_busy: each has the members the chunk lacks told NOTICE missing; and
+// not at a root whose TAN is remote, for a float sum.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <vector>
 
 #include <rte_cycles.h>
 
 #include "dataplane/dataplane_test_fixture.h"
+#include "dataplane/tree_test_fixture.h"
 
 namespace aggswitch::dataplane {
 namespace {
@@ -240,6 +243,45 @@ TEST_F(AggregationTest, ARefusalTellsTheMembersTheBusySlotsChunkLacksTheirDataIs
   EXPECT_TRUE(refused({0}).empty());
   EXPECT_EQ(Agg().busy_notices.Get(), 3u);
   EXPECT_EQ(Agg().slot_busy.Get(), 5u);
+}
+
+// A float sum at a root whose TAN is remote (agg-ps). Member 2 lost chunk
+// seq's result with the switch's old process and resends its data; member 0
+// had the result and is past the chunk; member 1 is behind. The TAN answers
+// the slot's partial with the result it keeps of a finished chunk; one it
+// does not hold it would reduce anew, in its own order, from the members'
+// data, to other bytes than member 0 holds: member 0 is not asked for its
+// data, and the question goes to the TAN. The same chunk as a max (the same
+// bytes in any order): member 0 is asked (seed 1795673).
+TEST_F(ParameterNodeTest, ARootWithARemoteTanAsksNoMemberPastAFloatSumForItsData) {
+  AddJobWithPs(7, 3);
+  std::vector<uint8_t> f(4);
+  const float x = 0.1f;
+  std::memcpy(f.data(), &x, 4);
+  for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+    const uint32_t seq = op == ReduceOp::kSum ? 5 : 15;
+    Frame resent = Contribution(7, seq, 2, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq);
+    HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+    Inject(0, resent);
+    Inject(0, Contribution(7, seq + 4, 0, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq + 4));
+    Inject(0, Contribution(7, seq - 1, 1, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq - 1));
+    Step();
+    (void)Drain();
+    const uint64_t resyncs = Agg().resync_notices.Get();
+    const uint64_t asked = Agg().queries_up.Get();
+    auto out = AskAfter(7, seq, 2, /*watermark=*/seq);
+    const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], seq);
+    EXPECT_EQ(Agg().results_lost.Get(), 0u) << "the TAN may hold the result";
+    EXPECT_EQ(Agg().queries_up.Get(), asked + 1) << "the TAN is asked";
+    if (op == ReduceOp::kMax) {
+      ASSERT_EQ(told.count(MemberIp(0)), 1u);
+      EXPECT_EQ(told.at(MemberIp(0)), static_cast<uint32_t>(aggregator::NoticeKind::kMissing));
+      EXPECT_EQ(Agg().resync_notices.Get(), resyncs + 1);
+      continue;
+    }
+    EXPECT_EQ(told.count(MemberIp(0)), 0u) << "asked, its data would be reduced anew";
+    EXPECT_EQ(Agg().resync_notices.Get(), resyncs) << "nobody asked for data again";
+  }
 }
 
 }  // namespace
