@@ -12,9 +12,6 @@
 namespace aggswitch::dataplane {
 namespace {
 
-// Timer expiries handled per call; the rest wait for the next poll.
-constexpr uint32_t kExpiriesPerPoll = 64;
-
 // What SlotReleasable needs to know: the jobs, and the members' clock.
 struct ReleaseContext {
   const aggregator::JobTable* jobs;
@@ -109,11 +106,8 @@ AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels
              setup.jobs != nullptr ? setup.jobs->max_jobs() : 0),
       store_(setup.store, setup.finals, stats, tx, answers),
       notices_(slots_, setup.jobs, answers, tree, stats, clock, setup.n_workers),
-      above_(slots_, notices_, tree, stats, clock, setup.rebind_ticks) {
-  const double hz = static_cast<double>(clock.hz());
-  for (size_t i = 0; i + 1 < kSlotLatencyBuckets; ++i) {
-    latency_bounds_[i] = static_cast<uint64_t>(kSlotLatencyBoundsSeconds[i] * hz);
-  }
+      above_(slots_, notices_, tree, stats, clock, setup.rebind_ticks),
+      timers_(slots_, setup.jobs, setup.holds, tree, channels, stats, clock) {
 }
 
 void AggregationStage::Process(uint16_t in_port, const AggVector& v) {
@@ -886,11 +880,11 @@ void AggregationStage::Contribute(const AggFrame& it) {
       jc.contributions.Add(1);
       jc.reduced_bytes.Add(pkt.payload_len);
       jc.completions.Add(1);
-      SampleOffsets(job, *u.slot, false);
+      timers_.SampleOffsets(job, *u.slot, false);
       {
         // The slot is done with this contribution: it carries the result.
         const bool carried = tree_.FinishSlot(job, local, *u.slot, false, m, it.header_offset);
-        RecordCompletion(*u.slot);
+        timers_.RecordCompletion(*u.slot);
         // An ordered slot returns every held contribution, this one included.
         for (uint16_t i = 0; i < u.n_released; ++i) s_.holds->Give(u.released[i]);
         if (!carried) TxBuffers::Consumed(m);
@@ -1173,7 +1167,7 @@ bool AggregationStage::ToParameterNode(const AggFrame& it) {
   AggregationCounters& c = stats_.lcore.agg;
   const auto node = static_cast<uint16_t>(it.member);
   const bool counted = slot->HasContributed(node);
-  (void)ExpireSlot(local, false);
+  (void)timers_.Expire(local, false);
   c.released_to_ps.Add(1);
   if (counted) {
     c.duplicates.Add(1);
@@ -1521,39 +1515,7 @@ bool AggregationStage::StaleForSpare(const AggFrame& it) const {
   return ack && aggregator::SeqBefore(it.pkt.header->seq.host(), *ack);
 }
 
-void AggregationStage::RecordCompletion(const aggregator::Slot& slot) {
-  LatencyHistogram& h = stats_.lcore.slot_latency;
-  const uint64_t cycles = clock_.Read() - slot.first_tsc();
-  size_t b = 0;
-  while (b < kSlotLatencyBuckets - 1 && cycles > latency_bounds_[b]) ++b;
-  h.buckets[b].Add(1);
-  h.sum_cycles.Add(cycles);
-  h.count.Add(1);
-}
 
-void AggregationStage::SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot,
-                                     bool expired) {
-  rte_ring* full = channels_.samples_full.get();
-  if (full == nullptr || (slot.seq() & (kOffsetSampleEvery - 1)) != 0) return;
-  void* free_sample = nullptr;
-  if (rte_ring_sc_dequeue(channels_.samples_free.get(), &free_sample) != 0) return;
-  auto* sample = static_cast<OffsetSample*>(free_sample);
-  sample->job_id = job.id();
-  sample->job_generation = job.generation();
-  sample->seq = slot.seq();
-  sample->members = slot.expected();
-  const uint64_t waited = (clock_.tsc - slot.first_tsc()) >> aggregator::Slot::kOffsetShift;
-  const uint32_t at_expiry = waited > UINT32_MAX ? UINT32_MAX - 1 : static_cast<uint32_t>(waited);
-  for (uint16_t i = 0; i < slot.expected(); ++i) {
-    if (slot.HasContributed(i)) {
-      sample->offsets[i] = slot.arrival_offset(i);
-    } else {
-      sample->offsets[i] = expired && !job.Excluded(i) ? at_expiry : kOffsetMissing;
-    }
-  }
-  // The ring holds more than the pool has samples: this cannot fail.
-  (void)rte_ring_sp_enqueue(full, sample);
-}
 
 void AggregationStage::DrainHandoffs() {
   FrameRef refs[kBurstSize];
@@ -1602,94 +1564,11 @@ void AggregationStage::DrainReinjects() {
   if (k != 0) Dispatch(items, k);
 }
 
-void AggregationStage::RunTimers() {
-  uint32_t expired[kExpiriesPerPoll];
-  const uint32_t n = s_.slots->Expired(clock_.tsc, kExpiriesPerPoll, expired);
-  for (uint32_t i = 0; i < n; ++i) {
-    if (RetryRefused(expired[i])) continue;
-    if (PostponeUnlistable(expired[i])) continue;
-    if (ExpireSlot(expired[i], true)) stats_.lcore.agg.timeouts.Add(1);
-  }
-}
 
-bool AggregationStage::RetryRefused(uint32_t local) {
-  // The parent refused the forwarded slot's partial "not now" a resend gap
-  // ago (FromAboveNode::Refused): it goes again, from the slot, the same bytes, which
-  // the parent counts once or answers as a repeat with its cached result.
-  if (!s_.slots->RetryRefused(local, clock_.tsc)) return false;
-  const aggregator::Slot& slot = s_.slots->slot(local);
-  const aggregator::Job* job = s_.jobs->Find(slot.job_id());
-  if (job == nullptr || job->generation() != slot.job_generation()) return true;
-  stats_.lcore.agg.partials_resent.Add(1);
-  (void)tree_.FinishSlot(*job, local, slot, false, nullptr, 0);
-  return true;
-}
 
-bool AggregationStage::PostponeUnlistable(uint32_t local) {
-  // Its partial would end the chunk INCOMPLETE for members whose data is
-  // only late (missing_list_overflow): it waits for their resends instead,
-  // as a slot without a timer does, the rule a member's query on such a
-  // slot follows (ToParameterNode). A slot that never completes goes stale.
-  const aggregator::Slot& slot = s_.slots->slot(local);
-  if (slot.state() != aggregator::Slot::State::kAggregating || slot.count() == 0) return false;
-  const aggregator::Job* job = s_.jobs->Find(slot.job_id());
-  if (job == nullptr || job->generation() != slot.job_generation() ||
-      tree_.MissingListFits(*job, slot)) {
-    return false;
-  }
-  if (!s_.slots->Postpone(local, clock_.tsc)) return false;
-  stats_.lcore.agg.timers_postponed.Add(1);
-  return true;
-}
 
-bool AggregationStage::ExpireSlot(uint32_t local, bool timer) {
-  aggregator::SlotTable& slots = *s_.slots;
-  aggregator::SlotUpdate u;
-  if (!slots.Expire(local, &u)) return false;
-  // The held contributions are reduced into the slot's result: give them back.
-  for (uint16_t k = 0; k < u.n_released; ++k) s_.holds->Give(u.released[k]);
-  const aggregator::Slot& slot = *u.slot;
-  const aggregator::Job* job = s_.jobs->Find(slot.job_id());
-  if (job == nullptr || job->generation() != slot.job_generation()) {
-    slots.Release(local);
-    return false;
-  }
-  // Only a timer says how late the missing members are.
-  if (timer) SampleOffsets(*job, slot, true);
-  (void)tree_.FinishSlot(*job, local, slot, true, nullptr, 0);
-  return true;
-}
 
-void AggregationStage::SweepStale() {
-  void* handles[aggregator::kMaxJobFanIn];
-  uint32_t evicted = 0;
-  const uint32_t n = s_.slots->SweepStale(clock_.tsc, kStaleSweepSlots, handles,
-                                          aggregator::kMaxJobFanIn, &evicted);
-  for (uint32_t i = 0; i < n; ++i) s_.holds->Give(handles[i]);
-  if (evicted != 0) stats_.lcore.agg.stale_slots.Add(evicted);
-}
 
-void AggregationStage::SweepExcluded() {
-  aggregator::SlotTable& slots = *s_.slots;
-  const uint32_t size = slots.size();
-  for (uint32_t k = 0; k < kStaleSweepSlots && k < size; ++k) {
-    const uint32_t local = excluded_cursor_;
-    excluded_cursor_ = excluded_cursor_ + 1 == size ? 0 : excluded_cursor_ + 1;
-    const aggregator::Slot& slot = slots.slot(local);
-    if (slot.state() != aggregator::Slot::State::kAggregating) continue;
-    const aggregator::Job* job = s_.jobs->Find(slot.job_id());
-    if (job == nullptr || job->generation() != slot.job_generation() ||
-        job->excluded_count() == 0 || slot.expected() != job->members()) {
-      continue;
-    }
-    bool awaited = false;
-    for (uint16_t m = 0; m < slot.expected() && !awaited; ++m) {
-      awaited = !slot.HasContributed(m) && !job->Excluded(m);
-    }
-    if (awaited) continue;
-    if (ExpireSlot(local, false)) stats_.lcore.agg.excluded_sent_on.Add(1);
-  }
-}
 
 void AggregationStage::ContinueSlotDump(SlotDumpExchange& d) {
   d.Begin();

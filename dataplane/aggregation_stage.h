@@ -15,7 +15,7 @@
 //   AggregationStage agg(setup, channels, pool, stats, tx, answers, tree, clock);
 //   agg.Process(in_port, burst.agg);   // received datagrams
 //   agg.DrainHandoffs();               // other workers' datagrams for this one's slots
-//   agg.RunTimers();
+//   agg.timers().Run();
 //
 // Thread safety: one per worker, used by that worker's thread only.
 #pragma once
@@ -45,6 +45,7 @@
 #include "dataplane/member_notices.h"
 #include "dataplane/packet.h"
 #include "dataplane/parameter_store.h"
+#include "dataplane/slot_timers.h"
 #include "dataplane/store_node.h"
 #include "dataplane/tree_stage.h"
 #include "dataplane/tx_buffers.h"
@@ -131,20 +132,8 @@ class AggregationStage {
   void DrainReinjects();
   // The control thread's answers to escalated collisions (Relocation).
   void DrainRelocations();
-  // Expires slots whose timer fired (a bounded number per call).
-  void RunTimers();
-  // Frees a bounded share of the stale holding slots and their held
-  // contributions (SlotTable::SweepStale). Every kControlEvery polls.
-  void SweepStale();
-  // Slots SweepStale looks at per call.
-  static constexpr uint32_t kStaleSweepSlots = 64;
-  // Sends on, as its timer would, each aggregating slot every member of
-  // whose chunk has contributed or is excluded now: a prediction applied
-  // after the slot took its first contribution (the slot counts on the
-  // members who took part then, and an excluded member's data goes around
-  // it). A bounded share of the slots per call, as SweepStale.
-  void SweepExcluded();
-  bool timers_armed() const { return s_.slots->armed_timers() != 0; }
+  // The slots' timers and sweeps, called by the worker's poll loop.
+  SlotTimers& timers() { return timers_; }
   // A bounded share of a slot dump (Dataplane::DumpSlots).
   void ContinueSlotDump(SlotDumpExchange& d);
 
@@ -228,18 +217,6 @@ class AggregationStage {
   // once and the contribution after it as late data. Returns false when the
   // slot holds the chunk complete or forwarded: the usual path answers it.
   bool ToParameterNode(const AggFrame& c);
-  // Sends an aggregating slot's partial on as its timer would (`timer`:
-  // it did; else its arrival offsets are not sampled). False when the slot
-  // was not aggregating, or its job is gone (the slot is freed).
-  bool ExpireSlot(uint32_t local, bool timer);
-  // A slot whose timer fired while its partial could not carry the list of
-  // the members it lacks: it keeps aggregating, its timer armed again
-  // (SlotTable::Postpone). Whether it did.
-  bool PostponeUnlistable(uint32_t local);
-  // A forwarded slot whose partial the parent refused "not now" and whose
-  // retry timer fired (SlotTable::RetryRefused): its partial goes again.
-  // Whether it was such a slot.
-  bool RetryRefused(uint32_t local);
   // Whether the slot `c` is at holds its chunk `seq` complete (its result).
   bool CompleteHere(const AggFrame& c, uint32_t seq) const {
     const aggregator::Slot* s =
@@ -318,10 +295,6 @@ class AggregationStage {
   // Consumes `it.m` when it returns true. O(covered ids × (missing +
   // inherited ids)), for a repeated partial only.
   bool ForwardedAsLate(const AggFrame& it, const aggregator::Slot& slot, bool resend);
-  // Every kOffsetSampleEvery-th chunk: its members' arrival offsets, up to
-  // the control thread, when a free sample is at hand.
-  void SampleOffsets(const aggregator::Job& job, const aggregator::Slot& slot, bool expired);
-  void RecordCompletion(const aggregator::Slot& slot);
 
   const AggregationSetup s_;
   WorkerChannels& channels_;
@@ -334,9 +307,7 @@ class AggregationStage {
   StoreNode store_;
   MemberNotices notices_;
   FromAboveNode above_;
-  // Slot completion latency bucket bounds in TSC cycles (kSlotLatencyBoundsSeconds).
-  uint64_t latency_bounds_[kSlotLatencyBuckets - 1] = {};
-  uint32_t excluded_cursor_ = 0;  // SweepExcluded's next slot
+  SlotTimers timers_;
 };
 
 }  // namespace aggswitch::dataplane

@@ -103,7 +103,7 @@ bool Worker::PollOnce() {
       reader_online_ = true;
     }
     if (channels_.handoff != nullptr) agg_.DrainHandoffs();
-    if (agg_.timers_armed()) agg_.RunTimers();
+    if (agg_.timers().armed()) agg_.timers().Run();
     if (finals_.pending()) finals_.Run();
     tree_.SweepBypass();
     tx_.Flush();
@@ -178,8 +178,8 @@ void Worker::ServeControl() {
   if (setup_.agg.store != nullptr) setup_.agg.store->Sweep(*setup_.agg.jobs, kStoreSweepPerServe);
   if (channels_.relocate != nullptr) agg_.DrainRelocations();
   // Dead chunks give back the contributions they hold.
-  agg_.SweepStale();
-  agg_.SweepExcluded();
+  agg_.timers().SweepStale();
+  agg_.timers().SweepExcluded();
   if (tree_.tan_results_waiting()) tree_.DrainTanResults();
   tx_.Flush();
   setup_.agg.jobs->Quiescent(setup_.agg.reader_id);
