@@ -107,7 +107,8 @@ AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels
       store_(setup.store, setup.finals, stats, tx, answers),
       notices_(slots_, setup.jobs, answers, tree, stats, clock, setup.n_workers),
       above_(slots_, notices_, tree, stats, clock, setup.rebind_ticks),
-      timers_(slots_, setup.jobs, setup.holds, tree, channels, stats, clock) {
+      timers_(slots_, setup.jobs, setup.holds, tree, channels, stats, clock),
+      queries_(slots_, notices_, tree, answers, tx, stats, clock) {
 }
 
 void AggregationStage::Process(uint16_t in_port, const AggVector& v) {
@@ -729,10 +730,10 @@ void AggregationStage::Contribute(const AggFrame& it) {
   if (pkt.opcode == aggregator::Opcode::kQuery) {
     notices_.NoticeGap(job, seq, h.ack_watermark.host(), /*first=*/false,
               static_cast<uint16_t>(it.member));
-    AnswerQuery(it);
+    queries_.Answer(it);
     return;
   }
-  if (AnsweredFromKept(it)) return;
+  if (queries_.AnsweredFromKept(it)) return;
   if (at_ps && ToParameterNode(it)) return;
   if (pkt.opcode == aggregator::Opcode::kContribution && !at_ps) {
     notices_.NoticeGap(job, seq, h.ack_watermark.host(),
@@ -741,13 +742,13 @@ void AggregationStage::Contribute(const AggFrame& it) {
   }
   // A resend of data a partial that went up from here counted, with no
   // slot holding the chunk: the parent is asked, as for the member's
-  // question (AnswerQuery).
+  // question (QueryNode::Answer).
   if (!at_ps && pkt.opcode == aggregator::Opcode::kContribution && tree_.bypass_live() &&
       tree_.CountedUp(job, seq, it.member, h.node_id.host()) &&
       s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) == nullptr) {
     aggregator::MemberAddr addr;
     if (job.GetMember(static_cast<uint16_t>(it.member), &addr)) {
-      HeldWithoutSlot(it, addr);
+      queries_.HeldWithoutSlot(it, addr);
       return;
     }
   }
@@ -1255,142 +1256,8 @@ bool AggregationStage::MainServerBound(const aggregator::Job& job,
   return false;
 }
 
-void AggregationStage::AnswerQuery(const AggFrame& it) {
-  AggregationCounters& c = stats_.lcore.agg;
-  const aggregator::Job& job = *it.job;
-  const aggregator::AggHeader& h = *it.pkt.header;
-  rte_mbuf* m = it.m;
-  c.queries.Add(1);
-  const auto node = static_cast<uint16_t>(it.member);
-  aggregator::MemberAddr addr;
-  if (!job.GetMember(node, &addr)) {
-    tx_.Drop(it.in_port, DropReason::kAggRejected, m);
-    return;
-  }
-  const aggregator::Slot* slot =
-      s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), h.seq.host());
-  if (slot != nullptr && slot->state() == aggregator::Slot::State::kComplete) {
-    // Its result was lost on the way: sent again, to it alone. A member the
-    // slot did not count gets it too: its data reached the result another
-    // way (late data, the parameter node).
-    c.duplicate_results.Add(1);
-    if (!answers_.SendResult(job, *slot, node, m, it.header_offset)) TxBuffers::Consumed(m);
-    return;
-  }
-  if (slot != nullptr && slot->HasContributed(node)) {
-    if (slot->state() == aggregator::Slot::State::kForwarded) {
-      // Its partial went up (or, at a root in verify mode, its VERIFY to
-      // the parameter node), and the answer has not come down: the chunk is
-      // held, and the member's data would change nothing. The partial goes
-      // again, at most once per resend gap, as for a resend of the data
-      // (SlotOutcome::kForwardedAgain): it or the answer may have been lost,
-      // and the parent answers a repeat with its cached result. Members
-      // past the chunk that the slot lacks have its result from before the
-      // switch restarted, and the answer from above waits for their data:
-      // they are asked for it, as for an aggregating slot, at the same rate.
-      if (notices_.ResultLost(job, *slot, /*forwarded=*/true)) {
-        c.results_lost.Add(1);
-        answers_.Nack(m, h, aggregator::NackReason::kResultLost, addr);
-        return;
-      }
-      const uint32_t local = slots_.Local(it.slot);
-      if (s_.slots->ResendForwarded(local, clock_.tsc)) {
-        c.partials_resent.Add(1);
-        (void)tree_.FinishSlot(job, local, *slot, false, nullptr, 0);
-        notices_.NoticeForgotten(job, slot->seq(), slot, notices_.AsksBelow(job, *slot));
-      }
-      answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld, 0, addr,
-                             Answers::To::kBoundMember);
-      // The answer from above waits for the members the partial lacked:
-      // their data goes on as late data once they send it again.
-      notices_.NoticeAbsentAt(local, c.asked_notices, /*forwarded_too=*/true);
-      return;
-    }
-    if (slot->state() == aggregator::Slot::State::kAggregating) {
-      // Members that moved past the chunk may have its result from a slot
-      // that went up and gave way; this one, a resend's, waits for them in
-      // vain, and the result that came down (or the parent's answer to the
-      // member's query) missed this member. Asked for again, it completes
-      // this slot (TreeStage::ResultFromAbove).
-      if (notices_.ResultLost(job, *slot)) {
-        c.results_lost.Add(1);
-        answers_.Nack(m, h, aggregator::NackReason::kResultLost, addr);
-        return;
-      }
-      notices_.AskAboveIfDone(job, *slot, h);
-      answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kHeld,
-                             slot->needed() - slot->count(), addr, Answers::To::kBoundMember);
-      notices_.NoticeForgotten(job, slot->seq(), slot, notices_.AsksBelow(job, *slot));
-      notices_.NoticeAbsentAt(slots_.Local(it.slot), c.asked_notices);
-      return;
-    }
-  }
-  // A root without a TAN kept the result when its slot gave way (two jobs
-  // held each other's oldest chunks back): the member gets it from there.
-  if (slot == nullptr && tree_.SendKept(job, h.seq.host(), addr)) {
-    c.duplicate_results.Add(1);
-    TxBuffers::Consumed(m);
-    return;
-  }
-  // No slot holds the chunk, but the member's data is in it: counted by a
-  // partial that went up from here (TreeStage::CountedUp), whose fate the
-  // parent is asked.
-  if (slot == nullptr && tree_.CountedUp(job, h.seq.host(), it.member, h.node_id.host())) {
-    HeldWithoutSlot(it, addr);
-    return;
-  }
-  // The member sends its data again. Or the chunk completed, and its
-  // slot here gave way once the partial went up: the parent still has the
-  // result. At the root, a chunk that went to the TAN (it found no slot
-  // here, or its slot gave way once the first data went): the TAN keeps
-  // the result of a finished chunk for its give-up time. So at a root whose
-  // slot went to the TAN without this member: its data followed there as
-  // late data, or is told missing below, and the TAN's answer completes
-  // the slot (its result, should the one it sent not have reached the slot).
-  const bool to_tan = job.is_root() && job.tan() != aggregator::JobSpec::Tan::kNone;
-  if ((slot == nullptr && (!job.is_root() || to_tan)) ||
-      (slot != nullptr && to_tan && !job.verify() &&
-       slot->state() == aggregator::Slot::State::kForwarded)) {
-    tree_.AskAbove(job, h);
-  }
-  // The members past the chunk before this switch knew them may hold the
-  // only copy of its result: no slot waits for them (a member's resends
-  // for the parameter node, AGGREGATE_AT_PS, take none), and the parameter
-  // node would wait for their data until its give-up. Asked only where
-  // their data reduces anew to the bytes they hold (not a float sum).
-  if (slot == nullptr && SameInAnyOrder(it.pkt.dtype, it.pkt.op)) {
-    notices_.NoticeForgotten(job, h.seq.host(), nullptr, /*below=*/false, /*first_ack=*/true);
-  }
-  answers_.NoticeInPlace(m, h, aggregator::NoticeKind::kMissing, 0, addr,
-                         Answers::To::kBoundMember);
-}
 
-bool AggregationStage::AnsweredFromKept(const AggFrame& it) {
-  if (!tree_.HasKept() || it.member < 0 ||
-      (it.pkt.opcode != aggregator::Opcode::kContribution &&
-       it.pkt.opcode != aggregator::Opcode::kPartial)) {
-    return false;
-  }
-  const aggregator::Job& job = *it.job;
-  const uint32_t seq = it.pkt.header->seq.host();
-  aggregator::MemberAddr addr;
-  if (s_.slots->Holding(slots_.Local(it.slot), job.id(), job.generation(), seq) != nullptr ||
-      !job.GetMember(static_cast<uint16_t>(it.member), &addr) || !tree_.SendKept(job, seq, addr)) {
-    return false;
-  }
-  stats_.lcore.agg.duplicate_results.Add(1);
-  TxBuffers::Consumed(it.m);
-  return true;
-}
 
-void AggregationStage::HeldWithoutSlot(const AggFrame& it, const aggregator::MemberAddr& addr) {
-  const aggregator::Job& job = *it.job;
-  const aggregator::AggHeader& h = *it.pkt.header;
-  stats_.lcore.agg.held_without_slot.Add(1);
-  if (!job.is_root() || job.tan() != aggregator::JobSpec::Tan::kNone) tree_.AskAbove(job, h);
-  answers_.NoticeInPlace(it.m, h, aggregator::NoticeKind::kHeld, 0, addr,
-                         Answers::To::kBoundMember);
-}
 
 bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
                                        uint16_t node) const {

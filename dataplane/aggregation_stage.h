@@ -45,6 +45,7 @@
 #include "dataplane/member_notices.h"
 #include "dataplane/packet.h"
 #include "dataplane/parameter_store.h"
+#include "dataplane/query_node.h"
 #include "dataplane/slot_timers.h"
 #include "dataplane/store_node.h"
 #include "dataplane/tree_stage.h"
@@ -233,14 +234,6 @@ class AggregationStage {
   // (Job::BindMainServer); false, counted as main_server_refused, when
   // another ingress port, VLAN, MAC or UDP port holds it.
   bool MainServerBound(const aggregator::Job& job, const aggregator::MemberAddr& sender);
-  // A member's QUERY about a chunk it sent: the cached result when its slot
-  // is complete, NOTICE held while the slot waits for others, else NOTICE
-  // missing (send it again).
-  void AnswerQuery(const AggFrame& c);
-  // A question or resend of a chunk no slot holds, which a partial that
-  // went up from here counted (TreeStage::CountedUp): NOTICE held, and the
-  // parent asked after the partial.
-  void HeldWithoutSlot(const AggFrame& c, const aggregator::MemberAddr& addr);
   // A LATE from a child switch under run label `label` (`run_id`: flagged
   // RUN_ID, the run's id), for node `node`:
   // checks it against the member bound to where it came from, as that
@@ -254,11 +247,6 @@ class AggregationStage {
   bool BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
                       const aggregator::MemberAddr& sender, uint32_t label, bool run_id, uint16_t node,
                       bool* new_run = nullptr);
-  // A member's data (or a child switch's partial) about a chunk no slot
-  // holds, whose result a root without a TAN kept when the slot gave way
-  // (TreeStage::LeaveResult): the member gets the result, and the datagram
-  // is consumed. False when nothing is kept for it: it goes on its way.
-  bool AnsweredFromKept(const AggFrame& it);
   // Late data of rank `node` from a child switch, for a chunk whose slot on
   // this lcore (still waiting for its answer: aggregating or forwarded)
   // counted the partial of the child that covers `node` without the child
@@ -308,6 +296,7 @@ class AggregationStage {
   MemberNotices notices_;
   FromAboveNode above_;
   SlotTimers timers_;
+  QueryNode queries_;
 };
 
 }  // namespace aggswitch::dataplane

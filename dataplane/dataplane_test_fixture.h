@@ -248,6 +248,13 @@ inline aggregator::AggHeader* HeaderOf(Frame& f) {
   return reinterpret_cast<aggregator::AggHeader*>(f.data() + u.payload_offset);
 }
 
+// `f` flagged ORDERED when `ordered` and as a retransmission when `resend`.
+inline Frame Flagged(Frame f, bool ordered, bool resend) {
+  HeaderOf(f)->flags = common::be16_t::FromHost(static_cast<uint16_t>(
+      (ordered ? aggregator::flags::kOrdered : 0) | (resend ? aggregator::flags::kRetransmission : 0)));
+  return f;
+}
+
 // Chunk seqs of jobs `a` and `b` whose placed slots are the same: b's chunk
 // finds a's holding it (a collision). Provisioned jobs, this switch's regions.
 inline std::pair<uint32_t, uint32_t> CollidingSeqs(const aggregator::JobTable& jobs,
