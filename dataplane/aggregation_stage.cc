@@ -108,7 +108,8 @@ AggregationStage::AggregationStage(const AggregationSetup& setup, WorkerChannels
       notices_(slots_, setup.jobs, answers, tree, stats, clock, setup.n_workers),
       above_(slots_, notices_, tree, stats, clock, setup.rebind_ticks),
       timers_(slots_, setup.jobs, setup.holds, tree, channels, stats, clock),
-      queries_(slots_, notices_, tree, answers, tx, stats, clock) {
+      queries_(slots_, notices_, tree, answers, tx, stats, clock),
+      bound_(slots_, timers_, above_, tree, answers, tx, stats, clock) {
 }
 
 void AggregationStage::Process(uint16_t in_port, const AggVector& v) {
@@ -120,44 +121,6 @@ void AggregationStage::Process(uint16_t in_port, const AggVector& v) {
   if (n != 0) Dispatch(items, n);
 }
 
-void AggregationStage::Distribute(rte_mbuf* m, const aggregator::Job& job,
-                                  const aggregator::AggPacket& pkt, uint32_t header_offset,
-                                  const aggregator::MemberAddr& sender, uint16_t in_port) {
-  using aggregator::NackReason;
-  AggregationCounters& c = stats_.lcore.agg;
-  const aggregator::AggHeader& h = *pkt.header;
-  if (!job.FromMainServer(sender.ip, sender.udp_port) || !MainServerBound(job, sender)) {
-    c.distribute_refused.Add(1);
-    answers_.Nack(m, h, NackReason::kNotMainServer, sender);
-    return;
-  }
-  if (job.LearnedMembers() != job.members()) {
-    c.distribute_refused.Add(1);
-    answers_.Nack(m, h, NackReason::kMembersUnbound, sender);
-    return;
-  }
-  if (m->nb_segs != 1) {
-    stats_.lcore.malformed[static_cast<size_t>(MalformedReason::kSegmented)].Add(1);
-    tx_.Drop(in_port, DropReason::kAggMalformed, m);
-    return;
-  }
-  aggregator::AggFields ack = aggregator::ReadAggFields(h);
-  // The members get the datagram as the main server sent it, without the key.
-  const uint32_t len = sizeof(aggregator::AggHeader) + 2u * h.missing_count + pkt.payload_len;
-  rte_pktmbuf_adj(m, static_cast<uint16_t>(header_offset));
-  m->data_len = static_cast<uint16_t>(len);
-  m->pkt_len = len;
-  rte_pktmbuf_mtod(m, aggregator::AggHeader*)->job_key = common::be64_t{};
-  const uint32_t copies = answers_.Replicate(job, m, 0, job.members(), static_cast<uint16_t>(ack.seq));
-  c.distributions.Add(1);
-  c.distribution_copies.Add(copies);
-  ack.job_key = 0;
-  ack.opcode = aggregator::Opcode::kAck;
-  ack.flags = 0;
-  ack.aux = copies;
-  ack.elem_count = 0;
-  answers_.Acknowledge(ack, sender);
-}
 
 bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& meta, Source source,
                              AggFrame* out, uint16_t spare, Via via) {
@@ -277,10 +240,10 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
       return false;
     }
     if (opcode == Opcode::kDistribute) {
-      Distribute(m, *job, pkt, header_offset, sender, in_port);
+      bound_.Distribute(m, *job, pkt, header_offset, sender, in_port);
       return false;
     }
-    if (main_server && !MainServerBound(*job, sender)) {
+    if (main_server && !bound_.MainServerBound(*job, sender)) {
       answers_.Nack(m, h, NackReason::kNotMainServer, sender);
       return false;
     }
@@ -319,7 +282,7 @@ bool AggregationStage::Check(rte_mbuf* m, uint16_t in_port, const FrameMeta& met
         return false;
       }
       // A rank's data from a child switch goes on from the owner of its
-      // chunk's home slot, which may hold it already (LateCountedHere);
+      // chunk's home slot, which may hold it already (TreeBoundNode::Late);
       // handed here, it is not handed on again should the placement have
       // changed meanwhile.
       if (job->CoveringChild(h.node_id.host()) >= 0) {
@@ -655,15 +618,7 @@ void AggregationStage::Reduce(AggFrame* items, uint16_t n) {
 void AggregationStage::AtSlot(const AggFrame& it) {
   const aggregator::Opcode opcode = it.pkt.opcode;
   if (opcode == aggregator::Opcode::kLate) {  // a rank's, from a child switch
-    // (A late partial naming its content holds only ranks its switch's
-    // partial lacked: never counted here.)
-    if ((it.pkt.header->flags.host() & aggregator::flags::kContent) == 0 &&
-        LateCountedHere(*it.job, it.pkt.header->seq.host(), it.pkt.header->node_id.host())) {
-      stats_.lcore.agg.late_counted.Add(1);
-      tx_.Drop(it.in_port, DropReason::kAggDuplicate, it.m);
-      return;
-    }
-    tree_.ForwardLate(it.m, *it.job, it.header_offset, it.in_port);
+    bound_.Late(it);
     return;
   }
   if (opcode == aggregator::Opcode::kFetch) {
@@ -702,7 +657,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
   const uint32_t seq = h.seq.host();
   const bool at_ps = IsForPs(pkt);
   // At the root, data for the parameter node whose chunk no slot here holds
-  // goes there as its member sent it (ToParameterNode), entry or not: the
+  // goes there as its member sent it (TreeBoundNode::ToParameterNode), entry or not: the
   // parameter node hands it to the TAN when the chunk's first data came, and
   // else reduces it with the other members' resends. As late data it would
   // wait for first data nobody sends again (the partial was lost, and its
@@ -734,7 +689,7 @@ void AggregationStage::Contribute(const AggFrame& it) {
     return;
   }
   if (queries_.AnsweredFromKept(it)) return;
-  if (at_ps && ToParameterNode(it)) return;
+  if (at_ps && bound_.ToParameterNode(it)) return;
   if (pkt.opcode == aggregator::Opcode::kContribution && !at_ps) {
     notices_.NoticeGap(job, seq, h.ack_watermark.host(),
               (h.flags.host() & aggregator::flags::kRetransmission) == 0,
@@ -1128,57 +1083,10 @@ void AggregationStage::RefuseSlotBusy(const AggFrame& it) {
     if (above_.UpAsMissing(it)) return;
   }
   notices_.NoticeAbsent(it);
-  NackSlotBusy(it);
+  answers_.NackSlotBusy(it);
 }
 
-void AggregationStage::NackSlotBusy(const AggFrame& it) {
-  stats_.lcore.agg.slot_busy.Add(1);
-  answers_.NackMember(it, aggregator::NackReason::kSlotBusy, DropReason::kAggCollision);
-}
 
-bool AggregationStage::ToParameterNode(const AggFrame& it) {
-  const aggregator::Job& job = *it.job;
-  const uint32_t seq = it.pkt.header->seq.host();
-  const uint32_t local = slots_.Local(it.slot);
-  const aggregator::Slot* slot = s_.slots->Holding(local, job.id(), job.generation(), seq);
-  if (slot == nullptr) {
-    // Nothing of the chunk here. At the root: on to the parameter node,
-    // unreduced. Below it, the chunk goes up as missing first (every member
-    // listed, a partial of the op's identity), so that the parent counts
-    // this switch and the parameter node waits for these members' data,
-    // which follows as late data: sent on unreduced instead, it would meet
-    // the other children's partials nowhere.
-    if (job.is_root()) {
-      tree_.ForwardToPs(it.m, job, it.header_offset, it.in_port, 0);
-    } else if (!above_.UpAsMissing(it)) {
-      NackSlotBusy(it);  // not now: the member sends it again
-    }
-    return true;
-  }
-  // A complete or forwarded slot answers it as any repeat: the cached
-  // result, the partial again, or (not counted) its data on as late data.
-  if (slot->state() != aggregator::Slot::State::kAggregating) return false;
-  // A partial that cannot carry the list of the members it lacks would end
-  // the chunk INCOMPLETE: the slot keeps aggregating instead, and counts the
-  // member's data as any contribution (the others are still to come).
-  if (!tree_.MissingListFits(job, *slot)) return false;
-  // The chunk is partly here: its partial goes on now, as on a timeout
-  // (bypass entries for the members it lacks), and this member's data after
-  // it as late data, unless the partial holds it already.
-  AggregationCounters& c = stats_.lcore.agg;
-  const auto node = static_cast<uint16_t>(it.member);
-  const bool counted = slot->HasContributed(node);
-  (void)timers_.Expire(local, false);
-  c.released_to_ps.Add(1);
-  if (counted) {
-    c.duplicates.Add(1);
-    tx_.Drop(it.in_port, DropReason::kAggDuplicate, it.m);
-    return true;
-  }
-  (void)tree_.MatchBypass(job, seq, it.member, it.pkt.header->node_id.host());
-  tree_.ForwardLate(it.m, job, it.header_offset, it.in_port);
-  return true;
-}
 
 void AggregationStage::DrainRelocations() {
   if (channels_.relocate == nullptr) return;
@@ -1246,37 +1154,10 @@ void AggregationStage::DrainRelocations() {
   if (k != 0) Dispatch(items, k);
 }
 
-bool AggregationStage::MainServerBound(const aggregator::Job& job,
-                                       const aggregator::MemberAddr& sender) {
-  if (job.BindMainServer(sender, clock_.SeenNow()) !=
-      aggregator::Job::Bind::kRefused) {
-    return true;
-  }
-  stats_.lcore.agg.main_server_refused.Add(1);
-  return false;
-}
 
 
 
 
-bool AggregationStage::LateCountedHere(const aggregator::Job& job, uint32_t seq,
-                                       uint16_t node) const {
-  const int child = job.CoveringChild(node);
-  if (child < 0) return false;
-  // A spare slot's chunk, or another worker's, goes on as before.
-  const aggregator::Slot* s = slots_.OwnSlotOf(job, seq);
-  if (s == nullptr ||
-      (s->state() != aggregator::Slot::State::kAggregating &&
-       s->state() != aggregator::Slot::State::kForwarded) ||
-      !s->HasContributed(static_cast<uint16_t>(child)) || s->inherited_overflow()) {
-    return false;
-  }
-  for (uint16_t i = 0; i < s->inherited_count(); ++i) {
-    const uint16_t id = s->inherited(i);
-    if (id == node || job.CoveringChild(id) < 0) return false;
-  }
-  return true;
-}
 
 bool AggregationStage::ForwardedAsLate(const AggFrame& it, const aggregator::Slot& slot,
                                        bool resend) {

@@ -48,6 +48,7 @@
 #include "dataplane/query_node.h"
 #include "dataplane/slot_timers.h"
 #include "dataplane/store_node.h"
+#include "dataplane/tree_bound_node.h"
 #include "dataplane/tree_stage.h"
 #include "dataplane/tx_buffers.h"
 #include "dataplane/worker_slots.h"
@@ -144,13 +145,6 @@ class AggregationStage {
   // registration.
   enum class Source : uint8_t { kRx, kHandoff, kReinject };
 
-  // A DISTRIBUTE from a job's main server (its key checked): replicated to
-  // every member when each has an address, and ACKed to the main server
-  // with the copies sent in `aux`; else a NACK (not_main_server,
-  // members_unbound). Consumes `m`.
-  void Distribute(rte_mbuf* m, const aggregator::Job& job, const aggregator::AggPacket& pkt,
-                  uint32_t header_offset, const aggregator::MemberAddr& sender, uint16_t in_port);
-
   using Where = AggFrame::Where;
 
   // Parses and checks one datagram. Returns true with `*out` filled when it
@@ -209,15 +203,6 @@ class AggregationStage {
   // late data behind the chunk sent up as missing (UpAsMissing); else, or
   // when that cannot be sent, NACK slot_busy.
   void RefuseSlotBusy(const AggFrame& c);
-  // NACK slot_busy to the member (or the datagram dropped, counted, when it
-  // has no address here). Consumes the datagram.
-  void NackSlotBusy(const AggFrame& c);
-  // A contribution marked AGGREGATE_AT_PS at its chunk's slot (release at a
-  // retransmission): with nothing of the chunk here it goes on to the
-  // parameter node; a slot aggregating the chunk sends its partial on at
-  // once and the contribution after it as late data. Returns false when the
-  // slot holds the chunk complete or forwarded: the usual path answers it.
-  bool ToParameterNode(const AggFrame& c);
   // Whether the slot `c` is at holds its chunk `seq` complete (its result).
   bool CompleteHere(const AggFrame& c, uint32_t seq) const {
     const aggregator::Slot* s =
@@ -229,11 +214,6 @@ class AggregationStage {
     return pkt.opcode == aggregator::Opcode::kContribution &&
            (pkt.header->flags.host() & aggregator::flags::kAggregateAtPs) != 0;
   }
-  // Binds the job's main server to `sender`, a datagram from its address
-  // and port with the job's key, or checks it against its binding
-  // (Job::BindMainServer); false, counted as main_server_refused, when
-  // another ingress port, VLAN, MAC or UDP port holds it.
-  bool MainServerBound(const aggregator::Job& job, const aggregator::MemberAddr& sender);
   // A LATE from a child switch under run label `label` (`run_id`: flagged
   // RUN_ID, the run's id), for node `node`:
   // checks it against the member bound to where it came from, as that
@@ -247,19 +227,6 @@ class AggregationStage {
   bool BindLateSender(const aggregator::Job& job, const UdpInfo& udp,
                       const aggregator::MemberAddr& sender, uint32_t label, bool run_id, uint16_t node,
                       bool* new_run = nullptr);
-  // Late data of rank `node` from a child switch, for a chunk whose slot on
-  // this lcore (still waiting for its answer: aggregating or forwarded)
-  // counted the partial of the child that covers `node` without the child
-  // listing `node` missing: that partial holds the rank's data already, and
-  // the slot's partial carries it on. The child's slot gave way once its
-  // partial went up, and the rank's resend found no slot there and went up
-  // as late data (a CONFLICT partial, which the slot takes as a repeat):
-  // sent on, the TAN would get the rank twice, and whichever of the two
-  // came second it would drop, with every other rank the partial holds.
-  // False when the slot's inherited missing ids name `node`, or an id no
-  // child covers (a switch below a child: its ranks are unknown here), or
-  // overflowed. O(inherited ids × log covered ids).
-  bool LateCountedHere(const aggregator::Job& job, uint32_t seq, uint16_t node) const;
   // Whether `it`, a member's datagram the control thread sends to a spare
   // slot (Relocation::kPlace) after its chunk's home slot gave the chunk
   // up, is stale: a float sum (not ordered) at a root that is its own TAN
@@ -297,6 +264,7 @@ class AggregationStage {
   FromAboveNode above_;
   SlotTimers timers_;
   QueryNode queries_;
+  TreeBoundNode bound_;
 };
 
 }  // namespace aggswitch::dataplane

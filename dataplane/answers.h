@@ -80,6 +80,12 @@ class Answers {
   // address; without one (no member, or not bound here) dropped on its
   // ingress port as `otherwise`. Consumes `f.m`.
   void NackMember(const AggFrame& f, aggregator::NackReason reason, DropReason otherwise);
+  // NACK slot_busy to the member, counted slot_busy (dropped as
+  // agg_collision when it has no address here). Consumes `f.m`.
+  void NackSlotBusy(const AggFrame& f) {
+    stats_.lcore.agg.slot_busy.Add(1);
+    NackMember(f, aggregator::NackReason::kSlotBusy, DropReason::kAggCollision);
+  }
   // Who a NOTICE goes to. A member bound to its job (key checked, address
   // bound) gets at most one NOTICE per datagram it sent, no larger, at the
   // address it is bound to: no rate limit, since losses come in bursts and

@@ -284,5 +284,49 @@ TEST_F(ParameterNodeTest, ARootWithARemoteTanAsksNoMemberPastAFloatSumForItsData
   }
 }
 
+// A switch that restarted after sending a chunk's result to some members
+// only: those members reduced it in place and went on, the others resend
+// the chunk to the new process, whose slot then waits for data the first
+// ones will not send again unasked. A member whose ack watermark is past
+// the chunk has its result: while a held member asks after the chunk, each
+// such member is told the switch lacks its data (NOTICE missing); a member
+// whose watermark is not past the chunk (not heard from, or behind) is
+// not. With their resends the chunk completes.
+TEST_F(AggregationTest, MembersPastAChunkTheSlotLacksAreAskedForIt) {
+  AddJob(7, 4);
+  const std::vector<uint8_t> one = Int32Payload({1});
+  // Member 2 lost the result of chunk 5 with the old process and resends it;
+  // member 0 had it, and sends chunk 9 with watermark 9; member 1 is
+  // behind, at chunk 4 with watermark 4; member 3 sent nothing yet.
+  Frame resent = Contribution(7, 5, 2, one, DType::kInt32, ReduceOp::kSum, 0x5eed, -1, /*ack=*/5);
+  HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, resent);
+  Inject(0, Contribution(7, 9, 0, one, DType::kInt32, ReduceOp::kSum, 0x5eed, -1, /*ack=*/9));
+  Inject(0, Contribution(7, 4, 1, one, DType::kInt32, ReduceOp::kSum, 0x5eed, -1, /*ack=*/4));
+  Step();
+  (void)Drain();
+  EXPECT_EQ(Agg().resync_notices.Get(), 0u) << "nobody asked after chunk 5 yet";
+  auto out = AskAfter(7, 5, 2, /*watermark=*/5);
+  const std::map<uint32_t, uint32_t> told = NoticeKinds(out[0], 5);
+  EXPECT_EQ(out[0].size(), told.size()) << "NOTICEs only";
+  const auto held = static_cast<uint32_t>(aggregator::NoticeKind::kHeld);
+  const auto missing = static_cast<uint32_t>(aggregator::NoticeKind::kMissing);
+  EXPECT_EQ(told, (std::map<uint32_t, uint32_t>{{MemberIp(2), held}, {MemberIp(0), missing}}));
+  EXPECT_EQ(Agg().resync_notices.Get(), 1u);
+  EXPECT_EQ(Agg().gap_notices.Get(), 0u);
+
+  // Member 0 resends its kept chunk 5; 1 and 3 send theirs: the sum of all four.
+  Frame again = Contribution(7, 5, 0, one, DType::kInt32, ReduceOp::kSum, 0x5eed, -1, /*ack=*/10);
+  HeaderOf(again)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+  Inject(0, again);
+  Inject(0, Contribution(7, 5, 1, one, DType::kInt32, ReduceOp::kSum, 0x5eed, -1, /*ack=*/5));
+  Inject(0, Contribution(7, 5, 3, one, DType::kInt32, ReduceOp::kSum, 0x5eed, -1, /*ack=*/5));
+  Step();
+  const std::vector<Result> results = WithOpcode(Drain()[0], aggregator::Opcode::kResult);
+  ASSERT_EQ(results.size(), 4u);
+  for (const Result& r : results) EXPECT_EQ(r.payload, Int32Payload({4}));
+  EXPECT_EQ(Agg().resync_notices.Get(), 1u);
+}
+
 }  // namespace
 }  // namespace aggswitch::dataplane

@@ -49,7 +49,7 @@ bool SlotTimers::PostponeUnlistable(uint32_t local) {
   // Its partial would end the chunk INCOMPLETE for members whose data is
   // only late (missing_list_overflow): it waits for their resends instead,
   // as a slot without a timer does, the rule a member's query on such a
-  // slot follows (ToParameterNode). A slot that never completes goes stale.
+  // slot follows (TreeBoundNode::ToParameterNode). A slot that never completes goes stale.
   const aggregator::Slot& slot = table().slot(local);
   if (slot.state() != aggregator::Slot::State::kAggregating || slot.count() == 0) return false;
   const aggregator::Job* job = jobs_->Find(slot.job_id());

@@ -7,7 +7,10 @@
 //   RX burst ─► Classifier ─┬─► AggregationStage ─┬─► (hand-off to the slot's owner)
 //                           │   checks, reduce    ├─► StoreNode ───────────────────┐
 //                           │                     ├─► FromAboveNode ─► TreeStage ──┤
+//                           │                     ├─► SlotTimers ─► TreeStage ─────┤
 //                           │                     ├─► MemberNotices ─► Answers ────┤
+//                           │                     ├─► QueryNode ─► Answers ────────┤
+//                           │                     ├─► TreeBoundNode ─► TreeStage ──┤
 //                           │                     └─► TreeStage ─► Answers ────────┤
 //                           └─► L2Stage ─► OwnAddressStage ────────────────────────┴─► TxBuffers ─► tx_burst
 //
