@@ -455,6 +455,25 @@ class AggregationTest : public DataplaneTest {
     return out;
   }
 
+  // Chunk `seq` of job `job` (three members, a float32 `op` of 0.1) as a
+  // switch that restarted after its result reached some members sees it:
+  // member 2 lost the result with the old process and resends its data;
+  // member 0 had it and is past the chunk; member 1 is behind. What the
+  // switch sent meanwhile is drained.
+  void MembersAroundALostResult(uint32_t job, uint32_t seq, aggregator::ReduceOp op) {
+    std::vector<uint8_t> f(4);
+    const float x = 0.1f;
+    std::memcpy(f.data(), &x, 4);
+    const aggregator::DType dtype = aggregator::DType::kFloat32;
+    Frame resent = Contribution(job, seq, 2, f, dtype, op, 0x5eed, -1, /*ack=*/seq);
+    HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
+    Inject(0, resent);
+    Inject(0, Contribution(job, seq + 4, 0, f, dtype, op, 0x5eed, -1, /*ack=*/seq + 4));
+    Inject(0, Contribution(job, seq - 1, 1, f, dtype, op, 0x5eed, -1, /*ack=*/seq - 1));
+    Step();
+    (void)Drain();
+  }
+
   // Member `node` of job `job` asks after chunk `seq` (a QUERY carrying
   // ack watermark `watermark`); returns what the switch sent.
   std::map<int, std::vector<Frame>> AskAfter(uint32_t job, uint32_t seq, uint16_t node,

@@ -245,9 +245,9 @@ TEST_F(AggregationTest, ARefusalTellsTheMembersTheBusySlotsChunkLacksTheirDataIs
   EXPECT_EQ(Agg().slot_busy.Get(), 5u);
 }
 
-// A float sum at a root whose TAN is remote (agg-ps). Member 2 lost chunk
-// seq's result with the switch's old process and resends its data; member 0
-// had the result and is past the chunk; member 1 is behind. The TAN answers
+// A float sum at a root whose TAN is remote (agg-ps), a member of which lost
+// a chunk's result when the switch restarted (MembersAroundALostResult):
+// member 0 is past the chunk, member 2 resends its data. The TAN answers
 // the slot's partial with the result it keeps of a finished chunk; one it
 // does not hold it would reduce anew, in its own order, from the members'
 // data, to other bytes than member 0 holds: member 0 is not asked for its
@@ -255,18 +255,9 @@ TEST_F(AggregationTest, ARefusalTellsTheMembersTheBusySlotsChunkLacksTheirDataIs
 // bytes in any order): member 0 is asked (seed 1795673).
 TEST_F(ParameterNodeTest, ARootWithARemoteTanAsksNoMemberPastAFloatSumForItsData) {
   AddJobWithPs(7, 3);
-  std::vector<uint8_t> f(4);
-  const float x = 0.1f;
-  std::memcpy(f.data(), &x, 4);
   for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
     const uint32_t seq = op == ReduceOp::kSum ? 5 : 15;
-    Frame resent = Contribution(7, seq, 2, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq);
-    HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
-    Inject(0, resent);
-    Inject(0, Contribution(7, seq + 4, 0, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq + 4));
-    Inject(0, Contribution(7, seq - 1, 1, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq - 1));
-    Step();
-    (void)Drain();
+    MembersAroundALostResult(7, seq, op);
     const uint64_t resyncs = Agg().resync_notices.Get();
     const uint64_t asked = Agg().queries_up.Get();
     auto out = AskAfter(7, seq, 2, /*watermark=*/seq);

@@ -113,20 +113,9 @@ TEST_F(AggregationTest, QueriesAreAnsweredFromTheChunksSlot) {
 // (NACK result_lost). A float max, the same in any order, is asked again.
 TEST_F(AggregationTest, AFloatSumWhoseResultOnlySomeMembersHoldIsLost) {
   AddJob(7, 3);
-  std::vector<uint8_t> f(4);
-  const float x = 0.1f;
-  std::memcpy(f.data(), &x, 4);
   for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
     const uint32_t seq = op == ReduceOp::kSum ? 5 : 15;
-    // Member 2 lost chunk seq's result with the old process and resends
-    // it; member 0 had it and is past it; member 1 is behind.
-    Frame resent = Contribution(7, seq, 2, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq);
-    HeaderOf(resent)->flags = common::be16_t::FromHost(aggregator::flags::kRetransmission);
-    Inject(0, resent);
-    Inject(0, Contribution(7, seq + 4, 0, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq + 4));
-    Inject(0, Contribution(7, seq - 1, 1, f, DType::kFloat32, op, 0x5eed, -1, /*ack=*/seq - 1));
-    Step();
-    (void)Drain();
+    MembersAroundALostResult(7, seq, op);
     const uint64_t resyncs = Agg().resync_notices.Get();
     auto out = AskAfter(7, seq, 2, /*watermark=*/seq);
     if (op == ReduceOp::kMax) {
