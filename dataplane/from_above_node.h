@@ -133,11 +133,15 @@ class FromAboveNode {
     e.went_up = true;
   }
   static constexpr uint32_t kLackedAbove = 16;
+  // Where chunk `seq` of `job` is kept in lacked_above_.
+  static uint32_t LackedAboveIndex(const aggregator::Job& job, uint32_t seq) {
+    return ((seq * 2654435761u) >> 28 ^ job.index()) % kLackedAbove;
+  }
   LackedAbove& LackedAboveOf(const aggregator::Job& job, uint32_t seq) {
-    return lacked_above_[((seq * 2654435761u) >> 28 ^ job.index()) % kLackedAbove];
+    return lacked_above_[LackedAboveIndex(job, seq)];
   }
   const LackedAbove& LackedAboveOf(const aggregator::Job& job, uint32_t seq) const {
-    return lacked_above_[((seq * 2654435761u) >> 28 ^ job.index()) % kLackedAbove];
+    return lacked_above_[LackedAboveIndex(job, seq)];
   }
   LackedAbove lacked_above_[kLackedAbove] = {};
 
